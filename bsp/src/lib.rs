@@ -1,0 +1,223 @@
+//! Board facts for hexrpc: which device nodes, which ION heap and flags, where the DSP shell
+//! is, which directories the reverse file service may serve, and the limits the stack enforces.
+//!
+//! Boards are data, not code paths: the HAL and runtime take a [`Board`] and behave the same on
+//! every board. Three boards are known:
+//!
+//! * [`COMMA_THREE`]: comma three on AGNOS (sdm845, Linux 4.9 downstream: `/dev/ion`,
+//!   `/dev/adsprpc-smd`, CDSP channel 3, ION system heap 25 with `ION_FLAG_CACHED`, shell
+//!   `/dsp/cdsp/fastrpc_shell_3`);
+//! * [`GENERIC_MSM_ANDROID`]: an Android device on a downstream msm kernel with the same ABI
+//!   (shell under `/vendor/dsp/cdsp/`);
+//! * [`BENCH`]: the isolated bench (simulated kernel and DSP, crate `hexrpc-bench`), with its own
+//!   node names so that a bench board can never open a real device.
+//!
+//! Device access is an authority: opening device nodes takes a [`DeviceAccess`] token, which
+//! only this crate (for the bench) or the binary (for a real device, through
+//! [`DeviceAccess::for_device`]) can mint.
+#![no_std]
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+use hexrpc_drivers::{adsprpc, ion};
+
+/// Which kernel driver family a board uses. Only the downstream msm ABI is implemented; the
+/// upstream one (`/dev/fastrpc-*`, dma-heap buffers) is named here so that a board can say it
+/// needs it and the stack can refuse it clearly.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum KernelAbi {
+    /// msm ION 4.9 + downstream adsprpc (`/dev/adsprpc-smd`).
+    DownstreamMsm,
+    /// Upstream fastrpc (`/dev/fastrpc-cdsp`) + dma-heap. Not implemented yet.
+    Upstream,
+}
+
+/// Fixed limits the stack enforces on a board.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Limits {
+    /// Largest shell ELF accepted (the driver refuses 2 MiB and more).
+    pub max_shell_len: u32,
+    /// Largest single ION allocation the stack will ask for.
+    pub max_alloc_len: u64,
+    /// Most bytes one reverse request may ask for (fread length, payload size).
+    pub max_reverse_request: u32,
+    /// Most bytes served from one open file over its lifetime.
+    pub max_reverse_file_bytes: u64,
+    /// Most virtual file handles open at once in the reverse service.
+    pub max_reverse_handles: u16,
+    /// Most bytes apps_mem may map for the DSP at once.
+    pub max_dsp_map_bytes: u64,
+}
+
+/// Everything the stack needs to know about one board.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Board {
+    /// Short name (`comma-three`), used by `--board` and in reports.
+    pub name: &'static str,
+    /// One line for humans.
+    pub description: &'static str,
+    /// The driver family.
+    pub abi: KernelAbi,
+    /// The ION device node.
+    pub ion_path: &'static core::ffi::CStr,
+    /// The FastRPC device node.
+    pub rpc_path: &'static core::ffi::CStr,
+    /// The FastRPC channel (domain) id of the compute DSP.
+    pub channel: u32,
+    /// ION heap id to allocate from.
+    pub heap_id: u32,
+    /// ION allocation flags.
+    pub heap_flags: u32,
+    /// ION allocation alignment (tinygrad uses 0x200).
+    pub alloc_align: u64,
+    /// Path of the DSP user-process shell ELF.
+    pub shell_path: &'static core::ffi::CStr,
+    /// Directories the reverse file service may serve files from (read-only).
+    pub dsp_dirs: &'static [&'static str],
+    /// Device-tree model strings that identify this board (`/proc/device-tree/model`).
+    pub dt_models: &'static [&'static str],
+    /// Limits.
+    pub limits: Limits,
+}
+
+impl Board {
+    /// The heap mask for [`heap_id`](Board::heap_id).
+    pub const fn heap_mask(&self) -> u32 {
+        match ion::ion_heap(self.heap_id) {
+            Some(m) => m,
+            None => 0,
+        }
+    }
+}
+
+const DEFAULT_LIMITS: Limits = Limits {
+    max_shell_len: adsprpc::INIT_FILELEN_MAX - 1,
+    max_alloc_len: 1 << 30,
+    max_reverse_request: 1 << 20,
+    max_reverse_file_bytes: 64 << 20,
+    max_reverse_handles: 32,
+    max_dsp_map_bytes: 64 << 20,
+};
+
+/// comma three (sdm845) on AGNOS.
+pub const COMMA_THREE: Board = Board {
+    name: "comma-three",
+    description: "comma three (Snapdragon 845) on AGNOS, downstream msm 4.9 kernel",
+    abi: KernelAbi::DownstreamMsm,
+    ion_path: c"/dev/ion",
+    rpc_path: c"/dev/adsprpc-smd",
+    channel: adsprpc::CDSP_DOMAIN_ID,
+    heap_id: ion::ION_SYSTEM_HEAP_ID,
+    heap_flags: ion::ION_FLAG_CACHED,
+    alloc_align: 0x200,
+    shell_path: c"/dsp/cdsp/fastrpc_shell_3",
+    dsp_dirs: &["/dsp/cdsp", "/dsp"],
+    dt_models: &["comma tici", "comma tizi", "comma mici", "Qualcomm Technologies, Inc. SDM845"],
+    limits: DEFAULT_LIMITS,
+};
+
+/// A generic Android device on a downstream msm kernel (adsprpc + ION 4.9).
+pub const GENERIC_MSM_ANDROID: Board = Board {
+    name: "msm-android",
+    description: "Android on a downstream msm kernel with /dev/adsprpc-smd and legacy ION",
+    abi: KernelAbi::DownstreamMsm,
+    ion_path: c"/dev/ion",
+    rpc_path: c"/dev/adsprpc-smd",
+    channel: adsprpc::CDSP_DOMAIN_ID,
+    heap_id: ion::ION_SYSTEM_HEAP_ID,
+    heap_flags: ion::ION_FLAG_CACHED,
+    alloc_align: 0x200,
+    shell_path: c"/vendor/dsp/cdsp/fastrpc_shell_3",
+    dsp_dirs: &["/vendor/dsp/cdsp", "/vendor/dsp", "/vendor/lib/rfsa/adsp"],
+    dt_models: &[],
+    limits: DEFAULT_LIMITS,
+};
+
+/// The isolated bench (crate `hexrpc-bench`): simulated nodes that no real device has.
+pub const BENCH: Board = Board {
+    name: "bench",
+    description: "isolated bench: simulated msm ION 4.9 + adsprpc kernel and DSP (no hardware)",
+    abi: KernelAbi::DownstreamMsm,
+    ion_path: c"/bench/dev/ion",
+    rpc_path: c"/bench/dev/adsprpc-smd",
+    channel: adsprpc::CDSP_DOMAIN_ID,
+    heap_id: ion::ION_SYSTEM_HEAP_ID,
+    heap_flags: ion::ION_FLAG_CACHED,
+    alloc_align: 0x200,
+    shell_path: c"/bench/dsp/cdsp/fastrpc_shell_3",
+    dsp_dirs: &["/bench/dsp/cdsp"],
+    dt_models: &[],
+    limits: DEFAULT_LIMITS,
+};
+
+/// Every known board.
+pub const BOARDS: &[Board] = &[COMMA_THREE, GENERIC_MSM_ANDROID, BENCH];
+
+/// Finds a board by its short name.
+pub fn by_name(name: &str) -> Option<&'static Board> {
+    BOARDS.iter().find(|b| b.name == name)
+}
+
+/// Finds the board whose device-tree model matches `model` (the contents of
+/// `/proc/device-tree/model`, trailing NULs and whitespace ignored). `None` if no board claims
+/// it; the caller then needs an explicit `--board`.
+pub fn detect(model: &str) -> Option<&'static Board> {
+    let model = model.trim_end_matches(['\0', '\n', ' ']);
+    BOARDS.iter().find(|b| b.dt_models.iter().any(|m| model.starts_with(m)))
+}
+
+/// The authority to open device nodes. Only this crate ([`DeviceAccess::for_bench`]) and the
+/// binary that runs on a device ([`DeviceAccess::for_device`], which it must call explicitly)
+/// can mint one; library code above cannot conjure device access on its own.
+#[derive(Debug)]
+pub struct DeviceAccess {
+    board: &'static Board,
+}
+
+impl DeviceAccess {
+    /// Authority over the bench board's simulated nodes.
+    pub fn for_bench() -> DeviceAccess {
+        DeviceAccess { board: &BENCH }
+    }
+
+    /// Authority over a real board's nodes. Call it only in a binary or a service's `main`: it is
+    /// the single place where a program decides to touch the DSP.
+    pub fn for_device(board: &'static Board) -> DeviceAccess {
+        DeviceAccess { board }
+    }
+
+    /// The board this authority is for.
+    pub fn board(&self) -> &'static Board {
+        self.board
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn boards_are_consistent() {
+        for b in BOARDS {
+            assert_eq!(by_name(b.name), Some(b));
+            assert_ne!(b.heap_mask(), 0, "{}", b.name);
+            assert!(b.limits.max_shell_len < adsprpc::INIT_FILELEN_MAX);
+            assert!(!b.dsp_dirs.is_empty());
+            for d in b.dsp_dirs {
+                assert!(d.starts_with('/') && !d.contains(".."), "{d}");
+            }
+        }
+        assert_eq!(COMMA_THREE.heap_mask(), 0x0200_0000);
+        assert_eq!(COMMA_THREE.channel, 3);
+    }
+
+    #[test]
+    fn detection() {
+        assert_eq!(detect("comma tici\0").map(|b| b.name), Some("comma-three"));
+        assert_eq!(detect("Some Other Board"), None);
+        assert_eq!(DeviceAccess::for_bench().board().name, "bench");
+    }
+}

@@ -1,0 +1,948 @@
+//! The downstream msm FastRPC driver (`/dev/adsprpc-smd`), as on AGNOS (Linux 4.9).
+//!
+//! Origin: `include/uapi/linux/adsprpc_shared.h` of the msm-4.9 kernel (AGNOS
+//! `agnos-kernel-sdm845`), mirrored in tinygrad `extra/dsp/include/adsprpc_shared.h`. Layouts and
+//! numbers are those of an LP64 (aarch64) build; pointer fields are carried as `u64`.
+//!
+//! One device node serves every DSP: after `open`, [`getinfo`] with the channel id
+//! ([`CDSP_DOMAIN_ID`] = 3) binds the fd to a channel and an SMMU session; [`control`] with
+//! `FASTRPC_CONTROL_KALLOC`, then [`init`] with `FASTRPC_INIT_CREATE` creates the user process
+//! on the DSP from the shell ELF. Calls into the DSP are `INVOKE*` on a *handle*: static handles
+//! 0 (remotectl), 3 (the reverse-RPC listener), 4 (the current process), or a library handle
+//! from remotectl open.
+//!
+//! Results: `-1` with an errno for local failures (a faulting copy from user memory is reported
+//! as `EPERM`, not `EFAULT`); a *positive* return value for DSP-side errors (AEE codes), `EBADF`
+//! (9) while the fd is being closed, 39 after SMMU faults and `ECONNRESET` (104) after a DSP
+//! restart. Every typed call here maps positive values to [`Error::Returned`].
+//!
+//! The driver has **no invoke timeout**: a user invoke waits interruptibly forever; an
+//! interrupted invoke is parked and can only be resumed by the same thread with the same
+//! scalars word, or freed by closing the fd.
+//!
+//! The upstream driver (`/dev/fastrpc-*`) uses the same `'R'` group with different meanings
+//! (upstream INVOKE has the number of downstream MUNMAP). Pick the driver by device node.
+#![allow(non_camel_case_types)]
+
+use core::marker::PhantomData;
+
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+use crate::error::check_rc;
+use crate::ioc::iowr;
+use crate::sys::ioctl_plain;
+use crate::{abi_layout, Errno, Error, Fd, Mapping, Scalars, Syscalls};
+
+/// `struct remote_buf`: a user buffer argument.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct remote_buf {
+    /// `void *pv`: the buffer's address.
+    pub pv: u64,
+    /// `size_t len`: its length in bytes.
+    pub len: u64,
+}
+abi_layout!(remote_buf, "remote_buf", size = 16, align = 8, { pv @ 0, len @ 8 });
+
+/// `struct remote_dma_handle`: a dma-buf handle argument.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct remote_dma_handle {
+    /// The dma-buf fd.
+    pub fd: i32,
+    /// Offset into the buffer.
+    pub offset: u32,
+}
+abi_layout!(remote_dma_handle, "remote_dma_handle", size = 8, align = 4, { fd @ 0, offset @ 4 });
+
+/// `union remote_arg`: one entry of a call's argument array (16 bytes on LP64).
+///
+/// The fields are private so that every value has all 16 bytes initialized: build one with
+/// [`remote_arg::from_buf`], [`remote_arg::from_dma`] or [`remote_arg::from_h`].
+#[repr(C)]
+#[derive(Clone, Copy, FromBytes, KnownLayout, Immutable)]
+pub union remote_arg {
+    buf: remote_buf,
+    dma: remote_dma_handle,
+    h: u32,
+}
+abi_layout!(remote_arg, "remote_arg", size = 16, align = 8, { buf @ 0, dma @ 0, h @ 0 });
+
+impl remote_arg {
+    /// A buffer entry.
+    pub const fn from_buf(buf: remote_buf) -> remote_arg {
+        remote_arg { buf }
+    }
+    /// A dma handle entry; bytes 8..16 are zero.
+    pub const fn from_dma(dma: remote_dma_handle) -> remote_arg {
+        let pv = (dma.fd as u32 as u64) | ((dma.offset as u64) << 32);
+        remote_arg { buf: remote_buf { pv, len: 0 } }
+    }
+    /// A handle-value entry (`h`); bytes 4..16 are zero.
+    pub const fn from_h(h: u32) -> remote_arg {
+        remote_arg { buf: remote_buf { pv: h as u64, len: 0 } }
+    }
+    /// The entry read as a buffer.
+    pub const fn buf(&self) -> remote_buf {
+        // SAFETY: every constructor writes all 16 bytes through `buf` (and `FromBytes` reads
+        // produce initialized bytes), and `remote_buf` is valid for any bytes.
+        unsafe { self.buf }
+    }
+    /// The entry read as a dma handle (its first 8 bytes).
+    pub const fn dma(&self) -> remote_dma_handle {
+        // SAFETY: the first 8 bytes are always initialized (see `buf`), and any bytes are a
+        // valid `remote_dma_handle`.
+        unsafe { self.dma }
+    }
+    /// The entry read as a handle value (its first 4 bytes).
+    pub const fn h(&self) -> u32 {
+        // SAFETY: the first 4 bytes are always initialized, and any bytes are a valid u32.
+        unsafe { self.h }
+    }
+}
+
+impl Default for remote_arg {
+    fn default() -> Self {
+        remote_arg::from_buf(remote_buf::default())
+    }
+}
+
+impl core::fmt::Debug for remote_arg {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let b = self.buf();
+        write!(f, "remote_arg {{ pv: {:#x}, len: {} }}", b.pv, b.len)
+    }
+}
+
+/// `struct remote_buf64`: a buffer entry of the kernel-to-DSP wire format.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct remote_buf64 {
+    /// Address as the DSP sees it.
+    pub pv: u64,
+    /// Length in bytes.
+    pub len: u64,
+}
+abi_layout!(remote_buf64, "remote_buf64", size = 16, align = 8, { pv @ 0, len @ 8 });
+
+/// `struct remote_dma_handle64`: a handle entry of the kernel-to-DSP wire format.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct remote_dma_handle64 {
+    /// The dma-buf fd.
+    pub fd: i32,
+    /// Offset (the low 32 bits of the user entry's `pv`).
+    pub offset: u32,
+    /// Length (the user entry's `len`, truncated to 32 bits).
+    pub len: u32,
+}
+abi_layout!(remote_dma_handle64, "remote_dma_handle64", size = 12, align = 4, { fd @ 0, offset @ 4, len @ 8 });
+
+/// `union remote_arg64`: one entry of the argument array the kernel ships to the DSP.
+///
+/// Fields private for the same reason as [`remote_arg`].
+#[repr(C)]
+#[derive(Clone, Copy, FromBytes, KnownLayout, Immutable)]
+pub union remote_arg64 {
+    buf: remote_buf64,
+    dma: remote_dma_handle64,
+    h: u32,
+}
+abi_layout!(remote_arg64, "remote_arg64", size = 16, align = 8, { buf @ 0, dma @ 0, h @ 0 });
+
+impl remote_arg64 {
+    /// A buffer entry.
+    pub const fn from_buf(buf: remote_buf64) -> remote_arg64 {
+        remote_arg64 { buf }
+    }
+    /// A dma handle entry; bytes 12..16 are zero.
+    pub const fn from_dma(dma: remote_dma_handle64) -> remote_arg64 {
+        let pv = (dma.fd as u32 as u64) | ((dma.offset as u64) << 32);
+        remote_arg64 { buf: remote_buf64 { pv, len: dma.len as u64 } }
+    }
+    /// The entry read as a buffer.
+    pub const fn buf(&self) -> remote_buf64 {
+        // SAFETY: all 16 bytes are initialized by every constructor; any bytes are valid.
+        unsafe { self.buf }
+    }
+    /// The entry read as a dma handle.
+    pub const fn dma(&self) -> remote_dma_handle64 {
+        // SAFETY: the first 12 bytes are always initialized; any bytes are valid.
+        unsafe { self.dma }
+    }
+}
+
+impl Default for remote_arg64 {
+    fn default() -> Self {
+        remote_arg64::from_buf(remote_buf64::default())
+    }
+}
+
+impl core::fmt::Debug for remote_arg64 {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let b = self.buf();
+        write!(f, "remote_arg64 {{ pv: {:#x}, len: {} }}", b.pv, b.len)
+    }
+}
+
+/// `struct fastrpc_ioctl_invoke`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct fastrpc_ioctl_invoke {
+    /// Remote handle.
+    pub handle: u32,
+    /// Scalars word.
+    pub sc: u32,
+    /// `remote_arg *pra`: LENGTH(sc) entries.
+    pub pra: u64,
+}
+abi_layout!(fastrpc_ioctl_invoke, "fastrpc_ioctl_invoke", size = 16, align = 8, { handle @ 0, sc @ 4, pra @ 8 });
+
+/// `struct fastrpc_ioctl_invoke_fd`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct fastrpc_ioctl_invoke_fd {
+    /// The plain invoke.
+    pub inv: fastrpc_ioctl_invoke,
+    /// `int *fds`: LENGTH(sc) entries (0 and -1 mean "no fd").
+    pub fds: u64,
+}
+abi_layout!(fastrpc_ioctl_invoke_fd, "fastrpc_ioctl_invoke_fd", size = 24, align = 8, { inv @ 0, fds @ 16 });
+
+/// `struct fastrpc_ioctl_invoke_attrs`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct fastrpc_ioctl_invoke_attrs {
+    /// The plain invoke.
+    pub inv: fastrpc_ioctl_invoke,
+    /// `int *fds`.
+    pub fds: u64,
+    /// `unsigned *attrs`: LENGTH(sc) entries of `FASTRPC_ATTR_*`.
+    pub attrs: u64,
+}
+abi_layout!(fastrpc_ioctl_invoke_attrs, "fastrpc_ioctl_invoke_attrs", size = 32, align = 8, { inv @ 0, fds @ 16, attrs @ 24 });
+
+/// `struct fastrpc_ioctl_invoke_crc`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct fastrpc_ioctl_invoke_crc {
+    /// The plain invoke.
+    pub inv: fastrpc_ioctl_invoke,
+    /// `int *fds`.
+    pub fds: u64,
+    /// `unsigned *attrs`.
+    pub attrs: u64,
+    /// `unsigned *crc`: 64 entries written back on success.
+    pub crc: u64,
+}
+abi_layout!(fastrpc_ioctl_invoke_crc, "fastrpc_ioctl_invoke_crc", size = 40, align = 8, { inv @ 0, fds @ 16, attrs @ 24, crc @ 32 });
+
+/// `struct fastrpc_ioctl_init`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct fastrpc_ioctl_init {
+    /// `FASTRPC_INIT_*`.
+    pub flags: u32,
+    /// Padding before the 8-byte-aligned `file`.
+    pub _pad0: u32,
+    /// `uintptr_t file`: address of the shell ELF (in a mapping of `filefd`).
+    pub file: u64,
+    /// Length of the shell (< 2 MiB).
+    pub filelen: u32,
+    /// ION fd whose mapping holds `file`.
+    pub filefd: i32,
+    /// `uintptr_t mem`: must be 0 for CREATE on this kernel.
+    pub mem: u64,
+    /// Memory length (< 8 MiB; ignored for CREATE).
+    pub memlen: u32,
+    /// Memory fd (ignored for CREATE).
+    pub memfd: i32,
+}
+abi_layout!(fastrpc_ioctl_init, "fastrpc_ioctl_init", size = 40, align = 8, { flags @ 0, file @ 8, filelen @ 16, filefd @ 20, mem @ 24, memlen @ 32, memfd @ 36 });
+
+/// `struct fastrpc_ioctl_init_attrs`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct fastrpc_ioctl_init_attrs {
+    /// The plain init.
+    pub init: fastrpc_ioctl_init,
+    /// Process attributes.
+    pub attrs: i32,
+    /// Signature length.
+    pub siglen: u32,
+}
+abi_layout!(fastrpc_ioctl_init_attrs, "fastrpc_ioctl_init_attrs", size = 48, align = 8, { init @ 0, attrs @ 40, siglen @ 44 });
+
+/// `struct fastrpc_ioctl_mmap`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct fastrpc_ioctl_mmap {
+    /// ION fd to map (or -1 with `ADSP_MMAP_ADD_PAGES`).
+    pub fd: i32,
+    /// `ADSP_MMAP_*` flags.
+    pub flags: u32,
+    /// `uintptr_t vaddrin`: host address of the buffer (0 for kernel-allocated pages).
+    pub vaddrin: u64,
+    /// `size_t size`.
+    pub size: u64,
+    /// `uintptr_t vaddrout`: out, the DSP address.
+    pub vaddrout: u64,
+}
+abi_layout!(fastrpc_ioctl_mmap, "fastrpc_ioctl_mmap", size = 32, align = 8, { fd @ 0, flags @ 4, vaddrin @ 8, size @ 16, vaddrout @ 24 });
+
+/// `struct fastrpc_ioctl_mmap_64` (same layout as [`fastrpc_ioctl_mmap`] on LP64).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct fastrpc_ioctl_mmap_64 {
+    /// ION fd.
+    pub fd: i32,
+    /// `ADSP_MMAP_*` flags.
+    pub flags: u32,
+    /// `uint64_t vaddrin`.
+    pub vaddrin: u64,
+    /// `size_t size`.
+    pub size: u64,
+    /// `uint64_t vaddrout` (out).
+    pub vaddrout: u64,
+}
+abi_layout!(fastrpc_ioctl_mmap_64, "fastrpc_ioctl_mmap_64", size = 32, align = 8, { fd @ 0, flags @ 4, vaddrin @ 8, size @ 16, vaddrout @ 24 });
+
+/// `struct fastrpc_ioctl_munmap`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct fastrpc_ioctl_munmap {
+    /// `uintptr_t vaddrout`: the DSP address from MMAP.
+    pub vaddrout: u64,
+    /// `size_t size`.
+    pub size: u64,
+}
+abi_layout!(fastrpc_ioctl_munmap, "fastrpc_ioctl_munmap", size = 16, align = 8, { vaddrout @ 0, size @ 8 });
+
+/// `struct fastrpc_ioctl_munmap_64`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct fastrpc_ioctl_munmap_64 {
+    /// `uint64_t vaddrout`.
+    pub vaddrout: u64,
+    /// `size_t size`.
+    pub size: u64,
+}
+abi_layout!(fastrpc_ioctl_munmap_64, "fastrpc_ioctl_munmap_64", size = 16, align = 8, { vaddrout @ 0, size @ 8 });
+
+/// `struct fastrpc_ioctl_munmap_fd`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct fastrpc_ioctl_munmap_fd {
+    /// The fd whose map is released.
+    pub fd: i32,
+    /// Unused by this driver.
+    pub flags: u32,
+    /// `uintptr_t va`.
+    pub va: u64,
+    /// `ssize_t len`.
+    pub len: i64,
+}
+abi_layout!(fastrpc_ioctl_munmap_fd, "fastrpc_ioctl_munmap_fd", size = 24, align = 8, { fd @ 0, flags @ 4, va @ 8, len @ 16 });
+
+/// `struct fastrpc_ioctl_perf`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct fastrpc_ioctl_perf {
+    /// `uintptr_t data`: 12 x i64 of counters (written if non-zero).
+    pub data: u64,
+    /// Out: the number of keys.
+    pub numkeys: u32,
+    /// Padding before the 8-byte-aligned `keys`.
+    pub _pad0: u32,
+    /// `uintptr_t keys`: the key names, `:`-separated (written if non-zero).
+    pub keys: u64,
+}
+abi_layout!(fastrpc_ioctl_perf, "fastrpc_ioctl_perf", size = 24, align = 8, { data @ 0, numkeys @ 8, keys @ 16 });
+
+/// `struct fastrpc_ctrl_latency`, the largest member of `fastrpc_ioctl_control`'s anonymous
+/// union; `fastrpc_ctrl_smmu.sharedcb` and `fastrpc_ctrl_kalloc.kalloc_support` alias `enable`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct fastrpc_ctrl_latency {
+    /// Enable (LATENCY) / `sharedcb` (SMMU) / `kalloc_support` (KALLOC, out).
+    pub enable: u32,
+    /// Latency in microseconds (LATENCY).
+    pub level: u32,
+}
+abi_layout!(fastrpc_ctrl_latency, "fastrpc_ctrl_latency", size = 8, align = 4, { enable @ 0, level @ 4 });
+
+/// `struct fastrpc_ioctl_control`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct fastrpc_ioctl_control {
+    /// `FASTRPC_CONTROL_*`.
+    pub req: u32,
+    /// The anonymous union `{ lp, smmu, kalloc }`, as its largest member.
+    pub lp: fastrpc_ctrl_latency,
+}
+abi_layout!(fastrpc_ioctl_control, "fastrpc_ioctl_control", size = 12, align = 4, { req @ 0, lp @ 4 });
+
+/// The group byte of every FastRPC ioctl.
+pub const FASTRPC_IOCTL_MAGIC: u8 = b'R';
+/// `FASTRPC_IOCTL_INVOKE`.
+pub const FASTRPC_IOCTL_INVOKE: u32 = iowr::<fastrpc_ioctl_invoke>(FASTRPC_IOCTL_MAGIC, 1);
+/// `FASTRPC_IOCTL_MMAP`.
+pub const FASTRPC_IOCTL_MMAP: u32 = iowr::<fastrpc_ioctl_mmap>(FASTRPC_IOCTL_MAGIC, 2);
+/// `FASTRPC_IOCTL_MUNMAP`.
+pub const FASTRPC_IOCTL_MUNMAP: u32 = iowr::<fastrpc_ioctl_munmap>(FASTRPC_IOCTL_MAGIC, 3);
+/// `FASTRPC_IOCTL_INVOKE_FD`.
+pub const FASTRPC_IOCTL_INVOKE_FD: u32 = iowr::<fastrpc_ioctl_invoke_fd>(FASTRPC_IOCTL_MAGIC, 4);
+/// `FASTRPC_IOCTL_SETMODE` (the argument *value* is the mode).
+pub const FASTRPC_IOCTL_SETMODE: u32 = iowr::<u32>(FASTRPC_IOCTL_MAGIC, 5);
+/// `FASTRPC_IOCTL_INIT`.
+pub const FASTRPC_IOCTL_INIT: u32 = iowr::<fastrpc_ioctl_init>(FASTRPC_IOCTL_MAGIC, 6);
+/// `FASTRPC_IOCTL_INVOKE_ATTRS`.
+pub const FASTRPC_IOCTL_INVOKE_ATTRS: u32 = iowr::<fastrpc_ioctl_invoke_attrs>(FASTRPC_IOCTL_MAGIC, 7);
+/// `FASTRPC_IOCTL_GETINFO`.
+pub const FASTRPC_IOCTL_GETINFO: u32 = iowr::<u32>(FASTRPC_IOCTL_MAGIC, 8);
+/// `FASTRPC_IOCTL_GETPERF`.
+pub const FASTRPC_IOCTL_GETPERF: u32 = iowr::<fastrpc_ioctl_perf>(FASTRPC_IOCTL_MAGIC, 9);
+/// `FASTRPC_IOCTL_INIT_ATTRS`.
+pub const FASTRPC_IOCTL_INIT_ATTRS: u32 = iowr::<fastrpc_ioctl_init_attrs>(FASTRPC_IOCTL_MAGIC, 10);
+/// `FASTRPC_IOCTL_INVOKE_CRC`.
+pub const FASTRPC_IOCTL_INVOKE_CRC: u32 = iowr::<fastrpc_ioctl_invoke_crc>(FASTRPC_IOCTL_MAGIC, 11);
+/// `FASTRPC_IOCTL_CONTROL`.
+pub const FASTRPC_IOCTL_CONTROL: u32 = iowr::<fastrpc_ioctl_control>(FASTRPC_IOCTL_MAGIC, 12);
+/// `FASTRPC_IOCTL_MUNMAP_FD`.
+pub const FASTRPC_IOCTL_MUNMAP_FD: u32 = iowr::<fastrpc_ioctl_munmap_fd>(FASTRPC_IOCTL_MAGIC, 13);
+/// `FASTRPC_IOCTL_MMAP_64`.
+pub const FASTRPC_IOCTL_MMAP_64: u32 = iowr::<fastrpc_ioctl_mmap_64>(FASTRPC_IOCTL_MAGIC, 14);
+/// `FASTRPC_IOCTL_MUNMAP_64`.
+pub const FASTRPC_IOCTL_MUNMAP_64: u32 = iowr::<fastrpc_ioctl_munmap_64>(FASTRPC_IOCTL_MAGIC, 15);
+
+/// Every FastRPC request number, by kernel name.
+pub const IOCTLS: &[(&str, u32)] = &[
+    ("FASTRPC_IOCTL_INVOKE", FASTRPC_IOCTL_INVOKE),
+    ("FASTRPC_IOCTL_MMAP", FASTRPC_IOCTL_MMAP),
+    ("FASTRPC_IOCTL_MUNMAP", FASTRPC_IOCTL_MUNMAP),
+    ("FASTRPC_IOCTL_INVOKE_FD", FASTRPC_IOCTL_INVOKE_FD),
+    ("FASTRPC_IOCTL_SETMODE", FASTRPC_IOCTL_SETMODE),
+    ("FASTRPC_IOCTL_INIT", FASTRPC_IOCTL_INIT),
+    ("FASTRPC_IOCTL_INVOKE_ATTRS", FASTRPC_IOCTL_INVOKE_ATTRS),
+    ("FASTRPC_IOCTL_GETINFO", FASTRPC_IOCTL_GETINFO),
+    ("FASTRPC_IOCTL_GETPERF", FASTRPC_IOCTL_GETPERF),
+    ("FASTRPC_IOCTL_INIT_ATTRS", FASTRPC_IOCTL_INIT_ATTRS),
+    ("FASTRPC_IOCTL_INVOKE_CRC", FASTRPC_IOCTL_INVOKE_CRC),
+    ("FASTRPC_IOCTL_CONTROL", FASTRPC_IOCTL_CONTROL),
+    ("FASTRPC_IOCTL_MUNMAP_FD", FASTRPC_IOCTL_MUNMAP_FD),
+    ("FASTRPC_IOCTL_MMAP_64", FASTRPC_IOCTL_MMAP_64),
+    ("FASTRPC_IOCTL_MUNMAP_64", FASTRPC_IOCTL_MUNMAP_64),
+];
+
+/// `DEVICE_NAME`: the node under /dev.
+pub const DEVICE_NAME: &str = "adsprpc-smd";
+/// `ADSP_DOMAIN_ID`: channel id of the audio DSP.
+pub const ADSP_DOMAIN_ID: u32 = 0;
+/// `MDSP_DOMAIN_ID`: channel id of the modem DSP.
+pub const MDSP_DOMAIN_ID: u32 = 1;
+/// `SDSP_DOMAIN_ID`: channel id of the sensors DSP.
+pub const SDSP_DOMAIN_ID: u32 = 2;
+/// `CDSP_DOMAIN_ID`: channel id of the compute DSP.
+pub const CDSP_DOMAIN_ID: u32 = 3;
+/// `NUM_CHANNELS`.
+pub const NUM_CHANNELS: u32 = 4;
+/// Bit 0 of the GETINFO answer: the session has an SMMU.
+pub const FASTRPC_INFO_SMMU: u32 = 1;
+
+/// `FASTRPC_ATTR_NOVA`: buffer with no virtual mapping in userspace (downstream value; upstream
+/// uses 256).
+pub const FASTRPC_ATTR_NOVA: u32 = 0x1;
+/// `FASTRPC_ATTR_NON_COHERENT`.
+pub const FASTRPC_ATTR_NON_COHERENT: u32 = 0x2;
+/// `FASTRPC_ATTR_COHERENT`.
+pub const FASTRPC_ATTR_COHERENT: u32 = 0x4;
+/// `FASTRPC_ATTR_KEEP_MAP`.
+pub const FASTRPC_ATTR_KEEP_MAP: u32 = 0x8;
+/// `FASTRPC_ATTR_NOMAP`.
+pub const FASTRPC_ATTR_NOMAP: u32 = 16;
+
+/// `FASTRPC_MODE_PARALLEL`.
+pub const FASTRPC_MODE_PARALLEL: u32 = 0;
+/// `FASTRPC_MODE_SERIAL` (the default after open).
+pub const FASTRPC_MODE_SERIAL: u32 = 1;
+/// `FASTRPC_MODE_PROFILE`.
+pub const FASTRPC_MODE_PROFILE: u32 = 2;
+/// `FASTRPC_MODE_SESSION`.
+pub const FASTRPC_MODE_SESSION: u32 = 4;
+
+/// `FASTRPC_INIT_ATTACH`.
+pub const FASTRPC_INIT_ATTACH: u32 = 0;
+/// `FASTRPC_INIT_CREATE`: create a user process from the shell ELF.
+pub const FASTRPC_INIT_CREATE: u32 = 1;
+/// `FASTRPC_INIT_CREATE_STATIC`.
+pub const FASTRPC_INIT_CREATE_STATIC: u32 = 2;
+/// `FASTRPC_INIT_ATTACH_SENSORS`.
+pub const FASTRPC_INIT_ATTACH_SENSORS: u32 = 3;
+
+/// `FASTRPC_CONTROL_LATENCY`.
+pub const FASTRPC_CONTROL_LATENCY: u32 = 1;
+/// `FASTRPC_CONTROL_SMMU`.
+pub const FASTRPC_CONTROL_SMMU: u32 = 2;
+/// `FASTRPC_CONTROL_KALLOC`.
+pub const FASTRPC_CONTROL_KALLOC: u32 = 3;
+
+/// `ADSP_MMAP_HEAP_ADDR`.
+pub const ADSP_MMAP_HEAP_ADDR: u32 = 4;
+/// `ADSP_MMAP_REMOTE_HEAP_ADDR`.
+pub const ADSP_MMAP_REMOTE_HEAP_ADDR: u32 = 8;
+/// `ADSP_MMAP_ADD_PAGES`: the kernel allocates the pages itself.
+pub const ADSP_MMAP_ADD_PAGES: u32 = 0x1000;
+
+/// Static handle of remotectl (library open/close by URI).
+pub const REMOTECTL_HANDLE: u32 = 0;
+/// `FASTRPC_STATIC_HANDLE_LISTENER`: the reverse-RPC listener (adsp_listener).
+pub const FASTRPC_STATIC_HANDLE_LISTENER: u32 = 3;
+/// Static handle of adsp_current_process1 (method 2 = exit).
+pub const CURRENT_PROCESS_HANDLE: u32 = 4;
+/// `FASTRPC_STATIC_HANDLE_MAX`: library handles are above this.
+pub const FASTRPC_STATIC_HANDLE_MAX: u32 = 20;
+/// `M_FDLIST`.
+pub const M_FDLIST: usize = 16;
+/// `M_CRCLIST`.
+pub const M_CRCLIST: usize = 64;
+/// `INIT_FILELEN_MAX`: the shell must be shorter.
+pub const INIT_FILELEN_MAX: u32 = 2 * 1024 * 1024;
+/// `INIT_MEMLEN_MAX`.
+pub const INIT_MEMLEN_MAX: u32 = 8 * 1024 * 1024;
+/// `FASTRPC_ENOSUCH`: returned (positive) when the session recorded SMMU faults.
+pub const FASTRPC_ENOSUCH: i32 = 39;
+/// Number of 64-bit counters GETPERF writes.
+pub const PERF_KEYS: usize = 12;
+
+/// Constants of this module, by kernel name, for `hexrpc abi`.
+pub const CONSTANTS: &[(&str, u64)] = &[
+    ("CDSP_DOMAIN_ID", CDSP_DOMAIN_ID as u64),
+    ("FASTRPC_INFO_SMMU", FASTRPC_INFO_SMMU as u64),
+    ("FASTRPC_ATTR_NOVA", FASTRPC_ATTR_NOVA as u64),
+    ("FASTRPC_ATTR_NON_COHERENT", FASTRPC_ATTR_NON_COHERENT as u64),
+    ("FASTRPC_ATTR_COHERENT", FASTRPC_ATTR_COHERENT as u64),
+    ("FASTRPC_ATTR_KEEP_MAP", FASTRPC_ATTR_KEEP_MAP as u64),
+    ("FASTRPC_ATTR_NOMAP", FASTRPC_ATTR_NOMAP as u64),
+    ("FASTRPC_MODE_PARALLEL", FASTRPC_MODE_PARALLEL as u64),
+    ("FASTRPC_MODE_SERIAL", FASTRPC_MODE_SERIAL as u64),
+    ("FASTRPC_MODE_PROFILE", FASTRPC_MODE_PROFILE as u64),
+    ("FASTRPC_MODE_SESSION", FASTRPC_MODE_SESSION as u64),
+    ("FASTRPC_INIT_ATTACH", FASTRPC_INIT_ATTACH as u64),
+    ("FASTRPC_INIT_CREATE", FASTRPC_INIT_CREATE as u64),
+    ("FASTRPC_INIT_CREATE_STATIC", FASTRPC_INIT_CREATE_STATIC as u64),
+    ("FASTRPC_INIT_ATTACH_SENSORS", FASTRPC_INIT_ATTACH_SENSORS as u64),
+    ("FASTRPC_CONTROL_LATENCY", FASTRPC_CONTROL_LATENCY as u64),
+    ("FASTRPC_CONTROL_SMMU", FASTRPC_CONTROL_SMMU as u64),
+    ("FASTRPC_CONTROL_KALLOC", FASTRPC_CONTROL_KALLOC as u64),
+    ("ADSP_MMAP_HEAP_ADDR", ADSP_MMAP_HEAP_ADDR as u64),
+    ("ADSP_MMAP_REMOTE_HEAP_ADDR", ADSP_MMAP_REMOTE_HEAP_ADDR as u64),
+    ("ADSP_MMAP_ADD_PAGES", ADSP_MMAP_ADD_PAGES as u64),
+    ("FASTRPC_STATIC_HANDLE_LISTENER", FASTRPC_STATIC_HANDLE_LISTENER as u64),
+    ("FASTRPC_STATIC_HANDLE_MAX", FASTRPC_STATIC_HANDLE_MAX as u64),
+    ("M_FDLIST", M_FDLIST as u64),
+    ("M_CRCLIST", M_CRCLIST as u64),
+    ("INIT_FILELEN_MAX", INIT_FILELEN_MAX as u64),
+    ("INIT_MEMLEN_MAX", INIT_MEMLEN_MAX as u64),
+    ("FASTRPC_ENOSUCH", FASTRPC_ENOSUCH as u64),
+];
+
+/// `FASTRPC_IOCTL_GETINFO`: the first call binds the fd to `channel` (must be < 4) and takes a
+/// free SMMU session; later calls ignore the input. Returns the info word ([`FASTRPC_INFO_SMMU`]).
+///
+/// Caller: the owner of a fresh `/dev/adsprpc-smd` fd. Fails with `EPERM` (-1) for a bad
+/// channel or when no session is free.
+pub fn getinfo<S: Syscalls + ?Sized>(sys: &S, fd: Fd, channel: u32) -> Result<u32, Error> {
+    let mut info = channel;
+    check_rc(ioctl_plain(sys, fd, FASTRPC_IOCTL_GETINFO, &mut info))?;
+    Ok(info)
+}
+
+/// `FASTRPC_IOCTL_CONTROL` with a caller-built request (LATENCY, SMMU, KALLOC). The driver
+/// copies the struct back only for KALLOC.
+///
+/// Fails with `ENOTTY` for an unknown request, `EPERM` for a zero latency.
+pub fn control<S: Syscalls + ?Sized>(sys: &S, fd: Fd, ctrl: &mut fastrpc_ioctl_control) -> Result<(), Error> {
+    check_rc(ioctl_plain(sys, fd, FASTRPC_IOCTL_CONTROL, ctrl))
+}
+
+/// `FASTRPC_IOCTL_CONTROL` with `FASTRPC_CONTROL_KALLOC`: lets the kernel allocate memory for the
+/// process. Returns `kalloc_support` as the driver wrote it back.
+pub fn control_kalloc<S: Syscalls + ?Sized>(sys: &S, fd: Fd) -> Result<u32, Error> {
+    let mut ctrl = fastrpc_ioctl_control { req: FASTRPC_CONTROL_KALLOC, lp: fastrpc_ctrl_latency::default() };
+    control(sys, fd, &mut ctrl)?;
+    Ok(ctrl.lp.enable)
+}
+
+/// `FASTRPC_IOCTL_SETMODE`: the mode travels as the ioctl argument value, not behind a pointer.
+///
+/// Fails with `ENOTTY` for an unknown mode.
+pub fn setmode<S: Syscalls + ?Sized>(sys: &S, fd: Fd, mode: u32) -> Result<(), Error> {
+    // SAFETY: the driver reads the argument as a plain number and never dereferences it.
+    check_rc(unsafe { sys.ioctl(fd, FASTRPC_IOCTL_SETMODE, mode as usize as *mut core::ffi::c_void) })
+}
+
+/// `FASTRPC_IOCTL_GETPERF`: the calling thread's counters and the key names.
+///
+/// Note: the downstream driver copies a kernel record that contains a list node, so kernel
+/// pointers appear among the counters. Returns the number of keys.
+pub fn getperf<S: Syscalls + ?Sized>(sys: &S, fd: Fd, data: &mut [i64; PERF_KEYS], keys: &mut [u8; 128]) -> Result<u32, Error> {
+    let mut perf = fastrpc_ioctl_perf { data: data.as_mut_ptr() as u64, numkeys: 0, _pad0: 0, keys: keys.as_mut_ptr() as u64 };
+    // SAFETY: `perf` is a live struct of the request's size; `data` holds the 96 bytes the
+    // driver writes and `keys` more than the 68-byte key string; both outlive the call.
+    let rc = unsafe { sys.ioctl(fd, FASTRPC_IOCTL_GETPERF, (&mut perf as *mut fastrpc_ioctl_perf).cast()) };
+    check_rc(rc)?;
+    Ok(perf.numkeys)
+}
+
+/// `FASTRPC_IOCTL_INIT` (`flags` = [`FASTRPC_INIT_CREATE`] for a user process): the shell ELF is
+/// the first `filelen` bytes of `shell`, a mapping of the ION buffer `shell_fd`.
+///
+/// Fails with [`Error::Invalid`] if `filelen` exceeds the mapping; with `EPERM` (-1) if
+/// `filelen` is 2 MiB or more, there is no session, or the channel wait expires; `ENOTCONN`
+/// while the DSP is restarting; `EINVAL` for donated memory; `ENOTTY` for unknown flags.
+pub fn init<S: Syscalls + ?Sized, M: Syscalls>(sys: &S, fd: Fd, flags: u32, shell: &Mapping<M>, shell_fd: Fd, filelen: u32) -> Result<(), Error> {
+    if filelen as usize > shell.len() {
+        return Err(Error::Invalid);
+    }
+    let mut init = fastrpc_ioctl_init {
+        flags,
+        _pad0: 0,
+        file: shell.addr() as u64,
+        filelen,
+        filefd: shell_fd.0,
+        mem: 0,
+        memlen: 0,
+        memfd: -1,
+    };
+    // SAFETY: `init` is a live struct of the request's size; its only user pointer is `file`,
+    // which points at `filelen` readable bytes of a live mapping of `shell_fd` (checked above).
+    let rc = unsafe { sys.ioctl(fd, FASTRPC_IOCTL_INIT, (&mut init as *mut fastrpc_ioctl_init).cast()) };
+    check_rc(rc)
+}
+
+/// `FASTRPC_IOCTL_INIT_ATTRS`: [`init`] with process attributes and a signature length.
+pub fn init_attrs<S: Syscalls + ?Sized, M: Syscalls>(
+    sys: &S,
+    fd: Fd,
+    flags: u32,
+    shell: &Mapping<M>,
+    shell_fd: Fd,
+    filelen: u32,
+    attrs: i32,
+    siglen: u32,
+) -> Result<(), Error> {
+    if filelen as usize > shell.len() {
+        return Err(Error::Invalid);
+    }
+    let mut init = fastrpc_ioctl_init_attrs {
+        init: fastrpc_ioctl_init { flags, _pad0: 0, file: shell.addr() as u64, filelen, filefd: shell_fd.0, mem: 0, memlen: 0, memfd: -1 },
+        attrs,
+        siglen,
+    };
+    // SAFETY: as in `init`.
+    let rc = unsafe { sys.ioctl(fd, FASTRPC_IOCTL_INIT_ATTRS, (&mut init as *mut fastrpc_ioctl_init_attrs).cast()) };
+    check_rc(rc)
+}
+
+/// `FASTRPC_IOCTL_MMAP`: maps `size` bytes of the ION buffer `buf` (or, with
+/// [`ADSP_MMAP_ADD_PAGES`] and `buf` = -1, kernel-allocated pages) into the DSP process.
+/// Returns `vaddrout`, the DSP address.
+///
+/// `vaddrin` is a host address the driver only uses to find or record the map; it is not
+/// dereferenced. Fails with `EINVAL` (ADD_PAGES with a non-zero vaddrin), `EPERM` (size 0,
+/// no session), `ENOMEM`.
+///
+/// Note: the indexed AGNOS driver never writes `vaddrout` back (a newer CAF revision does);
+/// callers must not trust a zero or unchanged value. See kernel-abi.md 2.9.
+pub fn mmap<S: Syscalls + ?Sized>(sys: &S, fd: Fd, buf: Fd, flags: u32, vaddrin: u64, size: u64) -> Result<u64, Error> {
+    let mut m = fastrpc_ioctl_mmap { fd: buf.0, flags, vaddrin, size, vaddrout: 0 };
+    check_rc(ioctl_plain(sys, fd, FASTRPC_IOCTL_MMAP, &mut m))?;
+    Ok(m.vaddrout)
+}
+
+/// `FASTRPC_IOCTL_MMAP_64`: [`mmap`] with 64-bit addresses (identical on LP64).
+pub fn mmap_64<S: Syscalls + ?Sized>(sys: &S, fd: Fd, buf: Fd, flags: u32, vaddrin: u64, size: u64) -> Result<u64, Error> {
+    let mut m = fastrpc_ioctl_mmap_64 { fd: buf.0, flags, vaddrin, size, vaddrout: 0 };
+    check_rc(ioctl_plain(sys, fd, FASTRPC_IOCTL_MMAP_64, &mut m))?;
+    Ok(m.vaddrout)
+}
+
+/// `FASTRPC_IOCTL_MUNMAP`: removes a DSP mapping made by [`mmap`], matched exactly by
+/// (vaddrout, size). Fails with `EPERM` (-1) if no such map exists.
+pub fn munmap<S: Syscalls + ?Sized>(sys: &S, fd: Fd, vaddrout: u64, size: u64) -> Result<(), Error> {
+    let mut m = fastrpc_ioctl_munmap { vaddrout, size };
+    check_rc(ioctl_plain(sys, fd, FASTRPC_IOCTL_MUNMAP, &mut m))
+}
+
+/// `FASTRPC_IOCTL_MUNMAP_64`.
+pub fn munmap_64<S: Syscalls + ?Sized>(sys: &S, fd: Fd, vaddrout: u64, size: u64) -> Result<(), Error> {
+    let mut m = fastrpc_ioctl_munmap_64 { vaddrout, size };
+    check_rc(ioctl_plain(sys, fd, FASTRPC_IOCTL_MUNMAP_64, &mut m))
+}
+
+/// `FASTRPC_IOCTL_MUNMAP_FD`: drops one reference of the driver's map of `buf` covering
+/// `[va, va + len)`; no DSP message. Fails with `EPERM` (-1) if none covers it.
+pub fn munmap_fd<S: Syscalls + ?Sized>(sys: &S, fd: Fd, buf: Fd, va: u64, len: i64) -> Result<(), Error> {
+    let mut m = fastrpc_ioctl_munmap_fd { fd: buf.0, flags: 0, va, len };
+    check_rc(ioctl_plain(sys, fd, FASTRPC_IOCTL_MUNMAP_FD, &mut m))
+}
+
+/// Why an argument could not be added to [`InvokeArgs`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum ArgsError {
+    /// The fixed capacity is used up.
+    Full,
+    /// The scalars word cannot count this many of this kind (255 buffers, 15 handles).
+    TooMany,
+    /// Arguments must be added in the order in-buffers, out-buffers, in-handles, out-handles.
+    Order,
+    /// The method index is above 31.
+    Method,
+    /// A handle needs a real fd (not 0, not negative).
+    NoFd,
+}
+
+/// The argument list of one FastRPC call, in fixed capacity: the `remote_arg`, `fds` and `attrs`
+/// arrays the driver reads, and the counts that make the scalars word.
+///
+/// Buffers are borrowed for `'a`, so they outlive the ioctl that uses them: an input buffer is
+/// only read by the driver, an output buffer is written back when the DSP returned 0. Arguments
+/// must be added in ABI order (in-buffers, out-buffers, in-handles, out-handles); buffers carry
+/// fd -1 (the driver copies them), handles carry their fd and attribute.
+pub struct InvokeArgs<'a, const CAP: usize> {
+    method: u8,
+    pra: [remote_arg; CAP],
+    fds: [i32; CAP],
+    attrs: [u32; CAP],
+    counts: [u8; 4],
+    _borrow: PhantomData<&'a mut [u8]>,
+}
+
+impl<'a, const CAP: usize> InvokeArgs<'a, CAP> {
+    /// An empty argument list for `method` (0..=31).
+    pub fn new(method: u8) -> Result<Self, ArgsError> {
+        if method > Scalars::MAX_METHOD {
+            return Err(ArgsError::Method);
+        }
+        Ok(InvokeArgs {
+            method,
+            pra: [remote_arg::default(); CAP],
+            fds: [-1; CAP],
+            attrs: [0; CAP],
+            counts: [0; 4],
+            _borrow: PhantomData,
+        })
+    }
+
+    fn push(&mut self, kind: usize, arg: remote_arg, fd: i32, attr: u32) -> Result<(), ArgsError> {
+        if self.counts[kind + 1..].iter().any(|&c| c != 0) {
+            return Err(ArgsError::Order);
+        }
+        let max = if kind < 2 { Scalars::MAX_BUFS } else { Scalars::MAX_HANDLES };
+        if self.counts[kind] >= max {
+            return Err(ArgsError::TooMany);
+        }
+        let i = self.len();
+        if i >= CAP {
+            return Err(ArgsError::Full);
+        }
+        self.pra[i] = arg;
+        self.fds[i] = fd;
+        self.attrs[i] = attr;
+        self.counts[kind] += 1;
+        Ok(())
+    }
+
+    /// Adds an input buffer (copied to the DSP).
+    pub fn input(&mut self, buf: &'a [u8]) -> Result<&mut Self, ArgsError> {
+        let arg = remote_arg::from_buf(remote_buf { pv: buf.as_ptr() as u64, len: buf.len() as u64 });
+        self.push(0, arg, -1, 0)?;
+        Ok(self)
+    }
+
+    /// Adds an output buffer (copied back when the DSP returns 0).
+    pub fn output(&mut self, buf: &'a mut [u8]) -> Result<&mut Self, ArgsError> {
+        let arg = remote_arg::from_buf(remote_buf { pv: buf.as_mut_ptr() as u64, len: buf.len() as u64 });
+        self.push(1, arg, -1, 0)?;
+        Ok(self)
+    }
+
+    /// Adds an input handle: a dma-buf fd the driver maps for the DSP, with `FASTRPC_ATTR_*`
+    /// bits. The user-side entry is left zero, as tinygrad does (the driver reads the low 32 bits
+    /// of its `pv` as the DSP-side `dma.offset`, and its `len` as `dma.len`).
+    pub fn in_handle(&mut self, fd: Fd, attr: u32) -> Result<&mut Self, ArgsError> {
+        if fd.0 <= 0 {
+            return Err(ArgsError::NoFd);
+        }
+        self.push(2, remote_arg::default(), fd.0, attr)?;
+        Ok(self)
+    }
+
+    /// Adds an output handle (see [`in_handle`](Self::in_handle)).
+    pub fn out_handle(&mut self, fd: Fd, attr: u32) -> Result<&mut Self, ArgsError> {
+        if fd.0 <= 0 {
+            return Err(ArgsError::NoFd);
+        }
+        self.push(3, remote_arg::default(), fd.0, attr)?;
+        Ok(self)
+    }
+
+    /// Number of entries (`REMOTE_SCALARS_LENGTH`).
+    pub fn len(&self) -> usize {
+        self.counts.iter().map(|&c| c as usize).sum()
+    }
+
+    /// True if no argument was added.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The scalars word describing these arguments.
+    pub fn scalars(&self) -> Scalars {
+        match Scalars::new(self.method, self.counts[0], self.counts[1], self.counts[2], self.counts[3]) {
+            Some(sc) => sc,
+            // Unreachable: `new` and `push` keep every count within its field.
+            None => Scalars::from_raw(0),
+        }
+    }
+
+    /// The `remote_arg` entries.
+    pub fn pra(&self) -> &[remote_arg] {
+        &self.pra[..self.len()]
+    }
+    /// The `fds` entries.
+    pub fn fds(&self) -> &[i32] {
+        &self.fds[..self.len()]
+    }
+    /// The `attrs` entries.
+    pub fn attrs(&self) -> &[u32] {
+        &self.attrs[..self.len()]
+    }
+
+    fn invoke_struct(&mut self, handle: u32) -> fastrpc_ioctl_invoke {
+        fastrpc_ioctl_invoke { handle, sc: self.scalars().raw(), pra: self.pra.as_mut_ptr() as u64 }
+    }
+}
+
+/// `FASTRPC_IOCTL_INVOKE`: calls `handle` with `args` (no fds: handle arguments fail with -1).
+///
+/// Caller: a thread of the process that created the DSP process on this fd. Blocks until the
+/// DSP answers (no timeout; a signal interrupts it with `EINTR` and parks the call). Fails with
+/// `EPERM` (-1: no session, a faulting copy, a bad buffer), a positive AEE code from the DSP,
+/// +`EBADF` while closing, +39 after SMMU faults, +`ECONNRESET` after a DSP restart.
+pub fn invoke<S: Syscalls + ?Sized, const CAP: usize>(sys: &S, fd: Fd, handle: u32, args: &mut InvokeArgs<'_, CAP>) -> Result<(), Error> {
+    let mut inv = args.invoke_struct(handle);
+    // SAFETY: `inv` is a live struct of the request's size; `pra` points at `args.pra`, whose
+    // LENGTH(sc) entries are initialized and describe buffers borrowed by `args` for at least
+    // this call (inputs readable, outputs writable).
+    check_rc(unsafe { sys.ioctl(fd, FASTRPC_IOCTL_INVOKE, (&mut inv as *mut fastrpc_ioctl_invoke).cast()) })
+}
+
+/// `FASTRPC_IOCTL_INVOKE_FD`: [`invoke`] with the `fds` array.
+pub fn invoke_fd<S: Syscalls + ?Sized, const CAP: usize>(sys: &S, fd: Fd, handle: u32, args: &mut InvokeArgs<'_, CAP>) -> Result<(), Error> {
+    let inv = args.invoke_struct(handle);
+    let mut x = fastrpc_ioctl_invoke_fd { inv, fds: args.fds.as_mut_ptr() as u64 };
+    // SAFETY: as in `invoke`; `fds` points at LENGTH(sc) initialized i32 entries of `args`.
+    check_rc(unsafe { sys.ioctl(fd, FASTRPC_IOCTL_INVOKE_FD, (&mut x as *mut fastrpc_ioctl_invoke_fd).cast()) })
+}
+
+/// `FASTRPC_IOCTL_INVOKE_ATTRS`: [`invoke`] with the `fds` and `attrs` arrays (what a kernel
+/// launch uses: buffer handles travel as fds with [`FASTRPC_ATTR_NOVA`]).
+pub fn invoke_attrs<S: Syscalls + ?Sized, const CAP: usize>(sys: &S, fd: Fd, handle: u32, args: &mut InvokeArgs<'_, CAP>) -> Result<(), Error> {
+    let inv = args.invoke_struct(handle);
+    let mut x = fastrpc_ioctl_invoke_attrs { inv, fds: args.fds.as_mut_ptr() as u64, attrs: args.attrs.as_mut_ptr() as u64 };
+    // SAFETY: as in `invoke_fd`; `attrs` points at LENGTH(sc) initialized u32 entries of `args`.
+    check_rc(unsafe { sys.ioctl(fd, FASTRPC_IOCTL_INVOKE_ATTRS, (&mut x as *mut fastrpc_ioctl_invoke_attrs).cast()) })
+}
+
+/// `FASTRPC_IOCTL_INVOKE_CRC`: [`invoke_attrs`] plus the 64-entry CRC list written back on
+/// success.
+pub fn invoke_crc<S: Syscalls + ?Sized, const CAP: usize>(
+    sys: &S,
+    fd: Fd,
+    handle: u32,
+    args: &mut InvokeArgs<'_, CAP>,
+    crc: &mut [u32; M_CRCLIST],
+) -> Result<(), Error> {
+    let inv = args.invoke_struct(handle);
+    let mut x = fastrpc_ioctl_invoke_crc {
+        inv,
+        fds: args.fds.as_mut_ptr() as u64,
+        attrs: args.attrs.as_mut_ptr() as u64,
+        crc: crc.as_mut_ptr() as u64,
+    };
+    // SAFETY: as in `invoke_attrs`; `crc` points at the 64 writable u32 the driver copies back.
+    check_rc(unsafe { sys.ioctl(fd, FASTRPC_IOCTL_INVOKE_CRC, (&mut x as *mut fastrpc_ioctl_invoke_crc).cast()) })
+}
+
+/// Reads an errno-or-value result of a raw call made through [`Syscalls::ioctl`] the way the
+/// typed calls do. Exposed for callers that build raw requests (the bench's fidelity tests).
+pub fn check(rc: Result<i32, Errno>) -> Result<(), Error> {
+    check_rc(rc)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The request numbers of the kernel header for aarch64 (kernel-abi.md 2.2).
+    #[test]
+    fn request_numbers_match_the_headers() {
+        let expected: &[(&str, u32)] = &[
+            ("FASTRPC_IOCTL_INVOKE", 0xC010_5201),
+            ("FASTRPC_IOCTL_MMAP", 0xC020_5202),
+            ("FASTRPC_IOCTL_MUNMAP", 0xC010_5203),
+            ("FASTRPC_IOCTL_INVOKE_FD", 0xC018_5204),
+            ("FASTRPC_IOCTL_SETMODE", 0xC004_5205),
+            ("FASTRPC_IOCTL_INIT", 0xC028_5206),
+            ("FASTRPC_IOCTL_INVOKE_ATTRS", 0xC020_5207),
+            ("FASTRPC_IOCTL_GETINFO", 0xC004_5208),
+            ("FASTRPC_IOCTL_GETPERF", 0xC018_5209),
+            ("FASTRPC_IOCTL_INIT_ATTRS", 0xC030_520A),
+            ("FASTRPC_IOCTL_INVOKE_CRC", 0xC028_520B),
+            ("FASTRPC_IOCTL_CONTROL", 0xC00C_520C),
+            ("FASTRPC_IOCTL_MUNMAP_FD", 0xC018_520D),
+            ("FASTRPC_IOCTL_MMAP_64", 0xC020_520E),
+            ("FASTRPC_IOCTL_MUNMAP_64", 0xC010_520F),
+        ];
+        assert_eq!(IOCTLS, expected);
+    }
+
+    #[test]
+    fn remote_arg_views_share_bytes() {
+        let a = remote_arg::from_dma(remote_dma_handle { fd: 7, offset: 0x1000 });
+        assert_eq!(a.buf(), remote_buf { pv: 0x0000_1000_0000_0007, len: 0 });
+        assert_eq!(a.h(), 7);
+        assert_eq!(a.dma(), remote_dma_handle { fd: 7, offset: 0x1000 });
+        let w = remote_arg64::from_dma(remote_dma_handle64 { fd: -1, offset: 3, len: 9 });
+        assert_eq!(w.dma(), remote_dma_handle64 { fd: -1, offset: 3, len: 9 });
+    }
+
+    #[test]
+    fn invoke_args_order_and_scalars() {
+        let input = [1u8; 8];
+        let mut out = [0u8; 16];
+        let mut args = InvokeArgs::<'_, 8>::new(2).unwrap();
+        args.input(&input).unwrap();
+        args.output(&mut out).unwrap();
+        assert_eq!(args.input(&input).err(), Some(ArgsError::Order));
+        args.out_handle(Fd(5), FASTRPC_ATTR_NOVA).unwrap();
+        assert_eq!(args.in_handle(Fd(6), 0).err(), Some(ArgsError::Order));
+        assert_eq!(args.out_handle(Fd(0), 0).err(), Some(ArgsError::NoFd));
+        assert_eq!(args.scalars().raw(), 0x0201_0101);
+        assert_eq!(args.fds(), &[-1, -1, 5]);
+        assert_eq!(args.attrs(), &[0, 0, 1]);
+        assert_eq!(args.pra()[0].buf().len, 8);
+        assert_eq!(args.pra()[1].buf().len, 16);
+        assert!(InvokeArgs::<'_, 1>::new(32).is_err());
+        let mut small = InvokeArgs::<'_, 1>::new(0).unwrap();
+        small.input(&input).unwrap();
+        assert_eq!(small.input(&input).err(), Some(ArgsError::Full));
+        let mut many = InvokeArgs::<'_, 20>::new(0).unwrap();
+        for _ in 0..15 {
+            many.out_handle(Fd(3), 0).unwrap();
+        }
+        assert_eq!(many.out_handle(Fd(3), 0).err(), Some(ArgsError::TooMany));
+    }
+}

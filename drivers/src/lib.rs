@@ -1,0 +1,71 @@
+//! Raw bindings for the two kernel drivers the Hexagon compute DSP is reached through on
+//! downstream Qualcomm kernels: msm ION (Linux 4.9, `/dev/ion`) for shareable buffers and the
+//! downstream `adsprpc` FastRPC driver (`/dev/adsprpc-smd`) for calls into the DSP.
+//!
+//! This crate is the *raw layer* of hexrpc (as `drm-sys`/`drm-ffi` or `kvm-bindings` are for
+//! theirs). It holds:
+//!
+//! * the ABI structs, `#[repr(C)]`, field names exactly as in the C headers, padding spelled out
+//!   as named fields, with compile-time size / align / offset assertions ([`ion`], [`adsprpc`],
+//!   [`dsp`], [`apps_std`], [`listener`]);
+//! * every ioctl request number, computed from (direction, group, number, argument type) by
+//!   [`ioc`], never typed as hex;
+//! * the scalars word ([`Scalars`]) that describes a FastRPC call's arguments;
+//! * the *syscall seam* ([`Syscalls`]): the only way this crate, and everything above it, touches
+//!   the OS. Its real implementation is [`RustixSys`] (feature `rustix`, on by default); the
+//!   isolated bench (crate `hexrpc-bench`) implements it with a simulated kernel and DSP;
+//! * thin typed calls, one per ioctl, returning [`Error`], which keeps an `errno` apart from a
+//!   *positive* return value (the downstream driver returns DSP error codes and `ECONNRESET`
+//!   after a DSP restart as positive values, which must never be taken for success).
+//!
+//! Only the downstream ABI lives here today. The upstream driver (`/dev/fastrpc-*`, per-argument
+//! fd/attr, dma-heap buffers) reuses the `'R'` ioctl group with different meanings, so a driver
+//! must be chosen by device node, never by number; it will get its own module beside
+//! [`adsprpc`] and [`ion`].
+//!
+//! Without the `rustix` feature the crate is `no_std` with no OS dependency at all and builds
+//! for `aarch64-unknown-none`.
+//!
+//! # Memory shared with the DSP
+//!
+//! Memory mapped from an ION buffer ([`Mapping`]) is shared with the DSP, which may read and write
+//! it whenever it holds the buffer. This crate never forms Rust references into such memory: it
+//! copies in and out through raw pointers, so a concurrent DSP write can make the data
+//! inconsistent but cannot make the host's code unsound.
+#![no_std]
+#![deny(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
+
+#[cfg(not(target_pointer_width = "64"))]
+compile_error!("hexrpc-drivers describes the LP64 (64-bit) kernel ABI only");
+
+pub mod adsprpc;
+pub mod aee;
+pub mod apps_std;
+pub mod dsp;
+mod errno;
+mod error;
+pub mod ioc;
+pub mod ion;
+pub mod layout;
+pub mod listener;
+mod mapping;
+mod scalars;
+mod sys;
+
+#[cfg(feature = "rustix")]
+mod rustix_sys;
+
+pub use errno::Errno;
+pub use error::Error;
+pub use mapping::{Mapping, RangeError};
+#[cfg(feature = "rustix")]
+pub use rustix_sys::RustixSys;
+pub use scalars::Scalars;
+pub use sys::{Fd, FileStat, OpenFlags, Prot, Syscalls};
+
+#[doc(hidden)]
+pub mod __private {
+    pub use static_assertions;
+}

@@ -1,0 +1,160 @@
+//! The real syscall boundary, on rustix.
+
+use core::ffi::{c_void, CStr};
+use core::ptr::NonNull;
+
+use rustix::fd::{BorrowedFd, FromRawFd, IntoRawFd, OwnedFd};
+use rustix::fs::{self, Mode, OFlags};
+use rustix::io;
+use rustix::ioctl::{Ioctl, IoctlOutput, Opcode};
+use rustix::mm::{self, MapFlags, ProtFlags};
+
+use crate::{Errno, Fd, FileStat, OpenFlags, Prot, Syscalls};
+
+/// The real OS, through rustix (raw Linux system calls on glibc/musl targets, libc on Android).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RustixSys;
+
+fn errno(e: io::Errno) -> Errno {
+    Errno(e.raw_os_error())
+}
+
+fn borrow(fd: Fd) -> Result<BorrowedFd<'static>, Errno> {
+    if fd.0 < 0 {
+        return Err(Errno::EBADF);
+    }
+    // SAFETY: `BorrowedFd` only requires the number not to be -1 while it is used; a closed or
+    // foreign number makes the system call fail with EBADF or act on that fd, exactly as the
+    // C call would. The borrow does not outlive the call it is made for.
+    Ok(unsafe { BorrowedFd::borrow_raw(fd.0) })
+}
+
+fn stat_of(st: &fs::Stat) -> FileStat {
+    FileStat {
+        dev: st.st_dev as u64,
+        ino: st.st_ino as u64,
+        mode: st.st_mode as u32,
+        nlink: st.st_nlink as u32,
+        uid: st.st_uid as u32,
+        gid: st.st_gid as u32,
+        rdev: st.st_rdev as u64,
+        size: st.st_size as u64,
+        atime: (st.st_atime as i64, st.st_atime_nsec as i64),
+        mtime: (st.st_mtime as i64, st.st_mtime_nsec as i64),
+        ctime: (st.st_ctime as i64, st.st_ctime_nsec as i64),
+    }
+}
+
+struct RawIoctl {
+    request: u32,
+    arg: *mut c_void,
+}
+
+// SAFETY: the opcode and pointer come from `Syscalls::ioctl`, whose caller guarantees that the
+// pointer is valid for the request; we claim mutation so rustix never assumes the argument is
+// unchanged, and we return the raw (non-negative) result.
+unsafe impl Ioctl for RawIoctl {
+    type Output = i32;
+    const IS_MUTATING: bool = true;
+
+    fn opcode(&self) -> Opcode {
+        self.request as Opcode
+    }
+
+    fn as_ptr(&mut self) -> *mut c_void {
+        self.arg
+    }
+
+    unsafe fn output_from_ptr(out: IoctlOutput, _extract_output: *mut c_void) -> io::Result<i32> {
+        Ok(out as i32)
+    }
+}
+
+// SAFETY: every method is the Linux system call of the same name.
+unsafe impl Syscalls for RustixSys {
+    fn open(&self, path: &CStr, flags: OpenFlags) -> Result<Fd, Errno> {
+        let mut o = OFlags::CLOEXEC;
+        o |= if flags.read_write { OFlags::RDWR } else { OFlags::RDONLY };
+        if flags.nonblock {
+            o |= OFlags::NONBLOCK;
+        }
+        if flags.nofollow {
+            o |= OFlags::NOFOLLOW;
+        }
+        let fd = fs::open(path, o, Mode::empty()).map_err(errno)?;
+        Ok(Fd(fd.into_raw_fd()))
+    }
+
+    fn close(&self, fd: Fd) -> Result<(), Errno> {
+        if fd.0 < 0 {
+            return Err(Errno::EBADF);
+        }
+        // SAFETY: the caller hands us ownership of the number (the seam's `close` consumes it);
+        // dropping the OwnedFd closes it once.
+        drop(unsafe { OwnedFd::from_raw_fd(fd.0) });
+        Ok(())
+    }
+
+    fn pread(&self, fd: Fd, buf: &mut [u8], offset: u64) -> Result<usize, Errno> {
+        io::pread(borrow(fd)?, buf, offset).map_err(errno)
+    }
+
+    fn fstat(&self, fd: Fd) -> Result<FileStat, Errno> {
+        fs::fstat(borrow(fd)?).map(|s| stat_of(&s)).map_err(errno)
+    }
+
+    fn stat(&self, path: &CStr, follow: bool) -> Result<FileStat, Errno> {
+        let r = if follow { fs::stat(path) } else { fs::lstat(path) };
+        r.map(|s| stat_of(&s)).map_err(errno)
+    }
+
+    unsafe fn ioctl(&self, fd: Fd, request: u32, arg: *mut c_void) -> Result<i32, Errno> {
+        let fd = borrow(fd)?;
+        // SAFETY: the caller guarantees `arg` is valid for `request` (trait contract).
+        unsafe { rustix::ioctl::ioctl(fd, RawIoctl { request, arg }) }.map_err(errno)
+    }
+
+    unsafe fn mmap(&self, fd: Fd, len: usize, prot: Prot, offset: u64) -> Result<NonNull<u8>, Errno> {
+        let fd = borrow(fd)?;
+        let p = match prot {
+            Prot::Read => ProtFlags::READ,
+            Prot::ReadWrite => ProtFlags::READ | ProtFlags::WRITE,
+        };
+        // SAFETY: a NULL hint lets the kernel choose a fresh range, so no existing memory is
+        // replaced; the caller takes on the shared-memory contract of the returned range.
+        let ptr = unsafe { mm::mmap(core::ptr::null_mut(), len, p, MapFlags::SHARED, fd, offset) }.map_err(errno)?;
+        NonNull::new(ptr.cast()).ok_or(Errno::ENOMEM)
+    }
+
+    unsafe fn munmap(&self, addr: NonNull<u8>, len: usize) -> Result<(), Errno> {
+        // SAFETY: the caller guarantees the range is a mapping of ours that nothing uses.
+        unsafe { mm::munmap(addr.as_ptr().cast(), len) }.map_err(errno)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use super::*;
+
+    #[test]
+    fn unknown_ioctl_on_a_real_fd_fails_cleanly() {
+        let sys = RustixSys;
+        let fd = sys.open(c"/dev/null", OpenFlags::READ_ONLY).expect("open /dev/null");
+        let mut word = 0u32;
+        let req = crate::ioc::iowr::<u32>(b'R', 8);
+        // SAFETY: `word` is a live u32, the size the request declares.
+        let r = unsafe { sys.ioctl(fd, req, (&mut word as *mut u32).cast()) };
+        // ENOTTY on a real kernel; qemu-user answers ENOSYS for ioctls it does not know.
+        assert!(matches!(r, Err(Errno::ENOTTY) | Err(Errno::ENOSYS)), "{r:?}");
+        let st = sys.fstat(fd).expect("fstat");
+        assert!(st.is_char_device());
+        sys.close(fd).expect("close");
+        assert_eq!(sys.fstat(Fd(-1)), Err(Errno::EBADF));
+    }
+
+    #[test]
+    fn missing_path_is_enoent() {
+        assert_eq!(RustixSys.open(c"/nonexistent/hexrpc", OpenFlags::READ_ONLY), Err(Errno::ENOENT));
+    }
+}

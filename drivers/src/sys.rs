@@ -1,0 +1,200 @@
+//! The syscall seam: the one trait through which hexrpc touches the OS.
+
+use core::ffi::{c_void, CStr};
+use core::ptr::NonNull;
+
+use crate::Errno;
+
+/// A raw file descriptor number as the kernel hands it out. It does not own the descriptor:
+/// owning wrappers live in the HAL.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Fd(pub i32);
+
+impl Fd {
+    /// The raw number.
+    pub const fn raw(self) -> i32 {
+        self.0
+    }
+}
+
+/// How a path is opened. `O_CLOEXEC` is always added.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct OpenFlags {
+    /// `O_RDWR` instead of `O_RDONLY`.
+    pub read_write: bool,
+    /// `O_NONBLOCK`.
+    pub nonblock: bool,
+    /// `O_NOFOLLOW`: fail with `ELOOP` if the last component is a symbolic link.
+    pub nofollow: bool,
+}
+
+impl OpenFlags {
+    /// `O_RDONLY | O_CLOEXEC`.
+    pub const READ_ONLY: OpenFlags = OpenFlags { read_write: false, nonblock: false, nofollow: false };
+    /// `O_RDWR | O_CLOEXEC`.
+    pub const READ_WRITE: OpenFlags = OpenFlags { read_write: true, nonblock: false, nofollow: false };
+}
+
+/// Page protection of a mapping.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum Prot {
+    /// `PROT_READ`.
+    Read,
+    /// `PROT_READ | PROT_WRITE`.
+    ReadWrite,
+}
+
+/// The parts of `struct stat` hexrpc reports (probe output, the reverse file service's `stat`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct FileStat {
+    /// `st_dev`.
+    pub dev: u64,
+    /// `st_ino`.
+    pub ino: u64,
+    /// `st_mode` (file type and permission bits).
+    pub mode: u32,
+    /// `st_nlink`.
+    pub nlink: u32,
+    /// `st_uid`.
+    pub uid: u32,
+    /// `st_gid`.
+    pub gid: u32,
+    /// `st_rdev`.
+    pub rdev: u64,
+    /// `st_size` in bytes.
+    pub size: u64,
+    /// `st_atime` seconds and nanoseconds.
+    pub atime: (i64, i64),
+    /// `st_mtime` seconds and nanoseconds.
+    pub mtime: (i64, i64),
+    /// `st_ctime` seconds and nanoseconds.
+    pub ctime: (i64, i64),
+}
+
+impl FileStat {
+    /// `S_IFMT` mask.
+    pub const S_IFMT: u32 = 0o170000;
+    /// Regular file.
+    pub const S_IFREG: u32 = 0o100000;
+    /// Directory.
+    pub const S_IFDIR: u32 = 0o040000;
+    /// Character device.
+    pub const S_IFCHR: u32 = 0o020000;
+    /// Symbolic link.
+    pub const S_IFLNK: u32 = 0o120000;
+
+    /// True for a regular file.
+    pub const fn is_file(&self) -> bool {
+        self.mode & Self::S_IFMT == Self::S_IFREG
+    }
+    /// True for a directory.
+    pub const fn is_dir(&self) -> bool {
+        self.mode & Self::S_IFMT == Self::S_IFDIR
+    }
+    /// True for a character device (what `/dev/ion` and `/dev/adsprpc-smd` are).
+    pub const fn is_char_device(&self) -> bool {
+        self.mode & Self::S_IFMT == Self::S_IFCHR
+    }
+}
+
+/// The syscall boundary. Everything in hexrpc above this trait is generic over it: the real
+/// implementation is [`RustixSys`](crate::RustixSys); the bench implements it with a simulated
+/// kernel that decodes every request from the raw number and the raw bytes behind the pointer.
+///
+/// # Safety
+///
+/// Implementations must behave as the Linux system calls of the same names do, as far as memory
+/// is concerned: [`mmap`](Syscalls::mmap) returns a mapping of at least `len` readable (and, for
+/// [`Prot::ReadWrite`], writable) bytes that stays valid until [`munmap`](Syscalls::munmap) is
+/// called on it, and no call reads or writes memory other than what its arguments describe
+/// (for `ioctl`: the argument struct and the user pointers inside it, per the driver's ABI).
+/// Safe code in this crate relies on this for soundness.
+pub unsafe trait Syscalls {
+    /// `openat(AT_FDCWD, path, flags | O_CLOEXEC)`.
+    fn open(&self, path: &CStr, flags: OpenFlags) -> Result<Fd, Errno>;
+
+    /// `close(fd)`. The descriptor is gone afterwards even if an error is returned.
+    fn close(&self, fd: Fd) -> Result<(), Errno>;
+
+    /// `pread(fd, buf, offset)`: reads at most `buf.len()` bytes at `offset`, without moving a
+    /// shared file position. Returns the number of bytes read (0 at end of file).
+    fn pread(&self, fd: Fd, buf: &mut [u8], offset: u64) -> Result<usize, Errno>;
+
+    /// `fstat(fd)`.
+    fn fstat(&self, fd: Fd) -> Result<FileStat, Errno>;
+
+    /// `stat(path)` (follows symbolic links) or `lstat(path)` when `follow` is false.
+    fn stat(&self, path: &CStr, follow: bool) -> Result<FileStat, Errno>;
+
+    /// `ioctl(fd, request, arg)`. Returns the non-negative return value of the system call
+    /// (which the downstream adsprpc driver uses for positive error codes), or the errno.
+    ///
+    /// # Safety
+    ///
+    /// `arg` must point to memory laid out as the driver expects for `request` (at least
+    /// `ioc::size(request)` bytes, readable and, if the kernel writes back, writable), and every
+    /// user pointer inside it must be valid for what the driver does with it.
+    unsafe fn ioctl(&self, fd: Fd, request: u32, arg: *mut c_void) -> Result<i32, Errno>;
+
+    /// `mmap(NULL, len, prot, MAP_SHARED, fd, offset)`.
+    ///
+    /// # Safety
+    ///
+    /// The caller must treat the returned memory as shared with other agents (other mappings
+    /// of the same buffer, the DSP): no Rust references may be formed into it while another
+    /// agent may write it.
+    unsafe fn mmap(&self, fd: Fd, len: usize, prot: Prot, offset: u64) -> Result<NonNull<u8>, Errno>;
+
+    /// `munmap(addr, len)`.
+    ///
+    /// # Safety
+    ///
+    /// `[addr, addr + len)` must be a mapping made by [`mmap`](Syscalls::mmap) of this
+    /// implementation that nothing uses any more.
+    unsafe fn munmap(&self, addr: NonNull<u8>, len: usize) -> Result<(), Errno>;
+}
+
+// SAFETY: forwards every call to `T`, which upholds the contract.
+unsafe impl<T: Syscalls + ?Sized> Syscalls for &T {
+    fn open(&self, path: &CStr, flags: OpenFlags) -> Result<Fd, Errno> {
+        (**self).open(path, flags)
+    }
+    fn close(&self, fd: Fd) -> Result<(), Errno> {
+        (**self).close(fd)
+    }
+    fn pread(&self, fd: Fd, buf: &mut [u8], offset: u64) -> Result<usize, Errno> {
+        (**self).pread(fd, buf, offset)
+    }
+    fn fstat(&self, fd: Fd) -> Result<FileStat, Errno> {
+        (**self).fstat(fd)
+    }
+    fn stat(&self, path: &CStr, follow: bool) -> Result<FileStat, Errno> {
+        (**self).stat(path, follow)
+    }
+    unsafe fn ioctl(&self, fd: Fd, request: u32, arg: *mut c_void) -> Result<i32, Errno> {
+        // SAFETY: the caller upholds `ioctl`'s contract, which we pass on unchanged.
+        unsafe { (**self).ioctl(fd, request, arg) }
+    }
+    unsafe fn mmap(&self, fd: Fd, len: usize, prot: Prot, offset: u64) -> Result<NonNull<u8>, Errno> {
+        // SAFETY: the caller upholds `mmap`'s contract, which we pass on unchanged.
+        unsafe { (**self).mmap(fd, len, prot, offset) }
+    }
+    unsafe fn munmap(&self, addr: NonNull<u8>, len: usize) -> Result<(), Errno> {
+        // SAFETY: the caller upholds `munmap`'s contract, which we pass on unchanged.
+        unsafe { (**self).munmap(addr, len) }
+    }
+}
+
+/// Makes an ioctl whose argument is exactly one `T` (no user pointers inside it that the
+/// kernel dereferences).
+pub(crate) fn ioctl_plain<S: Syscalls + ?Sized, T>(sys: &S, fd: Fd, request: u32, arg: &mut T) -> Result<i32, Errno> {
+    debug_assert_eq!(crate::ioc::size(request), core::mem::size_of::<T>());
+    // SAFETY: `arg` is a live, exclusive `T` whose size matches the request's size field
+    // (every caller passes the request declared from `T`), and `T` holds no user pointers the
+    // driver follows.
+    unsafe { sys.ioctl(fd, request, (arg as *mut T).cast()) }
+}
