@@ -600,20 +600,19 @@ pub fn getperf<S: Syscalls + ?Sized>(sys: &S, fd: Fd, data: &mut [i64; PERF_KEYS
 /// Fails with [`Error::Invalid`] if `filelen` exceeds the mapping; with `EPERM` (-1) if
 /// `filelen` is 2 MiB or more, there is no session, or the channel wait expires; `ENOTCONN`
 /// while the DSP is restarting; `EINVAL` for donated memory; `ENOTTY` for unknown flags.
-pub fn init<S: Syscalls + ?Sized, M: Syscalls>(sys: &S, fd: Fd, flags: u32, shell: &Mapping<M>, shell_fd: Fd, filelen: u32) -> Result<(), Error> {
+pub fn init<S: Syscalls + ?Sized, M: Syscalls>(
+    sys: &S,
+    fd: Fd,
+    flags: u32,
+    shell: &Mapping<M>,
+    shell_fd: Fd,
+    filelen: u32,
+) -> Result<(), Error> {
     if filelen as usize > shell.len() {
         return Err(Error::Invalid);
     }
-    let mut init = fastrpc_ioctl_init {
-        flags,
-        _pad0: 0,
-        file: shell.addr() as u64,
-        filelen,
-        filefd: shell_fd.0,
-        mem: 0,
-        memlen: 0,
-        memfd: -1,
-    };
+    let mut init =
+        fastrpc_ioctl_init { flags, _pad0: 0, file: shell.addr() as u64, filelen, filefd: shell_fd.0, mem: 0, memlen: 0, memfd: -1 };
     // SAFETY: `init` is a live struct of the request's size; its only user pointer is `file`,
     // which points at `filelen` readable bytes of a live mapping of `shell_fd` (checked above).
     let rc = unsafe { sys.ioctl(fd, FASTRPC_IOCTL_INIT, (&mut init as *mut fastrpc_ioctl_init).cast()) };
@@ -621,6 +620,7 @@ pub fn init<S: Syscalls + ?Sized, M: Syscalls>(sys: &S, fd: Fd, flags: u32, shel
 }
 
 /// `FASTRPC_IOCTL_INIT_ATTRS`: [`init`] with process attributes and a signature length.
+#[allow(clippy::too_many_arguments)] // one parameter per field of the C struct
 pub fn init_attrs<S: Syscalls + ?Sized, M: Syscalls>(
     sys: &S,
     fd: Fd,
@@ -725,14 +725,7 @@ impl<'a, const CAP: usize> InvokeArgs<'a, CAP> {
         if method > Scalars::MAX_METHOD {
             return Err(ArgsError::Method);
         }
-        Ok(InvokeArgs {
-            method,
-            pra: [remote_arg::default(); CAP],
-            fds: [-1; CAP],
-            attrs: [0; CAP],
-            counts: [0; 4],
-            _borrow: PhantomData,
-        })
+        Ok(InvokeArgs { method, pra: [remote_arg::default(); CAP], fds: [-1; CAP], attrs: [0; CAP], counts: [0; 4], _borrow: PhantomData })
     }
 
     fn push(&mut self, kind: usize, arg: remote_arg, fd: i32, attr: u32) -> Result<(), ArgsError> {
@@ -840,7 +833,12 @@ pub fn invoke<S: Syscalls + ?Sized, const CAP: usize>(sys: &S, fd: Fd, handle: u
 }
 
 /// `FASTRPC_IOCTL_INVOKE_FD`: [`invoke`] with the `fds` array.
-pub fn invoke_fd<S: Syscalls + ?Sized, const CAP: usize>(sys: &S, fd: Fd, handle: u32, args: &mut InvokeArgs<'_, CAP>) -> Result<(), Error> {
+pub fn invoke_fd<S: Syscalls + ?Sized, const CAP: usize>(
+    sys: &S,
+    fd: Fd,
+    handle: u32,
+    args: &mut InvokeArgs<'_, CAP>,
+) -> Result<(), Error> {
     let inv = args.invoke_struct(handle);
     let mut x = fastrpc_ioctl_invoke_fd { inv, fds: args.fds.as_mut_ptr() as u64 };
     // SAFETY: as in `invoke`; `fds` points at LENGTH(sc) initialized i32 entries of `args`.
@@ -849,7 +847,12 @@ pub fn invoke_fd<S: Syscalls + ?Sized, const CAP: usize>(sys: &S, fd: Fd, handle
 
 /// `FASTRPC_IOCTL_INVOKE_ATTRS`: [`invoke`] with the `fds` and `attrs` arrays (what a kernel
 /// launch uses: buffer handles travel as fds with [`FASTRPC_ATTR_NOVA`]).
-pub fn invoke_attrs<S: Syscalls + ?Sized, const CAP: usize>(sys: &S, fd: Fd, handle: u32, args: &mut InvokeArgs<'_, CAP>) -> Result<(), Error> {
+pub fn invoke_attrs<S: Syscalls + ?Sized, const CAP: usize>(
+    sys: &S,
+    fd: Fd,
+    handle: u32,
+    args: &mut InvokeArgs<'_, CAP>,
+) -> Result<(), Error> {
     let inv = args.invoke_struct(handle);
     let mut x = fastrpc_ioctl_invoke_attrs { inv, fds: args.fds.as_mut_ptr() as u64, attrs: args.attrs.as_mut_ptr() as u64 };
     // SAFETY: as in `invoke_fd`; `attrs` points at LENGTH(sc) initialized u32 entries of `args`.

@@ -261,6 +261,7 @@ impl CacheOp {
 ///
 /// Fails with [`Error::Invalid`] if the range is outside the mapping or wider than 32 bits, and
 /// with the driver's errno otherwise.
+#[allow(clippy::too_many_arguments)] // one parameter per field of the C struct
 pub fn cache<S: Syscalls + ?Sized, M: Syscalls>(
     sys: &S,
     ion: Fd,

@@ -61,7 +61,7 @@ pub use errno::Errno;
 pub use error::Error;
 pub use mapping::{Mapping, RangeError};
 #[cfg(feature = "rustix")]
-pub use rustix_sys::RustixSys;
+pub use rustix_sys::{RustixSys, INTERRUPT_SIGNAL};
 pub use scalars::Scalars;
 pub use sys::{Fd, FileStat, OpenFlags, Prot, Syscalls};
 

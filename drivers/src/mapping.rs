@@ -134,6 +134,10 @@ impl<S: Syscalls> Drop for Mapping<S> {
 
 impl<S: Syscalls> fmt::Debug for Mapping<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Mapping").field("addr", &format_args!("{:#x}", self.addr())).field("len", &self.len).field("prot", &self.prot).finish()
+        f.debug_struct("Mapping")
+            .field("addr", &format_args!("{:#x}", self.addr()))
+            .field("len", &self.len)
+            .field("prot", &self.prot)
+            .finish()
     }
 }

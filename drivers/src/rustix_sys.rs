@@ -29,6 +29,8 @@ fn borrow(fd: Fd) -> Result<BorrowedFd<'static>, Errno> {
     Ok(unsafe { BorrowedFd::borrow_raw(fd.0) })
 }
 
+// The field types of `struct stat` differ between targets (Android, glibc, musl).
+#[allow(clippy::unnecessary_cast)]
 fn stat_of(st: &fs::Stat) -> FileStat {
     FileStat {
         dev: st.st_dev as u64,
@@ -130,6 +132,62 @@ unsafe impl Syscalls for RustixSys {
         // SAFETY: the caller guarantees the range is a mapping of ours that nothing uses.
         unsafe { mm::munmap(addr.as_ptr().cast(), len) }.map_err(errno)
     }
+
+    fn thread_id(&self) -> i32 {
+        rustix::thread::gettid().as_raw_nonzero().get()
+    }
+
+    fn interrupt(&self, tid: i32) -> Result<(), Errno> {
+        install_interrupt_handler()?;
+        let pid = rustix::process::getpid().as_raw_nonzero().get();
+        // SAFETY: tgkill takes plain integers; it only delivers a signal whose handler (installed
+        // above) does nothing.
+        let rc = unsafe { libc::syscall(libc::SYS_tgkill, pid as libc::c_long, tid as libc::c_long, INTERRUPT_SIGNAL as libc::c_long) };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(Errno(last_errno()))
+        }
+    }
+}
+
+/// The signal [`RustixSys::interrupt`] sends: `SIGUSR2`, with a handler that does nothing and
+/// is installed without `SA_RESTART`, so a blocked ioctl returns `EINTR`. A service that uses
+/// `SIGUSR2` for itself must not use deadlines on invokes.
+pub const INTERRUPT_SIGNAL: i32 = libc::SIGUSR2;
+
+extern "C" fn ignore_signal(_: libc::c_int) {}
+
+fn last_errno() -> i32 {
+    // SAFETY: reads the calling thread's errno, which libc keeps per thread.
+    #[cfg(target_os = "android")]
+    let e = unsafe { *libc::__errno() };
+    // SAFETY: as above.
+    #[cfg(not(target_os = "android"))]
+    let e = unsafe { *libc::__errno_location() };
+    e
+}
+
+fn install_interrupt_handler() -> Result<(), Errno> {
+    use core::sync::atomic::{AtomicBool, Ordering};
+    static INSTALLED: AtomicBool = AtomicBool::new(false);
+    if INSTALLED.load(Ordering::Acquire) {
+        return Ok(());
+    }
+    // SAFETY: a zeroed sigaction is a valid "no flags, empty mask" value; we set a handler that
+    // does nothing (async-signal-safe) and install it process-wide for one signal.
+    let rc = unsafe {
+        let mut sa: libc::sigaction = core::mem::zeroed();
+        sa.sa_sigaction = ignore_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        sa.sa_flags = 0;
+        libc::sigemptyset(&mut sa.sa_mask);
+        libc::sigaction(INTERRUPT_SIGNAL, &sa, core::ptr::null_mut())
+    };
+    if rc != 0 {
+        return Err(Errno(last_errno()));
+    }
+    INSTALLED.store(true, Ordering::Release);
+    Ok(())
 }
 
 #[cfg(test)]
@@ -151,6 +209,35 @@ mod tests {
         assert!(st.is_char_device());
         sys.close(fd).expect("close");
         assert_eq!(sys.fstat(Fd(-1)), Err(Errno::EBADF));
+    }
+
+    #[test]
+    fn interrupt_ends_a_blocked_system_call_with_eintr() {
+        use std::sync::atomic::{AtomicI32, Ordering};
+        use std::sync::Arc;
+        let (rd, _wr) = rustix::pipe::pipe().expect("pipe");
+        let tid = Arc::new(AtomicI32::new(0));
+        let t = {
+            let tid = tid.clone();
+            std::thread::spawn(move || {
+                tid.store(RustixSys.thread_id(), Ordering::SeqCst);
+                let mut b = [0u8; 1];
+                rustix::io::read(&rd, &mut b)
+            })
+        };
+        while tid.load(Ordering::SeqCst) == 0 {
+            std::thread::yield_now();
+        }
+        // The reader may not be blocked yet when the first signal lands: keep interrupting until
+        // it returns (a handled signal outside a system call is harmless).
+        let mut sent = 0;
+        while !t.is_finished() {
+            RustixSys.interrupt(tid.load(Ordering::SeqCst)).expect("interrupt");
+            sent += 1;
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert_eq!(t.join().unwrap(), Err(rustix::io::Errno::INTR));
+        assert!(sent >= 1);
     }
 
     #[test]

@@ -156,6 +156,15 @@ pub unsafe trait Syscalls {
     /// `[addr, addr + len)` must be a mapping made by [`mmap`](Syscalls::mmap) of this
     /// implementation that nothing uses any more.
     unsafe fn munmap(&self, addr: NonNull<u8>, len: usize) -> Result<(), Errno>;
+
+    /// The calling thread's kernel thread id (`gettid`).
+    fn thread_id(&self) -> i32;
+
+    /// Interrupts a system call that thread `tid` of this process is blocked in, so that it
+    /// returns `EINTR` (the real implementation sends a signal whose handler does nothing and
+    /// does not restart system calls). This is how a deadline ends a FastRPC invoke, which has no
+    /// timeout of its own: the driver parks the interrupted call.
+    fn interrupt(&self, tid: i32) -> Result<(), Errno>;
 }
 
 // SAFETY: forwards every call to `T`, which upholds the contract.
@@ -186,6 +195,12 @@ unsafe impl<T: Syscalls + ?Sized> Syscalls for &T {
     unsafe fn munmap(&self, addr: NonNull<u8>, len: usize) -> Result<(), Errno> {
         // SAFETY: the caller upholds `munmap`'s contract, which we pass on unchanged.
         unsafe { (**self).munmap(addr, len) }
+    }
+    fn thread_id(&self) -> i32 {
+        (**self).thread_id()
+    }
+    fn interrupt(&self, tid: i32) -> Result<(), Errno> {
+        (**self).interrupt(tid)
     }
 }
 
