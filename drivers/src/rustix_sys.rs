@@ -68,7 +68,7 @@ unsafe impl Ioctl for RawIoctl {
     }
 
     unsafe fn output_from_ptr(out: IoctlOutput, _extract_output: *mut c_void) -> io::Result<i32> {
-        Ok(out as i32)
+        Ok(out)
     }
 }
 
