@@ -1,1 +1,226 @@
-fn main() {}
+//! `hexrpc`: diagnose and exercise the Hexagon compute DSP through FastRPC from `adb shell` or an
+//! AGNOS shell, and run the acceptance report on the isolated bench where no DSP is present.
+#![forbid(unsafe_code)]
+
+mod abi;
+mod json;
+mod logging;
+mod selftest;
+
+use std::io::Write as _;
+use std::process::ExitCode;
+
+const USAGE: &str = "\
+hexrpc - drive the Hexagon compute DSP (CDSP) through FastRPC, safely
+
+USAGE:
+    hexrpc [GLOBAL OPTIONS] <COMMAND> [OPTIONS]
+
+COMMANDS:
+    selftest    Run the acceptance report (on the bench when no DSP is present)
+    abi         Print the kernel ABI (structs, ioctl numbers, constants) of this build
+    help        Print this help, or a command's help: hexrpc help <COMMAND>
+
+GLOBAL OPTIONS:
+    -v, --verbose   More log output (repeat for more: info, debug, trace)
+    -q, --quiet     Less log output (errors only; twice: none)
+    -h, --help      Print help
+    -V, --version   Print the version
+
+ENVIRONMENT:
+    HEXRPC_LOG      Log level when neither -v nor -q is given:
+                    off, error, warn (default), info, debug, trace
+
+EXIT STATUS:
+    0   success
+    1   a check failed, or the operation failed
+    2   usage error
+
+Logs go to stderr (to logcat with tag 'hexrpc' on Android); reports go to stdout.
+";
+
+const SELFTEST_HELP: &str = "\
+hexrpc selftest - run the acceptance report
+
+USAGE:
+    hexrpc selftest [--bench | --device] [--json]
+
+Runs the checks in the seed's acceptance order: parameter layout, view offsets,
+fd/mapping reclamation, reverse-RPC file permissions, timeouts, concurrency, then
+numerics and latency. Each line is PASS, FAIL or SKIP with the measured figure;
+SKIP says why the check could not run in this build or on this machine.
+
+OPTIONS:
+    --bench     Run on the isolated bench (simulated kernel and DSP)
+    --device    Run on the real device (fails if the DSP nodes are missing)
+    --json      Print {\"platform\": \"bench\"|\"device\", \"checks\": [{\"name\", \"stage\",
+                \"status\": \"pass\"|\"fail\"|\"skip\", \"figure\", \"detail\"}]}
+    -h, --help  Print this help
+
+Without --bench or --device, the device is used when /dev/adsprpc-smd exists,
+the bench otherwise; the first line of the report says which. Bench figures are
+never device figures.
+
+EXIT STATUS: 0 when no check failed, 1 when one failed, 2 on usage errors.
+";
+
+const ABI_HELP: &str = "\
+hexrpc abi - print the kernel ABI this build was compiled for
+
+USAGE:
+    hexrpc abi [--json]
+
+Prints every ABI struct (size, alignment, field offsets), every ioctl request
+number and the named constants, with the kernel headers' own names
+(fastrpc_ioctl_invoke_attrs, FASTRPC_IOCTL_INVOKE_ATTRS, ION_SYSTEM_HEAP_ID, ...).
+Compare them with the headers of the device's kernel (include/uapi/linux/
+adsprpc_shared.h, ion.h, msm_ion.h) before trusting this build on a new kernel.
+
+OPTIONS:
+    --json      Print {\"structs\": {NAME: {\"size\", \"align\", \"fields\": {FIELD: OFFSET}}},
+                \"ioctls\": {NAME: NUMBER}, \"constants\": {NAME: VALUE}} (numbers in decimal)
+    -h, --help  Print this help
+
+EXIT STATUS: 0 on success, 1 if the output cannot be written, 2 on usage errors.
+";
+
+struct Usage(String);
+
+impl<E: std::fmt::Display> From<E> for Usage {
+    fn from(e: E) -> Self {
+        Usage(e.to_string())
+    }
+}
+
+enum Command {
+    Help(Option<String>),
+    Version,
+    Abi { json: bool },
+    Selftest { json: bool, platform: Option<selftest::Platform> },
+}
+
+fn parse(args: Vec<std::ffi::OsString>) -> Result<(i32, Command), Usage> {
+    use lexopt::prelude::*;
+    let mut p = lexopt::Parser::from_args(args);
+    let mut verbosity = 0i32;
+    let mut command: Option<String> = None;
+    while command.is_none() {
+        match p.next()? {
+            Some(Short('v') | Long("verbose")) => verbosity += 1,
+            Some(Short('q') | Long("quiet")) => verbosity -= 1,
+            Some(Short('h') | Long("help")) => return Ok((verbosity, Command::Help(None))),
+            Some(Short('V') | Long("version")) => return Ok((verbosity, Command::Version)),
+            Some(Value(v)) => command = Some(v.string()?),
+            Some(arg) => return Err(arg.unexpected().into()),
+            None => return Err(Usage("no command given (try 'hexrpc help')".into())),
+        }
+    }
+    let command = command.unwrap_or_default();
+    let mut json = false;
+    let mut platform = None;
+    let mut topic = None;
+    while let Some(arg) = p.next()? {
+        match arg {
+            Short('h') | Long("help") => return Ok((verbosity, Command::Help(Some(command)))),
+            Short('v') | Long("verbose") => verbosity += 1,
+            Short('q') | Long("quiet") => verbosity -= 1,
+            Long("json") if command == "abi" || command == "selftest" => json = true,
+            Long("bench") if command == "selftest" => platform = Some(selftest::Platform::Bench),
+            Long("device") if command == "selftest" => platform = Some(selftest::Platform::Device),
+            Value(v) if command == "help" && topic.is_none() => topic = Some(v.string()?),
+            arg => return Err(Usage(format!("{} (for '{command}')", arg.unexpected()))),
+        }
+    }
+    let cmd = match command.as_str() {
+        "help" => Command::Help(topic),
+        "abi" => Command::Abi { json },
+        "selftest" => Command::Selftest { json, platform },
+        other => return Err(Usage(format!("unknown command '{other}' (try 'hexrpc help')"))),
+    };
+    Ok((verbosity, cmd))
+}
+
+fn help(topic: Option<&str>) -> Result<&'static str, Usage> {
+    match topic {
+        None => Ok(USAGE),
+        Some("selftest") => Ok(SELFTEST_HELP),
+        Some("abi") => Ok(ABI_HELP),
+        Some("help") => Ok(USAGE),
+        Some(t) => Err(Usage(format!("no help for unknown command '{t}'"))),
+    }
+}
+
+fn print(s: &str) -> ExitCode {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(s.as_bytes()).and_then(|_| out.flush()) {
+        Ok(()) => ExitCode::SUCCESS,
+        // A closed pipe (`hexrpc abi | head`) is not an error worth a message.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e) => {
+            log::error!("writing to stdout: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let (verbosity, cmd) = match parse(std::env::args_os().skip(1).collect()) {
+        Ok(x) => x,
+        Err(Usage(msg)) => {
+            eprintln!("hexrpc: {msg}");
+            return ExitCode::from(2);
+        }
+    };
+    logging::init(logging::level(verbosity, std::env::var("HEXRPC_LOG").ok().as_deref()));
+    match cmd {
+        Command::Help(topic) => match help(topic.as_deref()) {
+            Ok(text) => print(text),
+            Err(Usage(msg)) => {
+                eprintln!("hexrpc: {msg}");
+                ExitCode::from(2)
+            }
+        },
+        Command::Version => print(concat!("hexrpc ", env!("CARGO_PKG_VERSION"), "\n")),
+        Command::Abi { json } => print(&if json { abi::to_json() } else { abi::to_text() }),
+        Command::Selftest { json, platform } => {
+            let platform = platform.unwrap_or_else(|| {
+                if std::path::Path::new("/dev/adsprpc-smd").exists() {
+                    selftest::Platform::Device
+                } else {
+                    selftest::Platform::Bench
+                }
+            });
+            let checks = selftest::run();
+            let failed = checks.iter().any(|c| c.status == selftest::Status::Fail);
+            let code = print(&if json { selftest::to_json(platform, &checks) } else { selftest::to_text(platform, &checks) });
+            if failed {
+                ExitCode::from(1)
+            } else {
+                code
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(a: &[&str]) -> Vec<std::ffi::OsString> {
+        a.iter().map(|s| s.into()).collect()
+    }
+
+    #[test]
+    fn parsing() {
+        assert!(matches!(parse(args(&["abi", "--json"])), Ok((0, Command::Abi { json: true }))));
+        assert!(matches!(
+            parse(args(&["-vv", "selftest", "--bench"])),
+            Ok((2, Command::Selftest { json: false, platform: Some(selftest::Platform::Bench) }))
+        ));
+        assert!(matches!(parse(args(&["selftest", "-h"])), Ok((_, Command::Help(Some(c)))) if c == "selftest"));
+        assert!(parse(args(&["abi", "--bench"])).is_err());
+        assert!(parse(args(&["frobnicate"])).is_err());
+        assert!(parse(args(&[])).is_err());
+        assert!(help(Some("nope")).is_err());
+    }
+}

@@ -1,0 +1,90 @@
+//! A small JSON writer: the CLI's output shapes are flat and fixed, so a hand-written writer
+//! with correct string escaping is all that is needed.
+
+use std::fmt::Write as _;
+
+/// Appends `s` to `out` as a JSON string literal.
+pub fn string(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+/// Builds a JSON object key by key.
+pub struct Object<'a> {
+    out: &'a mut String,
+    first: bool,
+}
+
+impl<'a> Object<'a> {
+    /// Opens `{`.
+    pub fn new(out: &'a mut String) -> Self {
+        out.push('{');
+        Object { out, first: true }
+    }
+
+    fn key(&mut self, k: &str) -> &mut String {
+        if !self.first {
+            self.out.push(',');
+        }
+        self.first = false;
+        string(self.out, k);
+        self.out.push(':');
+        self.out
+    }
+
+    /// A string member.
+    pub fn str(&mut self, k: &str, v: &str) -> &mut Self {
+        let o = self.key(k);
+        string(o, v);
+        self
+    }
+
+    /// An unsigned number member.
+    pub fn num(&mut self, k: &str, v: u64) -> &mut Self {
+        let o = self.key(k);
+        let _ = write!(o, "{v}");
+        self
+    }
+
+    /// A member whose value is written by `f` (an object or array).
+    pub fn raw(&mut self, k: &str, f: impl FnOnce(&mut String)) -> &mut Self {
+        let o = self.key(k);
+        f(o);
+        self
+    }
+
+    /// Closes `}`.
+    pub fn end(self) {
+        self.out.push('}');
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escapes() {
+        let mut s = String::new();
+        string(&mut s, "a\"b\\c\n\u{1}é");
+        assert_eq!(s, r#""a\"b\\c\n\u0001é""#);
+        let mut s = String::new();
+        let mut o = Object::new(&mut s);
+        o.str("k", "v").num("n", 3);
+        o.end();
+        assert_eq!(s, r#"{"k":"v","n":3}"#);
+    }
+}
