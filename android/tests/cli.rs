@@ -37,7 +37,10 @@ const HEADER_IOCTLS: &[(&str, u64)] = &[
 ];
 
 /// (struct, size, [(field, offset)]) from the same spec sections.
-const HEADER_STRUCTS: &[(&str, u64, &[(&str, u64)])] = &[
+/// (field, offset) pairs of one struct.
+type Fields = &'static [(&'static str, u64)];
+
+const HEADER_STRUCTS: &[(&str, u64, Fields)] = &[
     ("ion_allocation_data", 32, &[("len", 0), ("align", 8), ("heap_id_mask", 16), ("flags", 20), ("handle", 24)]),
     ("ion_fd_data", 8, &[("handle", 0), ("fd", 4)]),
     ("ion_handle_data", 4, &[("handle", 0)]),
