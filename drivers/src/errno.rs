@@ -37,6 +37,7 @@ macro_rules! errnos {
 errnos! {
     EPERM = 1, "operation not permitted (adsprpc: also any faulting copy from user memory)";
     ENOENT = 2, "no such file or directory";
+    ENOEXEC = 8, "exec format error";
     EINTR = 4, "interrupted system call";
     EIO = 5, "input/output error";
     EBADF = 9, "bad file descriptor";
