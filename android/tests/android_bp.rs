@@ -1,0 +1,85 @@
+//! `android/Android.bp` must describe the crates as Cargo builds them: one module per crate with
+//! its real crate name, edition and source root.
+
+use std::path::Path;
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root")
+}
+
+/// `key = "value"` from a Cargo.toml section (a tiny reader: enough for our manifests).
+fn toml_value(text: &str, section: &str, key: &str) -> Option<String> {
+    let mut in_section = false;
+    for line in text.lines() {
+        let line = line.trim();
+        if line.starts_with('[') {
+            in_section = line == format!("[{section}]");
+            continue;
+        }
+        if in_section {
+            if let Some(rest) = line.strip_prefix(key) {
+                let rest = rest.trim_start();
+                if let Some(v) = rest.strip_prefix('=') {
+                    return Some(v.trim().trim_matches('"').to_string());
+                }
+            }
+        }
+    }
+    None
+}
+
+/// The Soong modules of Android.bp: (module type, [(property, raw value)]).
+fn modules(bp: &str) -> Vec<(String, Vec<(String, String)>)> {
+    let mut out = Vec::new();
+    let mut cur: Option<(String, Vec<(String, String)>)> = None;
+    for line in bp.lines() {
+        let t = line.trim();
+        if t.starts_with("//") || t.is_empty() {
+            continue;
+        }
+        if let Some(kind) = t.strip_suffix(" {").filter(|_| !line.starts_with(' ')) {
+            cur = Some((kind.to_string(), Vec::new()));
+        } else if t == "}" && !line.starts_with(' ') {
+            out.extend(cur.take());
+        } else if let (Some((_, props)), Some((k, v))) = (cur.as_mut(), t.split_once(':')) {
+            if line.starts_with("    ") && !line.starts_with("        ") {
+                props.push((k.trim().to_string(), v.trim().trim_end_matches(',').to_string()));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn every_crate_is_described_with_its_real_name_edition_and_root() {
+    let bp = std::fs::read_to_string(root().join("android/Android.bp")).expect("read Android.bp");
+    let mods = modules(&bp);
+    let root_toml = std::fs::read_to_string(root().join("Cargo.toml")).unwrap();
+    let edition = toml_value(&root_toml, "workspace.package", "edition").expect("workspace edition");
+    let members = ["drivers", "bsp", "hal", "runtime", "tests", "android"];
+    assert_eq!(mods.len(), members.len(), "one module per crate");
+    for dir in members {
+        let manifest = std::fs::read_to_string(root().join(dir).join("Cargo.toml")).unwrap();
+        let package = toml_value(&manifest, "package", "name").expect("package name");
+        let is_bin = dir == "android";
+        let crate_name = if is_bin { "hexrpc".to_string() } else { package.replace('-', "_") };
+        let src = if is_bin { format!("{dir}/src/main.rs") } else { format!("{dir}/src/lib.rs") };
+        assert!(root().join(&src).exists(), "{src}");
+        let m = mods
+            .iter()
+            .find(|(_, p)| p.iter().any(|(k, v)| k == "crate_name" && v == &format!("\"{crate_name}\"")))
+            .unwrap_or_else(|| panic!("no module for crate {crate_name}"));
+        let get = |k: &str| m.1.iter().find(|(kk, _)| kk == k).map(|(_, v)| v.clone()).unwrap_or_default();
+        assert_eq!(m.0, if is_bin { "rust_binary" } else { "rust_library" }, "{crate_name}");
+        assert_eq!(get("edition"), format!("\"{edition}\""), "{crate_name} edition");
+        assert_eq!(get("srcs"), format!("[\"{src}\"]"), "{crate_name} source root");
+        assert_eq!(get("vendor"), "true", "{crate_name} is a vendor module");
+        let name = get("name");
+        let expected = if is_bin { "\"hexrpc\"".to_string() } else { format!("\"lib{crate_name}\"") };
+        assert_eq!(name, expected, "{crate_name} module name");
+        if is_bin {
+            assert_eq!(get("init_rc"), "[\"android/packaging/android/hexrpc.rc\"]");
+            assert!(root().join("android/packaging/android/hexrpc.rc").exists());
+        }
+    }
+}
