@@ -5,6 +5,7 @@
 mod abi;
 mod json;
 mod logging;
+mod probe;
 mod selftest;
 
 use std::io::Write as _;
@@ -17,6 +18,7 @@ USAGE:
     hexrpc [GLOBAL OPTIONS] <COMMAND> [OPTIONS]
 
 COMMANDS:
+    probe       Health check of the device: nodes, ION, shell, channel, DSP process, listener
     selftest    Run the acceptance report (on the bench when no DSP is present)
     abi         Print the kernel ABI (structs, ioctl numbers, constants) of this build
     help        Print this help, or a command's help: hexrpc help <COMMAND>
@@ -64,6 +66,35 @@ never device figures.
 EXIT STATUS: 0 when no check failed, 1 when one failed, 2 on usage errors.
 ";
 
+const PROBE_HELP: &str = "\
+hexrpc probe - step-by-step health check of the DSP prerequisites
+
+USAGE:
+    hexrpc probe [--board NAME] [--json] [--output FILE]
+
+Checks, in order, and stops at the first failure with the exact prerequisite
+that is missing:
+    device-nodes  the ION and FastRPC nodes: owner, group, mode, and whether this
+                  process can open them (on AGNOS: membership of group gpu)
+    ion-alloc     a 4 KiB allocation from the board's ION heap, mapped and verified
+    shell         the DSP shell file (path, size, ELF machine) staged in ION
+    channel       GETINFO on the compute DSP channel (SMMU flag), CONTROL kalloc
+    process       creating the user process on the DSP (INIT)
+    listener      registering the reverse-RPC listener (handle 3)
+    library       loading a tiny library through the reverse file service
+Everything acquired is released before the command exits.
+
+OPTIONS:
+    --board NAME    Board facts to use: comma-three, msm-android (default: detected
+                    from /proc/device-tree/model, else comma-three)
+    --json          Print {\"board\": NAME, \"steps\": [{\"name\", \"status\":
+                    \"pass\"|\"fail\"|\"skip\", \"detail\"}]}
+    --output FILE   Write the report to FILE (replaced atomically) instead of stdout
+    -h, --help      Print this help
+
+EXIT STATUS: 0 when no step failed, 1 when one failed, 2 on usage errors.
+";
+
 const ABI_HELP: &str = "\
 hexrpc abi - print the kernel ABI this build was compiled for
 
@@ -96,6 +127,7 @@ enum Command {
     Help(Option<String>),
     Version,
     Abi { json: bool },
+    Probe { json: bool, board: Option<String>, output: Option<std::path::PathBuf> },
     Selftest { json: bool, platform: Option<selftest::Platform> },
 }
 
@@ -119,12 +151,16 @@ fn parse(args: Vec<std::ffi::OsString>) -> Result<(i32, Command), Usage> {
     let mut json = false;
     let mut platform = None;
     let mut topic = None;
+    let mut board = None;
+    let mut output = None;
     while let Some(arg) = p.next()? {
         match arg {
             Short('h') | Long("help") => return Ok((verbosity, Command::Help(Some(command)))),
             Short('v') | Long("verbose") => verbosity += 1,
             Short('q') | Long("quiet") => verbosity -= 1,
-            Long("json") if command == "abi" || command == "selftest" => json = true,
+            Long("json") if matches!(command.as_str(), "abi" | "selftest" | "probe") => json = true,
+            Long("board") if command == "probe" => board = Some(p.value()?.string()?),
+            Long("output") if command == "probe" => output = Some(p.value()?.into()),
             Long("bench") if command == "selftest" => platform = Some(selftest::Platform::Bench),
             Long("device") if command == "selftest" => platform = Some(selftest::Platform::Device),
             Value(v) if command == "help" && topic.is_none() => topic = Some(v.string()?),
@@ -134,6 +170,7 @@ fn parse(args: Vec<std::ffi::OsString>) -> Result<(i32, Command), Usage> {
     let cmd = match command.as_str() {
         "help" => Command::Help(topic),
         "abi" => Command::Abi { json },
+        "probe" => Command::Probe { json, board, output },
         "selftest" => Command::Selftest { json, platform },
         other => return Err(Usage(format!("unknown command '{other}' (try 'hexrpc help')"))),
     };
@@ -145,6 +182,7 @@ fn help(topic: Option<&str>) -> Result<&'static str, Usage> {
         None => Ok(USAGE),
         Some("selftest") => Ok(SELFTEST_HELP),
         Some("abi") => Ok(ABI_HELP),
+        Some("probe") => Ok(PROBE_HELP),
         Some("help") => Ok(USAGE),
         Some(t) => Err(Usage(format!("no help for unknown command '{t}'"))),
     }
@@ -159,6 +197,38 @@ fn print(s: &str) -> ExitCode {
         Err(e) => {
             log::error!("writing to stdout: {e}");
             ExitCode::from(1)
+        }
+    }
+}
+
+/// Writes `s` to `path` through a temporary file in the same directory and a rename, so a reader
+/// never sees a half-written report.
+fn write_file(path: &std::path::Path, s: &str) -> ExitCode {
+    let tmp = path.with_extension("tmp");
+    match std::fs::write(&tmp, s).and_then(|_| std::fs::rename(&tmp, path)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            log::error!("writing {}: {e}", path.display());
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// The board for a device command: `--board`, else the device-tree model, else comma-three.
+fn device_board(name: Option<&str>) -> Result<&'static hexrpc_bsp::Board, Usage> {
+    if let Some(n) = name {
+        return match hexrpc_bsp::by_name(n) {
+            Some(b) if b.name != "bench" => Ok(b),
+            _ => Err(Usage(format!("unknown board '{n}' (known: comma-three, msm-android)"))),
+        };
+    }
+    let model = ["/proc/device-tree/model", "/sys/firmware/devicetree/base/model"].iter().find_map(|p| std::fs::read_to_string(p).ok());
+    match model.as_deref().and_then(hexrpc_bsp::detect) {
+        Some(b) => Ok(b),
+        None => {
+            log::info!("board not detected (device-tree model {:?}); assuming comma-three", model.as_deref().unwrap_or("unreadable"));
+            Ok(&hexrpc_bsp::COMMA_THREE)
         }
     }
 }
@@ -182,6 +252,29 @@ fn main() -> ExitCode {
         },
         Command::Version => print(concat!("hexrpc ", env!("CARGO_PKG_VERSION"), "\n")),
         Command::Abi { json } => print(&if json { abi::to_json() } else { abi::to_text() }),
+        Command::Probe { json, board, output } => {
+            let board = match device_board(board.as_deref()) {
+                Ok(b) => b,
+                Err(Usage(msg)) => {
+                    eprintln!("hexrpc: {msg}");
+                    return ExitCode::from(2);
+                }
+            };
+            // The one place this program decides to touch the device.
+            let access = hexrpc_bsp::DeviceAccess::for_device(board);
+            let steps = probe::run(hexrpc_drivers::RustixSys, &access);
+            let failed = steps.iter().any(|s| s.status == probe::Status::Fail);
+            let report = if json { probe::to_json(board, &steps) } else { probe::to_text(board, &steps) };
+            let code = match output {
+                Some(path) => write_file(&path, &report),
+                None => print(&report),
+            };
+            if failed {
+                ExitCode::from(1)
+            } else {
+                code
+            }
+        }
         Command::Selftest { json, platform } => {
             let platform = platform.unwrap_or_else(|| {
                 if std::path::Path::new("/dev/adsprpc-smd").exists() {

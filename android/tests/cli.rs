@@ -194,3 +194,20 @@ fn help_is_complete() {
         assert!(text.contains("USAGE:") && text.contains("EXIT STATUS"), "{args:?}: {text}");
     }
 }
+
+#[test]
+fn probe_without_a_dsp_names_the_missing_node() {
+    if std::path::Path::new("/dev/ion").exists() {
+        eprintln!("this machine has /dev/ion: the missing-node path cannot be shown here");
+        return;
+    }
+    let out = hexrpc(&["probe", "--json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("probe --json is JSON");
+    assert!(v["board"].is_string());
+    let steps = v["steps"].as_array().unwrap();
+    assert_eq!(steps[0]["name"], "device-nodes");
+    assert_eq!(steps[0]["status"], "fail");
+    assert!(steps[0]["detail"].as_str().unwrap().contains("/dev/ion"), "{}", steps[0]);
+    assert!(steps[1..].iter().all(|s| s["status"] == "skip"));
+}

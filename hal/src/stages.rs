@@ -41,6 +41,13 @@ impl<S: Syscalls + Clone> IonOpened<S> {
         self.board
     }
 
+    /// Allocates `len` bytes from the board's heap before the rest of the session exists (what a
+    /// health check does to prove ION works); the lease borrows this stage.
+    pub fn alloc(&self, len: usize) -> Result<crate::IonLease<'_, S>, HalError> {
+        let raw = RawLease::alloc(&self.sys, self.ion.raw(), self.board, len, Stage::Alloc)?;
+        Ok(crate::IonLease::new(raw, self.sys.clone(), self.ion.raw()))
+    }
+
     /// Stage 2: reads the DSP shell ELF into an ION buffer.
     pub fn stage_shell(self) -> Result<ShellStaged<S>, HalError> {
         let shell = stage_shell(&self.sys, self.ion.raw(), self.board)?;

@@ -1,0 +1,259 @@
+//! `hexrpc probe`: a step-by-step health check of everything a DSP session needs, in the order
+//! the session needs it. Each step names the exact prerequisite when it fails and stops the
+//! chain; everything acquired is released when the probe returns.
+
+use std::ffi::CStr;
+
+use hexrpc_bsp::{Board, DeviceAccess};
+use hexrpc_drivers::{Errno, FileStat, OpenFlags, Syscalls};
+use hexrpc_hal::{Cause, HalError, IonOpened};
+
+use crate::json;
+
+/// Outcome of one step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Status {
+    /// Present and working.
+    Pass,
+    /// Missing or failing; `detail` names the prerequisite.
+    Fail,
+    /// Not run (an earlier step failed, or it needs something this run does not have).
+    Skip,
+}
+
+impl Status {
+    fn name(self) -> &'static str {
+        match self {
+            Status::Pass => "pass",
+            Status::Fail => "fail",
+            Status::Skip => "skip",
+        }
+    }
+}
+
+/// One step of the report.
+#[derive(Clone, Debug)]
+pub struct Step {
+    /// Step name.
+    pub name: &'static str,
+    /// Outcome.
+    pub status: Status,
+    /// What was found, or what is missing.
+    pub detail: String,
+}
+
+/// The names of the steps, in order.
+pub const STEPS: &[&str] = &["device-nodes", "ion-alloc", "shell", "channel", "process", "listener", "library"];
+
+fn mode_string(st: &FileStat) -> String {
+    let kind = if st.is_char_device() {
+        'c'
+    } else if st.is_dir() {
+        'd'
+    } else if st.is_file() {
+        '-'
+    } else {
+        '?'
+    };
+    let mut s = String::from(kind);
+    for shift in [6, 3, 0] {
+        let bits = (st.mode >> shift) & 7;
+        s.push(if bits & 4 != 0 { 'r' } else { '-' });
+        s.push(if bits & 2 != 0 { 'w' } else { '-' });
+        s.push(if bits & 1 != 0 { 'x' } else { '-' });
+    }
+    s
+}
+
+/// `name(id)` from a passwd/group file, or the number when the file or entry is missing.
+fn id_name(file: &str, id: u32) -> String {
+    std::fs::read_to_string(file)
+        .ok()
+        .and_then(|t| {
+            t.lines().find_map(|l| {
+                let mut f = l.split(':');
+                let name = f.next()?;
+                let num: u32 = f.nth(1)?.parse().ok()?;
+                (num == id).then(|| name.to_string())
+            })
+        })
+        .map(|n| format!("{n}({id})"))
+        .unwrap_or_else(|| id.to_string())
+}
+
+fn node<S: Syscalls>(sys: &S, path: &CStr, what: &str) -> Result<String, String> {
+    let p = path.to_string_lossy();
+    let st = match sys.stat(path, true) {
+        Ok(st) => st,
+        Err(Errno::ENOENT) => return Err(format!("missing {p} ({what}): this kernel does not expose it")),
+        Err(e) => return Err(format!("cannot stat {p} ({what}): {e}")),
+    };
+    let owner = format!("{} {}:{}", mode_string(&st), id_name("/etc/passwd", st.uid), id_name("/etc/group", st.gid));
+    if !st.is_char_device() {
+        return Err(format!("{p} is not a character device ({owner})"));
+    }
+    match sys.open(path, OpenFlags::READ_ONLY) {
+        Ok(fd) => {
+            let _ = sys.close(fd);
+            Ok(format!("{p} {owner}, openable"))
+        }
+        Err(e) => Err(format!("{p} {owner} cannot be opened by this process: {e} (on AGNOS the user must be in group gpu)")),
+    }
+}
+
+fn hal_detail(e: &HalError) -> String {
+    match e.cause {
+        Cause::Os(Errno::ENOENT) => format!("{e} (file or node missing)"),
+        _ => e.to_string(),
+    }
+}
+
+/// Runs the probe on `sys` for the board `access` grants. The `library` step needs a running
+/// reverse file service and a library image, which this build does not bring yet: it is
+/// reported as skipped with the reason.
+pub fn run<S: Syscalls + Clone>(sys: S, access: &DeviceAccess) -> Vec<Step> {
+    let mut steps = Vec::new();
+    chain(sys, access, &mut steps);
+    let failed = steps.iter().any(|s| s.status == Status::Fail);
+    for name in STEPS {
+        if !steps.iter().any(|s| s.name == *name) {
+            let detail = if failed {
+                "not run: an earlier step failed".to_string()
+            } else {
+                "not in this build: needs the reverse file service and a library image".to_string()
+            };
+            steps.push(Step { name, status: Status::Skip, detail });
+        }
+    }
+    steps
+}
+
+fn push(steps: &mut Vec<Step>, name: &'static str, r: Result<String, String>) -> bool {
+    let ok = r.is_ok();
+    steps.push(match r {
+        Ok(detail) => Step { name, status: Status::Pass, detail },
+        Err(detail) => Step { name, status: Status::Fail, detail },
+    });
+    ok
+}
+
+/// Runs the steps until one fails; dropping the stages on return releases everything.
+fn chain<S: Syscalls + Clone>(sys: S, access: &DeviceAccess, steps: &mut Vec<Step>) {
+    let board: &Board = access.board();
+    {
+        let nodes = node(&sys, board.ion_path, "the ION allocator")
+            .and_then(|a| node(&sys, board.rpc_path, "the FastRPC driver").map(|b| format!("{a}; {b}")));
+        if !push(steps, "device-nodes", nodes) {
+            return;
+        }
+        let ion = match IonOpened::open(sys.clone(), access) {
+            Ok(ion) => ion,
+            Err(e) => {
+                push(steps, "ion-alloc", Err(hal_detail(&e)));
+                return;
+            }
+        };
+        let alloc = (|| {
+            let mut lease =
+                ion.alloc(4096).map_err(|e| format!("heap {} flags {:#x}: {}", board.heap_id, board.heap_flags, hal_detail(&e)))?;
+            let pattern: Vec<u8> = (0..4096u32).map(|i| (i % 251) as u8).collect();
+            lease.write_at(0, &pattern).map_err(|e| e.to_string())?;
+            let mut back = vec![0u8; 4096];
+            lease.read_at(0, &mut back).map_err(|e| e.to_string())?;
+            if back != pattern {
+                return Err("the ION buffer did not read back what was written".to_string());
+            }
+            Ok(format!(
+                "4096 bytes from heap {} (mask {:#x}) flags {:#x}, shared fd {}, mapped and verified",
+                board.heap_id,
+                board.heap_mask(),
+                board.heap_flags,
+                lease.fd().0
+            ))
+        })();
+        if !push(steps, "ion-alloc", alloc) {
+            return;
+        }
+        let shell_path = board.shell_path.to_string_lossy().into_owned();
+        let staged = match ion.stage_shell() {
+            Ok(s) => s,
+            Err(e) => {
+                push(steps, "shell", Err(format!("{shell_path}: {}", hal_detail(&e))));
+                return;
+            }
+        };
+        push(steps, "shell", Ok(format!("{shell_path}: {} bytes, ELF machine 164 (Hexagon), staged in ION", staged.shell_len())));
+        let channel = match staged.open_channel() {
+            Ok(c) => c,
+            Err(e) => {
+                push(steps, "channel", Err(hal_detail(&e)));
+                return;
+            }
+        };
+        push(
+            steps,
+            "channel",
+            Ok(format!(
+                "GETINFO on channel {} (CDSP): info {:#x}, SMMU {}",
+                board.channel,
+                channel.info(),
+                if channel.info() & 1 != 0 { "on" } else { "off" }
+            )),
+        );
+        let process = match channel.create_process() {
+            Ok(p) => p,
+            Err(e) => {
+                push(steps, "process", Err(hal_detail(&e)));
+                return;
+            }
+        };
+        push(steps, "process", Ok("INIT created the user process on the DSP".into()));
+        match process.attach_listener() {
+            Ok(session) => {
+                push(steps, "listener", Ok("reverse-RPC listener registered (handle 3 init2)".into()));
+                drop(session);
+            }
+            Err(e) => {
+                push(steps, "listener", Err(hal_detail(&e)));
+            }
+        }
+    }
+}
+
+/// `{"board": NAME, "steps": [{"name", "status", "detail"}]}`.
+pub fn to_json(board: &Board, steps: &[Step]) -> String {
+    let mut out = String::new();
+    let mut top = json::Object::new(&mut out);
+    top.str("board", board.name);
+    top.raw("steps", |o| {
+        o.push('[');
+        for (i, s) in steps.iter().enumerate() {
+            if i > 0 {
+                o.push(',');
+            }
+            let mut e = json::Object::new(o);
+            e.str("name", s.name).str("status", s.status.name()).str("detail", &s.detail);
+            e.end();
+        }
+        o.push(']');
+    });
+    top.end();
+    out.push('\n');
+    out
+}
+
+/// The readable report.
+pub fn to_text(board: &Board, steps: &[Step]) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let _ = writeln!(out, "hexrpc probe on board {} ({})", board.name, board.description);
+    for s in steps {
+        let tag = match s.status {
+            Status::Pass => "PASS",
+            Status::Fail => "FAIL",
+            Status::Skip => "SKIP",
+        };
+        let _ = writeln!(out, "{tag}  {:<13} {}", s.name, s.detail);
+    }
+    out
+}
