@@ -21,6 +21,7 @@ COMMANDS:
     probe       Health check of the device: nodes, ION, shell, channel, DSP process, listener
     selftest    Run the acceptance report (on the bench when no DSP is present)
     abi         Print the kernel ABI (structs, ioctl numbers, constants) of this build
+    build-lib   Build a DSP library (.so) from kernel C: generated entry + kernel, for Hexagon
     help        Print this help, or a command's help: hexrpc help <COMMAND>
 
 GLOBAL OPTIONS:
@@ -95,6 +96,37 @@ OPTIONS:
 EXIT STATUS: 0 when no step failed, 1 when one failed, 2 on usage errors.
 ";
 
+const BUILD_LIB_HELP: &str = "\
+hexrpc build-lib - build a Hexagon library from a kernel written in C
+
+USAGE:
+    hexrpc build-lib KERNEL.c --signature SIG -o LIB.so [OPTIONS]
+
+Generates the DSP-side `entry` wrapper for the kernel's signature (launch ABI v2
+unless --v1), compiles it and KERNEL.c with clang-19 for Hexagon (v65, HVX 128 B,
+-O2, -fPIC, freestanding), links a shared object with ld.lld-19 with every
+section aligned to 4 KiB, and checks the result (Hexagon ELF, `entry` exported).
+Intermediate files are kept in LIB.so.build/.
+
+SIGNATURE:
+    Comma-separated parameter kinds, buffers first: buf, i8, u8, i16, u16, i32,
+    u32, i64, u64, f16, f32, f64. Example: --signature buf,buf,buf,i32,f32
+
+OPTIONS:
+    --signature SIG   The kernel's parameters (required)
+    -o, --output LIB  The shared object to write (required)
+    --kernel NAME     The kernel's C function name (default: KERNEL.c's file stem)
+    --v1              Generate tinygrad's v1 entry (only offset-0 views are safe)
+    --power           Add tinygrad's HAP_power_set request (DCVS off, turbo corner)
+    --cflag FLAG      Extra flag for the kernel's compilation (repeatable), e.g.
+                      --cflag=-mllvm --cflag=-hexagon-autohvx=true
+    --clang PATH      Compiler (default: clang-19)
+    --lld PATH        Linker (default: ld.lld-19)
+    -h, --help        Print this help
+
+EXIT STATUS: 0 on success, 1 when the build fails, 2 on usage errors.
+";
+
 const ABI_HELP: &str = "\
 hexrpc abi - print the kernel ABI this build was compiled for
 
@@ -117,6 +149,19 @@ EXIT STATUS: 0 on success, 1 if the output cannot be written, 2 on usage errors.
 
 struct Usage(String);
 
+#[derive(Default)]
+struct BuildLib {
+    kernel: Option<std::path::PathBuf>,
+    signature: Option<String>,
+    output: Option<std::path::PathBuf>,
+    kernel_name: Option<String>,
+    v1: bool,
+    power: bool,
+    cflags: Vec<std::ffi::OsString>,
+    clang: Option<std::path::PathBuf>,
+    lld: Option<std::path::PathBuf>,
+}
+
 impl<E: std::fmt::Display> From<E> for Usage {
     fn from(e: E) -> Self {
         Usage(e.to_string())
@@ -128,6 +173,7 @@ enum Command {
     Version,
     Abi { json: bool },
     Probe { json: bool, board: Option<String>, output: Option<std::path::PathBuf> },
+    BuildLib(BuildLib),
     Selftest { json: bool, platform: Option<selftest::Platform> },
 }
 
@@ -153,6 +199,7 @@ fn parse(args: Vec<std::ffi::OsString>) -> Result<(i32, Command), Usage> {
     let mut topic = None;
     let mut board = None;
     let mut output = None;
+    let mut bl = BuildLib::default();
     while let Some(arg) = p.next()? {
         match arg {
             Short('h') | Long("help") => return Ok((verbosity, Command::Help(Some(command)))),
@@ -161,6 +208,15 @@ fn parse(args: Vec<std::ffi::OsString>) -> Result<(i32, Command), Usage> {
             Long("json") if matches!(command.as_str(), "abi" | "selftest" | "probe") => json = true,
             Long("board") if command == "probe" => board = Some(p.value()?.string()?),
             Long("output") if command == "probe" => output = Some(p.value()?.into()),
+            Long("signature") if command == "build-lib" => bl.signature = Some(p.value()?.string()?),
+            Short('o') | Long("output") if command == "build-lib" => bl.output = Some(p.value()?.into()),
+            Long("kernel") if command == "build-lib" => bl.kernel_name = Some(p.value()?.string()?),
+            Long("v1") if command == "build-lib" => bl.v1 = true,
+            Long("power") if command == "build-lib" => bl.power = true,
+            Long("cflag") if command == "build-lib" => bl.cflags.push(p.value()?),
+            Long("clang") if command == "build-lib" => bl.clang = Some(p.value()?.into()),
+            Long("lld") if command == "build-lib" => bl.lld = Some(p.value()?.into()),
+            Value(v) if command == "build-lib" && bl.kernel.is_none() => bl.kernel = Some(v.into()),
             Long("bench") if command == "selftest" => platform = Some(selftest::Platform::Bench),
             Long("device") if command == "selftest" => platform = Some(selftest::Platform::Device),
             Value(v) if command == "help" && topic.is_none() => topic = Some(v.string()?),
@@ -171,6 +227,12 @@ fn parse(args: Vec<std::ffi::OsString>) -> Result<(i32, Command), Usage> {
         "help" => Command::Help(topic),
         "abi" => Command::Abi { json },
         "probe" => Command::Probe { json, board, output },
+        "build-lib" => {
+            if bl.kernel.is_none() || bl.signature.is_none() || bl.output.is_none() {
+                return Err(Usage("build-lib needs KERNEL.c, --signature SIG and -o LIB.so (try 'hexrpc build-lib --help')".into()));
+            }
+            Command::BuildLib(bl)
+        }
         "selftest" => Command::Selftest { json, platform },
         other => return Err(Usage(format!("unknown command '{other}' (try 'hexrpc help')"))),
     };
@@ -183,6 +245,7 @@ fn help(topic: Option<&str>) -> Result<&'static str, Usage> {
         Some("selftest") => Ok(SELFTEST_HELP),
         Some("abi") => Ok(ABI_HELP),
         Some("probe") => Ok(PROBE_HELP),
+        Some("build-lib") => Ok(BUILD_LIB_HELP),
         Some("help") => Ok(USAGE),
         Some(t) => Err(Usage(format!("no help for unknown command '{t}'"))),
     }
@@ -233,6 +296,46 @@ fn device_board(name: Option<&str>) -> Result<&'static hexrpc_bsp::Board, Usage>
     }
 }
 
+fn build_lib(bl: BuildLib) -> ExitCode {
+    use hexrpc_runtime::launch::{build, EntryOptions, PowerRequest, Signature};
+    let (Some(kernel), Some(sig), Some(out)) = (bl.kernel, bl.signature, bl.output) else {
+        return ExitCode::from(2);
+    };
+    let sig = match Signature::parse(&sig) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("hexrpc: --signature {sig:?}: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let mut entry = if bl.v1 { EntryOptions::V1 } else { EntryOptions::V2 };
+    if bl.power {
+        entry.power_request = Some(PowerRequest::TINYGRAD);
+    }
+    let defaults = build::BuildOptions::default();
+    let opts = build::BuildOptions {
+        entry,
+        kernel_name: bl.kernel_name,
+        kernel_cflags: bl.cflags,
+        clang: bl.clang.unwrap_or(defaults.clang),
+        lld: bl.lld.unwrap_or(defaults.lld),
+        work_dir: None,
+    };
+    match build::build_library(&kernel, &sig, &out, &opts) {
+        Ok(report) => print(&format!(
+            "built {} (Hexagon shared object, kernel {}, entry {:?}); intermediates: {}\n",
+            report.library.display(),
+            report.kernel_name,
+            opts.entry.version,
+            report.entry_source.parent().map(|p| p.display().to_string()).unwrap_or_default()
+        )),
+        Err(e) => {
+            eprintln!("hexrpc: build-lib: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let (verbosity, cmd) = match parse(std::env::args_os().skip(1).collect()) {
         Ok(x) => x,
@@ -252,6 +355,7 @@ fn main() -> ExitCode {
         },
         Command::Version => print(concat!("hexrpc ", env!("CARGO_PKG_VERSION"), "\n")),
         Command::Abi { json } => print(&if json { abi::to_json() } else { abi::to_text() }),
+        Command::BuildLib(bl) => build_lib(bl),
         Command::Probe { json, board, output } => {
             let board = match device_board(board.as_deref()) {
                 Ok(b) => b,

@@ -5,3 +5,10 @@
 #![no_std]
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
+
+/// The kernel-launch ABI (v1 and v2) from one table: host packer, DSP entry generator, build step.
+pub mod launch;
+
+/// The hardened reverse file service (adsp_listener: apps_remotectl, apps_std, apps_mem) under an
+/// explicit, fixed-capacity file policy.
+pub mod reverse;

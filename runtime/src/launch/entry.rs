@@ -1,0 +1,557 @@
+//! The DSP-side entry generator: writes the C `entry` function a launch library exports, for one
+//! kernel signature and ABI version, into any [`core::fmt::Write`] sink, without allocating.
+//!
+//! Every number in the generated text (scalars word, pra lengths, field offsets, strides, the
+//! magic, `HAP_mmap` arguments, error codes) comes from the version's [`LaunchLayout`], the same
+//! table the packer writes with.
+//!
+//! # What the generated C is written against
+//!
+//! * The 32-bit `remote_arg` view the DSP framework presents to library entries:
+//!   `union { struct { void *pv; unsigned len; } buf; struct { int fd; unsigned offset; } dma; }`.
+//!   The text is the same for every compiler; a `_Static_assert` fails the build if a 32-bit
+//!   target lays it out in anything but 8 bytes. On a 64-bit host the same text compiles to a
+//!   16-byte union: the host test harness builds its argument array with that native type and
+//!   points `pv` at host copies of the bytes, so the generated code reads the same fields
+//!   (see `runtime/c/launch_harness.c`). Nothing in the generated code depends on the size of
+//!   `remote_arg`: it only indexes `pra[k]` and names fields.
+//! * Its own declarations of the Hexagon SDK functions it calls (no SDK headers exist here):
+//!   `void *HAP_mmap(void *, unsigned int len, int prot, int flags, int fd, long offset)`,
+//!   `int HAP_munmap(void *, unsigned int len)`, `unsigned long long HAP_perf_get_time_us(void)`
+//!   and, with the power request, `int HAP_power_set(void *, void *)`. `unsigned int` lengths
+//!   travel in the same register as the SDK's `int` on Hexagon. A mapping counts as failed if
+//!   `HAP_mmap` returns NULL or `(void *)-1`.
+//! * Loads from pra 0/pra 1 are byte-wise little-endian (`hrx_ld_u32`), so no alignment of the
+//!   incoming buffers is assumed; every field is read once into a local, validated, then used
+//!   (the DSP framework copies in-buffers, but the entry does not rely on it).
+//! * No library calls beyond the HAP functions: no `memset`/`memcpy` are needed (the power
+//!   request is zeroed through a volatile pointer), which the build step's test checks on the
+//!   linked library.
+//!
+//! # Behaviour
+//!
+//! Both versions first (optionally) make tinygrad's power request, then answer 0 without doing
+//! anything if `(sc >> 24) != 2`, as tinygrad does: the method index *and* the three attribute
+//! bits must be exactly 2 (method 2, no attributes).
+//!
+//! **v2** then validates everything before mapping anything: the scalars word's counts (2 in,
+//! 1 out, N out-handles, so `pra[3 + i]` exists), the lengths of pra 0 and pra 1, the magic and
+//! N, and for every buffer `off <= lease && len <= lease - off` (no overflow). Any failure returns
+//! `AEE_EBADPARM` (14) and touches nothing. It maps each lease whole
+//! (`HAP_mmap(0, lease, 3, 0, fd, 0)`); if a map fails it unmaps the ones already made in reverse
+//! order and returns `AEE_EMMAP`. The kernel gets `base + off`; the timer is written only if
+//! pra 2 holds 8 bytes; finally every lease is unmapped with its base and length, in reverse
+//! order.
+//!
+//! **v1** is tinygrad's entry: no validation, maps the view length at file offset 0, hands the
+//! kernel `base + off`, writes the timer unconditionally, unmaps `(base + off, len)`. It is
+//! correct only for offset 0, which is why the packer refuses anything else for v1.
+
+use core::fmt::{self, Write};
+
+use super::abi::{AbiVersion, LaunchLayout, MapExtent, ENTRY_SYMBOL};
+use super::signature::{ParamKind, ScalarType, Signature};
+
+/// tinygrad's power request (`HAP_power_set` with a `dcvs_v2` request), as an option.
+///
+/// The request structure is declared by the generated code itself, laid out as the SDK's
+/// `HAP_power_request_t` is understood here (a 4-byte request type, then the `dcvs_v2` payload:
+/// `dcvs_enable` (1 byte), `dcvs_option` (4), `set_latency` (1), `latency` (4),
+/// `set_dcvs_params` (1), `dcvs_params` {target, min, max corner, param1..3} (6 x 4),
+/// `set_sleep_disable` (1), `sleep_disable` (1)), padded with zeros to 128 bytes. That layout
+/// could not be checked against the SDK header here, so the option is off by default.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct PowerRequest {
+    /// Request type (`HAP_power_set_DCVS_v2` = 7).
+    pub request_type: u32,
+    /// `dcvs_enable`.
+    pub dcvs_enable: u8,
+    /// `set_latency`.
+    pub set_latency: u8,
+    /// `latency` in microseconds.
+    pub latency: u32,
+    /// `set_dcvs_params`.
+    pub set_dcvs_params: u8,
+    /// `dcvs_params.target_corner` (6 = TURBO).
+    pub target_corner: u32,
+}
+
+impl PowerRequest {
+    /// tinygrad's values: type 7, DCVS off, latency 100 us, target corner 6 (TURBO).
+    pub const TINYGRAD: PowerRequest =
+        PowerRequest { request_type: 7, dcvs_enable: 0, set_latency: 1, latency: 100, set_dcvs_params: 1, target_corner: 6 };
+}
+
+/// How to generate an entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct EntryOptions {
+    /// The ABI version (v2 by default).
+    pub version: AbiVersion,
+    /// Make this power request on every call, before the method check (tinygrad does).
+    pub power_request: Option<PowerRequest>,
+}
+
+impl EntryOptions {
+    /// v2, no power request.
+    pub const V2: EntryOptions = EntryOptions { version: AbiVersion::V2, power_request: None };
+    /// v1, no power request.
+    pub const V1: EntryOptions = EntryOptions { version: AbiVersion::V1, power_request: None };
+    /// What tinygrad generates: v1 with its power request.
+    pub const TINYGRAD: EntryOptions = EntryOptions { version: AbiVersion::V1, power_request: Some(PowerRequest::TINYGRAD) };
+}
+
+impl Default for EntryOptions {
+    fn default() -> Self {
+        EntryOptions::V2
+    }
+}
+
+/// Why an entry could not be generated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum EntryError {
+    /// The kernel name is not a usable C identifier (empty, bad characters, a keyword, longer
+    /// than 128 bytes, `entry`, or one of the reserved prefixes `hrx_`, `HAP_`, `__`).
+    KernelName,
+    /// The sink refused the text.
+    Format,
+}
+
+impl fmt::Display for EntryError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EntryError::KernelName => f.write_str("the kernel name is not a usable C identifier"),
+            EntryError::Format => f.write_str("the output sink failed"),
+        }
+    }
+}
+
+impl From<fmt::Error> for EntryError {
+    fn from(_: fmt::Error) -> Self {
+        EntryError::Format
+    }
+}
+
+const C_KEYWORDS: &[&str] = &[
+    "auto",
+    "break",
+    "case",
+    "char",
+    "const",
+    "continue",
+    "default",
+    "do",
+    "double",
+    "else",
+    "enum",
+    "extern",
+    "float",
+    "for",
+    "goto",
+    "if",
+    "inline",
+    "int",
+    "long",
+    "register",
+    "restrict",
+    "return",
+    "short",
+    "signed",
+    "sizeof",
+    "static",
+    "struct",
+    "switch",
+    "typedef",
+    "union",
+    "unsigned",
+    "void",
+    "volatile",
+    "while",
+    "remote_arg",
+];
+
+/// Checks that `name` can be the kernel's C function name (see [`EntryError::KernelName`]).
+pub fn check_kernel_name(name: &str) -> Result<(), EntryError> {
+    let b = name.as_bytes();
+    let ok = !b.is_empty()
+        && b.len() <= 128
+        && (b[0].is_ascii_alphabetic() || b[0] == b'_')
+        && b.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'_')
+        && name != ENTRY_SYMBOL
+        && !name.starts_with("hrx_")
+        && !name.starts_with("HAP_")
+        && !name.starts_with("__")
+        && !C_KEYWORDS.contains(&name);
+    if ok {
+        Ok(())
+    } else {
+        Err(EntryError::KernelName)
+    }
+}
+
+/// Writes the complete C translation unit of the entry for kernel `kernel` with signature `sig`.
+/// The kernel is declared as `void kernel(void *, ..., <scalar C types>)`; define it in a
+/// separate translation unit (its buffer parameters may be any data pointer type).
+pub fn write_entry<W: Write + ?Sized>(out: &mut W, sig: &Signature, kernel: &str, opts: &EntryOptions) -> Result<(), EntryError> {
+    check_kernel_name(kernel)?;
+    let l = opts.version.layout();
+    write_prelude(out, l, sig, kernel, opts)?;
+    write_body(out, l, sig, kernel, opts)?;
+    Ok(())
+}
+
+fn version_name(v: AbiVersion) -> &'static str {
+    match v {
+        AbiVersion::V1 => "v1",
+        AbiVersion::V2 => "v2",
+    }
+}
+
+fn write_prelude<W: Write + ?Sized>(out: &mut W, l: &LaunchLayout, sig: &Signature, kernel: &str, opts: &EntryOptions) -> fmt::Result {
+    let n = sig.buffers();
+    let s = sig.scalars();
+    writeln!(out, "/* hexrpc launch entry, ABI {}, kernel `{kernel}`, signature \"{sig}\".", version_name(l.version))?;
+    writeln!(out, " * Generated by hexrpc-runtime from its launch ABI table; do not edit.")?;
+    writeln!(
+        out,
+        " * sc = {:#010x}: method {}, {} in, {} out, {n} handles.",
+        l.scalars(n).map_or(0, |sc| sc.raw()),
+        l.method,
+        l.in_bufs,
+        l.out_bufs
+    )?;
+    write!(out, " * pra[{}]: {} bytes:", l.pra_slots, l.pra0_len(n, s))?;
+    if let Some(magic) = l.magic {
+        write!(out, " magic {magic:#010x} @{}, N @{};", l.magic_offset(), l.count_offset())?;
+    }
+    writeln!(
+        out,
+        " buffer i length @{} + {}*i; scalar j @{} + {}*j.",
+        l.buffer_len_offset(0),
+        l.slot_size,
+        l.scalar_offset(n, 0),
+        l.slot_size
+    )?;
+    write!(out, " * pra[{}]: {} bytes: view offset @{} + {}*i", l.pra_views, l.pra1_len(n), l.view_offset_offset(0), l.view_record_size)?;
+    if let Some(at) = l.lease_len_offset(0) {
+        write!(out, ", lease length @{at} + {}*i", l.view_record_size)?;
+    }
+    writeln!(out, ".")?;
+    writeln!(
+        out,
+        " * pra[{}]: {} bytes out: DSP microseconds. pra[{} + i]: dma handle of buffer i. */",
+        l.pra_timer, l.timer_len, l.first_handle
+    )?;
+    writeln!(out)?;
+    out.write_str(concat!(
+        "typedef union {\n",
+        "  struct { void *pv; unsigned int len; } buf;\n",
+        "  struct { int fd; unsigned int offset; } dma;\n",
+        "} remote_arg;\n",
+        "_Static_assert(sizeof(void *) != 4 || sizeof(remote_arg) == 8, \"remote_arg must be the 8-byte 32-bit view\");\n",
+        "\n",
+        "void *HAP_mmap(void *addr, unsigned int len, int prot, int flags, int fd, long offset);\n",
+        "int HAP_munmap(void *addr, unsigned int len);\n",
+        "unsigned long long HAP_perf_get_time_us(void);\n",
+    ))?;
+    if opts.power_request.is_some() {
+        out.write_str(concat!(
+            "int HAP_power_set(void *context, void *request);\n",
+            "typedef struct {\n",
+            "  int type;\n",
+            "  union {\n",
+            "    struct {\n",
+            "      unsigned char dcvs_enable;\n",
+            "      int dcvs_option;\n",
+            "      unsigned char set_latency;\n",
+            "      unsigned int latency;\n",
+            "      unsigned char set_dcvs_params;\n",
+            "      struct { int target_corner, min_corner, max_corner; unsigned int param1, param2, param3; } dcvs_params;\n",
+            "      unsigned char set_sleep_disable;\n",
+            "      unsigned char sleep_disable;\n",
+            "    } dcvs_v2;\n",
+            "    unsigned char reserved[124];\n",
+            "  } u;\n",
+            "} hrx_power_request;\n",
+        ))?;
+    }
+    write!(out, "void {kernel}(")?;
+    if sig.params().is_empty() {
+        out.write_str("void")?;
+    }
+    for (i, p) in sig.params().iter().enumerate() {
+        let sep = if i > 0 { ", " } else { "" };
+        match p {
+            ParamKind::Buffer => write!(out, "{sep}void *")?,
+            ParamKind::Scalar(t) => write!(out, "{sep}{}", t.c_type())?,
+        }
+    }
+    writeln!(out, ");")?;
+    writeln!(out, "int {ENTRY_SYMBOL}(unsigned long long handle, unsigned int sc, remote_arg *pra);")?;
+    write_helpers(out, l, sig)
+}
+
+/// Writes the load/store helpers the body uses, and only those (clang warns about unused
+/// `static inline` functions under `-Wall`).
+fn write_helpers<W: Write + ?Sized>(out: &mut W, l: &LaunchLayout, sig: &Signature) -> fmt::Result {
+    let n = sig.buffers();
+    let uses = |ts: &[ScalarType]| sig.scalar_types().any(|t| ts.contains(&t));
+    let u64_ = uses(&[ScalarType::I64, ScalarType::U64, ScalarType::F64]);
+    let u32_ = n > 0 || (l.validates && l.magic.is_some()) || u64_ || uses(&[ScalarType::I32, ScalarType::U32, ScalarType::F32]);
+    writeln!(out)?;
+    if u32_ {
+        out.write_str(concat!(
+            "static inline unsigned int hrx_ld_u32(const unsigned char *p) {\n",
+            "  return (unsigned int)p[0] | ((unsigned int)p[1] << 8) | ((unsigned int)p[2] << 16) | ((unsigned int)p[3] << 24);\n",
+            "}\n",
+        ))?;
+    }
+    if uses(&[ScalarType::I16, ScalarType::U16, ScalarType::F16]) {
+        out.write_str(
+            "static inline unsigned short hrx_ld_u16(const unsigned char *p) { return (unsigned short)(p[0] | (p[1] << 8)); }\n",
+        )?;
+    }
+    if u64_ {
+        out.write_str(concat!(
+            "static inline unsigned long long hrx_ld_u64(const unsigned char *p) {\n",
+            "  return (unsigned long long)hrx_ld_u32(p) | ((unsigned long long)hrx_ld_u32(p + 4) << 32);\n",
+            "}\n",
+        ))?;
+    }
+    if uses(&[ScalarType::F32]) {
+        out.write_str(
+            "static inline float hrx_f32(unsigned int bits) { union { unsigned int u; float f; } c; c.u = bits; return c.f; }\n",
+        )?;
+    }
+    if uses(&[ScalarType::F64]) {
+        out.write_str(
+            "static inline double hrx_f64(unsigned long long bits) { union { unsigned long long u; double f; } c; c.u = bits; return c.f; }\n",
+        )?;
+    }
+    out.write_str(concat!(
+        "static inline void hrx_st_u64(unsigned char *p, unsigned long long v) {\n",
+        "  for (unsigned int i = 0; i < 8u; i++) p[i] = (unsigned char)(v >> (8u * i));\n",
+        "}\n",
+    ))?;
+    if l.unwinds && n > 0 {
+        out.write_str("static inline int hrx_map_failed(const void *p) { return p == (const void *)0 || p == (const void *)-1; }\n")?;
+    }
+    writeln!(out)
+}
+
+fn scalar_load<W: Write + ?Sized>(out: &mut W, t: ScalarType, at: usize) -> fmt::Result {
+    match t {
+        ScalarType::I8 => write!(out, "(signed char)hrx_a0[{at}]"),
+        ScalarType::U8 => write!(out, "hrx_a0[{at}]"),
+        ScalarType::I16 => write!(out, "(short)hrx_ld_u16(hrx_a0 + {at})"),
+        ScalarType::U16 | ScalarType::F16 => write!(out, "hrx_ld_u16(hrx_a0 + {at})"),
+        ScalarType::I32 => write!(out, "(int)hrx_ld_u32(hrx_a0 + {at})"),
+        ScalarType::U32 => write!(out, "hrx_ld_u32(hrx_a0 + {at})"),
+        ScalarType::I64 => write!(out, "(long long)hrx_ld_u64(hrx_a0 + {at})"),
+        ScalarType::U64 => write!(out, "hrx_ld_u64(hrx_a0 + {at})"),
+        ScalarType::F32 => write!(out, "hrx_f32(hrx_ld_u32(hrx_a0 + {at}))"),
+        ScalarType::F64 => write!(out, "hrx_f64(hrx_ld_u64(hrx_a0 + {at}))"),
+    }
+}
+
+fn write_power<W: Write + ?Sized>(out: &mut W, p: &PowerRequest) -> fmt::Result {
+    writeln!(out, "  {{ /* power request (tinygrad's dcvs_v2) */")?;
+    writeln!(out, "    hrx_power_request hrx_req;")?;
+    writeln!(out, "    volatile unsigned char *hrx_z = (volatile unsigned char *)&hrx_req;")?;
+    writeln!(out, "    for (unsigned int hrx_i = 0; hrx_i < sizeof hrx_req; hrx_i++) hrx_z[hrx_i] = 0;")?;
+    writeln!(out, "    hrx_req.type = {};", p.request_type)?;
+    writeln!(out, "    hrx_req.u.dcvs_v2.dcvs_enable = {};", p.dcvs_enable)?;
+    writeln!(out, "    hrx_req.u.dcvs_v2.set_latency = {};", p.set_latency)?;
+    writeln!(out, "    hrx_req.u.dcvs_v2.latency = {}u;", p.latency)?;
+    writeln!(out, "    hrx_req.u.dcvs_v2.set_dcvs_params = {};", p.set_dcvs_params)?;
+    writeln!(out, "    hrx_req.u.dcvs_v2.dcvs_params.target_corner = {};", p.target_corner)?;
+    writeln!(out, "    (void)HAP_power_set((void *)(__UINTPTR_TYPE__)handle, &hrx_req);")?;
+    writeln!(out, "  }}")
+}
+
+fn write_body<W: Write + ?Sized>(out: &mut W, l: &LaunchLayout, sig: &Signature, kernel: &str, opts: &EntryOptions) -> fmt::Result {
+    let n = sig.buffers();
+    let s = sig.scalars();
+    let handle_bits = l.scalars(n).map_or(0, |sc| sc.raw()) & 0x00ff_ffff;
+    let bad = l.err_bad_param;
+    writeln!(out, "int {ENTRY_SYMBOL}(unsigned long long handle, unsigned int sc, remote_arg *pra) {{")?;
+    writeln!(out, "  (void)handle;")?;
+    if let Some(p) = &opts.power_request {
+        write_power(out, p)?;
+    }
+    writeln!(out, "  if ((sc >> 24) != {}u) return 0; /* method {} only, attribute bits included */", l.method, l.method)?;
+    if l.validates {
+        writeln!(out, "  if ((sc & 0xffffffu) != {handle_bits:#x}u) return {bad};")?;
+        writeln!(out, "  if (pra[{}].buf.len < {}u) return {bad};", l.pra_slots, l.pra0_len(n, s))?;
+        if l.pra1_len(n) > 0 {
+            writeln!(out, "  if (pra[{}].buf.len < {}u) return {bad};", l.pra_views, l.pra1_len(n))?;
+        }
+    }
+    if l.pra0_len(n, s) > 0 {
+        writeln!(out, "  const unsigned char *const hrx_a0 = (const unsigned char *)pra[{}].buf.pv;", l.pra_slots)?;
+    }
+    if n > 0 {
+        writeln!(out, "  const unsigned char *const hrx_a1 = (const unsigned char *)pra[{}].buf.pv;", l.pra_views)?;
+    }
+    if let (true, Some(magic)) = (l.validates, l.magic) {
+        writeln!(
+            out,
+            "  if (hrx_ld_u32(hrx_a0 + {}) != {magic:#010x}u || hrx_ld_u32(hrx_a0 + {}) != {n}u) return {bad};",
+            l.magic_offset(),
+            l.count_offset()
+        )?;
+    }
+    for i in 0..n {
+        let len_ty = if l.buffer_len_signed { "int" } else { "unsigned int" };
+        let cast = if l.buffer_len_signed { "(int)" } else { "" };
+        writeln!(out, "  const {len_ty} hrx_len{i} = {cast}hrx_ld_u32(hrx_a0 + {});", l.buffer_len_offset(i))?;
+        writeln!(out, "  const unsigned int hrx_off{i} = hrx_ld_u32(hrx_a1 + {});", l.view_offset_offset(i))?;
+        if let Some(at) = l.lease_len_offset(i) {
+            writeln!(out, "  const unsigned int hrx_lease{i} = hrx_ld_u32(hrx_a1 + {at});")?;
+        }
+        writeln!(out, "  const int hrx_fd{i} = pra[{}].dma.fd;", l.first_handle + i)?;
+        if l.validates && l.lease_len_at.is_some() {
+            writeln!(out, "  if (hrx_off{i} > hrx_lease{i} || hrx_len{i} > hrx_lease{i} - hrx_off{i}) return {bad};")?;
+        }
+    }
+    for (j, t) in sig.scalar_types().enumerate() {
+        write!(out, "  const {} hrx_s{j} = ", t.c_type())?;
+        scalar_load(out, t, l.scalar_offset(n, j))?;
+        writeln!(out, ";")?;
+    }
+    // Map.
+    let map_len = match l.map_extent {
+        MapExtent::LeaseLength => "hrx_lease",
+        MapExtent::ViewLength => "(unsigned int)hrx_len",
+    };
+    for i in 0..n {
+        writeln!(out, "  void *const hrx_base{i} = HAP_mmap((void *)0, {map_len}{i}, {}, {}, hrx_fd{i}, 0);", l.map_prot, l.map_flags)?;
+        if l.unwinds {
+            write!(out, "  if (hrx_map_failed(hrx_base{i})) {{")?;
+            for k in (0..i).rev() {
+                write!(out, " HAP_munmap(hrx_base{k}, {map_len}{k});")?;
+            }
+            writeln!(out, " return {}; }}", l.err_map)?;
+        }
+        writeln!(out, "  void *const hrx_ptr{i} = (unsigned char *)hrx_base{i} + hrx_off{i};")?;
+    }
+    // Call.
+    writeln!(out, "  const unsigned long long hrx_t0 = HAP_perf_get_time_us();")?;
+    write!(out, "  {kernel}(")?;
+    for i in 0..n {
+        write!(out, "{}hrx_ptr{i}", if i > 0 { ", " } else { "" })?;
+    }
+    for j in 0..s {
+        write!(out, "{}hrx_s{j}", if n + j > 0 { ", " } else { "" })?;
+    }
+    writeln!(out, ");")?;
+    writeln!(out, "  const unsigned long long hrx_t1 = HAP_perf_get_time_us();")?;
+    if l.timer_len_checked {
+        write!(out, "  if (pra[{}].buf.len >= {}u)", l.pra_timer, l.timer_len)?;
+    }
+    writeln!(
+        out,
+        "{}hrx_st_u64((unsigned char *)pra[{}].buf.pv, hrx_t1 - hrx_t0);",
+        if l.timer_len_checked { " " } else { "  " },
+        l.pra_timer
+    )?;
+    // Unmap.
+    match l.map_extent {
+        MapExtent::LeaseLength => {
+            for i in (0..n).rev() {
+                writeln!(out, "  HAP_munmap(hrx_base{i}, hrx_lease{i});")?;
+            }
+        }
+        MapExtent::ViewLength => {
+            // tinygrad's order and arguments: (base + off, view length) -- wrong for off > 0.
+            for i in 0..n {
+                writeln!(out, "  HAP_munmap(hrx_ptr{i}, (unsigned int)hrx_len{i});")?;
+            }
+        }
+    }
+    writeln!(out, "  return 0;")?;
+    writeln!(out, "}}")
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use std::string::String;
+
+    use super::*;
+
+    fn gen(sig: &str, opts: &EntryOptions) -> String {
+        let mut s = String::new();
+        write_entry(&mut s, &Signature::parse(sig).unwrap(), "kern", opts).unwrap();
+        s
+    }
+
+    #[test]
+    fn v2_text_carries_the_table() {
+        let c = gen("buf,buf,i32,f32", &EntryOptions::V2);
+        for needle in [
+            "if ((sc & 0xffffffu) != 0x20102u) return 14;",
+            "if (pra[0].buf.len < 40u) return 14;",
+            "if (pra[1].buf.len < 16u) return 14;",
+            "hrx_ld_u32(hrx_a0 + 0) != 0x32585248u || hrx_ld_u32(hrx_a0 + 4) != 2u",
+            "hrx_len1 = hrx_ld_u32(hrx_a0 + 16);",
+            "hrx_off1 = hrx_ld_u32(hrx_a1 + 8);",
+            "hrx_lease1 = hrx_ld_u32(hrx_a1 + 12);",
+            "hrx_fd1 = pra[4].dma.fd;",
+            "const int hrx_s0 = (int)hrx_ld_u32(hrx_a0 + 24);",
+            "const float hrx_s1 = hrx_f32(hrx_ld_u32(hrx_a0 + 32));",
+            "HAP_mmap((void *)0, hrx_lease1, 3, 0, hrx_fd1, 0);",
+            "if (hrx_map_failed(hrx_base1)) { HAP_munmap(hrx_base0, hrx_lease0); return 101; }",
+            "kern(hrx_ptr0, hrx_ptr1, hrx_s0, hrx_s1);",
+            "if (pra[2].buf.len >= 8u) hrx_st_u64((unsigned char *)pra[2].buf.pv, hrx_t1 - hrx_t0);",
+            "HAP_munmap(hrx_base1, hrx_lease1);\n  HAP_munmap(hrx_base0, hrx_lease0);",
+            "void kern(void *, void *, int, float);",
+        ] {
+            assert!(c.contains(needle), "missing {needle:?} in\n{c}");
+        }
+        assert!(!c.contains("HAP_power_set"));
+    }
+
+    #[test]
+    fn v1_text_reproduces_tinygrads_entry() {
+        let c = gen("buf,u16", &EntryOptions::TINYGRAD);
+        for needle in [
+            "const int hrx_len0 = (int)hrx_ld_u32(hrx_a0 + 0);",
+            "hrx_off0 = hrx_ld_u32(hrx_a1 + 0);",
+            "HAP_mmap((void *)0, (unsigned int)hrx_len0, 3, 0, hrx_fd0, 0);",
+            "hrx_ptr0 = (unsigned char *)hrx_base0 + hrx_off0;",
+            "HAP_munmap(hrx_ptr0, (unsigned int)hrx_len0);",
+            "const unsigned short hrx_s0 = hrx_ld_u16(hrx_a0 + 8);",
+            "hrx_req.type = 7;",
+            "hrx_req.u.dcvs_v2.latency = 100u;",
+            "hrx_req.u.dcvs_v2.dcvs_params.target_corner = 6;",
+        ] {
+            assert!(c.contains(needle), "missing {needle:?} in\n{c}");
+        }
+        assert!(!c.contains("return 14"), "v1 validates nothing");
+        assert!(c.find("HAP_power_set").unwrap() < c.find("(sc >> 24)").unwrap(), "power request comes first");
+    }
+
+    #[test]
+    fn empty_signature_and_names() {
+        let c = gen("", &EntryOptions::V2);
+        assert!(c.contains("void kern(void);") && c.contains("kern();"));
+        assert!(!c.contains("hrx_a1"));
+        let sig = Signature::parse("buf").unwrap();
+        let mut s = String::new();
+        for bad in ["", "1k", "entry", "int", "hrx_k", "HAP_mmap", "__k", "a-b", "ü"] {
+            assert_eq!(write_entry(&mut s, &sig, bad, &EntryOptions::V2), Err(EntryError::KernelName), "{bad:?}");
+        }
+        assert!(s.is_empty());
+        assert_eq!(check_kernel_name("r_16_4"), Ok(()));
+        struct Full;
+        impl Write for Full {
+            fn write_str(&mut self, _: &str) -> fmt::Result {
+                Err(fmt::Error)
+            }
+        }
+        assert_eq!(write_entry(&mut Full, &sig, "k", &EntryOptions::V2), Err(EntryError::Format));
+    }
+}

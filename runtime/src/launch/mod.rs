@@ -1,0 +1,48 @@
+//! The kernel-launch ABI: how a host launches a kernel in a DSP library through FastRPC, and the
+//! DSP-side `entry` function that receives the launch.
+//!
+//! A launch is one `FASTRPC_IOCTL_INVOKE_ATTRS` on the library's handle with method 2: two input
+//! buffers (pra 0: buffer lengths and scalars, pra 1: view records), one output buffer (pra 2:
+//! the DSP's microseconds around the kernel) and one output handle per buffer (its share fd with
+//! `FASTRPC_ATTR_NOVA`). The host packer and the DSP entry are built separately, so the contract
+//! between them is written down once, in [`abi`] (one [`LaunchLayout`] per [`AbiVersion`]), and
+//! both sides are derived from it:
+//!
+//! * [`PackedLaunch::pack`] checks a launch against its [`Signature`] and the version's limits and
+//!   fills fixed-capacity storage (no heap); [`PackedLaunch::invoke_args`] /
+//!   [`PackedLaunch::launch`] hand it to the driver layer's [`InvokeArgs`](hexrpc_drivers::adsprpc::InvokeArgs).
+//! * [`write_entry`] writes the C `entry` for a signature into any `core::fmt::Write` (no heap).
+//! * `build` (feature `std`) compiles entry + kernel into a Hexagon shared object.
+//!
+//! Version 1 is tinygrad's contract, kept to drive libraries built by others; its entry maps the
+//! *view* length at file offset 0, so only offset-0 views are correct and the packer refuses the
+//! rest. Version 2 (the default) separates the mapping lease from the view: the DSP maps and
+//! unmaps whole leases and validates every field before mapping anything.
+//!
+//! # Lifetimes
+//!
+//! A [`BufferRef<'a>`] borrows whatever owns its lease for `'a`; a [`PackedLaunch<'a>`] carries
+//! that borrow, and the [`InvokeArgs`](hexrpc_drivers::adsprpc::InvokeArgs) it produces borrows the
+//! packed bytes, so no lease and no argument byte can go away before the ioctl has returned.
+//!
+//! # Where the model leaks
+//!
+//! The buffers themselves are memory shared with the DSP: the kernel reads and writes them while
+//! the call runs, and nothing here looks at their contents. Borrowing a view shared (`&`) is
+//! enough to keep its lease alive; it does not (and cannot) stop the DSP from writing it. The
+//! 32-bit `remote_arg` view the entry is written against is what working DSP entries read, not a
+//! documented interface (see `drivers::dsp`).
+
+pub mod abi;
+#[cfg(feature = "std")]
+pub mod build;
+mod entry;
+mod pack;
+mod scalar;
+mod signature;
+
+pub use abi::{AbiVersion, LaunchLayout, MapExtent, ENTRY_SYMBOL, FIRST_HANDLE, MAX_ARGS, MAX_BUFFERS, SLOT_SIZE, V1, V2, V2_MAGIC};
+pub use entry::{check_kernel_name, write_entry, EntryError, EntryOptions, PowerRequest};
+pub use pack::{BufferRef, LaunchBuffer, PackError, PackedLaunch, DEFAULT_SLOTS};
+pub use scalar::Scalar;
+pub use signature::{ParamKind, ScalarType, Signature, SignatureError};

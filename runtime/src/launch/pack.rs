@@ -1,0 +1,471 @@
+//! The host packer: buffer views + typed scalars -> the argument array of one launch, in fixed
+//! capacity on the stack.
+
+use core::fmt;
+use core::marker::PhantomData;
+
+use hexrpc_drivers::adsprpc::{invoke_attrs, ArgsError, InvokeArgs};
+use hexrpc_drivers::{Error, Fd, Scalars, Syscalls};
+
+use super::abi::{AbiVersion, LaunchLayout, MAX_ARGS, MAX_BUFFERS, SLOT_SIZE};
+use super::scalar::Scalar;
+use super::signature::{ScalarType, Signature};
+
+/// A buffer view a kernel can be launched on: a window of a lease (a shareable allocation).
+///
+/// The HAL's buffer view implements this; [`BufferRef::of`] turns any implementor into the
+/// small record the packer takes, borrowing the implementor for as long as the record lives.
+pub trait LaunchBuffer {
+    /// The lease's share fd (what the DSP maps).
+    fn share_fd(&self) -> Fd;
+    /// The lease's total length in bytes (what a v2 entry maps).
+    fn lease_len(&self) -> u64;
+    /// Offset of the view inside the lease.
+    fn view_offset(&self) -> u64;
+    /// Length of the view.
+    fn view_len(&self) -> u64;
+}
+
+/// A buffer view as the packer sees it, borrowing its owner (the view or lease object) for `'a`,
+/// so the owner cannot be dropped, and the lease freed, while a launch that references it is
+/// alive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BufferRef<'a> {
+    fd: Fd,
+    lease_len: u64,
+    offset: u64,
+    len: u64,
+    _owner: PhantomData<&'a ()>,
+}
+
+impl<'a> BufferRef<'a> {
+    /// The record of `buffer`, borrowing it for `'a`.
+    pub fn of<B: LaunchBuffer + ?Sized>(buffer: &'a B) -> BufferRef<'a> {
+        BufferRef {
+            fd: buffer.share_fd(),
+            lease_len: buffer.lease_len(),
+            offset: buffer.view_offset(),
+            len: buffer.view_len(),
+            _owner: PhantomData,
+        }
+    }
+
+    /// A record made of raw parts, borrowing `owner` (whatever keeps the lease alive) for `'a`.
+    /// Nothing is checked here; the packer checks the view against the lease and the version.
+    pub fn borrowing<T: ?Sized>(_owner: &'a T, fd: Fd, lease_len: u64, offset: u64, len: u64) -> BufferRef<'a> {
+        BufferRef { fd, lease_len, offset, len, _owner: PhantomData }
+    }
+}
+
+impl LaunchBuffer for BufferRef<'_> {
+    fn share_fd(&self) -> Fd {
+        self.fd
+    }
+    fn lease_len(&self) -> u64 {
+        self.lease_len
+    }
+    fn view_offset(&self) -> u64 {
+        self.offset
+    }
+    fn view_len(&self) -> u64 {
+        self.len
+    }
+}
+
+/// Why a launch could not be packed. Every refusal happens before any system call.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum PackError {
+    /// More than [`MAX_BUFFERS`] buffers (the count would spill out of the handle nibble).
+    TooManyBuffers {
+        /// Buffers given.
+        count: usize,
+    },
+    /// The number of buffers differs from the signature's.
+    BufferCount {
+        /// Buffers in the signature.
+        expected: usize,
+        /// Buffers given.
+        got: usize,
+    },
+    /// The number of scalars differs from the signature's.
+    ScalarCount {
+        /// Scalars in the signature.
+        expected: usize,
+        /// Scalars given.
+        got: usize,
+    },
+    /// pra 0 would need more slots than the packed launch's capacity.
+    TooManyScalars {
+        /// Slots needed (header + buffers + scalars).
+        slots: usize,
+        /// Slots available.
+        capacity: usize,
+    },
+    /// Scalar `index` (counting scalars only) has a type other than the signature's.
+    ScalarType {
+        /// Index among the scalars.
+        index: usize,
+        /// The signature's type.
+        expected: ScalarType,
+        /// The given value's type.
+        got: ScalarType,
+    },
+    /// v1 cannot launch a view at a non-zero offset correctly (its entry maps the view length at
+    /// file offset 0 and unmaps the wrong address): refused, never sent.
+    V1NonZeroOffset {
+        /// Buffer index.
+        buffer: usize,
+        /// The view's offset.
+        offset: u64,
+    },
+    /// The view is longer than the version's length field can carry.
+    ViewTooLong {
+        /// Buffer index.
+        buffer: usize,
+        /// The view's length.
+        len: u64,
+        /// The version's limit.
+        max: u64,
+    },
+    /// The lease is longer than the version can describe.
+    LeaseTooLong {
+        /// Buffer index.
+        buffer: usize,
+        /// The lease's length.
+        len: u64,
+        /// The version's limit.
+        max: u64,
+    },
+    /// `offset + len` exceeds the lease (or overflows).
+    ViewOutsideLease {
+        /// Buffer index.
+        buffer: usize,
+    },
+    /// The buffer has no usable fd (0 or negative): the driver would not treat it as a handle.
+    NoFd {
+        /// Buffer index.
+        buffer: usize,
+    },
+}
+
+impl fmt::Display for PackError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            PackError::TooManyBuffers { count } => write!(f, "{count} buffers: a launch carries at most {MAX_BUFFERS}"),
+            PackError::BufferCount { expected, got } => write!(f, "the signature has {expected} buffers, {got} given"),
+            PackError::ScalarCount { expected, got } => write!(f, "the signature has {expected} scalars, {got} given"),
+            PackError::TooManyScalars { slots, capacity } => write!(f, "{slots} argument slots needed, capacity {capacity}"),
+            PackError::ScalarType { index, expected, got } => write!(f, "scalar {index} is {got}, the signature says {expected}"),
+            PackError::V1NonZeroOffset { buffer, offset } => {
+                write!(f, "buffer {buffer} is a view at offset {offset}: the v1 entry cannot launch it correctly (use v2)")
+            }
+            PackError::ViewTooLong { buffer, len, max } => write!(f, "buffer {buffer}: view of {len} bytes exceeds {max}"),
+            PackError::LeaseTooLong { buffer, len, max } => write!(f, "buffer {buffer}: lease of {len} bytes exceeds {max}"),
+            PackError::ViewOutsideLease { buffer } => write!(f, "buffer {buffer}: view extends past its lease"),
+            PackError::NoFd { buffer } => write!(f, "buffer {buffer} has no share fd"),
+        }
+    }
+}
+
+/// Default pra 0 capacity in slots: the v2 header, 15 buffers and 48 scalars.
+pub const DEFAULT_SLOTS: usize = 64;
+
+/// One packed kernel launch: pra 0 (header, buffer lengths, scalars), pra 1 (view records),
+/// pra 2 (the timer), and the buffers' fds, in fixed capacity (`SLOTS` slots of pra 0).
+///
+/// It borrows every buffer it references for `'a`, and [`invoke_args`](Self::invoke_args)
+/// borrows the packed storage for as long as the [`InvokeArgs`] lives, so neither a lease nor
+/// the argument bytes can go away before the ioctl that uses them has returned:
+///
+/// ```compile_fail,E0505
+/// # use hexrpc_runtime::launch::*;
+/// # use hexrpc_drivers::Fd;
+/// struct Lease; // stands for the object that owns the allocation
+/// let lease = Lease;
+/// let sig = Signature::parse("buf").unwrap();
+/// let packed = {
+///     let view = BufferRef::borrowing(&lease, Fd(5), 4096, 0, 64);
+///     PackedLaunch::new(AbiVersion::V2, &sig, &[view], &[]).unwrap()
+/// };
+/// drop(lease); // error[E0505]: cannot move out of `lease` because it is borrowed
+/// let _ = packed.pra0();
+/// ```
+#[derive(Clone)]
+pub struct PackedLaunch<'a, const SLOTS: usize = DEFAULT_SLOTS> {
+    layout: &'static LaunchLayout,
+    buffers: u8,
+    scalars: u8,
+    slots: [[u8; SLOT_SIZE]; SLOTS],
+    views: [[u8; 8]; MAX_BUFFERS],
+    timer: [u8; 8],
+    fds: [Fd; MAX_BUFFERS],
+    _buffers: PhantomData<&'a ()>,
+}
+
+fn put_u32(bytes: &mut [u8], at: usize, v: u32) {
+    bytes[at..at + 4].copy_from_slice(&v.to_le_bytes());
+}
+
+impl<'a> PackedLaunch<'a> {
+    /// [`pack`](Self::pack) with the default capacity ([`DEFAULT_SLOTS`]).
+    pub fn new(version: AbiVersion, sig: &Signature, buffers: &[BufferRef<'a>], scalars: &[Scalar]) -> Result<Self, PackError> {
+        Self::pack(version, sig, buffers, scalars)
+    }
+}
+
+impl<'a, const SLOTS: usize> PackedLaunch<'a, SLOTS> {
+    /// Packs a launch of a kernel with signature `sig` on `buffers` and `scalars` for `version`.
+    pub fn pack(version: AbiVersion, sig: &Signature, buffers: &[BufferRef<'a>], scalars: &[Scalar]) -> Result<Self, PackError> {
+        let layout = version.layout();
+        let n = buffers.len();
+        if n > layout.max_buffers {
+            return Err(PackError::TooManyBuffers { count: n });
+        }
+        if n != sig.buffers() {
+            return Err(PackError::BufferCount { expected: sig.buffers(), got: n });
+        }
+        if scalars.len() != sig.scalars() {
+            return Err(PackError::ScalarCount { expected: sig.scalars(), got: scalars.len() });
+        }
+        let slots = layout.slots(n, scalars.len());
+        if slots > SLOTS {
+            return Err(PackError::TooManyScalars { slots, capacity: SLOTS });
+        }
+        for (index, (s, expected)) in scalars.iter().zip(sig.scalar_types()).enumerate() {
+            if s.ty() != expected {
+                return Err(PackError::ScalarType { index, expected, got: s.ty() });
+            }
+        }
+        for (buffer, b) in buffers.iter().enumerate() {
+            if b.fd.0 <= 0 {
+                return Err(PackError::NoFd { buffer });
+            }
+            if b.offset != 0 && !layout.allows_view_offset {
+                return Err(PackError::V1NonZeroOffset { buffer, offset: b.offset });
+            }
+            if b.len > layout.max_view_len {
+                return Err(PackError::ViewTooLong { buffer, len: b.len, max: layout.max_view_len });
+            }
+            match b.offset.checked_add(b.len) {
+                Some(end) if end <= b.lease_len => {}
+                _ => return Err(PackError::ViewOutsideLease { buffer }),
+            }
+            if layout.lease_len_at.is_some() && b.lease_len > layout.max_lease_len {
+                return Err(PackError::LeaseTooLong { buffer, len: b.lease_len, max: layout.max_lease_len });
+            }
+        }
+
+        let mut p = PackedLaunch {
+            layout,
+            buffers: n as u8,
+            scalars: scalars.len() as u8,
+            slots: [[0; SLOT_SIZE]; SLOTS],
+            views: [[0; 8]; MAX_BUFFERS],
+            timer: [0; 8],
+            fds: [Fd(-1); MAX_BUFFERS],
+            _buffers: PhantomData,
+        };
+        let pra0 = p.slots.as_flattened_mut();
+        if let Some(magic) = layout.magic {
+            put_u32(pra0, layout.magic_offset(), magic);
+            put_u32(pra0, layout.count_offset(), n as u32);
+        }
+        let pra1 = p.views.as_flattened_mut();
+        for (i, b) in buffers.iter().enumerate() {
+            // Checked above against max_view_len / max_lease_len, both <= u32::MAX.
+            put_u32(pra0, layout.buffer_len_offset(i), b.len as u32);
+            put_u32(pra1, layout.view_offset_offset(i), b.offset as u32);
+            if let Some(at) = layout.lease_len_offset(i) {
+                put_u32(pra1, at, b.lease_len as u32);
+            }
+            p.fds[i] = b.fd;
+        }
+        for (j, s) in scalars.iter().enumerate() {
+            let at = layout.scalar_offset(n, j);
+            pra0[at..at + s.ty().size()].copy_from_slice(&s.to_le_bytes()[..s.ty().size()]);
+        }
+        Ok(p)
+    }
+
+    /// The version this launch was packed for.
+    pub fn version(&self) -> AbiVersion {
+        self.layout.version
+    }
+    /// The layout this launch was packed with.
+    pub fn layout(&self) -> &'static LaunchLayout {
+        self.layout
+    }
+    /// Number of buffers.
+    pub fn buffer_count(&self) -> usize {
+        self.buffers as usize
+    }
+    /// Number of scalars.
+    pub fn scalar_count(&self) -> usize {
+        self.scalars as usize
+    }
+    /// The scalars word the launch is sent with.
+    pub fn scalars_word(&self) -> Scalars {
+        match self.layout.scalars(self.buffer_count()) {
+            Some(sc) => sc,
+            // Unreachable: `pack` refuses more than `max_buffers` buffers.
+            None => Scalars::from_raw(0),
+        }
+    }
+    /// The bytes of pra 0, as sent.
+    pub fn pra0(&self) -> &[u8] {
+        &self.slots.as_flattened()[..self.layout.pra0_len(self.buffer_count(), self.scalar_count())]
+    }
+    /// The bytes of pra 1, as sent.
+    pub fn pra1(&self) -> &[u8] {
+        &self.views.as_flattened()[..self.layout.pra1_len(self.buffer_count())]
+    }
+    /// The bytes of pra 2 (the timer the DSP writes back).
+    pub fn pra2(&self) -> &[u8] {
+        &self.timer[..self.layout.timer_len]
+    }
+    /// The buffers' share fds, in handle order.
+    pub fn fds(&self) -> &[Fd] {
+        &self.fds[..self.buffer_count()]
+    }
+
+    /// The argument list for [`invoke_attrs`]: pra 0 and pra 1 as input buffers, pra 2 as the
+    /// output buffer, each buffer's fd as an output handle with `FASTRPC_ATTR_NOVA`. It borrows
+    /// this launch (and so, through `'a`, every buffer) until it is dropped.
+    pub fn invoke_args(&mut self) -> Result<InvokeArgs<'_, MAX_ARGS>, ArgsError> {
+        let (n, s, layout) = (self.buffer_count(), self.scalar_count(), self.layout);
+        let mut args = InvokeArgs::new(layout.method)?;
+        args.input(&self.slots.as_flattened()[..layout.pra0_len(n, s)])?;
+        args.input(&self.views.as_flattened()[..layout.pra1_len(n)])?;
+        args.output(&mut self.timer[..layout.timer_len])?;
+        for fd in &self.fds[..n] {
+            args.out_handle(*fd, layout.handle_attr)?;
+        }
+        Ok(args)
+    }
+
+    /// Sends the launch with `FASTRPC_IOCTL_INVOKE_ATTRS` to library `handle` on the adsprpc fd
+    /// `dev`, and returns the DSP microseconds the entry measured around the kernel call.
+    /// One ioctl; nothing is allocated.
+    pub fn launch<S: Syscalls + ?Sized>(&mut self, sys: &S, dev: Fd, handle: u32) -> Result<u64, Error> {
+        self.timer = [0; 8];
+        let mut args = self.invoke_args().map_err(|_| Error::Invalid)?;
+        invoke_attrs(sys, dev, handle, &mut args)?;
+        Ok(self.dsp_micros())
+    }
+
+    /// The DSP microseconds from pra 2 (valid after a successful call; 0 before, or if the DSP
+    /// did not write it).
+    pub fn dsp_micros(&self) -> u64 {
+        u64::from_le_bytes(self.timer)
+    }
+}
+
+impl<const SLOTS: usize> fmt::Debug for PackedLaunch<'_, SLOTS> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PackedLaunch")
+            .field("version", &self.layout.version)
+            .field("sc", &self.scalars_word())
+            .field("pra0", &self.pra0())
+            .field("pra1", &self.pra1())
+            .field("fds", &self.fds())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::launch::abi::{V1, V2, V2_MAGIC};
+    use hexrpc_drivers::adsprpc::FASTRPC_ATTR_NOVA;
+
+    fn sig(s: &str) -> Signature {
+        Signature::parse(s).unwrap()
+    }
+
+    #[test]
+    fn v2_packs_per_the_card() {
+        let owner = ();
+        let bufs = [BufferRef::borrowing(&owner, Fd(7), 8192, 4096, 100), BufferRef::borrowing(&owner, Fd(8), 64, 0, 64)];
+        let sc = [Scalar::I32(-3), Scalar::F32(2.0)];
+        let mut p = PackedLaunch::new(AbiVersion::V2, &sig("buf,buf,i32,f32"), &bufs, &sc).unwrap();
+        let mut want0 = [0u8; 40];
+        want0[0..4].copy_from_slice(&V2_MAGIC.to_le_bytes());
+        want0[4] = 2;
+        want0[8..12].copy_from_slice(&100u32.to_le_bytes());
+        want0[16..20].copy_from_slice(&64u32.to_le_bytes());
+        want0[24..28].copy_from_slice(&(-3i32).to_le_bytes());
+        want0[32..36].copy_from_slice(&2.0f32.to_bits().to_le_bytes());
+        assert_eq!(p.pra0(), &want0);
+        let want1: [u8; 16] = [0, 16, 0, 0, 0, 0x20, 0, 0, 0, 0, 0, 0, 64, 0, 0, 0];
+        assert_eq!(p.pra1(), &want1);
+        assert_eq!(p.scalars_word().raw(), 0x0202_0102);
+        let pra0_ptr = p.pra0().as_ptr() as u64;
+        {
+            let args = p.invoke_args().unwrap();
+            assert_eq!(args.scalars().raw(), 0x0202_0102);
+            assert_eq!(args.fds(), &[-1, -1, -1, 7, 8]);
+            assert_eq!(args.attrs(), &[0, 0, 0, FASTRPC_ATTR_NOVA, FASTRPC_ATTR_NOVA]);
+            assert_eq!(args.pra()[0].buf().pv, pra0_ptr);
+            assert_eq!((args.pra()[0].buf().len, args.pra()[1].buf().len, args.pra()[2].buf().len), (40, 16, 8));
+        }
+        // Round trip through the table's decoders.
+        assert_eq!(V2.header(p.pra0()), Some((V2_MAGIC, 2)));
+        assert_eq!(V2.view(p.pra1(), 0), Some((4096, Some(8192))));
+        assert_eq!(V2.buffer_len(p.pra0(), 1), Some(64));
+        assert_eq!(V2.scalar(p.pra0(), 2, 1, ScalarType::F32), Some(Scalar::F32(2.0)));
+    }
+
+    #[test]
+    fn v1_packs_like_tinygrad() {
+        let owner = ();
+        let bufs = [BufferRef::borrowing(&owner, Fd(3), 256, 0, 256)];
+        let p = PackedLaunch::new(AbiVersion::V1, &sig("buf,u8"), &bufs, &[Scalar::U8(9)]).unwrap();
+        assert_eq!(p.pra0(), &[0, 1, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(p.pra1(), &[0, 0, 0, 0]);
+        assert_eq!(V1.buffer_len(p.pra0(), 0), Some(256));
+        assert_eq!(p.fds(), &[Fd(3)]);
+    }
+
+    #[test]
+    fn refusals_are_typed() {
+        let o = ();
+        let b = |fd, lease, off, len| BufferRef::borrowing(&o, Fd(fd), lease, off, len);
+        let s1 = sig("buf");
+        let pack = |v, s: &Signature, bs: &[BufferRef<'_>], sc: &[Scalar]| PackedLaunch::<'_, 8>::pack(v, s, bs, sc).map(|_| ());
+        assert_eq!(pack(AbiVersion::V1, &s1, &[b(3, 100, 4, 8)], &[]), Err(PackError::V1NonZeroOffset { buffer: 0, offset: 4 }));
+        assert_eq!(pack(AbiVersion::V2, &s1, &[b(3, 100, 4, 8)], &[]), Ok(()));
+        let big = 1u64 << 31;
+        assert_eq!(
+            pack(AbiVersion::V1, &s1, &[b(3, big, 0, big)], &[]),
+            Err(PackError::ViewTooLong { buffer: 0, len: big, max: (1 << 31) - 1 })
+        );
+        assert_eq!(pack(AbiVersion::V2, &s1, &[b(3, big, 0, big)], &[]), Ok(()));
+        let huge = 1u64 << 32;
+        assert_eq!(
+            pack(AbiVersion::V2, &s1, &[b(3, huge, 0, huge)], &[]),
+            Err(PackError::ViewTooLong { buffer: 0, len: huge, max: u32::MAX as u64 })
+        );
+        assert_eq!(
+            pack(AbiVersion::V2, &s1, &[b(3, huge, 0, 16)], &[]),
+            Err(PackError::LeaseTooLong { buffer: 0, len: huge, max: u32::MAX as u64 })
+        );
+        assert_eq!(pack(AbiVersion::V2, &s1, &[b(3, 100, 90, 11)], &[]), Err(PackError::ViewOutsideLease { buffer: 0 }));
+        assert_eq!(pack(AbiVersion::V2, &s1, &[b(3, 100, u64::MAX, 2)], &[]), Err(PackError::ViewOutsideLease { buffer: 0 }));
+        assert_eq!(pack(AbiVersion::V2, &s1, &[b(0, 100, 0, 2)], &[]), Err(PackError::NoFd { buffer: 0 }));
+        assert_eq!(pack(AbiVersion::V2, &s1, &[], &[]), Err(PackError::BufferCount { expected: 1, got: 0 }));
+        let sixteen = [b(3, 1, 0, 1); 16];
+        assert_eq!(pack(AbiVersion::V2, &s1, &sixteen, &[]), Err(PackError::TooManyBuffers { count: 16 }));
+        let si = sig("buf,i32");
+        assert_eq!(pack(AbiVersion::V2, &si, &[b(3, 1, 0, 1)], &[]), Err(PackError::ScalarCount { expected: 1, got: 0 }));
+        assert_eq!(
+            pack(AbiVersion::V2, &si, &[b(3, 1, 0, 1)], &[Scalar::U32(1)]),
+            Err(PackError::ScalarType { index: 0, expected: ScalarType::I32, got: ScalarType::U32 })
+        );
+        // Capacity 8 slots: v2 header + 1 buffer + 6 scalars fits, 7 does not; v1 fits one more.
+        let s7 = sig("buf,u8,u8,u8,u8,u8,u8,u8");
+        let seven = [Scalar::U8(1); 7];
+        assert_eq!(pack(AbiVersion::V2, &s7, &[b(3, 1, 0, 1)], &seven), Err(PackError::TooManyScalars { slots: 9, capacity: 8 }));
+        assert_eq!(pack(AbiVersion::V1, &s7, &[b(3, 1, 0, 1)], &seven), Ok(()));
+    }
+}

@@ -1,0 +1,331 @@
+//! Kernel signatures: which parameters a kernel takes, buffers first, then scalars.
+//!
+//! # Grammar (as accepted by [`Signature::parse`])
+//!
+//! ```text
+//! signature := "" | param ( "," param )*
+//! param     := ws* kind ws*            (ws = space or tab)
+//! kind      := "buf"
+//!            | "i8" | "u8" | "i16" | "u16" | "i32" | "u32" | "i64" | "u64"
+//!            | "f16" | "f32" | "f64"
+//! ```
+//!
+//! Every `buf` must come before every scalar (tinygrad numbers pra 0 slots, pra 1 entries and
+//! handles by *parameter* index, which is only right while buffers come first); at most
+//! [`MAX_BUFFERS`] buffers and [`Signature::MAX_PARAMS`] parameters. Example: `"buf,buf,buf,i32,f32"`.
+
+use core::fmt;
+
+use super::abi::MAX_BUFFERS;
+
+/// The type of a scalar kernel parameter (the dtypes a tinygrad kernel signature uses).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum ScalarType {
+    /// `signed char`.
+    I8,
+    /// `unsigned char`.
+    U8,
+    /// `short`.
+    I16,
+    /// `unsigned short`.
+    U16,
+    /// `int`.
+    I32,
+    /// `unsigned int`.
+    U32,
+    /// `long long`.
+    I64,
+    /// `unsigned long long`.
+    U64,
+    /// IEEE binary16, carried and handed to the kernel as its bits (`unsigned short`).
+    F16,
+    /// `float`.
+    F32,
+    /// `double`.
+    F64,
+}
+
+impl ScalarType {
+    /// Every scalar type, in declaration order.
+    pub const ALL: [ScalarType; 11] = [
+        ScalarType::I8,
+        ScalarType::U8,
+        ScalarType::I16,
+        ScalarType::U16,
+        ScalarType::I32,
+        ScalarType::U32,
+        ScalarType::I64,
+        ScalarType::U64,
+        ScalarType::F16,
+        ScalarType::F32,
+        ScalarType::F64,
+    ];
+
+    /// Size of the value in bytes (its slot is always 8).
+    pub const fn size(self) -> usize {
+        match self {
+            ScalarType::I8 | ScalarType::U8 => 1,
+            ScalarType::I16 | ScalarType::U16 | ScalarType::F16 => 2,
+            ScalarType::I32 | ScalarType::U32 | ScalarType::F32 => 4,
+            ScalarType::I64 | ScalarType::U64 | ScalarType::F64 => 8,
+        }
+    }
+
+    /// The name in a signature string.
+    pub const fn name(self) -> &'static str {
+        match self {
+            ScalarType::I8 => "i8",
+            ScalarType::U8 => "u8",
+            ScalarType::I16 => "i16",
+            ScalarType::U16 => "u16",
+            ScalarType::I32 => "i32",
+            ScalarType::U32 => "u32",
+            ScalarType::I64 => "i64",
+            ScalarType::U64 => "u64",
+            ScalarType::F16 => "f16",
+            ScalarType::F32 => "f32",
+            ScalarType::F64 => "f64",
+        }
+    }
+
+    /// The C type the generated entry hands to the kernel (same on Hexagon and the host:
+    /// `int` is 32 bits and `long long` 64 bits on both).
+    pub const fn c_type(self) -> &'static str {
+        match self {
+            ScalarType::I8 => "signed char",
+            ScalarType::U8 => "unsigned char",
+            ScalarType::I16 => "short",
+            ScalarType::U16 | ScalarType::F16 => "unsigned short",
+            ScalarType::I32 => "int",
+            ScalarType::U32 => "unsigned int",
+            ScalarType::I64 => "long long",
+            ScalarType::U64 => "unsigned long long",
+            ScalarType::F32 => "float",
+            ScalarType::F64 => "double",
+        }
+    }
+
+    /// True for `f32` and `f64` (decoded from bits in the entry).
+    pub const fn is_float(self) -> bool {
+        matches!(self, ScalarType::F32 | ScalarType::F64)
+    }
+
+    /// True for the signed integer types.
+    pub const fn is_signed_int(self) -> bool {
+        matches!(self, ScalarType::I8 | ScalarType::I16 | ScalarType::I32 | ScalarType::I64)
+    }
+
+    /// Parses a signature name (`"i32"`).
+    pub fn from_name(s: &str) -> Option<ScalarType> {
+        ScalarType::ALL.into_iter().find(|t| t.name() == s)
+    }
+}
+
+impl fmt::Display for ScalarType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One kernel parameter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum ParamKind {
+    /// A buffer view: the kernel receives a pointer.
+    Buffer,
+    /// A scalar value.
+    Scalar(ScalarType),
+}
+
+impl fmt::Display for ParamKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ParamKind::Buffer => f.write_str("buf"),
+            ParamKind::Scalar(t) => f.write_str(t.name()),
+        }
+    }
+}
+
+/// Why a signature was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum SignatureError {
+    /// Parameter `index` is a buffer that follows a scalar (buffers must come first).
+    BufferAfterScalar {
+        /// Index of the offending buffer parameter.
+        index: usize,
+    },
+    /// More than [`MAX_BUFFERS`] buffers.
+    TooManyBuffers,
+    /// More than [`Signature::MAX_PARAMS`] parameters.
+    TooManyParams,
+    /// Parameter `index` is empty (`"buf,,i32"`, a trailing comma).
+    EmptyParam {
+        /// Index of the empty parameter.
+        index: usize,
+    },
+    /// Parameter `index` names no known kind.
+    UnknownKind {
+        /// Index of the unknown parameter.
+        index: usize,
+    },
+}
+
+impl fmt::Display for SignatureError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SignatureError::BufferAfterScalar { index } => {
+                write!(f, "parameter {index} is a buffer after a scalar: buffers must come first")
+            }
+            SignatureError::TooManyBuffers => write!(f, "more than {MAX_BUFFERS} buffers"),
+            SignatureError::TooManyParams => write!(f, "more than {} parameters", Signature::MAX_PARAMS),
+            SignatureError::EmptyParam { index } => write!(f, "parameter {index} is empty"),
+            SignatureError::UnknownKind { index } => {
+                write!(f, "parameter {index} is not one of buf, i8, u8, i16, u16, i32, u32, i64, u64, f16, f32, f64")
+            }
+        }
+    }
+}
+
+/// A kernel signature: up to [`MAX_BUFFERS`] buffers followed by scalars, in fixed capacity.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Signature {
+    params: [ParamKind; Signature::MAX_PARAMS],
+    len: u8,
+    buffers: u8,
+}
+
+impl Signature {
+    /// Most parameters a signature can hold.
+    pub const MAX_PARAMS: usize = 64;
+
+    /// The signature of these parameters.
+    pub fn new(params: &[ParamKind]) -> Result<Signature, SignatureError> {
+        let mut sig = Signature { params: [ParamKind::Buffer; Signature::MAX_PARAMS], len: 0, buffers: 0 };
+        for &p in params {
+            sig.push(p)?;
+        }
+        Ok(sig)
+    }
+
+    fn push(&mut self, p: ParamKind) -> Result<(), SignatureError> {
+        let index = self.len as usize;
+        if index >= Signature::MAX_PARAMS {
+            return Err(SignatureError::TooManyParams);
+        }
+        if p == ParamKind::Buffer {
+            if index != self.buffers as usize {
+                return Err(SignatureError::BufferAfterScalar { index });
+            }
+            if self.buffers as usize >= MAX_BUFFERS {
+                return Err(SignatureError::TooManyBuffers);
+            }
+            self.buffers += 1;
+        }
+        self.params[index] = p;
+        self.len += 1;
+        Ok(())
+    }
+
+    /// Parses the text form (see the module docs for the grammar).
+    pub fn parse(text: &str) -> Result<Signature, SignatureError> {
+        let mut sig = Signature::new(&[])?;
+        if text.trim_matches([' ', '\t']).is_empty() {
+            return Ok(sig);
+        }
+        for (index, part) in text.split(',').enumerate() {
+            let word = part.trim_matches([' ', '\t']);
+            let kind = match word {
+                "" => return Err(SignatureError::EmptyParam { index }),
+                "buf" => ParamKind::Buffer,
+                other => ParamKind::Scalar(ScalarType::from_name(other).ok_or(SignatureError::UnknownKind { index })?),
+            };
+            sig.push(kind)?;
+        }
+        Ok(sig)
+    }
+
+    /// All parameters, in order.
+    pub fn params(&self) -> &[ParamKind] {
+        &self.params[..self.len as usize]
+    }
+    /// Number of buffer parameters (they come first).
+    pub fn buffers(&self) -> usize {
+        self.buffers as usize
+    }
+    /// Number of scalar parameters.
+    pub fn scalars(&self) -> usize {
+        self.len as usize - self.buffers as usize
+    }
+    /// The type of scalar parameter `j` (counting scalars only).
+    pub fn scalar_type(&self, j: usize) -> Option<ScalarType> {
+        match self.params().get(self.buffers() + j) {
+            Some(ParamKind::Scalar(t)) => Some(*t),
+            _ => None,
+        }
+    }
+    /// The scalar parameters' types, in order.
+    pub fn scalar_types(&self) -> impl Iterator<Item = ScalarType> + '_ {
+        self.params().iter().filter_map(|p| match p {
+            ParamKind::Scalar(t) => Some(*t),
+            ParamKind::Buffer => None,
+        })
+    }
+}
+
+impl fmt::Display for Signature {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, p) in self.params().iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            write!(f, "{p}")?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for Signature {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Signature(\"{self}\")")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use std::string::ToString;
+
+    use super::*;
+
+    #[test]
+    fn parses_and_prints() {
+        let s = Signature::parse(" buf, buf,buf ,i32,\tf32").unwrap();
+        assert_eq!((s.buffers(), s.scalars()), (3, 2));
+        assert_eq!(s.scalar_type(0), Some(ScalarType::I32));
+        assert_eq!(s.scalar_type(1), Some(ScalarType::F32));
+        assert_eq!(s.scalar_type(2), None);
+        assert_eq!(s.to_string(), "buf,buf,buf,i32,f32");
+        assert_eq!(Signature::parse("").unwrap().params(), &[]);
+        assert_eq!(Signature::parse("  ").unwrap().params(), &[]);
+        for t in ScalarType::ALL {
+            assert_eq!(Signature::parse(t.name()).unwrap().params(), &[ParamKind::Scalar(t)]);
+        }
+    }
+
+    #[test]
+    fn refuses_with_typed_errors() {
+        assert_eq!(Signature::parse("buf,i32,buf"), Err(SignatureError::BufferAfterScalar { index: 2 }));
+        assert_eq!(Signature::parse("buf,,i32"), Err(SignatureError::EmptyParam { index: 1 }));
+        assert_eq!(Signature::parse("buf,"), Err(SignatureError::EmptyParam { index: 1 }));
+        assert_eq!(Signature::parse("buf,int"), Err(SignatureError::UnknownKind { index: 1 }));
+        assert_eq!(Signature::parse("BUF"), Err(SignatureError::UnknownKind { index: 0 }));
+        let sixteen = [ParamKind::Buffer; 16];
+        assert_eq!(Signature::new(&sixteen[..15]).unwrap().buffers(), 15);
+        assert_eq!(Signature::new(&sixteen), Err(SignatureError::TooManyBuffers));
+        let many = [ParamKind::Scalar(ScalarType::U8); Signature::MAX_PARAMS + 1];
+        assert_eq!(Signature::new(&many[..Signature::MAX_PARAMS]).unwrap().scalars(), Signature::MAX_PARAMS);
+        assert_eq!(Signature::new(&many), Err(SignatureError::TooManyParams));
+    }
+}

@@ -1,0 +1,435 @@
+//! What the reverse service may serve: the file policy (allowlisted directories and limits) and
+//! the table of in-memory library images.
+//!
+//! # Path rules
+//!
+//! A DSP-supplied name is accepted only if it is 1 to [`MAX_NAME_LEN`] bytes of printable ASCII
+//! (0x20..=0x7E) and every `/`-separated component is non-empty and neither `.` nor `..` (so no
+//! `//`, no trailing `/`, no traversal). Then:
+//!
+//! 1. a name without `/` that equals a registered image name is served from memory;
+//! 2. an absolute name must lie below one of the allowed directories (component-wise: `/dsp/cdspx`
+//!    is not below `/dsp/cdsp`);
+//! 3. a relative name is looked up below each allowed directory in order; the first that has it
+//!    wins (quic's search, but with the policy's directories instead of `ADSP_LIBRARY_PATH`; the
+//!    DSP's environment-variable name and delimiter are validated and ignored).
+//!
+//! # Symbolic links
+//!
+//! The allowed directories themselves are trusted (board data, e.g. `/dsp` may be a link to
+//! `/vendor/dsp`). Below them no symbolic link is followed: every intermediate component is
+//! checked with `lstat` (`Syscalls::stat(path, follow = false)`) and must be a real directory;
+//! the final component must be a regular file by `lstat`; it is then opened with `O_NOFOLLOW |
+//! O_NONBLOCK` (read-only), and `fstat` of the opened descriptor must be a regular file with the
+//! same (dev, ino) as the `lstat` saw. That closes the swap of the final component between check
+//! and open, and never opens a device or FIFO.
+//!
+//! **Limit**: the seam has no `openat`/`O_PATH`/`RESOLVE_BENEATH`, so an intermediate directory
+//! replaced by a symbolic link *between* its `lstat` and the `open` is not detected. Exploiting
+//! that needs write access to a directory below an allowed directory; on a device these are
+//! read-only system partitions. A seam with `openat` would close it (see the report).
+
+use core::ffi::CStr;
+
+use hexrpc_bsp::{Board, Limits};
+use hexrpc_drivers::{Errno, Fd, FileStat, OpenFlags, Syscalls};
+
+use super::RequestError;
+
+/// Most allowed directories.
+pub const MAX_DIRS: usize = 8;
+/// Longest allowed directory, in bytes.
+pub const MAX_DIR_LEN: usize = 128;
+/// Longest DSP-supplied path, in bytes, without the NUL.
+pub const MAX_NAME_LEN: usize = 255;
+/// Most registered library images.
+pub const MAX_IMAGES: usize = 16;
+/// Longest image name, in bytes.
+pub const MAX_IMAGE_NAME: usize = 64;
+/// Most virtual file handles, whatever the limits say.
+pub const MAX_FILES: usize = 64;
+
+const PATH_BUF: usize = MAX_DIR_LEN + 1 + MAX_NAME_LEN + 1;
+
+/// Why a policy could not be built.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum PolicyError {
+    /// More than [`MAX_DIRS`] directories.
+    TooManyDirs,
+    /// A directory is not absolute, is longer than [`MAX_DIR_LEN`], is `/`, ends in `/`, or has an
+    /// empty, `.` or `..` component or a non-printable byte.
+    BadDir,
+    /// A line of a policy text is not understood (its 1-based number).
+    Syntax(usize),
+}
+
+impl core::fmt::Display for PolicyError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            PolicyError::TooManyDirs => write!(f, "more than {MAX_DIRS} directories"),
+            PolicyError::BadDir => write!(f, "a directory must be absolute, clean and at most {MAX_DIR_LEN} bytes"),
+            PolicyError::Syntax(line) => write!(f, "policy line {line} not understood"),
+        }
+    }
+}
+
+fn printable(b: &[u8]) -> bool {
+    b.iter().all(|&c| (0x20..=0x7E).contains(&c))
+}
+
+/// True if every `/`-separated component is non-empty and not `.` or `..`.
+fn clean_components(rel: &[u8]) -> bool {
+    !rel.is_empty() && rel.split(|&c| c == b'/').all(|c| !c.is_empty() && c != b"." && c != b"..")
+}
+
+/// The explicit file policy: allowed directories (read-only) and the limits of the service.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FilePolicy {
+    dirs: heapless::Vec<heapless::String<MAX_DIR_LEN>, MAX_DIRS>,
+    limits: Limits,
+}
+
+impl FilePolicy {
+    /// A policy serving `dirs` (each absolute and clean) within `limits`.
+    pub fn new(dirs: &[&str], limits: Limits) -> Result<Self, PolicyError> {
+        let mut p = FilePolicy { dirs: heapless::Vec::new(), limits };
+        for d in dirs {
+            p.add_dir(d)?;
+        }
+        Ok(p)
+    }
+
+    /// The board's default policy: its `dsp_dirs` and `limits`.
+    pub fn for_board(board: &Board) -> Result<Self, PolicyError> {
+        Self::new(board.dsp_dirs, board.limits)
+    }
+
+    /// Adds an allowed directory.
+    pub fn add_dir(&mut self, dir: &str) -> Result<(), PolicyError> {
+        let b = dir.as_bytes();
+        if b.len() > MAX_DIR_LEN || b.len() < 2 || b[0] != b'/' || !printable(b) || !clean_components(&b[1..]) {
+            return Err(PolicyError::BadDir);
+        }
+        let mut s = heapless::String::new();
+        s.push_str(dir).map_err(|_| PolicyError::BadDir)?;
+        self.dirs.push(s).map_err(|_| PolicyError::TooManyDirs)
+    }
+
+    /// Parses a policy text over `base` limits. One directive per line, `#` starts a comment:
+    /// `dir /abs/path`, `max_request BYTES`, `max_file_bytes BYTES`, `max_handles N`,
+    /// `max_map_bytes BYTES`. The policy starts with no directory (only `dir` lines add some);
+    /// limits not named keep `base`'s values.
+    pub fn parse(text: &str, base: Limits) -> Result<Self, PolicyError> {
+        let mut p = FilePolicy { dirs: heapless::Vec::new(), limits: base };
+        for (i, line) in text.lines().enumerate() {
+            let line = line.split('#').next().unwrap_or("").trim();
+            if line.is_empty() {
+                continue;
+            }
+            let mut words = line.split_whitespace();
+            let (Some(key), Some(value), None) = (words.next(), words.next(), words.next()) else {
+                return Err(PolicyError::Syntax(i + 1));
+            };
+            let num = || value.parse::<u64>().map_err(|_| PolicyError::Syntax(i + 1));
+            match key {
+                "dir" => p.add_dir(value)?,
+                "max_request" => p.limits.max_reverse_request = u32::try_from(num()?).map_err(|_| PolicyError::Syntax(i + 1))?,
+                "max_file_bytes" => p.limits.max_reverse_file_bytes = num()?,
+                "max_handles" => p.limits.max_reverse_handles = u16::try_from(num()?).map_err(|_| PolicyError::Syntax(i + 1))?,
+                "max_map_bytes" => p.limits.max_dsp_map_bytes = num()?,
+                _ => return Err(PolicyError::Syntax(i + 1)),
+            }
+        }
+        Ok(p)
+    }
+
+    /// The allowed directories.
+    pub fn dirs(&self) -> impl Iterator<Item = &str> {
+        self.dirs.iter().map(|d| d.as_str())
+    }
+
+    /// The limits.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// Most virtual file handles open at once (the limit, capped at [`MAX_FILES`]).
+    pub fn max_handles(&self) -> usize {
+        (self.limits.max_reverse_handles as usize).min(MAX_FILES)
+    }
+
+    /// Checks a DSP-supplied name (without its NUL) against the path rules, without touching
+    /// the file system. `Ok` means it may be looked up.
+    pub fn check_name(&self, name: &[u8]) -> Result<(), RequestError> {
+        if name.len() > MAX_NAME_LEN {
+            return Err(RequestError::BadSize);
+        }
+        if name.is_empty() || !printable(name) {
+            return Err(RequestError::NotAllowed);
+        }
+        let rel = if name[0] == b'/' { self.below_dir(name).map(|(_, rel)| rel).ok_or(RequestError::NotAllowed)? } else { name };
+        if !clean_components(rel) {
+            return Err(RequestError::NotAllowed);
+        }
+        Ok(())
+    }
+
+    /// For an absolute name: the first allowed directory it is below, and the rest.
+    fn below_dir<'n>(&self, name: &'n [u8]) -> Option<(usize, &'n [u8])> {
+        self.dirs.iter().enumerate().find_map(|(i, d)| {
+            let d = d.as_bytes();
+            let rest = name.strip_prefix(d)?.strip_prefix(b"/")?;
+            Some((i, rest))
+        })
+    }
+
+    /// Opens a host file for reading under the path rules (module docs). Returns the descriptor
+    /// and its `fstat`.
+    pub fn open_host<S: Syscalls + ?Sized>(&self, sys: &S, name: &[u8]) -> Result<(Fd, FileStat), RequestError> {
+        self.check_name(name)?;
+        if name[0] == b'/' {
+            let (i, rel) = self.below_dir(name).ok_or(RequestError::NotAllowed)?;
+            return open_below(sys, self.dirs[i].as_bytes(), rel);
+        }
+        for d in &self.dirs {
+            match open_below(sys, d.as_bytes(), name) {
+                Err(RequestError::NoSuchFile) => continue,
+                other => return other,
+            }
+        }
+        Err(RequestError::NoSuchFile)
+    }
+}
+
+/// A NUL-terminated path in fixed capacity.
+struct PathBuf {
+    buf: [u8; PATH_BUF],
+    len: usize,
+}
+
+impl PathBuf {
+    fn new() -> Self {
+        PathBuf { buf: [0; PATH_BUF], len: 0 }
+    }
+
+    fn push(&mut self, bytes: &[u8]) -> Result<(), RequestError> {
+        let end = self.len.checked_add(bytes.len()).filter(|&e| e < PATH_BUF).ok_or(RequestError::BadSize)?;
+        self.buf[self.len..end].copy_from_slice(bytes);
+        self.len = end;
+        self.buf[end] = 0;
+        Ok(())
+    }
+
+    fn as_cstr(&self) -> Result<&CStr, RequestError> {
+        CStr::from_bytes_with_nul(&self.buf[..=self.len]).map_err(|_| RequestError::NotAllowed)
+    }
+}
+
+fn lookup_error(e: Errno) -> RequestError {
+    match e {
+        Errno::ENOENT | Errno::ENOTDIR => RequestError::NoSuchFile,
+        _ => RequestError::NotAllowed,
+    }
+}
+
+fn is_symlink(st: &FileStat) -> bool {
+    st.mode & FileStat::S_IFMT == FileStat::S_IFLNK
+}
+
+/// Opens `dir/rel` (rel already checked clean) following no symbolic link below `dir`.
+fn open_below<S: Syscalls + ?Sized>(sys: &S, dir: &[u8], rel: &[u8]) -> Result<(Fd, FileStat), RequestError> {
+    let mut path = PathBuf::new();
+    path.push(dir)?;
+    let mut comps = rel.split(|&c| c == b'/').peekable();
+    let mut last = FileStat::default();
+    while let Some(comp) = comps.next() {
+        path.push(b"/")?;
+        path.push(comp)?;
+        let st = sys.stat(path.as_cstr()?, false).map_err(lookup_error)?;
+        if is_symlink(&st) {
+            return Err(RequestError::NotAllowed);
+        }
+        if comps.peek().is_some() {
+            if !st.is_dir() {
+                return Err(RequestError::NoSuchFile);
+            }
+        } else if !st.is_file() {
+            return Err(RequestError::NotAllowed);
+        }
+        last = st;
+    }
+    let flags = OpenFlags { read_write: false, nonblock: true, nofollow: true };
+    let fd = sys.open(path.as_cstr()?, flags).map_err(lookup_error)?;
+    match sys.fstat(fd) {
+        Ok(st) if st.is_file() && st.dev == last.dev && st.ino == last.ino => Ok((fd, st)),
+        _ => {
+            if let Err(e) = sys.close(fd) {
+                log::warn!("reverse: close of a refused file failed: {e}");
+            }
+            Err(RequestError::NotAllowed)
+        }
+    }
+}
+
+/// Why an image could not be registered or unregistered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum ImageError {
+    /// The name is empty, longer than [`MAX_IMAGE_NAME`], has a `/` or a non-printable byte, or
+    /// is `.` / `..`.
+    BadName,
+    /// An image of that name is already registered.
+    Duplicate,
+    /// [`MAX_IMAGES`] images are registered.
+    Full,
+    /// No image of that name is registered.
+    NotFound,
+}
+
+impl core::fmt::Display for ImageError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(match self {
+            ImageError::BadName => "bad image name",
+            ImageError::Duplicate => "an image of that name is registered",
+            ImageError::Full => "image table full",
+            ImageError::NotFound => "no image of that name",
+        })
+    }
+}
+
+/// Library images served from memory by unique name. The bytes are borrowed for `'img`, so an
+/// open handle keeps reading valid bytes even after its image is unregistered (unregistering
+/// only stops new opens).
+#[derive(Debug, Default)]
+pub struct ImageTable<'img> {
+    images: heapless::Vec<(heapless::String<MAX_IMAGE_NAME>, &'img [u8]), MAX_IMAGES>,
+}
+
+impl<'img> ImageTable<'img> {
+    /// An empty table.
+    pub const fn new() -> Self {
+        ImageTable { images: heapless::Vec::new() }
+    }
+
+    /// Registers `bytes` under `name`.
+    pub fn register(&mut self, name: &str, bytes: &'img [u8]) -> Result<(), ImageError> {
+        let b = name.as_bytes();
+        if b.is_empty() || b.len() > MAX_IMAGE_NAME || !printable(b) || b.contains(&b'/') || name == "." || name == ".." {
+            return Err(ImageError::BadName);
+        }
+        if self.find(b).is_some() {
+            return Err(ImageError::Duplicate);
+        }
+        let mut s = heapless::String::new();
+        s.push_str(name).map_err(|_| ImageError::BadName)?;
+        self.images.push((s, bytes)).map_err(|_| ImageError::Full)
+    }
+
+    /// Removes the image `name`.
+    pub fn unregister(&mut self, name: &str) -> Result<(), ImageError> {
+        let i = self.images.iter().position(|(n, _)| n.as_str() == name).ok_or(ImageError::NotFound)?;
+        self.images.swap_remove(i);
+        Ok(())
+    }
+
+    /// The bytes of the image called exactly `name`.
+    pub fn find(&self, name: &[u8]) -> Option<&'img [u8]> {
+        self.images.iter().find(|(n, _)| n.as_bytes() == name).map(|&(_, b)| b)
+    }
+
+    /// Number of registered images.
+    pub fn len(&self) -> usize {
+        self.images.len()
+    }
+
+    /// True if none is registered.
+    pub fn is_empty(&self) -> bool {
+        self.images.is_empty()
+    }
+
+    /// Removes every image.
+    pub fn clear(&mut self) {
+        self.images.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: Limits = hexrpc_bsp::BENCH.limits;
+
+    #[test]
+    fn directories_must_be_clean() {
+        assert!(FilePolicy::new(&["/dsp/cdsp", "/dsp"], LIMITS).is_ok());
+        for bad in ["dsp", "/", "/dsp/", "/dsp//x", "/dsp/../etc", "/dsp/./x", "/d\u{7f}"] {
+            assert_eq!(FilePolicy::new(&[bad], LIMITS).err(), Some(PolicyError::BadDir), "{bad}");
+        }
+        let many = ["/a"; MAX_DIRS + 1];
+        assert_eq!(FilePolicy::new(&many, LIMITS).err(), Some(PolicyError::TooManyDirs));
+        assert_eq!(FilePolicy::for_board(&hexrpc_bsp::COMMA_THREE).unwrap().dirs().count(), 2);
+    }
+
+    #[test]
+    fn names_are_checked_component_wise() {
+        let p = FilePolicy::new(&["/dsp/cdsp", "/vendor/dsp"], LIMITS).unwrap();
+        for ok in ["libfoo.so", "sub/lib.so", "/dsp/cdsp/lib.so", "/vendor/dsp/a/b", "a b"] {
+            assert_eq!(p.check_name(ok.as_bytes()), Ok(()), "{ok}");
+        }
+        for bad in [
+            "",
+            "..",
+            "../etc/passwd",
+            "a/../../etc",
+            "./x",
+            "a//b",
+            "a/",
+            "/etc/passwd",
+            "/dsp/cdspx/lib",
+            "/dsp/cdsp",
+            "/dsp/cdsp/",
+            "/dsp/cdsp/../../etc/passwd",
+            "x\ty",
+            "x\u{80}",
+        ] {
+            assert_eq!(p.check_name(bad.as_bytes()), Err(RequestError::NotAllowed), "{bad:?}");
+        }
+        assert_eq!(p.check_name(&[b'a'; MAX_NAME_LEN + 1]), Err(RequestError::BadSize));
+        assert_eq!(p.check_name(&[b'a'; MAX_NAME_LEN]), Ok(()));
+    }
+
+    #[test]
+    fn policy_text() {
+        let p = FilePolicy::parse("# test\ndir /a/b\nmax_request 4096 # small\nmax_handles 3\n", LIMITS).unwrap();
+        assert_eq!(p.dirs().collect::<heapless::Vec<_, 4>>().as_slice(), &["/a/b"]);
+        assert_eq!(p.limits().max_reverse_request, 4096);
+        assert_eq!(p.max_handles(), 3);
+        assert_eq!(p.limits().max_dsp_map_bytes, LIMITS.max_dsp_map_bytes);
+        assert_eq!(FilePolicy::parse("dir", LIMITS).err(), Some(PolicyError::Syntax(1)));
+        assert_eq!(FilePolicy::parse("\nbogus 1", LIMITS).err(), Some(PolicyError::Syntax(2)));
+        assert_eq!(FilePolicy::parse("max_handles 70000", LIMITS).err(), Some(PolicyError::Syntax(1)));
+        assert_eq!(FilePolicy::parse("dir ../x", LIMITS).err(), Some(PolicyError::BadDir));
+    }
+
+    #[test]
+    fn image_names_are_unique_and_plain() {
+        static A: [u8; 3] = [1, 2, 3];
+        let mut t = ImageTable::new();
+        t.register("tinylib", &A).unwrap();
+        assert_eq!(t.register("tinylib", &A), Err(ImageError::Duplicate));
+        for bad in ["", "a/b", "..", ".", "x\n"] {
+            assert_eq!(t.register(bad, &A), Err(ImageError::BadName), "{bad:?}");
+        }
+        assert_eq!(t.find(b"tinylib"), Some(&A[..]));
+        assert_eq!(t.find(b"tiny"), None);
+        t.unregister("tinylib").unwrap();
+        assert_eq!(t.unregister("tinylib"), Err(ImageError::NotFound));
+        for i in 0..MAX_IMAGES {
+            let mut n = heapless::String::<8>::new();
+            core::fmt::Write::write_fmt(&mut n, format_args!("i{i}")).unwrap();
+            t.register(&n, &A).unwrap();
+        }
+        assert_eq!(t.register("more", &A), Err(ImageError::Full));
+    }
+}

@@ -1,0 +1,154 @@
+//! The listener on its own thread (feature `std`): spawn, stop within a bounded time, join.
+
+extern crate std;
+
+use std::boxed::Box;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use std::vec;
+
+use hexrpc_drivers::Syscalls;
+
+use super::{FastRpcTransport, ListenerBuffers, ReverseService, ServeOutcome};
+
+/// Default size of the `next2` receive buffer (requests up to this size need no
+/// `get_in_bufs2`).
+pub const DEFAULT_REQUEST_CAPACITY: usize = 64 * 1024;
+/// Extra room of the reply buffer beyond the largest read (length words and padding).
+pub const REPLY_OVERHEAD: usize = 64;
+/// How long [`ServiceHandle::stop`] waits for the loop to leave.
+pub const DEFAULT_STOP_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Heap-allocated loop buffers sized from a policy's limits (allocated once, before serving).
+pub struct OwnedBuffers {
+    request: Box<[u8]>,
+    large: Box<[u8]>,
+    reply: Box<[u8]>,
+}
+
+impl OwnedBuffers {
+    /// `request_capacity` bytes for `next2`, `max_request` for oversize requests fetched with
+    /// `get_in_bufs2`, and a reply buffer for a read of `max_request` bytes.
+    pub fn new(request_capacity: usize, max_request: usize) -> Self {
+        OwnedBuffers {
+            request: vec![0u8; request_capacity].into_boxed_slice(),
+            large: vec![0u8; max_request.max(request_capacity)].into_boxed_slice(),
+            reply: vec![0u8; max_request + REPLY_OVERHEAD].into_boxed_slice(),
+        }
+    }
+
+    /// Buffers for `service`'s limits.
+    pub fn for_service<S: Syscalls>(service: &ReverseService<'_, S>) -> Self {
+        let max = service.policy().limits().max_reverse_request as usize;
+        Self::new(DEFAULT_REQUEST_CAPACITY.min(max.max(1)), max)
+    }
+
+    /// The borrowed view the loop uses.
+    pub fn as_buffers(&mut self) -> ListenerBuffers<'_> {
+        ListenerBuffers { request: &mut self.request, large: &mut self.large, reply: &mut self.reply }
+    }
+}
+
+/// Why [`ServiceHandle::stop`] failed.
+#[derive(Debug)]
+pub enum StopError {
+    /// The loop did not leave in time (the seam's interrupt did not reach it); the thread is
+    /// left running detached.
+    Timeout,
+    /// The loop thread panicked (a bug: handlers never panic on DSP input).
+    Panicked,
+}
+
+impl core::fmt::Display for StopError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            StopError::Timeout => f.write_str("the reverse service did not stop in time"),
+            StopError::Panicked => f.write_str("the reverse service thread panicked"),
+        }
+    }
+}
+
+impl std::error::Error for StopError {}
+
+/// A running listener thread. Dropping it stops and joins it.
+pub struct ServiceHandle<S: Syscalls + Send + Sync + 'static> {
+    service: Arc<ReverseService<'static, S>>,
+    thread: Option<JoinHandle<ServeOutcome>>,
+}
+
+impl<S: Syscalls + Send + Sync + 'static> ReverseService<'static, S> {
+    /// Runs [`serve`](ReverseService::serve) on a new thread named `hexrpc-reverse`, on the
+    /// service's FastRPC fd (init2 already sent), with `buffers`. Clears an earlier stop request.
+    pub fn spawn(self: Arc<Self>, mut buffers: OwnedBuffers) -> std::io::Result<ServiceHandle<S>> {
+        self.stop.reset();
+        let service = self.clone();
+        let thread = std::thread::Builder::new().name("hexrpc-reverse".into()).spawn(move || {
+            let mut t = FastRpcTransport::new(service.sys(), service.rpc_fd());
+            service.serve(&mut t, &mut buffers.as_buffers())
+        })?;
+        Ok(ServiceHandle { service: self, thread: Some(thread) })
+    }
+}
+
+impl<S: Syscalls + Send + Sync + 'static> ServiceHandle<S> {
+    /// The service (metrics, image registration).
+    pub fn service(&self) -> &Arc<ReverseService<'static, S>> {
+        &self.service
+    }
+
+    /// True once the loop has returned (stop, DSP restart, exit or failure).
+    pub fn is_finished(&self) -> bool {
+        self.thread.as_ref().is_none_or(|t| t.is_finished())
+    }
+
+    /// Stops the loop and joins it, waiting at most [`DEFAULT_STOP_TIMEOUT`].
+    pub fn stop(self) -> Result<ServeOutcome, StopError> {
+        self.stop_within(DEFAULT_STOP_TIMEOUT)
+    }
+
+    /// Stops the loop and joins it: sets the stop flag, then interrupts the loop thread through
+    /// the seam every millisecond until it has left `next2` (a signal that lands before the
+    /// thread blocks is harmless, hence the repetition), at most `timeout`.
+    pub fn stop_within(mut self, timeout: Duration) -> Result<ServeOutcome, StopError> {
+        self.stop_inner(timeout)
+    }
+
+    /// Waits for the loop to return on its own (a DSP restart or exit), without stopping it.
+    pub fn join(mut self) -> Result<ServeOutcome, StopError> {
+        match self.thread.take() {
+            Some(t) => t.join().map_err(|_| StopError::Panicked),
+            None => Ok(ServeOutcome::Stopped),
+        }
+    }
+
+    fn stop_inner(&mut self, timeout: Duration) -> Result<ServeOutcome, StopError> {
+        let Some(thread) = self.thread.take() else {
+            return Ok(ServeOutcome::Stopped);
+        };
+        self.service.stop.request();
+        let start = Instant::now();
+        while !thread.is_finished() {
+            if start.elapsed() >= timeout {
+                return Err(StopError::Timeout);
+            }
+            if let Some(tid) = self.service.stop.thread() {
+                if let Err(e) = self.service.sys().interrupt(tid) {
+                    log::warn!("reverse: interrupting the listener failed: {e}");
+                }
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        thread.join().map_err(|_| StopError::Panicked)
+    }
+}
+
+impl<S: Syscalls + Send + Sync + 'static> Drop for ServiceHandle<S> {
+    fn drop(&mut self) {
+        if self.thread.is_some() {
+            if let Err(e) = self.stop_inner(DEFAULT_STOP_TIMEOUT) {
+                log::warn!("reverse: {e}");
+            }
+        }
+    }
+}
