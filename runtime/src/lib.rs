@@ -9,6 +9,10 @@
 /// The kernel-launch ABI (v1 and v2) from one table: host packer, DSP entry generator, build step.
 pub mod launch;
 
+/// Glue with the HAL: HAL buffer views launch kernels, the reverse service publishes library
+/// images for HAL sessions.
+mod hal_glue;
+
 /// The hardened reverse file service (adsp_listener: apps_remotectl, apps_std, apps_mem) under an
 /// explicit, fixed-capacity file policy.
 pub mod reverse;
