@@ -3,24 +3,9 @@
 
 use std::fmt::Write as _;
 
-/// Appends `s` to `out` as a JSON string literal.
-pub fn string(out: &mut String, s: &str) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-}
+/// Appends `s` to `out` as a JSON string literal (the runtime's escaping, shared by every
+/// report).
+pub use hexrpc_runtime::reverse::replay::json_string as string;
 
 /// Builds a JSON object key by key.
 pub struct Object<'a> {

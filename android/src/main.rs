@@ -22,6 +22,8 @@ COMMANDS:
     selftest    Run the acceptance report (on the bench when no DSP is present)
     abi         Print the kernel ABI (structs, ioctl numbers, constants) of this build
     build-lib   Build a DSP library (.so) from kernel C: generated entry + kernel, for Hexagon
+    reverse-replay
+                Feed recorded DSP reverse requests through the hardened file service
     help        Print this help, or a command's help: hexrpc help <COMMAND>
 
 GLOBAL OPTIONS:
@@ -127,6 +129,41 @@ OPTIONS:
 EXIT STATUS: 0 on success, 1 when the build fails, 2 on usage errors.
 ";
 
+const REPLAY_HELP: &str = "\
+hexrpc reverse-replay - replay DSP reverse requests through the file service
+
+USAGE:
+    hexrpc reverse-replay [--json] [--policy FILE] REQUEST...
+
+Feeds each request file through the reverse file service exactly as if the DSP
+had sent it (on the bench platform, with the bench board's default policy unless
+--policy is given) and prints, per file, the status returned (0 or the AEE code)
+and the length of the reply. For security review: files may be truncated or
+hostile; a malformed file is reported as such and the rest still run. All files
+run in one service session, in order.
+
+REQUEST FILE FORMAT (little-endian):
+    4 bytes   \"HXRQ\"
+    u8        length of the module name, then that many bytes: apps_std, apps_mem,
+              ... (the module is opened through apps_remotectl first and its
+              handle used); empty means: use the raw handle below
+    u32       handle (only when the name is empty; 0 is apps_remotectl)
+    u32       scalars word
+    rest      the request payload as next2 delivers it
+
+POLICY FILE: lines of `dir /absolute/dir`, `max_request N`, `max_file_bytes N`,
+`max_handles N`, `max_map_bytes N`; `#` starts a comment.
+
+OPTIONS:
+    --json          Print {\"results\": [{\"file\", \"status\", \"reply_len\", \"error\"}]}
+                    (status null for a malformed file)
+    --policy FILE   The file policy to apply instead of the board's default
+    -h, --help      Print this help
+
+EXIT STATUS: 0 when every well-formed request was answered, 1 if the service
+itself failed, 2 on usage errors (no files, unreadable or invalid policy).
+";
+
 const ABI_HELP: &str = "\
 hexrpc abi - print the kernel ABI this build was compiled for
 
@@ -174,6 +211,7 @@ enum Command {
     Abi { json: bool },
     Probe { json: bool, board: Option<String>, output: Option<std::path::PathBuf> },
     BuildLib(BuildLib),
+    Replay { json: bool, policy: Option<std::path::PathBuf>, files: Vec<std::path::PathBuf> },
     Selftest { json: bool, platform: Option<selftest::Platform> },
 }
 
@@ -200,12 +238,16 @@ fn parse(args: Vec<std::ffi::OsString>) -> Result<(i32, Command), Usage> {
     let mut board = None;
     let mut output = None;
     let mut bl = BuildLib::default();
+    let mut policy = None;
+    let mut files = Vec::new();
     while let Some(arg) = p.next()? {
         match arg {
             Short('h') | Long("help") => return Ok((verbosity, Command::Help(Some(command)))),
             Short('v') | Long("verbose") => verbosity += 1,
             Short('q') | Long("quiet") => verbosity -= 1,
-            Long("json") if matches!(command.as_str(), "abi" | "selftest" | "probe") => json = true,
+            Long("json") if matches!(command.as_str(), "abi" | "selftest" | "probe" | "reverse-replay") => json = true,
+            Long("policy") if command == "reverse-replay" => policy = Some(p.value()?.into()),
+            Value(v) if command == "reverse-replay" => files.push(v.into()),
             Long("board") if command == "probe" => board = Some(p.value()?.string()?),
             Long("output") if command == "probe" => output = Some(p.value()?.into()),
             Long("signature") if command == "build-lib" => bl.signature = Some(p.value()?.string()?),
@@ -227,6 +269,12 @@ fn parse(args: Vec<std::ffi::OsString>) -> Result<(i32, Command), Usage> {
         "help" => Command::Help(topic),
         "abi" => Command::Abi { json },
         "probe" => Command::Probe { json, board, output },
+        "reverse-replay" => {
+            if files.is_empty() {
+                return Err(Usage("reverse-replay needs at least one REQUEST file".into()));
+            }
+            Command::Replay { json, policy, files }
+        }
         "build-lib" => {
             if bl.kernel.is_none() || bl.signature.is_none() || bl.output.is_none() {
                 return Err(Usage("build-lib needs KERNEL.c, --signature SIG and -o LIB.so (try 'hexrpc build-lib --help')".into()));
@@ -246,6 +294,7 @@ fn help(topic: Option<&str>) -> Result<&'static str, Usage> {
         Some("abi") => Ok(ABI_HELP),
         Some("probe") => Ok(PROBE_HELP),
         Some("build-lib") => Ok(BUILD_LIB_HELP),
+        Some("reverse-replay") => Ok(REPLAY_HELP),
         Some("help") => Ok(USAGE),
         Some(t) => Err(Usage(format!("no help for unknown command '{t}'"))),
     }
@@ -336,6 +385,38 @@ fn build_lib(bl: BuildLib) -> ExitCode {
     }
 }
 
+fn replay(json: bool, policy: Option<std::path::PathBuf>, files: &[std::path::PathBuf]) -> ExitCode {
+    use hexrpc_runtime::reverse::{replay, FilePolicy, ReverseService};
+    let bench = hexrpc_bench::Bench::new();
+    let board = bench.board();
+    let policy = match policy {
+        None => match FilePolicy::for_board(board) {
+            Ok(p) => p,
+            Err(e) => {
+                log::error!("the service cannot start: the bench board's default policy is invalid: {e:?}");
+                return ExitCode::from(1);
+            }
+        },
+        Some(path) => match std::fs::read_to_string(&path)
+            .map_err(|e| e.to_string())
+            .and_then(|t| FilePolicy::parse(&t, board.limits).map_err(|e| format!("{e:?}")))
+        {
+            Ok(p) => p,
+            Err(e) => {
+                eprintln!("hexrpc: --policy {}: {e}", path.display());
+                return ExitCode::from(2);
+            }
+        },
+    };
+    // Offline: no channel exists, so apps_mem requests that would reach the kernel fail as
+    // they would on a closed fd.
+    let service = ReverseService::new(bench, hexrpc_drivers::Fd(-1), policy);
+    let results = replay::replay_files(&service, files);
+    // Every well-formed request gets a status from the dispatcher (it never fails as a whole);
+    // malformed files are reported in their line and do not change the exit status.
+    print(&if json { replay::results_json(&results) + "\n" } else { replay::results_text(&results) })
+}
+
 fn main() -> ExitCode {
     let (verbosity, cmd) = match parse(std::env::args_os().skip(1).collect()) {
         Ok(x) => x,
@@ -356,6 +437,7 @@ fn main() -> ExitCode {
         Command::Version => print(concat!("hexrpc ", env!("CARGO_PKG_VERSION"), "\n")),
         Command::Abi { json } => print(&if json { abi::to_json() } else { abi::to_text() }),
         Command::BuildLib(bl) => build_lib(bl),
+        Command::Replay { json, policy, files } => replay(json, policy, &files),
         Command::Probe { json, board, output } => {
             let board = match device_board(board.as_deref()) {
                 Ok(b) => b,

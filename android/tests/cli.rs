@@ -237,3 +237,35 @@ fn build_lib_makes_a_hexagon_library_or_says_why_not() {
     assert_eq!(hexrpc(&["build-lib", kernel.to_str().unwrap(), "--signature", "buf"]).status.code(), Some(2));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn reverse_replay_answers_every_request_and_reports_malformed_files() {
+    let dir = std::env::temp_dir().join(format!("hexrpc-cli-replay-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = |name: &str, bytes: &[u8]| {
+        let p = dir.join(name);
+        std::fs::write(&p, bytes).unwrap();
+        p.to_string_lossy().into_owned()
+    };
+    let mut fclose = b"HXRQ\x08apps_std".to_vec();
+    fclose.extend_from_slice(&0u32.to_le_bytes());
+    fclose.extend_from_slice(&0x0301_0000u32.to_le_bytes());
+    fclose.extend_from_slice(&[4, 0, 0, 0, 0, 0, 0, 0, 100, 0, 0, 0]);
+    let mut unknown_handle = b"HXRQ\x00".to_vec();
+    unknown_handle.extend_from_slice(&77u32.to_le_bytes());
+    unknown_handle.extend_from_slice(&0x0301_0000u32.to_le_bytes());
+    let a = file("fclose.hxrq", &fclose);
+    let b = file("unknown-handle.hxrq", &unknown_handle);
+    let c = file("truncated.hxrq", b"HXRQ\x08app");
+    let out = hexrpc(&["reverse-replay", "--json", &a, &b, &c]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let r = v["results"].as_array().unwrap();
+    assert_eq!(r.len(), 3);
+    assert!(r[0]["status"].as_i64().unwrap() != 0, "closing a FILE that was never opened is refused: {}", r[0]);
+    assert_eq!(r[1]["status"].as_i64(), Some(0x3E), "unknown handle: AEE_ENOSUCHMOD");
+    assert!(r[2]["status"].is_null() && r[2]["error"].is_string(), "{}", r[2]);
+    assert_eq!(hexrpc(&["reverse-replay"]).status.code(), Some(2));
+    assert_eq!(hexrpc(&["reverse-replay", "--policy", "/nonexistent/policy", &a]).status.code(), Some(2));
+    let _ = std::fs::remove_dir_all(&dir);
+}

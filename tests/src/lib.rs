@@ -1,3 +1,116 @@
-//! The isolated bench: a simulated msm ION 4.9 + downstream adsprpc kernel and DSP process
-//! behind hexrpc's syscall seam (see ../shared/spec/bench.md).
+//! The isolated bench: a simulated msm ION 4.9 + downstream adsprpc kernel and a simulated DSP
+//! process behind hexrpc's syscall seam ([`hexrpc_drivers::Syscalls`]), so that everything above
+//! the raw layer (HAL, runtime, CLI) can be proven without a device (design card:
+//! `shared/spec/bench.md`; driver facts: `kernel-abi.md`; protocol: `reverse-rpc.md`; entry
+//! contracts: `entry-abi.md`).
+//!
+//! # What it models
+//!
+//! * **The seam.** [`Bench`] implements [`Syscalls`](hexrpc_drivers::Syscalls). Paths under
+//!   `/bench/` are a virtual file table holding the [`hexrpc_bsp::BENCH`] board's device nodes
+//!   and shell; every other path goes to the real filesystem (so a reverse file service can be
+//!   tested on real temp files), and every `open` is logged. Each descriptor the bench hands out
+//!   is backed by a real one (a memfd), so numbers never collide with real descriptors.
+//! * **The kernel** ([`ion`] and [`rpc`]): every request is decoded from the
+//!   raw request number and the raw bytes behind the pointer, as `copy_from_user` would, and
+//!   answered as the driver does, errors included (ION: `ENOTTY`, `EFAULT`, `EINVAL`, `ENODEV`,
+//!   `ENOMEM`; adsprpc: -1/`EPERM` for faulting copies and missing state, positive return
+//!   values for DSP errors, `ECONNRESET` / +104 after a restart). ION buffers are memfds, so a
+//!   SHARE fd and `mmap` on it are real.
+//! * **The DSP**: a process per INIT, static handles 0 (remotectl open/close by URI, which
+//!   fetches the library through the reverse file service from whatever host thread sits in
+//!   `next2`), 3 (the listener: init2, next2, get_in_bufs2), 4 (exit), and library handles whose
+//!   `entry` is a Rust model of the v1 or v2 generated entry ([`entry`]) with a HAP ledger.
+//! * **Faults, accounting, cost**: [`Bench::inject`], [`Bench::restart_dsp`], virtual paths made
+//!   missing or unreadable; [`Bench::snapshot`] / [`Bench::counts`] / [`Bench::ledger`]; a
+//!   [`CostModel`] whose figures are always labelled *simulated*.
+//!
+//! # API overview
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use hexrpc_bench::{Bench, BenchConfig, CallKind, EntryVersion, Fault, FaultTarget, LibraryModel};
+//! use hexrpc_drivers::Errno;
+//!
+//! // A bench on the BENCH board: /bench/dev/ion, /bench/dev/adsprpc-smd, and a Hexagon shell at
+//! // /bench/dsp/cdsp/fastrpc_shell_3. `Bench` is a cheap clonable handle: pass it (or `&bench`)
+//! // wherever an `S: Syscalls` goes.
+//! let bench = Bench::with_config(BenchConfig::default());
+//! let start = bench.snapshot();
+//!
+//! // A library the DSP can load as file:///scale?entry&_modver=1.0&_dom=cdsp. Its bytes are
+//! // served by the host's reverse file service (write hexrpc_bench::elf::hexagon_elf(..) to a
+//! // file the service may serve); the model says which entry contract it was generated for.
+//! bench.register_library(
+//!     "scale",
+//!     LibraryModel::new(EntryVersion::V2, 1, 0, |k| {
+//!         let mut v = k.read_all(0).unwrap_or_default();
+//!         v.iter_mut().for_each(|b| *b = b.wrapping_mul(2));
+//!         let _ = k.write(0, 0, &v);
+//!     }),
+//! );
+//!
+//! // Faults: the 2nd ION_IOC_ALLOC fails with ENOMEM; a DSP restart; a missing shell.
+//! bench.inject(FaultTarget::Call(CallKind::IonAlloc), 2, Fault::Errno(Errno::ENOMEM));
+//! bench.set_missing("/bench/dsp/cdsp/fastrpc_shell_3");
+//! bench.restart_dsp();
+//!
+//! // ... run the code under test on `bench.clone()` ...
+//!
+//! // Accounting: everything back where it started, no contract violation on the DSP side.
+//! assert_eq!(bench.settle(&start, Duration::from_secs(1)), start);
+//! assert_eq!(bench.ledger_mismatches(), 0);
+//! ```
+//!
+//! A hostile DSP is scripted with [`Bench::post_reverse`] / [`Bench::reverse_call`]: the test
+//! chooses the reverse handle, scalars word and raw payload (and may lie in `bufsLenReq`), and
+//! gets the host's raw answer back.
+//!
+//! # Where the model is not faithful
+//!
+//! Each module says what it leaves out; in short:
+//! * bad user pointers are only *detected* when null, below 4096 or beyond the 48-bit user space
+//!   ([`user`]); `munmap` of a range the bench did not map is refused with `EINVAL`
+//!   (Linux would unmap it); closing a descriptor the bench did not hand out is `EBADF`;
+//! * the MMAP `vaddrout` write-back is a configuration choice
+//!   ([`BenchConfig::mmap_writes_vaddrout`]) because the sources disagree (kernel-abi.md 2.9);
+//! * buffer arguments are always copied, never mapped; SMMU faults (+39) are never produced;
+//! * the DSP loader's sequence of apps_std calls is not known and is a choice ([`dsp`]); so are
+//!   the AEE codes of several DSP-side failures, the fdlist the DSP writes, and the bounded wait
+//!   for reverse answers (a real DSP waits forever);
+//! * HAP_mmap is a real `mmap` of the buffer's memfd; what real HAP functions do with unaligned or
+//!   non-base addresses is not known; `HAP_power_set` is not modelled; the timer is host time;
+//! * an interrupt delivered while the thread is not blocked in a bench wait is lost, as a signal
+//!   would be (use [`Bench::wait_until_blocked`] in tests);
+//! * DSP-shared memory can change under the CPU on a device at any time; here it changes only
+//!   while a DSP worker runs a kernel function.
 #![deny(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
+
+mod account;
+mod bench;
+mod config;
+pub mod dsp;
+pub mod elf;
+pub mod entry;
+pub mod ion;
+pub mod rpc;
+mod state;
+pub mod user;
+pub mod wire;
+
+pub use account::{
+    CallCounts, CallKind, DspCallKind, Fault, FaultTarget, LatencySample, LatencySummary, LedgerEntry, LedgerEvent, OpenRecord,
+    ReverseRecord, Snapshot,
+};
+pub use bench::{Bench, ReverseReply, ReverseRequest, ReverseTicket, DEFAULT_SHELL_LEN};
+pub use config::{BenchConfig, CostModel};
+pub use dsp::{ReverseError, STALE_BYTE};
+pub use entry::{AccessError, EntryVersion, KernelCall, KernelFn, LibraryModel, V2_MAGIC};
+
+// The HAL hands the bench to listener and deadline threads: it must be a shareable seam.
+const _: fn() = || {
+    fn seam<T: hexrpc_drivers::Syscalls + Clone + Send + Sync + 'static>() {}
+    seam::<Bench>();
+};

@@ -1,0 +1,352 @@
+//! Accounting: what the bench counts and records, as plain values tests can compare.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use hexrpc_drivers::{Errno, Fd};
+
+/// One kind of crossing of the seam: a system call, or an ioctl decoded by its request number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[allow(missing_docs)] // the names are the calls
+pub enum CallKind {
+    Open,
+    Close,
+    Pread,
+    Fstat,
+    Stat,
+    Mmap,
+    Munmap,
+    IonAlloc,
+    IonFree,
+    IonMap,
+    IonShare,
+    IonImport,
+    IonCustom,
+    IonSync,
+    IonCleanCaches,
+    IonInvCaches,
+    IonCleanInvCaches,
+    /// An ION request the 4.9 driver does not know (ENOTTY) or with an oversized argument.
+    IonUnknown,
+    RpcInvoke,
+    RpcInvokeFd,
+    RpcInvokeAttrs,
+    RpcInvokeCrc,
+    RpcMmap,
+    RpcMmap64,
+    RpcMunmap,
+    RpcMunmap64,
+    RpcMunmapFd,
+    RpcSetmode,
+    RpcInit,
+    RpcInitAttrs,
+    RpcGetinfo,
+    RpcGetperf,
+    RpcControl,
+    /// An adsprpc request the downstream driver does not know (ENOTTY).
+    RpcUnknown,
+    /// An ioctl on a descriptor that is not a simulated device (dma-buf, file, pass-through).
+    OtherIoctl,
+}
+
+impl CallKind {
+    /// True for the four INVOKE variants.
+    pub fn is_invoke(self) -> bool {
+        matches!(self, CallKind::RpcInvoke | CallKind::RpcInvokeFd | CallKind::RpcInvokeAttrs | CallKind::RpcInvokeCrc)
+    }
+}
+
+/// What the simulated DSP was asked to do (one per message that reached it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum DspCallKind {
+    /// Kernel message: create the user process (INIT).
+    CreateProcess,
+    /// Kernel message: release the process (close of the FastRPC fd).
+    ReleaseProcess,
+    /// Kernel message: map memory into the process (MMAP).
+    KernelMmap,
+    /// Kernel message: unmap (MUNMAP).
+    KernelMunmap,
+    /// Handle 0 method 0: remotectl open (load a library by URI).
+    RemotectlOpen,
+    /// Handle 0 method 1: remotectl close.
+    RemotectlClose,
+    /// Handle 3 method 3: adsp_listener init2.
+    ListenerInit2,
+    /// Handle 3 method 4: adsp_listener next2.
+    ListenerNext2,
+    /// Handle 3 method 5: adsp_listener get_in_bufs2.
+    ListenerGetInBufs2,
+    /// Handle 4 method 2: adsp_current_process1 exit.
+    ProcessExit,
+    /// A call on a library handle (any method).
+    Library,
+    /// Anything else (unknown handle or method).
+    Unknown,
+}
+
+/// Where a fault is injected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FaultTarget {
+    /// A crossing of the seam, by kind.
+    Call(CallKind),
+    /// A message handled by the simulated DSP, by kind.
+    Dsp(DspCallKind),
+}
+
+/// What an injected fault does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// [`FaultTarget::Call`]: the call fails with this errno before doing anything.
+    /// [`FaultTarget::Dsp`]: the DSP answers with this number as its result.
+    Errno(Errno),
+    /// [`FaultTarget::Call`] (ioctls only): the ioctl returns this value (positive values are
+    /// what the adsprpc driver uses for DSP errors). [`FaultTarget::Dsp`]: the DSP's result.
+    Returned(i32),
+    /// The call takes this much longer. For invokes the delay is on the DSP side (the host wait
+    /// stays interruptible); for everything else the system call itself sleeps, uninterruptibly.
+    Delay(Duration),
+    /// Like `Delay`, but until [`Bench::release_hangs`](crate::Bench::release_hangs), a DSP
+    /// restart or the process's end.
+    Hang,
+}
+
+/// Resource counts at one moment. Equal snapshots before and after a session mean everything the
+/// session acquired was given back.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    /// Descriptors handed out by the bench (simulated nodes, dma-bufs, virtual files, pass-through
+    /// opens) and not closed.
+    pub open_fds: usize,
+    /// Open `/dev/ion` clients.
+    pub ion_clients: usize,
+    /// Live ION handles over all clients.
+    pub ion_handles: usize,
+    /// Live ION buffers (held by a handle, a dma-buf fd, a host mapping or a driver map).
+    pub ion_buffers: usize,
+    /// Bytes of live ION buffers.
+    pub ion_bytes: u64,
+    /// Live host mappings made through the bench's `mmap`.
+    pub host_mappings: usize,
+    /// Open FastRPC files (including ones closed while another thread was still in an ioctl).
+    pub rpc_files: usize,
+    /// SMMU sessions taken.
+    pub sessions: usize,
+    /// Live simulated DSP processes.
+    pub dsp_processes: usize,
+    /// Live driver maps (MMAP, ADD_PAGES, invoke handle maps).
+    pub dsp_maps: usize,
+    /// Live `HAP_mmap` mappings in DSP processes.
+    pub hap_mappings: usize,
+    /// Real host memory mappings held on behalf of the DSP model (HAP mappings, including ones
+    /// still in use by an entry that is finishing).
+    pub dsp_host_mmaps: usize,
+    /// Loaded libraries.
+    pub loaded_libraries: usize,
+    /// Invoke contexts in flight or parked.
+    pub contexts: usize,
+    /// Parked (interrupted) invoke contexts.
+    pub parked: usize,
+    /// Reverse requests queued or waiting for their reply.
+    pub pending_reverse: usize,
+    /// Threads currently blocked in an interruptible bench wait.
+    pub blocked_threads: usize,
+}
+
+/// Calls counted so far, per kind.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CallCounts {
+    /// Crossings of the seam.
+    pub calls: BTreeMap<CallKind, u64>,
+    /// Messages handled by the DSP.
+    pub dsp: BTreeMap<DspCallKind, u64>,
+    /// Interrupts delivered to a blocked thread.
+    pub interrupts_delivered: u64,
+    /// Interrupts that found the thread not blocked in the bench (lost, as a signal would be).
+    pub interrupts_lost: u64,
+}
+
+impl CallCounts {
+    /// Calls of one kind.
+    pub fn of(&self, kind: CallKind) -> u64 {
+        self.calls.get(&kind).copied().unwrap_or(0)
+    }
+    /// DSP messages of one kind.
+    pub fn dsp_of(&self, kind: DspCallKind) -> u64 {
+        self.dsp.get(&kind).copied().unwrap_or(0)
+    }
+}
+
+/// One record of the HAP ledger (what library entries did with DSP mappings).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LedgerEvent {
+    /// `HAP_mmap(fd, len, offset)` succeeded at DSP address `addr`.
+    Map {
+        /// The fd the entry passed.
+        fd: i32,
+        /// DSP address of the mapping.
+        addr: u32,
+        /// Mapped length.
+        len: u32,
+        /// File offset.
+        offset: u32,
+    },
+    /// `HAP_mmap` failed.
+    MapFailed {
+        /// The fd the entry passed.
+        fd: i32,
+        /// Requested length.
+        len: u32,
+        /// Why.
+        reason: &'static str,
+    },
+    /// `HAP_munmap(addr, len)`; `matched` is false if no live mapping has exactly this address
+    /// and length (then nothing is unmapped).
+    Unmap {
+        /// Address passed.
+        addr: u32,
+        /// Length passed.
+        len: u32,
+        /// Whether it matched a live mapping.
+        matched: bool,
+    },
+    /// The entry handed the kernel a view that is not inside the mapping it came from.
+    ViewOutsideMapping {
+        /// Buffer parameter index.
+        buffer: usize,
+        /// The view's DSP address and length.
+        view: (u32, u32),
+        /// The mapping's DSP address and length (`None`: the map failed).
+        mapping: Option<(u32, u32)>,
+    },
+    /// The kernel accessed memory outside the mapping; the access was not performed.
+    AccessOutsideMapping {
+        /// Buffer parameter index.
+        buffer: usize,
+        /// DSP address and length of the access.
+        access: (u64, u64),
+        /// Write or read.
+        write: bool,
+    },
+    /// The entry read or wrote an argument beyond what the call supplied (`arg` index, offset,
+    /// length); the C would read foreign memory, the model uses zeros / drops the write.
+    ArgOutOfBounds {
+        /// Argument index in `pra`.
+        arg: usize,
+        /// Offset in the argument.
+        offset: u32,
+        /// Length of the access.
+        len: u32,
+    },
+    /// The entry wrote the timer (microseconds).
+    Timer {
+        /// Elapsed microseconds written.
+        micros: u64,
+    },
+    /// The entry refused the call before mapping anything (v2 validation) with this code.
+    Refused {
+        /// The AEE code returned.
+        code: i32,
+    },
+}
+
+impl LedgerEvent {
+    /// True for the events that show a broken contract (mismatched unmap, out-of-mapping view or
+    /// access, out-of-bounds argument access).
+    pub fn is_mismatch(&self) -> bool {
+        matches!(
+            self,
+            LedgerEvent::Unmap { matched: false, .. }
+                | LedgerEvent::ViewOutsideMapping { .. }
+                | LedgerEvent::AccessOutsideMapping { .. }
+                | LedgerEvent::ArgOutOfBounds { .. }
+        )
+    }
+}
+
+/// A ledger event with the process and library it happened in.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LedgerEntry {
+    /// Simulated DSP process id.
+    pub pid: u64,
+    /// Library name.
+    pub library: String,
+    /// What happened.
+    pub event: LedgerEvent,
+}
+
+/// One `open` through the seam.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OpenRecord {
+    /// The path as given.
+    pub path: String,
+    /// True if served from the bench's virtual file table, false if passed to the real OS.
+    pub simulated: bool,
+    /// The result.
+    pub result: Result<Fd, Errno>,
+}
+
+/// One reverse request the DSP sent (loader or scripted) and how it ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReverseRecord {
+    /// Simulated DSP process id.
+    pub pid: u64,
+    /// Reverse handle.
+    pub handle: u32,
+    /// Scalars word.
+    pub sc: u32,
+    /// Payload bytes.
+    pub payload_len: usize,
+    /// The host's result (`None`: never answered).
+    pub result: Option<i32>,
+}
+
+/// One simulated latency sample.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LatencySample {
+    /// Which crossing.
+    pub kind: CallKind,
+    /// Simulated duration: the cost model plus any DSP time a kernel function declared.
+    pub simulated: Duration,
+}
+
+/// Summary of simulated latencies of one kind. Its `Display` always says "simulated".
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LatencySummary {
+    /// Which crossing.
+    pub kind: CallKind,
+    /// Number of samples.
+    pub count: usize,
+    /// Smallest.
+    pub min: Duration,
+    /// Median.
+    pub p50: Duration,
+    /// 99th percentile.
+    pub p99: Duration,
+    /// Largest.
+    pub max: Duration,
+}
+
+impl LatencySummary {
+    /// Summarises `samples` of `kind`; `None` if there are none.
+    pub fn of(kind: CallKind, samples: &[LatencySample]) -> Option<LatencySummary> {
+        let mut v: Vec<Duration> = samples.iter().filter(|s| s.kind == kind).map(|s| s.simulated).collect();
+        if v.is_empty() {
+            return None;
+        }
+        v.sort();
+        let pick = |q: usize| v[((v.len() - 1) * q) / 100];
+        Some(LatencySummary { kind, count: v.len(), min: v[0], p50: pick(50), p99: pick(99), max: v[v.len() - 1] })
+    }
+}
+
+impl fmt::Display for LatencySummary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{:?}: n={} simulated min={:?} p50={:?} p99={:?} max={:?} (simulated, not measured)",
+            self.kind, self.count, self.min, self.p50, self.p99, self.max
+        )
+    }
+}

@@ -1,0 +1,769 @@
+//! [`Bench`]: the simulated kernel behind the syscall seam, and its control API.
+
+use std::collections::HashMap;
+use std::ffi::CStr;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use hexrpc_bsp::Board;
+use hexrpc_drivers::{Errno, Fd, FileStat, OpenFlags, Prot, RustixSys, Scalars, Syscalls};
+
+use crate::account::*;
+use crate::config::BenchConfig;
+use crate::dsp::{self, ReverseError};
+use crate::entry::LibraryModel;
+use crate::state::*;
+use crate::{elf, ion, rpc, wire};
+
+/// Size of the default shell image the bench serves at the board's shell path.
+pub const DEFAULT_SHELL_LEN: usize = 8192;
+
+/// The isolated bench: a simulated msm ION 4.9 + downstream adsprpc kernel and a simulated DSP,
+/// implementing [`Syscalls`]. Cloning is cheap and every clone is the same bench, so it can be
+/// handed to the HAL by value (`Bench: Syscalls + Clone + Send + Sync + 'static`) and shared with
+/// listener threads.
+#[derive(Clone)]
+pub struct Bench {
+    sh: Arc<Shared>,
+}
+
+impl core::fmt::Debug for Bench {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Bench").field("board", &self.sh.cfg.board.name).field("snapshot", &self.snapshot()).finish()
+    }
+}
+
+impl Default for Bench {
+    fn default() -> Self {
+        Bench::new()
+    }
+}
+
+/// A raw reverse request for the hostile-DSP mode: any handle, scalars word and payload bytes,
+/// optionally with a `bufsLenReq` that lies about the payload size.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReverseRequest {
+    /// Reverse handle (0 = apps_remotectl, or a key the host returned).
+    pub handle: u32,
+    /// Scalars word.
+    pub sc: u32,
+    /// Request payload (normally packed with [`wire::pack_request`]).
+    pub payload: Vec<u8>,
+    /// `bufsLenReq` to report instead of the payload length.
+    pub claimed_len: Option<i32>,
+}
+
+impl ReverseRequest {
+    /// A well-formed request: `ins` and `out_lens` packed per reverse-rpc.md 2.3.
+    pub fn packed(handle: u32, sc: Scalars, ins: &[&[u8]], out_lens: &[u32]) -> ReverseRequest {
+        ReverseRequest { handle, sc: sc.raw(), payload: wire::pack_request(ins, out_lens), claimed_len: None }
+    }
+
+    /// Any bytes.
+    pub fn raw(handle: u32, sc: u32, payload: Vec<u8>) -> ReverseRequest {
+        ReverseRequest { handle, sc, payload, claimed_len: None }
+    }
+}
+
+/// The host's answer to a reverse request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReverseReply {
+    /// `prevResult`.
+    pub result: i32,
+    /// The reply payload (`prevbufsLen` bytes of the next `next2`'s second input).
+    pub payload: Vec<u8>,
+}
+
+impl ReverseReply {
+    /// The output buffers, checked against the lengths that were asked for.
+    pub fn outputs(&self, out_lens: &[u32]) -> Result<Vec<Vec<u8>>, wire::WireError> {
+        wire::unpack_reply(&self.payload, out_lens)
+    }
+}
+
+/// A posted reverse request, to wait for with [`Bench::await_reverse`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReverseTicket(u64);
+
+fn errno(e: rustix::io::Errno) -> Errno {
+    Errno(e.raw_os_error())
+}
+
+fn reservation(name: &str) -> Result<OwnedFd, Errno> {
+    rustix::fs::memfd_create(name, rustix::fs::MemfdFlags::CLOEXEC).map_err(errno)
+}
+
+fn is_virtual(path: &str) -> bool {
+    path == "/bench" || path.starts_with("/bench/")
+}
+
+impl Bench {
+    /// A bench with the default configuration ([`hexrpc_bsp::BENCH`] board, default shell).
+    pub fn new() -> Bench {
+        Bench::with_config(BenchConfig::default())
+    }
+
+    /// A bench with `cfg`. The board's two device nodes exist, and its shell path holds a
+    /// [`DEFAULT_SHELL_LEN`]-byte Hexagon ELF.
+    pub fn with_config(cfg: BenchConfig) -> Bench {
+        let mut st = State::default();
+        let b = cfg.board;
+        let s = |c: &CStr| c.to_string_lossy().into_owned();
+        st.vfs.insert(s(b.ion_path), VEntry { node: VNode::Device(DeviceKind::Ion), access: Access::Present });
+        st.vfs.insert(s(b.rpc_path), VEntry { node: VNode::Device(DeviceKind::Rpc), access: Access::Present });
+        st.vfs
+            .insert(s(b.shell_path), VEntry { node: VNode::File(Arc::new(elf::hexagon_elf(DEFAULT_SHELL_LEN))), access: Access::Present });
+        Bench { sh: Arc::new(Shared { cfg, st: Mutex::new(st), cv: Condvar::new(), dsp_host_mmaps: Arc::new(AtomicUsize::new(0)) }) }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.sh.lock()
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &BenchConfig {
+        &self.sh.cfg
+    }
+
+    /// The board.
+    pub fn board(&self) -> &'static Board {
+        self.sh.cfg.board
+    }
+
+    // ---- virtual files ----
+
+    /// Puts a read-only file at `path` (which must be under `/bench/`; other paths are the real
+    /// filesystem). Replaces what was there.
+    pub fn add_file(&self, path: &str, bytes: impl Into<Vec<u8>>) {
+        self.lock().vfs.insert(path.into(), VEntry { node: VNode::File(Arc::new(bytes.into())), access: Access::Present });
+    }
+
+    /// Removes a virtual file or device node.
+    pub fn remove_file(&self, path: &str) {
+        self.lock().vfs.remove(path);
+    }
+
+    fn set_access(&self, path: &str, a: Access) {
+        if let Some(e) = self.lock().vfs.get_mut(path) {
+            e.access = a;
+        }
+    }
+
+    /// Makes a virtual path look missing (`ENOENT`) until [`set_present`](Self::set_present).
+    pub fn set_missing(&self, path: &str) {
+        self.set_access(path, Access::Missing);
+    }
+
+    /// Makes a virtual path unreadable (`EACCES` on open; `stat` still works, mode 0).
+    pub fn set_unreadable(&self, path: &str) {
+        self.set_access(path, Access::Unreadable);
+    }
+
+    /// Undoes [`set_missing`](Self::set_missing) / [`set_unreadable`](Self::set_unreadable).
+    pub fn set_present(&self, path: &str) {
+        self.set_access(path, Access::Present);
+    }
+
+    /// Every `open` so far, in order.
+    pub fn open_log(&self) -> Vec<OpenRecord> {
+        self.lock().open_log.clone()
+    }
+
+    /// True if `path` was ever passed to `open` (whatever the result).
+    pub fn was_opened(&self, path: &str) -> bool {
+        self.lock().open_log.iter().any(|r| r.path == path)
+    }
+
+    // ---- libraries ----
+
+    /// Registers the model of library `name` (the `NAME` of `file:///NAME?...` URIs). The image
+    /// bytes themselves come from the host through the reverse file service at load time.
+    pub fn register_library(&self, name: &str, model: LibraryModel) {
+        self.lock().libraries.insert(name.into(), Arc::new(model));
+    }
+
+    // ---- accounting ----
+
+    /// Resource counts now.
+    pub fn snapshot(&self) -> Snapshot {
+        self.lock().snapshot(self.sh.dsp_host_mmaps.load(Ordering::SeqCst))
+    }
+
+    /// Waits up to `timeout` for the snapshot to equal `want` (DSP worker threads finish
+    /// asynchronously after an ioctl returns); returns the last snapshot.
+    pub fn settle(&self, want: &Snapshot, timeout: Duration) -> Snapshot {
+        let end = Instant::now() + timeout;
+        loop {
+            let s = self.snapshot();
+            if s == *want || Instant::now() >= end {
+                return s;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// Calls counted so far.
+    pub fn counts(&self) -> CallCounts {
+        self.lock().counts.clone()
+    }
+
+    /// The HAP ledger.
+    pub fn ledger(&self) -> Vec<LedgerEntry> {
+        self.lock().ledger.clone()
+    }
+
+    /// Ledger entries that show a broken contract.
+    pub fn ledger_mismatches(&self) -> usize {
+        self.lock().ledger.iter().filter(|e| e.event.is_mismatch()).count()
+    }
+
+    /// Empties the ledger.
+    pub fn clear_ledger(&self) {
+        self.lock().ledger.clear();
+    }
+
+    /// Every reverse request the DSP sent, with the host's result.
+    pub fn reverse_log(&self) -> Vec<ReverseRecord> {
+        self.lock().reverse_log.clone()
+    }
+
+    /// Simulated latency samples (one per ioctl).
+    pub fn latencies(&self) -> Vec<LatencySample> {
+        self.lock().latencies.clone()
+    }
+
+    /// Summary of the simulated latencies of `kind`.
+    pub fn latency_summary(&self, kind: CallKind) -> Option<LatencySummary> {
+        LatencySummary::of(kind, &self.lock().latencies)
+    }
+
+    // ---- faults ----
+
+    /// Makes the `nth` (1-based, counted from now) occurrence of `target` do `fault`.
+    pub fn inject(&self, target: FaultTarget, nth: u32, fault: Fault) {
+        self.lock().faults.push(FaultRule { target, remaining: nth.max(1), fault });
+    }
+
+    /// Forgets every injected fault that has not fired.
+    pub fn clear_faults(&self) {
+        self.lock().faults.clear();
+    }
+
+    /// Releases every call held by [`Fault::Hang`].
+    pub fn release_hangs(&self) {
+        self.lock().hang_generation += 1;
+        self.sh.cv.notify_all();
+    }
+
+    /// Simulates a DSP subsystem restart: every DSP process ends (libraries, HAP mappings and
+    /// reverse requests with it), calls in flight complete with -1 and return +104
+    /// (`ECONNRESET`), and every later call on a FastRPC fd whose channel was opened before fails
+    /// with `ECONNRESET`. Fresh fds work (the DSP is back at once unless
+    /// [`set_dsp_available`](Self::set_dsp_available) says otherwise).
+    pub fn restart_dsp(&self) {
+        let mut st = self.lock();
+        st.epoch += 1;
+        let pids: Vec<u64> = st.procs.keys().copied().collect();
+        for p in pids {
+            st.kill_process(p);
+        }
+        for c in st.ctxs.values_mut() {
+            if c.result.is_none() {
+                c.result = Some(CtxResult { retval: -1, outs: Vec::new(), fdlist: Vec::new(), sim_dsp: Duration::ZERO });
+            }
+        }
+        drop(st);
+        self.sh.cv.notify_all();
+    }
+
+    /// While false, INIT fails with `ENOTCONN` (the DSP is down after a restart).
+    pub fn set_dsp_available(&self, up: bool) {
+        self.lock().dsp_down = !up;
+    }
+
+    // ---- threads ----
+
+    /// True if thread `tid` is blocked in an interruptible bench wait (an invoke).
+    pub fn is_blocked(&self, tid: i32) -> bool {
+        self.lock().blocked.contains(&tid)
+    }
+
+    /// Waits up to `timeout` until thread `tid` is blocked in an interruptible bench wait.
+    pub fn wait_until_blocked(&self, tid: i32, timeout: Duration) -> bool {
+        let end = Instant::now() + timeout;
+        let mut st = self.lock();
+        loop {
+            if st.blocked.contains(&tid) {
+                return true;
+            }
+            let now = Instant::now();
+            if now >= end {
+                return false;
+            }
+            st = self.sh.wait_for(st, (end - now).min(Duration::from_millis(20)));
+        }
+    }
+
+    // ---- hostile DSP ----
+
+    fn pid_of(&self, st: &State, rpc_fd: Fd) -> Option<u64> {
+        match st.fds.get(&rpc_fd.0) {
+            Some(FdEntry { obj: FdObj::Rpc(f), .. }) => st.rpc_files.get(f).and_then(|f| f.proc_id).filter(|p| st.procs.contains_key(p)),
+            _ => None,
+        }
+    }
+
+    /// The simulated DSP process behind a FastRPC fd, if one is alive.
+    pub fn dsp_pid(&self, rpc_fd: Fd) -> Option<u64> {
+        let st = self.lock();
+        self.pid_of(&st, rpc_fd)
+    }
+
+    /// Makes the DSP process behind `rpc_fd` send `req` to the host's listener (queued until a
+    /// thread sits in `next2`).
+    pub fn post_reverse(&self, rpc_fd: Fd, req: ReverseRequest) -> Result<ReverseTicket, ReverseError> {
+        let mut st = self.lock();
+        let pid = self.pid_of(&st, rpc_fd).ok_or(ReverseError::NoProcess)?;
+        let id = dsp::post(&mut st, pid, req.handle, req.sc, req.payload, req.claimed_len).ok_or(ReverseError::NoProcess)?;
+        drop(st);
+        self.sh.cv.notify_all();
+        Ok(ReverseTicket(id))
+    }
+
+    /// Waits for the answer to a posted request; on timeout the request is withdrawn.
+    pub fn await_reverse(&self, t: ReverseTicket, timeout: Duration) -> Result<ReverseReply, ReverseError> {
+        dsp::await_ticket(&self.sh, t.0, timeout).map(|(result, payload)| ReverseReply { result, payload })
+    }
+
+    /// [`post_reverse`](Self::post_reverse) then [`await_reverse`](Self::await_reverse).
+    pub fn reverse_call(&self, rpc_fd: Fd, req: ReverseRequest, timeout: Duration) -> Result<ReverseReply, ReverseError> {
+        let t = self.post_reverse(rpc_fd, req)?;
+        self.await_reverse(t, timeout)
+    }
+
+    // ---- internals of the seam ----
+
+    fn begin(&self, st: &mut State, kind: CallKind) -> Option<Fault> {
+        st.count(kind);
+        st.fault(FaultTarget::Call(kind))
+    }
+
+    fn finish_cost(&self, kind: CallKind) {
+        let (bytes, sim) = rpc::COPIED.with(|c| c.replace((0, Duration::ZERO)));
+        let cost = self.sh.cfg.cost.cost(bytes).saturating_add(sim);
+        self.lock().latencies.push(LatencySample { kind, simulated: cost });
+        if self.sh.cfg.cost.sleep && !cost.is_zero() {
+            std::thread::sleep(cost);
+        }
+    }
+
+    fn vstat(&self, st: &State, path: &str) -> Result<FileStat, Errno> {
+        match st.vfs.get(path) {
+            Some(VEntry { access: Access::Missing, .. }) => Err(Errno::ENOENT),
+            Some(e) => {
+                let perm = if e.access == Access::Unreadable { 0 } else { 0o444 };
+                Ok(match &e.node {
+                    VNode::File(d) => FileStat { mode: FileStat::S_IFREG | perm, nlink: 1, size: d.len() as u64, ..Default::default() },
+                    VNode::Device(k) => FileStat {
+                        mode: FileStat::S_IFCHR | if perm == 0 { 0 } else { 0o666 },
+                        nlink: 1,
+                        rdev: if *k == DeviceKind::Ion { (10 << 8) | 60 } else { 240 << 8 },
+                        ..Default::default()
+                    },
+                })
+            }
+            None => {
+                let dir = format!("{}/", path.trim_end_matches('/'));
+                if st.vfs.iter().any(|(k, e)| k.starts_with(&dir) && e.access != Access::Missing) {
+                    Ok(FileStat { mode: FileStat::S_IFDIR | 0o555, nlink: 2, ..Default::default() })
+                } else {
+                    Err(Errno::ENOENT)
+                }
+            }
+        }
+    }
+
+    fn open_virtual(&self, st: &mut State, path: &str, flags: OpenFlags) -> Result<Fd, Errno> {
+        let stat = self.vstat(st, path)?;
+        if st.vfs.get(path).is_some_and(|e| e.access == Access::Unreadable) {
+            return Err(Errno::EACCES);
+        }
+        let obj = match st.vfs.get(path).map(|e| &e.node) {
+            Some(VNode::Device(DeviceKind::Ion)) => {
+                let id = st.id();
+                st.ion_clients.insert(id, IonClient::default());
+                FdObj::Ion(id)
+            }
+            Some(VNode::Device(DeviceKind::Rpc)) => {
+                let id = st.id();
+                let tgid = rustix::process::getpid().as_raw_nonzero().get();
+                st.rpc_files.insert(
+                    id,
+                    RpcFile {
+                        tgid,
+                        cid: None,
+                        session: false,
+                        mode: hexrpc_drivers::adsprpc::FASTRPC_MODE_SERIAL,
+                        profile: false,
+                        kalloc: false,
+                        proc_id: None,
+                        channel_epoch: None,
+                        maps: Vec::new(),
+                        parked: HashMap::new(),
+                        in_ioctl: 0,
+                        closed: false,
+                        next_raddr: 0xC000_0000,
+                        perf: HashMap::new(),
+                    },
+                );
+                FdObj::Rpc(id)
+            }
+            Some(VNode::File(d)) => {
+                if flags.read_write {
+                    return Err(Errno::EROFS);
+                }
+                FdObj::File(d.clone())
+            }
+            None => {
+                if flags.read_write || !stat.is_dir() {
+                    return Err(Errno::EISDIR);
+                }
+                FdObj::Dir
+            }
+        };
+        let owned = match reservation("hexrpc-bench-node") {
+            Ok(o) => o,
+            Err(e) => {
+                match obj {
+                    FdObj::Ion(id) => drop(st.ion_clients.remove(&id)),
+                    FdObj::Rpc(id) => drop(st.rpc_files.remove(&id)),
+                    _ => {}
+                }
+                return Err(e);
+            }
+        };
+        let n = owned.as_raw_fd();
+        st.fds.insert(n, FdEntry { _owned: owned, obj });
+        Ok(Fd(n))
+    }
+
+    fn delay_call(&self, fault: Option<Fault>) -> Option<Errno> {
+        match fault {
+            Some(Fault::Errno(e)) => Some(e),
+            Some(Fault::Returned(_)) => Some(Errno::EINVAL),
+            Some(f @ (Fault::Delay(_) | Fault::Hang)) => {
+                let st = self.lock();
+                drop(rpc::kernel_delay(&self.sh, st, Some(f)));
+                None
+            }
+            None => None,
+        }
+    }
+}
+
+// SAFETY: `mmap` returns real shared mappings (of memfds or of real files) that stay valid until
+// `munmap`; `ioctl` only reads and writes the argument struct and the user pointers inside it as
+// the simulated driver's ABI says (after the plausibility checks of `user`); everything else is
+// plain data or passes through to `RustixSys`.
+unsafe impl Syscalls for Bench {
+    fn open(&self, path: &CStr, flags: OpenFlags) -> Result<Fd, Errno> {
+        let p = path.to_string_lossy().into_owned();
+        let fault = {
+            let mut st = self.lock();
+            self.begin(&mut st, CallKind::Open)
+        };
+        let simulated = is_virtual(&p);
+        let result = match self.delay_call(fault) {
+            Some(e) => Err(e),
+            None => {
+                if simulated {
+                    let mut st = self.lock();
+                    self.open_virtual(&mut st, &p, flags)
+                } else {
+                    let r = RustixSys.open(path, flags);
+                    if let Ok(fd) = r {
+                        self.lock().passthrough.insert(fd.0);
+                    }
+                    r
+                }
+            }
+        };
+        self.lock().open_log.push(OpenRecord { path: p, simulated, result });
+        result
+    }
+
+    fn close(&self, fd: Fd) -> Result<(), Errno> {
+        let mut st = self.lock();
+        let fault = self.begin(&mut st, CallKind::Close);
+        let injected = match fault {
+            Some(Fault::Errno(e)) => Some(e),
+            _ => None,
+        };
+        let r = if let Some(e) = st.fds.remove(&fd.0) {
+            match e.obj {
+                FdObj::Ion(c) => ion::close_client(&mut st, c),
+                FdObj::Rpc(f) => {
+                    let busy = match st.rpc_files.get_mut(&f) {
+                        Some(file) => {
+                            file.closed = true;
+                            file.in_ioctl > 0
+                        }
+                        None => false,
+                    };
+                    if !busy {
+                        st.free_rpc_file(f);
+                    }
+                }
+                FdObj::DmaBuf(b) => {
+                    if let Some(buf) = st.buffers.get_mut(&b) {
+                        buf.share_fds = buf.share_fds.saturating_sub(1);
+                    }
+                    st.maybe_free_buffer(b);
+                }
+                FdObj::File(_) | FdObj::Dir => {}
+            }
+            drop(e);
+            Ok(())
+        } else if st.passthrough.remove(&fd.0) {
+            RustixSys.close(fd)
+        } else {
+            Err(Errno::EBADF)
+        };
+        drop(st);
+        self.sh.cv.notify_all();
+        match injected {
+            Some(e) => Err(e),
+            None => r,
+        }
+    }
+
+    fn pread(&self, fd: Fd, buf: &mut [u8], offset: u64) -> Result<usize, Errno> {
+        let mut st = self.lock();
+        let fault = self.begin(&mut st, CallKind::Pread);
+        drop(st);
+        if let Some(e) = self.delay_call(fault) {
+            return Err(e);
+        }
+        let st = self.lock();
+        match st.fds.get(&fd.0).map(|e| &e.obj) {
+            Some(FdObj::File(d)) => {
+                let start = usize::try_from(offset).unwrap_or(usize::MAX).min(d.len());
+                let n = buf.len().min(d.len() - start);
+                buf[..n].copy_from_slice(&d[start..start + n]);
+                Ok(n)
+            }
+            Some(FdObj::Dir) => Err(Errno::EISDIR),
+            Some(_) => Err(Errno::EINVAL),
+            None if st.passthrough.contains(&fd.0) => {
+                drop(st);
+                RustixSys.pread(fd, buf, offset)
+            }
+            None => Err(Errno::EBADF),
+        }
+    }
+
+    fn fstat(&self, fd: Fd) -> Result<FileStat, Errno> {
+        let mut st = self.lock();
+        let fault = self.begin(&mut st, CallKind::Fstat);
+        drop(st);
+        if let Some(e) = self.delay_call(fault) {
+            return Err(e);
+        }
+        let st = self.lock();
+        match st.fds.get(&fd.0).map(|e| &e.obj) {
+            Some(FdObj::File(d)) => Ok(FileStat { mode: FileStat::S_IFREG | 0o444, nlink: 1, size: d.len() as u64, ..Default::default() }),
+            Some(FdObj::Dir) => Ok(FileStat { mode: FileStat::S_IFDIR | 0o555, nlink: 2, ..Default::default() }),
+            Some(FdObj::Ion(_)) => Ok(FileStat { mode: FileStat::S_IFCHR | 0o666, nlink: 1, rdev: (10 << 8) | 60, ..Default::default() }),
+            Some(FdObj::Rpc(_)) => Ok(FileStat { mode: FileStat::S_IFCHR | 0o666, nlink: 1, rdev: 240 << 8, ..Default::default() }),
+            Some(FdObj::DmaBuf(b)) => {
+                Ok(FileStat { mode: 0o600, nlink: 1, size: st.buffers.get(b).map_or(0, |b| b.len), ..Default::default() })
+            }
+            None if st.passthrough.contains(&fd.0) => {
+                drop(st);
+                RustixSys.fstat(fd)
+            }
+            None => Err(Errno::EBADF),
+        }
+    }
+
+    fn stat(&self, path: &CStr, follow: bool) -> Result<FileStat, Errno> {
+        let mut st = self.lock();
+        let fault = self.begin(&mut st, CallKind::Stat);
+        drop(st);
+        if let Some(e) = self.delay_call(fault) {
+            return Err(e);
+        }
+        let p = path.to_string_lossy();
+        if is_virtual(&p) {
+            let st = self.lock();
+            self.vstat(&st, &p)
+        } else {
+            RustixSys.stat(path, follow)
+        }
+    }
+
+    unsafe fn ioctl(&self, fd: Fd, request: u32, arg: *mut core::ffi::c_void) -> Result<i32, Errno> {
+        let mut st = self.lock();
+        let obj = match st.fds.get(&fd.0).map(|e| &e.obj) {
+            Some(FdObj::Ion(c)) => Some(Ok(*c)),
+            Some(FdObj::Rpc(f)) => Some(Err(*f)),
+            Some(_) => None,
+            None if st.passthrough.contains(&fd.0) => {
+                st.count(CallKind::OtherIoctl);
+                drop(st);
+                // SAFETY: a real descriptor the caller opened through us; the caller upholds the
+                // ioctl contract for it.
+                return unsafe { RustixSys.ioctl(fd, request, arg) };
+            }
+            None => return Err(Errno::EBADF),
+        };
+        let Some(obj) = obj else {
+            st.count(CallKind::OtherIoctl);
+            return Err(Errno::ENOTTY);
+        };
+        let kind = match obj {
+            Ok(_) => ion::kind_of(request),
+            Err(_) => rpc::kind_of(request),
+        };
+        let fault = self.begin(&mut st, kind);
+        rpc::COPIED.with(|c| c.set((0, Duration::ZERO)));
+        let pre = match fault {
+            Some(Fault::Errno(e)) => return Err(e),
+            Some(Fault::Returned(v)) => return Ok(v),
+            Some(f) if kind.is_invoke() => Some(f),
+            Some(f) => {
+                if let Err(file) = obj {
+                    if let Some(file) = st.rpc_files.get_mut(&file) {
+                        file.in_ioctl += 1;
+                    }
+                }
+                st = rpc::kernel_delay(&self.sh, st, Some(f));
+                if let Err(file) = obj {
+                    if let Some(file) = st.rpc_files.get_mut(&file) {
+                        file.in_ioctl -= 1;
+                    }
+                }
+                None
+            }
+            None => None,
+        };
+        let r = match obj {
+            Ok(client) => {
+                if !st.ion_clients.contains_key(&client) {
+                    return Err(Errno::EBADF);
+                }
+                // SAFETY: passed on from our caller.
+                let r = unsafe { ion::ioctl(&self.sh, &mut st, client, request, arg as usize as u64) };
+                drop(st);
+                r
+            }
+            Err(file) => {
+                match st.rpc_files.get_mut(&file) {
+                    Some(f) => f.in_ioctl += 1,
+                    None => return Err(Errno::EBADF),
+                }
+                // SAFETY: passed on from our caller.
+                let (mut st, r) = unsafe { rpc::ioctl(&self.sh, st, file, request, arg, pre) };
+                let teardown = match st.rpc_files.get_mut(&file) {
+                    Some(f) => {
+                        f.in_ioctl -= 1;
+                        f.closed && f.in_ioctl == 0
+                    }
+                    None => false,
+                };
+                if teardown {
+                    st.free_rpc_file(file);
+                }
+                drop(st);
+                self.sh.cv.notify_all();
+                r
+            }
+        };
+        self.finish_cost(kind);
+        r
+    }
+
+    unsafe fn mmap(&self, fd: Fd, len: usize, prot: Prot, offset: u64) -> Result<NonNull<u8>, Errno> {
+        let mut st = self.lock();
+        let fault = self.begin(&mut st, CallKind::Mmap);
+        drop(st);
+        if let Some(e) = self.delay_call(fault) {
+            return Err(e);
+        }
+        let mut st = self.lock();
+        match st.fds.get(&fd.0).map(|e| &e.obj) {
+            Some(FdObj::DmaBuf(b)) => {
+                let b = *b;
+                let blen = st.buffers.get(&b).map_or(0, |x| x.len);
+                let pages = (len as u64).div_ceil(4096) * 4096;
+                if len == 0 || !offset.is_multiple_of(4096) || offset.checked_add(pages).is_none_or(|e| e > blen) {
+                    return Err(Errno::EINVAL);
+                }
+                // SAFETY: a fresh shared mapping of a real descriptor; the caller takes on the
+                // shared-memory contract.
+                let p = unsafe { RustixSys.mmap(fd, len, prot, offset) }?;
+                st.host_maps.insert(p.as_ptr() as usize, HostMap { len, buf: Some(b) });
+                if let Some(x) = st.buffers.get_mut(&b) {
+                    x.host_maps += 1;
+                }
+                Ok(p)
+            }
+            Some(_) => Err(Errno::ENODEV),
+            None if st.passthrough.contains(&fd.0) => {
+                // SAFETY: as above, for a real file the caller opened through us.
+                let p = unsafe { RustixSys.mmap(fd, len, prot, offset) }?;
+                st.host_maps.insert(p.as_ptr() as usize, HostMap { len, buf: None });
+                Ok(p)
+            }
+            None => Err(Errno::EBADF),
+        }
+    }
+
+    unsafe fn munmap(&self, addr: NonNull<u8>, len: usize) -> Result<(), Errno> {
+        let mut st = self.lock();
+        let fault = self.begin(&mut st, CallKind::Munmap);
+        if let Some(Fault::Errno(e)) = fault {
+            return Err(e);
+        }
+        let a = addr.as_ptr() as usize;
+        match st.host_maps.get(&a) {
+            Some(m) if m.len == len => {
+                let m = st.host_maps.remove(&a).ok_or(Errno::EINVAL)?;
+                // SAFETY: the range is a mapping this bench made with this length, and the
+                // caller guarantees nothing uses it any more.
+                unsafe { RustixSys.munmap(addr, len) }?;
+                if let Some(b) = m.buf {
+                    if let Some(x) = st.buffers.get_mut(&b) {
+                        x.host_maps = x.host_maps.saturating_sub(1);
+                    }
+                    st.maybe_free_buffer(b);
+                }
+                Ok(())
+            }
+            _ => Err(Errno::EINVAL),
+        }
+    }
+
+    fn thread_id(&self) -> i32 {
+        rustix::thread::gettid().as_raw_nonzero().get()
+    }
+
+    fn interrupt(&self, tid: i32) -> Result<(), Errno> {
+        if tid <= 0 {
+            return Err(Errno(3)); // ESRCH
+        }
+        let mut st = self.lock();
+        if st.blocked.contains(&tid) {
+            st.interrupts.insert(tid);
+            st.counts.interrupts_delivered += 1;
+            drop(st);
+            self.sh.cv.notify_all();
+        } else {
+            st.counts.interrupts_lost += 1;
+        }
+        Ok(())
+    }
+}

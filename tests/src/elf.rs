@@ -1,0 +1,98 @@
+//! Hexagon ELF images: a builder for test images and the check the simulated DSP applies.
+//!
+//! The DSP model only looks at the ELF header (magic, 32-bit class, little-endian, `e_machine`
+//! 164 = `EM_QDSP6`); it does not parse program headers or relocate anything. A real loader does
+//! far more, so a header that passes here is not proof that a real DSP would load the image.
+
+/// `EM_QDSP6`: the Hexagon machine number.
+pub const EM_HEXAGON: u16 = 164;
+/// Size of an ELF32 header: shorter images are refused.
+pub const ELF32_HEADER_LEN: usize = 52;
+
+/// Why an image is not a Hexagon ELF.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ElfError {
+    /// Fewer than [`ELF32_HEADER_LEN`] bytes.
+    Short(usize),
+    /// The first four bytes are not `\x7fELF`.
+    NotElf,
+    /// Not a 32-bit little-endian image.
+    WrongClass,
+    /// `e_machine` is not [`EM_HEXAGON`].
+    WrongMachine(u16),
+}
+
+impl core::fmt::Display for ElfError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            ElfError::Short(n) => write!(f, "image too short for an ELF header ({n} bytes)"),
+            ElfError::NotElf => write!(f, "not an ELF image"),
+            ElfError::WrongClass => write!(f, "not a 32-bit little-endian ELF"),
+            ElfError::WrongMachine(m) => write!(f, "e_machine {m} is not Hexagon ({EM_HEXAGON})"),
+        }
+    }
+}
+
+/// Checks the ELF header the way the DSP model does.
+pub fn check_hexagon_elf(image: &[u8]) -> Result<(), ElfError> {
+    if image.len() < ELF32_HEADER_LEN {
+        return Err(ElfError::Short(image.len()));
+    }
+    if image[0..4] != *b"\x7fELF" {
+        return Err(ElfError::NotElf);
+    }
+    if image[4] != 1 || image[5] != 1 {
+        return Err(ElfError::WrongClass);
+    }
+    let machine = u16::from_le_bytes([image[18], image[19]]);
+    if machine != EM_HEXAGON {
+        return Err(ElfError::WrongMachine(machine));
+    }
+    Ok(())
+}
+
+/// A `len`-byte ELF32 shared object header for `machine`, followed by a deterministic filler.
+/// `len` below the header size yields a truncated header (for negative tests).
+pub fn elf_image(machine: u16, len: usize) -> Vec<u8> {
+    let mut h = [0u8; ELF32_HEADER_LEN];
+    h[0..4].copy_from_slice(b"\x7fELF");
+    h[4] = 1; // ELFCLASS32
+    h[5] = 1; // ELFDATA2LSB
+    h[6] = 1; // EV_CURRENT
+    h[16..18].copy_from_slice(&3u16.to_le_bytes()); // ET_DYN
+    h[18..20].copy_from_slice(&machine.to_le_bytes());
+    h[20..24].copy_from_slice(&1u32.to_le_bytes()); // e_version
+    h[40..42].copy_from_slice(&(ELF32_HEADER_LEN as u16).to_le_bytes()); // e_ehsize
+    let mut out = Vec::with_capacity(len);
+    out.extend_from_slice(&h[..len.min(ELF32_HEADER_LEN)]);
+    let mut x: u32 = 0x9E37_79B9 ^ len as u32;
+    while out.len() < len {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        out.push(x as u8);
+    }
+    out
+}
+
+/// A `len`-byte Hexagon ELF image (header plus filler), as a DSP shell or a library.
+pub fn hexagon_elf(len: usize) -> Vec<u8> {
+    elf_image(EM_HEXAGON, len)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builder_and_check_agree() {
+        assert_eq!(check_hexagon_elf(&hexagon_elf(4096)), Ok(()));
+        assert_eq!(hexagon_elf(100).len(), 100);
+        assert_eq!(check_hexagon_elf(&hexagon_elf(40)), Err(ElfError::Short(40)));
+        assert_eq!(check_hexagon_elf(&elf_image(183, 64)), Err(ElfError::WrongMachine(183)));
+        assert_eq!(check_hexagon_elf(&[0u8; 64]), Err(ElfError::NotElf));
+        let mut img = hexagon_elf(64);
+        img[4] = 2;
+        assert_eq!(check_hexagon_elf(&img), Err(ElfError::WrongClass));
+    }
+}

@@ -1,0 +1,473 @@
+//! Rust models of the generated DSP `entry` (entry-abi.md v1 and v2) and the HAP ledger.
+//!
+//! A library registered with [`Bench::register_library`](crate::Bench::register_library) is a
+//! [`LibraryModel`]: which entry contract it was generated for, how many buffer and scalar
+//! parameters the kernel has, and a host function that plays the kernel. When the host invokes
+//! the library handle with method 2, the model does what the generated C does, step by step:
+//! it reads `pra[0]` / `pra[1]` / `pra[3+i].dma.fd` through the 32-bit (8-byte) `remote_arg`
+//! view, calls `HAP_mmap` on the fds (a real `mmap` of the buffer's memfd), computes the kernel
+//! pointers, runs the kernel, writes the timer into `pra[2]` and calls `HAP_munmap`.
+//!
+//! Every `HAP_mmap` / `HAP_munmap` and every contract violation goes into the ledger
+//! ([`LedgerEvent`]). Where the C would touch memory it must not (the v1 defect for a view with a
+//! non-zero offset), the model checks the range first and **records the violation instead of
+//! performing the access**, so the bench never corrupts host memory; a mismatched unmap is
+//! recorded and not performed (the real mapping stays until the process ends).
+//!
+//! Not modelled: `HAP_power_set` (the generated entry calls it first; it has no observable effect
+//! here), what real `HAP_mmap`/`HAP_munmap` do with unaligned or non-base addresses (unknown,
+//! reverse-rpc.md 5), and DSP timing: the timer holds the host wall time of the kernel function
+//! (or the simulated time it declares), never DSP cycles.
+
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hexrpc_drivers::aee;
+use hexrpc_drivers::dsp::remote_arg32;
+
+use crate::account::{LedgerEntry, LedgerEvent};
+use crate::state::{HapMap, HostMmap, Shared};
+
+/// The v2 header magic, "HRX2" little-endian.
+pub const V2_MAGIC: u32 = 0x3258_5248;
+
+/// Which entry contract a library was generated for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EntryVersion {
+    /// tinygrad's contract: maps `size_i` bytes at file offset 0, kernel pointer `base + off_i`,
+    /// unmaps `(base + off_i, size_i)` (defective for `off_i > 0`).
+    V1,
+    /// hexrpc's contract: validates, maps the whole lease, unmaps exactly what it mapped.
+    V2,
+}
+
+/// The host function that plays a kernel.
+pub type KernelFn = Arc<dyn Fn(&mut KernelCall<'_>) + Send + Sync>;
+
+/// A library the simulated DSP can load: entry contract, parameter counts and kernel.
+#[derive(Clone)]
+pub struct LibraryModel {
+    pub(crate) version: EntryVersion,
+    pub(crate) buffers: usize,
+    pub(crate) scalars: usize,
+    pub(crate) symbol: String,
+    pub(crate) kernel: KernelFn,
+}
+
+impl core::fmt::Debug for LibraryModel {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("LibraryModel")
+            .field("version", &self.version)
+            .field("buffers", &self.buffers)
+            .field("scalars", &self.scalars)
+            .field("symbol", &self.symbol)
+            .finish()
+    }
+}
+
+impl LibraryModel {
+    /// A library whose `entry` was generated for a kernel with `buffers` buffer parameters
+    /// followed by `scalars` scalar parameters, under contract `version`.
+    pub fn new(
+        version: EntryVersion,
+        buffers: usize,
+        scalars: usize,
+        kernel: impl Fn(&mut KernelCall<'_>) + Send + Sync + 'static,
+    ) -> Self {
+        LibraryModel { version, buffers, scalars, symbol: "entry".into(), kernel: Arc::new(kernel) }
+    }
+
+    /// Names the entry symbol (default `entry`); the URI's symbol must match it.
+    pub fn with_symbol(mut self, symbol: &str) -> Self {
+        self.symbol = symbol.into();
+        self
+    }
+
+    /// The entry contract.
+    pub fn version(&self) -> EntryVersion {
+        self.version
+    }
+}
+
+/// Why a kernel's access was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AccessError {
+    /// No buffer parameter with this index.
+    NoSuchBuffer,
+    /// The access is outside the view the kernel was given (a kernel bug).
+    OutsideView,
+    /// The access is inside the view but outside the DSP mapping it points into (recorded in the
+    /// ledger; not performed).
+    OutsideMapping,
+}
+
+struct KernelBuffer {
+    ptr: u32,
+    len: u32,
+    map: Option<(u32, u32, Arc<HostMmap>)>,
+}
+
+/// What a kernel function sees: its buffer views (bounds-checked against the DSP mappings) and
+/// its scalar slots.
+pub struct KernelCall<'a> {
+    buffers: Vec<KernelBuffer>,
+    scalars: Vec<[u8; 8]>,
+    events: &'a mut Vec<LedgerEvent>,
+    sim: Option<Duration>,
+}
+
+impl KernelCall<'_> {
+    /// Number of buffer parameters.
+    pub fn buffers(&self) -> usize {
+        self.buffers.len()
+    }
+
+    /// Length of buffer view `i` as the entry told the kernel (0 if there is none).
+    pub fn buffer_len(&self, i: usize) -> usize {
+        self.buffers.get(i).map_or(0, |b| b.len as usize)
+    }
+
+    /// The 8-byte slot of scalar parameter `j`.
+    pub fn scalar(&self, j: usize) -> Option<[u8; 8]> {
+        self.scalars.get(j).copied()
+    }
+
+    /// Scalar `j` read as the low 4 bytes, little-endian.
+    pub fn scalar_u32(&self, j: usize) -> Option<u32> {
+        self.scalar(j).map(|s| u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
+    }
+
+    /// Scalar `j` read as an `f32`.
+    pub fn scalar_f32(&self, j: usize) -> Option<f32> {
+        self.scalar_u32(j).map(f32::from_bits)
+    }
+
+    /// Declares how long this kernel "took" on the DSP (simulated); written as the timer and
+    /// added to the call's simulated latency.
+    pub fn set_simulated_time(&mut self, d: Duration) {
+        self.sim = Some(d);
+    }
+
+    fn locate(&mut self, i: usize, offset: usize, n: usize, write: bool) -> Result<usize, AccessError> {
+        let b = self.buffers.get(i).ok_or(AccessError::NoSuchBuffer)?;
+        match offset.checked_add(n) {
+            Some(end) if end <= b.len as usize => {}
+            _ => return Err(AccessError::OutsideView),
+        }
+        let start = b.ptr as u64 + offset as u64;
+        let end = start + n as u64;
+        if let Some((base, mlen, mem)) = &b.map {
+            let (base, mend) = (*base as u64, *base as u64 + *mlen as u64);
+            if start >= base && end <= mend && (end - base) as usize <= mem.len {
+                return Ok(mem.addr + (start - base) as usize);
+            }
+        }
+        self.events.push(LedgerEvent::AccessOutsideMapping { buffer: i, access: (start, n as u64), write });
+        Err(AccessError::OutsideMapping)
+    }
+
+    /// Copies `out.len()` bytes at `offset` of buffer view `i`.
+    pub fn read(&mut self, i: usize, offset: usize, out: &mut [u8]) -> Result<(), AccessError> {
+        let at = self.locate(i, offset, out.len(), false)?;
+        // SAFETY: `locate` checked that the range lies inside a live shared mapping owned by this
+        // call (the `Arc<HostMmap>` is held by `self`); `out` is a distinct Rust buffer.
+        unsafe { core::ptr::copy_nonoverlapping(at as *const u8, out.as_mut_ptr(), out.len()) };
+        Ok(())
+    }
+
+    /// Copies `data` to `offset` of buffer view `i`.
+    pub fn write(&mut self, i: usize, offset: usize, data: &[u8]) -> Result<(), AccessError> {
+        let at = self.locate(i, offset, data.len(), true)?;
+        // SAFETY: as in `read`; the mapping is read-write.
+        unsafe { core::ptr::copy_nonoverlapping(data.as_ptr(), at as *mut u8, data.len()) };
+        Ok(())
+    }
+
+    /// The whole of buffer view `i`.
+    pub fn read_all(&mut self, i: usize) -> Result<Vec<u8>, AccessError> {
+        let mut v = vec![0u8; self.buffer_len(i)];
+        self.read(i, 0, &mut v)?;
+        Ok(v)
+    }
+}
+
+/// One DSP memory region holding a copied buffer argument.
+pub(crate) struct Region {
+    pub base: u32,
+    pub data: Vec<u8>,
+}
+
+/// A buffer the call's handles refer to, resolvable by fd for `HAP_mmap`.
+pub(crate) struct HandleBuf {
+    pub fd: i32,
+    pub memfd: Arc<OwnedFd>,
+    pub len: u64,
+}
+
+/// What the DSP framework hands a library entry.
+pub(crate) struct EntryEnv<'a> {
+    pub sh: &'a Shared,
+    pub pid: u64,
+    pub library: String,
+    pub sc: u32,
+    pub pra: Vec<remote_arg32>,
+    pub regions: Vec<Region>,
+    pub handles: Vec<HandleBuf>,
+    pub events: Vec<LedgerEvent>,
+    pub sim: Option<Duration>,
+}
+
+impl EntryEnv<'_> {
+    fn region(&mut self, addr: u64, len: u64) -> Option<(usize, usize)> {
+        self.regions.iter().position(|r| addr >= r.base as u64 && addr + len <= r.base as u64 + r.data.len() as u64).map(|i| {
+            let off = (addr - self.regions[i].base as u64) as usize;
+            (i, off)
+        })
+    }
+
+    /// Reads `len` bytes at `off` of argument `k` (zeros and a ledger record if out of bounds).
+    fn arg_read(&mut self, k: usize, off: u32, len: u32) -> Vec<u8> {
+        let mut out = vec![0u8; len as usize];
+        let ok = self.pra.get(k).is_some_and(|a| off as u64 + len as u64 <= a.buf.len as u64);
+        if ok {
+            let addr = self.pra[k].buf.pv as u64 + off as u64;
+            if let Some((i, o)) = self.region(addr, len as u64) {
+                out.copy_from_slice(&self.regions[i].data[o..o + len as usize]);
+                return out;
+            }
+        }
+        self.events.push(LedgerEvent::ArgOutOfBounds { arg: k, offset: off, len });
+        out
+    }
+
+    fn arg_write(&mut self, k: usize, off: u32, data: &[u8]) -> bool {
+        let len = data.len() as u32;
+        let ok = self.pra.get(k).is_some_and(|a| off as u64 + len as u64 <= a.buf.len as u64);
+        if ok {
+            let addr = self.pra[k].buf.pv as u64 + off as u64;
+            if let Some((i, o)) = self.region(addr, len as u64) {
+                self.regions[i].data[o..o + data.len()].copy_from_slice(data);
+                return true;
+            }
+        }
+        self.events.push(LedgerEvent::ArgOutOfBounds { arg: k, offset: off, len });
+        false
+    }
+
+    fn arg_len(&self, k: usize) -> u32 {
+        self.pra.get(k).map_or(0, |a| a.buf.len)
+    }
+
+    fn handle_fd(&mut self, k: usize) -> i32 {
+        match self.pra.get(k) {
+            Some(a) => a.dma().fd,
+            None => {
+                self.events.push(LedgerEvent::ArgOutOfBounds { arg: k, offset: 0, len: 8 });
+                0
+            }
+        }
+    }
+
+    /// `HAP_mmap(0, len, PROT_READ|PROT_WRITE, 0, fd, offset)`.
+    fn hap_mmap(&mut self, fd: i32, len: u32, offset: u32) -> Option<(u32, Arc<HostMmap>)> {
+        let fail = |me: &mut Self, reason| {
+            me.events.push(LedgerEvent::MapFailed { fd, len, reason });
+            None
+        };
+        if len == 0 {
+            return fail(self, "zero length");
+        }
+        let found = match self.handles.iter().find(|h| h.fd == fd) {
+            Some(h) => Some((h.memfd.clone(), h.len)),
+            None => {
+                let st = self.sh.lock();
+                st.procs
+                    .get(&self.pid)
+                    .and_then(|p| st.rpc_files.get(&p.file))
+                    .and_then(|f| f.maps.iter().find(|m| m.fd == fd && m.buf.is_some()))
+                    .and_then(|m| m.buf)
+                    .and_then(|b| st.buffers.get(&b))
+                    .map(|b| (b.memfd.clone(), b.len))
+            }
+        };
+        let Some((memfd, buf_len)) = found else { return fail(self, "fd is not mapped for this process") };
+        if offset as u64 + len as u64 > buf_len {
+            return fail(self, "range beyond the buffer");
+        }
+        let Some(mem) = HostMmap::map(&memfd, len as usize, offset as u64, &self.sh.dsp_host_mmaps) else {
+            return fail(self, "mmap failed");
+        };
+        let mem = Arc::new(mem);
+        let mut st = self.sh.lock();
+        let Some(p) = st.procs.get_mut(&self.pid).filter(|p| p.alive) else {
+            drop(st);
+            return fail(self, "process gone");
+        };
+        let addr = p.next_dva;
+        let span = (len as u64).div_ceil(4096) * 4096 + 4096;
+        p.next_dva = u32::try_from(addr as u64 + span).unwrap_or(0x1000_0000);
+        p.hap.push(HapMap { dsp_addr: addr, len, _mem: mem.clone() });
+        drop(st);
+        self.events.push(LedgerEvent::Map { fd, addr, len, offset });
+        Some((addr, mem))
+    }
+
+    /// `HAP_munmap(addr, len)`: unmaps only an exact match of a live mapping.
+    fn hap_munmap(&mut self, addr: u32, len: u32) {
+        let mut st = self.sh.lock();
+        let matched = match st.procs.get_mut(&self.pid) {
+            Some(p) => match p.hap.iter().position(|m| m.dsp_addr == addr && m.len == len) {
+                Some(i) => {
+                    p.hap.remove(i);
+                    true
+                }
+                None => false,
+            },
+            None => false,
+        };
+        drop(st);
+        self.events.push(LedgerEvent::Unmap { addr, len, matched });
+    }
+
+    fn run_kernel(&mut self, model: &LibraryModel, buffers: Vec<KernelBuffer>, scalars: Vec<[u8; 8]>) -> u64 {
+        let mut call = KernelCall { buffers, scalars, events: &mut self.events, sim: None };
+        let t0 = Instant::now();
+        (model.kernel)(&mut call);
+        let wall = t0.elapsed();
+        let sim = call.sim;
+        self.sim = sim;
+        sim.unwrap_or(wall).as_micros() as u64
+    }
+
+    /// Appends this call's events to the bench ledger.
+    pub fn flush(&mut self) {
+        if self.events.is_empty() {
+            return;
+        }
+        let mut st = self.sh.lock();
+        for e in self.events.drain(..) {
+            st.ledger.push(LedgerEntry { pid: self.pid, library: self.library.clone(), event: e });
+        }
+    }
+}
+
+fn i32_at(b: &[u8]) -> i32 {
+    i32::from_le_bytes([b[0], b[1], b[2], b[3]])
+}
+
+fn u32_at(b: &[u8]) -> u32 {
+    u32::from_le_bytes([b[0], b[1], b[2], b[3]])
+}
+
+fn slot(b: Vec<u8>) -> [u8; 8] {
+    let mut s = [0u8; 8];
+    s.copy_from_slice(&b[..8]);
+    s
+}
+
+/// The v1 generated entry (entry-abi.md "Version 1"), as the C does it, defects included.
+pub(crate) fn run_v1(env: &mut EntryEnv<'_>, model: &LibraryModel) -> i32 {
+    if env.sc >> 24 != 2 {
+        return 0;
+    }
+    let (n, k) = (model.buffers, model.scalars);
+    let mut sizes = Vec::with_capacity(n);
+    let mut scalars = Vec::with_capacity(k);
+    for i in 0..n + k {
+        let s = env.arg_read(0, 8 * i as u32, 8);
+        if i < n {
+            sizes.push(i32_at(&s));
+        } else {
+            scalars.push(slot(s));
+        }
+    }
+    let offs: Vec<i32> = (0..n).map(|i| i32_at(&env.arg_read(1, 4 * i as u32, 4))).collect();
+    let mut bufs = Vec::with_capacity(n);
+    let mut unmaps = Vec::with_capacity(n);
+    for i in 0..n {
+        let fd = env.handle_fd(3 + i);
+        // C: HAP_mmap(0, sz, 3, 0, fd, 0) + off, no error check; an int size converts to size_t.
+        let size = sizes[i] as u32;
+        let mapped = env.hap_mmap(fd, size, 0);
+        let base = mapped.as_ref().map_or(u32::MAX, |m| m.0);
+        let ptr = base.wrapping_add(offs[i] as u32);
+        let inside = mapped.is_some() && offs[i] == 0;
+        if !inside {
+            env.events.push(LedgerEvent::ViewOutsideMapping {
+                buffer: i,
+                view: (ptr, size),
+                mapping: mapped.as_ref().map(|m| (m.0, size)),
+            });
+        }
+        bufs.push(KernelBuffer { ptr, len: size, map: mapped.map(|(a, m)| (a, size, m)) });
+        unmaps.push((ptr, size));
+    }
+    let micros = env.run_kernel(model, bufs, scalars);
+    // C: *(unsigned long long *)pra[2].pv = elapsed, whatever pra[2]'s length.
+    env.arg_write(2, 0, &micros.to_le_bytes());
+    env.events.push(LedgerEvent::Timer { micros });
+    for (ptr, size) in unmaps {
+        env.hap_munmap(ptr, size);
+    }
+    0
+}
+
+/// The v2 entry (entry-abi.md "Version 2"): validate, map leases, run, unmap what was mapped.
+pub(crate) fn run_v2(env: &mut EntryEnv<'_>, model: &LibraryModel) -> i32 {
+    if env.sc >> 24 != 2 {
+        return 0;
+    }
+    let (n, k) = (model.buffers, model.scalars);
+    let refuse = |env: &mut EntryEnv<'_>| {
+        env.events.push(LedgerEvent::Refused { code: aee::AEE_EBADPARM });
+        aee::AEE_EBADPARM
+    };
+    let need0 = 8 * (1 + n + k) as u64;
+    let need1 = 8 * n as u64;
+    if env.pra.len() < 3 + n || (env.arg_len(0) as u64) < need0 || (env.arg_len(1) as u64) < need1 {
+        return refuse(env);
+    }
+    let hdr = env.arg_read(0, 0, 8);
+    if u32_at(&hdr[0..4]) != V2_MAGIC || u32_at(&hdr[4..8]) as usize != n {
+        return refuse(env);
+    }
+    let mut views = Vec::with_capacity(n);
+    for i in 0..n {
+        let len = u32_at(&env.arg_read(0, 8 * (1 + i) as u32, 8));
+        let pair = env.arg_read(1, 8 * i as u32, 8);
+        let (off, lease) = (u32_at(&pair[0..4]), u32_at(&pair[4..8]));
+        if off as u64 + len as u64 > lease as u64 || lease == 0 {
+            return refuse(env);
+        }
+        views.push((off, len, lease));
+    }
+    let scalars: Vec<[u8; 8]> = (0..k).map(|j| slot(env.arg_read(0, 8 * (1 + n + j) as u32, 8))).collect();
+    let mut bufs = Vec::with_capacity(n);
+    let mut mapped: Vec<(u32, u32)> = Vec::with_capacity(n);
+    for (i, &(off, len, lease)) in views.iter().enumerate() {
+        let fd = env.handle_fd(3 + i);
+        match env.hap_mmap(fd, lease, 0) {
+            Some((base, mem)) => {
+                mapped.push((base, lease));
+                bufs.push(KernelBuffer { ptr: base + off, len, map: Some((base, lease, mem)) });
+            }
+            None => {
+                drop(bufs);
+                for &(base, l) in mapped.iter().rev() {
+                    env.hap_munmap(base, l);
+                }
+                return aee::AEE_EMMAP;
+            }
+        }
+    }
+    let micros = env.run_kernel(model, bufs, scalars);
+    if env.arg_len(2) >= 8 {
+        env.arg_write(2, 0, &micros.to_le_bytes());
+        env.events.push(LedgerEvent::Timer { micros });
+    }
+    for (base, l) in mapped {
+        env.hap_munmap(base, l);
+    }
+    0
+}

@@ -1,0 +1,384 @@
+//! The simulated kernel's state: one table guarded by one mutex, with one condition variable for
+//! every wait (invokes, the listener, reverse replies, hangs).
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+use crate::account::*;
+use crate::config::BenchConfig;
+use crate::entry::LibraryModel;
+
+/// Everything shared between the seam, the DSP worker threads and the test's control API.
+pub(crate) struct Shared {
+    pub cfg: BenchConfig,
+    pub st: Mutex<State>,
+    pub cv: Condvar,
+    /// Live real mappings held for the DSP model ([`HostMmap`]).
+    pub dsp_host_mmaps: Arc<AtomicUsize>,
+}
+
+impl Shared {
+    pub fn lock(&self) -> MutexGuard<'_, State> {
+        self.st.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn wait<'a>(&self, g: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
+        self.cv.wait(g).unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn wait_for<'a>(&self, g: MutexGuard<'a, State>, d: std::time::Duration) -> MutexGuard<'a, State> {
+        match self.cv.wait_timeout(g, d) {
+            Ok((g, _)) => g,
+            Err(e) => e.into_inner().0,
+        }
+    }
+}
+
+/// Presence of a virtual path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Access {
+    Present,
+    Missing,
+    Unreadable,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum DeviceKind {
+    Ion,
+    Rpc,
+}
+
+pub(crate) enum VNode {
+    File(Arc<Vec<u8>>),
+    Device(DeviceKind),
+}
+
+pub(crate) struct VEntry {
+    pub node: VNode,
+    pub access: Access,
+}
+
+pub(crate) enum FdObj {
+    Ion(u64),
+    Rpc(u64),
+    DmaBuf(u64),
+    File(Arc<Vec<u8>>),
+    Dir,
+}
+
+pub(crate) struct FdEntry {
+    /// The real descriptor that reserves this number (a memfd or a dup of a buffer's memfd).
+    pub _owned: OwnedFd,
+    pub obj: FdObj,
+}
+
+pub(crate) struct IonHandle {
+    pub buf: u64,
+    pub user_refs: u32,
+}
+
+#[derive(Default)]
+pub(crate) struct IonClient {
+    pub handles: BTreeMap<i32, IonHandle>,
+}
+
+pub(crate) struct Buffer {
+    pub memfd: Arc<OwnedFd>,
+    pub len: u64,
+    pub handles: u32,
+    pub share_fds: u32,
+    pub host_maps: u32,
+    pub driver_maps: u32,
+}
+
+impl Buffer {
+    pub fn is_dead(&self) -> bool {
+        self.handles == 0 && self.share_fds == 0 && self.host_maps == 0 && self.driver_maps == 0
+    }
+}
+
+pub(crate) struct HostMap {
+    pub len: usize,
+    pub buf: Option<u64>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum MapKind {
+    /// MMAP of an fd.
+    Fd,
+    /// MMAP with ADD_PAGES (kernel-allocated).
+    AddPages,
+    /// An invoke handle argument (va 0).
+    Handle,
+}
+
+pub(crate) struct DspMap {
+    pub kind: MapKind,
+    pub fd: i32,
+    pub buf: Option<u64>,
+    pub va: u64,
+    pub len: u64,
+    pub raddr: u64,
+    pub refs: u32,
+}
+
+pub(crate) struct RpcFile {
+    pub tgid: i32,
+    pub cid: Option<u32>,
+    pub session: bool,
+    pub mode: u32,
+    pub profile: bool,
+    pub kalloc: bool,
+    pub proc_id: Option<u64>,
+    /// Restart epoch at which this file's channel was opened (INIT).
+    pub channel_epoch: Option<u64>,
+    pub maps: Vec<DspMap>,
+    pub parked: HashMap<i32, u64>,
+    pub in_ioctl: u32,
+    pub closed: bool,
+    pub next_raddr: u64,
+    pub perf: HashMap<i32, [i64; 12]>,
+}
+
+pub(crate) struct CtxResult {
+    pub retval: i32,
+    pub outs: Vec<Vec<u8>>,
+    pub fdlist: Vec<i32>,
+    pub sim_dsp: std::time::Duration,
+}
+
+pub(crate) struct Ctx {
+    pub file: u64,
+    pub sc: u32,
+    pub out_ptrs: Vec<(u64, u64)>,
+    pub crc: u64,
+    pub result: Option<CtxResult>,
+    pub parked: bool,
+}
+
+/// A real mapping made for the DSP model (a `HAP_mmap`), unmapped when the last holder drops it.
+pub(crate) struct HostMmap {
+    pub addr: usize,
+    pub len: usize,
+    counter: Arc<AtomicUsize>,
+}
+
+impl HostMmap {
+    /// Maps `len` bytes of `fd` at `offset`, read-write, shared.
+    pub fn map(fd: &OwnedFd, len: usize, offset: u64, counter: &Arc<AtomicUsize>) -> Option<HostMmap> {
+        use rustix::mm::{mmap, MapFlags, ProtFlags};
+        // SAFETY: a NULL hint makes the kernel pick a fresh range, so no existing memory is
+        // replaced; the callers check `offset + len` against the memfd's size first, so every
+        // byte of the mapping is backed by the file.
+        let p = unsafe { mmap(core::ptr::null_mut(), len, ProtFlags::READ | ProtFlags::WRITE, MapFlags::SHARED, fd, offset) }.ok()?;
+        counter.fetch_add(1, Ordering::SeqCst);
+        Some(HostMmap { addr: p as usize, len, counter: counter.clone() })
+    }
+}
+
+impl Drop for HostMmap {
+    fn drop(&mut self) {
+        // SAFETY: the range is the mapping this value made and owns; the last holder is gone.
+        if let Err(e) = unsafe { rustix::mm::munmap(self.addr as *mut core::ffi::c_void, self.len) } {
+            log::error!("bench: munmap of a DSP-side mapping failed: {e}");
+        }
+        self.counter.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+pub(crate) struct HapMap {
+    pub dsp_addr: u32,
+    pub len: u32,
+    /// Keeps the real mapping alive while the process holds it.
+    pub _mem: Arc<HostMmap>,
+}
+
+pub(crate) struct LoadedLib {
+    pub name: String,
+    pub model: Arc<LibraryModel>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum TicketState {
+    Queued,
+    Delivered,
+    Answered,
+    Dropped,
+}
+
+pub(crate) struct Ticket {
+    pub pid: u64,
+    pub ctx: u32,
+    pub handle: u32,
+    pub sc: u32,
+    pub payload: Arc<Vec<u8>>,
+    pub claimed_len: i32,
+    pub state: TicketState,
+    pub reply: Option<(i32, Vec<u8>)>,
+    pub record: usize,
+}
+
+pub(crate) struct DspProcess {
+    pub file: u64,
+    pub alive: bool,
+    pub listener_init: bool,
+    pub apps_std: Option<u32>,
+    pub libs: HashMap<u32, LoadedLib>,
+    pub hap: Vec<HapMap>,
+    pub queue: VecDeque<u64>,
+    pub inflight: HashMap<u32, u64>,
+    pub next_ctx: u32,
+    pub next_dva: u32,
+    pub next_lib: u32,
+}
+
+pub(crate) struct FaultRule {
+    pub target: FaultTarget,
+    pub remaining: u32,
+    pub fault: Fault,
+}
+
+#[derive(Default)]
+pub(crate) struct State {
+    pub vfs: HashMap<String, VEntry>,
+    pub fds: HashMap<i32, FdEntry>,
+    pub passthrough: HashSet<i32>,
+    pub open_log: Vec<OpenRecord>,
+    pub ion_clients: HashMap<u64, IonClient>,
+    pub buffers: HashMap<u64, Buffer>,
+    pub ion_bytes: u64,
+    pub host_maps: HashMap<usize, HostMap>,
+    pub rpc_files: HashMap<u64, RpcFile>,
+    pub sessions: [u32; 4],
+    pub procs: HashMap<u64, DspProcess>,
+    pub ctxs: HashMap<u64, Ctx>,
+    pub tickets: HashMap<u64, Ticket>,
+    pub reverse_log: Vec<ReverseRecord>,
+    pub blocked: HashSet<i32>,
+    pub interrupts: HashSet<i32>,
+    pub epoch: u64,
+    pub dsp_down: bool,
+    pub hang_generation: u64,
+    pub faults: Vec<FaultRule>,
+    pub counts: CallCounts,
+    pub ledger: Vec<LedgerEntry>,
+    pub latencies: Vec<LatencySample>,
+    pub libraries: HashMap<String, Arc<LibraryModel>>,
+    pub next_id: u64,
+}
+
+impl State {
+    pub fn id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    pub fn count(&mut self, kind: CallKind) {
+        *self.counts.calls.entry(kind).or_insert(0) += 1;
+    }
+
+    pub fn count_dsp(&mut self, kind: DspCallKind) {
+        *self.counts.dsp.entry(kind).or_insert(0) += 1;
+    }
+
+    /// Counts one occurrence of `target` and returns the fault to apply, if one fires now.
+    pub fn fault(&mut self, target: FaultTarget) -> Option<Fault> {
+        let i = self.faults.iter().position(|r| r.target == target)?;
+        let r = &mut self.faults[i];
+        if r.remaining > 1 {
+            r.remaining -= 1;
+            return None;
+        }
+        Some(self.faults.remove(i).fault)
+    }
+
+    /// Drops a buffer whose last holder went away.
+    pub fn maybe_free_buffer(&mut self, id: u64) {
+        if self.buffers.get(&id).is_some_and(Buffer::is_dead) {
+            if let Some(b) = self.buffers.remove(&id) {
+                self.ion_bytes = self.ion_bytes.saturating_sub(b.len);
+            }
+        }
+    }
+
+    /// Drops one driver-map reference on a buffer.
+    pub fn release_driver_map(&mut self, buf: Option<u64>) {
+        if let Some(id) = buf {
+            if let Some(b) = self.buffers.get_mut(&id) {
+                b.driver_maps = b.driver_maps.saturating_sub(1);
+            }
+            self.maybe_free_buffer(id);
+        }
+    }
+
+    /// The buffer behind a dma-buf fd number.
+    pub fn dmabuf(&self, fd: i32) -> Option<u64> {
+        match self.fds.get(&fd) {
+            Some(FdEntry { obj: FdObj::DmaBuf(id), .. }) => Some(*id),
+            _ => None,
+        }
+    }
+
+    /// Kills a DSP process: its libraries, HAP mappings and reverse requests go away, and every
+    /// DSP job waiting for it wakes up.
+    pub fn kill_process(&mut self, pid: u64) {
+        let Some(p) = self.procs.get_mut(&pid) else { return };
+        p.alive = false;
+        p.libs.clear();
+        p.hap.clear();
+        p.queue.clear();
+        p.inflight.clear();
+        for t in self.tickets.values_mut() {
+            if t.pid == pid && matches!(t.state, TicketState::Queued | TicketState::Delivered) {
+                t.state = TicketState::Dropped;
+            }
+        }
+        self.procs.remove(&pid);
+    }
+
+    /// The file teardown of `fastrpc_file_free`: release the process, free parked contexts and
+    /// every map, give the session back.
+    pub fn free_rpc_file(&mut self, file_id: u64) {
+        let Some(f) = self.rpc_files.remove(&file_id) else { return };
+        if let Some(pid) = f.proc_id {
+            if self.procs.contains_key(&pid) {
+                self.count_dsp(DspCallKind::ReleaseProcess);
+            }
+            self.kill_process(pid);
+        }
+        self.ctxs.retain(|_, c| c.file != file_id);
+        for m in f.maps {
+            self.release_driver_map(m.buf);
+        }
+        if f.session {
+            if let Some(cid) = f.cid {
+                let s = &mut self.sessions[cid as usize];
+                *s = s.saturating_sub(1);
+            }
+        }
+    }
+
+    pub fn snapshot(&self, dsp_host_mmaps: usize) -> Snapshot {
+        Snapshot {
+            open_fds: self.fds.len() + self.passthrough.len(),
+            ion_clients: self.ion_clients.len(),
+            ion_handles: self.ion_clients.values().map(|c| c.handles.len()).sum(),
+            ion_buffers: self.buffers.len(),
+            ion_bytes: self.ion_bytes,
+            host_mappings: self.host_maps.len(),
+            rpc_files: self.rpc_files.len(),
+            sessions: self.sessions.iter().map(|&s| s as usize).sum(),
+            dsp_processes: self.procs.len(),
+            dsp_maps: self.rpc_files.values().map(|f| f.maps.len()).sum(),
+            hap_mappings: self.procs.values().map(|p| p.hap.len()).sum(),
+            dsp_host_mmaps,
+            loaded_libraries: self.procs.values().map(|p| p.libs.len()).sum(),
+            contexts: self.ctxs.len(),
+            parked: self.ctxs.values().filter(|c| c.parked).count(),
+            pending_reverse: self.tickets.values().filter(|t| matches!(t.state, TicketState::Queued | TicketState::Delivered)).count(),
+            blocked_threads: self.blocked.len(),
+        }
+    }
+}
