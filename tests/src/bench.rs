@@ -179,8 +179,10 @@ impl Bench {
 
     // ---- libraries ----
 
-    /// Registers the model of library `name` (the `NAME` of `file:///NAME?...` URIs). The image
-    /// bytes themselves come from the host through the reverse file service at load time.
+    /// Registers the model of library `name`: the `NAME` of `file:///NAME?...` URIs, or the tag
+    /// inside an image made by [`elf::library_image`](crate::elf::library_image) (so a host that
+    /// publishes the image under a unique name still loads this model). The image bytes
+    /// themselves come from the host through the reverse file service at load time.
     pub fn register_library(&self, name: &str, model: LibraryModel) {
         self.lock().libraries.insert(name.into(), Arc::new(model));
     }

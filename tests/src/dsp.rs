@@ -416,7 +416,10 @@ fn load(sh: &Shared, job: &Job, uri: &str) -> Result<u32, (i32, String)> {
     close.map_err(|e| fail(e, aee::AEE_EFAILED, "fclose"))?;
     elf::check_hexagon_elf(&image).map_err(|e| (aee::AEE_EBADELF, format!("{name}: {e}")))?;
     let mut st = sh.lock();
-    let model = st.libraries.get(&name).cloned();
+    // The model stands for the library's code: found by the name the DSP was asked to load, or
+    // by the tag inside the image it fetched (elf::library_image), as a real DSP runs the code it
+    // fetched whatever the file was called.
+    let model = st.libraries.get(&name).or_else(|| elf::model_tag(&image).and_then(|t| st.libraries.get(t))).cloned();
     let Some(model) = model.filter(|m| m.symbol == symbol) else {
         return Err((aee::AEE_ENOSUCHSYMBOL, format!("{name}: undefined symbol {symbol} (no model registered on the bench)")));
     };

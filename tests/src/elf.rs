@@ -80,6 +80,31 @@ pub fn hexagon_elf(len: usize) -> Vec<u8> {
     elf_image(EM_HEXAGON, len)
 }
 
+/// The marker that names, inside a library image, which registered [`LibraryModel`]
+/// (crate::LibraryModel) stands for its code.
+pub const MODEL_TAG: &[u8] = b"HXBENCH-MODEL:";
+
+/// A `len`-byte Hexagon library image whose code is the registered model `model`: on a real DSP
+/// the code comes from the image itself, so the bench's DSP finds the model from the image it
+/// fetched (the tag follows the ELF header), whatever name the host published it under.
+/// `len` grows to fit the tag.
+pub fn library_image(model: &str, len: usize) -> Vec<u8> {
+    let mut img = hexagon_elf(len.max(ELF32_HEADER_LEN + MODEL_TAG.len() + model.len() + 1));
+    let at = ELF32_HEADER_LEN;
+    img[at..at + MODEL_TAG.len()].copy_from_slice(MODEL_TAG);
+    let name_at = at + MODEL_TAG.len();
+    img[name_at..name_at + model.len()].copy_from_slice(model.as_bytes());
+    img[name_at + model.len()] = 0;
+    img
+}
+
+/// The model name a [`library_image`] carries, if any.
+pub fn model_tag(image: &[u8]) -> Option<&str> {
+    let rest = image.get(ELF32_HEADER_LEN..)?.strip_prefix(MODEL_TAG)?;
+    let end = rest.iter().take(256).position(|&b| b == 0)?;
+    core::str::from_utf8(&rest[..end]).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -94,5 +119,9 @@ mod tests {
         let mut img = hexagon_elf(64);
         img[4] = 2;
         assert_eq!(check_hexagon_elf(&img), Err(ElfError::WrongClass));
+        let lib = library_image("scale", 100);
+        assert_eq!(check_hexagon_elf(&lib), Ok(()));
+        assert_eq!(model_tag(&lib), Some("scale"));
+        assert_eq!(model_tag(&hexagon_elf(4096)), None);
     }
 }
