@@ -89,6 +89,8 @@ impl fmt::Display for Errno {
     }
 }
 
+impl core::error::Error for Errno {}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -58,6 +58,8 @@ impl fmt::Display for Error {
     }
 }
 
+impl core::error::Error for Error {}
+
 /// Turns a raw ioctl result into `Ok(())` for 0 and [`Error::Returned`] for anything positive.
 pub(crate) fn check_rc(rc: Result<i32, Errno>) -> Result<(), Error> {
     match rc {

@@ -41,6 +41,8 @@ impl fmt::Display for RangeError {
     }
 }
 
+impl core::error::Error for RangeError {}
+
 impl<S: Syscalls> Mapping<S> {
     /// `mmap(NULL, len, prot, MAP_SHARED, fd, 0)`. `len` must be non-zero.
     pub fn map_shared(sys: S, fd: Fd, len: usize, prot: Prot) -> Result<Self, Errno> {

@@ -7,17 +7,22 @@ use core::sync::atomic::{AtomicBool, Ordering};
 use core::time::Duration;
 use std::time::Instant;
 
-use hexrpc_drivers::{Errno, Syscalls};
+use hexrpc_drivers::Syscalls;
 
-use crate::error::{Cause, HalError, Stage};
+use crate::error::HalError;
 
 /// How often the watchdog repeats the interrupt while the call has not returned (a signal that
 /// lands just before the thread blocks is lost).
 const REPEAT: Duration = Duration::from_millis(2);
 
-/// Runs `call` on this thread; if it has not returned after `timeout`, interrupts it until it
-/// does. A call that ends with `EINTR` after the deadline fired becomes [`Cause::Timeout`].
-pub(crate) fn run<S: Syscalls + Sync>(sys: &S, timeout: Duration, call: impl FnOnce() -> Result<(), HalError>) -> Result<(), HalError> {
+/// Runs `call` on this thread; if it has not returned after `timeout`, sets the flag `call`
+/// receives and interrupts the thread until `call` returns (`call` turns `EINTR` into
+/// [`Cause::Timeout`](crate::Cause::Timeout) when the flag is set, and resumes otherwise).
+pub(crate) fn run<S: Syscalls + Sync>(
+    sys: &S,
+    timeout: Duration,
+    call: impl FnOnce(&AtomicBool) -> Result<(), HalError>,
+) -> Result<(), HalError> {
     let tid = sys.thread_id();
     let deadline = Instant::now() + timeout;
     let done = AtomicBool::new(false);
@@ -37,15 +42,10 @@ pub(crate) fn run<S: Syscalls + Sync>(sys: &S, timeout: Duration, call: impl FnO
                 }
             }
         });
-        let r = call();
+        let r = call(&fired);
         done.store(true, Ordering::Release);
         watchdog.thread().unpark();
         r
     });
-    match result {
-        Err(e) if fired.load(Ordering::Acquire) && matches!(e.cause, Cause::Os(Errno::EINTR)) => {
-            Err(HalError::new(Stage::Invoke, Cause::Timeout))
-        }
-        r => r,
-    }
+    result
 }

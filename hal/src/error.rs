@@ -181,3 +181,5 @@ impl fmt::Display for HalError {
         }
     }
 }
+
+impl core::error::Error for HalError {}

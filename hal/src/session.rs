@@ -208,13 +208,34 @@ impl<S: Syscalls + Clone> Session<S> {
         self.libs.lock()[slot].as_ref().map(|l| l.remote)
     }
 
-    fn invoke_slot<const CAP: usize>(&self, slot: usize, args: &mut adsprpc::InvokeArgs<'_, CAP>) -> Result<(), HalError> {
+    /// One library call. `EINTR` from a signal that is not a deadline (`fired` unset) is retried
+    /// at once: the driver parked the call, and the same thread resuming it with the same
+    /// scalars word is the only way to finish it while its buffers are still borrowed here (a
+    /// later, unrelated call with the same scalars word would otherwise resume it and receive
+    /// its results). A deadline that fired turns `EINTR` into [`Cause::Timeout`] and puts the
+    /// session in "needs recovery", which refuses every call until `recover()` closes the
+    /// channel and with it the parked call.
+    fn invoke_slot<const CAP: usize>(
+        &self,
+        slot: usize,
+        args: &mut adsprpc::InvokeArgs<'_, CAP>,
+        fired: Option<&core::sync::atomic::AtomicBool>,
+    ) -> Result<(), HalError> {
         let st = Stage::Invoke;
         self.check_health(st)?;
         let remote = self.remote_handle(slot).ok_or(HalError::new(st, Cause::Invalid))?;
         let chan = self.chan.read();
         let ch = chan.channel.as_ref().ok_or(HalError::new(st, Cause::NeedsRecovery))?;
-        adsprpc::invoke_attrs(&self.sys, ch.fd(), remote, args).map_err(|e| self.note_failure(HalError::sys(st, e)))
+        loop {
+            match adsprpc::invoke_attrs(&self.sys, ch.fd(), remote, args) {
+                Err(hexrpc_drivers::Error::Os(hexrpc_drivers::Errno::EINTR)) => {
+                    if fired.is_some_and(|f| f.load(Ordering::Acquire)) {
+                        return Err(self.note_failure(HalError::new(st, Cause::Timeout)));
+                    }
+                }
+                r => return r.map_err(|e| self.note_failure(HalError::sys(st, e))),
+            }
+        }
     }
 
     /// Rebuilds the DSP side after a restart or a timeout: asks the old process to exit, closes
@@ -324,7 +345,7 @@ impl<S: Syscalls + Clone> Library<'_, S> {
     /// Calls the library with `args` (`FASTRPC_IOCTL_INVOKE_ATTRS`). Blocks until the DSP
     /// answers; the driver has no timeout (see [`invoke_with_deadline`](Self::invoke_with_deadline)).
     pub fn invoke<const CAP: usize>(&self, args: &mut adsprpc::InvokeArgs<'_, CAP>) -> Result<(), HalError> {
-        self.session.invoke_slot(self.slot, args)
+        self.session.invoke_slot(self.slot, args, None)
     }
 
     /// [`invoke`](Self::invoke) with a deadline: if the call has not returned after `timeout`, a
@@ -340,13 +361,35 @@ impl<S: Syscalls + Clone> Library<'_, S> {
     where
         S: Sync,
     {
-        crate::deadline::run(self.session.sys(), timeout, || self.invoke(args)).map_err(|e| self.session.note_failure(e))
+        crate::deadline::run(self.session.sys(), timeout, |fired| self.session.invoke_slot(self.slot, args, Some(fired)))
+    }
+}
+
+impl<S: Syscalls + Clone> core::fmt::Debug for Library<'_, S> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Library").field("slot", &self.slot).field("remote", &self.remote_handle()).finish()
     }
 }
 
 impl<S: Syscalls + Clone> Drop for Library<'_, S> {
     fn drop(&mut self) {
         self.session.close_slot(self.registry, self.slot);
+    }
+}
+
+/// A plain invoke that resumes itself after `EINTR` (a signal that is not ours to act on): the
+/// parked call must be finished by this thread while its buffers are still borrowed.
+pub(crate) fn invoke_resuming<S: Syscalls, const CAP: usize>(
+    sys: &S,
+    fd: Fd,
+    handle: u32,
+    args: &mut adsprpc::InvokeArgs<'_, CAP>,
+) -> Result<(), hexrpc_drivers::Error> {
+    loop {
+        match adsprpc::invoke(sys, fd, handle, args) {
+            Err(hexrpc_drivers::Error::Os(hexrpc_drivers::Errno::EINTR)) => continue,
+            r => return r,
+        }
     }
 }
 
@@ -368,7 +411,7 @@ fn remotectl_open<S: Syscalls>(sys: &S, fd: Fd, name: &str) -> Result<u32, HalEr
             .and_then(|a| a.output(&mut prim_out))
             .and_then(|a| a.output(&mut dlerror))
             .map_err(|_| HalError::new(st, Cause::Invalid))?;
-        adsprpc::invoke(sys, fd, adsprpc::REMOTECTL_HANDLE, &mut args).map_err(|e| HalError::sys(st, e))?;
+        invoke_resuming(sys, fd, adsprpc::REMOTECTL_HANDLE, &mut args).map_err(|e| HalError::sys(st, e))?;
     }
     let handle = le32(&prim_out[..4]);
     let nerr = le32(&prim_out[4..]);
@@ -395,7 +438,7 @@ fn remotectl_close<S: Syscalls>(sys: &S, fd: Fd, handle: u32) -> Result<(), HalE
             .and_then(|a| a.output(&mut prim_out))
             .and_then(|a| a.output(&mut dlerror))
             .map_err(|_| HalError::new(st, Cause::Invalid))?;
-        adsprpc::invoke(sys, fd, adsprpc::REMOTECTL_HANDLE, &mut args).map_err(|e| HalError::sys(st, e))?;
+        invoke_resuming(sys, fd, adsprpc::REMOTECTL_HANDLE, &mut args).map_err(|e| HalError::sys(st, e))?;
     }
     match le32(&prim_out[..4]) {
         0 => Ok(()),

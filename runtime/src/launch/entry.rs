@@ -128,6 +128,8 @@ impl fmt::Display for EntryError {
     }
 }
 
+impl core::error::Error for EntryError {}
+
 impl From<fmt::Error> for EntryError {
     fn from(_: fmt::Error) -> Self {
         EntryError::Format

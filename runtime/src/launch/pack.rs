@@ -168,6 +168,8 @@ impl fmt::Display for PackError {
     }
 }
 
+impl core::error::Error for PackError {}
+
 /// Default pra 0 capacity in slots: the v2 header, 15 buffers and 48 scalars.
 pub const DEFAULT_SLOTS: usize = 64;
 

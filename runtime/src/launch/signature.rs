@@ -188,6 +188,8 @@ impl fmt::Display for SignatureError {
     }
 }
 
+impl core::error::Error for SignatureError {}
+
 /// A kernel signature: up to [`MAX_BUFFERS`] buffers followed by scalars, in fixed capacity.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct Signature {

@@ -123,6 +123,8 @@ impl fmt::Display for RequestError {
     }
 }
 
+impl core::error::Error for RequestError {}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -340,6 +340,11 @@ impl<'img, S: Syscalls> ReverseService<'img, S> {
         self.images.lock().unregister(name)
     }
 
+    /// Number of library images registered now.
+    pub fn image_count(&self) -> usize {
+        self.images.lock().len()
+    }
+
     /// Live session resources.
     pub fn session_counts(&self) -> SessionCounts {
         let s = self.session.lock();

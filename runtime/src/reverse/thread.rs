@@ -152,3 +152,51 @@ impl<S: Syscalls + Send + Sync + 'static> Drop for ServiceHandle<S> {
         }
     }
 }
+
+impl<S: Syscalls + Clone + Send + Sync + 'static> ReverseService<'static, S> {
+    /// Serves the reverse file service for a HAL session on a new thread, and follows the
+    /// session through recoveries: it serves on [`Session::listener_fd`](hexrpc_hal::Session::listener_fd);
+    /// when the loop ends because the DSP restarted or the process exited, it ends the service
+    /// session (closing every file and DSP map it had), waits for the session's next channel
+    /// generation (a successful `recover()`), and serves again there. It records itself as the
+    /// session's listener thread so recovery can interrupt it. Stop it with the returned handle.
+    pub fn spawn_for_session(
+        self: Arc<Self>,
+        session: Arc<hexrpc_hal::Session<S>>,
+        mut buffers: OwnedBuffers,
+    ) -> std::io::Result<ServiceHandle<S>> {
+        self.stop.reset();
+        let service = self.clone();
+        let thread = std::thread::Builder::new().name("hexrpc-reverse".into()).spawn(move || {
+            let tid = service.sys().thread_id();
+            session.set_listener_thread(tid);
+            let mut served: Option<u32> = None;
+            let outcome = loop {
+                if service.stop.is_requested() {
+                    break ServeOutcome::Stopped;
+                }
+                let next = session.listener_fd().filter(|(_, generation)| served != Some(*generation));
+                let Some((fd, generation)) = next else {
+                    // Recovery has not produced a new channel yet.
+                    std::thread::sleep(Duration::from_millis(1));
+                    continue;
+                };
+                service.set_rpc_fd(fd);
+                let mut t = FastRpcTransport::new(service.sys(), fd);
+                let outcome = service.serve(&mut t, &mut buffers.as_buffers());
+                served = Some(generation);
+                match outcome {
+                    ServeOutcome::Stopped => break outcome,
+                    other => {
+                        log::info!("reverse: channel generation {generation} ended ({other:?}); waiting for recovery");
+                        let released = service.end_session();
+                        log::debug!("reverse: session end released {released:?}");
+                    }
+                }
+            };
+            session.set_listener_thread(0);
+            outcome
+        })?;
+        Ok(ServiceHandle { service: self, thread: Some(thread) })
+    }
+}

@@ -1,0 +1,82 @@
+//! A service's use of hexrpc, start to finish: start a session, serve the DSP's file requests,
+//! open a library once, launch many times on views of one ION lease, recover from a DSP
+//! restart, and let everything go.
+//!
+//! It runs on the isolated bench (`cargo run -p hexrpc-hal --example service`). On a device,
+//! replace `Bench` by `hexrpc_drivers::RustixSys`, `DeviceAccess::for_bench()` by
+//! `DeviceAccess::for_device(&hexrpc_bsp::COMMA_THREE)`, and the tagged bench image by the
+//! bytes of a library built with `hexrpc build-lib`.
+
+use std::sync::Arc;
+
+use hexrpc_bench::{elf, Bench, EntryVersion, LibraryModel};
+use hexrpc_bsp::DeviceAccess;
+use hexrpc_hal::{Cause, HalError, Session};
+use hexrpc_runtime::launch::{AbiVersion, BufferRef, PackedLaunch, Scalar, Signature};
+use hexrpc_runtime::reverse::{FilePolicy, OwnedBuffers, ReverseService};
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // The bench stands in for /dev/ion, /dev/adsprpc-smd and the DSP: it runs this Rust model
+    // where the device would run the library's `entry` (generated for "buf,buf,f32").
+    let sys = Bench::new();
+    sys.register_library(
+        "scale",
+        LibraryModel::new(EntryVersion::V2, 2, 1, |k| {
+            let factor = k.scalar_f32(0).unwrap_or(1.0);
+            let n = k.buffer_len(0).min(k.buffer_len(1)) / 4;
+            let mut x = vec![0u8; n * 4];
+            if k.read(0, 0, &mut x).is_ok() {
+                let y: Vec<u8> = x.chunks(4).flat_map(|c| (f32::from_le_bytes([c[0], c[1], c[2], c[3]]) * factor).to_le_bytes()).collect();
+                let _ = k.write(1, 0, &y);
+            }
+        }),
+    );
+    let image: &'static [u8] = Box::leak(elf::library_image("scale", 8192).into_boxed_slice());
+
+    // 1. The session: ION, shell, channel, DSP process, listener; any failure names its stage.
+    let session = Arc::new(Session::start(sys.clone(), &DeviceAccess::for_bench())?);
+
+    // 2. The reverse file service answers the DSP (library bytes, allowlisted files only) on a
+    //    thread that follows the session through recoveries.
+    let (fd, _) = session.listener_fd().ok_or("session not healthy")?;
+    let service = Arc::new(ReverseService::new(sys.clone(), fd, FilePolicy::for_board(session.board()).map_err(|e| format!("{e:?}"))?));
+    let listener = service.clone().spawn_for_session(session.clone(), OwnedBuffers::for_service(&service))?;
+
+    // 3. Open the library once; it closes itself when dropped.
+    let lib = session.open_library(&*service, "scale", image)?;
+
+    // 4. One lease, two views at non-zero offsets, many launches.
+    let mut lease = session.alloc(64 * 1024)?;
+    let input: Vec<u8> = (0..256).flat_map(|i| (i as f32).to_le_bytes()).collect();
+    lease.write_at(4096, &input)?;
+    let x = lease.view(4096, input.len())?;
+    let y = lease.view(32 * 1024 + 16, input.len())?;
+    let sig = Signature::parse("buf,buf,f32")?;
+    let launch = |factor: f32| -> Result<u64, HalError> {
+        let bufs = [BufferRef::of(&x), BufferRef::of(&y)];
+        let mut packed = PackedLaunch::new(AbiVersion::V2, &sig, &bufs, &[Scalar::F32(factor)]).expect("the signature matches");
+        lib.invoke(&mut packed.invoke_args().expect("fits"))?;
+        Ok(packed.dsp_micros())
+    };
+    for i in 0..100 {
+        launch(i as f32)?;
+    }
+
+    // 5. A DSP restart: recover once, then carry on.
+    sys.restart_dsp();
+    match launch(2.0) {
+        Err(e) if e.cause == Cause::DspRestart => session.recover()?,
+        other => return Err(format!("expected a restart, got {other:?}").into()),
+    }
+    launch(2.0)?;
+    let mut out = vec![0u8; 8];
+    y.read(&mut out)?;
+    println!("y[1] = {} (expected 2)", f32::from_le_bytes([out[4], out[5], out[6], out[7]]));
+
+    // 6. Everything goes in reverse order: library, lease, listener, session.
+    drop(lib);
+    drop(lease);
+    listener.stop()?;
+    println!("done; reverse service served {} requests", service.metrics().snapshot().requests);
+    Ok(())
+}

@@ -1,0 +1,89 @@
+//! A HAL session on the bench with the runtime's reverse file service serving its listener.
+
+#![allow(dead_code)] // each test binary uses a different part
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hexrpc_bench::{elf, Bench, EntryVersion, LibraryModel, Snapshot};
+use hexrpc_bsp::DeviceAccess;
+use hexrpc_hal::{HalError, Session};
+use hexrpc_runtime::launch::{AbiVersion, BufferRef, PackedLaunch, Scalar, Signature};
+use hexrpc_runtime::reverse::{FilePolicy, OwnedBuffers, ReverseService, ServiceHandle};
+
+pub type Service = ReverseService<'static, Bench>;
+
+/// A ready session, its reverse service and the listener thread following the session.
+pub struct Rig {
+    pub listener: Option<ServiceHandle<Bench>>,
+    pub session: Arc<Session<Bench>>,
+    pub service: Arc<Service>,
+    pub bench: Bench,
+}
+
+impl Rig {
+    pub fn start(bench: &Bench) -> Result<Rig, HalError> {
+        let session = Arc::new(Session::start(bench.clone(), &DeviceAccess::for_bench())?);
+        let policy = FilePolicy::for_board(bench.board()).expect("bench policy");
+        let (fd, _) = session.listener_fd().expect("healthy");
+        let service = Arc::new(ReverseService::new(bench.clone(), fd, policy));
+        let listener = service.clone().spawn_for_session(session.clone(), OwnedBuffers::for_service(&service)).expect("spawn listener");
+        Ok(Rig { listener: Some(listener), session, service, bench: bench.clone() })
+    }
+
+    /// Stops the listener and releases the session; the service goes last.
+    pub fn finish(mut self) {
+        if let Some(l) = self.listener.take() {
+            l.stop().expect("listener stops");
+        }
+    }
+}
+
+impl Drop for Rig {
+    fn drop(&mut self) {
+        if let Some(l) = self.listener.take() {
+            let _ = l.stop();
+        }
+    }
+}
+
+/// A library image the bench runs as `model` (leaked: images are `'static`).
+pub fn image(model: &str) -> &'static [u8] {
+    Box::leak(elf::library_image(model, 8192).into_boxed_slice())
+}
+
+/// Registers model `copy2`: a v2 entry with 2 buffers and 1 scalar (a byte to add); the kernel
+/// writes `in[i] + k` to `out[i]` for the shorter of the two views.
+pub fn register_copy2(bench: &Bench) {
+    bench.register_library(
+        "copy2",
+        LibraryModel::new(EntryVersion::V2, 2, 1, |k| {
+            let add = k.scalar_u32(0).unwrap_or(0) as u8;
+            let n = k.buffer_len(0).min(k.buffer_len(1));
+            let mut v = vec![0u8; n];
+            if k.read(0, 0, &mut v).is_ok() {
+                v.iter_mut().for_each(|b| *b = b.wrapping_add(add));
+                let _ = k.write(1, 0, &v);
+            }
+        }),
+    );
+}
+
+/// One launch of `copy2` on two views with scalar `add`.
+pub fn launch_copy2<S: hexrpc_drivers::Syscalls + Clone>(
+    lib: &hexrpc_hal::Library<'_, S>,
+    input: &hexrpc_hal::BufferView<'_>,
+    output: &hexrpc_hal::BufferView<'_>,
+    add: u8,
+) -> Result<u64, HalError> {
+    let sig = Signature::parse("buf,buf,u32").expect("signature");
+    let bufs = [BufferRef::of(input), BufferRef::of(output)];
+    let mut packed = PackedLaunch::new(AbiVersion::V2, &sig, &bufs, &[Scalar::U32(add as u32)]).expect("pack");
+    lib.invoke(&mut packed.invoke_args().expect("args"))?;
+    Ok(packed.dsp_micros())
+}
+
+/// Waits until the bench's counts are back to `start` (teardown happens on other threads too).
+pub fn back_to(bench: &Bench, start: &Snapshot) -> Snapshot {
+    bench.settle(start, Duration::from_secs(2))
+}
