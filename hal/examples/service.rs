@@ -7,13 +7,12 @@
 //! `DeviceAccess::for_device(&hexrpc_bsp::COMMA_THREE)`, and the tagged bench image by the
 //! bytes of a library built with `hexrpc build-lib`.
 
-use std::sync::Arc;
-
 use hexrpc_bench::{elf, Bench, EntryVersion, LibraryModel};
 use hexrpc_bsp::DeviceAccess;
-use hexrpc_hal::{Cause, HalError, Session};
+use hexrpc_hal::{Cause, HalError};
 use hexrpc_runtime::launch::{AbiVersion, BufferRef, PackedLaunch, Scalar, Signature};
-use hexrpc_runtime::reverse::{FilePolicy, OwnedBuffers, ReverseService};
+use hexrpc_runtime::reverse::FilePolicy;
+use hexrpc_runtime::ServedSession;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The bench stands in for /dev/ion, /dev/adsprpc-smd and the DSP: it runs this Rust model
@@ -33,19 +32,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     let image: &'static [u8] = Box::leak(elf::library_image("scale", 8192).into_boxed_slice());
 
-    // 1. The session: ION, shell, channel, DSP process, listener; any failure names its stage.
-    let session = Arc::new(Session::start(sys.clone(), &DeviceAccess::for_bench())?);
+    // 1. The session (ION, shell, channel, DSP process, listener; a failure names its stage)
+    //    and the reverse file service answering the DSP (library bytes, allowlisted files only)
+    //    on a thread that follows the session through recoveries.
+    let policy = FilePolicy::for_board(&hexrpc_bsp::BENCH).map_err(|e| format!("{e:?}"))?;
+    let served = ServedSession::start(sys.clone(), &DeviceAccess::for_bench(), policy)?;
+    let session = served.session();
 
-    // 2. The reverse file service answers the DSP (library bytes, allowlisted files only) on a
-    //    thread that follows the session through recoveries.
-    let (fd, _) = session.listener_fd().ok_or("session not healthy")?;
-    let service = Arc::new(ReverseService::new(sys.clone(), fd, FilePolicy::for_board(session.board()).map_err(|e| format!("{e:?}"))?));
-    let listener = service.clone().spawn_for_session(session.clone(), OwnedBuffers::for_service(&service))?;
+    // 2. Open the library once; it closes itself when dropped.
+    let lib = served.open_library("scale", image)?;
 
-    // 3. Open the library once; it closes itself when dropped.
-    let lib = session.open_library(&*service, "scale", image)?;
-
-    // 4. One lease, two views at non-zero offsets, many launches.
+    // 3. One lease, two views at non-zero offsets, many launches.
     let mut lease = session.alloc(64 * 1024)?;
     let input: Vec<u8> = (0..256).flat_map(|i| (i as f32).to_le_bytes()).collect();
     lease.write_at(4096, &input)?;
@@ -62,7 +59,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         launch(i as f32)?;
     }
 
-    // 5. A DSP restart: recover once, then carry on.
+    // 4. A DSP restart: recover once, then carry on.
     sys.restart_dsp();
     match launch(2.0) {
         Err(e) if e.cause == Cause::DspRestart => session.recover()?,
@@ -73,10 +70,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     y.read(&mut out)?;
     println!("y[1] = {} (expected 2)", f32::from_le_bytes([out[4], out[5], out[6], out[7]]));
 
-    // 6. Everything goes in reverse order: library, lease, listener, session.
+    // 5. Everything goes in reverse order: library, lease, listener, session.
     drop(lib);
     drop(lease);
-    listener.stop()?;
-    println!("done; reverse service served {} requests", service.metrics().snapshot().requests);
+    println!("done; the reverse service answered {} requests", served.service().metrics().snapshot().requests);
+    served.stop()?;
     Ok(())
 }

@@ -3,10 +3,9 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{image, launch_copy2, register_copy2, Rig};
+use common::{image, launch_copy2, register_copy2, start as start_rig};
 use hexrpc_bench::{Bench, CallKind, DspCallKind, Fault, FaultTarget};
 use hexrpc_drivers::Errno;
 use hexrpc_hal::{Cause, ErrorKind, Stage};
@@ -17,9 +16,9 @@ fn launches_at_view_offsets_are_correct_and_the_ledger_is_clean() {
     register_copy2(&bench);
     let start = bench.snapshot();
     {
-        let rig = Rig::start(&bench).unwrap();
-        let lib = rig.session.open_library(&*rig.service, "copy2", image("copy2")).unwrap();
-        let mut lease = rig.session.alloc(64 * 1024).unwrap();
+        let rig = start_rig(&bench).unwrap();
+        let lib = rig.open_library("copy2", image("copy2")).unwrap();
+        let mut lease = rig.session().alloc(64 * 1024).unwrap();
         let data: Vec<u8> = (0..4096u32).map(|i| (i * 13 % 256) as u8).collect();
         for (k, (in_off, out_off, len)) in
             [(0usize, 8192usize, 4096usize), (100, 20_000, 1000), (4097, 40_000, 3), (60_000, 5000, 5536)].into_iter().enumerate()
@@ -43,7 +42,7 @@ fn launches_at_view_offsets_are_correct_and_the_ledger_is_clean() {
         drop(lib);
         assert_eq!(bench.snapshot().loaded_libraries, 0);
         drop(lease);
-        rig.finish();
+        rig.stop().expect("listener stops");
     }
     assert_eq!(common::back_to(&bench, &start), start);
 }
@@ -52,48 +51,48 @@ fn launches_at_view_offsets_are_correct_and_the_ledger_is_clean() {
 fn a_library_closes_on_error_and_on_panic() {
     let bench = Bench::new();
     register_copy2(&bench);
-    let rig = Rig::start(&bench).unwrap();
-    let lease = rig.session.alloc(8192).unwrap();
+    let rig = start_rig(&bench).unwrap();
+    let lease = rig.session().alloc(8192).unwrap();
     {
-        let lib = rig.session.open_library(&*rig.service, "copy2", image("copy2")).unwrap();
+        let lib = rig.open_library("copy2", image("copy2")).unwrap();
         bench.inject(FaultTarget::Dsp(DspCallKind::Library), 1, Fault::Returned(hexrpc_drivers::aee::AEE_EBADPARM));
         let (a, b) = (lease.view(0, 100).unwrap(), lease.view(4096, 100).unwrap());
         let err = launch_copy2(&lib, &a, &b, 1).unwrap_err();
         assert_eq!((err.stage, err.cause), (Stage::Invoke, Cause::Dsp(hexrpc_drivers::aee::AEE_EBADPARM)));
         assert_eq!(err.kind(), ErrorKind::Remote);
-        assert!(rig.session.is_healthy(), "a DSP error is not a restart");
+        assert!(rig.session().is_healthy(), "a DSP error is not a restart");
     }
     assert_eq!(bench.snapshot().loaded_libraries, 0, "closed after the failed invoke");
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let _lib = rig.session.open_library(&*rig.service, "copy2", image("copy2")).unwrap();
+        let _lib = rig.open_library("copy2", image("copy2")).unwrap();
         assert_eq!(bench.snapshot().loaded_libraries, 1);
         panic!("a service bug while the library is open");
     }));
     assert!(r.is_err());
     assert_eq!(bench.snapshot().loaded_libraries, 0, "closed during unwinding");
-    assert_eq!(rig.service.image_count(), 0, "images withdrawn");
+    assert_eq!(rig.service().image_count(), 0, "images withdrawn");
     // Bad names and a DSP that refuses the image.
-    assert_eq!(rig.session.open_library(&*rig.service, "../x", image("copy2")).unwrap_err().cause, Cause::Invalid);
-    let err = rig.session.open_library(&*rig.service, "nomodel", image("nomodel")).unwrap_err();
+    assert_eq!(rig.open_library("../x", image("copy2")).unwrap_err().cause, Cause::Invalid);
+    let err = rig.open_library("nomodel", image("nomodel")).unwrap_err();
     assert_eq!(err.stage, Stage::LibraryOpen);
     assert!(matches!(err.cause, Cause::Dsp(_)), "{err}");
-    assert_eq!(rig.service.image_count(), 0);
+    assert_eq!(rig.service().image_count(), 0);
     drop(lease);
-    rig.finish();
+    rig.stop().expect("listener stops");
 }
 
 #[test]
 fn concurrent_loads_get_unique_names() {
     let bench = Bench::new();
     register_copy2(&bench);
-    let rig = Rig::start(&bench).unwrap();
-    let libs: Vec<_> = (0..4).map(|_| rig.session.open_library(&*rig.service, "copy2", image("copy2")).unwrap()).collect();
+    let rig = start_rig(&bench).unwrap();
+    let libs: Vec<_> = (0..4).map(|_| rig.open_library("copy2", image("copy2")).unwrap()).collect();
     let handles: std::collections::HashSet<_> = libs.iter().map(|l| l.remote_handle().unwrap()).collect();
     assert_eq!(handles.len(), 4);
-    assert_eq!(rig.service.image_count(), 4, "one image per library, under its own name");
+    assert_eq!(rig.service().image_count(), 4, "one image per library, under its own name");
     drop(libs);
-    assert_eq!(rig.service.image_count(), 0);
-    rig.finish();
+    assert_eq!(rig.service().image_count(), 0);
+    rig.stop().expect("listener stops");
 }
 
 #[test]
@@ -102,9 +101,9 @@ fn a_dsp_restart_is_recovered_once_and_launches_are_correct_after() {
     register_copy2(&bench);
     let start = bench.snapshot();
     {
-        let rig = Rig::start(&bench).unwrap();
-        let lib = rig.session.open_library(&*rig.service, "copy2", image("copy2")).unwrap();
-        let mut lease = rig.session.alloc(16 * 1024).unwrap();
+        let rig = start_rig(&bench).unwrap();
+        let lib = rig.open_library("copy2", image("copy2")).unwrap();
+        let mut lease = rig.session().alloc(16 * 1024).unwrap();
         lease.write_at(100, &[7u8; 500]).unwrap();
         let (a, b) = (lease.view(100, 500).unwrap(), lease.view(9000, 500).unwrap());
         for _ in 0..5 {
@@ -116,8 +115,8 @@ fn a_dsp_restart_is_recovered_once_and_launches_are_correct_after() {
         assert_eq!(err.cause, Cause::DspRestart, "{err}");
         assert_eq!(err.kind(), ErrorKind::Recoverable);
         assert_eq!(launch_copy2(&lib, &a, &b, 1).unwrap_err().cause, Cause::NeedsRecovery);
-        rig.session.recover().expect("recovery");
-        assert!(rig.session.is_healthy());
+        rig.session().recover().expect("recovery");
+        assert!(rig.session().is_healthy());
         assert!(lib.remote_handle().is_some() && bench.snapshot().loaded_libraries == 1, "library re-opened ({before:?})");
         for add in 0..5u8 {
             launch_copy2(&lib, &a, &b, add).unwrap();
@@ -128,7 +127,7 @@ fn a_dsp_restart_is_recovered_once_and_launches_are_correct_after() {
         assert_eq!(bench.snapshot().dsp_processes, 1);
         drop(lib);
         drop(lease);
-        rig.finish();
+        rig.stop().expect("listener stops");
     }
     assert_eq!(common::back_to(&bench, &start), start);
 }
@@ -139,23 +138,23 @@ fn a_second_restart_during_recovery_is_reported_and_leaks_nothing() {
     register_copy2(&bench);
     let start = bench.snapshot();
     {
-        let rig = Rig::start(&bench).unwrap();
-        let lib = rig.session.open_library(&*rig.service, "copy2", image("copy2")).unwrap();
-        let lease = rig.session.alloc(8192).unwrap();
+        let rig = start_rig(&bench).unwrap();
+        let lib = rig.open_library("copy2", image("copy2")).unwrap();
+        let lease = rig.session().alloc(8192).unwrap();
         let (a, b) = (lease.view(0, 10).unwrap(), lease.view(4096, 10).unwrap());
         bench.restart_dsp();
         assert_eq!(launch_copy2(&lib, &a, &b, 1).unwrap_err().cause, Cause::DspRestart);
         // The DSP goes down again while the session is being rebuilt.
         bench.set_dsp_available(false);
-        let err = rig.session.recover().unwrap_err();
+        let err = rig.session().recover().unwrap_err();
         assert_eq!(err.stage, Stage::Recover);
         assert_eq!(err.cause, Cause::Os(Errno::ENOTCONN), "{err}");
-        assert_eq!(rig.session.recover().unwrap_err().cause, Cause::Failed, "no retry loop");
+        assert_eq!(rig.session().recover().unwrap_err().cause, Cause::Failed, "no retry loop");
         assert_eq!(launch_copy2(&lib, &a, &b, 1).unwrap_err().cause, Cause::Failed);
         bench.set_dsp_available(true);
         drop(lib);
         drop(lease);
-        rig.finish();
+        rig.stop().expect("listener stops");
     }
     assert_eq!(common::back_to(&bench, &start), start);
 }
@@ -166,9 +165,9 @@ fn a_kernel_that_never_returns_times_out_and_the_session_recovers() {
     register_copy2(&bench);
     let start = bench.snapshot();
     {
-        let rig = Rig::start(&bench).unwrap();
-        let lib = rig.session.open_library(&*rig.service, "copy2", image("copy2")).unwrap();
-        let mut lease = rig.session.alloc(8192).unwrap();
+        let rig = start_rig(&bench).unwrap();
+        let lib = rig.open_library("copy2", image("copy2")).unwrap();
+        let mut lease = rig.session().alloc(8192).unwrap();
         lease.write_at(0, &[1u8; 64]).unwrap();
         let (a, b) = (lease.view(0, 64).unwrap(), lease.view(4096, 64).unwrap());
         bench.inject(FaultTarget::Dsp(DspCallKind::Library), 1, Fault::Hang);
@@ -189,8 +188,8 @@ fn a_kernel_that_never_returns_times_out_and_the_session_recovers() {
         assert!(took < deadline + Duration::from_millis(100), "ended {took:?} after start (deadline {deadline:?})");
         assert!(took >= deadline);
         assert_eq!(bench.snapshot().parked, 1, "the driver parked the interrupted call");
-        assert!(!rig.session.is_healthy());
-        rig.session.recover().expect("recovery frees the parked call by closing the channel");
+        assert!(!rig.session().is_healthy());
+        rig.session().recover().expect("recovery frees the parked call by closing the channel");
         assert_eq!(bench.snapshot().parked, 0);
         bench.release_hangs();
         launch_copy2(&lib, &a, &b, 2).unwrap();
@@ -206,10 +205,10 @@ fn a_kernel_that_never_returns_times_out_and_the_session_recovers() {
         )
         .unwrap();
         lib.invoke_with_deadline(&mut packed.invoke_args().unwrap(), Duration::from_secs(5)).unwrap();
-        assert!(rig.session.is_healthy());
+        assert!(rig.session().is_healthy());
         drop(lib);
         drop(lease);
-        rig.finish();
+        rig.stop().expect("listener stops");
     }
     assert_eq!(common::back_to(&bench, &start), start);
 }
@@ -221,12 +220,12 @@ fn eight_threads_times_a_thousand_launches_on_one_session() {
     let start = bench.snapshot();
     let launches = 1000;
     {
-        let rig = Rig::start(&bench).unwrap();
-        let lib = rig.session.open_library(&*rig.service, "copy2", image("copy2")).unwrap();
+        let rig = start_rig(&bench).unwrap();
+        let lib = rig.open_library("copy2", image("copy2")).unwrap();
         let errors = std::sync::atomic::AtomicUsize::new(0);
         std::thread::scope(|s| {
             for t in 0..8u32 {
-                let (session, lib, errors) = (&rig.session, &lib, &errors);
+                let (session, lib, errors) = (rig.session(), &lib, &errors);
                 s.spawn(move || {
                     let mut lease = session.alloc(16 * 1024).unwrap();
                     let in_off = 64 + t as usize * 8;
@@ -252,8 +251,7 @@ fn eight_threads_times_a_thousand_launches_on_one_session() {
         assert_eq!(bench.ledger_mismatches(), 0);
         assert!(bench.counts().of(CallKind::RpcInvokeAttrs) >= 8 * launches as u64);
         drop(lib);
-        let _ = Arc::strong_count(&rig.session);
-        rig.finish();
+        rig.stop().expect("listener stops");
     }
     assert_eq!(common::back_to(&bench, &start), start);
 }

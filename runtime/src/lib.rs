@@ -13,6 +13,12 @@ pub mod launch;
 /// images for HAL sessions.
 mod hal_glue;
 
+/// A HAL session served by the reverse file service (std).
+#[cfg(feature = "std")]
+mod served;
+#[cfg(feature = "std")]
+pub use served::{ServedSession, StartError};
+
 /// The hardened reverse file service (adsp_listener: apps_remotectl, apps_std, apps_mem) under an
 /// explicit, fixed-capacity file policy.
 pub mod reverse;

@@ -2,49 +2,21 @@
 
 #![allow(dead_code)] // each test binary uses a different part
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use hexrpc_bench::{elf, Bench, EntryVersion, LibraryModel, Snapshot};
 use hexrpc_bsp::DeviceAccess;
-use hexrpc_hal::{HalError, Session};
+use hexrpc_hal::HalError;
 use hexrpc_runtime::launch::{AbiVersion, BufferRef, PackedLaunch, Scalar, Signature};
-use hexrpc_runtime::reverse::{FilePolicy, OwnedBuffers, ReverseService, ServiceHandle};
+use hexrpc_runtime::reverse::FilePolicy;
+use hexrpc_runtime::ServedSession;
 
-pub type Service = ReverseService<'static, Bench>;
+/// A served session on the bench.
+pub type Rig = ServedSession<Bench>;
 
-/// A ready session, its reverse service and the listener thread following the session.
-pub struct Rig {
-    pub listener: Option<ServiceHandle<Bench>>,
-    pub session: Arc<Session<Bench>>,
-    pub service: Arc<Service>,
-    pub bench: Bench,
-}
-
-impl Rig {
-    pub fn start(bench: &Bench) -> Result<Rig, HalError> {
-        let session = Arc::new(Session::start(bench.clone(), &DeviceAccess::for_bench())?);
-        let policy = FilePolicy::for_board(bench.board()).expect("bench policy");
-        let (fd, _) = session.listener_fd().expect("healthy");
-        let service = Arc::new(ReverseService::new(bench.clone(), fd, policy));
-        let listener = service.clone().spawn_for_session(session.clone(), OwnedBuffers::for_service(&service)).expect("spawn listener");
-        Ok(Rig { listener: Some(listener), session, service, bench: bench.clone() })
-    }
-
-    /// Stops the listener and releases the session; the service goes last.
-    pub fn finish(mut self) {
-        if let Some(l) = self.listener.take() {
-            l.stop().expect("listener stops");
-        }
-    }
-}
-
-impl Drop for Rig {
-    fn drop(&mut self) {
-        if let Some(l) = self.listener.take() {
-            let _ = l.stop();
-        }
-    }
+/// Starts a served session on the bench with the bench board's policy.
+pub fn start(bench: &Bench) -> Result<Rig, hexrpc_runtime::StartError> {
+    ServedSession::start(bench.clone(), &DeviceAccess::for_bench(), FilePolicy::for_board(bench.board()).expect("bench policy"))
 }
 
 /// A library image the bench runs as `model` (leaked: images are `'static`).
