@@ -3,9 +3,11 @@
 #![forbid(unsafe_code)]
 
 mod abi;
+mod checks;
 mod json;
 mod logging;
 mod probe;
+mod progress;
 mod selftest;
 
 use std::io::Write as _;
@@ -469,7 +471,10 @@ fn main() -> ExitCode {
                     selftest::Platform::Bench
                 }
             });
-            let checks = selftest::run();
+            let checks = {
+                let mut progress = progress::Progress::new();
+                selftest::run(platform, &mut |name| progress.step(name))
+            };
             let failed = checks.iter().any(|c| c.status == selftest::Status::Fail);
             let code = print(&if json { selftest::to_json(platform, &checks) } else { selftest::to_text(platform, &checks) });
             if failed {

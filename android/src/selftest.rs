@@ -142,21 +142,42 @@ fn rustix_memfd() -> Result<Fd, hexrpc_drivers::Errno> {
     fd
 }
 
-/// Runs every check.
-pub fn run() -> Vec<Check> {
-    let pending = "needs the bench (issue 3) and the HAL (issue 4), not in this build";
-    vec![
-        check("abi-layout", "parameter layout", ioctl_sizes()),
-        check("syscall-seam", "parameter layout", seam()),
-        skip("launch-packing", "parameter layout", "needs the launch ABI (issue 5), not in this build"),
-        skip("view-offsets", "view offsets", pending),
-        skip("fd-mapping-reclamation", "fd/mapping reclamation", pending),
-        skip("reverse-file-permissions", "reverse-RPC file permissions", "needs the reverse file service (issue 6), not in this build"),
-        skip("timeouts", "timeouts", pending),
-        skip("concurrency", "concurrency", pending),
-        skip("numerics", "numerics", "needs the executor (issue 8), not in this build"),
-        skip("latency", "latency", "needs the executor (issue 8), not in this build"),
-    ]
+/// Runs every check for `platform`, in the seed's order, reporting progress through `progress`
+/// (the check about to run).
+pub fn run(platform: Platform, progress: &mut dyn FnMut(&str)) -> Vec<Check> {
+    use crate::checks;
+    let mut out = Vec::new();
+    let mut step = |name: &'static str, stage: &'static str, f: &dyn Fn() -> Result<(String, String), (String, String)>| {
+        progress(name);
+        out.push(check(name, stage, f()));
+    };
+    step("abi-layout", "parameter layout", &ioctl_sizes);
+    step("syscall-seam", "parameter layout", &seam);
+    step("launch-packing", "parameter layout", &checks::launch_packing);
+    match platform {
+        Platform::Bench => {
+            step("view-offsets", "view offsets", &checks::view_offsets);
+            step("fd-mapping-reclamation", "fd/mapping reclamation", &checks::reclamation);
+            step("reverse-file-permissions", "reverse-RPC file permissions", &checks::reverse_permissions);
+            step("timeouts", "timeouts", &checks::timeouts);
+            step("concurrency", "concurrency", &checks::concurrency);
+        }
+        Platform::Device => {
+            let why = "not run on the device: it needs the bench's fault injection and DSP ledger (run `hexrpc probe` for the device, `hexrpc selftest --bench` for these)";
+            for (name, stage) in [
+                ("view-offsets", "view offsets"),
+                ("fd-mapping-reclamation", "fd/mapping reclamation"),
+                ("reverse-file-permissions", "reverse-RPC file permissions"),
+                ("timeouts", "timeouts"),
+                ("concurrency", "concurrency"),
+            ] {
+                out.push(skip(name, stage, why));
+            }
+        }
+    }
+    out.push(skip("numerics", "numerics", "needs the executor (issue 8), not in this build"));
+    out.push(skip("latency", "latency", "needs the executor (issue 8), not in this build"));
+    out
 }
 
 /// The `--json` document.

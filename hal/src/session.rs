@@ -55,6 +55,7 @@ pub struct Session<S: Syscalls + Clone> {
     generation: AtomicU32,
     listener_fd: AtomicI32,
     listener_tid: AtomicI32,
+    listener_serving: AtomicU32,
     info: u32,
     ion: OwnedFd<S>,
     sys: S,
@@ -82,6 +83,7 @@ impl<S: Syscalls + Clone> Session<S> {
             generation: AtomicU32::new(1),
             listener_fd: AtomicI32::new(fd.0),
             listener_tid: AtomicI32::new(0),
+            listener_serving: AtomicU32::new(0),
             info,
             ion: ion.ion,
             sys: ion.sys,
@@ -123,6 +125,39 @@ impl<S: Syscalls + Clone> Session<S> {
     /// `next2` before closing the old channel.
     pub fn set_listener_thread(&self, tid: i32) {
         self.listener_tid.store(tid, Ordering::Release);
+    }
+
+    /// Records which channel generation the listener thread is serving now (0: none). Recovery
+    /// waits for the listener to leave the old channel before closing it: a thread blocked in
+    /// `next2` keeps the old file alive, and the DSP would never release it.
+    pub fn set_listener_serving(&self, generation: u32) {
+        self.listener_serving.store(generation, Ordering::Release);
+    }
+
+    /// Interrupts the listener thread until it has left channel generation `old` (std: at most
+    /// one second; without std: one interrupt).
+    fn retire_listener(&self, old: u32) {
+        let tid = self.listener_tid.load(Ordering::Acquire);
+        if tid == 0 {
+            return;
+        }
+        #[cfg(feature = "std")]
+        {
+            extern crate std;
+            let start = std::time::Instant::now();
+            while self.listener_serving.load(Ordering::Acquire) == old && start.elapsed() < std::time::Duration::from_secs(1) {
+                let _ = self.sys.interrupt(tid);
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            if self.listener_serving.load(Ordering::Acquire) == old {
+                log::warn!("the reverse-RPC listener did not leave the old channel; recovering anyway");
+            }
+        }
+        #[cfg(not(feature = "std"))]
+        {
+            let _ = old;
+            let _ = self.sys.interrupt(tid);
+        }
     }
 
     /// Allocates `len` bytes (rounded up to a page) from the board's ION heap, shared and mapped.
@@ -244,9 +279,10 @@ impl<S: Syscalls + Clone> Session<S> {
     /// session is marked failed and the error is returned.
     ///
     /// Waits for calls in flight to return. A listener thread recorded with
-    /// [`set_listener_thread`](Session::set_listener_thread) is interrupted so it leaves the old
-    /// channel; it must then serve the new [`listener_fd`](Session::listener_fd) for the library
-    /// re-opens to succeed.
+    /// [`set_listener_thread`](Session::set_listener_thread) is interrupted until it reports (with
+    /// [`set_listener_serving`](Session::set_listener_serving)) that it left the old channel; it
+    /// must then serve the new [`listener_fd`](Session::listener_fd) for the library re-opens to
+    /// succeed. `ReverseService::spawn_for_session` in the runtime does all of this.
     pub fn recover(&self) -> Result<(), HalError> {
         match self.health.load(Ordering::Acquire) {
             HEALTHY => return Ok(()),
@@ -257,10 +293,7 @@ impl<S: Syscalls + Clone> Session<S> {
         if self.is_healthy() {
             return Ok(());
         }
-        let tid = self.listener_tid.load(Ordering::Acquire);
-        if tid != 0 {
-            let _ = self.sys.interrupt(tid);
-        }
+        self.retire_listener(self.generation.load(Ordering::Acquire));
         drop(chan.channel.take());
         let result = self.rebuild(&mut chan);
         match result {

@@ -139,9 +139,16 @@ impl<S: Syscalls + Clone> ChannelOpened<S> {
     pub fn create_process(self) -> Result<ProcessCreated<S>, HalError> {
         let ChannelOpened { rpc, info, prev } = self;
         let ShellStaged { shell, prev: ion } = prev;
-        let channel = create_process(&ion.sys, rpc, &shell)?;
+        let created = create_process(&ion.sys, rpc, &shell);
+        // Release order matters on both paths: the shell buffer before the ION device.
         drop(shell);
-        Ok(ProcessCreated { channel, info, prev: ion })
+        match created {
+            Ok(channel) => Ok(ProcessCreated { channel, info, prev: ion }),
+            Err(e) => {
+                drop(ion);
+                Err(e)
+            }
+        }
     }
 }
 

@@ -182,8 +182,10 @@ impl<S: Syscalls + Clone + Send + Sync + 'static> ReverseService<'static, S> {
                     continue;
                 };
                 service.set_rpc_fd(fd);
-                let mut t = FastRpcTransport::new(service.sys(), fd);
+                let mut t = SessionTransport { inner: FastRpcTransport::new(service.sys(), fd), session: &session };
+                session.set_listener_serving(generation);
                 let outcome = service.serve(&mut t, &mut buffers.as_buffers());
+                session.set_listener_serving(0);
                 served = Some(generation);
                 match outcome {
                     ServeOutcome::Stopped => break outcome,
@@ -198,5 +200,34 @@ impl<S: Syscalls + Clone + Send + Sync + 'static> ReverseService<'static, S> {
             outcome
         })?;
         Ok(ServiceHandle { service: self, thread: Some(thread) })
+    }
+}
+
+/// The listener transport of a session: `next2` interrupted while the session is being
+/// recovered ends the loop as a DSP restart would, so the thread leaves the channel that is about
+/// to be closed instead of resuming its parked call there.
+struct SessionTransport<'a, S: Syscalls + Clone> {
+    inner: FastRpcTransport<'a, S>,
+    session: &'a hexrpc_hal::Session<S>,
+}
+
+impl<S: Syscalls + Clone> super::ListenerTransport for SessionTransport<'_, S> {
+    fn next2(
+        &mut self,
+        send: &hexrpc_drivers::listener::listener_next2_in,
+        reply: &[u8],
+        header: &mut hexrpc_drivers::listener::listener_next2_out,
+        request: &mut [u8],
+    ) -> Result<(), hexrpc_drivers::Error> {
+        match self.inner.next2(send, reply, header, request) {
+            Err(hexrpc_drivers::Error::Os(hexrpc_drivers::Errno::EINTR)) if !self.session.is_healthy() => {
+                Err(hexrpc_drivers::Error::Os(hexrpc_drivers::Errno::ECONNRESET))
+            }
+            r => r,
+        }
+    }
+
+    fn get_in_bufs2(&mut self, ctx: u32, offset: u32, rest: &mut [u8]) -> Result<i32, hexrpc_drivers::Error> {
+        self.inner.get_in_bufs2(ctx, offset, rest)
     }
 }

@@ -1,0 +1,355 @@
+//! The selftest's checks on the isolated bench: each runs the real stack (drivers, HAL, runtime)
+//! on the simulated kernel and DSP and reports a measured figure. Bench figures are never device
+//! figures.
+
+use std::time::{Duration, Instant};
+
+use hexrpc_bench::{elf, Bench, CallKind, DspCallKind, EntryVersion, Fault, FaultTarget, LibraryModel, ReverseRequest};
+use hexrpc_bsp::DeviceAccess;
+use hexrpc_drivers::{aee, apps_std, Errno, Fd, Scalars};
+use hexrpc_hal::{BufferView, Cause, HalError, Library, Session};
+use hexrpc_runtime::launch::{AbiVersion, BufferRef, PackError, PackedLaunch, Scalar, Signature};
+use hexrpc_runtime::reverse::FilePolicy;
+use hexrpc_runtime::ServedSession;
+
+/// A check's result: `Ok((figure, detail))` or `Err((figure, detail))`.
+pub type Outcome = Result<(String, String), (String, String)>;
+
+fn fail(detail: impl std::fmt::Display) -> (String, String) {
+    (String::new(), detail.to_string())
+}
+
+const MODEL: &str = "selftest-add";
+
+/// A bench whose DSP knows the selftest library: a v2 entry over (in, out, u32 k) that writes
+/// `in[i] + k` to `out[i]`.
+pub fn bench() -> Bench {
+    let bench = Bench::new();
+    bench.register_library(
+        MODEL,
+        LibraryModel::new(EntryVersion::V2, 2, 1, |k| {
+            let add = k.scalar_u32(0).unwrap_or(0) as u8;
+            let n = k.buffer_len(0).min(k.buffer_len(1));
+            let mut v = vec![0u8; n];
+            if k.read(0, 0, &mut v).is_ok() {
+                v.iter_mut().for_each(|b| *b = b.wrapping_add(add));
+                let _ = k.write(1, 0, &v);
+            }
+        }),
+    );
+    bench
+}
+
+fn image() -> &'static [u8] {
+    use std::sync::OnceLock;
+    static IMAGE: OnceLock<Vec<u8>> = OnceLock::new();
+    IMAGE.get_or_init(|| elf::library_image(MODEL, 8192))
+}
+
+fn serve(bench: &Bench) -> Result<ServedSession<Bench>, (String, String)> {
+    let policy = FilePolicy::for_board(bench.board()).map_err(|e| fail(format!("policy: {e:?}")))?;
+    ServedSession::start(bench.clone(), &DeviceAccess::for_bench(), policy).map_err(fail)
+}
+
+fn launch(lib: &Library<'_, Bench>, input: &BufferView<'_>, output: &BufferView<'_>, add: u8) -> Result<(), HalError> {
+    let sig = Signature::parse("buf,buf,u32").expect("fixed signature");
+    let bufs = [BufferRef::of(input), BufferRef::of(output)];
+    let mut packed = PackedLaunch::new(AbiVersion::V2, &sig, &bufs, &[Scalar::U32(add as u32)]).expect("fixed launch");
+    lib.invoke(&mut packed.invoke_args().expect("fits"))
+}
+
+fn check_output(input: &BufferView<'_>, output: &BufferView<'_>, add: u8) -> bool {
+    let (mut a, mut b) = (vec![0u8; input.len()], vec![0u8; output.len()]);
+    input.read(&mut a).is_ok() && output.read(&mut b).is_ok() && a.iter().zip(&b).all(|(x, y)| x.wrapping_add(add) == *y)
+}
+
+/// Parameter layout: both launch ABI versions pack every buffer count 0..=15 with mixed scalars
+/// exactly where the table says; v1 refuses a non-zero view offset.
+pub fn launch_packing() -> Outcome {
+    let owner = ();
+    let mut packings = 0;
+    for version in [AbiVersion::V1, AbiVersion::V2] {
+        let layout = version.layout();
+        for n in 0..=15usize {
+            let mut sig_text: Vec<&str> = vec!["buf"; n];
+            sig_text.extend(["i32", "f32", "u8"]);
+            let sig = Signature::parse(&sig_text.join(",")).map_err(fail)?;
+            let offset = |i: usize| if version == AbiVersion::V1 { 0 } else { 64 * i as u64 + 8 };
+            let bufs: Vec<BufferRef<'_>> =
+                (0..n).map(|i| BufferRef::borrowing(&owner, Fd(100 + i as i32), 65_536, offset(i), 1000 + i as u64)).collect();
+            let scalars = [Scalar::I32(-7), Scalar::F32(2.5), Scalar::U8(9)];
+            let packed = PackedLaunch::new(version, &sig, &bufs, &scalars).map_err(|e| fail(format!("{version:?} n={n}: {e}")))?;
+            let (pra0, pra1) = (packed.pra0(), packed.pra1());
+            let mut ok = Some(packed.scalars_word()) == layout.scalars(n);
+            for i in 0..n {
+                ok &= layout.buffer_len(pra0, i) == Some(1000 + i as u32);
+                ok &= layout.view(pra1, i).map(|(off, _)| off) == Some(offset(i) as u32);
+                ok &= packed.fds().get(i) == Some(&Fd(100 + i as i32));
+            }
+            for (j, s) in scalars.iter().enumerate() {
+                ok &= layout.scalar(pra0, n, j, s.ty()) == Some(*s);
+            }
+            if !ok {
+                return Err(fail(format!("{version:?} with {n} buffers: packed bytes differ from the table")));
+            }
+            packings += 1;
+        }
+    }
+    let sig = Signature::parse("buf,u32").map_err(fail)?;
+    let refused = PackedLaunch::new(AbiVersion::V1, &sig, &[BufferRef::borrowing(&owner, Fd(100), 8192, 64, 100)], &[Scalar::U32(1)]);
+    if !matches!(refused, Err(PackError::V1NonZeroOffset { .. })) {
+        return Err(fail(format!("v1 with a view at offset 64 was not refused: {refused:?}")));
+    }
+    Ok((format!("{packings} packings"), "v1 and v2, 0..=15 buffers, i32/f32/u8 scalars, as the table says; v1 offset view refused".into()))
+}
+
+/// View offsets: v2 launches on views at non-zero offsets of one lease give the right bytes, and
+/// the DSP ledger shows every unmap matching its map; v1 refuses such a view before any ioctl.
+pub fn view_offsets() -> Outcome {
+    let bench = bench();
+    let served = serve(&bench)?;
+    let lib = served.open_library(MODEL, image()).map_err(fail)?;
+    let mut lease = served.session().alloc(64 * 1024).map_err(fail)?;
+    let data: Vec<u8> = (0..6000u32).map(|i| (i * 7 + 1) as u8).collect();
+    let cases = [(0usize, 8192usize, 4096usize), (100, 20_000, 1000), (4097, 40_000, 3), (58_000, 5000, 6000)];
+    for (k, (i, o, len)) in cases.into_iter().enumerate() {
+        lease.write_at(i, &data[..len]).map_err(fail)?;
+        let (input, output) = (lease.view(i, len).map_err(fail)?, lease.view(o, len).map_err(fail)?);
+        launch(&lib, &input, &output, k as u8 + 3).map_err(fail)?;
+        if !check_output(&input, &output, k as u8 + 3) {
+            return Err(fail(format!("wrong output for the view at {o}+{len}")));
+        }
+    }
+    let mismatches = bench.ledger_mismatches();
+    let maps = bench.ledger().len();
+    let before = bench.counts().of(CallKind::RpcInvokeAttrs);
+    let v = lease.view(100, 100).map_err(fail)?;
+    let v1 = PackedLaunch::new(
+        AbiVersion::V1,
+        &Signature::parse("buf,buf,u32").map_err(fail)?,
+        &[BufferRef::of(&v), BufferRef::of(&v)],
+        &[Scalar::U32(0)],
+    );
+    let sent = bench.counts().of(CallKind::RpcInvokeAttrs) - before;
+    if mismatches != 0 {
+        return Err((format!("{mismatches} mismatches"), format!("{:?}", bench.ledger())));
+    }
+    if v1.is_ok() || sent != 0 {
+        return Err(fail("v1 did not refuse a non-zero offset before any ioctl"));
+    }
+    Ok((
+        format!("{} launches", cases.len()),
+        format!("offsets 0..58000 correct; {maps} ledger events, 0 mismatched unmaps; v1 offset view refused, 0 ioctls"),
+    ))
+}
+
+/// fd/mapping reclamation: a failure at every init stage, and a full session with a library and
+/// launches, give every fd, ION handle, mapping, DSP process and library back.
+pub fn reclamation() -> Outcome {
+    type Setup = fn(&Bench);
+    let stages: [(&str, Setup); 6] = [
+        ("ion", |b| b.set_missing("/bench/dev/ion")),
+        ("shell", |b| b.set_missing("/bench/dsp/cdsp/fastrpc_shell_3")),
+        ("shell alloc", |b| b.inject(FaultTarget::Call(CallKind::IonAlloc), 1, Fault::Errno(Errno::ENOMEM))),
+        ("channel", |b| b.inject(FaultTarget::Call(CallKind::RpcGetinfo), 1, Fault::Errno(Errno::EPERM))),
+        ("process", |b| b.inject(FaultTarget::Call(CallKind::RpcInit), 1, Fault::Errno(Errno::EPERM))),
+        ("listener", |b| b.inject(FaultTarget::Dsp(DspCallKind::ListenerInit2), 1, Fault::Returned(aee::AEE_EBADPARM))),
+    ];
+    for (name, setup) in stages {
+        let bench = bench();
+        let start = bench.snapshot();
+        setup(&bench);
+        if Session::start(bench.clone(), &DeviceAccess::for_bench()).is_ok() {
+            return Err(fail(format!("a fault at stage {name} did not fail the start")));
+        }
+        let end = bench.settle(&start, Duration::from_secs(2));
+        if end != start {
+            return Err(fail(format!("stage {name} leaked: {start:?} -> {end:?}")));
+        }
+    }
+    let bench = bench();
+    let start = bench.snapshot();
+    {
+        let served = serve(&bench)?;
+        let lib = served.open_library(MODEL, image()).map_err(fail)?;
+        let lease = served.session().alloc(16 * 1024).map_err(fail)?;
+        let (a, b) = (lease.view(10, 100).map_err(fail)?, lease.view(8000, 100).map_err(fail)?);
+        for i in 0..20 {
+            launch(&lib, &a, &b, i).map_err(fail)?;
+        }
+        let live = bench.snapshot();
+        if live.loaded_libraries != 1 || live.dsp_processes != 1 {
+            return Err(fail(format!("unexpected live state {live:?}")));
+        }
+    }
+    let end = bench.settle(&start, Duration::from_secs(2));
+    if end != start {
+        return Err(fail(format!("a full session leaked: {start:?} -> {end:?}")));
+    }
+    Ok((
+        "0 leaked".into(),
+        "6 failing init stages and 1 full session (library, 20 launches): every fd, ION handle, mapping, process and library given back"
+            .into(),
+    ))
+}
+
+fn remotectl_open(bench: &Bench, fd: Fd, module: &str) -> Result<u32, String> {
+    let name = format!("{module}\0");
+    let mut prim = Vec::new();
+    prim.extend_from_slice(&(name.len() as u32).to_le_bytes());
+    prim.extend_from_slice(&64u32.to_le_bytes());
+    let sc = Scalars::new(0, 2, 2, 0, 0).ok_or("sc")?;
+    let reply = bench
+        .reverse_call(fd, ReverseRequest::packed(0, sc, &[&prim, name.as_bytes()], &[8, 64]), Duration::from_secs(2))
+        .map_err(|e| format!("{e:?}"))?;
+    if reply.result != 0 {
+        return Err(format!("apps_remotectl open {module}: {}", reply.result));
+    }
+    let outs = reply.outputs(&[8, 64]).map_err(|e| format!("{e:?}"))?;
+    Ok(u32::from_le_bytes([outs[0][0], outs[0][1], outs[0][2], outs[0][3]]))
+}
+
+fn fopen(bench: &Bench, fd: Fd, apps_std_handle: u32, name: &str, mode: &str) -> Result<i32, String> {
+    let (env, delim, fname, mode) = ("ADSP_LIBRARY_PATH\0", ";\0", format!("{name}\0"), format!("{mode}\0"));
+    let mut prim = Vec::new();
+    for l in [env.len(), delim.len(), fname.len(), mode.len()] {
+        prim.extend_from_slice(&(l as u32).to_le_bytes());
+    }
+    let sc = Scalars::new(apps_std::method::FOPEN_WITH_ENV as u8, 5, 1, 0, 0).ok_or("sc")?;
+    let req =
+        ReverseRequest::packed(apps_std_handle, sc, &[&prim, env.as_bytes(), delim.as_bytes(), fname.as_bytes(), mode.as_bytes()], &[4]);
+    Ok(bench.reverse_call(fd, req, Duration::from_secs(2)).map_err(|e| format!("{e:?}"))?.result)
+}
+
+/// Reverse-RPC file permissions: a hostile DSP asking for files outside the allowlist, by
+/// absolute path, by traversal, or for writing, is refused; the canary file outside the
+/// allowlist is never opened; an allowlisted file is served.
+pub fn reverse_permissions() -> Outcome {
+    let bench = bench();
+    let dir = std::env::temp_dir().join(format!("hexrpc-selftest-canary-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(fail)?;
+    let canary = dir.join("canary");
+    std::fs::write(&canary, b"secret").map_err(fail)?;
+    bench.add_file("/bench/dsp/cdsp/allowed.so", elf::hexagon_elf(128));
+    let result = (|| {
+        let served = serve(&bench)?;
+        let (fd, _) = served.session().listener_fd().ok_or_else(|| fail("session not healthy"))?;
+        let h = remotectl_open(&bench, fd, "apps_std").map_err(fail)?;
+        let canary_path = canary.to_string_lossy().into_owned();
+        let hostile = [
+            (canary_path.clone(), "r"),
+            ("../../../../etc/passwd".to_string(), "r"),
+            ("/etc/passwd".to_string(), "r"),
+            ("/bench/dsp/cdsp/../../../etc/passwd".to_string(), "r"),
+            ("allowed.so".to_string(), "w"),
+            ("allowed.so".to_string(), "r+"),
+        ];
+        for (name, mode) in &hostile {
+            let status = fopen(&bench, fd, h, name, mode).map_err(fail)?;
+            if status == 0 {
+                return Err(fail(format!("fopen({name:?}, {mode:?}) was allowed")));
+            }
+        }
+        let ok = fopen(&bench, fd, h, "allowed.so", "r").map_err(fail)?;
+        if ok != 0 {
+            return Err(fail(format!("the allowlisted file was refused ({ok})")));
+        }
+        if bench.was_opened(&canary_path) {
+            return Err(fail("the canary outside the allowlist was opened"));
+        }
+        Ok((
+            format!("{} refused", hostile.len()),
+            "absolute, traversal and write-mode requests refused; canary never opened; allowlisted file served".into(),
+        ))
+    })();
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+/// Timeouts: a kernel that never returns ends with a timeout error within its deadline plus
+/// 100 ms; after recovery the session launches correctly again.
+pub fn timeouts() -> Outcome {
+    let bench = bench();
+    let served = serve(&bench)?;
+    let lib = served.open_library(MODEL, image()).map_err(fail)?;
+    let mut lease = served.session().alloc(8192).map_err(fail)?;
+    lease.write_at(0, &[5u8; 64]).map_err(fail)?;
+    let (a, b) = (lease.view(0, 64).map_err(fail)?, lease.view(4096, 64).map_err(fail)?);
+    bench.inject(FaultTarget::Dsp(DspCallKind::Library), 1, Fault::Hang);
+    let sig = Signature::parse("buf,buf,u32").map_err(fail)?;
+    let mut packed = PackedLaunch::new(AbiVersion::V2, &sig, &[BufferRef::of(&a), BufferRef::of(&b)], &[Scalar::U32(1)]).map_err(fail)?;
+    let deadline = Duration::from_millis(200);
+    let t0 = Instant::now();
+    let r = lib.invoke_with_deadline(&mut packed.invoke_args().map_err(|e| fail(format!("{e:?}")))?, deadline);
+    let took = t0.elapsed();
+    let figure = format!("{} ms", took.as_millis());
+    match r {
+        Err(e) if e.cause == Cause::Timeout => {}
+        other => return Err((figure, format!("expected a timeout, got {other:?}"))),
+    }
+    if took > deadline + Duration::from_millis(100) {
+        return Err((figure, format!("the timeout came later than deadline + 100 ms ({deadline:?})")));
+    }
+    served.session().recover().map_err(fail)?;
+    bench.release_hangs();
+    launch(&lib, &a, &b, 2).map_err(fail)?;
+    if !check_output(&a, &b, 2) {
+        return Err((figure, "wrong output after recovery".into()));
+    }
+    Ok((
+        figure,
+        format!("hung kernel interrupted at its {} ms deadline, parked call freed by recovery, next launch correct", deadline.as_millis()),
+    ))
+}
+
+/// Concurrency: 8 threads launch on one session, each on views at non-zero offsets of its own
+/// lease; every output is correct and the DSP ledger stays clean.
+pub fn concurrency() -> Outcome {
+    let bench = bench();
+    let served = serve(&bench)?;
+    let lib = served.open_library(MODEL, image()).map_err(fail)?;
+    const THREADS: u32 = 8;
+    const LAUNCHES: u32 = 250;
+    let t0 = Instant::now();
+    let wrong = std::sync::atomic::AtomicU32::new(0);
+    let errors = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for t in 0..THREADS {
+            let (served, lib, wrong, errors) = (&served, &lib, &wrong, &errors);
+            s.spawn(move || {
+                let run = || -> Result<(), HalError> {
+                    let mut lease = served.session().alloc(16 * 1024)?;
+                    let (i, o, len) = (64 + 8 * t as usize, 8195 + t as usize, 1000 + t as usize);
+                    let data: Vec<u8> = (0..len).map(|k| (k as u32 * 31 + t) as u8).collect();
+                    lease.write_at(i, &data)?;
+                    let (input, output) = (lease.view(i, len)?, lease.view(o, len)?);
+                    for n in 0..LAUNCHES {
+                        launch(lib, &input, &output, n as u8)?;
+                        if !check_output(&input, &output, n as u8) {
+                            wrong.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        }
+                    }
+                    Ok(())
+                };
+                if let Err(e) = run() {
+                    errors.lock().unwrap_or_else(|p| p.into_inner()).push(e.to_string());
+                }
+            });
+        }
+    });
+    let took = t0.elapsed();
+    let errors = errors.into_inner().unwrap_or_else(|p| p.into_inner());
+    let wrong = wrong.into_inner();
+    let total = THREADS * LAUNCHES;
+    let figure = format!("{total} launches");
+    if !errors.is_empty() || wrong != 0 || bench.ledger_mismatches() != 0 {
+        return Err((figure, format!("{wrong} wrong outputs, {} ledger mismatches, errors: {errors:?}", bench.ledger_mismatches())));
+    }
+    Ok((
+        figure,
+        format!(
+            "{THREADS} threads x {LAUNCHES} on one session, all correct, 0 ledger mismatches, {:.0} ms on the bench",
+            took.as_secs_f64() * 1e3
+        ),
+    ))
+}
