@@ -19,7 +19,8 @@ fn fail(detail: impl std::fmt::Display) -> (String, String) {
     (String::new(), detail.to_string())
 }
 
-const MODEL: &str = "selftest-add";
+/// The selftest library model's name.
+pub const MODEL: &str = "selftest-add";
 
 /// A bench whose DSP knows the selftest library: a v2 entry over (in, out, u32 k) that writes
 /// `in[i] + k` to `out[i]`.
@@ -40,7 +41,8 @@ pub fn bench() -> Bench {
     bench
 }
 
-fn image() -> &'static [u8] {
+/// The selftest library image (tagged for the bench DSP).
+pub fn image() -> &'static [u8] {
     use std::sync::OnceLock;
     static IMAGE: OnceLock<Vec<u8>> = OnceLock::new();
     IMAGE.get_or_init(|| elf::library_image(MODEL, 8192))

@@ -44,6 +44,24 @@ impl<'a> Object<'a> {
         self
     }
 
+    /// A float member (non-finite values become null).
+    pub fn float(&mut self, k: &str, v: f64) -> &mut Self {
+        let o = self.key(k);
+        if v.is_finite() {
+            let _ = write!(o, "{v}");
+        } else {
+            o.push_str("null");
+        }
+        self
+    }
+
+    /// A boolean member.
+    pub fn bool(&mut self, k: &str, v: bool) -> &mut Self {
+        let o = self.key(k);
+        o.push_str(if v { "true" } else { "false" });
+        self
+    }
+
     /// A member whose value is written by `f` (an object or array).
     pub fn raw(&mut self, k: &str, f: impl FnOnce(&mut String)) -> &mut Self {
         let o = self.key(k);

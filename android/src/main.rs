@@ -4,6 +4,7 @@
 
 mod abi;
 mod checks;
+mod figures;
 mod json;
 mod logging;
 mod probe;
@@ -11,6 +12,7 @@ mod progress;
 mod selftest;
 
 use std::io::Write as _;
+
 use std::process::ExitCode;
 
 const USAGE: &str = "\
@@ -22,6 +24,8 @@ USAGE:
 COMMANDS:
     probe       Health check of the device: nodes, ION, shell, channel, DSP process, listener
     selftest    Run the acceptance report (on the bench when no DSP is present)
+    bench       Measure launch overhead, crossings and allocations per launch, and the
+                reverse file service's throughput
     abi         Print the kernel ABI (structs, ioctl numbers, constants) of this build
     build-lib   Build a DSP library (.so) from kernel C: generated entry + kernel, for Hexagon
     reverse-replay
@@ -166,6 +170,33 @@ EXIT STATUS: 0 when every well-formed request was answered, 1 if the service
 itself failed, 2 on usage errors (no files, unreadable or invalid policy).
 ";
 
+const BENCH_HELP: &str = "\
+hexrpc bench - measure what hexrpc costs
+
+USAGE:
+    hexrpc bench [--json] [--long]
+
+Measures, on this machine:
+    launch_overhead_ns      packing a 3-buffer v2 launch plus one INVOKE_ATTRS through
+                            a syscall seam that returns at once (hexrpc's own cost)
+    bench_round_trip_ns     a whole launch through the HAL on the bench (simulated
+                            kernel and DSP; median of 2000)
+    crossings_per_launch    kernel crossings (ioctls) per steady-state launch
+    allocations_per_launch  heap allocations per steady-state launch
+    reverse_stream_mib_s    a 4 MiB library image streamed through 64 KiB freads of
+                            the reverse file service
+    memcpy_mib_s            a plain memcpy of the same bytes in the same run
+Bench figures are host time of a simulated kernel and DSP, never device figures.
+
+OPTIONS:
+    --json      Print a flat object of the figures above plus \"launches\",
+                \"platform\": \"bench\" and \"simulated\": true
+    --long      Ten times as many repetitions
+    -h, --help  Print this help
+
+EXIT STATUS: 0 on success, 1 if a measurement failed, 2 on usage errors.
+";
+
 const ABI_HELP: &str = "\
 hexrpc abi - print the kernel ABI this build was compiled for
 
@@ -214,6 +245,7 @@ enum Command {
     Probe { json: bool, board: Option<String>, output: Option<std::path::PathBuf> },
     BuildLib(BuildLib),
     Replay { json: bool, policy: Option<std::path::PathBuf>, files: Vec<std::path::PathBuf> },
+    Bench { json: bool, long: bool },
     Selftest { json: bool, platform: Option<selftest::Platform> },
 }
 
@@ -242,12 +274,14 @@ fn parse(args: Vec<std::ffi::OsString>) -> Result<(i32, Command), Usage> {
     let mut bl = BuildLib::default();
     let mut policy = None;
     let mut files = Vec::new();
+    let mut long = false;
     while let Some(arg) = p.next()? {
         match arg {
             Short('h') | Long("help") => return Ok((verbosity, Command::Help(Some(command)))),
             Short('v') | Long("verbose") => verbosity += 1,
             Short('q') | Long("quiet") => verbosity -= 1,
-            Long("json") if matches!(command.as_str(), "abi" | "selftest" | "probe" | "reverse-replay") => json = true,
+            Long("json") if matches!(command.as_str(), "abi" | "selftest" | "probe" | "reverse-replay" | "bench") => json = true,
+            Long("long") if command == "bench" => long = true,
             Long("policy") if command == "reverse-replay" => policy = Some(p.value()?.into()),
             Value(v) if command == "reverse-replay" => files.push(v.into()),
             Long("board") if command == "probe" => board = Some(p.value()?.string()?),
@@ -271,6 +305,7 @@ fn parse(args: Vec<std::ffi::OsString>) -> Result<(i32, Command), Usage> {
         "help" => Command::Help(topic),
         "abi" => Command::Abi { json },
         "probe" => Command::Probe { json, board, output },
+        "bench" => Command::Bench { json, long },
         "reverse-replay" => {
             if files.is_empty() {
                 return Err(Usage("reverse-replay needs at least one REQUEST file".into()));
@@ -296,6 +331,7 @@ fn help(topic: Option<&str>) -> Result<&'static str, Usage> {
         Some("abi") => Ok(ABI_HELP),
         Some("probe") => Ok(PROBE_HELP),
         Some("build-lib") => Ok(BUILD_LIB_HELP),
+        Some("bench") => Ok(BENCH_HELP),
         Some("reverse-replay") => Ok(REPLAY_HELP),
         Some("help") => Ok(USAGE),
         Some(t) => Err(Usage(format!("no help for unknown command '{t}'"))),
@@ -439,6 +475,20 @@ fn main() -> ExitCode {
         Command::Version => print(concat!("hexrpc ", env!("CARGO_PKG_VERSION"), "\n")),
         Command::Abi { json } => print(&if json { abi::to_json() } else { abi::to_text() }),
         Command::BuildLib(bl) => build_lib(bl),
+        Command::Bench { json, long } => {
+            let figures = {
+                let mut progress = progress::Progress::new();
+                progress.step("measurements");
+                figures::run(if long { 10 } else { 1 })
+            };
+            match figures {
+                Ok(f) => print(&if json { figures::to_json(&f) } else { figures::to_text(&f) }),
+                Err(e) => {
+                    eprintln!("hexrpc: bench: {e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
         Command::Replay { json, policy, files } => replay(json, policy, &files),
         Command::Probe { json, board, output } => {
             let board = match device_board(board.as_deref()) {

@@ -269,3 +269,26 @@ fn reverse_replay_answers_every_request_and_reports_malformed_files() {
     assert_eq!(hexrpc(&["reverse-replay", "--policy", "/nonexistent/policy", &a]).status.code(), Some(2));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn bench_json_reports_every_figure_labelled_simulated() {
+    let out = hexrpc(&["bench", "--json"]);
+    assert!(out.status.success(), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("bench --json is JSON");
+    for k in [
+        "launch_overhead_ns",
+        "bench_round_trip_ns",
+        "crossings_per_launch",
+        "allocations_per_launch",
+        "reverse_stream_mib_s",
+        "memcpy_mib_s",
+    ] {
+        let x = v[k].as_f64().unwrap_or_else(|| panic!("{k} missing: {v}"));
+        assert!(x.is_finite() && x >= 0.0, "{k} = {x}");
+    }
+    assert_eq!(v["simulated"], true);
+    assert_eq!(v["platform"], "bench");
+    assert_eq!(v["crossings_per_launch"].as_f64(), Some(1.0), "exactly one kernel crossing per steady-state launch");
+    assert_eq!(v["allocations_per_launch"].as_f64(), Some(0.0), "no heap allocation per launch");
+    assert!(v["launch_overhead_ns"].as_f64().unwrap() > 0.0);
+}

@@ -95,6 +95,7 @@ pub mod dsp;
 pub mod elf;
 pub mod entry;
 pub mod ion;
+pub mod measure;
 pub mod rpc;
 mod state;
 pub mod user;

@@ -1,0 +1,128 @@
+//! Measuring instruments for benchmarks and the CLI's `hexrpc bench`: a syscall seam whose ioctl
+//! returns at once (what hexrpc itself costs, without a kernel), and a counting global allocator
+//! (heap allocations per launch).
+
+use core::ffi::{c_void, CStr};
+use core::ptr::NonNull;
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use hexrpc_drivers::{Errno, Fd, FileStat, OpenFlags, Prot, Syscalls};
+
+/// A seam whose `ioctl` succeeds at once without touching its argument, and counts its calls;
+/// every other call fails with `ENOSYS`. It measures what the layers above the seam add.
+#[derive(Debug, Default)]
+pub struct NullSys {
+    ioctls: AtomicU64,
+}
+
+impl NullSys {
+    /// A seam with a zero call count.
+    pub const fn new() -> Self {
+        NullSys { ioctls: AtomicU64::new(0) }
+    }
+
+    /// ioctls made so far (the kernel crossings a real seam would make).
+    pub fn ioctls(&self) -> u64 {
+        self.ioctls.load(Ordering::Relaxed)
+    }
+}
+
+// SAFETY: no call reads or writes memory through its arguments, and `mmap` never returns a
+// mapping, so no caller can rely on one.
+unsafe impl Syscalls for NullSys {
+    fn open(&self, _: &CStr, _: OpenFlags) -> Result<Fd, Errno> {
+        Err(Errno::ENOSYS)
+    }
+    fn close(&self, _: Fd) -> Result<(), Errno> {
+        Err(Errno::ENOSYS)
+    }
+    fn pread(&self, _: Fd, _: &mut [u8], _: u64) -> Result<usize, Errno> {
+        Err(Errno::ENOSYS)
+    }
+    fn fstat(&self, _: Fd) -> Result<FileStat, Errno> {
+        Err(Errno::ENOSYS)
+    }
+    fn stat(&self, _: &CStr, _: bool) -> Result<FileStat, Errno> {
+        Err(Errno::ENOSYS)
+    }
+    unsafe fn ioctl(&self, _: Fd, request: u32, arg: *mut c_void) -> Result<i32, Errno> {
+        std::hint::black_box((request, arg));
+        self.ioctls.fetch_add(1, Ordering::Relaxed);
+        Ok(0)
+    }
+    unsafe fn mmap(&self, _: Fd, _: usize, _: Prot, _: u64) -> Result<NonNull<u8>, Errno> {
+        Err(Errno::ENOSYS)
+    }
+    unsafe fn munmap(&self, _: NonNull<u8>, _: usize) -> Result<(), Errno> {
+        Err(Errno::ENOSYS)
+    }
+    fn thread_id(&self) -> i32 {
+        rustix::thread::gettid().as_raw_nonzero().get()
+    }
+    fn interrupt(&self, _: i32) -> Result<(), Errno> {
+        Err(Errno::ENOSYS)
+    }
+}
+
+std::thread_local! {
+    // Const-initialized and without a destructor, so touching it from the allocator never
+    // allocates or registers anything.
+    static THREAD_ALLOCATIONS: core::cell::Cell<u64> = const { core::cell::Cell::new(0) };
+}
+
+fn count_thread() {
+    THREAD_ALLOCATIONS.with(|c| c.set(c.get() + 1));
+}
+
+/// The system allocator, counting allocations (process-wide and per thread). Install it in a binary with
+/// `#[global_allocator] static A: CountingAlloc = CountingAlloc::new();` and read
+/// [`CountingAlloc::allocations`] around the code to measure.
+#[derive(Debug, Default)]
+pub struct CountingAlloc {
+    allocations: AtomicU64,
+}
+
+impl CountingAlloc {
+    /// A counter at zero.
+    pub const fn new() -> Self {
+        CountingAlloc { allocations: AtomicU64::new(0) }
+    }
+
+    /// Allocations (including reallocations) so far, by every thread.
+    pub fn allocations(&self) -> u64 {
+        self.allocations.load(Ordering::Relaxed)
+    }
+
+    /// Allocations (including reallocations) made by the calling thread so far.
+    pub fn thread_allocations() -> u64 {
+        THREAD_ALLOCATIONS.with(|c| c.get())
+    }
+}
+
+// SAFETY: every call is forwarded unchanged to the system allocator, which upholds the
+// `GlobalAlloc` contract; the counter has no effect on the memory handed out.
+unsafe impl GlobalAlloc for CountingAlloc {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        self.allocations.fetch_add(1, Ordering::Relaxed);
+        count_thread();
+        // SAFETY: the caller's contract for `alloc` is passed on.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: the caller's contract for `dealloc` is passed on.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        self.allocations.fetch_add(1, Ordering::Relaxed);
+        count_thread();
+        // SAFETY: the caller's contract for `alloc_zeroed` is passed on.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        self.allocations.fetch_add(1, Ordering::Relaxed);
+        count_thread();
+        // SAFETY: the caller's contract for `realloc` is passed on.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
