@@ -79,7 +79,8 @@ const PROBE_HELP: &str = "\
 hexrpc probe - step-by-step health check of the DSP prerequisites
 
 USAGE:
-    hexrpc probe [--board NAME] [--json] [--output FILE]
+    hexrpc probe [--device | --bench] [--board NAME] [--library LIB.so] [--json]
+                 [--output FILE]
 
 Checks, in order, and stops at the first failure with the exact prerequisite
 that is missing:
@@ -90,12 +91,16 @@ that is missing:
     channel       GETINFO on the compute DSP channel (SMMU flag), CONTROL kalloc
     process       creating the user process on the DSP (INIT)
     listener      registering the reverse-RPC listener (handle 3)
-    library       loading a tiny library through the reverse file service
+    library       loading a library through the reverse file service (with
+                  --library; on the bench a built-in test library)
 Everything acquired is released before the command exits.
 
 OPTIONS:
+    --device        Probe the real device (the default)
+    --bench         Probe the isolated bench instead (simulated kernel and DSP)
     --board NAME    Board facts to use: comma-three, msm-android (default: detected
                     from /proc/device-tree/model, else comma-three)
+    --library FILE  A Hexagon library (from `hexrpc build-lib`) for the library step
     --json          Print {\"board\": NAME, \"steps\": [{\"name\", \"status\":
                     \"pass\"|\"fail\"|\"skip\", \"detail\"}]}
     --output FILE   Write the report to FILE (replaced atomically) instead of stdout
@@ -242,7 +247,7 @@ enum Command {
     Help(Option<String>),
     Version,
     Abi { json: bool },
-    Probe { json: bool, board: Option<String>, output: Option<std::path::PathBuf> },
+    Probe { json: bool, board: Option<String>, output: Option<std::path::PathBuf>, bench: bool, library: Option<std::path::PathBuf> },
     BuildLib(BuildLib),
     Replay { json: bool, policy: Option<std::path::PathBuf>, files: Vec<std::path::PathBuf> },
     Bench { json: bool, long: bool },
@@ -275,6 +280,8 @@ fn parse(args: Vec<std::ffi::OsString>) -> Result<(i32, Command), Usage> {
     let mut policy = None;
     let mut files = Vec::new();
     let mut long = false;
+    let mut library = None;
+    let mut probe_bench = false;
     while let Some(arg) = p.next()? {
         match arg {
             Short('h') | Long("help") => return Ok((verbosity, Command::Help(Some(command)))),
@@ -285,6 +292,9 @@ fn parse(args: Vec<std::ffi::OsString>) -> Result<(i32, Command), Usage> {
             Long("policy") if command == "reverse-replay" => policy = Some(p.value()?.into()),
             Value(v) if command == "reverse-replay" => files.push(v.into()),
             Long("board") if command == "probe" => board = Some(p.value()?.string()?),
+            Long("library") if command == "probe" => library = Some(p.value()?.into()),
+            Long("bench") if command == "probe" => probe_bench = true,
+            Long("device") if command == "probe" => probe_bench = false,
             Long("output") if command == "probe" => output = Some(p.value()?.into()),
             Long("signature") if command == "build-lib" => bl.signature = Some(p.value()?.string()?),
             Short('o') | Long("output") if command == "build-lib" => bl.output = Some(p.value()?.into()),
@@ -304,7 +314,7 @@ fn parse(args: Vec<std::ffi::OsString>) -> Result<(i32, Command), Usage> {
     let cmd = match command.as_str() {
         "help" => Command::Help(topic),
         "abi" => Command::Abi { json },
-        "probe" => Command::Probe { json, board, output },
+        "probe" => Command::Probe { json, board, output, bench: probe_bench, library },
         "bench" => Command::Bench { json, long },
         "reverse-replay" => {
             if files.is_empty() {
@@ -383,6 +393,17 @@ fn device_board(name: Option<&str>) -> Result<&'static hexrpc_bsp::Board, Usage>
     }
 }
 
+/// Reads a library image for the probe (kept for the life of the process: images are `'static`).
+fn load_library(path: &std::path::Path) -> Result<probe::ProbeLibrary, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("--library {}: {e}", path.display()))?;
+    let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    let name: String = stem.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' }).take(32).collect();
+    if name.is_empty() {
+        return Err(format!("--library {}: cannot derive a library name from the file name", path.display()));
+    }
+    Ok(probe::ProbeLibrary { name, image: Box::leak(bytes.into_boxed_slice()) })
+}
+
 fn build_lib(bl: BuildLib) -> ExitCode {
     use hexrpc_runtime::launch::{build, EntryOptions, PowerRequest, Signature};
     let (Some(kernel), Some(sig), Some(out)) = (bl.kernel, bl.signature, bl.output) else {
@@ -452,7 +473,26 @@ fn replay(json: bool, policy: Option<std::path::PathBuf>, files: &[std::path::Pa
     let results = replay::replay_files(&service, files);
     // Every well-formed request gets a status from the dispatcher (it never fails as a whole);
     // malformed files are reported in their line and do not change the exit status.
-    print(&if json { replay::results_json(&results) + "\n" } else { replay::results_text(&results) })
+    let m = service.metrics().snapshot();
+    let report = if json {
+        // The replay's own object, extended with the service's metrics.
+        let mut out = replay::results_json(&results);
+        out.pop();
+        out.push_str(", \"metrics\": ");
+        let _ = m.write_json(&mut out);
+        out.push_str("}\n");
+        out
+    } else {
+        format!(
+            "{}service metrics: {} requests, {} ok, {} bytes served, {} to unknown handles\n",
+            replay::results_text(&results),
+            m.requests,
+            m.ok,
+            m.bytes_served,
+            m.unknown_handle
+        )
+    };
+    print(&report)
 }
 
 fn main() -> ExitCode {
@@ -490,17 +530,30 @@ fn main() -> ExitCode {
             }
         }
         Command::Replay { json, policy, files } => replay(json, policy, &files),
-        Command::Probe { json, board, output } => {
-            let board = match device_board(board.as_deref()) {
-                Ok(b) => b,
-                Err(Usage(msg)) => {
+        Command::Probe { json, board, output, bench, library } => {
+            let library = match library.map(|p| load_library(&p)).transpose() {
+                Ok(l) => l,
+                Err(msg) => {
                     eprintln!("hexrpc: {msg}");
                     return ExitCode::from(2);
                 }
             };
-            // The one place this program decides to touch the device.
-            let access = hexrpc_bsp::DeviceAccess::for_device(board);
-            let steps = probe::run(hexrpc_drivers::RustixSys, &access);
+            let (board, steps) = if bench {
+                let sys = checks::bench();
+                let lib = library.unwrap_or(probe::ProbeLibrary { name: checks::MODEL.into(), image: checks::image() });
+                (&hexrpc_bsp::BENCH, probe::run(sys, &hexrpc_bsp::DeviceAccess::for_bench(), Some(&lib)))
+            } else {
+                let board = match device_board(board.as_deref()) {
+                    Ok(b) => b,
+                    Err(Usage(msg)) => {
+                        eprintln!("hexrpc: {msg}");
+                        return ExitCode::from(2);
+                    }
+                };
+                // The one place this program decides to touch the device.
+                let access = hexrpc_bsp::DeviceAccess::for_device(board);
+                (board, probe::run(hexrpc_drivers::RustixSys, &access, library.as_ref()))
+            };
             let failed = steps.iter().any(|s| s.status == probe::Status::Fail);
             let report = if json { probe::to_json(board, &steps) } else { probe::to_text(board, &steps) };
             let code = match output {

@@ -108,19 +108,26 @@ fn hal_detail(e: &HalError) -> String {
     }
 }
 
-/// Runs the probe on `sys` for the board `access` grants. The `library` step needs a running
-/// reverse file service and a library image, which this build does not bring yet: it is
-/// reported as skipped with the reason.
-pub fn run<S: Syscalls + Clone>(sys: S, access: &DeviceAccess) -> Vec<Step> {
+/// A library for the last step: its name and image bytes.
+pub struct ProbeLibrary {
+    /// Name the DSP loads it under (made unique by the session).
+    pub name: String,
+    /// The image.
+    pub image: &'static [u8],
+}
+
+/// Runs the probe on `sys` for the board `access` grants. The `library` step loads `library`
+/// through the reverse file service when one is given, and is skipped (saying why) otherwise.
+pub fn run<S: Syscalls + Clone + Send + Sync + 'static>(sys: S, access: &DeviceAccess, library: Option<&ProbeLibrary>) -> Vec<Step> {
     let mut steps = Vec::new();
-    chain(sys, access, &mut steps);
+    chain(sys, access, library, &mut steps);
     let failed = steps.iter().any(|s| s.status == Status::Fail);
     for name in STEPS {
         if !steps.iter().any(|s| s.name == *name) {
             let detail = if failed {
                 "not run: an earlier step failed".to_string()
             } else {
-                "not in this build: needs the reverse file service and a library image".to_string()
+                "not run: pass --library LIB.so (a library built with `hexrpc build-lib`) to load one".to_string()
             };
             steps.push(Step { name, status: Status::Skip, detail });
         }
@@ -138,7 +145,12 @@ fn push(steps: &mut Vec<Step>, name: &'static str, r: Result<String, String>) ->
 }
 
 /// Runs the steps until one fails; dropping the stages on return releases everything.
-fn chain<S: Syscalls + Clone>(sys: S, access: &DeviceAccess, steps: &mut Vec<Step>) {
+fn chain<S: Syscalls + Clone + Send + Sync + 'static>(
+    sys: S,
+    access: &DeviceAccess,
+    library: Option<&ProbeLibrary>,
+    steps: &mut Vec<Step>,
+) {
     let board: &Board = access.board();
     {
         let nodes = node(&sys, board.ion_path, "the ION allocator")
@@ -208,15 +220,38 @@ fn chain<S: Syscalls + Clone>(sys: S, access: &DeviceAccess, steps: &mut Vec<Ste
             }
         };
         push(steps, "process", Ok("INIT created the user process on the DSP".into()));
-        match process.attach_listener() {
-            Ok(session) => {
-                push(steps, "listener", Ok("reverse-RPC listener registered (handle 3 init2)".into()));
-                drop(session);
-            }
+        let session = match process.attach_listener() {
+            Ok(session) => session,
             Err(e) => {
                 push(steps, "listener", Err(hal_detail(&e)));
+                return;
             }
-        }
+        };
+        push(steps, "listener", Ok("reverse-RPC listener registered (handle 3 init2)".into()));
+        let Some(lib) = library else { return };
+        let policy = match hexrpc_runtime::reverse::FilePolicy::for_board(board) {
+            Ok(p) => p,
+            Err(e) => {
+                push(steps, "library", Err(format!("the board's file policy is invalid: {e:?}")));
+                return;
+            }
+        };
+        let served = match hexrpc_runtime::ServedSession::serve(session, policy) {
+            Ok(s) => s,
+            Err(e) => {
+                push(steps, "library", Err(e.to_string()));
+                return;
+            }
+        };
+        let r = served.open_library(&lib.name, lib.image).map(|l| {
+            let handle = l.remote_handle().unwrap_or(0);
+            format!(
+                "{} ({} bytes) fetched by the DSP through the reverse file service and loaded, handle {handle:#x}",
+                lib.name,
+                lib.image.len()
+            )
+        });
+        push(steps, "library", r.map_err(|e| hal_detail(&e)));
     }
 }
 

@@ -265,6 +265,7 @@ fn reverse_replay_answers_every_request_and_reports_malformed_files() {
     assert!(r[0]["status"].as_i64().unwrap() != 0, "closing a FILE that was never opened is refused: {}", r[0]);
     assert_eq!(r[1]["status"].as_i64(), Some(0x3E), "unknown handle: AEE_ENOSUCHMOD");
     assert!(r[2]["status"].is_null() && r[2]["error"].is_string(), "{}", r[2]);
+    assert!(v["metrics"]["requests"].as_u64().unwrap() >= 2, "service metrics: {}", v["metrics"]);
     assert_eq!(hexrpc(&["reverse-replay"]).status.code(), Some(2));
     assert_eq!(hexrpc(&["reverse-replay", "--policy", "/nonexistent/policy", &a]).status.code(), Some(2));
     let _ = std::fs::remove_dir_all(&dir);
@@ -291,4 +292,28 @@ fn bench_json_reports_every_figure_labelled_simulated() {
     assert_eq!(v["crossings_per_launch"].as_f64(), Some(1.0), "exactly one kernel crossing per steady-state launch");
     assert_eq!(v["allocations_per_launch"].as_f64(), Some(0.0), "no heap allocation per launch");
     assert!(v["launch_overhead_ns"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn probe_on_the_bench_passes_every_step_including_a_library_load() {
+    let out = hexrpc(&["probe", "--bench", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("probe --json is JSON");
+    assert_eq!(v["board"], "bench");
+    let names: Vec<&str> = v["steps"].as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["device-nodes", "ion-alloc", "shell", "channel", "process", "listener", "library"]);
+    assert!(v["steps"].as_array().unwrap().iter().all(|s| s["status"] == "pass"), "{v}");
+}
+
+#[test]
+fn probe_device_names_the_missing_node() {
+    if std::path::Path::new("/dev/ion").exists() {
+        eprintln!("this machine has /dev/ion: the missing-node path cannot be shown here");
+        return;
+    }
+    let out = hexrpc(&["probe", "--device"]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let first_step = text.lines().nth(1).unwrap();
+    assert!(first_step.starts_with("FAIL") && first_step.contains("missing /dev/ion"), "{text}");
 }

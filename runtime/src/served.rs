@@ -52,9 +52,14 @@ pub struct ServedSession<S: Syscalls + Clone + Send + Sync + 'static> {
 impl<S: Syscalls + Clone + Send + Sync + 'static> ServedSession<S> {
     /// Starts the session on the board `access` grants and serves its listener under `policy`.
     pub fn start(sys: S, access: &DeviceAccess, policy: FilePolicy) -> Result<Self, StartError> {
-        let session = Arc::new(Session::start(sys.clone(), access)?);
+        Self::serve(Session::start(sys, access)?, policy)
+    }
+
+    /// Serves an already started session (for example one built stage by stage).
+    pub fn serve(session: Session<S>, policy: FilePolicy) -> Result<Self, StartError> {
+        let session = Arc::new(session);
         let fd = session.listener_fd().map(|(fd, _)| fd).unwrap_or(hexrpc_drivers::Fd(-1));
-        let service = Arc::new(ReverseService::new(sys, fd, policy));
+        let service = Arc::new(ReverseService::new(session.sys().clone(), fd, policy));
         let listener =
             service.clone().spawn_for_session(session.clone(), OwnedBuffers::for_service(&service)).map_err(StartError::Thread)?;
         Ok(ServedSession { listener: Some(listener), session, service })
