@@ -10,26 +10,7 @@ use hexrpc_hal::{Cause, HalError, IonOpened};
 
 use crate::json;
 
-/// Outcome of one step.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Status {
-    /// Present and working.
-    Pass,
-    /// Missing or failing; `detail` names the prerequisite.
-    Fail,
-    /// Not run (an earlier step failed, or it needs something this run does not have).
-    Skip,
-}
-
-impl Status {
-    fn name(self) -> &'static str {
-        match self {
-            Status::Pass => "pass",
-            Status::Fail => "fail",
-            Status::Skip => "skip",
-        }
-    }
-}
+pub use crate::selftest::Status;
 
 /// One step of the report.
 #[derive(Clone, Debug)]
@@ -283,12 +264,7 @@ pub fn to_text(board: &Board, steps: &[Step]) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "hexrpc probe on board {} ({})", board.name, board.description);
     for s in steps {
-        let tag = match s.status {
-            Status::Pass => "PASS",
-            Status::Fail => "FAIL",
-            Status::Skip => "SKIP",
-        };
-        let _ = writeln!(out, "{tag}  {:<13} {}", s.name, s.detail);
+        let _ = writeln!(out, "{}  {:<13} {}", s.status.tag(), s.name, s.detail);
     }
     out
 }

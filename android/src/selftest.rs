@@ -38,11 +38,21 @@ pub enum Status {
 }
 
 impl Status {
-    fn name(self) -> &'static str {
+    /// The JSON name.
+    pub fn name(self) -> &'static str {
         match self {
             Status::Pass => "pass",
             Status::Fail => "fail",
             Status::Skip => "skip",
+        }
+    }
+
+    /// The tag of the readable report.
+    pub fn tag(self) -> &'static str {
+        match self {
+            Status::Pass => "PASS",
+            Status::Fail => "FAIL",
+            Status::Skip => "SKIP",
         }
     }
 }
@@ -215,12 +225,7 @@ pub fn to_text(platform: Platform, checks: &[Check]) -> String {
         }
     }
     for c in checks {
-        let tag = match c.status {
-            Status::Pass => "PASS",
-            Status::Fail => "FAIL",
-            Status::Skip => "SKIP",
-        };
-        let _ = writeln!(out, "{tag}  {:<26} {:<30} {:<12} {}", c.name, c.stage, c.figure, c.detail);
+        let _ = writeln!(out, "{}  {:<26} {:<30} {:<12} {}", c.status.tag(), c.name, c.stage, c.figure, c.detail);
     }
     let (p, f, s) = checks.iter().fold((0, 0, 0), |(p, f, s), c| match c.status {
         Status::Pass => (p + 1, f, s),

@@ -2,53 +2,13 @@
 //! packing plus one `FASTRPC_IOCTL_INVOKE_ATTRS` through a syscall seam whose ioctl returns at
 //! once (no kernel, no DSP). Run with `cargo bench -p hexrpc-runtime --bench launch`.
 
-use core::ffi::{c_void, CStr};
-use core::ptr::NonNull;
-
 use divan::{black_box, Bencher};
-use hexrpc_drivers::{Errno, Fd, FileStat, OpenFlags, Prot, Syscalls};
+use hexrpc_bench::measure::NullSys;
+use hexrpc_drivers::Fd;
 use hexrpc_runtime::launch::{AbiVersion, BufferRef, PackedLaunch, Scalar, Signature};
 
 fn main() {
     divan::main();
-}
-
-/// A syscall seam whose ioctl succeeds at once; everything else fails with `ENOSYS`.
-struct ImmediateSys;
-
-// SAFETY: no call reads or writes any memory, and `mmap` never returns a mapping.
-unsafe impl Syscalls for ImmediateSys {
-    fn open(&self, _: &CStr, _: OpenFlags) -> Result<Fd, Errno> {
-        Err(Errno::ENOSYS)
-    }
-    fn close(&self, _: Fd) -> Result<(), Errno> {
-        Err(Errno::ENOSYS)
-    }
-    fn pread(&self, _: Fd, _: &mut [u8], _: u64) -> Result<usize, Errno> {
-        Err(Errno::ENOSYS)
-    }
-    fn fstat(&self, _: Fd) -> Result<FileStat, Errno> {
-        Err(Errno::ENOSYS)
-    }
-    fn stat(&self, _: &CStr, _: bool) -> Result<FileStat, Errno> {
-        Err(Errno::ENOSYS)
-    }
-    unsafe fn ioctl(&self, _: Fd, request: u32, arg: *mut c_void) -> Result<i32, Errno> {
-        black_box((request, arg));
-        Ok(0)
-    }
-    unsafe fn mmap(&self, _: Fd, _: usize, _: Prot, _: u64) -> Result<NonNull<u8>, Errno> {
-        Err(Errno::ENOSYS)
-    }
-    unsafe fn munmap(&self, _: NonNull<u8>, _: usize) -> Result<(), Errno> {
-        Err(Errno::ENOSYS)
-    }
-    fn thread_id(&self) -> i32 {
-        1
-    }
-    fn interrupt(&self, _: i32) -> Result<(), Errno> {
-        Err(Errno::ENOSYS)
-    }
 }
 
 struct Lease;
@@ -78,7 +38,7 @@ fn pack_and_invoke_3_buffers(bencher: Bencher) {
         BufferRef::borrowing(&lease, Fd(7), 1 << 20, 8192, 4096),
     ];
     let scalars = [Scalar::I32(1024), Scalar::F32(0.5)];
-    let sys = ImmediateSys;
+    let sys = NullSys::new();
     bencher.bench_local(|| {
         let mut p = PackedLaunch::new(AbiVersion::V2, black_box(&sig), black_box(&bufs), black_box(&scalars)).unwrap();
         p.launch(&sys, Fd(3), black_box(21)).unwrap()

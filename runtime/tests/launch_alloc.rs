@@ -3,45 +3,20 @@
 //! syscall seam whose `INVOKE_ATTRS` writes a timer and returns at once. Generating an entry into
 //! a fixed-capacity string allocates nothing either.
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::ffi::{c_void, CStr};
 use std::ptr::NonNull;
 
+use hexrpc_bench::measure::CountingAlloc;
 use hexrpc_drivers::adsprpc::{fastrpc_ioctl_invoke_attrs, remote_arg, FASTRPC_IOCTL_INVOKE_ATTRS};
 use hexrpc_drivers::{Errno, Fd, FileStat, OpenFlags, Prot, Syscalls};
 use hexrpc_runtime::launch::{write_entry, AbiVersion, BufferRef, EntryOptions, PackedLaunch, Scalar, Signature};
 
-thread_local! {
-    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
-}
-
-struct Counting;
-
-// SAFETY: forwards to the system allocator unchanged; counting touches only a const-initialized
-// thread-local `Cell` (no allocation, no re-entry).
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let _ = ALLOCATIONS.try_with(|c| c.set(c.get() + 1));
-        // SAFETY: the caller's contract for `alloc` is passed on.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: the caller's contract for `dealloc` is passed on.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let _ = ALLOCATIONS.try_with(|c| c.set(c.get() + 1));
-        // SAFETY: the caller's contract for `realloc` is passed on.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: CountingAlloc = CountingAlloc::new();
 
 fn allocations() -> u64 {
-    ALLOCATIONS.with(|c| c.get())
+    CountingAlloc::thread_allocations()
 }
 
 /// A seam whose INVOKE_ATTRS checks the request, writes 42 us into pra[2] and returns 0.
