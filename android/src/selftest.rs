@@ -185,9 +185,46 @@ pub fn run(platform: Platform, progress: &mut dyn FnMut(&str)) -> Vec<Check> {
             }
         }
     }
-    out.push(skip("numerics", "numerics", "needs the executor (issue 8), not in this build"));
-    out.push(skip("latency", "latency", "needs the executor (issue 8), not in this build"));
+    progress("numerics");
+    out.extend(executor());
     out
+}
+
+/// Numerics and latency: the model network's kernels run as real Hexagon code under
+/// qemu-hexagon behind the bench (when clang-19, ld.lld-19 and qemu-hexagon are usable here),
+/// every node compared with the reference; latency from the bench's cost model, labelled
+/// simulated.
+fn executor() -> Vec<Check> {
+    use hexrpc_bench::executor::{run_model, ModelError, ModelOptions};
+    match run_model(&ModelOptions::default()) {
+        Ok(report) => {
+            let runs = report.simulated.count;
+            vec![
+                Check {
+                    name: "numerics",
+                    stage: "numerics",
+                    status: Status::Pass,
+                    figure: format!("{} nodes", report.nodes.len()),
+                    detail: report.numerics_line(),
+                },
+                Check {
+                    name: "latency",
+                    stage: "latency",
+                    status: Status::Pass,
+                    figure: format!("p50 {:?} (simulated)", report.simulated.p50),
+                    detail: format!("{runs} runs; {}", report.latency_line()),
+                },
+            ]
+        }
+        Err(ModelError::Unavailable(why)) => {
+            let why = format!("skipped: the Hexagon executor is not available here ({why})");
+            vec![skip("numerics", "numerics", &why), skip("latency", "latency", &why)]
+        }
+        Err(e) => vec![
+            Check { name: "numerics", stage: "numerics", status: Status::Fail, figure: String::new(), detail: format!("{e}") },
+            skip("latency", "latency", "not run: the model failed"),
+        ],
+    }
 }
 
 /// The `--json` document.

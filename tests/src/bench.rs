@@ -119,7 +119,7 @@ impl Bench {
         Bench { sh: Arc::new(Shared { cfg, st: Mutex::new(st), cv: Condvar::new(), dsp_host_mmaps: Arc::new(AtomicUsize::new(0)) }) }
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
         self.sh.lock()
     }
 

@@ -36,6 +36,9 @@ pub struct BenchConfig {
     pub rpc_latency_us: u32,
     /// The simulated crossing cost.
     pub cost: CostModel,
+    /// Executor mode (issue 8): longest wait for a qemu-hexagon executor to start or to answer
+    /// one invoke; past it the process is killed and the DSP restarts.
+    pub executor_timeout: Duration,
 }
 
 impl Default for BenchConfig {
@@ -54,6 +57,7 @@ impl Default for BenchConfig {
             max_invoke_copy: 256 << 20,
             rpc_latency_us: 100,
             cost: CostModel::default(),
+            executor_timeout: Duration::from_secs(10),
         }
     }
 }

@@ -415,11 +415,18 @@ fn load(sh: &Shared, job: &Job, uri: &str) -> Result<u32, (i32, String)> {
     let image = res?;
     close.map_err(|e| fail(e, aee::AEE_EFAILED, "fclose"))?;
     elf::check_hexagon_elf(&image).map_err(|e| (aee::AEE_EBADELF, format!("{name}: {e}")))?;
+    // Executor hook (issue 8): a real Hexagon executable built by the executor's build step runs
+    // under qemu-hexagon instead of a registered model.
+    let exec = if crate::executor::is_executor_image(&image) {
+        Some(Arc::new(crate::executor::load_image(sh, &name, &symbol, &image)?))
+    } else {
+        None
+    };
     let mut st = sh.lock();
     // The model stands for the library's code: found by the name the DSP was asked to load, or
     // by the tag inside the image it fetched (elf::library_image), as a real DSP runs the code it
     // fetched whatever the file was called.
-    let model = st.libraries.get(&name).or_else(|| elf::model_tag(&image).and_then(|t| st.libraries.get(t))).cloned();
+    let model = exec.or_else(|| st.libraries.get(&name).or_else(|| elf::model_tag(&image).and_then(|t| st.libraries.get(t))).cloned());
     let Some(model) = model.filter(|m| m.symbol == symbol) else {
         return Err((aee::AEE_ENOSUCHSYMBOL, format!("{name}: undefined symbol {symbol} (no model registered on the bench)")));
     };
@@ -560,6 +567,10 @@ fn library(sh: &Shared, job: &Job, mut outs: Vec<Vec<u8>>) -> CtxResult {
         st.procs.get(&job.pid).and_then(|p| p.libs.get(&job.handle)).map(|l| (l.name.clone(), l.model.clone()))
     };
     let Some((name, model)) = lib else { return result(aee::AEE_EINVHANDLE, outs) };
+    // Executor hook (issue 8).
+    if let Some(exec) = model.exec.clone() {
+        return crate::executor::invoke(sh, job, &name, &exec, outs);
+    }
     let sc = Scalars::from_raw(job.sc);
     let nbuf = sc.buffers();
     // The framework: 64-bit records -> 32-bit view; buffer copies get DSP addresses.

@@ -53,6 +53,9 @@ pub struct LibraryModel {
     pub(crate) scalars: usize,
     pub(crate) symbol: String,
     pub(crate) kernel: KernelFn,
+    /// Executor mode (issue 8): the qemu-hexagon process that runs this library's real code;
+    /// when set, invokes go there instead of to `kernel`.
+    pub(crate) exec: Option<Arc<crate::executor::ExecProcess>>,
 }
 
 impl core::fmt::Debug for LibraryModel {
@@ -62,6 +65,7 @@ impl core::fmt::Debug for LibraryModel {
             .field("buffers", &self.buffers)
             .field("scalars", &self.scalars)
             .field("symbol", &self.symbol)
+            .field("executor", &self.exec.as_ref().map(|e| e.pid()))
             .finish()
     }
 }
@@ -75,7 +79,20 @@ impl LibraryModel {
         scalars: usize,
         kernel: impl Fn(&mut KernelCall<'_>) + Send + Sync + 'static,
     ) -> Self {
-        LibraryModel { version, buffers, scalars, symbol: "entry".into(), kernel: Arc::new(kernel) }
+        LibraryModel { version, buffers, scalars, symbol: "entry".into(), kernel: Arc::new(kernel), exec: None }
+    }
+
+    /// Executor mode: a library whose code runs in `exec` (its entry contract is whatever the
+    /// image was built with; the fields the Rust models use are unused).
+    pub(crate) fn executor(exec: Arc<crate::executor::ExecProcess>) -> Self {
+        LibraryModel {
+            version: EntryVersion::V2,
+            buffers: 0,
+            scalars: 0,
+            symbol: "entry".into(),
+            kernel: Arc::new(|_| {}),
+            exec: Some(exec),
+        }
     }
 
     /// Names the entry symbol (default `entry`); the URI's symbol must match it.

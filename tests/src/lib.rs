@@ -94,6 +94,7 @@ mod config;
 pub mod dsp;
 pub mod elf;
 pub mod entry;
+pub mod executor;
 pub mod ion;
 pub mod measure;
 pub mod rpc;

@@ -1,0 +1,308 @@
+//! The executor's build step: generated entry (hexrpc-runtime's `write_entry`) + kernel + the
+//! DSP-side runtime -> a static Hexagon executable, with clang-19 and ld.lld-19.
+//!
+//! ```text
+//! clang-19 --target=hexagon -mcpu=hexagonv65 -O2 -ffreestanding -fno-builtin -nostdlib
+//!          -ffp-contract=off -Wall -Werror -I tests/hexagon/runtime [HVX flags] -c X.c -o X.o
+//! ld.lld-19 -static -e _start -o LIB.elf runtime.o math.o entry.o kernels.o
+//! ```
+//!
+//! HVX flavour flags: `-mhvx=v65 -mhvx-length=128b -mllvm -hexagon-autohvx=true`. Sources are
+//! compiled in from `tests/hexagon/` (so the build does not depend on the working directory);
+//! outputs are cached in `$TMPDIR/hexrpc-exec-build-<hash of sources and flags>/` and in memory,
+//! so each test binary builds each artefact at most once.
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Mutex, OnceLock};
+
+use hexrpc_runtime::launch::{write_entry, AbiVersion, EntryOptions, Signature};
+
+/// The DSP-side runtime source.
+pub const RUNTIME_C: &str = include_str!("../../hexagon/runtime/hrx_dsp.c");
+/// Its header.
+pub const RUNTIME_H: &str = include_str!("../../hexagon/runtime/hrx_dsp.h");
+/// The plain-C kernel suite.
+pub const KERNELS_C: &str = include_str!("../../hexagon/kernels/kernels.c");
+/// Kernels written with HVX intrinsics.
+pub const HVX_C: &str = include_str!("../../hexagon/kernels/hvx.c");
+/// `hrx_expf`.
+pub const MATH_C: &str = include_str!("../../hexagon/kernels/hrx_math.c");
+
+/// Flags of every translation unit.
+pub const CFLAGS: &[&str] = &[
+    "--target=hexagon",
+    "-mcpu=hexagonv65",
+    "-O2",
+    "-ffreestanding",
+    "-fno-builtin",
+    "-nostdlib",
+    "-ffp-contract=off",
+    "-Wall",
+    "-Werror",
+];
+/// Extra flags of the HVX flavour (and of the intrinsics file, always).
+pub const HVX_FLAGS: &[&str] = &["-mhvx=v65", "-mhvx-length=128b", "-mllvm", "-hexagon-autohvx=true"];
+/// The marker the runtime carries; [`is_executor_image`] looks for it.
+pub const MARKER: &[u8] = b"HXEXEC-RT1\0";
+
+/// Which build of the kernel sources.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Flavour {
+    /// Scalar code (no HVX).
+    Scalar,
+    /// `-mhvx=v65 -mhvx-length=128b -mllvm -hexagon-autohvx=true`; the `*_hvx` kernels use
+    /// intrinsics.
+    Hvx,
+}
+
+/// The tools, found on `PATH`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Toolchain {
+    /// clang-19.
+    pub clang: PathBuf,
+    /// ld.lld-19.
+    pub lld: PathBuf,
+    /// qemu-hexagon.
+    pub qemu: PathBuf,
+}
+
+fn which(tool: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|d| d.join(tool)).find(|p| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    })
+}
+
+/// `e_machine` of an ELF file (None if it is not ELF, e.g. a script).
+fn elf_machine(p: &Path) -> Option<u16> {
+    use std::io::Read;
+    let mut h = [0u8; 20];
+    std::fs::File::open(p).ok()?.read_exact(&mut h).ok()?;
+    (h[..4] == *b"\x7fELF").then(|| u16::from_le_bytes([h[18], h[19]]))
+}
+
+fn host_machine() -> Option<u16> {
+    match std::env::consts::ARCH {
+        "x86_64" => Some(62),
+        "aarch64" => Some(183),
+        "x86" => Some(3),
+        "arm" => Some(40),
+        "riscv64" => Some(243),
+        _ => None,
+    }
+}
+
+/// Finds clang-19, ld.lld-19 and qemu-hexagon, and checks that they are binaries of the
+/// architecture this process runs as. A test under qemu-aarch64 (cross testing) finds x86-64
+/// tools it cannot be expected to launch from inside the emulator: that is reported as the
+/// reason, like a missing tool.
+pub fn tools_available() -> Result<Toolchain, String> {
+    let find = |t: &str| which(t).ok_or_else(|| format!("{t} not found on PATH"));
+    let tc = Toolchain { clang: find("clang-19")?, lld: find("ld.lld-19")?, qemu: find("qemu-hexagon")? };
+    let host = host_machine();
+    for p in [&tc.qemu, &tc.clang, &tc.lld] {
+        if let (Some(m), Some(h)) = (elf_machine(p), host) {
+            if m != h {
+                return Err(format!(
+                    "{} is an ELF for machine {m} but this process runs as {} (machine {h}), probably under qemu-user; \
+                     launching it from inside the emulator is not expected to work",
+                    p.display(),
+                    std::env::consts::ARCH
+                ));
+            }
+        }
+    }
+    Ok(tc)
+}
+
+/// Why an artefact could not be built.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BuildError {
+    /// The entry could not be generated (bad signature or kernel name).
+    Entry(String),
+    /// A file operation failed.
+    Io(String),
+    /// A tool failed: the command and what it printed.
+    Tool(String),
+    /// The output is not an executor image.
+    NotExecutor,
+}
+
+impl core::fmt::Display for BuildError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            BuildError::Entry(e) => write!(f, "entry: {e}"),
+            BuildError::Io(e) => write!(f, "io: {e}"),
+            BuildError::Tool(e) => write!(f, "{e}"),
+            BuildError::NotExecutor => f.write_str("the linked file is not a Hexagon executor image"),
+        }
+    }
+}
+
+/// True if `image` is a static Hexagon executable carrying the runtime's marker (what the
+/// bench's DSP starts under qemu-hexagon instead of looking up a Rust model).
+pub fn is_executor_image(image: &[u8]) -> bool {
+    image.len() > 52
+        && image[..4] == *b"\x7fELF"
+        && image[4] == 1
+        && image[5] == 1
+        && u16::from_le_bytes([image[16], image[17]]) == 2
+        && u16::from_le_bytes([image[18], image[19]]) == crate::elf::EM_HEXAGON
+        && image.windows(MARKER.len()).any(|w| w == MARKER)
+}
+
+fn fnv(h: &mut u64, bytes: &[u8]) {
+    for &b in bytes {
+        *h ^= b as u64;
+        *h = h.wrapping_mul(0x100_0000_01b3);
+    }
+}
+
+struct Cache {
+    dir: PathBuf,
+    objects: HashMap<String, PathBuf>,
+    images: HashMap<String, &'static [u8]>,
+}
+
+fn cache(tc: &Toolchain) -> Result<&'static Mutex<Cache>, BuildError> {
+    static CACHE: OnceLock<Result<Mutex<Cache>, BuildError>> = OnceLock::new();
+    CACHE
+        .get_or_init(|| {
+            let mut h = 0xcbf2_9ce4_8422_2325u64;
+            for s in [RUNTIME_C, RUNTIME_H, KERNELS_C, HVX_C, MATH_C] {
+                fnv(&mut h, s.as_bytes());
+            }
+            for f in CFLAGS.iter().chain(HVX_FLAGS) {
+                fnv(&mut h, f.as_bytes());
+            }
+            fnv(&mut h, tc.clang.as_os_str().as_encoded_bytes());
+            let dir = std::env::temp_dir().join(format!("hexrpc-exec-build-{h:016x}"));
+            std::fs::create_dir_all(&dir).map_err(|e| BuildError::Io(format!("{}: {e}", dir.display())))?;
+            for (name, text) in
+                [("hrx_dsp.c", RUNTIME_C), ("hrx_dsp.h", RUNTIME_H), ("kernels.c", KERNELS_C), ("hvx.c", HVX_C), ("hrx_math.c", MATH_C)]
+            {
+                write_atomic(&dir.join(name), text.as_bytes())?;
+            }
+            Ok(Mutex::new(Cache { dir, objects: HashMap::new(), images: HashMap::new() }))
+        })
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), BuildError> {
+    if std::fs::read(path).is_ok_and(|b| b == bytes) {
+        return Ok(());
+    }
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    std::fs::write(&tmp, bytes).and_then(|_| std::fs::rename(&tmp, path)).map_err(|e| BuildError::Io(format!("{}: {e}", path.display())))
+}
+
+fn run(tool: &Path, args: &[OsString]) -> Result<(), BuildError> {
+    let out = Command::new(tool).args(args).output().map_err(|e| BuildError::Tool(format!("{}: {e}", tool.display())))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let cmd: Vec<String> = args.iter().map(|a| a.to_string_lossy().into_owned()).collect();
+    Err(BuildError::Tool(format!(
+        "{} {} failed ({}):\n{}",
+        tool.display(),
+        cmd.join(" "),
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    )))
+}
+
+fn compile(tc: &Toolchain, c: &mut Cache, source: &str, object: &str, hvx: bool) -> Result<PathBuf, BuildError> {
+    if let Some(p) = c.objects.get(object) {
+        return Ok(p.clone());
+    }
+    let out = c.dir.join(object);
+    if !out.exists() {
+        let mut args: Vec<OsString> = CFLAGS.iter().map(OsString::from).collect();
+        if hvx {
+            args.extend(HVX_FLAGS.iter().map(OsString::from));
+        }
+        let tmp = c.dir.join(format!("{object}.tmp{}", std::process::id()));
+        args.extend(["-I".into(), c.dir.clone().into(), "-c".into(), c.dir.join(source).into(), "-o".into(), tmp.clone().into()]);
+        run(&tc.clang, &args)?;
+        std::fs::rename(&tmp, &out).map_err(|e| BuildError::Io(format!("{}: {e}", out.display())))?;
+    }
+    c.objects.insert(object.to_string(), out.clone());
+    Ok(out)
+}
+
+/// Builds (or finds in the cache) the executor image of `kernel` with signature `signature`
+/// with entry options `opts` (contract version, power request); `flavour` picks the kernel
+/// objects. Kernels named `*_hvx`
+/// live in the intrinsics file, the others in the plain-C suite.
+pub fn build_image(
+    tc: &Toolchain,
+    kernel: &str,
+    signature: &str,
+    opts: EntryOptions,
+    flavour: Flavour,
+) -> Result<&'static [u8], BuildError> {
+    let sig = Signature::parse(signature).map_err(|e| BuildError::Entry(format!("{signature:?}: {e:?}")))?;
+    let v = match (opts.version, opts.power_request.is_some()) {
+        (AbiVersion::V1, false) => "v1",
+        (AbiVersion::V1, true) => "v1p",
+        (AbiVersion::V2, false) => "v2",
+        (AbiVersion::V2, true) => "v2p",
+    };
+    let fl = match flavour {
+        Flavour::Scalar => "scalar",
+        Flavour::Hvx => "hvx",
+    };
+    let key = format!("{kernel}-{v}-{fl}-{}", signature.replace(',', "_"));
+    let mut c = cache(tc)?.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(img) = c.images.get(&key) {
+        return Ok(img);
+    }
+    let mut text = String::new();
+    write_entry(&mut text, &sig, kernel, &opts).map_err(|e| BuildError::Entry(e.to_string()))?;
+    let entry_c = format!("entry-{key}.c");
+    write_atomic(&c.dir.join(&entry_c), text.as_bytes())?;
+    let runtime = compile(tc, &mut c, "hrx_dsp.c", "hrx_dsp.o", false)?;
+    let math = compile(tc, &mut c, "hrx_math.c", &format!("hrx_math-{fl}.o"), flavour == Flavour::Hvx)?;
+    let entry = compile(tc, &mut c, &entry_c, &format!("entry-{key}.o"), false)?;
+    let kernels = if kernel.ends_with("_hvx") {
+        compile(tc, &mut c, "hvx.c", "hvx.o", true)?
+    } else {
+        compile(tc, &mut c, "kernels.c", &format!("kernels-{fl}.o"), flavour == Flavour::Hvx)?
+    };
+    let out = c.dir.join(format!("{key}.elf"));
+    if !out.exists() {
+        let tmp = c.dir.join(format!("{key}.elf.tmp{}", std::process::id()));
+        let args: Vec<OsString> = vec![
+            "-static".into(),
+            "-e".into(),
+            "_start".into(),
+            "-o".into(),
+            tmp.clone().into(),
+            runtime.into(),
+            math.into(),
+            entry.into(),
+            kernels.into(),
+        ];
+        run(&tc.lld, &args)?;
+        std::fs::rename(&tmp, &out).map_err(|e| BuildError::Io(format!("{}: {e}", out.display())))?;
+    }
+    let bytes = std::fs::read(&out).map_err(|e| BuildError::Io(format!("{}: {e}", out.display())))?;
+    if !is_executor_image(&bytes) {
+        return Err(BuildError::NotExecutor);
+    }
+    // Library images are published as `&'static [u8]` (the HAL's registry contract); each
+    // artefact is leaked once per process.
+    let img: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+    c.images.insert(key, img);
+    Ok(img)
+}
+
+/// The directory holding the cached artefacts (for inspection, e.g. disassembly in a test).
+pub fn cache_dir(tc: &Toolchain) -> Result<PathBuf, BuildError> {
+    Ok(cache(tc)?.lock().unwrap_or_else(|e| e.into_inner()).dir.clone())
+}

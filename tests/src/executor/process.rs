@@ -1,0 +1,319 @@
+//! One executor: a qemu-hexagon process running a library image built by [`build`](super::build),
+//! spoken to over its stdin/stdout pipes ([`wire`](super::wire)).
+//!
+//! A reader thread turns the runtime's stdout into messages on a channel, so every wait has a
+//! bound ([`BenchConfig::executor_timeout`](crate::BenchConfig::executor_timeout)): a hung kernel,
+//! a crashed or exited runtime, or a protocol break ends the wait with an [`ExecFailure`] and the
+//! process is killed (by its own pid, through [`std::process::Child::kill`]). The image is written
+//! to a private temporary file for qemu to load, removed once the runtime has greeted. Core dumps
+//! of a crashing guest are disabled (RLIMIT_CORE 0) and the process runs in the temporary
+//! directory.
+
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::wire::{self, HandleArg, Response};
+
+/// Why an executor call did not produce a response.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ExecFailure {
+    /// qemu-hexagon could not be started.
+    Spawn(String),
+    /// No answer within the timeout (the process was killed).
+    Hang,
+    /// The process ended: how (exit status or signal) and what it printed on stderr.
+    Died(String),
+    /// The runtime broke the protocol.
+    Protocol(String),
+    /// The request does not fit the runtime's limits.
+    TooLarge,
+}
+
+impl core::fmt::Display for ExecFailure {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            ExecFailure::Spawn(e) => write!(f, "cannot start qemu-hexagon: {e}"),
+            ExecFailure::Hang => f.write_str("no answer within the executor timeout (killed)"),
+            ExecFailure::Died(how) => write!(f, "the executor ended: {how}"),
+            ExecFailure::Protocol(e) => write!(f, "protocol error: {e}"),
+            ExecFailure::TooLarge => f.write_str("the request exceeds the runtime's limits"),
+        }
+    }
+}
+
+enum Msg {
+    Hello(Result<(), String>),
+    Response(Response),
+    Gone(String),
+}
+
+struct Io {
+    child: Child,
+    stdin: ChildStdin,
+    rx: Receiver<Msg>,
+}
+
+/// What a test can see of an executor.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ExecStats {
+    /// Invokes answered.
+    pub invokes: u64,
+    /// Request types of every `HAP_power_set` call (accepted, no effect).
+    pub power_requests: Vec<u32>,
+    /// Mappings live in the runtime after the last invoke (leaks stay here).
+    pub live_mappings: u32,
+    /// How the process ended, once it has.
+    pub ended: Option<String>,
+}
+
+/// A running executor (killed when dropped).
+pub struct ExecProcess {
+    pid: u32,
+    io: Mutex<Option<Io>>,
+    stderr: Arc<Mutex<String>>,
+    stats: Mutex<ExecStats>,
+}
+
+static SEQ: AtomicU64 = AtomicU64::new(0);
+
+fn temp_dir() -> std::io::Result<PathBuf> {
+    let dir = std::env::temp_dir().join(format!("hexrpc-exec-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+fn describe(child: &mut Child, stderr: &Mutex<String>) -> String {
+    let status = match child.try_wait() {
+        Ok(Some(s)) => s,
+        _ => {
+            let _ = child.kill();
+            match child.wait() {
+                Ok(s) => s,
+                Err(e) => return format!("wait failed: {e}"),
+            }
+        }
+    };
+    use std::os::unix::process::ExitStatusExt;
+    let how = match (status.code(), status.signal()) {
+        (Some(c), _) => format!("exit status {c}"),
+        (None, Some(s)) => format!("signal {s}"),
+        _ => "unknown status".to_string(),
+    };
+    // Give the stderr thread a moment to drain what qemu printed before it died.
+    std::thread::sleep(Duration::from_millis(5));
+    let err = stderr.lock().map(|s| s.trim().to_string()).unwrap_or_default();
+    if err.is_empty() {
+        how
+    } else {
+        format!("{how}: {err}")
+    }
+}
+
+impl ExecProcess {
+    /// Starts `qemu` on `image` and waits (at most `timeout`) for the runtime's greeting.
+    pub fn spawn(qemu: &str, image: &[u8], timeout: Duration) -> Result<ExecProcess, ExecFailure> {
+        let dir = temp_dir().map_err(|e| ExecFailure::Spawn(e.to_string()))?;
+        let path = dir.join(format!("lib-{}.elf", SEQ.fetch_add(1, Ordering::Relaxed)));
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            // qemu-user loads only files it may execute.
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o700)
+                .open(&path)
+                .map_err(|e| ExecFailure::Spawn(format!("{}: {e}", path.display())))?;
+            f.write_all(image).map_err(|e| ExecFailure::Spawn(format!("{}: {e}", path.display())))?;
+        }
+        let r = Self::start(qemu, &path, &dir, timeout);
+        let _ = std::fs::remove_file(&path);
+        r
+    }
+
+    fn start(qemu: &str, path: &std::path::Path, dir: &std::path::Path, timeout: Duration) -> Result<ExecProcess, ExecFailure> {
+        use std::os::unix::process::CommandExt;
+        let mut cmd = Command::new(qemu);
+        cmd.arg(path).current_dir(dir).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        // SAFETY: the closure runs in the forked child before exec and only makes one raw
+        // setrlimit system call (async-signal-safe, no allocation, no lock).
+        unsafe {
+            cmd.pre_exec(|| {
+                let zero = rustix::process::Rlimit { current: Some(0), maximum: Some(0) };
+                let _ = rustix::process::setrlimit(rustix::process::Resource::Core, zero);
+                Ok(())
+            });
+        }
+        let mut child = cmd.spawn().map_err(|e| ExecFailure::Spawn(format!("{qemu}: {e}")))?;
+        let pid = child.id();
+        let (stdin, stdout, stderr_pipe) = match (child.stdin.take(), child.stdout.take(), child.stderr.take()) {
+            (Some(i), Some(o), Some(e)) => (i, o, e),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(ExecFailure::Spawn("pipes missing".into()));
+            }
+        };
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let sink = stderr.clone();
+        let spawned = std::thread::Builder::new().name("hexrpc-exec-err".into()).spawn(move || {
+            let mut pipe = stderr_pipe;
+            let mut buf = [0u8; 1024];
+            while let Ok(n) = pipe.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                if let Ok(mut s) = sink.lock() {
+                    if s.len() < 4096 {
+                        s.push_str(&String::from_utf8_lossy(&buf[..n]));
+                    }
+                }
+            }
+        });
+        let (tx, rx) = mpsc::channel();
+        let reader = spawned.and_then(|_| {
+            std::thread::Builder::new().name("hexrpc-exec-out".into()).spawn(move || {
+                let mut out = std::io::BufReader::new(stdout);
+                let mut hello = [0u8; 16];
+                let greeting = match out.read_exact(&mut hello) {
+                    Ok(()) => {
+                        let w = |i: usize| u32::from_le_bytes([hello[4 * i], hello[4 * i + 1], hello[4 * i + 2], hello[4 * i + 3]]);
+                        if w(0) == wire::HELLO_MAGIC && w(1) == wire::PROTOCOL && w(2) as usize == wire::ARENA {
+                            Ok(())
+                        } else {
+                            Err(format!("unexpected greeting {:08x} {} {}", w(0), w(1), w(2)))
+                        }
+                    }
+                    Err(e) => Err(format!("no greeting: {e}")),
+                };
+                let ok = greeting.is_ok();
+                if tx.send(Msg::Hello(greeting)).is_err() || !ok {
+                    return;
+                }
+                loop {
+                    match wire::read_response(&mut out) {
+                        Ok(r) => {
+                            if tx.send(Msg::Response(r)).is_err() {
+                                return;
+                            }
+                        }
+                        Err(wire::ReadError::Io(e)) => {
+                            let _ = tx.send(Msg::Gone(format!("pipe: {e}")));
+                            return;
+                        }
+                        Err(wire::ReadError::Wire(e)) => {
+                            let _ = tx.send(Msg::Gone(format!("malformed response: {e:?}")));
+                            return;
+                        }
+                    }
+                }
+            })
+        });
+        if let Err(e) = reader {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(ExecFailure::Spawn(format!("thread: {e}")));
+        }
+        match rx.recv_timeout(timeout) {
+            Ok(Msg::Hello(Ok(()))) => {}
+            Ok(Msg::Hello(Err(e))) | Ok(Msg::Gone(e)) => {
+                let how = describe(&mut child, &stderr);
+                return Err(ExecFailure::Spawn(format!("{e} ({how})")));
+            }
+            Ok(Msg::Response(_)) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(ExecFailure::Protocol("response before greeting".into()));
+            }
+            Err(_) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(ExecFailure::Spawn("no greeting within the timeout".into()));
+            }
+        }
+        Ok(ExecProcess { pid, io: Mutex::new(Some(Io { child, stdin, rx })), stderr, stats: Mutex::new(ExecStats::default()) })
+    }
+
+    /// The host pid of the qemu-hexagon process.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// A copy of the statistics.
+    pub fn stats(&self) -> ExecStats {
+        self.stats.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    /// True while the process has not failed or been stopped.
+    pub fn is_alive(&self) -> bool {
+        self.io.lock().map(|io| io.is_some()).unwrap_or(false)
+    }
+
+    fn end(&self, io: &mut Option<Io>, failure: ExecFailure) -> ExecFailure {
+        if let Some(mut dead) = io.take() {
+            let how = describe(&mut dead.child, &self.stderr);
+            if let Ok(mut s) = self.stats.lock() {
+                s.ended = Some(how.clone());
+            }
+            if let ExecFailure::Died(_) = failure {
+                return ExecFailure::Died(how);
+            }
+        }
+        failure
+    }
+
+    /// Runs one invoke: `bufs` are the in-buffers then the out-buffers (their current bytes),
+    /// `handles` the handle arguments. One invoke at a time per process.
+    pub fn invoke(&self, sc: u32, handle: u32, bufs: &[&[u8]], handles: &[HandleArg], timeout: Duration) -> Result<Response, ExecFailure> {
+        let msg = wire::encode_request(sc, handle, bufs, handles).map_err(|_| ExecFailure::TooLarge)?;
+        let mut guard = self.io.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(io) = guard.as_mut() else {
+            return Err(ExecFailure::Died(self.stats().ended.unwrap_or_else(|| "stopped".into())));
+        };
+        if io.stdin.write_all(&msg).and_then(|_| io.stdin.flush()).is_err() {
+            return Err(self.end(&mut guard, ExecFailure::Died(String::new())));
+        }
+        match io.rx.recv_timeout(timeout) {
+            Ok(Msg::Response(r)) => {
+                if let Ok(mut s) = self.stats.lock() {
+                    s.invokes += 1;
+                    s.live_mappings = r.live_mappings;
+                    for e in &r.events {
+                        if let wire::HapEvent::Power { request_type } = e {
+                            s.power_requests.push(*request_type);
+                        }
+                    }
+                }
+                Ok(r)
+            }
+            Ok(Msg::Gone(_)) | Err(RecvTimeoutError::Disconnected) => Err(self.end(&mut guard, ExecFailure::Died(String::new()))),
+            Ok(Msg::Hello(_)) => Err(self.end(&mut guard, ExecFailure::Protocol("second greeting".into()))),
+            Err(RecvTimeoutError::Timeout) => Err(self.end(&mut guard, ExecFailure::Hang)),
+        }
+    }
+}
+
+impl Drop for ExecProcess {
+    fn drop(&mut self) {
+        let io = self.io.get_mut().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(mut io) = io {
+            // Ask politely, then make sure: the runtime exits at once on OP_QUIT.
+            let _ = io.stdin.write_all(&wire::encode_quit());
+            drop(io.stdin);
+            for _ in 0..20 {
+                if matches!(io.child.try_wait(), Ok(Some(_))) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            if let Err(e) = io.child.kill() {
+                log::warn!("executor: killing qemu-hexagon {} failed: {e}", self.pid);
+            }
+            let _ = io.child.wait();
+        }
+    }
+}

@@ -1,0 +1,318 @@
+//! The pipe protocol between the bench and the DSP-side runtime (`tests/hexagon/runtime/hrx_dsp.c`).
+//!
+//! Every word is a little-endian `u32` (Hexagon and the hosts we run on are little-endian).
+//!
+//! * **Hello** (runtime -> bench, once at start): `HELLO_MAGIC, PROTOCOL, arena bytes, max events`.
+//! * **Request** (bench -> runtime): header `REQ_MAGIC, op, sc, handle, nbufs, nhandles, data_len`;
+//!   then `nbufs` buffer lengths (in-buffers then out-buffers, as in `sc`); then `nhandles`
+//!   records `fd, offset, file size, path length`; then `data_len` bytes: every buffer's bytes
+//!   padded to 8, then every handle's path (`/proc/<pid>/fd/<n>` of the buffer's memfd) padded
+//!   to 4. `op` [`OP_QUIT`] ends the runtime.
+//! * **Response** (runtime -> bench): `RSP_MAGIC, entry's return value, nout, nevents, live
+//!   mappings, out_len`; `nout` lengths; the out-buffers padded to 8; `nevents` records of five
+//!   words `kind, fd, addr, len, arg`.
+//!
+//! The constants are written twice (here and as `#define`s in the C file); a test compares them.
+
+/// First word of the runtime's greeting.
+pub const HELLO_MAGIC: u32 = 0x4948_584D;
+/// First word of a request.
+pub const REQ_MAGIC: u32 = 0x5152_5848;
+/// First word of a response.
+pub const RSP_MAGIC: u32 = 0x5352_5848;
+/// Protocol version in the greeting.
+pub const PROTOCOL: u32 = 1;
+/// Request: run the entry.
+pub const OP_INVOKE: u32 = 1;
+/// Request: exit.
+pub const OP_QUIT: u32 = 2;
+/// Most buffer arguments per invoke.
+pub const MAX_BUFS: usize = 16;
+/// Most handle arguments per invoke.
+pub const MAX_HANDLES: usize = 16;
+/// Longest `/proc` path (including the terminating NUL the runtime adds).
+pub const MAX_PATH: usize = 64;
+/// The runtime's argument arena: most `data_len` per request.
+pub const ARENA: usize = 1 << 20;
+/// Most HAP events one invoke reports (more are counted in one [`HapEvent::Dropped`]).
+pub const MAX_EVENTS: usize = 128;
+/// Exit code of the runtime when a message breaks the protocol.
+pub const EXIT_PROTOCOL: i32 = 3;
+
+/// The `#define` names and values the C runtime must carry.
+pub const C_DEFINES: &[(&str, u32)] = &[
+    ("HRX_HELLO_MAGIC", HELLO_MAGIC),
+    ("HRX_REQ_MAGIC", REQ_MAGIC),
+    ("HRX_RSP_MAGIC", RSP_MAGIC),
+    ("HRX_PROTOCOL", PROTOCOL),
+    ("HRX_OP_INVOKE", OP_INVOKE),
+    ("HRX_OP_QUIT", OP_QUIT),
+    ("HRX_MAX_BUFS", MAX_BUFS as u32),
+    ("HRX_MAX_HANDLES", MAX_HANDLES as u32),
+    ("HRX_MAX_PATH", MAX_PATH as u32),
+    ("HRX_ARENA", ARENA as u32),
+    ("HRX_MAX_EVENTS", MAX_EVENTS as u32),
+    ("HRX_EV_MAP", 1),
+    ("HRX_EV_MAP_FAILED", 2),
+    ("HRX_EV_UNMAP", 3),
+    ("HRX_EV_POWER", 4),
+    ("HRX_EV_DROPPED", 5),
+    ("HRX_EXIT_PROTOCOL", EXIT_PROTOCOL as u32),
+];
+
+/// One handle argument as the runtime needs it to `HAP_mmap` the buffer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HandleArg {
+    /// The fd number the host passed (what `pra[k].dma.fd` holds).
+    pub fd: i32,
+    /// `pra[k].dma.offset`.
+    pub offset: u32,
+    /// Size of the buffer behind the fd (maps beyond it are refused).
+    pub size: u32,
+    /// Where the runtime opens the buffer: `/proc/<bench pid>/fd/<memfd>`; empty if the bench
+    /// could not resolve the fd (the runtime's `HAP_mmap` then refuses it).
+    pub path: String,
+}
+
+/// A HAP call the runtime recorded during one invoke.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HapEvent {
+    /// `HAP_mmap` mapped `len` bytes of `fd` at file `offset` to `addr`.
+    Map {
+        /// fd passed.
+        fd: i32,
+        /// Guest address.
+        addr: u32,
+        /// Length.
+        len: u32,
+        /// File offset.
+        offset: u32,
+    },
+    /// `HAP_mmap` failed.
+    MapFailed {
+        /// fd passed.
+        fd: i32,
+        /// Length asked for.
+        len: u32,
+        /// Why.
+        reason: &'static str,
+    },
+    /// `HAP_munmap(addr, len)`; `matched` false: no live mapping had exactly these, nothing was
+    /// unmapped and the call returned an error.
+    Unmap {
+        /// Address passed.
+        addr: u32,
+        /// Length passed.
+        len: u32,
+        /// Whether it matched a live mapping.
+        matched: bool,
+    },
+    /// `HAP_power_set` with this request type (accepted, no effect).
+    Power {
+        /// The request's first word.
+        request_type: u32,
+    },
+    /// This many events did not fit the runtime's event table.
+    Dropped {
+        /// How many.
+        count: u32,
+    },
+    /// A record the bench does not know (kind).
+    Unknown(u32),
+}
+
+fn map_failed_reason(code: u32) -> &'static str {
+    match code {
+        1 => "fd is not a handle of this invoke",
+        2 => "zero length",
+        3 => "range beyond the buffer",
+        4 => "file offset not page-aligned",
+        5 => "live-mapping table full",
+        6 => "setting up the guard page failed",
+        7 => "opening the buffer failed",
+        8 => "mmap2 failed",
+        _ => "unknown reason",
+    }
+}
+
+impl HapEvent {
+    fn decode(w: [u32; 5]) -> HapEvent {
+        let [kind, fd, addr, len, arg] = w;
+        match kind {
+            1 => HapEvent::Map { fd: fd as i32, addr, len, offset: arg },
+            2 => HapEvent::MapFailed { fd: fd as i32, len, reason: map_failed_reason(arg) },
+            3 => HapEvent::Unmap { addr, len, matched: arg == 1 },
+            4 => HapEvent::Power { request_type: arg },
+            5 => HapEvent::Dropped { count: arg },
+            k => HapEvent::Unknown(k),
+        }
+    }
+}
+
+/// Why a message could not be built or parsed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WireError {
+    /// Too many buffers or handles, a path too long, or more data than the arena holds.
+    TooLarge,
+    /// A response that does not follow the protocol.
+    Malformed,
+}
+
+fn pad(n: usize, to: usize) -> usize {
+    n.div_ceil(to) * to
+}
+
+fn push(out: &mut Vec<u8>, w: u32) {
+    out.extend_from_slice(&w.to_le_bytes());
+}
+
+/// Encodes one invoke request.
+pub fn encode_request(sc: u32, handle: u32, bufs: &[&[u8]], handles: &[HandleArg]) -> Result<Vec<u8>, WireError> {
+    if bufs.len() > MAX_BUFS || handles.len() > MAX_HANDLES || handles.iter().any(|h| h.path.len() >= MAX_PATH) {
+        return Err(WireError::TooLarge);
+    }
+    let data_len: usize = bufs.iter().map(|b| pad(b.len(), 8)).sum::<usize>() + handles.iter().map(|h| pad(h.path.len(), 4)).sum::<usize>();
+    if data_len > ARENA {
+        return Err(WireError::TooLarge);
+    }
+    let mut out = Vec::with_capacity(28 + 4 * bufs.len() + 16 * handles.len() + data_len);
+    for w in [REQ_MAGIC, OP_INVOKE, sc, handle, bufs.len() as u32, handles.len() as u32, data_len as u32] {
+        push(&mut out, w);
+    }
+    for b in bufs {
+        push(&mut out, b.len() as u32);
+    }
+    for h in handles {
+        for w in [h.fd as u32, h.offset, h.size, h.path.len() as u32] {
+            push(&mut out, w);
+        }
+    }
+    for b in bufs {
+        out.extend_from_slice(b);
+        out.resize(out.len() + pad(b.len(), 8) - b.len(), 0);
+    }
+    for h in handles {
+        out.extend_from_slice(h.path.as_bytes());
+        out.resize(out.len() + pad(h.path.len(), 4) - h.path.len(), 0);
+    }
+    Ok(out)
+}
+
+/// The quit request.
+pub fn encode_quit() -> Vec<u8> {
+    let mut out = Vec::with_capacity(28);
+    for w in [REQ_MAGIC, OP_QUIT, 0, 0, 0, 0, 0] {
+        push(&mut out, w);
+    }
+    out
+}
+
+/// A decoded response.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Response {
+    /// What `entry` returned.
+    pub retval: i32,
+    /// The out-buffers after the call.
+    pub outs: Vec<Vec<u8>>,
+    /// HAP events of the call.
+    pub events: Vec<HapEvent>,
+    /// Mappings still live in the runtime after the call (leaks accumulate here).
+    pub live_mappings: u32,
+}
+
+/// Reads one response with `read_exact` (any `std::io::Read`); limits are checked before
+/// allocating.
+pub fn read_response<R: std::io::Read>(r: &mut R) -> Result<Response, ReadError> {
+    let mut hdr = [0u8; 24];
+    r.read_exact(&mut hdr).map_err(ReadError::Io)?;
+    let w = |i: usize| u32::from_le_bytes([hdr[4 * i], hdr[4 * i + 1], hdr[4 * i + 2], hdr[4 * i + 3]]);
+    let (magic, retval, nout, nevents, live, out_len) = (w(0), w(1) as i32, w(2) as usize, w(3) as usize, w(4), w(5) as usize);
+    if magic != RSP_MAGIC || nout > MAX_BUFS || nevents > MAX_EVENTS + 1 || out_len > ARENA {
+        return Err(ReadError::Wire(WireError::Malformed));
+    }
+    let mut lens = vec![0u8; 4 * nout];
+    r.read_exact(&mut lens).map_err(ReadError::Io)?;
+    let lens: Vec<usize> = lens.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]) as usize).collect();
+    if lens.iter().map(|&l| pad(l, 8)).sum::<usize>() != out_len {
+        return Err(ReadError::Wire(WireError::Malformed));
+    }
+    let mut outs = Vec::with_capacity(nout);
+    for l in lens {
+        let mut b = vec![0u8; pad(l, 8)];
+        r.read_exact(&mut b).map_err(ReadError::Io)?;
+        b.truncate(l);
+        outs.push(b);
+    }
+    let mut ev = vec![0u8; 20 * nevents];
+    r.read_exact(&mut ev).map_err(ReadError::Io)?;
+    let events = ev
+        .chunks_exact(20)
+        .map(|c| {
+            let mut w = [0u32; 5];
+            for (i, x) in w.iter_mut().enumerate() {
+                *x = u32::from_le_bytes([c[4 * i], c[4 * i + 1], c[4 * i + 2], c[4 * i + 3]]);
+            }
+            HapEvent::decode(w)
+        })
+        .collect();
+    Ok(Response { retval, outs, events, live_mappings: live })
+}
+
+/// Why reading a response failed.
+#[derive(Debug)]
+pub enum ReadError {
+    /// The pipe failed or ended (the runtime died).
+    Io(std::io::Error),
+    /// The bytes do not follow the protocol.
+    Wire(WireError),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn c_runtime_carries_the_same_constants() {
+        let c = include_str!("../../hexagon/runtime/hrx_dsp.c");
+        for (name, value) in C_DEFINES {
+            let line = c.lines().find(|l| l.starts_with(&format!("#define {name} "))).unwrap_or_else(|| panic!("{name} missing"));
+            let text = line.split_whitespace().nth(2).unwrap().trim_end_matches('u');
+            let parsed =
+                if let Some(hex) = text.strip_prefix("0x") { u32::from_str_radix(hex, 16).unwrap() } else { text.parse().unwrap() };
+            assert_eq!(parsed, *value, "{name}");
+        }
+    }
+
+    #[test]
+    fn request_layout_and_response_roundtrip() {
+        let h = HandleArg { fd: 7, offset: 0, size: 4096, path: "/proc/1/fd/9".into() };
+        let m = encode_request(0x0202_0101, 0x30, &[b"abc", b"12345678"], &[h]).unwrap();
+        let w = |i: usize| u32::from_le_bytes(m[4 * i..4 * i + 4].try_into().unwrap());
+        assert_eq!((w(0), w(1), w(2), w(3), w(4), w(5), w(6)), (REQ_MAGIC, OP_INVOKE, 0x0202_0101, 0x30, 2, 1, 8 + 8 + 12));
+        assert_eq!((w(7), w(8)), (3, 8));
+        assert_eq!((w(9), w(10), w(11), w(12)), (7, 0, 4096, 12));
+        assert_eq!(&m[52..55], b"abc");
+        assert_eq!(m.len(), 52 + 28);
+        let long = HandleArg { fd: 7, offset: 0, size: 1, path: "x".repeat(MAX_PATH) };
+        assert_eq!(encode_request(0, 0, &[], &[long]), Err(WireError::TooLarge));
+
+        let mut rsp = Vec::new();
+        for x in [RSP_MAGIC, 0, 1, 2, 1, 8] {
+            push(&mut rsp, x);
+        }
+        push(&mut rsp, 5);
+        rsp.extend_from_slice(b"hello\0\0\0");
+        for x in [1u32, 7, 0x1000, 4096, 0, 3, 0, 0x1040, 64, 0] {
+            push(&mut rsp, x);
+        }
+        let r = read_response(&mut &rsp[..]).unwrap();
+        assert_eq!(r.outs, vec![b"hello".to_vec()]);
+        assert_eq!(
+            r.events,
+            vec![HapEvent::Map { fd: 7, addr: 0x1000, len: 4096, offset: 0 }, HapEvent::Unmap { addr: 0x1040, len: 64, matched: false }]
+        );
+        assert_eq!(r.live_mappings, 1);
+        rsp[0] ^= 1;
+        assert!(matches!(read_response(&mut &rsp[..]), Err(ReadError::Wire(WireError::Malformed))));
+    }
+}
