@@ -134,6 +134,18 @@ impl<S: Syscalls + Clone> Session<S> {
         self.listener_serving.store(generation, Ordering::Release);
     }
 
+    /// Reports that channel generation `generation` saw a DSP restart (or the process exiting)
+    /// somewhere other than in a call of this session, typically in the reverse-RPC listener:
+    /// the session then needs [`recover`](Session::recover), and calls fail with
+    /// [`Cause::NeedsRecovery`] until it has run. A report about an older generation is ignored.
+    pub fn report_restart(&self, generation: u32) {
+        if self.generation.load(Ordering::Acquire) == generation
+            && self.health.compare_exchange(HEALTHY, NEEDS_RECOVERY, Ordering::AcqRel, Ordering::Acquire).is_ok()
+        {
+            log::warn!("the DSP side of channel generation {generation} went away; the session needs recover()");
+        }
+    }
+
     /// Interrupts the listener thread until it has left channel generation `old` (std: at most
     /// one second; without std: one interrupt).
     fn retire_listener(&self, old: u32) {

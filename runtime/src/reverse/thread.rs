@@ -191,6 +191,9 @@ impl<S: Syscalls + Clone + Send + Sync + 'static> ReverseService<'static, S> {
                     ServeOutcome::Stopped => break outcome,
                     other => {
                         log::info!("reverse: channel generation {generation} ended ({other:?}); waiting for recovery");
+                        if matches!(other, ServeOutcome::DspRestarted | ServeOutcome::DspExiting) {
+                            session.report_restart(generation);
+                        }
                         let released = service.end_session();
                         log::debug!("reverse: session end released {released:?}");
                     }
