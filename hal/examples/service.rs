@@ -9,7 +9,7 @@
 
 use hexrpc_bench::{elf, Bench, EntryVersion, LibraryModel};
 use hexrpc_bsp::DeviceAccess;
-use hexrpc_hal::{Cause, HalError};
+use hexrpc_hal::{ErrorKind, HalError};
 use hexrpc_runtime::launch::{AbiVersion, BufferRef, PackedLaunch, Scalar, Signature};
 use hexrpc_runtime::reverse::FilePolicy;
 use hexrpc_runtime::ServedSession;
@@ -62,7 +62,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // 4. A DSP restart: recover once, then carry on.
     sys.restart_dsp();
     match launch(2.0) {
-        Err(e) if e.cause == Cause::DspRestart => session.recover()?,
+        // The call saw the restart, or the listener did first: either way, recover once.
+        Err(e) if e.kind() == ErrorKind::Recoverable => session.recover()?,
         other => return Err(format!("expected a restart, got {other:?}").into()),
     }
     launch(2.0)?;
