@@ -2,53 +2,15 @@
 //! the dispatcher, with no panic, no out-of-bounds access (any would panic in safe Rust) and no
 //! data on error; and the parser/packer round trip.
 
-use std::ffi::{c_void, CStr};
-use std::ptr::NonNull;
 use std::time::Instant;
 
+use hexrpc_bench::measure::NullSys;
 use hexrpc_drivers::listener::{REMOTECTL_CLOSE, REMOTECTL_OPEN};
-use hexrpc_drivers::{Errno, Fd, FileStat, OpenFlags, Prot, Scalars, Syscalls};
+use hexrpc_drivers::{Fd, Scalars};
 use hexrpc_runtime::reverse::wire::{pack_request, Request};
 use hexrpc_runtime::reverse::{FilePolicy, ReverseService};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
-
-/// A cheap seam: no file exists, no ioctl succeeds. Nothing touches memory.
-struct NullSys;
-
-// SAFETY: every call fails without touching memory.
-unsafe impl Syscalls for NullSys {
-    fn open(&self, _: &CStr, _: OpenFlags) -> Result<Fd, Errno> {
-        Err(Errno::ENOENT)
-    }
-    fn close(&self, _: Fd) -> Result<(), Errno> {
-        Ok(())
-    }
-    fn pread(&self, _: Fd, _: &mut [u8], _: u64) -> Result<usize, Errno> {
-        Err(Errno::EBADF)
-    }
-    fn fstat(&self, _: Fd) -> Result<FileStat, Errno> {
-        Err(Errno::EBADF)
-    }
-    fn stat(&self, _: &CStr, _: bool) -> Result<FileStat, Errno> {
-        Err(Errno::ENOENT)
-    }
-    unsafe fn ioctl(&self, _: Fd, _: u32, _: *mut c_void) -> Result<i32, Errno> {
-        Err(Errno::ENOTTY)
-    }
-    unsafe fn mmap(&self, _: Fd, _: usize, _: Prot, _: u64) -> Result<NonNull<u8>, Errno> {
-        Err(Errno::ENODEV)
-    }
-    unsafe fn munmap(&self, _: NonNull<u8>, _: usize) -> Result<(), Errno> {
-        Err(Errno::EINVAL)
-    }
-    fn thread_id(&self) -> i32 {
-        1
-    }
-    fn interrupt(&self, _: i32) -> Result<(), Errno> {
-        Ok(())
-    }
-}
 
 fn words(ws: &[u32]) -> Vec<u8> {
     ws.iter().flat_map(|w| w.to_le_bytes()).collect()
@@ -139,7 +101,7 @@ fn case() -> impl Strategy<Value = Case> {
 fn hundred_thousand_hostile_payloads_never_panic() {
     static IMAGE: [u8; 300] = [0x5A; 300];
     let limits = hexrpc_bsp::Limits { max_reverse_request: 4096, max_reverse_handles: 8, ..hexrpc_bsp::BENCH.limits };
-    let svc = ReverseService::new(NullSys, Fd(-1), FilePolicy::new(&["/nonexistent/hexrpc"], limits).unwrap());
+    let svc = ReverseService::new(NullSys::new(), Fd(-1), FilePolicy::new(&["/nonexistent/hexrpc"], limits).unwrap());
     svc.register_image("tinylib", &IMAGE).unwrap();
     let mut reply = vec![0u8; 4096 + 64];
     let open = |svc: &ReverseService<'_, NullSys>, reply: &mut [u8], name: &[u8]| {
