@@ -818,18 +818,124 @@ impl<'a, const CAP: usize> InvokeArgs<'a, CAP> {
     }
 }
 
+/// Which INVOKE variant a call uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Variant {
+    Plain,
+    Fd,
+    Attrs,
+}
+
+/// One INVOKE ioctl with `args`, as it is (no retry).
+fn invoke_once<S: Syscalls + ?Sized, const CAP: usize>(
+    sys: &S,
+    fd: Fd,
+    handle: u32,
+    args: &mut InvokeArgs<'_, CAP>,
+    variant: Variant,
+    crc: Option<&mut [u32; M_CRCLIST]>,
+) -> Result<(), Error> {
+    let inv = args.invoke_struct(handle);
+    let fds = args.fds.as_mut_ptr() as u64;
+    let attrs = args.attrs.as_mut_ptr() as u64;
+    // SAFETY (all arms): the argument struct is live and of the request's size; `pra` points at
+    // `args.pra`, whose LENGTH(sc) entries are initialized and describe buffers borrowed by
+    // `args` (inputs readable, outputs writable); `fds`/`attrs` point at LENGTH(sc) initialized
+    // entries of `args`; `crc` at the 64 writable u32 the driver copies back. The callers in this
+    // module never return while the driver may still write through these pointers: an
+    // interrupted (parked) call is resumed with the same `args`, or its file is retired first.
+    let rc = match (variant, crc) {
+        (_, Some(crc)) => {
+            let mut x = fastrpc_ioctl_invoke_crc { inv, fds, attrs, crc: crc.as_mut_ptr() as u64 };
+            // SAFETY: see above.
+            unsafe { sys.ioctl(fd, FASTRPC_IOCTL_INVOKE_CRC, (&mut x as *mut fastrpc_ioctl_invoke_crc).cast()) }
+        }
+        (Variant::Plain, None) => {
+            let mut x = inv;
+            // SAFETY: see above.
+            unsafe { sys.ioctl(fd, FASTRPC_IOCTL_INVOKE, (&mut x as *mut fastrpc_ioctl_invoke).cast()) }
+        }
+        (Variant::Fd, None) => {
+            let mut x = fastrpc_ioctl_invoke_fd { inv, fds };
+            // SAFETY: see above.
+            unsafe { sys.ioctl(fd, FASTRPC_IOCTL_INVOKE_FD, (&mut x as *mut fastrpc_ioctl_invoke_fd).cast()) }
+        }
+        (Variant::Attrs, None) => {
+            let mut x = fastrpc_ioctl_invoke_attrs { inv, fds, attrs };
+            // SAFETY: see above.
+            unsafe { sys.ioctl(fd, FASTRPC_IOCTL_INVOKE_ATTRS, (&mut x as *mut fastrpc_ioctl_invoke_attrs).cast()) }
+        }
+    };
+    check_rc(rc)
+}
+
+/// Runs an invoke to completion. On `EINTR` the driver has parked the call, keeping the user
+/// pointers of its output buffers, and would resume it for the next call of this thread with
+/// the same scalars word on this file; so the call is resumed at once with the same `args`,
+/// unless `abandon()` says to give up, in which case the file is first retired
+/// ([`Syscalls::retire`]) so that nothing can ever resume it, and `EINTR` is returned. If the
+/// file cannot be retired, the call is resumed anyway (soundness over promptness) and the
+/// failure is logged.
+fn invoke_until<S: Syscalls + ?Sized, const CAP: usize>(
+    sys: &S,
+    fd: Fd,
+    handle: u32,
+    args: &mut InvokeArgs<'_, CAP>,
+    variant: Variant,
+    mut crc: Option<&mut [u32; M_CRCLIST]>,
+    abandon: &dyn Fn() -> bool,
+) -> Result<(), Error> {
+    let mut retire_failed = false;
+    loop {
+        match invoke_once(sys, fd, handle, args, variant, crc.as_deref_mut()) {
+            Err(Error::Os(Errno::EINTR)) => {
+                if !retire_failed && abandon() {
+                    match sys.retire(fd) {
+                        Ok(()) => return Err(Error::Os(Errno::EINTR)),
+                        Err(e) => {
+                            log::error!("cannot retire fd {} to abandon an interrupted call ({e}); resuming it instead", fd.0);
+                            retire_failed = true;
+                        }
+                    }
+                }
+            }
+            r => return r,
+        }
+    }
+}
+
+fn never() -> bool {
+    false
+}
+
 /// `FASTRPC_IOCTL_INVOKE`: calls `handle` with `args` (no fds: handle arguments fail with -1).
 ///
 /// Caller: a thread of the process that created the DSP process on this fd. Blocks until the
-/// DSP answers (no timeout; a signal interrupts it with `EINTR` and parks the call). Fails with
-/// `EPERM` (-1: no session, a faulting copy, a bad buffer), a positive AEE code from the DSP,
-/// +`EBADF` while closing, +39 after SMMU faults, +`ECONNRESET` after a DSP restart.
+/// DSP answers: the driver has no timeout, and a signal that interrupts the call (`EINTR`)
+/// only parks it, so the call is resumed here with the same arguments (see
+/// [`invoke_abandonable`] to give up). Fails with `EPERM` (-1: no session, a faulting copy, a bad
+/// buffer, or a different call of this thread parked on this file), a positive AEE code from the
+/// DSP, +`EBADF` while closing, +39 after SMMU faults, +`ECONNRESET` after a DSP restart.
+///
+/// The DSP controls how many bytes the downstream driver copies back into an output buffer
+/// (the length is read back from shared metadata): on a hostile DSP an output buffer can be
+/// overrun. This is a property of the driver that no host code can prevent.
 pub fn invoke<S: Syscalls + ?Sized, const CAP: usize>(sys: &S, fd: Fd, handle: u32, args: &mut InvokeArgs<'_, CAP>) -> Result<(), Error> {
-    let mut inv = args.invoke_struct(handle);
-    // SAFETY: `inv` is a live struct of the request's size; `pra` points at `args.pra`, whose
-    // LENGTH(sc) entries are initialized and describe buffers borrowed by `args` for at least
-    // this call (inputs readable, outputs writable).
-    check_rc(unsafe { sys.ioctl(fd, FASTRPC_IOCTL_INVOKE, (&mut inv as *mut fastrpc_ioctl_invoke).cast()) })
+    invoke_until(sys, fd, handle, args, Variant::Plain, None, &never)
+}
+
+/// [`invoke`] that gives up when interrupted while `abandon()` returns true: the descriptor is
+/// then retired ([`Syscalls::retire`]) before `EINTR` is returned, so the parked call can never
+/// be resumed into buffers that are gone; the channel is unusable afterwards and the caller must
+/// close it. This is how a deadline or a stop ends a blocked call.
+pub fn invoke_abandonable<S: Syscalls + ?Sized, const CAP: usize>(
+    sys: &S,
+    fd: Fd,
+    handle: u32,
+    args: &mut InvokeArgs<'_, CAP>,
+    abandon: &dyn Fn() -> bool,
+) -> Result<(), Error> {
+    invoke_until(sys, fd, handle, args, Variant::Plain, None, abandon)
 }
 
 /// `FASTRPC_IOCTL_INVOKE_FD`: [`invoke`] with the `fds` array.
@@ -839,10 +945,7 @@ pub fn invoke_fd<S: Syscalls + ?Sized, const CAP: usize>(
     handle: u32,
     args: &mut InvokeArgs<'_, CAP>,
 ) -> Result<(), Error> {
-    let inv = args.invoke_struct(handle);
-    let mut x = fastrpc_ioctl_invoke_fd { inv, fds: args.fds.as_mut_ptr() as u64 };
-    // SAFETY: as in `invoke`; `fds` points at LENGTH(sc) initialized i32 entries of `args`.
-    check_rc(unsafe { sys.ioctl(fd, FASTRPC_IOCTL_INVOKE_FD, (&mut x as *mut fastrpc_ioctl_invoke_fd).cast()) })
+    invoke_until(sys, fd, handle, args, Variant::Fd, None, &never)
 }
 
 /// `FASTRPC_IOCTL_INVOKE_ATTRS`: [`invoke`] with the `fds` and `attrs` arrays (what a kernel
@@ -853,10 +956,19 @@ pub fn invoke_attrs<S: Syscalls + ?Sized, const CAP: usize>(
     handle: u32,
     args: &mut InvokeArgs<'_, CAP>,
 ) -> Result<(), Error> {
-    let inv = args.invoke_struct(handle);
-    let mut x = fastrpc_ioctl_invoke_attrs { inv, fds: args.fds.as_mut_ptr() as u64, attrs: args.attrs.as_mut_ptr() as u64 };
-    // SAFETY: as in `invoke_fd`; `attrs` points at LENGTH(sc) initialized u32 entries of `args`.
-    check_rc(unsafe { sys.ioctl(fd, FASTRPC_IOCTL_INVOKE_ATTRS, (&mut x as *mut fastrpc_ioctl_invoke_attrs).cast()) })
+    invoke_until(sys, fd, handle, args, Variant::Attrs, None, &never)
+}
+
+/// [`invoke_attrs`] that gives up when interrupted while `abandon()` returns true (see
+/// [`invoke_abandonable`]).
+pub fn invoke_attrs_abandonable<S: Syscalls + ?Sized, const CAP: usize>(
+    sys: &S,
+    fd: Fd,
+    handle: u32,
+    args: &mut InvokeArgs<'_, CAP>,
+    abandon: &dyn Fn() -> bool,
+) -> Result<(), Error> {
+    invoke_until(sys, fd, handle, args, Variant::Attrs, None, abandon)
 }
 
 /// `FASTRPC_IOCTL_INVOKE_CRC`: [`invoke_attrs`] plus the 64-entry CRC list written back on
@@ -868,15 +980,7 @@ pub fn invoke_crc<S: Syscalls + ?Sized, const CAP: usize>(
     args: &mut InvokeArgs<'_, CAP>,
     crc: &mut [u32; M_CRCLIST],
 ) -> Result<(), Error> {
-    let inv = args.invoke_struct(handle);
-    let mut x = fastrpc_ioctl_invoke_crc {
-        inv,
-        fds: args.fds.as_mut_ptr() as u64,
-        attrs: args.attrs.as_mut_ptr() as u64,
-        crc: crc.as_mut_ptr() as u64,
-    };
-    // SAFETY: as in `invoke_attrs`; `crc` points at the 64 writable u32 the driver copies back.
-    check_rc(unsafe { sys.ioctl(fd, FASTRPC_IOCTL_INVOKE_CRC, (&mut x as *mut fastrpc_ioctl_invoke_crc).cast()) })
+    invoke_until(sys, fd, handle, args, Variant::Attrs, Some(crc), &never)
 }
 
 /// Reads an errno-or-value result of a raw call made through [`Syscalls::ioctl`] the way the

@@ -223,13 +223,18 @@ pub fn sync<S: Syscalls + ?Sized>(sys: &S, ion: Fd, buf: Fd) -> Result<(), Error
     check_rc(ioctl_plain(sys, ion, ION_IOC_SYNC, &mut data))
 }
 
-/// `ION_IOC_CUSTOM`: a driver-specific command; the msm driver's only user is cache maintenance,
-/// for which the three dedicated calls below exist. `arg` is passed as a plain number.
+/// `ION_IOC_CUSTOM`: a driver-specific command with its argument.
 ///
-/// Fails with `ENOTTY` if the driver has no custom handler.
-pub fn custom<S: Syscalls + ?Sized>(sys: &S, ion: Fd, cmd: u32, arg: u64) -> Result<(), Error> {
+/// # Safety
+///
+/// The msm driver follows `arg` as a user pointer (its cache commands read an
+/// `ion_flush_data` there and then clean or invalidate the range its `vaddr` names): `arg` must
+/// be valid for what the driver does with `cmd`. The dedicated [`cache`] call is the safe way
+/// to maintain caches.
+pub unsafe fn custom<S: Syscalls + ?Sized>(sys: &S, ion: Fd, cmd: u32, arg: u64) -> Result<(), Error> {
     let mut data = ion_custom_data { cmd, _pad0: 0, arg };
-    check_rc(ioctl_plain(sys, ion, ION_IOC_CUSTOM, &mut data))
+    // SAFETY: `data` is a live struct of the request's size; the caller vouches for `arg`.
+    check_rc(unsafe { sys.ioctl(ion, ION_IOC_CUSTOM, (&mut data as *mut ion_custom_data).cast()) })
 }
 
 /// Which msm cache maintenance operation to perform.

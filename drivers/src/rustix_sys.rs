@@ -23,9 +23,10 @@ fn borrow(fd: Fd) -> Result<BorrowedFd<'static>, Errno> {
     if fd.0 < 0 {
         return Err(Errno::EBADF);
     }
-    // SAFETY: `BorrowedFd` only requires the number not to be -1 while it is used; a closed or
-    // foreign number makes the system call fail with EBADF or act on that fd, exactly as the
-    // C call would. The borrow does not outlive the call it is made for.
+    // SAFETY: `BorrowedFd` requires the descriptor to stay open while the borrow is used. The
+    // seam takes raw numbers from its callers, who own them for the call (the trait's
+    // contract); the borrow does not outlive the one system call it is made for. A number that
+    // is not open makes that call fail with EBADF, as the C call would.
     Ok(unsafe { BorrowedFd::borrow_raw(fd.0) })
 }
 
@@ -149,6 +150,17 @@ unsafe impl Syscalls for RustixSys {
             Err(Errno(last_errno()))
         }
     }
+
+    fn retire(&self, fd: Fd) -> Result<(), Errno> {
+        if fd.0 < 0 {
+            return Err(Errno::EBADF);
+        }
+        let null = fs::open(c"/dev/null", OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()).map_err(errno)?;
+        // SAFETY: the number is the caller's open descriptor (trait contract); wrapping it in a
+        // `ManuallyDrop` makes the `OwnedFd` never close it, so ownership stays with the caller.
+        let mut target = core::mem::ManuallyDrop::new(unsafe { OwnedFd::from_raw_fd(fd.0) });
+        io::dup3(&null, &mut target, io::DupFlags::CLOEXEC).map_err(errno)
+    }
 }
 
 /// The signal [`RustixSys::interrupt`] sends: `SIGUSR2`, with a handler that does nothing and
@@ -238,6 +250,20 @@ mod tests {
         }
         assert_eq!(t.join().unwrap(), Err(rustix::io::Errno::INTR));
         assert!(sent >= 1);
+    }
+
+    #[test]
+    fn retire_points_the_number_at_dev_null() {
+        let sys = RustixSys;
+        let fd = sys.open(c"/dev/zero", OpenFlags::READ_ONLY).expect("open /dev/zero");
+        let mut b = [1u8; 4];
+        assert_eq!(sys.pread(fd, &mut b, 0), Ok(4));
+        assert_eq!(b, [0; 4]);
+        sys.retire(fd).expect("retire");
+        assert_eq!(sys.pread(fd, &mut b, 0), Ok(0), "now /dev/null: end of file at once");
+        assert_eq!(sys.fstat(fd).unwrap().rdev, sys.stat(c"/dev/null", true).unwrap().rdev);
+        sys.close(fd).expect("the number is still ours to close");
+        assert_eq!(sys.retire(Fd(-1)), Err(Errno::EBADF));
     }
 
     #[test]

@@ -165,6 +165,20 @@ pub unsafe trait Syscalls {
     /// does not restart system calls). This is how a deadline ends a FastRPC invoke, which has no
     /// timeout of its own: the driver parks the interrupted call.
     fn interrupt(&self, tid: i32) -> Result<(), Errno>;
+
+    /// Retires descriptor `fd`: atomically makes the number refer to a file that refuses every
+    /// ioctl (`dup3` of `/dev/null` over it), so the file it referred to is released as soon as
+    /// no system call is using it. The number stays the caller's to close.
+    ///
+    /// This is how an interrupted FastRPC call is abandoned soundly: the driver parks such a
+    /// call with the user pointers of its output buffers and resumes it for the next call of the
+    /// same thread with the same scalars word on the same file; once the file is unreachable, no
+    /// call can resume it, and releasing the file frees it. The default refuses (`ENOSYS`), and
+    /// callers then resume instead of abandoning.
+    fn retire(&self, fd: Fd) -> Result<(), Errno> {
+        let _ = fd;
+        Err(Errno::ENOSYS)
+    }
 }
 
 // SAFETY: forwards every call to `T`, which upholds the contract.
@@ -202,6 +216,9 @@ unsafe impl<T: Syscalls + ?Sized> Syscalls for &T {
     fn interrupt(&self, tid: i32) -> Result<(), Errno> {
         (**self).interrupt(tid)
     }
+    fn retire(&self, fd: Fd) -> Result<(), Errno> {
+        (**self).retire(fd)
+    }
 }
 
 /// Makes an ioctl whose argument is exactly one `T` (no user pointers inside it that the
@@ -210,6 +227,7 @@ pub(crate) fn ioctl_plain<S: Syscalls + ?Sized, T>(sys: &S, fd: Fd, request: u32
     debug_assert_eq!(crate::ioc::size(request), core::mem::size_of::<T>());
     // SAFETY: `arg` is a live, exclusive `T` whose size matches the request's size field
     // (every caller passes the request declared from `T`), and `T` holds no user pointers the
-    // driver follows.
+    // driver follows, except `ion_flush_data::vaddr`, which `ion::cache` bounds to a live
+    // mapping it holds before calling.
     unsafe { sys.ioctl(fd, request, (arg as *mut T).cast()) }
 }

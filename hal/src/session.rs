@@ -1,7 +1,7 @@
 //! The ready session: buffer allocation, libraries, invokes, recovery.
 
 use core::fmt::Write as _;
-use core::sync::atomic::{AtomicI32, AtomicU32, AtomicU8, Ordering};
+use core::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 use hexrpc_bsp::{Board, DeviceAccess};
 use hexrpc_drivers::{adsprpc, listener, Fd, Syscalls};
@@ -53,7 +53,8 @@ pub struct Session<S: Syscalls + Clone> {
     chan: spin::RwLock<ChannelState<S>>,
     health: AtomicU8,
     generation: AtomicU32,
-    listener_fd: AtomicI32,
+    /// `(generation << 32) | fd` of the channel the listener must serve; 0 while none is.
+    listener_channel: AtomicU64,
     listener_tid: AtomicI32,
     listener_serving: AtomicU32,
     info: u32,
@@ -63,6 +64,10 @@ pub struct Session<S: Syscalls + Clone> {
 }
 
 static NAME_SEQ: AtomicU32 = AtomicU32::new(1);
+
+fn pack_channel(fd: Fd, generation: u32) -> u64 {
+    (u64::from(generation) << 32) | u64::from(fd.0 as u32)
+}
 
 fn le32(b: &[u8]) -> i32 {
     i32::from_le_bytes([b[0], b[1], b[2], b[3]])
@@ -81,7 +86,7 @@ impl<S: Syscalls + Clone> Session<S> {
             chan: spin::RwLock::new(ChannelState { channel: Some(channel) }),
             health: AtomicU8::new(HEALTHY),
             generation: AtomicU32::new(1),
-            listener_fd: AtomicI32::new(fd.0),
+            listener_channel: AtomicU64::new(pack_channel(fd, 1)),
             listener_tid: AtomicI32::new(0),
             listener_serving: AtomicU32::new(0),
             info,
@@ -112,13 +117,17 @@ impl<S: Syscalls + Clone> Session<S> {
     }
 
     /// The FastRPC fd the reverse-RPC listener must serve on, and the channel generation (it
-    /// changes with every successful recovery). `None` while the session needs recovery or has
-    /// failed.
+    /// changes with every successful recovery). `None` while recovery replaces the channel, and
+    /// after recovery failed. A listener serving generation `g` must leave its channel as soon as
+    /// this no longer returns `g`.
     pub fn listener_fd(&self) -> Option<(Fd, u32)> {
-        if !self.is_healthy() {
+        if self.health.load(Ordering::Acquire) == FAILED {
             return None;
         }
-        Some((Fd(self.listener_fd.load(Ordering::Acquire)), self.generation.load(Ordering::Acquire)))
+        match self.listener_channel.load(Ordering::Acquire) {
+            0 => None,
+            v => Some((Fd(v as u32 as i32), (v >> 32) as u32)),
+        }
     }
 
     /// Records the thread that serves the listener, so that recovery can interrupt its blocked
@@ -210,44 +219,51 @@ impl<S: Syscalls + Clone> Session<S> {
         if name.is_empty() || name.len() > 32 || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.') {
             return Err(HalError::new(st, Cause::Invalid));
         }
+        // Lock order everywhere: `chan` before `libs`, and `libs` never across a DSP call.
+        let chan = self.chan.read();
         self.check_health(st)?;
-        let mut libs = self.libs.lock();
-        let slot = libs.iter().position(|s| s.is_none()).ok_or(HalError::new(st, Cause::Full))?;
+        let ch = chan.channel.as_ref().ok_or(HalError::new(st, Cause::NeedsRecovery))?;
         let mut unique = heapless::String::<MAX_NAME>::new();
         write!(unique, "{name}-{}", NAME_SEQ.fetch_add(1, Ordering::Relaxed)).map_err(|_| HalError::new(st, Cause::Invalid))?;
-        if !registry.publish(&unique, image) {
-            return Err(HalError::new(st, Cause::Registry));
-        }
-        let opened = {
-            let chan = self.chan.read();
-            match chan.channel.as_ref() {
-                Some(ch) => remotectl_open(&self.sys, ch.fd(), &unique).map_err(|e| self.note_failure(e)),
-                None => Err(HalError::new(st, Cause::NeedsRecovery)),
-            }
+        let slot = {
+            let mut libs = self.libs.lock();
+            let slot = libs.iter().position(|s| s.is_none()).ok_or(HalError::new(st, Cause::Full))?;
+            // Reserved while the DSP loads it; recovery cannot run meanwhile (we hold `chan`).
+            libs[slot] = Some(LibSlot { name: unique.clone(), remote: u32::MAX });
+            slot
         };
+        let opened = if registry.publish(&unique, image) {
+            remotectl_open(&self.sys, ch.fd(), &unique).map_err(|e| {
+                registry.withdraw(&unique);
+                self.note_failure(e)
+            })
+        } else {
+            Err(HalError::new(st, Cause::Registry))
+        };
+        let mut libs = self.libs.lock();
         match opened {
             Ok(remote) => {
                 libs[slot] = Some(LibSlot { name: unique, remote });
                 Ok(Library { session: self, registry, slot })
             }
             Err(e) => {
-                registry.withdraw(&unique);
+                libs[slot] = None;
                 Err(e)
             }
         }
     }
 
     fn close_slot(&self, registry: &dyn ImageRegistry, slot: usize) {
-        let mut libs = self.libs.lock();
-        let Some(lib) = libs[slot].take() else { return };
+        let chan = self.chan.read();
+        let Some(lib) = self.libs.lock()[slot].take() else { return };
         if self.is_healthy() {
-            let chan = self.chan.read();
             if let Some(ch) = chan.channel.as_ref() {
                 if let Err(e) = remotectl_close(&self.sys, ch.fd(), lib.remote) {
                     log::warn!("closing library {}: {e}", lib.name);
                 }
             }
         }
+        drop(chan);
         registry.withdraw(&lib.name);
     }
 
@@ -255,13 +271,11 @@ impl<S: Syscalls + Clone> Session<S> {
         self.libs.lock()[slot].as_ref().map(|l| l.remote)
     }
 
-    /// One library call. `EINTR` from a signal that is not a deadline (`fired` unset) is retried
-    /// at once: the driver parked the call, and the same thread resuming it with the same
-    /// scalars word is the only way to finish it while its buffers are still borrowed here (a
-    /// later, unrelated call with the same scalars word would otherwise resume it and receive
-    /// its results). A deadline that fired turns `EINTR` into [`Cause::Timeout`] and puts the
-    /// session in "needs recovery", which refuses every call until `recover()` closes the
-    /// channel and with it the parked call.
+    /// One library call. A signal that interrupts it is not ours to act on: the drivers resume
+    /// the parked call at once. A deadline that fired abandons it instead: the drivers retire the
+    /// channel's descriptor first (nothing can resume the parked call into buffers that are
+    /// gone), the error is [`Cause::Timeout`], and the session needs `recover()`, which closes
+    /// the channel.
     fn invoke_slot<const CAP: usize>(
         &self,
         slot: usize,
@@ -269,19 +283,15 @@ impl<S: Syscalls + Clone> Session<S> {
         fired: Option<&core::sync::atomic::AtomicBool>,
     ) -> Result<(), HalError> {
         let st = Stage::Invoke;
-        self.check_health(st)?;
-        let remote = self.remote_handle(slot).ok_or(HalError::new(st, Cause::Invalid))?;
+        // Lock order: `chan` before `libs`; the handle read under `chan` belongs to its channel.
         let chan = self.chan.read();
+        self.check_health(st)?;
         let ch = chan.channel.as_ref().ok_or(HalError::new(st, Cause::NeedsRecovery))?;
-        loop {
-            match adsprpc::invoke_attrs(&self.sys, ch.fd(), remote, args) {
-                Err(hexrpc_drivers::Error::Os(hexrpc_drivers::Errno::EINTR)) => {
-                    if fired.is_some_and(|f| f.load(Ordering::Acquire)) {
-                        return Err(self.note_failure(HalError::new(st, Cause::Timeout)));
-                    }
-                }
-                r => return r.map_err(|e| self.note_failure(HalError::sys(st, e))),
-            }
+        let remote = self.remote_handle(slot).ok_or(HalError::new(st, Cause::Invalid))?;
+        let abandon = || fired.is_some_and(|f| f.load(Ordering::Acquire));
+        match adsprpc::invoke_attrs_abandonable(&self.sys, ch.fd(), remote, args, &abandon) {
+            Err(hexrpc_drivers::Error::Os(hexrpc_drivers::Errno::EINTR)) => Err(self.note_failure(HalError::new(st, Cause::Timeout))),
+            r => r.map_err(|e| self.note_failure(HalError::sys(st, e))),
         }
     }
 
@@ -305,6 +315,8 @@ impl<S: Syscalls + Clone> Session<S> {
         if self.is_healthy() {
             return Ok(());
         }
+        // Unpublish the channel first: the listener leaves a channel that is no longer published.
+        self.listener_channel.store(0, Ordering::Release);
         self.retire_listener(self.generation.load(Ordering::Acquire));
         drop(chan.channel.take());
         let result = self.rebuild(&mut chan);
@@ -329,18 +341,15 @@ impl<S: Syscalls + Clone> Session<S> {
         stages::attach_listener(&self.sys, &ch)?;
         let fd = ch.fd();
         chan.channel = Some(ch);
-        self.listener_fd.store(fd.0, Ordering::Release);
-        self.generation.fetch_add(1, Ordering::AcqRel);
-        // The listener may serve now: make the fd visible before re-opening libraries.
-        self.health.store(HEALTHY, Ordering::Release);
-        let mut libs = self.libs.lock();
-        for lib in libs.iter_mut().flatten() {
-            match remotectl_open(&self.sys, fd, &lib.name) {
-                Ok(remote) => lib.remote = remote,
-                Err(e) => {
-                    self.health.store(NEEDS_RECOVERY, Ordering::Release);
-                    return Err(e);
-                }
+        let generation = self.generation.fetch_add(1, Ordering::AcqRel) + 1;
+        // The listener serves the new channel from here on; the libraries need it to load.
+        self.listener_channel.store(pack_channel(fd, generation), Ordering::Release);
+        let names: heapless::Vec<(usize, heapless::String<MAX_NAME>), MAX_LIBRARIES> =
+            self.libs.lock().iter().enumerate().filter_map(|(i, l)| l.as_ref().map(|l| (i, l.name.clone()))).collect();
+        for (slot, name) in names {
+            let remote = remotectl_open(&self.sys, fd, &name)?;
+            if let Some(l) = self.libs.lock()[slot].as_mut() {
+                l.remote = remote;
             }
         }
         Ok(())
@@ -422,22 +431,6 @@ impl<S: Syscalls + Clone> Drop for Library<'_, S> {
     }
 }
 
-/// A plain invoke that resumes itself after `EINTR` (a signal that is not ours to act on): the
-/// parked call must be finished by this thread while its buffers are still borrowed.
-pub(crate) fn invoke_resuming<S: Syscalls, const CAP: usize>(
-    sys: &S,
-    fd: Fd,
-    handle: u32,
-    args: &mut adsprpc::InvokeArgs<'_, CAP>,
-) -> Result<(), hexrpc_drivers::Error> {
-    loop {
-        match adsprpc::invoke(sys, fd, handle, args) {
-            Err(hexrpc_drivers::Error::Os(hexrpc_drivers::Errno::EINTR)) => continue,
-            r => return r,
-        }
-    }
-}
-
 /// remotectl open (handle 0, method 0): `file:///NAME?entry&_modver=1.0&_dom=cdsp`.
 fn remotectl_open<S: Syscalls>(sys: &S, fd: Fd, name: &str) -> Result<u32, HalError> {
     let st = Stage::LibraryOpen;
@@ -456,7 +449,7 @@ fn remotectl_open<S: Syscalls>(sys: &S, fd: Fd, name: &str) -> Result<u32, HalEr
             .and_then(|a| a.output(&mut prim_out))
             .and_then(|a| a.output(&mut dlerror))
             .map_err(|_| HalError::new(st, Cause::Invalid))?;
-        invoke_resuming(sys, fd, adsprpc::REMOTECTL_HANDLE, &mut args).map_err(|e| HalError::sys(st, e))?;
+        adsprpc::invoke(sys, fd, adsprpc::REMOTECTL_HANDLE, &mut args).map_err(|e| HalError::sys(st, e))?;
     }
     let handle = le32(&prim_out[..4]);
     let nerr = le32(&prim_out[4..]);
@@ -483,7 +476,7 @@ fn remotectl_close<S: Syscalls>(sys: &S, fd: Fd, handle: u32) -> Result<(), HalE
             .and_then(|a| a.output(&mut prim_out))
             .and_then(|a| a.output(&mut dlerror))
             .map_err(|_| HalError::new(st, Cause::Invalid))?;
-        invoke_resuming(sys, fd, adsprpc::REMOTECTL_HANDLE, &mut args).map_err(|e| HalError::sys(st, e))?;
+        adsprpc::invoke(sys, fd, adsprpc::REMOTECTL_HANDLE, &mut args).map_err(|e| HalError::sys(st, e))?;
     }
     match le32(&prim_out[..4]) {
         0 => Ok(()),

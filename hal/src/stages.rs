@@ -205,6 +205,5 @@ impl<S: Syscalls + Clone> ProcessCreated<S> {
 pub(crate) fn attach_listener<S: Syscalls>(sys: &S, ch: &Channel<S>) -> Result<(), HalError> {
     let mut args = adsprpc::InvokeArgs::<'_, 1>::new(listener::LISTENER_INIT2.method())
         .map_err(|_| HalError::new(Stage::ListenerAttach, Cause::Invalid))?;
-    crate::session::invoke_resuming(sys, ch.fd(), adsprpc::FASTRPC_STATIC_HANDLE_LISTENER, &mut args)
-        .map_err(|e| HalError::sys(Stage::ListenerAttach, e))
+    adsprpc::invoke(sys, ch.fd(), adsprpc::FASTRPC_STATIC_HANDLE_LISTENER, &mut args).map_err(|e| HalError::sys(Stage::ListenerAttach, e))
 }

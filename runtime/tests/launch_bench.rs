@@ -3,8 +3,9 @@
 
 use std::time::Duration;
 
-use hexrpc_bench::{elf, Bench, CallKind, EntryVersion, LibraryModel};
+use hexrpc_bench::{elf, Bench, CallKind, DspCallKind, EntryVersion, Fault, FaultTarget, LibraryModel};
 use hexrpc_bsp::DeviceAccess;
+use hexrpc_drivers::Syscalls;
 use hexrpc_runtime::launch::{AbiVersion, BufferRef, PackError, PackedLaunch, Scalar, Signature};
 use hexrpc_runtime::reverse::FilePolicy;
 use hexrpc_runtime::ServedSession;
@@ -97,6 +98,45 @@ fn v1_runs_offset_zero_views_and_refuses_others_before_any_ioctl() {
     let refused = PackedLaunch::new(AbiVersion::V1, &sig, &[BufferRef::of(&off), BufferRef::of(&b)], &[Scalar::U32(1)]);
     assert!(matches!(refused, Err(PackError::V1NonZeroOffset { buffer: 0, offset: 100 })), "{refused:?}");
     assert_eq!(bench.counts().of(CallKind::RpcInvokeAttrs), before, "refused before any ioctl");
+    drop(lib);
+    served.stop().unwrap();
+}
+
+#[test]
+fn an_interrupted_launch_is_resumed_into_its_own_buffers() {
+    let bench = Bench::new();
+    bench.register_library("fill1", fill_model(EntryVersion::V2, 1));
+    let served = serve(&bench);
+    let lib = served.open_library("fill1", image("fill1")).unwrap();
+    let lease = served.session().alloc(8192).unwrap();
+    let view = lease.view(100, 1000).unwrap();
+    let sig = Signature::parse("buf,u32").unwrap();
+    bench.inject(FaultTarget::Dsp(DspCallKind::Library), 1, Fault::Delay(Duration::from_millis(300)));
+    let tid = std::sync::atomic::AtomicI32::new(0);
+    let micros = std::thread::scope(|s| {
+        let interrupter = s.spawn(|| {
+            while tid.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+                std::thread::yield_now();
+            }
+            let t = tid.load(std::sync::atomic::Ordering::SeqCst);
+            assert!(bench.wait_until_blocked(t, Duration::from_secs(2)));
+            for _ in 0..3 {
+                bench.interrupt(t).unwrap();
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        });
+        tid.store(bench.thread_id(), std::sync::atomic::Ordering::SeqCst);
+        let mut packed = PackedLaunch::new(AbiVersion::V2, &sig, &[BufferRef::of(&view)], &[Scalar::U32(5)]).unwrap();
+        let r = packed.launch(&bench, served.session().listener_fd().unwrap().0, lib.remote_handle().unwrap());
+        interrupter.join().unwrap();
+        r
+    });
+    assert_eq!(micros, Ok(7), "the resumed call completes with its own timer");
+    let mut got = vec![0u8; 1000];
+    view.read(&mut got).unwrap();
+    assert!(got.iter().all(|&b| b == 5));
+    assert!(bench.counts().interrupts_delivered >= 1, "the call really was interrupted");
+    assert_eq!(bench.snapshot().parked, 0);
     drop(lib);
     served.stop().unwrap();
 }

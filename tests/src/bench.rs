@@ -505,29 +505,7 @@ unsafe impl Syscalls for Bench {
             _ => None,
         };
         let r = if let Some(e) = st.fds.remove(&fd.0) {
-            match e.obj {
-                FdObj::Ion(c) => ion::close_client(&mut st, c),
-                FdObj::Rpc(f) => {
-                    let busy = match st.rpc_files.get_mut(&f) {
-                        Some(file) => {
-                            file.closed = true;
-                            file.in_ioctl > 0
-                        }
-                        None => false,
-                    };
-                    if !busy {
-                        st.free_rpc_file(f);
-                    }
-                }
-                FdObj::DmaBuf(b) => {
-                    if let Some(buf) = st.buffers.get_mut(&b) {
-                        buf.share_fds = buf.share_fds.saturating_sub(1);
-                    }
-                    st.maybe_free_buffer(b);
-                }
-                FdObj::File(_) | FdObj::Dir => {}
-            }
-            drop(e);
+            release_obj(&mut st, e.obj);
             Ok(())
         } else if st.passthrough.remove(&fd.0) {
             RustixSys.close(fd)
@@ -540,6 +518,22 @@ unsafe impl Syscalls for Bench {
             Some(e) => Err(e),
             None => r,
         }
+    }
+
+    fn retire(&self, fd: Fd) -> Result<(), Errno> {
+        let mut st = self.lock();
+        let old = st.fds.get_mut(&fd.0).map(|e| core::mem::replace(&mut e.obj, FdObj::Null));
+        let r = match old {
+            Some(old) => {
+                release_obj(&mut st, old);
+                Ok(())
+            }
+            None if st.passthrough.contains(&fd.0) => RustixSys.retire(fd),
+            None => Err(Errno::EBADF),
+        };
+        drop(st);
+        self.sh.cv.notify_all();
+        r
     }
 
     fn pread(&self, fd: Fd, buf: &mut [u8], offset: u64) -> Result<usize, Errno> {
@@ -580,6 +574,7 @@ unsafe impl Syscalls for Bench {
             Some(FdObj::Dir) => Ok(FileStat { mode: FileStat::S_IFDIR | 0o555, nlink: 2, ..Default::default() }),
             Some(FdObj::Ion(_)) => Ok(FileStat { mode: FileStat::S_IFCHR | 0o666, nlink: 1, rdev: (10 << 8) | 60, ..Default::default() }),
             Some(FdObj::Rpc(_)) => Ok(FileStat { mode: FileStat::S_IFCHR | 0o666, nlink: 1, rdev: 240 << 8, ..Default::default() }),
+            Some(FdObj::Null) => Ok(FileStat { mode: FileStat::S_IFCHR | 0o666, nlink: 1, rdev: (1 << 8) | 3, ..Default::default() }),
             Some(FdObj::DmaBuf(b)) => {
                 Ok(FileStat { mode: 0o600, nlink: 1, size: st.buffers.get(b).map_or(0, |b| b.len), ..Default::default() })
             }
@@ -767,5 +762,33 @@ unsafe impl Syscalls for Bench {
             st.counts.interrupts_lost += 1;
         }
         Ok(())
+    }
+}
+
+/// Gives up what a descriptor referred to, as its last close does: ION clients and their
+/// handles, a FastRPC file (released once no thread is inside one of its ioctls, as Linux
+/// releases a file), a dma-buf reference.
+fn release_obj(st: &mut State, obj: FdObj) {
+    match obj {
+        FdObj::Ion(c) => ion::close_client(st, c),
+        FdObj::Rpc(f) => {
+            let busy = match st.rpc_files.get_mut(&f) {
+                Some(file) => {
+                    file.closed = true;
+                    file.in_ioctl > 0
+                }
+                None => false,
+            };
+            if !busy {
+                st.free_rpc_file(f);
+            }
+        }
+        FdObj::DmaBuf(b) => {
+            if let Some(buf) = st.buffers.get_mut(&b) {
+                buf.share_fds = buf.share_fds.saturating_sub(1);
+            }
+            st.maybe_free_buffer(b);
+        }
+        FdObj::File(_) | FdObj::Dir | FdObj::Null => {}
     }
 }

@@ -66,6 +66,8 @@ pub(crate) enum FdObj {
     DmaBuf(u64),
     File(Arc<Vec<u8>>),
     Dir,
+    /// A retired descriptor (`Syscalls::retire`): every ioctl is refused with ENOTTY.
+    Null,
 }
 
 pub(crate) struct FdEntry {

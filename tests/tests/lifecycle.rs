@@ -32,10 +32,17 @@ fn setup_lib(b: &Bench, tag: &str) -> (Session, std::thread::JoinHandle<Listener
 
 /// A library call with one out-buffer (method 2, one 8-byte output). The v2 entry refuses the
 /// header, so a plain successful return needs the method-7 variant below.
+/// One raw INVOKE that returns `EINTR` when interrupted (the drivers' typed calls resume a
+/// parked call instead); these tests observe the driver's parking rules themselves.
 fn call_out(b: &Bench, rpc: Fd, h: u32, method: u8, out: &mut [u8; 8]) -> Result<(), Error> {
     let mut a = InvokeArgs::<'_, 1>::new(method).unwrap();
     a.output(out).unwrap();
-    adsprpc::invoke(b, rpc, h, &mut a)
+    let mut inv = adsprpc::fastrpc_ioctl_invoke { handle: h, sc: a.scalars().raw(), pra: a.pra().as_ptr() as u64 };
+    // SAFETY: `inv` is a live struct of the request's size; its `pra` points at the initialized
+    // entry of `a`, which describes `out`. A parked call may later be resumed into `out`: no test
+    // here resumes a parked call whose buffer is gone (one resumes while it is alive, the others
+    // free the call by closing the file).
+    adsprpc::check(unsafe { b.ioctl(rpc, adsprpc::FASTRPC_IOCTL_INVOKE, (&mut inv as *mut adsprpc::fastrpc_ioctl_invoke).cast()) })
 }
 
 #[test]

@@ -31,15 +31,32 @@ pub trait ListenerTransport {
 }
 
 /// The real transport: `FASTRPC_IOCTL_INVOKE` on [`FASTRPC_STATIC_HANDLE_LISTENER`].
+///
+/// An interrupted `next2` / `get_in_bufs2` is resumed at once (the driver parked it with this
+/// call's buffers), unless the transport's `abandon` condition holds: then the drivers retire
+/// the descriptor before `EINTR` is returned, so the parked call can never write into buffers
+/// that are gone, and the channel is finished (see `hexrpc_drivers::adsprpc::invoke_abandonable`).
 pub struct FastRpcTransport<'s, S: Syscalls + ?Sized> {
     sys: &'s S,
     fd: Fd,
+    abandon: &'s dyn Fn() -> bool,
+}
+
+fn never() -> bool {
+    false
 }
 
 impl<'s, S: Syscalls + ?Sized> FastRpcTransport<'s, S> {
-    /// The listener of the session on `fd` (init2 already sent).
+    /// The listener of the session on `fd` (init2 already sent); an interrupted call is always
+    /// resumed.
     pub fn new(sys: &'s S, fd: Fd) -> Self {
-        FastRpcTransport { sys, fd }
+        FastRpcTransport { sys, fd, abandon: &never }
+    }
+
+    /// The listener on `fd` that abandons an interrupted call (retiring `fd`) when `abandon()`
+    /// holds, e.g. once a stop was requested.
+    pub fn with_abandon(sys: &'s S, fd: Fd, abandon: &'s dyn Fn() -> bool) -> Self {
+        FastRpcTransport { sys, fd, abandon }
     }
 }
 
@@ -51,7 +68,7 @@ impl<S: Syscalls + ?Sized> ListenerTransport for FastRpcTransport<'_, S> {
         args.output(header.as_mut_bytes()).map_err(|_| Error::Invalid)?;
         args.output(request).map_err(|_| Error::Invalid)?;
         debug_assert_eq!(args.scalars(), hexrpc_drivers::listener::LISTENER_NEXT2);
-        adsprpc::invoke(self.sys, self.fd, FASTRPC_STATIC_HANDLE_LISTENER, &mut args)
+        adsprpc::invoke_abandonable(self.sys, self.fd, FASTRPC_STATIC_HANDLE_LISTENER, &mut args, self.abandon)
     }
 
     fn get_in_bufs2(&mut self, ctx: u32, offset: u32, rest: &mut [u8]) -> Result<i32, Error> {
@@ -63,7 +80,7 @@ impl<S: Syscalls + ?Sized> ListenerTransport for FastRpcTransport<'_, S> {
         args.output(&mut req_len).map_err(|_| Error::Invalid)?;
         args.output(rest).map_err(|_| Error::Invalid)?;
         debug_assert_eq!(args.scalars(), hexrpc_drivers::listener::LISTENER_GET_IN_BUFS2);
-        adsprpc::invoke(self.sys, self.fd, FASTRPC_STATIC_HANDLE_LISTENER, &mut args)?;
+        adsprpc::invoke_abandonable(self.sys, self.fd, FASTRPC_STATIC_HANDLE_LISTENER, &mut args, self.abandon)?;
         Ok(i32::from_le_bytes(req_len))
     }
 }
@@ -148,9 +165,9 @@ impl<S: Syscalls> ReverseService<'_, S> {
             }
             Err(e) if e.is_dsp_restart() => return Some(ServeOutcome::DspRestarted),
             Err(Error::Os(Errno::EINTR)) => {
-                // Our own interrupt (stop) or a stray signal: the driver parked the call; the
-                // same thread resumes it with the same scalars word.
-                return self.stop.is_requested().then_some(ServeOutcome::Stopped);
+                // The transport abandoned the call (a stray signal is resumed inside it): a stop,
+                // or a transport that stopped resuming for its own reason.
+                return Some(if self.stop.is_requested() { ServeOutcome::Stopped } else { ServeOutcome::Failed(Error::Os(Errno::EINTR)) });
             }
             Err(Error::Returned(AEE_EINTERRUPTED)) => {
                 st.interrupted += 1;

@@ -84,7 +84,8 @@ impl<S: Syscalls + Send + Sync + 'static> ReverseService<'static, S> {
         self.stop.reset();
         let service = self.clone();
         let thread = std::thread::Builder::new().name("hexrpc-reverse".into()).spawn(move || {
-            let mut t = FastRpcTransport::new(service.sys(), service.rpc_fd());
+            let stop = || service.stop.is_requested();
+            let mut t = FastRpcTransport::with_abandon(service.sys(), service.rpc_fd(), &stop);
             service.serve(&mut t, &mut buffers.as_buffers())
         })?;
         Ok(ServiceHandle { service: self, thread: Some(thread) })
@@ -182,7 +183,10 @@ impl<S: Syscalls + Clone + Send + Sync + 'static> ReverseService<'static, S> {
                     continue;
                 };
                 service.set_rpc_fd(fd);
-                let mut t = SessionTransport { inner: FastRpcTransport::new(service.sys(), fd), session: &session };
+                // Leave when stopped, or when the session no longer publishes this channel
+                // (recovery is replacing it).
+                let leave = || service.stop.is_requested() || session.listener_fd().map(|(_, g)| g) != Some(generation);
+                let mut t = SessionTransport { inner: FastRpcTransport::with_abandon(service.sys(), fd, &leave), stop: &service.stop };
                 session.set_listener_serving(generation);
                 let outcome = service.serve(&mut t, &mut buffers.as_buffers());
                 session.set_listener_serving(0);
@@ -191,9 +195,8 @@ impl<S: Syscalls + Clone + Send + Sync + 'static> ReverseService<'static, S> {
                     ServeOutcome::Stopped => break outcome,
                     other => {
                         log::info!("reverse: channel generation {generation} ended ({other:?}); waiting for recovery");
-                        if matches!(other, ServeOutcome::DspRestarted | ServeOutcome::DspExiting) {
-                            session.report_restart(generation);
-                        }
+                        // The channel is unusable whatever ended it: the session must rebuild it.
+                        session.report_restart(generation);
                         let released = service.end_session();
                         log::debug!("reverse: session end released {released:?}");
                     }
@@ -206,15 +209,15 @@ impl<S: Syscalls + Clone + Send + Sync + 'static> ReverseService<'static, S> {
     }
 }
 
-/// The listener transport of a session: `next2` interrupted while the session is being
-/// recovered ends the loop as a DSP restart would, so the thread leaves the channel that is about
-/// to be closed instead of resuming its parked call there.
-struct SessionTransport<'a, S: Syscalls + Clone> {
+/// The listener transport of a session: a `next2` abandoned because the session stopped
+/// publishing this channel (recovery is replacing it) ends the loop as a DSP restart would, so
+/// the thread goes on to the next channel; abandoned because of a stop, it ends the loop.
+struct SessionTransport<'a, S: Syscalls> {
     inner: FastRpcTransport<'a, S>,
-    session: &'a hexrpc_hal::Session<S>,
+    stop: &'a super::StopSignal,
 }
 
-impl<S: Syscalls + Clone> super::ListenerTransport for SessionTransport<'_, S> {
+impl<S: Syscalls> super::ListenerTransport for SessionTransport<'_, S> {
     fn next2(
         &mut self,
         send: &hexrpc_drivers::listener::listener_next2_in,
@@ -223,7 +226,7 @@ impl<S: Syscalls + Clone> super::ListenerTransport for SessionTransport<'_, S> {
         request: &mut [u8],
     ) -> Result<(), hexrpc_drivers::Error> {
         match self.inner.next2(send, reply, header, request) {
-            Err(hexrpc_drivers::Error::Os(hexrpc_drivers::Errno::EINTR)) if !self.session.is_healthy() => {
+            Err(hexrpc_drivers::Error::Os(hexrpc_drivers::Errno::EINTR)) if !self.stop.is_requested() => {
                 Err(hexrpc_drivers::Error::Os(hexrpc_drivers::Errno::ECONNRESET))
             }
             r => r,
