@@ -159,7 +159,10 @@ unsafe impl Syscalls for RustixSys {
         // SAFETY: the number is the caller's open descriptor (trait contract); wrapping it in a
         // `ManuallyDrop` makes the `OwnedFd` never close it, so ownership stays with the caller.
         let mut target = core::mem::ManuallyDrop::new(unsafe { OwnedFd::from_raw_fd(fd.0) });
-        io::dup3(&null, &mut target, io::DupFlags::CLOEXEC).map_err(errno)
+        // dup2 replaces the number atomically; close-on-exec is set again afterwards (a child
+        // forked in between would inherit only /dev/null). dup3's flag is not on every target.
+        io::dup2(&null, &mut target).map_err(errno)?;
+        io::fcntl_setfd(&*target, io::FdFlags::CLOEXEC).map_err(errno)
     }
 }
 
