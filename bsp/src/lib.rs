@@ -53,7 +53,6 @@ pub struct Limits {
 
 /// Everything the stack needs to know about one board.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct Board {
     /// Short name (`comma-three`), used by `--board` and in reports.
     pub name: &'static str,
@@ -81,6 +80,13 @@ pub struct Board {
     pub dt_models: &'static [&'static str],
     /// Limits.
     pub limits: Limits,
+}
+
+#[cfg(feature = "defmt")]
+impl defmt::Format for Board {
+    fn format(&self, f: defmt::Formatter<'_>) {
+        defmt::write!(f, "Board {{ name: {=str}, channel: {=u32}, heap: {=u32} }}", self.name, self.channel, self.heap_id)
+    }
 }
 
 impl Board {
