@@ -429,7 +429,12 @@ fn build_lib(bl: BuildLib) -> ExitCode {
         lld: bl.lld.unwrap_or(defaults.lld),
         work_dir: None,
     };
-    match build::build_library(&kernel, &sig, &out, &opts) {
+    let built = {
+        let mut progress = progress::Progress::new();
+        progress.step("clang-19 and ld.lld-19");
+        build::build_library(&kernel, &sig, &out, &opts)
+    };
+    match built {
         Ok(report) => print(&format!(
             "built {} (Hexagon shared object, kernel {}, entry {:?}); intermediates: {}\n",
             report.library.display(),

@@ -18,7 +18,8 @@ impl Progress {
         Progress { start: Instant::now(), tty: std::io::stderr().is_terminal(), active: false }
     }
 
-    /// Reports the step about to run.
+    /// Reports the step about to run (shown once a second has passed since `new`; a step that
+    /// starts earlier is shown by the next report, or not at all if the command ends first).
     pub fn step(&mut self, name: &str) {
         if self.tty && self.start.elapsed().as_secs_f64() >= 1.0 {
             let mut e = std::io::stderr().lock();
