@@ -70,7 +70,7 @@ pub use build::{build_image, is_executor_image, tools_available, BuildError, Fla
 pub use model::{run_model, LatencyDistribution, ModelError, ModelOptions, ModelReport, NodeReport, Stack};
 pub use process::{ExecFailure, ExecProcess, ExecStats};
 
-use crate::account::{LedgerEntry, LedgerEvent};
+use crate::account::LedgerEntry;
 use crate::dsp::Job;
 use crate::entry::LibraryModel;
 use crate::state::{CtxResult, Shared};
@@ -187,12 +187,8 @@ pub(crate) fn invoke(sh: &Shared, job: &Job, library: &str, exec: &ExecProcess, 
     {
         let mut st = sh.lock();
         for e in &resp.events {
-            let event = match *e {
-                wire::HapEvent::Map { fd, addr, len, offset } => LedgerEvent::Map { fd, addr, len, offset },
-                wire::HapEvent::MapFailed { fd, len, reason } => LedgerEvent::MapFailed { fd, len, reason },
-                wire::HapEvent::Unmap { addr, len, matched } => LedgerEvent::Unmap { addr, len, matched },
-                _ => continue,
-            };
+            let wire::HapEvent::Ledger(event) = e else { continue };
+            let event = event.clone();
             st.ledger.push(LedgerEntry { pid: job.pid, library: library.to_string(), event });
         }
     }

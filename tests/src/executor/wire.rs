@@ -14,6 +14,8 @@
 //!
 //! The constants are written twice (here and as `#define`s in the C file); a test compares them.
 
+use crate::LedgerEvent;
+
 /// First word of the runtime's greeting.
 pub const HELLO_MAGIC: u32 = 0x4948_584D;
 /// First word of a request.
@@ -75,38 +77,10 @@ pub struct HandleArg {
 }
 
 /// A HAP call the runtime recorded during one invoke.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum HapEvent {
-    /// `HAP_mmap` mapped `len` bytes of `fd` at file `offset` to `addr`.
-    Map {
-        /// fd passed.
-        fd: i32,
-        /// Guest address.
-        addr: u32,
-        /// Length.
-        len: u32,
-        /// File offset.
-        offset: u32,
-    },
-    /// `HAP_mmap` failed.
-    MapFailed {
-        /// fd passed.
-        fd: i32,
-        /// Length asked for.
-        len: u32,
-        /// Why.
-        reason: &'static str,
-    },
-    /// `HAP_munmap(addr, len)`; `matched` false: no live mapping had exactly these, nothing was
-    /// unmapped and the call returned an error.
-    Unmap {
-        /// Address passed.
-        addr: u32,
-        /// Length passed.
-        len: u32,
-        /// Whether it matched a live mapping.
-        matched: bool,
-    },
+    /// A map, a failed map or an unmap: recorded in the bench's ledger as it is.
+    Ledger(LedgerEvent),
     /// `HAP_power_set` with this request type (accepted, no effect).
     Power {
         /// The request's first word.
@@ -139,9 +113,9 @@ impl HapEvent {
     fn decode(w: [u32; 5]) -> HapEvent {
         let [kind, fd, addr, len, arg] = w;
         match kind {
-            1 => HapEvent::Map { fd: fd as i32, addr, len, offset: arg },
-            2 => HapEvent::MapFailed { fd: fd as i32, len, reason: map_failed_reason(arg) },
-            3 => HapEvent::Unmap { addr, len, matched: arg == 1 },
+            1 => HapEvent::Ledger(LedgerEvent::Map { fd: fd as i32, addr, len, offset: arg }),
+            2 => HapEvent::Ledger(LedgerEvent::MapFailed { fd: fd as i32, len, reason: map_failed_reason(arg) }),
+            3 => HapEvent::Ledger(LedgerEvent::Unmap { addr, len, matched: arg == 1 }),
             4 => HapEvent::Power { request_type: arg },
             5 => HapEvent::Dropped { count: arg },
             k => HapEvent::Unknown(k),
@@ -309,7 +283,10 @@ mod tests {
         assert_eq!(r.outs, vec![b"hello".to_vec()]);
         assert_eq!(
             r.events,
-            vec![HapEvent::Map { fd: 7, addr: 0x1000, len: 4096, offset: 0 }, HapEvent::Unmap { addr: 0x1040, len: 64, matched: false }]
+            vec![
+                HapEvent::Ledger(LedgerEvent::Map { fd: 7, addr: 0x1000, len: 4096, offset: 0 }),
+                HapEvent::Ledger(LedgerEvent::Unmap { addr: 0x1040, len: 64, matched: false })
+            ]
         );
         assert_eq!(r.live_mappings, 1);
         rsp[0] ^= 1;
