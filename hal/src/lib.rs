@@ -32,12 +32,18 @@
 mod deadline;
 mod error;
 mod fd;
+mod image;
 pub mod ion;
 mod session;
+#[cfg(feature = "std")]
+mod shared;
 pub mod stages;
 
 pub use error::{Cause, ErrorKind, HalError, Stage};
 pub use fd::OwnedFd;
+pub use image::LibraryImage;
 pub use ion::{BufferView, IonLease, LeaseMemory};
 pub use session::{ImageRegistry, Library, Session, DLERROR_LEN, MAX_LIBRARIES, MAX_NAME};
+#[cfg(feature = "std")]
+pub use shared::{SharedLease, SharedLibrary};
 pub use stages::{ChannelOpened, IonOpened, ProcessCreated, ShellStaged};

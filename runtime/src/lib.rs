@@ -6,8 +6,13 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
-/// The kernel-launch ABI (v1 and v2) from one table: host packer, DSP entry generator, build step.
+#[cfg(feature = "std")]
+extern crate std;
+
 pub mod launch;
+
+pub mod kernel;
+pub use kernel::{Kernel, KernelLibrary, LaunchError};
 
 /// Glue with the HAL: HAL buffer views launch kernels, the reverse service publishes library
 /// images for HAL sessions.
