@@ -12,7 +12,7 @@
 //!   reverse file service). The simulated DSP fetches it through the reverse file service as
 //!   always; when the fetched bytes are an executor image ([`is_executor_image`]) it starts the
 //!   image under qemu-hexagon ([`process`]) instead of looking up a Rust
-//!   [`LibraryModel`](crate::LibraryModel).
+//!   [`LibraryModel`].
 //! * Each invoke on that library's handle is sent to the runtime ([`wire`]): the in/out buffer
 //!   copies the kernel driver made, and for every handle argument the fd number plus
 //!   `/proc/<bench pid>/fd/<memfd>`, which the runtime opens and `mmap2`s `MAP_SHARED`, so the
@@ -25,7 +25,7 @@
 //!   session needs `recover()`, as after a real DSP subsystem restart. A non-zero return of the
 //!   entry is returned as the AEE code, as on a device.
 //! * [`model`] runs a fixed small network through the whole stack (HAL session, reverse service,
-//!   runtime packer), compares every node with [`reference`] and measures latency.
+//!   runtime packer), compares every node with [`reference`](mod@reference) and measures latency.
 //!
 //! # Where qemu-hexagon differs from a cDSP
 //!

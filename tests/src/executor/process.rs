@@ -1,5 +1,5 @@
 //! One executor: a qemu-hexagon process running a library image built by [`build`](super::build),
-//! spoken to over its stdin/stdout pipes ([`wire`](super::wire)).
+//! spoken to over its stdin/stdout pipes ([`super::wire`]).
 //!
 //! A reader thread turns the runtime's stdout into messages on a channel, so every wait has a
 //! bound ([`BenchConfig::executor_timeout`](crate::BenchConfig::executor_timeout)): a hung kernel,
