@@ -64,7 +64,13 @@ fn every_crate_is_described_with_its_real_name_edition_and_root() {
         let is_bin = dir == "android";
         // The C ABI's crate is `hexrpc` (libhexrpc.so), a rust_ffi module.
         let is_ffi = dir == "bindings/c";
-        let kind = if is_bin { "rust_binary" } else if is_ffi { "rust_ffi" } else { "rust_library" };
+        let kind = if is_bin {
+            "rust_binary"
+        } else if is_ffi {
+            "rust_ffi"
+        } else {
+            "rust_library"
+        };
         let crate_name = if is_bin || is_ffi { "hexrpc".to_string() } else { package.replace('-', "_") };
         let src = if is_bin { format!("{dir}/src/main.rs") } else { format!("{dir}/src/lib.rs") };
         assert!(root().join(&src).exists(), "{src}");

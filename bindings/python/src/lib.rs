@@ -460,9 +460,10 @@ impl Library {
         if let Some(scalars) = scalars {
             for (i, v) in scalars.try_iter()?.enumerate() {
                 let v = v?;
-                let ty = *self.types.get(i).ok_or_else(|| {
-                    py_err(Failure::refused(format!("more scalars than the signature's {}", self.types.len())))
-                })?;
+                let ty = *self
+                    .types
+                    .get(i)
+                    .ok_or_else(|| py_err(Failure::refused(format!("more scalars than the signature's {}", self.types.len()))))?;
                 sc.push(scalar(ty, &v, i)?);
             }
         }
