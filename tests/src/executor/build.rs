@@ -143,6 +143,8 @@ impl core::fmt::Display for BuildError {
     }
 }
 
+impl std::error::Error for BuildError {}
+
 /// True if `image` is a static Hexagon executable carrying the runtime's marker (what the
 /// bench's DSP starts under qemu-hexagon instead of looking up a Rust model).
 pub fn is_executor_image(image: &[u8]) -> bool {
