@@ -275,7 +275,9 @@ mod served {
 
         /// [`open_kernel`](Self::open_kernel) for a kernel that holds shares of the session and
         /// of the reverse service instead of borrows (`'static`: for bindings and long-lived
-        /// tables).
+        /// tables). The kernel keeps the session's resources alive, but the reverse-RPC listener
+        /// and the channel stop with this `ServedSession`: launches made after it was dropped
+        /// fail (with an error), so keep it as long as the kernel is used.
         pub fn open_kernel_shared(
             &self,
             name: &str,
@@ -287,7 +289,9 @@ mod served {
             Ok(Kernel::new(library, signature, abi))
         }
 
-        /// Allocates a lease that holds a share of the session instead of a borrow.
+        /// Allocates a lease that holds a share of the session instead of a borrow (its memory
+        /// stays valid after this `ServedSession` is dropped; see
+        /// [`open_kernel_shared`](Self::open_kernel_shared) for launches).
         pub fn alloc_shared(&self, len: usize) -> Result<SharedLease<S>, HalError> {
             self.session.alloc_shared(len)
         }
