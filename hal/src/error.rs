@@ -78,8 +78,9 @@ pub enum Cause {
     Refused(Refusal),
 }
 
-/// Longest loader reason a [`Refusal`] keeps (longer texts are cut at a character boundary).
-pub const REFUSAL_TEXT: usize = 160;
+/// Longest loader reason a [`Refusal`] keeps (longer texts are cut at a character boundary). The
+/// bound keeps [`HalError`] `Copy` and within 128 bytes (it is returned on every path).
+pub const REFUSAL_TEXT: usize = 100;
 
 /// Why the DSP refused to load a library: the AEE code of the remotectl open (with the DSP's
 /// offset removed) and the text the loader put in the open's dlerror buffer, copied (no
@@ -259,6 +260,8 @@ impl fmt::Display for HalError {
 }
 
 impl core::error::Error for HalError {}
+
+const _: () = assert!(core::mem::size_of::<HalError>() <= 128, "HalError stays small enough to return by value");
 
 #[cfg(test)]
 mod tests {
