@@ -562,3 +562,41 @@ fn shell_libm_and_division_helpers_meet_their_stated_bounds() {
         );
     }
 }
+
+/// PT_LOAD segments are protected: a kernel that writes into its own read-only data (a 64 KiB
+/// page holding nothing but `.rodata`) faults, which is a DSP restart; reading it works.
+#[test]
+fn read_only_segments_are_protected() {
+    let Some(tc) = tools() else { return };
+    let dir = work("protect");
+    let src = dir.join("scribble.c");
+    std::fs::write(
+        &src,
+        "static const unsigned char table[200000] = {[70000] = 42};\n\
+         void scribble(unsigned char *out, unsigned int mode) {\n\
+           if (mode == 0) out[0] = ((const volatile unsigned char *)table)[70000];\n\
+           else ((volatile unsigned char *)table)[70000] = 1;\n\
+         }\n",
+    )
+    .unwrap();
+    let out = dir.join("scribble.so");
+    let opts = BuildOptions { clang: tc.clang.clone(), lld: tc.lld.clone(), ..BuildOptions::default() };
+    build_library(&src, &Signature::parse("buf,u32").unwrap(), &out, &opts).expect("build-lib");
+    let image = leak(std::fs::read(&out).unwrap());
+    let bench = Bench::new();
+    let stack = Stack::start(bench.clone()).expect("stack");
+    let lib = stack.open("scribble", image).unwrap();
+    let lease = stack.session().alloc(4096).unwrap();
+    let v = lease.view(0, 1).unwrap();
+    let sig = Signature::parse("buf,u32").unwrap();
+    model::launch(&lib, &sig, &[&v], &[Scalar::U32(0)]).expect("read");
+    let mut b = [0u8; 1];
+    v.read(&mut b).unwrap();
+    assert_eq!(b, [42]);
+    match model::launch(&lib, &sig, &[&v], &[Scalar::U32(1)]) {
+        Err(model::ModelError::Hal(e)) => assert_eq!(e.cause, Cause::DspRestart, "{e}"),
+        other => panic!("a write into .rodata must fault: {other:?}"),
+    }
+    stack.session().recover().expect("recover");
+    model::launch(&lib, &sig, &[&v], &[Scalar::U32(0)]).expect("read after recovery");
+}
