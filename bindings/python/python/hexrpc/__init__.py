@@ -29,6 +29,7 @@ from ._hexrpc import (
     Unavailable,
     View,
     __version__,
+    bench_build_library,
     bench_kernel_image,
     bench_model_image,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "Unavailable",
     "View",
     "__version__",
+    "bench_build_library",
     "bench_kernel_image",
     "bench_model_image",
 ]
