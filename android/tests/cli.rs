@@ -321,7 +321,21 @@ fn probe_device_names_the_missing_node() {
 /// Runs the binary in `dir` (for relative operands), like [`hexrpc`].
 fn hexrpc_in(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
     let bin = env!("CARGO_BIN_EXE_hexrpc");
-    Command::new(bin).args(args).current_dir(dir).env_remove("HEXRPC_LOG").output().expect("run hexrpc")
+    let direct = Command::new(bin).args(args).current_dir(dir).env_remove("HEXRPC_LOG").output();
+    let exec_failed = match &direct {
+        Err(e) => e.raw_os_error() == Some(8),
+        Ok(o) => o.status.code() == Some(127) && o.stdout.is_empty() && o.stderr.is_empty(),
+    };
+    if exec_failed && cfg!(target_arch = "aarch64") {
+        return Command::new("qemu-aarch64")
+            .args(["-L", "/usr/aarch64-linux-gnu", bin])
+            .args(args)
+            .current_dir(dir)
+            .env_remove("HEXRPC_LOG")
+            .output()
+            .expect("run hexrpc under qemu-aarch64");
+    }
+    direct.expect("run hexrpc")
 }
 
 fn stderr_of(o: &std::process::Output) -> String {
