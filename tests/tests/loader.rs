@@ -141,10 +141,12 @@ fn build_lib_output_runs_through_hal_and_runtime_with_offset_views() {
     assert!(executor::is_shared_library(image));
     let bench = Bench::new();
     let stack = Stack::start(bench.clone()).expect("stack");
+    // The shell executable is built (or found in the cache) first: the figure is the load only.
+    executor::build_shell(&tc).expect("shell");
     let t0 = Instant::now();
     let lib = stack.open("add_f32", image).expect("open the build-lib .so");
     println!(
-        "FIGURE library load (open_library of a {} byte build-lib .so, first load starts the shell): {:?} host wall time",
+        "FIGURE library load (open_library of a {} byte build-lib .so, first load starts the qemu-hexagon shell): {:?} host wall time, emulated",
         image.len(),
         t0.elapsed()
     );
@@ -171,7 +173,7 @@ fn build_lib_output_runs_through_hal_and_runtime_with_offset_views() {
     // Load time once the shell runs (a second library in the same process).
     let t1 = Instant::now();
     let again = stack.open("add_f32b", image).expect("second open");
-    println!("FIGURE library load (shell already running): {:?} host wall time", t1.elapsed());
+    println!("FIGURE library load (shell already running): {:?} host wall time, emulated", t1.elapsed());
     drop(again);
 }
 
@@ -408,6 +410,9 @@ void mathk(const float *x, float *o, unsigned int n) {
     r[10] = roundf(v); r[11] = fabsf(v); r[12] = fmaxf(v, 0.5f); r[13] = fminf(v, 0.5f);
   }
 }
+void fsqrt(const float *x, float *o, unsigned int n) {
+  for (unsigned int i = 0; i < n; i++) o[i] = __builtin_sqrtf(x[i]);
+}
 void divk(const int *a, const int *b, int *o32, long long *o64, unsigned int n) {
   for (unsigned int i = 0; i < n; i++) {
     const int x = a[i], y = b[i];
@@ -447,20 +452,25 @@ fn shell_libm_and_division_helpers_meet_their_stated_bounds() {
     let dir = work("libm");
     let src = dir.join("mathk.c");
     std::fs::write(&src, MATH_KERNEL).unwrap();
-    let build = |kernel: &str, sig: &str| -> &'static [u8] {
+    let build_with = |kernel: &str, sig: &str, flag: &str| -> &'static [u8] {
         let out = dir.join(format!("{kernel}.so"));
         let opts = BuildOptions {
             kernel_name: Some(kernel.into()),
             clang: tc.clang.clone(),
             lld: tc.lld.clone(),
-            kernel_cflags: vec!["-ffp-contract=off".into()],
+            kernel_cflags: vec![flag.into()],
             ..BuildOptions::default()
         };
         build_library(&src, &Signature::parse(sig).unwrap(), &out, &opts).expect("build-lib");
         leak(std::fs::read(&out).unwrap())
     };
+    let build = |kernel: &str, sig: &str| build_with(kernel, sig, "-ffp-contract=off");
     let mathk = build("mathk", "buf,buf,u32");
     let divk = build("divk", "buf,buf,buf,buf,u32");
+    // Under -ffast-math clang calls __hexagon_sqrtf instead of sqrtf.
+    let fsqrt = build_with("fsqrt", "buf,buf,u32", "-ffast-math");
+    let fsqrt_imports = hexrpc_runtime::launch::build::parse_elf(fsqrt).unwrap().imports;
+    assert!(fsqrt_imports.iter().any(|i| i == "__hexagon_sqrtf"), "{fsqrt_imports:?}");
     let bench = Bench::new();
     let stack = Stack::start(bench.clone()).expect("stack");
 
@@ -525,6 +535,17 @@ fn shell_libm_and_division_helpers_meet_their_stated_bounds() {
     for k in 7..14 {
         assert_eq!(worst[k], 0, "{} is exact", names[k]);
     }
+
+    let lib = stack.open("fsqrt", fsqrt).unwrap();
+    let positive: Vec<f32> = (0..64).map(|i| i as f32 * 1.7 + 0.25).collect();
+    let mut pin = stack.session().alloc(4096).unwrap();
+    pin.write_at(0, &f32_bytes(&positive)).unwrap();
+    let pout = stack.session().alloc(4096).unwrap();
+    let (pi, po) = (pin.view(0, 256).unwrap(), pout.view(0, 256).unwrap());
+    model::launch(&lib, &Signature::parse("buf,buf,u32").unwrap(), &[&pi, &po], &[Scalar::U32(64)]).expect("fsqrt");
+    let mut raw = vec![0u8; 256];
+    po.read(&mut raw).unwrap();
+    assert_eq!(f32s_of(&raw), positive.iter().map(|x| x.sqrt()).collect::<Vec<_>>());
 
     // Integer division helpers, 32 and 64 bits, signed and unsigned.
     let m = 500usize;

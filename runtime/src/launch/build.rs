@@ -104,6 +104,7 @@ pub const DSP_PROVIDED_SYMBOLS: &[&str] = &[
     "__hexagon_moddi3",
     "__hexagon_umoddi3",
     "__hexagon_memcpy_likely_aligned_min32bytes_mult8bytes",
+    "__hexagon_sqrtf",
     "sqrtf",
     "fabsf",
     "floorf",

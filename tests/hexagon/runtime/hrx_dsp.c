@@ -270,6 +270,7 @@ static const struct hrx_export hrx_exports[] = {
     HRX_EXPORT(__hexagon_moddi3),
     HRX_EXPORT(__hexagon_umoddi3),
     HRX_EXPORT(__hexagon_memcpy_likely_aligned_min32bytes_mult8bytes),
+    HRX_EXPORT(__hexagon_sqrtf),
     HRX_EXPORT(sqrtf),
     HRX_EXPORT(fabsf),
     HRX_EXPORT(floorf),

@@ -7,7 +7,8 @@
  *    division and remainder (__hexagon_{,u}{div,mod}{si,di}3: restoring shift-subtract division;
  *    division by zero gives all ones as quotient and the dividend as remainder, the overflowing
  *    INT_MIN / -1 gives INT_MIN and remainder 0) and __hexagon_memcpy_likely_aligned_min32bytes_
- *    mult8bytes (a memcpy). The double-precision helpers (__hexagon_adddf3, __hexagon_muldf3,
+ *    mult8bytes (a memcpy), __hexagon_sqrtf (clang's call for sqrtf under -ffast-math: sqrtf). The
+ *    double-precision helpers (__hexagon_adddf3, __hexagon_muldf3,
  *    __hexagon_divdf3, ...) are NOT provided: a library that needs them is refused at load time
  *    with the helper's name, and `hexrpc build-lib` refuses to produce it;
  *  - a libm subset, with the accuracy the executor tests check (f32 results against an f64
@@ -169,6 +170,9 @@ static float float_of(unsigned int u) {
 static float hrx_nan(void) { return float_of(0x7fc00000u); }
 
 float fabsf(float x) { return float_of(bits_of(x) & 0x7fffffffu); }
+
+/* What clang calls for sqrtf under -ffast-math. */
+float __hexagon_sqrtf(float x) { return sqrtf(x); }
 
 float truncf(float x) {
   const unsigned int u = bits_of(x);
