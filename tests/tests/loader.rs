@@ -413,6 +413,11 @@ void mathk(const float *x, float *o, unsigned int n) {
 void fsqrt(const float *x, float *o, unsigned int n) {
   for (unsigned int i = 0; i < n; i++) o[i] = __builtin_sqrtf(x[i]);
 }
+void dops(const double *a, const double *b, double *o, unsigned int n) {
+  for (unsigned int i = 0; i < n; i++) {
+    o[4 * i] = a[i] + b[i]; o[4 * i + 1] = a[i] - b[i]; o[4 * i + 2] = a[i] * b[i]; o[4 * i + 3] = a[i] / b[i];
+  }
+}
 void divk(const int *a, const int *b, int *o32, long long *o64, unsigned int n) {
   for (unsigned int i = 0; i < n; i++) {
     const int x = a[i], y = b[i];
@@ -546,6 +551,80 @@ fn shell_libm_and_division_helpers_meet_their_stated_bounds() {
     let mut raw = vec![0u8; 256];
     po.read(&mut raw).unwrap();
     assert_eq!(f32s_of(&raw), positive.iter().map(|x| x.sqrt()).collect::<Vec<_>>());
+
+    // Double arithmetic helpers, bit for bit against the host's f64.
+    let dops = build("dops", "buf,buf,buf,u32");
+    let dimports = hexrpc_runtime::launch::build::parse_elf(dops).unwrap().imports;
+    for h in ["__hexagon_adddf3", "__hexagon_subdf3", "__hexagon_muldf3", "__hexagon_divdf3"] {
+        assert!(dimports.iter().any(|i| i == h), "{h} in {dimports:?}");
+    }
+    let specials = [
+        0.0f64,
+        -0.0,
+        1.0,
+        -1.0,
+        0.5,
+        3.0,
+        f64::MIN_POSITIVE,
+        5e-324,
+        -5e-324,
+        2.2e-308,
+        f64::MAX,
+        -f64::MAX,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        f64::NAN,
+        1e308,
+        1e-300,
+        0.1,
+        1.0 / 3.0,
+    ];
+    let mut da: Vec<f64> = Vec::new();
+    let mut db: Vec<f64> = Vec::new();
+    for &x in &specials {
+        for &y in &specials {
+            da.push(x);
+            db.push(y);
+        }
+    }
+    let mut bits64 = || (rng.next_u32() as u64) << 32 | rng.next_u32() as u64;
+    for k in 0..1500 {
+        let (x, y) = match k % 3 {
+            0 => (f64::from_bits(bits64()), f64::from_bits(bits64())),
+            // Close magnitudes (cancellation) and subnormal ranges.
+            1 => {
+                let x = f64::from_bits(bits64() >> 2);
+                (x, -x * (1.0 + f64::from_bits(0x3cb0_0000_0000_0000) * (k % 7) as f64))
+            }
+            _ => (f64::from_bits(bits64() & 0x001f_ffff_ffff_ffff), f64::from_bits(bits64() & 0x802f_ffff_ffff_ffff)),
+        };
+        da.push(x);
+        db.push(y);
+    }
+    let dn = da.len();
+    let lib = stack.open("dops", dops).unwrap();
+    let mut dins = stack.session().alloc(16 * dn).unwrap();
+    dins.write_at(0, &da.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>()).unwrap();
+    dins.write_at(8 * dn, &db.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>()).unwrap();
+    let douts = stack.session().alloc(32 * dn).unwrap();
+    let (dva, dvb, dvo) = (dins.view(0, 8 * dn).unwrap(), dins.view(8 * dn, 8 * dn).unwrap(), douts.view(0, 32 * dn).unwrap());
+    model::launch(&lib, &Signature::parse("buf,buf,buf,u32").unwrap(), &[&dva, &dvb, &dvo], &[Scalar::U32(dn as u32)]).expect("dops");
+    let mut draw = vec![0u8; 32 * dn];
+    dvo.read(&mut draw).unwrap();
+    for i in 0..dn {
+        let (x, y) = (da[i], db[i]);
+        let got = |k: usize| f64::from_le_bytes(draw[32 * i + 8 * k..32 * i + 8 * k + 8].try_into().unwrap());
+        for (k, (op, want)) in [("+", x + y), ("-", x - y), ("*", x * y), ("/", x / y)].into_iter().enumerate() {
+            let g = got(k);
+            assert!(
+                if want.is_nan() { g.is_nan() } else { g.to_bits() == want.to_bits() },
+                "{x:e} {op} {y:e} = {g:e} ({:#018x}), want {want:e} ({:#018x})",
+                g.to_bits(),
+                want.to_bits()
+            );
+        }
+    }
+    println!("double helpers: {} operand pairs x 4 operations bit-exact", dn);
 
     // Integer division helpers, 32 and 64 bits, signed and unsigned.
     let m = 500usize;
