@@ -700,3 +700,35 @@ fn read_only_segments_are_protected() {
     stack.session().recover().expect("recover");
     model::launch(&lib, &sig, &[&v], &[Scalar::U32(0)]).expect("read after recovery");
 }
+
+/// A constructor that never returns is bounded by the executor timeout: the shell is killed, the
+/// DSP restarts, and recovery works.
+#[test]
+fn a_hanging_constructor_is_bounded() {
+    let Some(tc) = tools() else { return };
+    let dir = work("hang");
+    let src = entry_and_kernel(
+        "buf,buf,u32",
+        "scale",
+        &format!(
+            "{SCALE}static void spin(void) {{ for (volatile int i = 0; ; i++) {{ }} }}\n\
+             __attribute__((section(\".init_array\"), used)) static void (*const spin_ctor)(void) = spin;\n"
+        ),
+        &EntryOptions::V2,
+    );
+    let spin = build_tinygrad_style(&tc, &dir, "spin", &src).unwrap();
+    let good = build_tinygrad_style(&tc, &dir, "good", &entry_and_kernel("buf,buf,u32", "scale", SCALE, &EntryOptions::V2)).unwrap();
+    let bench =
+        Bench::with_config(hexrpc_bench::BenchConfig { executor_timeout: std::time::Duration::from_millis(1500), ..Default::default() });
+    let stack = Stack::start(bench.clone()).expect("stack");
+    executor::build_shell(&tc).unwrap();
+    let t0 = Instant::now();
+    match stack.open("spin", spin) {
+        Err(model::ModelError::Hal(e)) => assert_eq!(e.cause, Cause::DspRestart, "{e}"),
+        other => panic!("{:?}", other.map(|_| ())),
+    }
+    let took = t0.elapsed();
+    assert!(took >= std::time::Duration::from_millis(1400) && took < std::time::Duration::from_secs(10), "{took:?}");
+    stack.session().recover().expect("recover");
+    drop(stack.open("good", good).expect("a good library after the hang"));
+}
