@@ -477,6 +477,9 @@ impl Library {
                 sc.push(scalar(ty, &v, i)?);
             }
         }
+        if deadline_ms == Some(0) {
+            return Err(py_err(Failure::invalid("launch-pack", "deadline_ms must be positive (None: no deadline)")));
+        }
         let deadline = deadline_ms.map(|ms| Duration::from_millis(u64::from(ms)));
         py.detach(|| {
             let mut args: [Option<ViewArg<'_>>; MAX_BUFFERS] = Default::default();

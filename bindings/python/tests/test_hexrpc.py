@@ -93,6 +93,37 @@ def test_errors_carry_stage_and_cause(sess):
         hexrpc.Session.open(board="no-such-board")
 
 
+def test_launches_from_several_threads(sess):
+    import threading
+
+    lib = sess.open_library(hexrpc.bench_model_image("add_u8"), signature="buf,buf,u32")
+    lease = sess.alloc(64 * 1024)
+    mem = np.frombuffer(lease, dtype=np.uint8)
+    mem[:256] = np.arange(256, dtype=np.uint8)
+    errors = []
+
+    def worker(t):
+        try:
+            out = lease.view(4096 * (t + 1) + t, 256)  # each thread its own output, odd offsets
+            for k in range(50):
+                lib.launch([lease.view(0, 256), out], [k])
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    for t in range(4):
+        start = 4096 * (t + 1) + t
+        np.testing.assert_array_equal(mem[start : start + 256], (np.arange(256) + 49).astype(np.uint8))
+    with pytest.raises(hexrpc.InvalidArgument):
+        lib.launch([lease.view(0, 8), lease.view(8, 8)], [1], deadline_ms=0)
+    del mem
+
+
 def test_restart_and_recovery(sess):
     lib = sess.open_library(hexrpc.bench_model_image("add_u8"), signature="buf,buf,u32")
     lease = sess.alloc(4096)
