@@ -301,7 +301,7 @@ pub unsafe extern "C" fn hexrpc_session_open(board: *const c_char, out: *mut *mu
             return Err(Failure::null("out"));
         }
         let s = objects::SessionObj::open_device(board)?;
-        let h = table::insert(Obj::Session(Arc::new(s)));
+        let h = table::insert(Obj::Session(Arc::new(s)))?;
         // SAFETY: `out` is non-null and valid for one write (the caller's contract).
         unsafe { write_out(out, handle_ptr(h), "out") }
     })
@@ -325,7 +325,7 @@ pub unsafe extern "C" fn hexrpc_session_open_bench(flags: u32, out: *mut *mut he
             return Err(Failure::invalid("argument", format!("unknown bench flags {flags:#x}")));
         }
         let s = objects::SessionObj::open_bench(flags & HEXRPC_BENCH_EXECUTOR != 0, flags & HEXRPC_BENCH_RETURNING_LAUNCHES != 0)?;
-        let h = table::insert(Obj::Session(Arc::new(s)));
+        let h = table::insert(Obj::Session(Arc::new(s)))?;
         // SAFETY: `out` is non-null and valid for one write (the caller's contract).
         unsafe { write_out(out, handle_ptr(h), "out") }
     })
@@ -393,7 +393,7 @@ pub unsafe extern "C" fn hexrpc_lease_alloc(session: *mut hexrpc_session, length
         }
         let s = table::session(handle_value(session))?;
         let lease = s.alloc(length)?;
-        let h = table::insert(Obj::Lease(Arc::new(lease)));
+        let h = table::insert(Obj::Lease(Arc::new(lease)))?;
         // SAFETY: the caller's contract.
         unsafe { write_out(out, handle_ptr(h), "out") }
     })
@@ -466,7 +466,7 @@ pub unsafe extern "C" fn hexrpc_library_open(
         let image = unsafe { std::slice::from_raw_parts(bytes, length) }.to_vec();
         let s = table::session(handle_value(session))?;
         let k = s.open_library(name, image, signature, abi_opt(abi)?)?;
-        let h = table::insert(Obj::Kernel(Arc::new(k)));
+        let h = table::insert(Obj::Kernel(Arc::new(k)))?;
         // SAFETY: the caller's contract.
         unsafe { write_out(out, handle_ptr(h), "out") }
     })
@@ -495,7 +495,7 @@ pub unsafe extern "C" fn hexrpc_library_open_path(
         }
         let s = table::session(handle_value(session))?;
         let k = s.open_library_path(std::path::Path::new(path), signature, abi_opt(abi)?)?;
-        let h = table::insert(Obj::Kernel(Arc::new(k)));
+        let h = table::insert(Obj::Kernel(Arc::new(k)))?;
         // SAFETY: the caller's contract.
         unsafe { write_out(out, handle_ptr(h), "out") }
     })

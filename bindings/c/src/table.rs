@@ -41,34 +41,44 @@ fn write() -> std::sync::RwLockWriteGuard<'static, Table> {
     TABLE.write().unwrap_or_else(|p| p.into_inner())
 }
 
-/// A handle's value: `(index + 1) << 32 | generation`; never 0.
+/// Bits of a handle's value that hold the generation (half a pointer).
+const SHIFT: u32 = usize::BITS / 2;
+const GEN_MASK: u64 = (1 << SHIFT) - 1;
+
+/// A handle's value: `(index + 1) << SHIFT | generation` (generation modulo `1 << SHIFT`); never
+/// 0, and it fits a pointer on 32- and 64-bit targets.
 fn encode(index: u32, generation: u32) -> u64 {
-    ((u64::from(index) + 1) << 32) | u64::from(generation)
+    ((u64::from(index) + 1) << SHIFT) | (u64::from(generation) & GEN_MASK)
 }
 
 fn decode(h: u64) -> Option<(usize, u32)> {
-    let index = (h >> 32).checked_sub(1)?;
-    Some((index as usize, h as u32))
+    let index = (h >> SHIFT).checked_sub(1)?;
+    Some((index as usize, (h & GEN_MASK) as u32))
 }
 
+/// Most entries the table holds: every index must fit the upper half of a pointer.
+const MAX_ENTRIES: usize = (1usize << (usize::BITS - SHIFT)) - 2;
+
 /// Stores `obj` and returns its handle value.
-pub fn insert(obj: Obj) -> u64 {
+pub fn insert(obj: Obj) -> Result<u64, Failure> {
     let mut t = write();
     if let Some(i) = t.free.pop() {
         let e = &mut t.entries[i as usize];
         e.obj = Some(obj);
-        encode(i, e.generation)
+        Ok(encode(i, e.generation))
+    } else if t.entries.len() >= MAX_ENTRIES {
+        Err(Failure::other("handle", format!("more than {MAX_ENTRIES} live handles")))
     } else {
         let i = t.entries.len() as u32;
         t.entries.push(Entry { generation: 1, obj: Some(obj) });
-        encode(i, 1)
+        Ok(encode(i, 1))
     }
 }
 
 fn lookup(t: &Table, h: u64) -> Option<&Obj> {
     let (i, g) = decode(h)?;
     let e = t.entries.get(i)?;
-    if e.generation == g {
+    if u64::from(e.generation) & GEN_MASK == u64::from(g) {
         e.obj.as_ref()
     } else {
         None
@@ -139,7 +149,7 @@ pub fn kernel_and_leases<const N: usize>(
 pub fn remove(h: u64, is_kind: fn(&Obj) -> bool, what: &'static str) -> Result<Vec<Obj>, Failure> {
     let mut t = write();
     let Some((i, g)) = decode(h) else { return Err(Failure::handle(what)) };
-    let ok = t.entries.get(i).is_some_and(|e| e.generation == g && e.obj.as_ref().is_some_and(is_kind));
+    let ok = t.entries.get(i).is_some_and(|e| u64::from(e.generation) & GEN_MASK == u64::from(g) && e.obj.as_ref().is_some_and(is_kind));
     if !ok {
         return Err(Failure::handle(what));
     }
@@ -172,7 +182,11 @@ pub fn remove(h: u64, is_kind: fn(&Obj) -> bool, what: &'static str) -> Result<V
 fn take(t: &mut Table, i: usize) -> Option<Obj> {
     let e = t.entries.get_mut(i)?;
     let obj = e.obj.take()?;
-    e.generation = e.generation.wrapping_add(1).max(1);
+    // Never 0 modulo the mask, so a handle value is never a small integer.
+    e.generation = e.generation.wrapping_add(1);
+    if u64::from(e.generation) & GEN_MASK == 0 {
+        e.generation = e.generation.wrapping_add(1);
+    }
     t.free.push(i as u32);
     Some(obj)
 }
