@@ -1,5 +1,7 @@
 //! The hexrpc runtime: the kernel-launch ABI (host packer and DSP entry generator, from one
-//! table) and the hardened reverse file service that answers the DSP's file requests.
+//! table), one-call launches on top of it ([`kernel`]: a library opened with its kernel's
+//! signature and ABI, from its build record or given, launches with views and scalars in one
+//! call), and the hardened reverse file service that answers the DSP's file requests.
 //!
 //! Fixed capacity and allocation-free in the request and launch paths.
 //!
