@@ -9,7 +9,7 @@ use rustix::io;
 use rustix::ioctl::{Ioctl, IoctlOutput, Opcode};
 use rustix::mm::{self, MapFlags, ProtFlags};
 
-use crate::{Errno, Fd, FileStat, OpenFlags, Prot, Syscalls};
+use crate::{BorrowedFd as SeamBorrowedFd, Errno, Fd, FileStat, OpenFlags, OwnedFd as SeamOwnedFd, Prot, Syscalls};
 
 /// The real OS, through rustix (raw Linux system calls on glibc/musl targets, libc on Android).
 #[derive(Clone, Copy, Debug, Default)]
@@ -75,7 +75,7 @@ unsafe impl Ioctl for RawIoctl {
 
 // SAFETY: every method is the Linux system call of the same name.
 unsafe impl Syscalls for RustixSys {
-    fn open(&self, path: &CStr, flags: OpenFlags) -> Result<Fd, Errno> {
+    fn open(&self, path: &CStr, flags: OpenFlags) -> Result<SeamOwnedFd, Errno> {
         let mut o = OFlags::CLOEXEC;
         o |= if flags.read_write { OFlags::RDWR } else { OFlags::RDONLY };
         if flags.nonblock {
@@ -85,15 +85,17 @@ unsafe impl Syscalls for RustixSys {
             o |= OFlags::NOFOLLOW;
         }
         let fd = fs::open(path, o, Mode::empty()).map_err(errno)?;
-        Ok(Fd(fd.into_raw_fd()))
+        // SAFETY: a descriptor the kernel just opened for us; ownership passes to the caller.
+        Ok(unsafe { SeamOwnedFd::from_raw(Fd(fd.into_raw_fd())) })
     }
 
-    fn close(&self, fd: Fd) -> Result<(), Errno> {
+    fn close(&self, fd: SeamOwnedFd) -> Result<(), Errno> {
+        let fd = fd.into_raw();
         if fd.0 < 0 {
             return Err(Errno::EBADF);
         }
-        // SAFETY: the caller hands us ownership of the number (the seam's `close` consumes it);
-        // dropping the OwnedFd closes it once.
+        // SAFETY: the caller hands us ownership of the number (the seam's `close` consumes the
+        // token); dropping the OwnedFd closes it once.
         drop(unsafe { OwnedFd::from_raw_fd(fd.0) });
         Ok(())
     }
@@ -151,12 +153,13 @@ unsafe impl Syscalls for RustixSys {
         }
     }
 
-    fn retire(&self, fd: Fd) -> Result<(), Errno> {
+    fn retire(&self, fd: SeamBorrowedFd<'_>) -> Result<(), Errno> {
+        let fd = fd.raw();
         if fd.0 < 0 {
             return Err(Errno::EBADF);
         }
         let null = fs::open(c"/dev/null", OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()).map_err(errno)?;
-        // SAFETY: the number is the caller's open descriptor (trait contract); wrapping it in a
+        // SAFETY: the number is borrowed from its owner (`BorrowedFd`); wrapping it in a
         // `ManuallyDrop` makes the `OwnedFd` never close it, so ownership stays with the caller.
         let mut target = core::mem::ManuallyDrop::new(unsafe { OwnedFd::from_raw_fd(fd.0) });
         // dup2 replaces the number atomically; close-on-exec is set again afterwards (a child
@@ -217,10 +220,10 @@ mod tests {
         let mut word = 0u32;
         let req = crate::ioc::iowr::<u32>(b'R', 8);
         // SAFETY: `word` is a live u32, the size the request declares.
-        let r = unsafe { sys.ioctl(fd, req, (&mut word as *mut u32).cast()) };
+        let r = unsafe { sys.ioctl(fd.raw(), req, (&mut word as *mut u32).cast()) };
         // ENOTTY on a real kernel; qemu-user answers ENOSYS for ioctls it does not know.
         assert!(matches!(r, Err(Errno::ENOTTY) | Err(Errno::ENOSYS)), "{r:?}");
-        let st = sys.fstat(fd).expect("fstat");
+        let st = sys.fstat(fd.raw()).expect("fstat");
         assert!(st.is_char_device());
         sys.close(fd).expect("close");
         assert_eq!(sys.fstat(Fd(-1)), Err(Errno::EBADF));
@@ -260,13 +263,14 @@ mod tests {
         let sys = RustixSys;
         let fd = sys.open(c"/dev/zero", OpenFlags::READ_ONLY).expect("open /dev/zero");
         let mut b = [1u8; 4];
-        assert_eq!(sys.pread(fd, &mut b, 0), Ok(4));
+        assert_eq!(sys.pread(fd.raw(), &mut b, 0), Ok(4));
         assert_eq!(b, [0; 4]);
-        sys.retire(fd).expect("retire");
-        assert_eq!(sys.pread(fd, &mut b, 0), Ok(0), "now /dev/null: end of file at once");
-        assert_eq!(sys.fstat(fd).unwrap().rdev, sys.stat(c"/dev/null", true).unwrap().rdev);
+        sys.retire(fd.as_fd()).expect("retire");
+        assert_eq!(sys.pread(fd.raw(), &mut b, 0), Ok(0), "now /dev/null: end of file at once");
+        assert_eq!(sys.fstat(fd.raw()).unwrap().rdev, sys.stat(c"/dev/null", true).unwrap().rdev);
         sys.close(fd).expect("the number is still ours to close");
-        assert_eq!(sys.retire(Fd(-1)), Err(Errno::EBADF));
+        // SAFETY: -1 is never open; the call must refuse it without touching anything.
+        assert_eq!(sys.retire(unsafe { SeamBorrowedFd::borrow_raw(Fd(-1)) }), Err(Errno::EBADF));
     }
 
     #[test]

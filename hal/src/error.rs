@@ -73,6 +73,9 @@ pub enum Cause {
     Full,
     /// The image registry (the reverse file service) refused the library image.
     Registry,
+    /// The reverse-RPC listener of the session stopped (the session cannot load libraries, and
+    /// its channel may be retired): `recover()` once a listener serves it again.
+    ListenerStopped,
 }
 
 impl Cause {
@@ -136,7 +139,7 @@ impl HalError {
             {
                 ErrorKind::Unavailable
             }
-            Cause::DspRestart | Cause::Timeout | Cause::NeedsRecovery => ErrorKind::Recoverable,
+            Cause::DspRestart | Cause::Timeout | Cause::NeedsRecovery | Cause::ListenerStopped => ErrorKind::Recoverable,
             Cause::Invalid | Cause::TooLarge | Cause::Full => ErrorKind::Usage,
             Cause::Dsp(_) => ErrorKind::Remote,
             _ => ErrorKind::Other,
@@ -150,7 +153,7 @@ impl HalError {
             Cause::Dsp(_) => Errno::EIO,
             Cause::DspRestart => Errno::ECONNRESET,
             Cause::Timeout => Errno::ETIMEDOUT,
-            Cause::NeedsRecovery | Cause::Failed => Errno::ENOTCONN,
+            Cause::NeedsRecovery | Cause::Failed | Cause::ListenerStopped => Errno::ENOTCONN,
             Cause::BadShell => Errno::ENOEXEC,
             Cause::TooLarge => Errno::EFBIG,
             Cause::Invalid => Errno::EINVAL,
@@ -178,6 +181,7 @@ impl fmt::Display for HalError {
             Cause::Invalid => write!(f, "invalid argument"),
             Cause::Full => write!(f, "fixed-capacity table is full"),
             Cause::Registry => write!(f, "the reverse file service refused the library image"),
+            Cause::ListenerStopped => write!(f, "the reverse-RPC listener stopped; recover() once one serves the session again"),
         }
     }
 }

@@ -35,9 +35,18 @@ mod fd;
 pub mod ion;
 mod session;
 pub mod stages;
+mod sync;
+
+/// Plumbing for `hexrpc-runtime`'s reverse-RPC listener thread (how it leases the session's
+/// channel, waits for recoveries and reports restarts). Not API: no stability promise; a
+/// service uses `hexrpc_runtime::ServedSession`, which drives it.
+#[doc(hidden)]
+pub mod internal {
+    pub use crate::session::{ListenerChannel, ListenerPlumbing};
+}
 
 pub use error::{Cause, ErrorKind, HalError, Stage};
 pub use fd::OwnedFd;
 pub use ion::{BufferView, IonLease, LeaseMemory};
-pub use session::{ImageRegistry, Library, Session, DLERROR_LEN, MAX_LIBRARIES, MAX_NAME};
+pub use session::{Health, ImageRegistry, Library, Session, DLERROR_LEN, MAX_LIBRARIES, MAX_NAME};
 pub use stages::{ChannelOpened, IonOpened, ProcessCreated, ShellStaged};

@@ -9,7 +9,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use hexrpc_bsp::Board;
-use hexrpc_drivers::{Errno, Fd, FileStat, OpenFlags, Prot, RustixSys, Scalars, Syscalls};
+use hexrpc_drivers::{BorrowedFd, Errno, Fd, FileStat, OpenFlags, OwnedFd as SeamOwnedFd, Prot, RustixSys, Scalars, Syscalls};
 
 use crate::account::*;
 use crate::config::BenchConfig;
@@ -346,6 +346,29 @@ impl Bench {
         self.await_reverse(t, timeout)
     }
 
+    // ---- raw numbers (tests of the simulated kernel) ----
+
+    /// [`Syscalls::open`] that hands back the bare number: the kernel tests drive the simulated
+    /// driver with raw descriptor numbers, as C code would.
+    pub fn open_raw(&self, path: &CStr, flags: OpenFlags) -> Result<Fd, Errno> {
+        self.open(path, flags).map(SeamOwnedFd::into_raw)
+    }
+
+    /// Closes a number this bench handed out (`EBADF` for any other number, which is left
+    /// alone): the raw counterpart of [`Syscalls::close`] for kernel tests.
+    pub fn close_raw(&self, fd: Fd) -> Result<(), Errno> {
+        let ours = {
+            let st = self.lock();
+            st.fds.contains_key(&fd.0) || st.passthrough.contains(&fd.0)
+        };
+        if !ours {
+            return Err(Errno::EBADF);
+        }
+        // SAFETY: the number is one this bench handed out and still holds; a test that closes
+        // it gives up its use, as `close(2)` would.
+        self.close(unsafe { SeamOwnedFd::from_raw(fd) })
+    }
+
     // ---- internals of the seam ----
 
     fn begin(&self, st: &mut State, kind: CallKind) -> Option<Fault> {
@@ -471,7 +494,7 @@ impl Bench {
 // the simulated driver's ABI says (after the plausibility checks of `user`); everything else is
 // plain data or passes through to `RustixSys`.
 unsafe impl Syscalls for Bench {
-    fn open(&self, path: &CStr, flags: OpenFlags) -> Result<Fd, Errno> {
+    fn open(&self, path: &CStr, flags: OpenFlags) -> Result<SeamOwnedFd, Errno> {
         let p = path.to_string_lossy().into_owned();
         let fault = {
             let mut st = self.lock();
@@ -485,7 +508,7 @@ unsafe impl Syscalls for Bench {
                     let mut st = self.lock();
                     self.open_virtual(&mut st, &p, flags)
                 } else {
-                    let r = RustixSys.open(path, flags);
+                    let r = RustixSys.open(path, flags).map(SeamOwnedFd::into_raw);
                     if let Ok(fd) = r {
                         self.lock().passthrough.insert(fd.0);
                     }
@@ -494,10 +517,13 @@ unsafe impl Syscalls for Bench {
             }
         };
         self.lock().open_log.push(OpenRecord { path: p, simulated, result });
-        result
+        // SAFETY: a number this bench just handed out (a reserved simulated one, or a real
+        // descriptor it opened); ownership passes to the caller.
+        result.map(|fd| unsafe { SeamOwnedFd::from_raw(fd) })
     }
 
-    fn close(&self, fd: Fd) -> Result<(), Errno> {
+    fn close(&self, fd: SeamOwnedFd) -> Result<(), Errno> {
+        let fd = fd.into_raw();
         let mut st = self.lock();
         let fault = self.begin(&mut st, CallKind::Close);
         let injected = match fault {
@@ -508,7 +534,8 @@ unsafe impl Syscalls for Bench {
             release_obj(&mut st, e.obj);
             Ok(())
         } else if st.passthrough.remove(&fd.0) {
-            RustixSys.close(fd)
+            // SAFETY: a real descriptor this bench opened and its caller has just given back.
+            RustixSys.close(unsafe { SeamOwnedFd::from_raw(fd) })
         } else {
             Err(Errno::EBADF)
         };
@@ -520,7 +547,8 @@ unsafe impl Syscalls for Bench {
         }
     }
 
-    fn retire(&self, fd: Fd) -> Result<(), Errno> {
+    fn retire(&self, borrowed: BorrowedFd<'_>) -> Result<(), Errno> {
+        let fd = borrowed.raw();
         let mut st = self.lock();
         let old = st.fds.get_mut(&fd.0).map(|e| core::mem::replace(&mut e.obj, FdObj::Null));
         let r = match old {
@@ -528,7 +556,7 @@ unsafe impl Syscalls for Bench {
                 release_obj(&mut st, old);
                 Ok(())
             }
-            None if st.passthrough.contains(&fd.0) => RustixSys.retire(fd),
+            None if st.passthrough.contains(&fd.0) => RustixSys.retire(borrowed),
             None => Err(Errno::EBADF),
         };
         drop(st);

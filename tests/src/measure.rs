@@ -31,10 +31,10 @@ impl NullSys {
 // SAFETY: no call reads or writes memory through its arguments, and `mmap` never returns a
 // mapping, so no caller can rely on one.
 unsafe impl Syscalls for NullSys {
-    fn open(&self, _: &CStr, _: OpenFlags) -> Result<Fd, Errno> {
+    fn open(&self, _: &CStr, _: OpenFlags) -> Result<hexrpc_drivers::OwnedFd, Errno> {
         Err(Errno::ENOSYS)
     }
-    fn close(&self, _: Fd) -> Result<(), Errno> {
+    fn close(&self, _: hexrpc_drivers::OwnedFd) -> Result<(), Errno> {
         Err(Errno::ENOSYS)
     }
     fn pread(&self, _: Fd, _: &mut [u8], _: u64) -> Result<usize, Errno> {
