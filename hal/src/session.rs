@@ -32,6 +32,10 @@ const CELLS: usize = 2;
 /// (a signal that lands just before the thread blocks is lost).
 const LEAVE_REPEAT: Duration = Duration::from_millis(2);
 
+/// How long recovery lets the listener leave on its own (after the process exit) before it
+/// starts interrupting it.
+const LEAVE_GRACE: Duration = Duration::from_millis(20);
+
 /// Where library images are published so the DSP can fetch them by name: the reverse file
 /// service implements it (it serves each image from memory under its unique name).
 pub trait ImageRegistry: Sync {
@@ -254,9 +258,11 @@ impl<S: Syscalls + Clone> Session<S> {
     /// if the listener still holds a lease on it, retires it (the number then refers to
     /// `/dev/null`, so nothing more reaches the old DSP process) and leaves the close to the
     /// lease's return.
-    fn end_channel(&self, i: usize) {
+    fn end_channel(&self, i: usize, exit: bool) {
         if let Some(lease) = self.cells[i].lease() {
-            process_exit(&self.sys, lease.raw());
+            if exit {
+                process_exit(&self.sys, lease.raw());
+            }
             if self.cells[i].leases() > 1 {
                 log::warn!("the reverse-RPC listener still holds channel fd {}; retiring it under the listener", lease.raw().0);
                 if let Err(e) = self.sys.retire(lease.fd()) {
@@ -275,19 +281,27 @@ impl<S: Syscalls + Clone> Session<S> {
         }
     }
 
-    /// Unpublishes the current channel, gives the listener a bounded time to leave it
-    /// (interrupting its blocked `next2`), then ends it.
+    /// Unpublishes the current channel and asks its DSP process to exit, which ends the
+    /// listener's `next2` from the DSP side (as the FastRPC user library does), so the listener
+    /// leaves on its own and releases what it mapped on this very channel; after a short grace
+    /// its blocked call is interrupted too (a hung DSP never answers). After the board's bounded
+    /// wait the channel is ended: closed, or retired under a listener that still holds it.
     fn teardown(&self, chan: &mut ChannelState) {
         let Some(i) = chan.current.take() else { return };
         self.published.store(0, Ordering::Release);
         self.notify();
+        if let Some(lease) = self.cells[i].lease() {
+            process_exit(&self.sys, lease.raw());
+        }
         let tid = self.listener_tid.load(Ordering::Acquire);
         if tid != 0 {
             // Calls are excluded (we hold `chan` exclusively): a lease still out is the listener's.
             let clock = sync::Clock::start();
             let limit = ms(self.board.recovery.listener_leave_ms);
             while self.cells[i].leases() > 0 && clock.elapsed() < limit {
-                let _ = self.sys.interrupt(tid);
+                if clock.elapsed() >= LEAVE_GRACE {
+                    let _ = self.sys.interrupt(tid);
+                }
                 let g = self.events.lock();
                 if self.cells[i].leases() == 0 {
                     break;
@@ -295,7 +309,7 @@ impl<S: Syscalls + Clone> Session<S> {
                 drop(self.event.wait_timeout(g, LEAVE_REPEAT));
             }
         }
-        self.end_channel(i);
+        self.end_channel(i, false);
     }
 
     /// Allocates `len` bytes (rounded up to a page) from the board's ION heap, shared and mapped.
@@ -574,6 +588,13 @@ impl<S: Syscalls + Clone> ListenerChannel<'_, S> {
             && self.session.health.load(Ordering::Acquire) != FAILED
     }
 
+    /// True once the session has ended this channel under the listener: the number now refers
+    /// to `/dev/null` (nothing sent on it reaches any DSP process) and is closed when the lease
+    /// goes back.
+    pub fn is_retired(&self) -> bool {
+        self.lease.as_ref().is_some() && self.session.cells.iter().any(|c| c.is_closing() && c.raw() == Some(self.raw()))
+    }
+
     /// Reports that this channel's DSP side went away (a restart or the process exiting, seen
     /// by the listener): the session then needs recovery. A report about an old generation is
     /// ignored.
@@ -615,6 +636,12 @@ pub trait ListenerPlumbing<S: Syscalls + Clone> {
     /// Wakes a listener waiting in [`listener_channel`](ListenerPlumbing::listener_channel)
     /// (a stop).
     fn wake_listener(&self);
+
+    /// Shutdown, first step: unpublishes the current channel and asks its DSP process to exit,
+    /// so the listener leaves `next2` from the DSP side and releases its maps on the live
+    /// channel before anything is retired or closed. Calls fail with
+    /// [`Cause::NeedsRecovery`] afterwards; dropping the session closes the channel.
+    fn begin_shutdown(&self);
 
     /// The published channel's descriptor number and generation, if any (tests, diagnostics).
     fn listener_fd(&self) -> Option<(Fd, u32)>;
@@ -660,6 +687,26 @@ impl<S: Syscalls + Clone> ListenerPlumbing<S> for Session<S> {
         self.notify();
     }
 
+    fn begin_shutdown(&self) {
+        let chan = self.chan.write();
+        self.mark_needs_recovery(HalError::new(Stage::Recover, Cause::ListenerStopped));
+        let Some(i) = chan.current else { return };
+        self.published.store(0, Ordering::Release);
+        if let Some(lease) = self.cells[i].lease() {
+            process_exit(&self.sys, lease.raw());
+        }
+        self.notify();
+        // A blocking wait (bounded) for the listener to give its lease back on its own.
+        let clock = sync::Clock::start();
+        let limit = ms(self.board.recovery.listener_leave_ms);
+        let mut g = self.events.lock();
+        while self.cells[i].leases() > 0 && clock.elapsed() < limit {
+            g = self.event.wait_timeout(g, limit.saturating_sub(clock.elapsed()));
+        }
+        drop(g);
+        drop(chan);
+    }
+
     fn listener_fd(&self) -> Option<(Fd, u32)> {
         if self.health.load(Ordering::Acquire) == FAILED {
             return None;
@@ -696,7 +743,7 @@ impl<S: Syscalls + Clone> Drop for Session<S> {
             }
         }
         if let Some(i) = current {
-            self.end_channel(i);
+            self.end_channel(i, true);
         }
         // A listener borrows the session while it holds a lease: none is out any more.
         self.reap();

@@ -154,7 +154,13 @@ impl<S: Syscalls + Clone + Send + Sync + 'static> ServedSession<S> {
 
 impl<S: Syscalls + Clone + Send + Sync + 'static> Drop for ServedSession<S> {
     fn drop(&mut self) {
+        use hexrpc_hal::internal::ListenerPlumbing;
         if let Some(l) = self.listener.take() {
+            // The DSP process exits first: the listener leaves `next2` from the DSP side and
+            // releases the service's files and maps on the live channel; only then is it
+            // stopped (interrupting it if it did not leave), and the session closes the channel.
+            self.service.stop_signal().request();
+            self.session.begin_shutdown();
             if let Err(e) = l.stop() {
                 log::warn!("stopping the reverse-RPC listener: {e}");
             }

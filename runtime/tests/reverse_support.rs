@@ -154,7 +154,9 @@ impl Tree {
     }
 
     pub fn service(&self) -> ReverseService<'static, RecordingSys> {
-        ReverseService::new(RecordingSys::default(), Fd(-1), self.policy())
+        // A channel number the recording seam answers itself (it never touches the descriptor);
+        // -1 would mean "no channel", and the service would then send no MUNMAP at all.
+        ReverseService::new(RecordingSys::default(), Fd(1000), self.policy())
     }
 }
 

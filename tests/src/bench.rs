@@ -9,7 +9,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use hexrpc_bsp::Board;
-use hexrpc_drivers::{BorrowedFd, Errno, Fd, FileStat, OpenFlags, OwnedFd as SeamOwnedFd, Prot, RustixSys, Scalars, Syscalls};
+use hexrpc_drivers::{adsprpc, BorrowedFd, Errno, Fd, FileStat, OpenFlags, OwnedFd as SeamOwnedFd, Prot, RustixSys, Scalars, Syscalls};
 
 use crate::account::*;
 use crate::config::BenchConfig;
@@ -210,6 +210,12 @@ impl Bench {
     /// Calls counted so far.
     pub fn counts(&self) -> CallCounts {
         self.lock().counts.clone()
+    }
+
+    /// Every FastRPC MUNMAP the bench received: the descriptor, the channel it was then (and its
+    /// epoch), and the channel that had made the map.
+    pub fn munmap_log(&self) -> Vec<MunmapRecord> {
+        self.lock().munmap_log.clone()
     }
 
     /// The HAP ledger.
@@ -440,7 +446,6 @@ impl Bench {
                         parked: HashMap::new(),
                         in_ioctl: 0,
                         closed: false,
-                        next_raddr: 0xC000_0000,
                         perf: HashMap::new(),
                     },
                 );
@@ -632,6 +637,19 @@ unsafe impl Syscalls for Bench {
 
     unsafe fn ioctl(&self, fd: Fd, request: u32, arg: *mut core::ffi::c_void) -> Result<i32, Errno> {
         let mut st = self.lock();
+        if request == adsprpc::FASTRPC_IOCTL_MUNMAP || request == adsprpc::FASTRPC_IOCTL_MUNMAP_64 {
+            // SAFETY: passed on from our caller (a struct of the request's size at `arg`); both
+            // structs are (vaddrout, size) as two u64.
+            if let Some(m) = unsafe { crate::user::read_struct::<adsprpc::fastrpc_ioctl_munmap>(arg as usize as u64) } {
+                let channel = match st.fds.get(&fd.0).map(|e| &e.obj) {
+                    Some(FdObj::Rpc(f)) => Some(*f),
+                    _ => None,
+                };
+                let channel_epoch = channel.and_then(|f| st.rpc_files.get(&f)).and_then(|f| f.channel_epoch);
+                let owner = st.map_origins.get(&m.vaddrout).copied();
+                st.munmap_log.push(MunmapRecord { fd: fd.0, channel, channel_epoch, owner, map: (m.vaddrout, m.size) });
+            }
+        }
         let obj = match st.fds.get(&fd.0).map(|e| &e.obj) {
             Some(FdObj::Ion(c)) => Some(Ok(*c)),
             Some(FdObj::Rpc(f)) => Some(Err(*f)),

@@ -103,8 +103,8 @@ pub mod user;
 pub mod wire;
 
 pub use account::{
-    CallCounts, CallKind, DspCallKind, Fault, FaultTarget, LatencySample, LatencySummary, LedgerEntry, LedgerEvent, OpenRecord,
-    ReverseRecord, Snapshot,
+    CallCounts, CallKind, DspCallKind, Fault, FaultTarget, LatencySample, LatencySummary, LedgerEntry, LedgerEvent, MunmapRecord,
+    OpenRecord, ReverseRecord, Snapshot,
 };
 pub use bench::{Bench, ReverseReply, ReverseRequest, ReverseTicket, DEFAULT_SHELL_LEN};
 pub use config::{BenchConfig, CostModel};

@@ -126,3 +126,37 @@ unsafe impl GlobalAlloc for CountingAlloc {
         unsafe { System.realloc(ptr, layout, new_size) }
     }
 }
+
+/// What this process holds from the OS, read from `/proc/self` (Linux): for leak checks of long
+/// runs (the soak, the restart storm).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct ProcessFootprint {
+    /// Open descriptors.
+    pub fds: usize,
+    /// Mappings of any kind (thread stacks and malloc arenas included: the C library caches
+    /// those after the threads that made them ended, so compare this after a warm-up).
+    pub maps: usize,
+    /// File-backed shared mappings of memfds: ION buffers mapped by the host and the DSP
+    /// model's `HAP_mmap`s. What the stack maps and must unmap.
+    pub buffer_maps: usize,
+    /// Resident set size in KiB.
+    pub rss_kib: u64,
+}
+
+impl ProcessFootprint {
+    /// Reads the footprint now.
+    pub fn now() -> ProcessFootprint {
+        let fds = std::fs::read_dir("/proc/self/fd").map(|d| d.count().saturating_sub(1)).unwrap_or(0);
+        let maps_text = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+        let maps = maps_text.lines().count();
+        let buffer_maps = maps_text.lines().filter(|l| l.contains("/memfd:")).count();
+        let rss_kib = std::fs::read_to_string("/proc/self/status")
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        ProcessFootprint { fds, maps, buffer_maps, rss_kib }
+    }
+}

@@ -363,7 +363,8 @@ impl<'img, S: Syscalls> ReverseService<'img, S> {
         }
         let fd = self.rpc_fd();
         for (vadsp, len) in s.maps.take_all() {
-            if vadsp != 0 {
+            // No channel (fd -1): it was retired or closed, and its maps went with the file.
+            if vadsp != 0 && fd.0 >= 0 {
                 if let Err(e) = adsprpc::munmap(&self.sys, fd, vadsp, len) {
                     log::warn!("reverse: releasing DSP map {vadsp:#x}+{len:#x} failed: {e}");
                 }

@@ -204,7 +204,11 @@ impl<S: Syscalls + Clone + Send + Sync + 'static> ReverseService<'static, S> {
                 service.set_rpc_fd(ch.raw());
                 // Leave when stopped, or when the session no longer publishes this channel.
                 let leave = || service.stop.is_requested() || !ch.is_current();
-                let mut t = SessionTransport { inner: FastRpcTransport::with_abandon(service.sys(), fd, &leave), stop: &service.stop };
+                let mut t = SessionTransport {
+                    inner: FastRpcTransport::with_abandon(service.sys(), fd, &leave),
+                    stop: &service.stop,
+                    abandoned: false,
+                };
                 let outcome = service.serve(&mut t, &mut buffers.as_buffers());
                 if outcome != ServeOutcome::Stopped {
                     log::info!("reverse: channel generation {generation} ended ({outcome:?}); waiting for recovery");
@@ -212,7 +216,12 @@ impl<S: Syscalls + Clone + Send + Sync + 'static> ReverseService<'static, S> {
                     ch.report_lost();
                 }
                 // Files and DSP maps are released on the channel that made them, while the lease
-                // keeps its number from being reused; then the lease goes back.
+                // keeps its number from being reused; then the lease goes back. A channel that
+                // was retired (an abandoned call, or the session ended it under us) refers to
+                // /dev/null now: its maps go with the file, and no MUNMAP is sent anywhere.
+                if t.abandoned || ch.is_retired() {
+                    service.set_rpc_fd(hexrpc_drivers::Fd(-1));
+                }
                 let released = service.end_session();
                 log::debug!("reverse: generation {generation} released {released:?}");
                 service.set_rpc_fd(hexrpc_drivers::Fd(-1));
@@ -239,6 +248,8 @@ const LISTENER_WAIT: Duration = Duration::from_millis(500);
 struct SessionTransport<'a, S: Syscalls> {
     inner: FastRpcTransport<'a, S>,
     stop: &'a super::StopSignal,
+    /// Set once a call was abandoned: the descriptor is retired.
+    abandoned: bool,
 }
 
 impl<S: Syscalls> super::ListenerTransport for SessionTransport<'_, S> {
@@ -249,15 +260,21 @@ impl<S: Syscalls> super::ListenerTransport for SessionTransport<'_, S> {
         header: &mut hexrpc_drivers::listener::listener_next2_out,
         request: &mut [u8],
     ) -> Result<(), hexrpc_drivers::Error> {
-        match self.inner.next2(send, reply, header, request) {
-            Err(hexrpc_drivers::Error::Os(hexrpc_drivers::Errno::EINTR)) if !self.stop.is_requested() => {
-                Err(hexrpc_drivers::Error::Os(hexrpc_drivers::Errno::ECONNRESET))
+        let r = self.inner.next2(send, reply, header, request);
+        if r == Err(hexrpc_drivers::Error::Os(hexrpc_drivers::Errno::EINTR)) {
+            self.abandoned = true;
+            if !self.stop.is_requested() {
+                return Err(hexrpc_drivers::Error::Os(hexrpc_drivers::Errno::ECONNRESET));
             }
-            r => r,
         }
+        r
     }
 
     fn get_in_bufs2(&mut self, ctx: u32, offset: u32, rest: &mut [u8]) -> Result<i32, hexrpc_drivers::Error> {
-        self.inner.get_in_bufs2(ctx, offset, rest)
+        let r = self.inner.get_in_bufs2(ctx, offset, rest);
+        if r == Err(hexrpc_drivers::Error::Os(hexrpc_drivers::Errno::EINTR)) {
+            self.abandoned = true;
+        }
+        r
     }
 }
