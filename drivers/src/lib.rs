@@ -63,7 +63,7 @@ pub use error::Error;
 pub use fdcell::{FdCell, FdLease};
 pub use mapping::{Mapping, RangeError};
 #[cfg(feature = "rustix")]
-pub use rustix_sys::{RustixSys, INTERRUPT_SIGNAL};
+pub use rustix_sys::{interrupt_signal, use_interrupt_signal, RustixSys};
 pub use scalars::Scalars;
 pub use sys::{BorrowedFd, Fd, FileStat, OpenFlags, OwnedFd, Prot, Syscalls};
 

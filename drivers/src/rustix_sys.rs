@@ -9,6 +9,8 @@ use rustix::io;
 use rustix::ioctl::{Ioctl, IoctlOutput, Opcode};
 use rustix::mm::{self, MapFlags, ProtFlags};
 
+use core::sync::atomic::{AtomicI32, Ordering};
+
 use crate::{BorrowedFd as SeamBorrowedFd, Errno, Fd, FileStat, OpenFlags, OwnedFd as SeamOwnedFd, Prot, Syscalls};
 
 /// The real OS, through rustix (raw Linux system calls on glibc/musl targets, libc on Android).
@@ -141,11 +143,11 @@ unsafe impl Syscalls for RustixSys {
     }
 
     fn interrupt(&self, tid: i32) -> Result<(), Errno> {
-        install_interrupt_handler()?;
+        let sig = interrupt_signal()?;
         let pid = rustix::process::getpid().as_raw_nonzero().get();
         // SAFETY: tgkill takes plain integers; it only delivers a signal whose handler (installed
-        // above) does nothing.
-        let rc = unsafe { libc::syscall(libc::SYS_tgkill, pid as libc::c_long, tid as libc::c_long, INTERRUPT_SIGNAL as libc::c_long) };
+        // by `interrupt_signal`) does nothing.
+        let rc = unsafe { libc::syscall(libc::SYS_tgkill, pid as libc::c_long, tid as libc::c_long, sig as libc::c_long) };
         if rc == 0 {
             Ok(())
         } else {
@@ -169,10 +171,51 @@ unsafe impl Syscalls for RustixSys {
     }
 }
 
-/// The signal [`RustixSys::interrupt`] sends: `SIGUSR2`, with a handler that does nothing and
-/// is installed without `SA_RESTART`, so a blocked ioctl returns `EINTR`. A service that uses
-/// `SIGUSR2` for itself must not use deadlines on invokes.
-pub const INTERRUPT_SIGNAL: i32 = libc::SIGUSR2;
+/// The signal [`RustixSys::interrupt`] sends, claimed at first use: a **dedicated real-time
+/// signal**, the highest one from `SIGRTMAX` down to `SIGRTMIN` whose disposition is still the
+/// default (no handler, not ignored), with a handler that does nothing, installed without
+/// `SA_RESTART` so that a blocked ioctl returns `EINTR`. The application's own handlers — on
+/// `SIGUSR1`/`SIGUSR2`, or on real-time signals it set up before — are never replaced, and its
+/// signals are never delivered to our handler or ours to its handlers.
+///
+/// A service that allocates real-time signals itself after hexrpc made its first deadline or
+/// stop must skip this one (or choose it for hexrpc first with [`use_interrupt_signal`]).
+/// `EBUSY` if every real-time signal already has a handler.
+pub fn interrupt_signal() -> Result<i32, Errno> {
+    loop {
+        match SIGNAL.load(Ordering::Acquire) {
+            UNCLAIMED => {
+                if SIGNAL.compare_exchange(UNCLAIMED, CLAIMING, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                    let r = claim_free_signal();
+                    SIGNAL.store(*r.as_ref().unwrap_or(&UNCLAIMED), Ordering::Release);
+                    return r;
+                }
+            }
+            // Another thread is choosing (a few sigaction calls, once per process).
+            CLAIMING => core::hint::spin_loop(),
+            sig => return Ok(sig),
+        }
+    }
+}
+
+/// Chooses `sig` as the interrupt signal before hexrpc's first use (it must have no handler
+/// yet); `EBUSY` if it has one or another signal was chosen already, `EINVAL` outside the
+/// real-time range.
+pub fn use_interrupt_signal(sig: i32) -> Result<(), Errno> {
+    if sig < libc::SIGRTMIN() || sig > libc::SIGRTMAX() {
+        return Err(Errno::EINVAL);
+    }
+    if SIGNAL.compare_exchange(UNCLAIMED, CLAIMING, Ordering::AcqRel, Ordering::Acquire).is_err() {
+        return if SIGNAL.load(Ordering::Acquire) == sig { Ok(()) } else { Err(Errno::EBUSY) };
+    }
+    let r = claim(sig);
+    SIGNAL.store(if r.is_ok() { sig } else { UNCLAIMED }, Ordering::Release);
+    r
+}
+
+const UNCLAIMED: i32 = 0;
+const CLAIMING: i32 = -1;
+static SIGNAL: AtomicI32 = AtomicI32::new(UNCLAIMED);
 
 extern "C" fn ignore_signal(_: libc::c_int) {}
 
@@ -186,25 +229,44 @@ fn last_errno() -> i32 {
     e
 }
 
-fn install_interrupt_handler() -> Result<(), Errno> {
-    use core::sync::atomic::{AtomicBool, Ordering};
-    static INSTALLED: AtomicBool = AtomicBool::new(false);
-    if INSTALLED.load(Ordering::Acquire) {
-        return Ok(());
+fn claim_free_signal() -> Result<i32, Errno> {
+    let mut sig = libc::SIGRTMAX();
+    while sig >= libc::SIGRTMIN() {
+        match claim(sig) {
+            Ok(()) => return Ok(sig),
+            Err(Errno::EBUSY) => sig -= 1,
+            Err(e) => return Err(e),
+        }
     }
-    // SAFETY: a zeroed sigaction is a valid "no flags, empty mask" value; we set a handler that
-    // does nothing (async-signal-safe) and install it process-wide for one signal.
+    Err(Errno::EBUSY)
+}
+
+/// Installs our do-nothing handler on `sig` if nobody handles or ignores it.
+fn claim(sig: i32) -> Result<(), Errno> {
+    // SAFETY: a zeroed sigaction is a valid "no flags, empty mask" value; the first call only
+    // reads the current disposition into `old`.
+    let old = unsafe {
+        let mut old: libc::sigaction = core::mem::zeroed();
+        if libc::sigaction(sig, core::ptr::null(), &mut old) != 0 {
+            return Err(Errno(last_errno()));
+        }
+        old
+    };
+    if old.sa_sigaction != libc::SIG_DFL {
+        return Err(Errno::EBUSY);
+    }
+    // SAFETY: as above; the handler does nothing (async-signal-safe) and is installed for one
+    // signal that had the default disposition.
     let rc = unsafe {
         let mut sa: libc::sigaction = core::mem::zeroed();
         sa.sa_sigaction = ignore_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
         sa.sa_flags = 0;
         libc::sigemptyset(&mut sa.sa_mask);
-        libc::sigaction(INTERRUPT_SIGNAL, &sa, core::ptr::null_mut())
+        libc::sigaction(sig, &sa, core::ptr::null_mut())
     };
     if rc != 0 {
         return Err(Errno(last_errno()));
     }
-    INSTALLED.store(true, Ordering::Release);
     Ok(())
 }
 
@@ -256,6 +318,43 @@ mod tests {
         }
         assert_eq!(t.join().unwrap(), Err(rustix::io::Errno::INTR));
         assert!(sent >= 1);
+    }
+
+    static APP_SIGUSR2: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    extern "C" fn app_handler(_: libc::c_int) {
+        APP_SIGUSR2.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn handler_of(sig: i32) -> libc::sighandler_t {
+        // SAFETY: reads the disposition of `sig` into a zeroed struct.
+        unsafe {
+            let mut old: libc::sigaction = core::mem::zeroed();
+            assert_eq!(libc::sigaction(sig, core::ptr::null(), &mut old), 0);
+            old.sa_sigaction
+        }
+    }
+
+    #[test]
+    fn interrupts_use_a_dedicated_signal_and_keep_the_applications_handlers() {
+        // The application handles SIGUSR2 itself.
+        // SAFETY: installs a handler that only bumps an atomic counter (async-signal-safe).
+        unsafe {
+            let mut sa: libc::sigaction = core::mem::zeroed();
+            sa.sa_sigaction = app_handler as extern "C" fn(libc::c_int) as libc::sighandler_t;
+            libc::sigemptyset(&mut sa.sa_mask);
+            assert_eq!(libc::sigaction(libc::SIGUSR2, &sa, core::ptr::null_mut()), 0);
+        }
+        let mine = app_handler as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        let sig = interrupt_signal().expect("a free real-time signal");
+        assert!((libc::SIGRTMIN()..=libc::SIGRTMAX()).contains(&sig), "{sig}");
+        assert_eq!(interrupt_signal(), Ok(sig), "claimed once");
+        assert_eq!(use_interrupt_signal(libc::SIGUSR2), Err(Errno::EINVAL));
+        for _ in 0..20 {
+            RustixSys.interrupt(RustixSys.thread_id()).unwrap();
+        }
+        assert_eq!(handler_of(libc::SIGUSR2), mine, "the application's handler stays");
+        assert_eq!(APP_SIGUSR2.load(std::sync::atomic::Ordering::SeqCst), 0, "and never sees our interrupts");
+        assert_ne!(handler_of(sig), libc::SIG_DFL);
     }
 
     #[test]
