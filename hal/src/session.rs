@@ -113,6 +113,8 @@ pub struct Session<S: Syscalls + Clone> {
     /// `(generation << 32) | (cell + 1)` of the channel the listener must serve; 0 while none.
     published: AtomicU64,
     listener_tid: AtomicI32,
+    /// The generation whose descriptor an abandoned call (a deadline) retired.
+    retired_generation: AtomicU32,
     recovery: sync::Mutex<RecoveryCtl>,
     recovered: sync::Condvar,
     /// Bumped (under its mutex) whenever the published channel changes or a listener lease
@@ -164,6 +166,7 @@ impl<S: Syscalls + Clone> Session<S> {
             generation: AtomicU32::new(1),
             published: AtomicU64::new(current.map_or(0, |c| pack_channel(c, 1))),
             listener_tid: AtomicI32::new(0),
+            retired_generation: AtomicU32::new(0),
             recovery: sync::Mutex::new(RecoveryCtl { running: false, round: 0, last: Ok(()), pending: None, failure: None, lost: 0 }),
             recovered: sync::Condvar::new(),
             events: sync::Mutex::new(0),
@@ -420,7 +423,11 @@ impl<S: Syscalls + Clone> Session<S> {
         let remote = self.remote_handle(slot).ok_or(HalError::new(st, Cause::Invalid))?;
         let abandon = || fired.is_some_and(|f| f.load(Ordering::Acquire));
         match adsprpc::invoke_attrs_abandonable(&self.sys, lease.fd(), remote, args, &abandon) {
-            Err(hexrpc_drivers::Error::Os(hexrpc_drivers::Errno::EINTR)) => Err(self.note_failure(HalError::new(st, Cause::Timeout))),
+            Err(hexrpc_drivers::Error::Os(hexrpc_drivers::Errno::EINTR)) => {
+                // The drivers retired the channel's descriptor to abandon the call.
+                self.retired_generation.store(self.generation(), Ordering::Release);
+                Err(self.note_failure(HalError::new(st, Cause::Timeout)))
+            }
             r => r.map_err(|e| self.note_failure(HalError::sys(st, e))),
         }
     }
@@ -588,11 +595,13 @@ impl<S: Syscalls + Clone> ListenerChannel<'_, S> {
             && self.session.health.load(Ordering::Acquire) != FAILED
     }
 
-    /// True once the session has ended this channel under the listener: the number now refers
-    /// to `/dev/null` (nothing sent on it reaches any DSP process) and is closed when the lease
+    /// True once this channel's descriptor was retired: by a call abandoned at its deadline, or
+    /// by the session ending the channel under the listener. The number then refers to
+    /// `/dev/null` (nothing sent on it reaches any DSP process) and is closed when the lease
     /// goes back.
     pub fn is_retired(&self) -> bool {
-        self.lease.as_ref().is_some() && self.session.cells.iter().any(|c| c.is_closing() && c.raw() == Some(self.raw()))
+        self.session.retired_generation.load(Ordering::Acquire) == self.generation
+            || self.lease.as_ref().is_some() && self.session.cells.iter().any(|c| c.is_closing() && c.raw() == Some(self.raw()))
     }
 
     /// Reports that this channel's DSP side went away (a restart or the process exiting, seen

@@ -203,7 +203,7 @@ pub struct ProcessCreated<S: Syscalls + Clone> {
 
 impl<S: Syscalls + Clone> ProcessCreated<S> {
     /// Stage 5: registers the reverse-RPC listener (handle 3, init2) and returns the ready
-    /// session. The reverse file service then serves on [`Session::listener_fd`].
+    /// session. The reverse file service then serves its channel (`hexrpc_runtime::ServedSession`).
     pub fn attach_listener(self) -> Result<Session<S>, HalError> {
         attach_listener(&self.prev.sys, &self.channel)?;
         Ok(Session::from_parts(self.prev, self.channel, self.info))

@@ -228,6 +228,25 @@ impl Bench {
         self.lock().ledger.iter().filter(|e| e.event.is_mismatch()).count()
     }
 
+    /// Empties every log the bench keeps for inspection (ledger, latencies, open, reverse and
+    /// MUNMAP logs, the MMAP address origins of channels that are gone), so a long run stays
+    /// bounded; check them first.
+    pub fn clear_logs(&self) {
+        let mut st = self.lock();
+        st.ledger.clear();
+        st.latencies.clear();
+        st.open_log.clear();
+        st.reverse_log.clear();
+        st.munmap_log.clear();
+        let live: std::collections::HashSet<u64> = st.rpc_files.keys().copied().collect();
+        st.map_origins.retain(|_, f| live.contains(f));
+        // Reverse records are indexed by tickets still waiting; they point past the cleared log
+        // and are simply not recorded any more.
+        for t in st.tickets.values_mut() {
+            t.record = usize::MAX;
+        }
+    }
+
     /// Empties the ledger.
     pub fn clear_ledger(&self) {
         self.lock().ledger.clear();

@@ -84,6 +84,12 @@
 //!   would be (use [`Bench::wait_until_blocked`] in tests);
 //! * DSP-shared memory can change under the CPU on a device at any time; here it changes only
 //!   while a DSP worker runs a kernel function.
+//! * reverse-request context numbers and MMAP DSP addresses are unique across every simulated
+//!   process and channel (a real driver numbers them per channel), so that an answer or a MUNMAP
+//!   that reaches the wrong channel is caught ([`CallCounts::stray_answers`],
+//!   [`Bench::munmap_log`]) instead of being taken for one of that channel's own;
+//! * a library call whose process is killed under it (a restart) records nothing in the ledger
+//!   after that point: a real DSP process stops there, while the model's host code goes on.
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
