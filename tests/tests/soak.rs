@@ -183,7 +183,7 @@ fn phase(bench: &Bench, length: Duration, seed: u64, f: &Figures) {
                         break;
                     }
                     // Now and then a library of its own, opened and closed again.
-                    if iteration % 64 == 0 {
+                    if iteration.is_multiple_of(64) {
                         match rig.open_library("copy2", image()) {
                             Ok(l) => {
                                 f.library_cycles.fetch_add(1, Ordering::Relaxed);
