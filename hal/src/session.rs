@@ -475,7 +475,11 @@ impl<S: Syscalls + Clone> Session<S> {
         ctl.last = outcome;
         match outcome {
             Ok(()) => ctl.pending = None,
-            Err(e) => ctl.failure = Some(e),
+            Err(e) => {
+                // Under the lock, so that nobody sees `Failed` without its reason.
+                ctl.failure = Some(e);
+                self.health.store(FAILED, Ordering::Release);
+            }
         }
         drop(ctl);
         self.recovered.notify_all();
@@ -520,7 +524,6 @@ impl<S: Syscalls + Clone> Session<S> {
             let spent = clock.elapsed();
             if failed >= policy.attempts.max(1) || spent.saturating_add(delay) >= budget {
                 let e = HalError::new(Stage::Recover, e.cause);
-                self.health.store(FAILED, Ordering::Release);
                 log::error!("recovery failed for good after {failed} attempts in {} ms: {e}", spent.as_millis());
                 return Err(e);
             }
