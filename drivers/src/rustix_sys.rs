@@ -143,16 +143,7 @@ unsafe impl Syscalls for RustixSys {
     }
 
     fn interrupt(&self, tid: i32) -> Result<(), Errno> {
-        let sig = interrupt_signal()?;
-        let pid = rustix::process::getpid().as_raw_nonzero().get();
-        // SAFETY: tgkill takes plain integers; it only delivers a signal whose handler (installed
-        // by `interrupt_signal`) does nothing.
-        let rc = unsafe { libc::syscall(libc::SYS_tgkill, pid as libc::c_long, tid as libc::c_long, sig as libc::c_long) };
-        if rc == 0 {
-            Ok(())
-        } else {
-            Err(Errno(last_errno()))
-        }
+        send(tid, interrupt_signal()?)
     }
 
     fn retire(&self, fd: SeamBorrowedFd<'_>) -> Result<(), Errno> {
@@ -208,7 +199,7 @@ pub fn use_interrupt_signal(sig: i32) -> Result<(), Errno> {
     if SIGNAL.compare_exchange(UNCLAIMED, CLAIMING, Ordering::AcqRel, Ordering::Acquire).is_err() {
         return if SIGNAL.load(Ordering::Acquire) == sig { Ok(()) } else { Err(Errno::EBUSY) };
     }
-    let r = claim(sig);
+    let r = claim(sig).and_then(|()| send(rustix::thread::gettid().as_raw_nonzero().get(), sig).inspect_err(|_| release(sig)));
     SIGNAL.store(if r.is_ok() { sig } else { UNCLAIMED }, Ordering::Release);
     r
 }
@@ -233,12 +224,44 @@ fn claim_free_signal() -> Result<i32, Errno> {
     let mut sig = libc::SIGRTMAX();
     while sig >= libc::SIGRTMIN() {
         match claim(sig) {
-            Ok(()) => return Ok(sig),
-            Err(Errno::EBUSY) => sig -= 1,
+            // One signal to ourselves proves it can be delivered (qemu-user refuses to send the
+            // highest real-time signals, which it keeps for itself); the handler does nothing.
+            Ok(()) if send(rustix::thread::gettid().as_raw_nonzero().get(), sig).is_ok() => return Ok(sig),
+            Ok(()) => {
+                release(sig);
+                sig -= 1;
+            }
+            // EINVAL: a signal this process cannot handle (qemu-user keeps the highest real-time
+            // signals for itself); try the next one down.
+            Err(Errno::EBUSY | Errno::EINVAL) => sig -= 1,
             Err(e) => return Err(e),
         }
     }
     Err(Errno::EBUSY)
+}
+
+/// `tgkill(getpid(), tid, sig)`.
+fn send(tid: i32, sig: i32) -> Result<(), Errno> {
+    let pid = rustix::process::getpid().as_raw_nonzero().get();
+    // SAFETY: tgkill takes plain integers; it only delivers `sig`, whose handler (installed by
+    // `claim`) does nothing.
+    let rc = unsafe { libc::syscall(libc::SYS_tgkill, pid as libc::c_long, tid as libc::c_long, sig as libc::c_long) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(Errno(last_errno()))
+    }
+}
+
+/// Gives `sig` back its default disposition (after a failed claim).
+fn release(sig: i32) {
+    // SAFETY: a zeroed sigaction with SIG_DFL (0) is the default disposition.
+    unsafe {
+        let mut sa: libc::sigaction = core::mem::zeroed();
+        sa.sa_sigaction = libc::SIG_DFL;
+        libc::sigemptyset(&mut sa.sa_mask);
+        libc::sigaction(sig, &sa, core::ptr::null_mut());
+    }
 }
 
 /// Installs our do-nothing handler on `sig` if nobody handles or ignores it.

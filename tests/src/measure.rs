@@ -141,6 +141,10 @@ pub struct ProcessFootprint {
     pub buffer_maps: usize,
     /// Resident set size in KiB.
     pub rss_kib: u64,
+    /// True when this process runs under user-mode emulation (qemu-user): `/proc/self/status`
+    /// then describes the emulator, so [`rss_kib`](Self::rss_kib) includes its translation
+    /// caches and says nothing about hexrpc.
+    pub emulated: bool,
 }
 
 impl ProcessFootprint {
@@ -150,13 +154,14 @@ impl ProcessFootprint {
         let maps_text = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
         let maps = maps_text.lines().count();
         let buffer_maps = maps_text.lines().filter(|l| l.contains("/memfd:")).count();
-        let rss_kib = std::fs::read_to_string("/proc/self/status")
-            .unwrap_or_default()
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        let emulated = status.lines().find_map(|l| l.strip_prefix("Name:")).is_some_and(|n| n.trim().starts_with("qemu-"));
+        let rss_kib = status
             .lines()
             .find_map(|l| l.strip_prefix("VmRSS:"))
             .and_then(|v| v.split_whitespace().next())
             .and_then(|v| v.parse().ok())
             .unwrap_or(0);
-        ProcessFootprint { fds, maps, buffer_maps, rss_kib }
+        ProcessFootprint { fds, maps, buffer_maps, rss_kib, emulated }
     }
 }

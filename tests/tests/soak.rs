@@ -316,7 +316,7 @@ fn soak_restarts_faults_and_8_threads_leak_nothing() {
         "soak (bench, simulated DSP): {:.1} s, {} launches ({} with a deadline, {} timed out), {} restarts, {} faults injected, \
          {} fault errors seen, {} recoverable errors, {} failed recoveries, {} DSP maps, {} library open/close cycles, {} MUNMAPs \
          ({} to another channel), {} stray answers, {} ledger mismatches; fds {} -> {}, buffer maps {} -> {}, maps {} -> {}, \
-         RSS {} -> {} KiB (bound +{} KiB)",
+         RSS {} -> {} KiB (bound +{} KiB{})",
         ran.as_secs_f64(),
         load(&f.launches),
         load(&f.deadline_launches),
@@ -341,6 +341,7 @@ fn soak_restarts_faults_and_8_threads_leak_nothing() {
         before.rss_kib,
         after.rss_kib,
         RSS_GROWTH_BOUND_KIB,
+        if after.emulated { "; emulated: the emulator's RSS, not checked" } else { "" },
     );
     assert_eq!(settled, start, "bench accounting back at the start");
     assert!(load(&f.launches) > 0 && load(&f.restarts) > 0 && load(&f.faults_injected) > 0);
@@ -351,5 +352,6 @@ fn soak_restarts_faults_and_8_threads_leak_nothing() {
     assert_eq!(after.fds, before.fds, "process descriptors");
     assert_eq!(after.buffer_maps, before.buffer_maps, "buffer mappings");
     assert!(after.maps <= before.maps + 16, "process mappings {} -> {}", before.maps, after.maps);
-    assert!(after.rss_kib <= before.rss_kib + RSS_GROWTH_BOUND_KIB, "RSS {} -> {} KiB", before.rss_kib, after.rss_kib);
+    // Under qemu-user the figure is the emulator's (its translation caches grow): not checked.
+    assert!(after.emulated || after.rss_kib <= before.rss_kib + RSS_GROWTH_BOUND_KIB, "RSS {} -> {} KiB", before.rss_kib, after.rss_kib);
 }
