@@ -55,7 +55,7 @@ pub mod internal {
     pub use crate::session::{ListenerChannel, ListenerPlumbing};
 }
 
-pub use error::{Cause, ErrorKind, HalError, Stage};
+pub use error::{Cause, ErrorKind, HalError, Refusal, Stage, REFUSAL_TEXT};
 pub use fd::OwnedFd;
 pub use ion::{BufferView, IonLease, LeaseMemory};
 pub use session::{Health, ImageRegistry, Library, Session, DLERROR_LEN, MAX_LIBRARIES, MAX_NAME};
