@@ -109,7 +109,7 @@ pub use account::{
 pub use bench::{Bench, ReverseReply, ReverseRequest, ReverseTicket, DEFAULT_SHELL_LEN};
 pub use config::{BenchConfig, CostModel};
 pub use dsp::{ReverseError, STALE_BYTE};
-pub use entry::{AccessError, EntryVersion, KernelCall, KernelFn, LibraryModel, V2_MAGIC};
+pub use entry::{AccessError, EntryVersion, KernelCall, KernelFn, LibraryModel, TableKernel, BATCH_MAGIC, V2_MAGIC};
 
 // The HAL hands the bench to listener and deadline threads: it must be a shareable seam.
 const _: fn() = || {
