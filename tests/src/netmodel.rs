@@ -245,7 +245,7 @@ pub fn measure(cost: CostModel, runs: usize) -> Result<NetFigures, String> {
         return Err("the batch's output differs from the per-kernel launches'".into());
     }
     let distinct_leases = batch.lease_count();
-    drop(batch);
+
     // Packing the model's batch (host time, no system call).
     let mut pack = Vec::new();
     for _ in 0..50 {
