@@ -43,6 +43,21 @@
 //! pra 2 holds 8 bytes; finally every lease is unmapped with its base and length, in reverse
 //! order.
 //!
+//! **Batches** ([`write_batch_entry`], v2 only): a library generated for a kernel table answers
+//! method 2 exactly as the v2 entry of kernel 0 does, and method 3 with a batch (the [`BATCH`]
+//! layout): it checks the scalars word (2 in, 1 out, no in-handles, L out-handles), the lengths
+//! of pra 0, pra 1 and the 24-byte status, the header (magic, L equal to the handle count,
+//! 1 <= K <= 64, R <= 8192 and inside pra 0), every lease entry (length non-zero, reserved word
+//! 0) and every record (kernel index in the table, view and scalar counts equal to that
+//! kernel's, each view's lease index < L and `off <= lease && len <= lease - off`, the K records
+//! filling exactly R bytes) — all before the first `HAP_mmap`, answering `AEE_EBADPARM` and
+//! touching nothing otherwise. It maps each lease once (unwinding on failure, `AEE_EMMAP`),
+//! re-checks each record right before running it, calls the kernels in order (timing each),
+//! stops at the first kernel declared to return `int` that returns non-zero, unmaps every lease
+//! in reverse order, writes the status (magic, records done, failed record or `0xffffffff`, its
+//! code, summed microseconds) and returns 0, so the status reaches the host (the driver copies
+//! out-buffers only on 0). Per-call state is a few fixed arrays of 15 entries on the stack.
+//!
 //! **v1** is tinygrad's entry: no validation, maps the view length at file offset 0, hands the
 //! kernel `base + off`, writes the timer unconditionally, unmaps `(base + off, len)`. It is
 //! correct only for offset 0, which is why the packer refuses anything else for v1.
