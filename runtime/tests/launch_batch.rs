@@ -315,3 +315,32 @@ fn a_dsp_restart_in_the_middle_of_a_batch_is_recovered() {
     }
     assert_eq!(bench.settle(&start, Duration::from_secs(2)), start);
 }
+
+#[test]
+fn a_batch_past_its_deadline_is_abandoned_and_the_session_recovers() {
+    use hexrpc_bench::{DspCallKind, Fault, FaultTarget};
+    let bench = Bench::new();
+    bench.register_library("table", table());
+    let served = serve(&bench);
+    let lib = served.open_library("table", image("table")).unwrap();
+    let sigs = signatures();
+    let mut lease = served.session().alloc(8192).unwrap();
+    lease.fill(0, 8192, 1).unwrap();
+    let x = lease.view(8, 8).unwrap();
+    let mut batch = Batch::new(&sigs).unwrap();
+    batch.push(1, &[BufferRef::of(&x)], &[Scalar::U32(2)]).unwrap();
+    batch.push(1, &[BufferRef::of(&x)], &[Scalar::U32(3)]).unwrap();
+    bench.inject(FaultTarget::Dsp(DspCallKind::Library), 1, Fault::Hang);
+    let t0 = std::time::Instant::now();
+    let err = batch.run_with_deadline(&lib, Duration::from_millis(200)).unwrap_err();
+    assert!(matches!(err, BatchError::Hal(e) if e.cause == Cause::Timeout), "{err:?}");
+    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+    // Recovery ends the DSP process holding the abandoned batch; nothing of it runs afterwards.
+    served.session().recover().unwrap();
+    bench.release_hangs();
+    assert_eq!(batch.run_with_deadline(&lib, Duration::from_secs(5)).map(|r| r.launches), Ok(2));
+    assert_eq!(read(&x), vec![6; 8]);
+    drop(lib);
+    drop(lease);
+    served.stop().unwrap();
+}
