@@ -4,7 +4,7 @@
 use core::ffi::{c_void, CStr};
 use core::ptr::NonNull;
 
-use hexrpc_drivers::{Errno, Fd, FileStat, OpenFlags, Prot, RustixSys, Syscalls};
+use hexrpc_drivers::{BorrowedFd, Errno, Fd, FileStat, OpenFlags, OwnedFd, Prot, RustixSys, Syscalls};
 
 /// One seam type for every kind of session, so that sessions, leases and libraries of every
 /// kind share one set of handle types.
@@ -46,10 +46,10 @@ impl Seam {
 // SAFETY: every call is forwarded unchanged to a seam that upholds the contract (RustixSys, the
 // bench); the returning variant's INVOKE_ATTRS goes to NullSys, which touches no memory at all.
 unsafe impl Syscalls for Seam {
-    fn open(&self, path: &CStr, flags: OpenFlags) -> Result<Fd, Errno> {
+    fn open(&self, path: &CStr, flags: OpenFlags) -> Result<OwnedFd, Errno> {
         self.inner().open(path, flags)
     }
-    fn close(&self, fd: Fd) -> Result<(), Errno> {
+    fn close(&self, fd: OwnedFd) -> Result<(), Errno> {
         self.inner().close(fd)
     }
     fn pread(&self, fd: Fd, buf: &mut [u8], offset: u64) -> Result<usize, Errno> {
@@ -86,7 +86,7 @@ unsafe impl Syscalls for Seam {
     fn interrupt(&self, tid: i32) -> Result<(), Errno> {
         self.inner().interrupt(tid)
     }
-    fn retire(&self, fd: Fd) -> Result<(), Errno> {
+    fn retire(&self, fd: BorrowedFd<'_>) -> Result<(), Errno> {
         self.inner().retire(fd)
     }
 }
