@@ -63,7 +63,7 @@ pub use mapping::{Mapping, RangeError};
 #[cfg(feature = "rustix")]
 pub use rustix_sys::{RustixSys, INTERRUPT_SIGNAL};
 pub use scalars::Scalars;
-pub use sys::{Fd, FileStat, OpenFlags, Prot, Syscalls};
+pub use sys::{Fd, FileStat, OpenAt, OpenFlags, Prot, Syscalls};
 
 #[doc(hidden)]
 pub mod __private {
