@@ -64,8 +64,14 @@ impl Tree {
         symlink("../secret", allowed.join("link")).unwrap();
         symlink("../secret", allowed.join("d.link")).unwrap();
         let fifo = std::ffi::CString::new(allowed.join("fifo").into_os_string().into_encoded_bytes()).unwrap();
-        rustix::fs::mknodat(rustix::fs::CWD, fifo.as_c_str(), rustix::fs::FileType::Fifo, rustix::fs::Mode::RUSR | rustix::fs::Mode::WUSR, 0)
-            .unwrap();
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            fifo.as_c_str(),
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::RUSR | rustix::fs::Mode::WUSR,
+            0,
+        )
+        .unwrap();
         let md = std::fs::metadata(secret.join("canary")).unwrap();
         Tree { root, allowed, canaries: vec![(md.dev(), md.ino())], swapped: Mutex::new(false) }
     }
@@ -476,8 +482,9 @@ impl Session<'_> {
             }
             8 => {
                 let (h, key) = self.pick_file(inp);
-                let (sc, out) = if inp.u8() % 2 == 0 { (0x0801_0100, 8) } else { (0x0A01_0100, 8) };
-                self.call(key, sc, &pack(&[&words(&[h])], &[out]))?;
+                // ftell or flen, both with an 8-byte answer.
+                let sc = if inp.u8().is_multiple_of(2) { 0x0801_0100 } else { 0x0A01_0100 };
+                self.call(key, sc, &pack(&[&words(&[h])], &[8]))?;
             }
             9 => {
                 let (h, key) = self.pick_file(inp);
@@ -495,7 +502,7 @@ impl Session<'_> {
                 let key = self.pick_key(inp, b"apps_std");
                 let name = self.names[inp.u8() as usize % self.names.len()].clone();
                 let p = cstr(&name);
-                if inp.u8() % 2 == 0 {
+                if inp.u8().is_multiple_of(2) {
                     self.call(key, 0x1F02_0100, &pack(&[&words(&[31, p.len() as u32]), &p], &[96]))?;
                 } else {
                     self.call(key, 0x1602_0100, &pack(&[&words(&[p.len() as u32]), &p], &[4]))?;
@@ -503,7 +510,7 @@ impl Session<'_> {
             }
             11 => {
                 let key = self.pick_key(inp, b"apps_mem");
-                if inp.u8() % 2 == 0 || self.maps.is_empty() {
+                if inp.u8().is_multiple_of(2) || self.maps.is_empty() {
                     let len = [4096i64, 1 << 20, 0, -1, 3 << 20][inp.u8() as usize % 5];
                     let rflags = [0x1000u32, 0x4, 0x8, 0x1][inp.u8() as usize % 4];
                     let prim = [0i32.to_le_bytes(), 0u32.to_le_bytes(), rflags.to_le_bytes(), [0; 4]].concat();
@@ -523,7 +530,7 @@ impl Session<'_> {
                 }
             }
             12 => {
-                if inp.u8() % 4 == 0 {
+                if inp.u8().is_multiple_of(4) {
                     self.svc.end_session();
                     for (k, _) in std::mem::take(&mut self.modules) {
                         self.dead_keys.push(k);
