@@ -10,7 +10,9 @@
 //!   no `O_NOFOLLOW` file open yields anything but a regular file, no path string is opened;
 //! * the seam only reads or closes descriptors it handed out (no forged or double close);
 //! * a FILE handle or module key is never handed out twice, and a dead one (closed, its module
-//!   closed, or its session ended) is refused;
+//!   closed, or its session ended) is refused; the service's open files and modules are the
+//!   model's after every step (closing a module closes its files), and no descriptor is open
+//!   beyond the open files;
 //! * no reply carries data with an error status, no read returns the canary's bytes or more
 //!   than asked;
 //! * once the service is dropped, every descriptor it opened is closed and every DSP map
@@ -575,10 +577,24 @@ impl Session<'_> {
     }
 
     fn check_seam(&self) -> Result<(), Violation> {
-        match self.svc.sys().violation.lock().unwrap().clone() {
-            Some(v) => Err(Violation(v)),
-            None => Ok(()),
+        if let Some(v) = self.svc.sys().violation.lock().unwrap().clone() {
+            return Err(Violation(v));
         }
+        // The service's books match the model's (a module close closed its files, a failed
+        // open left nothing behind), and no descriptor is open beyond the open files (the
+        // directories of a path walk are closed when it ends).
+        let c = self.svc.session_counts();
+        let fds = self.svc.sys().live.lock().unwrap().len();
+        if c.files != self.files.len() || c.modules != self.modules.len() || fds > c.files {
+            return Err(Violation(format!(
+                "service holds {} files, {} modules, {fds} descriptors; the model {} files, {} modules",
+                c.files,
+                c.modules,
+                self.files.len(),
+                self.modules.len()
+            )));
+        }
+        Ok(())
     }
 }
 
