@@ -15,9 +15,9 @@
 //! # No lock across I/O
 //!
 //! The service keeps these tables under a spin lock that is never held across a system call:
-//! a request takes what it needs under the lock ([`FileTable::begin`] marks the file in use, so
+//! a request takes what it needs under the lock (`FileTable::begin` marks the file in use, so
 //! a concurrent close only marks it closing), does its file I/O or ioctl without the lock, and
-//! re-takes it to apply the result ([`FileTable::finish`]). A file closed while in use is
+//! re-takes it to apply the result (`FileTable::finish`). A file closed while in use is
 //! closed by its last user.
 
 use hexrpc_drivers::Fd;
