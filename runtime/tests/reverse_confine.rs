@@ -136,7 +136,7 @@ fn closing_a_module_closes_its_files() {
 #[test]
 fn module_keys_never_wrap_into_validity() {
     // More open/close pairs than a 16-bit generation has values.
-    const PAIRS: usize = 140_000;
+    const PAIRS: usize = 70_000;
     let tree = Tree::new("modkeys");
     let svc = tree.service();
     let first = open_module(&svc, "apps_std");

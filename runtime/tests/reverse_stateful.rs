@@ -1,6 +1,6 @@
 //! The stateful model of a reverse session (`stateful/mod.rs`) over random request sequences:
 //! the same checks as the cargo-fuzz target `reverse_session`, driven by proptest. The number
-//! of sequences is `HEXRPC_STATEFUL_CASES` (default 3,000; CI's fallback when no nightly
+//! of sequences is `HEXRPC_STATEFUL_CASES` (default 2,000; CI's fallback when no nightly
 //! toolchain can be installed runs it at fuzzing scale).
 
 mod stateful;
@@ -9,7 +9,7 @@ use proptest::prelude::any;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 
 fn cases() -> u32 {
-    std::env::var("HEXRPC_STATEFUL_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(3_000)
+    std::env::var("HEXRPC_STATEFUL_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(2_000)
 }
 
 #[test]
