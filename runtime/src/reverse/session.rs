@@ -18,7 +18,9 @@
 //! a request takes what it needs under the lock (`FileTable::begin` marks the file in use, so
 //! a concurrent close only marks it closing), does its file I/O or ioctl without the lock, and
 //! re-takes it to apply the result (`FileTable::finish`). A file closed while in use is
-//! closed by its last user.
+//! closed by its last user. Two requests racing on one FILE handle (the DSP serves one request
+//! at a time per session, so only a hostile caller of `dispatch` does this) each read from the
+//! offset they saw, and the last to finish sets the offset; neither can reach another file.
 
 use hexrpc_drivers::Fd;
 
