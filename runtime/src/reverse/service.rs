@@ -12,7 +12,7 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use super::metrics::Metrics;
 use super::policy::{FilePolicy, ImageError, ImageTable};
-use super::session::{FileTable, MapTable, Module, ModuleTable, OpenFile, Source, ToClose};
+use super::session::{FileTable, MapTable, Module, ModuleTable, Source, SourceView, ToClose};
 use super::wire::{Reply, Request};
 use super::RequestError;
 
@@ -522,12 +522,12 @@ impl<'img, S: Syscalls> ReverseService<'img, S> {
             let mut s = self.session.lock();
             match s.modules.lookup(owner) {
                 Some(Module::AppsStd) => s.files.insert(src, owner),
-                _ => Err(RequestError::NoSuchModule),
+                _ => Err((RequestError::NoSuchModule, src)),
             }
         };
         let handle = match inserted {
             Ok(h) => h,
-            Err(e) => {
+            Err((e, src)) => {
                 self.close_source(src);
                 return Err(e);
             }
@@ -559,18 +559,18 @@ impl<'img, S: Syscalls> ReverseService<'img, S> {
         }
         let mut r = Reply::layout(req.out_lens(), reply)?;
         let used = self.session.lock().files.begin(p.file.get(), owner)?;
-        let file = used.file;
-        let budget = self.policy.limits().max_reverse_file_bytes.saturating_sub(file.served);
-        let size = file.src.size();
+        let (src, offset) = (used.src, used.offset);
+        let budget = self.policy.limits().max_reverse_file_bytes.saturating_sub(used.served);
+        let size = src.size();
         let allowed = (want as u64).min(budget) as usize;
-        let result = if allowed == 0 && want != 0 && file.offset < size {
+        let result = if allowed == 0 && want != 0 && offset < size {
             Err(RequestError::FileBudget)
         } else {
             let mut failed = None;
             let n = r
                 .fill(1, |region| {
                     let region = &mut region[..allowed];
-                    match read_at(&self.sys, &file, region) {
+                    match read_at(&self.sys, src, offset, region) {
                         Ok(n) => n,
                         Err(e) => {
                             failed = Some(e);
@@ -588,7 +588,7 @@ impl<'img, S: Syscalls> ReverseService<'img, S> {
         // Re-validated under the lock: if the file was closed meanwhile the offset is not
         // applied, and the last user closes it.
         let closed = self.session.lock().files.finish(used, |f| {
-            f.offset = file.offset.saturating_add(n as u64);
+            f.offset = offset.saturating_add(n as u64);
             f.served = f.served.saturating_add(n as u64);
         });
         if let Some(src) = closed {
@@ -596,7 +596,7 @@ impl<'img, S: Syscalls> ReverseService<'img, S> {
         }
         let n = result?;
         self.metrics.served(n as u64);
-        let eof = n < allowed || file.offset.saturating_add(n as u64) >= size;
+        let eof = n < allowed || offset.saturating_add(n as u64) >= size;
         // `n <= want <= i32::MAX` (checked above).
         let out = FreadOut { bytes_read: (n as i32).into(), eof: (eof as i32).into() };
         r.write(0, out.as_bytes());
@@ -776,19 +776,19 @@ impl<'img, S: Syscalls> ReverseService<'img, S> {
     }
 }
 
-/// Reads at the file's offset into `region` (the whole region unless end of file).
-fn read_at<S: Syscalls + ?Sized>(sys: &S, file: &OpenFile<'_>, region: &mut [u8]) -> Result<usize, RequestError> {
-    match file.src {
-        Source::Image(bytes) => {
-            let start = usize::try_from(file.offset).unwrap_or(usize::MAX).min(bytes.len());
+/// Reads at `offset` of `src` into `region` (the whole region unless end of file).
+fn read_at<S: Syscalls + ?Sized>(sys: &S, src: SourceView<'_>, offset: u64, region: &mut [u8]) -> Result<usize, RequestError> {
+    match src {
+        SourceView::Image(bytes) => {
+            let start = usize::try_from(offset).unwrap_or(usize::MAX).min(bytes.len());
             let n = region.len().min(bytes.len() - start);
             region[..n].copy_from_slice(&bytes[start..start + n]);
             Ok(n)
         }
-        Source::Host { fd, .. } => {
+        SourceView::Host { fd, .. } => {
             let mut done = 0usize;
             while done < region.len() {
-                let at = file.offset.checked_add(done as u64).ok_or(RequestError::Read)?;
+                let at = offset.checked_add(done as u64).ok_or(RequestError::Read)?;
                 match sys.pread(fd, &mut region[done..], at) {
                     Ok(0) => break,
                     // A seam answering more than asked is clamped.

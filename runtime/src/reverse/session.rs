@@ -46,8 +46,9 @@ const FILE_GEN_MAX: u32 = (i32::MAX as u32 - FILE_HANDLE_BASE) / MAX_FILES as u3
 const _: () = assert!(MAX_MODULES <= 1 << MODULE_SLOT_BITS);
 const _: () = assert!(FILE_HANDLE_BASE as u64 + (FILE_GEN_MAX as u64 + 1) * MAX_FILES as u64 <= i32::MAX as u64);
 
-/// Where an open file's bytes come from.
-#[derive(Clone, Copy, Debug)]
+/// Where an open file's bytes come from. Not `Copy`: the table owns a host descriptor, and
+/// only [`FileTable`] hands it back out (to be closed).
+#[derive(Debug)]
 pub(crate) enum Source<'img> {
     /// A host file, owned by the table until closed.
     Host { fd: Fd, size: u64 },
@@ -55,18 +56,45 @@ pub(crate) enum Source<'img> {
     Image(&'img [u8]),
 }
 
-impl Source<'_> {
+impl<'img> Source<'img> {
     pub(crate) fn size(&self) -> u64 {
         match *self {
             Source::Host { size, .. } => size,
             Source::Image(b) => b.len() as u64,
         }
     }
+
+    /// What a read outside the lock needs: the descriptor number (kept open by the table while
+    /// the file is in use) or the image bytes.
+    pub(crate) fn view(&self) -> SourceView<'img> {
+        match self {
+            Source::Host { fd, size } => SourceView::Host { fd: *fd, size: *size },
+            Source::Image(b) => SourceView::Image(b),
+        }
+    }
+}
+
+/// A [`Source`] as a read sees it, without ownership (see [`Source::view`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum SourceView<'img> {
+    /// A host file's descriptor, open while the file is marked in use.
+    Host { fd: Fd, size: u64 },
+    /// A registered library image.
+    Image(&'img [u8]),
+}
+
+impl SourceView<'_> {
+    pub(crate) fn size(&self) -> u64 {
+        match *self {
+            SourceView::Host { size, .. } => size,
+            SourceView::Image(b) => b.len() as u64,
+        }
+    }
 }
 
 /// One open file: its source, its own offset and how many bytes it has served, the module key
 /// it was opened through, and how many requests are using it outside the lock.
-#[derive(Clone, Copy, Debug)]
+#[derive(Debug)]
 pub(crate) struct OpenFile<'img> {
     pub(crate) src: Source<'img>,
     pub(crate) offset: u64,
@@ -76,7 +104,7 @@ pub(crate) struct OpenFile<'img> {
     closing: bool,
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Debug)]
 enum FileState<'img> {
     Free,
     Open(OpenFile<'img>),
@@ -84,7 +112,7 @@ enum FileState<'img> {
     Retired,
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Debug)]
 struct FileSlot<'img> {
     generation: u32,
     state: FileState<'img>,
@@ -92,11 +120,13 @@ struct FileSlot<'img> {
 
 /// A file taken for use outside the lock by [`FileTable::begin`]; give it back with
 /// [`FileTable::finish`].
-#[derive(Clone, Copy, Debug)]
+#[derive(Debug)]
 pub(crate) struct InUse<'img> {
     slot: usize,
-    /// The file as it was when taken.
-    pub(crate) file: OpenFile<'img>,
+    /// Its source, offset and bytes served when taken.
+    pub(crate) src: SourceView<'img>,
+    pub(crate) offset: u64,
+    pub(crate) served: u64,
 }
 
 /// Files to close after the lock is released.
@@ -111,15 +141,18 @@ pub(crate) struct FileTable<'img> {
 impl<'img> FileTable<'img> {
     pub(crate) const fn new(limit: usize) -> Self {
         FileTable {
-            slots: [FileSlot { generation: 0, state: FileState::Free }; MAX_FILES],
+            slots: [const { FileSlot { generation: 0, state: FileState::Free } }; MAX_FILES],
             limit: if limit < MAX_FILES { limit } else { MAX_FILES },
         }
     }
 
     /// Takes the first free slot for a file opened through module `owner`;
-    /// [`RequestError::OutOfHandles`] when `limit` are open (or retired).
-    pub(crate) fn insert(&mut self, src: Source<'img>, owner: u32) -> Result<u32, RequestError> {
-        let i = self.slots.iter().take(self.limit).position(|s| matches!(s.state, FileState::Free)).ok_or(RequestError::OutOfHandles)?;
+    /// [`RequestError::OutOfHandles`] (and `src` back, to be closed) when `limit` are open (or
+    /// retired).
+    pub(crate) fn insert(&mut self, src: Source<'img>, owner: u32) -> Result<u32, (RequestError, Source<'img>)> {
+        let Some(i) = self.slots.iter().take(self.limit).position(|s| matches!(s.state, FileState::Free)) else {
+            return Err((RequestError::OutOfHandles, src));
+        };
         let slot = &mut self.slots[i];
         slot.state = FileState::Open(OpenFile { src, offset: 0, served: 0, owner, users: 0, closing: false });
         Ok(FILE_HANDLE_BASE + slot.generation * MAX_FILES as u32 + i as u32)
@@ -157,7 +190,7 @@ impl<'img> FileTable<'img> {
         let i = self.index(handle, owner)?;
         let f = self.open_mut(i)?;
         f.users = f.users.checked_add(1).ok_or(RequestError::OutOfHandles)?;
-        Ok(InUse { slot: i, file: *f })
+        Ok(InUse { slot: i, src: f.src.view(), offset: f.offset, served: f.served })
     }
 
     /// Ends a use: applies `update` unless the file was closed meanwhile; returns the source to
@@ -178,17 +211,19 @@ impl<'img> FileTable<'img> {
     /// Frees slot `i` (advancing or retiring its generation) and returns its source.
     fn free(&mut self, i: usize) -> Option<Source<'img>> {
         let slot = &mut self.slots[i];
-        let src = match slot.state {
-            FileState::Open(f) => f.src,
-            _ => return None,
-        };
-        if slot.generation >= FILE_GEN_MAX {
-            slot.state = FileState::Retired;
+        if !matches!(slot.state, FileState::Open(_)) {
+            return None;
+        }
+        let next = if slot.generation >= FILE_GEN_MAX {
+            FileState::Retired
         } else {
             slot.generation += 1;
-            slot.state = FileState::Free;
+            FileState::Free
+        };
+        match core::mem::replace(&mut slot.state, next) {
+            FileState::Open(f) => Some(f.src),
+            _ => None,
         }
-        Some(src)
     }
 
     /// Closes one slot: freed at once, or marked closing while in use (its last user frees it).
@@ -214,7 +249,7 @@ impl<'img> FileTable<'img> {
     pub(crate) fn remove_owned_by(&mut self, owner: u32) -> ToClose<'img> {
         let mut out = ToClose::new();
         for i in 0..MAX_FILES {
-            if matches!(self.slots[i].state, FileState::Open(f) if f.owner == owner && !f.closing) {
+            if matches!(&self.slots[i].state, FileState::Open(f) if f.owner == owner && !f.closing) {
                 if let Some(src) = self.close_slot(i) {
                     // At most MAX_FILES slots, so this always fits.
                     let _ = out.push(src);
@@ -228,7 +263,7 @@ impl<'img> FileTable<'img> {
     pub(crate) fn take_all(&mut self) -> ToClose<'img> {
         let mut out = ToClose::new();
         for i in 0..MAX_FILES {
-            if matches!(self.slots[i].state, FileState::Open(f) if !f.closing) {
+            if matches!(&self.slots[i].state, FileState::Open(f) if !f.closing) {
                 if let Some(src) = self.close_slot(i) {
                     let _ = out.push(src);
                 }
@@ -463,7 +498,7 @@ mod tests {
         let a = t.insert(Source::Image(&IMG), OWNER).unwrap();
         let b = t.insert(Source::Image(&IMG), OWNER).unwrap();
         assert_eq!((a, b), (100, 101));
-        assert_eq!(t.insert(Source::Image(&IMG), OWNER).err(), Some(RequestError::OutOfHandles));
+        assert_eq!(t.insert(Source::Image(&IMG), OWNER).err().map(|e| e.0), Some(RequestError::OutOfHandles));
         for bad in [0, 3, 99, 102, 163, 164, u32::MAX] {
             assert_eq!(t.get_mut(bad, OWNER).err(), Some(RequestError::BadFile), "{bad}");
         }
@@ -523,7 +558,7 @@ mod tests {
         assert_eq!(last, FILE_HANDLE_BASE + FILE_GEN_MAX * MAX_FILES as u32);
         assert!(last <= i32::MAX as u32);
         t.remove(last, OWNER).unwrap();
-        assert_eq!(t.insert(Source::Image(&IMG), OWNER).err(), Some(RequestError::OutOfHandles), "retired, not wrapped");
+        assert_eq!(t.insert(Source::Image(&IMG), OWNER).err().map(|e| e.0), Some(RequestError::OutOfHandles), "retired, not wrapped");
         assert_eq!(t.get_mut(FILE_HANDLE_BASE, OWNER).err(), Some(RequestError::BadFile));
     }
 
