@@ -86,6 +86,57 @@ fn intermediate_directory_swapped_for_a_symlink_never_escapes() {
 }
 
 #[test]
+fn final_component_swapped_for_a_symlink_never_escapes() {
+    use rustix::fs::{renameat_with, RenameFlags, CWD};
+    const OPENS: usize = 5_000;
+    let tree = Tree::new("race-last");
+    let f = tree.allowed.join("f.so");
+    let link = tree.allowed.join("f.link");
+    std::fs::write(&f, b"INSIDE").unwrap();
+    std::os::unix::fs::symlink("../secret/canary", &link).unwrap();
+    let svc = tree.service();
+    let h = open_module(&svc, "apps_std");
+    let stop = Arc::new(AtomicBool::new(false));
+    let t = {
+        let (f, link, stop) = (f.clone(), link.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut rounds = 0usize;
+            while !stop.load(Ordering::Relaxed) && renameat_with(CWD, &f, CWD, &link, RenameFlags::EXCHANGE).is_ok() {
+                rounds += 1;
+            }
+            // Without an atomic exchange: three renames a round ("missing" is a state too).
+            let tmp = f.with_extension("tmp");
+            while !stop.load(Ordering::Relaxed) {
+                std::fs::rename(&f, &tmp).unwrap();
+                std::fs::rename(&link, &f).unwrap();
+                std::fs::rename(&tmp, &link).unwrap();
+                rounds += 1;
+            }
+            rounds
+        })
+    };
+    let (mut inside, mut refused) = (0usize, 0usize);
+    for _ in 0..OPENS {
+        let (st, file) = fopen(&svc, h, b"f.so", b"r");
+        if st != 0 {
+            assert!([AEE_ENOTALLOWED, AEE_ENOSUCHFILE].contains(&st), "status {st:#x}");
+            refused += 1;
+            continue;
+        }
+        let (st, n, _, data) = fread(&svc, h, file, 16);
+        assert_eq!((st, &data[..n as usize]), (0, &b"INSIDE"[..]), "only the allowed file is ever read");
+        inside += 1;
+        assert_eq!(fclose(&svc, h, file), 0);
+    }
+    stop.store(true, Ordering::Relaxed);
+    let rounds = t.join().unwrap();
+    println!("{OPENS} opens racing {rounds} swaps of the file itself: {inside} read inside, {refused} refused");
+    assert!(!svc.sys().opened.lock().unwrap().contains(&tree.canary_id), "the canary was opened");
+    svc.end_session();
+    assert_eq!(svc.sys().opens.load(Ordering::SeqCst), svc.sys().closes.load(Ordering::SeqCst));
+}
+
+#[test]
 fn a_stale_file_handle_is_refused_and_never_reads_another_file() {
     let tree = Tree::new("stale");
     std::fs::write(tree.allowed.join("other.so"), b"OTHER FILE").unwrap();
