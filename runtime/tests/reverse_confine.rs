@@ -241,20 +241,20 @@ use std::ffi::{c_void, CStr};
 use std::ptr::NonNull;
 
 use hexrpc_drivers::adsprpc::FASTRPC_IOCTL_MMAP;
-use hexrpc_drivers::{Errno, Fd, FileStat, OpenAt, OpenFlags, Prot, Syscalls};
+use hexrpc_drivers::{Errno, Fd, FileStat, OpenAt, OpenFlags, OwnedFd, Prot, Syscalls};
 
 // SAFETY: forwards every call to `RecordingSys` (after waiting, for pread and MMAP).
 unsafe impl Syscalls for GateSys {
-    fn open(&self, path: &CStr, flags: OpenFlags) -> Result<Fd, Errno> {
+    fn open(&self, path: &CStr, flags: OpenFlags) -> Result<OwnedFd, Errno> {
         self.inner.open(path, flags)
     }
-    fn open_at(&self, dir: Option<Fd>, path: &CStr, how: OpenAt) -> Result<Fd, Errno> {
+    fn open_at(&self, dir: Option<Fd>, path: &CStr, how: OpenAt) -> Result<OwnedFd, Errno> {
         self.inner.open_at(dir, path, how)
     }
     fn stat_at(&self, dir: Fd, name: &CStr) -> Result<FileStat, Errno> {
         self.inner.stat_at(dir, name)
     }
-    fn close(&self, fd: Fd) -> Result<(), Errno> {
+    fn close(&self, fd: OwnedFd) -> Result<(), Errno> {
         self.inner.close(fd)
     }
     fn pread(&self, fd: Fd, buf: &mut [u8], offset: u64) -> Result<usize, Errno> {
@@ -304,7 +304,9 @@ fn finishes_while_blocked(f: impl FnOnce() + Send + 'static) -> bool {
 fn no_lock_is_held_across_a_file_read_or_a_map_ioctl() {
     use hexrpc_runtime::reverse::ReverseService;
     let tree = Tree::new("nolock");
-    let svc: Arc<ReverseService<'static, GateSys>> = Arc::new(ReverseService::new(GateSys::default(), Fd(-1), tree.policy()));
+    // The simulated kernel ignores the channel number; a non-negative one makes the session end
+    // release its maps (fd -1 means the channel is gone, and its maps with it).
+    let svc: Arc<ReverseService<'static, GateSys>> = Arc::new(ReverseService::new(GateSys::default(), Fd(900), tree.policy()));
     let h = open_module(&*svc, "apps_std");
     let mem = open_module(&*svc, "apps_mem");
     let (st, file) = fopen(&*svc, h, b"lib.so", b"r");

@@ -42,20 +42,20 @@ impl RecordingSys {
 // struct the caller passes (whose validity the `ioctl` contract guarantees); nothing else
 // touches memory.
 unsafe impl Syscalls for RecordingSys {
-    fn open(&self, path: &CStr, flags: OpenFlags) -> Result<Fd, Errno> {
+    fn open(&self, path: &CStr, flags: OpenFlags) -> Result<hexrpc_drivers::OwnedFd, Errno> {
         self.paths.lock().unwrap().push(path.to_string_lossy().into_owned());
         let fd = RustixSys.open(path, flags)?;
         self.opens.fetch_add(1, Ordering::SeqCst);
-        if let Ok(st) = RustixSys.fstat(fd) {
+        if let Ok(st) = RustixSys.fstat(fd.raw()) {
             self.opened.lock().unwrap().push((st.dev, st.ino));
         }
         Ok(fd)
     }
-    fn open_at(&self, dir: Option<Fd>, path: &CStr, how: OpenAt) -> Result<Fd, Errno> {
+    fn open_at(&self, dir: Option<Fd>, path: &CStr, how: OpenAt) -> Result<hexrpc_drivers::OwnedFd, Errno> {
         self.paths.lock().unwrap().push(at_path(dir, path));
         let fd = RustixSys.open_at(dir, path, how)?;
         self.opens.fetch_add(1, Ordering::SeqCst);
-        if let Ok(st) = RustixSys.fstat(fd) {
+        if let Ok(st) = RustixSys.fstat(fd.raw()) {
             self.opened.lock().unwrap().push((st.dev, st.ino));
         }
         Ok(fd)
@@ -64,7 +64,7 @@ unsafe impl Syscalls for RecordingSys {
         self.paths.lock().unwrap().push(at_path(Some(dir), name));
         RustixSys.stat_at(dir, name)
     }
-    fn close(&self, fd: Fd) -> Result<(), Errno> {
+    fn close(&self, fd: hexrpc_drivers::OwnedFd) -> Result<(), Errno> {
         self.closes.fetch_add(1, Ordering::SeqCst);
         RustixSys.close(fd)
     }
@@ -180,7 +180,9 @@ impl Tree {
     }
 
     pub fn service(&self) -> ReverseService<'static, RecordingSys> {
-        ReverseService::new(RecordingSys::default(), Fd(-1), self.policy())
+        // A channel number the recording seam answers itself (it never touches the descriptor);
+        // -1 would mean "no channel", and the service would then send no MUNMAP at all.
+        ReverseService::new(RecordingSys::default(), Fd(1000), self.policy())
     }
 }
 

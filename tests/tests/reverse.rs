@@ -253,7 +253,7 @@ fn the_service_walks_bench_and_real_directories_by_descriptor() {
     let read = |name: &[u8]| -> Result<Vec<u8>, hexrpc_runtime::reverse::RequestError> {
         let (fd, st) = svc.policy().open_host(svc.sys(), name)?;
         let mut buf = vec![0u8; st.size as usize];
-        let n = svc.sys().pread(fd, &mut buf, 0).unwrap();
+        let n = svc.sys().pread(fd.raw(), &mut buf, 0).unwrap();
         svc.sys().close(fd).unwrap();
         buf.truncate(n);
         Ok(buf)
@@ -272,11 +272,11 @@ fn the_service_walks_bench_and_real_directories_by_descriptor() {
     assert!(!b.was_opened("/bench/dsp/secret"));
     // A virtual directory descriptor refuses to be read and walks only below itself.
     let dir = b.open_at(None, c"/bench/dsp/cdsp", OpenAt::Dir { follow: true }).unwrap();
-    let sub = b.open_at(Some(dir), c"sub", OpenAt::Dir { follow: false }).unwrap();
-    assert!(b.fstat(sub).unwrap().is_dir());
+    let sub = b.open_at(Some(dir.raw()), c"sub", OpenAt::Dir { follow: false }).unwrap();
+    assert!(b.fstat(sub.raw()).unwrap().is_dir());
     b.close(sub).unwrap();
-    assert_eq!(b.open_at(Some(dir), c"sub/lib.so", OpenAt::Dir { follow: false }), Err(hexrpc_drivers::Errno::ENOTDIR));
-    assert!(b.stat_at(dir, c"sub").unwrap().is_dir());
+    assert_eq!(b.open_at(Some(dir.raw()), c"sub/lib.so", OpenAt::Dir { follow: false }), Err(hexrpc_drivers::Errno::ENOTDIR));
+    assert!(b.stat_at(dir.raw(), c"sub").unwrap().is_dir());
     b.close(dir).unwrap();
     assert_eq!(b.snapshot(), start, "every descriptor of the walks was closed");
     std::fs::remove_dir_all(&real).unwrap();

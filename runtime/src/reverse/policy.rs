@@ -39,7 +39,7 @@
 use core::ffi::CStr;
 
 use hexrpc_bsp::{Board, Limits};
-use hexrpc_drivers::{Errno, Fd, FileStat, OpenAt, Syscalls};
+use hexrpc_drivers::{Errno, Fd, FileStat, OpenAt, OwnedFd, Syscalls};
 
 use super::RequestError;
 
@@ -193,7 +193,7 @@ impl FilePolicy {
 
     /// Opens a host file for reading under the path rules (module docs). Returns the descriptor
     /// and its `fstat`.
-    pub fn open_host<S: Syscalls + ?Sized>(&self, sys: &S, name: &[u8]) -> Result<(Fd, FileStat), RequestError> {
+    pub fn open_host<S: Syscalls + ?Sized>(&self, sys: &S, name: &[u8]) -> Result<(OwnedFd, FileStat), RequestError> {
         self.check_name(name)?;
         if name[0] == b'/' {
             let (i, rel) = self.below_dir(name).ok_or(RequestError::NotAllowed)?;
@@ -234,22 +234,32 @@ impl NameBuf {
 /// A descriptor the walk owns, closed when dropped (a failed close is logged).
 struct WalkFd<'s, S: Syscalls + ?Sized> {
     sys: &'s S,
-    fd: Fd,
+    fd: Option<OwnedFd>,
 }
 
 impl<'s, S: Syscalls + ?Sized> WalkFd<'s, S> {
+    fn new(sys: &'s S, fd: OwnedFd) -> Self {
+        WalkFd { sys, fd: Some(fd) }
+    }
+
+    /// The raw number, for calls relative to it.
+    fn raw(&self) -> Fd {
+        self.fd.as_ref().map_or(Fd(-1), OwnedFd::raw)
+    }
+
     /// Hands the descriptor to the caller, who closes it.
-    fn keep(self) -> Fd {
-        let fd = self.fd;
-        core::mem::forget(self);
-        fd
+    fn keep(mut self) -> Option<OwnedFd> {
+        self.fd.take()
     }
 }
 
 impl<S: Syscalls + ?Sized> Drop for WalkFd<'_, S> {
     fn drop(&mut self) {
-        if let Err(e) = self.sys.close(self.fd) {
-            log::warn!("reverse: closing descriptor {} of a path walk failed: {e}", self.fd.0);
+        if let Some(fd) = self.fd.take() {
+            let n = fd.raw().0;
+            if let Err(e) = self.sys.close(fd) {
+                log::warn!("reverse: closing descriptor {n} of a path walk failed: {e}");
+            }
         }
     }
 }
@@ -260,48 +270,48 @@ fn is_symlink(st: &FileStat) -> bool {
 
 /// Opens `dir/rel` (rel already checked clean) component by component from a descriptor of
 /// `dir`, following no symbolic link below `dir` (module docs).
-fn open_below<S: Syscalls + ?Sized>(sys: &S, dir: &[u8], rel: &[u8]) -> Result<(Fd, FileStat), RequestError> {
+fn open_below<S: Syscalls + ?Sized>(sys: &S, dir: &[u8], rel: &[u8]) -> Result<(OwnedFd, FileStat), RequestError> {
     let root = NameBuf::of(dir)?;
     let fd = sys.open_at(None, root.as_cstr()?, OpenAt::Dir { follow: true }).map_err(|e| match e {
         Errno::ENOENT | Errno::ENOTDIR => RequestError::NoSuchFile,
         _ => RequestError::NotAllowed,
     })?;
-    let mut cur = WalkFd { sys, fd };
+    let mut cur = WalkFd::new(sys, fd);
     let mut comps = rel.split(|&c| c == b'/').peekable();
     while let Some(comp) = comps.next() {
         let name = NameBuf::of(comp)?;
         let name = name.as_cstr()?;
         if comps.peek().is_some() {
-            let next = match sys.open_at(Some(cur.fd), name, OpenAt::Dir { follow: false }) {
+            let next = match sys.open_at(Some(cur.raw()), name, OpenAt::Dir { follow: false }) {
                 Ok(fd) => fd,
                 Err(Errno::ENOENT) => return Err(RequestError::NoSuchFile),
                 // Not a directory: a symbolic link is refused, a file means "no such path".
                 Err(Errno::ENOTDIR) => {
-                    return match sys.stat_at(cur.fd, name) {
+                    return match sys.stat_at(cur.raw(), name) {
                         Ok(st) if !is_symlink(&st) => Err(RequestError::NoSuchFile),
                         _ => Err(RequestError::NotAllowed),
                     }
                 }
                 Err(_) => return Err(RequestError::NotAllowed),
             };
-            cur = WalkFd { sys, fd: next };
+            cur = WalkFd::new(sys, next);
         } else {
-            let seen = sys.stat_at(cur.fd, name).map_err(|e| match e {
+            let seen = sys.stat_at(cur.raw(), name).map_err(|e| match e {
                 Errno::ENOENT => RequestError::NoSuchFile,
                 _ => RequestError::NotAllowed,
             })?;
             if !seen.is_file() {
                 return Err(RequestError::NotAllowed);
             }
-            let file = WalkFd {
-                sys,
-                fd: sys.open_at(Some(cur.fd), name, OpenAt::File).map_err(|e| match e {
-                    Errno::ENOENT => RequestError::NoSuchFile,
-                    _ => RequestError::NotAllowed,
-                })?,
-            };
-            return match sys.fstat(file.fd) {
-                Ok(st) if st.is_file() && st.dev == seen.dev && st.ino == seen.ino => Ok((file.keep(), st)),
+            let opened = sys.open_at(Some(cur.raw()), name, OpenAt::File).map_err(|e| match e {
+                Errno::ENOENT => RequestError::NoSuchFile,
+                _ => RequestError::NotAllowed,
+            })?;
+            let file = WalkFd::new(sys, opened);
+            return match sys.fstat(file.raw()) {
+                Ok(st) if st.is_file() && st.dev == seen.dev && st.ino == seen.ino => {
+                    file.keep().map(|fd| (fd, st)).ok_or(RequestError::NotAllowed)
+                }
                 _ => Err(RequestError::NotAllowed),
             };
         }

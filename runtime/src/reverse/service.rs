@@ -371,7 +371,8 @@ impl<'img, S: Syscalls> ReverseService<'img, S> {
         self.close_all(files);
         let fd = self.rpc_fd();
         for (vadsp, len) in maps {
-            if vadsp != 0 {
+            // No channel (fd -1): it was retired or closed, and its maps went with the file.
+            if vadsp != 0 && fd.0 >= 0 {
                 if let Err(e) = adsprpc::munmap(&self.sys, fd, vadsp, len) {
                     log::warn!("reverse: releasing DSP map {vadsp:#x}+{len:#x} failed: {e}");
                 }
@@ -487,8 +488,9 @@ impl<'img, S: Syscalls> ReverseService<'img, S> {
 
     fn close_source(&self, src: Source<'img>) {
         if let Source::Host { fd, .. } = src {
+            let n = fd.raw().0;
             if let Err(e) = self.sys.close(fd) {
-                log::warn!("reverse: closing host file {} failed: {e}", fd.0);
+                log::warn!("reverse: closing host file {n} failed: {e}");
             }
         }
     }
@@ -663,8 +665,11 @@ impl<'img, S: Syscalls> ReverseService<'img, S> {
     fn probe(&self, name: &[u8]) -> Result<(u64, Option<FileStat>), RequestError> {
         match self.open_source(name)? {
             Source::Image(b) => Ok((b.len() as u64, None)),
-            src @ Source::Host { fd, size } => {
-                let st = self.sys.fstat(fd);
+            src @ Source::Host { .. } => {
+                let (st, size) = match &src {
+                    Source::Host { fd, size } => (self.sys.fstat(fd.raw()), *size),
+                    Source::Image(_) => (Err(hexrpc_drivers::Errno::EBADF), 0),
+                };
                 self.close_source(src);
                 let st = st.map_err(|_| RequestError::NoSuchFile)?;
                 Ok((size, Some(st)))
@@ -743,7 +748,7 @@ impl<'img, S: Syscalls> ReverseService<'img, S> {
                 if !s.maps.commit(reservation, vadsp) {
                     // The session ended while the map was made: release it on the fd that made it.
                     drop(s);
-                    if vadsp != 0 {
+                    if vadsp != 0 && fd.0 >= 0 {
                         if let Err(e) = adsprpc::munmap(&self.sys, fd, vadsp, len) {
                             log::warn!("reverse: releasing a map made across session end failed: {e}");
                         }

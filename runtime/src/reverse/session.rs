@@ -22,7 +22,7 @@
 //! at a time per session, so only a hostile caller of `dispatch` does this) each read from the
 //! offset they saw, and the last to finish sets the offset; neither can reach another file.
 
-use hexrpc_drivers::Fd;
+use hexrpc_drivers::{Fd, OwnedFd};
 
 use super::policy::MAX_FILES;
 use super::RequestError;
@@ -51,7 +51,7 @@ const _: () = assert!(FILE_HANDLE_BASE as u64 + (FILE_GEN_MAX as u64 + 1) * MAX_
 #[derive(Debug)]
 pub(crate) enum Source<'img> {
     /// A host file, owned by the table until closed.
-    Host { fd: Fd, size: u64 },
+    Host { fd: OwnedFd, size: u64 },
     /// A registered library image.
     Image(&'img [u8]),
 }
@@ -68,7 +68,7 @@ impl<'img> Source<'img> {
     /// the file is in use) or the image bytes.
     pub(crate) fn view(&self) -> SourceView<'img> {
         match self {
-            Source::Host { fd, size } => SourceView::Host { fd: *fd, size: *size },
+            Source::Host { fd, size } => SourceView::Host { fd: fd.raw(), size: *size },
             Source::Image(b) => SourceView::Image(b),
         }
     }

@@ -29,7 +29,7 @@ use std::sync::Mutex;
 use hexrpc_drivers::adsprpc::{fastrpc_ioctl_mmap, fastrpc_ioctl_munmap, FASTRPC_IOCTL_MMAP, FASTRPC_IOCTL_MUNMAP};
 use hexrpc_drivers::aee::{AEE_EBADFD, AEE_ENOSUCHMOD};
 use hexrpc_drivers::listener::{REMOTECTL_CLOSE, REMOTECTL_OPEN};
-use hexrpc_drivers::{Errno, Fd, FileStat, OpenAt, OpenFlags, Prot, RustixSys, Scalars, Syscalls};
+use hexrpc_drivers::{Errno, Fd, FileStat, OpenAt, OpenFlags, OwnedFd, Prot, RustixSys, Scalars, Syscalls};
 use hexrpc_runtime::reverse::wire::{pack_request, reply_output};
 use hexrpc_runtime::reverse::{FilePolicy, ReverseService};
 
@@ -183,11 +183,11 @@ impl CheckingSys {
 // the two simulated ioctls only touch the argument struct the caller passes, whose validity
 // the `ioctl` contract guarantees; nothing else touches memory.
 unsafe impl Syscalls for CheckingSys {
-    fn open(&self, path: &CStr, _: OpenFlags) -> Result<Fd, Errno> {
+    fn open(&self, path: &CStr, _: OpenFlags) -> Result<OwnedFd, Errno> {
         self.violate(format!("a path string was opened: {path:?}"));
         Err(Errno::EPERM)
     }
-    fn open_at(&self, dir: Option<Fd>, path: &CStr, how: OpenAt) -> Result<Fd, Errno> {
+    fn open_at(&self, dir: Option<Fd>, path: &CStr, how: OpenAt) -> Result<OwnedFd, Errno> {
         if let Some(d) = dir {
             if !self.ours(d) {
                 self.violate(format!("open_at relative to descriptor {} it did not open", d.0));
@@ -196,8 +196,8 @@ unsafe impl Syscalls for CheckingSys {
         }
         let fd = RustixSys.open_at(dir, path, how)?;
         self.opens.fetch_add(1, Ordering::SeqCst);
-        self.live.lock().unwrap().insert(fd.0);
-        match RustixSys.fstat(fd) {
+        self.live.lock().unwrap().insert(fd.raw().0);
+        match RustixSys.fstat(fd.raw()) {
             Ok(st) if self.canaries.contains(&(st.dev, st.ino)) => self.violate(format!("the canary was opened as {path:?}")),
             Ok(st) if how == OpenAt::File && !st.is_file() => {
                 self.violate(format!("{path:?} opened as a file is not a regular file (mode {:o})", st.mode))
@@ -214,9 +214,11 @@ unsafe impl Syscalls for CheckingSys {
         }
         RustixSys.stat_at(dir, name)
     }
-    fn close(&self, fd: Fd) -> Result<(), Errno> {
-        if !self.live.lock().unwrap().remove(&fd.0) {
-            self.violate(format!("close of descriptor {} it did not open (forged or closed twice)", fd.0));
+    fn close(&self, fd: OwnedFd) -> Result<(), Errno> {
+        if !self.live.lock().unwrap().remove(&fd.raw().0) {
+            self.violate(format!("close of descriptor {} it did not open (forged or closed twice)", fd.raw().0));
+            // Not ours to close: the number is left alone.
+            let _ = fd.into_raw();
             return Err(Errno::EBADF);
         }
         RustixSys.close(fd)
@@ -608,7 +610,9 @@ pub fn run(tree: &Tree, data: &[u8]) -> Result<Stats, Violation> {
         max_dsp_map_bytes: 4 << 20,
         ..hexrpc_bsp::BENCH.limits
     };
-    let svc = ReverseService::new(CheckingSys::new(tree), Fd(-1), FilePolicy::new(&[tree.allowed.to_str().unwrap()], limits).unwrap());
+    // The simulated kernel ignores the channel number; a non-negative one makes the session end
+    // release its maps through it (fd -1 would mean the channel, and its maps, are gone).
+    let svc = ReverseService::new(CheckingSys::new(tree), Fd(900), FilePolicy::new(&[tree.allowed.to_str().unwrap()], limits).unwrap());
     svc.register_image("tinylib", &IMAGE).unwrap();
     let mut s = Session {
         svc,
