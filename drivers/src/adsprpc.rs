@@ -371,7 +371,29 @@ pub struct fastrpc_ctrl_latency {
 }
 abi_layout!(fastrpc_ctrl_latency, "fastrpc_ctrl_latency", size = 8, align = 4, { enable @ 0, level @ 4 });
 
+/// `struct fastrpc_ctrl_smmu`: the SMMU member of `fastrpc_ioctl_control`'s union.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct fastrpc_ctrl_smmu {
+    /// Share one context bank between sessions.
+    pub sharedcb: u32,
+}
+abi_layout!(fastrpc_ctrl_smmu, "fastrpc_ctrl_smmu", size = 4, align = 4, { sharedcb @ 0 });
+
+/// `struct fastrpc_ctrl_kalloc`: the KALLOC member of `fastrpc_ioctl_control`'s union.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct fastrpc_ctrl_kalloc {
+    /// Out: whether the kernel allocates memory for the process.
+    pub kalloc_support: u32,
+}
+abi_layout!(fastrpc_ctrl_kalloc, "fastrpc_ctrl_kalloc", size = 4, align = 4, { kalloc_support @ 0 });
+
 /// `struct fastrpc_ioctl_control`.
+///
+/// The C struct's anonymous union `{ lp, smmu, kalloc }` is stored as its largest member, `lp`;
+/// `smmu` ([`fastrpc_ctrl_smmu`]) and `kalloc` ([`fastrpc_ctrl_kalloc`]) are the first 4 bytes
+/// of it, and the layout listing names all three at offset 4.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
 pub struct fastrpc_ioctl_control {
@@ -380,7 +402,7 @@ pub struct fastrpc_ioctl_control {
     /// The anonymous union `{ lp, smmu, kalloc }`, as its largest member.
     pub lp: fastrpc_ctrl_latency,
 }
-abi_layout!(fastrpc_ioctl_control, "fastrpc_ioctl_control", size = 12, align = 4, { req @ 0, lp @ 4 });
+abi_layout!(fastrpc_ioctl_control, "fastrpc_ioctl_control", size = 12, align = 4, { req @ 0, lp @ 4, smmu @ 4 = lp, kalloc @ 4 = lp });
 
 /// The group byte of every FastRPC ioctl.
 pub const FASTRPC_IOCTL_MAGIC: u8 = b'R';
@@ -701,6 +723,8 @@ pub enum ArgsError {
     Method,
     /// A handle needs a real fd (not 0, not negative).
     NoFd,
+    /// A buffer range does not lie inside its mapping.
+    Range,
 }
 
 /// The argument list of one FastRPC call, in fixed capacity: the `remote_arg`, `fds` and `attrs`
