@@ -356,7 +356,7 @@ impl DeviceAccess {
     /// Authority over the simulated nodes of a bench board ([`BENCH_BOARDS`]: the downstream or
     /// the upstream bench kernel); `None` for any other board.
     pub fn for_bench_board(board: &'static Board) -> Option<DeviceAccess> {
-        BENCH_BOARDS.iter().any(|b| *b == board).then_some(DeviceAccess { board })
+        BENCH_BOARDS.contains(&board).then_some(DeviceAccess { board })
     }
 
     /// Authority over a real board's nodes. Call it only in a binary or a service's `main`: it is
