@@ -1,5 +1,6 @@
-//! The isolated bench: a simulated msm ION 4.9 + downstream adsprpc kernel and a simulated DSP
-//! process behind hexrpc's syscall seam ([`hexrpc_drivers::Syscalls`]), so that everything above
+//! The isolated bench: a simulated kernel (msm ION 4.9 + downstream adsprpc, or dma-heap +
+//! upstream fastrpc, chosen by the board) and a simulated DSP process behind hexrpc's syscall
+//! seam ([`hexrpc_drivers::Syscalls`]), so that everything above
 //! the raw layer (HAL, runtime, CLI) can be proven without a device (design card:
 //! `shared/spec/bench.md`; driver facts: `kernel-abi.md`; protocol: `reverse-rpc.md`; entry
 //! contracts: `entry-abi.md`).
@@ -11,7 +12,8 @@
 //!   and shell; every other path goes to the real filesystem (so a reverse file service can be
 //!   tested on real temp files), and every `open` is logged. Each descriptor the bench hands out
 //!   is backed by a real one (a memfd), so numbers never collide with real descriptors.
-//! * **The kernel** ([`ion`] and [`rpc`]): every request is decoded from the
+//! * **The kernel** ([`ion`] and [`rpc`] on [`hexrpc_bsp::BENCH`]; [`dma_heap`] and
+//!   [`upstream`] on [`hexrpc_bsp::BENCH_UPSTREAM`]): every request is decoded from the
 //!   raw request number and the raw bytes behind the pointer, as `copy_from_user` would, and
 //!   answered as the driver does, errors included (ION: `ENOTTY`, `EFAULT`, `EINVAL`, `ENODEV`,
 //!   `ENOMEM`; adsprpc: -1/`EPERM` for faulting copies and missing state, positive return
@@ -91,6 +93,7 @@
 mod account;
 mod bench;
 mod config;
+pub mod dma_heap;
 pub mod dsp;
 pub mod elf;
 pub mod entry;
@@ -99,6 +102,7 @@ pub mod ion;
 pub mod measure;
 pub mod rpc;
 mod state;
+pub mod upstream;
 pub mod user;
 pub mod wire;
 
