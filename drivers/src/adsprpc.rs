@@ -739,6 +739,9 @@ pub struct InvokeArgs<'a, const CAP: usize> {
     pra: [remote_arg; CAP],
     fds: [i32; CAP],
     attrs: [u32; CAP],
+    /// Buffer lengths of handle arguments, when the caller knows them (never sent by this
+    /// driver; the upstream translation needs them, see `upstream::InvokeArgs::from_downstream`).
+    handle_lens: [u64; CAP],
     counts: [u8; 4],
     _borrow: PhantomData<&'a mut [u8]>,
 }
@@ -749,7 +752,15 @@ impl<'a, const CAP: usize> InvokeArgs<'a, CAP> {
         if method > Scalars::MAX_METHOD {
             return Err(ArgsError::Method);
         }
-        Ok(InvokeArgs { method, pra: [remote_arg::default(); CAP], fds: [-1; CAP], attrs: [0; CAP], counts: [0; 4], _borrow: PhantomData })
+        Ok(InvokeArgs {
+            method,
+            pra: [remote_arg::default(); CAP],
+            fds: [-1; CAP],
+            attrs: [0; CAP],
+            handle_lens: [0; CAP],
+            counts: [0; 4],
+            _borrow: PhantomData,
+        })
     }
 
     fn push(&mut self, kind: usize, arg: remote_arg, fd: i32, attr: u32) -> Result<(), ArgsError> {
@@ -767,6 +778,7 @@ impl<'a, const CAP: usize> InvokeArgs<'a, CAP> {
         self.pra[i] = arg;
         self.fds[i] = fd;
         self.attrs[i] = attr;
+        self.handle_lens[i] = 0;
         self.counts[kind] += 1;
         Ok(())
     }
@@ -803,6 +815,28 @@ impl<'a, const CAP: usize> InvokeArgs<'a, CAP> {
         }
         self.push(3, remote_arg::default(), fd.0, attr)?;
         Ok(self)
+    }
+
+    /// [`in_handle`](Self::in_handle) for a buffer of `len` bytes. This driver sends exactly
+    /// what `in_handle` sends (the length is not part of the downstream request); the length is
+    /// kept for the upstream driver, which maps a handle only when it has one.
+    pub fn in_handle_sized(&mut self, fd: Fd, attr: u32, len: u64) -> Result<&mut Self, ArgsError> {
+        self.in_handle(fd, attr)?;
+        self.handle_lens[self.len() - 1] = len;
+        Ok(self)
+    }
+
+    /// [`out_handle`](Self::out_handle) for a buffer of `len` bytes (see
+    /// [`in_handle_sized`](Self::in_handle_sized)).
+    pub fn out_handle_sized(&mut self, fd: Fd, attr: u32, len: u64) -> Result<&mut Self, ArgsError> {
+        self.out_handle(fd, attr)?;
+        self.handle_lens[self.len() - 1] = len;
+        Ok(self)
+    }
+
+    /// The buffer lengths recorded for handle arguments (0: not given).
+    pub fn handle_lens(&self) -> &[u64] {
+        &self.handle_lens[..self.len()]
     }
 
     /// Number of entries (`REMOTE_SCALARS_LENGTH`).

@@ -551,7 +551,8 @@ impl<'a, const CAP: usize> InvokeArgs<'a, CAP> {
     ///   0: copied; a dma-buf fd: mapped, so the pointer must lie in a mapping of it, as the
     ///   downstream contract already requires).
     /// * Handles carry their fd, the low 32 bits of the entry's `pv` as the offset the DSP sees,
-    ///   and a length: the entry's `len` if set, else `handle_len(fd)` (the buffer's length; the
+    ///   and a length: the entry's `len` if set, else the length given with
+    ///   `in_handle_sized` / `out_handle_sized`, else `handle_len(fd)` (the buffer's length; the
     ///   upstream driver maps a handle only when its length is non-zero). A handle whose length
     ///   is unknown is refused with [`ArgsError::NoFd`].
     /// * Attributes are **not** carried over: downstream `FASTRPC_ATTR_*` values mean other
@@ -564,6 +565,7 @@ impl<'a, const CAP: usize> InvokeArgs<'a, CAP> {
         let sc = down.scalars();
         let mut up = InvokeArgs::new(sc.method())?;
         let (nin, nbuf) = (sc.inbufs() as usize, sc.buffers());
+        let lens = down.handle_lens();
         for (i, (pra, &fd)) in down.pra().iter().zip(down.fds()).enumerate() {
             let kind = if i < nin {
                 0
@@ -578,7 +580,11 @@ impl<'a, const CAP: usize> InvokeArgs<'a, CAP> {
             let arg = if kind < 2 {
                 fastrpc_invoke_args { ptr: b.pv, length: b.len, fd: if fd == 0 { -1 } else { fd }, attr: 0 }
             } else {
-                let length = if b.len != 0 { b.len } else { handle_len(Fd(fd)).ok_or(ArgsError::NoFd)? };
+                let length = match (b.len, lens[i]) {
+                    (0, 0) => handle_len(Fd(fd)).ok_or(ArgsError::NoFd)?,
+                    (0, l) => l,
+                    (l, _) => l,
+                };
                 fastrpc_invoke_args { ptr: b.pv & 0xFFFF_FFFF, length, fd, attr: 0 }
             };
             up.push(kind, arg)?;
@@ -794,5 +800,10 @@ mod tests {
         let mut down = adsprpc::InvokeArgs::<'_, 1>::new(2).unwrap();
         down.in_handle(Fd(9), 0).unwrap();
         assert_eq!(InvokeArgs::<'_, 1>::from_downstream(&mut down, |_| None).err(), Some(ArgsError::NoFd));
+        let mut down = adsprpc::InvokeArgs::<'_, 1>::new(2).unwrap();
+        down.in_handle_sized(Fd(9), 0, 4096).unwrap();
+        assert_eq!(down.pra()[0].buf().len, 0, "the downstream request is unchanged");
+        let up = InvokeArgs::<'_, 1>::from_downstream(&mut down, |_| None).unwrap();
+        assert_eq!(up.args()[0].length, 4096);
     }
 }

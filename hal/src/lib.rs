@@ -30,6 +30,7 @@
 
 #[cfg(feature = "std")]
 mod deadline;
+mod driver;
 mod error;
 mod fd;
 pub mod ion;

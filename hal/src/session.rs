@@ -6,6 +6,7 @@ use core::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use hexrpc_bsp::{Board, DeviceAccess};
 use hexrpc_drivers::{adsprpc, listener, Fd, Syscalls};
 
+use crate::driver;
 use crate::error::{Cause, HalError, Stage};
 use crate::fd::OwnedFd;
 use crate::ion::{IonLease, RawLease};
@@ -181,7 +182,8 @@ impl<S: Syscalls + Clone> Session<S> {
         }
     }
 
-    /// Allocates `len` bytes (rounded up to a page) from the board's ION heap, shared and mapped.
+    /// Allocates `len` bytes (rounded up to a page) from the board's allocator (ION heap or
+    /// dma-heap), shared and mapped.
     pub fn alloc(&self, len: usize) -> Result<IonLease<'_, S>, HalError> {
         let raw = RawLease::alloc(&self.sys, self.ion.raw(), self.board, len, Stage::Alloc)?;
         Ok(IonLease::new(raw, self.sys.clone(), self.ion.raw()))
@@ -233,7 +235,7 @@ impl<S: Syscalls + Clone> Session<S> {
             slot
         };
         let opened = if registry.publish(&unique, image) {
-            remotectl_open(&self.sys, ch.fd(), &unique).map_err(|e| {
+            remotectl_open(&self.sys, self.board, ch.fd(), &unique).map_err(|e| {
                 registry.withdraw(&unique);
                 self.note_failure(e)
             })
@@ -258,7 +260,7 @@ impl<S: Syscalls + Clone> Session<S> {
         let Some(lib) = self.libs.lock()[slot].take() else { return };
         if self.is_healthy() {
             if let Some(ch) = chan.channel.as_ref() {
-                if let Err(e) = remotectl_close(&self.sys, ch.fd(), lib.remote) {
+                if let Err(e) = remotectl_close(&self.sys, self.board, ch.fd(), lib.remote) {
                     log::warn!("closing library {}: {e}", lib.name);
                 }
             }
@@ -289,7 +291,7 @@ impl<S: Syscalls + Clone> Session<S> {
         let ch = chan.channel.as_ref().ok_or(HalError::new(st, Cause::NeedsRecovery))?;
         let remote = self.remote_handle(slot).ok_or(HalError::new(st, Cause::Invalid))?;
         let abandon = || fired.is_some_and(|f| f.load(Ordering::Acquire));
-        match adsprpc::invoke_attrs_abandonable(&self.sys, ch.fd(), remote, args, &abandon) {
+        match driver::invoke_handles(&self.sys, self.board, ch.fd(), remote, args, &abandon) {
             Err(hexrpc_drivers::Error::Os(hexrpc_drivers::Errno::EINTR)) => Err(self.note_failure(HalError::new(st, Cause::Timeout))),
             r => r.map_err(|e| self.note_failure(HalError::sys(st, e))),
         }
@@ -336,7 +338,7 @@ impl<S: Syscalls + Clone> Session<S> {
     fn rebuild(&self, chan: &mut ChannelState<S>) -> Result<(), HalError> {
         let shell = stages::stage_shell(&self.sys, self.ion.raw(), self.board)?;
         let (rpc, _) = stages::open_channel(&self.sys, self.board)?;
-        let ch = stages::create_process(&self.sys, rpc, &shell)?;
+        let ch = stages::create_process(&self.sys, self.board, rpc, &shell)?;
         drop(shell);
         stages::attach_listener(&self.sys, &ch)?;
         let fd = ch.fd();
@@ -347,7 +349,7 @@ impl<S: Syscalls + Clone> Session<S> {
         let names: heapless::Vec<(usize, heapless::String<MAX_NAME>), MAX_LIBRARIES> =
             self.libs.lock().iter().enumerate().filter_map(|(i, l)| l.as_ref().map(|l| (i, l.name.clone()))).collect();
         for (slot, name) in names {
-            let remote = remotectl_open(&self.sys, fd, &name)?;
+            let remote = remotectl_open(&self.sys, self.board, fd, &name)?;
             if let Some(l) = self.libs.lock()[slot].as_mut() {
                 l.remote = remote;
             }
@@ -365,7 +367,7 @@ impl<S: Syscalls + Clone> Drop for Session<S> {
         for lib in self.libs.get_mut().iter_mut() {
             if let (Some(l), Some(ch)) = (lib.take(), chan.channel.as_ref()) {
                 if healthy {
-                    let _ = remotectl_close(&self.sys, ch.fd(), l.remote);
+                    let _ = remotectl_close(&self.sys, self.board, ch.fd(), l.remote);
                 }
             }
         }
@@ -432,7 +434,7 @@ impl<S: Syscalls + Clone> Drop for Library<'_, S> {
 }
 
 /// remotectl open (handle 0, method 0): `file:///NAME?entry&_modver=1.0&_dom=cdsp`.
-fn remotectl_open<S: Syscalls>(sys: &S, fd: Fd, name: &str) -> Result<u32, HalError> {
+fn remotectl_open<S: Syscalls>(sys: &S, board: &Board, fd: Fd, name: &str) -> Result<u32, HalError> {
     let st = Stage::LibraryOpen;
     let mut uri = heapless::String::<128>::new();
     write!(uri, "file:///{name}?entry&_modver=1.0&_dom=cdsp\0").map_err(|_| HalError::new(st, Cause::Invalid))?;
@@ -449,7 +451,7 @@ fn remotectl_open<S: Syscalls>(sys: &S, fd: Fd, name: &str) -> Result<u32, HalEr
             .and_then(|a| a.output(&mut prim_out))
             .and_then(|a| a.output(&mut dlerror))
             .map_err(|_| HalError::new(st, Cause::Invalid))?;
-        adsprpc::invoke(sys, fd, adsprpc::REMOTECTL_HANDLE, &mut args).map_err(|e| HalError::sys(st, e))?;
+        driver::invoke(sys, board, fd, adsprpc::REMOTECTL_HANDLE, &mut args).map_err(|e| HalError::sys(st, e))?;
     }
     let handle = le32(&prim_out[..4]);
     let nerr = le32(&prim_out[4..]);
@@ -462,7 +464,7 @@ fn remotectl_open<S: Syscalls>(sys: &S, fd: Fd, name: &str) -> Result<u32, HalEr
 }
 
 /// remotectl close (handle 0, method 1).
-fn remotectl_close<S: Syscalls>(sys: &S, fd: Fd, handle: u32) -> Result<(), HalError> {
+fn remotectl_close<S: Syscalls>(sys: &S, board: &Board, fd: Fd, handle: u32) -> Result<(), HalError> {
     let st = Stage::LibraryClose;
     let mut prim_in = [0u8; 8];
     prim_in[..4].copy_from_slice(&handle.to_le_bytes());
@@ -476,7 +478,7 @@ fn remotectl_close<S: Syscalls>(sys: &S, fd: Fd, handle: u32) -> Result<(), HalE
             .and_then(|a| a.output(&mut prim_out))
             .and_then(|a| a.output(&mut dlerror))
             .map_err(|_| HalError::new(st, Cause::Invalid))?;
-        adsprpc::invoke(sys, fd, adsprpc::REMOTECTL_HANDLE, &mut args).map_err(|e| HalError::sys(st, e))?;
+        driver::invoke(sys, board, fd, adsprpc::REMOTECTL_HANDLE, &mut args).map_err(|e| HalError::sys(st, e))?;
     }
     match le32(&prim_out[..4]) {
         0 => Ok(()),

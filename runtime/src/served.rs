@@ -60,6 +60,7 @@ impl<S: Syscalls + Clone + Send + Sync + 'static> ServedSession<S> {
         let session = Arc::new(session);
         let fd = session.listener_fd().map(|(fd, _)| fd).unwrap_or(hexrpc_drivers::Fd(-1));
         let service = Arc::new(ReverseService::new(session.sys().clone(), fd, policy));
+        service.set_kernel_abi(session.board().abi);
         let listener =
             service.clone().spawn_for_session(session.clone(), OwnedBuffers::for_service(&service)).map_err(StartError::Thread)?;
         Ok(ServedSession { listener: Some(listener), session, service })

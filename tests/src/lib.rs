@@ -115,6 +115,35 @@ pub use config::{BenchConfig, CostModel};
 pub use dsp::{ReverseError, STALE_BYTE};
 pub use entry::{AccessError, EntryVersion, KernelCall, KernelFn, LibraryModel, V2_MAGIC};
 
+/// The two bench kernels: [`hexrpc_bsp::BENCH`] (msm ION 4.9 + downstream adsprpc) and
+/// [`hexrpc_bsp::BENCH_UPSTREAM`] (dma-heap + upstream fastrpc).
+pub const KERNELS: [&hexrpc_bsp::Board; 2] = [&hexrpc_bsp::BENCH, &hexrpc_bsp::BENCH_UPSTREAM];
+
+/// Runs test functions on both bench kernels: for each `fn name(board: &'static Board)` named,
+/// generates `downstream::name` and `upstream::name` `#[test]`s that call it with
+/// [`KERNELS`]`[0]` and [`KERNELS`]`[1]`. The suites are parametrized this way, not copied.
+#[macro_export]
+macro_rules! on_both_kernels {
+    ($($name:ident),* $(,)?) => {
+        mod downstream {
+            $(
+                #[test]
+                fn $name() {
+                    super::$name($crate::KERNELS[0])
+                }
+            )*
+        }
+        mod upstream {
+            $(
+                #[test]
+                fn $name() {
+                    super::$name($crate::KERNELS[1])
+                }
+            )*
+        }
+    };
+}
+
 // The HAL hands the bench to listener and deadline threads: it must be a shareable seam.
 const _: fn() = || {
     fn seam<T: hexrpc_drivers::Syscalls + Clone + Send + Sync + 'static>() {}

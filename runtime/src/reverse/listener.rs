@@ -4,9 +4,11 @@
 //! The transport is a trait ([`ListenerTransport`]) so that the loop's policy can be tested
 //! without a kernel; [`FastRpcTransport`] is the real one, on the drivers' typed `invoke`.
 
+use hexrpc_bsp::KernelAbi;
 use hexrpc_drivers::adsprpc::{self, InvokeArgs, FASTRPC_STATIC_HANDLE_LISTENER};
 use hexrpc_drivers::aee::{AEE_EFAILED, AEE_EINTERRUPTED, DSP_AEE_EOFFSET};
 use hexrpc_drivers::listener::{listener_get_in_bufs2_in, listener_next2_in, listener_next2_out};
+use hexrpc_drivers::upstream;
 use hexrpc_drivers::{Errno, Error, Fd, Scalars, Syscalls};
 use zerocopy::IntoBytes;
 
@@ -36,9 +38,14 @@ pub trait ListenerTransport {
 /// call's buffers), unless the transport's `abandon` condition holds: then the drivers retire
 /// the descriptor before `EINTR` is returned, so the parked call can never write into buffers
 /// that are gone, and the channel is finished (see `hexrpc_drivers::adsprpc::invoke_abandonable`).
+///
+/// On the upstream driver ([`for_kernel`](Self::for_kernel) with [`KernelAbi::Upstream`]) the
+/// same calls go out as upstream INVOKEs; an interrupted one is not resumable there and returns
+/// `EINTR`.
 pub struct FastRpcTransport<'s, S: Syscalls + ?Sized> {
     sys: &'s S,
     fd: Fd,
+    abi: KernelAbi,
     abandon: &'s dyn Fn() -> bool,
 }
 
@@ -50,13 +57,28 @@ impl<'s, S: Syscalls + ?Sized> FastRpcTransport<'s, S> {
     /// The listener of the session on `fd` (init2 already sent); an interrupted call is always
     /// resumed.
     pub fn new(sys: &'s S, fd: Fd) -> Self {
-        FastRpcTransport { sys, fd, abandon: &never }
+        FastRpcTransport { sys, fd, abi: KernelAbi::DownstreamMsm, abandon: &never }
     }
 
     /// The listener on `fd` that abandons an interrupted call (retiring `fd`) when `abandon()`
     /// holds, e.g. once a stop was requested.
     pub fn with_abandon(sys: &'s S, fd: Fd, abandon: &'s dyn Fn() -> bool) -> Self {
-        FastRpcTransport { sys, fd, abandon }
+        FastRpcTransport { sys, fd, abi: KernelAbi::DownstreamMsm, abandon }
+    }
+
+    /// [`with_abandon`](Self::with_abandon) on the FastRPC driver `abi` (the board's).
+    pub fn for_kernel(sys: &'s S, fd: Fd, abi: KernelAbi, abandon: &'s dyn Fn() -> bool) -> Self {
+        FastRpcTransport { sys, fd, abi, abandon }
+    }
+
+    fn call<const CAP: usize>(&self, args: &mut InvokeArgs<'_, CAP>) -> Result<(), Error> {
+        match self.abi {
+            KernelAbi::DownstreamMsm => adsprpc::invoke_abandonable(self.sys, self.fd, FASTRPC_STATIC_HANDLE_LISTENER, args, self.abandon),
+            KernelAbi::Upstream => {
+                let mut up = upstream::InvokeArgs::<'_, CAP>::from_downstream(args, |_| None).map_err(|_| Error::Invalid)?;
+                upstream::invoke(self.sys, upstream::FastrpcFd::from_raw(self.fd), FASTRPC_STATIC_HANDLE_LISTENER, &mut up)
+            }
+        }
     }
 }
 
@@ -68,7 +90,7 @@ impl<S: Syscalls + ?Sized> ListenerTransport for FastRpcTransport<'_, S> {
         args.output(header.as_mut_bytes()).map_err(|_| Error::Invalid)?;
         args.output(request).map_err(|_| Error::Invalid)?;
         debug_assert_eq!(args.scalars(), hexrpc_drivers::listener::LISTENER_NEXT2);
-        adsprpc::invoke_abandonable(self.sys, self.fd, FASTRPC_STATIC_HANDLE_LISTENER, &mut args, self.abandon)
+        self.call(&mut args)
     }
 
     fn get_in_bufs2(&mut self, ctx: u32, offset: u32, rest: &mut [u8]) -> Result<i32, Error> {
@@ -80,7 +102,7 @@ impl<S: Syscalls + ?Sized> ListenerTransport for FastRpcTransport<'_, S> {
         args.output(&mut req_len).map_err(|_| Error::Invalid)?;
         args.output(rest).map_err(|_| Error::Invalid)?;
         debug_assert_eq!(args.scalars(), hexrpc_drivers::listener::LISTENER_GET_IN_BUFS2);
-        adsprpc::invoke_abandonable(self.sys, self.fd, FASTRPC_STATIC_HANDLE_LISTENER, &mut args, self.abandon)?;
+        self.call(&mut args)?;
         Ok(i32::from_le_bytes(req_len))
     }
 }

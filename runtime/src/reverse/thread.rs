@@ -85,7 +85,7 @@ impl<S: Syscalls + Send + Sync + 'static> ReverseService<'static, S> {
         let service = self.clone();
         let thread = std::thread::Builder::new().name("hexrpc-reverse".into()).spawn(move || {
             let stop = || service.stop.is_requested();
-            let mut t = FastRpcTransport::with_abandon(service.sys(), service.rpc_fd(), &stop);
+            let mut t = FastRpcTransport::for_kernel(service.sys(), service.rpc_fd(), service.kernel_abi(), &stop);
             service.serve(&mut t, &mut buffers.as_buffers())
         })?;
         Ok(ServiceHandle { service: self, thread: Some(thread) })
@@ -186,7 +186,10 @@ impl<S: Syscalls + Clone + Send + Sync + 'static> ReverseService<'static, S> {
                 // Leave when stopped, or when the session no longer publishes this channel
                 // (recovery is replacing it).
                 let leave = || service.stop.is_requested() || session.listener_fd().map(|(_, g)| g) != Some(generation);
-                let mut t = SessionTransport { inner: FastRpcTransport::with_abandon(service.sys(), fd, &leave), stop: &service.stop };
+                let mut t = SessionTransport {
+                    inner: FastRpcTransport::for_kernel(service.sys(), fd, service.kernel_abi(), &leave),
+                    stop: &service.stop,
+                };
                 session.set_listener_serving(generation);
                 let outcome = service.serve(&mut t, &mut buffers.as_buffers());
                 session.set_listener_serving(0);
