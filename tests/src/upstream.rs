@@ -435,8 +435,11 @@ fn wait_and_finish<'a>(sh: &'a Shared, st: Guard<'a>, file: u64, ctx_id: u64, bu
         let (b, _) = c.get();
         c.set((b, res.sim_dsp));
     });
+    // A channel that went away while the call was in flight: fastrpc_notify_users completed the
+    // context with -EPIPE, whatever the DSP side had done.
+    let restarted = st.rpc_files.get(&file).is_some_and(|f| f.channel_epoch != Some(st.epoch));
     // fastrpc_put_args runs before the result is looked at.
-    let mut rv = res.retval;
+    let mut rv = if restarted { -Errno::EPIPE.0 } else { res.retval };
     for ((pv, len), data) in ctx.out_ptrs.iter().zip(&res.outs) {
         let n = (*len as usize).min(data.len());
         // SAFETY: the caller's out-buffer of this call (copied: its own memory; mapped: inside a
