@@ -251,10 +251,12 @@ fn probe_without_a_dsp_names_the_missing_node() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("probe --json is JSON");
     assert!(v["board"].is_string());
     let steps = v["steps"].as_array().unwrap();
-    assert_eq!(steps[0]["name"], "device-nodes");
-    assert_eq!(steps[0]["status"], "fail");
-    assert!(steps[0]["detail"].as_str().unwrap().contains("/dev/ion"), "{}", steps[0]);
-    assert!(steps[1..].iter().all(|s| s["status"] == "skip"));
+    assert_eq!(steps[0]["name"], "kernel");
+    assert_eq!(steps[0]["status"], "skip", "no DSP driver node at all on this machine");
+    assert_eq!(steps[1]["name"], "device-nodes");
+    assert_eq!(steps[1]["status"], "fail");
+    assert!(steps[1]["detail"].as_str().unwrap().contains("/dev/ion"), "{}", steps[1]);
+    assert!(steps[2..].iter().all(|s| s["status"] == "skip"));
 }
 
 #[test]
@@ -346,8 +348,37 @@ fn probe_on_the_bench_passes_every_step_including_a_library_load() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("probe --json is JSON");
     assert_eq!(v["board"], "bench");
     let names: Vec<&str> = v["steps"].as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["device-nodes", "ion-alloc", "shell", "channel", "process", "listener", "library"]);
+    assert_eq!(names, ["kernel", "device-nodes", "ion-alloc", "shell", "channel", "process", "listener", "library"]);
     assert!(v["steps"].as_array().unwrap().iter().all(|s| s["status"] == "pass"), "{v}");
+}
+
+#[test]
+fn probe_on_the_upstream_bench_names_the_upstream_driver_and_the_heap() {
+    let out = hexrpc(&["probe", "--bench", "--board", "bench-upstream", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("probe --json is JSON");
+    assert_eq!(v["board"], "bench-upstream");
+    let steps = v["steps"].as_array().unwrap();
+    assert!(steps.iter().all(|s| s["status"] == "pass"), "{v}");
+    let kernel = steps[0]["detail"].as_str().unwrap();
+    assert!(kernel.contains("upstream fastrpc") && kernel.contains("/bench/dev/fastrpc-cdsp"), "{kernel}");
+    assert!(kernel.contains("dma-heap") && kernel.contains("/bench/dev/dma_heap/system"), "{kernel}");
+    // A board whose ABI is not the bench kernel's is refused at the kernel step, naming both.
+    let out = hexrpc(&["probe", "--bench", "--board", "qcom-rb5"]);
+    assert_eq!(out.status.code(), Some(2), "only bench boards on the bench");
+}
+
+#[test]
+fn selftest_on_the_upstream_bench_passes_every_check() {
+    let out = hexrpc(&["selftest", "--bench", "--board", "bench-upstream", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("selftest --json is JSON");
+    assert_eq!((v["platform"].as_str(), v["board"].as_str()), (Some("bench"), Some("bench-upstream")));
+    let checks = v["checks"].as_array().unwrap();
+    assert!(checks.len() >= 10);
+    for c in checks {
+        assert_ne!(c["status"], "fail", "{c}");
+    }
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
 }
 
 #[test]
@@ -359,6 +390,6 @@ fn probe_device_names_the_missing_node() {
     let out = hexrpc(&["probe", "--device"]);
     assert_eq!(out.status.code(), Some(1));
     let text = String::from_utf8(out.stdout).unwrap();
-    let first_step = text.lines().nth(1).unwrap();
-    assert!(first_step.starts_with("FAIL") && first_step.contains("missing /dev/ion"), "{text}");
+    let nodes = text.lines().find(|l| l.split_whitespace().nth(1) == Some("device-nodes")).unwrap();
+    assert!(nodes.starts_with("FAIL") && nodes.contains("missing /dev/ion"), "{text}");
 }

@@ -307,13 +307,31 @@ pub const RPC_NODES: &[(KernelAbi, &core::ffi::CStr)] = &[
 pub const ALLOC_NODES: &[(Allocator, &core::ffi::CStr)] =
     &[(Allocator::Ion49, c"/dev/ion"), (Allocator::DmaHeap, c"/dev/dma_heap/system"), (Allocator::DmaHeap, c"/dev/dma_heap/qcom,system")];
 
-/// Finds which driver and allocator a device has: `exists(path)` says whether a node exists
-/// (the caller stats it). `None` if no FastRPC node or no allocator node exists.
+/// Finds which driver and allocator a device has, from the standard nodes ([`RPC_NODES`],
+/// [`ALLOC_NODES`]): `exists(path)` says whether a node exists (the caller stats it). `None` if
+/// no FastRPC node or no allocator node exists.
 pub fn detect_kernel(exists: impl Fn(&core::ffi::CStr) -> bool) -> Option<KernelDetection> {
-    let (abi, rpc_path) = RPC_NODES.iter().copied().find(|(_, p)| exists(p))?;
-    let (allocator, alloc_path) = ALLOC_NODES.iter().copied().find(|(_, p)| exists(p))?;
+    detect_kernel_in(RPC_NODES, ALLOC_NODES, exists)
+}
+
+/// [`detect_kernel`] over other node tables (the bench's simulated nodes, say), in order.
+pub fn detect_kernel_in(
+    rpc_nodes: &[(KernelAbi, &'static core::ffi::CStr)],
+    alloc_nodes: &[(Allocator, &'static core::ffi::CStr)],
+    exists: impl Fn(&core::ffi::CStr) -> bool,
+) -> Option<KernelDetection> {
+    let (abi, rpc_path) = rpc_nodes.iter().copied().find(|(_, p)| exists(p))?;
+    let (allocator, alloc_path) = alloc_nodes.iter().copied().find(|(_, p)| exists(p))?;
     Some(KernelDetection { abi, rpc_path, allocator, alloc_path })
 }
+
+/// The bench's simulated FastRPC nodes (both kernels), for [`detect_kernel_in`].
+pub const BENCH_RPC_NODES: &[(KernelAbi, &core::ffi::CStr)] =
+    &[(KernelAbi::DownstreamMsm, BENCH.rpc_path), (KernelAbi::Upstream, BENCH_UPSTREAM.rpc_path)];
+
+/// The bench's simulated allocator nodes (both kernels), for [`detect_kernel_in`].
+pub const BENCH_ALLOC_NODES: &[(Allocator, &core::ffi::CStr)] =
+    &[(Allocator::Ion49, BENCH.ion_path), (Allocator::DmaHeap, BENCH_UPSTREAM.ion_path)];
 
 /// The generic board for a detected kernel: [`GENERIC_MSM_ANDROID`] for the downstream driver
 /// with ION, [`GENERIC_UPSTREAM`] for the upstream driver with a dma-heap; `None` for a mix the
