@@ -283,7 +283,6 @@ pub const BENCH_BOARDS: &[&Board] = &[&BENCH, &BENCH_UPSTREAM];
 
 /// Which FastRPC driver and which allocator a device has, as seen from its device nodes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct KernelDetection {
     /// The driver whose node exists (downstream preferred when both exist, as on some Android
     /// kernels that carry both).
@@ -294,6 +293,14 @@ pub struct KernelDetection {
     pub allocator: Allocator,
     /// The node of that allocator.
     pub alloc_path: &'static core::ffi::CStr,
+}
+
+#[cfg(feature = "defmt")]
+impl defmt::Format for KernelDetection {
+    fn format(&self, f: defmt::Formatter<'_>) {
+        // CStr has no defmt impl: the node paths are left out.
+        defmt::write!(f, "KernelDetection {{ abi: {}, allocator: {} }}", self.abi, self.allocator)
+    }
 }
 
 /// The FastRPC nodes looked for, in order: downstream, then upstream (compute DSP nodes).

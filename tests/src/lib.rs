@@ -85,7 +85,12 @@
 //! * an interrupt delivered while the thread is not blocked in a bench wait is lost, as a signal
 //!   would be (use [`Bench::wait_until_blocked`] in tests);
 //! * DSP-shared memory can change under the CPU on a device at any time; here it changes only
-//!   while a DSP worker runs a kernel function.
+//!   while a DSP worker runs a kernel function;
+//! * upstream kernel ([`upstream`], [`dma_heap`]): a buffer passed by fd is copied at send and
+//!   written back at completion (a device's DSP works in place); GET_DSP_INFO answers from an
+//!   invented table; the caches of a cached heap are not modelled (a missing
+//!   `DMA_BUF_IOCTL_SYNC` shows only in [`CallCounts::dsp_use_during_cpu_access`]); an invoke
+//!   before INIT is answered with `AEE_EBADSTATE` (the real root PD's answer is not known).
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
