@@ -18,6 +18,13 @@
 //! | interrupted call (deadline) | parked; resumable, so the fd is retired first | returns `EINTR`, never resumed |
 //! | kernel messages | no timeout | 10 s, then `ETIMEDOUT` |
 //!
+//! Persistent maps (`MEM_MAP`): the HAL does not make any. Every buffer the DSP touches is a
+//! handle argument of the call that uses it, which the upstream driver maps for that call (the
+//! v1/v2 entries `HAP_mmap` it and unmap it before returning); apps_mem's `request_map64` uses
+//! `MMAP` (kernel pages), as downstream. A DSP-side design that keeps a buffer mapped across
+//! calls would use `hexrpc_drivers::upstream::mem_map` / `mem_unmap`, which the session does not
+//! offer today.
+//!
 //! Both restart signals are [`Cause::DspRestart`](crate::Cause::DspRestart)
 //! (`Error::is_dsp_restart`); recovery is the same (close, reopen, rebuild), except that an
 //! upstream node can be missing (`ENOENT`) for a while, which the recovery's retries absorb.
