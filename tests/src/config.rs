@@ -42,8 +42,9 @@ pub struct BenchConfig {
     /// Upstream driver: the CDSP channel is secure (no `qcom,non-secure-domain` in the device
     /// tree), so INIT_CREATE from the non-secure node needs `FASTRPC_MODE_UNSIGNED_MODULE`.
     pub upstream_secure_channel: bool,
-    /// Executor mode (issue 8): longest wait for a qemu-hexagon executor to start or to answer
-    /// one invoke; past it the process is killed and the DSP restarts.
+    /// Executor mode (issues 8, 11): longest wait for the DSP shell (qemu-hexagon) to start, to
+    /// load or close a library (constructors included) or to answer one invoke; past it the
+    /// process is killed and the DSP restarts.
     pub executor_timeout: Duration,
 }
 

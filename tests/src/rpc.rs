@@ -355,6 +355,7 @@ pub(crate) fn new_process(st: &mut State, file: u64) -> u64 {
             next_ctx: 1,
             next_dva: 0x2000_0000,
             next_lib: 0x0001_0000,
+            shell: None,
         },
     );
     pid
