@@ -15,10 +15,21 @@ use std::time::Instant;
 use hexrpc_bench::executor::reference::{f32_bytes, f32s_of};
 use hexrpc_bench::executor::{self, model, tools_available, Stack, Toolchain};
 use hexrpc_bench::Bench;
+use hexrpc_bsp::Board;
 use hexrpc_drivers::aee;
 use hexrpc_hal::{Cause, Stage};
 use hexrpc_runtime::launch::build::{build_library, BuildOptions, DSP_PROVIDED_SYMBOLS};
 use hexrpc_runtime::launch::{write_entry, AbiVersion, BufferRef, EntryOptions, LibraryRecord, PackedLaunch, Scalar, Signature};
+
+hexrpc_bench::on_both_kernels!(
+    build_lib_output_runs_through_hal_and_runtime_with_offset_views,
+    two_libraries_in_one_process_close_and_reopen,
+    tinygrad_layout_loads_and_runs,
+    every_refusal_reaches_the_caller_with_its_reason,
+    a_loader_fault_is_a_dsp_restart_and_recovery_works,
+    shell_libm_and_division_helpers_meet_their_stated_bounds,
+    read_only_segments_are_protected
+);
 
 fn tools() -> Option<Toolchain> {
     match tools_available() {
@@ -131,15 +142,14 @@ fn shell_exports_are_what_build_lib_allows() {
     assert_eq!(exported, allowed);
 }
 
-#[test]
-fn build_lib_output_runs_through_hal_and_runtime_with_offset_views() {
+fn build_lib_output_runs_through_hal_and_runtime_with_offset_views(board: &'static Board) {
     let Some(tc) = tools() else { return };
     let dir = work("buildlib");
     let image = build_suite(&tc, &dir, "add_f32", "buf,buf,buf,u32", EntryOptions::V2);
     let rec = LibraryRecord::find(image).unwrap().expect("build record");
     assert_eq!((rec.signature(), rec.abi()), ("buf,buf,buf,u32", AbiVersion::V2));
     assert!(executor::is_shared_library(image));
-    let bench = Bench::new();
+    let bench = Bench::for_board(board);
     let stack = Stack::start(bench.clone()).expect("stack");
     let t0 = Instant::now();
     let lib = stack.open("add_f32", image).expect("open the build-lib .so");
@@ -175,13 +185,12 @@ fn build_lib_output_runs_through_hal_and_runtime_with_offset_views() {
     drop(again);
 }
 
-#[test]
-fn two_libraries_in_one_process_close_and_reopen() {
+fn two_libraries_in_one_process_close_and_reopen(board: &'static Board) {
     let Some(tc) = tools() else { return };
     let dir = work("two");
     let add = build_suite(&tc, &dir, "add_f32", "buf,buf,buf,u32", EntryOptions::V2);
     let bump = build_suite(&tc, &dir, "bump_u8", "buf,u32", EntryOptions::V2);
-    let bench = Bench::new();
+    let bench = Bench::for_board(board);
     let stack = Stack::start(bench.clone()).expect("stack");
     let la = stack.open("add", add).unwrap();
     let lb = stack.open("bump", bump).unwrap();
@@ -229,14 +238,13 @@ fn two_libraries_in_one_process_close_and_reopen() {
     assert_eq!(bench.snapshot().loaded_libraries, 0);
 }
 
-#[test]
-fn tinygrad_layout_loads_and_runs() {
+fn tinygrad_layout_loads_and_runs(board: &'static Board) {
     let Some(tc) = tools() else { return };
     let dir = work("tinygrad");
     let src = entry_and_kernel("buf,buf,u32", "scale", SCALE, &EntryOptions::TINYGRAD);
     let image = build_tinygrad_style(&tc, &dir, "tinylib", &src).expect("tinygrad-style build");
     assert_eq!(LibraryRecord::find(image), Ok(None), "no build record in a library built by others");
-    let bench = Bench::new();
+    let bench = Bench::for_board(board);
     let stack = Stack::start(bench.clone()).expect("stack");
     let lib = stack.open("tinylib", image).expect("open a tinygrad-layout .so");
     let mut input = stack.session().alloc(4096).unwrap();
@@ -305,11 +313,10 @@ fn patch_first_reloc(image: &[u8], patch: impl Fn(u32, u32) -> (u32, u32)) -> Ve
     img
 }
 
-#[test]
-fn every_refusal_reaches_the_caller_with_its_reason() {
+fn every_refusal_reaches_the_caller_with_its_reason(board: &'static Board) {
     let Some(tc) = tools() else { return };
     let dir = work("refusals");
-    let bench = Bench::new();
+    let bench = Bench::for_board(board);
     let stack = Stack::start(bench.clone()).expect("stack");
 
     // An import the shell does not export: refused with the symbol's name.
@@ -359,8 +366,7 @@ fn every_refusal_reaches_the_caller_with_its_reason() {
     assert_eq!(bench.snapshot().loaded_libraries, 0);
 }
 
-#[test]
-fn a_loader_fault_is_a_dsp_restart_and_recovery_works() {
+fn a_loader_fault_is_a_dsp_restart_and_recovery_works(board: &'static Board) {
     let Some(tc) = tools() else { return };
     let dir = work("fault");
     // A constructor (a DT_INIT_ARRAY entry: clang's Hexagon target puts `constructor` functions
@@ -376,7 +382,7 @@ fn a_loader_fault_is_a_dsp_restart_and_recovery_works() {
     );
     let boom = build_tinygrad_style(&tc, &dir, "boom", &boom).unwrap();
     let add = build_suite(&tc, &dir, "add_f32", "buf,buf,buf,u32", EntryOptions::V2);
-    let bench = Bench::new();
+    let bench = Bench::for_board(board);
     let stack = Stack::start(bench.clone()).expect("stack");
     let before = stack.open("add", add).expect("a library before the fault");
     let pid_before = executor::executors(&bench)[0].os_pid;
@@ -441,8 +447,7 @@ fn ulps(got: f32, want: f64) -> u32 {
 
 /// The shell's exports work as stated in hrx_libc.c: libm accuracy against f64, integer helpers
 /// exactly as C division.
-#[test]
-fn shell_libm_and_division_helpers_meet_their_stated_bounds() {
+fn shell_libm_and_division_helpers_meet_their_stated_bounds(board: &'static Board) {
     let Some(tc) = tools() else { return };
     let dir = work("libm");
     let src = dir.join("mathk.c");
@@ -461,7 +466,7 @@ fn shell_libm_and_division_helpers_meet_their_stated_bounds() {
     };
     let mathk = build("mathk", "buf,buf,u32");
     let divk = build("divk", "buf,buf,buf,buf,u32");
-    let bench = Bench::new();
+    let bench = Bench::for_board(board);
     let stack = Stack::start(bench.clone()).expect("stack");
 
     // Floats: a sweep plus special values.
@@ -565,8 +570,7 @@ fn shell_libm_and_division_helpers_meet_their_stated_bounds() {
 
 /// PT_LOAD segments are protected: a kernel that writes into its own read-only data (a 64 KiB
 /// page holding nothing but `.rodata`) faults, which is a DSP restart; reading it works.
-#[test]
-fn read_only_segments_are_protected() {
+fn read_only_segments_are_protected(board: &'static Board) {
     let Some(tc) = tools() else { return };
     let dir = work("protect");
     let src = dir.join("scribble.c");
@@ -583,7 +587,7 @@ fn read_only_segments_are_protected() {
     let opts = BuildOptions { clang: tc.clang.clone(), lld: tc.lld.clone(), ..BuildOptions::default() };
     build_library(&src, &Signature::parse("buf,u32").unwrap(), &out, &opts).expect("build-lib");
     let image = leak(std::fs::read(&out).unwrap());
-    let bench = Bench::new();
+    let bench = Bench::for_board(board);
     let stack = Stack::start(bench.clone()).expect("stack");
     let lib = stack.open("scribble", image).unwrap();
     let lease = stack.session().alloc(4096).unwrap();
