@@ -268,7 +268,7 @@ pub fn reverse_permissions() -> Outcome {
     debug_assert!(bench.board().dsp_dirs.contains(&"/bench/dsp/cdsp"));
     let result = (|| {
         let served = serve(&bench)?;
-        let (fd, _) = served.session().listener_fd().ok_or_else(|| fail("session not healthy"))?;
+        let (fd, _) = hexrpc_hal::internal::ListenerPlumbing::listener_fd(served.session()).ok_or_else(|| fail("session not healthy"))?;
         let h = remotectl_open(&bench, fd, "apps_std").map_err(fail)?;
         let canary_path = canary.to_string_lossy().into_owned();
         let hostile = [

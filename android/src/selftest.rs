@@ -3,7 +3,7 @@
 //! Each check runs real code and reports a figure. Checks whose layer does not exist yet in this
 //! build are reported as `skip` with the reason, never as `pass`.
 
-use hexrpc_drivers::{ioc, layout, Fd, Mapping, OpenFlags, Prot, RustixSys, Syscalls};
+use hexrpc_drivers::{ioc, layout, Mapping, OpenFlags, Prot, RustixSys, Syscalls};
 
 use crate::json;
 
@@ -118,17 +118,17 @@ fn seam() -> Result<(String, String), (String, String)> {
     let fail = |what: &str, e: hexrpc_drivers::Errno| (String::new(), format!("{what}: {e}"));
     let fd = sys.open(c"/dev/null", OpenFlags::READ_ONLY).map_err(|e| fail("open /dev/null", e))?;
     let mut word = 3u32;
-    let r = hexrpc_drivers::adsprpc::getinfo(&sys, fd, word);
+    let r = hexrpc_drivers::adsprpc::getinfo(&sys, fd.raw(), word);
     let _ = sys.close(fd);
     word = match r {
         Err(hexrpc_drivers::Error::Os(e)) if e == hexrpc_drivers::Errno::ENOTTY || e == hexrpc_drivers::Errno::ENOSYS => e.0 as u32,
         other => return Err((String::new(), format!("GETINFO on /dev/null should fail with ENOTTY, got {other:?}"))),
     };
     let memfd = rustix_memfd().map_err(|e| fail("memfd", e))?;
-    let mut map = Mapping::map_shared(sys, memfd, 8192, Prot::ReadWrite).map_err(|e| fail("mmap", e))?;
+    let mut map = Mapping::map_shared(sys, memfd.raw(), 8192, Prot::ReadWrite).map_err(|e| fail("mmap", e))?;
     let pattern: Vec<u8> = (0..8192u32).map(|i| (i * 7 + 3) as u8).collect();
     map.write_at(0, &pattern).map_err(|e| (String::new(), e.to_string()))?;
-    let second = Mapping::map_shared(sys, memfd, 8192, Prot::Read).map_err(|e| fail("second mmap", e))?;
+    let second = Mapping::map_shared(sys, memfd.raw(), 8192, Prot::Read).map_err(|e| fail("second mmap", e))?;
     let mut back = vec![0u8; 8192];
     second.read_at(0, &mut back).map_err(|e| (String::new(), e.to_string()))?;
     let oob = second.read_at(8000, &mut [0u8; 200]).is_err();
@@ -141,7 +141,7 @@ fn seam() -> Result<(String, String), (String, String)> {
     Ok(("8192 bytes".into(), format!("unknown ioctl -> errno {word}; two shared mappings of one fd agree; out-of-range read refused")))
 }
 
-fn rustix_memfd() -> Result<Fd, hexrpc_drivers::Errno> {
+fn rustix_memfd() -> Result<hexrpc_drivers::OwnedFd, hexrpc_drivers::Errno> {
     // The drivers' seam has no memfd call (ION makes the buffers on a device); a temporary file
     // under /tmp serves as the shared backing here.
     let path = std::env::temp_dir().join(format!("hexrpc-selftest-{}", std::process::id()));

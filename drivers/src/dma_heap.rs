@@ -28,7 +28,7 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 use crate::error::check_rc;
 use crate::ioc::{iow, iowr};
 use crate::sys::ioctl_plain;
-use crate::{abi_layout, Error, Fd, Syscalls};
+use crate::{abi_layout, Error, Fd, OwnedFd, Syscalls};
 
 /// `struct dma_heap_allocation_data`: argument of [`DMA_HEAP_IOCTL_ALLOC`].
 #[repr(C)]
@@ -127,15 +127,18 @@ impl HeapFd {
 }
 
 /// `DMA_HEAP_IOCTL_ALLOC`: allocates `len` bytes (rounded up to pages) from the heap and
-/// returns the new dma-buf fd, opened `O_RDWR | O_CLOEXEC`. The caller owns the fd.
+/// returns the new dma-buf fd, opened `O_RDWR | O_CLOEXEC`, as an owned descriptor.
 ///
 /// Caller: any process that may open the heap node. Fails with `EINVAL` (length 0), `ENOMEM`,
 /// `EMFILE`.
-pub fn alloc<S: Syscalls + ?Sized>(sys: &S, heap: HeapFd, len: u64) -> Result<Fd, Error> {
+pub fn alloc<S: Syscalls + ?Sized>(sys: &S, heap: HeapFd, len: u64) -> Result<OwnedFd, Error> {
     let mut data = dma_heap_allocation_data { len, fd: 0, fd_flags: O_RDWR | O_CLOEXEC, heap_flags: 0 };
     check_rc(ioctl_plain(sys, heap.0, DMA_HEAP_IOCTL_ALLOC, &mut data))?;
     // A fd above i32::MAX cannot come from the kernel; refuse it rather than truncate.
-    i32::try_from(data.fd).map(Fd).map_err(|_| Error::Invalid)
+    let fd = i32::try_from(data.fd).map_err(|_| Error::Invalid)?;
+    // SAFETY: a successful ALLOC installs a new descriptor in this process and writes its number
+    // back; nobody else knows the number yet, so the caller becomes its only owner.
+    Ok(unsafe { OwnedFd::from_raw(Fd(fd)) })
 }
 
 /// `DMA_BUF_IOCTL_SYNC` on a dma-buf fd (from a heap, or an ION share fd): `flags` is

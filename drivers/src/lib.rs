@@ -50,6 +50,7 @@ pub mod dma_heap;
 pub mod dsp;
 mod errno;
 mod error;
+mod fdcell;
 pub mod ioc;
 pub mod ion;
 pub mod layout;
@@ -64,11 +65,12 @@ mod rustix_sys;
 
 pub use errno::Errno;
 pub use error::Error;
+pub use fdcell::{FdCell, FdLease};
 pub use mapping::{Mapping, RangeError};
 #[cfg(feature = "rustix")]
-pub use rustix_sys::{RustixSys, INTERRUPT_SIGNAL};
+pub use rustix_sys::{interrupt_signal, use_interrupt_signal, RustixSys};
 pub use scalars::Scalars;
-pub use sys::{Fd, FileStat, OpenFlags, Prot, Syscalls};
+pub use sys::{BorrowedFd, Fd, FileStat, OpenFlags, OwnedFd, Prot, Syscalls};
 
 #[doc(hidden)]
 pub mod __private {

@@ -76,7 +76,7 @@ use crate::adsprpc::ArgsError;
 use crate::error::check_rc;
 use crate::ioc::{io, iowr};
 use crate::sys::ioctl_plain;
-use crate::{abi_layout, Error, Fd, Mapping, Scalars, Syscalls};
+use crate::{abi_layout, Error, Fd, Mapping, OwnedFd, Scalars, Syscalls};
 
 /// `struct fastrpc_invoke_args`: one argument of an INVOKE.
 #[repr(C)]
@@ -669,13 +669,15 @@ pub fn init_create_static<S: Syscalls + ?Sized>(sys: &S, fd: FastrpcFd, name: &[
 
 /// `FASTRPC_IOCTL_ALLOC_DMA_BUFF`: a coherent buffer of `size` bytes from the session's DMA
 /// memory, exported as a new dma-buf fd (owned by the caller). Fails with `ENOMEM`, `EINVAL`.
-pub fn alloc_dma_buff<S: Syscalls + ?Sized>(sys: &S, fd: FastrpcFd, size: u64) -> Result<Fd, Error> {
+pub fn alloc_dma_buff<S: Syscalls + ?Sized>(sys: &S, fd: FastrpcFd, size: u64) -> Result<OwnedFd, Error> {
     let mut b = fastrpc_alloc_dma_buf { fd: -1, flags: 0, size };
     check_rc(ioctl_plain(sys, fd.0, FASTRPC_IOCTL_ALLOC_DMA_BUFF, &mut b))?;
     if b.fd < 0 {
         return Err(Error::Invalid);
     }
-    Ok(Fd(b.fd))
+    // SAFETY: a successful ALLOC_DMA_BUFF installs a new descriptor in this process and writes
+    // its number back; nobody else knows the number yet, so the caller becomes its only owner.
+    Ok(unsafe { OwnedFd::from_raw(Fd(b.fd)) })
 }
 
 /// `FASTRPC_IOCTL_FREE_DMA_BUFF`: declared by the header; mainline has no handler (`ENOTTY`):

@@ -31,7 +31,7 @@
 
 use hexrpc_bsp::{Board, KernelAbi};
 use hexrpc_drivers::upstream::{self, FastrpcFd};
-use hexrpc_drivers::{adsprpc, Errno, Error, Fd, Mapping, Syscalls};
+use hexrpc_drivers::{adsprpc, BorrowedFd, Errno, Error, Fd, Mapping, Syscalls};
 
 fn no_handles(_: Fd) -> Option<u64> {
     None
@@ -94,7 +94,7 @@ pub(crate) fn invoke<S: Syscalls + ?Sized, const CAP: usize>(
 pub(crate) fn invoke_handles<S: Syscalls + ?Sized, const CAP: usize>(
     sys: &S,
     board: &Board,
-    rpc: Fd,
+    rpc: BorrowedFd<'_>,
     handle: u32,
     args: &mut adsprpc::InvokeArgs<'_, CAP>,
     abandon: &dyn Fn() -> bool,
@@ -103,7 +103,7 @@ pub(crate) fn invoke_handles<S: Syscalls + ?Sized, const CAP: usize>(
         KernelAbi::DownstreamMsm => adsprpc::invoke_attrs_abandonable(sys, rpc, handle, args, abandon),
         KernelAbi::Upstream => {
             let mut up = upstream::InvokeArgs::<'_, CAP>::from_downstream(args, no_handles).map_err(|_| Error::Invalid)?;
-            match upstream::invoke(sys, FastrpcFd::from_raw(rpc), handle, &mut up) {
+            match upstream::invoke(sys, FastrpcFd::from_raw(rpc.raw()), handle, &mut up) {
                 Err(Error::Os(Errno::EINTR)) if !abandon() => {
                     log::warn!("an upstream FastRPC call was interrupted by a signal that was not a deadline; it cannot be resumed");
                     Err(Error::Os(Errno::EINTR))

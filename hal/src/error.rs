@@ -76,6 +76,9 @@ pub enum Cause {
     /// The DSP's loader refused a library: its AEE code and the reason it gave (unresolved
     /// symbol, bad ELF, missing `entry`, ...).
     Refused(Refusal),
+    /// The reverse-RPC listener of the session stopped (the session cannot load libraries, and
+    /// its channel may be retired): `recover()` once a listener serves it again.
+    ListenerStopped,
 }
 
 /// Longest loader reason a [`Refusal`] keeps (longer texts are cut at a character boundary). The
@@ -202,7 +205,7 @@ impl HalError {
             {
                 ErrorKind::Unavailable
             }
-            Cause::DspRestart | Cause::Timeout | Cause::NeedsRecovery => ErrorKind::Recoverable,
+            Cause::DspRestart | Cause::Timeout | Cause::NeedsRecovery | Cause::ListenerStopped => ErrorKind::Recoverable,
             Cause::Invalid | Cause::TooLarge | Cause::Full => ErrorKind::Usage,
             Cause::Dsp(_) | Cause::Refused(_) => ErrorKind::Remote,
             _ => ErrorKind::Other,
@@ -216,7 +219,7 @@ impl HalError {
             Cause::Dsp(_) => Errno::EIO,
             Cause::DspRestart => Errno::ECONNRESET,
             Cause::Timeout => Errno::ETIMEDOUT,
-            Cause::NeedsRecovery | Cause::Failed => Errno::ENOTCONN,
+            Cause::NeedsRecovery | Cause::Failed | Cause::ListenerStopped => Errno::ENOTCONN,
             Cause::BadShell => Errno::ENOEXEC,
             Cause::TooLarge => Errno::EFBIG,
             Cause::Invalid => Errno::EINVAL,
@@ -255,6 +258,7 @@ impl fmt::Display for HalError {
                 }
                 Ok(())
             }
+            Cause::ListenerStopped => write!(f, "the reverse-RPC listener stopped; recover() once one serves the session again"),
         }
     }
 }

@@ -28,10 +28,10 @@ struct TimerSys {
 // SAFETY: `ioctl` only reads the argument struct and writes the 8 bytes of pra[2] that the
 // caller's contract makes valid for INVOKE_ATTRS; nothing else touches memory; no mappings.
 unsafe impl Syscalls for TimerSys {
-    fn open(&self, _: &CStr, _: OpenFlags) -> Result<Fd, Errno> {
+    fn open(&self, _: &CStr, _: OpenFlags) -> Result<hexrpc_drivers::OwnedFd, Errno> {
         Err(Errno::ENOSYS)
     }
-    fn close(&self, _: Fd) -> Result<(), Errno> {
+    fn close(&self, _: hexrpc_drivers::OwnedFd) -> Result<(), Errno> {
         Err(Errno::ENOSYS)
     }
     fn pread(&self, _: Fd, _: &mut [u8], _: u64) -> Result<usize, Errno> {

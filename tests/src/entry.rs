@@ -234,6 +234,11 @@ pub(crate) struct EntryEnv<'a> {
     pub handles: Vec<HandleBuf>,
     pub events: Vec<LedgerEvent>,
     pub sim: Option<Duration>,
+    /// How many events were recorded when the call found its process gone (a DSP restart killed
+    /// it mid-call). A real DSP process stops there; what the model does afterwards on the host
+    /// (unmapping, checking views) is not DSP behaviour and is not recorded, so a restart never
+    /// shows up as a contract mismatch.
+    pub gone: Option<usize>,
 }
 
 impl EntryEnv<'_> {
@@ -320,7 +325,9 @@ impl EntryEnv<'_> {
         let mut st = self.sh.lock();
         let Some(p) = st.procs.get_mut(&self.pid).filter(|p| p.alive) else {
             drop(st);
-            return fail(self, "process gone");
+            let r = fail(self, "process gone");
+            self.gone.get_or_insert(self.events.len());
+            return r;
         };
         let addr = p.next_dva;
         let span = (len as u64).div_ceil(4096) * 4096 + 4096;
@@ -334,7 +341,7 @@ impl EntryEnv<'_> {
     /// `HAP_munmap(addr, len)`: unmaps only an exact match of a live mapping.
     fn hap_munmap(&mut self, addr: u32, len: u32) {
         let mut st = self.sh.lock();
-        let matched = match st.procs.get_mut(&self.pid) {
+        let matched = match st.procs.get_mut(&self.pid).filter(|p| p.alive) {
             Some(p) => match p.hap.iter().position(|m| m.dsp_addr == addr && m.len == len) {
                 Some(i) => {
                     p.hap.remove(i);
@@ -342,7 +349,12 @@ impl EntryEnv<'_> {
                 }
                 None => false,
             },
-            None => false,
+            None => {
+                // The process died under the call (a restart): its mappings went with it.
+                drop(st);
+                self.gone.get_or_insert(self.events.len());
+                return;
+            }
         };
         drop(st);
         self.events.push(LedgerEvent::Unmap { addr, len, matched });
@@ -362,6 +374,9 @@ impl EntryEnv<'_> {
     pub fn flush(&mut self) {
         if self.events.is_empty() {
             return;
+        }
+        if let Some(n) = self.gone {
+            self.events.truncate(n);
         }
         let mut st = self.sh.lock();
         for e in self.events.drain(..) {

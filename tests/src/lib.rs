@@ -90,7 +90,13 @@
 //!   written back at completion (a device's DSP works in place); GET_DSP_INFO answers from an
 //!   invented table; the caches of a cached heap are not modelled (a missing
 //!   `DMA_BUF_IOCTL_SYNC` shows only in [`CallCounts::dsp_use_during_cpu_access`]); an invoke
-//!   before INIT is answered with `AEE_EBADSTATE` (the real root PD's answer is not known).
+//!   before INIT is answered with `AEE_EBADSTATE` (the real root PD's answer is not known);
+//! * reverse-request context numbers and MMAP DSP addresses are unique across every simulated
+//!   process and channel (a real driver numbers them per channel), so that an answer or a MUNMAP
+//!   that reaches the wrong channel is caught ([`CallCounts::stray_answers`],
+//!   [`Bench::munmap_log`]) instead of being taken for one of that channel's own;
+//! * a library call whose process is killed under it (a restart) records nothing in the ledger
+//!   after that point: a real DSP process stops there, while the model's host code goes on.
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
@@ -112,8 +118,8 @@ pub mod user;
 pub mod wire;
 
 pub use account::{
-    CallCounts, CallKind, DspCallKind, Fault, FaultTarget, LatencySample, LatencySummary, LedgerEntry, LedgerEvent, OpenRecord,
-    ReverseRecord, Snapshot,
+    CallCounts, CallKind, DspCallKind, Fault, FaultTarget, LatencySample, LatencySummary, LedgerEntry, LedgerEvent, MunmapRecord,
+    OpenRecord, ReverseRecord, Snapshot,
 };
 pub use bench::{Bench, ReverseReply, ReverseRequest, ReverseTicket, DEFAULT_SHELL_LEN};
 pub use config::{BenchConfig, CostModel};

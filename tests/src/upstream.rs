@@ -121,7 +121,6 @@ pub(crate) fn open_file(sh: &Shared, st: &mut State) -> Result<u64, Errno> {
             parked: HashMap::new(),
             in_ioctl: 0,
             closed: false,
-            next_raddr: 0xD000_0000,
             perf: HashMap::new(),
         },
     );
@@ -235,8 +234,8 @@ fn map_create(st: &mut State, file: u64, fd: i32, len: u64, va: u64) -> Result<u
         m.refs += 1;
         return Ok(buf);
     }
-    let raddr = f.next_raddr;
-    f.next_raddr = f.next_raddr.wrapping_add(len.div_ceil(4096) * 4096 + 4096);
+    let raddr = st.alloc_raddr(file, len, false);
+    let f = st.rpc_files.get_mut(&file).ok_or(Errno::EBADF)?;
     f.maps.push(DspMap { kind: MapKind::Handle, fd, buf: Some(buf), va, len, raddr, refs: 1 });
     if let Some(b) = st.buffers.get_mut(&buf) {
         b.driver_maps += 1;
@@ -576,14 +575,7 @@ unsafe fn alloc_dma_buff(sh: &Shared, st: &mut State, a: u64) -> Result<i32, Err
 }
 
 fn alloc_raddr(st: &mut State, file: u64, size: u64) -> u64 {
-    match st.rpc_files.get_mut(&file) {
-        Some(f) => {
-            let r = f.next_raddr;
-            f.next_raddr = f.next_raddr.wrapping_add(size.div_ceil(4096) * 4096 + 4096);
-            r
-        }
-        None => 0,
-    }
+    st.alloc_raddr(file, size, true)
 }
 
 unsafe fn mmap<'a>(sh: &'a Shared, st: Guard<'a>, file: u64, a: u64) -> (Guard<'a>, Result<i32, Errno>) {

@@ -12,7 +12,7 @@ use hexrpc_bsp::{BENCH, BENCH_UPSTREAM};
 use hexrpc_drivers::dma_heap::{self, HeapFd};
 use hexrpc_drivers::ioc::{ioc, IOC_READ, IOC_WRITE};
 use hexrpc_drivers::upstream::{self, FastrpcFd, InvokeArgs};
-use hexrpc_drivers::{adsprpc, aee, ion, Errno, Error, Fd, Mapping, OpenFlags, Prot, Syscalls};
+use hexrpc_drivers::{adsprpc, aee, ion, Errno, Error, Fd, Mapping, OpenFlags, OwnedFd, Prot, Syscalls};
 
 fn up_bench() -> Bench {
     Bench::with_config(BenchConfig { kernel_call_timeout: Duration::from_millis(300), ..BenchConfig::for_board(&BENCH_UPSTREAM) })
@@ -24,48 +24,58 @@ fn raw(b: &Bench, fd: Fd, request: u32, bytes: &mut [u8]) -> Result<i32, Errno> 
     unsafe { b.ioctl(fd, request, bytes.as_mut_ptr().cast()) }
 }
 
-fn heap(b: &Bench) -> HeapFd {
-    HeapFd::from_raw(b.open(b.board().ion_path, OpenFlags::READ_WRITE).expect("open heap"))
+/// The heap node: the owned descriptor and its typed view.
+fn heap(b: &Bench) -> (OwnedFd, HeapFd) {
+    let o = b.open(b.board().ion_path, OpenFlags::READ_WRITE).expect("open heap");
+    let h = HeapFd::from_raw(o.raw());
+    (o, h)
 }
 
-fn node(b: &Bench) -> FastrpcFd {
-    FastrpcFd::from_raw(b.open(b.board().rpc_path, OpenFlags::READ_WRITE).expect("open fastrpc"))
+/// The FastRPC node: the owned descriptor and its typed view.
+fn node(b: &Bench) -> (OwnedFd, FastrpcFd) {
+    let o = b.open(b.board().rpc_path, OpenFlags::READ_WRITE).expect("open fastrpc");
+    let f = FastrpcFd::from_raw(o.raw());
+    (o, f)
 }
 
 /// A heap buffer with a host mapping.
 struct HeapBuf {
-    fd: Fd,
+    owned: OwnedFd,
     map: Mapping<Bench>,
 }
 
 fn heap_buf(b: &Bench, h: HeapFd, len: usize) -> HeapBuf {
-    let fd = dma_heap::alloc(b, h, len as u64).expect("heap alloc");
-    let map = Mapping::map_shared(b.clone(), fd, len, Prot::ReadWrite).expect("mmap");
-    HeapBuf { fd, map }
+    let owned = dma_heap::alloc(b, h, len as u64).expect("heap alloc");
+    let map = Mapping::map_shared(b.clone(), owned.raw(), len, Prot::ReadWrite).expect("mmap");
+    HeapBuf { owned, map }
 }
 
 impl HeapBuf {
+    fn fd(&self) -> Fd {
+        self.owned.raw()
+    }
+
     fn release(self, b: &Bench) {
         self.map.unmap().expect("munmap");
-        b.close(self.fd).expect("close dma-buf");
+        b.close(self.owned).expect("close dma-buf");
     }
 }
 
 /// Opens the node and creates the user PD from the board's shell, staged in a heap buffer.
-fn create(b: &Bench, h: HeapFd) -> (FastrpcFd, HeapBuf, u32) {
-    let rpc = node(b);
+fn create(b: &Bench, h: HeapFd) -> (OwnedFd, FastrpcFd, HeapBuf, u32) {
+    let (rpc_owned, rpc) = node(b);
     let shell = elf::hexagon_elf(hexrpc_bench::DEFAULT_SHELL_LEN);
     let mut buf = heap_buf(b, h, shell.len());
     buf.map.write_at(0, &shell).unwrap();
-    upstream::init_create(b, rpc, &buf.map, buf.fd, shell.len() as u32, upstream::FASTRPC_MODE_UNSIGNED_MODULE, 0).expect("INIT_CREATE");
-    (rpc, buf, shell.len() as u32)
+    upstream::init_create(b, rpc, &buf.map, buf.fd(), shell.len() as u32, upstream::FASTRPC_MODE_UNSIGNED_MODULE, 0).expect("INIT_CREATE");
+    (rpc_owned, rpc, buf, shell.len() as u32)
 }
 
 #[test]
 fn heap_decodes_by_number_with_the_kernels_checks() {
     let b = up_bench();
     let start = b.snapshot();
-    let h = heap(&b);
+    let (h_owned, h) = heap(&b);
     let alloc = dma_heap::DMA_HEAP_IOCTL_ALLOC;
     let le = |len: u64, fd: u32, fd_flags: u32, heap_flags: u64| {
         [&len.to_le_bytes()[..], &fd.to_le_bytes(), &fd_flags.to_le_bytes(), &heap_flags.to_le_bytes()].concat()
@@ -89,22 +99,23 @@ fn heap_decodes_by_number_with_the_kernels_checks() {
     let fd = Fd(i32::from_le_bytes(short[8..12].try_into().unwrap()));
     assert!(fd.0 > 0);
     assert_eq!(b.fstat(fd).unwrap().size, 4096, "page-aligned");
-    b.close(fd).unwrap();
+    // SAFETY: the heap just installed this descriptor for us and nothing else owns it.
+    b.close(unsafe { OwnedFd::from_raw(fd) }).unwrap();
     // Bad pointer: EFAULT.
     // SAFETY: the bench refuses the pointer before touching it.
     assert_eq!(unsafe { b.ioctl(h.fd(), alloc, 16 as *mut c_void) }, Err(Errno::EFAULT));
     // Typed: alloc, sync bracket, sync checks.
     let buf = heap_buf(&b, h, 8192);
-    dma_heap::sync(&b, buf.fd, dma_heap::DMA_BUF_SYNC_START | dma_heap::DMA_BUF_SYNC_WRITE).unwrap();
-    dma_heap::sync(&b, buf.fd, dma_heap::DMA_BUF_SYNC_END | dma_heap::DMA_BUF_SYNC_WRITE).unwrap();
-    assert_eq!(dma_heap::sync(&b, buf.fd, dma_heap::DMA_BUF_SYNC_END), Err(Error::Invalid), "no direction");
+    dma_heap::sync(&b, buf.fd(), dma_heap::DMA_BUF_SYNC_START | dma_heap::DMA_BUF_SYNC_WRITE).unwrap();
+    dma_heap::sync(&b, buf.fd(), dma_heap::DMA_BUF_SYNC_END | dma_heap::DMA_BUF_SYNC_WRITE).unwrap();
+    assert_eq!(dma_heap::sync(&b, buf.fd(), dma_heap::DMA_BUF_SYNC_END), Err(Error::Invalid), "no direction");
     let mut no_dir = 4u64.to_le_bytes();
-    assert_eq!(raw(&b, buf.fd, dma_heap::DMA_BUF_IOCTL_SYNC, &mut no_dir), Err(Errno::EINVAL));
+    assert_eq!(raw(&b, buf.fd(), dma_heap::DMA_BUF_IOCTL_SYNC, &mut no_dir), Err(Errno::EINVAL));
     let mut bad_bit = 9u64.to_le_bytes();
-    assert_eq!(raw(&b, buf.fd, dma_heap::DMA_BUF_IOCTL_SYNC, &mut bad_bit), Err(Errno::EINVAL));
+    assert_eq!(raw(&b, buf.fd(), dma_heap::DMA_BUF_IOCTL_SYNC, &mut bad_bit), Err(Errno::EINVAL));
     assert_eq!(b.counts().of(CallKind::DmaBufSync), 4);
     buf.release(&b);
-    b.close(h.fd()).unwrap();
+    b.close(h_owned).unwrap();
     assert_eq!(b.settle(&start, Duration::from_secs(1)), start);
 }
 
@@ -112,7 +123,7 @@ fn heap_decodes_by_number_with_the_kernels_checks() {
 fn reused_request_numbers_are_refused_with_each_drivers_errno() {
     let b = up_bench();
     let start = b.snapshot();
-    let rpc = node(&b);
+    let (rpc_owned, rpc) = node(&b);
     // Downstream requests on the upstream node.
     let mut info = 3u32.to_le_bytes();
     assert_eq!(raw(&b, rpc.fd(), adsprpc::FASTRPC_IOCTL_GETINFO, &mut info), Err(Errno::ENOTTY));
@@ -128,11 +139,12 @@ fn reused_request_numbers_are_refused_with_each_drivers_errno() {
     assert_eq!(raw(&b, rpc.fd(), adsprpc::FASTRPC_IOCTL_INVOKE, &mut inv), Err(Errno::ENOMEM));
     // The header's FREE_DMA_BUFF has no handler.
     assert_eq!(upstream::free_dma_buff(&b, rpc, Fd(5)), Err(Error::Os(Errno::ENOTTY)));
-    b.close(rpc.fd()).unwrap();
+    b.close(rpc_owned).unwrap();
 
     // Upstream requests on a downstream node: INVOKE is downstream MUNMAP (no such map: -1/EPERM).
     let d = Bench::for_board(&BENCH);
-    let dfd = d.open(BENCH.rpc_path, OpenFlags::READ_WRITE).unwrap();
+    let dfd_owned = d.open(BENCH.rpc_path, OpenFlags::READ_WRITE).unwrap();
+    let dfd = dfd_owned.raw();
     adsprpc::getinfo(&d, dfd, BENCH.channel).unwrap();
     let args = [0u8; 24];
     let mut inv = [&3u32.to_le_bytes()[..], &0x0300_0000u32.to_le_bytes(), &(args.as_ptr() as u64).to_le_bytes()].concat();
@@ -141,7 +153,7 @@ fn reused_request_numbers_are_refused_with_each_drivers_errno() {
     assert_eq!(raw(&d, dfd, upstream::FASTRPC_IOCTL_INIT_ATTACH, &mut none), Err(Errno::ENOTTY));
     let mut cap = [0u8; 28];
     assert_eq!(raw(&d, dfd, upstream::FASTRPC_IOCTL_GET_DSP_INFO, &mut cap), Err(Errno::ENOTTY));
-    d.close(dfd).unwrap();
+    d.close(dfd_owned).unwrap();
     assert_eq!(b.settle(&start, Duration::from_secs(1)), start);
 }
 
@@ -149,18 +161,18 @@ fn reused_request_numbers_are_refused_with_each_drivers_errno() {
 fn init_create_checks_and_process_lifecycle() {
     let b = up_bench();
     let start = b.snapshot();
-    let h = heap(&b);
+    let (h_owned, h) = heap(&b);
     let shell = elf::hexagon_elf(hexrpc_bench::DEFAULT_SHELL_LEN);
     let mut buf = heap_buf(&b, h, shell.len());
     buf.map.write_at(0, &shell).unwrap();
-    let rpc = node(&b);
+    let (rpc_owned, rpc) = node(&b);
     let len = shell.len() as u32;
     // A signed PD from the non-secure node of a secure channel.
-    assert_eq!(upstream::init_create(&b, rpc, &buf.map, buf.fd, len, 0, 0), Err(Error::Os(Errno::ECONNREFUSED)));
+    assert_eq!(upstream::init_create(&b, rpc, &buf.map, buf.fd(), len, 0, 0), Err(Error::Os(Errno::ECONNREFUSED)));
     // Over 2 MiB: EINVAL (raw, the typed call would refuse the length first).
     let mut big = [
         &(3u32 << 20).to_le_bytes()[..],
-        &buf.fd.0.to_le_bytes(),
+        &buf.fd().0.to_le_bytes(),
         &8u32.to_le_bytes(),
         &0u32.to_le_bytes(),
         &(buf.map.addr() as u64).to_le_bytes(),
@@ -180,7 +192,7 @@ fn init_create_checks_and_process_lifecycle() {
     assert_eq!(upstream::invoke(&b, rpc, 3, &mut args), Err(Error::Returned(aee::AEE_EBADSTATE)));
     // Handle 1 is the kernel's.
     assert_eq!(upstream::invoke(&b, rpc, upstream::FASTRPC_INIT_HANDLE, &mut args), Err(Error::Os(Errno::EPERM)));
-    upstream::init_create(&b, rpc, &buf.map, buf.fd, len, upstream::FASTRPC_MODE_UNSIGNED_MODULE, 0).unwrap();
+    upstream::init_create(&b, rpc, &buf.map, buf.fd(), len, upstream::FASTRPC_MODE_UNSIGNED_MODULE, 0).unwrap();
     assert!(b.dsp_pid(rpc.fd()).is_some());
     // The listener registers on the same fd.
     let mut init2 = InvokeArgs::<'_, 1>::new(3).unwrap();
@@ -188,8 +200,8 @@ fn init_create_checks_and_process_lifecycle() {
     // The shell's map is kept by the driver until close: the buffer outlives its fd and mapping.
     buf.release(&b);
     assert_eq!(b.snapshot().ion_buffers, start.ion_buffers + 1);
-    b.close(rpc.fd()).unwrap();
-    b.close(h.fd()).unwrap();
+    b.close(rpc_owned).unwrap();
+    b.close(h_owned).unwrap();
     assert_eq!(b.settle(&start, Duration::from_secs(1)), start);
 }
 
@@ -201,14 +213,14 @@ fn invoke_maps_fd_arguments_and_copies_back_after_dsp_errors() {
         let b = Bench::for_board(board);
         let mut out = [0xEEu8; 32];
         let rv = if board.abi == hexrpc_bsp::KernelAbi::Upstream {
-            let h = heap(&b);
-            let (rpc, shell, _) = create(&b, h);
+            let (h_owned, h) = heap(&b);
+            let (rpc_owned, rpc, shell, _) = create(&b, h);
             let mut args = InvokeArgs::<'_, 1>::new(9).unwrap();
             args.output(&mut out).unwrap();
             let rv = upstream::invoke(&b, rpc, 3, &mut args);
-            b.close(rpc.fd()).unwrap();
+            b.close(rpc_owned).unwrap();
             shell.release(&b);
-            b.close(h.fd()).unwrap();
+            b.close(h_owned).unwrap();
             rv
         } else {
             let s = common::open_session(&b);
@@ -230,8 +242,8 @@ fn invoke_maps_fd_arguments_and_copies_back_after_dsp_errors() {
     // inside a mapping of it.
     let b = up_bench();
     let start = b.snapshot();
-    let h = heap(&b);
-    let (rpc, shell, _) = create(&b, h);
+    let (h_owned, h) = heap(&b);
+    let (rpc_owned, rpc, shell, _) = create(&b, h);
     let mut data = heap_buf(&b, h, 4096);
     data.map.write_at(0, b"hello").unwrap();
     let mut args = InvokeArgs::<'_, 2>::new(9).unwrap();
@@ -239,20 +251,20 @@ fn invoke_maps_fd_arguments_and_copies_back_after_dsp_errors() {
     assert_eq!(upstream::invoke(&b, rpc, 3, &mut args), Err(Error::Os(Errno::EINVAL)));
     let ok = [0u8; 16];
     let mut raw_args =
-        [&(ok.as_ptr() as u64).to_le_bytes()[..], &16u64.to_le_bytes(), &data.fd.0.to_le_bytes(), &0u32.to_le_bytes()].concat();
+        [&(ok.as_ptr() as u64).to_le_bytes()[..], &16u64.to_le_bytes(), &data.fd().0.to_le_bytes(), &0u32.to_le_bytes()].concat();
     let mut inv = [&3u32.to_le_bytes()[..], &0x0901_0000u32.to_le_bytes(), &(raw_args.as_mut_ptr() as u64).to_le_bytes()].concat();
     assert_eq!(raw(&b, rpc.fd(), upstream::FASTRPC_IOCTL_INVOKE, &mut inv), Err(Errno::EFAULT), "pointer outside the fd's mapping");
     // A mapped input buffer inside its mapping reaches the DSP (unknown method: AEE answer).
     let mut args = InvokeArgs::<'_, 2>::new(9).unwrap();
-    args.input_fd(&data.map, data.fd, 0, 5, 0).unwrap();
+    args.input_fd(&data.map, data.fd(), 0, 5, 0).unwrap();
     assert_eq!(upstream::invoke(&b, rpc, 3, &mut args), Err(Error::Returned(aee::AEE_EUNSUPPORTED)));
     // MEM_MAP keeps a map until MEM_UNMAP; a second unmap finds nothing.
     let before = b.snapshot().dsp_maps;
-    let va = upstream::mem_map(&b, rpc, data.fd, 0, upstream::FASTRPC_MAP_FD, data.map.addr() as u64, 4096).unwrap();
+    let va = upstream::mem_map(&b, rpc, data.fd(), 0, upstream::FASTRPC_MAP_FD, data.map.addr() as u64, 4096).unwrap();
     assert_ne!(va, 0);
     assert_eq!(b.snapshot().dsp_maps, before + 1);
-    upstream::mem_unmap(&b, rpc, data.fd, va, 4096).unwrap();
-    assert_eq!(upstream::mem_unmap(&b, rpc, data.fd, va, 4096), Err(Error::Os(Errno::EINVAL)));
+    upstream::mem_unmap(&b, rpc, data.fd(), va, 4096).unwrap();
+    assert_eq!(upstream::mem_unmap(&b, rpc, data.fd(), va, 4096), Err(Error::Os(Errno::EINVAL)));
     assert_eq!(upstream::mem_map(&b, rpc, h.fd(), 0, 0, 0, 4096), Err(Error::Os(Errno::EINVAL)), "not a dma-buf");
     // MMAP: only kernel pages with vaddrin 0.
     let mut m =
@@ -274,12 +286,12 @@ fn invoke_maps_fd_arguments_and_copies_back_after_dsp_errors() {
     assert_eq!(upstream::get_dsp_info(&b, rpc, 3, 6), Err(Error::Os(Errno::ENOTSUP)));
     // ALLOC_DMA_BUFF gives a dma-buf fd.
     let dfd = upstream::alloc_dma_buff(&b, rpc, 4096).unwrap();
-    assert_eq!(b.fstat(dfd).unwrap().size, 4096);
+    assert_eq!(b.fstat(dfd.raw()).unwrap().size, 4096);
     b.close(dfd).unwrap();
     data.release(&b);
-    b.close(rpc.fd()).unwrap();
+    b.close(rpc_owned).unwrap();
     shell.release(&b);
-    b.close(h.fd()).unwrap();
+    b.close(h_owned).unwrap();
     assert_eq!(b.settle(&start, Duration::from_secs(1)), start);
 }
 
@@ -287,8 +299,8 @@ fn invoke_maps_fd_arguments_and_copies_back_after_dsp_errors() {
 fn restart_timeouts_sessions_and_interrupts() {
     let b = up_bench();
     let start = b.snapshot();
-    let h = heap(&b);
-    let (rpc, shell, len) = create(&b, h);
+    let (h_owned, h) = heap(&b);
+    let (rpc_owned, rpc, shell, len) = create(&b, h);
     // Kernel messages time out (10 s on a device, 300 ms here).
     b.inject(FaultTarget::Dsp(DspCallKind::KernelMmap), 1, Fault::Hang);
     assert_eq!(upstream::mmap(&b, rpc, upstream::ADSP_MMAP_ADD_PAGES, 4096), Err(Error::Os(Errno::ETIMEDOUT)));
@@ -317,19 +329,19 @@ fn restart_timeouts_sessions_and_interrupts() {
     assert_eq!(upstream::invoke(&b, rpc, 3, &mut args), Err(Error::Os(Errno::EPIPE)));
     assert_eq!(b.open(BENCH_UPSTREAM.rpc_path, OpenFlags::READ_WRITE), Err(Errno::ENOENT));
     b.set_dsp_available(true);
-    let rpc3 = node(&b);
-    upstream::init_create(&b, rpc3, &shell.map, shell.fd, len, upstream::FASTRPC_MODE_UNSIGNED_MODULE, 0).unwrap();
+    let (rpc3_owned, rpc3) = node(&b);
+    upstream::init_create(&b, rpc3, &shell.map, shell.fd(), len, upstream::FASTRPC_MODE_UNSIGNED_MODULE, 0).unwrap();
     upstream::invoke(&b, rpc3, 3, &mut args).unwrap();
     assert_eq!(upstream::invoke(&b, rpc, 3, &mut args), Err(Error::Os(Errno::EPIPE)));
-    b.close(rpc3.fd()).unwrap();
-    b.close(rpc.fd()).unwrap();
+    b.close(rpc3_owned).unwrap();
+    b.close(rpc_owned).unwrap();
     // Sessions are taken at open: the tenth open of a 9-session channel is EBUSY.
-    let fds: Vec<FastrpcFd> = (0..9).map(|_| node(&b)).collect();
+    let fds: Vec<(OwnedFd, FastrpcFd)> = (0..9).map(|_| node(&b)).collect();
     assert_eq!(b.open(BENCH_UPSTREAM.rpc_path, OpenFlags::READ_WRITE), Err(Errno::EBUSY));
-    for f in fds {
-        b.close(f.fd()).unwrap();
+    for (o, _) in fds {
+        b.close(o).unwrap();
     }
     shell.release(&b);
-    b.close(h.fd()).unwrap();
+    b.close(h_owned).unwrap();
     assert_eq!(b.settle(&start, Duration::from_secs(2)), start);
 }

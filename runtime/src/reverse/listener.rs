@@ -9,7 +9,7 @@ use hexrpc_drivers::adsprpc::{self, InvokeArgs, FASTRPC_STATIC_HANDLE_LISTENER};
 use hexrpc_drivers::aee::{AEE_EFAILED, AEE_EINTERRUPTED, DSP_AEE_EOFFSET};
 use hexrpc_drivers::listener::{listener_get_in_bufs2_in, listener_next2_in, listener_next2_out};
 use hexrpc_drivers::upstream;
-use hexrpc_drivers::{Errno, Error, Fd, Scalars, Syscalls};
+use hexrpc_drivers::{BorrowedFd, Errno, Error, Fd, Scalars, Syscalls};
 use zerocopy::IntoBytes;
 
 use super::{RequestError, ReverseService};
@@ -45,39 +45,39 @@ pub trait ListenerTransport {
 pub struct FastRpcTransport<'s, S: Syscalls + ?Sized> {
     sys: &'s S,
     fd: Fd,
+    /// The FastRPC driver the descriptor belongs to.
     abi: KernelAbi,
-    abandon: &'s dyn Fn() -> bool,
-}
-
-fn never() -> bool {
-    false
+    /// Set when the transport may abandon (retire) the descriptor: a borrow from its owner.
+    owned: Option<(BorrowedFd<'s>, &'s dyn Fn() -> bool)>,
 }
 
 impl<'s, S: Syscalls + ?Sized> FastRpcTransport<'s, S> {
     /// The listener of the session on `fd` (init2 already sent); an interrupted call is always
     /// resumed.
     pub fn new(sys: &'s S, fd: Fd) -> Self {
-        FastRpcTransport { sys, fd, abi: KernelAbi::DownstreamMsm, abandon: &never }
+        FastRpcTransport { sys, fd, abi: KernelAbi::DownstreamMsm, owned: None }
     }
 
-    /// The listener on `fd` that abandons an interrupted call (retiring `fd`) when `abandon()`
-    /// holds, e.g. once a stop was requested.
-    pub fn with_abandon(sys: &'s S, fd: Fd, abandon: &'s dyn Fn() -> bool) -> Self {
-        FastRpcTransport { sys, fd, abi: KernelAbi::DownstreamMsm, abandon }
+    /// The listener on `fd` that abandons an interrupted call (retiring `fd`, which it borrows
+    /// from its owner for that) when `abandon()` holds, e.g. once a stop was requested.
+    pub fn with_abandon(sys: &'s S, fd: BorrowedFd<'s>, abandon: &'s dyn Fn() -> bool) -> Self {
+        FastRpcTransport { sys, fd: fd.raw(), abi: KernelAbi::DownstreamMsm, owned: Some((fd, abandon)) }
     }
 
-    /// [`with_abandon`](Self::with_abandon) on the FastRPC driver `abi` (the board's).
-    pub fn for_kernel(sys: &'s S, fd: Fd, abi: KernelAbi, abandon: &'s dyn Fn() -> bool) -> Self {
-        FastRpcTransport { sys, fd, abi, abandon }
+    /// [`with_abandon`](Self::with_abandon) on the FastRPC driver `abi` (the board's). Upstream,
+    /// an interrupted call returns `EINTR` (nothing is retired: the driver never resumes it).
+    pub fn for_kernel(sys: &'s S, fd: BorrowedFd<'s>, abi: KernelAbi, abandon: &'s dyn Fn() -> bool) -> Self {
+        FastRpcTransport { sys, fd: fd.raw(), abi, owned: Some((fd, abandon)) }
     }
 
-    fn call<const CAP: usize>(&self, args: &mut InvokeArgs<'_, CAP>) -> Result<(), Error> {
-        match self.abi {
-            KernelAbi::DownstreamMsm => adsprpc::invoke_abandonable(self.sys, self.fd, FASTRPC_STATIC_HANDLE_LISTENER, args, self.abandon),
-            KernelAbi::Upstream => {
-                let mut up = upstream::InvokeArgs::<'_, CAP>::from_downstream(args, |_| None).map_err(|_| Error::Invalid)?;
-                upstream::invoke(self.sys, upstream::FastrpcFd::from_raw(self.fd), FASTRPC_STATIC_HANDLE_LISTENER, &mut up)
-            }
+    fn invoke<const CAP: usize>(&self, args: &mut InvokeArgs<'_, CAP>) -> Result<(), Error> {
+        if self.abi == KernelAbi::Upstream {
+            let mut up = upstream::InvokeArgs::<'_, CAP>::from_downstream(args, |_| None).map_err(|_| Error::Invalid)?;
+            return upstream::invoke(self.sys, upstream::FastrpcFd::from_raw(self.fd), FASTRPC_STATIC_HANDLE_LISTENER, &mut up);
+        }
+        match self.owned {
+            Some((fd, abandon)) => adsprpc::invoke_abandonable(self.sys, fd, FASTRPC_STATIC_HANDLE_LISTENER, args, abandon),
+            None => adsprpc::invoke(self.sys, self.fd, FASTRPC_STATIC_HANDLE_LISTENER, args),
         }
     }
 }
@@ -90,7 +90,7 @@ impl<S: Syscalls + ?Sized> ListenerTransport for FastRpcTransport<'_, S> {
         args.output(header.as_mut_bytes()).map_err(|_| Error::Invalid)?;
         args.output(request).map_err(|_| Error::Invalid)?;
         debug_assert_eq!(args.scalars(), hexrpc_drivers::listener::LISTENER_NEXT2);
-        self.call(&mut args)
+        self.invoke(&mut args)
     }
 
     fn get_in_bufs2(&mut self, ctx: u32, offset: u32, rest: &mut [u8]) -> Result<i32, Error> {
@@ -102,7 +102,7 @@ impl<S: Syscalls + ?Sized> ListenerTransport for FastRpcTransport<'_, S> {
         args.output(&mut req_len).map_err(|_| Error::Invalid)?;
         args.output(rest).map_err(|_| Error::Invalid)?;
         debug_assert_eq!(args.scalars(), hexrpc_drivers::listener::LISTENER_GET_IN_BUFS2);
-        self.call(&mut args)?;
+        self.invoke(&mut args)?;
         Ok(i32::from_le_bytes(req_len))
     }
 }
