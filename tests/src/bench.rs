@@ -706,10 +706,20 @@ unsafe impl Syscalls for Bench {
                 Some(b) => unsafe { dma_heap::dmabuf_ioctl(&mut st, b, request, a) },
             };
         }
-        // Downstream files only: upstream INVOKE has the number of downstream MUNMAP.
-        let downstream_rpc =
-            matches!(st.fds.get(&fd.0).map(|e| &e.obj), Some(FdObj::Rpc(f)) if st.rpc_files.get(f).is_some_and(|f| !f.upstream));
-        if downstream_rpc && (request == adsprpc::FASTRPC_IOCTL_MUNMAP || request == adsprpc::FASTRPC_IOCTL_MUNMAP_64) {
+        // Downstream MUNMAP / MUNMAP_64 on downstream files, upstream MUNMAP on upstream ones
+        // (upstream INVOKE has the number of downstream MUNMAP; the structs are the same).
+        let upstream_rpc = match st.fds.get(&fd.0).map(|e| &e.obj) {
+            Some(FdObj::Rpc(f)) => st.rpc_files.get(f).map(|f| f.upstream),
+            _ => None,
+        };
+        let is_munmap = match upstream_rpc {
+            Some(false) => request == adsprpc::FASTRPC_IOCTL_MUNMAP || request == adsprpc::FASTRPC_IOCTL_MUNMAP_64,
+            Some(true) => request == hexrpc_drivers::upstream::FASTRPC_IOCTL_MUNMAP,
+            // Not a channel (any more): a MUNMAP sent to a retired or closed number is recorded
+            // too (by the downstream numbers, as 12a's accounting does).
+            None => request == adsprpc::FASTRPC_IOCTL_MUNMAP || request == adsprpc::FASTRPC_IOCTL_MUNMAP_64,
+        };
+        if is_munmap {
             // SAFETY: passed on from our caller (a struct of the request's size at `arg`); both
             // structs are (vaddrout, size) as two u64.
             if let Some(m) = unsafe { crate::user::read_struct::<adsprpc::fastrpc_ioctl_munmap>(arg as usize as u64) } {
