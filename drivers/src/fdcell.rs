@@ -168,4 +168,42 @@ mod tests {
         assert_eq!(c.take().map(OwnedFd::into_raw), Some(Fd(9)));
         assert!(c.put(token(-1)).is_err());
     }
+
+    /// Leases taken on other threads while the owner takes the descriptor back: once `take`
+    /// has returned it, no lease is out and none can be taken.
+    #[test]
+    fn take_never_returns_while_a_lease_is_out() {
+        extern crate std;
+        use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+        for round in 0..50 {
+            let c = FdCell::new();
+            c.put(token(100 + round)).unwrap();
+            let out = AtomicU32::new(0);
+            let taken = AtomicBool::new(false);
+            std::thread::scope(|s| {
+                for _ in 0..4 {
+                    s.spawn(|| {
+                        for _ in 0..2000 {
+                            if let Some(l) = c.lease() {
+                                out.fetch_add(1, Ordering::SeqCst);
+                                assert!(!taken.load(Ordering::SeqCst), "a lease while the owner holds the fd");
+                                assert_eq!(l.raw(), Fd(100 + round));
+                                out.fetch_sub(1, Ordering::SeqCst);
+                            }
+                        }
+                    });
+                }
+                loop {
+                    if let Some(fd) = c.take() {
+                        taken.store(true, Ordering::SeqCst);
+                        assert_eq!(out.load(Ordering::SeqCst), 0);
+                        assert_eq!(fd.into_raw(), Fd(100 + round));
+                        break;
+                    }
+                    std::thread::yield_now();
+                }
+            });
+            assert!(c.is_empty() && c.lease().is_none());
+        }
+    }
 }

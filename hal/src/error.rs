@@ -73,12 +73,12 @@ pub enum Cause {
     Full,
     /// The image registry (the reverse file service) refused the library image.
     Registry,
-    /// The DSP's loader refused a library: its AEE code and the reason it gave (unresolved
-    /// symbol, bad ELF, missing `entry`, ...).
-    Refused(Refusal),
     /// The reverse-RPC listener of the session stopped (the session cannot load libraries, and
     /// its channel may be retired): `recover()` once a listener serves it again.
     ListenerStopped,
+    /// The DSP's loader refused a library: its AEE code and the reason it gave (unresolved
+    /// symbol, bad ELF, missing `entry`, ...).
+    Refused(Refusal),
 }
 
 /// Longest loader reason a [`Refusal`] keeps (longer texts are cut at a character boundary). The
@@ -248,6 +248,7 @@ impl fmt::Display for HalError {
             Cause::Invalid => write!(f, "invalid argument"),
             Cause::Full => write!(f, "fixed-capacity table is full"),
             Cause::Registry => write!(f, "the reverse file service refused the library image"),
+            Cause::ListenerStopped => write!(f, "the reverse-RPC listener stopped; recover() once one serves the session again"),
             Cause::Refused(r) => {
                 write!(f, "the DSP refused to load the library: {}", r.code())?;
                 if let Some(n) = aee::name(r.code()) {
@@ -258,7 +259,6 @@ impl fmt::Display for HalError {
                 }
                 Ok(())
             }
-            Cause::ListenerStopped => write!(f, "the reverse-RPC listener stopped; recover() once one serves the session again"),
         }
     }
 }

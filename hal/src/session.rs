@@ -709,7 +709,10 @@ impl<S: Syscalls + Clone> ListenerPlumbing<S> for Session<S> {
 
     fn begin_shutdown(&self) {
         let chan = self.chan.write();
-        self.mark_needs_recovery(HalError::new(Stage::Recover, Cause::ListenerStopped));
+        // A shutdown, not a fault: no warning.
+        if self.health.compare_exchange(HEALTHY, NEEDS_RECOVERY, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            self.recovery.lock().pending = Some(HalError::new(Stage::Recover, Cause::ListenerStopped));
+        }
         let Some(i) = chan.current else { return };
         self.published.store(0, Ordering::Release);
         if let Some(lease) = self.cells[i].lease() {

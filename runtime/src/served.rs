@@ -144,25 +144,31 @@ impl<S: Syscalls + Clone + Send + Sync + 'static> ServedSession<S> {
         self.session.open_library(&*self.service, name, image)
     }
 
-    /// Stops the listener and reports how it ended (dropping does the same, silently).
+    /// Shuts the served session down (the DSP process exits, the listener releases what it
+    /// held on the live channel and stops) and reports how the listener ended; dropping does the
+    /// same, silently.
     pub fn stop(mut self) -> Result<ServeOutcome, StopError> {
         match self.listener.take() {
-            Some(l) => l.stop(),
+            Some(l) => self.shut_down(l),
             None => Ok(ServeOutcome::Stopped),
         }
+    }
+
+    /// The DSP process exits first: the listener leaves `next2` from the DSP side and releases
+    /// the service's files and maps on the live channel; only then is it stopped (interrupting
+    /// it if it did not leave), and the session closes the channel when it is dropped.
+    fn shut_down(&self, l: ServiceHandle<S>) -> Result<ServeOutcome, StopError> {
+        use hexrpc_hal::internal::ListenerPlumbing;
+        self.service.stop_signal().request();
+        self.session.begin_shutdown();
+        l.stop()
     }
 }
 
 impl<S: Syscalls + Clone + Send + Sync + 'static> Drop for ServedSession<S> {
     fn drop(&mut self) {
-        use hexrpc_hal::internal::ListenerPlumbing;
         if let Some(l) = self.listener.take() {
-            // The DSP process exits first: the listener leaves `next2` from the DSP side and
-            // releases the service's files and maps on the live channel; only then is it
-            // stopped (interrupting it if it did not leave), and the session closes the channel.
-            self.service.stop_signal().request();
-            self.session.begin_shutdown();
-            if let Err(e) = l.stop() {
+            if let Err(e) = self.shut_down(l) {
                 log::warn!("stopping the reverse-RPC listener: {e}");
             }
         }

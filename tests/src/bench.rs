@@ -306,23 +306,7 @@ impl Bench {
     /// fail with `EPIPE`. Fresh fds work (the DSP is back at once unless
     /// [`set_dsp_available`](Self::set_dsp_available) says otherwise).
     pub fn restart_dsp(&self) {
-        let mut st = self.lock();
-        st.epoch += 1;
-        let pids: Vec<u64> = st.procs.keys().copied().collect();
-        for p in pids {
-            st.kill_process(p);
-        }
-        let upstream_files: std::collections::HashSet<u64> = st.rpc_files.iter().filter(|(_, f)| f.upstream).map(|(&id, _)| id).collect();
-        for c in st.ctxs.values_mut() {
-            if c.result.is_none() {
-                // Downstream: the context's initial -1 (the driver then reports +104).
-                // Upstream: fastrpc_notify_users sets -EPIPE.
-                let retval = if upstream_files.contains(&c.file) { -Errno::EPIPE.0 } else { -1 };
-                c.result = Some(CtxResult { retval, outs: Vec::new(), fdlist: Vec::new(), sim_dsp: Duration::ZERO });
-            }
-        }
-        drop(st);
-        self.sh.cv.notify_all();
+        restart_dsp(&self.sh);
     }
 
     /// While false, the DSP is down after a restart: downstream INIT fails with `ENOTCONN`; the
@@ -929,4 +913,25 @@ fn release_obj(st: &mut State, obj: FdObj) {
         }
         FdObj::File(_) | FdObj::Dir | FdObj::Null | FdObj::Heap => {}
     }
+}
+
+/// [`Bench::restart_dsp`] on the shared state (also what a DSP model does when a kernel crashes).
+pub(crate) fn restart_dsp(sh: &Shared) {
+    let mut st = sh.lock();
+    st.epoch += 1;
+    let pids: Vec<u64> = st.procs.keys().copied().collect();
+    for p in pids {
+        st.kill_process(p);
+    }
+    let upstream_files: std::collections::HashSet<u64> = st.rpc_files.iter().filter(|(_, f)| f.upstream).map(|(&id, _)| id).collect();
+    for c in st.ctxs.values_mut() {
+        if c.result.is_none() {
+            // Downstream: the context's initial -1 (the driver then reports +104).
+            // Upstream: fastrpc_notify_users sets -EPIPE.
+            let retval = if upstream_files.contains(&c.file) { -Errno::EPIPE.0 } else { -1 };
+            c.result = Some(CtxResult { retval, outs: Vec::new(), fdlist: Vec::new(), sim_dsp: Duration::ZERO });
+        }
+    }
+    drop(st);
+    sh.cv.notify_all();
 }

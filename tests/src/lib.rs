@@ -111,6 +111,7 @@ pub mod entry;
 pub mod executor;
 pub mod ion;
 pub mod measure;
+pub mod netmodel;
 pub mod rpc;
 mod state;
 pub mod upstream;
@@ -124,7 +125,7 @@ pub use account::{
 pub use bench::{Bench, ReverseReply, ReverseRequest, ReverseTicket, DEFAULT_SHELL_LEN};
 pub use config::{BenchConfig, CostModel};
 pub use dsp::{ReverseError, STALE_BYTE};
-pub use entry::{AccessError, EntryVersion, KernelCall, KernelFn, LibraryModel, V2_MAGIC};
+pub use entry::{AccessError, EntryVersion, KernelCall, KernelFn, LibraryModel, TableKernel, BATCH_MAGIC, V2_MAGIC};
 
 /// The two bench kernels: [`hexrpc_bsp::BENCH`] (msm ION 4.9 + downstream adsprpc) and
 /// [`hexrpc_bsp::BENCH_UPSTREAM`] (dma-heap + upstream fastrpc).

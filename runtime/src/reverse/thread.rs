@@ -210,7 +210,7 @@ impl<S: Syscalls + Clone + Send + Sync + 'static> ReverseService<'static, S> {
                     abandoned: false,
                 };
                 let outcome = service.serve(&mut t, &mut buffers.as_buffers());
-                if outcome != ServeOutcome::Stopped {
+                if outcome != ServeOutcome::Stopped && !service.stop.is_requested() {
                     log::info!("reverse: channel generation {generation} ended ({outcome:?}); waiting for recovery");
                     // The channel is unusable whatever ended it: the session must rebuild it.
                     ch.report_lost();
