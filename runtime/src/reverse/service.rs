@@ -4,8 +4,10 @@
 use core::fmt;
 use core::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
+use hexrpc_bsp::KernelAbi;
 use hexrpc_drivers::adsprpc::{self, ADSP_MMAP_ADD_PAGES, ADSP_MMAP_HEAP_ADDR, ADSP_MMAP_REMOTE_HEAP_ADDR, REMOTECTL_HANDLE};
 use hexrpc_drivers::apps_std::{self as std_abi, method as m, APPS_STD_EXTENDED};
+use hexrpc_drivers::upstream::{self, FastrpcFd};
 use hexrpc_drivers::{Fd, FileStat, Scalars, Syscalls};
 use zerocopy::little_endian::{I32, I64, U32, U64};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
@@ -122,6 +124,8 @@ struct Session<'img> {
 pub struct ReverseService<'img, S: Syscalls> {
     sys: S,
     rpc_fd: AtomicI32,
+    /// The FastRPC fd is an upstream `/dev/fastrpc-*` node (see [`ReverseService::set_kernel_abi`]).
+    upstream: AtomicBool,
     policy: FilePolicy,
     images: spin::Mutex<ImageTable<'img>>,
     session: spin::Mutex<Session<'img>>,
@@ -291,6 +295,7 @@ impl<'img, S: Syscalls> ReverseService<'img, S> {
         ReverseService {
             sys,
             rpc_fd: AtomicI32::new(rpc_fd.0),
+            upstream: AtomicBool::new(false),
             policy,
             images: spin::Mutex::new(ImageTable::new()),
             session: spin::Mutex::new(Session { files: FileTable::new(limit), modules: ModuleTable::new(), maps: MapTable::new() }),
@@ -302,6 +307,36 @@ impl<'img, S: Syscalls> ReverseService<'img, S> {
     /// The syscall seam.
     pub fn sys(&self) -> &S {
         &self.sys
+    }
+
+    /// Which FastRPC driver the session's fd belongs to; the listener's calls and apps_mem's
+    /// maps use that driver's requests. A new service assumes the downstream driver;
+    /// `ServedSession` sets the session board's.
+    pub fn set_kernel_abi(&self, abi: KernelAbi) {
+        self.upstream.store(abi == KernelAbi::Upstream, Ordering::SeqCst);
+    }
+
+    /// The FastRPC driver the service talks to.
+    pub fn kernel_abi(&self) -> KernelAbi {
+        if self.upstream.load(Ordering::SeqCst) {
+            KernelAbi::Upstream
+        } else {
+            KernelAbi::DownstreamMsm
+        }
+    }
+
+    fn dsp_mmap(&self, fd: Fd, flags: u32, len: u64) -> Result<u64, hexrpc_drivers::Error> {
+        match self.kernel_abi() {
+            KernelAbi::DownstreamMsm => adsprpc::mmap(&self.sys, fd, Fd(-1), flags, 0, len),
+            KernelAbi::Upstream => upstream::mmap(&self.sys, FastrpcFd::from_raw(fd), flags, len),
+        }
+    }
+
+    fn dsp_munmap(&self, fd: Fd, vadsp: u64, len: u64) -> Result<(), hexrpc_drivers::Error> {
+        match self.kernel_abi() {
+            KernelAbi::DownstreamMsm => adsprpc::munmap(&self.sys, fd, vadsp, len),
+            KernelAbi::Upstream => upstream::munmap(&self.sys, FastrpcFd::from_raw(fd), vadsp, len),
+        }
     }
 
     /// The FastRPC fd of the session.
@@ -373,7 +408,7 @@ impl<'img, S: Syscalls> ReverseService<'img, S> {
         for (vadsp, len) in maps {
             // No channel (fd -1): it was retired or closed, and its maps went with the file.
             if vadsp != 0 && fd.0 >= 0 {
-                if let Err(e) = adsprpc::munmap(&self.sys, fd, vadsp, len) {
+                if let Err(e) = self.dsp_munmap(fd, vadsp, len) {
                     log::warn!("reverse: releasing DSP map {vadsp:#x}+{len:#x} failed: {e}");
                 }
             }
@@ -732,7 +767,7 @@ impl<'img, S: Syscalls> ReverseService<'img, S> {
                 let mut r = Reply::layout(req.out_lens(), reply)?;
                 let reservation = self.session.lock().maps.reserve(len, self.policy.limits().max_dsp_map_bytes)?;
                 let fd = self.rpc_fd();
-                let made = adsprpc::mmap(&self.sys, fd, Fd(-1), p.rflags.get(), 0, len);
+                let made = self.dsp_mmap(fd, p.rflags.get(), len);
                 let mut s = self.session.lock();
                 let vadsp = match made {
                     Ok(v) => v,
@@ -749,7 +784,7 @@ impl<'img, S: Syscalls> ReverseService<'img, S> {
                     // The session ended while the map was made: release it on the fd that made it.
                     drop(s);
                     if vadsp != 0 && fd.0 >= 0 {
-                        if let Err(e) = adsprpc::munmap(&self.sys, fd, vadsp, len) {
+                        if let Err(e) = self.dsp_munmap(fd, vadsp, len) {
                             log::warn!("reverse: releasing a map made across session end failed: {e}");
                         }
                     }
@@ -769,7 +804,7 @@ impl<'img, S: Syscalls> ReverseService<'img, S> {
                 let len = u64::try_from(p.len.get()).ok().filter(|&l| l != 0).ok_or(RequestError::BadParm)?;
                 let vadsp = p.vadsp.get();
                 let taken = self.session.lock().maps.take(vadsp, len).ok_or(RequestError::NoSuchMap)?;
-                if let Err(e) = adsprpc::munmap(&self.sys, self.rpc_fd(), vadsp, len) {
+                if let Err(e) = self.dsp_munmap(self.rpc_fd(), vadsp, len) {
                     self.session.lock().maps.restore(taken, vadsp);
                     log::warn!("reverse: DSP unmap refused: {e}");
                     return Err(RequestError::Mmap);
