@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use hexrpc_bench::{elf, Bench, CallKind, DspCallKind, EntryVersion, Fault, FaultTarget, LibraryModel, ReverseRequest};
-use hexrpc_bsp::DeviceAccess;
+use hexrpc_bsp::{Board, DeviceAccess};
 use hexrpc_drivers::{aee, apps_std, Errno, Fd, Scalars};
 use hexrpc_hal::{BufferView, Cause, HalError, Library, Session};
 use hexrpc_runtime::launch::{AbiVersion, BufferRef, PackError, PackedLaunch, Scalar, Signature};
@@ -22,10 +22,28 @@ fn fail(detail: impl std::fmt::Display) -> (String, String) {
 /// The selftest library model's name.
 pub const MODEL: &str = "selftest-add";
 
-/// A bench whose DSP knows the selftest library: a v2 entry over (in, out, u32 k) that writes
-/// `in[i] + k` to `out[i]`.
+static BOARD: std::sync::OnceLock<&'static Board> = std::sync::OnceLock::new();
+
+/// Chooses the bench board (kernel) the checks run on, once per process: [`hexrpc_bsp::BENCH`]
+/// (the default) or [`hexrpc_bsp::BENCH_UPSTREAM`]. Returns false if another board was chosen
+/// already.
+pub fn set_board(board: &'static Board) -> bool {
+    *BOARD.get_or_init(|| board) == board
+}
+
+/// The bench board the checks run on.
+pub fn board() -> &'static Board {
+    BOARD.get().copied().unwrap_or(&hexrpc_bsp::BENCH)
+}
+
+fn access(bench: &Bench) -> Result<DeviceAccess, (String, String)> {
+    DeviceAccess::for_bench_board(bench.board()).ok_or_else(|| fail("not a bench board"))
+}
+
+/// A bench (on [`board`]) whose DSP knows the selftest library: a v2 entry over
+/// (in, out, u32 k) that writes `in[i] + k` to `out[i]`.
 pub fn bench() -> Bench {
-    let bench = Bench::new();
+    let bench = Bench::for_board(board());
     bench.register_library(
         MODEL,
         LibraryModel::new(EntryVersion::V2, 2, 1, |k| {
@@ -50,7 +68,7 @@ pub fn image() -> &'static [u8] {
 
 fn serve(bench: &Bench) -> Result<ServedSession<Bench>, (String, String)> {
     let policy = FilePolicy::for_board(bench.board()).map_err(|e| fail(format!("policy: {e:?}")))?;
-    ServedSession::start(bench.clone(), &DeviceAccess::for_bench(), policy).map_err(fail)
+    ServedSession::start(bench.clone(), &access(bench)?, policy).map_err(fail)
 }
 
 fn launch(lib: &Library<'_, Bench>, input: &BufferView<'_>, output: &BufferView<'_>, add: u8) -> Result<(), HalError> {
@@ -149,19 +167,31 @@ pub fn view_offsets() -> Outcome {
 /// launches, give every fd, ION handle, mapping, DSP process and library back.
 pub fn reclamation() -> Outcome {
     type Setup = fn(&Bench);
+    fn path(c: &std::ffi::CStr) -> String {
+        c.to_string_lossy().into_owned()
+    }
+    fn upstream(b: &Bench) -> bool {
+        b.board().abi == hexrpc_bsp::KernelAbi::Upstream
+    }
     let stages: [(&str, Setup); 6] = [
-        ("ion", |b| b.set_missing("/bench/dev/ion")),
-        ("shell", |b| b.set_missing("/bench/dsp/cdsp/fastrpc_shell_3")),
-        ("shell alloc", |b| b.inject(FaultTarget::Call(CallKind::IonAlloc), 1, Fault::Errno(Errno::ENOMEM))),
-        ("channel", |b| b.inject(FaultTarget::Call(CallKind::RpcGetinfo), 1, Fault::Errno(Errno::EPERM))),
-        ("process", |b| b.inject(FaultTarget::Call(CallKind::RpcInit), 1, Fault::Errno(Errno::EPERM))),
+        ("allocator", |b| b.set_missing(&path(b.board().ion_path))),
+        ("shell", |b| b.set_missing(&path(b.board().shell_path))),
+        ("shell alloc", |b| {
+            let kind = if upstream(b) { CallKind::HeapAlloc } else { CallKind::IonAlloc };
+            b.inject(FaultTarget::Call(kind), 1, Fault::Errno(Errno::ENOMEM))
+        }),
+        ("channel", |b| b.set_missing(&path(b.board().rpc_path))),
+        ("process", |b| {
+            let kind = if upstream(b) { CallKind::UpInitCreate } else { CallKind::RpcInit };
+            b.inject(FaultTarget::Call(kind), 1, Fault::Errno(Errno::EPERM))
+        }),
         ("listener", |b| b.inject(FaultTarget::Dsp(DspCallKind::ListenerInit2), 1, Fault::Returned(aee::AEE_EBADPARM))),
     ];
     for (name, setup) in stages {
         let bench = bench();
         let start = bench.snapshot();
         setup(&bench);
-        if Session::start(bench.clone(), &DeviceAccess::for_bench()).is_ok() {
+        if Session::start(bench.clone(), &access(&bench)?).is_ok() {
             return Err(fail(format!("a fault at stage {name} did not fail the start")));
         }
         let end = bench.settle(&start, Duration::from_secs(2));
@@ -190,8 +220,10 @@ pub fn reclamation() -> Outcome {
     }
     Ok((
         "0 leaked".into(),
-        "6 failing init stages and 1 full session (library, 20 launches): every fd, ION handle, mapping, process and library given back"
-            .into(),
+        format!(
+            "6 failing init stages and 1 full session (library, 20 launches) on {}: every fd, buffer, mapping, process and library given back",
+            board().name
+        ),
     ))
 }
 
@@ -233,6 +265,7 @@ pub fn reverse_permissions() -> Outcome {
     let canary = dir.join("canary");
     std::fs::write(&canary, b"secret").map_err(fail)?;
     bench.add_file("/bench/dsp/cdsp/allowed.so", elf::hexagon_elf(128));
+    debug_assert!(bench.board().dsp_dirs.contains(&"/bench/dsp/cdsp"));
     let result = (|| {
         let served = serve(&bench)?;
         let (fd, _) = hexrpc_hal::internal::ListenerPlumbing::listener_fd(served.session()).ok_or_else(|| fail("session not healthy"))?;

@@ -56,7 +56,7 @@ const SELFTEST_HELP: &str = "\
 hexrpc selftest - run the acceptance report
 
 USAGE:
-    hexrpc selftest [--bench | --device] [--json]
+    hexrpc selftest [--bench [--board bench|bench-upstream] | --device] [--json]
 
 Runs the checks in the seed's acceptance order: parameter layout, view offsets,
 fd/mapping reclamation, reverse-RPC file permissions, timeouts, concurrency, then
@@ -65,6 +65,9 @@ SKIP says why the check could not run in this build or on this machine.
 
 OPTIONS:
     --bench     Run on the isolated bench (simulated kernel and DSP)
+    --board B   With --bench: the bench kernel, bench (ION 4.9 + downstream
+                adsprpc, the default) or bench-upstream (dma-heap + upstream
+                fastrpc)
     --device    Run on the real device (fails if the DSP nodes are missing)
     --json      Print {\"platform\": \"bench\"|\"device\", \"checks\": [{\"name\", \"stage\",
                 \"status\": \"pass\"|\"fail\"|\"skip\", \"figure\", \"detail\"}]}
@@ -86,12 +89,17 @@ USAGE:
 
 Checks, in order, and stops at the first failure with the exact prerequisite
 that is missing:
-    device-nodes  the ION and FastRPC nodes: owner, group, mode, and whether this
-                  process can open them (on AGNOS: membership of group gpu)
-    ion-alloc     a 4 KiB allocation from the board's ION heap, mapped and verified
-    shell         the DSP shell file (path, size, ELF machine) staged in ION
-    channel       GETINFO on the compute DSP channel (SMMU flag), CONTROL kalloc
-    process       creating the user process on the DSP (INIT)
+    kernel        which FastRPC driver (downstream /dev/adsprpc-smd or upstream
+                  /dev/fastrpc-cdsp) and allocator (ION or /dev/dma_heap/system)
+                  the kernel exposes, and whether they are the board's
+    device-nodes  the allocator and FastRPC nodes: owner, group, mode, and whether
+                  this process can open them (on AGNOS: membership of group gpu)
+    ion-alloc     a 4 KiB allocation from the board's ION heap or dma-heap,
+                  mapped and verified
+    shell         the DSP shell file (path, size, ELF machine) staged in a buffer
+    channel       downstream: GETINFO on the compute DSP channel (SMMU flag),
+                  CONTROL kalloc; upstream: opening the domain's node
+    process       creating the user process on the DSP (INIT / INIT_CREATE)
     listener      registering the reverse-RPC listener (handle 3)
     library       loading a library through the reverse file service (with
                   --library; on the bench a built-in test library)
@@ -100,8 +108,10 @@ Everything acquired is released before the command exits.
 OPTIONS:
     --device        Probe the real device (the default)
     --bench         Probe the isolated bench instead (simulated kernel and DSP)
-    --board NAME    Board facts to use: comma-three, msm-android (default: detected
-                    from /proc/device-tree/model, else comma-three)
+    --board NAME    Board facts to use: comma-three, msm-android, qcom-rb5,
+                    upstream (default: detected from /proc/device-tree/model, else
+                    from the kernel's nodes, else comma-three); with --bench:
+                    bench (downstream kernel, the default) or bench-upstream
     --library FILE  A Hexagon library (from `hexrpc build-lib`) for the library step
     --json          Print {\"board\": NAME, \"steps\": [{\"name\", \"status\":
                     \"pass\"|\"fail\"|\"skip\", \"detail\"}]}
@@ -322,7 +332,7 @@ enum Command {
     Replay { json: bool, policy: Option<std::path::PathBuf>, files: Vec<std::path::PathBuf> },
     Bench { json: bool, long: bool },
     Run(run::RunArgs),
-    Selftest { json: bool, platform: Option<selftest::Platform> },
+    Selftest { json: bool, platform: Option<selftest::Platform>, board: Option<String> },
 }
 
 fn parse(args: Vec<std::ffi::OsString>) -> Result<(i32, Command), Usage> {
@@ -363,7 +373,7 @@ fn parse(args: Vec<std::ffi::OsString>) -> Result<(i32, Command), Usage> {
             Long("long") if command == "bench" => long = true,
             Long("policy") if command == "reverse-replay" => policy = Some(p.value()?.into()),
             Value(v) if command == "reverse-replay" => files.push(v.into()),
-            Long("board") if command == "probe" => board = Some(p.value()?.string()?),
+            Long("board") if command == "probe" || command == "selftest" => board = Some(p.value()?.string()?),
             Long("library") if command == "probe" => library = Some(p.value()?.into()),
             Long("bench") if command == "probe" => probe_bench = true,
             Long("device") if command == "probe" => probe_bench = false,
@@ -429,7 +439,12 @@ fn parse(args: Vec<std::ffi::OsString>) -> Result<(i32, Command), Usage> {
             }
             Command::Run(ra)
         }
-        "selftest" => Command::Selftest { json, platform },
+        "selftest" => {
+            if board.is_some() && platform != Some(selftest::Platform::Bench) {
+                return Err(Usage("selftest --board names a bench kernel and needs --bench".into()));
+            }
+            Command::Selftest { json, platform, board }
+        }
         other => return Err(Usage(format!("unknown command '{other}' (try 'hexrpc help')"))),
     };
     Ok((verbosity, cmd))
@@ -481,17 +496,47 @@ fn write_file(path: &std::path::Path, s: &str) -> ExitCode {
 fn device_board(name: Option<&str>) -> Result<&'static hexrpc_bsp::Board, Usage> {
     if let Some(n) = name {
         return match hexrpc_bsp::by_name(n) {
-            Some(b) if b.name != "bench" => Ok(b),
-            _ => Err(Usage(format!("unknown board '{n}' (known: comma-three, msm-android)"))),
+            Some(b) if !hexrpc_bsp::BENCH_BOARDS.contains(&b) => Ok(b),
+            _ => Err(Usage(format!("unknown board '{n}' (known: comma-three, msm-android, qcom-rb5, upstream)"))),
         };
     }
     let model = ["/proc/device-tree/model", "/sys/firmware/devicetree/base/model"].iter().find_map(|p| std::fs::read_to_string(p).ok());
-    match model.as_deref().and_then(hexrpc_bsp::detect) {
-        Some(b) => Ok(b),
+    if let Some(b) = model.as_deref().and_then(hexrpc_bsp::detect) {
+        return Ok(b);
+    }
+    // No board claims the model: pick the generic board of the driver and allocator the
+    // kernel exposes.
+    let sys = hexrpc_drivers::RustixSys;
+    let found = hexrpc_bsp::detect_kernel(|p| hexrpc_drivers::Syscalls::stat(&sys, p, true).is_ok());
+    match found.as_ref().and_then(hexrpc_bsp::generic_board) {
+        Some(b) => {
+            log::info!(
+                "board not detected (device-tree model {:?}); the kernel exposes {:?}: using {}",
+                model.as_deref().unwrap_or("unreadable"),
+                found,
+                b.name
+            );
+            Ok(b)
+        }
         None => {
-            log::info!("board not detected (device-tree model {:?}); assuming comma-three", model.as_deref().unwrap_or("unreadable"));
+            log::info!(
+                "board not detected (device-tree model {:?}, kernel nodes {found:?}); assuming comma-three",
+                model.as_deref().unwrap_or("unreadable")
+            );
             Ok(&hexrpc_bsp::COMMA_THREE)
         }
+    }
+}
+
+/// The bench board named by `--board` (default: the downstream bench).
+fn bench_board(name: Option<&str>) -> Result<&'static hexrpc_bsp::Board, Usage> {
+    match name {
+        None => Ok(&hexrpc_bsp::BENCH),
+        Some(n) => hexrpc_bsp::BENCH_BOARDS
+            .iter()
+            .copied()
+            .find(|b| b.name == n)
+            .ok_or_else(|| Usage(format!("unknown bench board '{n}' (known: bench, bench-upstream)"))),
     }
 }
 
@@ -720,9 +765,21 @@ fn main() -> ExitCode {
                 }
             };
             let (board, steps) = if bench {
+                let board = match bench_board(board.as_deref()) {
+                    Ok(b) => b,
+                    Err(Usage(msg)) => {
+                        eprintln!("hexrpc: {msg}");
+                        return ExitCode::from(2);
+                    }
+                };
+                checks::set_board(board);
                 let sys = checks::bench();
                 let lib = library.unwrap_or(probe::ProbeLibrary { name: checks::MODEL.into(), image: checks::image() });
-                (&hexrpc_bsp::BENCH, probe::run(sys, &hexrpc_bsp::DeviceAccess::for_bench(), Some(&lib)))
+                let Some(access) = hexrpc_bsp::DeviceAccess::for_bench_board(board) else {
+                    eprintln!("hexrpc: {} is not a bench board", board.name);
+                    return ExitCode::from(2);
+                };
+                (board, probe::run(sys, &access, Some(&lib)))
             } else {
                 let board = match device_board(board.as_deref()) {
                     Ok(b) => b,
@@ -747,7 +804,18 @@ fn main() -> ExitCode {
                 code
             }
         }
-        Command::Selftest { json, platform } => {
+        Command::Selftest { json, platform, board } => {
+            if board.is_some() {
+                match bench_board(board.as_deref()) {
+                    Ok(b) => {
+                        checks::set_board(b);
+                    }
+                    Err(Usage(msg)) => {
+                        eprintln!("hexrpc: {msg}");
+                        return ExitCode::from(2);
+                    }
+                }
+            }
             let platform = platform.unwrap_or_else(|| {
                 if std::path::Path::new("/dev/adsprpc-smd").exists() {
                     selftest::Platform::Device
@@ -783,9 +851,16 @@ mod tests {
         assert!(matches!(parse(args(&["abi", "--json"])), Ok((0, Command::Abi { json: true }))));
         assert!(matches!(
             parse(args(&["-vv", "selftest", "--bench"])),
-            Ok((2, Command::Selftest { json: false, platform: Some(selftest::Platform::Bench) }))
+            Ok((2, Command::Selftest { json: false, platform: Some(selftest::Platform::Bench), board: None }))
         ));
         assert!(matches!(parse(args(&["selftest", "-h"])), Ok((_, Command::Help(Some(c)))) if c == "selftest"));
+        assert!(matches!(
+            parse(args(&["selftest", "--bench", "--board", "bench-upstream"])),
+            Ok((0, Command::Selftest { board: Some(b), .. })) if b == "bench-upstream"
+        ));
+        assert!(parse(args(&["selftest", "--board", "bench-upstream"])).is_err(), "--board needs --bench");
+        assert!(bench_board(Some("qcom-rb5")).is_err(), "only bench boards on the bench");
+        assert!(matches!(bench_board(Some("bench-upstream")), Ok(b) if b.name == "bench-upstream"));
         assert!(parse(args(&["abi", "--bench"])).is_err());
         assert!(parse(args(&["frobnicate"])).is_err());
         assert!(parse(args(&[])).is_err());

@@ -24,7 +24,43 @@ pub struct Step {
 }
 
 /// The names of the steps, in order.
-pub const STEPS: &[&str] = &["device-nodes", "ion-alloc", "shell", "channel", "process", "listener", "library"];
+pub const STEPS: &[&str] = &["kernel", "device-nodes", "ion-alloc", "shell", "channel", "process", "listener", "library"];
+
+/// Which FastRPC driver and allocator the device (or the bench) exposes, and whether they are
+/// the board's. On the bench the simulated nodes of both bench kernels are looked for; on a
+/// device the standard `/dev` nodes.
+///
+/// `Ok(None)`: no driver node was found at all; the step is skipped and `device-nodes` names the
+/// board's missing node.
+fn kernel_step<S: Syscalls>(sys: &S, board: &Board) -> Result<Option<String>, String> {
+    let exists = |p: &CStr| sys.stat(p, true).is_ok();
+    let bench = hexrpc_bsp::BENCH_BOARDS.iter().any(|b| b.name == board.name);
+    let found = if bench {
+        hexrpc_bsp::detect_kernel_in(hexrpc_bsp::BENCH_RPC_NODES, hexrpc_bsp::BENCH_ALLOC_NODES, exists)
+    } else {
+        hexrpc_bsp::detect_kernel(exists)
+    };
+    let Some(k) = found else {
+        return Ok(None);
+    };
+    let what = format!(
+        "{} driver ({}) with the {} allocator ({})",
+        k.abi.name(),
+        k.rpc_path.to_string_lossy(),
+        k.allocator.name(),
+        k.alloc_path.to_string_lossy()
+    );
+    if k.abi != board.abi || k.allocator != board.allocator {
+        let suggest = hexrpc_bsp::generic_board(&k).map_or("no board of this build".to_string(), |b| format!("--board {}", b.name));
+        return Err(format!(
+            "found the {what}, but board {} is for the {} driver with {}; use {suggest}",
+            board.name,
+            board.abi.name(),
+            board.allocator.name()
+        ));
+    }
+    Ok(Some(format!("{what}: the ABI of board {}", board.name)))
+}
 
 fn mode_string(st: &FileStat) -> String {
     let kind = if st.is_char_device() {
@@ -134,7 +170,25 @@ fn chain<S: Syscalls + Clone + Send + Sync + 'static>(
 ) {
     let board: &Board = access.board();
     {
-        let nodes = node(&sys, board.ion_path, "the ION allocator")
+        match kernel_step(&sys, board) {
+            Ok(Some(detail)) => steps.push(Step { name: "kernel", status: Status::Pass, detail }),
+            Ok(None) => steps.push(Step {
+                name: "kernel",
+                status: Status::Skip,
+                detail: "no FastRPC driver node together with an allocator node (looked for /dev/adsprpc-smd, /dev/fastrpc-cdsp[-secure], \
+                         /dev/ion, /dev/dma_heap/system, or the bench's nodes); device-nodes names what the board needs"
+                    .into(),
+            }),
+            Err(detail) => {
+                steps.push(Step { name: "kernel", status: Status::Fail, detail });
+                return;
+            }
+        }
+        let alloc_what = match board.allocator {
+            hexrpc_bsp::Allocator::Ion49 => "the ION allocator",
+            hexrpc_bsp::Allocator::DmaHeap => "the dma-buf heap",
+        };
+        let nodes = node(&sys, board.ion_path, alloc_what)
             .and_then(|a| node(&sys, board.rpc_path, "the FastRPC driver").map(|b| format!("{a}; {b}")));
         if !push(steps, "device-nodes", nodes) {
             return;
@@ -154,15 +208,24 @@ fn chain<S: Syscalls + Clone + Send + Sync + 'static>(
             let mut back = vec![0u8; 4096];
             lease.read_at(0, &mut back).map_err(|e| e.to_string())?;
             if back != pattern {
-                return Err("the ION buffer did not read back what was written".to_string());
+                return Err("the buffer did not read back what was written".to_string());
             }
-            Ok(format!(
-                "4096 bytes from heap {} (mask {:#x}) flags {:#x}, shared fd {}, mapped and verified",
-                board.heap_id,
-                board.heap_mask(),
-                board.heap_flags,
-                lease.fd().0
-            ))
+            Ok(match board.allocator {
+                hexrpc_bsp::Allocator::Ion49 => format!(
+                    "4096 bytes from ION heap {} (mask {:#x}) flags {:#x}, shared fd {}, mapped and verified",
+                    board.heap_id,
+                    board.heap_mask(),
+                    board.heap_flags,
+                    lease.fd().0
+                ),
+                hexrpc_bsp::Allocator::DmaHeap => format!(
+                    "4096 bytes from dma-heap {} ({}), dma-buf fd {}, mapped and verified{}",
+                    board.ion_path.to_string_lossy(),
+                    if board.cached { "cached" } else { "uncached" },
+                    lease.fd().0,
+                    if board.cached { " with DMA_BUF_IOCTL_SYNC around the CPU accesses" } else { "" }
+                ),
+            })
         })();
         if !push(steps, "ion-alloc", alloc) {
             return;
@@ -175,7 +238,15 @@ fn chain<S: Syscalls + Clone + Send + Sync + 'static>(
                 return;
             }
         };
-        push(steps, "shell", Ok(format!("{shell_path}: {} bytes, ELF machine 164 (Hexagon), staged in ION", staged.shell_len())));
+        push(
+            steps,
+            "shell",
+            Ok(format!(
+                "{shell_path}: {} bytes, ELF machine 164 (Hexagon), staged in a buffer from the {} allocator",
+                staged.shell_len(),
+                board.allocator.name()
+            )),
+        );
         let channel = match staged.open_channel() {
             Ok(c) => c,
             Err(e) => {
@@ -183,16 +254,22 @@ fn chain<S: Syscalls + Clone + Send + Sync + 'static>(
                 return;
             }
         };
-        push(
-            steps,
-            "channel",
-            Ok(format!(
+        let channel_detail = match board.abi {
+            hexrpc_bsp::KernelAbi::DownstreamMsm => format!(
                 "GETINFO on channel {} (CDSP): info {:#x}, SMMU {}",
                 board.channel,
                 channel.info(),
                 if channel.info() & 1 != 0 { "on" } else { "off" }
-            )),
-        );
+            ),
+            hexrpc_bsp::KernelAbi::Upstream => {
+                format!(
+                    "{} opened (domain {}, CDSP): the upstream driver took an SMMU session at open",
+                    board.rpc_path.to_string_lossy(),
+                    board.channel
+                )
+            }
+        };
+        push(steps, "channel", Ok(channel_detail));
         let process = match channel.create_process() {
             Ok(p) => p,
             Err(e) => {
@@ -200,7 +277,16 @@ fn chain<S: Syscalls + Clone + Send + Sync + 'static>(
                 return;
             }
         };
-        push(steps, "process", Ok("INIT created the user process on the DSP".into()));
+        push(
+            steps,
+            "process",
+            Ok(match board.abi {
+                hexrpc_bsp::KernelAbi::DownstreamMsm => "INIT created the user process on the DSP".into(),
+                hexrpc_bsp::KernelAbi::Upstream => {
+                    format!("INIT_CREATE (attrs {:#x}) created the user process on the DSP", board.process_attrs)
+                }
+            }),
+        );
         let session = match process.attach_listener() {
             Ok(session) => session,
             Err(e) => {

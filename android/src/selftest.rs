@@ -196,7 +196,7 @@ pub fn run(platform: Platform, progress: &mut dyn FnMut(&str)) -> Vec<Check> {
 /// from the bench's cost model, labelled simulated.
 fn executor() -> Vec<Check> {
     use hexrpc_bench::executor::{run_model, ModelError, ModelOptions};
-    match run_model(&ModelOptions::default()) {
+    match run_model(&ModelOptions { board: crate::checks::board(), ..ModelOptions::default() }) {
         Ok(report) => {
             let runs = report.simulated.count;
             vec![
@@ -251,6 +251,9 @@ pub fn to_json(platform: Platform, checks: &[Check]) -> String {
     let mut out = String::new();
     let mut top = json::Object::new(&mut out);
     top.str("platform", platform.name());
+    if platform == Platform::Bench {
+        top.str("board", crate::checks::board().name);
+    }
     top.raw("checks", |o| {
         o.push('[');
         for (i, c) in checks.iter().enumerate() {
@@ -274,7 +277,14 @@ pub fn to_text(platform: Platform, checks: &[Check]) -> String {
     let mut out = String::new();
     match platform {
         Platform::Bench => {
-            let _ = writeln!(out, "hexrpc selftest on the BENCH (no DSP on this machine; figures are not device figures)");
+            let b = crate::checks::board();
+            let _ = writeln!(
+                out,
+                "hexrpc selftest on the BENCH, board {} ({} + {}; no DSP on this machine; figures are not device figures)",
+                b.name,
+                b.allocator.name(),
+                b.abi.name()
+            );
         }
         Platform::Device => {
             let _ = writeln!(out, "hexrpc selftest on the DEVICE");

@@ -52,6 +52,20 @@ const HEADER_IOCTLS: &[(&str, u64)] = &[
     ("FASTRPC_IOCTL_MUNMAP_FD", 0xC018520D),
     ("FASTRPC_IOCTL_MMAP_64", 0xC020520E),
     ("FASTRPC_IOCTL_MUNMAP_64", 0xC010520F),
+    ("DMA_HEAP_IOCTL_ALLOC", 0xC0184800),
+    ("DMA_BUF_IOCTL_SYNC", 0x40086200),
+    ("upstream:FASTRPC_IOCTL_ALLOC_DMA_BUFF", 0xC0105201),
+    ("upstream:FASTRPC_IOCTL_FREE_DMA_BUFF", 0xC0045202),
+    ("upstream:FASTRPC_IOCTL_INVOKE", 0xC0105203),
+    ("upstream:FASTRPC_IOCTL_INIT_ATTACH", 0x00005204),
+    ("upstream:FASTRPC_IOCTL_INIT_CREATE", 0xC0185205),
+    ("upstream:FASTRPC_IOCTL_MMAP", 0xC0205206),
+    ("upstream:FASTRPC_IOCTL_MUNMAP", 0xC0105207),
+    ("upstream:FASTRPC_IOCTL_INIT_ATTACH_SNS", 0x00005208),
+    ("upstream:FASTRPC_IOCTL_INIT_CREATE_STATIC", 0xC0105209),
+    ("upstream:FASTRPC_IOCTL_MEM_MAP", 0xC040520A),
+    ("upstream:FASTRPC_IOCTL_MEM_UNMAP", 0xC030520B),
+    ("upstream:FASTRPC_IOCTL_GET_DSP_INFO", 0xC01C520D),
 ];
 
 /// (struct, size, [(field, offset)]) from the same spec sections.
@@ -81,7 +95,33 @@ const HEADER_STRUCTS: &[(&str, u64, Fields)] = &[
     ("fastrpc_ioctl_munmap_64", 16, &[("vaddrout", 0), ("size", 8)]),
     ("fastrpc_ioctl_munmap_fd", 24, &[("fd", 0), ("flags", 4), ("va", 8), ("len", 16)]),
     ("fastrpc_ioctl_perf", 24, &[("data", 0), ("numkeys", 8), ("keys", 16)]),
-    ("fastrpc_ioctl_control", 12, &[("req", 0)]),
+    ("fastrpc_ioctl_control", 12, &[("req", 0), ("lp", 4), ("smmu", 4), ("kalloc", 4)]),
+    ("dma_heap_allocation_data", 24, &[("len", 0), ("fd", 8), ("fd_flags", 12), ("heap_flags", 16)]),
+    ("dma_buf_sync", 8, &[("flags", 0)]),
+    ("fastrpc_invoke_args", 24, &[("ptr", 0), ("length", 8), ("fd", 16), ("attr", 20)]),
+    ("fastrpc_invoke", 16, &[("handle", 0), ("sc", 4), ("args", 8)]),
+    ("fastrpc_init_create", 24, &[("filelen", 0), ("filefd", 4), ("attrs", 8), ("siglen", 12), ("file", 16)]),
+    ("fastrpc_init_create_static", 16, &[("namelen", 0), ("memlen", 4), ("name", 8)]),
+    ("fastrpc_alloc_dma_buf", 16, &[("fd", 0), ("flags", 4), ("size", 8)]),
+    ("fastrpc_req_mmap", 32, &[("fd", 0), ("flags", 4), ("vaddrin", 8), ("size", 16), ("vaddrout", 24)]),
+    (
+        "fastrpc_mem_map",
+        64,
+        &[
+            ("version", 0),
+            ("fd", 4),
+            ("offset", 8),
+            ("flags", 12),
+            ("vaddrin", 16),
+            ("length", 24),
+            ("vaddrout", 32),
+            ("attrs", 40),
+            ("reserved", 44),
+        ],
+    ),
+    ("fastrpc_req_munmap", 16, &[("vaddrout", 0), ("size", 8)]),
+    ("fastrpc_mem_unmap", 48, &[("vesion", 0), ("fd", 4), ("vaddr", 8), ("length", 16), ("reserved", 24)]),
+    ("fastrpc_ioctl_capability", 28, &[("domain", 0), ("attribute_id", 4), ("capability", 8), ("reserved", 12)]),
     ("remote_arg32", 8, &[("buf", 0)]),
     (
         "apps_std_STAT",
@@ -114,6 +154,11 @@ const HEADER_CONSTANTS: &[(&str, u64)] = &[
     ("FASTRPC_STATIC_HANDLE_LISTENER", 3),
     ("ADSP_MMAP_ADD_PAGES", 0x1000),
     ("INIT_FILELEN_MAX", 2 * 1024 * 1024),
+    ("upstream:FASTRPC_MODE_UNSIGNED_MODULE", 8),
+    ("upstream:FASTRPC_MAP_FD", 2),
+    ("upstream:FASTRPC_MAP_FD_NOMAP", 16),
+    ("upstream:FASTRPC_ATTR_SECUREMAP", 1),
+    ("DMA_BUF_SYNC_END", 4),
 ];
 
 #[test]
@@ -210,10 +255,12 @@ fn probe_without_a_dsp_names_the_missing_node() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("probe --json is JSON");
     assert!(v["board"].is_string());
     let steps = v["steps"].as_array().unwrap();
-    assert_eq!(steps[0]["name"], "device-nodes");
-    assert_eq!(steps[0]["status"], "fail");
-    assert!(steps[0]["detail"].as_str().unwrap().contains("/dev/ion"), "{}", steps[0]);
-    assert!(steps[1..].iter().all(|s| s["status"] == "skip"));
+    assert_eq!(steps[0]["name"], "kernel");
+    assert_eq!(steps[0]["status"], "skip", "no DSP driver node at all on this machine");
+    assert_eq!(steps[1]["name"], "device-nodes");
+    assert_eq!(steps[1]["status"], "fail");
+    assert!(steps[1]["detail"].as_str().unwrap().contains("/dev/ion"), "{}", steps[1]);
+    assert!(steps[2..].iter().all(|s| s["status"] == "skip"));
 }
 
 #[test]
@@ -348,8 +395,37 @@ fn probe_on_the_bench_passes_every_step_including_a_library_load() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("probe --json is JSON");
     assert_eq!(v["board"], "bench");
     let names: Vec<&str> = v["steps"].as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["device-nodes", "ion-alloc", "shell", "channel", "process", "listener", "library"]);
+    assert_eq!(names, ["kernel", "device-nodes", "ion-alloc", "shell", "channel", "process", "listener", "library"]);
     assert!(v["steps"].as_array().unwrap().iter().all(|s| s["status"] == "pass"), "{v}");
+}
+
+#[test]
+fn probe_on_the_upstream_bench_names_the_upstream_driver_and_the_heap() {
+    let out = hexrpc(&["probe", "--bench", "--board", "bench-upstream", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("probe --json is JSON");
+    assert_eq!(v["board"], "bench-upstream");
+    let steps = v["steps"].as_array().unwrap();
+    assert!(steps.iter().all(|s| s["status"] == "pass"), "{v}");
+    let kernel = steps[0]["detail"].as_str().unwrap();
+    assert!(kernel.contains("upstream fastrpc") && kernel.contains("/bench/dev/fastrpc-cdsp"), "{kernel}");
+    assert!(kernel.contains("dma-heap") && kernel.contains("/bench/dev/dma_heap/system"), "{kernel}");
+    // A board whose ABI is not the bench kernel's is refused at the kernel step, naming both.
+    let out = hexrpc(&["probe", "--bench", "--board", "qcom-rb5"]);
+    assert_eq!(out.status.code(), Some(2), "only bench boards on the bench");
+}
+
+#[test]
+fn selftest_on_the_upstream_bench_passes_every_check() {
+    let out = hexrpc(&["selftest", "--bench", "--board", "bench-upstream", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("selftest --json is JSON");
+    assert_eq!((v["platform"].as_str(), v["board"].as_str()), (Some("bench"), Some("bench-upstream")));
+    let checks = v["checks"].as_array().unwrap();
+    assert!(checks.len() >= 10);
+    for c in checks {
+        assert_ne!(c["status"], "fail", "{c}");
+    }
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
 }
 
 #[test]
@@ -361,8 +437,8 @@ fn probe_device_names_the_missing_node() {
     let out = hexrpc(&["probe", "--device"]);
     assert_eq!(out.status.code(), Some(1));
     let text = String::from_utf8(out.stdout).unwrap();
-    let first_step = text.lines().nth(1).unwrap();
-    assert!(first_step.starts_with("FAIL") && first_step.contains("missing /dev/ion"), "{text}");
+    let nodes = text.lines().find(|l| l.split_whitespace().nth(1) == Some("device-nodes")).unwrap();
+    assert!(nodes.starts_with("FAIL") && nodes.contains("missing /dev/ion"), "{text}");
 }
 
 /// Runs the binary in `dir` (for relative operands), like [`hexrpc`].

@@ -2,15 +2,25 @@
 //! is, which directories the reverse file service may serve, and the limits the stack enforces.
 //!
 //! Boards are data, not code paths: the HAL and runtime take a [`Board`] and behave the same on
-//! every board. Three boards are known:
+//! every board. A board names its FastRPC driver ([`KernelAbi`]: downstream `/dev/adsprpc-smd`
+//! or upstream `/dev/fastrpc-*`) and its buffer allocator ([`Allocator`]: msm ION 4.9 or a
+//! dma-buf heap); [`detect_kernel`] tells which a device has. The known boards:
 //!
 //! * [`COMMA_THREE`]: comma three on AGNOS (sdm845, Linux 4.9 downstream: `/dev/ion`,
 //!   `/dev/adsprpc-smd`, CDSP channel 3, ION system heap 25 with `ION_FLAG_CACHED`, shell
 //!   `/dsp/cdsp/fastrpc_shell_3`);
 //! * [`GENERIC_MSM_ANDROID`]: an Android device on a downstream msm kernel with the same ABI
 //!   (shell under `/vendor/dsp/cdsp/`);
-//! * [`BENCH`]: the isolated bench (simulated kernel and DSP, crate `hexrpc-bench`), with its own
-//!   node names so that a bench board can never open a real device.
+//! * [`QCOM_RB5`]: Qualcomm Robotics RB5 (QRB5165 / sm8250) on a mainline kernel (Qualcomm
+//!   Linux, Linaro images): `/dev/fastrpc-cdsp`, `/dev/dma_heap/system`, unsigned shell
+//!   `/usr/lib/dsp/cdsp/fastrpc_shell_unsigned_3`;
+//! * [`GENERIC_UPSTREAM`]: any mainline-kernel Qualcomm device with the same nodes;
+//! * [`BENCH`] and [`BENCH_UPSTREAM`]: the isolated bench (simulated kernel and DSP, crate
+//!   `hexrpc-bench`) with the downstream or the upstream kernel, with their own node names so
+//!   that a bench board can never open a real device.
+//!
+//! The shell paths and DSP directories of the upstream boards are those of Qualcomm Linux
+//! images as documented by users of those images; they were not checked on a device here.
 //!
 //! Device access is an authority: opening device nodes takes a [`DeviceAccess`] token, which
 //! only this crate (for the bench) or the binary (for a real device, through
@@ -19,18 +29,46 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
-use hexrpc_drivers::{adsprpc, ion};
+use hexrpc_drivers::{adsprpc, ion, upstream};
 
-/// Which kernel driver family a board uses. Only the downstream msm ABI is implemented; the
-/// upstream one (`/dev/fastrpc-*`, dma-heap buffers) is named here so that a board can say it
-/// needs it and the stack can refuse it clearly.
+/// Which FastRPC driver a board's kernel has.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum KernelAbi {
-    /// msm ION 4.9 + downstream adsprpc (`/dev/adsprpc-smd`).
+    /// The downstream msm driver (`/dev/adsprpc-smd`, one node, GETINFO picks the channel).
     DownstreamMsm,
-    /// Upstream fastrpc (`/dev/fastrpc-cdsp`) + dma-heap. Not implemented yet.
+    /// The upstream driver (`/dev/fastrpc-<domain>`, one node per DSP).
     Upstream,
+}
+
+impl KernelAbi {
+    /// A short name for reports.
+    pub const fn name(self) -> &'static str {
+        match self {
+            KernelAbi::DownstreamMsm => "downstream adsprpc",
+            KernelAbi::Upstream => "upstream fastrpc",
+        }
+    }
+}
+
+/// Where a board's shareable buffers come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum Allocator {
+    /// msm ION 4.9 (`/dev/ion`): handle, SHARE fd, heap id mask and flags.
+    Ion49,
+    /// A dma-buf heap (`/dev/dma_heap/<name>`): one ALLOC gives the dma-buf fd.
+    DmaHeap,
+}
+
+impl Allocator {
+    /// A short name for reports.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Allocator::Ion49 => "ION 4.9",
+            Allocator::DmaHeap => "dma-heap",
+        }
+    }
 }
 
 /// Fixed limits the stack enforces on a board.
@@ -98,18 +136,27 @@ pub struct Board {
     pub name: &'static str,
     /// One line for humans.
     pub description: &'static str,
-    /// The driver family.
+    /// The FastRPC driver.
     pub abi: KernelAbi,
-    /// The ION device node.
+    /// The buffer allocator.
+    pub allocator: Allocator,
+    /// The allocator's device node: `/dev/ion` ([`Allocator::Ion49`]) or the heap node
+    /// ([`Allocator::DmaHeap`], e.g. `/dev/dma_heap/system`).
     pub ion_path: &'static core::ffi::CStr,
     /// The FastRPC device node.
     pub rpc_path: &'static core::ffi::CStr,
     /// The FastRPC channel (domain) id of the compute DSP.
     pub channel: u32,
-    /// ION heap id to allocate from.
+    /// ION heap id to allocate from ([`Allocator::Ion49`]; unused for dma-heaps).
     pub heap_id: u32,
-    /// ION allocation flags.
+    /// ION allocation flags ([`Allocator::Ion49`]; unused for dma-heaps).
     pub heap_flags: u32,
+    /// Buffers are CPU-cached and need cache maintenance around DSP use (ION `CACHED` flag, or a
+    /// cached dma-heap such as `system`: `DMA_BUF_IOCTL_SYNC`).
+    pub cached: bool,
+    /// Process attributes for the upstream INIT_CREATE (`FASTRPC_MODE_*`; an unsigned shell on
+    /// the non-secure node needs `FASTRPC_MODE_UNSIGNED_MODULE`). Unused downstream.
+    pub process_attrs: u32,
     /// ION allocation alignment (tinygrad uses 0x200).
     pub alloc_align: u64,
     /// Path of the DSP user-process shell ELF.
@@ -155,11 +202,14 @@ pub const COMMA_THREE: Board = Board {
     name: "comma-three",
     description: "comma three (Snapdragon 845) on AGNOS, downstream msm 4.9 kernel",
     abi: KernelAbi::DownstreamMsm,
+    allocator: Allocator::Ion49,
     ion_path: c"/dev/ion",
     rpc_path: c"/dev/adsprpc-smd",
     channel: adsprpc::CDSP_DOMAIN_ID,
     heap_id: ion::ION_SYSTEM_HEAP_ID,
     heap_flags: ion::ION_FLAG_CACHED,
+    cached: true,
+    process_attrs: 0,
     alloc_align: 0x200,
     shell_path: c"/dsp/cdsp/fastrpc_shell_3",
     dsp_dirs: &["/dsp/cdsp", "/dsp"],
@@ -173,11 +223,14 @@ pub const GENERIC_MSM_ANDROID: Board = Board {
     name: "msm-android",
     description: "Android on a downstream msm kernel with /dev/adsprpc-smd and legacy ION",
     abi: KernelAbi::DownstreamMsm,
+    allocator: Allocator::Ion49,
     ion_path: c"/dev/ion",
     rpc_path: c"/dev/adsprpc-smd",
     channel: adsprpc::CDSP_DOMAIN_ID,
     heap_id: ion::ION_SYSTEM_HEAP_ID,
     heap_flags: ion::ION_FLAG_CACHED,
+    cached: true,
+    process_attrs: 0,
     alloc_align: 0x200,
     shell_path: c"/vendor/dsp/cdsp/fastrpc_shell_3",
     dsp_dirs: &["/vendor/dsp/cdsp", "/vendor/dsp", "/vendor/lib/rfsa/adsp"],
@@ -191,11 +244,14 @@ pub const BENCH: Board = Board {
     name: "bench",
     description: "isolated bench: simulated msm ION 4.9 + adsprpc kernel and DSP (no hardware)",
     abi: KernelAbi::DownstreamMsm,
+    allocator: Allocator::Ion49,
     ion_path: c"/bench/dev/ion",
     rpc_path: c"/bench/dev/adsprpc-smd",
     channel: adsprpc::CDSP_DOMAIN_ID,
     heap_id: ion::ION_SYSTEM_HEAP_ID,
     heap_flags: ion::ION_FLAG_CACHED,
+    cached: true,
+    process_attrs: 0,
     alloc_align: 0x200,
     shell_path: c"/bench/dsp/cdsp/fastrpc_shell_3",
     dsp_dirs: &["/bench/dsp/cdsp"],
@@ -204,8 +260,144 @@ pub const BENCH: Board = Board {
     recovery: RecoveryPolicy::DEFAULT,
 };
 
+/// Qualcomm Robotics RB5 (QRB5165, sm8250) on a mainline kernel (Qualcomm Linux / Linaro).
+pub const QCOM_RB5: Board = Board {
+    name: "qcom-rb5",
+    description: "Qualcomm Robotics RB5 (QRB5165) on a mainline kernel: upstream /dev/fastrpc-cdsp + /dev/dma_heap/system",
+    abi: KernelAbi::Upstream,
+    allocator: Allocator::DmaHeap,
+    ion_path: c"/dev/dma_heap/system",
+    rpc_path: c"/dev/fastrpc-cdsp",
+    channel: upstream::CDSP_DOMAIN_ID,
+    heap_id: 0,
+    heap_flags: 0,
+    alloc_align: 0x1000,
+    cached: true,
+    process_attrs: upstream::FASTRPC_MODE_UNSIGNED_MODULE,
+    shell_path: c"/usr/lib/dsp/cdsp/fastrpc_shell_unsigned_3",
+    dsp_dirs: &["/usr/lib/dsp/cdsp", "/usr/lib/dsp"],
+    dt_models: &["Qualcomm Technologies, Inc. Robotics RB5"],
+    limits: DEFAULT_LIMITS,
+    recovery: RecoveryPolicy::DEFAULT,
+};
+
+/// Any mainline-kernel Qualcomm device with the upstream driver and the system dma-heap.
+pub const GENERIC_UPSTREAM: Board = Board {
+    name: "upstream",
+    description: "mainline-kernel Qualcomm device: upstream /dev/fastrpc-cdsp + /dev/dma_heap/system",
+    abi: KernelAbi::Upstream,
+    allocator: Allocator::DmaHeap,
+    ion_path: c"/dev/dma_heap/system",
+    rpc_path: c"/dev/fastrpc-cdsp",
+    channel: upstream::CDSP_DOMAIN_ID,
+    heap_id: 0,
+    heap_flags: 0,
+    alloc_align: 0x1000,
+    cached: true,
+    process_attrs: upstream::FASTRPC_MODE_UNSIGNED_MODULE,
+    shell_path: c"/usr/lib/dsp/cdsp/fastrpc_shell_unsigned_3",
+    dsp_dirs: &["/usr/lib/dsp/cdsp", "/usr/lib/dsp"],
+    dt_models: &[],
+    limits: DEFAULT_LIMITS,
+    recovery: RecoveryPolicy::DEFAULT,
+};
+
+/// The isolated bench with the upstream kernel: simulated `fastrpc-cdsp` and system dma-heap.
+pub const BENCH_UPSTREAM: Board = Board {
+    name: "bench-upstream",
+    description: "isolated bench: simulated dma-heap + upstream fastrpc kernel and DSP (no hardware)",
+    abi: KernelAbi::Upstream,
+    allocator: Allocator::DmaHeap,
+    ion_path: c"/bench/dev/dma_heap/system",
+    rpc_path: c"/bench/dev/fastrpc-cdsp",
+    channel: upstream::CDSP_DOMAIN_ID,
+    heap_id: 0,
+    heap_flags: 0,
+    alloc_align: 0x1000,
+    cached: true,
+    process_attrs: upstream::FASTRPC_MODE_UNSIGNED_MODULE,
+    shell_path: c"/bench/dsp/cdsp/fastrpc_shell_unsigned_3",
+    dsp_dirs: &["/bench/dsp/cdsp"],
+    dt_models: &[],
+    limits: DEFAULT_LIMITS,
+    recovery: RecoveryPolicy::DEFAULT,
+};
+
 /// Every known board.
-pub const BOARDS: &[Board] = &[COMMA_THREE, GENERIC_MSM_ANDROID, BENCH];
+pub const BOARDS: &[Board] = &[COMMA_THREE, GENERIC_MSM_ANDROID, QCOM_RB5, GENERIC_UPSTREAM, BENCH, BENCH_UPSTREAM];
+
+/// The bench boards (simulated nodes under `/bench/`).
+pub const BENCH_BOARDS: &[&Board] = &[&BENCH, &BENCH_UPSTREAM];
+
+/// Which FastRPC driver and which allocator a device has, as seen from its device nodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KernelDetection {
+    /// The driver whose node exists (downstream preferred when both exist, as on some Android
+    /// kernels that carry both).
+    pub abi: KernelAbi,
+    /// The node of that driver.
+    pub rpc_path: &'static core::ffi::CStr,
+    /// The allocator whose node exists (ION preferred when both exist).
+    pub allocator: Allocator,
+    /// The node of that allocator.
+    pub alloc_path: &'static core::ffi::CStr,
+}
+
+#[cfg(feature = "defmt")]
+impl defmt::Format for KernelDetection {
+    fn format(&self, f: defmt::Formatter<'_>) {
+        // CStr has no defmt impl: the node paths are left out.
+        defmt::write!(f, "KernelDetection {{ abi: {}, allocator: {} }}", self.abi, self.allocator)
+    }
+}
+
+/// The FastRPC nodes looked for, in order: downstream, then upstream (compute DSP nodes).
+pub const RPC_NODES: &[(KernelAbi, &core::ffi::CStr)] = &[
+    (KernelAbi::DownstreamMsm, c"/dev/adsprpc-smd"),
+    (KernelAbi::Upstream, c"/dev/fastrpc-cdsp"),
+    (KernelAbi::Upstream, c"/dev/fastrpc-cdsp-secure"),
+];
+
+/// The allocator nodes looked for, in order.
+pub const ALLOC_NODES: &[(Allocator, &core::ffi::CStr)] =
+    &[(Allocator::Ion49, c"/dev/ion"), (Allocator::DmaHeap, c"/dev/dma_heap/system"), (Allocator::DmaHeap, c"/dev/dma_heap/qcom,system")];
+
+/// Finds which driver and allocator a device has, from the standard nodes ([`RPC_NODES`],
+/// [`ALLOC_NODES`]): `exists(path)` says whether a node exists (the caller stats it). `None` if
+/// no FastRPC node or no allocator node exists.
+pub fn detect_kernel(exists: impl Fn(&core::ffi::CStr) -> bool) -> Option<KernelDetection> {
+    detect_kernel_in(RPC_NODES, ALLOC_NODES, exists)
+}
+
+/// [`detect_kernel`] over other node tables (the bench's simulated nodes, say), in order.
+pub fn detect_kernel_in(
+    rpc_nodes: &[(KernelAbi, &'static core::ffi::CStr)],
+    alloc_nodes: &[(Allocator, &'static core::ffi::CStr)],
+    exists: impl Fn(&core::ffi::CStr) -> bool,
+) -> Option<KernelDetection> {
+    let (abi, rpc_path) = rpc_nodes.iter().copied().find(|(_, p)| exists(p))?;
+    let (allocator, alloc_path) = alloc_nodes.iter().copied().find(|(_, p)| exists(p))?;
+    Some(KernelDetection { abi, rpc_path, allocator, alloc_path })
+}
+
+/// The bench's simulated FastRPC nodes (both kernels), for [`detect_kernel_in`].
+pub const BENCH_RPC_NODES: &[(KernelAbi, &core::ffi::CStr)] =
+    &[(KernelAbi::DownstreamMsm, BENCH.rpc_path), (KernelAbi::Upstream, BENCH_UPSTREAM.rpc_path)];
+
+/// The bench's simulated allocator nodes (both kernels), for [`detect_kernel_in`].
+pub const BENCH_ALLOC_NODES: &[(Allocator, &core::ffi::CStr)] =
+    &[(Allocator::Ion49, BENCH.ion_path), (Allocator::DmaHeap, BENCH_UPSTREAM.ion_path)];
+
+/// The generic board for a detected kernel: [`GENERIC_MSM_ANDROID`] for the downstream driver
+/// with ION, [`GENERIC_UPSTREAM`] for the upstream driver with a dma-heap; `None` for a mix the
+/// stack has no board for (say which in the report).
+pub fn generic_board(k: &KernelDetection) -> Option<&'static Board> {
+    match (k.abi, k.allocator) {
+        (KernelAbi::DownstreamMsm, Allocator::Ion49) => Some(&GENERIC_MSM_ANDROID),
+        (KernelAbi::Upstream, Allocator::DmaHeap) => Some(&GENERIC_UPSTREAM),
+        _ => None,
+    }
+}
 
 /// Finds a board by its short name.
 pub fn by_name(name: &str) -> Option<&'static Board> {
@@ -232,6 +424,12 @@ impl DeviceAccess {
     /// Authority over the bench board's simulated nodes.
     pub fn for_bench() -> DeviceAccess {
         DeviceAccess { board: &BENCH }
+    }
+
+    /// Authority over the simulated nodes of a bench board ([`BENCH_BOARDS`]: the downstream or
+    /// the upstream bench kernel); `None` for any other board.
+    pub fn for_bench_board(board: &'static Board) -> Option<DeviceAccess> {
+        BENCH_BOARDS.contains(&board).then_some(DeviceAccess { board })
     }
 
     /// Authority over a real board's nodes. Call it only in a binary or a service's `main`: it is
@@ -267,7 +465,14 @@ mod tests {
     fn boards_are_consistent() {
         for b in BOARDS {
             assert_eq!(by_name(b.name), Some(b));
-            assert_ne!(b.heap_mask(), 0, "{}", b.name);
+            match b.allocator {
+                Allocator::Ion49 => assert_ne!(b.heap_mask(), 0, "{}", b.name),
+                Allocator::DmaHeap => assert!(b.ion_path.to_bytes().windows(9).any(|w| w == b"dma_heap/"), "{}", b.name),
+            }
+            match b.abi {
+                KernelAbi::DownstreamMsm => assert!(b.rpc_path.to_bytes().ends_with(b"adsprpc-smd"), "{}", b.name),
+                KernelAbi::Upstream => assert!(b.rpc_path.to_bytes().windows(8).any(|w| w == b"fastrpc-"), "{}", b.name),
+            }
             assert!(b.limits.max_shell_len < adsprpc::INIT_FILELEN_MAX);
             assert!(!b.dsp_dirs.is_empty());
             for d in b.dsp_dirs {
@@ -283,5 +488,25 @@ mod tests {
         assert_eq!(detect("comma tici\0").map(|b| b.name), Some("comma-three"));
         assert_eq!(detect("Some Other Board"), None);
         assert_eq!(DeviceAccess::for_bench().board().name, "bench");
+        assert_eq!(detect("Qualcomm Technologies, Inc. Robotics RB5\0").map(|b| b.name), Some("qcom-rb5"));
+        assert!(DeviceAccess::for_bench_board(&BENCH_UPSTREAM).is_some());
+        assert!(DeviceAccess::for_bench_board(&QCOM_RB5).is_none());
+    }
+
+    #[test]
+    fn kernel_detection_picks_driver_and_allocator() {
+        let up = |p: &core::ffi::CStr| p == c"/dev/fastrpc-cdsp" || p == c"/dev/dma_heap/system";
+        let k = detect_kernel(up).unwrap();
+        assert_eq!((k.abi, k.allocator), (KernelAbi::Upstream, Allocator::DmaHeap));
+        assert_eq!(generic_board(&k).map(|b| b.name), Some("upstream"));
+        let down = |p: &core::ffi::CStr| p == c"/dev/adsprpc-smd" || p == c"/dev/ion";
+        let k = detect_kernel(down).unwrap();
+        assert_eq!((k.abi, k.allocator), (KernelAbi::DownstreamMsm, Allocator::Ion49));
+        assert_eq!(generic_board(&k).map(|b| b.name), Some("msm-android"));
+        // An Android GKI kernel with the downstream driver and dma-heaps only: detected, no board.
+        let mixed = |p: &core::ffi::CStr| p == c"/dev/adsprpc-smd" || p == c"/dev/dma_heap/system";
+        let k = detect_kernel(mixed).unwrap();
+        assert_eq!(generic_board(&k), None);
+        assert_eq!(detect_kernel(|p: &core::ffi::CStr| p == c"/dev/ion"), None);
     }
 }

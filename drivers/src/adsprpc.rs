@@ -371,7 +371,29 @@ pub struct fastrpc_ctrl_latency {
 }
 abi_layout!(fastrpc_ctrl_latency, "fastrpc_ctrl_latency", size = 8, align = 4, { enable @ 0, level @ 4 });
 
+/// `struct fastrpc_ctrl_smmu`: the SMMU member of `fastrpc_ioctl_control`'s union.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct fastrpc_ctrl_smmu {
+    /// Share one context bank between sessions.
+    pub sharedcb: u32,
+}
+abi_layout!(fastrpc_ctrl_smmu, "fastrpc_ctrl_smmu", size = 4, align = 4, { sharedcb @ 0 });
+
+/// `struct fastrpc_ctrl_kalloc`: the KALLOC member of `fastrpc_ioctl_control`'s union.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct fastrpc_ctrl_kalloc {
+    /// Out: whether the kernel allocates memory for the process.
+    pub kalloc_support: u32,
+}
+abi_layout!(fastrpc_ctrl_kalloc, "fastrpc_ctrl_kalloc", size = 4, align = 4, { kalloc_support @ 0 });
+
 /// `struct fastrpc_ioctl_control`.
+///
+/// The C struct's anonymous union `{ lp, smmu, kalloc }` is stored as its largest member, `lp`;
+/// `smmu` ([`fastrpc_ctrl_smmu`]) and `kalloc` ([`fastrpc_ctrl_kalloc`]) are the first 4 bytes
+/// of it, and the layout listing names all three at offset 4.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
 pub struct fastrpc_ioctl_control {
@@ -380,7 +402,7 @@ pub struct fastrpc_ioctl_control {
     /// The anonymous union `{ lp, smmu, kalloc }`, as its largest member.
     pub lp: fastrpc_ctrl_latency,
 }
-abi_layout!(fastrpc_ioctl_control, "fastrpc_ioctl_control", size = 12, align = 4, { req @ 0, lp @ 4 });
+abi_layout!(fastrpc_ioctl_control, "fastrpc_ioctl_control", size = 12, align = 4, { req @ 0, lp @ 4, smmu @ 4 = lp, kalloc @ 4 = lp });
 
 /// The group byte of every FastRPC ioctl.
 pub const FASTRPC_IOCTL_MAGIC: u8 = b'R';
@@ -701,6 +723,8 @@ pub enum ArgsError {
     Method,
     /// A handle needs a real fd (not 0, not negative).
     NoFd,
+    /// A buffer range does not lie inside its mapping.
+    Range,
 }
 
 impl core::fmt::Display for ArgsError {
@@ -711,6 +735,7 @@ impl core::fmt::Display for ArgsError {
             ArgsError::Order => "arguments out of order (in-buffers, out-buffers, in-handles, out-handles)",
             ArgsError::Method => "method index above 31",
             ArgsError::NoFd => "a handle argument needs a real fd",
+            ArgsError::Range => "a buffer range does not lie inside its mapping",
         })
     }
 }
@@ -729,6 +754,9 @@ pub struct InvokeArgs<'a, const CAP: usize> {
     pra: [remote_arg; CAP],
     fds: [i32; CAP],
     attrs: [u32; CAP],
+    /// Buffer lengths of handle arguments, when the caller knows them (never sent by this
+    /// driver; the upstream translation needs them, see `upstream::InvokeArgs::from_downstream`).
+    handle_lens: [u64; CAP],
     counts: [u8; 4],
     _borrow: PhantomData<&'a mut [u8]>,
 }
@@ -739,7 +767,15 @@ impl<'a, const CAP: usize> InvokeArgs<'a, CAP> {
         if method > Scalars::MAX_METHOD {
             return Err(ArgsError::Method);
         }
-        Ok(InvokeArgs { method, pra: [remote_arg::default(); CAP], fds: [-1; CAP], attrs: [0; CAP], counts: [0; 4], _borrow: PhantomData })
+        Ok(InvokeArgs {
+            method,
+            pra: [remote_arg::default(); CAP],
+            fds: [-1; CAP],
+            attrs: [0; CAP],
+            handle_lens: [0; CAP],
+            counts: [0; 4],
+            _borrow: PhantomData,
+        })
     }
 
     fn push(&mut self, kind: usize, arg: remote_arg, fd: i32, attr: u32) -> Result<(), ArgsError> {
@@ -757,6 +793,7 @@ impl<'a, const CAP: usize> InvokeArgs<'a, CAP> {
         self.pra[i] = arg;
         self.fds[i] = fd;
         self.attrs[i] = attr;
+        self.handle_lens[i] = 0;
         self.counts[kind] += 1;
         Ok(())
     }
@@ -793,6 +830,28 @@ impl<'a, const CAP: usize> InvokeArgs<'a, CAP> {
         }
         self.push(3, remote_arg::default(), fd.0, attr)?;
         Ok(self)
+    }
+
+    /// [`in_handle`](Self::in_handle) for a buffer of `len` bytes. This driver sends exactly
+    /// what `in_handle` sends (the length is not part of the downstream request); the length is
+    /// kept for the upstream driver, which maps a handle only when it has one.
+    pub fn in_handle_sized(&mut self, fd: Fd, attr: u32, len: u64) -> Result<&mut Self, ArgsError> {
+        self.in_handle(fd, attr)?;
+        self.handle_lens[self.len() - 1] = len;
+        Ok(self)
+    }
+
+    /// [`out_handle`](Self::out_handle) for a buffer of `len` bytes (see
+    /// [`in_handle_sized`](Self::in_handle_sized)).
+    pub fn out_handle_sized(&mut self, fd: Fd, attr: u32, len: u64) -> Result<&mut Self, ArgsError> {
+        self.out_handle(fd, attr)?;
+        self.handle_lens[self.len() - 1] = len;
+        Ok(self)
+    }
+
+    /// The buffer lengths recorded for handle arguments (0: not given).
+    pub fn handle_lens(&self) -> &[u64] {
+        &self.handle_lens[..self.len()]
     }
 
     /// Number of entries (`REMOTE_SCALARS_LENGTH`).

@@ -58,6 +58,7 @@ errnos! {
     ESPIPE = 29, "illegal seek";
     EROFS = 30, "read-only file system";
     ERANGE = 34, "result out of range";
+    ECHRNG = 44, "channel number out of range (fastrpc: an unknown DSP domain)";
     ENAMETOOLONG = 36, "file name too long";
     ENOSYS = 38, "function not implemented (also: an ioctl qemu-user does not know)";
     ELOOP = 40, "too many levels of symbolic links";

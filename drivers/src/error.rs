@@ -32,10 +32,12 @@ impl Error {
         }
     }
 
-    /// True if this is the driver telling us the DSP restarted (+`ECONNRESET` returned, or
-    /// `ECONNRESET` as errno at send time).
+    /// True if this is the driver telling us the DSP restarted: downstream +`ECONNRESET`
+    /// returned, or `ECONNRESET` as errno at send time; upstream `EPIPE` (the channel's rpmsg
+    /// device went away: calls in flight and every later call on that descriptor). The
+    /// downstream driver never returns `EPIPE`.
     pub const fn is_dsp_restart(self) -> bool {
-        matches!(self, Error::Returned(104) | Error::Os(Errno::ECONNRESET))
+        matches!(self, Error::Returned(104) | Error::Os(Errno::ECONNRESET) | Error::Os(Errno::EPIPE))
     }
 }
 

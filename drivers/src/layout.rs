@@ -27,20 +27,36 @@ pub trait AbiLayout {
 
 /// Declares the expected layout of an ABI struct: fails the build if size, alignment or any
 /// listed field offset differs, and implements [`AbiLayout`] for it.
+///
+/// A member of an anonymous C union that Rust stores in one field is listed as
+/// `member @ offset = field`: its offset is asserted against that field's, and the listing names
+/// it, so every member of the union is listed, not only the one Rust declares.
 #[macro_export]
 macro_rules! abi_layout {
-    ($ty:ty, $cname:literal, size = $size:literal, align = $align:literal, { $($field:ident @ $off:literal),* $(,)? }) => {
+    ($ty:ty, $cname:literal, size = $size:literal, align = $align:literal, { $($field:ident @ $off:literal $(= $store:ident)?),* $(,)? }) => {
         $crate::__private::static_assertions::const_assert_eq!(::core::mem::size_of::<$ty>(), $size);
         $crate::__private::static_assertions::const_assert_eq!(::core::mem::align_of::<$ty>(), $align);
-        $( $crate::__private::static_assertions::const_assert_eq!(::core::mem::offset_of!($ty, $field), $off); )*
+        $( $crate::__private::static_assertions::const_assert_eq!($crate::__abi_offset!($ty, $field $(, $store)?), $off); )*
         impl $crate::layout::AbiLayout for $ty {
             const LAYOUT: $crate::layout::StructLayout = $crate::layout::StructLayout {
                 name: $cname,
                 size: ::core::mem::size_of::<$ty>(),
                 align: ::core::mem::align_of::<$ty>(),
-                fields: &[$((stringify!($field), ::core::mem::offset_of!($ty, $field))),*],
+                fields: &[$((stringify!($field), $crate::__abi_offset!($ty, $field $(, $store)?))),*],
             };
         }
+    };
+}
+
+/// The offset of a listed member: the field itself, or the field that stores it.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __abi_offset {
+    ($ty:ty, $field:ident) => {
+        ::core::mem::offset_of!($ty, $field)
+    };
+    ($ty:ty, $member:ident, $store:ident) => {
+        ::core::mem::offset_of!($ty, $store)
     };
 }
 
@@ -48,9 +64,11 @@ macro_rules! abi_layout {
 pub const STRUCTS: &[StructLayout] = {
     use crate::adsprpc::*;
     use crate::apps_std::*;
+    use crate::dma_heap::*;
     use crate::dsp::*;
     use crate::ion::*;
     use crate::listener::*;
+    use crate::upstream::*;
     &[
         ion_allocation_data::LAYOUT,
         ion_fd_data::LAYOUT,
@@ -77,6 +95,8 @@ pub const STRUCTS: &[StructLayout] = {
         fastrpc_ioctl_perf::LAYOUT,
         fastrpc_ioctl_control::LAYOUT,
         fastrpc_ctrl_latency::LAYOUT,
+        fastrpc_ctrl_smmu::LAYOUT,
+        fastrpc_ctrl_kalloc::LAYOUT,
         remote_buf32::LAYOUT,
         remote_dma_handle32::LAYOUT,
         remote_arg32::LAYOUT,
@@ -84,5 +104,17 @@ pub const STRUCTS: &[StructLayout] = {
         listener_next2_in::LAYOUT,
         listener_next2_out::LAYOUT,
         listener_get_in_bufs2_in::LAYOUT,
+        dma_heap_allocation_data::LAYOUT,
+        dma_buf_sync::LAYOUT,
+        fastrpc_invoke_args::LAYOUT,
+        fastrpc_invoke::LAYOUT,
+        fastrpc_init_create::LAYOUT,
+        fastrpc_init_create_static::LAYOUT,
+        fastrpc_alloc_dma_buf::LAYOUT,
+        fastrpc_req_mmap::LAYOUT,
+        fastrpc_mem_map::LAYOUT,
+        fastrpc_req_munmap::LAYOUT,
+        fastrpc_mem_unmap::LAYOUT,
+        fastrpc_ioctl_capability::LAYOUT,
     ]
 };

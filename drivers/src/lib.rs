@@ -1,6 +1,7 @@
-//! Raw bindings for the two kernel drivers the Hexagon compute DSP is reached through on
-//! downstream Qualcomm kernels: msm ION (Linux 4.9, `/dev/ion`) for shareable buffers and the
-//! downstream `adsprpc` FastRPC driver (`/dev/adsprpc-smd`) for calls into the DSP.
+//! Raw bindings for the kernel drivers the Hexagon compute DSP is reached through: on downstream
+//! Qualcomm kernels msm ION (Linux 4.9, `/dev/ion`) for shareable buffers and the downstream
+//! `adsprpc` FastRPC driver (`/dev/adsprpc-smd`) for calls into the DSP; on mainline kernels
+//! dma-buf heaps (`/dev/dma_heap/*`) and the upstream FastRPC driver (`/dev/fastrpc-*`).
 //!
 //! This crate is the *raw layer* of hexrpc (as `drm-sys`/`drm-ffi` or `kvm-bindings` are for
 //! theirs). It holds:
@@ -22,10 +23,12 @@
 //!   *positive* return value (the downstream driver returns DSP error codes and `ECONNRESET`
 //!   after a DSP restart as positive values, which must never be taken for success).
 //!
-//! Only the downstream ABI lives here today. The upstream driver (`/dev/fastrpc-*`, per-argument
-//! fd/attr, dma-heap buffers) reuses the `'R'` ioctl group with different meanings, so a driver
-//! must be chosen by device node, never by number; it will get its own module beside
-//! [`adsprpc`] and [`ion`].
+//! Two kernel generations are described: the downstream one ([`ion`] 4.9 + [`adsprpc`],
+//! `/dev/adsprpc-smd`) and the upstream one ([`dma_heap`] + [`upstream`], `/dev/dma_heap/*` and
+//! `/dev/fastrpc-*`). The two FastRPC drivers reuse the `'R'` ioctl group with different
+//! meanings, so their calls take different descriptor types ([`Fd`] downstream,
+//! [`upstream::FastrpcFd`] upstream) and one driver's request cannot be sent to the other's fd
+//! through the typed API (a compile error; see [`upstream`]).
 //!
 //! Without the `rustix` feature the crate is `no_std` with no OS dependency at all and builds
 //! for `aarch64-unknown-none`.
@@ -55,6 +58,7 @@ compile_error!("hexrpc-drivers describes the LP64 (64-bit) kernel ABI only");
 pub mod adsprpc;
 pub mod aee;
 pub mod apps_std;
+pub mod dma_heap;
 pub mod dsp;
 mod errno;
 mod error;
@@ -66,6 +70,7 @@ pub mod listener;
 mod mapping;
 mod scalars;
 mod sys;
+pub mod upstream;
 
 #[cfg(feature = "rustix")]
 mod rustix_sys;
@@ -77,7 +82,7 @@ pub use mapping::{Mapping, RangeError};
 #[cfg(feature = "rustix")]
 pub use rustix_sys::{interrupt_signal, use_interrupt_signal, RustixSys};
 pub use scalars::Scalars;
-pub use sys::{BorrowedFd, Fd, FileStat, OpenFlags, OwnedFd, Prot, Syscalls};
+pub use sys::{BorrowedFd, Fd, FileStat, OpenAt, OpenFlags, OwnedFd, Prot, Syscalls};
 
 #[doc(hidden)]
 pub mod __private {

@@ -1,7 +1,18 @@
-//! ION buffers: leases (the allocation and its mapping) and views (a range of a lease).
+//! Buffers: leases (the allocation and its mapping) and views (a range of a lease).
 //!
-//! A lease owns, in acquisition order, the ION handle, the dma-buf share fd and a shared mapping
-//! of the whole buffer; dropping it releases them in reverse order. A view is an (offset, length)
+//! The board chooses the allocator ([`Allocator`]): on msm ION 4.9 a lease owns, in acquisition
+//! order, the ION handle, the dma-buf share fd and a shared mapping of the whole buffer; on a
+//! dma-buf heap it owns the dma-buf fd the heap handed out and the mapping (there is no handle).
+//! Dropping a lease releases what it owns in reverse order. The names (`IonLease`, `ion`) stay
+//! from the first allocator; both allocators give the same dma-buf fd + mapping to everything
+//! above.
+//!
+//! Cache maintenance on a cached dma-heap (`system`): every CPU access through the lease
+//! (`write_at`, `read_at`, `fill`) is bracketed by `DMA_BUF_IOCTL_SYNC` START/END with the
+//! access's direction, so the DSP sees what the CPU wrote and the CPU sees what the DSP wrote.
+//! This puts the syncs around the CPU's accesses, not around launches: a launch stays one ioctl.
+//! (On ION 4.9 the HAL does no cache maintenance of its own, as before: the downstream driver
+//! maintains non-coherent sessions' buffers on invoke.) A view is an (offset, length)
 //! range of a lease, checked when it is made, that borrows the lease: the borrow checker keeps a
 //! lease alive while any view of it exists. Views never own a mapping: a launch maps the lease's
 //! base with the lease's length and points the kernel at base + offset (entry ABI v2).
@@ -11,7 +22,8 @@
 
 use core::marker::PhantomData;
 
-use hexrpc_bsp::Board;
+use hexrpc_bsp::{Allocator, Board};
+use hexrpc_drivers::dma_heap::{self, HeapFd};
 use hexrpc_drivers::{ion, Fd, Mapping, Prot, Syscalls};
 
 use crate::error::{Cause, HalError, Stage};
@@ -38,11 +50,13 @@ impl<S: Syscalls> Drop for IonHandle<S> {
 /// An allocation without a borrow of its device (the HAL keeps the device alive by field
 /// order); the public [`IonLease`] adds the borrow.
 pub(crate) struct RawLease<S: Syscalls> {
-    // Field order is release order: mapping, share fd, handle.
+    // Field order is release order: mapping, share fd, handle (ION only).
     map: Mapping<S>,
     share: OwnedFd<S>,
-    handle: IonHandle<S>,
+    handle: Option<IonHandle<S>>,
     len: usize,
+    /// Bracket CPU accesses with DMA_BUF_IOCTL_SYNC (a cached dma-heap).
+    sync: bool,
 }
 
 impl<S: Syscalls + Clone> RawLease<S> {
@@ -55,20 +69,69 @@ impl<S: Syscalls + Clone> RawLease<S> {
         if rounded as u64 > board.limits.max_alloc_len {
             return Err(HalError::new(stage, Cause::TooLarge));
         }
-        let mut data = ion::ion_allocation_data {
-            len: rounded as u64,
-            align: board.alloc_align,
-            heap_id_mask: board.heap_mask(),
-            flags: board.heap_flags,
-            handle: 0,
-            _pad0: 0,
+        let (share, handle) = match board.allocator {
+            Allocator::Ion49 => {
+                let mut data = ion::ion_allocation_data {
+                    len: rounded as u64,
+                    align: board.alloc_align,
+                    heap_id_mask: board.heap_mask(),
+                    flags: board.heap_flags,
+                    handle: 0,
+                    _pad0: 0,
+                };
+                ion::alloc(sys, ion_fd, &mut data).map_err(|e| HalError::sys(stage, e))?;
+                let handle = IonHandle { sys: sys.clone(), ion: ion_fd, handle: data.handle };
+                let share = ion::share(sys, ion_fd, data.handle).map_err(|e| HalError::sys(stage, e))?;
+                (OwnedFd::new(sys.clone(), share), Some(handle))
+            }
+            Allocator::DmaHeap => {
+                let fd = dma_heap::alloc(sys, HeapFd::from_raw(ion_fd), rounded as u64).map_err(|e| HalError::sys(stage, e))?;
+                (OwnedFd::new(sys.clone(), fd), None)
+            }
         };
-        ion::alloc(sys, ion_fd, &mut data).map_err(|e| HalError::sys(stage, e))?;
-        let handle = IonHandle { sys: sys.clone(), ion: ion_fd, handle: data.handle };
-        let share = ion::share(sys, ion_fd, data.handle).map_err(|e| HalError::sys(stage, e))?;
-        let share = OwnedFd::new(sys.clone(), share);
         let map = Mapping::map_shared(sys.clone(), share.raw(), rounded, Prot::ReadWrite).map_err(|e| HalError::os(stage, e))?;
-        Ok(RawLease { map, share, handle, len: rounded })
+        let sync = board.allocator == Allocator::DmaHeap && board.cached;
+        Ok(RawLease { map, share, handle, len: rounded, sync })
+    }
+
+    /// Runs a CPU access of the mapping, bracketed by DMA_BUF_IOCTL_SYNC when the buffer is
+    /// from a cached dma-heap. A failed END is logged: the access itself already happened.
+    fn cpu_access<T>(&self, flags: u64, f: impl FnOnce(&Self) -> Result<T, HalError>) -> Result<T, HalError> {
+        if !self.sync {
+            return f(self);
+        }
+        let sys = self.map.sys();
+        dma_heap::sync(sys, self.share.raw(), dma_heap::DMA_BUF_SYNC_START | flags).map_err(|e| HalError::sys(Stage::Alloc, e))?;
+        let r = f(self);
+        if let Err(e) = dma_heap::sync(sys, self.share.raw(), dma_heap::DMA_BUF_SYNC_END | flags) {
+            log::warn!("DMA_BUF_IOCTL_SYNC END on fd {} failed: {e}", self.share.raw().0);
+        }
+        r
+    }
+
+    fn cpu_access_mut<T>(&mut self, flags: u64, f: impl FnOnce(&mut Mapping<S>) -> Result<T, HalError>) -> Result<T, HalError> {
+        let fd = self.share.raw();
+        if !self.sync {
+            return f(&mut self.map);
+        }
+        dma_heap::sync(self.map.sys(), fd, dma_heap::DMA_BUF_SYNC_START | flags).map_err(|e| HalError::sys(Stage::Alloc, e))?;
+        let r = f(&mut self.map);
+        if let Err(e) = dma_heap::sync(self.map.sys(), fd, dma_heap::DMA_BUF_SYNC_END | flags) {
+            log::warn!("DMA_BUF_IOCTL_SYNC END on fd {} failed: {e}", fd.0);
+        }
+        r
+    }
+
+    pub(crate) fn read_at(&self, offset: usize, out: &mut [u8]) -> Result<(), HalError> {
+        self.cpu_access(dma_heap::DMA_BUF_SYNC_READ, |l| {
+            l.map.read_at(offset, out).map_err(|_| HalError::new(Stage::Alloc, Cause::Invalid))
+        })
+    }
+
+    pub(crate) fn fill(&mut self, offset: usize, len: usize, byte: u8) -> Result<(), HalError> {
+        self.cpu_access_mut(dma_heap::DMA_BUF_SYNC_WRITE, |m| {
+            m.fill(offset, len, byte).map_err(|_| HalError::new(Stage::Alloc, Cause::Invalid))
+        })
     }
 
     pub(crate) fn mapping(&self) -> &Mapping<S> {
@@ -76,7 +139,9 @@ impl<S: Syscalls + Clone> RawLease<S> {
     }
 
     pub(crate) fn write_at(&mut self, offset: usize, data: &[u8]) -> Result<(), HalError> {
-        self.map.write_at(offset, data).map_err(|_| HalError::new(Stage::Alloc, Cause::Invalid))
+        self.cpu_access_mut(dma_heap::DMA_BUF_SYNC_WRITE, |m| {
+            m.write_at(offset, data).map_err(|_| HalError::new(Stage::Alloc, Cause::Invalid))
+        })
     }
 }
 
@@ -90,7 +155,8 @@ pub trait LeaseMemory {
     fn read_at(&self, offset: usize, out: &mut [u8]) -> Result<(), HalError>;
 }
 
-/// An ION allocation of a session: handle, share fd, mapping of the whole buffer, total length.
+/// A buffer of a session: on ION 4.9 the handle, share fd and mapping of the whole buffer; on a
+/// dma-heap the dma-buf fd and mapping (see the module docs).
 ///
 /// Borrowing the session (`'s`) keeps the ION device open while the lease lives.
 pub struct IonLease<'s, S: Syscalls> {
@@ -115,9 +181,9 @@ impl<'s, S: Syscalls + Clone> IonLease<'s, S> {
         false
     }
 
-    /// The ION handle.
+    /// The ION handle (0 on a dma-heap board, which has no handles).
     pub fn handle(&self) -> i32 {
-        self.raw.handle.handle
+        self.raw.handle.as_ref().map_or(0, |h| h.handle)
     }
 
     /// The dma-buf fd the DSP maps (owned by the lease).
@@ -132,23 +198,44 @@ impl<'s, S: Syscalls + Clone> IonLease<'s, S> {
         self.raw.map.addr()
     }
 
-    /// Copies `data` into the buffer at `offset`.
+    /// Copies `data` into the buffer at `offset` (bracketed by cache syncs on a cached
+    /// dma-heap).
     pub fn write_at(&mut self, offset: usize, data: &[u8]) -> Result<(), HalError> {
-        self.raw.map.write_at(offset, data).map_err(|_| HalError::new(Stage::Alloc, Cause::Invalid))
+        self.raw.write_at(offset, data)
     }
 
-    /// Copies `out.len()` bytes at `offset` out of the buffer.
+    /// Copies `out.len()` bytes at `offset` out of the buffer (bracketed by cache syncs on a
+    /// cached dma-heap).
     pub fn read_at(&self, offset: usize, out: &mut [u8]) -> Result<(), HalError> {
-        self.raw.map.read_at(offset, out).map_err(|_| HalError::new(Stage::Alloc, Cause::Invalid))
+        self.raw.read_at(offset, out)
     }
 
     /// Sets `len` bytes at `offset` to `byte`.
     pub fn fill(&mut self, offset: usize, len: usize, byte: u8) -> Result<(), HalError> {
-        self.raw.map.fill(offset, len, byte).map_err(|_| HalError::new(Stage::Alloc, Cause::Invalid))
+        self.raw.fill(offset, len, byte)
     }
 
-    /// Cache maintenance on `[offset, offset + len)` (msm ION cache ioctls).
+    /// Cache maintenance on `[offset, offset + len)`: the msm ION cache ioctls on ION 4.9; on a
+    /// dma-heap, `DMA_BUF_IOCTL_SYNC` on the whole buffer (the dma-buf ABI has no ranges):
+    /// Clean = END of a CPU write, Invalidate = START of a CPU read, CleanInvalidate = both.
     pub fn cache(&self, op: ion::CacheOp, offset: usize, len: usize) -> Result<(), HalError> {
+        if self.raw.handle.is_none() {
+            match offset.checked_add(len) {
+                Some(end) if end <= self.len() => {}
+                _ => return Err(HalError::new(Stage::Alloc, Cause::Invalid)),
+            }
+            let flags: &[u64] = match op {
+                ion::CacheOp::Clean => &[dma_heap::DMA_BUF_SYNC_END | dma_heap::DMA_BUF_SYNC_WRITE],
+                ion::CacheOp::Invalidate => &[dma_heap::DMA_BUF_SYNC_START | dma_heap::DMA_BUF_SYNC_READ],
+                ion::CacheOp::CleanInvalidate => {
+                    &[dma_heap::DMA_BUF_SYNC_START | dma_heap::DMA_BUF_SYNC_RW, dma_heap::DMA_BUF_SYNC_END | dma_heap::DMA_BUF_SYNC_RW]
+                }
+            };
+            for f in flags {
+                dma_heap::sync(&self.sys, self.fd(), *f).map_err(|e| HalError::sys(Stage::Alloc, e))?;
+            }
+            return Ok(());
+        }
         ion::cache(&self.sys, self.ion, op, self.handle(), self.fd(), &self.raw.map, offset, len)
             .map_err(|e| HalError::sys(Stage::Alloc, e))
     }
@@ -179,7 +266,7 @@ impl<S: Syscalls + Clone> LeaseMemory for IonLease<'_, S> {
 impl<S: Syscalls> core::fmt::Debug for IonLease<'_, S> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("IonLease")
-            .field("handle", &self.raw.handle.handle)
+            .field("handle", &self.raw.handle.as_ref().map(|h| h.handle))
             .field("fd", &self.raw.share.raw().0)
             .field("len", &self.raw.len)
             .finish()

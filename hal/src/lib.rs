@@ -1,8 +1,16 @@
 //! The hexrpc HAL: a typed session over ION and FastRPC for on-device services.
 //!
-//! * **Init as typestate** ([`stages`]): ION opened → shell staged in an ION buffer → FastRPC
-//!   channel opened (GETINFO, CONTROL kalloc) → DSP process created (INIT) → listener registered
-//!   (handle 3 init2) → [`Session`]. Each transition consumes the previous stage and returns the
+//! The board chooses the allocator (msm ION 4.9 or a dma-buf heap) and the FastRPC driver
+//! (downstream `/dev/adsprpc-smd` or upstream `/dev/fastrpc-*`); the API below is the same on
+//! both. How the upstream init sequence, buffer passing, restart and deadline behaviour differ
+//! is in the `driver` module's documentation (summarized there as a table) and in
+//! `hexrpc_drivers::upstream`. The stage and type names (`IonOpened`, `IonLease`) stay from the
+//! first kernel.
+//!
+//! * **Init as typestate** ([`stages`]): allocator opened → shell staged in a buffer → FastRPC
+//!   channel opened (downstream: GETINFO, CONTROL kalloc; upstream: the domain's node) → DSP
+//!   process created (INIT / INIT_CREATE) → listener registered on the same fd (handle 3 init2)
+//!   → [`Session`]. Each transition consumes the previous stage and returns the
 //!   next one or a [`HalError`] naming the stage and the cause; whatever the failed stage had
 //!   acquired is released, and dropping any stage releases everything in reverse order.
 //!   Opening device nodes takes a [`DeviceAccess`](hexrpc_bsp::DeviceAccess) token.
@@ -68,6 +76,7 @@
 
 #[cfg(feature = "std")]
 mod deadline;
+mod driver;
 mod error;
 mod fd;
 mod image;

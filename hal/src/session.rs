@@ -7,6 +7,7 @@ use core::time::Duration;
 use hexrpc_bsp::{Board, DeviceAccess};
 use hexrpc_drivers::{adsprpc, listener, BorrowedFd, Fd, FdCell, FdLease, Syscalls};
 
+use crate::driver;
 use crate::error::{Cause, HalError, Stage};
 use crate::fd::OwnedFd;
 use crate::image::LibraryImage;
@@ -265,7 +266,7 @@ impl<S: Syscalls + Clone> Session<S> {
     fn end_channel(&self, i: usize, exit: bool) {
         if let Some(lease) = self.cells[i].lease() {
             if exit {
-                process_exit(&self.sys, lease.raw());
+                process_exit(&self.sys, self.board, lease.raw());
             }
             if self.cells[i].leases() > 1 {
                 log::warn!("the reverse-RPC listener still holds channel fd {}; retiring it under the listener", lease.raw().0);
@@ -295,7 +296,7 @@ impl<S: Syscalls + Clone> Session<S> {
         self.published.store(0, Ordering::Release);
         self.notify();
         if let Some(lease) = self.cells[i].lease() {
-            process_exit(&self.sys, lease.raw());
+            process_exit(&self.sys, self.board, lease.raw());
         }
         let tid = self.listener_tid.load(Ordering::Acquire);
         if tid != 0 {
@@ -316,7 +317,8 @@ impl<S: Syscalls + Clone> Session<S> {
         self.end_channel(i, false);
     }
 
-    /// Allocates `len` bytes (rounded up to a page) from the board's ION heap, shared and mapped.
+    /// Allocates `len` bytes (rounded up to a page) from the board's allocator (ION heap or
+    /// dma-heap), shared and mapped.
     pub fn alloc(&self, len: usize) -> Result<IonLease<'_, S>, HalError> {
         let raw = RawLease::alloc(&self.sys, self.ion.raw(), self.board, len, Stage::Alloc)?;
         Ok(IonLease::new(raw, self.sys.clone(), self.ion.raw()))
@@ -371,7 +373,7 @@ impl<S: Syscalls + Clone> Session<S> {
             slot
         };
         let opened = if registry.publish(&unique, image) {
-            remotectl_open(&self.sys, lease.raw(), &unique).map_err(|e| {
+            remotectl_open(&self.sys, self.board, lease.raw(), &unique).map_err(|e| {
                 registry.withdraw(&unique);
                 self.note_failure(e)
             })
@@ -396,7 +398,7 @@ impl<S: Syscalls + Clone> Session<S> {
         let Some(lib) = self.libs.lock()[slot].take() else { return };
         if self.is_healthy() {
             if let Some(lease) = chan.current.and_then(|i| self.cells[i].lease()) {
-                if let Err(e) = remotectl_close(&self.sys, lease.raw(), lib.remote) {
+                if let Err(e) = remotectl_close(&self.sys, self.board, lease.raw(), lib.remote) {
                     log::warn!("closing library {}: {e}", lib.name);
                 }
             }
@@ -427,10 +429,14 @@ impl<S: Syscalls + Clone> Session<S> {
         let lease = chan.current.and_then(|i| self.cells[i].lease()).ok_or(HalError::new(st, Cause::NeedsRecovery))?;
         let remote = self.remote_handle(slot).ok_or(HalError::new(st, Cause::Invalid))?;
         let abandon = || fired.is_some_and(|f| f.load(Ordering::Acquire));
-        match adsprpc::invoke_attrs_abandonable(&self.sys, lease.fd(), remote, args, &abandon) {
+        match driver::invoke_handles(&self.sys, self.board, lease.fd(), remote, args, &abandon) {
             Err(hexrpc_drivers::Error::Os(hexrpc_drivers::Errno::EINTR)) => {
-                // The drivers retired the channel's descriptor to abandon the call.
-                self.retired_generation.store(self.generation(), Ordering::Release);
+                // Downstream: the drivers retired the channel's descriptor to abandon the call.
+                // Upstream: nothing was retired (the driver never resumes a call); the channel is
+                // replaced by recovery all the same, since the DSP may still run the call.
+                if self.board.abi == hexrpc_bsp::KernelAbi::DownstreamMsm {
+                    self.retired_generation.store(self.generation(), Ordering::Release);
+                }
                 Err(self.note_failure(HalError::new(st, Cause::Timeout)))
             }
             r => r.map_err(|e| self.note_failure(HalError::sys(st, e))),
@@ -543,7 +549,7 @@ impl<S: Syscalls + Clone> Session<S> {
         self.reap();
         let shell = stages::stage_shell(&self.sys, self.ion.raw(), self.board)?;
         let (rpc, _) = stages::open_channel(&self.sys, self.board)?;
-        let ch = stages::create_process(&self.sys, rpc, &shell)?;
+        let ch = stages::create_process(&self.sys, self.board, rpc, &shell)?;
         drop(shell);
         stages::attach_listener(&self.sys, &ch)?;
         let busy = HalError::new(Stage::Recover, Cause::Os(hexrpc_drivers::Errno::EBUSY));
@@ -562,7 +568,7 @@ impl<S: Syscalls + Clone> Session<S> {
         let names: heapless::Vec<(usize, heapless::String<MAX_NAME>), MAX_LIBRARIES> =
             self.libs.lock().iter().enumerate().filter_map(|(i, l)| l.as_ref().map(|l| (i, l.name.clone()))).collect();
         for (slot, name) in names {
-            let remote = remotectl_open(&self.sys, lease.raw(), &name)?;
+            let remote = remotectl_open(&self.sys, self.board, lease.raw(), &name)?;
             if let Some(l) = self.libs.lock()[slot].as_mut() {
                 l.remote = remote;
             }
@@ -713,7 +719,7 @@ impl<S: Syscalls + Clone> ListenerPlumbing<S> for Session<S> {
         let Some(i) = chan.current else { return };
         self.published.store(0, Ordering::Release);
         if let Some(lease) = self.cells[i].lease() {
-            process_exit(&self.sys, lease.raw());
+            process_exit(&self.sys, self.board, lease.raw());
         }
         self.notify();
         // A blocking wait (bounded) for the listener to give its lease back on its own.
@@ -739,9 +745,9 @@ impl<S: Syscalls + Clone> ListenerPlumbing<S> for Session<S> {
 }
 
 /// Process exit (handle 4), errors ignored as quic and tinygrad do.
-fn process_exit<S: Syscalls>(sys: &S, fd: Fd) {
+fn process_exit<S: Syscalls>(sys: &S, board: &Board, fd: Fd) {
     if let Ok(mut args) = adsprpc::InvokeArgs::<'_, 1>::new(listener::CURRENT_PROCESS_EXIT.method()) {
-        if let Err(e) = adsprpc::invoke(sys, fd, adsprpc::CURRENT_PROCESS_HANDLE, &mut args) {
+        if let Err(e) = driver::invoke(sys, board, fd, adsprpc::CURRENT_PROCESS_HANDLE, &mut args) {
             log::debug!("process exit (handle 4) on teardown: {e}");
         }
     }
@@ -757,7 +763,7 @@ impl<S: Syscalls + Clone> Drop for Session<S> {
             for lib in self.libs.get_mut().iter_mut() {
                 if let Some(l) = lib.take() {
                     if healthy {
-                        let _ = remotectl_close(&self.sys, lease.raw(), l.remote);
+                        let _ = remotectl_close(&self.sys, self.board, lease.raw(), l.remote);
                     }
                 }
             }
@@ -840,7 +846,7 @@ impl<S: Syscalls + Clone> Drop for Library<'_, S> {
 }
 
 /// remotectl open (handle 0, method 0): `file:///NAME?entry&_modver=1.0&_dom=cdsp`.
-fn remotectl_open<S: Syscalls>(sys: &S, fd: Fd, name: &str) -> Result<u32, HalError> {
+fn remotectl_open<S: Syscalls>(sys: &S, board: &Board, fd: Fd, name: &str) -> Result<u32, HalError> {
     let st = Stage::LibraryOpen;
     let mut uri = heapless::String::<128>::new();
     write!(uri, "file:///{name}?entry&_modver=1.0&_dom=cdsp\0").map_err(|_| HalError::new(st, Cause::Invalid))?;
@@ -857,7 +863,7 @@ fn remotectl_open<S: Syscalls>(sys: &S, fd: Fd, name: &str) -> Result<u32, HalEr
             .and_then(|a| a.output(&mut prim_out))
             .and_then(|a| a.output(&mut dlerror))
             .map_err(|_| HalError::new(st, Cause::Invalid))?;
-        adsprpc::invoke(sys, fd, adsprpc::REMOTECTL_HANDLE, &mut args).map_err(|e| HalError::sys(st, e))?;
+        driver::invoke(sys, board, fd, adsprpc::REMOTECTL_HANDLE, &mut args).map_err(|e| HalError::sys(st, e))?;
     }
     let handle = le32(&prim_out[..4]);
     let nerr = le32(&prim_out[4..]);
@@ -871,7 +877,7 @@ fn remotectl_open<S: Syscalls>(sys: &S, fd: Fd, name: &str) -> Result<u32, HalEr
 }
 
 /// remotectl close (handle 0, method 1).
-fn remotectl_close<S: Syscalls>(sys: &S, fd: Fd, handle: u32) -> Result<(), HalError> {
+fn remotectl_close<S: Syscalls>(sys: &S, board: &Board, fd: Fd, handle: u32) -> Result<(), HalError> {
     let st = Stage::LibraryClose;
     let mut prim_in = [0u8; 8];
     prim_in[..4].copy_from_slice(&handle.to_le_bytes());
@@ -885,7 +891,7 @@ fn remotectl_close<S: Syscalls>(sys: &S, fd: Fd, handle: u32) -> Result<(), HalE
             .and_then(|a| a.output(&mut prim_out))
             .and_then(|a| a.output(&mut dlerror))
             .map_err(|_| HalError::new(st, Cause::Invalid))?;
-        adsprpc::invoke(sys, fd, adsprpc::REMOTECTL_HANDLE, &mut args).map_err(|e| HalError::sys(st, e))?;
+        driver::invoke(sys, board, fd, adsprpc::REMOTECTL_HANDLE, &mut args).map_err(|e| HalError::sys(st, e))?;
     }
     match le32(&prim_out[..4]) {
         0 => Ok(()),

@@ -7,8 +7,10 @@
 //!   --create_process--> ProcessCreated --attach_listener--> Session
 //! ```
 
-use hexrpc_bsp::{Board, DeviceAccess, KernelAbi};
-use hexrpc_drivers::{adsprpc, listener, Errno, Fd, OpenFlags, Syscalls};
+use hexrpc_bsp::{Board, DeviceAccess};
+use hexrpc_drivers::{adsprpc, listener, Fd, OpenFlags, Syscalls};
+
+use crate::driver;
 
 use crate::error::{Cause, HalError, Stage};
 use crate::fd::OwnedFd;
@@ -18,7 +20,8 @@ use crate::session::Session;
 /// `e_machine` of Hexagon ELF files.
 pub const EM_HEXAGON: u16 = 164;
 
-/// Stage 1: `/dev/ion` (the board's ION node) is open.
+/// Stage 1: the board's allocator node is open (`/dev/ion`, or a dma-heap node such as
+/// `/dev/dma_heap/system`).
 pub struct IonOpened<S: Syscalls + Clone> {
     pub(crate) ion: OwnedFd<S>,
     pub(crate) sys: S,
@@ -26,12 +29,9 @@ pub struct IonOpened<S: Syscalls + Clone> {
 }
 
 impl<S: Syscalls + Clone> IonOpened<S> {
-    /// Opens the ION node of the board `access` grants.
+    /// Opens the allocator node of the board `access` grants.
     pub fn open(sys: S, access: &DeviceAccess) -> Result<Self, HalError> {
         let board = access.board();
-        if board.abi != KernelAbi::DownstreamMsm {
-            return Err(HalError::new(Stage::IonOpen, Cause::Os(Errno::ENOTSUP)));
-        }
         let fd = sys.open(board.ion_path, OpenFlags::READ_ONLY).map_err(|e| HalError::os(Stage::IonOpen, e))?;
         Ok(IonOpened { ion: OwnedFd::new(sys.clone(), fd), sys, board })
     }
@@ -84,7 +84,7 @@ pub(crate) fn stage_shell<S: Syscalls + Clone>(sys: &S, ion: Fd, board: &Board) 
         off += n;
     }
     let mut head = [0u8; 20];
-    lease.mapping().read_at(0, &mut head).map_err(|_| HalError::new(st, Cause::BadShell))?;
+    lease.read_at(0, &mut head).map_err(|_| HalError::new(st, Cause::BadShell))?;
     if head[..4] != *b"\x7fELF" || u16::from_le_bytes([head[18], head[19]]) != EM_HEXAGON {
         return Err(HalError::new(st, Cause::BadShell));
     }
@@ -115,8 +115,7 @@ pub(crate) fn open_channel<S: Syscalls + Clone>(sys: &S, board: &Board) -> Resul
     let st = Stage::ChannelOpen;
     let flags = OpenFlags { read_write: false, nonblock: true, nofollow: false };
     let rpc = OwnedFd::new(sys.clone(), sys.open(board.rpc_path, flags).map_err(|e| HalError::os(st, e))?);
-    let info = adsprpc::getinfo(sys, rpc.raw(), board.channel).map_err(|e| HalError::sys(st, e))?;
-    adsprpc::control_kalloc(sys, rpc.raw()).map_err(|e| HalError::sys(st, e))?;
+    let info = driver::bind_channel(sys, board, rpc.raw()).map_err(|e| HalError::sys(st, e))?;
     Ok((rpc, info))
 }
 
@@ -139,7 +138,7 @@ impl<S: Syscalls + Clone> ChannelOpened<S> {
     pub fn create_process(self) -> Result<ProcessCreated<S>, HalError> {
         let ChannelOpened { rpc, info, prev } = self;
         let ShellStaged { shell, prev: ion } = prev;
-        let created = create_process(&ion.sys, rpc, &shell);
+        let created = create_process(&ion.sys, ion.board, rpc, &shell);
         // Release order matters on both paths: the shell buffer before the ION device.
         drop(shell);
         match created {
@@ -157,6 +156,7 @@ impl<S: Syscalls + Clone> ChannelOpened<S> {
 pub(crate) struct Channel<S: Syscalls> {
     rpc: Option<OwnedFd<S>>,
     sys: S,
+    pub(crate) board: &'static Board,
 }
 
 impl<S: Syscalls> Channel<S> {
@@ -174,7 +174,7 @@ impl<S: Syscalls> Drop for Channel<S> {
     fn drop(&mut self) {
         if let Some(rpc) = self.rpc.take() {
             if let Ok(mut args) = adsprpc::InvokeArgs::<'_, 1>::new(listener::CURRENT_PROCESS_EXIT.method()) {
-                if let Err(e) = adsprpc::invoke(&self.sys, rpc.raw(), adsprpc::CURRENT_PROCESS_HANDLE, &mut args) {
+                if let Err(e) = driver::invoke(&self.sys, self.board, rpc.raw(), adsprpc::CURRENT_PROCESS_HANDLE, &mut args) {
                     log::debug!("process exit (handle 4) on teardown: {e}");
                 }
             }
@@ -183,11 +183,16 @@ impl<S: Syscalls> Drop for Channel<S> {
     }
 }
 
-pub(crate) fn create_process<S: Syscalls + Clone>(sys: &S, rpc: OwnedFd<S>, shell: &(RawLease<S>, u32)) -> Result<Channel<S>, HalError> {
+pub(crate) fn create_process<S: Syscalls + Clone>(
+    sys: &S,
+    board: &'static Board,
+    rpc: OwnedFd<S>,
+    shell: &(RawLease<S>, u32),
+) -> Result<Channel<S>, HalError> {
     let (lease, len) = shell;
-    adsprpc::init(sys, rpc.raw(), adsprpc::FASTRPC_INIT_CREATE, lease.mapping(), lease_fd(lease), *len)
+    driver::create_process(sys, board, rpc.raw(), lease.mapping(), lease_fd(lease), *len)
         .map_err(|e| HalError::sys(Stage::ProcessCreate, e))?;
-    Ok(Channel { rpc: Some(rpc), sys: sys.clone() })
+    Ok(Channel { rpc: Some(rpc), sys: sys.clone(), board })
 }
 
 fn lease_fd<S: Syscalls>(l: &RawLease<S>) -> Fd {
@@ -213,5 +218,6 @@ impl<S: Syscalls + Clone> ProcessCreated<S> {
 pub(crate) fn attach_listener<S: Syscalls>(sys: &S, ch: &Channel<S>) -> Result<(), HalError> {
     let mut args = adsprpc::InvokeArgs::<'_, 1>::new(listener::LISTENER_INIT2.method())
         .map_err(|_| HalError::new(Stage::ListenerAttach, Cause::Invalid))?;
-    adsprpc::invoke(sys, ch.fd(), adsprpc::FASTRPC_STATIC_HANDLE_LISTENER, &mut args).map_err(|e| HalError::sys(Stage::ListenerAttach, e))
+    driver::invoke(sys, ch.board, ch.fd(), adsprpc::FASTRPC_STATIC_HANDLE_LISTENER, &mut args)
+        .map_err(|e| HalError::sys(Stage::ListenerAttach, e))
 }

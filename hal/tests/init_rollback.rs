@@ -4,62 +4,123 @@
 mod common;
 
 use hexrpc_bench::{Bench, CallKind, DspCallKind, Fault, FaultTarget};
-use hexrpc_bsp::DeviceAccess;
+use hexrpc_bsp::{Board, DeviceAccess, KernelAbi};
 use hexrpc_drivers::Errno;
 use hexrpc_hal::{Cause, IonOpened, Session, Stage};
 
 fn start(bench: &Bench) -> Result<Session<Bench>, hexrpc_hal::HalError> {
-    Session::start(bench.clone(), &DeviceAccess::for_bench())
+    Session::start(bench.clone(), &DeviceAccess::for_bench_board(bench.board()).expect("a bench board"))
 }
 
-#[test]
-fn a_failure_at_each_stage_names_it_and_leaks_nothing() {
-    type Setup = fn(&Bench);
-    let cases: Vec<(&str, Setup, Stage, Option<Cause>)> = vec![
-        ("ion node missing", |b| b.set_missing("/bench/dev/ion"), Stage::IonOpen, Some(Cause::Os(Errno::ENOENT))),
-        ("ion node unreadable", |b| b.set_unreadable("/bench/dev/ion"), Stage::IonOpen, Some(Cause::Os(Errno::EACCES))),
-        ("shell missing", |b| b.set_missing("/bench/dsp/cdsp/fastrpc_shell_3"), Stage::ShellStaged, Some(Cause::Os(Errno::ENOENT))),
-        ("shell not an ELF", |b| b.add_file("/bench/dsp/cdsp/fastrpc_shell_3", vec![0u8; 4096]), Stage::ShellStaged, Some(Cause::BadShell)),
-        (
-            "shell ION alloc fails",
-            |b| b.inject(FaultTarget::Call(CallKind::IonAlloc), 1, Fault::Errno(Errno::ENOMEM)),
-            Stage::ShellStaged,
-            Some(Cause::Os(Errno::ENOMEM)),
-        ),
-        (
+hexrpc_bench::on_both_kernels!(
+    a_failure_at_each_stage_names_it_and_leaks_nothing,
+    a_full_start_and_drop_gives_everything_back,
+    each_stage_can_be_dropped_on_its_own
+);
+
+type Setup = Box<dyn Fn(&Bench)>;
+
+fn path(c: &core::ffi::CStr) -> String {
+    c.to_string_lossy().into_owned()
+}
+
+/// (what, setup, failing stage, cause) for every stage of `board`'s init sequence.
+fn cases(board: &'static Board) -> Vec<(&'static str, Setup, Stage, Option<Cause>)> {
+    let (alloc_node, rpc_node, shell) = (path(board.ion_path), path(board.rpc_path), path(board.shell_path));
+    let upstream = board.abi == KernelAbi::Upstream;
+    let (alloc_kind, init_kind, invoke_kind) = if upstream {
+        (CallKind::HeapAlloc, CallKind::UpInitCreate, CallKind::UpInvoke)
+    } else {
+        (CallKind::IonAlloc, CallKind::RpcInit, CallKind::RpcInvoke)
+    };
+    let mut v: Vec<(&'static str, Setup, Stage, Option<Cause>)> = Vec::new();
+    let (a1, a2) = (alloc_node.clone(), alloc_node);
+    v.push(("allocator node missing", Box::new(move |b| b.set_missing(&a1)), Stage::IonOpen, Some(Cause::Os(Errno::ENOENT))));
+    v.push(("allocator node unreadable", Box::new(move |b| b.set_unreadable(&a2)), Stage::IonOpen, Some(Cause::Os(Errno::EACCES))));
+    let (s1, s2) = (shell.clone(), shell);
+    v.push(("shell missing", Box::new(move |b| b.set_missing(&s1)), Stage::ShellStaged, Some(Cause::Os(Errno::ENOENT))));
+    v.push(("shell not an ELF", Box::new(move |b| b.add_file(&s2, vec![0u8; 4096])), Stage::ShellStaged, Some(Cause::BadShell)));
+    v.push((
+        "shell alloc fails",
+        Box::new(move |b| b.inject(FaultTarget::Call(alloc_kind), 1, Fault::Errno(Errno::ENOMEM))),
+        Stage::ShellStaged,
+        Some(Cause::Os(Errno::ENOMEM)),
+    ));
+    if !upstream {
+        v.push((
             "shell share fails",
-            |b| b.inject(FaultTarget::Call(CallKind::IonShare), 1, Fault::Errno(Errno::EMFILE)),
+            Box::new(|b| b.inject(FaultTarget::Call(CallKind::IonShare), 1, Fault::Errno(Errno::EMFILE))),
             Stage::ShellStaged,
             None,
-        ),
-        ("shell mmap fails", |b| b.inject(FaultTarget::Call(CallKind::Mmap), 1, Fault::Errno(Errno::ENOMEM)), Stage::ShellStaged, None),
-        ("shell read fails", |b| b.inject(FaultTarget::Call(CallKind::Pread), 1, Fault::Errno(Errno::EIO)), Stage::ShellStaged, None),
-        ("rpc node missing", |b| b.set_missing("/bench/dev/adsprpc-smd"), Stage::ChannelOpen, Some(Cause::Os(Errno::ENOENT))),
-        ("GETINFO fails", |b| b.inject(FaultTarget::Call(CallKind::RpcGetinfo), 1, Fault::Errno(Errno::EPERM)), Stage::ChannelOpen, None),
-        ("CONTROL fails", |b| b.inject(FaultTarget::Call(CallKind::RpcControl), 1, Fault::Errno(Errno::ENOTTY)), Stage::ChannelOpen, None),
-        ("INIT fails", |b| b.inject(FaultTarget::Call(CallKind::RpcInit), 1, Fault::Errno(Errno::EPERM)), Stage::ProcessCreate, None),
-        ("DSP down", |b| b.set_dsp_available(false), Stage::ProcessCreate, Some(Cause::Os(Errno::ENOTCONN))),
-        (
-            "DSP refuses the process",
-            |b| b.inject(FaultTarget::Dsp(DspCallKind::CreateProcess), 1, Fault::Returned(14)),
-            Stage::ProcessCreate,
+        ));
+    }
+    v.push((
+        "shell mmap fails",
+        Box::new(|b| b.inject(FaultTarget::Call(CallKind::Mmap), 1, Fault::Errno(Errno::ENOMEM))),
+        Stage::ShellStaged,
+        None,
+    ));
+    v.push((
+        "shell read fails",
+        Box::new(|b| b.inject(FaultTarget::Call(CallKind::Pread), 1, Fault::Errno(Errno::EIO))),
+        Stage::ShellStaged,
+        None,
+    ));
+    v.push(("rpc node missing", Box::new(move |b| b.set_missing(&rpc_node)), Stage::ChannelOpen, Some(Cause::Os(Errno::ENOENT))));
+    if upstream {
+        // The node goes away with the DSP; a kernel message that outlives the driver's 10 s.
+        v.push(("DSP down", Box::new(|b| b.set_dsp_available(false)), Stage::ChannelOpen, Some(Cause::Os(Errno::ENOENT))));
+        v.push((
+            "no session free",
+            Box::new(|b| b.inject(FaultTarget::Call(CallKind::Open), 3, Fault::Errno(Errno::EBUSY))),
+            Stage::ChannelOpen,
+            Some(Cause::Os(Errno::EBUSY)),
+        ));
+    } else {
+        v.push((
+            "GETINFO fails",
+            Box::new(|b| b.inject(FaultTarget::Call(CallKind::RpcGetinfo), 1, Fault::Errno(Errno::EPERM))),
+            Stage::ChannelOpen,
             None,
-        ),
-        (
-            "init2 refused",
-            |b| b.inject(FaultTarget::Dsp(DspCallKind::ListenerInit2), 1, Fault::Returned(14)),
-            Stage::ListenerAttach,
-            Some(Cause::Dsp(14)),
-        ),
-        (
-            "init2 ioctl fails",
-            |b| b.inject(FaultTarget::Call(CallKind::RpcInvoke), 1, Fault::Errno(Errno::EPERM)),
-            Stage::ListenerAttach,
-            Some(Cause::Os(Errno::EPERM)),
-        ),
-    ];
-    for (what, setup, stage, cause) in cases {
-        let bench = Bench::new();
+        ));
+        v.push((
+            "CONTROL fails",
+            Box::new(|b| b.inject(FaultTarget::Call(CallKind::RpcControl), 1, Fault::Errno(Errno::ENOTTY))),
+            Stage::ChannelOpen,
+            None,
+        ));
+        v.push(("DSP down", Box::new(|b| b.set_dsp_available(false)), Stage::ProcessCreate, Some(Cause::Os(Errno::ENOTCONN))));
+    }
+    v.push((
+        "INIT fails",
+        Box::new(move |b| b.inject(FaultTarget::Call(init_kind), 1, Fault::Errno(Errno::EPERM))),
+        Stage::ProcessCreate,
+        None,
+    ));
+    v.push((
+        "DSP refuses the process",
+        Box::new(|b| b.inject(FaultTarget::Dsp(DspCallKind::CreateProcess), 1, Fault::Returned(14))),
+        Stage::ProcessCreate,
+        None,
+    ));
+    v.push((
+        "init2 refused",
+        Box::new(|b| b.inject(FaultTarget::Dsp(DspCallKind::ListenerInit2), 1, Fault::Returned(14))),
+        Stage::ListenerAttach,
+        Some(Cause::Dsp(14)),
+    ));
+    v.push((
+        "init2 ioctl fails",
+        Box::new(move |b| b.inject(FaultTarget::Call(invoke_kind), 1, Fault::Errno(Errno::EPERM))),
+        Stage::ListenerAttach,
+        Some(Cause::Os(Errno::EPERM)),
+    ));
+    v
+}
+
+fn a_failure_at_each_stage_names_it_and_leaks_nothing(board: &'static Board) {
+    for (what, setup, stage, cause) in cases(board) {
+        let bench = Bench::for_board(board);
         let start_counts = bench.snapshot();
         setup(&bench);
         let err = start(&bench).expect_err(what);
@@ -72,16 +133,20 @@ fn a_failure_at_each_stage_names_it_and_leaks_nothing() {
     }
 }
 
-#[test]
-fn a_full_start_and_drop_gives_everything_back() {
-    let bench = Bench::new();
+fn a_full_start_and_drop_gives_everything_back(board: &'static Board) {
+    let bench = Bench::for_board(board);
     let start_counts = bench.snapshot();
     let session = start(&bench).expect("session");
     let live = bench.snapshot();
     assert_eq!(live.dsp_processes, 1);
     assert_eq!(live.rpc_files, 1);
-    assert_eq!(live.ion_clients, 1);
-    assert_eq!(live.ion_handles, 0, "the shell buffer is released once the process exists");
+    if board.abi == KernelAbi::DownstreamMsm {
+        assert_eq!(live.ion_clients, 1);
+        assert_eq!(live.ion_handles, 0, "the shell buffer is released once the process exists");
+    } else {
+        // The upstream driver keeps its map of the shell buffer until the channel closes.
+        assert_eq!(live.ion_buffers, 1, "only the shell, held by the driver's map");
+    }
     assert!(session.is_healthy());
     drop(session);
     assert_eq!(common::back_to(&bench, &start_counts), start_counts);
@@ -89,11 +154,10 @@ fn a_full_start_and_drop_gives_everything_back() {
     assert!(c.dsp_of(DspCallKind::ProcessExit) >= 1, "teardown asks the process to exit");
 }
 
-#[test]
-fn each_stage_can_be_dropped_on_its_own() {
-    let bench = Bench::new();
+fn each_stage_can_be_dropped_on_its_own(board: &'static Board) {
+    let bench = Bench::for_board(board);
     let start_counts = bench.snapshot();
-    let access = DeviceAccess::for_bench();
+    let access = DeviceAccess::for_bench_board(board).expect("a bench board");
     let ion = IonOpened::open(bench.clone(), &access).unwrap();
     {
         let mut lease = ion.alloc(10_000).unwrap();

@@ -10,11 +10,33 @@ use std::time::{Duration, Instant};
 use common::start as start_rig;
 use common::*;
 use hexrpc_bench::{wire, Bench, CallKind, Fault, FaultTarget, ReverseRequest};
+use hexrpc_bsp::{Board, KernelAbi};
 use hexrpc_drivers::{adsprpc, listener, Fd, Scalars};
 use hexrpc_hal::internal::ListenerPlumbing;
 use hexrpc_hal::{Cause, ErrorKind, HalError, Health};
 
 const WAIT: Duration = Duration::from_secs(5);
+
+hexrpc_bench::on_both_kernels!(
+    recover_while_the_dsp_is_down_for_300_ms_succeeds_once_it_is_back,
+    concurrent_recover_calls_share_one_recovery,
+    a_listener_stalled_in_a_slow_read_never_answers_into_the_new_channel,
+    every_munmap_goes_to_the_channel_that_made_the_map,
+    a_stopped_listener_is_reported_and_recover_restores_service
+);
+
+/// Attempts to create the DSP process: downstream INITs (refused with `ENOTCONN` while the DSP
+/// is down); upstream opens of the node (missing while the DSP is down), each followed by an
+/// INIT_CREATE once it exists.
+fn process_attempts(bench: &Bench) -> u64 {
+    match bench.board().abi {
+        KernelAbi::DownstreamMsm => bench.counts().of(CallKind::RpcInit),
+        KernelAbi::Upstream => {
+            let node = bench.board().rpc_path.to_string_lossy().into_owned();
+            bench.open_log().iter().filter(|r| r.path == node).count() as u64
+        }
+    }
+}
 
 fn words(ws: &[u32]) -> Vec<u8> {
     ws.iter().flat_map(|w| w.to_le_bytes()).collect()
@@ -71,9 +93,8 @@ fn launch_recovering(rig: &Rig, lib: &hexrpc_hal::Library<'_, Bench>, a: &hexrpc
     }
 }
 
-#[test]
-fn recover_while_the_dsp_is_down_for_300_ms_succeeds_once_it_is_back() {
-    let bench = Bench::new();
+fn recover_while_the_dsp_is_down_for_300_ms_succeeds_once_it_is_back(board: &'static Board) {
+    let bench = Bench::for_board(board);
     register_copy2(&bench);
     let start = bench.snapshot();
     {
@@ -99,7 +120,7 @@ fn recover_while_the_dsp_is_down_for_300_ms_succeeds_once_it_is_back() {
         up.join().unwrap();
         assert!(took >= Duration::from_millis(300), "it waited for the DSP: {took:?}");
         assert!(took < Duration::from_millis(u64::from(bench.board().recovery.budget_ms)), "{took:?}");
-        assert!(bench.counts().of(CallKind::RpcInit) >= 3, "INIT retried while the DSP was down");
+        assert!(process_attempts(&bench) >= 3, "the process was retried while the DSP was down");
         launch_copy2(&lib, &a, &b, 2).expect("service restored");
         assert_eq!(rig.session().health(), Health::Healthy { generation: 2 });
         drop(lib);
@@ -108,16 +129,15 @@ fn recover_while_the_dsp_is_down_for_300_ms_succeeds_once_it_is_back() {
     assert_eq!(back_to(&bench, &start), start);
 }
 
-#[test]
-fn concurrent_recover_calls_share_one_recovery() {
-    let bench = Bench::new();
+fn concurrent_recover_calls_share_one_recovery(board: &'static Board) {
+    let bench = Bench::for_board(board);
     register_copy2(&bench);
     let rig = start_rig(&bench).unwrap();
     bench.set_dsp_available(false);
     bench.restart_dsp();
     let lib = rig.open_library("copy2", image("copy2"));
     assert!(lib.is_err());
-    let inits0 = bench.counts().of(CallKind::RpcInit);
+    let inits0 = process_attempts(&bench);
     let up = {
         let bench = bench.clone();
         std::thread::spawn(move || {
@@ -132,13 +152,12 @@ fn concurrent_recover_calls_share_one_recovery() {
     assert!(outcomes.iter().all(Result::is_ok), "{outcomes:?}");
     assert_eq!(rig.session().generation(), 2, "one recovery, one new generation");
     // One successful INIT for the one recovery, plus the failed attempts while the DSP was down.
-    let inits = bench.counts().of(CallKind::RpcInit) - inits0;
+    let inits = process_attempts(&bench) - inits0;
     assert!(inits <= u64::from(bench.board().recovery.attempts), "{inits} INITs");
 }
 
-#[test]
-fn a_listener_stalled_in_a_slow_read_never_answers_into_the_new_channel() {
-    let bench = Bench::new();
+fn a_listener_stalled_in_a_slow_read_never_answers_into_the_new_channel(board: &'static Board) {
+    let bench = Bench::for_board(board);
     register_copy2(&bench);
     bench.add_file("/bench/dsp/cdsp/slow.bin", vec![0x5Au8; 64 * 1024]);
     let start = bench.snapshot();
@@ -181,9 +200,8 @@ fn a_listener_stalled_in_a_slow_read_never_answers_into_the_new_channel() {
     assert_eq!(back_to(&bench, &start), start);
 }
 
-#[test]
-fn every_munmap_goes_to_the_channel_that_made_the_map() {
-    let bench = Bench::new();
+fn every_munmap_goes_to_the_channel_that_made_the_map(board: &'static Board) {
+    let bench = Bench::for_board(board);
     register_copy2(&bench);
     let start = bench.snapshot();
     {
@@ -198,7 +216,8 @@ fn every_munmap_goes_to_the_channel_that_made_the_map() {
                 dsp_map(&bench, fd, h, 4096);
             }
             // A slow MUNMAP widens the window in which a reused number would catch it.
-            bench.inject(FaultTarget::Call(CallKind::RpcMunmap), 1, Fault::Delay(Duration::from_millis(5)));
+            let munmap = if board.abi == KernelAbi::Upstream { CallKind::UpMunmap } else { CallKind::RpcMunmap };
+            bench.inject(FaultTarget::Call(munmap), 1, Fault::Delay(Duration::from_millis(5)));
             if round % 2 == 0 {
                 bench.restart_dsp();
             } else {
@@ -228,9 +247,8 @@ fn every_munmap_goes_to_the_channel_that_made_the_map() {
     assert_eq!(back_to(&bench, &start), start);
 }
 
-#[test]
-fn a_stopped_listener_is_reported_and_recover_restores_service() {
-    let bench = Bench::new();
+fn a_stopped_listener_is_reported_and_recover_restores_service(board: &'static Board) {
+    let bench = Bench::for_board(board);
     register_copy2(&bench);
     let start = bench.snapshot();
     {

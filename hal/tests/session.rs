@@ -1,18 +1,27 @@
 //! The ready session on the bench: libraries, launches at view offsets, recovery after a DSP
-//! restart, deadlines, and many threads at once.
+//! restart, deadlines, and many threads at once; every test on both bench kernels.
 
 mod common;
+
+hexrpc_bench::on_both_kernels!(
+    launches_at_view_offsets_are_correct_and_the_ledger_is_clean,
+    a_library_closes_on_error_and_on_panic,
+    concurrent_loads_get_unique_names,
+    a_dsp_restart_is_recovered_once_and_launches_are_correct_after,
+    a_second_restart_during_recovery_is_reported_and_leaks_nothing,
+    a_kernel_that_never_returns_times_out_and_the_session_recovers,
+    eight_threads_times_a_thousand_launches_on_one_session
+);
 
 use std::time::{Duration, Instant};
 
 use common::{image, launch_copy2, register_copy2, start as start_rig};
-use hexrpc_bench::{Bench, CallKind, DspCallKind, Fault, FaultTarget};
-use hexrpc_drivers::Errno;
+use hexrpc_bench::{Bench, DspCallKind, Fault, FaultTarget};
+use hexrpc_bsp::Board;
 use hexrpc_hal::{Cause, ErrorKind, Stage};
 
-#[test]
-fn launches_at_view_offsets_are_correct_and_the_ledger_is_clean() {
-    let bench = Bench::new();
+fn launches_at_view_offsets_are_correct_and_the_ledger_is_clean(board: &'static Board) {
+    let bench = Bench::for_board(board);
     register_copy2(&bench);
     let start = bench.snapshot();
     {
@@ -38,6 +47,11 @@ fn launches_at_view_offsets_are_correct_and_the_ledger_is_clean() {
             assert_eq!(got, want, "launch {k}: view at {out_off}+{len}");
         }
         assert_eq!(bench.ledger_mismatches(), 0, "{:?}", bench.ledger());
+        let counts = bench.counts();
+        assert_eq!(counts.dsp_use_during_cpu_access, 0, "no buffer reached the DSP inside a CPU access");
+        if board.allocator == hexrpc_bsp::Allocator::DmaHeap {
+            assert!(counts.of(hexrpc_bench::CallKind::DmaBufSync) >= 2 * 6, "CPU accesses are bracketed by syncs");
+        }
         assert_eq!(bench.snapshot().loaded_libraries, 1, "opened once, invoked many times");
         drop(lib);
         assert_eq!(bench.snapshot().loaded_libraries, 0);
@@ -47,9 +61,8 @@ fn launches_at_view_offsets_are_correct_and_the_ledger_is_clean() {
     assert_eq!(common::back_to(&bench, &start), start);
 }
 
-#[test]
-fn a_library_closes_on_error_and_on_panic() {
-    let bench = Bench::new();
+fn a_library_closes_on_error_and_on_panic(board: &'static Board) {
+    let bench = Bench::for_board(board);
     register_copy2(&bench);
     let rig = start_rig(&bench).unwrap();
     let lease = rig.session().alloc(8192).unwrap();
@@ -81,9 +94,8 @@ fn a_library_closes_on_error_and_on_panic() {
     rig.stop().expect("listener stops");
 }
 
-#[test]
-fn concurrent_loads_get_unique_names() {
-    let bench = Bench::new();
+fn concurrent_loads_get_unique_names(board: &'static Board) {
+    let bench = Bench::for_board(board);
     register_copy2(&bench);
     let rig = start_rig(&bench).unwrap();
     let libs: Vec<_> = (0..4).map(|_| rig.open_library("copy2", image("copy2")).unwrap()).collect();
@@ -95,9 +107,8 @@ fn concurrent_loads_get_unique_names() {
     rig.stop().expect("listener stops");
 }
 
-#[test]
-fn a_dsp_restart_is_recovered_once_and_launches_are_correct_after() {
-    let bench = Bench::new();
+fn a_dsp_restart_is_recovered_once_and_launches_are_correct_after(board: &'static Board) {
+    let bench = Bench::for_board(board);
     register_copy2(&bench);
     let start = bench.snapshot();
     {
@@ -133,9 +144,8 @@ fn a_dsp_restart_is_recovered_once_and_launches_are_correct_after() {
     assert_eq!(common::back_to(&bench, &start), start);
 }
 
-#[test]
-fn a_second_restart_during_recovery_is_reported_and_leaks_nothing() {
-    let bench = Bench::new();
+fn a_second_restart_during_recovery_is_reported_and_leaks_nothing(board: &'static Board) {
+    let bench = Bench::for_board(board);
     register_copy2(&bench);
     let start = bench.snapshot();
     {
@@ -152,7 +162,7 @@ fn a_second_restart_during_recovery_is_reported_and_leaks_nothing() {
         let policy = bench.board().recovery;
         assert!(t0.elapsed() < Duration::from_millis(u64::from(policy.budget_ms) + 500), "bounded: {:?}", t0.elapsed());
         assert_eq!(err.stage, Stage::Recover);
-        assert_eq!(err.cause, Cause::Os(Errno::ENOTCONN), "{err}");
+        assert_eq!(err.cause, Cause::Os(common::dsp_down_errno(board)), "{err}");
         assert_eq!(rig.session().recover().unwrap_err(), err, "failed for good, with the reason kept");
         assert_eq!(rig.session().health(), hexrpc_hal::Health::Failed(err));
         assert_eq!(launch_copy2(&lib, &a, &b, 1).unwrap_err().cause, Cause::Failed);
@@ -164,9 +174,8 @@ fn a_second_restart_during_recovery_is_reported_and_leaks_nothing() {
     assert_eq!(common::back_to(&bench, &start), start);
 }
 
-#[test]
-fn a_kernel_that_never_returns_times_out_and_the_session_recovers() {
-    let bench = Bench::new();
+fn a_kernel_that_never_returns_times_out_and_the_session_recovers(board: &'static Board) {
+    let bench = Bench::for_board(board);
     register_copy2(&bench);
     let start = bench.snapshot();
     {
@@ -218,9 +227,8 @@ fn a_kernel_that_never_returns_times_out_and_the_session_recovers() {
     assert_eq!(common::back_to(&bench, &start), start);
 }
 
-#[test]
-fn eight_threads_times_a_thousand_launches_on_one_session() {
-    let bench = Bench::new();
+fn eight_threads_times_a_thousand_launches_on_one_session(board: &'static Board) {
+    let bench = Bench::for_board(board);
     register_copy2(&bench);
     let start = bench.snapshot();
     let launches = 1000;
@@ -254,7 +262,7 @@ fn eight_threads_times_a_thousand_launches_on_one_session() {
         });
         assert_eq!(errors.into_inner(), 0, "every output correct");
         assert_eq!(bench.ledger_mismatches(), 0);
-        assert!(bench.counts().of(CallKind::RpcInvokeAttrs) >= 8 * launches as u64);
+        assert!(bench.counts().of(common::invoke_kind(board)) >= 8 * launches as u64);
         drop(lib);
         rig.stop().expect("listener stops");
     }

@@ -81,6 +81,7 @@ impl<S: Syscalls + Clone + Send + Sync + 'static> ServedSession<S> {
         let session = Arc::new(session);
         // The listener thread points the service at each channel it serves (and back at none).
         let service = Arc::new(ReverseService::new(session.sys().clone(), hexrpc_drivers::Fd(-1), policy));
+        service.set_kernel_abi(session.board().abi);
         let listener =
             service.clone().spawn_for_session(session.clone(), OwnedBuffers::for_service(&service)).map_err(StartError::Thread)?;
         Ok(ServedSession { listener: Some(listener), session, service })

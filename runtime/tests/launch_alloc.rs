@@ -9,6 +9,7 @@ use std::ptr::NonNull;
 
 use hexrpc_bench::measure::CountingAlloc;
 use hexrpc_drivers::adsprpc::{fastrpc_ioctl_invoke_attrs, remote_arg, FASTRPC_IOCTL_INVOKE_ATTRS};
+use hexrpc_drivers::upstream::{self, FastrpcFd};
 use hexrpc_drivers::{Errno, Fd, FileStat, OpenFlags, Prot, Syscalls};
 use hexrpc_runtime::launch::{write_entry, AbiVersion, Batch, BatchRun, BufferRef, EntryOptions, PackedLaunch, Scalar, Signature};
 
@@ -44,6 +45,24 @@ unsafe impl Syscalls for TimerSys {
     }
     unsafe fn ioctl(&self, _: Fd, request: u32, arg: *mut c_void) -> Result<i32, Errno> {
         self.ioctls.set(self.ioctls.get() + 1);
+        if request == upstream::FASTRPC_IOCTL_INVOKE {
+            // SAFETY: for the upstream INVOKE the caller passes a live `fastrpc_invoke` whose
+            // `args` has LENGTH(sc) = 6 records; record 2 is the 8-byte writable timer, records
+            // 3..6 the handles with their lease lengths.
+            unsafe {
+                let inv = *(arg as *const upstream::fastrpc_invoke);
+                if inv.sc != 0x0202_0103 || inv.handle != 21 {
+                    return Err(Errno::EINVAL);
+                }
+                let args = inv.args as *const upstream::fastrpc_invoke_args;
+                let timer = *args.add(2);
+                if timer.length != 8 || (3..6).any(|i| (*args.add(i)).length != 1 << 20) {
+                    return Err(Errno::EINVAL);
+                }
+                (timer.ptr as *mut [u8; 8]).write_unaligned(42u64.to_le_bytes());
+            }
+            return Ok(0);
+        }
         if request != FASTRPC_IOCTL_INVOKE_ATTRS {
             return Err(Errno::ENOTTY);
         }
@@ -129,6 +148,40 @@ fn steady_state_launch_allocates_nothing_and_crosses_once() {
     let (a1, i1) = (allocations(), sys.ioctls.get());
     assert_eq!(total, 42_000);
     assert_eq!(a1 - a0, 0, "heap allocations in 1000 launches");
+    assert_eq!(i1 - i0, 1000, "exactly one kernel crossing per launch");
+}
+
+/// The upstream driver's launch path, as the HAL takes it on an upstream board: the packed
+/// downstream argument list translated into per-argument records on the stack, one upstream
+/// INVOKE. Nothing allocated, one crossing per launch.
+#[test]
+fn upstream_launch_allocates_nothing_and_crosses_once() {
+    let sig = Signature::parse("buf,buf,buf,i32,f32").unwrap();
+    let lease = Lease;
+    let bufs = [
+        BufferRef::borrowing(&lease, Fd(5), 1 << 20, 0, 4096),
+        BufferRef::borrowing(&lease, Fd(6), 1 << 20, 4096, 4096),
+        BufferRef::borrowing(&lease, Fd(7), 1 << 20, 8192, 4096),
+    ];
+    let sys = TimerSys { ioctls: Cell::new(0) };
+    let launch = |k: i32| {
+        let mut p = PackedLaunch::new(AbiVersion::V2, &sig, &bufs, &[Scalar::I32(k), Scalar::F32(0.5)]).unwrap();
+        {
+            let mut down = p.invoke_args().unwrap();
+            let mut up = upstream::InvokeArgs::<'_, { hexrpc_runtime::launch::MAX_ARGS }>::from_downstream(&mut down, |_| None).unwrap();
+            upstream::invoke(&sys, FastrpcFd::from_raw(Fd(3)), 21, &mut up).unwrap();
+        }
+        p.dsp_micros()
+    };
+    assert_eq!(launch(0), 42);
+    let (a0, i0) = (allocations(), sys.ioctls.get());
+    let mut total = 0;
+    for k in 0..1000 {
+        total += launch(k);
+    }
+    let (a1, i1) = (allocations(), sys.ioctls.get());
+    assert_eq!(total, 42_000);
+    assert_eq!(a1 - a0, 0, "heap allocations in 1000 upstream launches");
     assert_eq!(i1 - i0, 1000, "exactly one kernel crossing per launch");
 }
 

@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use hexrpc_bench::{elf, Bench, CallKind, LedgerEvent, LibraryModel, TableKernel};
+use hexrpc_bsp::Board;
 use hexrpc_bsp::DeviceAccess;
 use hexrpc_drivers::adsprpc::InvokeArgs;
 use hexrpc_drivers::aee;
@@ -17,8 +18,27 @@ use hexrpc_runtime::launch::{
 use hexrpc_runtime::reverse::FilePolicy;
 use hexrpc_runtime::ServedSession;
 
+hexrpc_bench::on_both_kernels!(
+    batches_of_1_to_64_launches_over_shared_leases_cross_once_and_map_each_lease_once,
+    a_batch_is_built_once_and_run_many_times_with_updated_scalars,
+    a_batch_that_does_not_fit_is_refused_before_any_ioctl,
+    a_hostile_record_is_refused_on_the_dsp_before_anything_is_mapped,
+    a_failing_kernel_stops_the_batch_and_every_mapping_is_released,
+    a_dsp_restart_in_the_middle_of_a_batch_is_recovered,
+    a_batch_past_its_deadline_is_abandoned_and_the_session_recovers
+);
+
+/// What a launch is counted as on `board`'s driver.
+fn invoke_kind(board: &Board) -> CallKind {
+    match board.abi {
+        hexrpc_bsp::KernelAbi::DownstreamMsm => CallKind::RpcInvokeAttrs,
+        hexrpc_bsp::KernelAbi::Upstream => CallKind::UpInvoke,
+    }
+}
+
 fn serve(bench: &Bench) -> ServedSession<Bench> {
-    ServedSession::start(bench.clone(), &DeviceAccess::for_bench(), FilePolicy::for_board(bench.board()).unwrap()).unwrap()
+    let access = DeviceAccess::for_bench_board(bench.board()).expect("a bench board");
+    ServedSession::start(bench.clone(), &access, FilePolicy::for_board(bench.board()).unwrap()).unwrap()
 }
 
 fn image(name: &str) -> &'static [u8] {
@@ -69,9 +89,8 @@ fn maps_unmaps(bench: &Bench) -> (usize, usize, usize) {
     (maps, unmaps, kernels)
 }
 
-#[test]
-fn batches_of_1_to_64_launches_over_shared_leases_cross_once_and_map_each_lease_once() {
-    let bench = Bench::new();
+fn batches_of_1_to_64_launches_over_shared_leases_cross_once_and_map_each_lease_once(board: &'static Board) {
+    let bench = Bench::for_board(board);
     let start = bench.snapshot();
     {
         bench.register_library("table", table());
@@ -100,11 +119,11 @@ fn batches_of_1_to_64_launches_over_shared_leases_cross_once_and_map_each_lease_
             }
             assert_eq!(batch.lease_count(), 2);
             bench.clear_ledger();
-            let invokes = bench.counts().of(CallKind::RpcInvokeAttrs);
+            let invokes = bench.counts().of(invoke_kind(board));
             let calls: u64 = bench.counts().calls.values().sum();
             let run = batch.run(&lib).unwrap();
             assert_eq!(run.launches, k);
-            assert_eq!(bench.counts().of(CallKind::RpcInvokeAttrs) - invokes, 1, "one crossing for {k} launches");
+            assert_eq!(bench.counts().of(invoke_kind(board)) - invokes, 1, "one crossing for {k} launches");
             assert_eq!(bench.counts().calls.values().sum::<u64>() - calls, 1, "nothing else crossed");
             assert_eq!(maps_unmaps(&bench), (2, 2, k), "one map and one unmap per lease per call");
             assert_eq!(bench.ledger_mismatches(), 0, "{:?}", bench.ledger());
@@ -120,9 +139,8 @@ fn batches_of_1_to_64_launches_over_shared_leases_cross_once_and_map_each_lease_
     assert_eq!(bench.settle(&start, Duration::from_secs(2)), start);
 }
 
-#[test]
-fn a_batch_is_built_once_and_run_many_times_with_updated_scalars() {
-    let bench = Bench::new();
+fn a_batch_is_built_once_and_run_many_times_with_updated_scalars(board: &'static Board) {
+    let bench = Bench::for_board(board);
     bench.register_library("table", table());
     let served = serve(&bench);
     let lib = served.open_library("table", image("table")).unwrap();
@@ -133,7 +151,7 @@ fn a_batch_is_built_once_and_run_many_times_with_updated_scalars() {
     let mut batch = Batch::new(&sigs).unwrap();
     let r0 = batch.push(1, &[BufferRef::of(&x)], &[Scalar::U32(1)]).unwrap();
     let r1 = batch.push(1, &[BufferRef::of(&x)], &[Scalar::U32(1)]).unwrap();
-    let invokes = bench.counts().of(CallKind::RpcInvokeAttrs);
+    let invokes = bench.counts().of(invoke_kind(board));
     let mut want = 1u8;
     for m in 1..=20u32 {
         batch.set_scalar(r0, 0, Scalar::U32(m)).unwrap();
@@ -142,7 +160,7 @@ fn a_batch_is_built_once_and_run_many_times_with_updated_scalars() {
         want = want.wrapping_mul(m as u8).wrapping_mul(m as u8 + 1);
         assert!(read(&x).iter().all(|&b| b == want), "m={m}");
     }
-    assert_eq!(bench.counts().of(CallKind::RpcInvokeAttrs) - invokes, 20);
+    assert_eq!(bench.counts().of(invoke_kind(board)) - invokes, 20);
     assert_eq!(
         batch.set_scalar(r0, 0, Scalar::I32(1)).unwrap_err(),
         BatchError::Launch {
@@ -159,9 +177,8 @@ fn a_batch_is_built_once_and_run_many_times_with_updated_scalars() {
     served.stop().unwrap();
 }
 
-#[test]
-fn a_batch_that_does_not_fit_is_refused_before_any_ioctl() {
-    let bench = Bench::new();
+fn a_batch_that_does_not_fit_is_refused_before_any_ioctl(board: &'static Board) {
+    let bench = Bench::for_board(board);
     bench.register_library("table", table());
     let served = serve(&bench);
     let lib = served.open_library("table", image("table")).unwrap();
@@ -193,9 +210,8 @@ fn a_batch_that_does_not_fit_is_refused_before_any_ioctl() {
     served.stop().unwrap();
 }
 
-#[test]
-fn a_hostile_record_is_refused_on_the_dsp_before_anything_is_mapped() {
-    let bench = Bench::new();
+fn a_hostile_record_is_refused_on_the_dsp_before_anything_is_mapped(board: &'static Board) {
+    let bench = Bench::for_board(board);
     bench.register_library("table", table());
     let served = serve(&bench);
     let lib = served.open_library("table", image("table")).unwrap();
@@ -227,7 +243,7 @@ fn a_hostile_record_is_refused_on_the_dsp_before_anything_is_mapped() {
         let mut status = [0u8; 24];
         let mut args = InvokeArgs::<'_, MAX_ARGS>::new(BATCH.method).unwrap();
         args.input(&pra0).unwrap().input(&lease_table).unwrap().output(&mut status).unwrap();
-        args.out_handle(lease.fd(), BATCH.handle_attr).unwrap();
+        args.out_handle_sized(lease.fd(), BATCH.handle_attr, lease.len() as u64).unwrap();
         let err = lib.invoke(&mut args).unwrap_err();
         assert_eq!(err.cause, Cause::Dsp(aee::AEE_EBADPARM), "{what}");
         let ev: Vec<LedgerEvent> = bench.ledger().into_iter().map(|e| e.event).collect();
@@ -240,9 +256,8 @@ fn a_hostile_record_is_refused_on_the_dsp_before_anything_is_mapped() {
     served.stop().unwrap();
 }
 
-#[test]
-fn a_failing_kernel_stops_the_batch_and_every_mapping_is_released() {
-    let bench = Bench::new();
+fn a_failing_kernel_stops_the_batch_and_every_mapping_is_released(board: &'static Board) {
+    let bench = Bench::for_board(board);
     let start = bench.snapshot();
     {
         bench.register_library("table", table());
@@ -281,9 +296,8 @@ fn a_failing_kernel_stops_the_batch_and_every_mapping_is_released() {
     assert_eq!(bench.settle(&start, Duration::from_secs(2)), start);
 }
 
-#[test]
-fn a_dsp_restart_in_the_middle_of_a_batch_is_recovered() {
-    let bench = Bench::new();
+fn a_dsp_restart_in_the_middle_of_a_batch_is_recovered(board: &'static Board) {
+    let bench = Bench::for_board(board);
     let start = bench.snapshot();
     {
         bench.register_library("table", table());
@@ -316,10 +330,9 @@ fn a_dsp_restart_in_the_middle_of_a_batch_is_recovered() {
     assert_eq!(bench.settle(&start, Duration::from_secs(2)), start);
 }
 
-#[test]
-fn a_batch_past_its_deadline_is_abandoned_and_the_session_recovers() {
+fn a_batch_past_its_deadline_is_abandoned_and_the_session_recovers(board: &'static Board) {
     use hexrpc_bench::{DspCallKind, Fault, FaultTarget};
-    let bench = Bench::new();
+    let bench = Bench::for_board(board);
     bench.register_library("table", table());
     let served = serve(&bench);
     let lib = served.open_library("table", image("table")).unwrap();

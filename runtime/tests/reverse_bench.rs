@@ -4,14 +4,20 @@
 use std::time::{Duration, Instant};
 
 use hexrpc_bench::{elf, wire, Bench, ReverseRequest};
-use hexrpc_bsp::DeviceAccess;
+use hexrpc_bsp::{Board, DeviceAccess};
 use hexrpc_drivers::{apps_std, Scalars};
 use hexrpc_hal::internal::ListenerPlumbing;
 use hexrpc_runtime::reverse::{FilePolicy, ServeOutcome};
 use hexrpc_runtime::ServedSession;
 
+hexrpc_bench::on_both_kernels!(
+    stop_returns_within_100_ms_with_a_request_in_flight,
+    the_service_serves_the_new_channel_after_a_restart_and_recovery
+);
+
 fn serve(bench: &Bench) -> ServedSession<Bench> {
-    ServedSession::start(bench.clone(), &DeviceAccess::for_bench(), FilePolicy::for_board(bench.board()).unwrap()).unwrap()
+    let access = DeviceAccess::for_bench_board(bench.board()).expect("a bench board");
+    ServedSession::start(bench.clone(), &access, FilePolicy::for_board(bench.board()).unwrap()).unwrap()
 }
 
 /// apps_remotectl open of apps_std, as the DSP sends it.
@@ -34,10 +40,9 @@ fn file_exists(bench: &Bench, fd: hexrpc_drivers::Fd, h: u32, path: &str) -> i32
     reply.result
 }
 
-#[test]
-fn stop_returns_within_100_ms_with_a_request_in_flight() {
+fn stop_returns_within_100_ms_with_a_request_in_flight(board: &'static Board) {
     for _ in 0..5 {
-        let bench = Bench::new();
+        let bench = Bench::for_board(board);
         bench.add_file("/bench/dsp/cdsp/lib.so", elf::hexagon_elf(64 * 1024));
         let served = serve(&bench);
         let (fd, _) = served.session().listener_fd().unwrap();
@@ -54,9 +59,8 @@ fn stop_returns_within_100_ms_with_a_request_in_flight() {
     }
 }
 
-#[test]
-fn the_service_serves_the_new_channel_after_a_restart_and_recovery() {
-    let bench = Bench::new();
+fn the_service_serves_the_new_channel_after_a_restart_and_recovery(board: &'static Board) {
+    let bench = Bench::for_board(board);
     bench.add_file("/bench/dsp/cdsp/lib.so", elf::hexagon_elf(4096));
     let served = serve(&bench);
     let (old_fd, generation) = served.session().listener_fd().unwrap();

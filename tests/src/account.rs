@@ -46,6 +46,26 @@ pub enum CallKind {
     RpcControl,
     /// An adsprpc request the downstream driver does not know (ENOTTY).
     RpcUnknown,
+    /// `DMA_HEAP_IOCTL_ALLOC` (any request with nr 0 on a heap node: the heap matches by number).
+    HeapAlloc,
+    /// A heap request with nr >= 1 (EINVAL).
+    HeapUnknown,
+    /// `DMA_BUF_IOCTL_SYNC` on a dma-buf.
+    DmaBufSync,
+    UpInvoke,
+    UpInitAttach,
+    UpInitAttachSns,
+    UpInitCreate,
+    UpInitCreateStatic,
+    UpAllocDmaBuff,
+    UpFreeDmaBuff,
+    UpMmap,
+    UpMunmap,
+    UpMemMap,
+    UpMemUnmap,
+    UpGetDspInfo,
+    /// A request the upstream fastrpc driver does not know (ENOTTY).
+    UpUnknown,
     /// An ioctl on a descriptor that is not a simulated device (dma-buf, file, pass-through).
     OtherIoctl,
 }
@@ -53,7 +73,7 @@ pub enum CallKind {
 impl CallKind {
     /// True for the four INVOKE variants.
     pub fn is_invoke(self) -> bool {
-        matches!(self, CallKind::RpcInvoke | CallKind::RpcInvokeFd | CallKind::RpcInvokeAttrs | CallKind::RpcInvokeCrc)
+        matches!(self, CallKind::RpcInvoke | CallKind::RpcInvokeFd | CallKind::RpcInvokeAttrs | CallKind::RpcInvokeCrc | CallKind::UpInvoke)
     }
 }
 
@@ -68,6 +88,12 @@ pub enum DspCallKind {
     KernelMmap,
     /// Kernel message: unmap (MUNMAP).
     KernelMunmap,
+    /// Kernel message (upstream): map a dma-buf persistently (MEM_MAP).
+    KernelMemMap,
+    /// Kernel message (upstream): remove such a map (MEM_UNMAP).
+    KernelMemUnmap,
+    /// Kernel message (upstream): capability query on handle 2 (GET_DSP_INFO).
+    DspInfo,
     /// Handle 0 method 0: remotectl open (load a library by URI).
     RemotectlOpen,
     /// Handle 0 method 1: remotectl close.
@@ -165,6 +191,9 @@ pub struct CallCounts {
     pub interrupts_delivered: u64,
     /// Interrupts that found the thread not blocked in the bench (lost, as a signal would be).
     pub interrupts_lost: u64,
+    /// Buffers of a cached heap the DSP was given while a CPU access (`DMA_BUF_SYNC_START`
+    /// without its `END`) was open: on a device the DSP could see stale cache lines.
+    pub dsp_use_during_cpu_access: u64,
     /// `next2` answers (`prevCtx`) for a request the receiving process never sent or had
     /// withdrawn: an answer of an old channel generation reaching a new one shows up here.
     pub stray_answers: u64,

@@ -8,15 +8,17 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use hexrpc_bsp::Board;
-use hexrpc_drivers::{adsprpc, BorrowedFd, Errno, Fd, FileStat, OpenFlags, OwnedFd as SeamOwnedFd, Prot, RustixSys, Scalars, Syscalls};
+use hexrpc_bsp::{Allocator, Board, KernelAbi};
+use hexrpc_drivers::{
+    adsprpc, BorrowedFd, Errno, Fd, FileStat, OpenAt, OpenFlags, OwnedFd as SeamOwnedFd, Prot, RustixSys, Scalars, Syscalls,
+};
 
 use crate::account::*;
 use crate::config::BenchConfig;
 use crate::dsp::{self, ReverseError};
 use crate::entry::LibraryModel;
 use crate::state::*;
-use crate::{elf, ion, rpc, wire};
+use crate::{dma_heap, elf, ion, rpc, upstream, wire};
 
 /// Size of the default shell image the bench serves at the board's shell path.
 pub const DEFAULT_SHELL_LEN: usize = 8192;
@@ -106,14 +108,28 @@ impl Bench {
         Bench::with_config(BenchConfig::default())
     }
 
+    /// A bench with the default configuration on `board` ([`hexrpc_bsp::BENCH`]: ION 4.9 +
+    /// downstream adsprpc; [`hexrpc_bsp::BENCH_UPSTREAM`]: dma-heap + upstream fastrpc).
+    pub fn for_board(board: &'static Board) -> Bench {
+        Bench::with_config(BenchConfig::for_board(board))
+    }
+
     /// A bench with `cfg`. The board's two device nodes exist, and its shell path holds a
     /// [`DEFAULT_SHELL_LEN`]-byte Hexagon ELF.
     pub fn with_config(cfg: BenchConfig) -> Bench {
         let mut st = State::default();
         let b = cfg.board;
         let s = |c: &CStr| c.to_string_lossy().into_owned();
-        st.vfs.insert(s(b.ion_path), VEntry { node: VNode::Device(DeviceKind::Ion), access: Access::Present });
-        st.vfs.insert(s(b.rpc_path), VEntry { node: VNode::Device(DeviceKind::Rpc), access: Access::Present });
+        let alloc = match b.allocator {
+            Allocator::Ion49 => DeviceKind::Ion,
+            Allocator::DmaHeap => DeviceKind::DmaHeap,
+        };
+        let rpc = match b.abi {
+            KernelAbi::DownstreamMsm => DeviceKind::Rpc,
+            KernelAbi::Upstream => DeviceKind::Fastrpc,
+        };
+        st.vfs.insert(s(b.ion_path), VEntry { node: VNode::Device(alloc), access: Access::Present });
+        st.vfs.insert(s(b.rpc_path), VEntry { node: VNode::Device(rpc), access: Access::Present });
         st.vfs
             .insert(s(b.shell_path), VEntry { node: VNode::File(Arc::new(elf::hexagon_elf(DEFAULT_SHELL_LEN))), access: Access::Present });
         Bench { sh: Arc::new(Shared { cfg, st: Mutex::new(st), cv: Condvar::new(), dsp_host_mmaps: Arc::new(AtomicUsize::new(0)) }) }
@@ -286,15 +302,17 @@ impl Bench {
     }
 
     /// Simulates a DSP subsystem restart: every DSP process ends (libraries, HAP mappings and
-    /// reverse requests with it), calls in flight complete with -1 and return +104
+    /// reverse requests with it). Downstream: calls in flight complete with -1 and return +104
     /// (`ECONNRESET`), and every later call on a FastRPC fd whose channel was opened before fails
-    /// with `ECONNRESET`. Fresh fds work (the DSP is back at once unless
+    /// with `ECONNRESET`. Upstream: calls in flight and every later call on an fd opened before
+    /// fail with `EPIPE`. Fresh fds work (the DSP is back at once unless
     /// [`set_dsp_available`](Self::set_dsp_available) says otherwise).
     pub fn restart_dsp(&self) {
         restart_dsp(&self.sh);
     }
 
-    /// While false, INIT fails with `ENOTCONN` (the DSP is down after a restart).
+    /// While false, the DSP is down after a restart: downstream INIT fails with `ENOTCONN`; the
+    /// upstream node does not exist (`ENOENT` on open, as the misc device is deregistered).
     pub fn set_dsp_available(&self, up: bool) {
         self.lock().dsp_down = !up;
     }
@@ -401,6 +419,7 @@ impl Bench {
     fn vstat(&self, st: &State, path: &str) -> Result<FileStat, Errno> {
         match st.vfs.get(path) {
             Some(VEntry { access: Access::Missing, .. }) => Err(Errno::ENOENT),
+            Some(VEntry { node: VNode::Device(DeviceKind::Fastrpc), .. }) if st.dsp_down => Err(Errno::ENOENT),
             Some(e) => {
                 let perm = if e.access == Access::Unreadable { 0 } else { 0o444 };
                 Ok(match &e.node {
@@ -408,7 +427,12 @@ impl Bench {
                     VNode::Device(k) => FileStat {
                         mode: FileStat::S_IFCHR | if perm == 0 { 0 } else { 0o666 },
                         nlink: 1,
-                        rdev: if *k == DeviceKind::Ion { (10 << 8) | 60 } else { 240 << 8 },
+                        rdev: match k {
+                            DeviceKind::Ion => (10 << 8) | 60,
+                            DeviceKind::Rpc => 240 << 8,
+                            DeviceKind::DmaHeap => 241 << 8,
+                            DeviceKind::Fastrpc => (10 << 8) | 61,
+                        },
                         ..Default::default()
                     },
                 })
@@ -441,6 +465,7 @@ impl Bench {
                 st.rpc_files.insert(
                     id,
                     RpcFile {
+                        upstream: false,
                         tgid,
                         cid: None,
                         session: false,
@@ -458,6 +483,8 @@ impl Bench {
                 );
                 FdObj::Rpc(id)
             }
+            Some(VNode::Device(DeviceKind::DmaHeap)) => FdObj::Heap,
+            Some(VNode::Device(DeviceKind::Fastrpc)) => FdObj::Rpc(upstream::open_file(&self.sh, st)?),
             Some(VNode::File(d)) => {
                 if flags.read_write {
                     return Err(Errno::EROFS);
@@ -468,7 +495,7 @@ impl Bench {
                 if flags.read_write || !stat.is_dir() {
                     return Err(Errno::EISDIR);
                 }
-                FdObj::Dir
+                FdObj::Dir(path.trim_end_matches('/').to_string())
             }
         };
         let owned = match reservation("hexrpc-bench-node") {
@@ -476,7 +503,7 @@ impl Bench {
             Err(e) => {
                 match obj {
                     FdObj::Ion(id) => drop(st.ion_clients.remove(&id)),
-                    FdObj::Rpc(id) => drop(st.rpc_files.remove(&id)),
+                    FdObj::Rpc(id) => st.free_rpc_file(id),
                     _ => {}
                 }
                 return Err(e);
@@ -485,6 +512,23 @@ impl Bench {
         let n = owned.as_raw_fd();
         st.fds.insert(n, FdEntry { _owned: owned, obj });
         Ok(Fd(n))
+    }
+
+    /// Where `open_at(dir, name)` resolves: a virtual path, a real directory descriptor, or an
+    /// error (the virtual file table has no symbolic links, so a virtual walk is a path join).
+    fn at_target(&self, st: &State, dir: Option<Fd>, name: &str) -> Result<AtTarget, Errno> {
+        // As openat: an absolute path ignores the directory.
+        match dir {
+            _ if name.starts_with('/') && is_virtual(name) => Ok(AtTarget::Virtual(name.to_string())),
+            _ if name.starts_with('/') => Ok(AtTarget::Real(None)),
+            None => Ok(AtTarget::Real(None)),
+            Some(d) => match st.fds.get(&d.0).map(|e| &e.obj) {
+                Some(FdObj::Dir(base)) => Ok(AtTarget::Virtual(format!("{base}/{name}"))),
+                Some(_) => Err(Errno::ENOTDIR),
+                None if st.passthrough.contains(&d.0) => Ok(AtTarget::Real(Some(d))),
+                None => Err(Errno::EBADF),
+            },
+        }
     }
 
     fn delay_call(&self, fault: Option<Fault>) -> Option<Errno> {
@@ -532,6 +576,69 @@ unsafe impl Syscalls for Bench {
         // SAFETY: a number this bench just handed out (a reserved simulated one, or a real
         // descriptor it opened); ownership passes to the caller.
         result.map(|fd| unsafe { SeamOwnedFd::from_raw(fd) })
+    }
+
+    fn open_at(&self, dir: Option<Fd>, path: &CStr, how: OpenAt) -> Result<SeamOwnedFd, Errno> {
+        let name = path.to_string_lossy().into_owned();
+        let fault = {
+            let mut st = self.lock();
+            self.begin(&mut st, CallKind::Open)
+        };
+        let target = self.at_target(&self.lock(), dir, &name);
+        let (logged, simulated, result) = match target {
+            Err(e) => (name.clone(), dir.is_none() && is_virtual(&name), Err(e)),
+            Ok(AtTarget::Virtual(p)) => {
+                let r = match self.delay_call(fault) {
+                    Some(e) => Err(e),
+                    None => {
+                        let mut st = self.lock();
+                        match (how, self.vstat(&st, &p)) {
+                            (_, Err(e)) => Err(e),
+                            (OpenAt::Dir { .. }, Ok(s)) if !s.is_dir() => Err(Errno::ENOTDIR),
+                            (OpenAt::Dir { .. } | OpenAt::File, Ok(_)) => self.open_virtual(&mut st, &p, OpenFlags::READ_ONLY),
+                        }
+                    }
+                };
+                (p, true, r)
+            }
+            Ok(AtTarget::Real(d)) => {
+                let r = match self.delay_call(fault) {
+                    Some(e) => Err(e),
+                    None => RustixSys.open_at(d, path, how).map(SeamOwnedFd::into_raw),
+                };
+                if let Ok(fd) = r {
+                    self.lock().passthrough.insert(fd.0);
+                }
+                let logged = match d {
+                    Some(d) => format!("{}/{name}", real_path(d)),
+                    None => name.clone(),
+                };
+                (logged, false, r)
+            }
+        };
+        self.lock().open_log.push(OpenRecord { path: logged, simulated, result });
+        // SAFETY: a number this bench just handed out (a reserved simulated one, or a real
+        // descriptor it opened); ownership passes to the caller.
+        result.map(|fd| unsafe { SeamOwnedFd::from_raw(fd) })
+    }
+
+    fn stat_at(&self, dir: Fd, name: &CStr) -> Result<FileStat, Errno> {
+        let fault = {
+            let mut st = self.lock();
+            self.begin(&mut st, CallKind::Stat)
+        };
+        if let Some(e) = self.delay_call(fault) {
+            return Err(e);
+        }
+        let n = name.to_string_lossy();
+        let st = self.lock();
+        match self.at_target(&st, Some(dir), &n)? {
+            AtTarget::Virtual(p) => self.vstat(&st, &p),
+            AtTarget::Real(_) => {
+                drop(st);
+                RustixSys.stat_at(dir, name)
+            }
+        }
     }
 
     fn close(&self, fd: SeamOwnedFd) -> Result<(), Errno> {
@@ -591,7 +698,7 @@ unsafe impl Syscalls for Bench {
                 buf[..n].copy_from_slice(&d[start..start + n]);
                 Ok(n)
             }
-            Some(FdObj::Dir) => Err(Errno::EISDIR),
+            Some(FdObj::Dir(_)) => Err(Errno::EISDIR),
             Some(_) => Err(Errno::EINVAL),
             None if st.passthrough.contains(&fd.0) => {
                 drop(st);
@@ -611,9 +718,10 @@ unsafe impl Syscalls for Bench {
         let st = self.lock();
         match st.fds.get(&fd.0).map(|e| &e.obj) {
             Some(FdObj::File(d)) => Ok(FileStat { mode: FileStat::S_IFREG | 0o444, nlink: 1, size: d.len() as u64, ..Default::default() }),
-            Some(FdObj::Dir) => Ok(FileStat { mode: FileStat::S_IFDIR | 0o555, nlink: 2, ..Default::default() }),
+            Some(FdObj::Dir(_)) => Ok(FileStat { mode: FileStat::S_IFDIR | 0o555, nlink: 2, ..Default::default() }),
             Some(FdObj::Ion(_)) => Ok(FileStat { mode: FileStat::S_IFCHR | 0o666, nlink: 1, rdev: (10 << 8) | 60, ..Default::default() }),
             Some(FdObj::Rpc(_)) => Ok(FileStat { mode: FileStat::S_IFCHR | 0o666, nlink: 1, rdev: 240 << 8, ..Default::default() }),
+            Some(FdObj::Heap) => Ok(FileStat { mode: FileStat::S_IFCHR | 0o666, nlink: 1, rdev: 241 << 8, ..Default::default() }),
             Some(FdObj::Null) => Ok(FileStat { mode: FileStat::S_IFCHR | 0o666, nlink: 1, rdev: (1 << 8) | 3, ..Default::default() }),
             Some(FdObj::DmaBuf(b)) => {
                 Ok(FileStat { mode: 0o600, nlink: 1, size: st.buffers.get(b).map_or(0, |b| b.len), ..Default::default() })
@@ -644,7 +752,40 @@ unsafe impl Syscalls for Bench {
 
     unsafe fn ioctl(&self, fd: Fd, request: u32, arg: *mut core::ffi::c_void) -> Result<i32, Errno> {
         let mut st = self.lock();
-        if request == adsprpc::FASTRPC_IOCTL_MUNMAP || request == adsprpc::FASTRPC_IOCTL_MUNMAP_64 {
+        // Heap nodes and dma-bufs: no faults beyond the call counter, no kernel waits.
+        let simple = match st.fds.get(&fd.0).map(|e| &e.obj) {
+            Some(FdObj::Heap) => Some((dma_heap::heap_kind_of(request), None)),
+            Some(FdObj::DmaBuf(b)) => Some((dma_heap::dmabuf_kind_of(request), Some(*b))),
+            _ => None,
+        };
+        if let Some((kind, buf)) = simple {
+            match self.begin(&mut st, kind) {
+                Some(Fault::Errno(e)) => return Err(e),
+                Some(Fault::Returned(v)) => return Ok(v),
+                _ => {}
+            }
+            let a = arg as usize as u64;
+            return match buf {
+                // SAFETY: passed on from our caller.
+                None => unsafe { dma_heap::heap_ioctl(&self.sh, &mut st, request, a) },
+                // SAFETY: passed on from our caller.
+                Some(b) => unsafe { dma_heap::dmabuf_ioctl(&mut st, b, request, a) },
+            };
+        }
+        // Downstream MUNMAP / MUNMAP_64 on downstream files, upstream MUNMAP on upstream ones
+        // (upstream INVOKE has the number of downstream MUNMAP; the structs are the same).
+        let upstream_rpc = match st.fds.get(&fd.0).map(|e| &e.obj) {
+            Some(FdObj::Rpc(f)) => st.rpc_files.get(f).map(|f| f.upstream),
+            _ => None,
+        };
+        let is_munmap = match upstream_rpc {
+            Some(false) => request == adsprpc::FASTRPC_IOCTL_MUNMAP || request == adsprpc::FASTRPC_IOCTL_MUNMAP_64,
+            Some(true) => request == hexrpc_drivers::upstream::FASTRPC_IOCTL_MUNMAP,
+            // Not a channel (any more): a MUNMAP sent to a retired or closed number is recorded
+            // too (by the downstream numbers, as 12a's accounting does).
+            None => request == adsprpc::FASTRPC_IOCTL_MUNMAP || request == adsprpc::FASTRPC_IOCTL_MUNMAP_64,
+        };
+        if is_munmap {
             // SAFETY: passed on from our caller (a struct of the request's size at `arg`); both
             // structs are (vaddrout, size) as two u64.
             if let Some(m) = unsafe { crate::user::read_struct::<adsprpc::fastrpc_ioctl_munmap>(arg as usize as u64) } {
@@ -674,8 +815,13 @@ unsafe impl Syscalls for Bench {
             st.count(CallKind::OtherIoctl);
             return Err(Errno::ENOTTY);
         };
+        let up = match obj {
+            Err(f) => st.rpc_files.get(&f).is_some_and(|f| f.upstream),
+            Ok(_) => false,
+        };
         let kind = match obj {
             Ok(_) => ion::kind_of(request),
+            Err(_) if up => upstream::kind_of(request),
             Err(_) => rpc::kind_of(request),
         };
         let fault = self.begin(&mut st, kind);
@@ -715,8 +861,13 @@ unsafe impl Syscalls for Bench {
                     Some(f) => f.in_ioctl += 1,
                     None => return Err(Errno::EBADF),
                 }
-                // SAFETY: passed on from our caller.
-                let (mut st, r) = unsafe { rpc::ioctl(&self.sh, st, file, request, arg, pre) };
+                let (mut st, r) = if up {
+                    // SAFETY: passed on from our caller.
+                    unsafe { upstream::ioctl(&self.sh, st, file, request, arg, pre) }
+                } else {
+                    // SAFETY: passed on from our caller.
+                    unsafe { rpc::ioctl(&self.sh, st, file, request, arg, pre) }
+                };
                 let teardown = match st.rpc_files.get_mut(&file) {
                     Some(f) => {
                         f.in_ioctl -= 1;
@@ -818,6 +969,21 @@ unsafe impl Syscalls for Bench {
     }
 }
 
+/// What [`Bench::at_target`] resolved.
+enum AtTarget {
+    /// A path of the virtual file table.
+    Virtual(String),
+    /// The real OS, relative to this passed-through directory (or the current directory).
+    Real(Option<Fd>),
+}
+
+/// The path a real descriptor refers to, for the open log (best effort).
+fn real_path(fd: Fd) -> String {
+    std::fs::read_link(format!("/proc/self/fd/{}", fd.0))
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| format!("fd {}", fd.0))
+}
+
 /// Gives up what a descriptor referred to, as its last close does: ION clients and their
 /// handles, a FastRPC file (released once no thread is inside one of its ioctls, as Linux
 /// releases a file), a dma-buf reference.
@@ -842,7 +1008,7 @@ fn release_obj(st: &mut State, obj: FdObj) {
             }
             st.maybe_free_buffer(b);
         }
-        FdObj::File(_) | FdObj::Dir | FdObj::Null => {}
+        FdObj::File(_) | FdObj::Dir(_) | FdObj::Null | FdObj::Heap => {}
     }
 }
 
@@ -854,9 +1020,13 @@ pub(crate) fn restart_dsp(sh: &Shared) {
     for p in pids {
         st.kill_process(p);
     }
+    let upstream_files: std::collections::HashSet<u64> = st.rpc_files.iter().filter(|(_, f)| f.upstream).map(|(&id, _)| id).collect();
     for c in st.ctxs.values_mut() {
         if c.result.is_none() {
-            c.result = Some(CtxResult { retval: -1, outs: Vec::new(), fdlist: Vec::new(), sim_dsp: Duration::ZERO });
+            // Downstream: the context's initial -1 (the driver then reports +104).
+            // Upstream: fastrpc_notify_users sets -EPIPE.
+            let retval = if upstream_files.contains(&c.file) { -Errno::EPIPE.0 } else { -1 };
+            c.result = Some(CtxResult { retval, outs: Vec::new(), fdlist: Vec::new(), sim_dsp: Duration::ZERO });
         }
     }
     drop(st);

@@ -36,10 +36,24 @@ pub struct BenchConfig {
     pub rpc_latency_us: u32,
     /// The simulated crossing cost.
     pub cost: CostModel,
+    /// Upstream driver: how long a kernel-originated message (INIT_*, MMAP, MEM_MAP, ...) waits
+    /// for the DSP before `ETIMEDOUT` (the driver's 10 s).
+    pub kernel_call_timeout: Duration,
+    /// Upstream driver: the CDSP channel is secure (no `qcom,non-secure-domain` in the device
+    /// tree), so INIT_CREATE from the non-secure node needs `FASTRPC_MODE_UNSIGNED_MODULE`.
+    pub upstream_secure_channel: bool,
     /// Executor mode (issues 8, 11): longest wait for the DSP shell (qemu-hexagon) to start, to
     /// load or close a library (constructors included) or to answer one invoke; past it the
     /// process is killed and the DSP restarts.
     pub executor_timeout: Duration,
+}
+
+impl BenchConfig {
+    /// The default configuration on `board` (a bench board: [`hexrpc_bsp::BENCH`] or
+    /// [`hexrpc_bsp::BENCH_UPSTREAM`]).
+    pub fn for_board(board: &'static Board) -> BenchConfig {
+        BenchConfig { board, ..BenchConfig::default() }
+    }
 }
 
 impl Default for BenchConfig {
@@ -59,6 +73,8 @@ impl Default for BenchConfig {
             rpc_latency_us: 100,
             cost: CostModel::default(),
             executor_timeout: Duration::from_secs(10),
+            kernel_call_timeout: Duration::from_secs(hexrpc_drivers::upstream::KERNEL_CALL_TIMEOUT_S as u64),
+            upstream_secure_channel: true,
         }
     }
 }

@@ -204,9 +204,13 @@ fn execute(sh: &Shared, job: &Job) -> CtxResult {
             0 | 3 | 4 => aee::AEE_EUNSUPPORTED,
             _ => aee::AEE_EINVHANDLE,
         },
-        DspCallKind::CreateProcess | DspCallKind::ReleaseProcess | DspCallKind::KernelMmap | DspCallKind::KernelMunmap => {
-            aee::AEE_EUNSUPPORTED
-        }
+        DspCallKind::CreateProcess
+        | DspCallKind::ReleaseProcess
+        | DspCallKind::KernelMmap
+        | DspCallKind::KernelMunmap
+        | DspCallKind::KernelMemMap
+        | DspCallKind::KernelMemUnmap
+        | DspCallKind::DspInfo => aee::AEE_EUNSUPPORTED,
     };
     result(rv, outs)
 }

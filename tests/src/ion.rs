@@ -129,7 +129,18 @@ fn alloc(sh: &Shared, st: &mut State, client: u64, a: &ion_allocation_data) -> R
             match new_buffer(len) {
                 Ok(memfd) => {
                     let buf = st.id();
-                    st.buffers.insert(buf, Buffer { memfd: Arc::new(memfd), len, handles: 1, share_fds: 0, host_maps: 0, driver_maps: 0 });
+                    let cached = a.flags & ION_FLAG_CACHED != 0;
+                    let b = Buffer {
+                        memfd: Arc::new(memfd),
+                        len,
+                        handles: 1,
+                        share_fds: 0,
+                        host_maps: 0,
+                        driver_maps: 0,
+                        cached,
+                        cpu_access: 0,
+                    };
+                    st.buffers.insert(buf, b);
                     st.ion_bytes += len;
                     let c = st.ion_clients.get_mut(&client).ok_or(Errno::EBADF)?;
                     let h = (1..).find(|h| !c.handles.contains_key(h)).unwrap_or(i32::MAX);
@@ -143,7 +154,7 @@ fn alloc(sh: &Shared, st: &mut State, client: u64, a: &ion_allocation_data) -> R
     Err(err)
 }
 
-fn new_buffer(len: u64) -> Result<OwnedFd, Errno> {
+pub(crate) fn new_buffer(len: u64) -> Result<OwnedFd, Errno> {
     let fd = rustix::fs::memfd_create("hexrpc-bench-ion", rustix::fs::MemfdFlags::CLOEXEC).map_err(|e| Errno(e.raw_os_error()))?;
     rustix::fs::ftruncate(&fd, len).map_err(|_| Errno::ENOMEM)?;
     Ok(fd)

@@ -1,5 +1,6 @@
-//! The isolated bench: a simulated msm ION 4.9 + downstream adsprpc kernel and a simulated DSP
-//! process behind hexrpc's syscall seam ([`hexrpc_drivers::Syscalls`]), so that everything above
+//! The isolated bench: a simulated kernel (msm ION 4.9 + downstream adsprpc, or dma-heap +
+//! upstream fastrpc, chosen by the board) and a simulated DSP process behind hexrpc's syscall
+//! seam ([`hexrpc_drivers::Syscalls`]), so that everything above
 //! the raw layer (HAL, runtime, CLI) can be proven without a device (design card:
 //! `shared/spec/bench.md`; driver facts: `kernel-abi.md`; protocol: `reverse-rpc.md`; entry
 //! contracts: `entry-abi.md`).
@@ -11,7 +12,8 @@
 //!   and shell; every other path goes to the real filesystem (so a reverse file service can be
 //!   tested on real temp files), and every `open` is logged. Each descriptor the bench hands out
 //!   is backed by a real one (a memfd), so numbers never collide with real descriptors.
-//! * **The kernel** ([`ion`] and [`rpc`]): every request is decoded from the
+//! * **The kernel** ([`ion`] and [`rpc`] on [`hexrpc_bsp::BENCH`]; [`dma_heap`] and
+//!   [`upstream`] on [`hexrpc_bsp::BENCH_UPSTREAM`]): every request is decoded from the
 //!   raw request number and the raw bytes behind the pointer, as `copy_from_user` would, and
 //!   answered as the driver does, errors included (ION: `ENOTTY`, `EFAULT`, `EINVAL`, `ENODEV`,
 //!   `ENOMEM`; adsprpc: -1/`EPERM` for faulting copies and missing state, positive return
@@ -83,7 +85,12 @@
 //! * an interrupt delivered while the thread is not blocked in a bench wait is lost, as a signal
 //!   would be (use [`Bench::wait_until_blocked`] in tests);
 //! * DSP-shared memory can change under the CPU on a device at any time; here it changes only
-//!   while a DSP worker runs a kernel function.
+//!   while a DSP worker runs a kernel function;
+//! * upstream kernel ([`upstream`], [`dma_heap`]): a buffer passed by fd is copied at send and
+//!   written back at completion (a device's DSP works in place); GET_DSP_INFO answers from an
+//!   invented table; the caches of a cached heap are not modelled (a missing
+//!   `DMA_BUF_IOCTL_SYNC` shows only in [`CallCounts::dsp_use_during_cpu_access`]); an invoke
+//!   before INIT is answered with `AEE_EBADSTATE` (the real root PD's answer is not known);
 //! * reverse-request context numbers and MMAP DSP addresses are unique across every simulated
 //!   process and channel (a real driver numbers them per channel), so that an answer or a MUNMAP
 //!   that reaches the wrong channel is caught ([`CallCounts::stray_answers`],
@@ -97,6 +104,7 @@
 mod account;
 mod bench;
 mod config;
+pub mod dma_heap;
 pub mod dsp;
 pub mod elf;
 pub mod entry;
@@ -106,6 +114,7 @@ pub mod measure;
 pub mod netmodel;
 pub mod rpc;
 mod state;
+pub mod upstream;
 pub mod user;
 pub mod wire;
 
@@ -117,6 +126,35 @@ pub use bench::{Bench, ReverseReply, ReverseRequest, ReverseTicket, DEFAULT_SHEL
 pub use config::{BenchConfig, CostModel};
 pub use dsp::{ReverseError, STALE_BYTE};
 pub use entry::{AccessError, EntryVersion, KernelCall, KernelFn, LibraryModel, TableKernel, BATCH_MAGIC, V2_MAGIC};
+
+/// The two bench kernels: [`hexrpc_bsp::BENCH`] (msm ION 4.9 + downstream adsprpc) and
+/// [`hexrpc_bsp::BENCH_UPSTREAM`] (dma-heap + upstream fastrpc).
+pub const KERNELS: [&hexrpc_bsp::Board; 2] = [&hexrpc_bsp::BENCH, &hexrpc_bsp::BENCH_UPSTREAM];
+
+/// Runs test functions on both bench kernels: for each `fn name(board: &'static Board)` named,
+/// generates `downstream::name` and `upstream::name` `#[test]`s that call it with
+/// [`KERNELS`]`[0]` and [`KERNELS`]`[1]`. The suites are parametrized this way, not copied.
+#[macro_export]
+macro_rules! on_both_kernels {
+    ($($name:ident),* $(,)?) => {
+        mod downstream {
+            $(
+                #[test]
+                fn $name() {
+                    super::$name($crate::KERNELS[0])
+                }
+            )*
+        }
+        mod upstream {
+            $(
+                #[test]
+                fn $name() {
+                    super::$name($crate::KERNELS[1])
+                }
+            )*
+        }
+    };
+}
 
 // The HAL hands the bench to listener and deadline threads: it must be a shareable seam.
 const _: fn() = || {

@@ -330,6 +330,16 @@ unsafe fn init<'a>(sh: &'a Shared, st: Guard<'a>, file: u64, kind: CallKind, a: 
             return (st, Ok(aee::AEE_EBADELF));
         }
     }
+    let pid = new_process(&mut st, file);
+    if let Some(f) = st.rpc_files.get_mut(&file) {
+        f.proc_id = Some(pid);
+        f.channel_epoch = Some(epoch);
+    }
+    (st, Ok(0))
+}
+
+/// A fresh DSP process for FastRPC file `file`; returns its id.
+pub(crate) fn new_process(st: &mut State, file: u64) -> u64 {
     let pid = st.id();
     st.procs.insert(
         pid,
@@ -347,11 +357,7 @@ unsafe fn init<'a>(sh: &'a Shared, st: Guard<'a>, file: u64, kind: CallKind, a: 
             shell: None,
         },
     );
-    if let Some(f) = st.rpc_files.get_mut(&file) {
-        f.proc_id = Some(pid);
-        f.channel_epoch = Some(epoch);
-    }
-    (st, Ok(0))
+    pid
 }
 
 /// Checks that the file can send to the DSP: a session, a channel (INIT), no restart since.

@@ -48,6 +48,10 @@ pub(crate) enum Access {
 pub(crate) enum DeviceKind {
     Ion,
     Rpc,
+    /// A dma-buf heap node (`/dev/dma_heap/<name>`).
+    DmaHeap,
+    /// An upstream fastrpc node (`/dev/fastrpc-cdsp`).
+    Fastrpc,
 }
 
 pub(crate) enum VNode {
@@ -62,10 +66,14 @@ pub(crate) struct VEntry {
 
 pub(crate) enum FdObj {
     Ion(u64),
+    /// A FastRPC file, downstream or upstream ([`RpcFile::upstream`]).
     Rpc(u64),
     DmaBuf(u64),
+    /// An open dma-buf heap node.
+    Heap,
     File(Arc<Vec<u8>>),
-    Dir,
+    /// A directory of the virtual file table, by its path (no trailing `/`).
+    Dir(String),
     /// A retired descriptor (`Syscalls::retire`): every ioctl is refused with ENOTTY.
     Null,
 }
@@ -93,6 +101,10 @@ pub(crate) struct Buffer {
     pub share_fds: u32,
     pub host_maps: u32,
     pub driver_maps: u32,
+    /// CPU-cached memory (ION `CACHED`, a cached dma-heap): DMA_BUF_IOCTL_SYNC matters.
+    pub cached: bool,
+    /// Open CPU accesses: `DMA_BUF_SYNC_START` minus `DMA_BUF_SYNC_END`.
+    pub cpu_access: u32,
 }
 
 impl Buffer {
@@ -127,6 +139,8 @@ pub(crate) struct DspMap {
 }
 
 pub(crate) struct RpcFile {
+    /// An upstream `/dev/fastrpc-*` file (the session and channel are bound at open).
+    pub upstream: bool,
     pub tgid: i32,
     pub cid: Option<u32>,
     pub session: bool,

@@ -10,9 +10,19 @@ use std::time::{Duration, Instant};
 use hexrpc_bench::executor::reference::{self as r, f32_bytes, f32s_of, Rng};
 use hexrpc_bench::executor::{self, build_image, model, tools_available, Flavour, ModelOptions, Stack, Toolchain};
 use hexrpc_bench::{Bench, BenchConfig, LedgerEvent};
+use hexrpc_bsp::Board;
 use hexrpc_drivers::adsprpc::{InvokeArgs, FASTRPC_ATTR_NOVA};
 use hexrpc_hal::{BufferView, Cause};
 use hexrpc_runtime::launch::{AbiVersion, BufferRef, EntryOptions, PackError, PackedLaunch, Scalar, Signature};
+
+hexrpc_bench::on_both_kernels!(
+    kernel_suite_matches_the_reference_in_both_builds,
+    expf_stays_within_its_stated_bound,
+    model_runs_through_the_stack_with_numerics_and_latency,
+    v2_handles_offset_views_where_v1_shows_the_seed_defect,
+    executor_faults_become_dsp_errors_and_recover,
+    hap_power_set_is_accepted_and_recorded
+);
 
 fn tools() -> Option<Toolchain> {
     match tools_available() {
@@ -277,10 +287,9 @@ fn suite() -> Vec<Case> {
     cases
 }
 
-#[test]
-fn kernel_suite_matches_the_reference_in_both_builds() {
+fn kernel_suite_matches_the_reference_in_both_builds(board: &'static Board) {
     let Some(tc) = tools() else { return };
-    let bench = Bench::new();
+    let bench = Bench::for_board(board);
     let stack = Stack::start(bench.clone()).expect("stack");
     let mut failures = Vec::new();
     for case in suite() {
@@ -331,10 +340,9 @@ fn hvx_builds_contain_vector_code() {
     }
 }
 
-#[test]
-fn expf_stays_within_its_stated_bound() {
+fn expf_stays_within_its_stated_bound(board: &'static Board) {
     let Some(tc) = tools() else { return };
-    let bench = Bench::new();
+    let bench = Bench::for_board(board);
     let stack = Stack::start(bench).expect("stack");
     let n = 4096usize;
     // A sweep over the normal-result range plus random points.
@@ -370,12 +378,11 @@ fn expf_stays_within_its_stated_bound() {
     run_case(&tc, &stack, &case, Flavour::Scalar).expect("expf special values");
 }
 
-#[test]
-fn model_runs_through_the_stack_with_numerics_and_latency() {
+fn model_runs_through_the_stack_with_numerics_and_latency(board: &'static Board) {
     if tools().is_none() {
         return;
     }
-    let report = executor::run_model(&ModelOptions::default()).expect("model");
+    let report = executor::run_model(&ModelOptions { board, ..ModelOptions::default() }).expect("model");
     assert_eq!(report.runs, 1000);
     assert_eq!(report.simulated.count, 1000);
     assert_eq!(report.host_wall.count, 1000);
@@ -412,10 +419,9 @@ fn v1_args(sizes: &[u32], offsets: &[u32], scalars: &[u32]) -> (Vec<u8>, Vec<u8>
     (pra0, pra1)
 }
 
-#[test]
-fn v2_handles_offset_views_where_v1_shows_the_seed_defect() {
+fn v2_handles_offset_views_where_v1_shows_the_seed_defect(board: &'static Board) {
     let Some(tc) = tools() else { return };
-    let bench = Bench::new();
+    let bench = Bench::for_board(board);
     let stack = Stack::start(bench.clone()).expect("stack");
     let sig = Signature::parse("buf,u32").unwrap();
     let (off, len) = (64usize, 256usize);
@@ -448,7 +454,7 @@ fn v2_handles_offset_views_where_v1_shows_the_seed_defect() {
     args.input(&pra0).unwrap();
     args.input(&pra1).unwrap();
     args.output(&mut timer).unwrap();
-    args.out_handle(view.fd(), FASTRPC_ATTR_NOVA).unwrap();
+    args.out_handle_sized(view.fd(), FASTRPC_ATTR_NOVA, view.lease_len() as u64).unwrap();
     v1.invoke(&mut args).expect("v1 returns 0: the defect is silent to the host");
     lease.read_at(0, &mut all).unwrap();
     assert!(all[off..off + len].iter().all(|&b| b == 12));
@@ -480,7 +486,7 @@ fn v2_handles_offset_views_where_v1_shows_the_seed_defect() {
     args.input(&pra0).unwrap();
     args.input(&pra1).unwrap();
     args.output(&mut timer).unwrap();
-    args.out_handle(far.fd(), FASTRPC_ATTR_NOVA).unwrap();
+    args.out_handle_sized(far.fd(), FASTRPC_ATTR_NOVA, far.lease_len() as u64).unwrap();
     let err = v1.invoke(&mut args).expect_err("v1 past its mapping must fault");
     assert_eq!(err.cause, Cause::DspRestart, "{err}");
     let mut all = vec![0u8; 3 * BIG];
@@ -493,10 +499,9 @@ fn v2_handles_offset_views_where_v1_shows_the_seed_defect() {
     assert!(all[BIG..2 * BIG].iter().all(|&b| b == 11) && all[..BIG].iter().chain(&all[2 * BIG..]).all(|&b| b == 10));
 }
 
-#[test]
-fn executor_faults_become_dsp_errors_and_recover() {
+fn executor_faults_become_dsp_errors_and_recover(board: &'static Board) {
     let Some(tc) = tools() else { return };
-    let bench = Bench::with_config(BenchConfig { executor_timeout: Duration::from_millis(1500), ..BenchConfig::default() });
+    let bench = Bench::with_config(BenchConfig { executor_timeout: Duration::from_millis(1500), ..BenchConfig::for_board(board) });
     let stack = Stack::start(bench.clone()).expect("stack");
     let sig = Signature::parse("buf,u32").unwrap();
     let spin = stack.open("spin", build_image(&tc, "spin_u32", "buf,u32", EntryOptions::V2, Flavour::Scalar).unwrap()).unwrap();
@@ -552,16 +557,15 @@ fn executor_faults_become_dsp_errors_and_recover() {
     args.input(&pra0).unwrap();
     args.input(&pra1).unwrap();
     args.output(&mut timer).unwrap();
-    args.out_handle(out.fd(), FASTRPC_ATTR_NOVA).unwrap();
+    args.out_handle_sized(out.fd(), FASTRPC_ATTR_NOVA, out.lease_len() as u64).unwrap();
     let err = spin.invoke(&mut args).expect_err("bad magic");
     assert_eq!(err.cause, Cause::Dsp(14), "{err}");
     assert!(stack.session().is_healthy());
 }
 
-#[test]
-fn hap_power_set_is_accepted_and_recorded() {
+fn hap_power_set_is_accepted_and_recorded(board: &'static Board) {
     let Some(tc) = tools() else { return };
-    let bench = Bench::new();
+    let bench = Bench::for_board(board);
     let stack = Stack::start(bench.clone()).expect("stack");
     // tinygrad's entry: v1 with its power request first.
     let lib = stack.open("relu_tg", build_image(&tc, "relu_f32", "buf,buf,u32", EntryOptions::TINYGRAD, Flavour::Scalar).unwrap()).unwrap();

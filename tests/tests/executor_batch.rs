@@ -11,9 +11,25 @@ use std::time::{Duration, Instant};
 
 use hexrpc_bench::executor::{self, build_table_image, tools_available, Flavour, Stack, Toolchain};
 use hexrpc_bench::{Bench, BenchConfig, CallKind, LedgerEvent};
+use hexrpc_bsp::Board;
 use hexrpc_drivers::adsprpc::InvokeArgs;
 use hexrpc_hal::{BufferView, Cause};
 use hexrpc_runtime::launch::{Batch, BatchError, BufferRef, Scalar, Signature, BATCH, MAX_ARGS, MAX_BATCH_LAUNCHES};
+
+hexrpc_bench::on_both_kernels!(
+    batches_of_1_to_64_real_kernels_cross_once_and_map_each_lease_once,
+    a_hostile_record_is_refused_by_the_real_entry_before_anything_is_mapped,
+    a_failing_kernel_mid_batch_is_reported_and_every_mapping_released,
+    the_dsp_dying_mid_batch_is_recovered
+);
+
+/// What a launch is counted as on `board`'s driver.
+fn invoke_kind(board: &Board) -> CallKind {
+    match board.abi {
+        hexrpc_bsp::KernelAbi::DownstreamMsm => CallKind::RpcInvokeAttrs,
+        hexrpc_bsp::KernelAbi::Upstream => CallKind::UpInvoke,
+    }
+}
 
 fn tools() -> Option<Toolchain> {
     match tools_available() {
@@ -45,10 +61,9 @@ fn read(v: &BufferView<'_>) -> Vec<u8> {
     b
 }
 
-#[test]
-fn batches_of_1_to_64_real_kernels_cross_once_and_map_each_lease_once() {
+fn batches_of_1_to_64_real_kernels_cross_once_and_map_each_lease_once(board: &'static Board) {
     let Some(tc) = tools() else { return };
-    let bench = Bench::new();
+    let bench = Bench::for_board(board);
     let stack = Stack::start(bench.clone()).expect("stack");
     let lib = stack.open("table", build_table_image(&tc, &TABLE, Flavour::Scalar).expect("build")).expect("open");
     let sigs = sigs();
@@ -67,9 +82,9 @@ fn batches_of_1_to_64_real_kernels_cross_once_and_map_each_lease_once() {
         }
         assert_eq!(batch.lease_count(), if k == 1 { 1 } else { 2 });
         bench.clear_ledger();
-        let invokes = bench.counts().of(CallKind::RpcInvokeAttrs);
+        let invokes = bench.counts().of(invoke_kind(board));
         assert_eq!(batch.run(&lib).map(|r| r.launches), Ok(k));
-        assert_eq!(bench.counts().of(CallKind::RpcInvokeAttrs) - invokes, 1);
+        assert_eq!(bench.counts().of(invoke_kind(board)) - invokes, 1);
         assert_eq!(
             maps(&bench),
             (batch.lease_count(), batch.lease_count()),
@@ -99,10 +114,9 @@ fn batches_of_1_to_64_real_kernels_cross_once_and_map_each_lease_once() {
     assert_eq!(read(&v), vec![1; 10]);
 }
 
-#[test]
-fn a_hostile_record_is_refused_by_the_real_entry_before_anything_is_mapped() {
+fn a_hostile_record_is_refused_by_the_real_entry_before_anything_is_mapped(board: &'static Board) {
     let Some(tc) = tools() else { return };
-    let bench = Bench::new();
+    let bench = Bench::for_board(board);
     let stack = Stack::start(bench.clone()).expect("stack");
     let lib = stack.open("table", build_table_image(&tc, &TABLE, Flavour::Scalar).expect("build")).expect("open");
     let sigs = sigs();
@@ -125,7 +139,7 @@ fn a_hostile_record_is_refused_by_the_real_entry_before_anything_is_mapped() {
         let mut status = [0u8; 24];
         let mut args = InvokeArgs::<'_, MAX_ARGS>::new(BATCH.method).unwrap();
         args.input(&pra0).unwrap().input(&leases).unwrap().output(&mut status).unwrap();
-        args.out_handle(lease.fd(), BATCH.handle_attr).unwrap();
+        args.out_handle_sized(lease.fd(), BATCH.handle_attr, lease.len() as u64).unwrap();
         let err = lib.invoke(&mut args).expect_err(what);
         assert_eq!(err.cause, Cause::Dsp(14), "{what}: {err}");
         assert_eq!(maps(&bench), (0, 0), "{what}: nothing mapped");
@@ -134,10 +148,9 @@ fn a_hostile_record_is_refused_by_the_real_entry_before_anything_is_mapped() {
     assert_eq!(batch.run(&lib).map(|r| r.launches), Ok(2));
 }
 
-#[test]
-fn a_failing_kernel_mid_batch_is_reported_and_every_mapping_released() {
+fn a_failing_kernel_mid_batch_is_reported_and_every_mapping_released(board: &'static Board) {
     let Some(tc) = tools() else { return };
-    let bench = Bench::new();
+    let bench = Bench::for_board(board);
     let stack = Stack::start(bench.clone()).expect("stack");
     let lib = stack.open("table", build_table_image(&tc, &TABLE, Flavour::Scalar).expect("build")).expect("open");
     let sigs = sigs();
@@ -166,10 +179,9 @@ fn a_failing_kernel_mid_batch_is_reported_and_every_mapping_released() {
     assert_eq!(read(&y), vec![1; 16]);
 }
 
-#[test]
-fn the_dsp_dying_mid_batch_is_recovered() {
+fn the_dsp_dying_mid_batch_is_recovered(board: &'static Board) {
     let Some(tc) = tools() else { return };
-    let bench = Bench::with_config(BenchConfig { executor_timeout: Duration::from_millis(1500), ..BenchConfig::default() });
+    let bench = Bench::with_config(BenchConfig { executor_timeout: Duration::from_millis(1500), ..BenchConfig::for_board(board) });
     let stack = Stack::start(bench.clone()).expect("stack");
     let lib = stack.open("table", build_table_image(&tc, &TABLE, Flavour::Scalar).expect("build")).expect("open");
     let sigs = sigs();

@@ -15,10 +15,22 @@ use std::time::Instant;
 use hexrpc_bench::executor::reference::{f32_bytes, f32s_of};
 use hexrpc_bench::executor::{self, model, tools_available, Stack, Toolchain};
 use hexrpc_bench::Bench;
+use hexrpc_bsp::Board;
 use hexrpc_drivers::aee;
 use hexrpc_hal::{Cause, Stage};
 use hexrpc_runtime::launch::build::{build_library, BuildOptions, DSP_PROVIDED_SYMBOLS};
 use hexrpc_runtime::launch::{write_entry, AbiVersion, BufferRef, EntryOptions, LibraryRecord, PackedLaunch, Scalar, Signature};
+
+hexrpc_bench::on_both_kernels!(
+    build_lib_output_runs_through_hal_and_runtime_with_offset_views,
+    two_libraries_in_one_process_close_and_reopen,
+    tinygrad_layout_loads_and_runs,
+    every_refusal_reaches_the_caller_with_its_reason,
+    a_loader_fault_is_a_dsp_restart_and_recovery_works,
+    shell_libm_and_division_helpers_meet_their_stated_bounds,
+    read_only_segments_are_protected,
+    a_hanging_constructor_is_bounded
+);
 
 fn tools() -> Option<Toolchain> {
     match tools_available() {
@@ -131,15 +143,14 @@ fn shell_exports_are_what_build_lib_allows() {
     assert_eq!(exported, allowed);
 }
 
-#[test]
-fn build_lib_output_runs_through_hal_and_runtime_with_offset_views() {
+fn build_lib_output_runs_through_hal_and_runtime_with_offset_views(board: &'static Board) {
     let Some(tc) = tools() else { return };
     let dir = work("buildlib");
     let image = build_suite(&tc, &dir, "add_f32", "buf,buf,buf,u32", EntryOptions::V2);
     let rec = LibraryRecord::find(image).unwrap().expect("build record");
     assert_eq!((rec.signature(), rec.abi()), ("buf,buf,buf,u32", AbiVersion::V2));
     assert!(executor::is_shared_library(image));
-    let bench = Bench::new();
+    let bench = Bench::for_board(board);
     let stack = Stack::start(bench.clone()).expect("stack");
     // The shell executable is built (or found in the cache) first: the figure is the load only.
     executor::build_shell(&tc).expect("shell");
@@ -177,13 +188,12 @@ fn build_lib_output_runs_through_hal_and_runtime_with_offset_views() {
     drop(again);
 }
 
-#[test]
-fn two_libraries_in_one_process_close_and_reopen() {
+fn two_libraries_in_one_process_close_and_reopen(board: &'static Board) {
     let Some(tc) = tools() else { return };
     let dir = work("two");
     let add = build_suite(&tc, &dir, "add_f32", "buf,buf,buf,u32", EntryOptions::V2);
     let bump = build_suite(&tc, &dir, "bump_u8", "buf,u32", EntryOptions::V2);
-    let bench = Bench::new();
+    let bench = Bench::for_board(board);
     let stack = Stack::start(bench.clone()).expect("stack");
     let la = stack.open("add", add).unwrap();
     let lb = stack.open("bump", bump).unwrap();
@@ -231,14 +241,13 @@ fn two_libraries_in_one_process_close_and_reopen() {
     assert_eq!(bench.snapshot().loaded_libraries, 0);
 }
 
-#[test]
-fn tinygrad_layout_loads_and_runs() {
+fn tinygrad_layout_loads_and_runs(board: &'static Board) {
     let Some(tc) = tools() else { return };
     let dir = work("tinygrad");
     let src = entry_and_kernel("buf,buf,u32", "scale", SCALE, &EntryOptions::TINYGRAD);
     let image = build_tinygrad_style(&tc, &dir, "tinylib", &src).expect("tinygrad-style build");
     assert_eq!(LibraryRecord::find(image), Ok(None), "no build record in a library built by others");
-    let bench = Bench::new();
+    let bench = Bench::for_board(board);
     let stack = Stack::start(bench.clone()).expect("stack");
     let lib = stack.open("tinylib", image).expect("open a tinygrad-layout .so");
     let mut input = stack.session().alloc(4096).unwrap();
@@ -307,11 +316,10 @@ fn patch_first_reloc(image: &[u8], patch: impl Fn(u32, u32) -> (u32, u32)) -> Ve
     img
 }
 
-#[test]
-fn every_refusal_reaches_the_caller_with_its_reason() {
+fn every_refusal_reaches_the_caller_with_its_reason(board: &'static Board) {
     let Some(tc) = tools() else { return };
     let dir = work("refusals");
-    let bench = Bench::new();
+    let bench = Bench::for_board(board);
     let stack = Stack::start(bench.clone()).expect("stack");
 
     // An import the shell does not export: refused with the symbol's name.
@@ -361,8 +369,7 @@ fn every_refusal_reaches_the_caller_with_its_reason() {
     assert_eq!(bench.snapshot().loaded_libraries, 0);
 }
 
-#[test]
-fn a_loader_fault_is_a_dsp_restart_and_recovery_works() {
+fn a_loader_fault_is_a_dsp_restart_and_recovery_works(board: &'static Board) {
     let Some(tc) = tools() else { return };
     let dir = work("fault");
     // A constructor (a DT_INIT_ARRAY entry: clang's Hexagon target puts `constructor` functions
@@ -378,7 +385,7 @@ fn a_loader_fault_is_a_dsp_restart_and_recovery_works() {
     );
     let boom = build_tinygrad_style(&tc, &dir, "boom", &boom).unwrap();
     let add = build_suite(&tc, &dir, "add_f32", "buf,buf,buf,u32", EntryOptions::V2);
-    let bench = Bench::new();
+    let bench = Bench::for_board(board);
     let stack = Stack::start(bench.clone()).expect("stack");
     let before = stack.open("add", add).expect("a library before the fault");
     let pid_before = executor::executors(&bench)[0].os_pid;
@@ -451,8 +458,7 @@ fn ulps(got: f32, want: f64) -> u32 {
 
 /// The shell's exports work as stated in hrx_libc.c: libm accuracy against f64, integer helpers
 /// exactly as C division.
-#[test]
-fn shell_libm_and_division_helpers_meet_their_stated_bounds() {
+fn shell_libm_and_division_helpers_meet_their_stated_bounds(board: &'static Board) {
     let Some(tc) = tools() else { return };
     let dir = work("libm");
     let src = dir.join("mathk.c");
@@ -476,7 +482,7 @@ fn shell_libm_and_division_helpers_meet_their_stated_bounds() {
     let fsqrt = build_with("fsqrt", "buf,buf,u32", "-ffast-math");
     let fsqrt_imports = hexrpc_runtime::launch::build::parse_elf(fsqrt).unwrap().imports;
     assert!(fsqrt_imports.iter().any(|i| i == "__hexagon_sqrtf"), "{fsqrt_imports:?}");
-    let bench = Bench::new();
+    let bench = Bench::for_board(board);
     let stack = Stack::start(bench.clone()).expect("stack");
 
     // Floats: a sweep plus special values.
@@ -665,8 +671,7 @@ fn shell_libm_and_division_helpers_meet_their_stated_bounds() {
 
 /// PT_LOAD segments are protected: a kernel that writes into its own read-only data (a 64 KiB
 /// page holding nothing but `.rodata`) faults, which is a DSP restart; reading it works.
-#[test]
-fn read_only_segments_are_protected() {
+fn read_only_segments_are_protected(board: &'static Board) {
     let Some(tc) = tools() else { return };
     let dir = work("protect");
     let src = dir.join("scribble.c");
@@ -683,7 +688,7 @@ fn read_only_segments_are_protected() {
     let opts = BuildOptions { clang: tc.clang.clone(), lld: tc.lld.clone(), ..BuildOptions::default() };
     build_library(&src, &Signature::parse("buf,u32").unwrap(), &out, &opts).expect("build-lib");
     let image = leak(std::fs::read(&out).unwrap());
-    let bench = Bench::new();
+    let bench = Bench::for_board(board);
     let stack = Stack::start(bench.clone()).expect("stack");
     let lib = stack.open("scribble", image).unwrap();
     let lease = stack.session().alloc(4096).unwrap();
@@ -703,8 +708,7 @@ fn read_only_segments_are_protected() {
 
 /// A constructor that never returns is bounded by the executor timeout: the shell is killed, the
 /// DSP restarts, and recovery works.
-#[test]
-fn a_hanging_constructor_is_bounded() {
+fn a_hanging_constructor_is_bounded(board: &'static Board) {
     let Some(tc) = tools() else { return };
     let dir = work("hang");
     let src = entry_and_kernel(
@@ -718,8 +722,10 @@ fn a_hanging_constructor_is_bounded() {
     );
     let spin = build_tinygrad_style(&tc, &dir, "spin", &src).unwrap();
     let good = build_tinygrad_style(&tc, &dir, "good", &entry_and_kernel("buf,buf,u32", "scale", SCALE, &EntryOptions::V2)).unwrap();
-    let bench =
-        Bench::with_config(hexrpc_bench::BenchConfig { executor_timeout: std::time::Duration::from_millis(1500), ..Default::default() });
+    let bench = Bench::with_config(hexrpc_bench::BenchConfig {
+        executor_timeout: std::time::Duration::from_millis(1500),
+        ..hexrpc_bench::BenchConfig::for_board(board)
+    });
     let stack = Stack::start(bench.clone()).expect("stack");
     executor::build_shell(&tc).unwrap();
     let t0 = Instant::now();

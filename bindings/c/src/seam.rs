@@ -4,7 +4,7 @@
 use core::ffi::{c_void, CStr};
 use core::ptr::NonNull;
 
-use hexrpc_drivers::{BorrowedFd, Errno, Fd, FileStat, OpenFlags, OwnedFd, Prot, RustixSys, Syscalls};
+use hexrpc_drivers::{BorrowedFd, Errno, Fd, FileStat, OpenAt, OpenFlags, OwnedFd, Prot, RustixSys, Syscalls};
 
 /// One seam type for every kind of session, so that sessions, leases and libraries of every
 /// kind share one set of handle types.
@@ -43,11 +43,18 @@ impl Seam {
     }
 }
 
-// SAFETY: every call is forwarded unchanged to a seam that upholds the contract (RustixSys, the
+// Every method of the trait is forwarded, defaulted ones included (so the inner seam's own
+// implementations are used). SAFETY: every call is forwarded unchanged to a seam that upholds the contract (RustixSys, the
 // bench); the returning variant's INVOKE_ATTRS goes to NullSys, which touches no memory at all.
 unsafe impl Syscalls for Seam {
     fn open(&self, path: &CStr, flags: OpenFlags) -> Result<OwnedFd, Errno> {
         self.inner().open(path, flags)
+    }
+    fn open_at(&self, dir: Option<Fd>, path: &CStr, how: OpenAt) -> Result<OwnedFd, Errno> {
+        self.inner().open_at(dir, path, how)
+    }
+    fn stat_at(&self, dir: Fd, name: &CStr) -> Result<FileStat, Errno> {
+        self.inner().stat_at(dir, name)
     }
     fn close(&self, fd: OwnedFd) -> Result<(), Errno> {
         self.inner().close(fd)

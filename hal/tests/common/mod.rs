@@ -14,9 +14,27 @@ use hexrpc_runtime::ServedSession;
 /// A served session on the bench.
 pub type Rig = ServedSession<Bench>;
 
-/// Starts a served session on the bench with the bench board's policy.
+/// Starts a served session on the bench (either kernel) with the bench board's policy.
 pub fn start(bench: &Bench) -> Result<Rig, hexrpc_runtime::StartError> {
-    ServedSession::start(bench.clone(), &DeviceAccess::for_bench(), FilePolicy::for_board(bench.board()).expect("bench policy"))
+    let access = DeviceAccess::for_bench_board(bench.board()).expect("a bench board");
+    ServedSession::start(bench.clone(), &access, FilePolicy::for_board(bench.board()).expect("bench policy"))
+}
+
+/// The bench's invoke request on `board`'s driver (what a launch is counted as).
+pub fn invoke_kind(board: &hexrpc_bsp::Board) -> hexrpc_bench::CallKind {
+    match board.abi {
+        hexrpc_bsp::KernelAbi::DownstreamMsm => hexrpc_bench::CallKind::RpcInvokeAttrs,
+        hexrpc_bsp::KernelAbi::Upstream => hexrpc_bench::CallKind::UpInvoke,
+    }
+}
+
+/// What (re)building a session fails with while the DSP is down: downstream INIT is refused
+/// with `ENOTCONN`; the upstream node does not exist (`ENOENT`).
+pub fn dsp_down_errno(board: &hexrpc_bsp::Board) -> hexrpc_drivers::Errno {
+    match board.abi {
+        hexrpc_bsp::KernelAbi::DownstreamMsm => hexrpc_drivers::Errno::ENOTCONN,
+        hexrpc_bsp::KernelAbi::Upstream => hexrpc_drivers::Errno::ENOENT,
+    }
 }
 
 /// A library image the bench runs as `model` (leaked: images are `'static`).

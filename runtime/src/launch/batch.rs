@@ -373,7 +373,8 @@ impl<'a> Batch<'a> {
         BATCH.status(&self.status)
     }
 
-    /// The argument list: pra 0 and pra 1 in, the status out, one out-handle per lease. Clears
+    /// The argument list: pra 0 and pra 1 in, the status out, one out-handle per lease (with its
+    /// length, which the upstream driver's translation needs). Clears
     /// the status first. Borrows the batch (and through `'a` every buffer) while it lives.
     pub fn invoke_args(&mut self) -> Result<InvokeArgs<'_, MAX_ARGS>, ArgsError> {
         self.status = [0; 24];
@@ -381,8 +382,8 @@ impl<'a> Batch<'a> {
         args.input(&self.pra0[..BATCH.pra0_len(self.used)])?;
         args.input(&self.pra1[..BATCH.pra1_len(self.leases)])?;
         args.output(&mut self.status)?;
-        for fd in &self.fds[..self.leases] {
-            args.out_handle(*fd, BATCH.handle_attr)?;
+        for (fd, len) in self.fds[..self.leases].iter().zip(&self.lease_lens[..self.leases]) {
+            args.out_handle_sized(*fd, BATCH.handle_attr, *len)?;
         }
         Ok(args)
     }

@@ -202,6 +202,8 @@ pub struct PackedLaunch<'a, const SLOTS: usize = DEFAULT_SLOTS> {
     views: [[u8; 8]; MAX_BUFFERS],
     timer: [u8; 8],
     fds: [Fd; MAX_BUFFERS],
+    /// Each buffer's lease length (the upstream driver maps a handle with its length).
+    lease_lens: [u64; MAX_BUFFERS],
     _buffers: PhantomData<&'a ()>,
 }
 
@@ -266,6 +268,7 @@ impl<'a, const SLOTS: usize> PackedLaunch<'a, SLOTS> {
             views: [[0; 8]; MAX_BUFFERS],
             timer: [0; 8],
             fds: [Fd(-1); MAX_BUFFERS],
+            lease_lens: [0; MAX_BUFFERS],
             _buffers: PhantomData,
         };
         let pra0 = p.slots.as_flattened_mut();
@@ -282,6 +285,7 @@ impl<'a, const SLOTS: usize> PackedLaunch<'a, SLOTS> {
                 put_u32(pra1, at, b.lease_len as u32);
             }
             p.fds[i] = b.fd;
+            p.lease_lens[i] = b.lease_len;
         }
         for (j, s) in scalars.iter().enumerate() {
             let at = layout.scalar_offset(n, j);
@@ -332,7 +336,8 @@ impl<'a, const SLOTS: usize> PackedLaunch<'a, SLOTS> {
     }
 
     /// The argument list for [`invoke_attrs`]: pra 0 and pra 1 as input buffers, pra 2 as the
-    /// output buffer, each buffer's fd as an output handle with `FASTRPC_ATTR_NOVA`. It borrows
+    /// output buffer, each buffer's fd as an output handle with `FASTRPC_ATTR_NOVA` (and its lease
+    /// length, which only the upstream driver's translation uses). It borrows
     /// this launch (and so, through `'a`, every buffer) until it is dropped.
     pub fn invoke_args(&mut self) -> Result<InvokeArgs<'_, MAX_ARGS>, ArgsError> {
         let (n, s, layout) = (self.buffer_count(), self.scalar_count(), self.layout);
@@ -340,8 +345,8 @@ impl<'a, const SLOTS: usize> PackedLaunch<'a, SLOTS> {
         args.input(&self.slots.as_flattened()[..layout.pra0_len(n, s)])?;
         args.input(&self.views.as_flattened()[..layout.pra1_len(n)])?;
         args.output(&mut self.timer[..layout.timer_len])?;
-        for fd in &self.fds[..n] {
-            args.out_handle(*fd, layout.handle_attr)?;
+        for (fd, len) in self.fds[..n].iter().zip(&self.lease_lens[..n]) {
+            args.out_handle_sized(*fd, layout.handle_attr, *len)?;
         }
         Ok(args)
     }

@@ -4,9 +4,11 @@
 //! The transport is a trait ([`ListenerTransport`]) so that the loop's policy can be tested
 //! without a kernel; [`FastRpcTransport`] is the real one, on the drivers' typed `invoke`.
 
+use hexrpc_bsp::KernelAbi;
 use hexrpc_drivers::adsprpc::{self, InvokeArgs, FASTRPC_STATIC_HANDLE_LISTENER};
 use hexrpc_drivers::aee::{AEE_EFAILED, AEE_EINTERRUPTED, DSP_AEE_EOFFSET};
 use hexrpc_drivers::listener::{listener_get_in_bufs2_in, listener_next2_in, listener_next2_out};
+use hexrpc_drivers::upstream;
 use hexrpc_drivers::{BorrowedFd, Errno, Error, Fd, Scalars, Syscalls};
 use zerocopy::IntoBytes;
 
@@ -36,9 +38,15 @@ pub trait ListenerTransport {
 /// call's buffers), unless the transport's `abandon` condition holds: then the drivers retire
 /// the descriptor before `EINTR` is returned, so the parked call can never write into buffers
 /// that are gone, and the channel is finished (see `hexrpc_drivers::adsprpc::invoke_abandonable`).
+///
+/// On the upstream driver ([`for_kernel`](Self::for_kernel) with [`KernelAbi::Upstream`]) the
+/// same calls go out as upstream INVOKEs; an interrupted one is not resumable there and returns
+/// `EINTR`.
 pub struct FastRpcTransport<'s, S: Syscalls + ?Sized> {
     sys: &'s S,
     fd: Fd,
+    /// The FastRPC driver the descriptor belongs to.
+    abi: KernelAbi,
     /// Set when the transport may abandon (retire) the descriptor: a borrow from its owner.
     owned: Option<(BorrowedFd<'s>, &'s dyn Fn() -> bool)>,
 }
@@ -47,16 +55,26 @@ impl<'s, S: Syscalls + ?Sized> FastRpcTransport<'s, S> {
     /// The listener of the session on `fd` (init2 already sent); an interrupted call is always
     /// resumed.
     pub fn new(sys: &'s S, fd: Fd) -> Self {
-        FastRpcTransport { sys, fd, owned: None }
+        FastRpcTransport { sys, fd, abi: KernelAbi::DownstreamMsm, owned: None }
     }
 
     /// The listener on `fd` that abandons an interrupted call (retiring `fd`, which it borrows
     /// from its owner for that) when `abandon()` holds, e.g. once a stop was requested.
     pub fn with_abandon(sys: &'s S, fd: BorrowedFd<'s>, abandon: &'s dyn Fn() -> bool) -> Self {
-        FastRpcTransport { sys, fd: fd.raw(), owned: Some((fd, abandon)) }
+        FastRpcTransport { sys, fd: fd.raw(), abi: KernelAbi::DownstreamMsm, owned: Some((fd, abandon)) }
+    }
+
+    /// [`with_abandon`](Self::with_abandon) on the FastRPC driver `abi` (the board's). Upstream,
+    /// an interrupted call returns `EINTR` (nothing is retired: the driver never resumes it).
+    pub fn for_kernel(sys: &'s S, fd: BorrowedFd<'s>, abi: KernelAbi, abandon: &'s dyn Fn() -> bool) -> Self {
+        FastRpcTransport { sys, fd: fd.raw(), abi, owned: Some((fd, abandon)) }
     }
 
     fn invoke<const CAP: usize>(&self, args: &mut InvokeArgs<'_, CAP>) -> Result<(), Error> {
+        if self.abi == KernelAbi::Upstream {
+            let mut up = upstream::InvokeArgs::<'_, CAP>::from_downstream(args, |_| None).map_err(|_| Error::Invalid)?;
+            return upstream::invoke(self.sys, upstream::FastrpcFd::from_raw(self.fd), FASTRPC_STATIC_HANDLE_LISTENER, &mut up);
+        }
         match self.owned {
             Some((fd, abandon)) => adsprpc::invoke_abandonable(self.sys, fd, FASTRPC_STATIC_HANDLE_LISTENER, args, abandon),
             None => adsprpc::invoke(self.sys, self.fd, FASTRPC_STATIC_HANDLE_LISTENER, args),

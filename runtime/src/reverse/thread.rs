@@ -92,7 +92,7 @@ impl<S: Syscalls + Send + Sync + 'static> ReverseService<'static, S> {
             service.set_rpc_fd(channel.raw());
             let outcome = match channel.as_fd() {
                 Some(fd) => {
-                    let mut t = FastRpcTransport::with_abandon(service.sys(), fd, &stop);
+                    let mut t = FastRpcTransport::for_kernel(service.sys(), fd, service.kernel_abi(), &stop);
                     service.serve(&mut t, &mut buffers.as_buffers())
                 }
                 None => ServeOutcome::Failed(hexrpc_drivers::Error::Os(hexrpc_drivers::Errno::EBADF)),
@@ -205,7 +205,7 @@ impl<S: Syscalls + Clone + Send + Sync + 'static> ReverseService<'static, S> {
                 // Leave when stopped, or when the session no longer publishes this channel.
                 let leave = || service.stop.is_requested() || !ch.is_current();
                 let mut t = SessionTransport {
-                    inner: FastRpcTransport::with_abandon(service.sys(), fd, &leave),
+                    inner: FastRpcTransport::for_kernel(service.sys(), fd, service.kernel_abi(), &leave),
                     stop: &service.stop,
                     abandoned: false,
                 };

@@ -103,7 +103,8 @@ impl Stack {
     /// Starts a session on `bench` and the reverse service for it.
     pub fn start(bench: Bench) -> Result<Stack, ModelError> {
         let policy = FilePolicy::for_board(bench.board()).map_err(|e| ModelError::Service(format!("{e:?}")))?;
-        let served = ServedSession::start(bench.clone(), &DeviceAccess::for_bench(), policy).map_err(|e| match e {
+        let access = DeviceAccess::for_bench_board(bench.board()).ok_or_else(|| ModelError::Service("not a bench board".into()))?;
+        let served = ServedSession::start(bench.clone(), &access, policy).map_err(|e| match e {
             StartError::Session(h) => ModelError::Hal(h),
             StartError::Thread(t) => ModelError::Service(t.to_string()),
         })?;
@@ -194,6 +195,8 @@ pub struct ModelOptions {
     pub cost: CostModel,
     /// Kernel build flavour.
     pub flavour: Flavour,
+    /// The bench board (kernel) to run on: [`hexrpc_bsp::BENCH`] or [`hexrpc_bsp::BENCH_UPSTREAM`].
+    pub board: &'static hexrpc_bsp::Board,
 }
 
 impl Default for ModelOptions {
@@ -202,6 +205,7 @@ impl Default for ModelOptions {
             runs: 1000,
             cost: CostModel { per_crossing: Duration::from_micros(60), per_kib_copied: Duration::from_micros(2), sleep: false },
             flavour: Flavour::Scalar,
+            board: &hexrpc_bsp::BENCH,
         }
     }
 }
@@ -403,7 +407,7 @@ pub fn run_model(opts: &ModelOptions) -> Result<ModelReport, ModelError> {
     }
     let table_image = build_table_image(&tc, &NODES, opts.flavour)?;
     let sigs: Vec<Signature> = images.iter().map(|i| i.1).collect();
-    let bench = Bench::with_config(BenchConfig { cost: opts.cost, ..BenchConfig::default() });
+    let bench = Bench::with_config(BenchConfig { cost: opts.cost, ..BenchConfig::for_board(opts.board) });
     let stack = Stack::start(bench.clone())?;
     let libs = images.iter().map(|(k, _, img)| stack.open(k, img)).collect::<Result<Vec<_>, _>>()?;
     let table = stack.open("model_table", table_image)?;

@@ -1,0 +1,115 @@
+//! The FastRPC driver behind a session, chosen by the board ([`KernelAbi`]): every call the HAL
+//! makes into the DSP goes through here, so the stages and the session are written once.
+//!
+//! The session's API takes the downstream argument list ([`adsprpc::InvokeArgs`]: `remote_arg`
+//! records plus `fds[]`/`attrs[]`); on an upstream board it is translated, without allocating,
+//! into per-argument `{ptr, length, fd, attr}` records
+//! ([`upstream::InvokeArgs::from_downstream`]) and sent with the upstream request numbers on the
+//! upstream descriptor type. How the two drivers differ, as the HAL sees it:
+//!
+//! | | downstream `/dev/adsprpc-smd` | upstream `/dev/fastrpc-cdsp` |
+//! |---|---|---|
+//! | channel | open, GETINFO(channel), CONTROL kalloc | open the domain's node (session taken at open) |
+//! | process | INIT(CREATE) from the shell buffer | INIT_CREATE with the board's `process_attrs` (unsigned PD) |
+//! | listener | INVOKE handle 3 on the same fd | the same |
+//! | buffers | handles by fd with `FASTRPC_ATTR_NOVA` | handles by fd, attribute 0, length = the lease's (mapped per call) |
+//! | out-buffers after a DSP error | not copied back | copied back (zeroed bytes) |
+//! | DSP restart | +`ECONNRESET` / `ECONNRESET` | `EPIPE`; the node is gone until the DSP is back |
+//! | interrupted call (deadline) | parked; resumable, so the fd is retired first | returns `EINTR`, never resumed |
+//! | kernel messages | no timeout | 10 s, then `ETIMEDOUT` |
+//!
+//! Persistent maps (`MEM_MAP`): the HAL does not make any. Every buffer the DSP touches is a
+//! handle argument of the call that uses it, which the upstream driver maps for that call (the
+//! v1/v2 entries `HAP_mmap` it and unmap it before returning); apps_mem's `request_map64` uses
+//! `MMAP` (kernel pages), as downstream. A DSP-side design that keeps a buffer mapped across
+//! calls would use `hexrpc_drivers::upstream::mem_map` / `mem_unmap`, which the session does not
+//! offer today.
+//!
+//! Both restart signals are [`Cause::DspRestart`](crate::Cause::DspRestart)
+//! (`Error::is_dsp_restart`); recovery is the same (close, reopen, rebuild), except that an
+//! upstream node can be missing (`ENOENT`) for a while, which the recovery's retries absorb.
+
+use hexrpc_bsp::{Board, KernelAbi};
+use hexrpc_drivers::upstream::{self, FastrpcFd};
+use hexrpc_drivers::{adsprpc, BorrowedFd, Errno, Error, Fd, Mapping, Syscalls};
+
+fn no_handles(_: Fd) -> Option<u64> {
+    None
+}
+
+/// Binds a freshly opened FastRPC descriptor to the board's channel. Returns the info word
+/// (bit 0: the session has an SMMU): GETINFO downstream; upstream every session is an SMMU
+/// context bank, so 1.
+pub(crate) fn bind_channel<S: Syscalls + ?Sized>(sys: &S, board: &Board, rpc: Fd) -> Result<u32, Error> {
+    match board.abi {
+        KernelAbi::DownstreamMsm => {
+            let info = adsprpc::getinfo(sys, rpc, board.channel)?;
+            adsprpc::control_kalloc(sys, rpc)?;
+            Ok(info)
+        }
+        KernelAbi::Upstream => Ok(adsprpc::FASTRPC_INFO_SMMU),
+    }
+}
+
+/// Creates the user process from the shell (`len` bytes of `shell`, a mapping of `shell_fd`).
+pub(crate) fn create_process<S: Syscalls + ?Sized, M: Syscalls>(
+    sys: &S,
+    board: &Board,
+    rpc: Fd,
+    shell: &Mapping<M>,
+    shell_fd: Fd,
+    len: u32,
+) -> Result<(), Error> {
+    match board.abi {
+        KernelAbi::DownstreamMsm => adsprpc::init(sys, rpc, adsprpc::FASTRPC_INIT_CREATE, shell, shell_fd, len),
+        KernelAbi::Upstream => upstream::init_create(sys, FastrpcFd::from_raw(rpc), shell, shell_fd, len, board.process_attrs, 0),
+    }
+}
+
+/// A call without handle arguments (remotectl, the listener, process exit). Downstream it is
+/// resumed when interrupted; upstream an interruption returns `EINTR`.
+pub(crate) fn invoke<S: Syscalls + ?Sized, const CAP: usize>(
+    sys: &S,
+    board: &Board,
+    rpc: Fd,
+    handle: u32,
+    args: &mut adsprpc::InvokeArgs<'_, CAP>,
+) -> Result<(), Error> {
+    match board.abi {
+        KernelAbi::DownstreamMsm => adsprpc::invoke(sys, rpc, handle, args),
+        KernelAbi::Upstream => {
+            let mut up = upstream::InvokeArgs::<'_, CAP>::from_downstream(args, no_handles).map_err(|_| Error::Invalid)?;
+            upstream::invoke(sys, FastrpcFd::from_raw(rpc), handle, &mut up)
+        }
+    }
+}
+
+/// A library call with buffer handles (a kernel launch; on the upstream driver every handle
+/// needs its buffer length, which the runtime's packer gives with `out_handle_sized`),
+/// abandoned when interrupted while
+/// `abandon()` is true: downstream the descriptor is retired first (the parked call could
+/// otherwise be resumed into buffers that are gone); upstream nothing is resumed, so `EINTR`
+/// is returned as it is. An `EINTR` upstream while `abandon()` is false (a stray signal) is
+/// returned too: the call cannot be resumed and may still run on the DSP.
+pub(crate) fn invoke_handles<S: Syscalls + ?Sized, const CAP: usize>(
+    sys: &S,
+    board: &Board,
+    rpc: BorrowedFd<'_>,
+    handle: u32,
+    args: &mut adsprpc::InvokeArgs<'_, CAP>,
+    abandon: &dyn Fn() -> bool,
+) -> Result<(), Error> {
+    match board.abi {
+        KernelAbi::DownstreamMsm => adsprpc::invoke_attrs_abandonable(sys, rpc, handle, args, abandon),
+        KernelAbi::Upstream => {
+            let mut up = upstream::InvokeArgs::<'_, CAP>::from_downstream(args, no_handles).map_err(|_| Error::Invalid)?;
+            match upstream::invoke(sys, FastrpcFd::from_raw(rpc.raw()), handle, &mut up) {
+                Err(Error::Os(Errno::EINTR)) if !abandon() => {
+                    log::warn!("an upstream FastRPC call was interrupted by a signal that was not a deadline; it cannot be resumed");
+                    Err(Error::Os(Errno::EINTR))
+                }
+                r => r,
+            }
+        }
+    }
+}
