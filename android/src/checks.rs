@@ -195,7 +195,7 @@ pub fn reclamation() -> Outcome {
     ))
 }
 
-fn remotectl_open(bench: &Bench, fd: Fd, module: &str) -> Result<u32, String> {
+pub(crate) fn remotectl_open(bench: &Bench, fd: Fd, module: &str) -> Result<u32, String> {
     let name = format!("{module}\0");
     let mut prim = Vec::new();
     prim.extend_from_slice(&(name.len() as u32).to_le_bytes());
@@ -211,7 +211,7 @@ fn remotectl_open(bench: &Bench, fd: Fd, module: &str) -> Result<u32, String> {
     Ok(u32::from_le_bytes([outs[0][0], outs[0][1], outs[0][2], outs[0][3]]))
 }
 
-fn fopen(bench: &Bench, fd: Fd, apps_std_handle: u32, name: &str, mode: &str) -> Result<i32, String> {
+pub(crate) fn fopen(bench: &Bench, fd: Fd, apps_std_handle: u32, name: &str, mode: &str) -> Result<i32, String> {
     let (env, delim, fname, mode) = ("ADSP_LIBRARY_PATH\0", ";\0", format!("{name}\0"), format!("{mode}\0"));
     let mut prim = Vec::new();
     for l in [env.len(), delim.len(), fname.len(), mode.len()] {
@@ -354,4 +354,73 @@ pub fn concurrency() -> Outcome {
             took.as_secs_f64() * 1e3
         ),
     ))
+}
+
+/// The device checks on the bench with the device test library's kernel played by a scripted
+/// DSP model (used when the executor cannot run the built library here): the same operations as
+/// `android/devicelib/hexrpc_selftest.c`; its `fopen` is sent through the listener as reverse
+/// requests to `apps_std`, exactly as the DSP's C library does for a library's `fopen`.
+pub fn scripted_device_target() -> (crate::device::Target<Bench>, crate::device::DeviceLibrary) {
+    use crate::device::{DeviceLibrary, Target, NAME, OP_ADD, OP_FOPEN, OP_SPIN};
+    use std::sync::atomic::{AtomicI32, Ordering};
+    use std::sync::Arc;
+    let listener = Arc::new(AtomicI32::new(-1));
+    let cell = listener.clone();
+    let make = move || {
+        let bench = Bench::new();
+        let weak = bench.downgrade();
+        let fd_cell = cell.clone();
+        bench.register_library(
+            NAME,
+            LibraryModel::new(EntryVersion::V2, 2, 3, move |k| {
+                let (n, op, arg) =
+                    (k.scalar_u32(0).unwrap_or(0) as usize, k.scalar_u32(1).unwrap_or(u32::MAX), k.scalar_u32(2).unwrap_or(0));
+                match op {
+                    OP_ADD => {
+                        let n = n.min(k.buffer_len(0)).min(k.buffer_len(1));
+                        let mut v = vec![0u8; n];
+                        if k.read(0, 0, &mut v).is_ok() {
+                            v.iter_mut().for_each(|b| *b = b.wrapping_add(arg as u8));
+                            let _ = k.write(1, 0, &v);
+                        }
+                    }
+                    OP_SPIN => {
+                        let end = Instant::now() + Duration::from_millis(u64::from(arg));
+                        while Instant::now() < end {
+                            std::thread::sleep(Duration::from_millis(5));
+                        }
+                        let _ = k.write(1, 0, &[1]);
+                    }
+                    OP_FOPEN => {
+                        let path = k.read_all(0).unwrap_or_default();
+                        let path = String::from_utf8_lossy(path.split(|b| *b == 0).next().unwrap_or(&[])).into_owned();
+                        let answer = match weak.upgrade() {
+                            Some(bench) => {
+                                let fd = Fd(fd_cell.load(Ordering::Acquire));
+                                let opened = remotectl_open(&bench, fd, "apps_std").and_then(|h| fopen(&bench, fd, h, &path, "r"));
+                                u8::from(matches!(opened, Ok(0)))
+                            }
+                            None => 0,
+                        };
+                        let _ = k.write(1, 0, &[answer]);
+                    }
+                    _ => {}
+                }
+            }),
+        );
+        bench
+    };
+    let target = Target {
+        make: Box::new(make),
+        access: DeviceAccess::for_bench(),
+        on_served: Box::new(move |_, fd| listener.store(fd.0, Ordering::Release)),
+    };
+    let lib = DeviceLibrary { image: device_model_image(), origin: "scripted model of the library's kernel".into() };
+    (target, lib)
+}
+
+fn device_model_image() -> &'static [u8] {
+    use std::sync::OnceLock;
+    static IMAGE: OnceLock<Vec<u8>> = OnceLock::new();
+    IMAGE.get_or_init(|| elf::library_image(crate::device::NAME, 8192))
 }

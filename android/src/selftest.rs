@@ -113,7 +113,7 @@ fn ioctl_sizes() -> Result<(String, String), (String, String)> {
 }
 
 /// The real syscall seam: an unknown ioctl on a real fd, and a shared mapping round trip.
-fn seam() -> Result<(String, String), (String, String)> {
+fn seam_check() -> Result<(String, String), (String, String)> {
     let sys = RustixSys;
     let fail = |what: &str, e: hexrpc_drivers::Errno| (String::new(), format!("{what}: {e}"));
     let fd = sys.open(c"/dev/null", OpenFlags::READ_ONLY).map_err(|e| fail("open /dev/null", e))?;
@@ -152,41 +152,169 @@ fn rustix_memfd() -> Result<Fd, hexrpc_drivers::Errno> {
     fd
 }
 
+/// How the device checks reach their target.
+pub enum DeviceSeam {
+    /// The real nodes of this board (and how the board was chosen).
+    Real(&'static hexrpc_bsp::Board, crate::probe::BoardSource),
+    /// The test seam: the bench stands in for the device nodes (`--seam bench`).
+    Bench,
+}
+
+/// The device test library for a run: where it was found, or why none was.
+pub type LibraryChoice = Result<crate::device::DeviceLibrary, String>;
+
+/// The checks that need the bench (fault injection, the DSP ledger, qemu-hexagon), with why a
+/// device run skips them.
+const BENCH_ONLY: &[(&str, &str)] = &[
+    ("bench-ledger-view-offsets", "view offsets"),
+    ("bench-init-rollback", "fd/mapping reclamation"),
+    ("bench-hostile-dsp", "reverse-RPC file permissions"),
+    ("bench-hang-recovery", "timeouts"),
+    ("bench-concurrency-ledger", "concurrency"),
+    ("numerics", "numerics"),
+    ("latency", "latency"),
+];
+
 /// Runs every check for `platform`, in the seed's order, reporting progress through `progress`
-/// (the check about to run).
-pub fn run(platform: Platform, progress: &mut dyn FnMut(&str)) -> Vec<Check> {
+/// (the check about to run). `library` is the device test library (device platform and bench
+/// alike); `seam` says what the device platform talks to.
+pub fn run(platform: Platform, seam: DeviceSeam, library: LibraryChoice, progress: &mut dyn FnMut(&str)) -> Vec<Check> {
     use crate::checks;
     let mut out = Vec::new();
-    let mut step = |name: &'static str, stage: &'static str, f: &dyn Fn() -> Result<(String, String), (String, String)>| {
-        progress(name);
-        out.push(check(name, stage, f()));
-    };
-    step("abi-layout", "parameter layout", &ioctl_sizes);
-    step("syscall-seam", "parameter layout", &seam);
-    step("launch-packing", "parameter layout", &checks::launch_packing);
+    {
+        let mut step = |name: &'static str, stage: &'static str, f: &dyn Fn() -> Result<(String, String), (String, String)>| {
+            progress(name);
+            out.push(check(name, stage, f()));
+        };
+        step("abi-layout", "parameter layout", &ioctl_sizes);
+        step("syscall-seam", "parameter layout", &seam_check);
+        step("launch-packing", "parameter layout", &checks::launch_packing);
+    }
     match platform {
         Platform::Bench => {
-            step("view-offsets", "view offsets", &checks::view_offsets);
-            step("fd-mapping-reclamation", "fd/mapping reclamation", &checks::reclamation);
-            step("reverse-file-permissions", "reverse-RPC file permissions", &checks::reverse_permissions);
-            step("timeouts", "timeouts", &checks::timeouts);
-            step("concurrency", "concurrency", &checks::concurrency);
+            let mut step = |name: &'static str, stage: &'static str, f: &dyn Fn() -> Result<(String, String), (String, String)>| {
+                progress(name);
+                out.push(check(name, stage, f()));
+            };
+            step("bench-ledger-view-offsets", "view offsets", &checks::view_offsets);
+            step("bench-init-rollback", "fd/mapping reclamation", &checks::reclamation);
+            step("bench-hostile-dsp", "reverse-RPC file permissions", &checks::reverse_permissions);
+            step("bench-hang-recovery", "timeouts", &checks::timeouts);
+            step("bench-concurrency-ledger", "concurrency", &checks::concurrency);
+            out.extend(device_on_bench(library, progress));
+            progress("numerics");
+            out.extend(executor());
         }
         Platform::Device => {
-            let why = "not run on the device: it needs the bench's fault injection and DSP ledger (run `hexrpc probe` for the device, `hexrpc selftest --bench` for these)";
-            for (name, stage) in [
-                ("view-offsets", "view offsets"),
-                ("fd-mapping-reclamation", "fd/mapping reclamation"),
-                ("reverse-file-permissions", "reverse-RPC file permissions"),
-                ("timeouts", "timeouts"),
-                ("concurrency", "concurrency"),
-            ] {
+            out.extend(device_checks(seam, library, progress));
+            let why =
+                "bench only: needs fault injection, the simulated DSP's ledger or qemu-hexagon (run `hexrpc selftest --bench` on a desk)";
+            for (name, stage) in BENCH_ONLY {
                 out.push(skip(name, stage, why));
             }
         }
     }
-    progress("numerics");
-    out.extend(executor());
+    out
+}
+
+/// The device test library's checks on the bench: through the executor when it can load the
+/// library, otherwise with the scripted DSP model (the detail of each line says which).
+fn device_on_bench(library: LibraryChoice, progress: &mut dyn FnMut(&str)) -> Vec<Check> {
+    let (target, scripted) = crate::checks::scripted_device_target();
+    let lib = match library {
+        Ok(l) => l,
+        Err(_) => scripted,
+    };
+    let mut checks = crate::device::run(&target, &lib, progress);
+    for c in &mut checks {
+        c.detail = format!("{} [bench: {}]", c.detail, lib.origin);
+    }
+    checks
+}
+
+const DEVICE_CHECKS: &[(&str, &str)] = &[
+    ("view-offsets", "view offsets"),
+    ("v1-refusal", "view offsets"),
+    ("fd-mapping-reclamation", "fd/mapping reclamation"),
+    ("reverse-file-permissions", "reverse-RPC file permissions"),
+    ("deadline", "timeouts"),
+    ("concurrency", "concurrency"),
+];
+
+/// The device platform: the probe chain (nodes opened; a missing one fails and is named), then
+/// the device test library's checks.
+fn device_checks(seam: DeviceSeam, library: LibraryChoice, progress: &mut dyn FnMut(&str)) -> Vec<Check> {
+    use crate::probe::{self, BoardSource, Host, ProbeLibrary};
+    progress("probe");
+    let (library, bench_target) = match seam {
+        DeviceSeam::Real(..) => (library, None),
+        DeviceSeam::Bench => {
+            let (target, scripted) = crate::checks::scripted_device_target();
+            (library.or(Ok(scripted)), Some(target))
+        }
+    };
+    let probe_lib = library.as_ref().ok().map(|l| ProbeLibrary { name: crate::device::NAME.into(), image: l.image });
+    let report = match (&seam, &bench_target) {
+        (DeviceSeam::Real(board, source), _) => {
+            let access = hexrpc_bsp::DeviceAccess::for_device(board);
+            probe::run(RustixSys, &access, *source, Host::Real, probe_lib.as_ref())
+        }
+        (DeviceSeam::Bench, target) => {
+            let sys = target.as_ref().map(|t| (t.make)()).unwrap_or_default();
+            probe::run(sys, &hexrpc_bsp::DeviceAccess::for_bench(), BoardSource::Bench, Host::Bench, probe_lib.as_ref())
+        }
+    };
+    let mut out = Vec::new();
+    // Steps that only inform (board source, groups, SELinux) do not gate the device checks.
+    let gating: Vec<&probe::Step> = report.steps.iter().filter(|s| s.status == Status::Fail && s.name != "board").collect();
+    if gating.is_empty() {
+        let (p, _, _) = report.counts();
+        out.push(Check { name: "probe", stage: "device", status: Status::Pass, figure: format!("{p} steps"), detail: report.summary() });
+    } else {
+        for s in &gating {
+            out.push(Check {
+                name: s.name,
+                stage: "device",
+                status: Status::Fail,
+                figure: String::new(),
+                detail: if s.hint.is_empty() { s.detail.clone() } else { format!("{}; what to do: {}", s.detail, s.hint) },
+            });
+        }
+    }
+    let lib = match library {
+        Ok(l) => l,
+        Err(why) => {
+            out.push(Check { name: "device-library", stage: "device", status: Status::Fail, figure: String::new(), detail: why });
+            for (name, stage) in DEVICE_CHECKS {
+                out.push(skip(name, stage, "not run: no device test library"));
+            }
+            return out;
+        }
+    };
+    if !gating.is_empty() {
+        for (name, stage) in DEVICE_CHECKS {
+            out.push(skip(name, stage, "not run: the probe failed (see above)"));
+        }
+        return out;
+    }
+    match (seam, bench_target) {
+        (DeviceSeam::Real(board, _), _) => {
+            let target = crate::device::Target {
+                make: Box::new(|| RustixSys),
+                access: hexrpc_bsp::DeviceAccess::for_device(board),
+                on_served: Box::new(|_, _| {}),
+            };
+            out.extend(crate::device::run(&target, &lib, progress));
+        }
+        (DeviceSeam::Bench, Some(target)) => {
+            let mut checks = crate::device::run(&target, &lib, progress);
+            for c in &mut checks {
+                c.detail = format!("{} [bench seam: {}]", c.detail, lib.origin);
+            }
+            out.extend(checks);
+        }
+        (DeviceSeam::Bench, None) => {}
+    }
     out
 }
 
@@ -211,7 +339,7 @@ fn executor() -> Vec<Check> {
                     name: "latency",
                     stage: "latency",
                     status: Status::Pass,
-                    figure: format!("p50 {:?} (simulated)", report.simulated.p50),
+                    figure: format!("p50 {} (simulated)", crate::human::duration(report.simulated.p50)),
                     detail: format!("{runs} runs; {}", report.latency_line()),
                 },
             ]
@@ -249,8 +377,8 @@ pub fn to_json(platform: Platform, checks: &[Check]) -> String {
     out
 }
 
-/// The readable report.
-pub fn to_text(platform: Platform, checks: &[Check]) -> String {
+/// The readable report: columns sized to their widest entry, so they stay aligned.
+pub fn to_text(platform: Platform, header: &str, checks: &[Check]) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
     match platform {
@@ -258,11 +386,14 @@ pub fn to_text(platform: Platform, checks: &[Check]) -> String {
             let _ = writeln!(out, "hexrpc selftest on the BENCH (no DSP on this machine; figures are not device figures)");
         }
         Platform::Device => {
-            let _ = writeln!(out, "hexrpc selftest on the DEVICE");
+            let _ = writeln!(out, "hexrpc selftest on the DEVICE{header}");
         }
     }
+    let w = |f: fn(&Check) -> usize| checks.iter().map(f).max().unwrap_or(0);
+    let (wn, ws, wf) = (w(|c| c.name.len()), w(|c| c.stage.len()), w(|c| c.figure.chars().count()));
     for c in checks {
-        let _ = writeln!(out, "{}  {:<26} {:<30} {:<12} {}", c.status.tag(), c.name, c.stage, c.figure, c.detail);
+        let line = format!("{}  {:<wn$}  {:<ws$}  {:<wf$}  {}", c.status.tag(), c.name, c.stage, c.figure, c.detail);
+        let _ = writeln!(out, "{}", crate::io::escape(line.trim_end()));
     }
     let (p, f, s) = checks.iter().fold((0, 0, 0), |(p, f, s), c| match c.status {
         Status::Pass => (p + 1, f, s),
