@@ -46,6 +46,9 @@ pub struct DeviceLibrary {
     pub origin: String,
 }
 
+/// Called with a new session's seam and listener fd.
+pub type OnServed<S> = Box<dyn Fn(&S, hexrpc_drivers::Fd)>;
+
 /// What the checks run on: a syscall seam, the device access for it, and (bench only) a hook
 /// called once the served session is up, for the scripted DSP model.
 pub struct Target<S> {
@@ -55,7 +58,7 @@ pub struct Target<S> {
     pub access: DeviceAccess,
     /// Called with the new session's listener fd (the scripted model needs it to send its
     /// reverse requests as the DSP would).
-    pub on_served: Box<dyn Fn(&S, hexrpc_drivers::Fd)>,
+    pub on_served: OnServed<S>,
 }
 
 fn fail(detail: impl std::fmt::Display) -> (String, String) {

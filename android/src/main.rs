@@ -721,7 +721,7 @@ mod tests {
         assert!(matches!(parse(args(&["abi", "--json"])), Ok((0, Command::Abi { json: true }))));
         assert!(matches!(
             parse(args(&["-vv", "selftest", "--bench"])),
-            Ok((2, Command::Selftest { json: false, platform: Some(selftest::Platform::Bench) }))
+            Ok((2, Command::Selftest { json: false, platform: Some(selftest::Platform::Bench), .. }))
         ));
         assert!(matches!(parse(args(&["selftest", "-h"])), Ok((_, Command::Help(Some(c)))) if c == "selftest"));
         assert!(parse(args(&["abi", "--bench"])).is_err());

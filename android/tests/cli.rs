@@ -196,20 +196,82 @@ fn help_is_complete() {
 }
 
 #[test]
-fn probe_without_a_dsp_names_the_missing_node() {
+fn probe_without_a_dsp_checks_every_prerequisite_and_says_what_to_do() {
     if std::path::Path::new("/dev/ion").exists() {
         eprintln!("this machine has /dev/ion: the missing-node path cannot be shown here");
         return;
     }
-    let out = hexrpc(&["probe", "--json"]);
+    let out = hexrpc(&["probe", "--json", "--board", "comma-three"]);
     assert_eq!(out.status.code(), Some(1));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("probe --json is JSON");
-    assert!(v["board"].is_string());
+    assert_eq!(v["board"], "comma-three");
+    assert_eq!(v["board_source"], "given");
     let steps = v["steps"].as_array().unwrap();
-    assert_eq!(steps[0]["name"], "device-nodes");
-    assert_eq!(steps[0]["status"], "fail");
-    assert!(steps[0]["detail"].as_str().unwrap().contains("/dev/ion"), "{}", steps[0]);
-    assert!(steps[1..].iter().all(|s| s["status"] == "skip"));
+    let step = |n: &str| steps.iter().find(|s| s["name"] == n).unwrap_or_else(|| panic!("{n} missing: {v}")).clone();
+    assert_eq!(step("board")["status"], "pass");
+    // Both nodes are checked: the second is not hidden behind the first's failure.
+    for (name, node) in [("ion-node", "/dev/ion"), ("rpc-node", "/dev/adsprpc-smd")] {
+        let s = step(name);
+        assert_eq!(s["status"], "fail", "{s}");
+        assert!(s["detail"].as_str().unwrap().contains(node), "{s}");
+        assert!(s["hint"].as_str().unwrap().contains("--bench"), "a failed step says what to do: {s}");
+    }
+    assert_eq!(step("shell-file")["status"], "fail");
+    assert!(step("shell-file")["hint"].as_str().unwrap().contains("/dsp"));
+    for chained in ["ion-alloc", "channel", "listener", "library"] {
+        let s = step(chained);
+        assert_eq!(s["status"], "skip", "{s}");
+        assert!(s["detail"].as_str().unwrap().contains("needs"), "the skip names what it needs: {s}");
+    }
+    assert!(v["summary"]["failed"].as_u64().unwrap() >= 3);
+    assert!(v["summary"]["line"].as_str().unwrap().starts_with("probe: "));
+}
+
+#[test]
+fn selftest_device_without_nodes_fails_and_names_them() {
+    if std::path::Path::new("/dev/ion").exists() || std::path::Path::new("/dev/adsprpc-smd").exists() {
+        eprintln!("this machine has DSP nodes: the missing-node path cannot be shown here");
+        return;
+    }
+    let out = hexrpc(&["selftest", "--device", "--board", "comma-three"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.lines().next().unwrap().contains("DEVICE"), "{text}");
+    for node in ["/dev/ion", "/dev/adsprpc-smd"] {
+        assert!(text.lines().any(|l| l.starts_with("FAIL") && l.contains(node)), "{node} named in a FAIL line: {text}");
+    }
+    // No bench figure under the device header: the bench-only checks are skipped with the reason.
+    for name in ["numerics", "latency", "bench-hang-recovery"] {
+        let line = text.lines().find(|l| l.split_whitespace().nth(1) == Some(name)).unwrap_or_else(|| panic!("{name}: {text}"));
+        assert!(line.starts_with("SKIP") && line.contains("bench only"), "{line}");
+    }
+    assert!(!text.contains("simulated") || text.contains("bench only"), "{text}");
+    let json = hexrpc(&["selftest", "--device", "--board", "comma-three", "--json"]);
+    assert_eq!(json.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(v["platform"], "device");
+    assert!(v["checks"].as_array().unwrap().iter().all(|c| c["status"] != "pass" || c["stage"] == "parameter layout"), "{v}");
+}
+
+#[test]
+fn selftest_device_checks_run_through_the_bench_seam_and_pass() {
+    let out = hexrpc(&["selftest", "--device", "--seam", "bench", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let checks = v["checks"].as_array().unwrap();
+    let check = |n: &str| checks.iter().find(|c| c["name"] == n).unwrap_or_else(|| panic!("{n}: {v}")).clone();
+    assert_eq!(check("probe")["status"], "pass");
+    for n in ["view-offsets", "v1-refusal", "fd-mapping-reclamation", "reverse-file-permissions", "deadline", "concurrency"] {
+        assert_eq!(check(n)["status"], "pass", "{}", check(n));
+    }
+    // The library's forbidden-path requests are refused and counted by the service.
+    assert_eq!(check("reverse-file-permissions")["figure"], "3 refused");
+    assert_eq!(check("fd-mapping-reclamation")["figure"], "0 leaked");
+    let text = hexrpc(&["selftest", "--device", "--seam", "bench"]);
+    let first = String::from_utf8(text.stdout).unwrap().lines().next().unwrap().to_string();
+    assert!(first.contains("BENCH SEAM") && first.contains("not device figures"), "{first}");
+    assert!(text.stderr.is_empty(), "no warning line from the deliberate checks: {}", String::from_utf8_lossy(&text.stderr));
+    assert_eq!(hexrpc(&["selftest", "--seam", "bench"]).status.code(), Some(2), "--seam needs --device");
 }
 
 #[test]
@@ -257,8 +319,10 @@ fn reverse_replay_answers_every_request_and_reports_malformed_files() {
     let a = file("fclose.hxrq", &fclose);
     let b = file("unknown-handle.hxrq", &unknown_handle);
     let c = file("truncated.hxrq", b"HXRQ\x08app");
-    let out = hexrpc(&["reverse-replay", "--json", &a, &b, &c]);
+    let out = hexrpc(&["reverse-replay", "--json", &a, &b]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let out = hexrpc(&["reverse-replay", "--json", &a, &b, &c]);
+    assert_eq!(out.status.code(), Some(1), "a malformed file is an input that could not be used: {out:?}");
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     let r = v["results"].as_array().unwrap();
     assert_eq!(r.len(), 3);
@@ -301,8 +365,28 @@ fn probe_on_the_bench_passes_every_step_including_a_library_load() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("probe --json is JSON");
     assert_eq!(v["board"], "bench");
     let names: Vec<&str> = v["steps"].as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["device-nodes", "ion-alloc", "shell", "channel", "process", "listener", "library"]);
-    assert!(v["steps"].as_array().unwrap().iter().all(|s| s["status"] == "pass"), "{v}");
+    assert_eq!(
+        names,
+        [
+            "board",
+            "ion-node",
+            "rpc-node",
+            "groups",
+            "selinux",
+            "shell-file",
+            "ion-alloc",
+            "shell-stage",
+            "channel",
+            "process",
+            "listener",
+            "library"
+        ]
+    );
+    for s in v["steps"].as_array().unwrap() {
+        let host_fact = s["name"] == "groups" || s["name"] == "selinux";
+        assert_eq!(s["status"], if host_fact { "skip" } else { "pass" }, "{s}");
+    }
+    assert_eq!(v["summary"]["failed"], 0);
 }
 
 #[test]
@@ -311,9 +395,107 @@ fn probe_device_names_the_missing_node() {
         eprintln!("this machine has /dev/ion: the missing-node path cannot be shown here");
         return;
     }
-    let out = hexrpc(&["probe", "--device"]);
+    let out = hexrpc(&["probe", "--device", "--board", "comma-three"]);
     assert_eq!(out.status.code(), Some(1));
     let text = String::from_utf8(out.stdout).unwrap();
-    let first_step = text.lines().nth(1).unwrap();
-    assert!(first_step.starts_with("FAIL") && first_step.contains("missing /dev/ion"), "{text}");
+    let ion = text.lines().find(|l| l.contains("ion-node")).unwrap();
+    assert!(ion.starts_with("FAIL") && ion.contains("missing /dev/ion"), "{text}");
+    assert!(text.lines().any(|l| l.contains("what to do:")), "{text}");
+    assert!(text.lines().last().unwrap().starts_with("probe: ") && text.lines().last().unwrap().contains("failed"), "summary line: {text}");
+}
+
+/// Runs the binary with a time limit: a hang (a FIFO read) is a failure, not a stuck test.
+fn hexrpc_within(args: &[&str], limit: std::time::Duration) -> std::process::Output {
+    let bin = env!("CARGO_BIN_EXE_hexrpc");
+    let spawn = |cmd: &mut Command| {
+        cmd.args(args).env_remove("HEXRPC_LOG").stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn()
+    };
+    // As in `hexrpc()`: under qemu-user without binfmt the aarch64 binary cannot be exec'd
+    // directly (ENOEXEC) and runs through the same emulator.
+    let mut child = match spawn(&mut Command::new(bin)) {
+        Err(e) if e.raw_os_error() == Some(8) && cfg!(target_arch = "aarch64") => {
+            spawn(Command::new("qemu-aarch64").args(["-L", "/usr/aarch64-linux-gnu", bin])).expect("spawn hexrpc under qemu-aarch64")
+        }
+        other => other.expect("spawn hexrpc"),
+    };
+    let t0 = std::time::Instant::now();
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            return child.wait_with_output().unwrap();
+        }
+        if t0.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("hexrpc {args:?} did not finish within {limit:?}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn unusable_inputs_are_refused_quickly_with_a_non_zero_exit() {
+    let dir = std::env::temp_dir().join(format!("hexrpc-cli-inputs-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let fifo = dir.join("fifo");
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let missing = dir.join("missing.hxrq");
+    let fifo = fifo.to_str().unwrap().to_string();
+    let d = dir.to_str().unwrap().to_string();
+    let limit = std::time::Duration::from_secs(30);
+    let inputs = [
+        ("/dev/zero", "character device"),
+        (fifo.as_str(), "FIFO"),
+        (d.as_str(), "directory"),
+        (missing.to_str().unwrap(), "No such file"),
+    ];
+    for (input, why) in inputs {
+        let out = hexrpc_within(&["reverse-replay", input], limit);
+        assert_eq!(out.status.code(), Some(1), "REQUEST {input}: {out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(why), "REQUEST {input}: the reason on stderr: {err}");
+        let out = hexrpc_within(&["reverse-replay", "--policy", input, "/dev/null"], limit);
+        assert_eq!(out.status.code(), Some(2), "--policy {input}: {out:?}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains(why), "--policy {input}: {out:?}");
+    }
+    // Control characters in a name are escaped in the text output.
+    let hostile = dir.join("evil[2Jname.hxrq");
+    std::fs::write(&hostile, b"HXRQapp").unwrap();
+    let out = hexrpc_within(&["reverse-replay", hostile.to_str().unwrap()], limit);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(!out.stdout.contains(&0x1b) && !out.stderr.contains(&0x1b), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("evil\\u{1b}[2Jname"), "{}", String::from_utf8_lossy(&out.stdout));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn output_is_atomic_refuses_links_and_nodes_and_dash_is_stdout() {
+    let dir = std::env::temp_dir().join(format!("hexrpc-cli-output-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let report = dir.join("probe.json");
+    let out = hexrpc(&["probe", "--bench", "--json", "--output", report.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(out.stdout.is_empty());
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    assert_eq!(v["board"], "bench");
+    let victim = dir.join("victim");
+    std::fs::write(&victim, b"keep").unwrap();
+    let link = dir.join("link.json");
+    std::os::unix::fs::symlink(&victim, &link).unwrap();
+    let out = hexrpc(&["probe", "--bench", "--output", link.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("symbolic link"), "the error is on stderr: {out:?}");
+    assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
+    assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+    let out = hexrpc(&["probe", "--bench", "--output", "/dev/null"]);
+    assert_eq!(out.status.code(), Some(1), "a device node is refused: {out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("character device"), "{out:?}");
+    let out = hexrpc(&["probe", "--bench", "--json", "--output", "-"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(serde_json::from_slice::<serde_json::Value>(&out.stdout).is_ok(), "- is stdout");
+    assert!(!std::path::Path::new("-").exists(), "no file named -");
+    let left: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(left.len(), 3, "no temporary files left: {left:?}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
