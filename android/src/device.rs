@@ -335,3 +335,39 @@ pub fn run<S: Syscalls + Clone + Send + Sync + 'static>(t: &Target<S>, lib: &Dev
     step("concurrency", "concurrency", &|| concurrency(t, lib));
     out
 }
+
+/// `hexrpc capture`'s session: a served session with `tap` installed before anything reaches
+/// the DSP, the library opened (the DSP fetches it through the reverse file service), and, for
+/// the device test library (`exercise`), one launch and the library's `fopen` of a forbidden and
+/// of an allowlisted path. Returns a line saying what ran.
+pub fn capture_session<S: Syscalls + Clone + Send + Sync + 'static>(
+    t: &Target<S>,
+    lib: &DeviceLibrary,
+    tap: &'static dyn hexrpc_runtime::reverse::RequestTap,
+    exercise: bool,
+) -> Result<String, String> {
+    let show = |(a, b): (String, String)| if a.is_empty() { b } else { format!("{a}: {b}") };
+    let ctx = start(t).map_err(show)?;
+    if !ctx.served.service().set_tap(tap) {
+        return Err("the service already has a tap".into());
+    }
+    let l = ctx.served.open_library(NAME, lib.image).map_err(|e| e.to_string())?;
+    if !exercise {
+        return Ok("library opened".into());
+    }
+    let mut lease = ctx.served.session().alloc(8192).map_err(|e| e.to_string())?;
+    let shell = t.access.board().shell_path.to_string_lossy().into_owned();
+    let shell_name = shell.rsplit('/').next().unwrap_or(&shell).to_string();
+    let mut answers = Vec::new();
+    for path in ["/etc/passwd", shell_name.as_str()] {
+        let mut z = path.as_bytes().to_vec();
+        z.push(0);
+        lease.write_at(0, &z).map_err(|e| e.to_string())?;
+        let (input, output) = (lease.view(0, z.len()).map_err(|e| e.to_string())?, lease.view(4096, 4).map_err(|e| e.to_string())?);
+        launch(&l, &input, &output, OP_FOPEN, 0).map_err(|e| e.to_string())?;
+        let mut r = [0u8; 1];
+        output.read(&mut r).map_err(|e| e.to_string())?;
+        answers.push(format!("fopen({path}) -> {}", ["refused", "opened", "no fopen on this DSP"].get(r[0] as usize).unwrap_or(&"?")));
+    }
+    Ok(format!("library opened; {}", answers.join("; ")))
+}

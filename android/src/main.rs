@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 mod abi;
+mod capture;
 mod checks;
 mod device;
 mod figures;
@@ -12,6 +13,7 @@ mod json;
 mod logging;
 mod probe;
 mod progress;
+mod report;
 mod selftest;
 
 use std::io::Write as _;
@@ -33,6 +35,8 @@ COMMANDS:
     build-lib   Build a DSP library (.so) from kernel C: generated entry + kernel, for Hexagon
     reverse-replay
                 Feed recorded DSP reverse requests through the hardened file service
+    capture     Record a session's reverse-RPC requests as files reverse-replay reads
+    report      Probe + selftest + kernel version + DSP kernel log + versions in one tar
     help        Print this help, or a command's help: hexrpc help <COMMAND>
 
 GLOBAL OPTIONS:
@@ -181,6 +185,58 @@ file could not be used (missing, not a regular file, too large, malformed) or th
 service failed; 2 on usage errors (no files, unreadable or invalid policy).
 ";
 
+const CAPTURE_HELP: &str = "\
+hexrpc capture - record the DSP's reverse-RPC requests of a session
+
+USAGE:
+    hexrpc capture --dir DIR [--device | --bench] [--board NAME] [--library LIB.so]
+
+Starts a session (on the device, or on the bench with --bench), installs a tap on
+the reverse file service, opens the library (the DSP fetches it through the
+service) and, for the device test library (the default), runs one launch that
+makes the library fopen a forbidden and an allowlisted path. Every request the
+DSP sent is written to DIR as NNNN-MODULE-mMETHOD.hxrq (the request file format
+of `hexrpc reverse-replay`), with DIR/index.json listing file, module, handle,
+scalars word and the status the service answered. Replay them on a desk with
+`hexrpc reverse-replay DIR/*.hxrq`.
+
+OPTIONS:
+    --dir DIR       Where to write the files (created; must not hold .hxrq files)
+    --device        Capture on the device (the default)
+    --bench         Capture on the bench (simulated kernel and DSP)
+    --board NAME    Board facts (default: detected)
+    --library FILE  The library to open instead of the device test library
+    -h, --help      Print this help
+
+EXIT STATUS: 0 when the session ran and the files were written, 1 otherwise, 2 on
+usage errors.
+";
+
+const REPORT_HELP: &str = "\
+hexrpc report - one file to attach to a bug
+
+USAGE:
+    hexrpc report [-o FILE.tar] [--board NAME] [--library LIB.so]
+
+Writes a tar archive holding:
+    probe.json      `hexrpc probe --json` on this machine
+    selftest.json   `hexrpc selftest --json` (device when /dev/adsprpc-smd exists,
+                    else the bench, as its \"platform\" says)
+    kernel.txt      /proc/version
+    dmesg.txt       kernel log lines about adsprpc, fastrpc, ION, the CDSP, SMMU and
+                    SELinux denials (from /dev/kmsg; says so when unreadable)
+    versions.txt    hexrpc, the device-tree model, /VERSION or build.prop, os-release
+
+OPTIONS:
+    -o, --output FILE  The archive (default: hexrpc-report.tar; - for stdout)
+    --board NAME       Board facts (default: detected)
+    --library FILE     The device test library (default: its installed path)
+    -h, --help         Print this help
+
+EXIT STATUS: 0 when the archive was written (whatever the checks found), 1 when it
+could not be written, 2 on usage errors.
+";
+
 const BENCH_HELP: &str = "\
 hexrpc bench - measure what hexrpc costs
 
@@ -272,6 +328,17 @@ enum Command {
         json: bool,
         long: bool,
     },
+    Capture {
+        dir: Option<std::path::PathBuf>,
+        bench: bool,
+        board: Option<String>,
+        library: Option<std::path::PathBuf>,
+    },
+    Report {
+        output: Option<std::path::PathBuf>,
+        board: Option<String>,
+        library: Option<std::path::PathBuf>,
+    },
     Selftest {
         json: bool,
         platform: Option<selftest::Platform>,
@@ -319,8 +386,12 @@ fn parse(args: Vec<std::ffi::OsString>) -> Result<(i32, Command), Usage> {
             Long("long") if command == "bench" => long = true,
             Long("policy") if command == "reverse-replay" => policy = Some(p.value()?.into()),
             Value(v) if command == "reverse-replay" => files.push(v.into()),
-            Long("board") if matches!(command.as_str(), "probe" | "selftest") => board = Some(p.value()?.string()?),
-            Long("library") if matches!(command.as_str(), "probe" | "selftest") => library = Some(p.value()?.into()),
+            Long("board") if matches!(command.as_str(), "probe" | "selftest" | "capture" | "report") => board = Some(p.value()?.string()?),
+            Long("library") if matches!(command.as_str(), "probe" | "selftest" | "capture" | "report") => library = Some(p.value()?.into()),
+            Long("dir") if command == "capture" => output = Some(p.value()?.into()),
+            Long("bench") if command == "capture" => probe_bench = true,
+            Long("device") if command == "capture" => probe_bench = false,
+            Short('o') | Long("output") if command == "report" => output = Some(p.value()?.into()),
             Long("seam") if command == "selftest" => match p.value()?.string()?.as_str() {
                 "bench" => seam_bench = true,
                 other => return Err(Usage(format!("--seam {other:?}: the only test seam is 'bench'"))),
@@ -360,6 +431,13 @@ fn parse(args: Vec<std::ffi::OsString>) -> Result<(i32, Command), Usage> {
             }
             Command::BuildLib(bl)
         }
+        "capture" => {
+            if output.is_none() {
+                return Err(Usage("capture needs --dir DIR (try 'hexrpc capture --help')".into()));
+            }
+            Command::Capture { dir: output, bench: probe_bench, board, library }
+        }
+        "report" => Command::Report { output, board, library },
         "selftest" => {
             if seam_bench && platform != Some(selftest::Platform::Device) {
                 return Err(Usage("--seam bench goes with --device (it substitutes the bench for the device nodes)".into()));
@@ -380,6 +458,8 @@ fn help(topic: Option<&str>) -> Result<&'static str, Usage> {
         Some("build-lib") => Ok(BUILD_LIB_HELP),
         Some("bench") => Ok(BENCH_HELP),
         Some("reverse-replay") => Ok(REPLAY_HELP),
+        Some("capture") => Ok(CAPTURE_HELP),
+        Some("report") => Ok(REPORT_HELP),
         Some("help") => Ok(USAGE),
         Some(t) => Err(Usage(format!("no help for unknown command '{t}'"))),
     }
@@ -591,7 +671,122 @@ fn main() -> ExitCode {
         Command::Replay { json, policy, files } => replay(json, policy, &files),
         Command::Probe { json, board, output, bench, library } => probe_cmd(json, board, output, bench, library),
         Command::Selftest { json, platform, seam_bench, board, library } => selftest_cmd(json, platform, seam_bench, board, library),
+        Command::Capture { dir, bench, board, library } => capture_cmd(dir.unwrap_or_default(), bench, board, library),
+        Command::Report { output, board, library } => report_cmd(output, board, library),
     }
+}
+
+fn capture_cmd(dir: std::path::PathBuf, bench: bool, board: Option<String>, library: Option<std::path::PathBuf>) -> ExitCode {
+    // The tap lives as long as the service, which needs it for 'static: leaked once per process.
+    let recorder: &'static capture::Recorder = Box::leak(Box::default());
+    let given = library.is_some();
+    let ran = if bench {
+        let (target, scripted) = checks::scripted_device_target();
+        let lib = match library.as_deref().map(|p| device_library(Some(p))).transpose() {
+            Ok(l) => l.unwrap_or(scripted),
+            Err(e) => {
+                error(&e);
+                return ExitCode::from(1);
+            }
+        };
+        device::capture_session(&target, &lib, recorder, !given)
+    } else {
+        let board = match device_board(board.as_deref()) {
+            Ok((b, _)) => b,
+            Err(Usage(msg)) => {
+                error(&msg);
+                return ExitCode::from(2);
+            }
+        };
+        let lib = match device_library(library.as_deref()) {
+            Ok(l) => l,
+            Err(e) => {
+                error(&e);
+                return ExitCode::from(1);
+            }
+        };
+        let target = device::Target {
+            make: Box::new(|| hexrpc_drivers::RustixSys),
+            access: hexrpc_bsp::DeviceAccess::for_device(board),
+            on_served: Box::new(|_, _| {}),
+        };
+        device::capture_session(&target, &lib, recorder, !given)
+    };
+    // What was recorded is written even when the session failed: that is the interesting case.
+    let written = recorder.write(&dir);
+    let code = match &written {
+        Ok((n, dropped)) => print(&format!(
+            "captured {n} reverse requests into {}{}; replay with: hexrpc reverse-replay {}/*.hxrq\n",
+            io::escape(&dir.to_string_lossy()),
+            if *dropped > 0 { format!(" ({dropped} more dropped over the limit)") } else { String::new() },
+            io::escape(&dir.to_string_lossy())
+        )),
+        Err(e) => {
+            error(&format!("capture: {e}"));
+            ExitCode::from(1)
+        }
+    };
+    match ran {
+        Ok(line) => {
+            log::info!("capture session: {line}");
+            code
+        }
+        Err(e) => {
+            error(&format!("capture: the session failed: {e}"));
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn report_cmd(output: Option<std::path::PathBuf>, board: Option<String>, library: Option<std::path::PathBuf>) -> ExitCode {
+    let (b, source) = match device_board(board.as_deref()) {
+        Ok(b) => b,
+        Err(Usage(msg)) => {
+            error(&msg);
+            return ExitCode::from(2);
+        }
+    };
+    let mut progress = progress::Progress::new();
+    progress.step("probe");
+    let access = hexrpc_bsp::DeviceAccess::for_device(b);
+    let lib = device_library(library.as_deref()).ok();
+    let probe_lib = lib.as_ref().map(|l| probe::ProbeLibrary { name: device::NAME.into(), image: l.image });
+    let probe_report = probe::run(hexrpc_drivers::RustixSys, &access, source, probe::Host::Real, probe_lib.as_ref());
+    let platform = if std::path::Path::new("/dev/adsprpc-smd").exists() { selftest::Platform::Device } else { selftest::Platform::Bench };
+    let library = match platform {
+        selftest::Platform::Device => device_library(library.as_deref()),
+        selftest::Platform::Bench => Err("no built library given".into()),
+    };
+    let level = log::max_level();
+    if level == log::LevelFilter::Warn {
+        log::set_max_level(log::LevelFilter::Error);
+    }
+    let checks = selftest::run(platform, selftest::DeviceSeam::Real(b, source), library, &mut |name| progress.step(name));
+    log::set_max_level(level);
+    progress.step("kernel log");
+    let members = [
+        ("hexrpc-report/probe.json", probe::to_json(&probe_report).into_bytes()),
+        ("hexrpc-report/selftest.json", selftest::to_json(platform, &checks).into_bytes()),
+        ("hexrpc-report/kernel.txt", std::fs::read("/proc/version").unwrap_or_else(|e| format!("/proc/version: {e}\n").into_bytes())),
+        ("hexrpc-report/dmesg.txt", report::dmesg_lines().into_bytes()),
+        ("hexrpc-report/versions.txt", report::versions().into_bytes()),
+    ];
+    drop(progress);
+    let mtime = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let archive = report::tar(&members, mtime);
+    let out = io::Output::from_arg(output.unwrap_or_else(|| "hexrpc-report.tar".into()));
+    let code = io::emit(&out, &archive);
+    if code == ExitCode::SUCCESS {
+        if let io::Output::File(p) = &out {
+            eprintln!(
+                "hexrpc: report written to {} ({}); probe: {}",
+                io::escape(&p.to_string_lossy()),
+                human::bytes(archive.len() as u64),
+                io::escape(&probe_report.summary())
+            );
+        }
+    }
+    code
 }
 
 fn probe_cmd(

@@ -499,3 +499,65 @@ fn output_is_atomic_refuses_links_and_nodes_and_dash_is_stdout() {
     assert_eq!(left.len(), 3, "no temporary files left: {left:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn capture_then_reverse_replay_round_trip() {
+    let dir = std::env::temp_dir().join(format!("hexrpc-cli-capture-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = hexrpc(&["capture", "--bench", "--dir", dir.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let index: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("index.json")).unwrap()).unwrap();
+    let recorded = index["requests"].as_array().unwrap();
+    assert!(recorded.len() >= 5, "the library fetch and the library's fopens are recorded: {index}");
+    let files: Vec<String> = recorded.iter().map(|r| dir.join(r["file"].as_str().unwrap()).to_string_lossy().into_owned()).collect();
+    let mut args = vec!["reverse-replay", "--json"];
+    args.extend(files.iter().map(String::as_str));
+    let out = hexrpc(&args);
+    assert_eq!(out.status.code(), Some(0), "every captured file is accepted: {}", String::from_utf8_lossy(&out.stdout));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let replayed = v["results"].as_array().unwrap();
+    assert_eq!(replayed.len(), recorded.len());
+    let not_allowed = 43;
+    let mut refusals = 0;
+    for (rec, rep) in recorded.iter().zip(replayed) {
+        assert!(rep["status"].is_i64(), "{rep}");
+        // The library's forbidden fopen is refused again on the desk, for the same reason; the
+        // allowlisted one (the shell, present on the bench board) is served again.
+        if rec["status"] == not_allowed {
+            refusals += 1;
+            assert_eq!(rep["status"], not_allowed, "{rec} -> {rep}");
+        }
+    }
+    assert_eq!(refusals, 1, "one forbidden fopen captured: {index}");
+    let last = replayed.last().unwrap();
+    assert_eq!(recorded.last().unwrap()["status"], 0);
+    assert_eq!(last["status"], 0, "the allowlisted fopen replays as served: {last}");
+    // A directory that already holds request files is refused.
+    assert_eq!(hexrpc(&["capture", "--bench", "--dir", dir.to_str().unwrap()]).status.code(), Some(1));
+    assert_eq!(hexrpc(&["capture", "--bench"]).status.code(), Some(2), "--dir is required");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn report_is_one_tar_with_every_part() {
+    let dir = std::env::temp_dir().join(format!("hexrpc-cli-report-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let tar = dir.join("r.tar");
+    let out = hexrpc(&["report", "--board", "comma-three", "-o", tar.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let list = Command::new("tar").arg("-tf").arg(&tar).output().unwrap();
+    let names = String::from_utf8(list.stdout).unwrap();
+    for part in ["probe.json", "selftest.json", "kernel.txt", "dmesg.txt", "versions.txt"] {
+        assert!(names.contains(&format!("hexrpc-report/{part}")), "{part}: {names}");
+    }
+    let probe = Command::new("tar").arg("-xOf").arg(&tar).arg("hexrpc-report/probe.json").output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&probe.stdout).expect("probe.json is JSON");
+    assert_eq!(v["board"], "comma-three");
+    let st = Command::new("tar").arg("-xOf").arg(&tar).arg("hexrpc-report/selftest.json").output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&st.stdout).expect("selftest.json is JSON");
+    assert!(v["platform"].is_string() && v["checks"].as_array().is_some_and(|c| !c.is_empty()));
+    let kernel = Command::new("tar").arg("-xOf").arg(&tar).arg("hexrpc-report/kernel.txt").output().unwrap();
+    assert!(String::from_utf8_lossy(&kernel.stdout).contains("Linux"), "kernel version");
+    let _ = std::fs::remove_dir_all(&dir);
+}
