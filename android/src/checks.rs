@@ -8,12 +8,11 @@ use hexrpc_bench::{elf, Bench, CallKind, DspCallKind, EntryVersion, Fault, Fault
 use hexrpc_bsp::DeviceAccess;
 use hexrpc_drivers::{aee, apps_std, Errno, Fd, Scalars};
 use hexrpc_hal::{BufferView, Cause, HalError, Library, Session};
-use hexrpc_runtime::launch::{AbiVersion, BufferRef, PackError, PackedLaunch, Scalar, Signature};
+use hexrpc_runtime::launch::{AbiVersion, BufferRef, PackedLaunch, Scalar, Signature};
 use hexrpc_runtime::reverse::FilePolicy;
 use hexrpc_runtime::ServedSession;
 
-/// A check's result: `Ok((figure, detail))` or `Err((figure, detail))`.
-pub type Outcome = Result<(String, String), (String, String)>;
+pub use crate::selftest::Outcome;
 
 fn fail(detail: impl std::fmt::Display) -> (String, String) {
     (String::new(), detail.to_string())
@@ -63,46 +62,6 @@ fn launch(lib: &Library<'_, Bench>, input: &BufferView<'_>, output: &BufferView<
 fn check_output(input: &BufferView<'_>, output: &BufferView<'_>, add: u8) -> bool {
     let (mut a, mut b) = (vec![0u8; input.len()], vec![0u8; output.len()]);
     input.read(&mut a).is_ok() && output.read(&mut b).is_ok() && a.iter().zip(&b).all(|(x, y)| x.wrapping_add(add) == *y)
-}
-
-/// Parameter layout: both launch ABI versions pack every buffer count 0..=15 with mixed scalars
-/// exactly where the table says; v1 refuses a non-zero view offset.
-pub fn launch_packing() -> Outcome {
-    let owner = ();
-    let mut packings = 0;
-    for version in [AbiVersion::V1, AbiVersion::V2] {
-        let layout = version.layout();
-        for n in 0..=15usize {
-            let mut sig_text: Vec<&str> = vec!["buf"; n];
-            sig_text.extend(["i32", "f32", "u8"]);
-            let sig = Signature::parse(&sig_text.join(",")).map_err(fail)?;
-            let offset = |i: usize| if version == AbiVersion::V1 { 0 } else { 64 * i as u64 + 8 };
-            let bufs: Vec<BufferRef<'_>> =
-                (0..n).map(|i| BufferRef::borrowing(&owner, Fd(100 + i as i32), 65_536, offset(i), 1000 + i as u64)).collect();
-            let scalars = [Scalar::I32(-7), Scalar::F32(2.5), Scalar::U8(9)];
-            let packed = PackedLaunch::new(version, &sig, &bufs, &scalars).map_err(|e| fail(format!("{version:?} n={n}: {e}")))?;
-            let (pra0, pra1) = (packed.pra0(), packed.pra1());
-            let mut ok = Some(packed.scalars_word()) == layout.scalars(n);
-            for i in 0..n {
-                ok &= layout.buffer_len(pra0, i) == Some(1000 + i as u32);
-                ok &= layout.view(pra1, i).map(|(off, _)| off) == Some(offset(i) as u32);
-                ok &= packed.fds().get(i) == Some(&Fd(100 + i as i32));
-            }
-            for (j, s) in scalars.iter().enumerate() {
-                ok &= layout.scalar(pra0, n, j, s.ty()) == Some(*s);
-            }
-            if !ok {
-                return Err(fail(format!("{version:?} with {n} buffers: packed bytes differ from the table")));
-            }
-            packings += 1;
-        }
-    }
-    let sig = Signature::parse("buf,u32").map_err(fail)?;
-    let refused = PackedLaunch::new(AbiVersion::V1, &sig, &[BufferRef::borrowing(&owner, Fd(100), 8192, 64, 100)], &[Scalar::U32(1)]);
-    if !matches!(refused, Err(PackError::V1NonZeroOffset { .. })) {
-        return Err(fail(format!("v1 with a view at offset 64 was not refused: {refused:?}")));
-    }
-    Ok((format!("{packings} packings"), "v1 and v2, 0..=15 buffers, i32/f32/u8 scalars, as the table says; v1 offset view refused".into()))
 }
 
 /// View offsets: v2 launches on views at non-zero offsets of one lease give the right bytes, and

@@ -20,8 +20,7 @@ use hexrpc_runtime::launch::{AbiVersion, BufferRef, PackError, PackedLaunch, Sca
 use hexrpc_runtime::reverse::{FilePolicy, RequestError};
 use hexrpc_runtime::ServedSession;
 
-use crate::checks::Outcome;
-use crate::selftest::{Check, Status};
+use crate::selftest::{Check, Outcome, Status};
 
 /// The kernel's C function name.
 pub const KERNEL: &str = "hexrpc_selftest";

@@ -1,11 +1,16 @@
 //! `hexrpc`: diagnose and exercise the Hexagon compute DSP through FastRPC from `adb shell` or an
 //! AGNOS shell, and run the acceptance report on the isolated bench where no DSP is present.
 #![forbid(unsafe_code)]
+// Without the bench (the vendor build), the bench commands parse but refuse; the pieces only
+// they use are then unused.
+#![cfg_attr(not(feature = "bench"), allow(dead_code))]
 
 mod abi;
 mod capture;
+#[cfg(feature = "bench")]
 mod checks;
 mod device;
+#[cfg(feature = "bench")]
 mod figures;
 mod human;
 mod io;
@@ -561,6 +566,7 @@ fn build_lib(bl: BuildLib) -> ExitCode {
     }
 }
 
+#[cfg(feature = "bench")]
 fn replay(json: bool, policy: Option<std::path::PathBuf>, files: &[std::path::PathBuf]) -> ExitCode {
     use hexrpc_runtime::reverse::replay::{self, replay_request, ReplayResult};
     use hexrpc_runtime::reverse::{FilePolicy, ReverseService};
@@ -654,6 +660,9 @@ fn main() -> ExitCode {
         Command::Version => print(concat!("hexrpc ", env!("CARGO_PKG_VERSION"), "\n")),
         Command::Abi { json } => print(&if json { abi::to_json() } else { abi::to_text() }),
         Command::BuildLib(bl) => build_lib(bl),
+        #[cfg(not(feature = "bench"))]
+        Command::Bench { .. } | Command::Replay { .. } => no_bench(),
+        #[cfg(feature = "bench")]
         Command::Bench { json, long } => {
             let figures = {
                 let mut progress = progress::Progress::new();
@@ -668,6 +677,7 @@ fn main() -> ExitCode {
                 }
             }
         }
+        #[cfg(feature = "bench")]
         Command::Replay { json, policy, files } => replay(json, policy, &files),
         Command::Probe { json, board, output, bench, library } => probe_cmd(json, board, output, bench, library),
         Command::Selftest { json, platform, seam_bench, board, library } => selftest_cmd(json, platform, seam_bench, board, library),
@@ -676,20 +686,59 @@ fn main() -> ExitCode {
     }
 }
 
+/// A command or option that needs the bench, in a build without it.
+#[cfg(not(feature = "bench"))]
+fn no_bench() -> ExitCode {
+    error("this build has no bench: the vendor build leaves the `bench` feature off (use the desk build for --bench, bench and reverse-replay)");
+    ExitCode::from(2)
+}
+
+/// `capture --bench`: the device test library's scripted model (or a given library) on the
+/// bench.
+#[cfg(feature = "bench")]
+fn bench_capture(
+    library: Option<&std::path::Path>,
+    recorder: &'static capture::Recorder,
+    exercise: bool,
+) -> Result<Result<String, String>, ExitCode> {
+    let (target, scripted) = checks::scripted_device_target();
+    let lib = match library.map(|p| device_library(Some(p))).transpose() {
+        Ok(l) => l.unwrap_or(scripted),
+        Err(e) => {
+            error(&e);
+            return Err(ExitCode::from(1));
+        }
+    };
+    Ok(device::capture_session(&target, &lib, recorder, exercise))
+}
+
+#[cfg(not(feature = "bench"))]
+fn bench_capture(_: Option<&std::path::Path>, _: &'static capture::Recorder, _: bool) -> Result<Result<String, String>, ExitCode> {
+    Err(no_bench())
+}
+
+/// `probe --bench`.
+#[cfg(feature = "bench")]
+fn bench_probe(library: Option<probe::ProbeLibrary>) -> Result<probe::Report, ExitCode> {
+    let sys = checks::bench();
+    let lib = library.unwrap_or(probe::ProbeLibrary { name: checks::MODEL.into(), image: checks::image() });
+    Ok(probe::run(sys, &hexrpc_bsp::DeviceAccess::for_bench(), probe::BoardSource::Bench, probe::Host::Bench, Some(&lib)))
+}
+
+#[cfg(not(feature = "bench"))]
+fn bench_probe(_: Option<probe::ProbeLibrary>) -> Result<probe::Report, ExitCode> {
+    Err(no_bench())
+}
+
 fn capture_cmd(dir: std::path::PathBuf, bench: bool, board: Option<String>, library: Option<std::path::PathBuf>) -> ExitCode {
     // The tap lives as long as the service, which needs it for 'static: leaked once per process.
     let recorder: &'static capture::Recorder = Box::leak(Box::default());
     let given = library.is_some();
     let ran = if bench {
-        let (target, scripted) = checks::scripted_device_target();
-        let lib = match library.as_deref().map(|p| device_library(Some(p))).transpose() {
-            Ok(l) => l.unwrap_or(scripted),
-            Err(e) => {
-                error(&e);
-                return ExitCode::from(1);
-            }
-        };
-        device::capture_session(&target, &lib, recorder, !given)
+        match bench_capture(library.as_deref(), recorder, !given) {
+            Ok(r) => r,
+            Err(code) => return code,
+        }
     } else {
         let board = match device_board(board.as_deref()) {
             Ok((b, _)) => b,
@@ -804,9 +853,10 @@ fn probe_cmd(
         }
     };
     let report = if bench {
-        let sys = checks::bench();
-        let lib = library.unwrap_or(probe::ProbeLibrary { name: checks::MODEL.into(), image: checks::image() });
-        probe::run(sys, &hexrpc_bsp::DeviceAccess::for_bench(), probe::BoardSource::Bench, probe::Host::Bench, Some(&lib))
+        match bench_probe(library) {
+            Ok(r) => r,
+            Err(code) => return code,
+        }
     } else {
         let (board, source) = match device_board(board.as_deref()) {
             Ok(b) => b,
@@ -856,13 +906,20 @@ fn selftest_cmd(
     library: Option<std::path::PathBuf>,
 ) -> ExitCode {
     let platform = platform.unwrap_or_else(|| {
-        if std::path::Path::new("/dev/adsprpc-smd").exists() {
+        if std::path::Path::new("/dev/adsprpc-smd").exists() || cfg!(not(feature = "bench")) {
             selftest::Platform::Device
         } else {
             selftest::Platform::Bench
         }
     });
+    #[cfg(not(feature = "bench"))]
+    if seam_bench || platform == selftest::Platform::Bench {
+        return no_bench();
+    }
     let (seam, header) = if seam_bench {
+        #[cfg(not(feature = "bench"))]
+        unreachable!("refused above");
+        #[cfg(feature = "bench")]
         (
             selftest::DeviceSeam::Bench,
             " through the BENCH SEAM (test: the bench stands in for the nodes; simulated kernel and DSP, not device figures)".to_string(),

@@ -4,6 +4,7 @@
 //! build are reported as `skip` with the reason, never as `pass`.
 
 use hexrpc_drivers::{ioc, layout, Fd, Mapping, OpenFlags, Prot, RustixSys, Syscalls};
+use hexrpc_runtime::launch::{AbiVersion, BufferRef, PackError, PackedLaunch, Scalar, Signature};
 
 use crate::json;
 
@@ -70,6 +71,53 @@ pub struct Check {
     pub figure: String,
     /// Explanation.
     pub detail: String,
+}
+
+/// A check's result: `Ok((figure, detail))` or `Err((figure, detail))`.
+pub type Outcome = Result<(String, String), (String, String)>;
+
+fn fail(detail: impl std::fmt::Display) -> (String, String) {
+    (String::new(), detail.to_string())
+}
+
+/// Parameter layout: both launch ABI versions pack every buffer count 0..=15 with mixed scalars
+/// exactly where the table says; v1 refuses a non-zero view offset.
+pub fn launch_packing() -> Outcome {
+    let owner = ();
+    let mut packings = 0;
+    for version in [AbiVersion::V1, AbiVersion::V2] {
+        let layout = version.layout();
+        for n in 0..=15usize {
+            let mut sig_text: Vec<&str> = vec!["buf"; n];
+            sig_text.extend(["i32", "f32", "u8"]);
+            let sig = Signature::parse(&sig_text.join(",")).map_err(fail)?;
+            let offset = |i: usize| if version == AbiVersion::V1 { 0 } else { 64 * i as u64 + 8 };
+            let bufs: Vec<BufferRef<'_>> =
+                (0..n).map(|i| BufferRef::borrowing(&owner, Fd(100 + i as i32), 65_536, offset(i), 1000 + i as u64)).collect();
+            let scalars = [Scalar::I32(-7), Scalar::F32(2.5), Scalar::U8(9)];
+            let packed = PackedLaunch::new(version, &sig, &bufs, &scalars).map_err(|e| fail(format!("{version:?} n={n}: {e}")))?;
+            let (pra0, pra1) = (packed.pra0(), packed.pra1());
+            let mut ok = Some(packed.scalars_word()) == layout.scalars(n);
+            for i in 0..n {
+                ok &= layout.buffer_len(pra0, i) == Some(1000 + i as u32);
+                ok &= layout.view(pra1, i).map(|(off, _)| off) == Some(offset(i) as u32);
+                ok &= packed.fds().get(i) == Some(&Fd(100 + i as i32));
+            }
+            for (j, s) in scalars.iter().enumerate() {
+                ok &= layout.scalar(pra0, n, j, s.ty()) == Some(*s);
+            }
+            if !ok {
+                return Err(fail(format!("{version:?} with {n} buffers: packed bytes differ from the table")));
+            }
+            packings += 1;
+        }
+    }
+    let sig = Signature::parse("buf,u32").map_err(fail)?;
+    let refused = PackedLaunch::new(AbiVersion::V1, &sig, &[BufferRef::borrowing(&owner, Fd(100), 8192, 64, 100)], &[Scalar::U32(1)]);
+    if !matches!(refused, Err(PackError::V1NonZeroOffset { .. })) {
+        return Err(fail(format!("v1 with a view at offset 64 was not refused: {refused:?}")));
+    }
+    Ok((format!("{packings} packings"), "v1 and v2, 0..=15 buffers, i32/f32/u8 scalars, as the table says; v1 offset view refused".into()))
 }
 
 fn check(name: &'static str, stage: &'static str, r: Result<(String, String), (String, String)>) -> Check {
@@ -157,6 +205,7 @@ pub enum DeviceSeam {
     /// The real nodes of this board (and how the board was chosen).
     Real(&'static hexrpc_bsp::Board, crate::probe::BoardSource),
     /// The test seam: the bench stands in for the device nodes (`--seam bench`).
+    #[cfg(feature = "bench")]
     Bench,
 }
 
@@ -179,7 +228,6 @@ const BENCH_ONLY: &[(&str, &str)] = &[
 /// (the check about to run). `library` is the device test library (device platform and bench
 /// alike); `seam` says what the device platform talks to.
 pub fn run(platform: Platform, seam: DeviceSeam, library: LibraryChoice, progress: &mut dyn FnMut(&str)) -> Vec<Check> {
-    use crate::checks;
     let mut out = Vec::new();
     {
         let mut step = |name: &'static str, stage: &'static str, f: &dyn Fn() -> Result<(String, String), (String, String)>| {
@@ -188,10 +236,12 @@ pub fn run(platform: Platform, seam: DeviceSeam, library: LibraryChoice, progres
         };
         step("abi-layout", "parameter layout", &ioctl_sizes);
         step("syscall-seam", "parameter layout", &seam_check);
-        step("launch-packing", "parameter layout", &checks::launch_packing);
+        step("launch-packing", "parameter layout", &launch_packing);
     }
     match platform {
+        #[cfg(feature = "bench")]
         Platform::Bench => {
+            use crate::checks;
             let mut step = |name: &'static str, stage: &'static str, f: &dyn Fn() -> Result<(String, String), (String, String)>| {
                 progress(name);
                 out.push(check(name, stage, f()));
@@ -205,6 +255,11 @@ pub fn run(platform: Platform, seam: DeviceSeam, library: LibraryChoice, progres
             progress("numerics");
             out.extend(executor());
         }
+        #[cfg(not(feature = "bench"))]
+        Platform::Bench => {
+            let _ = (seam, library);
+            out.push(skip("bench", "bench", "this build has no bench (the vendor build leaves the `bench` feature off)"));
+        }
         Platform::Device => {
             out.extend(device_checks(seam, library, progress));
             let why =
@@ -217,6 +272,7 @@ pub fn run(platform: Platform, seam: DeviceSeam, library: LibraryChoice, progres
     out
 }
 
+#[cfg(feature = "bench")]
 /// The device test library's checks on the bench: through the executor when it can load the
 /// library, otherwise with the scripted DSP model (the detail of each line says which).
 fn device_on_bench(library: LibraryChoice, progress: &mut dyn FnMut(&str)) -> Vec<Check> {
@@ -244,28 +300,38 @@ const DEVICE_CHECKS: &[(&str, &str)] = &[
 /// The device platform: the probe chain (nodes opened; a missing one fails and is named), then
 /// the device test library's checks.
 fn device_checks(seam: DeviceSeam, library: LibraryChoice, progress: &mut dyn FnMut(&str)) -> Vec<Check> {
-    use crate::probe::{self, BoardSource, Host, ProbeLibrary};
-    progress("probe");
-    let (library, bench_target) = match seam {
-        DeviceSeam::Real(..) => (library, None),
+    use crate::probe::Host;
+    match seam {
+        DeviceSeam::Real(board, source) => {
+            let target = crate::device::Target {
+                make: Box::new(|| RustixSys),
+                access: hexrpc_bsp::DeviceAccess::for_device(board),
+                on_served: Box::new(|_, _| {}),
+            };
+            device_checks_on(&target, source, Host::Real, library, false, progress)
+        }
+        #[cfg(feature = "bench")]
         DeviceSeam::Bench => {
             let (target, scripted) = crate::checks::scripted_device_target();
-            (library.or(Ok(scripted)), Some(target))
+            device_checks_on(&target, crate::probe::BoardSource::Bench, Host::Bench, library.or(Ok(scripted)), true, progress)
         }
-    };
+    }
+}
+
+fn device_checks_on<S: Syscalls + Clone + Send + Sync + 'static>(
+    target: &crate::device::Target<S>,
+    source: crate::probe::BoardSource,
+    host: crate::probe::Host,
+    library: LibraryChoice,
+    on_bench: bool,
+    progress: &mut dyn FnMut(&str),
+) -> Vec<Check> {
+    use crate::probe::{self, ProbeLibrary};
+    progress("probe");
     let probe_lib = library.as_ref().ok().map(|l| ProbeLibrary { name: crate::device::NAME.into(), image: l.image });
-    let report = match (&seam, &bench_target) {
-        (DeviceSeam::Real(board, source), _) => {
-            let access = hexrpc_bsp::DeviceAccess::for_device(board);
-            probe::run(RustixSys, &access, *source, Host::Real, probe_lib.as_ref())
-        }
-        (DeviceSeam::Bench, target) => {
-            let sys = target.as_ref().map(|t| (t.make)()).unwrap_or_default();
-            probe::run(sys, &hexrpc_bsp::DeviceAccess::for_bench(), BoardSource::Bench, Host::Bench, probe_lib.as_ref())
-        }
-    };
+    let report = probe::run((target.make)(), &target.access, source, host, probe_lib.as_ref());
     let mut out = Vec::new();
-    // Steps that only inform (board source, groups, SELinux) do not gate the device checks.
+    // Steps that only inform (how the board was chosen) do not gate the device checks.
     let gating: Vec<&probe::Step> = report.steps.iter().filter(|s| s.status == Status::Fail && s.name != "board").collect();
     if gating.is_empty() {
         let (p, _, _) = report.counts();
@@ -297,27 +363,17 @@ fn device_checks(seam: DeviceSeam, library: LibraryChoice, progress: &mut dyn Fn
         }
         return out;
     }
-    match (seam, bench_target) {
-        (DeviceSeam::Real(board, _), _) => {
-            let target = crate::device::Target {
-                make: Box::new(|| RustixSys),
-                access: hexrpc_bsp::DeviceAccess::for_device(board),
-                on_served: Box::new(|_, _| {}),
-            };
-            out.extend(crate::device::run(&target, &lib, progress));
+    let mut checks = crate::device::run(target, &lib, progress);
+    if on_bench {
+        for c in &mut checks {
+            c.detail = format!("{} [bench seam: {}]", c.detail, lib.origin);
         }
-        (DeviceSeam::Bench, Some(target)) => {
-            let mut checks = crate::device::run(&target, &lib, progress);
-            for c in &mut checks {
-                c.detail = format!("{} [bench seam: {}]", c.detail, lib.origin);
-            }
-            out.extend(checks);
-        }
-        (DeviceSeam::Bench, None) => {}
     }
+    out.extend(checks);
     out
 }
 
+#[cfg(feature = "bench")]
 /// Numerics and latency: the model network's kernels run as real Hexagon code under
 /// qemu-hexagon behind the bench (when clang-19, ld.lld-19 and qemu-hexagon are usable here),
 /// every node compared with the reference; latency from the bench's cost model, labelled
