@@ -66,23 +66,37 @@ const SELFTEST_HELP: &str = "\
 hexrpc selftest - run the acceptance report
 
 USAGE:
-    hexrpc selftest [--bench | --device] [--json]
+    hexrpc selftest [--bench | --device [--seam bench]] [--board NAME]
+                    [--library LIB.so] [--json]
 
-Runs the checks in the seed's acceptance order: parameter layout, view offsets,
-fd/mapping reclamation, reverse-RPC file permissions, timeouts, concurrency, then
-numerics and latency. Each line is PASS, FAIL or SKIP with the measured figure;
-SKIP says why the check could not run in this build or on this machine.
+Checks in the seed's acceptance order: parameter layout, view offsets, fd/mapping
+reclamation, reverse-RPC file permissions, timeouts, concurrency, then numerics
+and latency. Each line is PASS, FAIL or SKIP with the measured figure; SKIP says
+why the check could not run here.
+
+--device opens the DSP nodes through the probe chain (a missing node is a FAIL
+that names it) and then runs the device test library on the DSP: v2 launches at
+view offsets 0 and odd (outputs checked), v1 refusal, the process's own fd and
+mapping counts before and after a session, the library's fopen of forbidden
+paths refused and counted, a 200 ms deadline on a 2 s kernel, 8 threads. Checks
+that need the bench are SKIP there, with the reason; no simulated figure is
+printed under the DEVICE header. --bench runs the bench-only checks and the same
+device checks on the bench.
 
 OPTIONS:
-    --bench     Run on the isolated bench (simulated kernel and DSP)
-    --device    Run on the real device (fails if the DSP nodes are missing)
-    --json      Print {\"platform\": \"bench\"|\"device\", \"checks\": [{\"name\", \"stage\",
-                \"status\": \"pass\"|\"fail\"|\"skip\", \"figure\", \"detail\"}]}
-    -h, --help  Print this help
+    --bench           Run on the isolated bench (simulated kernel and DSP)
+    --device          Run on the real device (fails if the DSP nodes are missing)
+    --seam bench      Test seam for --device: the bench stands in for the device
+                      nodes (the header says so; figures are not device figures)
+    --board NAME      Board facts for --device (default: detected)
+    --library FILE    The device test library (default: /usr/lib/hexrpc/ or
+                      /vendor/etc/hexrpc/libhexrpc_selftest.so)
+    --json            Print {\"platform\": \"bench\"|\"device\", \"checks\": [{\"name\",
+                      \"stage\", \"status\": \"pass\"|\"fail\"|\"skip\", \"figure\", \"detail\"}]}
+    -h, --help        Print this help
 
 Without --bench or --device, the device is used when /dev/adsprpc-smd exists,
-the bench otherwise; the first line of the report says which. Bench figures are
-never device figures.
+the bench otherwise; the first line of the report says which.
 
 EXIT STATUS: 0 when no check failed, 1 when one failed, 2 on usage errors.
 ";
@@ -94,31 +108,40 @@ USAGE:
     hexrpc probe [--device | --bench] [--board NAME] [--library LIB.so] [--json]
                  [--output FILE]
 
-Checks, in order, and stops at the first failure with the exact prerequisite
-that is missing:
-    device-nodes  the ION and FastRPC nodes: owner, group, mode, and whether this
-                  process can open them (on AGNOS: membership of group gpu)
-    ion-alloc     a 4 KiB allocation from the board's ION heap, mapped and verified
-    shell         the DSP shell file (path, size, ELF machine) staged in ION
+Checks every prerequisite, even after one failed, and says what to do about
+each failure:
+    board         detected from the device-tree model, or --board (never assumed
+                  silently: an unknown model fails this step)
+    ion-node      /dev/ion: owner, group, mode, SELinux label, openable by us
+    rpc-node      /dev/adsprpc-smd: the same (an upstream /dev/fastrpc-* is named)
+    groups        this process's groups against the nodes' group
+    selinux       enforcing or not, this process's context
+    shell-file    the DSP shell file: present, Hexagon ELF, size
+then the session chain as far as it can go:
+    ion-alloc     4 KiB from the board's ION heap, mapped and verified
+    shell-stage   the shell staged in ION
     channel       GETINFO on the compute DSP channel (SMMU flag), CONTROL kalloc
     process       creating the user process on the DSP (INIT)
     listener      registering the reverse-RPC listener (handle 3)
     library       loading a library through the reverse file service (with
                   --library; on the bench a built-in test library)
-Everything acquired is released before the command exits.
+and ends with a summary line. Everything acquired is released before it exits.
 
 OPTIONS:
     --device        Probe the real device (the default)
     --bench         Probe the isolated bench instead (simulated kernel and DSP)
     --board NAME    Board facts to use: comma-three, msm-android (default: detected
-                    from /proc/device-tree/model, else comma-three)
+                    from /proc/device-tree/model)
     --library FILE  A Hexagon library (from `hexrpc build-lib`) for the library step
-    --json          Print {\"board\": NAME, \"steps\": [{\"name\", \"status\":
-                    \"pass\"|\"fail\"|\"skip\", \"detail\"}]}
-    --output FILE   Write the report to FILE (replaced atomically) instead of stdout
+    --json          Print {\"board\", \"board_source\", \"steps\": [{\"name\", \"status\":
+                    \"pass\"|\"fail\"|\"skip\", \"detail\", \"hint\"}], \"summary\"}
+    --output FILE   Write the report to FILE instead of stdout: a new file in the
+                    same directory renamed over it; a symlink or device as FILE is
+                    refused; - is stdout
     -h, --help      Print this help
 
-EXIT STATUS: 0 when no step failed, 1 when one failed, 2 on usage errors.
+EXIT STATUS: 0 when no step failed, 1 when one failed or the report could not be
+written, 2 on usage errors.
 ";
 
 const BUILD_LIB_HELP: &str = "\

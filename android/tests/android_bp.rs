@@ -97,7 +97,10 @@ fn the_vendor_binary_has_no_simulator_and_ships_the_device_test_library() {
     assert!(!block.contains("libhexrpc_bench"), "the simulator is linked into the vendor binary: {block}");
     assert!(!block.contains("\"bench\""), "the bench feature is on in the vendor binary: {block}");
     assert_eq!(get(bin, "required"), "[\"libhexrpc_selftest.so\"]");
-    let lib = mods.iter().find(|(kind, p)| kind == "prebuilt_etc" && p.iter().any(|(k, v)| k == "name" && v == "\"libhexrpc_selftest.so\"")).expect("device test library module");
+    let lib = mods
+        .iter()
+        .find(|(kind, p)| kind == "prebuilt_etc" && p.iter().any(|(k, v)| k == "name" && v == "\"libhexrpc_selftest.so\""))
+        .expect("device test library module");
     assert_eq!(get(lib, "sub_dir"), "\"hexrpc\"");
     assert_eq!(get(lib, "vendor"), "true");
     // The path the CLI looks for it at is the one the module installs to.
