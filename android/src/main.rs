@@ -544,11 +544,23 @@ fn load_library(path: &std::path::Path) -> Result<probe::ProbeLibrary, String> {
     Ok(probe::ProbeLibrary { name, image: Box::leak(bytes.into_boxed_slice()) })
 }
 
+/// `p` as an operand that no tool can take for an option.
+fn operand(p: std::path::PathBuf) -> std::path::PathBuf {
+    if p.as_os_str().as_encoded_bytes().starts_with(b"-") {
+        std::path::Path::new(".").join(p)
+    } else {
+        p
+    }
+}
+
 fn build_lib(bl: BuildLib) -> ExitCode {
     use hexrpc_runtime::launch::{build, EntryOptions, PowerRequest, Signature};
     let (Some(kernel), Some(sig), Some(out)) = (bl.kernel, bl.signature, bl.output) else {
         return ExitCode::from(2);
     };
+    // Operands that start with `-` would reach clang and ld.lld as options: `./` keeps them
+    // operands (the intermediates, named after the output, follow).
+    let (kernel, out) = (operand(kernel), operand(out));
     let sig = match Signature::parse(&sig) {
         Ok(s) => s,
         Err(e) => {

@@ -294,6 +294,20 @@ fn build_lib_makes_a_hexagon_library_or_says_why_not() {
     let so = std::fs::read(&out).unwrap();
     assert_eq!(&so[..4], b"\x7fELF");
     assert_eq!(u16::from_le_bytes([so[18], so[19]]), 164, "Hexagon");
+    // Operands that start with `-` (after `--`) stay operands: clang and ld.lld never see them as
+    // options.
+    let dashed = dir.join("-o.c");
+    std::fs::copy(&kernel, &dashed).unwrap();
+    let run = Command::new(env!("CARGO_BIN_EXE_hexrpc"))
+        .current_dir(&dir)
+        .args(["build-lib", "--kernel", "scale", "--signature", "buf,buf,f32", "-o", "./libdash.so", "--", "-o.c"])
+        .output();
+    if let Ok(run) = run {
+        if !(cfg!(target_arch = "aarch64") && run.status.code() == Some(127)) {
+            assert!(run.status.success(), "{run:?}");
+            assert_eq!(&std::fs::read(dir.join("libdash.so")).unwrap()[..4], b"\x7fELF");
+        }
+    }
     // Usage errors: a scalar before a buffer, and a missing output.
     assert_eq!(hexrpc(&["build-lib", kernel.to_str().unwrap(), "--signature", "f32,buf", "-o", "x.so"]).status.code(), Some(2));
     assert_eq!(hexrpc(&["build-lib", kernel.to_str().unwrap(), "--signature", "buf"]).status.code(), Some(2));
