@@ -863,7 +863,7 @@ fn report_cmd(output: Option<std::path::PathBuf>, board: Option<String>, library
     if code == ExitCode::SUCCESS {
         if let io::Output::File(p) = &out {
             eprintln!(
-                "hexrpc: report written to {} ({}); probe: {}",
+                "hexrpc: report written to {} ({}); {}",
                 io::escape(&p.to_string_lossy()),
                 human::bytes(archive.len() as u64),
                 io::escape(&probe_report.summary())

@@ -5,8 +5,37 @@
 use std::io::Read as _;
 use std::os::unix::fs::OpenOptionsExt as _;
 
-/// Kernel log lines mentioning one of these (case-insensitive) are kept.
-pub const DMESG_KEYWORDS: &[&str] = &["adsprpc", "fastrpc", "ion", "cdsp", "adsp", "subsys", "smmu", "qdsp", "hexagon", "avc:", "hexrpc"];
+/// Kernel log lines with a word that is one of these, or starts with one of them followed by `_`
+/// or a digit (`ion_alloc`, `adsprpc0`), case-insensitive, are kept; and SELinux denials (`avc:`).
+pub const DMESG_KEYWORDS: &[&str] = &[
+    "adsprpc",
+    "fastrpc",
+    "ion",
+    "msm_ion",
+    "cdsp",
+    "adsp",
+    "subsys-restart",
+    "subsys-pil-tz",
+    "smmu",
+    "arm-smmu",
+    "qdsp",
+    "hexagon",
+    "remoteproc",
+    "hexrpc",
+];
+
+/// Whether a kernel log message is about the DSP stack.
+pub fn relevant(msg: &str) -> bool {
+    let lower = msg.to_ascii_lowercase();
+    if lower.contains("avc:") {
+        return true;
+    }
+    lower.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '-')).any(|word| {
+        DMESG_KEYWORDS.iter().any(|k| {
+            word == *k || word.strip_prefix(k).is_some_and(|rest| rest.starts_with('_') || rest.starts_with(|c: char| c.is_ascii_digit()))
+        })
+    })
+}
 /// Most kernel log lines kept (the newest).
 pub const MAX_DMESG_LINES: usize = 1000;
 
@@ -29,8 +58,7 @@ pub fn dmesg_lines() -> String {
             Ok(n) => {
                 let rec = String::from_utf8_lossy(&buf[..n]);
                 let msg = rec.split_once(';').map(|(_, m)| m).unwrap_or(&rec).trim_end().to_string();
-                let lower = msg.to_ascii_lowercase();
-                if DMESG_KEYWORDS.iter().any(|k| lower.contains(k)) {
+                if relevant(&msg) {
                     if kept.len() == MAX_DMESG_LINES {
                         kept.pop_front();
                     }
@@ -41,7 +69,7 @@ pub fn dmesg_lines() -> String {
             Err(_) => break,
         }
     }
-    let mut out = format!("# kernel log lines matching {} (newest {MAX_DMESG_LINES})\n", DMESG_KEYWORDS.join(", "));
+    let mut out = format!("# kernel log lines naming {} or avc: (newest {MAX_DMESG_LINES})\n", DMESG_KEYWORDS.join(", "));
     for l in kept {
         out.push_str(&l);
         out.push('\n');
@@ -115,6 +143,18 @@ pub fn tar(members: &[(&str, Vec<u8>)], mtime: u64) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kernel_log_filter() {
+        assert!(relevant("adsprpc: fastrpc_mmap_create: ERROR: adsp address 0"));
+        assert!(relevant("ion_alloc: heap 25 failed"));
+        assert!(relevant("audit: avc:  denied  { ioctl } for comm=\"hexrpc\""));
+        assert!(relevant("subsys-restart: __subsystem_restart_dev(): Restart sequence requested for cdsp"));
+        assert!(!relevant("Linux version 6.1 (builder) #1 SMP"));
+        assert!(!relevant("audit: initializing netlink subsys (disabled)"));
+        assert!(!relevant("x86/PAT: Configuration [0-7]: WB  WC"));
+        assert!(!relevant("NX (Execute Disable) protection: active"));
+    }
 
     #[test]
     fn tar_is_read_by_tar() {
