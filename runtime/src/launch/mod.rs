@@ -12,7 +12,9 @@
 //!   fills fixed-capacity storage (no heap); [`PackedLaunch::invoke_args`] /
 //!   [`PackedLaunch::launch`] hand it to the driver layer's [`InvokeArgs`](hexrpc_drivers::adsprpc::InvokeArgs).
 //! * [`write_entry`] writes the C `entry` for a signature into any `core::fmt::Write` (no heap).
-//! * `build` (feature `std`) compiles entry + kernel into a Hexagon shared object.
+//! * `build` (feature `std`) compiles entry + kernel into a Hexagon shared object and records
+//!   the kernel's signature and the ABI version in it; [`LibraryRecord::find`] reads that record
+//!   back from the library's bytes (no_std, no allocation).
 //!
 //! Version 1 is tinygrad's contract, kept to drive libraries built by others; its entry maps the
 //! *view* length at file offset 0, so only offset-0 views are correct and the packer refuses the
@@ -38,11 +40,13 @@ pub mod abi;
 pub mod build;
 mod entry;
 mod pack;
+pub mod record;
 mod scalar;
 mod signature;
 
 pub use abi::{AbiVersion, LaunchLayout, MapExtent, ENTRY_SYMBOL, FIRST_HANDLE, MAX_ARGS, MAX_BUFFERS, SLOT_SIZE, V1, V2, V2_MAGIC};
 pub use entry::{check_kernel_name, write_entry, EntryError, EntryOptions, PowerRequest};
 pub use pack::{BufferRef, LaunchBuffer, PackError, PackedLaunch, DEFAULT_SLOTS};
+pub use record::{LibraryRecord, RecordError, RecordedKernel};
 pub use scalar::Scalar;
 pub use signature::{ParamKind, ScalarType, Signature, SignatureError};
