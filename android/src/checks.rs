@@ -383,3 +383,41 @@ fn device_model_image() -> &'static [u8] {
     static IMAGE: OnceLock<Vec<u8>> = OnceLock::new();
     IMAGE.get_or_init(|| elf::library_image(crate::device::NAME, 8192))
 }
+
+/// The source of the device test library, built for the executor at run time.
+const DEVICE_LIBRARY_SOURCE: &str = include_str!("../devicelib/hexrpc_selftest.c");
+
+/// The device test library built from its C source with `build-lib`'s code, for the bench's
+/// executor (qemu-hexagon runs the very Hexagon code that ships); once per process. `Err` says
+/// why it cannot be used here (tools missing, build failed).
+pub fn executor_device_library() -> Result<crate::device::DeviceLibrary, String> {
+    use std::sync::OnceLock;
+    static BUILT: OnceLock<Result<&'static [u8], String>> = OnceLock::new();
+    let image = BUILT.get_or_init(|| {
+        use hexrpc_runtime::launch::build::{build_library, BuildOptions};
+        hexrpc_bench::executor::tools_available()?;
+        let dir = std::env::temp_dir().join(format!("hexrpc-devicelib-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let built = (|| {
+            let src = dir.join("hexrpc_selftest.c");
+            std::fs::write(&src, DEVICE_LIBRARY_SOURCE).map_err(|e| e.to_string())?;
+            let sig = Signature::parse(crate::device::SIGNATURE).map_err(|e| e.to_string())?;
+            let out = dir.join("libhexrpc_selftest.so");
+            let opts = BuildOptions { kernel_name: Some(crate::device::KERNEL.into()), ..BuildOptions::default() };
+            build_library(&src, &sig, &out, &opts).map_err(|e| format!("build-lib: {e}"))?;
+            std::fs::read(&out).map_err(|e| e.to_string())
+        })();
+        let _ = std::fs::remove_dir_all(&dir);
+        built.map(|b| &*Box::leak(b.into_boxed_slice()))
+    });
+    image.clone().map(|image| crate::device::DeviceLibrary {
+        image,
+        origin: "the device test library built by build-lib, its Hexagon code run by the executor (qemu-hexagon)".into(),
+    })
+}
+
+/// A plain bench: a library image that is a Hexagon shared object is loaded by the executor.
+pub fn executor_device_target() -> crate::device::Target<Bench> {
+    crate::device::Target { make: Box::new(Bench::new), access: DeviceAccess::for_bench(), on_served: Box::new(|_, _| {}) }
+}

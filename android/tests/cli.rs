@@ -266,6 +266,15 @@ fn selftest_device_checks_run_through_the_bench_seam_and_pass() {
     }
     // The library's forbidden-path requests are refused and counted by the service.
     assert_eq!(check("reverse-file-permissions")["figure"], "3 refused");
+    // Where clang-19, ld.lld-19 and qemu-hexagon run, the library is the one build-lib makes and
+    // its code runs under the executor; otherwise the line says why not.
+    let tools = ["clang-19", "ld.lld-19", "qemu-hexagon"].iter().all(|t| Command::new(t).arg("--version").output().is_ok());
+    let detail = check("view-offsets")["detail"].as_str().unwrap().to_string();
+    if tools && cfg!(target_arch = "x86_64") {
+        assert!(detail.contains("built by build-lib") && detail.contains("executor"), "{detail}");
+    } else {
+        assert!(detail.contains("scripted model") && detail.contains("cannot run the built library"), "{detail}");
+    }
     assert_eq!(check("fd-mapping-reclamation")["figure"], "0 leaked");
     let text = hexrpc(&["selftest", "--device", "--seam", "bench"]);
     let first = String::from_utf8(text.stdout).unwrap().lines().next().unwrap().to_string();
@@ -758,5 +767,35 @@ fn build_lib_cli_refusals_and_dash_operands() {
         assert!(stderr_of(&o).contains(needle), "{args:?}: {}", stderr_of(&o));
     }
     assert_eq!(std::fs::read_to_string(dir.join("my-kernel.c")).unwrap(), kernel);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_device_test_library_builds_and_only_weak_imports_may_be_missing() {
+    let have_tools =
+        Command::new("clang-19").arg("--version").output().is_ok() && Command::new("ld.lld-19").arg("--version").output().is_ok();
+    if !have_tools || !cfg!(target_arch = "x86_64") {
+        eprintln!("SKIPPED: clang-19 / ld.lld-19 not runnable here");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("hexrpc-cli-devicelib-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/devicelib/hexrpc_selftest.c");
+    let out = dir.join("libhexrpc_selftest.so");
+    let args = ["build-lib", src, "--kernel", "hexrpc_selftest", "--signature", "buf,buf,u32,u32,u32", "-o", out.to_str().unwrap()];
+    let run = hexrpc(&args);
+    assert!(run.status.success(), "the device test library's weak fopen/fclose are optional imports: {run:?}");
+    // The same call without `weak` is an import the bench's DSP shell lacks: refused by name.
+    let strong = dir.join("strong.c");
+    std::fs::write(
+        &strong,
+        "extern void *fopen(const char *, const char *);\nvoid strong(unsigned char *in, unsigned char *out) { out[0] = fopen((const char *)in, \"r\") != 0; }\n",
+    )
+    .unwrap();
+    let so = dir.join("libstrong.so");
+    let run = hexrpc(&["build-lib", strong.to_str().unwrap(), "--signature", "buf,buf", "-o", so.to_str().unwrap()]);
+    assert_eq!(run.status.code(), Some(1), "{run:?}");
+    assert!(String::from_utf8_lossy(&run.stderr).contains("fopen"), "{run:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
