@@ -454,6 +454,24 @@ fn report(plan: &Plan, mode: Mode, m: &Measured) -> String {
     out
 }
 
+/// `--bench`: the library under the executor.
+#[cfg(feature = "bench")]
+fn bench_launch(plan: &Plan, image: &'static [u8], inputs: &[Option<Vec<u8>>]) -> Result<Measured, Failure> {
+    hexrpc_bench::executor::tools_available()
+        .map_err(|e| refused(format!("--bench needs the Hexagon executor (clang-19, ld.lld-19, qemu-hexagon): {e}")))?;
+    let bench = hexrpc_bench::Bench::new();
+    let policy = FilePolicy::for_board(bench.board()).map_err(|e| refused(format!("bench file policy: {e:?}")))?;
+    let served = ServedSession::start(bench, &hexrpc_bsp::DeviceAccess::for_bench(), policy)
+        .map_err(|e| refused(format!("starting the bench session: {e:?}")))?;
+    launch(&served, plan, image, inputs)
+}
+
+/// `--bench` in a build without the bench (the vendor build).
+#[cfg(not(feature = "bench"))]
+fn bench_launch(_: &Plan, _: &'static [u8], _: &[Option<Vec<u8>>]) -> Result<Measured, Failure> {
+    Err(refused("this build has no bench: the vendor build leaves the `bench` feature off"))
+}
+
 fn execute(plan: Plan) -> Result<String, Failure> {
     // Refusals that need no session.
     if plan.abi == AbiVersion::V1 {
@@ -503,15 +521,7 @@ fn execute(plan: Plan) -> Result<String, Failure> {
     // Images are `'static` (the HAL's registry contract): this process runs one library.
     let image: &'static [u8] = Box::leak(image.into_boxed_slice());
     let measured = match mode {
-        Mode::Bench => {
-            hexrpc_bench::executor::tools_available()
-                .map_err(|e| refused(format!("--bench needs the Hexagon executor (clang-19, ld.lld-19, qemu-hexagon): {e}")))?;
-            let bench = hexrpc_bench::Bench::new();
-            let policy = FilePolicy::for_board(bench.board()).map_err(|e| refused(format!("bench file policy: {e:?}")))?;
-            let served = ServedSession::start(bench, &hexrpc_bsp::DeviceAccess::for_bench(), policy)
-                .map_err(|e| refused(format!("starting the bench session: {e:?}")))?;
-            launch(&served, &plan, image, &inputs)?
-        }
+        Mode::Bench => bench_launch(&plan, image, &inputs)?,
         Mode::Device => {
             let model =
                 ["/proc/device-tree/model", "/sys/firmware/devicetree/base/model"].iter().find_map(|p| std::fs::read_to_string(p).ok());
