@@ -14,6 +14,7 @@ use hexrpc_runtime::reverse::{Module, RequestTap};
 pub const MAX_RECORDS: usize = 10_000;
 
 /// One recorded request.
+#[derive(Debug)]
 pub struct Record {
     /// The request file's bytes.
     pub bytes: Vec<u8>,
@@ -28,7 +29,7 @@ pub struct Record {
 }
 
 /// The tap.
-#[derive(Default)]
+#[derive(Debug, Default)]
 pub struct Recorder {
     records: Mutex<Vec<Record>>,
     dropped: std::sync::atomic::AtomicU64,

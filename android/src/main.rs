@@ -191,6 +191,7 @@ hexrpc run - launch a library on the device or on the bench
 USAGE:
     hexrpc run LIBRARY.so --signature SIG [--abi v1|v2] [--bench | --device]
                [--arg SPEC]... [--repeat N] [--deadline-ms MS] [--json]
+               [--capture DIR]
 
 Opens LIBRARY.so on the DSP (served through the reverse file service), launches
 its entry N times with one --arg per parameter of SIG, in order, and writes the
@@ -218,6 +219,8 @@ OPTIONS:
     --json            Print {\"library\", \"abi\", \"mode\", \"launches\",
                       \"dsp_us\": {\"p50\", \"p99\"}, \"round_trip_us\": {\"p50\", \"p99\"},
                       \"outputs\": [{\"arg\", \"file\", \"bytes\"}]}
+    --capture DIR     Record the session's reverse-RPC requests into DIR as
+                      `hexrpc capture` does (written even when the launch fails)
     -h, --help        Print this help
 
 Prints the DSP-reported time around the kernel and the host round trip. On the
@@ -499,6 +502,7 @@ fn parse(args: Vec<std::ffi::OsString>) -> Result<(i32, Command), Usage> {
             Long("repeat") if command == "run" => ra.repeat = Some(p.value()?.string()?),
             Long("deadline-ms") if command == "run" => ra.deadline_ms = Some(p.value()?.string()?),
             Long("json") if command == "run" => ra.json = true,
+            Long("capture") if command == "run" => ra.capture = Some(p.value()?.into()),
             Value(v) if command == "run" && ra.library.is_none() => ra.library = Some(v.into()),
             Long("bench") if command == "selftest" => platform = Some(selftest::Platform::Bench),
             Long("device") if command == "selftest" => platform = Some(selftest::Platform::Device),

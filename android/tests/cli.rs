@@ -799,3 +799,84 @@ fn the_device_test_library_builds_and_only_weak_imports_may_be_missing() {
     assert!(String::from_utf8_lossy(&run.stderr).contains("fopen"), "{run:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn run_capture_records_the_library_fetch_and_reverse_replay_accepts_it() {
+    let have_tools = ["clang-19", "ld.lld-19", "qemu-hexagon"].iter().all(|t| Command::new(t).arg("--version").output().is_ok());
+    if !have_tools || !cfg!(target_arch = "x86_64") {
+        eprintln!("SKIPPED: the Hexagon executor is not runnable here");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("hexrpc-cli-run-capture-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let so = dir.join("libhexrpc_selftest.so");
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/devicelib/hexrpc_selftest.c");
+    let built =
+        hexrpc(&["build-lib", src, "--kernel", "hexrpc_selftest", "--signature", "buf,buf,u32,u32,u32", "-o", so.to_str().unwrap()]);
+    assert!(built.status.success(), "{built:?}");
+    let input = dir.join("in.bin");
+    std::fs::write(&input, (0..64u8).collect::<Vec<_>>()).unwrap();
+    let (out, cap) = (dir.join("out.bin"), dir.join("cap"));
+    let arg_in = format!("in={},offset=1", input.display());
+    let arg_out = format!("out={},size=64,offset=4097", out.display());
+    let run = hexrpc(&[
+        "run",
+        so.to_str().unwrap(),
+        "--signature",
+        "buf,buf,u32,u32,u32",
+        "--bench",
+        "--arg",
+        &arg_in,
+        "--arg",
+        &arg_out,
+        "--arg",
+        "64",
+        "--arg",
+        "0",
+        "--arg",
+        "3",
+        "--capture",
+        cap.to_str().unwrap(),
+    ]);
+    assert_eq!(run.status.code(), Some(0), "{run:?}");
+    assert_eq!(std::fs::read(&out).unwrap(), (3..67u8).collect::<Vec<_>>(), "the device test library's ADD, run by the executor");
+    let index: serde_json::Value = serde_json::from_slice(&std::fs::read(cap.join("index.json")).unwrap()).unwrap();
+    let files: Vec<String> = index["requests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| cap.join(r["file"].as_str().unwrap()).to_string_lossy().into_owned())
+        .collect();
+    assert!(files.len() >= 3, "the DSP fetched the library through the reverse service: {index}");
+    let mut args = vec!["reverse-replay"];
+    args.extend(files.iter().map(String::as_str));
+    assert_eq!(hexrpc(&args).status.code(), Some(0));
+    // A FIFO as an input file is refused, not waited on.
+    let fifo = dir.join("fifo");
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let arg_fifo = format!("in={}", fifo.display());
+    let run = hexrpc_within(
+        &[
+            "run",
+            so.to_str().unwrap(),
+            "--signature",
+            "buf,buf,u32,u32,u32",
+            "--bench",
+            "--arg",
+            &arg_fifo,
+            "--arg",
+            "size=8",
+            "--arg",
+            "8",
+            "--arg",
+            "0",
+            "--arg",
+            "0",
+        ],
+        std::time::Duration::from_secs(30),
+    );
+    assert_eq!(run.status.code(), Some(1), "{run:?}");
+    assert!(String::from_utf8_lossy(&run.stderr).contains("FIFO"), "{run:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
