@@ -644,7 +644,7 @@ fn build_kernels(kernels: &[KernelSpec<'_>], out: &Path, opts: &BuildOptions) ->
 }
 
 /// Checks a parsed library: Hexagon, shared object, allocated sections 4 KiB-aligned, `entry`
-/// exported, every import in [`DSP_PROVIDED_SYMBOLS`].
+/// exported, every (non-weak) import in [`DSP_PROVIDED_SYMBOLS`].
 pub fn check_library(elf: &ElfSummary) -> Result<(), BuildError> {
     if elf.machine != EM_HEXAGON {
         return Err(BuildError::NotHexagon { machine: elf.machine });
@@ -741,6 +741,10 @@ pub struct ElfSummary {
     pub exports: Vec<String>,
     /// Undefined symbols of `.dynsym` (resolved by the DSP loader: `HAP_*`, libc).
     pub imports: Vec<String>,
+    /// Undefined *weak* symbols of `.dynsym`: optional imports, 0 when the DSP does not provide
+    /// them (the library tests for that), so they are never refused. The device test library
+    /// declares the DSP C library's `fopen`/`fclose` so.
+    pub weak_imports: Vec<String>,
 }
 
 #[repr(C)]
@@ -853,7 +857,7 @@ pub fn parse_elf(bytes: &[u8]) -> Result<ElfSummary, ElfError> {
         None => &[],
     };
     let mut sections = Vec::new();
-    let (mut exports, mut imports) = (Vec::new(), Vec::new());
+    let (mut exports, mut imports, mut weak_imports) = (Vec::new(), Vec::new(), Vec::new());
     for s in &shdrs {
         sections.push(SectionInfo {
             name: if shstr.is_empty() { String::new() } else { c_name(shstr, s.sh_name.get())? },
@@ -869,7 +873,9 @@ pub fn parse_elf(bytes: &[u8]) -> Result<ElfSummary, ElfError> {
             for sym in syms.iter().skip(1) {
                 let name = c_name(strtab, sym.st_name.get())?;
                 let bind = sym.st_info >> 4;
-                if sym.st_shndx.get() == 0 {
+                if sym.st_shndx.get() == 0 && bind == 2 {
+                    weak_imports.push(name);
+                } else if sym.st_shndx.get() == 0 {
                     imports.push(name);
                 } else if bind == 1 || bind == 2 {
                     exports.push(name);
@@ -888,7 +894,7 @@ pub fn parse_elf(bytes: &[u8]) -> Result<ElfSummary, ElfError> {
             align: p.p_align.get().into(),
         })
         .collect();
-    Ok(ElfSummary { machine: h.e_machine.get(), elf_type: h.e_type.get(), sections, segments, exports, imports })
+    Ok(ElfSummary { machine: h.e_machine.get(), elf_type: h.e_type.get(), sections, segments, exports, imports, weak_imports })
 }
 
 #[cfg(test)]
