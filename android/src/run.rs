@@ -520,9 +520,11 @@ fn execute(plan: Plan) -> Result<String, Failure> {
     let measured = (|| match mode {
         Mode::Bench => bench_launch(&plan, image, &inputs),
         Mode::Device => {
-            let model =
-                ["/proc/device-tree/model", "/sys/firmware/devicetree/base/model"].iter().find_map(|p| std::fs::read_to_string(p).ok());
-            let board = model.as_deref().and_then(hexrpc_bsp::detect).unwrap_or(&hexrpc_bsp::COMMA_THREE);
+            // Detected from the device-tree model; an undetected board is said, not assumed silently.
+            let (board, source) = crate::device_board(None).map_err(|crate::Usage(m)| usage(m))?;
+            if source == crate::probe::BoardSource::Assumed {
+                log::warn!("board not detected from the device-tree model: using the {} facts (`hexrpc probe` says more)", board.name);
+            }
             let policy = FilePolicy::for_board(board).map_err(|e| refused(format!("file policy of {}: {e:?}", board.name)))?;
             // The one place this command decides to touch the device.
             let access = hexrpc_bsp::DeviceAccess::for_device(board);

@@ -430,21 +430,21 @@ fn probe_device_names_the_missing_node() {
 /// Runs the binary with a time limit: a hang (a FIFO read) is a failure, not a stuck test.
 fn hexrpc_within(args: &[&str], limit: std::time::Duration) -> std::process::Output {
     let bin = env!("CARGO_BIN_EXE_hexrpc");
-    let spawn = |cmd: &mut Command| {
-        cmd.args(args).env_remove("HEXRPC_LOG").stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn()
-    };
-    // As in `hexrpc()`: under qemu-user without binfmt the aarch64 binary cannot be exec'd
-    // directly (ENOEXEC) and runs through the same emulator.
-    let mut child = match spawn(&mut Command::new(bin)) {
-        Err(e) if e.raw_os_error() == Some(8) && cfg!(target_arch = "aarch64") => {
-            spawn(Command::new("qemu-aarch64").args(["-L", "/usr/aarch64-linux-gnu", bin])).expect("spawn hexrpc under qemu-aarch64")
-        }
-        other => other.expect("spawn hexrpc"),
-    };
+    let direct = within(Command::new(bin).args(args), args, limit);
+    // As in `hexrpc()`: under qemu-user without binfmt the binary runs through the emulator.
+    if cfg!(target_arch = "aarch64") && exec_failed(&direct) {
+        return within(Command::new("qemu-aarch64").args(["-L", "/usr/aarch64-linux-gnu", bin]).args(args), args, limit)
+            .expect("run hexrpc under qemu-aarch64");
+    }
+    direct.expect("run hexrpc")
+}
+
+fn within(cmd: &mut Command, args: &[&str], limit: std::time::Duration) -> std::io::Result<std::process::Output> {
+    let mut child = cmd.env_remove("HEXRPC_LOG").stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn()?;
     let t0 = std::time::Instant::now();
     loop {
-        if child.try_wait().unwrap().is_some() {
-            return child.wait_with_output().unwrap();
+        if child.try_wait()?.is_some() {
+            return child.wait_with_output();
         }
         if t0.elapsed() > limit {
             let _ = child.kill();
@@ -588,7 +588,26 @@ fn report_is_one_tar_with_every_part() {
 /// Runs the binary in `dir` (for relative operands), like [`hexrpc`].
 fn hexrpc_in(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
     let bin = env!("CARGO_BIN_EXE_hexrpc");
-    Command::new(bin).args(args).current_dir(dir).env_remove("HEXRPC_LOG").output().expect("run hexrpc")
+    let direct = Command::new(bin).args(args).current_dir(dir).env_remove("HEXRPC_LOG").output();
+    // As in `hexrpc()`: under qemu-user without binfmt the binary runs through the emulator.
+    if cfg!(target_arch = "aarch64") && exec_failed(&direct) {
+        return Command::new("qemu-aarch64")
+            .args(["-L", "/usr/aarch64-linux-gnu", bin])
+            .args(args)
+            .current_dir(dir)
+            .env_remove("HEXRPC_LOG")
+            .output()
+            .expect("run hexrpc under qemu-aarch64");
+    }
+    direct.expect("run hexrpc")
+}
+
+/// The kernel could not exec the binary (ENOEXEC), or the child reported 127 with no output.
+fn exec_failed(o: &std::io::Result<std::process::Output>) -> bool {
+    match o {
+        Err(e) => e.raw_os_error() == Some(8),
+        Ok(o) => o.status.code() == Some(127) && o.stdout.is_empty() && o.stderr.is_empty(),
+    }
 }
 
 fn stderr_of(o: &std::process::Output) -> String {
