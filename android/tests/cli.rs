@@ -717,6 +717,15 @@ fn run_launches_a_build_lib_library_on_the_bench() {
         assert_eq!(nodsp.status.code(), Some(1));
         assert!(stderr_of(&nodsp).contains("add --bench"), "{}", stderr_of(&nodsp));
     }
+    // --bench without the executor's tools names the missing one.
+    let no_tools = Command::new(env!("CARGO_BIN_EXE_hexrpc"))
+        .args(with(&common, &["--arg", &arg_a, "--arg", &arg_b, "--arg", &arg_o, "--arg", "64"]))
+        .env("PATH", "/nonexistent")
+        .env_remove("HEXRPC_LOG")
+        .output()
+        .unwrap();
+    assert_eq!(no_tools.status.code(), Some(1));
+    assert!(stderr_of(&no_tools).contains("clang-19 not found"), "{}", stderr_of(&no_tools));
     let missing_in = hexrpc(&with(&common, &["--arg", "in=/nonexistent/a.bin", "--arg", &arg_b, "--arg", &arg_o, "--arg", "64"]));
     assert_eq!(missing_in.status.code(), Some(1), "{}", stderr_of(&missing_in));
     // Exit 2: usage.

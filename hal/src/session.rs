@@ -208,7 +208,9 @@ impl<S: Syscalls + Clone> Session<S> {
     /// that closes the library and withdraws the image when dropped.
     ///
     /// `name` may hold ASCII letters, digits, `_`, `-` and `.` (at most 32 bytes). A library is
-    /// opened once and invoked many times.
+    /// opened once and invoked many times. When the DSP's loader refuses the image (bad ELF,
+    /// unresolved symbol, no `entry`, ...) the error is [`Cause::Refused`] with the AEE code and
+    /// the loader's reason.
     pub fn open_library<'s>(
         &'s self,
         registry: &'s dyn ImageRegistry,
