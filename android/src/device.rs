@@ -4,8 +4,15 @@
 //!
 //! On a device that is the DSP. On the bench (`selftest --bench`, and the test seam `selftest
 //! --device --seam bench`) the very same functions run on the simulated kernel; the library's
-//! code runs as real Hexagon code through the executor when the executor can load it, otherwise
-//! its behaviour is played by a scripted DSP model of the same kernel, and the report says which.
+//! code runs as real Hexagon code through the executor (built from its C source by build-lib's
+//! code) when clang-19, ld.lld-19 and qemu-hexagon run here, otherwise its behaviour is played by
+//! a scripted DSP model of the same kernel, and the report says which.
+//!
+//! Where the bench is not faithful: the executor's DSP shell has no `fopen` (a real DSP's C
+//! library turns a library's `fopen` into apps_std reverse requests), so on the bench the
+//! reverse-RPC permission check always uses the scripted model, which sends exactly those
+//! requests through the listener; its line says so. The deadline check's kernel spins on the
+//! emulator's host clock, not DSP time.
 //!
 //! Nothing here needs fault injection or the bench's ledger: what is measured on a device is
 //! what the process itself can see (outputs, errors, its own fd and mapping counts, the reverse
