@@ -8,10 +8,9 @@
 //! code) when clang-19, ld.lld-19 and qemu-hexagon run here, otherwise its behaviour is played by
 //! a scripted DSP model of the same kernel, and the report says which.
 //!
-//! Where the bench is not faithful: the executor's DSP shell has no `fopen` (a real DSP's C
-//! library turns a library's `fopen` into apps_std reverse requests), so on the bench the
-//! reverse-RPC permission check always uses the scripted model, which sends exactly those
-//! requests through the listener; its line says so. The deadline check's kernel spins on the
+//! Where the bench is not faithful: the executor's DSP shell answers a library's `fopen` by
+//! sending apps_std `fopen_with_env` (and `fclose`) through the listener, as a DSP's C library
+//! does, but offers no `fread` on the result; the deadline check's kernel spins on the
 //! emulator's host clock, not DSP time.
 //!
 //! Nothing here needs fault injection or the bench's ledger: what is measured on a device is
@@ -323,25 +322,8 @@ pub fn concurrency<S: Syscalls + Clone + Send + Sync + 'static>(t: &Target<S>, l
     Ok((figure, format!("{THREADS} threads x {LAUNCHES} on one session, all correct, {} wall time", crate::human::duration(took))))
 }
 
-/// Where the reverse-RPC permission check runs when not on the main target (the bench's
-/// executor shell has no `fopen`, so there the scripted model of the library's kernel sends the
-/// library's requests), and the note its line carries.
-pub struct Permissions<'a, S> {
-    /// The target.
-    pub target: &'a Target<S>,
-    /// The library on it.
-    pub library: &'a DeviceLibrary,
-    /// Appended to the check's detail.
-    pub note: String,
-}
-
 /// Every device check, in the acceptance order, reporting progress.
-pub fn run<S: Syscalls + Clone + Send + Sync + 'static>(
-    t: &Target<S>,
-    lib: &DeviceLibrary,
-    permissions: Option<Permissions<'_, S>>,
-    progress: &mut dyn FnMut(&str),
-) -> Vec<Check> {
+pub fn run<S: Syscalls + Clone + Send + Sync + 'static>(t: &Target<S>, lib: &DeviceLibrary, progress: &mut dyn FnMut(&str)) -> Vec<Check> {
     let mut out = Vec::new();
     let mut step = |name: &'static str, stage: &'static str, f: &dyn Fn() -> Outcome| {
         progress(name);
@@ -353,13 +335,7 @@ pub fn run<S: Syscalls + Clone + Send + Sync + 'static>(
     step("view-offsets", "view offsets", &|| view_offsets(t, lib));
     step("v1-refusal", "view offsets", &|| v1_refusal(t));
     step("fd-mapping-reclamation", "fd/mapping reclamation", &|| reclamation(t, lib));
-    match &permissions {
-        None => step("reverse-file-permissions", "reverse-RPC file permissions", &|| reverse_permissions(t, lib)),
-        Some(p) => step("reverse-file-permissions", "reverse-RPC file permissions", &|| {
-            let note = |(f, d): (String, String)| (f, format!("{d} [{}]", p.note));
-            reverse_permissions(p.target, p.library).map(note).map_err(note)
-        }),
-    }
+    step("reverse-file-permissions", "reverse-RPC file permissions", &|| reverse_permissions(t, lib));
     step("deadline", "timeouts", &|| deadline(t, lib));
     step("concurrency", "concurrency", &|| concurrency(t, lib));
     out

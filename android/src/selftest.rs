@@ -275,11 +275,10 @@ pub fn run(platform: Platform, seam: DeviceSeam, library: LibraryChoice, progres
 #[cfg(feature = "bench")]
 /// The device test library's checks on the bench: the library built by build-lib (or the one
 /// given) run as Hexagon code by the executor when it can be built and loaded here, otherwise
-/// the scripted model of its kernel; the reverse-RPC permission check always goes through the
-/// scripted model (the executor's DSP shell has no `fopen`). Each line says which.
+/// the scripted model of its kernel. Each line says which.
 fn device_on_bench(library: LibraryChoice, progress: &mut dyn FnMut(&str)) -> Vec<Check> {
     let mut checks = Vec::new();
-    let (target, lib, perm) = bench_device_setup(library);
+    let (target, lib) = bench_device_setup(library);
     progress("probe");
     let probe_lib = crate::probe::ProbeLibrary { name: crate::device::NAME.into(), image: lib.image };
     let report =
@@ -288,34 +287,24 @@ fn device_on_bench(library: LibraryChoice, progress: &mut dyn FnMut(&str)) -> Ve
         checks.push(Check { name: "probe", stage: "device", status: Status::Fail, figure: String::new(), detail: report.summary() });
         return checks;
     }
-    let perm = perm.as_ref().map(|(t, l, note)| crate::device::Permissions { target: t, library: l, note: note.clone() });
-    checks.extend(crate::device::run(&target, &lib, perm, progress));
+    checks.extend(crate::device::run(&target, &lib, progress));
     for c in &mut checks {
         c.detail = format!("{} [bench: {}]", c.detail, lib.origin);
     }
     checks
 }
 
-/// The bench target, library and permission-check override for the device checks.
+/// The bench target and library for the device checks.
 #[cfg(feature = "bench")]
-#[allow(clippy::type_complexity)]
-fn bench_device_setup(
-    library: LibraryChoice,
-) -> (
-    crate::device::Target<hexrpc_bench::Bench>,
-    crate::device::DeviceLibrary,
-    Option<(crate::device::Target<hexrpc_bench::Bench>, crate::device::DeviceLibrary, String)>,
-) {
-    let (scripted_target, scripted) = crate::checks::scripted_device_target();
+fn bench_device_setup(library: LibraryChoice) -> (crate::device::Target<hexrpc_bench::Bench>, crate::device::DeviceLibrary) {
     match library.or_else(|_| crate::checks::executor_device_library()) {
-        Ok(lib) => {
-            let note =
-                "the executor's DSP shell has no fopen: the library's fopen requests sent by the scripted model of its kernel".to_string();
-            (crate::checks::executor_device_target(), lib, Some((scripted_target, scripted, note)))
-        }
+        // The executor's shell sends the library's fopen to the listener as a DSP's C library
+        // does, so every check, the permission refusals included, runs the library's code.
+        Ok(lib) => (crate::checks::executor_device_target(), lib),
         Err(why) => {
+            let (target, scripted) = crate::checks::scripted_device_target();
             let origin = format!("{} (the executor cannot run the built library here: {why})", scripted.origin);
-            (scripted_target, crate::device::DeviceLibrary { origin, ..scripted }, None)
+            (target, crate::device::DeviceLibrary { origin, ..scripted })
         }
     }
 }
@@ -340,13 +329,12 @@ fn device_checks(seam: DeviceSeam, library: LibraryChoice, progress: &mut dyn Fn
                 access: hexrpc_bsp::DeviceAccess::for_device(board),
                 on_served: Box::new(|_, _| {}),
             };
-            device_checks_on(&target, source, Host::Real, library, None, false, progress)
+            device_checks_on(&target, source, Host::Real, library, false, progress)
         }
         #[cfg(feature = "bench")]
         DeviceSeam::Bench => {
-            let (target, lib, perm) = bench_device_setup(library);
-            let perm = perm.as_ref().map(|(t, l, note)| crate::device::Permissions { target: t, library: l, note: note.clone() });
-            device_checks_on(&target, crate::probe::BoardSource::Bench, Host::Bench, Ok(lib), perm, true, progress)
+            let (target, lib) = bench_device_setup(library);
+            device_checks_on(&target, crate::probe::BoardSource::Bench, Host::Bench, Ok(lib), true, progress)
         }
     }
 }
@@ -356,7 +344,6 @@ fn device_checks_on<S: Syscalls + Clone + Send + Sync + 'static>(
     source: crate::probe::BoardSource,
     host: crate::probe::Host,
     library: LibraryChoice,
-    permissions: Option<crate::device::Permissions<'_, S>>,
     on_bench: bool,
     progress: &mut dyn FnMut(&str),
 ) -> Vec<Check> {
@@ -397,7 +384,7 @@ fn device_checks_on<S: Syscalls + Clone + Send + Sync + 'static>(
         }
         return out;
     }
-    let mut checks = crate::device::run(target, &lib, permissions, progress);
+    let mut checks = crate::device::run(target, &lib, progress);
     if on_bench {
         for c in &mut checks {
             c.detail = format!("{} [bench seam: {}]", c.detail, lib.origin);

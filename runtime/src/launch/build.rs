@@ -82,7 +82,8 @@ pub const INSTALL_HINT: &str = "apt-get install clang-19 lld-19";
 pub const WORK_MARKER: &str = ".hexrpc-build";
 
 /// The symbols a library may import: what the DSP provides to a loaded library (the HAP
-/// functions the generated entry calls, the C library functions and compiler runtime helpers
+/// functions the generated entry calls, `fopen`/`fclose` (answered by the host's reverse file
+/// service, as a DSP's C library does), the C library functions and compiler runtime helpers
 /// clang emits for Hexagon under `-nostdlib`, and the libm subset kernels call). This is the
 /// export list of the bench's DSP shell; a real `fastrpc_shell` exports more, so the list is
 /// conservative: a library that passes here loads on the bench and on a device.
@@ -95,6 +96,8 @@ pub const DSP_PROVIDED_SYMBOLS: &[&str] = &[
     "memset",
     "memmove",
     "memcmp",
+    "fopen",
+    "fclose",
     "__hexagon_divsi3",
     "__hexagon_udivsi3",
     "__hexagon_modsi3",
@@ -330,7 +333,7 @@ impl fmt::Display for BuildError {
             BuildError::SignatureMismatch { kernel, detail } => write!(f, "the kernel `{kernel}` does not match the signature: {detail}"),
             BuildError::UnresolvedImports(names) => write!(
                 f,
-                "the library imports symbols the DSP does not provide: {} (provided: HAP_*, memcpy/memset/memmove/memcmp, the \
+                "the library imports symbols the DSP does not provide: {} (provided: HAP_*, memcpy/memset/memmove/memcmp, fopen/fclose, the \
                  __hexagon_* integer and double-arithmetic helpers and a float libm subset)",
                 names.join(", ")
             ),
