@@ -421,3 +421,19 @@ pub fn executor_device_library() -> Result<crate::device::DeviceLibrary, String>
 pub fn executor_device_target() -> crate::device::Target<Bench> {
     crate::device::Target { make: Box::new(Bench::new), access: DeviceAccess::for_bench(), on_served: Box::new(|_, _| {}) }
 }
+
+/// The bench target and library for the device checks.
+pub fn bench_device_setup(
+    library: crate::selftest::LibraryChoice,
+) -> (crate::device::Target<hexrpc_bench::Bench>, crate::device::DeviceLibrary) {
+    match library.or_else(|_| crate::checks::executor_device_library()) {
+        // The executor's shell sends the library's fopen to the listener as a DSP's C library
+        // does, so every check, the permission refusals included, runs the library's code.
+        Ok(lib) => (crate::checks::executor_device_target(), lib),
+        Err(why) => {
+            let (target, scripted) = crate::checks::scripted_device_target();
+            let origin = format!("{} (the executor cannot run the built library here: {why})", scripted.origin);
+            (target, crate::device::DeviceLibrary { origin, ..scripted })
+        }
+    }
+}

@@ -812,14 +812,16 @@ fn bench_capture(
     recorder: &'static capture::Recorder,
     exercise: bool,
 ) -> Result<Result<String, String>, ExitCode> {
-    let (target, scripted) = checks::scripted_device_target();
-    let lib = match library.map(|p| device_library(Some(p))).transpose() {
-        Ok(l) => l.unwrap_or(scripted),
+    let choice = match library.map(|p| device_library(Some(p))).transpose() {
+        Ok(Some(l)) => Ok(l),
+        Ok(None) => Err("no built library given".to_string()),
         Err(e) => {
             error(&e);
             return Err(ExitCode::from(1));
         }
     };
+    // The library under the executor when it runs here, else the scripted model of its kernel.
+    let (target, lib) = checks::bench_device_setup(choice);
     Ok(device::capture_session(&target, &lib, recorder, exercise))
 }
 

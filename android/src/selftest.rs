@@ -278,7 +278,7 @@ pub fn run(platform: Platform, seam: DeviceSeam, library: LibraryChoice, progres
 /// the scripted model of its kernel. Each line says which.
 fn device_on_bench(library: LibraryChoice, progress: &mut dyn FnMut(&str)) -> Vec<Check> {
     let mut checks = Vec::new();
-    let (target, lib) = bench_device_setup(library);
+    let (target, lib) = crate::checks::bench_device_setup(library);
     progress("probe");
     let probe_lib = crate::probe::ProbeLibrary { name: crate::device::NAME.into(), image: lib.image };
     let report =
@@ -292,21 +292,6 @@ fn device_on_bench(library: LibraryChoice, progress: &mut dyn FnMut(&str)) -> Ve
         c.detail = format!("{} [bench: {}]", c.detail, lib.origin);
     }
     checks
-}
-
-/// The bench target and library for the device checks.
-#[cfg(feature = "bench")]
-fn bench_device_setup(library: LibraryChoice) -> (crate::device::Target<hexrpc_bench::Bench>, crate::device::DeviceLibrary) {
-    match library.or_else(|_| crate::checks::executor_device_library()) {
-        // The executor's shell sends the library's fopen to the listener as a DSP's C library
-        // does, so every check, the permission refusals included, runs the library's code.
-        Ok(lib) => (crate::checks::executor_device_target(), lib),
-        Err(why) => {
-            let (target, scripted) = crate::checks::scripted_device_target();
-            let origin = format!("{} (the executor cannot run the built library here: {why})", scripted.origin);
-            (target, crate::device::DeviceLibrary { origin, ..scripted })
-        }
-    }
 }
 
 const DEVICE_CHECKS: &[(&str, &str)] = &[
@@ -333,7 +318,7 @@ fn device_checks(seam: DeviceSeam, library: LibraryChoice, progress: &mut dyn Fn
         }
         #[cfg(feature = "bench")]
         DeviceSeam::Bench => {
-            let (target, lib) = bench_device_setup(library);
+            let (target, lib) = crate::checks::bench_device_setup(library);
             device_checks_on(&target, crate::probe::BoardSource::Bench, Host::Bench, Ok(lib), true, progress)
         }
     }
