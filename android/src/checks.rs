@@ -194,7 +194,7 @@ pub fn reverse_permissions() -> Outcome {
     bench.add_file("/bench/dsp/cdsp/allowed.so", elf::hexagon_elf(128));
     let result = (|| {
         let served = serve(&bench)?;
-        let (fd, _) = served.session().listener_fd().ok_or_else(|| fail("session not healthy"))?;
+        let (fd, _) = hexrpc_hal::internal::ListenerPlumbing::listener_fd(served.session()).ok_or_else(|| fail("session not healthy"))?;
         let h = remotectl_open(&bench, fd, "apps_std").map_err(fail)?;
         let canary_path = canary.to_string_lossy().into_owned();
         let hostile = [

@@ -21,6 +21,8 @@ use std::time::{Duration, Instant};
 
 use hexrpc_bsp::DeviceAccess;
 use hexrpc_drivers::Syscalls;
+// `listener_fd` (diagnostics): the bench's scripted model sends its reverse requests to it.
+use hexrpc_hal::internal::ListenerPlumbing;
 use hexrpc_hal::{BufferView, Cause, HalError, Library};
 use hexrpc_runtime::launch::{AbiVersion, BufferRef, PackError, PackedLaunch, Scalar, Signature};
 use hexrpc_runtime::reverse::{FilePolicy, RequestError};
@@ -409,7 +411,7 @@ mod tests {
         let exact = (0..5).any(|_| {
             let before = settled_counts().unwrap();
             let fd = RustixSys.open(&cpath, OpenFlags::READ_WRITE).unwrap();
-            let map = Mapping::map_shared(RustixSys, fd, 8192, Prot::ReadWrite).unwrap();
+            let map = Mapping::map_shared(RustixSys, fd.raw(), 8192, Prot::ReadWrite).unwrap();
             let during = own_counts().unwrap();
             map.unmap().unwrap();
             RustixSys.close(fd).unwrap();

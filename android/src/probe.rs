@@ -380,8 +380,8 @@ fn shell_file<S: Syscalls>(sys: &S, board: &Board, steps: &mut Vec<Step>) {
     let r = (|| {
         let fd = sys.open(path, OpenFlags::READ_ONLY).map_err(|e| (format!("{p}: {e}"), where_hint.clone()))?;
         let mut head = [0u8; 20];
-        let got = sys.pread(fd, &mut head, 0);
-        let st = sys.fstat(fd);
+        let got = sys.pread(fd.raw(), &mut head, 0);
+        let st = sys.fstat(fd.raw());
         let _ = sys.close(fd);
         let n = got.map_err(|e| (format!("{p}: read: {e}"), where_hint.clone()))?;
         let size = st.map(|s| s.size).unwrap_or(0);

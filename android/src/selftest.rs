@@ -166,17 +166,17 @@ fn seam_check() -> Result<(String, String), (String, String)> {
     let fail = |what: &str, e: hexrpc_drivers::Errno| (String::new(), format!("{what}: {e}"));
     let fd = sys.open(c"/dev/null", OpenFlags::READ_ONLY).map_err(|e| fail("open /dev/null", e))?;
     let mut word = 3u32;
-    let r = hexrpc_drivers::adsprpc::getinfo(&sys, fd, word);
+    let r = hexrpc_drivers::adsprpc::getinfo(&sys, fd.raw(), word);
     let _ = sys.close(fd);
     word = match r {
         Err(hexrpc_drivers::Error::Os(e)) if e == hexrpc_drivers::Errno::ENOTTY || e == hexrpc_drivers::Errno::ENOSYS => e.0 as u32,
         other => return Err((String::new(), format!("GETINFO on /dev/null should fail with ENOTTY, got {other:?}"))),
     };
     let memfd = rustix_memfd().map_err(|e| fail("memfd", e))?;
-    let mut map = Mapping::map_shared(sys, memfd, 8192, Prot::ReadWrite).map_err(|e| fail("mmap", e))?;
+    let mut map = Mapping::map_shared(sys, memfd.raw(), 8192, Prot::ReadWrite).map_err(|e| fail("mmap", e))?;
     let pattern: Vec<u8> = (0..8192u32).map(|i| (i * 7 + 3) as u8).collect();
     map.write_at(0, &pattern).map_err(|e| (String::new(), e.to_string()))?;
-    let second = Mapping::map_shared(sys, memfd, 8192, Prot::Read).map_err(|e| fail("second mmap", e))?;
+    let second = Mapping::map_shared(sys, memfd.raw(), 8192, Prot::Read).map_err(|e| fail("second mmap", e))?;
     let mut back = vec![0u8; 8192];
     second.read_at(0, &mut back).map_err(|e| (String::new(), e.to_string()))?;
     let oob = second.read_at(8000, &mut [0u8; 200]).is_err();
@@ -189,7 +189,7 @@ fn seam_check() -> Result<(String, String), (String, String)> {
     Ok(("8192 bytes".into(), format!("unknown ioctl -> errno {word}; two shared mappings of one fd agree; out-of-range read refused")))
 }
 
-fn rustix_memfd() -> Result<Fd, hexrpc_drivers::Errno> {
+fn rustix_memfd() -> Result<hexrpc_drivers::OwnedFd, hexrpc_drivers::Errno> {
     // The drivers' seam has no memfd call (ION makes the buffers on a device); a temporary file
     // under /tmp serves as the shared backing here.
     let path = std::env::temp_dir().join(format!("hexrpc-selftest-{}", std::process::id()));
@@ -382,8 +382,8 @@ fn device_checks_on<S: Syscalls + Clone + Send + Sync + 'static>(
 #[cfg(feature = "bench")]
 /// Numerics and latency: the model network's kernels run as real Hexagon code under
 /// qemu-hexagon behind the bench (when clang-19, ld.lld-19 and qemu-hexagon are usable here),
-/// every node compared with the reference; latency from the bench's cost model, labelled
-/// simulated.
+/// every node compared with the reference, launch by launch and as one batch per run; latency
+/// from the bench's cost model, labelled simulated.
 fn executor() -> Vec<Check> {
     use hexrpc_bench::executor::{run_model, ModelError, ModelOptions};
     match run_model(&ModelOptions::default()) {
@@ -404,15 +404,34 @@ fn executor() -> Vec<Check> {
                     figure: format!("p50 {} (simulated)", crate::human::duration(report.simulated.p50)),
                     detail: format!("{runs} runs; {}", report.latency_line()),
                 },
+                Check {
+                    name: "batch-numerics",
+                    stage: "numerics",
+                    status: Status::Pass,
+                    figure: format!("{} nodes, {} crossing", report.batch.nodes.len(), report.batch.crossings_per_run),
+                    detail: report.batch_numerics_line(),
+                },
+                Check {
+                    name: "batch-latency",
+                    stage: "latency",
+                    status: Status::Pass,
+                    figure: format!("p50 {:?} (simulated)", report.batch.simulated.p50),
+                    detail: format!("{} runs; {}", report.batch.runs, report.batch_latency_line()),
+                },
             ]
         }
         Err(ModelError::Unavailable(why)) => {
             let why = format!("skipped: the Hexagon executor is not available here ({why})");
-            vec![skip("numerics", "numerics", &why), skip("latency", "latency", &why)]
+            ["numerics", "latency", "batch-numerics", "batch-latency"]
+                .into_iter()
+                .map(|n| skip(n, if n.ends_with("numerics") { "numerics" } else { "latency" }, &why))
+                .collect()
         }
         Err(e) => vec![
             Check { name: "numerics", stage: "numerics", status: Status::Fail, figure: String::new(), detail: format!("{e}") },
             skip("latency", "latency", "not run: the model failed"),
+            skip("batch-numerics", "numerics", "not run: the model failed"),
+            skip("batch-latency", "latency", "not run: the model failed"),
         ],
     }
 }

@@ -51,6 +51,46 @@ pub struct Limits {
     pub max_dsp_map_bytes: u64,
 }
 
+/// How a session recovers after a DSP restart or an abandoned call: bounded retries with
+/// exponential backoff while the DSP is still down (INIT fails with `ENOTCONN` until the
+/// subsystem is back), within a total time budget. `Failed` is reported only once the budget or
+/// the attempts are spent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct RecoveryPolicy {
+    /// Most rebuild attempts of one recovery (at least 1).
+    pub attempts: u32,
+    /// Wait after the first failed attempt, in milliseconds; doubled after each further one.
+    pub first_delay_ms: u32,
+    /// Longest wait between two attempts, in milliseconds.
+    pub max_delay_ms: u32,
+    /// Total time one recovery may take, in milliseconds (waits included); no attempt starts
+    /// after it.
+    pub budget_ms: u32,
+    /// How long recovery interrupts the reverse-RPC listener and waits for it to leave the old
+    /// channel, in milliseconds, before it retires that channel under the listener (whose
+    /// descriptor number then stays reserved until the listener lets go of it).
+    pub listener_leave_ms: u32,
+}
+
+impl RecoveryPolicy {
+    /// The default: up to 12 attempts, 5 ms doubling to 500 ms between them, 5 s in all; the
+    /// listener gets 250 ms to leave.
+    pub const DEFAULT: RecoveryPolicy =
+        RecoveryPolicy { attempts: 12, first_delay_ms: 5, max_delay_ms: 500, budget_ms: 5_000, listener_leave_ms: 250 };
+
+    /// The wait before attempt `n + 1` after `n` failed attempts (`n >= 1`).
+    pub const fn delay_ms(&self, failed: u32) -> u32 {
+        let shift = if failed == 0 { 0 } else { failed - 1 };
+        let d = if shift >= 31 { u32::MAX } else { self.first_delay_ms.saturating_mul(1 << shift) };
+        if d < self.max_delay_ms {
+            d
+        } else {
+            self.max_delay_ms
+        }
+    }
+}
+
 /// Everything the stack needs to know about one board.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Board {
@@ -80,6 +120,8 @@ pub struct Board {
     pub dt_models: &'static [&'static str],
     /// Limits.
     pub limits: Limits,
+    /// How sessions recover after a DSP restart.
+    pub recovery: RecoveryPolicy,
 }
 
 #[cfg(feature = "defmt")]
@@ -123,6 +165,7 @@ pub const COMMA_THREE: Board = Board {
     dsp_dirs: &["/dsp/cdsp", "/dsp"],
     dt_models: &["comma tici", "comma tizi", "comma mici", "Qualcomm Technologies, Inc. SDM845"],
     limits: DEFAULT_LIMITS,
+    recovery: RecoveryPolicy::DEFAULT,
 };
 
 /// A generic Android device on a downstream msm kernel (adsprpc + ION 4.9).
@@ -140,6 +183,7 @@ pub const GENERIC_MSM_ANDROID: Board = Board {
     dsp_dirs: &["/vendor/dsp/cdsp", "/vendor/dsp", "/vendor/lib/rfsa/adsp"],
     dt_models: &[],
     limits: DEFAULT_LIMITS,
+    recovery: RecoveryPolicy::DEFAULT,
 };
 
 /// The isolated bench (crate `hexrpc-bench`): simulated nodes that no real device has.
@@ -157,6 +201,7 @@ pub const BENCH: Board = Board {
     dsp_dirs: &["/bench/dsp/cdsp"],
     dt_models: &[],
     limits: DEFAULT_LIMITS,
+    recovery: RecoveryPolicy::DEFAULT,
 };
 
 /// Every known board.
@@ -204,6 +249,19 @@ impl DeviceAccess {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn recovery_backoff_doubles_up_to_its_cap() {
+        let p = RecoveryPolicy::DEFAULT;
+        let d: [u32; 9] = core::array::from_fn(|i| p.delay_ms(i as u32 + 1));
+        assert_eq!(d, [5, 10, 20, 40, 80, 160, 320, 500, 500]);
+        assert_eq!(p.delay_ms(200), 500, "no overflow");
+        let sum: u32 = (1..p.attempts).map(|n| p.delay_ms(n)).sum();
+        assert!(sum <= p.budget_ms, "the waits alone fit the budget: {sum}");
+        for b in BOARDS {
+            assert!(b.recovery.attempts >= 1 && b.recovery.budget_ms > b.recovery.listener_leave_ms);
+        }
+    }
 
     #[test]
     fn boards_are_consistent() {

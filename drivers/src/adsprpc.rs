@@ -31,7 +31,7 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 use crate::error::check_rc;
 use crate::ioc::iowr;
 use crate::sys::ioctl_plain;
-use crate::{abi_layout, Errno, Error, Fd, Mapping, Scalars, Syscalls};
+use crate::{abi_layout, BorrowedFd, Errno, Error, Fd, Mapping, Scalars, Syscalls};
 
 /// `struct remote_buf`: a user buffer argument.
 #[repr(C)]
@@ -878,7 +878,7 @@ fn invoke_once<S: Syscalls + ?Sized, const CAP: usize>(
 /// failure is logged.
 fn invoke_until<S: Syscalls + ?Sized, const CAP: usize>(
     sys: &S,
-    fd: Fd,
+    fd: Target<'_>,
     handle: u32,
     args: &mut InvokeArgs<'_, CAP>,
     variant: Variant,
@@ -887,14 +887,16 @@ fn invoke_until<S: Syscalls + ?Sized, const CAP: usize>(
 ) -> Result<(), Error> {
     let mut retire_failed = false;
     loop {
-        match invoke_once(sys, fd, handle, args, variant, crc.as_deref_mut()) {
+        match invoke_once(sys, fd.raw(), handle, args, variant, crc.as_deref_mut()) {
             Err(Error::Os(Errno::EINTR)) => {
-                if !retire_failed && abandon() {
-                    match sys.retire(fd) {
-                        Ok(()) => return Err(Error::Os(Errno::EINTR)),
-                        Err(e) => {
-                            log::error!("cannot retire fd {} to abandon an interrupted call ({e}); resuming it instead", fd.0);
-                            retire_failed = true;
+                if let Target::Owned(owned) = fd {
+                    if !retire_failed && abandon() {
+                        match sys.retire(owned) {
+                            Ok(()) => return Err(Error::Os(Errno::EINTR)),
+                            Err(e) => {
+                                log::error!("cannot retire fd {} to abandon an interrupted call ({e}); resuming it instead", owned.raw().0);
+                                retire_failed = true;
+                            }
                         }
                     }
                 }
@@ -906,6 +908,23 @@ fn invoke_until<S: Syscalls + ?Sized, const CAP: usize>(
 
 fn never() -> bool {
     false
+}
+
+/// The descriptor an invoke goes to: a plain number (the call is always resumed), or a borrow
+/// of its owner's descriptor (the call may be abandoned by retiring it).
+#[derive(Clone, Copy)]
+enum Target<'a> {
+    Raw(Fd),
+    Owned(BorrowedFd<'a>),
+}
+
+impl Target<'_> {
+    fn raw(self) -> Fd {
+        match self {
+            Target::Raw(fd) => fd,
+            Target::Owned(b) => b.raw(),
+        }
+    }
 }
 
 /// `FASTRPC_IOCTL_INVOKE`: calls `handle` with `args` (no fds: handle arguments fail with -1).
@@ -921,7 +940,7 @@ fn never() -> bool {
 /// (the length is read back from shared metadata): on a hostile DSP an output buffer can be
 /// overrun. This is a property of the driver that no host code can prevent.
 pub fn invoke<S: Syscalls + ?Sized, const CAP: usize>(sys: &S, fd: Fd, handle: u32, args: &mut InvokeArgs<'_, CAP>) -> Result<(), Error> {
-    invoke_until(sys, fd, handle, args, Variant::Plain, None, &never)
+    invoke_until(sys, Target::Raw(fd), handle, args, Variant::Plain, None, &never)
 }
 
 /// [`invoke`] that gives up when interrupted while `abandon()` returns true: the descriptor is
@@ -930,12 +949,12 @@ pub fn invoke<S: Syscalls + ?Sized, const CAP: usize>(sys: &S, fd: Fd, handle: u
 /// close it. This is how a deadline or a stop ends a blocked call.
 pub fn invoke_abandonable<S: Syscalls + ?Sized, const CAP: usize>(
     sys: &S,
-    fd: Fd,
+    fd: BorrowedFd<'_>,
     handle: u32,
     args: &mut InvokeArgs<'_, CAP>,
     abandon: &dyn Fn() -> bool,
 ) -> Result<(), Error> {
-    invoke_until(sys, fd, handle, args, Variant::Plain, None, abandon)
+    invoke_until(sys, Target::Owned(fd), handle, args, Variant::Plain, None, abandon)
 }
 
 /// `FASTRPC_IOCTL_INVOKE_FD`: [`invoke`] with the `fds` array.
@@ -945,7 +964,7 @@ pub fn invoke_fd<S: Syscalls + ?Sized, const CAP: usize>(
     handle: u32,
     args: &mut InvokeArgs<'_, CAP>,
 ) -> Result<(), Error> {
-    invoke_until(sys, fd, handle, args, Variant::Fd, None, &never)
+    invoke_until(sys, Target::Raw(fd), handle, args, Variant::Fd, None, &never)
 }
 
 /// `FASTRPC_IOCTL_INVOKE_ATTRS`: [`invoke`] with the `fds` and `attrs` arrays (what a kernel
@@ -956,19 +975,19 @@ pub fn invoke_attrs<S: Syscalls + ?Sized, const CAP: usize>(
     handle: u32,
     args: &mut InvokeArgs<'_, CAP>,
 ) -> Result<(), Error> {
-    invoke_until(sys, fd, handle, args, Variant::Attrs, None, &never)
+    invoke_until(sys, Target::Raw(fd), handle, args, Variant::Attrs, None, &never)
 }
 
 /// [`invoke_attrs`] that gives up when interrupted while `abandon()` returns true (see
 /// [`invoke_abandonable`]).
 pub fn invoke_attrs_abandonable<S: Syscalls + ?Sized, const CAP: usize>(
     sys: &S,
-    fd: Fd,
+    fd: BorrowedFd<'_>,
     handle: u32,
     args: &mut InvokeArgs<'_, CAP>,
     abandon: &dyn Fn() -> bool,
 ) -> Result<(), Error> {
-    invoke_until(sys, fd, handle, args, Variant::Attrs, None, abandon)
+    invoke_until(sys, Target::Owned(fd), handle, args, Variant::Attrs, None, abandon)
 }
 
 /// `FASTRPC_IOCTL_INVOKE_CRC`: [`invoke_attrs`] plus the 64-entry CRC list written back on
@@ -980,7 +999,7 @@ pub fn invoke_crc<S: Syscalls + ?Sized, const CAP: usize>(
     args: &mut InvokeArgs<'_, CAP>,
     crc: &mut [u32; M_CRCLIST],
 ) -> Result<(), Error> {
-    invoke_until(sys, fd, handle, args, Variant::Attrs, Some(crc), &never)
+    invoke_until(sys, Target::Raw(fd), handle, args, Variant::Attrs, Some(crc), &never)
 }
 
 /// Reads an errno-or-value result of a raw call made through [`Syscalls::ioctl`] the way the

@@ -19,7 +19,7 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 use crate::error::check_rc;
 use crate::ioc::iowr;
 use crate::sys::ioctl_plain;
-use crate::{abi_layout, Error, Fd, Syscalls};
+use crate::{abi_layout, Error, Fd, OwnedFd, Syscalls};
 
 /// `ion_user_handle_t`: a per-client handle id (an `int`).
 pub type ion_user_handle_t = i32;
@@ -192,17 +192,27 @@ pub fn free<S: Syscalls + ?Sized>(sys: &S, ion: Fd, handle: ion_user_handle_t) -
 /// caller then owns. Each call makes a new fd.
 ///
 /// Fails with `EINVAL` for an unknown handle, or the fd allocation's error (`EMFILE`).
-pub fn share<S: Syscalls + ?Sized>(sys: &S, ion: Fd, handle: ion_user_handle_t) -> Result<Fd, Error> {
+pub fn share<S: Syscalls + ?Sized>(sys: &S, ion: Fd, handle: ion_user_handle_t) -> Result<OwnedFd, Error> {
     let mut data = ion_fd_data { handle, fd: -1 };
     check_rc(ioctl_plain(sys, ion, ION_IOC_SHARE, &mut data))?;
-    Ok(Fd(data.fd))
+    new_fd(data.fd)
 }
 
 /// `ION_IOC_MAP`: identical to [`share`] on the 4.9 msm kernel.
-pub fn map<S: Syscalls + ?Sized>(sys: &S, ion: Fd, handle: ion_user_handle_t) -> Result<Fd, Error> {
+pub fn map<S: Syscalls + ?Sized>(sys: &S, ion: Fd, handle: ion_user_handle_t) -> Result<OwnedFd, Error> {
     let mut data = ion_fd_data { handle, fd: -1 };
     check_rc(ioctl_plain(sys, ion, ION_IOC_MAP, &mut data))?;
-    Ok(Fd(data.fd))
+    new_fd(data.fd)
+}
+
+/// The descriptor the kernel just made for this process (SHARE / MAP), as an owned value.
+fn new_fd(fd: i32) -> Result<OwnedFd, Error> {
+    if fd < 0 {
+        return Err(Error::Os(crate::Errno::EBADF));
+    }
+    // SAFETY: a successful SHARE / MAP installs a new descriptor in this process and writes its
+    // number back; nobody else knows the number yet, so the caller becomes its only owner.
+    Ok(unsafe { OwnedFd::from_raw(Fd(fd)) })
 }
 
 /// `ION_IOC_IMPORT`: returns this client's handle for an ION dma-buf fd (an existing handle gets

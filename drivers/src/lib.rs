@@ -13,7 +13,11 @@
 //! * the scalars word ([`Scalars`]) that describes a FastRPC call's arguments;
 //! * the *syscall seam* ([`Syscalls`]): the only way this crate, and everything above it, touches
 //!   the OS. Its real implementation is [`RustixSys`] (feature `rustix`, on by default); the
-//!   isolated bench (crate `hexrpc-bench`) implements it with a simulated kernel and DSP;
+//!   isolated bench (crate `hexrpc-bench`) implements it with a simulated kernel and DSP.
+//!   Descriptors cross it typed: `open` returns an [`OwnedFd`] token, `close` consumes one and
+//!   `retire` takes a [`BorrowedFd`], so safe code can neither close nor retire a number it does
+//!   not own; an [`FdCell`] lends a descriptor out by counted leases and keeps the number open
+//!   until every lease is back (how a session keeps an old channel's number from being reused);
 //! * thin typed calls, one per ioctl, returning [`Error`], which keeps an `errno` apart from a
 //!   *positive* return value (the downstream driver returns DSP error codes and `ECONNRESET`
 //!   after a DSP restart as positive values, which must never be taken for success).
@@ -29,9 +33,17 @@
 //! # Memory shared with the DSP
 //!
 //! Memory mapped from an ION buffer ([`Mapping`]) is shared with the DSP, which may read and write
-//! it whenever it holds the buffer. This crate never forms Rust references into such memory: it
-//! copies in and out through raw pointers, so a concurrent DSP write can make the data
-//! inconsistent but cannot make the host's code unsound.
+//! it whenever it holds the buffer, and other mappings of the same buffer may write it too. This
+//! crate never forms Rust references into such memory: it copies in and out with volatile
+//! accesses only (vm-memory's `VolatileSlice` discipline), so a concurrent write — by the DSP or
+//! through a second `Mapping` of the same fd, even from safe code — can make the data
+//! inconsistent but is not undefined behaviour.
+//!
+//! # Interrupts
+//!
+//! [`RustixSys::interrupt`] ends a blocked ioctl with a signal on a dedicated real-time signal
+//! ([`interrupt_signal`]) that had no handler; the application's own signal handlers are never
+//! replaced.
 #![no_std]
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -46,6 +58,7 @@ pub mod apps_std;
 pub mod dsp;
 mod errno;
 mod error;
+mod fdcell;
 pub mod ioc;
 pub mod ion;
 pub mod layout;
@@ -59,11 +72,12 @@ mod rustix_sys;
 
 pub use errno::Errno;
 pub use error::Error;
+pub use fdcell::{FdCell, FdLease};
 pub use mapping::{Mapping, RangeError};
 #[cfg(feature = "rustix")]
-pub use rustix_sys::{RustixSys, INTERRUPT_SIGNAL};
+pub use rustix_sys::{interrupt_signal, use_interrupt_signal, RustixSys};
 pub use scalars::Scalars;
-pub use sys::{Fd, FileStat, OpenFlags, Prot, Syscalls};
+pub use sys::{BorrowedFd, Fd, FileStat, OpenFlags, OwnedFd, Prot, Syscalls};
 
 #[doc(hidden)]
 pub mod __private {

@@ -5,10 +5,14 @@ use crate::{Errno, Fd, Prot, Syscalls};
 
 /// A shared mapping of a buffer fd (an ION dma-buf), unmapped when dropped.
 ///
-/// The memory may be shared with the DSP and with other mappings of the same buffer, so no Rust
-/// reference into it is ever handed out: [`read_at`](Mapping::read_at) and
-/// [`write_at`](Mapping::write_at) copy through raw pointers, bounds-checked against the mapped
-/// length. Writing takes `&mut self`, so two host threads cannot race through one mapping.
+/// The memory is shared with other agents: the DSP, and other mappings of the same buffer (two
+/// `Mapping`s of one fd, in this process or another). It is treated as *volatile memory*, in the
+/// spirit of rust-vmm's `VolatileSlice`: no Rust reference into it is ever handed out, and
+/// [`read_at`](Mapping::read_at), [`write_at`](Mapping::write_at) and [`fill`](Mapping::fill)
+/// copy with volatile accesses only, bounds-checked against the mapped length. A copy that races
+/// with another agent's write (through a second mapping, or the DSP) therefore reads some mix of
+/// old and new bytes — the contents are unspecified — but it is not undefined behaviour, since
+/// the compiler never assumes the memory is unchanged or exclusively ours.
 pub struct Mapping<S: Syscalls> {
     sys: S,
     ptr: NonNull<u8>,
@@ -19,8 +23,10 @@ pub struct Mapping<S: Syscalls> {
 // SAFETY: the mapping is plain shared memory owned by this value; moving it to another thread
 // moves the obligation to unmap it, which `S: Send` allows.
 unsafe impl<S: Syscalls + Send> Send for Mapping<S> {}
-// SAFETY: `&Mapping` only permits reads (copies out of the mapping) and address queries; writes
-// need `&mut`, so shared references across threads cannot race on the host side.
+// SAFETY: `&Mapping` only permits volatile copies out of the mapping and address queries; the
+// memory is accessed volatilely on every path, so concurrent accesses through other mappings or
+// threads are races on shared memory the compiler does not reason about, not data races on Rust
+// objects.
 unsafe impl<S: Syscalls + Sync> Sync for Mapping<S> {}
 
 /// A range that does not fit a mapping, or a write to a read-only mapping.
@@ -85,9 +91,8 @@ impl<S: Syscalls> Mapping<S> {
     /// Copies `out.len()` bytes starting at `offset` out of the mapping.
     pub fn read_at(&self, offset: usize, out: &mut [u8]) -> Result<(), RangeError> {
         self.check(offset, out.len())?;
-        // SAFETY: `[offset, offset + out.len())` lies inside the live mapping (checked above);
-        // `out` is a distinct Rust buffer, so the ranges do not overlap.
-        unsafe { core::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(offset), out.as_mut_ptr(), out.len()) };
+        // SAFETY: `[offset, offset + out.len())` lies inside the live mapping (checked above).
+        unsafe { volatile_read(self.ptr.as_ptr().add(offset), out) };
         Ok(())
     }
 
@@ -97,9 +102,8 @@ impl<S: Syscalls> Mapping<S> {
         if self.prot == Prot::Read {
             return Err(RangeError { offset, len: data.len(), mapped: self.len });
         }
-        // SAFETY: the range is inside the live, writable mapping (checked above), and `data` is
-        // a distinct Rust buffer.
-        unsafe { core::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.as_ptr().add(offset), data.len()) };
+        // SAFETY: the range is inside the live, writable mapping (checked above).
+        unsafe { volatile_write(self.ptr.as_ptr().add(offset), data) };
         Ok(())
     }
 
@@ -110,7 +114,7 @@ impl<S: Syscalls> Mapping<S> {
             return Err(RangeError { offset, len, mapped: self.len });
         }
         // SAFETY: the range is inside the live, writable mapping (checked above).
-        unsafe { core::ptr::write_bytes(self.ptr.as_ptr().add(offset), byte, len) };
+        unsafe { volatile_fill(self.ptr.as_ptr().add(offset), byte, len) };
         Ok(())
     }
 
@@ -122,6 +126,95 @@ impl<S: Syscalls> Mapping<S> {
         let sys = unsafe { core::ptr::read(&me.sys) };
         // SAFETY: the mapping was made by `sys.mmap` with this length, and nothing uses it now.
         unsafe { sys.munmap(me.ptr, me.len) }
+    }
+}
+
+const WORD: usize = core::mem::size_of::<u64>();
+
+/// Bytes before `p` reaches 8-byte alignment, at most `len`.
+fn head(p: *const u8, len: usize) -> usize {
+    (p.align_offset(WORD)).min(len)
+}
+
+/// Copies `out.len()` bytes from shared memory at `src` with volatile loads (aligned 8-byte
+/// words in the middle, bytes at the ends).
+///
+/// # Safety
+///
+/// `[src, src + out.len())` must be readable memory that stays mapped during the call.
+unsafe fn volatile_read(src: *const u8, out: &mut [u8]) {
+    let n = out.len();
+    let h = head(src, n);
+    let mut i = 0;
+    while i < h {
+        // SAFETY: `src + i` is inside the range (caller's contract).
+        out[i] = unsafe { core::ptr::read_volatile(src.add(i)) };
+        i += 1;
+    }
+    while i + WORD <= n {
+        // SAFETY: inside the range, and 8-byte aligned (we advanced to alignment above).
+        let w = unsafe { core::ptr::read_volatile(src.add(i).cast::<u64>()) };
+        out[i..i + WORD].copy_from_slice(&w.to_ne_bytes());
+        i += WORD;
+    }
+    while i < n {
+        // SAFETY: inside the range.
+        out[i] = unsafe { core::ptr::read_volatile(src.add(i)) };
+        i += 1;
+    }
+}
+
+/// Copies `data` into shared memory at `dst` with volatile stores.
+///
+/// # Safety
+///
+/// `[dst, dst + data.len())` must be writable memory that stays mapped during the call.
+unsafe fn volatile_write(dst: *mut u8, data: &[u8]) {
+    let n = data.len();
+    let h = head(dst, n);
+    let mut i = 0;
+    while i < h {
+        // SAFETY: `dst + i` is inside the range (caller's contract).
+        unsafe { core::ptr::write_volatile(dst.add(i), data[i]) };
+        i += 1;
+    }
+    while i + WORD <= n {
+        let mut w = [0u8; WORD];
+        w.copy_from_slice(&data[i..i + WORD]);
+        // SAFETY: inside the range, and 8-byte aligned.
+        unsafe { core::ptr::write_volatile(dst.add(i).cast::<u64>(), u64::from_ne_bytes(w)) };
+        i += WORD;
+    }
+    while i < n {
+        // SAFETY: inside the range.
+        unsafe { core::ptr::write_volatile(dst.add(i), data[i]) };
+        i += 1;
+    }
+}
+
+/// Sets `len` bytes of shared memory at `dst` to `byte` with volatile stores.
+///
+/// # Safety
+///
+/// As for [`volatile_write`].
+unsafe fn volatile_fill(dst: *mut u8, byte: u8, len: usize) {
+    let h = head(dst, len);
+    let word = u64::from_ne_bytes([byte; WORD]);
+    let mut i = 0;
+    while i < h {
+        // SAFETY: inside the range (caller's contract).
+        unsafe { core::ptr::write_volatile(dst.add(i), byte) };
+        i += 1;
+    }
+    while i + WORD <= len {
+        // SAFETY: inside the range, and 8-byte aligned.
+        unsafe { core::ptr::write_volatile(dst.add(i).cast::<u64>(), word) };
+        i += WORD;
+    }
+    while i < len {
+        // SAFETY: inside the range.
+        unsafe { core::ptr::write_volatile(dst.add(i), byte) };
+        i += 1;
     }
 }
 
@@ -141,5 +234,72 @@ impl<S: Syscalls> fmt::Debug for Mapping<S> {
             .field("len", &self.len)
             .field("prot", &self.prot)
             .finish()
+    }
+}
+
+#[cfg(all(test, feature = "rustix"))]
+mod tests {
+    extern crate std;
+    use std::vec;
+
+    use super::*;
+    use crate::{OpenFlags, RustixSys};
+
+    fn shared_file(len: usize) -> crate::OwnedFd {
+        let path = std::env::temp_dir().join(std::format!("hexrpc-mapping-{}-{len}", std::process::id()));
+        std::fs::write(&path, vec![0u8; len]).unwrap();
+        let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+        let fd = RustixSys.open(&c, OpenFlags::READ_WRITE).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        fd
+    }
+
+    #[test]
+    fn volatile_copies_round_trip_at_every_alignment() {
+        let fd = shared_file(4096);
+        let mut a = Mapping::map_shared(RustixSys, fd.raw(), 4096, Prot::ReadWrite).unwrap();
+        let b = Mapping::map_shared(RustixSys, fd.raw(), 4096, Prot::Read).unwrap();
+        for off in 0..17 {
+            for len in [0, 1, 7, 8, 9, 15, 16, 17, 63, 200] {
+                let data: vec::Vec<u8> = (0..len).map(|i| (i * 31 + off * 7 + 1) as u8).collect();
+                a.write_at(off, &data).unwrap();
+                let mut back = vec![0u8; len];
+                b.read_at(off, &mut back).unwrap();
+                assert_eq!(back, data, "offset {off} length {len}");
+            }
+        }
+        a.fill(3, 100, 0xAB).unwrap();
+        let mut back = [0u8; 102];
+        b.read_at(2, &mut back).unwrap();
+        assert!(back[0] != 0xAB && back[1..101].iter().all(|&x| x == 0xAB) && back[101] != 0xAB);
+        drop((a, b));
+        RustixSys.close(fd).unwrap();
+    }
+
+    /// Two mappings of one file, written through one and read through the other at the same
+    /// time, from safe code: a race on shared memory, but with volatile accesses only (what a
+    /// DSP writing a buffer during a launch looks like to the host). The reader sees only bytes
+    /// that some writer stored.
+    #[test]
+    fn racing_copies_through_two_mappings_are_defined() {
+        let fd = shared_file(8192);
+        let mut w = Mapping::map_shared(RustixSys, fd.raw(), 8192, Prot::ReadWrite).unwrap();
+        let r = Mapping::map_shared(RustixSys, fd.raw(), 8192, Prot::Read).unwrap();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                for i in 0..2000u32 {
+                    w.fill(0, 8192, (i % 2) as u8 * 0xFF).unwrap();
+                }
+            });
+            s.spawn(|| {
+                let mut buf = [0u8; 8192];
+                for _ in 0..2000 {
+                    r.read_at(0, &mut buf).unwrap();
+                    assert!(buf.iter().all(|&x| x == 0 || x == 0xFF));
+                }
+            });
+        });
+        drop((w, r));
+        RustixSys.close(fd).unwrap();
     }
 }

@@ -9,7 +9,9 @@ use rustix::io;
 use rustix::ioctl::{Ioctl, IoctlOutput, Opcode};
 use rustix::mm::{self, MapFlags, ProtFlags};
 
-use crate::{Errno, Fd, FileStat, OpenFlags, Prot, Syscalls};
+use core::sync::atomic::{AtomicI32, Ordering};
+
+use crate::{BorrowedFd as SeamBorrowedFd, Errno, Fd, FileStat, OpenFlags, OwnedFd as SeamOwnedFd, Prot, Syscalls};
 
 /// The real OS, through rustix (raw Linux system calls on glibc/musl targets, libc on Android).
 #[derive(Clone, Copy, Debug, Default)]
@@ -75,7 +77,7 @@ unsafe impl Ioctl for RawIoctl {
 
 // SAFETY: every method is the Linux system call of the same name.
 unsafe impl Syscalls for RustixSys {
-    fn open(&self, path: &CStr, flags: OpenFlags) -> Result<Fd, Errno> {
+    fn open(&self, path: &CStr, flags: OpenFlags) -> Result<SeamOwnedFd, Errno> {
         let mut o = OFlags::CLOEXEC;
         o |= if flags.read_write { OFlags::RDWR } else { OFlags::RDONLY };
         if flags.nonblock {
@@ -85,15 +87,17 @@ unsafe impl Syscalls for RustixSys {
             o |= OFlags::NOFOLLOW;
         }
         let fd = fs::open(path, o, Mode::empty()).map_err(errno)?;
-        Ok(Fd(fd.into_raw_fd()))
+        // SAFETY: a descriptor the kernel just opened for us; ownership passes to the caller.
+        Ok(unsafe { SeamOwnedFd::from_raw(Fd(fd.into_raw_fd())) })
     }
 
-    fn close(&self, fd: Fd) -> Result<(), Errno> {
+    fn close(&self, fd: SeamOwnedFd) -> Result<(), Errno> {
+        let fd = fd.into_raw();
         if fd.0 < 0 {
             return Err(Errno::EBADF);
         }
-        // SAFETY: the caller hands us ownership of the number (the seam's `close` consumes it);
-        // dropping the OwnedFd closes it once.
+        // SAFETY: the caller hands us ownership of the number (the seam's `close` consumes the
+        // token); dropping the OwnedFd closes it once.
         drop(unsafe { OwnedFd::from_raw_fd(fd.0) });
         Ok(())
     }
@@ -139,24 +143,16 @@ unsafe impl Syscalls for RustixSys {
     }
 
     fn interrupt(&self, tid: i32) -> Result<(), Errno> {
-        install_interrupt_handler()?;
-        let pid = rustix::process::getpid().as_raw_nonzero().get();
-        // SAFETY: tgkill takes plain integers; it only delivers a signal whose handler (installed
-        // above) does nothing.
-        let rc = unsafe { libc::syscall(libc::SYS_tgkill, pid as libc::c_long, tid as libc::c_long, INTERRUPT_SIGNAL as libc::c_long) };
-        if rc == 0 {
-            Ok(())
-        } else {
-            Err(Errno(last_errno()))
-        }
+        send(tid, interrupt_signal()?)
     }
 
-    fn retire(&self, fd: Fd) -> Result<(), Errno> {
+    fn retire(&self, fd: SeamBorrowedFd<'_>) -> Result<(), Errno> {
+        let fd = fd.raw();
         if fd.0 < 0 {
             return Err(Errno::EBADF);
         }
         let null = fs::open(c"/dev/null", OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()).map_err(errno)?;
-        // SAFETY: the number is the caller's open descriptor (trait contract); wrapping it in a
+        // SAFETY: the number is borrowed from its owner (`BorrowedFd`); wrapping it in a
         // `ManuallyDrop` makes the `OwnedFd` never close it, so ownership stays with the caller.
         let mut target = core::mem::ManuallyDrop::new(unsafe { OwnedFd::from_raw_fd(fd.0) });
         // dup2 replaces the number atomically; close-on-exec is set again afterwards (a child
@@ -166,10 +162,51 @@ unsafe impl Syscalls for RustixSys {
     }
 }
 
-/// The signal [`RustixSys::interrupt`] sends: `SIGUSR2`, with a handler that does nothing and
-/// is installed without `SA_RESTART`, so a blocked ioctl returns `EINTR`. A service that uses
-/// `SIGUSR2` for itself must not use deadlines on invokes.
-pub const INTERRUPT_SIGNAL: i32 = libc::SIGUSR2;
+/// The signal [`RustixSys::interrupt`] sends, claimed at first use: a **dedicated real-time
+/// signal**, the highest one from `SIGRTMAX` down to `SIGRTMIN` whose disposition is still the
+/// default (no handler, not ignored), with a handler that does nothing, installed without
+/// `SA_RESTART` so that a blocked ioctl returns `EINTR`. The application's own handlers — on
+/// `SIGUSR1`/`SIGUSR2`, or on real-time signals it set up before — are never replaced, and its
+/// signals are never delivered to our handler or ours to its handlers.
+///
+/// A service that allocates real-time signals itself after hexrpc made its first deadline or
+/// stop must skip this one (or choose it for hexrpc first with [`use_interrupt_signal`]).
+/// `EBUSY` if every real-time signal already has a handler.
+pub fn interrupt_signal() -> Result<i32, Errno> {
+    loop {
+        match SIGNAL.load(Ordering::Acquire) {
+            UNCLAIMED => {
+                if SIGNAL.compare_exchange(UNCLAIMED, CLAIMING, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                    let r = claim_free_signal();
+                    SIGNAL.store(*r.as_ref().unwrap_or(&UNCLAIMED), Ordering::Release);
+                    return r;
+                }
+            }
+            // Another thread is choosing (a few sigaction calls, once per process).
+            CLAIMING => core::hint::spin_loop(),
+            sig => return Ok(sig),
+        }
+    }
+}
+
+/// Chooses `sig` as the interrupt signal before hexrpc's first use (it must have no handler
+/// yet); `EBUSY` if it has one or another signal was chosen already, `EINVAL` outside the
+/// real-time range.
+pub fn use_interrupt_signal(sig: i32) -> Result<(), Errno> {
+    if sig < libc::SIGRTMIN() || sig > libc::SIGRTMAX() {
+        return Err(Errno::EINVAL);
+    }
+    if SIGNAL.compare_exchange(UNCLAIMED, CLAIMING, Ordering::AcqRel, Ordering::Acquire).is_err() {
+        return if SIGNAL.load(Ordering::Acquire) == sig { Ok(()) } else { Err(Errno::EBUSY) };
+    }
+    let r = claim(sig).and_then(|()| send(rustix::thread::gettid().as_raw_nonzero().get(), sig).inspect_err(|_| release(sig)));
+    SIGNAL.store(if r.is_ok() { sig } else { UNCLAIMED }, Ordering::Release);
+    r
+}
+
+const UNCLAIMED: i32 = 0;
+const CLAIMING: i32 = -1;
+static SIGNAL: AtomicI32 = AtomicI32::new(UNCLAIMED);
 
 extern "C" fn ignore_signal(_: libc::c_int) {}
 
@@ -183,25 +220,76 @@ fn last_errno() -> i32 {
     e
 }
 
-fn install_interrupt_handler() -> Result<(), Errno> {
-    use core::sync::atomic::{AtomicBool, Ordering};
-    static INSTALLED: AtomicBool = AtomicBool::new(false);
-    if INSTALLED.load(Ordering::Acquire) {
-        return Ok(());
+fn claim_free_signal() -> Result<i32, Errno> {
+    let mut sig = libc::SIGRTMAX();
+    while sig >= libc::SIGRTMIN() {
+        match claim(sig) {
+            // One signal to ourselves proves it can be delivered (qemu-user refuses to send the
+            // highest real-time signals, which it keeps for itself); the handler does nothing.
+            Ok(()) if send(rustix::thread::gettid().as_raw_nonzero().get(), sig).is_ok() => return Ok(sig),
+            Ok(()) => {
+                release(sig);
+                sig -= 1;
+            }
+            // EINVAL: a signal this process cannot handle (qemu-user keeps the highest real-time
+            // signals for itself); try the next one down.
+            Err(Errno::EBUSY | Errno::EINVAL) => sig -= 1,
+            Err(e) => return Err(e),
+        }
     }
-    // SAFETY: a zeroed sigaction is a valid "no flags, empty mask" value; we set a handler that
-    // does nothing (async-signal-safe) and install it process-wide for one signal.
+    Err(Errno::EBUSY)
+}
+
+/// `tgkill(getpid(), tid, sig)`.
+fn send(tid: i32, sig: i32) -> Result<(), Errno> {
+    let pid = rustix::process::getpid().as_raw_nonzero().get();
+    // SAFETY: tgkill takes plain integers; it only delivers `sig`, whose handler (installed by
+    // `claim`) does nothing.
+    let rc = unsafe { libc::syscall(libc::SYS_tgkill, pid as libc::c_long, tid as libc::c_long, sig as libc::c_long) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(Errno(last_errno()))
+    }
+}
+
+/// Gives `sig` back its default disposition (after a failed claim).
+fn release(sig: i32) {
+    // SAFETY: a zeroed sigaction with SIG_DFL (0) is the default disposition.
+    unsafe {
+        let mut sa: libc::sigaction = core::mem::zeroed();
+        sa.sa_sigaction = libc::SIG_DFL;
+        libc::sigemptyset(&mut sa.sa_mask);
+        libc::sigaction(sig, &sa, core::ptr::null_mut());
+    }
+}
+
+/// Installs our do-nothing handler on `sig` if nobody handles or ignores it.
+fn claim(sig: i32) -> Result<(), Errno> {
+    // SAFETY: a zeroed sigaction is a valid "no flags, empty mask" value; the first call only
+    // reads the current disposition into `old`.
+    let old = unsafe {
+        let mut old: libc::sigaction = core::mem::zeroed();
+        if libc::sigaction(sig, core::ptr::null(), &mut old) != 0 {
+            return Err(Errno(last_errno()));
+        }
+        old
+    };
+    if old.sa_sigaction != libc::SIG_DFL {
+        return Err(Errno::EBUSY);
+    }
+    // SAFETY: as above; the handler does nothing (async-signal-safe) and is installed for one
+    // signal that had the default disposition.
     let rc = unsafe {
         let mut sa: libc::sigaction = core::mem::zeroed();
         sa.sa_sigaction = ignore_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
         sa.sa_flags = 0;
         libc::sigemptyset(&mut sa.sa_mask);
-        libc::sigaction(INTERRUPT_SIGNAL, &sa, core::ptr::null_mut())
+        libc::sigaction(sig, &sa, core::ptr::null_mut())
     };
     if rc != 0 {
         return Err(Errno(last_errno()));
     }
-    INSTALLED.store(true, Ordering::Release);
     Ok(())
 }
 
@@ -217,10 +305,10 @@ mod tests {
         let mut word = 0u32;
         let req = crate::ioc::iowr::<u32>(b'R', 8);
         // SAFETY: `word` is a live u32, the size the request declares.
-        let r = unsafe { sys.ioctl(fd, req, (&mut word as *mut u32).cast()) };
+        let r = unsafe { sys.ioctl(fd.raw(), req, (&mut word as *mut u32).cast()) };
         // ENOTTY on a real kernel; qemu-user answers ENOSYS for ioctls it does not know.
         assert!(matches!(r, Err(Errno::ENOTTY) | Err(Errno::ENOSYS)), "{r:?}");
-        let st = sys.fstat(fd).expect("fstat");
+        let st = sys.fstat(fd.raw()).expect("fstat");
         assert!(st.is_char_device());
         sys.close(fd).expect("close");
         assert_eq!(sys.fstat(Fd(-1)), Err(Errno::EBADF));
@@ -255,18 +343,56 @@ mod tests {
         assert!(sent >= 1);
     }
 
+    static APP_SIGUSR2: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    extern "C" fn app_handler(_: libc::c_int) {
+        APP_SIGUSR2.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn handler_of(sig: i32) -> libc::sighandler_t {
+        // SAFETY: reads the disposition of `sig` into a zeroed struct.
+        unsafe {
+            let mut old: libc::sigaction = core::mem::zeroed();
+            assert_eq!(libc::sigaction(sig, core::ptr::null(), &mut old), 0);
+            old.sa_sigaction
+        }
+    }
+
+    #[test]
+    fn interrupts_use_a_dedicated_signal_and_keep_the_applications_handlers() {
+        // The application handles SIGUSR2 itself.
+        // SAFETY: installs a handler that only bumps an atomic counter (async-signal-safe).
+        unsafe {
+            let mut sa: libc::sigaction = core::mem::zeroed();
+            sa.sa_sigaction = app_handler as extern "C" fn(libc::c_int) as libc::sighandler_t;
+            libc::sigemptyset(&mut sa.sa_mask);
+            assert_eq!(libc::sigaction(libc::SIGUSR2, &sa, core::ptr::null_mut()), 0);
+        }
+        let mine = app_handler as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        let sig = interrupt_signal().expect("a free real-time signal");
+        assert!((libc::SIGRTMIN()..=libc::SIGRTMAX()).contains(&sig), "{sig}");
+        assert_eq!(interrupt_signal(), Ok(sig), "claimed once");
+        assert_eq!(use_interrupt_signal(libc::SIGUSR2), Err(Errno::EINVAL));
+        for _ in 0..20 {
+            RustixSys.interrupt(RustixSys.thread_id()).unwrap();
+        }
+        assert_eq!(handler_of(libc::SIGUSR2), mine, "the application's handler stays");
+        assert_eq!(APP_SIGUSR2.load(std::sync::atomic::Ordering::SeqCst), 0, "and never sees our interrupts");
+        assert_ne!(handler_of(sig), libc::SIG_DFL);
+    }
+
     #[test]
     fn retire_points_the_number_at_dev_null() {
         let sys = RustixSys;
         let fd = sys.open(c"/dev/zero", OpenFlags::READ_ONLY).expect("open /dev/zero");
         let mut b = [1u8; 4];
-        assert_eq!(sys.pread(fd, &mut b, 0), Ok(4));
+        assert_eq!(sys.pread(fd.raw(), &mut b, 0), Ok(4));
         assert_eq!(b, [0; 4]);
-        sys.retire(fd).expect("retire");
-        assert_eq!(sys.pread(fd, &mut b, 0), Ok(0), "now /dev/null: end of file at once");
-        assert_eq!(sys.fstat(fd).unwrap().rdev, sys.stat(c"/dev/null", true).unwrap().rdev);
+        sys.retire(fd.as_fd()).expect("retire");
+        assert_eq!(sys.pread(fd.raw(), &mut b, 0), Ok(0), "now /dev/null: end of file at once");
+        assert_eq!(sys.fstat(fd.raw()).unwrap().rdev, sys.stat(c"/dev/null", true).unwrap().rdev);
         sys.close(fd).expect("the number is still ours to close");
-        assert_eq!(sys.retire(Fd(-1)), Err(Errno::EBADF));
+        // SAFETY: -1 is never open; the call must refuse it without touching anything.
+        assert_eq!(sys.retire(unsafe { SeamBorrowedFd::borrow_raw(Fd(-1)) }), Err(Errno::EBADF));
     }
 
     #[test]

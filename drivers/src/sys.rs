@@ -18,6 +18,72 @@ impl Fd {
     }
 }
 
+/// Ownership of an open descriptor number, as a value: the only thing
+/// [`Syscalls::close`] accepts, and what [`Syscalls::open`] (and the typed calls that make a
+/// descriptor, such as `ion::share`) return. It is not `Clone` or `Copy`, so safe code cannot
+/// close a number twice, nor close a number it was never given.
+///
+/// Dropping it without [`Syscalls::close`] leaks the descriptor (the token knows no seam to
+/// close it through); the HAL's `OwnedFd<S>` wraps it and closes on drop.
+#[must_use = "an owned descriptor must be closed through the seam (`Syscalls::close`)"]
+#[derive(Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct OwnedFd(Fd);
+
+impl OwnedFd {
+    /// Takes ownership of `fd`.
+    ///
+    /// # Safety
+    ///
+    /// `fd` must be an open descriptor of this process that nothing else closes or retires (the
+    /// caller gives up its own right to do so).
+    pub const unsafe fn from_raw(fd: Fd) -> Self {
+        OwnedFd(fd)
+    }
+
+    /// The raw number (still owned by `self`).
+    pub const fn raw(&self) -> Fd {
+        self.0
+    }
+
+    /// A borrow of the descriptor, valid while `self` is.
+    pub const fn as_fd(&self) -> BorrowedFd<'_> {
+        BorrowedFd { fd: self.0, _owner: core::marker::PhantomData }
+    }
+
+    /// Gives up ownership and returns the number, which nothing can close through the seam any
+    /// more: the descriptor is leaked (or handed to code outside the seam).
+    pub const fn into_raw(self) -> Fd {
+        self.0
+    }
+}
+
+/// A descriptor borrowed from its owner for `'a`: what [`Syscalls::retire`] accepts (retiring
+/// changes what the number refers to, so only its owner, or code the owner lent it to, may do
+/// it). Made from an [`OwnedFd`], or unsafely from a raw number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct BorrowedFd<'a> {
+    fd: Fd,
+    _owner: core::marker::PhantomData<&'a OwnedFd>,
+}
+
+impl BorrowedFd<'_> {
+    /// Borrows a raw number.
+    ///
+    /// # Safety
+    ///
+    /// `fd` must be open, and owned by someone who lets the borrower use it (including retiring
+    /// it), for as long as the returned value is used.
+    pub const unsafe fn borrow_raw(fd: Fd) -> Self {
+        BorrowedFd { fd, _owner: core::marker::PhantomData }
+    }
+
+    /// The raw number.
+    pub const fn raw(self) -> Fd {
+        self.fd
+    }
+}
+
 /// How a path is opened. `O_CLOEXEC` is always added.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
@@ -115,10 +181,11 @@ impl FileStat {
 /// Safe code in this crate relies on this for soundness.
 pub unsafe trait Syscalls {
     /// `openat(AT_FDCWD, path, flags | O_CLOEXEC)`.
-    fn open(&self, path: &CStr, flags: OpenFlags) -> Result<Fd, Errno>;
+    fn open(&self, path: &CStr, flags: OpenFlags) -> Result<OwnedFd, Errno>;
 
-    /// `close(fd)`. The descriptor is gone afterwards even if an error is returned.
-    fn close(&self, fd: Fd) -> Result<(), Errno>;
+    /// `close(fd)`. The descriptor is gone afterwards even if an error is returned. Takes the
+    /// ownership token, so safe code can close only what it owns, once.
+    fn close(&self, fd: OwnedFd) -> Result<(), Errno>;
 
     /// `pread(fd, buf, offset)`: reads at most `buf.len()` bytes at `offset`, without moving a
     /// shared file position. Returns the number of bytes read (0 at end of file).
@@ -175,7 +242,7 @@ pub unsafe trait Syscalls {
     /// same thread with the same scalars word on the same file; once the file is unreachable, no
     /// call can resume it, and releasing the file frees it. The default refuses (`ENOSYS`), and
     /// callers then resume instead of abandoning.
-    fn retire(&self, fd: Fd) -> Result<(), Errno> {
+    fn retire(&self, fd: BorrowedFd<'_>) -> Result<(), Errno> {
         let _ = fd;
         Err(Errno::ENOSYS)
     }
@@ -183,10 +250,10 @@ pub unsafe trait Syscalls {
 
 // SAFETY: forwards every call to `T`, which upholds the contract.
 unsafe impl<T: Syscalls + ?Sized> Syscalls for &T {
-    fn open(&self, path: &CStr, flags: OpenFlags) -> Result<Fd, Errno> {
+    fn open(&self, path: &CStr, flags: OpenFlags) -> Result<OwnedFd, Errno> {
         (**self).open(path, flags)
     }
-    fn close(&self, fd: Fd) -> Result<(), Errno> {
+    fn close(&self, fd: OwnedFd) -> Result<(), Errno> {
         (**self).close(fd)
     }
     fn pread(&self, fd: Fd, buf: &mut [u8], offset: u64) -> Result<usize, Errno> {
@@ -216,7 +283,7 @@ unsafe impl<T: Syscalls + ?Sized> Syscalls for &T {
     fn interrupt(&self, tid: i32) -> Result<(), Errno> {
         (**self).interrupt(tid)
     }
-    fn retire(&self, fd: Fd) -> Result<(), Errno> {
+    fn retire(&self, fd: BorrowedFd<'_>) -> Result<(), Errno> {
         (**self).retire(fd)
     }
 }

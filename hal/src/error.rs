@@ -73,6 +73,9 @@ pub enum Cause {
     Full,
     /// The image registry (the reverse file service) refused the library image.
     Registry,
+    /// The reverse-RPC listener of the session stopped (the session cannot load libraries, and
+    /// its channel may be retired): `recover()` once a listener serves it again.
+    ListenerStopped,
     /// The DSP's loader refused a library: its AEE code and the reason it gave (unresolved
     /// symbol, bad ELF, missing `entry`, ...).
     Refused(Refusal),
@@ -202,7 +205,7 @@ impl HalError {
             {
                 ErrorKind::Unavailable
             }
-            Cause::DspRestart | Cause::Timeout | Cause::NeedsRecovery => ErrorKind::Recoverable,
+            Cause::DspRestart | Cause::Timeout | Cause::NeedsRecovery | Cause::ListenerStopped => ErrorKind::Recoverable,
             Cause::Invalid | Cause::TooLarge | Cause::Full => ErrorKind::Usage,
             Cause::Dsp(_) | Cause::Refused(_) => ErrorKind::Remote,
             _ => ErrorKind::Other,
@@ -216,7 +219,7 @@ impl HalError {
             Cause::Dsp(_) => Errno::EIO,
             Cause::DspRestart => Errno::ECONNRESET,
             Cause::Timeout => Errno::ETIMEDOUT,
-            Cause::NeedsRecovery | Cause::Failed => Errno::ENOTCONN,
+            Cause::NeedsRecovery | Cause::Failed | Cause::ListenerStopped => Errno::ENOTCONN,
             Cause::BadShell => Errno::ENOEXEC,
             Cause::TooLarge => Errno::EFBIG,
             Cause::Invalid => Errno::EINVAL,
@@ -245,6 +248,7 @@ impl fmt::Display for HalError {
             Cause::Invalid => write!(f, "invalid argument"),
             Cause::Full => write!(f, "fixed-capacity table is full"),
             Cause::Registry => write!(f, "the reverse file service refused the library image"),
+            Cause::ListenerStopped => write!(f, "the reverse-RPC listener stopped; recover() once one serves the session again"),
             Cause::Refused(r) => {
                 write!(f, "the DSP refused to load the library: {}", r.code())?;
                 if let Some(n) = aee::name(r.code()) {

@@ -12,18 +12,28 @@
 //! * **Libraries**: [`Session::open_library`] publishes the image under a unique name in an
 //!   [`ImageRegistry`] (the reverse file service) and opens it once; the [`Library`] handle
 //!   closes itself on every path and is invoked many times.
-//! * **Recovery**: a DSP restart (+`ECONNRESET`) or a deadline that passed
-//!   ([`Library::invoke_with_deadline`], std) puts the session in "needs recovery";
-//!   [`Session::recover`] rebuilds the process from the channel and re-opens the libraries,
-//!   once; a second failure is reported, not retried.
+//! * **Recovery**: a DSP restart (+`ECONNRESET`), a deadline that passed
+//!   ([`Library::invoke_with_deadline`], std) or a stopped listener puts the session in "needs
+//!   recovery" ([`Health`] says why); [`Session::recover`] rebuilds the process from the channel
+//!   and re-opens the libraries, retrying with the board's bounded backoff
+//!   ([`RecoveryPolicy`](hexrpc_bsp::RecoveryPolicy)) while the DSP is down, and marks the
+//!   session failed only once the budget is spent. Concurrent callers wait for the one recovery
+//!   in progress and share its outcome. Every channel carries the generation that created it;
+//!   the reverse-RPC listener leases one generation's descriptor at a time, and that number
+//!   stays open (retired to `/dev/null` if need be) until the lease is back, so nothing of an old
+//!   generation reaches a newer channel under a reused number.
 //! * **Concurrency**: `&Session` is shared between threads for invokes; library registration is
-//!   serialized; there is no shared "current library" state.
+//!   serialized; there is no shared "current library" state. With `std`, waits block (no spin):
+//!   the only lock held across an ioctl is the channel gate, taken shared by every call in
+//!   flight (readers never wait for each other) and exclusively by recovery while it replaces
+//!   the channel.
 //!
 //! Everything runs over the drivers' syscall seam, unchanged on a device and on the bench.
 //!
 //! The memory of a lease is shared with the DSP: the DSP may change it while it holds the buffer
-//! (during a launch), so what the CPU reads during a launch is not defined; reads go through
-//! copies, never references.
+//! (during a launch), so what the CPU reads during a launch is unspecified; reads and writes are
+//! volatile copies (the drivers' `Mapping`), never references, so such a race is not undefined
+//! behaviour.
 #![no_std]
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
@@ -35,9 +45,18 @@ mod fd;
 pub mod ion;
 mod session;
 pub mod stages;
+mod sync;
+
+/// Plumbing for `hexrpc-runtime`'s reverse-RPC listener thread (how it leases the session's
+/// channel, waits for recoveries and reports restarts). Not API: no stability promise; a
+/// service uses `hexrpc_runtime::ServedSession`, which drives it.
+#[doc(hidden)]
+pub mod internal {
+    pub use crate::session::{ListenerChannel, ListenerPlumbing};
+}
 
 pub use error::{Cause, ErrorKind, HalError, Refusal, Stage, REFUSAL_TEXT};
 pub use fd::OwnedFd;
 pub use ion::{BufferView, IonLease, LeaseMemory};
-pub use session::{ImageRegistry, Library, Session, DLERROR_LEN, MAX_LIBRARIES, MAX_NAME};
+pub use session::{Health, ImageRegistry, Library, Session, DLERROR_LEN, MAX_LIBRARIES, MAX_NAME};
 pub use stages::{ChannelOpened, IonOpened, ProcessCreated, ShellStaged};

@@ -2,14 +2,16 @@
 
 use core::fmt::Write as _;
 use core::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use core::time::Duration;
 
 use hexrpc_bsp::{Board, DeviceAccess};
-use hexrpc_drivers::{adsprpc, listener, Fd, Syscalls};
+use hexrpc_drivers::{adsprpc, listener, BorrowedFd, Fd, FdCell, FdLease, Syscalls};
 
 use crate::error::{Cause, HalError, Stage};
 use crate::fd::OwnedFd;
 use crate::ion::{IonLease, RawLease};
 use crate::stages::{self, Channel, IonOpened};
+use crate::sync;
 
 /// Most libraries open at once on one session.
 pub const MAX_LIBRARIES: usize = 16;
@@ -21,6 +23,18 @@ pub const DLERROR_LEN: usize = 256;
 const HEALTHY: u8 = 0;
 const NEEDS_RECOVERY: u8 = 1;
 const FAILED: u8 = 2;
+
+/// Descriptor cells a session rotates its channels through: the current channel's, and one
+/// for an old channel retired under a listener that has not let go of it yet.
+const CELLS: usize = 2;
+
+/// How often recovery repeats its interrupt while the listener has not left the old channel
+/// (a signal that lands just before the thread blocks is lost).
+const LEAVE_REPEAT: Duration = Duration::from_millis(2);
+
+/// How long recovery lets the listener leave on its own (after the process exit) before it
+/// starts interrupting it.
+const LEAVE_GRACE: Duration = Duration::from_millis(20);
 
 /// Where library images are published so the DSP can fetch them by name: the reverse file
 /// service implements it (it serves each image from memory under its unique name).
@@ -37,8 +51,40 @@ struct LibSlot {
     remote: u32,
 }
 
-struct ChannelState<S: Syscalls> {
-    channel: Option<Channel<S>>,
+/// The channel calls go to: an index into the session's descriptor cells, or none while
+/// recovery replaces it.
+struct ChannelState {
+    current: Option<usize>,
+}
+
+/// What the single-flight recovery shares between its callers.
+struct RecoveryCtl {
+    running: bool,
+    round: u64,
+    last: Result<(), HalError>,
+    /// Why the session needs recovery (the first failure reported), while it does.
+    pending: Option<HalError>,
+    /// Why recovery gave up, once it has.
+    failure: Option<HalError>,
+    /// A restart reported for this generation while recovery was building it.
+    lost: u32,
+}
+
+/// The state of a session, as [`Session::health`] reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum Health {
+    /// Calls can be made on channel generation `generation`.
+    Healthy {
+        /// The channel generation (it changes with every successful recovery).
+        generation: u32,
+    },
+    /// A call or the listener saw the DSP side go away (restart, deadline, listener stopped):
+    /// [`Session::recover`] must run; the error says why.
+    NeedsRecovery(HalError),
+    /// Recovery spent its budget ([`RecoveryPolicy`](hexrpc_bsp::RecoveryPolicy)); the error is
+    /// the last attempt's. The session is unusable.
+    Failed(HalError),
 }
 
 /// A ready session: the DSP process exists and its reverse-RPC listener is registered.
@@ -47,16 +93,34 @@ struct ChannelState<S: Syscalls> {
 /// opening and closing libraries is serialized inside. When a call reports
 /// [`Cause::DspRestart`] or [`Cause::Timeout`], further calls fail with
 /// [`Cause::NeedsRecovery`] until [`recover`](Session::recover) succeeds.
+///
+/// # Channels and generations
+///
+/// Every channel (FastRPC descriptor with its DSP process) carries the generation that created
+/// it; recovery makes the next one. The reverse-RPC listener serves one generation at a time
+/// through a lease on that channel's descriptor, and the descriptor number stays open (retired
+/// to `/dev/null` if the listener is slow to leave) until the lease is back, so nothing the
+/// listener sends for an old generation can reach a newer channel under a reused number.
 pub struct Session<S: Syscalls + Clone> {
     // Field order is release order: libraries, channel (process exit, fd close), ION device.
-    libs: spin::Mutex<[Option<LibSlot>; MAX_LIBRARIES]>,
-    chan: spin::RwLock<ChannelState<S>>,
+    libs: sync::Mutex<[Option<LibSlot>; MAX_LIBRARIES]>,
+    /// Held shared by every call on the current channel (it counts the calls in flight) and
+    /// exclusively by recovery while it replaces the channel.
+    chan: sync::RwLock<ChannelState>,
+    cells: [FdCell; CELLS],
     health: AtomicU8,
     generation: AtomicU32,
-    /// `(generation << 32) | fd` of the channel the listener must serve; 0 while none is.
-    listener_channel: AtomicU64,
+    /// `(generation << 32) | (cell + 1)` of the channel the listener must serve; 0 while none.
+    published: AtomicU64,
     listener_tid: AtomicI32,
-    listener_serving: AtomicU32,
+    /// The generation whose descriptor an abandoned call (a deadline) retired.
+    retired_generation: AtomicU32,
+    recovery: sync::Mutex<RecoveryCtl>,
+    recovered: sync::Condvar,
+    /// Bumped (under its mutex) whenever the published channel changes or a listener lease
+    /// returns; listener and recovery wait on it.
+    events: sync::Mutex<u64>,
+    event: sync::Condvar,
     info: u32,
     ion: OwnedFd<S>,
     sys: S,
@@ -65,12 +129,16 @@ pub struct Session<S: Syscalls + Clone> {
 
 static NAME_SEQ: AtomicU32 = AtomicU32::new(1);
 
-fn pack_channel(fd: Fd, generation: u32) -> u64 {
-    (u64::from(generation) << 32) | u64::from(fd.0 as u32)
+fn pack_channel(cell: usize, generation: u32) -> u64 {
+    (u64::from(generation) << 32) | (cell as u64 + 1)
 }
 
 fn le32(b: &[u8]) -> i32 {
     i32::from_le_bytes([b[0], b[1], b[2], b[3]])
+}
+
+fn ms(v: u32) -> Duration {
+    Duration::from_millis(u64::from(v))
 }
 
 impl<S: Syscalls + Clone> Session<S> {
@@ -80,15 +148,29 @@ impl<S: Syscalls + Clone> Session<S> {
     }
 
     pub(crate) fn from_parts(ion: IonOpened<S>, channel: Channel<S>, info: u32) -> Self {
-        let fd = channel.fd();
+        let cells = [FdCell::new(), FdCell::new()];
+        let current = match channel.into_token().map(|t| cells[0].put(t)) {
+            Some(Ok(())) => Some(0),
+            Some(Err(t)) => {
+                // An empty cell always takes a valid number; a -1 token needs no close.
+                let _ = t.into_raw();
+                None
+            }
+            None => None,
+        };
         Session {
-            libs: spin::Mutex::new([const { None }; MAX_LIBRARIES]),
-            chan: spin::RwLock::new(ChannelState { channel: Some(channel) }),
-            health: AtomicU8::new(HEALTHY),
+            libs: sync::Mutex::new([const { None }; MAX_LIBRARIES]),
+            chan: sync::RwLock::new(ChannelState { current }),
+            cells,
+            health: AtomicU8::new(if current.is_some() { HEALTHY } else { NEEDS_RECOVERY }),
             generation: AtomicU32::new(1),
-            listener_channel: AtomicU64::new(pack_channel(fd, 1)),
+            published: AtomicU64::new(current.map_or(0, |c| pack_channel(c, 1))),
             listener_tid: AtomicI32::new(0),
-            listener_serving: AtomicU32::new(0),
+            retired_generation: AtomicU32::new(0),
+            recovery: sync::Mutex::new(RecoveryCtl { running: false, round: 0, last: Ok(()), pending: None, failure: None, lost: 0 }),
+            recovered: sync::Condvar::new(),
+            events: sync::Mutex::new(0),
+            event: sync::Condvar::new(),
             info,
             ion: ion.ion,
             sys: ion.sys,
@@ -116,69 +198,121 @@ impl<S: Syscalls + Clone> Session<S> {
         self.health.load(Ordering::Acquire) == HEALTHY
     }
 
-    /// The FastRPC fd the reverse-RPC listener must serve on, and the channel generation (it
-    /// changes with every successful recovery). `None` while recovery replaces the channel, and
-    /// after recovery failed. A listener serving generation `g` must leave its channel as soon as
-    /// this no longer returns `g`.
-    pub fn listener_fd(&self) -> Option<(Fd, u32)> {
-        if self.health.load(Ordering::Acquire) == FAILED {
-            return None;
-        }
-        match self.listener_channel.load(Ordering::Acquire) {
-            0 => None,
-            v => Some((Fd(v as u32 as i32), (v >> 32) as u32)),
-        }
+    /// The current channel generation (1 after start; each successful recovery adds one).
+    pub fn generation(&self) -> u32 {
+        self.generation.load(Ordering::Acquire)
     }
 
-    /// Records the thread that serves the listener, so that recovery can interrupt its blocked
-    /// `next2` before closing the old channel.
-    pub fn set_listener_thread(&self, tid: i32) {
-        self.listener_tid.store(tid, Ordering::Release);
-    }
-
-    /// Records which channel generation the listener thread is serving now (0: none). Recovery
-    /// waits for the listener to leave the old channel before closing it: a thread blocked in
-    /// `next2` keeps the old file alive, and the DSP would never release it.
-    pub fn set_listener_serving(&self, generation: u32) {
-        self.listener_serving.store(generation, Ordering::Release);
-    }
-
-    /// Reports that channel generation `generation` saw a DSP restart (or the process exiting)
-    /// somewhere other than in a call of this session, typically in the reverse-RPC listener:
-    /// the session then needs [`recover`](Session::recover), and calls fail with
-    /// [`Cause::NeedsRecovery`] until it has run. A report about an older generation is ignored.
-    pub fn report_restart(&self, generation: u32) {
-        if self.generation.load(Ordering::Acquire) == generation
-            && self.health.compare_exchange(HEALTHY, NEEDS_RECOVERY, Ordering::AcqRel, Ordering::Acquire).is_ok()
-        {
-            log::warn!("the DSP side of channel generation {generation} went away; the session needs recover()");
+    /// Healthy, needs recovery (and why), or failed (and why).
+    pub fn health(&self) -> Health {
+        match self.health.load(Ordering::Acquire) {
+            HEALTHY => Health::Healthy { generation: self.generation() },
+            NEEDS_RECOVERY => {
+                Health::NeedsRecovery(self.recovery.lock().pending.unwrap_or(HalError::new(Stage::Recover, Cause::NeedsRecovery)))
+            }
+            _ => Health::Failed(self.recovery.lock().failure.unwrap_or(HalError::new(Stage::Recover, Cause::Failed))),
         }
     }
 
-    /// Interrupts the listener thread until it has left channel generation `old` (std: at most
-    /// one second; without std: one interrupt).
-    fn retire_listener(&self, old: u32) {
-        let tid = self.listener_tid.load(Ordering::Acquire);
-        if tid == 0 {
+    fn notify(&self) {
+        let mut g = self.events.lock();
+        *g = g.wrapping_add(1);
+        drop(g);
+        self.event.notify_all();
+    }
+
+    /// Moves a healthy session to "needs recovery" for `why`.
+    fn mark_needs_recovery(&self, why: HalError) {
+        if self.health.compare_exchange(HEALTHY, NEEDS_RECOVERY, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            self.recovery.lock().pending = Some(why);
+            log::warn!("{why}; the session needs recover()");
+            self.notify();
+        }
+    }
+
+    /// A restart seen on generation `generation` outside a call of this session (the listener).
+    fn report_restart(&self, generation: u32) {
+        if self.generation.load(Ordering::Acquire) != generation {
             return;
         }
-        #[cfg(feature = "std")]
-        {
-            extern crate std;
-            let start = std::time::Instant::now();
-            while self.listener_serving.load(Ordering::Acquire) == old && start.elapsed() < std::time::Duration::from_secs(1) {
-                let _ = self.sys.interrupt(tid);
-                std::thread::sleep(std::time::Duration::from_millis(1));
-            }
-            if self.listener_serving.load(Ordering::Acquire) == old {
-                log::warn!("the reverse-RPC listener did not leave the old channel; recovering anyway");
+        if self.health.load(Ordering::Acquire) == HEALTHY {
+            self.mark_needs_recovery(HalError::new(Stage::ListenerAttach, Cause::DspRestart));
+        } else {
+            // Recovery may be building this very generation: it must not call it healthy.
+            self.recovery.lock().lost = generation;
+        }
+    }
+
+    /// Closes every cell whose owner asked for it back and whose leases have all returned.
+    fn reap(&self) {
+        for c in &self.cells {
+            if c.is_closing() {
+                if let Some(fd) = c.take() {
+                    let n = fd.raw().0;
+                    if let Err(e) = self.sys.close(fd) {
+                        log::warn!("close of retired channel fd {n} failed: {e}");
+                    }
+                }
             }
         }
-        #[cfg(not(feature = "std"))]
-        {
-            let _ = old;
-            let _ = self.sys.interrupt(tid);
+    }
+
+    /// Ends the channel in cell `i`: asks its DSP process to exit and closes the descriptor, or,
+    /// if the listener still holds a lease on it, retires it (the number then refers to
+    /// `/dev/null`, so nothing more reaches the old DSP process) and leaves the close to the
+    /// lease's return.
+    fn end_channel(&self, i: usize, exit: bool) {
+        if let Some(lease) = self.cells[i].lease() {
+            if exit {
+                process_exit(&self.sys, lease.raw());
+            }
+            if self.cells[i].leases() > 1 {
+                log::warn!("the reverse-RPC listener still holds channel fd {}; retiring it under the listener", lease.raw().0);
+                if let Err(e) = self.sys.retire(lease.fd()) {
+                    log::error!("retiring channel fd {}: {e}", lease.raw().0);
+                }
+            }
         }
+        match self.cells[i].take() {
+            Some(fd) => {
+                let n = fd.raw().0;
+                if let Err(e) = self.sys.close(fd) {
+                    log::warn!("close of channel fd {n} failed: {e}");
+                }
+            }
+            None => log::debug!("channel cell {i} closes when the listener lets go"),
+        }
+    }
+
+    /// Unpublishes the current channel and asks its DSP process to exit, which ends the
+    /// listener's `next2` from the DSP side (as the FastRPC user library does), so the listener
+    /// leaves on its own and releases what it mapped on this very channel; after a short grace
+    /// its blocked call is interrupted too (a hung DSP never answers). After the board's bounded
+    /// wait the channel is ended: closed, or retired under a listener that still holds it.
+    fn teardown(&self, chan: &mut ChannelState) {
+        let Some(i) = chan.current.take() else { return };
+        self.published.store(0, Ordering::Release);
+        self.notify();
+        if let Some(lease) = self.cells[i].lease() {
+            process_exit(&self.sys, lease.raw());
+        }
+        let tid = self.listener_tid.load(Ordering::Acquire);
+        if tid != 0 {
+            // Calls are excluded (we hold `chan` exclusively): a lease still out is the listener's.
+            let clock = sync::Clock::start();
+            let limit = ms(self.board.recovery.listener_leave_ms);
+            while self.cells[i].leases() > 0 && clock.elapsed() < limit {
+                if clock.elapsed() >= LEAVE_GRACE {
+                    let _ = self.sys.interrupt(tid);
+                }
+                let g = self.events.lock();
+                if self.cells[i].leases() == 0 {
+                    break;
+                }
+                drop(self.event.wait_timeout(g, LEAVE_REPEAT));
+            }
+        }
+        self.end_channel(i, false);
     }
 
     /// Allocates `len` bytes (rounded up to a page) from the board's ION heap, shared and mapped.
@@ -197,8 +331,7 @@ impl<S: Syscalls + Clone> Session<S> {
 
     fn note_failure(&self, e: HalError) -> HalError {
         if matches!(e.cause, Cause::DspRestart | Cause::Timeout) {
-            let _ = self.health.compare_exchange(HEALTHY, NEEDS_RECOVERY, Ordering::AcqRel, Ordering::Acquire);
-            log::warn!("{e}");
+            self.mark_needs_recovery(e);
         }
         e
     }
@@ -224,7 +357,7 @@ impl<S: Syscalls + Clone> Session<S> {
         // Lock order everywhere: `chan` before `libs`, and `libs` never across a DSP call.
         let chan = self.chan.read();
         self.check_health(st)?;
-        let ch = chan.channel.as_ref().ok_or(HalError::new(st, Cause::NeedsRecovery))?;
+        let lease = chan.current.and_then(|i| self.cells[i].lease()).ok_or(HalError::new(st, Cause::NeedsRecovery))?;
         let mut unique = heapless::String::<MAX_NAME>::new();
         write!(unique, "{name}-{}", NAME_SEQ.fetch_add(1, Ordering::Relaxed)).map_err(|_| HalError::new(st, Cause::Invalid))?;
         let slot = {
@@ -235,7 +368,7 @@ impl<S: Syscalls + Clone> Session<S> {
             slot
         };
         let opened = if registry.publish(&unique, image) {
-            remotectl_open(&self.sys, ch.fd(), &unique).map_err(|e| {
+            remotectl_open(&self.sys, lease.raw(), &unique).map_err(|e| {
                 registry.withdraw(&unique);
                 self.note_failure(e)
             })
@@ -259,8 +392,8 @@ impl<S: Syscalls + Clone> Session<S> {
         let chan = self.chan.read();
         let Some(lib) = self.libs.lock()[slot].take() else { return };
         if self.is_healthy() {
-            if let Some(ch) = chan.channel.as_ref() {
-                if let Err(e) = remotectl_close(&self.sys, ch.fd(), lib.remote) {
+            if let Some(lease) = chan.current.and_then(|i| self.cells[i].lease()) {
+                if let Err(e) = remotectl_close(&self.sys, lease.raw(), lib.remote) {
                     log::warn!("closing library {}: {e}", lib.name);
                 }
             }
@@ -288,73 +421,326 @@ impl<S: Syscalls + Clone> Session<S> {
         // Lock order: `chan` before `libs`; the handle read under `chan` belongs to its channel.
         let chan = self.chan.read();
         self.check_health(st)?;
-        let ch = chan.channel.as_ref().ok_or(HalError::new(st, Cause::NeedsRecovery))?;
+        let lease = chan.current.and_then(|i| self.cells[i].lease()).ok_or(HalError::new(st, Cause::NeedsRecovery))?;
         let remote = self.remote_handle(slot).ok_or(HalError::new(st, Cause::Invalid))?;
         let abandon = || fired.is_some_and(|f| f.load(Ordering::Acquire));
-        match adsprpc::invoke_attrs_abandonable(&self.sys, ch.fd(), remote, args, &abandon) {
-            Err(hexrpc_drivers::Error::Os(hexrpc_drivers::Errno::EINTR)) => Err(self.note_failure(HalError::new(st, Cause::Timeout))),
+        match adsprpc::invoke_attrs_abandonable(&self.sys, lease.fd(), remote, args, &abandon) {
+            Err(hexrpc_drivers::Error::Os(hexrpc_drivers::Errno::EINTR)) => {
+                // The drivers retired the channel's descriptor to abandon the call.
+                self.retired_generation.store(self.generation(), Ordering::Release);
+                Err(self.note_failure(HalError::new(st, Cause::Timeout)))
+            }
             r => r.map_err(|e| self.note_failure(HalError::sys(st, e))),
         }
     }
 
-    /// Rebuilds the DSP side after a restart or a timeout: asks the old process to exit, closes
-    /// the old channel (which frees parked calls), re-runs the stages from the shell, registers
-    /// the listener and re-opens every library that was open. One attempt: if it fails the
-    /// session is marked failed and the error is returned.
+    /// Rebuilds the DSP side after a restart, a timeout or a stopped listener: unpublishes the
+    /// old channel, gives the reverse-RPC listener a bounded time to leave it, asks the old
+    /// process to exit and closes (or retires) the old channel, then re-runs the stages from
+    /// the shell, registers the listener and re-opens every library that was open.
     ///
-    /// Waits for calls in flight to return. A listener thread recorded with
-    /// [`set_listener_thread`](Session::set_listener_thread) is interrupted until it reports (with
-    /// [`set_listener_serving`](Session::set_listener_serving)) that it left the old channel; it
-    /// must then serve the new [`listener_fd`](Session::listener_fd) for the library re-opens to
-    /// succeed. `ReverseService::spawn_for_session` in the runtime does all of this.
+    /// While the DSP is still down, the rebuild is retried with the board's bounded backoff
+    /// ([`RecoveryPolicy`](hexrpc_bsp::RecoveryPolicy): attempts, delays, total budget; without
+    /// `std` there is no clock, and attempts follow each other at once). The session is marked
+    /// failed only once the budget is spent; the error then carries the last attempt's cause,
+    /// and [`health`](Session::health) keeps it.
+    ///
+    /// Single flight: a caller that arrives while another thread recovers waits for that
+    /// recovery (a blocking wait) and returns its outcome. Calls in flight on the old channel
+    /// finish first. Library re-opens need the reverse-RPC listener to serve the new channel
+    /// (`hexrpc-runtime`'s `ServedSession` runs one).
     pub fn recover(&self) -> Result<(), HalError> {
-        match self.health.load(Ordering::Acquire) {
-            HEALTHY => return Ok(()),
-            FAILED => return Err(HalError::new(Stage::Recover, Cause::Failed)),
-            _ => {}
-        }
-        let mut chan = self.chan.write();
-        if self.is_healthy() {
-            return Ok(());
-        }
-        // Unpublish the channel first: the listener leaves a channel that is no longer published.
-        self.listener_channel.store(0, Ordering::Release);
-        self.retire_listener(self.generation.load(Ordering::Acquire));
-        drop(chan.channel.take());
-        let result = self.rebuild(&mut chan);
-        match result {
-            Ok(()) => {
-                self.health.store(HEALTHY, Ordering::Release);
-                Ok(())
+        let mut ctl = self.recovery.lock();
+        loop {
+            match self.health.load(Ordering::Acquire) {
+                HEALTHY => return Ok(()),
+                FAILED => return Err(ctl.failure.unwrap_or(HalError::new(Stage::Recover, Cause::Failed))),
+                _ => {}
             }
+            if !ctl.running {
+                break;
+            }
+            let round = ctl.round;
+            while ctl.running && ctl.round == round {
+                ctl = self.recovered.wait_timeout(ctl, Duration::from_millis(100));
+            }
+            if ctl.round != round {
+                return ctl.last;
+            }
+        }
+        ctl.running = true;
+        drop(ctl);
+        let outcome = self.run_recovery();
+        let mut ctl = self.recovery.lock();
+        ctl.running = false;
+        ctl.round += 1;
+        ctl.last = outcome;
+        match outcome {
+            Ok(()) => ctl.pending = None,
             Err(e) => {
-                drop(chan.channel.take());
+                // Under the lock, so that nobody sees `Failed` without its reason.
+                ctl.failure = Some(e);
                 self.health.store(FAILED, Ordering::Release);
-                Err(HalError::new(Stage::Recover, e.cause))
             }
+        }
+        drop(ctl);
+        self.recovered.notify_all();
+        self.notify();
+        outcome
+    }
+
+    fn run_recovery(&self) -> Result<(), HalError> {
+        let policy = self.board.recovery;
+        let clock = sync::Clock::start();
+        let budget = ms(policy.budget_ms);
+        let mut failed = 0u32;
+        loop {
+            let attempt = {
+                let mut chan = self.chan.write();
+                self.teardown(&mut chan);
+                let r = self.rebuild(&mut chan).and_then(|generation| {
+                    if self.recovery.lock().lost == generation {
+                        Err(HalError::new(Stage::Recover, Cause::DspRestart))
+                    } else {
+                        Ok(generation)
+                    }
+                });
+                match r {
+                    Ok(generation) => {
+                        self.health.store(HEALTHY, Ordering::Release);
+                        log::info!("recovered: channel generation {generation} after {} failed attempts", failed);
+                        Ok(())
+                    }
+                    Err(e) => {
+                        self.teardown(&mut chan);
+                        Err(e)
+                    }
+                }
+            };
+            let e = match attempt {
+                Ok(()) => return Ok(()),
+                Err(e) => e,
+            };
+            failed += 1;
+            let delay = ms(policy.delay_ms(failed));
+            let spent = clock.elapsed();
+            if failed >= policy.attempts.max(1) || spent.saturating_add(delay) >= budget {
+                let e = HalError::new(Stage::Recover, e.cause);
+                log::error!("recovery failed for good after {failed} attempts in {} ms: {e}", spent.as_millis());
+                return Err(e);
+            }
+            log::warn!("recovery attempt {failed} failed ({e}); retrying in {} ms", delay.as_millis());
+            sync::sleep(delay);
         }
     }
 
-    fn rebuild(&self, chan: &mut ChannelState<S>) -> Result<(), HalError> {
+    /// One rebuild: a new channel in a free cell, published to the listener, libraries
+    /// re-opened. Returns the new generation.
+    fn rebuild(&self, chan: &mut ChannelState) -> Result<u32, HalError> {
+        self.reap();
         let shell = stages::stage_shell(&self.sys, self.ion.raw(), self.board)?;
         let (rpc, _) = stages::open_channel(&self.sys, self.board)?;
         let ch = stages::create_process(&self.sys, rpc, &shell)?;
         drop(shell);
         stages::attach_listener(&self.sys, &ch)?;
-        let fd = ch.fd();
-        chan.channel = Some(ch);
+        let busy = HalError::new(Stage::Recover, Cause::Os(hexrpc_drivers::Errno::EBUSY));
+        let i = self.cells.iter().position(FdCell::is_empty).ok_or(busy)?;
+        let token = ch.into_token().ok_or(busy)?;
+        if let Err(t) = self.cells[i].put(token) {
+            let _ = self.sys.close(t);
+            return Err(busy);
+        }
+        chan.current = Some(i);
         let generation = self.generation.fetch_add(1, Ordering::AcqRel) + 1;
         // The listener serves the new channel from here on; the libraries need it to load.
-        self.listener_channel.store(pack_channel(fd, generation), Ordering::Release);
+        self.published.store(pack_channel(i, generation), Ordering::Release);
+        self.notify();
+        let lease = self.cells[i].lease().ok_or(busy)?;
         let names: heapless::Vec<(usize, heapless::String<MAX_NAME>), MAX_LIBRARIES> =
             self.libs.lock().iter().enumerate().filter_map(|(i, l)| l.as_ref().map(|l| (i, l.name.clone()))).collect();
         for (slot, name) in names {
-            let remote = remotectl_open(&self.sys, fd, &name)?;
+            let remote = remotectl_open(&self.sys, lease.raw(), &name)?;
             if let Some(l) = self.libs.lock()[slot].as_mut() {
                 l.remote = remote;
             }
         }
-        Ok(())
+        Ok(generation)
+    }
+}
+
+/// The channel a reverse-RPC listener serves: a lease on its descriptor (the number stays
+/// open, retired at worst, while this lives) and its generation. Dropping it lets the session
+/// close the channel if recovery has already replaced it.
+pub struct ListenerChannel<'s, S: Syscalls + Clone> {
+    session: &'s Session<S>,
+    lease: Option<FdLease<'s>>,
+    generation: u32,
+}
+
+impl<S: Syscalls + Clone> ListenerChannel<'_, S> {
+    /// The channel's descriptor, borrowed for the lease (retiring it is allowed).
+    pub fn fd(&self) -> Option<BorrowedFd<'_>> {
+        self.lease.as_ref().map(FdLease::fd)
+    }
+
+    /// The raw number (for the service's DSP maps, which are made and released on it).
+    pub fn raw(&self) -> Fd {
+        self.lease.as_ref().map_or(Fd(-1), FdLease::raw)
+    }
+
+    /// The generation that created the channel.
+    pub fn generation(&self) -> u32 {
+        self.generation
+    }
+
+    /// True while the session still publishes this channel (false once recovery started
+    /// replacing it, or the session failed): the listener must leave it.
+    pub fn is_current(&self) -> bool {
+        (self.session.published.load(Ordering::Acquire) >> 32) as u32 == self.generation
+            && self.session.health.load(Ordering::Acquire) != FAILED
+    }
+
+    /// True once this channel's descriptor was retired: by a call abandoned at its deadline, or
+    /// by the session ending the channel under the listener. The number then refers to
+    /// `/dev/null` (nothing sent on it reaches any DSP process) and is closed when the lease
+    /// goes back.
+    pub fn is_retired(&self) -> bool {
+        self.session.retired_generation.load(Ordering::Acquire) == self.generation
+            || self.lease.as_ref().is_some() && self.session.cells.iter().any(|c| c.is_closing() && c.raw() == Some(self.raw()))
+    }
+
+    /// Reports that this channel's DSP side went away (a restart or the process exiting, seen
+    /// by the listener): the session then needs recovery. A report about an old generation is
+    /// ignored.
+    pub fn report_lost(&self) {
+        self.session.report_restart(self.generation);
+    }
+}
+
+impl<S: Syscalls + Clone> Drop for ListenerChannel<'_, S> {
+    fn drop(&mut self) {
+        drop(self.lease.take());
+        self.session.reap();
+        self.session.notify();
+    }
+}
+
+impl<S: Syscalls + Clone> core::fmt::Debug for ListenerChannel<'_, S> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("ListenerChannel").field("fd", &self.raw().0).field("generation", &self.generation).finish()
+    }
+}
+
+/// The plumbing between a session and the reverse-RPC listener thread that
+/// `hexrpc-runtime` runs for it (`ServedSession`). Not a stable API: our own crates use it.
+pub trait ListenerPlumbing<S: Syscalls + Clone> {
+    /// Records the listener thread (recovery interrupts its blocked `next2`).
+    fn listener_attach(&self, tid: i32);
+
+    /// The listener thread has ended: the session can no longer load libraries, and if the
+    /// loop abandoned a `next2` the channel itself is retired. Marks the session as needing
+    /// recovery (cause [`Cause::ListenerStopped`]) if it was healthy.
+    fn listener_detach(&self);
+
+    /// Waits (blocking, at most `wait`) until the session publishes a channel whose generation
+    /// is not `after`, and leases it. `None` on timeout (nothing is published while recovery runs
+    /// or after it failed).
+    fn listener_channel(&self, after: Option<u32>, wait: Duration) -> Option<ListenerChannel<'_, S>>;
+
+    /// Wakes a listener waiting in [`listener_channel`](ListenerPlumbing::listener_channel)
+    /// (a stop).
+    fn wake_listener(&self);
+
+    /// Shutdown, first step: unpublishes the current channel and asks its DSP process to exit,
+    /// so the listener leaves `next2` from the DSP side and releases its maps on the live
+    /// channel before anything is retired or closed. Calls fail with
+    /// [`Cause::NeedsRecovery`] afterwards; dropping the session closes the channel.
+    fn begin_shutdown(&self);
+
+    /// The published channel's descriptor number and generation, if any (tests, diagnostics).
+    fn listener_fd(&self) -> Option<(Fd, u32)>;
+}
+
+impl<S: Syscalls + Clone> ListenerPlumbing<S> for Session<S> {
+    fn listener_attach(&self, tid: i32) {
+        self.listener_tid.store(tid, Ordering::Release);
+    }
+
+    fn listener_detach(&self) {
+        self.listener_tid.store(0, Ordering::Release);
+        self.mark_needs_recovery(HalError::new(Stage::ListenerAttach, Cause::ListenerStopped));
+    }
+
+    fn listener_channel(&self, after: Option<u32>, wait: Duration) -> Option<ListenerChannel<'_, S>> {
+        let clock = sync::Clock::start();
+        let mut g = self.events.lock();
+        loop {
+            // Nothing is published while recovery runs, nor after it failed.
+            let p = self.published.load(Ordering::Acquire);
+            let generation = (p >> 32) as u32;
+            if p != 0 && after != Some(generation) {
+                let cell = ((p & 0xFFFF_FFFF) as usize).wrapping_sub(1);
+                if let Some(lease) = self.cells.get(cell).and_then(FdCell::lease) {
+                    // Still the published channel after the lease was taken: the cell holds it.
+                    if self.published.load(Ordering::Acquire) == p {
+                        drop(g);
+                        return Some(ListenerChannel { session: self, lease: Some(lease), generation });
+                    }
+                    continue;
+                }
+            }
+            let spent = clock.elapsed();
+            if spent >= wait {
+                return None;
+            }
+            g = self.event.wait_timeout(g, wait - spent);
+        }
+    }
+
+    fn wake_listener(&self) {
+        self.notify();
+    }
+
+    fn begin_shutdown(&self) {
+        let chan = self.chan.write();
+        // A shutdown, not a fault: no warning.
+        if self.health.compare_exchange(HEALTHY, NEEDS_RECOVERY, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            self.recovery.lock().pending = Some(HalError::new(Stage::Recover, Cause::ListenerStopped));
+        }
+        let Some(i) = chan.current else { return };
+        self.published.store(0, Ordering::Release);
+        if let Some(lease) = self.cells[i].lease() {
+            process_exit(&self.sys, lease.raw());
+        }
+        self.notify();
+        // A blocking wait (bounded) for the listener to give its lease back on its own.
+        let clock = sync::Clock::start();
+        let limit = ms(self.board.recovery.listener_leave_ms);
+        let mut g = self.events.lock();
+        while self.cells[i].leases() > 0 && clock.elapsed() < limit {
+            g = self.event.wait_timeout(g, limit.saturating_sub(clock.elapsed()));
+        }
+        drop(g);
+        drop(chan);
+    }
+
+    fn listener_fd(&self) -> Option<(Fd, u32)> {
+        if self.health.load(Ordering::Acquire) == FAILED {
+            return None;
+        }
+        let p = self.published.load(Ordering::Acquire);
+        let cell = ((p & 0xFFFF_FFFF) as usize).wrapping_sub(1);
+        let fd = self.cells.get(cell)?.raw()?;
+        Some((fd, (p >> 32) as u32))
+    }
+}
+
+/// Process exit (handle 4), errors ignored as quic and tinygrad do.
+fn process_exit<S: Syscalls>(sys: &S, fd: Fd) {
+    if let Ok(mut args) = adsprpc::InvokeArgs::<'_, 1>::new(listener::CURRENT_PROCESS_EXIT.method()) {
+        if let Err(e) = adsprpc::invoke(sys, fd, adsprpc::CURRENT_PROCESS_HANDLE, &mut args) {
+            log::debug!("process exit (handle 4) on teardown: {e}");
+        }
     }
 }
 
@@ -363,14 +749,21 @@ impl<S: Syscalls + Clone> Drop for Session<S> {
         // Libraries borrow the session, so none is alive here unless one was leaked with
         // `mem::forget`; close those on the DSP side (their images stay with the registry).
         let healthy = self.is_healthy();
-        let chan = self.chan.get_mut();
-        for lib in self.libs.get_mut().iter_mut() {
-            if let (Some(l), Some(ch)) = (lib.take(), chan.channel.as_ref()) {
-                if healthy {
-                    let _ = remotectl_close(&self.sys, ch.fd(), l.remote);
+        let current = self.chan.get_mut().current.take();
+        if let Some(lease) = current.and_then(|i| self.cells[i].lease()) {
+            for lib in self.libs.get_mut().iter_mut() {
+                if let Some(l) = lib.take() {
+                    if healthy {
+                        let _ = remotectl_close(&self.sys, lease.raw(), l.remote);
+                    }
                 }
             }
         }
+        if let Some(i) = current {
+            self.end_channel(i, true);
+        }
+        // A listener borrows the session while it holds a lease: none is out any more.
+        self.reap();
     }
 }
 

@@ -155,22 +155,30 @@ impl<S: Syscalls + Clone> ChannelOpened<S> {
 /// An open channel with a DSP process: on drop, asks the process to exit (handle 4, errors
 /// ignored as quic and tinygrad do), then closes the fd, which frees every parked call.
 pub(crate) struct Channel<S: Syscalls> {
-    pub(crate) rpc: OwnedFd<S>,
-    pub(crate) sys: S,
+    rpc: Option<OwnedFd<S>>,
+    sys: S,
 }
 
 impl<S: Syscalls> Channel<S> {
     pub(crate) fn fd(&self) -> Fd {
-        self.rpc.raw()
+        self.rpc.as_ref().map_or(Fd(-1), OwnedFd::raw)
+    }
+
+    /// Hands the descriptor over (to a session's cell) without ending the process.
+    pub(crate) fn into_token(mut self) -> Option<hexrpc_drivers::OwnedFd> {
+        self.rpc.take().and_then(OwnedFd::into_token)
     }
 }
 
 impl<S: Syscalls> Drop for Channel<S> {
     fn drop(&mut self) {
-        if let Ok(mut args) = adsprpc::InvokeArgs::<'_, 1>::new(listener::CURRENT_PROCESS_EXIT.method()) {
-            if let Err(e) = adsprpc::invoke(&self.sys, self.rpc.raw(), adsprpc::CURRENT_PROCESS_HANDLE, &mut args) {
-                log::debug!("process exit (handle 4) on teardown: {e}");
+        if let Some(rpc) = self.rpc.take() {
+            if let Ok(mut args) = adsprpc::InvokeArgs::<'_, 1>::new(listener::CURRENT_PROCESS_EXIT.method()) {
+                if let Err(e) = adsprpc::invoke(&self.sys, rpc.raw(), adsprpc::CURRENT_PROCESS_HANDLE, &mut args) {
+                    log::debug!("process exit (handle 4) on teardown: {e}");
+                }
             }
+            drop(rpc);
         }
     }
 }
@@ -179,7 +187,7 @@ pub(crate) fn create_process<S: Syscalls + Clone>(sys: &S, rpc: OwnedFd<S>, shel
     let (lease, len) = shell;
     adsprpc::init(sys, rpc.raw(), adsprpc::FASTRPC_INIT_CREATE, lease.mapping(), lease_fd(lease), *len)
         .map_err(|e| HalError::sys(Stage::ProcessCreate, e))?;
-    Ok(Channel { rpc, sys: sys.clone() })
+    Ok(Channel { rpc: Some(rpc), sys: sys.clone() })
 }
 
 fn lease_fd<S: Syscalls>(l: &RawLease<S>) -> Fd {
@@ -195,7 +203,7 @@ pub struct ProcessCreated<S: Syscalls + Clone> {
 
 impl<S: Syscalls + Clone> ProcessCreated<S> {
     /// Stage 5: registers the reverse-RPC listener (handle 3, init2) and returns the ready
-    /// session. The reverse file service then serves on [`Session::listener_fd`].
+    /// session. The reverse file service then serves its channel (`hexrpc_runtime::ServedSession`).
     pub fn attach_listener(self) -> Result<Session<S>, HalError> {
         attach_listener(&self.prev.sys, &self.channel)?;
         Ok(Session::from_parts(self.prev, self.channel, self.info))

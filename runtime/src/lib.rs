@@ -17,7 +17,7 @@ mod hal_glue;
 #[cfg(feature = "std")]
 mod served;
 #[cfg(feature = "std")]
-pub use served::{ServedSession, StartError};
+pub use served::{RecoverError, ServedSession, StartError};
 
 /// The hardened reverse file service (adsp_listener: apps_remotectl, apps_std, apps_mem) under an
 /// explicit, fixed-capacity file policy.

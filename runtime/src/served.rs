@@ -31,6 +31,26 @@ impl core::fmt::Display for StartError {
 
 impl std::error::Error for StartError {}
 
+/// Why [`ServedSession::recover`] failed.
+#[derive(Debug)]
+pub enum RecoverError {
+    /// Recovery of the session failed (its budget is spent); the error says why.
+    Session(HalError),
+    /// A new listener thread could not be created.
+    Thread(std::io::Error),
+}
+
+impl core::fmt::Display for RecoverError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            RecoverError::Session(e) => write!(f, "{e}"),
+            RecoverError::Thread(e) => write!(f, "starting a new reverse-RPC listener thread: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for RecoverError {}
+
 impl From<HalError> for StartError {
     fn from(e: HalError) -> Self {
         StartError::Session(e)
@@ -41,8 +61,9 @@ impl From<HalError> for StartError {
 /// thread, following the session through recoveries
 /// ([`ReverseService::spawn_for_session`]).
 ///
-/// Dropping it stops the listener, then releases the session (process exit, channel, ION),
-/// then the service (every file and DSP map it still held).
+/// Dropping it stops the listener (which first releases every file and DSP map of the service
+/// on the channel that made them), then releases the session (process exit, channel, ION),
+/// then the service.
 pub struct ServedSession<S: Syscalls + Clone + Send + Sync + 'static> {
     listener: Option<ServiceHandle<S>>,
     session: Arc<Session<S>>,
@@ -58,11 +79,47 @@ impl<S: Syscalls + Clone + Send + Sync + 'static> ServedSession<S> {
     /// Serves an already started session (for example one built stage by stage).
     pub fn serve(session: Session<S>, policy: FilePolicy) -> Result<Self, StartError> {
         let session = Arc::new(session);
-        let fd = session.listener_fd().map(|(fd, _)| fd).unwrap_or(hexrpc_drivers::Fd(-1));
-        let service = Arc::new(ReverseService::new(session.sys().clone(), fd, policy));
+        // The listener thread points the service at each channel it serves (and back at none).
+        let service = Arc::new(ReverseService::new(session.sys().clone(), hexrpc_drivers::Fd(-1), policy));
         let listener =
             service.clone().spawn_for_session(session.clone(), OwnedBuffers::for_service(&service)).map_err(StartError::Thread)?;
         Ok(ServedSession { listener: Some(listener), session, service })
+    }
+
+    /// True while the listener thread runs.
+    pub fn listener_running(&self) -> bool {
+        self.listener.as_ref().is_some_and(|l| !l.is_finished())
+    }
+
+    /// Recovers the session ([`Session::recover`]); if the listener thread has ended (it was
+    /// stopped, or failed), a new one is started first, since the re-opened libraries are
+    /// fetched through it.
+    pub fn recover(&mut self) -> Result<(), RecoverError> {
+        if !self.listener_running() {
+            if let Some(old) = self.listener.take() {
+                match old.join() {
+                    Ok(outcome) => log::info!("reverse-RPC listener had ended ({outcome:?}); starting a new one"),
+                    Err(e) => log::warn!("reverse-RPC listener: {e}"),
+                }
+            }
+            let l = self
+                .service
+                .clone()
+                .spawn_for_session(self.session.clone(), OwnedBuffers::for_service(&self.service))
+                .map_err(RecoverError::Thread)?;
+            self.listener = Some(l);
+        }
+        self.session.recover().map_err(RecoverError::Session)
+    }
+
+    /// Stops the listener thread and reports how it ended; the session then needs recovery
+    /// ([`Cause::ListenerStopped`](hexrpc_hal::Cause::ListenerStopped)), which
+    /// [`recover`](Self::recover) does with a new listener.
+    pub fn stop_listener(&mut self) -> Result<ServeOutcome, StopError> {
+        match self.listener.take() {
+            Some(l) => l.stop(),
+            None => Ok(ServeOutcome::Stopped),
+        }
     }
 
     /// The session (allocate, recover, inspect).
@@ -86,19 +143,31 @@ impl<S: Syscalls + Clone + Send + Sync + 'static> ServedSession<S> {
         self.session.open_library(&*self.service, name, image)
     }
 
-    /// Stops the listener and reports how it ended (dropping does the same, silently).
+    /// Shuts the served session down (the DSP process exits, the listener releases what it
+    /// held on the live channel and stops) and reports how the listener ended; dropping does the
+    /// same, silently.
     pub fn stop(mut self) -> Result<ServeOutcome, StopError> {
         match self.listener.take() {
-            Some(l) => l.stop(),
+            Some(l) => self.shut_down(l),
             None => Ok(ServeOutcome::Stopped),
         }
+    }
+
+    /// The DSP process exits first: the listener leaves `next2` from the DSP side and releases
+    /// the service's files and maps on the live channel; only then is it stopped (interrupting
+    /// it if it did not leave), and the session closes the channel when it is dropped.
+    fn shut_down(&self, l: ServiceHandle<S>) -> Result<ServeOutcome, StopError> {
+        use hexrpc_hal::internal::ListenerPlumbing;
+        self.service.stop_signal().request();
+        self.session.begin_shutdown();
+        l.stop()
     }
 }
 
 impl<S: Syscalls + Clone + Send + Sync + 'static> Drop for ServedSession<S> {
     fn drop(&mut self) {
         if let Some(l) = self.listener.take() {
-            if let Err(e) = l.stop() {
+            if let Err(e) = self.shut_down(l) {
                 log::warn!("stopping the reverse-RPC listener: {e}");
             }
         }

@@ -6,6 +6,7 @@ use std::time::Duration;
 use hexrpc_bench::{elf, Bench, CallKind, DspCallKind, EntryVersion, Fault, FaultTarget, LibraryModel};
 use hexrpc_bsp::DeviceAccess;
 use hexrpc_drivers::Syscalls;
+use hexrpc_hal::internal::ListenerPlumbing;
 use hexrpc_runtime::launch::{AbiVersion, BufferRef, PackError, PackedLaunch, Scalar, Signature};
 use hexrpc_runtime::reverse::FilePolicy;
 use hexrpc_runtime::ServedSession;

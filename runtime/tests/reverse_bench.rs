@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use hexrpc_bench::{elf, wire, Bench, ReverseRequest};
 use hexrpc_bsp::DeviceAccess;
 use hexrpc_drivers::{apps_std, Scalars};
+use hexrpc_hal::internal::ListenerPlumbing;
 use hexrpc_runtime::reverse::{FilePolicy, ServeOutcome};
 use hexrpc_runtime::ServedSession;
 

@@ -369,7 +369,7 @@ fn gap12_images_are_locked_and_every_open_has_its_own_offset() {
 fn gap13_dsp_maps_are_allowlisted_budgeted_tracked_and_released() {
     let tree = Tree::new("g13");
     let limits = Limits { max_dsp_map_bytes: 3 << 20, ..Tree::limits() };
-    let svc = ReverseService::new(RecordingSys::default(), hexrpc_drivers::Fd(-1), tree.policy_with(limits));
+    let svc = ReverseService::new(RecordingSys::default(), hexrpc_drivers::Fd(1000), tree.policy_with(limits));
     let mem = open_module(&svc, "apps_mem");
     let std_h = open_module(&svc, "apps_std");
     let map = |rflags: u32, len: i64| {

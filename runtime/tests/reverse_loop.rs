@@ -201,10 +201,10 @@ struct BlockingSys {
 
 // SAFETY: file calls go to `RustixSys`; `ioctl` never touches the argument; no memory is shared.
 unsafe impl Syscalls for BlockingSys {
-    fn open(&self, path: &CStr, flags: OpenFlags) -> Result<Fd, Errno> {
+    fn open(&self, path: &CStr, flags: OpenFlags) -> Result<hexrpc_drivers::OwnedFd, Errno> {
         RustixSys.open(path, flags)
     }
-    fn close(&self, fd: Fd) -> Result<(), Errno> {
+    fn close(&self, fd: hexrpc_drivers::OwnedFd) -> Result<(), Errno> {
         RustixSys.close(fd)
     }
     fn pread(&self, fd: Fd, buf: &mut [u8], offset: u64) -> Result<usize, Errno> {
@@ -243,11 +243,17 @@ unsafe impl Syscalls for BlockingSys {
         self.cv.notify_all();
         Ok(())
     }
-    fn retire(&self, _fd: Fd) -> Result<(), Errno> {
+    fn retire(&self, _fd: hexrpc_drivers::BorrowedFd<'_>) -> Result<(), Errno> {
         // Nothing here writes through a parked call's pointers: retiring is only recorded.
         self.retired.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }
+}
+
+/// A real descriptor to stand for the channel: `BlockingSys` answers the ioctls itself and only
+/// counts retires, so the descriptor is never used, only closed at the end.
+fn null_channel() -> Arc<hexrpc_hal::OwnedFd<BlockingSys>> {
+    Arc::new(hexrpc_hal::OwnedFd::new(BlockingSys::default(), RustixSys.open(c"/dev/null", OpenFlags::READ_ONLY).unwrap()))
 }
 
 #[test]
@@ -256,7 +262,7 @@ fn gap11_stop_returns_within_100ms_with_next2_in_flight() {
     for _ in 0..5 {
         let svc = Arc::new(ReverseService::new(BlockingSys::default(), Fd(3), policy.clone()));
         let bufs = OwnedBuffers::for_service(&svc);
-        let handle = svc.clone().spawn(bufs).unwrap();
+        let handle = svc.clone().spawn(null_channel(), bufs).unwrap();
         let start = Instant::now();
         while svc.sys().invokes.load(Ordering::SeqCst) == 0 {
             assert!(start.elapsed() < Duration::from_secs(5), "the loop never called next2");
@@ -279,7 +285,7 @@ fn gap11_stop_returns_within_100ms_with_next2_in_flight() {
 fn a_stop_requested_before_the_thread_blocks_is_not_lost() {
     let policy = FilePolicy::new(&["/nonexistent/hexrpc"], Tree::limits()).unwrap();
     let svc = Arc::new(ReverseService::new(BlockingSys::default(), Fd(3), policy));
-    let handle = svc.clone().spawn(OwnedBuffers::for_service(&svc)).unwrap();
+    let handle = svc.clone().spawn(null_channel(), OwnedBuffers::for_service(&svc)).unwrap();
     let t = Instant::now();
     assert_eq!(handle.stop().unwrap(), ServeOutcome::Stopped);
     assert!(t.elapsed() < Duration::from_millis(100));

@@ -41,16 +41,16 @@ impl RecordingSys {
 // struct the caller passes (whose validity the `ioctl` contract guarantees); nothing else
 // touches memory.
 unsafe impl Syscalls for RecordingSys {
-    fn open(&self, path: &CStr, flags: OpenFlags) -> Result<Fd, Errno> {
+    fn open(&self, path: &CStr, flags: OpenFlags) -> Result<hexrpc_drivers::OwnedFd, Errno> {
         self.paths.lock().unwrap().push(path.to_string_lossy().into_owned());
         let fd = RustixSys.open(path, flags)?;
         self.opens.fetch_add(1, Ordering::SeqCst);
-        if let Ok(st) = RustixSys.fstat(fd) {
+        if let Ok(st) = RustixSys.fstat(fd.raw()) {
             self.opened.lock().unwrap().push((st.dev, st.ino));
         }
         Ok(fd)
     }
-    fn close(&self, fd: Fd) -> Result<(), Errno> {
+    fn close(&self, fd: hexrpc_drivers::OwnedFd) -> Result<(), Errno> {
         self.closes.fetch_add(1, Ordering::SeqCst);
         RustixSys.close(fd)
     }
@@ -154,7 +154,9 @@ impl Tree {
     }
 
     pub fn service(&self) -> ReverseService<'static, RecordingSys> {
-        ReverseService::new(RecordingSys::default(), Fd(-1), self.policy())
+        // A channel number the recording seam answers itself (it never touches the descriptor);
+        // -1 would mean "no channel", and the service would then send no MUNMAP at all.
+        ReverseService::new(RecordingSys::default(), Fd(1000), self.policy())
     }
 }
 

@@ -165,6 +165,34 @@ pub struct CallCounts {
     pub interrupts_delivered: u64,
     /// Interrupts that found the thread not blocked in the bench (lost, as a signal would be).
     pub interrupts_lost: u64,
+    /// `next2` answers (`prevCtx`) for a request the receiving process never sent or had
+    /// withdrawn: an answer of an old channel generation reaching a new one shows up here.
+    pub stray_answers: u64,
+}
+
+/// One FastRPC `MUNMAP` / `MUNMAP_64` ioctl as the bench saw it: which descriptor it was sent on,
+/// which channel that descriptor was then, and which channel had made the map it names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MunmapRecord {
+    /// The descriptor number it was sent on.
+    pub fd: i32,
+    /// The FastRPC file (channel) the number referred to, `None` if it was not one (closed,
+    /// retired, another kind of file).
+    pub channel: Option<u64>,
+    /// The restart epoch at which that channel was opened (its generation on the bench).
+    pub channel_epoch: Option<u64>,
+    /// The channel holding a map with this address and length, if any.
+    pub owner: Option<u64>,
+    /// DSP address and length named.
+    pub map: (u64, u64),
+}
+
+impl MunmapRecord {
+    /// True if the MUNMAP went to a different channel than the one that made the map (the
+    /// reused-number race).
+    pub fn went_to_another_channel(&self) -> bool {
+        self.owner.is_some() && self.owner != self.channel
+    }
 }
 
 impl CallCounts {
@@ -243,6 +271,16 @@ pub enum LedgerEvent {
     Timer {
         /// Elapsed microseconds written.
         micros: u64,
+    },
+    /// A batch ran record `record` (kernel `kernel`), which returned `code` (non-zero stops the
+    /// batch).
+    BatchKernel {
+        /// Record index in the batch.
+        record: u32,
+        /// Kernel index in the library's table.
+        kernel: u32,
+        /// The kernel's status.
+        code: i32,
     },
     /// The entry refused the call before mapping anything (v2 validation) with this code.
     Refused {

@@ -9,7 +9,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use hexrpc_bsp::Board;
-use hexrpc_drivers::{Errno, Fd, FileStat, OpenFlags, Prot, RustixSys, Scalars, Syscalls};
+use hexrpc_drivers::{adsprpc, BorrowedFd, Errno, Fd, FileStat, OpenFlags, OwnedFd as SeamOwnedFd, Prot, RustixSys, Scalars, Syscalls};
 
 use crate::account::*;
 use crate::config::BenchConfig;
@@ -223,6 +223,12 @@ impl Bench {
         self.lock().counts.clone()
     }
 
+    /// Every FastRPC MUNMAP the bench received: the descriptor, the channel it was then (and its
+    /// epoch), and the channel that had made the map.
+    pub fn munmap_log(&self) -> Vec<MunmapRecord> {
+        self.lock().munmap_log.clone()
+    }
+
     /// The HAP ledger.
     pub fn ledger(&self) -> Vec<LedgerEntry> {
         self.lock().ledger.clone()
@@ -231,6 +237,25 @@ impl Bench {
     /// Ledger entries that show a broken contract.
     pub fn ledger_mismatches(&self) -> usize {
         self.lock().ledger.iter().filter(|e| e.event.is_mismatch()).count()
+    }
+
+    /// Empties every log the bench keeps for inspection (ledger, latencies, open, reverse and
+    /// MUNMAP logs, the MMAP address origins of channels that are gone), so a long run stays
+    /// bounded; check them first.
+    pub fn clear_logs(&self) {
+        let mut st = self.lock();
+        st.ledger.clear();
+        st.latencies.clear();
+        st.open_log.clear();
+        st.reverse_log.clear();
+        st.munmap_log.clear();
+        let live: std::collections::HashSet<u64> = st.rpc_files.keys().copied().collect();
+        st.map_origins.retain(|_, f| live.contains(f));
+        // Reverse records are indexed by tickets still waiting; they point past the cleared log
+        // and are simply not recorded any more.
+        for t in st.tickets.values_mut() {
+            t.record = usize::MAX;
+        }
     }
 
     /// Empties the ledger.
@@ -277,19 +302,7 @@ impl Bench {
     /// with `ECONNRESET`. Fresh fds work (the DSP is back at once unless
     /// [`set_dsp_available`](Self::set_dsp_available) says otherwise).
     pub fn restart_dsp(&self) {
-        let mut st = self.lock();
-        st.epoch += 1;
-        let pids: Vec<u64> = st.procs.keys().copied().collect();
-        for p in pids {
-            st.kill_process(p);
-        }
-        for c in st.ctxs.values_mut() {
-            if c.result.is_none() {
-                c.result = Some(CtxResult { retval: -1, outs: Vec::new(), fdlist: Vec::new(), sim_dsp: Duration::ZERO });
-            }
-        }
-        drop(st);
-        self.sh.cv.notify_all();
+        restart_dsp(&self.sh);
     }
 
     /// While false, INIT fails with `ENOTCONN` (the DSP is down after a restart).
@@ -363,6 +376,29 @@ impl Bench {
         WeakBench(Arc::downgrade(&self.sh))
     }
 
+    // ---- raw numbers (tests of the simulated kernel) ----
+
+    /// [`Syscalls::open`] that hands back the bare number: the kernel tests drive the simulated
+    /// driver with raw descriptor numbers, as C code would.
+    pub fn open_raw(&self, path: &CStr, flags: OpenFlags) -> Result<Fd, Errno> {
+        self.open(path, flags).map(SeamOwnedFd::into_raw)
+    }
+
+    /// Closes a number this bench handed out (`EBADF` for any other number, which is left
+    /// alone): the raw counterpart of [`Syscalls::close`] for kernel tests.
+    pub fn close_raw(&self, fd: Fd) -> Result<(), Errno> {
+        let ours = {
+            let st = self.lock();
+            st.fds.contains_key(&fd.0) || st.passthrough.contains(&fd.0)
+        };
+        if !ours {
+            return Err(Errno::EBADF);
+        }
+        // SAFETY: the number is one this bench handed out and still holds; a test that closes
+        // it gives up its use, as `close(2)` would.
+        self.close(unsafe { SeamOwnedFd::from_raw(fd) })
+    }
+
     // ---- internals of the seam ----
 
     fn begin(&self, st: &mut State, kind: CallKind) -> Option<Fault> {
@@ -434,7 +470,6 @@ impl Bench {
                         parked: HashMap::new(),
                         in_ioctl: 0,
                         closed: false,
-                        next_raddr: 0xC000_0000,
                         perf: HashMap::new(),
                     },
                 );
@@ -488,7 +523,7 @@ impl Bench {
 // the simulated driver's ABI says (after the plausibility checks of `user`); everything else is
 // plain data or passes through to `RustixSys`.
 unsafe impl Syscalls for Bench {
-    fn open(&self, path: &CStr, flags: OpenFlags) -> Result<Fd, Errno> {
+    fn open(&self, path: &CStr, flags: OpenFlags) -> Result<SeamOwnedFd, Errno> {
         let p = path.to_string_lossy().into_owned();
         let fault = {
             let mut st = self.lock();
@@ -502,7 +537,7 @@ unsafe impl Syscalls for Bench {
                     let mut st = self.lock();
                     self.open_virtual(&mut st, &p, flags)
                 } else {
-                    let r = RustixSys.open(path, flags);
+                    let r = RustixSys.open(path, flags).map(SeamOwnedFd::into_raw);
                     if let Ok(fd) = r {
                         self.lock().passthrough.insert(fd.0);
                     }
@@ -511,10 +546,13 @@ unsafe impl Syscalls for Bench {
             }
         };
         self.lock().open_log.push(OpenRecord { path: p, simulated, result });
-        result
+        // SAFETY: a number this bench just handed out (a reserved simulated one, or a real
+        // descriptor it opened); ownership passes to the caller.
+        result.map(|fd| unsafe { SeamOwnedFd::from_raw(fd) })
     }
 
-    fn close(&self, fd: Fd) -> Result<(), Errno> {
+    fn close(&self, fd: SeamOwnedFd) -> Result<(), Errno> {
+        let fd = fd.into_raw();
         let mut st = self.lock();
         let fault = self.begin(&mut st, CallKind::Close);
         let injected = match fault {
@@ -525,7 +563,8 @@ unsafe impl Syscalls for Bench {
             release_obj(&mut st, e.obj);
             Ok(())
         } else if st.passthrough.remove(&fd.0) {
-            RustixSys.close(fd)
+            // SAFETY: a real descriptor this bench opened and its caller has just given back.
+            RustixSys.close(unsafe { SeamOwnedFd::from_raw(fd) })
         } else {
             Err(Errno::EBADF)
         };
@@ -537,7 +576,8 @@ unsafe impl Syscalls for Bench {
         }
     }
 
-    fn retire(&self, fd: Fd) -> Result<(), Errno> {
+    fn retire(&self, borrowed: BorrowedFd<'_>) -> Result<(), Errno> {
+        let fd = borrowed.raw();
         let mut st = self.lock();
         let old = st.fds.get_mut(&fd.0).map(|e| core::mem::replace(&mut e.obj, FdObj::Null));
         let r = match old {
@@ -545,7 +585,7 @@ unsafe impl Syscalls for Bench {
                 release_obj(&mut st, old);
                 Ok(())
             }
-            None if st.passthrough.contains(&fd.0) => RustixSys.retire(fd),
+            None if st.passthrough.contains(&fd.0) => RustixSys.retire(borrowed),
             None => Err(Errno::EBADF),
         };
         drop(st);
@@ -621,6 +661,19 @@ unsafe impl Syscalls for Bench {
 
     unsafe fn ioctl(&self, fd: Fd, request: u32, arg: *mut core::ffi::c_void) -> Result<i32, Errno> {
         let mut st = self.lock();
+        if request == adsprpc::FASTRPC_IOCTL_MUNMAP || request == adsprpc::FASTRPC_IOCTL_MUNMAP_64 {
+            // SAFETY: passed on from our caller (a struct of the request's size at `arg`); both
+            // structs are (vaddrout, size) as two u64.
+            if let Some(m) = unsafe { crate::user::read_struct::<adsprpc::fastrpc_ioctl_munmap>(arg as usize as u64) } {
+                let channel = match st.fds.get(&fd.0).map(|e| &e.obj) {
+                    Some(FdObj::Rpc(f)) => Some(*f),
+                    _ => None,
+                };
+                let channel_epoch = channel.and_then(|f| st.rpc_files.get(&f)).and_then(|f| f.channel_epoch);
+                let owner = st.map_origins.get(&m.vaddrout).copied();
+                st.munmap_log.push(MunmapRecord { fd: fd.0, channel, channel_epoch, owner, map: (m.vaddrout, m.size) });
+            }
+        }
         let obj = match st.fds.get(&fd.0).map(|e| &e.obj) {
             Some(FdObj::Ion(c)) => Some(Ok(*c)),
             Some(FdObj::Rpc(f)) => Some(Err(*f)),
@@ -808,4 +861,21 @@ fn release_obj(st: &mut State, obj: FdObj) {
         }
         FdObj::File(_) | FdObj::Dir | FdObj::Null => {}
     }
+}
+
+/// [`Bench::restart_dsp`] on the shared state (also what a DSP model does when a kernel crashes).
+pub(crate) fn restart_dsp(sh: &Shared) {
+    let mut st = sh.lock();
+    st.epoch += 1;
+    let pids: Vec<u64> = st.procs.keys().copied().collect();
+    for p in pids {
+        st.kill_process(p);
+    }
+    for c in st.ctxs.values_mut() {
+        if c.result.is_none() {
+            c.result = Some(CtxResult { retval: -1, outs: Vec::new(), fdlist: Vec::new(), sim_dsp: Duration::ZERO });
+        }
+    }
+    drop(st);
+    sh.cv.notify_all();
 }

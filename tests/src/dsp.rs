@@ -291,9 +291,11 @@ pub(crate) fn parse_uri(uri: &str) -> Option<(String, String)> {
 
 /// Posts a reverse request to process `pid`; returns the ticket id.
 pub(crate) fn post(st: &mut State, pid: u64, handle: u32, sc: u32, payload: Vec<u8>, claimed_len: Option<i32>) -> Option<u64> {
-    let p = st.procs.get_mut(&pid).filter(|p| p.alive)?;
-    let ctx = p.next_ctx;
-    p.next_ctx = p.next_ctx.wrapping_add(1).max(1);
+    st.procs.get(&pid).filter(|p| p.alive)?;
+    // Context numbers are unique across processes (a real driver's are per channel): an answer
+    // that reaches the wrong process can then never be taken for one of its own requests, and
+    // is counted as stray instead.
+    let ctx = (st.id() as u32).max(1);
     let claimed_len = claimed_len.unwrap_or(payload.len() as i32);
     let id = st.id();
     let record = st.reverse_log.len();
@@ -579,6 +581,11 @@ fn next2(sh: &Shared, job: &Job, ins: &[Vec<u8>], outs: &mut [Vec<u8>]) -> i32 {
     }
     if prev_ctx != 0 {
         let tid = st.procs.get_mut(&job.pid).and_then(|p| p.inflight.remove(&prev_ctx));
+        if tid.is_none() {
+            // An answer to a request this process never sent (or withdrew): e.g. a listener of an
+            // old channel generation answering into a new one.
+            st.counts.stray_answers += 1;
+        }
         if let Some(t) = tid.and_then(|tid| st.tickets.get_mut(&tid)) {
             let n = (prev_len as usize).min(ins[1].len());
             t.reply = Some((prev_result, ins[1][..n].to_vec()));
@@ -667,9 +674,11 @@ fn library(sh: &Shared, job: &Job, mut outs: Vec<Vec<u8>>) -> CtxResult {
         }
     }
     let handles = job.handles.iter().map(|h| HandleBuf { fd: h.fd, memfd: h.memfd.clone(), len: h.len }).collect();
-    let mut env = EntryEnv { sh, pid: job.pid, library: name, sc: job.sc, pra, regions, handles, events: Vec::new(), sim: None };
+    let mut env =
+        EntryEnv { sh, pid: job.pid, library: name, sc: job.sc, pra, regions, handles, events: Vec::new(), sim: None, gone: None };
     let rv = match model.version {
         EntryVersion::V1 => entry::run_v1(&mut env, &model),
+        EntryVersion::V2 if job.sc >> 24 == 3 && !model.table.is_empty() => entry::run_batch(&mut env, &model),
         EntryVersion::V2 => entry::run_v2(&mut env, &model),
     };
     env.flush();

@@ -84,6 +84,12 @@
 //!   would be (use [`Bench::wait_until_blocked`] in tests);
 //! * DSP-shared memory can change under the CPU on a device at any time; here it changes only
 //!   while a DSP worker runs a kernel function.
+//! * reverse-request context numbers and MMAP DSP addresses are unique across every simulated
+//!   process and channel (a real driver numbers them per channel), so that an answer or a MUNMAP
+//!   that reaches the wrong channel is caught ([`CallCounts::stray_answers`],
+//!   [`Bench::munmap_log`]) instead of being taken for one of that channel's own;
+//! * a library call whose process is killed under it (a restart) records nothing in the ledger
+//!   after that point: a real DSP process stops there, while the model's host code goes on.
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
@@ -97,19 +103,20 @@ pub mod entry;
 pub mod executor;
 pub mod ion;
 pub mod measure;
+pub mod netmodel;
 pub mod rpc;
 mod state;
 pub mod user;
 pub mod wire;
 
 pub use account::{
-    CallCounts, CallKind, DspCallKind, Fault, FaultTarget, LatencySample, LatencySummary, LedgerEntry, LedgerEvent, OpenRecord,
-    ReverseRecord, Snapshot,
+    CallCounts, CallKind, DspCallKind, Fault, FaultTarget, LatencySample, LatencySummary, LedgerEntry, LedgerEvent, MunmapRecord,
+    OpenRecord, ReverseRecord, Snapshot,
 };
 pub use bench::{Bench, ReverseReply, ReverseRequest, ReverseTicket, WeakBench, DEFAULT_SHELL_LEN};
 pub use config::{BenchConfig, CostModel};
 pub use dsp::{ReverseError, STALE_BYTE};
-pub use entry::{AccessError, EntryVersion, KernelCall, KernelFn, LibraryModel, V2_MAGIC};
+pub use entry::{AccessError, EntryVersion, KernelCall, KernelFn, LibraryModel, TableKernel, BATCH_MAGIC, V2_MAGIC};
 
 // The HAL hands the bench to listener and deadline threads: it must be a shareable seam.
 const _: fn() = || {

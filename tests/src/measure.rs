@@ -31,10 +31,10 @@ impl NullSys {
 // SAFETY: no call reads or writes memory through its arguments, and `mmap` never returns a
 // mapping, so no caller can rely on one.
 unsafe impl Syscalls for NullSys {
-    fn open(&self, _: &CStr, _: OpenFlags) -> Result<Fd, Errno> {
+    fn open(&self, _: &CStr, _: OpenFlags) -> Result<hexrpc_drivers::OwnedFd, Errno> {
         Err(Errno::ENOSYS)
     }
-    fn close(&self, _: Fd) -> Result<(), Errno> {
+    fn close(&self, _: hexrpc_drivers::OwnedFd) -> Result<(), Errno> {
         Err(Errno::ENOSYS)
     }
     fn pread(&self, _: Fd, _: &mut [u8], _: u64) -> Result<usize, Errno> {
@@ -124,5 +124,44 @@ unsafe impl GlobalAlloc for CountingAlloc {
         count_thread();
         // SAFETY: the caller's contract for `realloc` is passed on.
         unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+/// What this process holds from the OS, read from `/proc/self` (Linux): for leak checks of long
+/// runs (the soak, the restart storm).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct ProcessFootprint {
+    /// Open descriptors.
+    pub fds: usize,
+    /// Mappings of any kind (thread stacks and malloc arenas included: the C library caches
+    /// those after the threads that made them ended, so compare this after a warm-up).
+    pub maps: usize,
+    /// File-backed shared mappings of memfds: ION buffers mapped by the host and the DSP
+    /// model's `HAP_mmap`s. What the stack maps and must unmap.
+    pub buffer_maps: usize,
+    /// Resident set size in KiB.
+    pub rss_kib: u64,
+    /// True when this process runs under user-mode emulation (qemu-user): `/proc/self/status`
+    /// then describes the emulator, so [`rss_kib`](Self::rss_kib) includes its translation
+    /// caches and says nothing about hexrpc.
+    pub emulated: bool,
+}
+
+impl ProcessFootprint {
+    /// Reads the footprint now.
+    pub fn now() -> ProcessFootprint {
+        let fds = std::fs::read_dir("/proc/self/fd").map(|d| d.count().saturating_sub(1)).unwrap_or(0);
+        let maps_text = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+        let maps = maps_text.lines().count();
+        let buffer_maps = maps_text.lines().filter(|l| l.contains("/memfd:")).count();
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        let emulated = status.lines().find_map(|l| l.strip_prefix("Name:")).is_some_and(|n| n.trim().starts_with("qemu-"));
+        let rss_kib = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        ProcessFootprint { fds, maps, buffer_maps, rss_kib, emulated }
     }
 }

@@ -342,7 +342,6 @@ unsafe fn init<'a>(sh: &'a Shared, st: Guard<'a>, file: u64, kind: CallKind, a: 
             hap: Vec::new(),
             queue: Default::default(),
             inflight: Default::default(),
-            next_ctx: 1,
             next_dva: 0x2000_0000,
             next_lib: 0x0001_0000,
             shell: None,
@@ -366,12 +365,6 @@ fn can_send(st: &State, file: u64) -> Result<(), Errno> {
         Some(e) if e != st.epoch => Err(Errno::ECONNRESET),
         Some(_) => Ok(()),
     }
-}
-
-fn alloc_raddr(f: &mut crate::state::RpcFile, size: u64) -> u64 {
-    let r = f.next_raddr;
-    f.next_raddr = f.next_raddr.wrapping_add(size.div_ceil(4096) * 4096 + 4096);
-    r
 }
 
 unsafe fn mmap<'a>(sh: &'a Shared, st: Guard<'a>, file: u64, a: u64) -> (Guard<'a>, Result<i32, Errno>) {
@@ -430,8 +423,8 @@ unsafe fn mmap<'a>(sh: &'a Shared, st: Guard<'a>, file: u64, a: u64) -> (Guard<'
     if let Some(b) = buf.and_then(|b| st.buffers.get_mut(&b)) {
         b.driver_maps += 1;
     }
+    let raddr = st.alloc_raddr(file, m.size, true);
     let f = st.rpc_files.get_mut(&file).expect("checked by can_send");
-    let raddr = alloc_raddr(f, m.size);
     let fd = if map_kind == MapKind::AddPages { -1 } else { m.fd };
     f.maps.push(DspMap { kind: map_kind, fd, buf, va: m.vaddrin, len: m.size, raddr, refs: 1 });
     if writes {
@@ -614,8 +607,10 @@ unsafe fn invoke<'a>(
         if let Some(m) = f.maps.iter_mut().find(|x| x.kind == MapKind::Handle && x.fd == fd && x.va == 0) {
             m.refs += 1;
         } else {
-            let raddr = alloc_raddr(f, blen);
-            f.maps.push(DspMap { kind: MapKind::Handle, fd, buf: Some(buf), va: 0, len: blen, raddr, refs: 1 });
+            let raddr = st.alloc_raddr(file, blen, false);
+            if let Some(f) = st.rpc_files.get_mut(&file) {
+                f.maps.push(DspMap { kind: MapKind::Handle, fd, buf: Some(buf), va: 0, len: blen, raddr, refs: 1 });
+            }
             if let Some(b) = st.buffers.get_mut(&buf) {
                 b.driver_maps += 1;
             }

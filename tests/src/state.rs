@@ -140,7 +140,6 @@ pub(crate) struct RpcFile {
     pub parked: HashMap<i32, u64>,
     pub in_ioctl: u32,
     pub closed: bool,
-    pub next_raddr: u64,
     pub perf: HashMap<i32, [i64; 12]>,
 }
 
@@ -231,7 +230,6 @@ pub(crate) struct DspProcess {
     pub hap: Vec<HapMap>,
     pub queue: VecDeque<u64>,
     pub inflight: HashMap<u32, u64>,
-    pub next_ctx: u32,
     pub next_dva: u32,
     pub next_lib: u32,
     /// The executor shell (one qemu-hexagon process) that holds this process's real libraries,
@@ -272,9 +270,29 @@ pub(crate) struct State {
     pub latencies: Vec<LatencySample>,
     pub libraries: HashMap<String, Arc<LibraryModel>>,
     pub next_id: u64,
+    /// Next DSP address handed out by MMAP, across every channel (so an address names one map).
+    pub next_raddr: u64,
+    /// Which channel made the map at each DSP address (kept after the channel is gone).
+    pub map_origins: HashMap<u64, u64>,
+    /// Every MUNMAP / MUNMAP_64 ioctl: where it went, and which channel had made the map.
+    pub munmap_log: Vec<MunmapRecord>,
 }
 
 impl State {
+    /// A DSP address for a new map of `size` bytes made by channel `file` (recorded as the
+    /// map's origin when `record`: MMAP maps, which a MUNMAP names).
+    pub fn alloc_raddr(&mut self, file: u64, size: u64, record: bool) -> u64 {
+        if self.next_raddr == 0 {
+            self.next_raddr = 0xC000_0000;
+        }
+        let r = self.next_raddr;
+        self.next_raddr = self.next_raddr.wrapping_add(size.div_ceil(4096) * 4096 + 4096);
+        if record {
+            self.map_origins.insert(r, file);
+        }
+        r
+    }
+
     pub fn id(&mut self) -> u64 {
         self.next_id += 1;
         self.next_id

@@ -24,7 +24,7 @@ fn le(parts: &[&[u8]]) -> Vec<u8> {
 #[test]
 fn ion_rejects_wrong_numbers_sizes_orders_and_pointers() {
     let b = bench();
-    let fd = b.open(b.board().ion_path, OpenFlags::READ_ONLY).unwrap();
+    let fd = b.open_raw(b.board().ion_path, OpenFlags::READ_ONLY).unwrap();
     let mask = b.board().heap_mask();
     // The 4.12 ALLOC: 24-byte struct {len, heap_id_mask, flags, fd, unused}: ENOTTY on 4.9.
     let alloc_412 = ioc(IOC_READ | IOC_WRITE, b'I', 0, 24);
@@ -52,7 +52,7 @@ fn ion_rejects_wrong_numbers_sizes_orders_and_pointers() {
         let r = unsafe { b.ioctl(fd, ion::ION_IOC_ALLOC, p as *mut c_void) };
         assert_eq!(r, Err(Errno::EFAULT));
     }
-    b.close(fd).unwrap();
+    b.close_raw(fd).unwrap();
 }
 
 #[test]
@@ -116,8 +116,8 @@ fn adsprpc_rejects_wrong_numbers_sizes_orders_and_pointers() {
 #[test]
 fn init_struct_with_swapped_fields_is_refused() {
     let b = bench();
-    let ion_fd = b.open(b.board().ion_path, OpenFlags::READ_ONLY).unwrap();
-    let rpc = b.open(b.board().rpc_path, OpenFlags::READ_ONLY).unwrap();
+    let ion_fd = b.open_raw(b.board().ion_path, OpenFlags::READ_ONLY).unwrap();
+    let rpc = b.open_raw(b.board().rpc_path, OpenFlags::READ_ONLY).unwrap();
     adsprpc::getinfo(&b, rpc, 3).unwrap();
     let mut shell = alloc(&b, ion_fd, 8192);
     shell.map.write_at(0, &hexrpc_bench::elf::hexagon_elf(8192)).unwrap();
@@ -142,6 +142,6 @@ fn init_struct_with_swapped_fields_is_refused() {
     assert_eq!(raw(&b, rpc, adsprpc::FASTRPC_IOCTL_INIT, &mut init(8192 + 4096, shell.fd.0, 0)), Err(Errno::EPERM));
     assert_eq!(raw(&b, rpc, adsprpc::FASTRPC_IOCTL_INIT, &mut init(8192, shell.fd.0, 0)), Ok(0));
     shell.release(&b, ion_fd);
-    b.close(rpc).unwrap();
-    b.close(ion_fd).unwrap();
+    b.close_raw(rpc).unwrap();
+    b.close_raw(ion_fd).unwrap();
 }

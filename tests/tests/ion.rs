@@ -15,7 +15,7 @@ fn req(len: u64, mask: u32, flags: u32, align: u64) -> ion::ion_allocation_data 
 fn alloc_share_map_free_and_accounting() {
     let b = bench();
     let start = b.snapshot();
-    let fd = b.open(b.board().ion_path, OpenFlags::READ_ONLY).unwrap();
+    let fd = b.open_raw(b.board().ion_path, OpenFlags::READ_ONLY).unwrap();
     let mask = b.board().heap_mask();
     let mut a = req(5000, mask, ion::ION_FLAG_CACHED, 0x200);
     ion::alloc(&b, fd, &mut a).unwrap();
@@ -27,8 +27,8 @@ fn alloc_share_map_free_and_accounting() {
     assert_eq!((s.ion_handles, s.ion_buffers, s.ion_bytes), (2, 2, 8192 + 4096), "lengths are page-aligned");
 
     // SHARE and MAP each export a new fd of the same buffer; the mappings share memory.
-    let f1 = ion::share(&b, fd, a.handle).unwrap();
-    let f2 = ion::map(&b, fd, a.handle).unwrap();
+    let f1 = ion::share(&b, fd, a.handle).unwrap().into_raw();
+    let f2 = ion::map(&b, fd, a.handle).unwrap().into_raw();
     assert_ne!(f1, f2);
     let mut m1 = Mapping::map_shared(b.clone(), f1, 8192, Prot::ReadWrite).unwrap();
     let m2 = Mapping::map_shared(b.clone(), f2, 8192, Prot::ReadWrite).unwrap();
@@ -60,19 +60,19 @@ fn alloc_share_map_free_and_accounting() {
     assert_eq!(&got, b"shared");
     drop(m1);
     drop(m2);
-    b.close(f1).unwrap();
-    b.close(f2).unwrap();
+    b.close_raw(f1).unwrap();
+    b.close_raw(f2).unwrap();
     assert_eq!(b.snapshot().ion_buffers, 1);
     // Closing the client destroys its remaining handles.
-    b.close(fd).unwrap();
+    b.close_raw(fd).unwrap();
     assert_eq!(b.snapshot(), start);
-    assert_eq!(b.close(fd), Err(Errno::EBADF));
+    assert_eq!(b.close_raw(fd), Err(Errno::EBADF));
 }
 
 #[test]
 fn alloc_errors() {
     let b = Bench::with_config(BenchConfig { ram_bytes: 64 << 20, ion_capacity: 16 << 20, extra_heaps: vec![22], ..Default::default() });
-    let fd = b.open(b.board().ion_path, OpenFlags::READ_ONLY).unwrap();
+    let fd = b.open_raw(b.board().ion_path, OpenFlags::READ_ONLY).unwrap();
     let mask = b.board().heap_mask();
     let e = |mut r: ion::ion_allocation_data| ion::alloc(&b, fd, &mut r).err();
     assert_eq!(e(req(0, mask, 0, 0)), Some(Error::Os(Errno::EINVAL)), "zero length");
@@ -94,22 +94,22 @@ fn alloc_errors() {
     let mut again = req(8 << 20, mask, 0, 0);
     ion::alloc(&b, fd, &mut again).unwrap();
     assert_eq!(again.handle, big.handle, "the lowest free id is reused");
-    b.close(fd).unwrap();
+    b.close_raw(fd).unwrap();
     assert_eq!(b.snapshot().ion_bytes, 0);
 }
 
 #[test]
 fn handle_and_fd_errors() {
     let b = bench();
-    let fd = b.open(b.board().ion_path, OpenFlags::READ_ONLY).unwrap();
-    let other = b.open(b.board().ion_path, OpenFlags::READ_ONLY).unwrap();
+    let fd = b.open_raw(b.board().ion_path, OpenFlags::READ_ONLY).unwrap();
+    let other = b.open_raw(b.board().ion_path, OpenFlags::READ_ONLY).unwrap();
     assert_eq!(ion::share(&b, fd, 7), Err(Error::Os(Errno::EINVAL)));
     assert_eq!(ion::map(&b, fd, 7), Err(Error::Os(Errno::EINVAL)));
     assert_eq!(ion::free(&b, fd, 7), Err(Error::Os(Errno::EINVAL)));
     // SAFETY: arg 0 is never followed: the bench's ION has no custom handler (ENOTTY first).
     assert_eq!(unsafe { ion::custom(&b, fd, 0, 0) }, Err(Error::Os(Errno::ENOTTY)));
     // IMPORT / SYNC: a non-ION descriptor is EINVAL, a closed number EBADF.
-    let not_ion = b.open(c"/bench/dev/adsprpc-smd", OpenFlags::READ_ONLY).unwrap();
+    let not_ion = b.open_raw(c"/bench/dev/adsprpc-smd", OpenFlags::READ_ONLY).unwrap();
     assert_eq!(ion::import(&b, fd, not_ion), Err(Error::Os(Errno::EINVAL)));
     assert_eq!(ion::sync(&b, fd, not_ion), Err(Error::Os(Errno::EINVAL)));
     assert_eq!(ion::import(&b, fd, Fd(-1)), Err(Error::Os(Errno::EBADF)));
@@ -123,9 +123,9 @@ fn handle_and_fd_errors() {
     let r = unsafe { b.ioctl(fd, ion::ION_IOC_CLEAN_CACHES, (&mut d as *mut ion::ion_flush_data).cast()) };
     assert_eq!(r, Err(Errno::EINVAL));
     buf.release(&b, fd);
-    b.close(other).unwrap();
-    b.close(not_ion).unwrap();
-    b.close(fd).unwrap();
+    b.close_raw(other).unwrap();
+    b.close_raw(not_ion).unwrap();
+    b.close_raw(fd).unwrap();
     assert_eq!(b.snapshot().ion_buffers, 0);
 }
 
@@ -134,17 +134,17 @@ fn missing_and_unreadable_nodes() {
     let b = bench();
     let path = b.board().ion_path;
     b.set_missing("/bench/dev/ion");
-    assert_eq!(b.open(path, OpenFlags::READ_ONLY), Err(Errno::ENOENT));
+    assert_eq!(b.open_raw(path, OpenFlags::READ_ONLY), Err(Errno::ENOENT));
     assert_eq!(b.stat(path, true), Err(Errno::ENOENT));
     b.set_unreadable("/bench/dev/ion");
-    assert_eq!(b.open(path, OpenFlags::READ_ONLY), Err(Errno::EACCES));
+    assert_eq!(b.open_raw(path, OpenFlags::READ_ONLY), Err(Errno::EACCES));
     assert!(b.stat(path, true).unwrap().is_char_device());
     b.set_present("/bench/dev/ion");
-    let fd = b.open(path, OpenFlags::READ_ONLY).unwrap();
+    let fd = b.open_raw(path, OpenFlags::READ_ONLY).unwrap();
     assert!(b.fstat(fd).unwrap().is_char_device());
     let mut x = [0u8; 4];
     assert_eq!(b.pread(fd, &mut x, 0), Err(Errno::EINVAL));
-    b.close(fd).unwrap();
+    b.close_raw(fd).unwrap();
     let log = b.open_log();
     assert_eq!(log.len(), 3);
     assert!(log.iter().all(|r| r.simulated));

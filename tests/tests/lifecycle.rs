@@ -83,8 +83,8 @@ fn restart_resets_calls_in_flight_and_stales_the_fd() {
     let s2 = open_session(&b);
     assert_eq!(call_out(&b, s2.rpc, h, 7, &mut out), Err(Error::Returned(aee::AEE_EINVHANDLE)));
     s2.close(&b);
-    b.close(s.rpc).unwrap();
-    b.close(s.ion).unwrap();
+    b.close_raw(s.rpc).unwrap();
+    b.close_raw(s.ion).unwrap();
     assert_eq!(b.settle(&start, Duration::from_secs(2)), start);
 }
 
@@ -240,20 +240,20 @@ fn concurrent_calls_while_the_listener_waits() {
 /// Session setup as a HAL would do it, undoing every completed stage on failure.
 fn try_session(b: &Bench) -> Result<(), Error> {
     let board = b.board();
-    let ion_fd = b.open(board.ion_path, OpenFlags::READ_ONLY)?;
+    let ion_fd = b.open_raw(board.ion_path, OpenFlags::READ_ONLY)?;
     let r = (|| {
-        let rpc = b.open(board.rpc_path, OpenFlags::READ_ONLY)?;
+        let rpc = b.open_raw(board.rpc_path, OpenFlags::READ_ONLY)?;
         let r = (|| {
             adsprpc::getinfo(b, rpc, board.channel)?;
             adsprpc::control_kalloc(b, rpc)?;
-            let sfd = b.open(board.shell_path, OpenFlags::READ_ONLY)?;
+            let sfd = b.open_raw(board.shell_path, OpenFlags::READ_ONLY)?;
             let r = (|| {
                 let len = b.fstat(sfd)?.size as usize;
                 let mut d =
                     hexrpc_drivers::ion::ion_allocation_data { len: len as u64, heap_id_mask: board.heap_mask(), ..Default::default() };
                 hexrpc_drivers::ion::alloc(b, ion_fd, &mut d)?;
                 let r = (|| {
-                    let share = hexrpc_drivers::ion::share(b, ion_fd, d.handle)?;
+                    let share = hexrpc_drivers::ion::share(b, ion_fd, d.handle)?.into_raw();
                     let r = (|| {
                         let mut map = hexrpc_drivers::Mapping::map_shared(b.clone(), share, len, hexrpc_drivers::Prot::ReadWrite)?;
                         let mut image = vec![0u8; len];
@@ -263,19 +263,19 @@ fn try_session(b: &Bench) -> Result<(), Error> {
                         listener_init2(b, rpc)?;
                         process_exit(b, rpc)
                     })();
-                    let _ = b.close(share);
+                    let _ = b.close_raw(share);
                     r
                 })();
                 let _ = hexrpc_drivers::ion::free(b, ion_fd, d.handle);
                 r
             })();
-            let _ = b.close(sfd);
+            let _ = b.close_raw(sfd);
             r
         })();
-        let _ = b.close(rpc);
+        let _ = b.close_raw(rpc);
         r
     })();
-    let _ = b.close(ion_fd);
+    let _ = b.close_raw(ion_fd);
     r
 }
 

@@ -11,7 +11,7 @@ use hexrpc_drivers::adsprpc::{self, InvokeArgs, ADSP_MMAP_ADD_PAGES};
 use hexrpc_drivers::{aee, Errno, Error, Fd, OpenFlags, Syscalls};
 
 fn fresh_rpc(b: &Bench) -> Fd {
-    b.open(b.board().rpc_path, OpenFlags::READ_ONLY).unwrap()
+    b.open_raw(b.board().rpc_path, OpenFlags::READ_ONLY).unwrap()
 }
 
 #[test]
@@ -24,15 +24,15 @@ fn getinfo_sessions_and_channels() {
     assert_eq!(adsprpc::getinfo(&b, r1, 99), Ok(0), "later calls ignore the input");
     assert_eq!(adsprpc::getinfo(&b, r2, 3), Err(Error::Os(Errno::EPERM)), "no free session");
     assert_eq!(b.snapshot().sessions, 1);
-    b.close(r1).unwrap();
+    b.close_raw(r1).unwrap();
     assert_eq!(adsprpc::getinfo(&b, r2, 3), Ok(0), "close gave the session back");
     // Every call that needs a session fails before GETINFO.
     let r3 = fresh_rpc(&b);
     let mut a = InvokeArgs::<'_, 1>::new(3).unwrap();
     assert_eq!(adsprpc::invoke(&b, r3, 3, &mut a), Err(Error::Os(Errno::EPERM)));
     assert_eq!(adsprpc::mmap(&b, r3, Fd(-1), ADSP_MMAP_ADD_PAGES, 0, 4096), Err(Error::Os(Errno::EPERM)));
-    b.close(r2).unwrap();
-    b.close(r3).unwrap();
+    b.close_raw(r2).unwrap();
+    b.close_raw(r3).unwrap();
     assert_eq!(b.snapshot().sessions, 0);
 }
 
@@ -69,7 +69,7 @@ fn control_setmode_getperf() {
 #[test]
 fn init_errors() {
     let b = bench();
-    let ion_fd = b.open(b.board().ion_path, OpenFlags::READ_ONLY).unwrap();
+    let ion_fd = b.open_raw(b.board().ion_path, OpenFlags::READ_ONLY).unwrap();
     let rpc = fresh_rpc(&b);
     assert_eq!(init_shell(&b, ion_fd, rpc), Err(Error::Os(Errno::EPERM)), "no session yet");
     adsprpc::getinfo(&b, rpc, 3).unwrap();
@@ -114,7 +114,7 @@ fn init_errors() {
     sh.release(&b, ion_fd);
     assert_eq!(b.counts().of(CallKind::RpcInitAttrs), 1);
     for f in [rpc, r2, r3, r4, ion_fd] {
-        b.close(f).unwrap();
+        b.close_raw(f).unwrap();
     }
     assert_eq!(b.snapshot().dsp_processes, 0);
 }
@@ -251,8 +251,8 @@ fn invoke_variants_and_errors() {
     let log = l.join().unwrap();
     assert!(log.exit.is_some());
     buf.release(&b, s.ion);
-    b.close(s.rpc).unwrap();
-    b.close(s.ion).unwrap();
+    b.close_raw(s.rpc).unwrap();
+    b.close_raw(s.ion).unwrap();
     assert_eq!(b.settle(&start, Duration::from_secs(2)), start);
 }
 
@@ -262,13 +262,13 @@ fn invoke_before_init_and_other_descriptors() {
     let rpc = fresh_rpc(&b);
     adsprpc::getinfo(&b, rpc, 3).unwrap();
     assert_eq!(listener_init2(&b, rpc), Err(Error::Os(Errno::EPERM)), "no process yet");
-    let shell = b.open(b.board().shell_path, OpenFlags::READ_ONLY).unwrap();
+    let shell = b.open_raw(b.board().shell_path, OpenFlags::READ_ONLY).unwrap();
     let mut w = 0u32;
     // SAFETY: a live u32.
     let r = unsafe { b.ioctl(shell, adsprpc::FASTRPC_IOCTL_GETINFO, (&mut w as *mut u32).cast()) };
     assert_eq!(r, Err(Errno::ENOTTY), "a regular file has no ioctls");
     assert_eq!(b.counts().of(CallKind::OtherIoctl), 1);
-    assert_eq!(b.open(b.board().shell_path, OpenFlags::READ_WRITE), Err(Errno::EROFS));
-    b.close(shell).unwrap();
-    b.close(rpc).unwrap();
+    assert_eq!(b.open_raw(b.board().shell_path, OpenFlags::READ_WRITE), Err(Errno::EROFS));
+    b.close_raw(shell).unwrap();
+    b.close_raw(rpc).unwrap();
 }

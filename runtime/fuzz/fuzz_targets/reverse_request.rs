@@ -19,10 +19,10 @@ struct NullSys;
 
 // SAFETY: every call fails without touching memory.
 unsafe impl Syscalls for NullSys {
-    fn open(&self, _: &CStr, _: OpenFlags) -> Result<Fd, Errno> {
+    fn open(&self, _: &CStr, _: OpenFlags) -> Result<hexrpc_drivers::OwnedFd, Errno> {
         Err(Errno::ENOENT)
     }
-    fn close(&self, _: Fd) -> Result<(), Errno> {
+    fn close(&self, _: hexrpc_drivers::OwnedFd) -> Result<(), Errno> {
         Ok(())
     }
     fn pread(&self, _: Fd, _: &mut [u8], _: u64) -> Result<usize, Errno> {

@@ -7,7 +7,7 @@
 use hexrpc_drivers::adsprpc::{self, InvokeArgs, FASTRPC_STATIC_HANDLE_LISTENER};
 use hexrpc_drivers::aee::{AEE_EFAILED, AEE_EINTERRUPTED, DSP_AEE_EOFFSET};
 use hexrpc_drivers::listener::{listener_get_in_bufs2_in, listener_next2_in, listener_next2_out};
-use hexrpc_drivers::{Errno, Error, Fd, Scalars, Syscalls};
+use hexrpc_drivers::{BorrowedFd, Errno, Error, Fd, Scalars, Syscalls};
 use zerocopy::IntoBytes;
 
 use super::{RequestError, ReverseService};
@@ -39,24 +39,28 @@ pub trait ListenerTransport {
 pub struct FastRpcTransport<'s, S: Syscalls + ?Sized> {
     sys: &'s S,
     fd: Fd,
-    abandon: &'s dyn Fn() -> bool,
-}
-
-fn never() -> bool {
-    false
+    /// Set when the transport may abandon (retire) the descriptor: a borrow from its owner.
+    owned: Option<(BorrowedFd<'s>, &'s dyn Fn() -> bool)>,
 }
 
 impl<'s, S: Syscalls + ?Sized> FastRpcTransport<'s, S> {
     /// The listener of the session on `fd` (init2 already sent); an interrupted call is always
     /// resumed.
     pub fn new(sys: &'s S, fd: Fd) -> Self {
-        FastRpcTransport { sys, fd, abandon: &never }
+        FastRpcTransport { sys, fd, owned: None }
     }
 
-    /// The listener on `fd` that abandons an interrupted call (retiring `fd`) when `abandon()`
-    /// holds, e.g. once a stop was requested.
-    pub fn with_abandon(sys: &'s S, fd: Fd, abandon: &'s dyn Fn() -> bool) -> Self {
-        FastRpcTransport { sys, fd, abandon }
+    /// The listener on `fd` that abandons an interrupted call (retiring `fd`, which it borrows
+    /// from its owner for that) when `abandon()` holds, e.g. once a stop was requested.
+    pub fn with_abandon(sys: &'s S, fd: BorrowedFd<'s>, abandon: &'s dyn Fn() -> bool) -> Self {
+        FastRpcTransport { sys, fd: fd.raw(), owned: Some((fd, abandon)) }
+    }
+
+    fn invoke<const CAP: usize>(&self, args: &mut InvokeArgs<'_, CAP>) -> Result<(), Error> {
+        match self.owned {
+            Some((fd, abandon)) => adsprpc::invoke_abandonable(self.sys, fd, FASTRPC_STATIC_HANDLE_LISTENER, args, abandon),
+            None => adsprpc::invoke(self.sys, self.fd, FASTRPC_STATIC_HANDLE_LISTENER, args),
+        }
     }
 }
 
@@ -68,7 +72,7 @@ impl<S: Syscalls + ?Sized> ListenerTransport for FastRpcTransport<'_, S> {
         args.output(header.as_mut_bytes()).map_err(|_| Error::Invalid)?;
         args.output(request).map_err(|_| Error::Invalid)?;
         debug_assert_eq!(args.scalars(), hexrpc_drivers::listener::LISTENER_NEXT2);
-        adsprpc::invoke_abandonable(self.sys, self.fd, FASTRPC_STATIC_HANDLE_LISTENER, &mut args, self.abandon)
+        self.invoke(&mut args)
     }
 
     fn get_in_bufs2(&mut self, ctx: u32, offset: u32, rest: &mut [u8]) -> Result<i32, Error> {
@@ -80,7 +84,7 @@ impl<S: Syscalls + ?Sized> ListenerTransport for FastRpcTransport<'_, S> {
         args.output(&mut req_len).map_err(|_| Error::Invalid)?;
         args.output(rest).map_err(|_| Error::Invalid)?;
         debug_assert_eq!(args.scalars(), hexrpc_drivers::listener::LISTENER_GET_IN_BUFS2);
-        adsprpc::invoke_abandonable(self.sys, self.fd, FASTRPC_STATIC_HANDLE_LISTENER, &mut args, self.abandon)?;
+        self.invoke(&mut args)?;
         Ok(i32::from_le_bytes(req_len))
     }
 }

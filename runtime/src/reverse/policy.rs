@@ -32,7 +32,7 @@
 use core::ffi::CStr;
 
 use hexrpc_bsp::{Board, Limits};
-use hexrpc_drivers::{Errno, Fd, FileStat, OpenFlags, Syscalls};
+use hexrpc_drivers::{Errno, FileStat, OpenFlags, OwnedFd, Syscalls};
 
 use super::RequestError;
 
@@ -186,7 +186,7 @@ impl FilePolicy {
 
     /// Opens a host file for reading under the path rules (module docs). Returns the descriptor
     /// and its `fstat`.
-    pub fn open_host<S: Syscalls + ?Sized>(&self, sys: &S, name: &[u8]) -> Result<(Fd, FileStat), RequestError> {
+    pub fn open_host<S: Syscalls + ?Sized>(&self, sys: &S, name: &[u8]) -> Result<(OwnedFd, FileStat), RequestError> {
         self.check_name(name)?;
         if name[0] == b'/' {
             let (i, rel) = self.below_dir(name).ok_or(RequestError::NotAllowed)?;
@@ -238,7 +238,7 @@ fn is_symlink(st: &FileStat) -> bool {
 }
 
 /// Opens `dir/rel` (rel already checked clean) following no symbolic link below `dir`.
-fn open_below<S: Syscalls + ?Sized>(sys: &S, dir: &[u8], rel: &[u8]) -> Result<(Fd, FileStat), RequestError> {
+fn open_below<S: Syscalls + ?Sized>(sys: &S, dir: &[u8], rel: &[u8]) -> Result<(OwnedFd, FileStat), RequestError> {
     let mut path = PathBuf::new();
     path.push(dir)?;
     let mut comps = rel.split(|&c| c == b'/').peekable();
@@ -261,7 +261,7 @@ fn open_below<S: Syscalls + ?Sized>(sys: &S, dir: &[u8], rel: &[u8]) -> Result<(
     }
     let flags = OpenFlags { read_write: false, nonblock: true, nofollow: true };
     let fd = sys.open(path.as_cstr()?, flags).map_err(lookup_error)?;
-    match sys.fstat(fd) {
+    match sys.fstat(fd.raw()) {
         Ok(st) if st.is_file() && st.dev == last.dev && st.ino == last.ino => Ok((fd, st)),
         _ => {
             if let Err(e) = sys.close(fd) {

@@ -380,16 +380,13 @@ impl<'img, S: Syscalls> ReverseService<'img, S> {
         let mut s = self.session.lock();
         let mut rel = Released::default();
         for f in s.files.take_all() {
-            if let Source::Host { fd, .. } = f.src {
-                if let Err(e) = self.sys.close(fd) {
-                    log::warn!("reverse: closing host file {} failed: {e}", fd.0);
-                }
-            }
+            self.close_source(f.src);
             rel.files += 1;
         }
         let fd = self.rpc_fd();
         for (vadsp, len) in s.maps.take_all() {
-            if vadsp != 0 {
+            // No channel (fd -1): it was retired or closed, and its maps went with the file.
+            if vadsp != 0 && fd.0 >= 0 {
                 if let Err(e) = adsprpc::munmap(&self.sys, fd, vadsp, len) {
                     log::warn!("reverse: releasing DSP map {vadsp:#x}+{len:#x} failed: {e}");
                 }
@@ -504,8 +501,9 @@ impl<'img, S: Syscalls> ReverseService<'img, S> {
 
     fn close_source(&self, src: Source<'img>) {
         if let Source::Host { fd, .. } = src {
+            let n = fd.raw().0;
             if let Err(e) = self.sys.close(fd) {
-                log::warn!("reverse: closing host file {} failed: {e}", fd.0);
+                log::warn!("reverse: closing host file {n} failed: {e}");
             }
         }
     }
@@ -530,7 +528,7 @@ impl<'img, S: Syscalls> ReverseService<'img, S> {
         let src = self.open_source(name)?;
         let handle = match s.files.insert(src) {
             Ok(h) => h,
-            Err(e) => {
+            Err((e, src)) => {
                 self.close_source(src);
                 return Err(e);
             }
@@ -650,8 +648,11 @@ impl<'img, S: Syscalls> ReverseService<'img, S> {
     fn probe(&self, name: &[u8]) -> Result<(u64, Option<FileStat>), RequestError> {
         match self.open_source(name)? {
             Source::Image(b) => Ok((b.len() as u64, None)),
-            src @ Source::Host { fd, size } => {
-                let st = self.sys.fstat(fd);
+            src @ Source::Host { .. } => {
+                let (st, size) = match &src {
+                    Source::Host { fd, size } => (self.sys.fstat(fd.raw()), *size),
+                    Source::Image(_) => (Err(hexrpc_drivers::Errno::EBADF), 0),
+                };
                 self.close_source(src);
                 let st = st.map_err(|_| RequestError::NoSuchFile)?;
                 Ok((size, Some(st)))
@@ -746,7 +747,7 @@ impl<'img, S: Syscalls> ReverseService<'img, S> {
 
 /// Reads at the file's offset into `region` (the whole region unless end of file).
 fn read_at<S: Syscalls + ?Sized>(sys: &S, file: &OpenFile<'_>, region: &mut [u8]) -> Result<usize, RequestError> {
-    match file.src {
+    match &file.src {
         Source::Image(bytes) => {
             let start = usize::try_from(file.offset).unwrap_or(usize::MAX).min(bytes.len());
             let n = region.len().min(bytes.len() - start);
@@ -754,6 +755,7 @@ fn read_at<S: Syscalls + ?Sized>(sys: &S, file: &OpenFile<'_>, region: &mut [u8]
             Ok(n)
         }
         Source::Host { fd, .. } => {
+            let fd = fd.raw();
             let mut done = 0usize;
             while done < region.len() {
                 let at = file.offset.checked_add(done as u64).ok_or(RequestError::Read)?;

@@ -1,7 +1,7 @@
 //! Per-session state of the reverse service, all fixed capacity: the virtual FILE handles, the
 //! reverse module handles handed out by apps_remotectl open, and the DSP maps made for apps_mem.
 
-use hexrpc_drivers::Fd;
+use hexrpc_drivers::OwnedFd;
 
 use super::policy::MAX_FILES;
 use super::RequestError;
@@ -17,10 +17,10 @@ pub const MAX_MAPS: usize = 32;
 pub const MODULE_KEY_BASE: u32 = 0x4D00_0000;
 
 /// Where an open file's bytes come from.
-#[derive(Clone, Copy, Debug)]
+#[derive(Debug)]
 pub(crate) enum Source<'img> {
     /// A host file, owned by the table until closed.
-    Host { fd: Fd, size: u64 },
+    Host { fd: OwnedFd, size: u64 },
     /// A registered library image.
     Image(&'img [u8]),
 }
@@ -35,7 +35,7 @@ impl Source<'_> {
 }
 
 /// One open file: its source, its own offset and how many bytes it has served.
-#[derive(Clone, Copy, Debug)]
+#[derive(Debug)]
 pub(crate) struct OpenFile<'img> {
     pub(crate) src: Source<'img>,
     pub(crate) offset: u64,
@@ -53,9 +53,12 @@ impl<'img> FileTable<'img> {
         FileTable { slots: [const { None }; MAX_FILES], limit: if limit < MAX_FILES { limit } else { MAX_FILES } }
     }
 
-    /// Takes the first free slot; [`RequestError::OutOfHandles`] when `limit` are open.
-    pub(crate) fn insert(&mut self, src: Source<'img>) -> Result<u32, RequestError> {
-        let i = self.slots.iter().take(self.limit).position(Option::is_none).ok_or(RequestError::OutOfHandles)?;
+    /// Takes the first free slot; [`RequestError::OutOfHandles`] (and `src` back) when `limit`
+    /// are open.
+    pub(crate) fn insert(&mut self, src: Source<'img>) -> Result<u32, (RequestError, Source<'img>)> {
+        let Some(i) = self.slots.iter().take(self.limit).position(Option::is_none) else {
+            return Err((RequestError::OutOfHandles, src));
+        };
         self.slots[i] = Some(OpenFile { src, offset: 0, served: 0 });
         Ok(FILE_HANDLE_BASE + i as u32)
     }
@@ -241,7 +244,7 @@ mod tests {
         let a = t.insert(Source::Image(&IMG)).unwrap();
         let b = t.insert(Source::Image(&IMG)).unwrap();
         assert_eq!((a, b), (100, 101));
-        assert_eq!(t.insert(Source::Image(&IMG)).err(), Some(RequestError::OutOfHandles));
+        assert_eq!(t.insert(Source::Image(&IMG)).err().map(|e| e.0), Some(RequestError::OutOfHandles));
         for bad in [0, 3, 99, 102, 163, u32::MAX] {
             assert_eq!(t.get_mut(bad).err(), Some(RequestError::BadFile), "{bad}");
         }

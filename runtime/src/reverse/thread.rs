@@ -75,20 +75,34 @@ impl std::error::Error for StopError {}
 pub struct ServiceHandle<S: Syscalls + Send + Sync + 'static> {
     service: Arc<ReverseService<'static, S>>,
     thread: Option<JoinHandle<ServeOutcome>>,
+    /// Wakes the thread where a signal cannot (a blocking wait for the session's next channel).
+    waker: Option<Box<dyn Fn() + Send + Sync>>,
 }
 
 impl<S: Syscalls + Send + Sync + 'static> ReverseService<'static, S> {
-    /// Runs [`serve`](ReverseService::serve) on a new thread named `hexrpc-reverse`, on the
-    /// service's FastRPC fd (init2 already sent), with `buffers`. Clears an earlier stop request.
-    pub fn spawn(self: Arc<Self>, mut buffers: OwnedBuffers) -> std::io::Result<ServiceHandle<S>> {
+    /// Runs [`serve`](ReverseService::serve) on a new thread named `hexrpc-reverse`, on
+    /// `channel` (a FastRPC fd with init2 already sent, shared with its owner; the thread keeps
+    /// it open while it serves), with `buffers`. Clears an earlier stop request. A stop abandons
+    /// a blocked `next2`, which retires `channel`.
+    pub fn spawn(self: Arc<Self>, channel: Arc<hexrpc_hal::OwnedFd<S>>, mut buffers: OwnedBuffers) -> std::io::Result<ServiceHandle<S>> {
         self.stop.reset();
         let service = self.clone();
         let thread = std::thread::Builder::new().name("hexrpc-reverse".into()).spawn(move || {
             let stop = || service.stop.is_requested();
-            let mut t = FastRpcTransport::with_abandon(service.sys(), service.rpc_fd(), &stop);
-            service.serve(&mut t, &mut buffers.as_buffers())
+            service.set_rpc_fd(channel.raw());
+            let outcome = match channel.as_fd() {
+                Some(fd) => {
+                    let mut t = FastRpcTransport::with_abandon(service.sys(), fd, &stop);
+                    service.serve(&mut t, &mut buffers.as_buffers())
+                }
+                None => ServeOutcome::Failed(hexrpc_drivers::Error::Os(hexrpc_drivers::Errno::EBADF)),
+            };
+            // The DSP maps go back on the channel that made them, while it is still open here.
+            let _ = service.end_session();
+            service.set_rpc_fd(hexrpc_drivers::Fd(-1));
+            outcome
         })?;
-        Ok(ServiceHandle { service: self, thread: Some(thread) })
+        Ok(ServiceHandle { service: self, thread: Some(thread), waker: None })
     }
 }
 
@@ -130,6 +144,9 @@ impl<S: Syscalls + Send + Sync + 'static> ServiceHandle<S> {
         self.service.stop.request();
         let start = Instant::now();
         while !thread.is_finished() {
+            if let Some(w) = &self.waker {
+                w();
+            }
             if start.elapsed() >= timeout {
                 return Err(StopError::Timeout);
             }
@@ -156,58 +173,74 @@ impl<S: Syscalls + Send + Sync + 'static> Drop for ServiceHandle<S> {
 
 impl<S: Syscalls + Clone + Send + Sync + 'static> ReverseService<'static, S> {
     /// Serves the reverse file service for a HAL session on a new thread, and follows the
-    /// session through recoveries: it serves on [`Session::listener_fd`](hexrpc_hal::Session::listener_fd);
-    /// when the loop ends because the DSP restarted or the process exited, it ends the service
-    /// session (closing every file and DSP map it had), waits for the session's next channel
-    /// generation (a successful `recover()`), and serves again there. It records itself as the
-    /// session's listener thread so recovery can interrupt it. Stop it with the returned handle.
+    /// session through recoveries, one channel generation at a time: it leases the channel the
+    /// session publishes (the descriptor number stays open while the lease lives, so nothing it
+    /// sends can reach a later channel), serves it until the DSP side goes away or recovery
+    /// stops publishing it, releases its files and DSP maps on that same channel, gives the
+    /// lease back, and waits (blocking) for the next generation. It records itself as the
+    /// session's listener thread so recovery can interrupt it, and tells the session when it
+    /// ends (the session then needs recovery). Stop it with the returned handle.
     pub fn spawn_for_session(
         self: Arc<Self>,
         session: Arc<hexrpc_hal::Session<S>>,
         mut buffers: OwnedBuffers,
     ) -> std::io::Result<ServiceHandle<S>> {
+        use hexrpc_hal::internal::ListenerPlumbing;
         self.stop.reset();
         let service = self.clone();
+        let waker_session = session.clone();
         let thread = std::thread::Builder::new().name("hexrpc-reverse".into()).spawn(move || {
-            let tid = service.sys().thread_id();
-            session.set_listener_thread(tid);
+            session.listener_attach(service.sys().thread_id());
             let mut served: Option<u32> = None;
             let outcome = loop {
                 if service.stop.is_requested() {
                     break ServeOutcome::Stopped;
                 }
-                let next = session.listener_fd().filter(|(_, generation)| served != Some(*generation));
-                let Some((fd, generation)) = next else {
-                    // Recovery has not produced a new channel yet.
-                    std::thread::sleep(Duration::from_millis(1));
-                    continue;
-                };
-                service.set_rpc_fd(fd);
-                // Leave when stopped, or when the session no longer publishes this channel
-                // (recovery is replacing it).
-                let leave = || service.stop.is_requested() || session.listener_fd().map(|(_, g)| g) != Some(generation);
-                let mut t = SessionTransport { inner: FastRpcTransport::with_abandon(service.sys(), fd, &leave), stop: &service.stop };
-                session.set_listener_serving(generation);
-                let outcome = service.serve(&mut t, &mut buffers.as_buffers());
-                session.set_listener_serving(0);
+                // A blocking wait: recovery (or a stop) wakes it.
+                let Some(ch) = session.listener_channel(served, LISTENER_WAIT) else { continue };
+                let generation = ch.generation();
                 served = Some(generation);
-                match outcome {
-                    ServeOutcome::Stopped => break outcome,
-                    other => {
-                        log::info!("reverse: channel generation {generation} ended ({other:?}); waiting for recovery");
-                        // The channel is unusable whatever ended it: the session must rebuild it.
-                        session.report_restart(generation);
-                        let released = service.end_session();
-                        log::debug!("reverse: session end released {released:?}");
-                    }
+                let Some(fd) = ch.fd() else { continue };
+                service.set_rpc_fd(ch.raw());
+                // Leave when stopped, or when the session no longer publishes this channel.
+                let leave = || service.stop.is_requested() || !ch.is_current();
+                let mut t = SessionTransport {
+                    inner: FastRpcTransport::with_abandon(service.sys(), fd, &leave),
+                    stop: &service.stop,
+                    abandoned: false,
+                };
+                let outcome = service.serve(&mut t, &mut buffers.as_buffers());
+                if outcome != ServeOutcome::Stopped && !service.stop.is_requested() {
+                    log::info!("reverse: channel generation {generation} ended ({outcome:?}); waiting for recovery");
+                    // The channel is unusable whatever ended it: the session must rebuild it.
+                    ch.report_lost();
+                }
+                // Files and DSP maps are released on the channel that made them, while the lease
+                // keeps its number from being reused; then the lease goes back. A channel that
+                // was retired (an abandoned call, or the session ended it under us) refers to
+                // /dev/null now: its maps go with the file, and no MUNMAP is sent anywhere.
+                if t.abandoned || ch.is_retired() {
+                    service.set_rpc_fd(hexrpc_drivers::Fd(-1));
+                }
+                let released = service.end_session();
+                log::debug!("reverse: generation {generation} released {released:?}");
+                service.set_rpc_fd(hexrpc_drivers::Fd(-1));
+                drop(ch);
+                if outcome == ServeOutcome::Stopped {
+                    break outcome;
                 }
             };
-            session.set_listener_thread(0);
+            session.listener_detach();
             outcome
         })?;
-        Ok(ServiceHandle { service: self, thread: Some(thread) })
+        let waker: Box<dyn Fn() + Send + Sync> = Box::new(move || waker_session.wake_listener());
+        Ok(ServiceHandle { service: self, thread: Some(thread), waker: Some(waker) })
     }
 }
+
+/// Longest blocking wait of a session listener for the next channel before it checks for a stop
+/// again (a stop also wakes it at once).
+const LISTENER_WAIT: Duration = Duration::from_millis(500);
 
 /// The listener transport of a session: a `next2` abandoned because the session stopped
 /// publishing this channel (recovery is replacing it) ends the loop as a DSP restart would, so
@@ -215,6 +248,8 @@ impl<S: Syscalls + Clone + Send + Sync + 'static> ReverseService<'static, S> {
 struct SessionTransport<'a, S: Syscalls> {
     inner: FastRpcTransport<'a, S>,
     stop: &'a super::StopSignal,
+    /// Set once a call was abandoned: the descriptor is retired.
+    abandoned: bool,
 }
 
 impl<S: Syscalls> super::ListenerTransport for SessionTransport<'_, S> {
@@ -225,15 +260,21 @@ impl<S: Syscalls> super::ListenerTransport for SessionTransport<'_, S> {
         header: &mut hexrpc_drivers::listener::listener_next2_out,
         request: &mut [u8],
     ) -> Result<(), hexrpc_drivers::Error> {
-        match self.inner.next2(send, reply, header, request) {
-            Err(hexrpc_drivers::Error::Os(hexrpc_drivers::Errno::EINTR)) if !self.stop.is_requested() => {
-                Err(hexrpc_drivers::Error::Os(hexrpc_drivers::Errno::ECONNRESET))
+        let r = self.inner.next2(send, reply, header, request);
+        if r == Err(hexrpc_drivers::Error::Os(hexrpc_drivers::Errno::EINTR)) {
+            self.abandoned = true;
+            if !self.stop.is_requested() {
+                return Err(hexrpc_drivers::Error::Os(hexrpc_drivers::Errno::ECONNRESET));
             }
-            r => r,
         }
+        r
     }
 
     fn get_in_bufs2(&mut self, ctx: u32, offset: u32, rest: &mut [u8]) -> Result<i32, hexrpc_drivers::Error> {
-        self.inner.get_in_bufs2(ctx, offset, rest)
+        let r = self.inner.get_in_bufs2(ctx, offset, rest);
+        if r == Err(hexrpc_drivers::Error::Os(hexrpc_drivers::Errno::EINTR)) {
+            self.abandoned = true;
+        }
+        r
     }
 }

@@ -35,7 +35,7 @@ pub fn alloc(b: &Bench, ion_fd: Fd, len: usize) -> Buf {
         ..Default::default()
     };
     ion::alloc(b, ion_fd, &mut d).expect("ION alloc");
-    let fd = ion::share(b, ion_fd, d.handle).expect("ION share");
+    let fd = ion::share(b, ion_fd, d.handle).expect("ION share").into_raw();
     let map = Mapping::map_shared(b.clone(), fd, len, Prot::ReadWrite).expect("mmap");
     Buf { handle: d.handle, fd, map }
 }
@@ -44,7 +44,7 @@ impl Buf {
     pub fn release(self, b: &Bench, ion_fd: Fd) {
         let Buf { handle, fd, map } = self;
         map.unmap().expect("munmap");
-        b.close(fd).expect("close share fd");
+        b.close_raw(fd).expect("close share fd");
         ion::free(b, ion_fd, handle).expect("ION free");
     }
 }
@@ -57,8 +57,8 @@ pub struct Session {
 /// Opens the nodes, GETINFO, CONTROL(KALLOC), INIT from the shell read through the seam, init2.
 pub fn open_session(b: &Bench) -> Session {
     let board = b.board();
-    let ion_fd = b.open(board.ion_path, OpenFlags::READ_ONLY).expect("open ion");
-    let rpc = b.open(board.rpc_path, OpenFlags::READ_ONLY).expect("open adsprpc");
+    let ion_fd = b.open_raw(board.ion_path, OpenFlags::READ_ONLY).expect("open ion");
+    let rpc = b.open_raw(board.rpc_path, OpenFlags::READ_ONLY).expect("open adsprpc");
     assert_eq!(adsprpc::getinfo(b, rpc, board.channel), Ok(1));
     assert_eq!(adsprpc::control_kalloc(b, rpc), Ok(1));
     init_shell(b, ion_fd, rpc).expect("INIT");
@@ -68,11 +68,11 @@ pub fn open_session(b: &Bench) -> Session {
 
 /// Reads the board's shell through the seam into an ION buffer and INITs from it.
 pub fn init_shell(b: &Bench, ion_fd: Fd, rpc: Fd) -> Result<(), Error> {
-    let sfd = b.open(b.board().shell_path, OpenFlags::READ_ONLY)?;
+    let sfd = b.open_raw(b.board().shell_path, OpenFlags::READ_ONLY)?;
     let len = b.fstat(sfd)?.size as usize;
     let mut image = vec![0u8; len];
     let n = b.pread(sfd, &mut image, 0)?;
-    b.close(sfd)?;
+    b.close_raw(sfd)?;
     let mut buf = alloc(b, ion_fd, len.div_ceil(4096) * 4096);
     buf.map.write_at(0, &image[..n]).expect("write shell");
     let r = adsprpc::init(b, rpc, adsprpc::FASTRPC_INIT_CREATE, &buf.map, buf.fd, n as u32);
@@ -94,8 +94,8 @@ pub fn process_exit(b: &Bench, rpc: Fd) -> Result<(), Error> {
 impl Session {
     pub fn close(self, b: &Bench) {
         let _ = process_exit(b, self.rpc);
-        b.close(self.rpc).expect("close rpc");
-        b.close(self.ion).expect("close ion");
+        b.close_raw(self.rpc).expect("close rpc");
+        b.close_raw(self.ion).expect("close ion");
     }
 }
 
@@ -259,7 +259,7 @@ impl Served {
     fn open_path(&self, b: &Bench, name: &str) -> Result<Fd, i32> {
         let path = self.resolve(name).ok_or(aee::AEE_EBADPARM)?;
         let c = CString::new(path.to_string_lossy().into_owned()).map_err(|_| aee::AEE_EBADPARM)?;
-        b.open(&c, OpenFlags { nofollow: true, ..OpenFlags::READ_ONLY }).map_err(|_| aee::AEE_EFOPEN)
+        b.open_raw(&c, OpenFlags { nofollow: true, ..OpenFlags::READ_ONLY }).map_err(|_| aee::AEE_EFOPEN)
     }
 
     fn apps_std(&mut self, b: &Bench, id: u32, ins: &[Vec<u8>], outs: &[u32]) -> (i32, Vec<Vec<u8>>) {
@@ -326,7 +326,7 @@ impl Served {
                 let Some(file) = w(0, 0) else { return (aee::AEE_EBADPARM, vec![]) };
                 match self.files.remove(&file) {
                     Some((fd, _)) => {
-                        let _ = b.close(fd);
+                        let _ = b.close_raw(fd);
                         (0, vec![])
                     }
                     None => (aee::AEE_EBADFD, vec![]),
@@ -402,7 +402,7 @@ pub fn spawn_listener(b: &Bench, rpc: Fd, root: PathBuf) -> JoinHandle<ListenerL
             (prev_ctx, prev_result) = (ctx, result);
         }
         for (_, (fd, _)) in svc.files.drain() {
-            let _ = b.close(fd);
+            let _ = b.close_raw(fd);
         }
         log
     })

@@ -1,0 +1,258 @@
+//! Recovery as a state machine with generations, on the bench behind a served session: a restart
+//! storm under 8 launching threads, a DSP that stays down for a while, a listener stalled in a
+//! slow file read while the channel is replaced, MUNMAPs that must reach the channel that made
+//! each map, and a stopped listener.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::start as start_rig;
+use common::*;
+use hexrpc_bench::{wire, Bench, CallKind, Fault, FaultTarget, ReverseRequest};
+use hexrpc_drivers::{adsprpc, listener, Fd, Scalars};
+use hexrpc_hal::internal::ListenerPlumbing;
+use hexrpc_hal::{Cause, ErrorKind, HalError, Health};
+
+const WAIT: Duration = Duration::from_secs(5);
+
+fn words(ws: &[u32]) -> Vec<u8> {
+    ws.iter().flat_map(|w| w.to_le_bytes()).collect()
+}
+
+/// The DSP's apps_remotectl open of module `name` on the channel `fd`: the module key.
+fn open_module(bench: &Bench, fd: Fd, name: &str) -> u32 {
+    let n = format!("{name}\0");
+    let req = ReverseRequest::packed(0, listener::REMOTECTL_OPEN, &[&words(&[n.len() as u32, 16]), n.as_bytes()], &[8, 16]);
+    let reply = bench.reverse_call(fd, req, WAIT).expect("remotectl open answered");
+    assert_eq!(reply.result, 0, "open {name}");
+    let outs = wire::unpack_reply(&reply.payload, &[8, 16]).unwrap();
+    u32::from_le_bytes(outs[0][..4].try_into().unwrap())
+}
+
+/// apps_std fopen_with_env of `name` ("r"): the FILE handle.
+fn fopen(bench: &Bench, fd: Fd, h: u32, name: &str) -> u32 {
+    let (env, delim, name, mode) = (b"ADSP_LIBRARY_PATH\0".as_slice(), b";\0".as_slice(), format!("{name}\0"), b"r\0".as_slice());
+    let prim = words(&[env.len() as u32, delim.len() as u32, name.len() as u32, mode.len() as u32]);
+    let req = ReverseRequest::packed(h, Scalars::from_raw(0x1305_0100), &[&prim, env, delim, name.as_bytes(), mode], &[4]);
+    let reply = bench.reverse_call(fd, req, WAIT).expect("fopen answered");
+    assert_eq!(reply.result, 0, "fopen");
+    u32::from_le_bytes(wire::unpack_reply(&reply.payload, &[4]).unwrap()[0][..4].try_into().unwrap())
+}
+
+/// apps_std fread of `len` bytes from `file`, as a request to post.
+fn fread_request(h: u32, file: u32, len: u32) -> ReverseRequest {
+    ReverseRequest::packed(h, Scalars::from_raw(0x0401_0200), &[&words(&[file, len])], &[8, len])
+}
+
+/// apps_mem request_map64 of `len` kernel-allocated bytes: the DSP address.
+fn dsp_map(bench: &Bench, fd: Fd, h: u32, len: u64) -> u64 {
+    let mut prim = Vec::new();
+    prim.extend_from_slice(&(-1i32).to_le_bytes());
+    prim.extend_from_slice(&words(&[0, adsprpc::ADSP_MMAP_ADD_PAGES, 0]));
+    prim.extend_from_slice(&0u64.to_le_bytes());
+    prim.extend_from_slice(&(len as i64).to_le_bytes());
+    let req = ReverseRequest::packed(h, Scalars::from_raw(0x0201_0100), &[&prim], &[16]);
+    let reply = bench.reverse_call(fd, req, WAIT).expect("map answered");
+    assert_eq!(reply.result, 0, "request_map64");
+    u64::from_le_bytes(wire::unpack_reply(&reply.payload, &[16]).unwrap()[0][8..16].try_into().unwrap())
+}
+
+/// Launches until one succeeds, recovering in between; panics if recovery ever fails.
+fn launch_recovering(rig: &Rig, lib: &hexrpc_hal::Library<'_, Bench>, a: &hexrpc_hal::BufferView<'_>, b: &hexrpc_hal::BufferView<'_>) {
+    let end = Instant::now() + WAIT;
+    loop {
+        match launch_copy2(lib, a, b, 1) {
+            Ok(_) => return,
+            Err(e) if e.kind() == ErrorKind::Recoverable => rig.session().recover().expect("recovery"),
+            Err(e) => panic!("launch: {e}"),
+        }
+        assert!(Instant::now() < end, "no successful launch");
+    }
+}
+
+#[test]
+fn recover_while_the_dsp_is_down_for_300_ms_succeeds_once_it_is_back() {
+    let bench = Bench::new();
+    register_copy2(&bench);
+    let start = bench.snapshot();
+    {
+        let rig = start_rig(&bench).unwrap();
+        let lib = rig.open_library("copy2", image("copy2")).unwrap();
+        let lease = rig.session().alloc(8192).unwrap();
+        let (a, b) = (lease.view(0, 16).unwrap(), lease.view(4096, 16).unwrap());
+        launch_copy2(&lib, &a, &b, 1).unwrap();
+        bench.set_dsp_available(false);
+        bench.restart_dsp();
+        let err = launch_copy2(&lib, &a, &b, 1).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Recoverable, "{err}");
+        let up = {
+            let bench = bench.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(300));
+                bench.set_dsp_available(true);
+            })
+        };
+        let t0 = Instant::now();
+        rig.session().recover().expect("recovery within the budget once the DSP is back");
+        let took = t0.elapsed();
+        up.join().unwrap();
+        assert!(took >= Duration::from_millis(300), "it waited for the DSP: {took:?}");
+        assert!(took < Duration::from_millis(u64::from(bench.board().recovery.budget_ms)), "{took:?}");
+        assert!(bench.counts().of(CallKind::RpcInit) >= 3, "INIT retried while the DSP was down");
+        launch_copy2(&lib, &a, &b, 2).expect("service restored");
+        assert_eq!(rig.session().health(), Health::Healthy { generation: 2 });
+        drop(lib);
+        drop(lease);
+    }
+    assert_eq!(back_to(&bench, &start), start);
+}
+
+#[test]
+fn concurrent_recover_calls_share_one_recovery() {
+    let bench = Bench::new();
+    register_copy2(&bench);
+    let rig = start_rig(&bench).unwrap();
+    bench.set_dsp_available(false);
+    bench.restart_dsp();
+    let lib = rig.open_library("copy2", image("copy2"));
+    assert!(lib.is_err());
+    let inits0 = bench.counts().of(CallKind::RpcInit);
+    let up = {
+        let bench = bench.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            bench.set_dsp_available(true);
+        })
+    };
+    let outcomes: Vec<Result<(), HalError>> = std::thread::scope(|s| {
+        (0..6).map(|_| s.spawn(|| rig.session().recover())).collect::<Vec<_>>().into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    up.join().unwrap();
+    assert!(outcomes.iter().all(Result::is_ok), "{outcomes:?}");
+    assert_eq!(rig.session().generation(), 2, "one recovery, one new generation");
+    // One successful INIT for the one recovery, plus the failed attempts while the DSP was down.
+    let inits = bench.counts().of(CallKind::RpcInit) - inits0;
+    assert!(inits <= u64::from(bench.board().recovery.attempts), "{inits} INITs");
+}
+
+#[test]
+fn a_listener_stalled_in_a_slow_read_never_answers_into_the_new_channel() {
+    let bench = Bench::new();
+    register_copy2(&bench);
+    bench.add_file("/bench/dsp/cdsp/slow.bin", vec![0x5Au8; 64 * 1024]);
+    let start = bench.snapshot();
+    {
+        let rig = start_rig(&bench).unwrap();
+        let lib = rig.open_library("copy2", image("copy2")).unwrap();
+        let lease = rig.session().alloc(8192).unwrap();
+        let (a, b) = (lease.view(0, 16).unwrap(), lease.view(4096, 16).unwrap());
+        let (old_fd, g1) = rig.session().listener_fd().unwrap();
+        let h = open_module(&bench, old_fd, "apps_std");
+        let file = fopen(&bench, old_fd, h, "slow.bin");
+        // The next file read takes 1.2 s: the listener sits in it while the DSP restarts.
+        let preads = bench.counts().of(CallKind::Pread);
+        bench.inject(FaultTarget::Call(CallKind::Pread), 1, Fault::Delay(Duration::from_millis(1200)));
+        let _ticket = bench.post_reverse(old_fd, fread_request(h, file, 4096)).unwrap();
+        let t0 = Instant::now();
+        while bench.counts().of(CallKind::Pread) == preads {
+            assert!(t0.elapsed() < WAIT, "the listener never read");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        bench.restart_dsp();
+        assert_eq!(launch_copy2(&lib, &a, &b, 1).unwrap_err().kind(), ErrorKind::Recoverable);
+        rig.session().recover().expect("recovery works around the stalled listener");
+        let (new_fd, g2) = rig.session().listener_fd().unwrap();
+        assert!(g2 > g1);
+        assert_ne!(new_fd, old_fd, "the old number stayed reserved while the listener held it");
+        launch_copy2(&lib, &a, &b, 3).expect("launch on the new channel");
+        // Let the stalled read finish: its answer must go nowhere near the new channel.
+        std::thread::sleep(Duration::from_millis(1300).saturating_sub(t0.elapsed()));
+        launch_copy2(&lib, &a, &b, 3).expect("still fine after the old listener woke");
+        assert_eq!(bench.counts().stray_answers, 0, "an old-generation answer reached a new channel");
+        // The next recovery works.
+        bench.restart_dsp();
+        launch_recovering(&rig, &lib, &a, &b);
+        assert!(rig.session().generation() > g2);
+        assert_eq!(bench.counts().stray_answers, 0);
+        drop(lib);
+        drop(lease);
+    }
+    assert_eq!(back_to(&bench, &start), start);
+}
+
+#[test]
+fn every_munmap_goes_to_the_channel_that_made_the_map() {
+    let bench = Bench::new();
+    register_copy2(&bench);
+    let start = bench.snapshot();
+    {
+        let rig = start_rig(&bench).unwrap();
+        let lib = rig.open_library("copy2", image("copy2")).unwrap();
+        let lease = rig.session().alloc(8192).unwrap();
+        let (a, b) = (lease.view(0, 16).unwrap(), lease.view(4096, 16).unwrap());
+        for round in 0..20 {
+            let (fd, _) = rig.session().listener_fd().unwrap();
+            let h = open_module(&bench, fd, "apps_mem");
+            for _ in 0..2 {
+                dsp_map(&bench, fd, h, 4096);
+            }
+            // A slow MUNMAP widens the window in which a reused number would catch it.
+            bench.inject(FaultTarget::Call(CallKind::RpcMunmap), 1, Fault::Delay(Duration::from_millis(5)));
+            if round % 2 == 0 {
+                bench.restart_dsp();
+            } else {
+                // Recovery without a restart (the DSP is alive): as if the listener had seen its
+                // channel go away. Recovery's process exit then ends the listener's next2 from
+                // the DSP side, and it releases its maps on the live channel.
+                if let Some(c) = rig.session().listener_channel(None, Duration::ZERO) {
+                    c.report_lost();
+                }
+            }
+            launch_recovering(&rig, &lib, &a, &b);
+            bench.clear_faults();
+        }
+        // Maps alive at teardown are released before the channel closes.
+        let (fd, _) = rig.session().listener_fd().unwrap();
+        let h = open_module(&bench, fd, "apps_mem");
+        dsp_map(&bench, fd, h, 8192);
+        drop(lib);
+        drop(lease);
+    }
+    let log = bench.munmap_log();
+    assert!(!log.is_empty());
+    for m in &log {
+        assert!(!m.went_to_another_channel(), "MUNMAP of a map made on channel {:?} went to {:?} (fd {})", m.owner, m.channel, m.fd);
+        assert!(m.channel.is_some(), "MUNMAP sent on fd {} that was no channel any more: {m:?}", m.fd);
+    }
+    assert_eq!(back_to(&bench, &start), start);
+}
+
+#[test]
+fn a_stopped_listener_is_reported_and_recover_restores_service() {
+    let bench = Bench::new();
+    register_copy2(&bench);
+    let start = bench.snapshot();
+    {
+        let mut rig = start_rig(&bench).unwrap();
+        rig.stop_listener().expect("listener stops");
+        match rig.session().health() {
+            Health::NeedsRecovery(e) => assert_eq!(e.cause, Cause::ListenerStopped, "{e}"),
+            h => panic!("the session did not notice: {h:?}"),
+        }
+        assert!(!rig.session().is_healthy());
+        rig.recover().expect("a new listener and a new channel");
+        assert!(rig.listener_running());
+        let lib = rig.open_library("copy2", image("copy2")).unwrap();
+        let mut lease = rig.session().alloc(8192).unwrap();
+        lease.write_at(0, &[9u8; 16]).unwrap();
+        let (a, b) = (lease.view(0, 16).unwrap(), lease.view(4096, 16).unwrap());
+        launch_copy2(&lib, &a, &b, 1).expect("service restored");
+        let mut got = [0u8; 16];
+        b.read(&mut got).unwrap();
+        assert_eq!(got, [10u8; 16]);
+        drop(lib);
+        drop(lease);
+    }
+    assert_eq!(back_to(&bench, &start), start);
+}

@@ -1,0 +1,118 @@
+//! The restart storm (its own test binary, so that the process's descriptor and mapping counts
+//! belong to this test alone): 60 DSP restarts 0–15 ms apart while 8 threads launch.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use common::start as start_rig;
+use common::*;
+use hexrpc_bench::measure::ProcessFootprint;
+use hexrpc_bench::Bench;
+use hexrpc_hal::{ErrorKind, Health};
+
+const WAIT: Duration = Duration::from_secs(5);
+
+/// Launches until one succeeds, recovering in between; panics if recovery ever fails.
+fn launch_recovering(rig: &Rig, lib: &hexrpc_hal::Library<'_, Bench>, a: &hexrpc_hal::BufferView<'_>, b: &hexrpc_hal::BufferView<'_>) {
+    let end = Instant::now() + WAIT;
+    loop {
+        match launch_copy2(lib, a, b, 1) {
+            Ok(_) => return,
+            Err(e) if e.kind() == ErrorKind::Recoverable => rig.session().recover().expect("recovery"),
+            Err(e) => panic!("launch: {e}"),
+        }
+        assert!(Instant::now() < end, "no successful launch");
+    }
+}
+
+/// One storm: `restarts` DSP restarts 0–15 ms apart while 8 threads launch on one served
+/// session; afterwards every thread's next launches succeed. Returns (launches, recoverable
+/// errors, final generation).
+fn storm(bench: &Bench, restarts: u32) -> (u64, u64, u32) {
+    let launches = AtomicU64::new(0);
+    let recoveries = AtomicU64::new(0);
+    let rig = start_rig(bench).unwrap();
+    let lib = rig.open_library("copy2", image("copy2")).unwrap();
+    let storming = AtomicBool::new(true);
+    let failed_seen = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        for t in 0..8u8 {
+            let (rig, lib, storming, launches, recoveries, failed_seen) = (&rig, &lib, &storming, &launches, &recoveries, &failed_seen);
+            s.spawn(move || {
+                let mut lease = rig.session().alloc(8192).unwrap();
+                lease.write_at(0, &[t; 64]).unwrap();
+                let (a, b) = (lease.view(0, 64).unwrap(), lease.view(4096, 64).unwrap());
+                while storming.load(Ordering::Acquire) {
+                    match launch_copy2(lib, &a, &b, 1) {
+                        Ok(_) => {
+                            launches.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(e) if e.kind() == ErrorKind::Recoverable => {
+                            recoveries.fetch_add(1, Ordering::Relaxed);
+                            if let Err(e) = rig.session().recover() {
+                                failed_seen.store(true, Ordering::Release);
+                                panic!("thread {t}: recovery failed during the storm: {e}");
+                            }
+                        }
+                        Err(e) => panic!("thread {t}: launch failed with a non-recoverable error: {e}"),
+                    }
+                    if matches!(rig.session().health(), Health::Failed(_)) {
+                        failed_seen.store(true, Ordering::Release);
+                    }
+                }
+                // After the storm: this thread's next launches succeed (after at most one
+                // recovery of what the last restart broke).
+                launch_recovering(rig, lib, &a, &b);
+                for _ in 0..5 {
+                    launch_copy2(lib, &a, &b, 1).expect("launch after the storm");
+                    let mut got = [0u8; 64];
+                    b.read(&mut got).unwrap();
+                    assert_eq!(got, [t.wrapping_add(1); 64]);
+                }
+            });
+        }
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        for _ in 0..restarts {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            std::thread::sleep(Duration::from_micros(x % 15_001));
+            bench.restart_dsp();
+        }
+        storming.store(false, Ordering::Release);
+    });
+    assert!(!failed_seen.load(Ordering::Acquire), "the session reached Failed");
+    assert!(rig.session().is_healthy());
+    let generation = rig.session().generation();
+    assert_eq!(bench.counts().stray_answers, 0);
+    assert!(bench.munmap_log().iter().all(|m| !m.went_to_another_channel()), "{:?}", bench.munmap_log());
+    drop(lib);
+    drop(rig);
+    (launches.into_inner(), recoveries.into_inner(), generation)
+}
+
+#[test]
+fn restart_storm_under_8_launching_threads_never_fails_the_session() {
+    let bench = Bench::new();
+    register_copy2(&bench);
+    let start = bench.snapshot();
+    // A short storm first: thread stacks and malloc arenas of 8 threads stay cached by the C
+    // library afterwards, so the process's mapping baseline is taken after it.
+    storm(&bench, 3);
+    assert_eq!(back_to(&bench, &start), start);
+    let before = ProcessFootprint::now();
+    let (launches, recoverable, generation) = storm(&bench, 60);
+    assert!(generation > 2, "the restarts were seen: generation {generation}");
+    assert_eq!(back_to(&bench, &start), start, "bench accounting back to the start");
+    assert_eq!(bench.ledger_mismatches(), 0, "{:?}", bench.ledger());
+    let after = ProcessFootprint::now();
+    assert_eq!(after.fds, before.fds, "process descriptors");
+    assert_eq!(after.buffer_maps, before.buffer_maps, "buffer mappings (ION leases, DSP-side maps)");
+    // Anonymous mappings (thread stacks, malloc arenas) are the C library's caches: bounded.
+    assert!(after.maps <= before.maps + 16, "process mappings {} -> {}", before.maps, after.maps);
+    eprintln!(
+        "storm: 60 restarts, {launches} launches, {recoverable} recoverable errors, generation {generation}; {before:?} -> {after:?}"
+    );
+}

@@ -1,0 +1,357 @@
+//! The bench soak: a served session under DSP restarts, random injected faults, DSP-side maps
+//! and 8 launching threads (some with deadlines), for a bounded time. Afterwards the bench's
+//! accounting is back at its start, no MUNMAP reached another channel, no old answer reached a
+//! new channel, the HAP ledger has no mismatch, and the process's descriptors and buffer
+//! mappings are back at their start values while RSS grew less than [`RSS_GROWTH_BOUND_KIB`].
+//!
+//! Duration: `HEXRPC_SOAK_SECS` (default 3 s in the plain test suite; CI's soak step runs 60 s);
+//! `HEXRPC_SOAK_LONG=1` runs an hour. The figures are printed with `--nocapture`.
+//!
+//! Everything here is the simulated kernel and DSP of the bench: the figures are bench figures,
+//! not device figures.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use hexrpc_bench::measure::ProcessFootprint;
+use hexrpc_bench::{elf, wire, Bench, CallKind, DspCallKind, EntryVersion, Fault, FaultTarget, LibraryModel, ReverseRequest};
+use hexrpc_bsp::DeviceAccess;
+use hexrpc_drivers::{adsprpc, aee, listener, Errno, Scalars};
+use hexrpc_hal::internal::ListenerPlumbing;
+use hexrpc_hal::{BufferView, ErrorKind, Health, Library};
+use hexrpc_runtime::launch::{AbiVersion, BufferRef, PackedLaunch, Scalar, Signature};
+use hexrpc_runtime::reverse::FilePolicy;
+use hexrpc_runtime::ServedSession;
+
+/// Most RSS growth accepted over a soak after its warm-up, in KiB (the bench keeps no logs
+/// across its periodic clears; what remains is allocator slack).
+const RSS_GROWTH_BOUND_KIB: u64 = 32 * 1024;
+const THREADS: u8 = 8;
+
+#[derive(Default)]
+struct Figures {
+    launches: AtomicU64,
+    deadline_launches: AtomicU64,
+    timeouts: AtomicU64,
+    recoverable: AtomicU64,
+    recoveries_failed: AtomicU64,
+    faults_seen: AtomicU64,
+    restarts: AtomicU64,
+    faults_injected: AtomicU64,
+    dsp_maps: AtomicU64,
+    library_cycles: AtomicU64,
+    ledger_mismatches: AtomicU64,
+    munmaps: AtomicU64,
+    munmaps_elsewhere: AtomicU64,
+}
+
+fn duration() -> Duration {
+    if std::env::var_os("HEXRPC_SOAK_LONG").is_some_and(|v| v == "1") {
+        return Duration::from_secs(3600);
+    }
+    let secs = std::env::var("HEXRPC_SOAK_SECS").ok().and_then(|v| v.parse::<u64>().ok()).unwrap_or(3);
+    Duration::from_secs(secs.clamp(1, 24 * 3600))
+}
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+fn register(bench: &Bench) {
+    bench.register_library(
+        "copy2",
+        LibraryModel::new(EntryVersion::V2, 2, 1, |k| {
+            let add = k.scalar_u32(0).unwrap_or(0) as u8;
+            let n = k.buffer_len(0).min(k.buffer_len(1));
+            let mut v = vec![0u8; n];
+            if k.read(0, 0, &mut v).is_ok() {
+                v.iter_mut().for_each(|b| *b = b.wrapping_add(add));
+                let _ = k.write(1, 0, &v);
+            }
+        }),
+    );
+}
+
+fn image() -> &'static [u8] {
+    static IMAGE: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    IMAGE.get_or_init(|| elf::library_image("copy2", 8192))
+}
+
+fn launch(
+    lib: &Library<'_, Bench>,
+    a: &BufferView<'_>,
+    b: &BufferView<'_>,
+    add: u8,
+    deadline: Option<Duration>,
+) -> Result<(), hexrpc_hal::HalError> {
+    let sig = Signature::parse("buf,buf,u32").expect("signature");
+    let bufs = [BufferRef::of(a), BufferRef::of(b)];
+    let mut packed = PackedLaunch::new(AbiVersion::V2, &sig, &bufs, &[Scalar::U32(u32::from(add))]).expect("pack");
+    let mut args = packed.invoke_args().expect("args");
+    match deadline {
+        Some(d) => lib.invoke_with_deadline(&mut args, d),
+        None => lib.invoke(&mut args),
+    }
+}
+
+fn words(ws: &[u32]) -> Vec<u8> {
+    ws.iter().flat_map(|w| w.to_le_bytes()).collect()
+}
+
+/// The DSP asks the host for a 4 KiB kernel-allocated map through apps_mem (released by the
+/// service when the channel's generation ends). Failures (a restart in between) are fine.
+fn dsp_map(bench: &Bench, rig: &ServedSession<Bench>) -> bool {
+    let Some((fd, _)) = rig.session().listener_fd() else { return false };
+    let n = b"apps_mem\0";
+    let open = ReverseRequest::packed(0, listener::REMOTECTL_OPEN, &[&words(&[n.len() as u32, 16]), n], &[8, 16]);
+    let Ok(reply) = bench.reverse_call(fd, open, Duration::from_millis(500)) else { return false };
+    if reply.result != 0 {
+        return false;
+    }
+    let Ok(outs) = wire::unpack_reply(&reply.payload, &[8, 16]) else { return false };
+    let h = u32::from_le_bytes(outs[0][..4].try_into().unwrap());
+    let mut prim = (-1i32).to_le_bytes().to_vec();
+    prim.extend_from_slice(&words(&[0, adsprpc::ADSP_MMAP_ADD_PAGES, 0]));
+    prim.extend_from_slice(&0u64.to_le_bytes());
+    prim.extend_from_slice(&4096i64.to_le_bytes());
+    let map = ReverseRequest::packed(h, Scalars::from_raw(0x0201_0100), &[&prim], &[16]);
+    bench.reverse_call(fd, map, Duration::from_millis(500)).is_ok_and(|r| r.result == 0)
+}
+
+/// Records and clears what the bench logged (keeps a long run's memory bounded).
+fn drain_logs(bench: &Bench, f: &Figures) {
+    let log = bench.munmap_log();
+    f.munmaps.fetch_add(log.len() as u64, Ordering::Relaxed);
+    let elsewhere = log.iter().filter(|m| m.went_to_another_channel()).count() as u64;
+    if elsewhere > 0 {
+        eprintln!("soak: MUNMAP to another channel: {:?}", log.iter().filter(|m| m.went_to_another_channel()).collect::<Vec<_>>());
+    }
+    f.munmaps_elsewhere.fetch_add(elsewhere, Ordering::Relaxed);
+    let mismatches = bench.ledger_mismatches() as u64;
+    if mismatches > 0 {
+        eprintln!("soak: ledger mismatches: {:?}", bench.ledger().iter().filter(|e| e.event.is_mismatch()).collect::<Vec<_>>());
+    }
+    f.ledger_mismatches.fetch_add(mismatches, Ordering::Relaxed);
+    bench.clear_logs();
+}
+
+fn random_fault(rng: &mut Rng) -> (FaultTarget, Fault) {
+    match rng.below(8) {
+        0 => (FaultTarget::Call(CallKind::IonAlloc), Fault::Errno(Errno::ENOMEM)),
+        1 => (FaultTarget::Call(CallKind::RpcInvokeAttrs), Fault::Errno(Errno::EIO)),
+        2 => (FaultTarget::Dsp(DspCallKind::Library), Fault::Returned(aee::AEE_EFAILED)),
+        3 => (FaultTarget::Dsp(DspCallKind::Library), Fault::Delay(Duration::from_millis(150))),
+        4 => (FaultTarget::Dsp(DspCallKind::RemotectlOpen), Fault::Returned(aee::AEE_EFAILED)),
+        5 => (FaultTarget::Call(CallKind::RpcInit), Fault::Errno(Errno::ENOTCONN)),
+        6 => (FaultTarget::Call(CallKind::RpcMunmap), Fault::Delay(Duration::from_millis(5))),
+        _ => (FaultTarget::Dsp(DspCallKind::Library), Fault::Delay(Duration::from_millis(3))),
+    }
+}
+
+/// One soak phase of `length` on a fresh served session, dropped at the end.
+fn phase(bench: &Bench, length: Duration, seed: u64, f: &Figures) {
+    let rig = ServedSession::start(bench.clone(), &DeviceAccess::for_bench(), FilePolicy::for_board(bench.board()).unwrap()).unwrap();
+    let lib = rig.open_library("copy2", image()).unwrap();
+    let running = AtomicBool::new(true);
+    let end = Instant::now() + length;
+    std::thread::scope(|s| {
+        for t in 0..THREADS {
+            let (rig, lib, running) = (&rig, &lib, &running);
+            s.spawn(move || {
+                let mut rng = Rng(seed ^ (u64::from(t) + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+                let recover = || match rig.session().recover() {
+                    Ok(()) => {}
+                    Err(e) => {
+                        f.recoveries_failed.fetch_add(1, Ordering::Relaxed);
+                        eprintln!("soak: thread {t}: recovery failed: {e}");
+                    }
+                };
+                let mut iteration = 0u64;
+                while running.load(Ordering::Acquire) {
+                    iteration += 1;
+                    if matches!(rig.session().health(), Health::Failed(_)) {
+                        break;
+                    }
+                    // Now and then a library of its own, opened and closed again.
+                    if iteration.is_multiple_of(64) {
+                        match rig.open_library("copy2", image()) {
+                            Ok(l) => {
+                                f.library_cycles.fetch_add(1, Ordering::Relaxed);
+                                drop(l);
+                            }
+                            Err(e) if e.kind() == ErrorKind::Recoverable => {
+                                f.recoverable.fetch_add(1, Ordering::Relaxed);
+                                recover();
+                            }
+                            Err(_) => {
+                                f.faults_seen.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                    }
+                    let len = 4096 * (1 + rng.below(16) as usize);
+                    let mut lease = match rig.session().alloc(2 * len) {
+                        Ok(l) => l,
+                        Err(e) if e.kind() == ErrorKind::Recoverable => {
+                            f.recoverable.fetch_add(1, Ordering::Relaxed);
+                            recover();
+                            continue;
+                        }
+                        Err(_) => {
+                            f.faults_seen.fetch_add(1, Ordering::Relaxed);
+                            continue;
+                        }
+                    };
+                    let fill = rng.below(256) as u8;
+                    lease.fill(0, len, fill).unwrap();
+                    let (a, b) = (lease.view(0, len).unwrap(), lease.view(len, len).unwrap());
+                    for _ in 0..1 + rng.below(4) {
+                        let deadline = (rng.below(4) == 0).then_some(Duration::from_millis(100));
+                        if deadline.is_some() {
+                            f.deadline_launches.fetch_add(1, Ordering::Relaxed);
+                        }
+                        match launch(lib, &a, &b, 1, deadline) {
+                            Ok(()) => {
+                                f.launches.fetch_add(1, Ordering::Relaxed);
+                                let mut got = vec![0u8; 64];
+                                b.read(&mut got).unwrap();
+                                assert!(got.iter().all(|&x| x == fill.wrapping_add(1)), "thread {t}: wrong result");
+                            }
+                            Err(e) if e.kind() == ErrorKind::Recoverable => {
+                                if e.cause == hexrpc_hal::Cause::Timeout {
+                                    f.timeouts.fetch_add(1, Ordering::Relaxed);
+                                }
+                                f.recoverable.fetch_add(1, Ordering::Relaxed);
+                                recover();
+                            }
+                            Err(_) => {
+                                f.faults_seen.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                    }
+                }
+            });
+        }
+        // Chaos: restarts, injected faults, DSP-side maps; logs drained every 2 s.
+        let mut rng = Rng(seed.wrapping_add(0xD1B5_4A32_D192_ED03));
+        let mut drained = Instant::now();
+        while Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(5 + rng.below(120)));
+            match rng.below(10) {
+                0..=2 => {
+                    bench.restart_dsp();
+                    f.restarts.fetch_add(1, Ordering::Relaxed);
+                }
+                3..=7 => {
+                    let (target, fault) = random_fault(&mut rng);
+                    bench.inject(target, 1 + rng.below(4) as u32, fault);
+                    f.faults_injected.fetch_add(1, Ordering::Relaxed);
+                }
+                _ => {
+                    if dsp_map(bench, &rig) {
+                        f.dsp_maps.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+            if drained.elapsed() > Duration::from_secs(2) {
+                drain_logs(bench, f);
+                drained = Instant::now();
+            }
+        }
+        bench.clear_faults();
+        running.store(false, Ordering::Release);
+    });
+    // Service after the chaos: recover what the last restart broke, then launches succeed.
+    let mut lease = rig.session().alloc(8192).unwrap_or_else(|_| {
+        rig.session().recover().expect("recovery after the soak");
+        rig.session().alloc(8192).expect("alloc after the soak")
+    });
+    lease.fill(0, 4096, 7).unwrap();
+    let (a, b) = (lease.view(0, 4096).unwrap(), lease.view(4096, 4096).unwrap());
+    let mut ok = 0;
+    for _ in 0..20 {
+        match launch(&lib, &a, &b, 1, None) {
+            Ok(()) => ok += 1,
+            Err(e) if e.kind() == ErrorKind::Recoverable => rig.session().recover().expect("recovery after the soak"),
+            Err(e) => panic!("launch after the soak: {e}"),
+        }
+    }
+    assert!(ok >= 19, "launches after the soak: {ok} of 20");
+    assert!(!matches!(rig.session().health(), Health::Failed(_)), "{:?}", rig.session().health());
+    drop(lease);
+    drop(lib);
+    drop(rig);
+    drain_logs(bench, f);
+}
+
+#[test]
+fn soak_restarts_faults_and_8_threads_leak_nothing() {
+    let length = duration();
+    let bench = Bench::new();
+    register(&bench);
+    let start = bench.snapshot();
+    // Warm-up: thread stacks, malloc arenas and the bench's tables reach their working size.
+    let warm = Figures::default();
+    phase(&bench, Duration::from_millis(1500), 1, &warm);
+    assert_eq!(bench.settle(&start, Duration::from_secs(5)), start, "after the warm-up");
+    let before = ProcessFootprint::now();
+    let f = Figures::default();
+    let t0 = Instant::now();
+    phase(&bench, length, 0x5EED, &f);
+    let ran = t0.elapsed();
+    let settled = bench.settle(&start, Duration::from_secs(5));
+    let after = ProcessFootprint::now();
+    let stray = bench.counts().stray_answers;
+    let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    println!(
+        "soak (bench, simulated DSP): {:.1} s, {} launches ({} with a deadline, {} timed out), {} restarts, {} faults injected, \
+         {} fault errors seen, {} recoverable errors, {} failed recoveries, {} DSP maps, {} library open/close cycles, {} MUNMAPs \
+         ({} to another channel), {} stray answers, {} ledger mismatches; fds {} -> {}, buffer maps {} -> {}, maps {} -> {}, \
+         RSS {} -> {} KiB (bound +{} KiB{})",
+        ran.as_secs_f64(),
+        load(&f.launches),
+        load(&f.deadline_launches),
+        load(&f.timeouts),
+        load(&f.restarts),
+        load(&f.faults_injected),
+        load(&f.faults_seen),
+        load(&f.recoverable),
+        load(&f.recoveries_failed),
+        load(&f.dsp_maps),
+        load(&f.library_cycles),
+        load(&f.munmaps),
+        load(&f.munmaps_elsewhere),
+        stray,
+        load(&f.ledger_mismatches),
+        before.fds,
+        after.fds,
+        before.buffer_maps,
+        after.buffer_maps,
+        before.maps,
+        after.maps,
+        before.rss_kib,
+        after.rss_kib,
+        RSS_GROWTH_BOUND_KIB,
+        if after.emulated { "; emulated: the emulator's RSS, not checked" } else { "" },
+    );
+    assert_eq!(settled, start, "bench accounting back at the start");
+    assert!(load(&f.launches) > 0 && load(&f.restarts) > 0 && load(&f.faults_injected) > 0);
+    assert_eq!(load(&f.recoveries_failed), 0, "the session never reached Failed");
+    assert_eq!(load(&f.munmaps_elsewhere), 0);
+    assert_eq!(stray, 0);
+    assert_eq!(load(&f.ledger_mismatches), 0);
+    assert_eq!(after.fds, before.fds, "process descriptors");
+    assert_eq!(after.buffer_maps, before.buffer_maps, "buffer mappings");
+    assert!(after.maps <= before.maps + 16, "process mappings {} -> {}", before.maps, after.maps);
+    // Under qemu-user the figure is the emulator's (its translation caches grow): not checked.
+    assert!(after.emulated || after.rss_kib <= before.rss_kib + RSS_GROWTH_BOUND_KIB, "RSS {} -> {} KiB", before.rss_kib, after.rss_kib);
+}
