@@ -11,7 +11,7 @@ use rustix::mm::{self, MapFlags, ProtFlags};
 
 use core::sync::atomic::{AtomicI32, Ordering};
 
-use crate::{BorrowedFd as SeamBorrowedFd, Errno, Fd, FileStat, OpenFlags, OwnedFd as SeamOwnedFd, Prot, Syscalls};
+use crate::{BorrowedFd as SeamBorrowedFd, Errno, Fd, FileStat, OpenAt, OpenFlags, OwnedFd as SeamOwnedFd, Prot, Syscalls};
 
 /// The real OS, through rustix (raw Linux system calls on glibc/musl targets, libc on Android).
 #[derive(Clone, Copy, Debug, Default)]
@@ -89,6 +89,26 @@ unsafe impl Syscalls for RustixSys {
         let fd = fs::open(path, o, Mode::empty()).map_err(errno)?;
         // SAFETY: a descriptor the kernel just opened for us; ownership passes to the caller.
         Ok(unsafe { SeamOwnedFd::from_raw(Fd(fd.into_raw_fd())) })
+    }
+
+    fn open_at(&self, dir: Option<Fd>, path: &CStr, how: OpenAt) -> Result<SeamOwnedFd, Errno> {
+        let o = OFlags::CLOEXEC
+            | match how {
+                OpenAt::Dir { follow: true } => OFlags::PATH | OFlags::DIRECTORY,
+                OpenAt::Dir { follow: false } => OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW,
+                OpenAt::File => OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOFOLLOW,
+            };
+        let fd = match dir {
+            Some(d) => fs::openat(borrow(d)?, path, o, Mode::empty()),
+            None => fs::openat(fs::CWD, path, o, Mode::empty()),
+        }
+        .map_err(errno)?;
+        // SAFETY: a descriptor the kernel just opened for us; ownership passes to the caller.
+        Ok(unsafe { SeamOwnedFd::from_raw(Fd(fd.into_raw_fd())) })
+    }
+
+    fn stat_at(&self, dir: Fd, name: &CStr) -> Result<FileStat, Errno> {
+        fs::statat(borrow(dir)?, name, fs::AtFlags::SYMLINK_NOFOLLOW).map(|s| stat_of(&s)).map_err(errno)
     }
 
     fn close(&self, fd: SeamOwnedFd) -> Result<(), Errno> {
@@ -393,6 +413,40 @@ mod tests {
         sys.close(fd).expect("the number is still ours to close");
         // SAFETY: -1 is never open; the call must refuse it without touching anything.
         assert_eq!(sys.retire(unsafe { SeamBorrowedFd::borrow_raw(Fd(-1)) }), Err(Errno::EBADF));
+    }
+
+    #[test]
+    fn open_at_walks_below_a_directory_without_following_links() {
+        use std::os::unix::ffi::OsStrExt;
+        let root = std::env::temp_dir().join(std::format!("hexrpc-openat-{}", std::process::id()));
+        std::fs::create_dir_all(root.join("d")).unwrap();
+        std::fs::write(root.join("d/f"), b"abc").unwrap();
+        std::os::unix::fs::symlink("d", root.join("ld")).unwrap();
+        std::os::unix::fs::symlink("d/f", root.join("lf")).unwrap();
+        let c = |p: &std::path::Path| std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
+        let sys = RustixSys;
+        let top = sys.open_at(None, &c(&root), OpenAt::Dir { follow: true }).expect("start directory");
+        assert!(sys.fstat(top.raw()).unwrap().is_dir(), "fstat works on an O_PATH descriptor");
+        let d = sys.open_at(Some(top.raw()), c"d", OpenAt::Dir { follow: false }).expect("a real directory");
+        let f = sys.open_at(Some(d.raw()), c"f", OpenAt::File).expect("a regular file");
+        let mut b = [0u8; 3];
+        assert_eq!(sys.pread(f.raw(), &mut b, 0), Ok(3));
+        assert_eq!(&b, b"abc");
+        let link_dir = sys.open_at(Some(top.raw()), c"ld", OpenAt::Dir { follow: false });
+        assert!(matches!(link_dir, Err(Errno::ELOOP) | Err(Errno::ENOTDIR)), "{link_dir:?}");
+        assert_eq!(sys.open_at(Some(top.raw()), c"lf", OpenAt::File), Err(Errno::ELOOP));
+        assert_eq!(sys.open_at(Some(d.raw()), c"f", OpenAt::Dir { follow: false }), Err(Errno::ENOTDIR));
+        assert_eq!(sys.open_at(Some(top.raw()), c"missing", OpenAt::File), Err(Errno::ENOENT));
+        assert!(sys.stat_at(d.raw(), c"f").unwrap().is_file());
+        assert_eq!(sys.stat_at(top.raw(), c"lf").unwrap().mode & FileStat::S_IFMT, FileStat::S_IFLNK, "a link reports itself");
+        assert_eq!(sys.stat_at(top.raw(), c"missing"), Err(Errno::ENOENT));
+        let followed = sys.open_at(None, &c(&root.join("ld")), OpenAt::Dir { follow: true }).expect("trusted start may be a link");
+        assert!(sys.fstat(followed.raw()).unwrap().is_dir());
+        assert_eq!(sys.open_at(Some(Fd(-1)), c"d", OpenAt::File), Err(Errno::EBADF));
+        for fd in [followed, f, d, top] {
+            sys.close(fd).unwrap();
+        }
+        std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]

@@ -103,6 +103,28 @@ impl OpenFlags {
     pub const READ_WRITE: OpenFlags = OpenFlags { read_write: true, nonblock: false, nofollow: false };
 }
 
+/// What [`Syscalls::open_at`] opens. Both forms add `O_CLOEXEC`.
+///
+/// These are the two steps of a confined path walk (the reverse file service's): open a trusted
+/// directory, then open one component at a time below it, never following a symbolic link, so
+/// that renaming a directory or swapping one for a link while the walk runs cannot lead it
+/// outside the directory it started from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum OpenAt {
+    /// A directory to resolve below: `O_PATH | O_DIRECTORY`, plus `O_NOFOLLOW` unless `follow`
+    /// (a symbolic link then fails with `ELOOP` or `ENOTDIR`, anything not a directory with
+    /// `ENOTDIR`).
+    Dir {
+        /// Follow a symbolic link in the last component (only for the trusted start directory).
+        follow: bool,
+    },
+    /// A file to read: `O_RDONLY | O_NONBLOCK | O_NOFOLLOW` (a symbolic link fails with `ELOOP`;
+    /// `O_NONBLOCK` so that a FIFO does not block the open; the caller checks the type with
+    /// `fstat`).
+    File,
+}
+
 /// Page protection of a mapping.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
@@ -183,6 +205,23 @@ pub unsafe trait Syscalls {
     /// `openat(AT_FDCWD, path, flags | O_CLOEXEC)`.
     fn open(&self, path: &CStr, flags: OpenFlags) -> Result<OwnedFd, Errno>;
 
+    /// `openat(dir, path, how)`: `path` relative to the open directory `dir`, or to the current
+    /// directory (absolute paths as `open` takes them) when `dir` is `None`. See [`OpenAt`] for
+    /// the flags. The default refuses (`ENOSYS`): a seam without it serves no host file to the
+    /// reverse service.
+    fn open_at(&self, dir: Option<Fd>, path: &CStr, how: OpenAt) -> Result<OwnedFd, Errno> {
+        let _ = (dir, path, how);
+        Err(Errno::ENOSYS)
+    }
+
+    /// `fstatat(dir, name, AT_SYMLINK_NOFOLLOW)`: the status of `name` in the open directory
+    /// `dir` without following a symbolic link (a link reports itself). The default refuses
+    /// (`ENOSYS`).
+    fn stat_at(&self, dir: Fd, name: &CStr) -> Result<FileStat, Errno> {
+        let _ = (dir, name);
+        Err(Errno::ENOSYS)
+    }
+
     /// `close(fd)`. The descriptor is gone afterwards even if an error is returned. Takes the
     /// ownership token, so safe code can close only what it owns, once.
     fn close(&self, fd: OwnedFd) -> Result<(), Errno>;
@@ -252,6 +291,12 @@ pub unsafe trait Syscalls {
 unsafe impl<T: Syscalls + ?Sized> Syscalls for &T {
     fn open(&self, path: &CStr, flags: OpenFlags) -> Result<OwnedFd, Errno> {
         (**self).open(path, flags)
+    }
+    fn open_at(&self, dir: Option<Fd>, path: &CStr, how: OpenAt) -> Result<OwnedFd, Errno> {
+        (**self).open_at(dir, path, how)
+    }
+    fn stat_at(&self, dir: Fd, name: &CStr) -> Result<FileStat, Errno> {
+        (**self).stat_at(dir, name)
     }
     fn close(&self, fd: OwnedFd) -> Result<(), Errno> {
         (**self).close(fd)

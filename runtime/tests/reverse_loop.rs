@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use hexrpc_drivers::adsprpc::FASTRPC_IOCTL_INVOKE;
 use hexrpc_drivers::aee::*;
 use hexrpc_drivers::listener::{listener_next2_in, listener_next2_out, REMOTECTL_OPEN};
-use hexrpc_drivers::{Errno, Error, Fd, FileStat, OpenFlags, Prot, RustixSys, Syscalls};
+use hexrpc_drivers::{Errno, Error, Fd, FileStat, OpenAt, OpenFlags, Prot, RustixSys, Syscalls};
 use hexrpc_runtime::reverse::wire::reply_output;
 use hexrpc_runtime::reverse::{FilePolicy, ListenerBuffers, ListenerTransport, OwnedBuffers, ReverseService, ServeOutcome, NEXT2_BADSTATE};
 use support::*;
@@ -203,6 +203,12 @@ struct BlockingSys {
 unsafe impl Syscalls for BlockingSys {
     fn open(&self, path: &CStr, flags: OpenFlags) -> Result<hexrpc_drivers::OwnedFd, Errno> {
         RustixSys.open(path, flags)
+    }
+    fn open_at(&self, dir: Option<Fd>, path: &CStr, how: OpenAt) -> Result<hexrpc_drivers::OwnedFd, Errno> {
+        RustixSys.open_at(dir, path, how)
+    }
+    fn stat_at(&self, dir: Fd, name: &CStr) -> Result<FileStat, Errno> {
+        RustixSys.stat_at(dir, name)
     }
     fn close(&self, fd: hexrpc_drivers::OwnedFd) -> Result<(), Errno> {
         RustixSys.close(fd)

@@ -12,7 +12,7 @@ use std::sync::Mutex;
 use hexrpc_bsp::Limits;
 use hexrpc_drivers::adsprpc::{fastrpc_ioctl_mmap, fastrpc_ioctl_munmap, FASTRPC_IOCTL_MMAP, FASTRPC_IOCTL_MUNMAP};
 use hexrpc_drivers::listener::REMOTECTL_OPEN;
-use hexrpc_drivers::{Errno, Fd, FileStat, OpenFlags, Prot, RustixSys, Scalars, Syscalls};
+use hexrpc_drivers::{Errno, Fd, FileStat, OpenAt, OpenFlags, Prot, RustixSys, Scalars, Syscalls};
 use hexrpc_runtime::reverse::wire::{pack_request, reply_output};
 use hexrpc_runtime::reverse::{FilePolicy, Response, ReverseService};
 
@@ -22,6 +22,7 @@ use hexrpc_runtime::reverse::{FilePolicy, Response, ReverseService};
 pub struct RecordingSys {
     pub paths: Mutex<Vec<String>>,
     pub opened: Mutex<Vec<(u64, u64)>>,
+    /// Descriptors opened (files and the directories of path walks).
     pub opens: AtomicUsize,
     pub closes: AtomicUsize,
     pub ioctls: AtomicUsize,
@@ -49,6 +50,19 @@ unsafe impl Syscalls for RecordingSys {
             self.opened.lock().unwrap().push((st.dev, st.ino));
         }
         Ok(fd)
+    }
+    fn open_at(&self, dir: Option<Fd>, path: &CStr, how: OpenAt) -> Result<hexrpc_drivers::OwnedFd, Errno> {
+        self.paths.lock().unwrap().push(at_path(dir, path));
+        let fd = RustixSys.open_at(dir, path, how)?;
+        self.opens.fetch_add(1, Ordering::SeqCst);
+        if let Ok(st) = RustixSys.fstat(fd.raw()) {
+            self.opened.lock().unwrap().push((st.dev, st.ino));
+        }
+        Ok(fd)
+    }
+    fn stat_at(&self, dir: Fd, name: &CStr) -> Result<FileStat, Errno> {
+        self.paths.lock().unwrap().push(at_path(Some(dir), name));
+        RustixSys.stat_at(dir, name)
     }
     fn close(&self, fd: hexrpc_drivers::OwnedFd) -> Result<(), Errno> {
         self.closes.fetch_add(1, Ordering::SeqCst);
@@ -103,6 +117,18 @@ unsafe impl Syscalls for RecordingSys {
     }
     fn interrupt(&self, tid: i32) -> Result<(), Errno> {
         RustixSys.interrupt(tid)
+    }
+}
+
+/// The path `name` relative to `dir` names now (for the record of looked-up paths).
+fn at_path(dir: Option<Fd>, name: &CStr) -> String {
+    let name = name.to_string_lossy();
+    match dir {
+        Some(d) if !name.starts_with('/') => {
+            let base = std::fs::read_link(format!("/proc/self/fd/{}", d.0)).map(|p| p.to_string_lossy().into_owned()).unwrap_or_default();
+            format!("{base}/{name}")
+        }
+        _ => name.into_owned(),
     }
 }
 
@@ -279,6 +305,7 @@ fn the_recording_seam_sees_real_files() {
     let h = open_module(&svc, "apps_std");
     assert_still_serves(&svc, h, &tree);
     assert_canary_untouched(&svc, &tree);
-    assert_eq!(svc.sys().opens.load(Ordering::SeqCst), 1);
-    assert_eq!(svc.sys().closes.load(Ordering::SeqCst), 1);
+    // The allowed directory and the file; both closed.
+    assert_eq!(svc.sys().opens.load(Ordering::SeqCst), 2);
+    assert_eq!(svc.sys().closes.load(Ordering::SeqCst), 2);
 }

@@ -9,7 +9,9 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use hexrpc_bsp::Board;
-use hexrpc_drivers::{adsprpc, BorrowedFd, Errno, Fd, FileStat, OpenFlags, OwnedFd as SeamOwnedFd, Prot, RustixSys, Scalars, Syscalls};
+use hexrpc_drivers::{
+    adsprpc, BorrowedFd, Errno, Fd, FileStat, OpenAt, OpenFlags, OwnedFd as SeamOwnedFd, Prot, RustixSys, Scalars, Syscalls,
+};
 
 use crate::account::*;
 use crate::config::BenchConfig;
@@ -485,7 +487,7 @@ impl Bench {
                 if flags.read_write || !stat.is_dir() {
                     return Err(Errno::EISDIR);
                 }
-                FdObj::Dir
+                FdObj::Dir(path.trim_end_matches('/').to_string())
             }
         };
         let owned = match reservation("hexrpc-bench-node") {
@@ -502,6 +504,23 @@ impl Bench {
         let n = owned.as_raw_fd();
         st.fds.insert(n, FdEntry { _owned: owned, obj });
         Ok(Fd(n))
+    }
+
+    /// Where `open_at(dir, name)` resolves: a virtual path, a real directory descriptor, or an
+    /// error (the virtual file table has no symbolic links, so a virtual walk is a path join).
+    fn at_target(&self, st: &State, dir: Option<Fd>, name: &str) -> Result<AtTarget, Errno> {
+        // As openat: an absolute path ignores the directory.
+        match dir {
+            _ if name.starts_with('/') && is_virtual(name) => Ok(AtTarget::Virtual(name.to_string())),
+            _ if name.starts_with('/') => Ok(AtTarget::Real(None)),
+            None => Ok(AtTarget::Real(None)),
+            Some(d) => match st.fds.get(&d.0).map(|e| &e.obj) {
+                Some(FdObj::Dir(base)) => Ok(AtTarget::Virtual(format!("{base}/{name}"))),
+                Some(_) => Err(Errno::ENOTDIR),
+                None if st.passthrough.contains(&d.0) => Ok(AtTarget::Real(Some(d))),
+                None => Err(Errno::EBADF),
+            },
+        }
     }
 
     fn delay_call(&self, fault: Option<Fault>) -> Option<Errno> {
@@ -549,6 +568,69 @@ unsafe impl Syscalls for Bench {
         // SAFETY: a number this bench just handed out (a reserved simulated one, or a real
         // descriptor it opened); ownership passes to the caller.
         result.map(|fd| unsafe { SeamOwnedFd::from_raw(fd) })
+    }
+
+    fn open_at(&self, dir: Option<Fd>, path: &CStr, how: OpenAt) -> Result<SeamOwnedFd, Errno> {
+        let name = path.to_string_lossy().into_owned();
+        let fault = {
+            let mut st = self.lock();
+            self.begin(&mut st, CallKind::Open)
+        };
+        let target = self.at_target(&self.lock(), dir, &name);
+        let (logged, simulated, result) = match target {
+            Err(e) => (name.clone(), dir.is_none() && is_virtual(&name), Err(e)),
+            Ok(AtTarget::Virtual(p)) => {
+                let r = match self.delay_call(fault) {
+                    Some(e) => Err(e),
+                    None => {
+                        let mut st = self.lock();
+                        match (how, self.vstat(&st, &p)) {
+                            (_, Err(e)) => Err(e),
+                            (OpenAt::Dir { .. }, Ok(s)) if !s.is_dir() => Err(Errno::ENOTDIR),
+                            (OpenAt::Dir { .. } | OpenAt::File, Ok(_)) => self.open_virtual(&mut st, &p, OpenFlags::READ_ONLY),
+                        }
+                    }
+                };
+                (p, true, r)
+            }
+            Ok(AtTarget::Real(d)) => {
+                let r = match self.delay_call(fault) {
+                    Some(e) => Err(e),
+                    None => RustixSys.open_at(d, path, how).map(SeamOwnedFd::into_raw),
+                };
+                if let Ok(fd) = r {
+                    self.lock().passthrough.insert(fd.0);
+                }
+                let logged = match d {
+                    Some(d) => format!("{}/{name}", real_path(d)),
+                    None => name.clone(),
+                };
+                (logged, false, r)
+            }
+        };
+        self.lock().open_log.push(OpenRecord { path: logged, simulated, result });
+        // SAFETY: a number this bench just handed out (a reserved simulated one, or a real
+        // descriptor it opened); ownership passes to the caller.
+        result.map(|fd| unsafe { SeamOwnedFd::from_raw(fd) })
+    }
+
+    fn stat_at(&self, dir: Fd, name: &CStr) -> Result<FileStat, Errno> {
+        let fault = {
+            let mut st = self.lock();
+            self.begin(&mut st, CallKind::Stat)
+        };
+        if let Some(e) = self.delay_call(fault) {
+            return Err(e);
+        }
+        let n = name.to_string_lossy();
+        let st = self.lock();
+        match self.at_target(&st, Some(dir), &n)? {
+            AtTarget::Virtual(p) => self.vstat(&st, &p),
+            AtTarget::Real(_) => {
+                drop(st);
+                RustixSys.stat_at(dir, name)
+            }
+        }
     }
 
     fn close(&self, fd: SeamOwnedFd) -> Result<(), Errno> {
@@ -608,7 +690,7 @@ unsafe impl Syscalls for Bench {
                 buf[..n].copy_from_slice(&d[start..start + n]);
                 Ok(n)
             }
-            Some(FdObj::Dir) => Err(Errno::EISDIR),
+            Some(FdObj::Dir(_)) => Err(Errno::EISDIR),
             Some(_) => Err(Errno::EINVAL),
             None if st.passthrough.contains(&fd.0) => {
                 drop(st);
@@ -628,7 +710,7 @@ unsafe impl Syscalls for Bench {
         let st = self.lock();
         match st.fds.get(&fd.0).map(|e| &e.obj) {
             Some(FdObj::File(d)) => Ok(FileStat { mode: FileStat::S_IFREG | 0o444, nlink: 1, size: d.len() as u64, ..Default::default() }),
-            Some(FdObj::Dir) => Ok(FileStat { mode: FileStat::S_IFDIR | 0o555, nlink: 2, ..Default::default() }),
+            Some(FdObj::Dir(_)) => Ok(FileStat { mode: FileStat::S_IFDIR | 0o555, nlink: 2, ..Default::default() }),
             Some(FdObj::Ion(_)) => Ok(FileStat { mode: FileStat::S_IFCHR | 0o666, nlink: 1, rdev: (10 << 8) | 60, ..Default::default() }),
             Some(FdObj::Rpc(_)) => Ok(FileStat { mode: FileStat::S_IFCHR | 0o666, nlink: 1, rdev: 240 << 8, ..Default::default() }),
             Some(FdObj::Null) => Ok(FileStat { mode: FileStat::S_IFCHR | 0o666, nlink: 1, rdev: (1 << 8) | 3, ..Default::default() }),
@@ -835,6 +917,21 @@ unsafe impl Syscalls for Bench {
     }
 }
 
+/// What [`Bench::at_target`] resolved.
+enum AtTarget {
+    /// A path of the virtual file table.
+    Virtual(String),
+    /// The real OS, relative to this passed-through directory (or the current directory).
+    Real(Option<Fd>),
+}
+
+/// The path a real descriptor refers to, for the open log (best effort).
+fn real_path(fd: Fd) -> String {
+    std::fs::read_link(format!("/proc/self/fd/{}", fd.0))
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| format!("fd {}", fd.0))
+}
+
 /// Gives up what a descriptor referred to, as its last close does: ION clients and their
 /// handles, a FastRPC file (released once no thread is inside one of its ioctls, as Linux
 /// releases a file), a dma-buf reference.
@@ -859,7 +956,7 @@ fn release_obj(st: &mut State, obj: FdObj) {
             }
             st.maybe_free_buffer(b);
         }
-        FdObj::File(_) | FdObj::Dir | FdObj::Null => {}
+        FdObj::File(_) | FdObj::Dir(_) | FdObj::Null => {}
     }
 }
 

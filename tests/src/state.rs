@@ -65,7 +65,8 @@ pub(crate) enum FdObj {
     Rpc(u64),
     DmaBuf(u64),
     File(Arc<Vec<u8>>),
-    Dir,
+    /// A directory of the virtual file table, by its path (no trailing `/`).
+    Dir(String),
     /// A retired descriptor (`Syscalls::retire`): every ioctl is refused with ENOTTY.
     Null,
 }

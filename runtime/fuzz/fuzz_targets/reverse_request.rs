@@ -7,7 +7,6 @@
 
 use std::ffi::{c_void, CStr};
 use std::ptr::NonNull;
-use std::sync::OnceLock;
 
 use hexrpc_drivers::listener::REMOTECTL_OPEN;
 use hexrpc_drivers::{Errno, Fd, FileStat, OpenFlags, Prot, Scalars, Syscalls};
@@ -53,18 +52,13 @@ unsafe impl Syscalls for NullSys {
 
 static IMAGE: [u8; 512] = [0x5A; 512];
 
-struct Fixture {
-    svc: ReverseService<'static, NullSys>,
-}
-
-fn fixture() -> &'static Fixture {
-    static F: OnceLock<Fixture> = OnceLock::new();
-    F.get_or_init(|| {
-        let limits = hexrpc_bsp::Limits { max_reverse_request: 8192, ..hexrpc_bsp::BENCH.limits };
-        let svc = ReverseService::new(NullSys, Fd(-1), FilePolicy::new(&["/nonexistent/hexrpc"], limits).unwrap());
-        svc.register_image("tinylib", &IMAGE).unwrap();
-        Fixture { svc }
-    })
+/// A fresh service per input: runs are reproducible, and the per-slot generations of module
+/// keys (which retire a slot instead of wrapping) are never used up by a long run.
+fn service() -> ReverseService<'static, NullSys> {
+    let limits = hexrpc_bsp::Limits { max_reverse_request: 8192, ..hexrpc_bsp::BENCH.limits };
+    let svc = ReverseService::new(NullSys, Fd(-1), FilePolicy::new(&["/nonexistent/hexrpc"], limits).unwrap());
+    svc.register_image("tinylib", &IMAGE).unwrap();
+    svc
 }
 
 fn open(svc: &ReverseService<'_, NullSys>, name: &[u8], reply: &mut [u8]) -> u32 {
@@ -81,12 +75,10 @@ fuzz_target!(|data: &[u8]| {
     if data.len() < 9 {
         return;
     }
-    let f = fixture();
+    let svc = service();
     let mut reply = vec![0u8; 8192 + 64];
-    // A fresh session per input keeps runs reproducible.
-    f.svc.end_session();
-    let std_h = open(&f.svc, b"apps_std\0", &mut reply);
-    let mem_h = open(&f.svc, b"apps_mem\0", &mut reply);
+    let std_h = open(&svc, b"apps_std\0", &mut reply);
+    let mem_h = open(&svc, b"apps_mem\0", &mut reply);
     let handle = match data[0] {
         0 => 0,
         1 => std_h,
@@ -96,7 +88,7 @@ fuzz_target!(|data: &[u8]| {
     let sc = Scalars::from_raw(u32::from_le_bytes(data[5..9].try_into().unwrap()));
     let payload = &data[9..];
     let _ = Request::parse(sc, payload);
-    let r = f.svc.dispatch(handle, sc, payload, &mut reply);
+    let r = svc.dispatch(handle, sc, payload, &mut reply);
     assert!(r.reply_len <= reply.len());
     if r.status != 0 {
         assert_eq!(r.reply_len, 0);

@@ -22,9 +22,11 @@
 //! within [`Limits::max_dsp_map_bytes`](hexrpc_bsp::Limits)) and `request_unmap64` (only maps it
 //! made); both go through the drivers' typed `adsprpc::mmap` / `munmap`.
 //!
-//! Policy ([`FilePolicy`](crate::reverse::FilePolicy), see [`policy`](crate::reverse::policy) for the path rules and the symbolic-link approach):
+//! Policy ([`FilePolicy`](crate::reverse::FilePolicy), see [`policy`](crate::reverse::policy) for the path rules and the resolution by descriptors):
 //! allowlisted directories plus registered in-memory images, read-only opens, a cap per request
-//! and per open file, a bounded table of virtual FILE handles from 100 with per-handle offsets.
+//! and per open file, a bounded table of virtual FILE handles from 100 with per-handle offsets,
+//! handles and module keys that carry generations (see [`session`](crate::reverse::session)); closing a
+//! module closes the files opened through it.
 //! Dropping the service (or [`ReverseService::end_session`](crate::reverse::ReverseService::end_session)) closes every file and releases
 //! every DSP map.
 //!
@@ -36,14 +38,14 @@
 //! | 2 bufsLenReq ignored | `get_in_bufs2` into `ListenerBuffers::large`, refused above it or the request limit |
 //! | 3 absolute / zero-length alignment | alignment relative to the payload start, none for zero-length buffers |
 //! | 4 handle ignored | dispatch by (handle, method); unknown handle → `AEE_ENOSUCHMOD` |
-//! | 5 arbitrary paths | [`FilePolicy`](crate::reverse::FilePolicy): allowlist, no traversal, no symbolic links below the allowed directories |
-//! | 6 raw host fds | virtual handles from 100 in a bounded table |
+//! | 5 arbitrary paths | [`FilePolicy`](crate::reverse::FilePolicy): allowlist, no traversal, paths resolved component by component from a directory descriptor with `O_NOFOLLOW` (no rename or link-swap race leaves the allowlist) |
+//! | 6 raw host fds | virtual handles from 100 in a bounded table; generations make a stale handle fail, never reach another file |
 //! | 7 unbounded reads, stale bytes | per-request and per-file caps; unwritten reply bytes are zeroed |
 //! | 8 signed fields as unsigned | `fseek` offset is an `i32`; SET/CUR/END bounds-checked |
 //! | 9 unknown sc kills the thread | `AEE_EUNSUPPORTED` / `AEE_EBADPARM` answers; handlers never panic |
 //! | 10 status semantics | AEE codes per refusal ([`RequestError`](crate::reverse::RequestError)); no reply data on error |
 //! | 11 no stop / join, busy retry | [`StopSignal`](crate::reverse::StopSignal) + the seam's interrupt; join; quic's next2 error policy |
-//! | 12 shared state without locks, one image open | locks around images and session; per-handle offsets |
+//! | 12 shared state without locks, one image open | locks around images and session, never held across file I/O or an ioctl; per-handle offsets |
 //! | 13 unlimited DSP maps | flag allowlist, size budget, exact-match unmap of own maps only, release at end |
 //! | 14 greeting fields unwritten | remotectl open writes handle and dlErr, zeroes the error string |
 //!
@@ -51,8 +53,9 @@
 //!
 //! The request buffer is copied by the kernel from DSP memory before we parse it, so it cannot
 //! change under the parser; but the DSP chooses every byte, so nothing in it is trusted. Host
-//! files can change between `fstat` and `pread` (sizes are those of the open); symbolic-link
-//! confinement has a window on intermediate components (see [`policy`](crate::reverse::policy)).
+//! files can change between `fstat` and `pread` (sizes are those of the open); a directory moved
+//! out of the allowlist after a lookup opened it serves that one lookup (see
+//! [`policy`](crate::reverse::policy)).
 
 mod error;
 mod listener;

@@ -14,25 +14,32 @@
 //!    wins (quic's search, but with the policy's directories instead of `ADSP_LIBRARY_PATH`; the
 //!    DSP's environment-variable name and delimiter are validated and ignored).
 //!
-//! # Symbolic links
+//! # Resolution by descriptors
 //!
 //! The allowed directories themselves are trusted (board data, e.g. `/dsp` may be a link to
-//! `/vendor/dsp`). Below them no symbolic link is followed: every intermediate component is
-//! checked with `lstat` (`Syscalls::stat(path, follow = false)`) and must be a real directory;
-//! the final component must be a regular file by `lstat`; it is then opened with `O_NOFOLLOW |
-//! O_NONBLOCK` (read-only), and `fstat` of the opened descriptor must be a regular file with the
-//! same (dev, ino) as the `lstat` saw. That closes the swap of the final component between check
-//! and open, and never opens a device or FIFO.
+//! `/vendor/dsp`): each lookup opens the allowed directory as a descriptor
+//! ([`OpenAt::Dir`] with `follow`). Below it the name is resolved one component at a time,
+//! each relative to the descriptor of the directory before it: an intermediate component is
+//! opened with `O_PATH | O_DIRECTORY | O_NOFOLLOW` (a symbolic link or anything not a
+//! directory fails), the final component must be a regular file by `fstatat(..,
+//! AT_SYMLINK_NOFOLLOW)` and is then opened with `O_NOFOLLOW | O_NONBLOCK` (read-only), and
+//! `fstat` of the opened descriptor must be a regular file with the same (dev, ino). No path
+//! string below the allowed directory is ever handed to the kernel, so swapping a directory
+//! for a symbolic link (or renaming one) while a lookup runs cannot make it leave the directory
+//! it started from; and a device or FIFO is never opened.
 //!
-//! **Limit**: the seam has no `openat`/`O_PATH`/`RESOLVE_BENEATH`, so an intermediate directory
-//! replaced by a symbolic link *between* its `lstat` and the `open` is not detected. Exploiting
-//! that needs write access to a directory below an allowed directory; on a device these are
-//! read-only system partitions. A seam with `openat` would close it (see the report).
+//! `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)` would do the walk in one call, but only
+//! from Linux 5.6 (AGNOS runs 4.9); the component walk is the one path, on every kernel.
+//!
+//! **Limit**: a directory that is *moved out* of the allowed tree after the walk opened it
+//! still serves the files below it for that one lookup (the descriptor names the directory,
+//! not its path). Doing that needs write access below an allowed directory, and the file was
+//! inside the allowlist when the walk reached its directory.
 
 use core::ffi::CStr;
 
 use hexrpc_bsp::{Board, Limits};
-use hexrpc_drivers::{Errno, FileStat, OpenFlags, OwnedFd, Syscalls};
+use hexrpc_drivers::{Errno, Fd, FileStat, OpenAt, OwnedFd, Syscalls};
 
 use super::RequestError;
 
@@ -202,23 +209,21 @@ impl FilePolicy {
     }
 }
 
-/// A NUL-terminated path in fixed capacity.
-struct PathBuf {
+/// A NUL-terminated name in fixed capacity (an allowed directory or one component).
+struct NameBuf {
     buf: [u8; PATH_BUF],
     len: usize,
 }
 
-impl PathBuf {
-    fn new() -> Self {
-        PathBuf { buf: [0; PATH_BUF], len: 0 }
-    }
-
-    fn push(&mut self, bytes: &[u8]) -> Result<(), RequestError> {
-        let end = self.len.checked_add(bytes.len()).filter(|&e| e < PATH_BUF).ok_or(RequestError::BadSize)?;
-        self.buf[self.len..end].copy_from_slice(bytes);
-        self.len = end;
-        self.buf[end] = 0;
-        Ok(())
+impl NameBuf {
+    fn of(bytes: &[u8]) -> Result<Self, RequestError> {
+        let mut n = NameBuf { buf: [0; PATH_BUF], len: 0 };
+        if bytes.len() >= PATH_BUF {
+            return Err(RequestError::BadSize);
+        }
+        n.buf[..bytes.len()].copy_from_slice(bytes);
+        n.len = bytes.len();
+        Ok(n)
     }
 
     fn as_cstr(&self) -> Result<&CStr, RequestError> {
@@ -226,10 +231,36 @@ impl PathBuf {
     }
 }
 
-fn lookup_error(e: Errno) -> RequestError {
-    match e {
-        Errno::ENOENT | Errno::ENOTDIR => RequestError::NoSuchFile,
-        _ => RequestError::NotAllowed,
+/// A descriptor the walk owns, closed when dropped (a failed close is logged).
+struct WalkFd<'s, S: Syscalls + ?Sized> {
+    sys: &'s S,
+    fd: Option<OwnedFd>,
+}
+
+impl<'s, S: Syscalls + ?Sized> WalkFd<'s, S> {
+    fn new(sys: &'s S, fd: OwnedFd) -> Self {
+        WalkFd { sys, fd: Some(fd) }
+    }
+
+    /// The raw number, for calls relative to it.
+    fn raw(&self) -> Fd {
+        self.fd.as_ref().map_or(Fd(-1), OwnedFd::raw)
+    }
+
+    /// Hands the descriptor to the caller, who closes it.
+    fn keep(mut self) -> Option<OwnedFd> {
+        self.fd.take()
+    }
+}
+
+impl<S: Syscalls + ?Sized> Drop for WalkFd<'_, S> {
+    fn drop(&mut self) {
+        if let Some(fd) = self.fd.take() {
+            let n = fd.raw().0;
+            if let Err(e) = self.sys.close(fd) {
+                log::warn!("reverse: closing descriptor {n} of a path walk failed: {e}");
+            }
+        }
     }
 }
 
@@ -237,39 +268,56 @@ fn is_symlink(st: &FileStat) -> bool {
     st.mode & FileStat::S_IFMT == FileStat::S_IFLNK
 }
 
-/// Opens `dir/rel` (rel already checked clean) following no symbolic link below `dir`.
+/// Opens `dir/rel` (rel already checked clean) component by component from a descriptor of
+/// `dir`, following no symbolic link below `dir` (module docs).
 fn open_below<S: Syscalls + ?Sized>(sys: &S, dir: &[u8], rel: &[u8]) -> Result<(OwnedFd, FileStat), RequestError> {
-    let mut path = PathBuf::new();
-    path.push(dir)?;
+    let root = NameBuf::of(dir)?;
+    let fd = sys.open_at(None, root.as_cstr()?, OpenAt::Dir { follow: true }).map_err(|e| match e {
+        Errno::ENOENT | Errno::ENOTDIR => RequestError::NoSuchFile,
+        _ => RequestError::NotAllowed,
+    })?;
+    let mut cur = WalkFd::new(sys, fd);
     let mut comps = rel.split(|&c| c == b'/').peekable();
-    let mut last = FileStat::default();
     while let Some(comp) = comps.next() {
-        path.push(b"/")?;
-        path.push(comp)?;
-        let st = sys.stat(path.as_cstr()?, false).map_err(lookup_error)?;
-        if is_symlink(&st) {
-            return Err(RequestError::NotAllowed);
-        }
+        let name = NameBuf::of(comp)?;
+        let name = name.as_cstr()?;
         if comps.peek().is_some() {
-            if !st.is_dir() {
-                return Err(RequestError::NoSuchFile);
+            let next = match sys.open_at(Some(cur.raw()), name, OpenAt::Dir { follow: false }) {
+                Ok(fd) => fd,
+                Err(Errno::ENOENT) => return Err(RequestError::NoSuchFile),
+                // Not a directory: a symbolic link is refused, a file means "no such path".
+                Err(Errno::ENOTDIR) => {
+                    return match sys.stat_at(cur.raw(), name) {
+                        Ok(st) if !is_symlink(&st) => Err(RequestError::NoSuchFile),
+                        _ => Err(RequestError::NotAllowed),
+                    }
+                }
+                Err(_) => return Err(RequestError::NotAllowed),
+            };
+            cur = WalkFd::new(sys, next);
+        } else {
+            let seen = sys.stat_at(cur.raw(), name).map_err(|e| match e {
+                Errno::ENOENT => RequestError::NoSuchFile,
+                _ => RequestError::NotAllowed,
+            })?;
+            if !seen.is_file() {
+                return Err(RequestError::NotAllowed);
             }
-        } else if !st.is_file() {
-            return Err(RequestError::NotAllowed);
-        }
-        last = st;
-    }
-    let flags = OpenFlags { read_write: false, nonblock: true, nofollow: true };
-    let fd = sys.open(path.as_cstr()?, flags).map_err(lookup_error)?;
-    match sys.fstat(fd.raw()) {
-        Ok(st) if st.is_file() && st.dev == last.dev && st.ino == last.ino => Ok((fd, st)),
-        _ => {
-            if let Err(e) = sys.close(fd) {
-                log::warn!("reverse: close of a refused file failed: {e}");
-            }
-            Err(RequestError::NotAllowed)
+            let opened = sys.open_at(Some(cur.raw()), name, OpenAt::File).map_err(|e| match e {
+                Errno::ENOENT => RequestError::NoSuchFile,
+                _ => RequestError::NotAllowed,
+            })?;
+            let file = WalkFd::new(sys, opened);
+            return match sys.fstat(file.raw()) {
+                Ok(st) if st.is_file() && st.dev == seen.dev && st.ino == seen.ino => {
+                    file.keep().map(|fd| (fd, st)).ok_or(RequestError::NotAllowed)
+                }
+                _ => Err(RequestError::NotAllowed),
+            };
         }
     }
+    // `rel` is non-empty (checked clean), so the loop returned.
+    Err(RequestError::NotAllowed)
 }
 
 /// Why an image could not be registered or unregistered.

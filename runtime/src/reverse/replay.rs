@@ -5,9 +5,11 @@
 //! (empty: use the raw handle that follows); a u32 LE handle (used only when the name is empty;
 //! 0 is apps_remotectl); a u32 LE scalars word; then the request payload exactly as next2
 //! delivers it. With a module name the module is first opened through the ordinary
-//! apps_remotectl open path, the request is sent to the handle that returned, and the module is
-//! closed again. Requests of several files run against one session in the order given, so a
-//! sequence (open, read, close) can be replayed; FILE handles start at 100.
+//! apps_remotectl open path and the request is sent to the handle that returned. Requests of
+//! several files run against one session in the order given ([`ReplaySession`]): a module opened
+//! by name stays open for the later files (one per name), so a sequence (open, read, close) can
+//! be replayed (FILE handles start at 100, and a FILE handle belongs to the module it was opened
+//! through); at the end the modules are closed, which closes their files.
 
 extern crate std;
 
@@ -136,43 +138,74 @@ fn close_module<S: Syscalls>(service: &ReverseService<'_, S>, handle: u32, reply
 
 /// Replays one request file's bytes through `service`, exactly as the listener would dispatch
 /// it (a payload over the service's request limit is refused with `AEE_EBADSIZE`, as an
-/// oversize next2 request would be). Never panics.
+/// oversize next2 request would be); a module it opens is closed again. Never panics.
 pub fn replay_request<S: Syscalls>(service: &ReverseService<'_, S>, bytes: &[u8]) -> ReplayResult {
-    let file = match parse_request_file(bytes) {
-        Ok(f) => f,
-        Err(e) => return ReplayResult::malformed(e),
-    };
-    let mut reply = vec![0u8; service.policy().limits().max_reverse_request as usize + REPLY_OVERHEAD];
-    let handle = if file.module.is_empty() {
-        file.handle
-    } else {
-        match open_module(service, file.module, &mut reply) {
-            Ok(h) => h,
-            Err(status) => {
-                return ReplayResult {
-                    status: Some(status),
-                    reply_len: 0,
-                    error: Some("opening the module through apps_remotectl failed".into()),
+    ReplaySession::new(service).replay(bytes)
+}
+
+/// Several request files replayed against one session: the modules they name are opened once
+/// and stay open until the session is dropped (which closes them, and so their files).
+pub struct ReplaySession<'s, 'img, S: Syscalls> {
+    service: &'s ReverseService<'img, S>,
+    modules: Vec<(Vec<u8>, u32)>,
+    reply: Vec<u8>,
+}
+
+impl<'s, 'img, S: Syscalls> ReplaySession<'s, 'img, S> {
+    /// A replay session on `service`.
+    pub fn new(service: &'s ReverseService<'img, S>) -> Self {
+        let reply = vec![0u8; service.policy().limits().max_reverse_request as usize + REPLY_OVERHEAD];
+        ReplaySession { service, modules: Vec::new(), reply }
+    }
+
+    /// Replays one request file's bytes (see [`replay_request`]).
+    pub fn replay(&mut self, bytes: &[u8]) -> ReplayResult {
+        let file = match parse_request_file(bytes) {
+            Ok(f) => f,
+            Err(e) => return ReplayResult::malformed(e),
+        };
+        let handle = if file.module.is_empty() {
+            file.handle
+        } else if let Some(&(_, h)) = self.modules.iter().find(|(n, _)| n.as_slice() == file.module) {
+            h
+        } else {
+            match open_module(self.service, file.module, &mut self.reply) {
+                Ok(h) => {
+                    self.modules.push((file.module.to_vec(), h));
+                    h
+                }
+                Err(status) => {
+                    return ReplayResult {
+                        status: Some(status),
+                        reply_len: 0,
+                        error: Some("opening the module through apps_remotectl failed".into()),
+                    }
                 }
             }
-        }
-    };
-    let r = service.dispatch(handle, file.sc, file.payload, &mut reply);
-    if !file.module.is_empty() {
-        close_module(service, handle, &mut reply);
+        };
+        let r = self.service.dispatch(handle, file.sc, file.payload, &mut self.reply);
+        ReplayResult { status: Some(r.status), reply_len: r.reply_len, error: None }
     }
-    ReplayResult { status: Some(r.status), reply_len: r.reply_len, error: None }
+}
+
+impl<S: Syscalls> Drop for ReplaySession<'_, '_, S> {
+    fn drop(&mut self) {
+        for (_, h) in core::mem::take(&mut self.modules) {
+            close_module(self.service, h, &mut self.reply);
+        }
+    }
 }
 
 /// Reads and replays each file in order (one session). An unreadable file is reported as such
 /// and the rest still run.
 pub fn replay_files<S: Syscalls, P: AsRef<std::path::Path>>(service: &ReverseService<'_, S>, files: &[P]) -> Vec<(String, ReplayResult)> {
+    let mut session = ReplaySession::new(service);
     files
         .iter()
         .map(|p| {
             let name = p.as_ref().to_string_lossy().into_owned();
             let r = match std::fs::read(p) {
-                Ok(bytes) => replay_request(service, &bytes),
+                Ok(bytes) => session.replay(&bytes),
                 Err(e) => ReplayResult::malformed(std::format!("cannot read: {e}")),
             };
             (name, r)

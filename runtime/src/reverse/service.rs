@@ -12,7 +12,7 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use super::metrics::Metrics;
 use super::policy::{FilePolicy, ImageError, ImageTable};
-use super::session::{FileTable, MapTable, Module, ModuleTable, OpenFile, Source};
+use super::session::{FileTable, MapTable, Module, ModuleTable, Source, SourceView, ToClose};
 use super::wire::{Reply, Request};
 use super::RequestError;
 
@@ -375,16 +375,24 @@ impl<'img, S: Syscalls> ReverseService<'img, S> {
 
     /// Ends the session: closes every open file, releases every DSP map through the kernel
     /// (failures are logged, the books are cleared anyway: closing the FastRPC fd frees what
-    /// remains) and forgets every module handle. Call it before closing the FastRPC fd.
+    /// remains) and forgets every module handle. Call it before closing the FastRPC fd. The
+    /// books are taken under the lock; the closes and unmaps run after it is released. A file
+    /// a request is reading at that moment is closed by that request when its read ends (it is
+    /// counted here all the same); a map in flight is released by its request.
     pub fn end_session(&self) -> Released {
-        let mut s = self.session.lock();
-        let mut rel = Released::default();
-        for f in s.files.take_all() {
-            self.close_source(f.src);
-            rel.files += 1;
-        }
+        let (files, busy, maps) = {
+            let mut s = self.session.lock();
+            let before = s.files.open_count();
+            let files = s.files.take_all();
+            let busy = before - files.len();
+            let maps = s.maps.take_all();
+            s.modules.clear();
+            (files, busy, maps)
+        };
+        let mut rel = Released { files: files.len() + busy, maps: 0 };
+        self.close_all(files);
         let fd = self.rpc_fd();
-        for (vadsp, len) in s.maps.take_all() {
+        for (vadsp, len) in maps {
             // No channel (fd -1): it was retired or closed, and its maps went with the file.
             if vadsp != 0 && fd.0 >= 0 {
                 if let Err(e) = adsprpc::munmap(&self.sys, fd, vadsp, len) {
@@ -393,16 +401,15 @@ impl<'img, S: Syscalls> ReverseService<'img, S> {
             }
             rel.maps += 1;
         }
-        s.modules.clear();
         rel
     }
 
     /// Answers one request exactly as the listener does: `handle` and `sc` from the next2
     /// header, `payload` the request bytes received, `reply` the buffer the reply is packed
-    /// into. Never panics; any refusal is an AEE status with an empty reply.
+    /// into. Never panics; any refusal is an AEE status with an empty reply. No lock is held
+    /// across a file operation or an ioctl (module docs of `session`).
     pub fn dispatch(&self, handle: u32, sc: Scalars, payload: &[u8], reply: &mut [u8]) -> Response {
-        let mut session = self.session.lock();
-        let module = if handle == REMOTECTL_HANDLE { Some(Module::RemoteCtl) } else { session.modules.lookup(handle) };
+        let module = if handle == REMOTECTL_HANDLE { Some(Module::RemoteCtl) } else { self.session.lock().modules.lookup(handle) };
         let (method, result) = match module {
             None => (sc.method() as u32, Err(RequestError::NoSuchModule)),
             Some(_) if payload.len() > self.policy.limits().max_reverse_request as usize => {
@@ -411,13 +418,12 @@ impl<'img, S: Syscalls> ReverseService<'img, S> {
             Some(module) => match Request::parse(sc, payload) {
                 Err(e) => (sc.method() as u32, Err(e)),
                 Ok(req) => match module {
-                    Module::RemoteCtl => (sc.method() as u32, self.remotectl(&mut session, &req, reply)),
-                    Module::AppsStd => self.apps_std(&mut session, &req, reply),
-                    Module::AppsMem => (sc.method() as u32, self.apps_mem(&mut session, &req, reply)),
+                    Module::RemoteCtl => (sc.method() as u32, self.remotectl(&req, reply)),
+                    Module::AppsStd => self.apps_std(handle, &req, reply),
+                    Module::AppsMem => (sc.method() as u32, self.apps_mem(&req, reply)),
                 },
             },
         };
-        drop(session);
         self.metrics.request(module, method);
         self.metrics.outcome(result.map(|_| ()));
         if let Err(e) = result {
@@ -430,7 +436,7 @@ impl<'img, S: Syscalls> ReverseService<'img, S> {
         response
     }
 
-    fn remotectl(&self, s: &mut Session<'img>, req: &Request<'_>, reply: &mut [u8]) -> Result<usize, RequestError> {
+    fn remotectl(&self, req: &Request<'_>, reply: &mut [u8]) -> Result<usize, RequestError> {
         match req.scalars().method() {
             0 => {
                 shape(req, 2, 2)?;
@@ -442,7 +448,7 @@ impl<'img, S: Syscalls> ReverseService<'img, S> {
                 }
                 let module = Module::by_name(name).ok_or(RequestError::NoSuchModule)?;
                 let mut r = Reply::layout(req.out_lens(), reply)?;
-                let handle = s.modules.open(module)?;
+                let handle = self.session.lock().modules.open(module)?;
                 let out = OpenOut { handle: handle.into(), dl_err: 0.into() };
                 r.write(0, out.as_bytes());
                 r.write(1, &[]);
@@ -456,7 +462,14 @@ impl<'img, S: Syscalls> ReverseService<'img, S> {
                     return Err(RequestError::BadParm);
                 }
                 let mut r = Reply::layout(req.out_lens(), reply)?;
-                s.modules.close(p.handle.get())?;
+                let key = p.handle.get();
+                // Closing a module closes the files opened through it.
+                let files = {
+                    let mut s = self.session.lock();
+                    s.modules.close(key)?;
+                    s.files.remove_owned_by(key)
+                };
+                self.close_all(files);
                 r.write(0, &0i32.to_le_bytes());
                 Ok(r.finish())
             }
@@ -464,7 +477,7 @@ impl<'img, S: Syscalls> ReverseService<'img, S> {
         }
     }
 
-    fn apps_std(&self, s: &mut Session<'img>, req: &Request<'_>, reply: &mut [u8]) -> (u32, Result<usize, RequestError>) {
+    fn apps_std(&self, owner: u32, req: &Request<'_>, reply: &mut [u8]) -> (u32, Result<usize, RequestError>) {
         let field = req.scalars().method();
         let id = if field == APPS_STD_EXTENDED {
             match req.input(0).filter(|b| b.len() >= 4).map(|_| u32_at(req, 0)) {
@@ -475,14 +488,14 @@ impl<'img, S: Syscalls> ReverseService<'img, S> {
             field as u32
         };
         let r = match id {
-            m::FOPEN => self.std_fopen(s, req, reply, false),
-            m::FOPEN_WITH_ENV => self.std_fopen(s, req, reply, true),
-            m::FCLOSE => self.std_fclose(s, req),
-            m::FREAD => self.std_fread(s, req, reply),
-            m::FTELL => self.std_ftell(s, req, reply),
-            m::FSEEK => self.std_fseek(s, req),
-            m::FLEN => self.std_flen(s, req, reply),
-            m::REWIND => self.std_rewind(s, req),
+            m::FOPEN => self.std_fopen(owner, req, reply, false),
+            m::FOPEN_WITH_ENV => self.std_fopen(owner, req, reply, true),
+            m::FCLOSE => self.std_fclose(owner, req),
+            m::FREAD => self.std_fread(owner, req, reply),
+            m::FTELL => self.std_ftell(owner, req, reply),
+            m::FSEEK => self.std_fseek(owner, req),
+            m::FLEN => self.std_flen(owner, req, reply),
+            m::REWIND => self.std_rewind(owner, req),
             m::PRINT_STRING => self.std_print(req),
             m::FILE_EXISTS => self.std_file_exists(req, reply),
             m::STAT => self.std_stat(req, reply),
@@ -508,7 +521,13 @@ impl<'img, S: Syscalls> ReverseService<'img, S> {
         }
     }
 
-    fn std_fopen(&self, s: &mut Session<'img>, req: &Request<'_>, reply: &mut [u8], with_env: bool) -> Result<usize, RequestError> {
+    fn close_all(&self, files: ToClose<'img>) {
+        for src in files {
+            self.close_source(src);
+        }
+    }
+
+    fn std_fopen(&self, owner: u32, req: &Request<'_>, reply: &mut [u8], with_env: bool) -> Result<usize, RequestError> {
         let (name, mode) = if with_env {
             shape(req, 5, 1)?;
             let p: FopenWithEnvIn = prim(req, 0)?;
@@ -526,7 +545,15 @@ impl<'img, S: Syscalls> ReverseService<'img, S> {
         check_mode(mode)?;
         let mut r = Reply::layout(req.out_lens(), reply)?;
         let src = self.open_source(name)?;
-        let handle = match s.files.insert(src) {
+        // The module may have been closed while the file was opened: re-checked under the lock.
+        let inserted = {
+            let mut s = self.session.lock();
+            match s.modules.lookup(owner) {
+                Some(Module::AppsStd) => s.files.insert(src, owner),
+                _ => Err((RequestError::NoSuchModule, src)),
+            }
+        };
+        let handle = match inserted {
             Ok(h) => h,
             Err((e, src)) => {
                 self.close_source(src);
@@ -537,14 +564,17 @@ impl<'img, S: Syscalls> ReverseService<'img, S> {
         Ok(r.finish())
     }
 
-    fn std_fclose(&self, s: &mut Session<'img>, req: &Request<'_>) -> Result<usize, RequestError> {
+    fn std_fclose(&self, owner: u32, req: &Request<'_>) -> Result<usize, RequestError> {
         shape(req, 1, 0)?;
-        let file = s.files.remove(u32_at(req, 0)?)?;
-        self.close_source(file.src);
+        let handle = u32_at(req, 0)?;
+        let src = self.session.lock().files.remove(handle, owner)?;
+        if let Some(src) = src {
+            self.close_source(src);
+        }
         Ok(0)
     }
 
-    fn std_fread(&self, s: &mut Session<'img>, req: &Request<'_>, reply: &mut [u8]) -> Result<usize, RequestError> {
+    fn std_fread(&self, owner: u32, req: &Request<'_>, reply: &mut [u8]) -> Result<usize, RequestError> {
         shape(req, 1, 2)?;
         let p: FreadIn = prim(req, 0)?;
         let want = p.buf_len.get();
@@ -556,44 +586,56 @@ impl<'img, S: Syscalls> ReverseService<'img, S> {
             return Err(RequestError::BadSize);
         }
         let mut r = Reply::layout(req.out_lens(), reply)?;
-        let file = s.files.get_mut(p.file.get())?;
-        let budget = self.policy.limits().max_reverse_file_bytes.saturating_sub(file.served);
-        let size = file.src.size();
+        let used = self.session.lock().files.begin(p.file.get(), owner)?;
+        let (src, offset) = (used.src, used.offset);
+        let budget = self.policy.limits().max_reverse_file_bytes.saturating_sub(used.served);
+        let size = src.size();
         let allowed = (want as u64).min(budget) as usize;
-        if allowed == 0 && want != 0 && file.offset < size {
-            return Err(RequestError::FileBudget);
-        }
-        let mut failed = None;
-        let n = r
-            .fill(1, |region| {
-                let region = &mut region[..allowed];
-                match read_at(&self.sys, file, region) {
-                    Ok(n) => n,
-                    Err(e) => {
-                        failed = Some(e);
-                        0
+        let result = if allowed == 0 && want != 0 && offset < size {
+            Err(RequestError::FileBudget)
+        } else {
+            let mut failed = None;
+            let n = r
+                .fill(1, |region| {
+                    let region = &mut region[..allowed];
+                    match read_at(&self.sys, src, offset, region) {
+                        Ok(n) => n,
+                        Err(e) => {
+                            failed = Some(e);
+                            0
+                        }
                     }
-                }
-            })
-            .unwrap_or(0);
-        if let Some(e) = failed {
-            return Err(e);
+                })
+                .unwrap_or(0);
+            match failed {
+                Some(e) => Err(e),
+                None => Ok(n),
+            }
+        };
+        let n = *result.as_ref().unwrap_or(&0);
+        // Re-validated under the lock: if the file was closed meanwhile the offset is not
+        // applied, and the last user closes it.
+        let closed = self.session.lock().files.finish(used, |f| {
+            f.offset = offset.saturating_add(n as u64);
+            f.served = f.served.saturating_add(n as u64);
+        });
+        if let Some(src) = closed {
+            self.close_source(src);
         }
-        file.offset = file.offset.saturating_add(n as u64);
-        file.served = file.served.saturating_add(n as u64);
+        let n = result?;
         self.metrics.served(n as u64);
-        let eof = n < allowed || file.offset >= size;
+        let eof = n < allowed || offset.saturating_add(n as u64) >= size;
         // `n <= want <= i32::MAX` (checked above).
         let out = FreadOut { bytes_read: (n as i32).into(), eof: (eof as i32).into() };
         r.write(0, out.as_bytes());
         Ok(r.finish())
     }
 
-    fn std_ftell(&self, s: &mut Session<'img>, req: &Request<'_>, reply: &mut [u8]) -> Result<usize, RequestError> {
+    fn std_ftell(&self, owner: u32, req: &Request<'_>, reply: &mut [u8]) -> Result<usize, RequestError> {
         shape(req, 1, 1)?;
         let len = out_at_least(req, 0, 4)?;
         let mut r = Reply::layout(req.out_lens(), reply)?;
-        let pos = s.files.get_mut(u32_at(req, 0)?)?.offset;
+        let pos = self.session.lock().files.get_mut(u32_at(req, 0)?, owner)?.offset;
         if len >= 8 {
             r.write(0, &pos.to_le_bytes());
         } else {
@@ -603,10 +645,11 @@ impl<'img, S: Syscalls> ReverseService<'img, S> {
         Ok(r.finish())
     }
 
-    fn std_fseek(&self, s: &mut Session<'img>, req: &Request<'_>) -> Result<usize, RequestError> {
+    fn std_fseek(&self, owner: u32, req: &Request<'_>) -> Result<usize, RequestError> {
         shape(req, 1, 0)?;
         let p: FseekIn = prim(req, 0)?;
-        let file = s.files.get_mut(p.file.get())?;
+        let mut s = self.session.lock();
+        let file = s.files.get_mut(p.file.get(), owner)?;
         let base: i128 = match p.whence.get() {
             std_abi::APPS_STD_SEEK_SET => 0,
             std_abi::APPS_STD_SEEK_CUR => file.offset as i128,
@@ -621,18 +664,18 @@ impl<'img, S: Syscalls> ReverseService<'img, S> {
         Ok(0)
     }
 
-    fn std_flen(&self, s: &mut Session<'img>, req: &Request<'_>, reply: &mut [u8]) -> Result<usize, RequestError> {
+    fn std_flen(&self, owner: u32, req: &Request<'_>, reply: &mut [u8]) -> Result<usize, RequestError> {
         shape(req, 1, 1)?;
         out_at_least(req, 0, 8)?;
         let mut r = Reply::layout(req.out_lens(), reply)?;
-        let size = s.files.get_mut(u32_at(req, 0)?)?.src.size();
+        let size = self.session.lock().files.get_mut(u32_at(req, 0)?, owner)?.src.size();
         r.write(0, &size.to_le_bytes());
         Ok(r.finish())
     }
 
-    fn std_rewind(&self, s: &mut Session<'img>, req: &Request<'_>) -> Result<usize, RequestError> {
+    fn std_rewind(&self, owner: u32, req: &Request<'_>) -> Result<usize, RequestError> {
         shape(req, 1, 0)?;
-        s.files.get_mut(u32_at(req, 0)?)?.offset = 0;
+        self.session.lock().files.get_mut(u32_at(req, 0)?, owner)?.offset = 0;
         Ok(0)
     }
 
@@ -702,7 +745,7 @@ impl<'img, S: Syscalls> ReverseService<'img, S> {
         Ok(r.finish())
     }
 
-    fn apps_mem(&self, s: &mut Session<'img>, req: &Request<'_>, reply: &mut [u8]) -> Result<usize, RequestError> {
+    fn apps_mem(&self, req: &Request<'_>, reply: &mut [u8]) -> Result<usize, RequestError> {
         match req.scalars().method() as u32 {
             std_abi::mem_method::REQUEST_MAP64 => {
                 shape(req, 1, 1)?;
@@ -712,15 +755,33 @@ impl<'img, S: Syscalls> ReverseService<'img, S> {
                 if !ALLOWED_MAP_FLAGS.contains(&p.rflags.get()) {
                     return Err(RequestError::Unsupported);
                 }
-                s.maps.admit(len, self.policy.limits().max_dsp_map_bytes)?;
                 let mut r = Reply::layout(req.out_lens(), reply)?;
-                let vadsp = adsprpc::mmap(&self.sys, self.rpc_fd(), Fd(-1), p.rflags.get(), 0, len).map_err(|e| {
-                    log::warn!("reverse: DSP map of {len:#x} bytes refused: {e}");
-                    RequestError::Mmap
-                })?;
+                let reservation = self.session.lock().maps.reserve(len, self.policy.limits().max_dsp_map_bytes)?;
+                let fd = self.rpc_fd();
+                let made = adsprpc::mmap(&self.sys, fd, Fd(-1), p.rflags.get(), 0, len);
+                let mut s = self.session.lock();
+                let vadsp = match made {
+                    Ok(v) => v,
+                    Err(e) => {
+                        s.maps.cancel(reservation);
+                        drop(s);
+                        log::warn!("reverse: DSP map of {len:#x} bytes refused: {e}");
+                        return Err(RequestError::Mmap);
+                    }
+                };
                 // Charged even when the kernel did not report the address (kernel-abi.md 2.9):
                 // the memory exists until the session's fd is closed.
-                s.maps.record(vadsp, len);
+                if !s.maps.commit(reservation, vadsp) {
+                    // The session ended while the map was made: release it on the fd that made it.
+                    drop(s);
+                    if vadsp != 0 && fd.0 >= 0 {
+                        if let Err(e) = adsprpc::munmap(&self.sys, fd, vadsp, len) {
+                            log::warn!("reverse: releasing a map made across session end failed: {e}");
+                        }
+                    }
+                    return Err(RequestError::Mmap);
+                }
+                drop(s);
                 if vadsp == 0 {
                     return Err(RequestError::Mmap);
                 }
@@ -732,12 +793,13 @@ impl<'img, S: Syscalls> ReverseService<'img, S> {
                 shape(req, 1, 0)?;
                 let p: Unmap64In = prim(req, 0)?;
                 let len = u64::try_from(p.len.get()).ok().filter(|&l| l != 0).ok_or(RequestError::BadParm)?;
-                let i = s.maps.find(p.vadsp.get(), len).ok_or(RequestError::NoSuchMap)?;
-                adsprpc::munmap(&self.sys, self.rpc_fd(), p.vadsp.get(), len).map_err(|e| {
+                let vadsp = p.vadsp.get();
+                let taken = self.session.lock().maps.take(vadsp, len).ok_or(RequestError::NoSuchMap)?;
+                if let Err(e) = adsprpc::munmap(&self.sys, self.rpc_fd(), vadsp, len) {
+                    self.session.lock().maps.restore(taken, vadsp);
                     log::warn!("reverse: DSP unmap refused: {e}");
-                    RequestError::Mmap
-                })?;
-                s.maps.remove(i);
+                    return Err(RequestError::Mmap);
+                }
                 Ok(0)
             }
             _ => Err(RequestError::Unsupported),
@@ -745,20 +807,19 @@ impl<'img, S: Syscalls> ReverseService<'img, S> {
     }
 }
 
-/// Reads at the file's offset into `region` (the whole region unless end of file).
-fn read_at<S: Syscalls + ?Sized>(sys: &S, file: &OpenFile<'_>, region: &mut [u8]) -> Result<usize, RequestError> {
-    match &file.src {
-        Source::Image(bytes) => {
-            let start = usize::try_from(file.offset).unwrap_or(usize::MAX).min(bytes.len());
+/// Reads at `offset` of `src` into `region` (the whole region unless end of file).
+fn read_at<S: Syscalls + ?Sized>(sys: &S, src: SourceView<'_>, offset: u64, region: &mut [u8]) -> Result<usize, RequestError> {
+    match src {
+        SourceView::Image(bytes) => {
+            let start = usize::try_from(offset).unwrap_or(usize::MAX).min(bytes.len());
             let n = region.len().min(bytes.len() - start);
             region[..n].copy_from_slice(&bytes[start..start + n]);
             Ok(n)
         }
-        Source::Host { fd, .. } => {
-            let fd = fd.raw();
+        SourceView::Host { fd, .. } => {
             let mut done = 0usize;
             while done < region.len() {
-                let at = file.offset.checked_add(done as u64).ok_or(RequestError::Read)?;
+                let at = offset.checked_add(done as u64).ok_or(RequestError::Read)?;
                 match sys.pread(fd, &mut region[done..], at) {
                     Ok(0) => break,
                     // A seam answering more than asked is clamped.
