@@ -8,12 +8,11 @@ use hexrpc_bench::{elf, Bench, CallKind, DspCallKind, EntryVersion, Fault, Fault
 use hexrpc_bsp::{Board, DeviceAccess};
 use hexrpc_drivers::{aee, apps_std, Errno, Fd, Scalars};
 use hexrpc_hal::{BufferView, Cause, HalError, Library, Session};
-use hexrpc_runtime::launch::{AbiVersion, BufferRef, PackError, PackedLaunch, Scalar, Signature};
+use hexrpc_runtime::launch::{AbiVersion, BufferRef, PackedLaunch, Scalar, Signature};
 use hexrpc_runtime::reverse::FilePolicy;
 use hexrpc_runtime::ServedSession;
 
-/// A check's result: `Ok((figure, detail))` or `Err((figure, detail))`.
-pub type Outcome = Result<(String, String), (String, String)>;
+pub use crate::selftest::Outcome;
 
 fn fail(detail: impl std::fmt::Display) -> (String, String) {
     (String::new(), detail.to_string())
@@ -29,6 +28,11 @@ static BOARD: std::sync::OnceLock<&'static Board> = std::sync::OnceLock::new();
 /// already.
 pub fn set_board(board: &'static Board) -> bool {
     *BOARD.get_or_init(|| board) == board
+}
+
+/// The device access token of the bench board the checks run on.
+fn bench_access() -> DeviceAccess {
+    DeviceAccess::for_bench_board(board()).unwrap_or_else(DeviceAccess::for_bench)
 }
 
 /// The bench board the checks run on.
@@ -81,46 +85,6 @@ fn launch(lib: &Library<'_, Bench>, input: &BufferView<'_>, output: &BufferView<
 fn check_output(input: &BufferView<'_>, output: &BufferView<'_>, add: u8) -> bool {
     let (mut a, mut b) = (vec![0u8; input.len()], vec![0u8; output.len()]);
     input.read(&mut a).is_ok() && output.read(&mut b).is_ok() && a.iter().zip(&b).all(|(x, y)| x.wrapping_add(add) == *y)
-}
-
-/// Parameter layout: both launch ABI versions pack every buffer count 0..=15 with mixed scalars
-/// exactly where the table says; v1 refuses a non-zero view offset.
-pub fn launch_packing() -> Outcome {
-    let owner = ();
-    let mut packings = 0;
-    for version in [AbiVersion::V1, AbiVersion::V2] {
-        let layout = version.layout();
-        for n in 0..=15usize {
-            let mut sig_text: Vec<&str> = vec!["buf"; n];
-            sig_text.extend(["i32", "f32", "u8"]);
-            let sig = Signature::parse(&sig_text.join(",")).map_err(fail)?;
-            let offset = |i: usize| if version == AbiVersion::V1 { 0 } else { 64 * i as u64 + 8 };
-            let bufs: Vec<BufferRef<'_>> =
-                (0..n).map(|i| BufferRef::borrowing(&owner, Fd(100 + i as i32), 65_536, offset(i), 1000 + i as u64)).collect();
-            let scalars = [Scalar::I32(-7), Scalar::F32(2.5), Scalar::U8(9)];
-            let packed = PackedLaunch::new(version, &sig, &bufs, &scalars).map_err(|e| fail(format!("{version:?} n={n}: {e}")))?;
-            let (pra0, pra1) = (packed.pra0(), packed.pra1());
-            let mut ok = Some(packed.scalars_word()) == layout.scalars(n);
-            for i in 0..n {
-                ok &= layout.buffer_len(pra0, i) == Some(1000 + i as u32);
-                ok &= layout.view(pra1, i).map(|(off, _)| off) == Some(offset(i) as u32);
-                ok &= packed.fds().get(i) == Some(&Fd(100 + i as i32));
-            }
-            for (j, s) in scalars.iter().enumerate() {
-                ok &= layout.scalar(pra0, n, j, s.ty()) == Some(*s);
-            }
-            if !ok {
-                return Err(fail(format!("{version:?} with {n} buffers: packed bytes differ from the table")));
-            }
-            packings += 1;
-        }
-    }
-    let sig = Signature::parse("buf,u32").map_err(fail)?;
-    let refused = PackedLaunch::new(AbiVersion::V1, &sig, &[BufferRef::borrowing(&owner, Fd(100), 8192, 64, 100)], &[Scalar::U32(1)]);
-    if !matches!(refused, Err(PackError::V1NonZeroOffset { .. })) {
-        return Err(fail(format!("v1 with a view at offset 64 was not refused: {refused:?}")));
-    }
-    Ok((format!("{packings} packings"), "v1 and v2, 0..=15 buffers, i32/f32/u8 scalars, as the table says; v1 offset view refused".into()))
 }
 
 /// View offsets: v2 launches on views at non-zero offsets of one lease give the right bytes, and
@@ -227,7 +191,7 @@ pub fn reclamation() -> Outcome {
     ))
 }
 
-fn remotectl_open(bench: &Bench, fd: Fd, module: &str) -> Result<u32, String> {
+pub(crate) fn remotectl_open(bench: &Bench, fd: Fd, module: &str) -> Result<u32, String> {
     let name = format!("{module}\0");
     let mut prim = Vec::new();
     prim.extend_from_slice(&(name.len() as u32).to_le_bytes());
@@ -243,7 +207,7 @@ fn remotectl_open(bench: &Bench, fd: Fd, module: &str) -> Result<u32, String> {
     Ok(u32::from_le_bytes([outs[0][0], outs[0][1], outs[0][2], outs[0][3]]))
 }
 
-fn fopen(bench: &Bench, fd: Fd, apps_std_handle: u32, name: &str, mode: &str) -> Result<i32, String> {
+pub(crate) fn fopen(bench: &Bench, fd: Fd, apps_std_handle: u32, name: &str, mode: &str) -> Result<i32, String> {
     let (env, delim, fname, mode) = ("ADSP_LIBRARY_PATH\0", ";\0", format!("{name}\0"), format!("{mode}\0"));
     let mut prim = Vec::new();
     for l in [env.len(), delim.len(), fname.len(), mode.len()] {
@@ -387,4 +351,124 @@ pub fn concurrency() -> Outcome {
             took.as_secs_f64() * 1e3
         ),
     ))
+}
+
+/// The device checks on the bench with the device test library's kernel played by a scripted
+/// DSP model (used when the executor cannot run the built library here): the same operations as
+/// `android/devicelib/hexrpc_selftest.c`; its `fopen` is sent through the listener as reverse
+/// requests to `apps_std`, exactly as the DSP's C library does for a library's `fopen`.
+pub fn scripted_device_target() -> (crate::device::Target<Bench>, crate::device::DeviceLibrary) {
+    use crate::device::{DeviceLibrary, Target, NAME, OP_ADD, OP_FOPEN, OP_SPIN};
+    use std::sync::atomic::{AtomicI32, Ordering};
+    use std::sync::Arc;
+    let listener = Arc::new(AtomicI32::new(-1));
+    let cell = listener.clone();
+    let make = move || {
+        let bench = Bench::for_board(board());
+        let weak = bench.downgrade();
+        let fd_cell = cell.clone();
+        bench.register_library(
+            NAME,
+            LibraryModel::new(EntryVersion::V2, 2, 3, move |k| {
+                let (n, op, arg) =
+                    (k.scalar_u32(0).unwrap_or(0) as usize, k.scalar_u32(1).unwrap_or(u32::MAX), k.scalar_u32(2).unwrap_or(0));
+                match op {
+                    OP_ADD => {
+                        let n = n.min(k.buffer_len(0)).min(k.buffer_len(1));
+                        let mut v = vec![0u8; n];
+                        if k.read(0, 0, &mut v).is_ok() {
+                            v.iter_mut().for_each(|b| *b = b.wrapping_add(arg as u8));
+                            let _ = k.write(1, 0, &v);
+                        }
+                    }
+                    OP_SPIN => {
+                        let end = Instant::now() + Duration::from_millis(u64::from(arg));
+                        while Instant::now() < end {
+                            std::thread::sleep(Duration::from_millis(5));
+                        }
+                        let _ = k.write(1, 0, &[1]);
+                    }
+                    OP_FOPEN => {
+                        let path = k.read_all(0).unwrap_or_default();
+                        let path = String::from_utf8_lossy(path.split(|b| *b == 0).next().unwrap_or(&[])).into_owned();
+                        let answer = match weak.upgrade() {
+                            Some(bench) => {
+                                let fd = Fd(fd_cell.load(Ordering::Acquire));
+                                let opened = remotectl_open(&bench, fd, "apps_std").and_then(|h| fopen(&bench, fd, h, &path, "r"));
+                                u8::from(matches!(opened, Ok(0)))
+                            }
+                            None => 0,
+                        };
+                        let _ = k.write(1, 0, &[answer]);
+                    }
+                    _ => {}
+                }
+            }),
+        );
+        bench
+    };
+    let target =
+        Target { make: Box::new(make), access: bench_access(), on_served: Box::new(move |_, fd| listener.store(fd.0, Ordering::Release)) };
+    let lib = DeviceLibrary { image: device_model_image(), origin: "scripted model of the library's kernel".into() };
+    (target, lib)
+}
+
+fn device_model_image() -> &'static [u8] {
+    use std::sync::OnceLock;
+    static IMAGE: OnceLock<Vec<u8>> = OnceLock::new();
+    IMAGE.get_or_init(|| elf::library_image(crate::device::NAME, 8192))
+}
+
+/// The source of the device test library, built for the executor at run time.
+const DEVICE_LIBRARY_SOURCE: &str = include_str!("../devicelib/hexrpc_selftest.c");
+
+/// The device test library built from its C source with `build-lib`'s code, for the bench's
+/// executor (qemu-hexagon runs the very Hexagon code that ships); once per process. `Err` says
+/// why it cannot be used here (tools missing, build failed).
+pub fn executor_device_library() -> Result<crate::device::DeviceLibrary, String> {
+    use std::sync::OnceLock;
+    static BUILT: OnceLock<Result<&'static [u8], String>> = OnceLock::new();
+    let image = BUILT.get_or_init(|| {
+        use hexrpc_runtime::launch::build::{build_library, BuildOptions};
+        hexrpc_bench::executor::tools_available()?;
+        let dir = std::env::temp_dir().join(format!("hexrpc-devicelib-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let built = (|| {
+            let src = dir.join("hexrpc_selftest.c");
+            std::fs::write(&src, DEVICE_LIBRARY_SOURCE).map_err(|e| e.to_string())?;
+            let sig = Signature::parse(crate::device::SIGNATURE).map_err(|e| e.to_string())?;
+            let out = dir.join("libhexrpc_selftest.so");
+            let opts = BuildOptions { kernel_name: Some(crate::device::KERNEL.into()), ..BuildOptions::default() };
+            build_library(&src, &sig, &out, &opts).map_err(|e| format!("build-lib: {e}"))?;
+            std::fs::read(&out).map_err(|e| e.to_string())
+        })();
+        let _ = std::fs::remove_dir_all(&dir);
+        built.map(|b| &*Box::leak(b.into_boxed_slice()))
+    });
+    image.clone().map(|image| crate::device::DeviceLibrary {
+        image,
+        origin: "the device test library built by build-lib, its Hexagon code run by the executor (qemu-hexagon)".into(),
+    })
+}
+
+/// A plain bench: a library image that is a Hexagon shared object is loaded by the executor.
+pub fn executor_device_target() -> crate::device::Target<Bench> {
+    crate::device::Target { make: Box::new(|| Bench::for_board(board())), access: bench_access(), on_served: Box::new(|_, _| {}) }
+}
+
+/// The bench target and library for the device checks.
+pub fn bench_device_setup(
+    library: crate::selftest::LibraryChoice,
+) -> (crate::device::Target<hexrpc_bench::Bench>, crate::device::DeviceLibrary) {
+    match library.or_else(|_| crate::checks::executor_device_library()) {
+        // The executor's shell sends the library's fopen to the listener as a DSP's C library
+        // does, so every check, the permission refusals included, runs the library's code.
+        Ok(lib) => (crate::checks::executor_device_target(), lib),
+        Err(why) => {
+            let (target, scripted) = crate::checks::scripted_device_target();
+            let origin = format!("{} (the executor cannot run the built library here: {why})", scripted.origin);
+            (target, crate::device::DeviceLibrary { origin, ..scripted })
+        }
+    }
 }

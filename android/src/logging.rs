@@ -1,5 +1,9 @@
 //! Logging for the CLI: android_logger (tag `hexrpc`) on Android, stderr elsewhere.
 //!
+//! On Android, warnings and errors also go to stderr: over `adb shell` logcat is not what the
+//! person sees, and a failed `--output` write must not be a silent exit 1. (Under init, stderr
+//! is /dev/null unless the service asks otherwise, so nothing is lost or doubled there.)
+//!
 //! The level comes from `-v` / `-q` on the command line, else from `HEXRPC_LOG`
 //! (`error`, `warn`, `info`, `debug`, `trace`, `off`), else `warn`.
 
@@ -51,16 +55,49 @@ impl log::Log for Stderr {
     fn flush(&self) {}
 }
 
+#[cfg(target_os = "android")]
+struct Android(android_logger::AndroidLogger);
+
+#[cfg(target_os = "android")]
+impl log::Log for Android {
+    fn enabled(&self, m: &log::Metadata<'_>) -> bool {
+        m.level() <= log::max_level()
+    }
+    fn log(&self, r: &log::Record<'_>) {
+        if !self.enabled(r.metadata()) {
+            return;
+        }
+        self.0.log(r);
+        if r.level() <= log::Level::Warn {
+            eprintln!("hexrpc: {}: {}", r.level().as_str().to_ascii_lowercase(), r.args());
+        }
+    }
+    fn flush(&self) {
+        self.0.flush();
+    }
+}
+
 /// Installs the logger once.
 pub fn init(level: LevelFilter) {
     #[cfg(target_os = "android")]
-    android_logger::init_once(android_logger::Config::default().with_tag("hexrpc").with_max_level(level));
+    {
+        static LOGGER: std::sync::OnceLock<Android> = std::sync::OnceLock::new();
+        let logger = LOGGER.get_or_init(|| {
+            Android(android_logger::AndroidLogger::new(android_logger::Config::default().with_tag("hexrpc").with_max_level(level)))
+        });
+        let _ = log::set_logger(logger);
+    }
     #[cfg(not(target_os = "android"))]
     {
         static LOGGER: Stderr = Stderr;
         let _ = log::set_logger(&LOGGER);
     }
     log::set_max_level(level);
+}
+
+/// An error for the person running the command: stderr, and the log (logcat on Android).
+pub fn error(msg: &str) {
+    log::error!("{msg}");
 }
 
 #[cfg(test)]

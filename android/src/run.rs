@@ -57,6 +57,9 @@ pub struct RunArgs {
     pub deadline_ms: Option<String>,
     /// `--json`.
     pub json: bool,
+    /// `--capture DIR`: record the session's reverse-RPC requests there (`hexrpc capture`'s
+    /// files).
+    pub capture: Option<PathBuf>,
 }
 
 /// Largest input file `in=` reads, and largest buffer `size=` allows.
@@ -92,6 +95,8 @@ struct Plan {
     repeat: u32,
     deadline: Option<Duration>,
     json: bool,
+    capture: Option<PathBuf>,
+    tap: Option<&'static crate::capture::Recorder>,
 }
 
 /// A failure: exit 2 (usage) or 1 (the launch failed or was refused), with the message.
@@ -223,26 +228,15 @@ fn check(a: RunArgs) -> Result<Plan, Failure> {
             _ => return Err(usage(format!("--deadline-ms {d:?}: a positive number of milliseconds"))),
         },
     };
-    Ok(Plan { library, sig, abi, mode: a.mode, args, repeat, deadline, json: a.json })
+    // The tap lives as long as the service, which needs it for 'static: one per process.
+    let tap = a.capture.as_ref().map(|_| &*Box::leak(Box::<crate::capture::Recorder>::default()));
+    Ok(Plan { library, sig, abi, mode: a.mode, args, repeat, deadline, json: a.json, capture: a.capture, tap })
 }
 
-/// Reads at most `max` bytes of a regular file; anything else is refused.
+/// Reads at most `max` bytes of a regular file; anything else (a FIFO, a device, a directory)
+/// is refused before reading (the CLI's hardened reader: non-blocking open, fstat, bounded read).
 fn read_bounded(path: &Path, max: u64, what: &str) -> Result<Vec<u8>, Failure> {
-    use std::io::Read;
-    let f = std::fs::File::open(path).map_err(|e| refused(format!("{what} {}: {e}", path.display())))?;
-    let m = f.metadata().map_err(|e| refused(format!("{what} {}: {e}", path.display())))?;
-    if !m.is_file() {
-        return Err(refused(format!("{what} {}: not a regular file", path.display())));
-    }
-    if m.len() > max {
-        return Err(refused(format!("{what} {}: {} bytes exceeds the {max}-byte limit", path.display(), m.len())));
-    }
-    let mut out = Vec::with_capacity(m.len() as usize);
-    f.take(max + 1).read_to_end(&mut out).map_err(|e| refused(format!("{what} {}: {e}", path.display())))?;
-    if out.len() as u64 > max {
-        return Err(refused(format!("{what} {}: grew beyond the {max}-byte limit while read", path.display())));
-    }
-    Ok(out)
+    crate::io::read_bounded(path, max).map_err(|e| refused(format!("{what} {}: {e}", crate::io::escape(&path.to_string_lossy()))))
 }
 
 /// Writes `bytes` to `path` through a unique temporary file in the same directory (created with
@@ -327,6 +321,9 @@ fn launch<S: Syscalls + Clone + Send + Sync + 'static>(
     image: &'static [u8],
     inputs: &[Option<Vec<u8>>],
 ) -> Result<Measured, Failure> {
+    if let Some(tap) = plan.tap {
+        served.service().set_tap(tap);
+    }
     let stem = plan.library.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
     let mut name: String = stem.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '-').take(20).collect();
     if name.is_empty() {
@@ -455,6 +452,24 @@ fn report(plan: &Plan, mode: Mode, m: &Measured) -> String {
     out
 }
 
+/// `--bench`: the library under the executor.
+#[cfg(feature = "bench")]
+fn bench_launch(plan: &Plan, image: &'static [u8], inputs: &[Option<Vec<u8>>]) -> Result<Measured, Failure> {
+    hexrpc_bench::executor::tools_available()
+        .map_err(|e| refused(format!("--bench needs the Hexagon executor (clang-19, ld.lld-19, qemu-hexagon): {e}")))?;
+    let bench = hexrpc_bench::Bench::new();
+    let policy = FilePolicy::for_board(bench.board()).map_err(|e| refused(format!("bench file policy: {e:?}")))?;
+    let served = ServedSession::start(bench, &hexrpc_bsp::DeviceAccess::for_bench(), policy)
+        .map_err(|e| refused(format!("starting the bench session: {e:?}")))?;
+    launch(&served, plan, image, inputs)
+}
+
+/// `--bench` in a build without the bench (the vendor build).
+#[cfg(not(feature = "bench"))]
+fn bench_launch(_: &Plan, _: &'static [u8], _: &[Option<Vec<u8>>]) -> Result<Measured, Failure> {
+    Err(refused("this build has no bench: the vendor build leaves the `bench` feature off"))
+}
+
 fn execute(plan: Plan) -> Result<String, Failure> {
     // Refusals that need no session.
     if plan.abi == AbiVersion::V1 {
@@ -503,28 +518,29 @@ fn execute(plan: Plan) -> Result<String, Failure> {
     };
     // Images are `'static` (the HAL's registry contract): this process runs one library.
     let image: &'static [u8] = Box::leak(image.into_boxed_slice());
-    let measured = match mode {
-        Mode::Bench => {
-            hexrpc_bench::executor::tools_available()
-                .map_err(|e| refused(format!("--bench needs the Hexagon executor (clang-19, ld.lld-19, qemu-hexagon): {e}")))?;
-            let bench = hexrpc_bench::Bench::new();
-            let policy = FilePolicy::for_board(bench.board()).map_err(|e| refused(format!("bench file policy: {e:?}")))?;
-            let served = ServedSession::start(bench, &hexrpc_bsp::DeviceAccess::for_bench(), policy)
-                .map_err(|e| refused(format!("starting the bench session: {e:?}")))?;
-            launch(&served, &plan, image, &inputs)?
-        }
+    let measured = (|| match mode {
+        Mode::Bench => bench_launch(&plan, image, &inputs),
         Mode::Device => {
-            let model =
-                ["/proc/device-tree/model", "/sys/firmware/devicetree/base/model"].iter().find_map(|p| std::fs::read_to_string(p).ok());
-            let board = model.as_deref().and_then(hexrpc_bsp::detect).unwrap_or(&hexrpc_bsp::COMMA_THREE);
+            // Detected from the device-tree model; an undetected board is said, not assumed silently.
+            let (board, source) = crate::device_board(None).map_err(|crate::Usage(m)| usage(m))?;
+            if source == crate::probe::BoardSource::Assumed {
+                log::warn!("board not detected from the device-tree model: using the {} facts (`hexrpc probe` says more)", board.name);
+            }
             let policy = FilePolicy::for_board(board).map_err(|e| refused(format!("file policy of {}: {e:?}", board.name)))?;
             // The one place this command decides to touch the device.
             let access = hexrpc_bsp::DeviceAccess::for_device(board);
             let served = ServedSession::start(hexrpc_drivers::RustixSys, &access, policy)
                 .map_err(|e| refused(format!("starting the DSP session: {e:?}")))?;
-            launch(&served, &plan, image, &inputs)?
+            launch(&served, &plan, image, &inputs)
         }
-    };
+    })();
+    // What was recorded is written whether the launch worked or not (a failure is the case
+    // worth replaying).
+    if let (Some(dir), Some(tap)) = (&plan.capture, plan.tap) {
+        let (n, _) = tap.write(dir).map_err(|e| refused(format!("--capture: {e}")))?;
+        log::info!("captured {n} reverse requests into {}", dir.display());
+    }
+    let measured = measured?;
     Ok(report(&plan, mode, &measured))
 }
 

@@ -3,7 +3,8 @@
 //! Each check runs real code and reports a figure. Checks whose layer does not exist yet in this
 //! build are reported as `skip` with the reason, never as `pass`.
 
-use hexrpc_drivers::{ioc, layout, Mapping, OpenFlags, Prot, RustixSys, Syscalls};
+use hexrpc_drivers::{ioc, layout, Fd, Mapping, OpenFlags, Prot, RustixSys, Syscalls};
+use hexrpc_runtime::launch::{AbiVersion, BufferRef, PackError, PackedLaunch, Scalar, Signature};
 
 use crate::json;
 
@@ -72,6 +73,53 @@ pub struct Check {
     pub detail: String,
 }
 
+/// A check's result: `Ok((figure, detail))` or `Err((figure, detail))`.
+pub type Outcome = Result<(String, String), (String, String)>;
+
+fn fail(detail: impl std::fmt::Display) -> (String, String) {
+    (String::new(), detail.to_string())
+}
+
+/// Parameter layout: both launch ABI versions pack every buffer count 0..=15 with mixed scalars
+/// exactly where the table says; v1 refuses a non-zero view offset.
+pub fn launch_packing() -> Outcome {
+    let owner = ();
+    let mut packings = 0;
+    for version in [AbiVersion::V1, AbiVersion::V2] {
+        let layout = version.layout();
+        for n in 0..=15usize {
+            let mut sig_text: Vec<&str> = vec!["buf"; n];
+            sig_text.extend(["i32", "f32", "u8"]);
+            let sig = Signature::parse(&sig_text.join(",")).map_err(fail)?;
+            let offset = |i: usize| if version == AbiVersion::V1 { 0 } else { 64 * i as u64 + 8 };
+            let bufs: Vec<BufferRef<'_>> =
+                (0..n).map(|i| BufferRef::borrowing(&owner, Fd(100 + i as i32), 65_536, offset(i), 1000 + i as u64)).collect();
+            let scalars = [Scalar::I32(-7), Scalar::F32(2.5), Scalar::U8(9)];
+            let packed = PackedLaunch::new(version, &sig, &bufs, &scalars).map_err(|e| fail(format!("{version:?} n={n}: {e}")))?;
+            let (pra0, pra1) = (packed.pra0(), packed.pra1());
+            let mut ok = Some(packed.scalars_word()) == layout.scalars(n);
+            for i in 0..n {
+                ok &= layout.buffer_len(pra0, i) == Some(1000 + i as u32);
+                ok &= layout.view(pra1, i).map(|(off, _)| off) == Some(offset(i) as u32);
+                ok &= packed.fds().get(i) == Some(&Fd(100 + i as i32));
+            }
+            for (j, s) in scalars.iter().enumerate() {
+                ok &= layout.scalar(pra0, n, j, s.ty()) == Some(*s);
+            }
+            if !ok {
+                return Err(fail(format!("{version:?} with {n} buffers: packed bytes differ from the table")));
+            }
+            packings += 1;
+        }
+    }
+    let sig = Signature::parse("buf,u32").map_err(fail)?;
+    let refused = PackedLaunch::new(AbiVersion::V1, &sig, &[BufferRef::borrowing(&owner, Fd(100), 8192, 64, 100)], &[Scalar::U32(1)]);
+    if !matches!(refused, Err(PackError::V1NonZeroOffset { .. })) {
+        return Err(fail(format!("v1 with a view at offset 64 was not refused: {refused:?}")));
+    }
+    Ok((format!("{packings} packings"), "v1 and v2, 0..=15 buffers, i32/f32/u8 scalars, as the table says; v1 offset view refused".into()))
+}
+
 fn check(name: &'static str, stage: &'static str, r: Result<(String, String), (String, String)>) -> Check {
     match r {
         Ok((figure, detail)) => Check { name, stage, status: Status::Pass, figure, detail },
@@ -113,7 +161,7 @@ fn ioctl_sizes() -> Result<(String, String), (String, String)> {
 }
 
 /// The real syscall seam: an unknown ioctl on a real fd, and a shared mapping round trip.
-fn seam() -> Result<(String, String), (String, String)> {
+fn seam_check() -> Result<(String, String), (String, String)> {
     let sys = RustixSys;
     let fail = |what: &str, e: hexrpc_drivers::Errno| (String::new(), format!("{what}: {e}"));
     let fd = sys.open(c"/dev/null", OpenFlags::READ_ONLY).map_err(|e| fail("open /dev/null", e))?;
@@ -152,44 +200,186 @@ fn rustix_memfd() -> Result<hexrpc_drivers::OwnedFd, hexrpc_drivers::Errno> {
     fd
 }
 
+/// How the device checks reach their target.
+pub enum DeviceSeam {
+    /// The real nodes of this board (and how the board was chosen).
+    Real(&'static hexrpc_bsp::Board, crate::probe::BoardSource),
+    /// The test seam: the bench stands in for the device nodes (`--seam bench`).
+    #[cfg(feature = "bench")]
+    Bench,
+}
+
+/// The device test library for a run: where it was found, or why none was.
+pub type LibraryChoice = Result<crate::device::DeviceLibrary, String>;
+
+/// The checks that need the bench (fault injection, the DSP ledger, qemu-hexagon), with why a
+/// device run skips them.
+const BENCH_ONLY: &[(&str, &str)] = &[
+    ("bench-ledger-view-offsets", "view offsets"),
+    ("bench-init-rollback", "fd/mapping reclamation"),
+    ("bench-hostile-dsp", "reverse-RPC file permissions"),
+    ("bench-hang-recovery", "timeouts"),
+    ("bench-concurrency-ledger", "concurrency"),
+    ("numerics", "numerics"),
+    ("latency", "latency"),
+];
+
 /// Runs every check for `platform`, in the seed's order, reporting progress through `progress`
-/// (the check about to run).
-pub fn run(platform: Platform, progress: &mut dyn FnMut(&str)) -> Vec<Check> {
-    use crate::checks;
+/// (the check about to run). `library` is the device test library (device platform and bench
+/// alike); `seam` says what the device platform talks to.
+pub fn run(platform: Platform, seam: DeviceSeam, library: LibraryChoice, progress: &mut dyn FnMut(&str)) -> Vec<Check> {
     let mut out = Vec::new();
-    let mut step = |name: &'static str, stage: &'static str, f: &dyn Fn() -> Result<(String, String), (String, String)>| {
-        progress(name);
-        out.push(check(name, stage, f()));
-    };
-    step("abi-layout", "parameter layout", &ioctl_sizes);
-    step("syscall-seam", "parameter layout", &seam);
-    step("launch-packing", "parameter layout", &checks::launch_packing);
+    {
+        let mut step = |name: &'static str, stage: &'static str, f: &dyn Fn() -> Result<(String, String), (String, String)>| {
+            progress(name);
+            out.push(check(name, stage, f()));
+        };
+        step("abi-layout", "parameter layout", &ioctl_sizes);
+        step("syscall-seam", "parameter layout", &seam_check);
+        step("launch-packing", "parameter layout", &launch_packing);
+    }
     match platform {
+        #[cfg(feature = "bench")]
         Platform::Bench => {
-            step("view-offsets", "view offsets", &checks::view_offsets);
-            step("fd-mapping-reclamation", "fd/mapping reclamation", &checks::reclamation);
-            step("reverse-file-permissions", "reverse-RPC file permissions", &checks::reverse_permissions);
-            step("timeouts", "timeouts", &checks::timeouts);
-            step("concurrency", "concurrency", &checks::concurrency);
+            use crate::checks;
+            let mut step = |name: &'static str, stage: &'static str, f: &dyn Fn() -> Result<(String, String), (String, String)>| {
+                progress(name);
+                out.push(check(name, stage, f()));
+            };
+            step("bench-ledger-view-offsets", "view offsets", &checks::view_offsets);
+            step("bench-init-rollback", "fd/mapping reclamation", &checks::reclamation);
+            step("bench-hostile-dsp", "reverse-RPC file permissions", &checks::reverse_permissions);
+            step("bench-hang-recovery", "timeouts", &checks::timeouts);
+            step("bench-concurrency-ledger", "concurrency", &checks::concurrency);
+            out.extend(device_on_bench(library, progress));
+            progress("numerics");
+            out.extend(executor());
+        }
+        #[cfg(not(feature = "bench"))]
+        Platform::Bench => {
+            let _ = (seam, library);
+            out.push(skip("bench", "bench", "this build has no bench (the vendor build leaves the `bench` feature off)"));
         }
         Platform::Device => {
-            let why = "not run on the device: it needs the bench's fault injection and DSP ledger (run `hexrpc probe` for the device, `hexrpc selftest --bench` for these)";
-            for (name, stage) in [
-                ("view-offsets", "view offsets"),
-                ("fd-mapping-reclamation", "fd/mapping reclamation"),
-                ("reverse-file-permissions", "reverse-RPC file permissions"),
-                ("timeouts", "timeouts"),
-                ("concurrency", "concurrency"),
-            ] {
+            out.extend(device_checks(seam, library, progress));
+            let why =
+                "bench only: needs fault injection, the simulated DSP's ledger or qemu-hexagon (run `hexrpc selftest --bench` on a desk)";
+            for (name, stage) in BENCH_ONLY {
                 out.push(skip(name, stage, why));
             }
         }
     }
-    progress("numerics");
-    out.extend(executor());
     out
 }
 
+#[cfg(feature = "bench")]
+/// The device test library's checks on the bench: the library built by build-lib (or the one
+/// given) run as Hexagon code by the executor when it can be built and loaded here, otherwise
+/// the scripted model of its kernel. Each line says which.
+fn device_on_bench(library: LibraryChoice, progress: &mut dyn FnMut(&str)) -> Vec<Check> {
+    let mut checks = Vec::new();
+    let (target, lib) = crate::checks::bench_device_setup(library);
+    progress("probe");
+    let probe_lib = crate::probe::ProbeLibrary { name: crate::device::NAME.into(), image: lib.image };
+    let report =
+        crate::probe::run((target.make)(), &target.access, crate::probe::BoardSource::Bench, crate::probe::Host::Bench, Some(&probe_lib));
+    if report.failed() {
+        checks.push(Check { name: "probe", stage: "device", status: Status::Fail, figure: String::new(), detail: report.summary() });
+        return checks;
+    }
+    checks.extend(crate::device::run(&target, &lib, progress));
+    for c in &mut checks {
+        c.detail = format!("{} [bench: {}]", c.detail, lib.origin);
+    }
+    checks
+}
+
+const DEVICE_CHECKS: &[(&str, &str)] = &[
+    ("view-offsets", "view offsets"),
+    ("v1-refusal", "view offsets"),
+    ("fd-mapping-reclamation", "fd/mapping reclamation"),
+    ("reverse-file-permissions", "reverse-RPC file permissions"),
+    ("deadline", "timeouts"),
+    ("concurrency", "concurrency"),
+];
+
+/// The device platform: the probe chain (nodes opened; a missing one fails and is named), then
+/// the device test library's checks.
+fn device_checks(seam: DeviceSeam, library: LibraryChoice, progress: &mut dyn FnMut(&str)) -> Vec<Check> {
+    use crate::probe::Host;
+    match seam {
+        DeviceSeam::Real(board, source) => {
+            let target = crate::device::Target {
+                make: Box::new(|| RustixSys),
+                access: hexrpc_bsp::DeviceAccess::for_device(board),
+                on_served: Box::new(|_, _| {}),
+            };
+            device_checks_on(&target, source, Host::Real, library, false, progress)
+        }
+        #[cfg(feature = "bench")]
+        DeviceSeam::Bench => {
+            let (target, lib) = crate::checks::bench_device_setup(library);
+            device_checks_on(&target, crate::probe::BoardSource::Bench, Host::Bench, Ok(lib), true, progress)
+        }
+    }
+}
+
+fn device_checks_on<S: Syscalls + Clone + Send + Sync + 'static>(
+    target: &crate::device::Target<S>,
+    source: crate::probe::BoardSource,
+    host: crate::probe::Host,
+    library: LibraryChoice,
+    on_bench: bool,
+    progress: &mut dyn FnMut(&str),
+) -> Vec<Check> {
+    use crate::probe::{self, ProbeLibrary};
+    progress("probe");
+    let probe_lib = library.as_ref().ok().map(|l| ProbeLibrary { name: crate::device::NAME.into(), image: l.image });
+    let report = probe::run((target.make)(), &target.access, source, host, probe_lib.as_ref());
+    let mut out = Vec::new();
+    // Steps that only inform (how the board was chosen) do not gate the device checks.
+    let gating: Vec<&probe::Step> = report.steps.iter().filter(|s| s.status == Status::Fail && s.name != "board").collect();
+    if gating.is_empty() {
+        let (p, _, _) = report.counts();
+        out.push(Check { name: "probe", stage: "device", status: Status::Pass, figure: format!("{p} steps"), detail: report.summary() });
+    } else {
+        for s in &gating {
+            out.push(Check {
+                name: s.name,
+                stage: "device",
+                status: Status::Fail,
+                figure: String::new(),
+                detail: if s.hint.is_empty() { s.detail.clone() } else { format!("{}; what to do: {}", s.detail, s.hint) },
+            });
+        }
+    }
+    let lib = match library {
+        Ok(l) => l,
+        Err(why) => {
+            out.push(Check { name: "device-library", stage: "device", status: Status::Fail, figure: String::new(), detail: why });
+            for (name, stage) in DEVICE_CHECKS {
+                out.push(skip(name, stage, "not run: no device test library"));
+            }
+            return out;
+        }
+    };
+    if !gating.is_empty() {
+        for (name, stage) in DEVICE_CHECKS {
+            out.push(skip(name, stage, "not run: the probe failed (see above)"));
+        }
+        return out;
+    }
+    let mut checks = crate::device::run(target, &lib, progress);
+    if on_bench {
+        for c in &mut checks {
+            c.detail = format!("{} [bench seam: {}]", c.detail, lib.origin);
+        }
+    }
+    out.extend(checks);
+    out
+}
+
+#[cfg(feature = "bench")]
 /// Numerics and latency: the model network's kernels run as real Hexagon code under
 /// qemu-hexagon behind the bench (when clang-19, ld.lld-19 and qemu-hexagon are usable here),
 /// every node compared with the reference, launch by launch and as one batch per run; latency
@@ -211,7 +401,7 @@ fn executor() -> Vec<Check> {
                     name: "latency",
                     stage: "latency",
                     status: Status::Pass,
-                    figure: format!("p50 {:?} (simulated)", report.simulated.p50),
+                    figure: format!("p50 {} (simulated)", crate::human::duration(report.simulated.p50)),
                     detail: format!("{runs} runs; {}", report.latency_line()),
                 },
                 Check {
@@ -251,6 +441,7 @@ pub fn to_json(platform: Platform, checks: &[Check]) -> String {
     let mut out = String::new();
     let mut top = json::Object::new(&mut out);
     top.str("platform", platform.name());
+    #[cfg(feature = "bench")]
     if platform == Platform::Bench {
         top.str("board", crate::checks::board().name);
     }
@@ -271,11 +462,12 @@ pub fn to_json(platform: Platform, checks: &[Check]) -> String {
     out
 }
 
-/// The readable report.
-pub fn to_text(platform: Platform, checks: &[Check]) -> String {
+/// The readable report: columns sized to their widest entry, so they stay aligned.
+pub fn to_text(platform: Platform, header: &str, checks: &[Check]) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
     match platform {
+        #[cfg(feature = "bench")]
         Platform::Bench => {
             let b = crate::checks::board();
             let _ = writeln!(
@@ -286,12 +478,19 @@ pub fn to_text(platform: Platform, checks: &[Check]) -> String {
                 b.abi.name()
             );
         }
+        #[cfg(not(feature = "bench"))]
+        Platform::Bench => {
+            let _ = writeln!(out, "hexrpc selftest on the BENCH (this build has no bench)");
+        }
         Platform::Device => {
-            let _ = writeln!(out, "hexrpc selftest on the DEVICE");
+            let _ = writeln!(out, "hexrpc selftest on the DEVICE{header}");
         }
     }
+    let w = |f: fn(&Check) -> usize| checks.iter().map(f).max().unwrap_or(0);
+    let (wn, ws, wf) = (w(|c| c.name.len()), w(|c| c.stage.len()), w(|c| c.figure.chars().count()));
     for c in checks {
-        let _ = writeln!(out, "{}  {:<26} {:<30} {:<12} {}", c.status.tag(), c.name, c.stage, c.figure, c.detail);
+        let line = format!("{}  {:<wn$}  {:<ws$}  {:<wf$}  {}", c.status.tag(), c.name, c.stage, c.figure, c.detail);
+        let _ = writeln!(out, "{}", crate::io::escape(line.trim_end()));
     }
     let (p, f, s) = checks.iter().fold((0, 0, 0), |(p, f, s), c| match c.status {
         Status::Pass => (p + 1, f, s),

@@ -57,7 +57,8 @@ fn every_crate_is_described_with_its_real_name_edition_and_root() {
     let root_toml = std::fs::read_to_string(root().join("Cargo.toml")).unwrap();
     let edition = toml_value(&root_toml, "workspace.package", "edition").expect("workspace edition");
     let members = ["drivers", "bsp", "hal", "runtime", "tests", "android", "bindings/c"];
-    assert_eq!(mods.len(), members.len(), "one module per crate");
+    let rust_mods = mods.iter().filter(|(kind, _)| kind.starts_with("rust_")).count();
+    assert_eq!(rust_mods, members.len(), "one Rust module per crate");
     for dir in members {
         let manifest = std::fs::read_to_string(root().join(dir).join("Cargo.toml")).unwrap();
         let package = toml_value(&manifest, "package", "name").expect("package name");
@@ -94,5 +95,40 @@ fn every_crate_is_described_with_its_real_name_edition_and_root() {
             assert_eq!(get("init_rc"), "[\"android/packaging/android/hexrpc.rc\"]");
             assert!(root().join("android/packaging/android/hexrpc.rc").exists());
         }
+    }
+}
+
+#[test]
+fn the_vendor_binary_has_no_simulator_and_ships_the_device_test_library() {
+    let bp = std::fs::read_to_string(root().join("android/Android.bp")).expect("read Android.bp");
+    let mods = modules(&bp);
+    let bin = mods.iter().find(|(kind, _)| kind == "rust_binary").expect("the binary");
+    let get = |m: &(String, Vec<(String, String)>), k: &str| m.1.iter().find(|(kk, _)| kk == k).map(|(_, v)| v.clone()).unwrap_or_default();
+    // Its rustlibs list spans lines: read the block from the file.
+    let start = bp.find("rust_binary {").unwrap();
+    let block = &bp[start..start + bp[start..].find("\n}").unwrap()];
+    assert!(!block.contains("libhexrpc_bench"), "the simulator is linked into the vendor binary: {block}");
+    assert!(!block.contains("\"bench\""), "the bench feature is on in the vendor binary: {block}");
+    assert_eq!(get(bin, "required"), "[\"libhexrpc_selftest.so\"]");
+    let lib = mods
+        .iter()
+        .find(|(kind, p)| kind == "prebuilt_etc" && p.iter().any(|(k, v)| k == "name" && v == "\"libhexrpc_selftest.so\""))
+        .expect("device test library module");
+    assert_eq!(get(lib, "sub_dir"), "\"hexrpc\"");
+    assert_eq!(get(lib, "vendor"), "true");
+    // The path the CLI looks for it at is the one the module installs to.
+    let device = std::fs::read_to_string(root().join("android/src/device.rs")).unwrap();
+    assert!(device.contains("/vendor/etc/hexrpc/libhexrpc_selftest.so"));
+    // The Cargo manifest's bench feature is what the vendor build leaves off.
+    let manifest = std::fs::read_to_string(root().join("android/Cargo.toml")).unwrap();
+    assert_eq!(toml_value(&manifest, "features", "default").as_deref(), Some("[\"bench\"]"));
+    // The property the .rc triggers on has a property_contexts entry.
+    let rc = std::fs::read_to_string(root().join("android/packaging/android/hexrpc.rc")).unwrap();
+    let contexts = std::fs::read_to_string(root().join("android/packaging/android/sepolicy/property_contexts")).unwrap();
+    for prop in rc.split_whitespace().filter_map(|w| w.strip_prefix("property:")).filter_map(|p| p.split_once('=')).map(|(k, _)| k) {
+        if prop.starts_with("sys.") {
+            continue;
+        }
+        assert!(contexts.lines().any(|l| l.split_whitespace().next() == Some(prop)), "{prop} has no property_contexts entry");
     }
 }

@@ -32,6 +32,17 @@ pub struct Bench {
     sh: Arc<Shared>,
 }
 
+/// A [`Bench`] that does not keep it alive ([`Bench::downgrade`]).
+#[derive(Clone)]
+pub struct WeakBench(std::sync::Weak<Shared>);
+
+impl WeakBench {
+    /// The bench, while it lives.
+    pub fn upgrade(&self) -> Option<Bench> {
+        self.0.upgrade().map(|sh| Bench { sh })
+    }
+}
+
 impl core::fmt::Debug for Bench {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("Bench").field("board", &self.sh.cfg.board.name).field("snapshot", &self.snapshot()).finish()
@@ -375,6 +386,12 @@ impl Bench {
     pub fn reverse_call(&self, rpc_fd: Fd, req: ReverseRequest, timeout: Duration) -> Result<ReverseReply, ReverseError> {
         let t = self.post_reverse(rpc_fd, req)?;
         self.await_reverse(t, timeout)
+    }
+
+    /// A handle that does not keep the bench alive: for a library model that must reach its own
+    /// bench (a scripted kernel sending reverse requests as DSP code would) without a cycle.
+    pub fn downgrade(&self) -> WeakBench {
+        WeakBench(Arc::downgrade(&self.sh))
     }
 
     // ---- raw numbers (tests of the simulated kernel) ----

@@ -393,6 +393,61 @@ fn cstr(s: &str) -> Vec<u8> {
     v
 }
 
+/// A library's `fopen(path, mode)` (executor): apps_std `fopen_with_env` through the listener,
+/// and `fclose` again when it opened; 0 when the host's file service allowed it, else its AEE
+/// code (the shell offers no `fread`, so the FILE is not kept).
+pub(crate) fn library_fopen(sh: &Shared, job: &Job, path: &[u8], mode: &[u8]) -> i32 {
+    let apps_std = match apps_std_handle(sh, job) {
+        Ok(h) => h,
+        Err(e) => return rev_status(e, aee::AEE_ENOSUCHMOD),
+    };
+    let z = |b: &[u8]| {
+        let mut v = b.to_vec();
+        v.push(0);
+        v
+    };
+    let (env, delim, fname, mode) = (cstr("ADSP_LIBRARY_PATH"), cstr(";"), z(path), z(mode));
+    let mut prim = Vec::new();
+    for l in [env.len(), delim.len(), fname.len(), mode.len()] {
+        prim.extend_from_slice(&(l as u32).to_le_bytes());
+    }
+    match rev_call(sh, job, apps_std, sc_of(asm::FOPEN_WITH_ENV as u8, 5, 1), &[&prim, &env, &delim, &fname, &mode], &[4]) {
+        Ok(outs) => {
+            let file = u32_in(&outs[0], 0).unwrap_or(0);
+            let _ = rev_call(sh, job, apps_std, sc_of(asm::FCLOSE as u8, 1, 0), &[&file.to_le_bytes()], &[]);
+            0
+        }
+        Err(e) => rev_status(e, aee::AEE_EFAILED),
+    }
+}
+
+fn rev_status(e: RevErr, other: i32) -> i32 {
+    match e {
+        RevErr::Remote(r) => r,
+        _ => other,
+    }
+}
+
+/// apps_std's reverse handle of the job's process, opened through apps_remotectl once.
+fn apps_std_handle(sh: &Shared, job: &Job) -> Result<u32, RevErr> {
+    if let Some(h) = sh.lock().procs.get(&job.pid).and_then(|p| p.apps_std) {
+        return Ok(h);
+    }
+    let n = cstr("apps_std");
+    let mut prim = Vec::new();
+    prim.extend_from_slice(&(n.len() as u32).to_le_bytes());
+    prim.extend_from_slice(&256u32.to_le_bytes());
+    let outs = rev_call(sh, job, 0, REMOTECTL_OPEN, &[&prim, &n], &[8, 256])?;
+    let h = u32_in(&outs[0], 0).unwrap_or(0);
+    if u32_in(&outs[0], 4).unwrap_or(1) != 0 {
+        return Err(RevErr::Remote(aee::AEE_ENOSUCHMOD));
+    }
+    if let Some(p) = sh.lock().procs.get_mut(&job.pid) {
+        p.apps_std = Some(h);
+    }
+    Ok(h)
+}
+
 fn load(sh: &Shared, job: &Job, uri: &str) -> Result<u32, (i32, String)> {
     let Some((name, symbol)) = parse_uri(uri) else { return Err((aee::AEE_EBADPARM, format!("bad URI: {uri}"))) };
     let fail = |e: RevErr, code: i32, what: &str| -> (i32, String) {

@@ -122,7 +122,7 @@ pub use account::{
     CallCounts, CallKind, DspCallKind, Fault, FaultTarget, LatencySample, LatencySummary, LedgerEntry, LedgerEvent, MunmapRecord,
     OpenRecord, ReverseRecord, Snapshot,
 };
-pub use bench::{Bench, ReverseReply, ReverseRequest, ReverseTicket, DEFAULT_SHELL_LEN};
+pub use bench::{Bench, ReverseReply, ReverseRequest, ReverseTicket, WeakBench, DEFAULT_SHELL_LEN};
 pub use config::{BenchConfig, CostModel};
 pub use dsp::{ReverseError, STALE_BYTE};
 pub use entry::{AccessError, EntryVersion, KernelCall, KernelFn, LibraryModel, TableKernel, BATCH_MAGIC, V2_MAGIC};

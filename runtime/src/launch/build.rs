@@ -82,7 +82,8 @@ pub const INSTALL_HINT: &str = "apt-get install clang-19 lld-19";
 pub const WORK_MARKER: &str = ".hexrpc-build";
 
 /// The symbols a library may import: what the DSP provides to a loaded library (the HAP
-/// functions the generated entry calls, the C library functions and compiler runtime helpers
+/// functions the generated entry calls, `fopen`/`fclose` (answered by the host's reverse file
+/// service, as a DSP's C library does), the C library functions and compiler runtime helpers
 /// clang emits for Hexagon under `-nostdlib`, and the libm subset kernels call). This is the
 /// export list of the bench's DSP shell; a real `fastrpc_shell` exports more, so the list is
 /// conservative: a library that passes here loads on the bench and on a device.
@@ -95,6 +96,8 @@ pub const DSP_PROVIDED_SYMBOLS: &[&str] = &[
     "memset",
     "memmove",
     "memcmp",
+    "fopen",
+    "fclose",
     "__hexagon_divsi3",
     "__hexagon_udivsi3",
     "__hexagon_modsi3",
@@ -334,7 +337,7 @@ impl fmt::Display for BuildError {
             BuildError::SignatureMismatch { kernel, detail } => write!(f, "the kernel `{kernel}` does not match the signature: {detail}"),
             BuildError::UnresolvedImports(names) => write!(
                 f,
-                "the library imports symbols the DSP does not provide: {} (provided: HAP_*, memcpy/memset/memmove/memcmp, the \
+                "the library imports symbols the DSP does not provide: {} (provided: HAP_*, memcpy/memset/memmove/memcmp, fopen/fclose, the \
                  __hexagon_* integer and double-arithmetic helpers and a float libm subset)",
                 names.join(", ")
             ),
@@ -720,7 +723,7 @@ fn build_kernels(kernels: &[KernelSpec<'_>], out: &Path, opts: &BuildOptions, ta
 }
 
 /// Checks a parsed library: Hexagon, shared object, allocated sections 4 KiB-aligned, `entry`
-/// exported, every import in [`DSP_PROVIDED_SYMBOLS`].
+/// exported, every (non-weak) import in [`DSP_PROVIDED_SYMBOLS`].
 pub fn check_library(elf: &ElfSummary) -> Result<(), BuildError> {
     if elf.machine != EM_HEXAGON {
         return Err(BuildError::NotHexagon { machine: elf.machine });
@@ -819,6 +822,10 @@ pub struct ElfSummary {
     pub exports: Vec<String>,
     /// Undefined symbols of `.dynsym` (resolved by the DSP loader: `HAP_*`, libc).
     pub imports: Vec<String>,
+    /// Undefined *weak* symbols of `.dynsym`: optional imports, 0 when the DSP does not provide
+    /// them (the library tests for that), so they are never refused. The device test library
+    /// declares the DSP C library's `fopen`/`fclose` so.
+    pub weak_imports: Vec<String>,
 }
 
 #[repr(C)]
@@ -931,7 +938,7 @@ pub fn parse_elf(bytes: &[u8]) -> Result<ElfSummary, ElfError> {
         None => &[],
     };
     let mut sections = Vec::new();
-    let (mut exports, mut imports) = (Vec::new(), Vec::new());
+    let (mut exports, mut imports, mut weak_imports) = (Vec::new(), Vec::new(), Vec::new());
     for s in &shdrs {
         sections.push(SectionInfo {
             name: if shstr.is_empty() { String::new() } else { c_name(shstr, s.sh_name.get())? },
@@ -947,7 +954,9 @@ pub fn parse_elf(bytes: &[u8]) -> Result<ElfSummary, ElfError> {
             for sym in syms.iter().skip(1) {
                 let name = c_name(strtab, sym.st_name.get())?;
                 let bind = sym.st_info >> 4;
-                if sym.st_shndx.get() == 0 {
+                if sym.st_shndx.get() == 0 && bind == 2 {
+                    weak_imports.push(name);
+                } else if sym.st_shndx.get() == 0 {
                     imports.push(name);
                 } else if bind == 1 || bind == 2 {
                     exports.push(name);
@@ -966,7 +975,7 @@ pub fn parse_elf(bytes: &[u8]) -> Result<ElfSummary, ElfError> {
             align: p.p_align.get().into(),
         })
         .collect();
-    Ok(ElfSummary { machine: h.e_machine.get(), elf_type: h.e_type.get(), sections, segments, exports, imports })
+    Ok(ElfSummary { machine: h.e_machine.get(), elf_type: h.e_type.get(), sections, segments, exports, imports, weak_imports })
 }
 
 #[cfg(test)]

@@ -131,6 +131,16 @@ pub struct ReverseService<'img, S: Syscalls> {
     session: spin::Mutex<Session<'img>>,
     metrics: Metrics,
     pub(crate) stop: StopSignal,
+    tap: spin::Once<&'img dyn RequestTap>,
+}
+
+/// Sees every request the service answers, after it was answered (`hexrpc capture` records them
+/// as request files). Called outside the service's locks; it must not block for long: the DSP
+/// waits for the answer.
+pub trait RequestTap: Sync {
+    /// `module` is the module the handle named (`None`: no such module), `handle`, `sc` and
+    /// `payload` the request exactly as received, `status` the answer (0 or an AEE code).
+    fn request(&self, module: Option<Module>, handle: u32, sc: Scalars, payload: &[u8], status: i32);
 }
 
 #[repr(C)]
@@ -301,7 +311,19 @@ impl<'img, S: Syscalls> ReverseService<'img, S> {
             session: spin::Mutex::new(Session { files: FileTable::new(limit), modules: ModuleTable::new(), maps: MapTable::new() }),
             metrics: Metrics::new(),
             stop: StopSignal::new(),
+            tap: spin::Once::new(),
         }
+    }
+
+    /// Installs `tap` to see every request from now on; false if a tap was already installed
+    /// (there is at most one, for the service's life).
+    pub fn set_tap(&self, tap: &'img dyn RequestTap) -> bool {
+        let mut installed = false;
+        self.tap.call_once(|| {
+            installed = true;
+            tap
+        });
+        installed
     }
 
     /// The syscall seam.
@@ -442,7 +464,11 @@ impl<'img, S: Syscalls> ReverseService<'img, S> {
         if let Err(e) = result {
             log::debug!("reverse: handle {handle:#x} sc {sc} refused: {e}");
         }
-        Response::from(result)
+        let response = Response::from(result);
+        if let Some(tap) = self.tap.get() {
+            tap.request(module, handle, sc, payload, response.status);
+        }
+        response
     }
 
     fn remotectl(&self, req: &Request<'_>, reply: &mut [u8]) -> Result<usize, RequestError> {

@@ -42,6 +42,9 @@
 #define HRX_REQ_MAGIC 0x51525848u   /* "HXRQ" */
 #define HRX_RSP_MAGIC 0x53525848u   /* "HXRS" */
 #define HRX_LOD_MAGIC 0x4C525848u   /* "HXRL" */
+#define HRX_RVQ_MAGIC 0x51565248u   /* "HRVQ": a library's fopen, to the host's file service */
+#define HRX_RVA_MAGIC 0x41565248u   /* "HRVA": its answer */
+#define HRX_MAX_FOPEN 256u
 #define HRX_PROTOCOL 2u
 #define HRX_OP_INVOKE 1u
 #define HRX_OP_QUIT 2u
@@ -251,6 +254,10 @@ struct hrx_export {
   void *addr;
 };
 
+/* The DSP C library's fopen/fclose (defined with the request loop below). */
+void *fopen(const char *path, const char *mode);
+int fclose(void *file);
+
 #define HRX_EXPORT(f) {#f, (void *)(f)}
 static const struct hrx_export hrx_exports[] = {
     HRX_EXPORT(HAP_mmap),
@@ -261,6 +268,8 @@ static const struct hrx_export hrx_exports[] = {
     HRX_EXPORT(memset),
     HRX_EXPORT(memmove),
     HRX_EXPORT(memcmp),
+    HRX_EXPORT(fopen),
+    HRX_EXPORT(fclose),
     HRX_EXPORT(__hexagon_divsi3),
     HRX_EXPORT(__hexagon_udivsi3),
     HRX_EXPORT(__hexagon_modsi3),
@@ -785,6 +794,37 @@ static void hrx_write_all(const void *src, hrx_u32 n) {
 
 static hrx_u32 pad8(hrx_u32 n) { return (n + 7u) & ~7u; }
 static hrx_u32 pad4(hrx_u32 n) { return (n + 3u) & ~3u; }
+
+/* fopen as a real DSP's C library does it: the host's reverse file service decides (apps_std
+ * fopen_with_env through the listener). Here the request goes up the executor's pipe during the
+ * invoke and the bench sends it to the listener; the file is only opened and closed again (the
+ * shell offers no fread), so a library learns whether the service allowed the path. Returns a
+ * token (not NULL) when it did, NULL when it refused. */
+static char hrx_file_token;
+
+static hrx_u32 hrx_cstrlen(const char *s, hrx_u32 max) {
+  hrx_u32 n = 0;
+  while (n < max && s[n] != 0) n++;
+  return n;
+}
+
+void *fopen(const char *path, const char *mode) {
+  static const char zero[4] = {0, 0, 0, 0};
+  const hrx_u32 plen = hrx_cstrlen(path, HRX_MAX_FOPEN), mlen = hrx_cstrlen(mode, 8u);
+  if (plen == HRX_MAX_FOPEN) return 0;
+  const hrx_u32 hdr[3] = {HRX_RVQ_MAGIC, plen, mlen};
+  hrx_write_all(hdr, sizeof hdr);
+  hrx_write_all(path, plen);
+  hrx_write_all(zero, pad4(plen) - plen);
+  hrx_write_all(mode, mlen);
+  hrx_write_all(zero, pad4(mlen) - mlen);
+  hrx_u32 ans[2];
+  hrx_read_all(ans, sizeof ans);
+  if (ans[0] != HRX_RVA_MAGIC) hrx_exit(HRX_EXIT_PROTOCOL);
+  return ans[1] == 0 ? (void *)&hrx_file_token : 0;
+}
+
+int fclose(void *file) { return file == (void *)&hrx_file_token ? 0 : -1; }
 
 /* Load / close answer: magic, status, library id, text length, text padded to 4. */
 static void hrx_answer(int status, hrx_u32 id) {

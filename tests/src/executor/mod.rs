@@ -56,6 +56,11 @@
 //!   resolves the fds of the current invoke's handle arguments. The shell's exports are listed
 //!   in `hrx_dsp.c` (`hrx_exports`); a real `fastrpc_shell` exports far more, so a library that
 //!   imports something else is refused here by name although a device might load it.
+//! * A library's `fopen` (issue 13) goes up the pipe during the invoke; the bench sends apps_std
+//!   `fopen_with_env` through the session's listener exactly as a DSP's C library does, then
+//!   `fclose`s the FILE at once and answers opened / refused: the shell has no `fread`, so a
+//!   library learns only whether the host's file service allowed the path (enough for the
+//!   permission checks; a device's C library can read the file).
 //! * qemu-hexagon protects memory in 64 KiB pages: a page shared by segments of different
 //!   permissions gets their union (lld's 4 KiB-aligned layouts put text and data in one such
 //!   page), RELRO is not applied. A device protects in 4 KiB pages.
@@ -234,7 +239,10 @@ pub(crate) fn invoke(sh: &Shared, job: &Job, library: &str, exec: &ExecProcess, 
         })
         .collect();
     let fail = |retval| CtxResult { retval, outs: Vec::new(), fdlist: Vec::new(), sim_dsp: std::time::Duration::ZERO };
-    let resp = match exec.invoke(lib, job.sc, job.handle, &bufs, &handles, sh.cfg.executor_timeout) {
+    // A library's fopen goes to the host's reverse file service through the listener, as a real
+    // DSP's C library sends it.
+    let mut fopen = |path: &[u8], mode: &[u8]| crate::dsp::library_fopen(sh, job, path, mode);
+    let resp = match exec.invoke(lib, job.sc, job.handle, &bufs, &handles, sh.cfg.executor_timeout, &mut fopen) {
         Ok(r) => r,
         Err(ExecFailure::TooLarge) => return fail(aee::AEE_ENOMEMORY),
         Err(e) => {

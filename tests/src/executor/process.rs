@@ -51,8 +51,12 @@ enum Msg {
     Hello(Result<(), String>),
     Response(Response),
     Load(wire::LoadAnswer),
+    Fopen(Vec<u8>, Vec<u8>),
     Gone(String),
 }
+
+/// Answers a library's `fopen` during an invoke: 0 or the host file service's AEE code.
+pub type FopenHandler<'a> = &'a mut dyn FnMut(&[u8], &[u8]) -> i32;
 
 struct Io {
     child: Child,
@@ -189,6 +193,7 @@ impl ExecProcess {
                             let msg = match m {
                                 wire::Message::Invoke(r) => Msg::Response(r),
                                 wire::Message::Load(a) => Msg::Load(a),
+                                wire::Message::Fopen { path, mode } => Msg::Fopen(path, mode),
                             };
                             if tx.send(msg).is_err() {
                                 return;
@@ -217,7 +222,7 @@ impl ExecProcess {
                 let how = describe(&mut child, &stderr);
                 return Err(ExecFailure::Spawn(format!("{e} ({how})")));
             }
-            Ok(Msg::Response(_) | Msg::Load(_)) => {
+            Ok(Msg::Response(_) | Msg::Load(_) | Msg::Fopen(..)) => {
                 let _ = child.kill();
                 let _ = child.wait();
                 return Err(ExecFailure::Protocol("response before greeting".into()));
@@ -259,8 +264,13 @@ impl ExecProcess {
         failure
     }
 
-    /// Sends `msg` and waits (at most `timeout`) for the next message.
+    /// Sends `msg` and waits (at most `timeout`) for the next message; a library's `fopen` on the
+    /// way is answered through `fopen` (a load or close answers it with `AEE_EUNSUPPORTED`).
     fn exchange(&self, msg: &[u8], timeout: Duration) -> Result<Msg, ExecFailure> {
+        self.exchange_serving(msg, timeout, &mut |_, _| hexrpc_drivers::aee::AEE_EUNSUPPORTED)
+    }
+
+    fn exchange_serving(&self, msg: &[u8], timeout: Duration, fopen: FopenHandler<'_>) -> Result<Msg, ExecFailure> {
         let mut guard = self.io.lock().unwrap_or_else(|e| e.into_inner());
         let Some(io) = guard.as_mut() else {
             return Err(ExecFailure::Died(self.stats().ended.unwrap_or_else(|| "stopped".into())));
@@ -268,7 +278,17 @@ impl ExecProcess {
         if io.stdin.write_all(msg).and_then(|_| io.stdin.flush()).is_err() {
             return Err(self.end(&mut guard, ExecFailure::Died(String::new())));
         }
-        match io.rx.recv_timeout(timeout) {
+        let deadline = std::time::Instant::now() + timeout;
+        let mut next = io.rx.recv_timeout(timeout);
+        while let Ok(Msg::Fopen(path, mode)) = &next {
+            let status = fopen(path, mode);
+            if io.stdin.write_all(&wire::encode_fopen_answer(status)).and_then(|_| io.stdin.flush()).is_err() {
+                return Err(self.end(&mut guard, ExecFailure::Died(String::new())));
+            }
+            next = io.rx.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now()));
+        }
+        match next {
+            Ok(Msg::Fopen(..)) => unreachable!("answered in the loop above"),
             Ok(m @ (Msg::Response(_) | Msg::Load(_))) => Ok(m),
             Ok(Msg::Gone(_)) | Err(RecvTimeoutError::Disconnected) => Err(self.end(&mut guard, ExecFailure::Died(String::new()))),
             Ok(Msg::Hello(_)) => Err(self.end(&mut guard, ExecFailure::Protocol("second greeting".into()))),
@@ -314,7 +334,10 @@ impl ExecProcess {
     }
 
     /// Runs one invoke of library `lib`: `bufs` are the in-buffers then the out-buffers (their
-    /// current bytes), `handles` the handle arguments. One message at a time per process.
+    /// current bytes), `handles` the handle arguments; `fopen` answers the library's `fopen`s
+    /// while it runs. One message at a time per process.
+    // The request's own fields, its deadline and the service of its fopens.
+    #[allow(clippy::too_many_arguments)]
     pub fn invoke(
         &self,
         lib: u32,
@@ -323,9 +346,10 @@ impl ExecProcess {
         bufs: &[&[u8]],
         handles: &[HandleArg],
         timeout: Duration,
+        fopen: FopenHandler<'_>,
     ) -> Result<Response, ExecFailure> {
         let msg = wire::encode_request(lib, sc, handle, bufs, handles).map_err(|_| ExecFailure::TooLarge)?;
-        match self.exchange(&msg, timeout)? {
+        match self.exchange_serving(&msg, timeout, fopen)? {
             Msg::Response(r) => {
                 if let Ok(mut s) = self.stats.lock() {
                     s.invokes += 1;

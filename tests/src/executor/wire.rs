@@ -58,6 +58,12 @@ pub const MAX_PATH: usize = 64;
 pub const ARENA: usize = 1 << 20;
 /// Most HAP events one invoke reports (more are counted in one [`HapEvent::Dropped`]).
 pub const MAX_EVENTS: usize = 128;
+/// A library's `fopen`, sent by the shell during an invoke (issue 13).
+pub const RVQ_MAGIC: u32 = 0x5156_5248;
+/// The bench's answer to it.
+pub const RVA_MAGIC: u32 = 0x4156_5248;
+/// Longest path a library's `fopen` sends.
+pub const MAX_FOPEN: usize = 256;
 /// Exit code of the runtime when a message breaks the protocol.
 pub const EXIT_PROTOCOL: i32 = 3;
 
@@ -67,6 +73,9 @@ pub const C_DEFINES: &[(&str, u32)] = &[
     ("HRX_REQ_MAGIC", REQ_MAGIC),
     ("HRX_RSP_MAGIC", RSP_MAGIC),
     ("HRX_LOD_MAGIC", LOD_MAGIC),
+    ("HRX_RVQ_MAGIC", RVQ_MAGIC),
+    ("HRX_RVA_MAGIC", RVA_MAGIC),
+    ("HRX_MAX_FOPEN", MAX_FOPEN as u32),
     ("HRX_PROTOCOL", PROTOCOL),
     ("HRX_OP_INVOKE", OP_INVOKE),
     ("HRX_OP_QUIT", OP_QUIT),
@@ -261,6 +270,23 @@ pub enum Message {
     Invoke(Response),
     /// The answer to a load or a close.
     Load(LoadAnswer),
+    /// A library's `fopen` (path and mode, without NUL), to be answered with
+    /// [`encode_fopen_answer`] before the invoke goes on.
+    Fopen {
+        /// The path.
+        path: Vec<u8>,
+        /// The mode.
+        mode: Vec<u8>,
+    },
+}
+
+/// The answer to a [`Message::Fopen`]: 0 when the host's file service opened the file, else its
+/// AEE code.
+pub fn encode_fopen_answer(status: i32) -> Vec<u8> {
+    let mut out = Vec::with_capacity(8);
+    push(&mut out, RVA_MAGIC);
+    push(&mut out, status as u32);
+    out
 }
 
 /// Reads one message (either kind) from the shell.
@@ -281,6 +307,24 @@ pub fn read_message<R: std::io::Read>(r: &mut R) -> Result<Message, ReadError> {
             r.read_exact(&mut text).map_err(ReadError::Io)?;
             text.truncate(n);
             Ok(Message::Load(LoadAnswer { status, lib, text: String::from_utf8_lossy(&text).into_owned() }))
+        }
+        RVQ_MAGIC => {
+            let mut hdr = [0u8; 8];
+            r.read_exact(&mut hdr).map_err(ReadError::Io)?;
+            let (plen, mlen) = (
+                u32::from_le_bytes([hdr[0], hdr[1], hdr[2], hdr[3]]) as usize,
+                u32::from_le_bytes([hdr[4], hdr[5], hdr[6], hdr[7]]) as usize,
+            );
+            if plen >= MAX_FOPEN || mlen > 8 {
+                return Err(ReadError::Wire(WireError::Malformed));
+            }
+            let mut path = vec![0u8; pad(plen, 4)];
+            r.read_exact(&mut path).map_err(ReadError::Io)?;
+            path.truncate(plen);
+            let mut mode = vec![0u8; pad(mlen, 4)];
+            r.read_exact(&mut mode).map_err(ReadError::Io)?;
+            mode.truncate(mlen);
+            Ok(Message::Fopen { path, mode })
         }
         _ => Err(ReadError::Wire(WireError::Malformed)),
     }
@@ -304,7 +348,7 @@ pub struct Response {
 pub fn read_response<R: std::io::Read>(r: &mut R) -> Result<Response, ReadError> {
     match read_message(r)? {
         Message::Invoke(resp) => Ok(resp),
-        Message::Load(_) => Err(ReadError::Wire(WireError::Malformed)),
+        Message::Load(_) | Message::Fopen { .. } => Err(ReadError::Wire(WireError::Malformed)),
     }
 }
 

@@ -1,0 +1,88 @@
+//! `hexrpc capture`: records the reverse-RPC requests of a session as request files (`HXRQ`,
+//! the format `hexrpc reverse-replay` reads), so a failure seen in the field can be replayed on a
+//! desk. A tap on the reverse file service sees every request after it was answered; the files
+//! and an `index.json` (file, module, handle, scalars, status) are written when the session
+//! has ended.
+
+use std::sync::Mutex;
+
+use hexrpc_drivers::Scalars;
+use hexrpc_runtime::reverse::replay::build_request_file;
+use hexrpc_runtime::reverse::{Module, RequestTap};
+
+/// Most requests kept (later ones are counted, not kept).
+pub const MAX_RECORDS: usize = 10_000;
+
+/// One recorded request.
+#[derive(Debug)]
+pub struct Record {
+    /// The request file's bytes.
+    pub bytes: Vec<u8>,
+    /// Module name (`apps_remotectl` for handle 0, `unknown` for a handle naming no module).
+    pub module: &'static str,
+    /// The raw handle.
+    pub handle: u32,
+    /// The scalars word.
+    pub sc: u32,
+    /// The status the service answered.
+    pub status: i32,
+}
+
+/// The tap.
+#[derive(Debug, Default)]
+pub struct Recorder {
+    records: Mutex<Vec<Record>>,
+    dropped: std::sync::atomic::AtomicU64,
+}
+
+impl RequestTap for Recorder {
+    fn request(&self, module: Option<Module>, handle: u32, sc: Scalars, payload: &[u8], status: i32) {
+        // Module requests are recorded by name (replay opens the module itself, so the file does
+        // not depend on this session's handle numbers); handle 0 and unknown handles raw.
+        let (name, file_module) = match module {
+            Some(Module::RemoteCtl) => ("apps_remotectl", ""),
+            Some(m) => (m.name(), m.name()),
+            None => ("unknown", ""),
+        };
+        let Some(bytes) = build_request_file(file_module, handle, sc, payload) else { return };
+        let mut records = self.records.lock().unwrap_or_else(|p| p.into_inner());
+        if records.len() >= MAX_RECORDS {
+            self.dropped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return;
+        }
+        records.push(Record { bytes, module: name, handle, sc: sc.raw(), status });
+    }
+}
+
+impl Recorder {
+    /// Writes every record into `dir` (created if missing; existing `.hxrq` files there are
+    /// refused rather than mixed in) and returns how many were written.
+    pub fn write(&self, dir: &std::path::Path) -> Result<(usize, u64), String> {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let existing = std::fs::read_dir(dir)
+            .map_err(|e| format!("{}: {e}", dir.display()))?
+            .filter_map(|e| e.ok())
+            .any(|e| e.path().extension().is_some_and(|x| x == "hxrq"));
+        if existing {
+            return Err(format!("{} already holds request files: use an empty directory", dir.display()));
+        }
+        let records = self.records.lock().unwrap_or_else(|p| p.into_inner());
+        let mut index = String::from("{\"requests\": [");
+        for (i, r) in records.iter().enumerate() {
+            let method = Scalars::from_raw(r.sc).method();
+            let name = format!("{:04}-{}-m{method}.hxrq", i + 1, r.module);
+            crate::io::write_atomic(&dir.join(&name), &r.bytes).map_err(|e| format!("{name}: {e}"))?;
+            if i > 0 {
+                index.push_str(", ");
+            }
+            let mut o = crate::json::Object::new(&mut index);
+            o.str("file", &name).str("module", r.module).num("handle", u64::from(r.handle)).num("sc", u64::from(r.sc));
+            o.raw("status", |s| s.push_str(&r.status.to_string()));
+            o.end();
+        }
+        let dropped = self.dropped.load(std::sync::atomic::Ordering::Relaxed);
+        index.push_str(&format!("], \"dropped\": {dropped}}}\n"));
+        crate::io::write_atomic(&dir.join("index.json"), index.as_bytes()).map_err(|e| format!("index.json: {e}"))?;
+        Ok((records.len(), dropped))
+    }
+}

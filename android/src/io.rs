@@ -1,0 +1,275 @@
+//! The CLI's file inputs and outputs, hardened: bounded reads of regular files only, and reports
+//! written atomically without following symbolic links.
+//!
+//! * [`read_bounded`] opens with `O_NONBLOCK | O_NOCTTY` (a FIFO cannot block the open), checks
+//!   with `fstat` on the opened descriptor that it is a regular file (a device such as
+//!   `/dev/zero`, a FIFO, a socket or a directory is refused before any byte is read), and reads
+//!   at most `limit + 1` bytes, so a file over the limit is refused without being read whole.
+//! * [`write_atomic`] writes through a temporary file created with `O_CREAT | O_EXCL |
+//!   O_NOFOLLOW` under a unique name in the target's directory, then renames it over the target.
+//!   An existing target must be a regular file: a symbolic link, a device node, a FIFO or a
+//!   directory is refused (rename would replace the link itself, never its target, but a report
+//!   is not allowed to turn `/dev/full` or a link into something else). `-` means stdout.
+//! * [`escape`] makes names from the command line or from files safe to print on a terminal.
+
+use std::io::{Read as _, Write as _};
+use std::os::unix::fs::{FileTypeExt as _, OpenOptionsExt as _};
+use std::path::{Path, PathBuf};
+
+/// The largest request file `reverse-replay` reads (a request payload is at most 1 MiB on every
+/// board, plus the header).
+pub const MAX_REQUEST_FILE: u64 = (1 << 20) + 512;
+/// The largest policy file.
+pub const MAX_POLICY_FILE: u64 = 64 * 1024;
+/// The largest library image (the DSP's loader takes far less; a library is published from
+/// memory).
+pub const MAX_LIBRARY_FILE: u64 = 64 << 20;
+
+/// Why an input file could not be used.
+#[derive(Debug)]
+pub enum InputError {
+    /// Opening or reading failed.
+    Io(std::io::Error),
+    /// It is not a regular file (what it is).
+    NotRegular(&'static str),
+    /// It is larger than the limit for its kind.
+    TooLarge {
+        /// The limit.
+        limit: u64,
+    },
+}
+
+impl std::fmt::Display for InputError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            InputError::Io(e) => write!(f, "{e}"),
+            InputError::NotRegular(what) => write!(f, "not a regular file ({what}); refused before reading"),
+            InputError::TooLarge { limit } => write!(f, "larger than {} (the limit for this input); refused", crate::human::bytes(*limit)),
+        }
+    }
+}
+
+fn kind(ft: std::fs::FileType) -> &'static str {
+    if ft.is_dir() {
+        "a directory"
+    } else if ft.is_fifo() {
+        "a FIFO"
+    } else if ft.is_char_device() {
+        "a character device"
+    } else if ft.is_block_device() {
+        "a block device"
+    } else if ft.is_socket() {
+        "a socket"
+    } else if ft.is_symlink() {
+        "a symbolic link"
+    } else {
+        "not a regular file"
+    }
+}
+
+/// Reads the regular file at `path`, at most `limit` bytes; anything else is refused before a
+/// byte is read.
+pub fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>, InputError> {
+    let flags = (rustix::fs::OFlags::NONBLOCK | rustix::fs::OFlags::NOCTTY).bits() as i32;
+    let file = std::fs::OpenOptions::new().read(true).custom_flags(flags).open(path).map_err(InputError::Io)?;
+    let meta = file.metadata().map_err(InputError::Io)?;
+    if !meta.file_type().is_file() {
+        return Err(InputError::NotRegular(kind(meta.file_type())));
+    }
+    if meta.len() > limit {
+        return Err(InputError::TooLarge { limit });
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    // The file may grow between fstat and read: never read more than limit + 1.
+    file.take(limit + 1).read_to_end(&mut bytes).map_err(InputError::Io)?;
+    if bytes.len() as u64 > limit {
+        return Err(InputError::TooLarge { limit });
+    }
+    Ok(bytes)
+}
+
+/// Reads a UTF-8 text file with [`read_bounded`].
+pub fn read_text(path: &Path, limit: u64) -> Result<String, InputError> {
+    let bytes = read_bounded(path, limit)?;
+    String::from_utf8(bytes).map_err(|_| InputError::Io(std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8 text")))
+}
+
+/// Where a report goes: stdout (`-`) or a file replaced atomically.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Output {
+    /// Standard output.
+    Stdout,
+    /// A file.
+    File(PathBuf),
+}
+
+impl Output {
+    /// `-` is stdout; anything else a path.
+    pub fn from_arg(p: PathBuf) -> Output {
+        if p.as_os_str() == "-" {
+            Output::Stdout
+        } else {
+            Output::File(p)
+        }
+    }
+}
+
+/// Why a report could not be written.
+#[derive(Debug)]
+pub enum OutputError {
+    /// The target exists and is not a regular file (what it is).
+    NotRegular(&'static str),
+    /// The target names no file (ends in `/` or `..`).
+    NoFileName,
+    /// Creating, writing, syncing or renaming failed (the step).
+    Io(&'static str, std::io::Error),
+}
+
+impl std::fmt::Display for OutputError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OutputError::NotRegular(what) => write!(f, "the target is {what}, not a regular file; refused"),
+            OutputError::NoFileName => f.write_str("the target names no file"),
+            OutputError::Io(step, e) => write!(f, "{step}: {e}"),
+        }
+    }
+}
+
+/// Writes `bytes` to `path` atomically: a unique `O_EXCL | O_NOFOLLOW` temporary file in the
+/// same directory, synced, then renamed over the target. An existing target that is not a
+/// regular file (a symbolic link included) is refused and left alone.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), OutputError> {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if !m.file_type().is_file() => return Err(OutputError::NotRegular(kind(m.file_type()))),
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(OutputError::Io("inspecting the target", e)),
+    }
+    let name = path.file_name().ok_or(OutputError::NoFileName)?;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let nofollow = rustix::fs::OFlags::NOFOLLOW.bits() as i32;
+    let mut attempt = 0u32;
+    let (tmp, mut file) = loop {
+        let mut tmp_name = std::ffi::OsString::from(".");
+        tmp_name.push(name);
+        tmp_name.push(format!(".{}.{}.{attempt}.tmp", std::process::id(), nonce()));
+        let tmp = dir.join(tmp_name);
+        match std::fs::OpenOptions::new().write(true).create_new(true).mode(0o644).custom_flags(nofollow).open(&tmp) {
+            Ok(f) => break (tmp, f),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempt < 16 => attempt += 1,
+            Err(e) => return Err(OutputError::Io("creating the temporary file", e)),
+        }
+    };
+    let r = file
+        .write_all(bytes)
+        .map_err(|e| OutputError::Io("writing", e))
+        .and_then(|_| file.sync_all().map_err(|e| OutputError::Io("syncing", e)))
+        .and_then(|_| {
+            // Checked again just before the rename: a link or node put there meanwhile is still
+            // refused (rename would replace the link itself, not follow it).
+            match std::fs::symlink_metadata(path) {
+                Ok(m) if !m.file_type().is_file() => Err(OutputError::NotRegular(kind(m.file_type()))),
+                _ => std::fs::rename(&tmp, path).map_err(|e| OutputError::Io("renaming into place", e)),
+            }
+        });
+    if r.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    r
+}
+
+fn nonce() -> u64 {
+    use std::hash::{BuildHasher as _, Hasher as _};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0));
+    h.finish()
+}
+
+/// Writes a report to `out`; errors go to stderr and the log. Exit code 0 or 1.
+pub fn emit(out: &Output, report: &[u8]) -> std::process::ExitCode {
+    match out {
+        Output::Stdout => crate::print_bytes(report),
+        Output::File(path) => match write_atomic(path, report) {
+            Ok(()) => std::process::ExitCode::SUCCESS,
+            Err(e) => {
+                crate::error(&format!("--output {}: {e}", escape(&path.to_string_lossy())));
+                std::process::ExitCode::from(1)
+            }
+        },
+    }
+}
+
+/// `s` with control characters (C0, DEL, C1) and backslashes escaped, safe to print on a
+/// terminal.
+pub fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("hexrpc-io-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn non_regular_inputs_are_refused_before_reading() {
+        assert!(matches!(read_bounded(Path::new("/dev/zero"), 16), Err(InputError::NotRegular("a character device"))));
+        assert!(matches!(read_bounded(Path::new("/"), 16), Err(InputError::NotRegular("a directory"))));
+        assert!(matches!(read_bounded(Path::new("/nonexistent/x"), 16), Err(InputError::Io(_))));
+        let d = scratch("in");
+        let fifo = d.join("fifo");
+        assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+        assert!(matches!(read_bounded(&fifo, 16), Err(InputError::NotRegular("a FIFO"))), "a FIFO with no writer must not block");
+        let big = d.join("big");
+        std::fs::write(&big, vec![1u8; 100]).unwrap();
+        assert!(matches!(read_bounded(&big, 99), Err(InputError::TooLarge { limit: 99 })));
+        assert_eq!(read_bounded(&big, 100).unwrap().len(), 100);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn atomic_output_refuses_links_and_nodes_and_leaves_no_temporary() {
+        let d = scratch("out");
+        let target = d.join("report.json");
+        write_atomic(&target, b"one").unwrap();
+        write_atomic(&target, b"two").unwrap();
+        assert_eq!(std::fs::read(&target).unwrap(), b"two");
+        let victim = d.join("victim");
+        std::fs::write(&victim, b"keep").unwrap();
+        let link = d.join("link");
+        std::os::unix::fs::symlink(&victim, &link).unwrap();
+        assert!(matches!(write_atomic(&link, b"x"), Err(OutputError::NotRegular("a symbolic link"))));
+        assert_eq!(std::fs::read(&victim).unwrap(), b"keep", "the link's target is untouched");
+        assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink(), "the link itself is untouched");
+        assert!(matches!(write_atomic(Path::new("/dev/null"), b"x"), Err(OutputError::NotRegular("a character device"))));
+        assert!(matches!(write_atomic(&d, b"x"), Err(OutputError::NotRegular("a directory"))));
+        let left: Vec<_> = std::fs::read_dir(&d).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(left.len(), 3, "no temporary file left behind: {left:?}");
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn escaping() {
+        assert_eq!(escape("a\x1b[31mb\n\u{9b}c\\"), "a\\u{1b}[31mb\\n\\u{9b}c\\\\");
+        assert_eq!(escape("plain name.hxrq"), "plain name.hxrq");
+    }
+}
