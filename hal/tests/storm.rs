@@ -110,13 +110,14 @@ fn storm_on(board: &'static hexrpc_bsp::Board) {
     // library afterwards, so the process's mapping baseline is taken after it.
     storm(&bench, 3);
     assert_eq!(back_to(&bench, &start), start);
-    let before = ProcessFootprint::now();
+    let before = ProcessFootprint::settled(Duration::from_secs(2));
     let (launches, recoverable, generation) = storm(&bench, 60);
     assert!(generation > 2, "{}: the restarts were seen: generation {generation}", board.name);
     assert_eq!(back_to(&bench, &start), start, "{}: bench accounting back to the start", board.name);
     assert_eq!(bench.ledger_mismatches(), 0, "{:?}", bench.ledger());
-    let after = ProcessFootprint::now();
-    assert_eq!(after.fds, before.fds, "{}: process descriptors", board.name);
+    let after = ProcessFootprint::settled(Duration::from_secs(2));
+    // No growth is no leak; a descriptor of the warm-up that closed late may make it shrink.
+    assert!(after.fds <= before.fds, "{}: process descriptors {} -> {}", board.name, before.fds, after.fds);
     assert_eq!(after.buffer_maps, before.buffer_maps, "{}: buffer mappings (leases, DSP-side maps)", board.name);
     // Anonymous mappings (thread stacks, malloc arenas) are the C library's caches: bounded.
     assert!(after.maps <= before.maps + 16, "{}: process mappings {} -> {}", board.name, before.maps, after.maps);

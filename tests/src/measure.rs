@@ -164,4 +164,21 @@ impl ProcessFootprint {
             .unwrap_or(0);
         ProcessFootprint { fds, maps, buffer_maps, rss_kib, emulated }
     }
+
+    /// Reads the footprint once descriptors and buffer mappings have stopped changing: five
+    /// readings 20 ms apart that agree, or the last reading after `limit`. Threads that were just
+    /// joined, and channels retired under a listener that lets go a moment later, close their
+    /// descriptors asynchronously: a single reading can catch one still open.
+    pub fn settled(limit: std::time::Duration) -> ProcessFootprint {
+        let t0 = std::time::Instant::now();
+        let mut last = ProcessFootprint::now();
+        let mut same = 0;
+        while same < 5 && t0.elapsed() < limit {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            let now = ProcessFootprint::now();
+            same = if (now.fds, now.buffer_maps) == (last.fds, last.buffer_maps) { same + 1 } else { 0 };
+            last = now;
+        }
+        last
+    }
 }

@@ -303,13 +303,13 @@ fn soak_restarts_faults_and_8_threads_leak_nothing() {
     let warm = Figures::default();
     phase(&bench, Duration::from_millis(1500), 1, &warm);
     assert_eq!(bench.settle(&start, Duration::from_secs(5)), start, "after the warm-up");
-    let before = ProcessFootprint::now();
+    let before = ProcessFootprint::settled(Duration::from_secs(2));
     let f = Figures::default();
     let t0 = Instant::now();
     phase(&bench, length, 0x5EED, &f);
     let ran = t0.elapsed();
     let settled = bench.settle(&start, Duration::from_secs(5));
-    let after = ProcessFootprint::now();
+    let after = ProcessFootprint::settled(Duration::from_secs(2));
     let stray = bench.counts().stray_answers;
     let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
     println!(
@@ -349,7 +349,8 @@ fn soak_restarts_faults_and_8_threads_leak_nothing() {
     assert_eq!(load(&f.munmaps_elsewhere), 0);
     assert_eq!(stray, 0);
     assert_eq!(load(&f.ledger_mismatches), 0);
-    assert_eq!(after.fds, before.fds, "process descriptors");
+    // No growth is no leak; a descriptor of the warm-up that closed late may make it shrink.
+    assert!(after.fds <= before.fds, "process descriptors {} -> {}", before.fds, after.fds);
     assert_eq!(after.buffer_maps, before.buffer_maps, "buffer mappings");
     assert!(after.maps <= before.maps + 16, "process mappings {} -> {}", before.maps, after.maps);
     // Under qemu-user the figure is the emulator's (its translation caches grow): not checked.
