@@ -52,10 +52,9 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from tinygrad.device import Allocator, BufferSpec, Compiled, Compiler, CompileError, Program, TinyELF
-from tinygrad.dtype import AddrSpace, DType, dtypes
+from tinygrad.device import BufferSpec, LRUAllocator, Compiled, Compiler, CompileError, Program, TinyELF
+from tinygrad.dtype import AddrSpace
 from tinygrad.helpers import Target
 from tinygrad.renderer.cstyle import ClangRenderer
 from tinygrad.runtime.ops_dsp import DSPRenderer
@@ -73,46 +72,47 @@ __all__ = [
 # -------------------------------------------------------------------------------------------------
 # Signatures
 
-#: tinygrad scalar dtypes -> hexrpc signature kinds (runtime/src/launch/signature.rs).
-_SCALAR_KINDS: dict[DType, str] = {
-    dtypes.int8: "i8",
-    dtypes.uint8: "u8",
-    dtypes.int16: "i16",
-    dtypes.uint16: "u16",
-    dtypes.int32: "i32",
-    dtypes.uint32: "u32",
-    dtypes.int64: "i64",
-    dtypes.uint64: "u64",
-    dtypes.float16: "f16",
-    dtypes.float32: "f32",
-    dtypes.float64: "f64",
+#: The C type a kernel receives a scalar as (what tinygrad's C renderer prints) -> hexrpc signature
+#: kind (runtime/src/launch/signature.rs).
+_C_SCALAR_KINDS: dict[str, str] = {
+    "signed char": "i8",
+    "char": "i8",
+    "unsigned char": "u8",
+    "short": "i16",
+    "unsigned short": "u16",
+    "int": "i32",
+    "unsigned int": "u32",
+    "long long": "i64",
+    "long": "i64",
+    "unsigned long long": "u64",
+    "unsigned long": "u64",
+    "half": "f16",
+    "__fp16": "f16",
+    "float": "f32",
+    "double": "f64",
 }
 
 
-def _scalar_kind(dt: DType) -> str:
-    # tinygrad's symbolic Variables have the abstract dtype `index`; the C renderer prints it as
-    # `int` (ClangRenderer type_map), so it travels as i32.
-    if dt == dtypes.index:
-        return "i32"
+def scalar_kind(c_type: str) -> str:
+    """The hexrpc signature kind of a kernel scalar parameter of C type ``c_type``."""
     try:
-        return _SCALAR_KINDS[dt.scalar()]
+        return _C_SCALAR_KINDS[c_type.strip()]
     except KeyError:
-        raise CompileError(f"HEXRPC: a kernel scalar of dtype {dt} has no hexrpc signature kind") from None
+        raise CompileError(f"HEXRPC: a kernel scalar of C type {c_type!r} has no hexrpc signature kind") from None
 
 
-def hexrpc_signature(kinds_in_order: list[tuple[bool, DType]]) -> str:
+def hexrpc_signature(params: list[str | None]) -> str:
     """The hexrpc signature string (``"buf,buf,i32"``) of a kernel whose parameters are, in order,
-    ``(is_buffer, dtype)``. Buffers must come first (the launch ABI numbers slots by parameter)."""
+    ``None`` for a buffer or the C type of a scalar. Buffers must come first (the launch ABI
+    numbers slots by parameter)."""
     out: list[str] = []
-    seen_scalar = False
-    for is_buf, dt in kinds_in_order:
-        if is_buf:
-            if seen_scalar:
+    for c_type in params:
+        if c_type is None:
+            if out and out[-1] != "buf":
                 raise CompileError("HEXRPC: a buffer parameter after a scalar; hexrpc needs buffers first")
             out.append("buf")
         else:
-            seen_scalar = True
-            out.append(_scalar_kind(dt))
+            out.append(scalar_kind(c_type))
     return ",".join(out)
 
 
@@ -156,7 +156,7 @@ class HEXRPCRenderer(DSPRenderer):
         return ClangRenderer._render_defines(self, uops)
 
     def _render_entry(self, function_name: str, bufs) -> str:
-        params = [(u.addrspace != AddrSpace.ALU, u.dtype) for _, (u, _) in bufs]
+        params = [self._render_dtype(u.dtype) if u.addrspace == AddrSpace.ALU else None for _, (u, _) in bufs]
         return KernelRecord(function_name, hexrpc_signature(params)).render()
 
 
@@ -227,6 +227,135 @@ class HEXRPCCompiler(Compiler):
         from tinygrad.helpers import cpu_objdump
 
         cpu_objdump(lib, "llvm-objdump-19")
+
+
+# -------------------------------------------------------------------------------------------------
+# Session, memory, programs
+
+
+def open_session():
+    """The hexrpc session the device runs on: the bench with the executor when ``HEXRPC_BENCH=1``,
+    otherwise the device with the board ``HEXRPC_BOARD`` (unset: hexrpc probes for it)."""
+    import hexrpc
+
+    if os.environ.get("HEXRPC_BENCH", "") not in ("", "0"):
+        return hexrpc.Session.bench(executor=True)
+    return hexrpc.Session.open(board=os.environ.get("HEXRPC_BOARD") or None)
+
+
+class HEXRPCBuffer:
+    """A tinygrad buffer on HEXRPC: a view (``offset``, ``size``) of one ION lease. The base buffer
+    owns the lease (``owner``); buffers made by ``_offset`` share it and do not free it."""
+
+    __slots__ = ("lease", "offset", "size", "owner", "_view")
+
+    def __init__(self, lease, offset: int, size: int, owner: bool):
+        self.lease, self.offset, self.size, self.owner = lease, offset, size, owner
+        self._view = None
+
+    @property
+    def view(self):
+        """The hexrpc view (lease, offset, length) a launch takes; made once per buffer."""
+        if self._view is None:
+            self._view = self.lease.view(self.offset, self.size)
+        return self._view
+
+    def host(self) -> memoryview:
+        """The bytes of this view in the lease's host mapping."""
+        return memoryview(self.lease).cast("B")[self.offset : self.offset + self.size]
+
+
+class HEXRPCAllocator(LRUAllocator["HEXRPCDevice"]):
+    """ION leases from the device's hexrpc session. Freed buffers are kept for reuse by tinygrad's
+    LRU cache; a lease is returned to hexrpc when the cache is emptied or the device closes."""
+
+    def _alloc(self, size: int, options: BufferSpec) -> HEXRPCBuffer:
+        if options.external_ptr:
+            raise RuntimeError("HEXRPC: external host pointers cannot be shared with the DSP (ION leases only)")
+        return HEXRPCBuffer(self.dev.session.alloc(size), 0, size, owner=True)
+
+    def _free(self, opaque: HEXRPCBuffer, options: BufferSpec):
+        if opaque.owner:
+            opaque._view = None
+            opaque.lease.close()
+
+    def _as_buffer(self, src: HEXRPCBuffer) -> memoryview:
+        return src.host()
+
+    def _copyin(self, dest: HEXRPCBuffer, src: memoryview):
+        dest.host()[: src.nbytes] = src.cast("B")
+
+    def _copyout(self, dest: memoryview, src: HEXRPCBuffer):
+        dest.cast("B")[:] = src.host()[: dest.nbytes]
+
+    def _offset(self, buf: HEXRPCBuffer, size: int, offset: int) -> HEXRPCBuffer:
+        return HEXRPCBuffer(buf.lease, buf.offset + offset, size, owner=False)
+
+
+#: struct format of a scalar's dtype -> hexrpc signature kind.
+_FMT_KINDS = {"b": "i8", "B": "u8", "h": "i16", "H": "u16", "i": "i32", "I": "u32", "q": "i64", "Q": "u64", "e": "f16", "f": "f32", "d": "f64"}
+
+
+def signature_of(obj: TinyELF) -> tuple[str, int]:
+    """(hexrpc signature, number of buffers) of a compiled kernel, from tinygrad's signature:
+    buffers carry their shape, scalars (bound Variables) the shape ``()``."""
+    kinds: list[str] = []
+    for name, _, dt, shape in obj.signature:
+        if shape != ():
+            kinds.append("buf")
+        elif (kind := _FMT_KINDS.get(dt.fmt or "")) is not None:
+            kinds.append(kind)
+        else:
+            raise RuntimeError(f"HEXRPC: {obj.name}: scalar {name!r} of dtype {dt} has no hexrpc signature kind")
+    nbufs = kinds.count("buf")
+    if kinds[:nbufs] != ["buf"] * nbufs:
+        raise RuntimeError(f"HEXRPC: {obj.name}: a buffer after a scalar; hexrpc needs buffers first")
+    return ",".join(kinds), nbufs
+
+
+class HEXRPCProgram(Program["HEXRPCDevice"]):
+    """One compiled kernel: its library opened once on the session; each call is one hexrpc
+    launch (one FastRPC call) that returns the DSP's time in seconds."""
+
+    def __init__(self, dev: HEXRPCDevice, obj: TinyELF):
+        self.dev, self.name, self.lib, self.tiny_signature = dev, obj.name, obj.lib, obj.signature
+        self.hexrpc_signature, self.nbufs = signature_of(obj)
+        self.library = dev.session.open_library(obj.lib, signature=self.hexrpc_signature, abi="v2")
+
+    def __call__(self, *bufs: HEXRPCBuffer, global_size=(1, 1, 1), local_size=(1, 1, 1), vals: tuple[int, ...] = (), wait=False, **kw):
+        if len(bufs) != self.nbufs:
+            raise RuntimeError(f"HEXRPC: {self.name} takes {self.nbufs} buffers, got {len(bufs)}")
+        us = self.library.launch([b.view for b in bufs], list(vals), deadline_ms=self.dev.deadline_ms)
+        self.dev.stats.launches += 1
+        self.dev.stats.nonzero_offset_views += sum(1 for b in bufs if b.offset)
+        return us / 1e6
+
+    def __del__(self):
+        library = getattr(self, "library", None)
+        if library is not None:
+            library.close()
+
+
+@dataclass
+class DeviceStats:
+    """What the device did, for tests and reports: single launches, how many of their views were at
+    a non-zero offset, and batch runs (one FastRPC call each) with the launches they carried."""
+
+    launches: int = 0
+    nonzero_offset_views: int = 0
+    batch_runs: int = 0
+    batched_launches: int = 0
+
+
+class HEXRPCDevice(Compiled):
+    """tinygrad's ``HEXRPC`` device: see the module documentation."""
+
+    def __init__(self, device: str = ""):
+        self.stats = DeviceStats()
+        self.session = open_session()
+        deadline = os.environ.get("HEXRPC_DEADLINE_MS")
+        self.deadline_ms: int | None = int(deadline) if deadline else None
+        super().__init__(device, HEXRPCAllocator(self), [HEXRPCRenderer], HEXRPCProgram)
 
 
 # -------------------------------------------------------------------------------------------------

@@ -1,0 +1,194 @@
+"""tinygrad 0.14 on the HEXRPC device, on hexrpc's bench with the executor.
+
+Every kernel tinygrad generates for these ops is rendered by ``HEXRPCRenderer``, built by
+``hexrpc build-lib`` (v2 entry) for Hexagon, loaded by the bench's simulated DSP and run under
+qemu-hexagon on the bench's ION buffers; results are compared with tinygrad's CPU device.
+
+Bounds: integer and data-movement results (i32 arithmetic, relu, where, max, the model's argmax)
+must be equal; float results within ``rtol``/``atol`` stated per test. Hexagon and x86 both use
+IEEE binary32, but clang may contract a*b+c into a fused multiply-add differently on the two
+targets and tinygrad's CPU and DSP renderers may order a reduction differently, so sums and
+products get a bound of a few ulp times the number of terms, not equality.
+
+The module skips (with the reason) when the executor's tools (clang-19, ld.lld-19,
+qemu-hexagon) or the ``hexrpc`` tool are missing.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+# tinygrad's CPU device compiles with $CC (default `clang`, which Debian names clang-19).
+os.environ.setdefault("CC", "clang-19")
+os.environ.setdefault("HEXRPC_BENCH", "1")
+
+_missing = [t for t in ("clang-19", "ld.lld-19", "qemu-hexagon") if shutil.which(t) is None]
+_cli = os.environ.get("HEXRPC_CLI") or shutil.which("hexrpc")
+if _missing:
+    pytest.skip(f"the bench executor needs {', '.join(_missing)} (not found on PATH)", allow_module_level=True)
+if not _cli:
+    pytest.skip("the hexrpc tool was not found (set HEXRPC_CLI or put `hexrpc` on PATH)", allow_module_level=True)
+
+tinygrad = pytest.importorskip("tinygrad")
+
+import hexrpc.tinygrad as hexrpc_tinygrad  # noqa: E402  (registers the device)
+from tinygrad import Device, Tensor, TinyJit, Variable, dtypes  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def dev():
+    return Device["HEXRPC"]
+
+
+def both(fn, *arrays: np.ndarray):
+    """Runs ``fn`` on tensors made from ``arrays`` on CPU and on HEXRPC; returns both results."""
+    out = []
+    for device in ("CPU", "HEXRPC"):
+        ts = [Tensor(a, device=device) for a in arrays]
+        out.append(fn(*ts).numpy())
+    return out[0], out[1]
+
+
+rng = np.random.default_rng(16)
+
+
+def f32(*shape, lo=-2.0, hi=2.0):
+    return rng.uniform(lo, hi, size=shape).astype(np.float32)
+
+
+def i32(*shape, lo=-1000, hi=1000):
+    return rng.integers(lo, hi, size=shape, dtype=np.int32)
+
+
+def test_device_is_registered(dev):
+    assert type(dev).__name__ == "HEXRPCDevice"
+    assert isinstance(dev.renderer, hexrpc_tinygrad.HEXRPCRenderer)
+    t = Tensor([1.0, 2.0, 3.0], device="HEXRPC")
+    assert t.device == "HEXRPC"
+    np.testing.assert_array_equal(t.numpy(), np.array([1.0, 2.0, 3.0], np.float32))
+
+
+def test_elementwise_f32():
+    cpu, hex_ = both(lambda a, b: (a + b) * a - b / 3.0, f32(37, 29), f32(37, 29))
+    np.testing.assert_allclose(hex_, cpu, rtol=2e-6, atol=2e-6)
+
+
+def test_elementwise_i32():
+    cpu, hex_ = both(lambda a, b: (a + b) * 3 - (a * b) + (a // 7), i32(1000), i32(1000))
+    assert hex_.dtype == np.int32
+    np.testing.assert_array_equal(hex_, cpu)
+
+
+def test_relu_where_max():
+    a, b = f32(33, 65), f32(33, 65)
+    cpu, hex_ = both(lambda x, y: x.relu() + (x > y).where(x, -y) + x.maximum(y), a, b)
+    np.testing.assert_array_equal(hex_, cpu)
+
+
+def test_reduce_full():
+    a = f32(4097, lo=0.0, hi=1.0)
+    cpu, hex_ = both(lambda x: x.sum(), a)
+    # n terms in [0, 1): |error| <= n * eps * sum|x| for either summation order.
+    np.testing.assert_allclose(hex_, cpu, rtol=4097 * 1.2e-7)
+    cpu, hex_ = both(lambda x: x.max(), a)
+    np.testing.assert_array_equal(hex_, cpu)
+
+
+def test_reduce_per_axis():
+    a = f32(48, 75)
+    for axis in (0, 1):
+        cpu, hex_ = both(lambda x: x.sum(axis=axis), a)
+        n = a.shape[axis]
+        np.testing.assert_allclose(hex_, cpu, rtol=0, atol=n * 1.2e-7 * np.abs(a).sum(axis=axis).max())
+        cpu, hex_ = both(lambda x: x.max(axis=axis), a)
+        np.testing.assert_array_equal(hex_, cpu)
+
+
+def test_exp():
+    cpu, hex_ = both(lambda x: x.exp(), f32(1031, lo=-20.0, hi=20.0))
+    np.testing.assert_allclose(hex_, cpu, rtol=4e-7)
+
+
+def test_matmul():
+    a, b = f32(45, 70), f32(70, 23)
+    cpu, hex_ = both(lambda x, y: x @ y, a, b)
+    np.testing.assert_allclose(hex_, cpu, rtol=0, atol=70 * 1.2e-7 * (np.abs(a) @ np.abs(b)).max())
+
+
+def test_conv2d():
+    x, w = f32(2, 3, 17, 19), f32(5, 3, 3, 3)
+    cpu, hex_ = both(lambda a, b: a.conv2d(b, padding=1), x, w)
+    np.testing.assert_allclose(hex_, cpu, rtol=0, atol=27 * 1.2e-7 * 27 * 4)
+
+
+def test_softmax_uses_views_at_nonzero_offsets(dev):
+    before = dev.stats.nonzero_offset_views
+    x = f32(19, 130, lo=-8.0, hi=8.0)
+    cpu, hex_ = both(lambda a: a.softmax(axis=-1), x)
+    np.testing.assert_allclose(hex_, cpu, rtol=2e-6, atol=1e-9)
+    # tinygrad's memory planner packs the softmax's intermediates into one buffer: views at
+    # non-zero offsets, which only the v2 entry maps correctly.
+    assert dev.stats.nonzero_offset_views > before
+
+
+def test_symbolic_shape_bound_variable():
+    a = f32(64)
+    for n in (5, 17, 64):
+        v = Variable("n", 1, 64).bind(n)
+        cpu = (Tensor(a, device="CPU")[:v] * 2 + 1).sum().numpy()
+        hex_ = (Tensor(a, device="HEXRPC")[:v] * 2 + 1).sum().numpy()
+        np.testing.assert_allclose(hex_, cpu, rtol=n * 1.2e-7 * 4)
+
+
+def test_int32_and_dtype_casts():
+    a = i32(257, lo=-50, hi=50)
+    cpu, hex_ = both(lambda x: (x.cast(dtypes.float32) * 0.5).cast(dtypes.int32) + x, a)
+    np.testing.assert_array_equal(hex_, cpu)
+
+
+class TwoLayerConvNet:
+    """conv(1->4, 3x3) -> relu -> conv(4->8, 3x3, stride 2) -> relu -> mean over space -> linear(8->10)."""
+
+    def __init__(self, device: str, weights: dict[str, np.ndarray]):
+        self.w = {k: Tensor(v, device=device).realize() for k, v in weights.items()}
+
+    def __call__(self, x: Tensor) -> Tensor:
+        w = self.w
+        x = x.conv2d(w["c1"], w["b1"], padding=1).relu()
+        x = x.conv2d(w["c2"], w["b2"], stride=2).relu()
+        x = x.mean(axis=(2, 3))
+        return x.linear(w["fc"], w["fb"])
+
+
+def model_weights() -> dict[str, np.ndarray]:
+    r = np.random.default_rng(1600)
+    g = lambda *s: (r.standard_normal(s) * 0.3).astype(np.float32)  # noqa: E731
+    return {"c1": g(4, 1, 3, 3), "b1": g(4), "c2": g(8, 4, 3, 3), "b2": g(8), "fc": g(8, 10), "fb": g(10)}
+
+
+def run_jitted(device: str, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    net = TwoLayerConvNet(device, model_weights())
+    step = TinyJit(lambda x: net(x).realize())
+    outs = []
+    for a in inputs:
+        outs.append(step(Tensor(a, device=device).realize()).numpy())
+    return outs
+
+
+def model_inputs(runs: int = 10) -> list[np.ndarray]:
+    r = np.random.default_rng(1601)
+    return [r.uniform(-1, 1, size=(2, 1, 12, 12)).astype(np.float32) for _ in range(runs)]
+
+
+def test_two_layer_conv_net_under_tinyjit():
+    inputs = model_inputs(10)
+    cpu = run_jitted("CPU", inputs)
+    hex_ = run_jitted("HEXRPC", inputs)
+    for c, h in zip(cpu, hex_):
+        # 36 products per output of conv2, 36 terms per mean, 8 per linear: a few ulp each.
+        np.testing.assert_allclose(h, c, rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(h.argmax(axis=1), c.argmax(axis=1))
