@@ -53,9 +53,10 @@ pub struct LibraryModel {
     pub(crate) scalars: usize,
     pub(crate) symbol: String,
     pub(crate) kernel: KernelFn,
-    /// Executor mode (issue 8): the qemu-hexagon process that runs this library's real code;
-    /// when set, invokes go there instead of to `kernel`.
-    pub(crate) exec: Option<Arc<crate::executor::ExecProcess>>,
+    /// Executor mode: the DSP process's shell (a qemu-hexagon process) that loaded this
+    /// library's real code, and the library's id in it; when set, invokes go there instead of
+    /// to `kernel`.
+    pub(crate) exec: Option<(Arc<crate::executor::ExecProcess>, u32)>,
 }
 
 impl core::fmt::Debug for LibraryModel {
@@ -65,7 +66,7 @@ impl core::fmt::Debug for LibraryModel {
             .field("buffers", &self.buffers)
             .field("scalars", &self.scalars)
             .field("symbol", &self.symbol)
-            .field("executor", &self.exec.as_ref().map(|e| e.pid()))
+            .field("executor", &self.exec.as_ref().map(|(e, lib)| (e.pid(), *lib)))
             .finish()
     }
 }
@@ -82,16 +83,16 @@ impl LibraryModel {
         LibraryModel { version, buffers, scalars, symbol: "entry".into(), kernel: Arc::new(kernel), exec: None }
     }
 
-    /// Executor mode: a library whose code runs in `exec` (its entry contract is whatever the
-    /// image was built with; the fields the Rust models use are unused).
-    pub(crate) fn executor(exec: Arc<crate::executor::ExecProcess>) -> Self {
+    /// Executor mode: library `lib` loaded in the shell `exec` (its entry contract is whatever
+    /// the image was built with; the fields the Rust models use are unused).
+    pub(crate) fn executor(exec: Arc<crate::executor::ExecProcess>, lib: u32) -> Self {
         LibraryModel {
             version: EntryVersion::V2,
             buffers: 0,
             scalars: 0,
             symbol: "entry".into(),
             kernel: Arc::new(|_| {}),
-            exec: Some(exec),
+            exec: Some((exec, lib)),
         }
     }
 
