@@ -703,6 +703,20 @@ pub enum ArgsError {
     NoFd,
 }
 
+impl core::fmt::Display for ArgsError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(match self {
+            ArgsError::Full => "the argument list's fixed capacity is used up",
+            ArgsError::TooMany => "the scalars word cannot count this many arguments of this kind",
+            ArgsError::Order => "arguments out of order (in-buffers, out-buffers, in-handles, out-handles)",
+            ArgsError::Method => "method index above 31",
+            ArgsError::NoFd => "a handle argument needs a real fd",
+        })
+    }
+}
+
+impl core::error::Error for ArgsError {}
+
 /// The argument list of one FastRPC call, in fixed capacity: the `remote_arg`, `fds` and `attrs`
 /// arrays the driver reads, and the counts that make the scalars word.
 ///

@@ -9,8 +9,8 @@
 
 use hexrpc_bench::{elf, Bench, EntryVersion, LibraryModel};
 use hexrpc_bsp::DeviceAccess;
-use hexrpc_hal::{ErrorKind, HalError};
-use hexrpc_runtime::launch::{AbiVersion, BufferRef, PackedLaunch, Scalar, Signature};
+use hexrpc_hal::ErrorKind;
+use hexrpc_runtime::launch::{AbiVersion, Scalar, Signature};
 use hexrpc_runtime::reverse::FilePolicy;
 use hexrpc_runtime::ServedSession;
 
@@ -30,7 +30,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         }),
     );
-    let image: &'static [u8] = Box::leak(elf::library_image("scale", 8192).into_boxed_slice());
+    // The library's bytes: owned here, kept by the session while the library is open.
+    let image: Vec<u8> = elf::library_image("scale", 8192);
 
     // 1. The session (ION, shell, channel, DSP process, listener; a failure names its stage)
     //    and the reverse file service answering the DSP (library bytes, allowlisted files only)
@@ -39,8 +40,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let served = ServedSession::start(sys.clone(), &DeviceAccess::for_bench(), policy)?;
     let session = served.session();
 
-    // 2. Open the library once; it closes itself when dropped.
-    let lib = served.open_library("scale", image)?;
+    // 2. Open the library once, with its kernel's signature and launch ABI; it closes itself
+    //    when dropped.
+    let kernel = served.open_kernel("scale", image, Signature::parse("buf,buf,f32")?, AbiVersion::V2)?;
 
     // 3. One lease, two views at non-zero offsets, many launches.
     let mut lease = session.alloc(64 * 1024)?;
@@ -48,13 +50,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     lease.write_at(4096, &input)?;
     let x = lease.view(4096, input.len())?;
     let y = lease.view(32 * 1024 + 16, input.len())?;
-    let sig = Signature::parse("buf,buf,f32")?;
-    let launch = |factor: f32| -> Result<u64, HalError> {
-        let bufs = [BufferRef::of(&x), BufferRef::of(&y)];
-        let mut packed = PackedLaunch::new(AbiVersion::V2, &sig, &bufs, &[Scalar::F32(factor)]).expect("the signature matches");
-        lib.invoke(&mut packed.invoke_args().expect("fits"))?;
-        Ok(packed.dsp_micros())
-    };
+    // One call per launch: views and scalars in, DSP microseconds out.
+    let launch = |factor: f32| kernel.launch(&[&x, &y], &[Scalar::F32(factor)]);
     for i in 0..100 {
         launch(i as f32)?;
     }
@@ -72,7 +69,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("y[1] = {} (expected 2)", f32::from_le_bytes([out[4], out[5], out[6], out[7]]));
 
     // 5. Everything goes in reverse order: library, lease, listener, session.
-    drop(lib);
+    drop(kernel);
     drop(lease);
     println!("done; the reverse service answered {} requests", served.service().metrics().snapshot().requests);
     served.stop()?;

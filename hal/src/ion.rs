@@ -125,6 +125,13 @@ impl<'s, S: Syscalls + Clone> IonLease<'s, S> {
         self.raw.share.raw()
     }
 
+    /// The address of the lease's mapping in this process, [`len`](Self::len) bytes long, for
+    /// bindings that hand the memory to C or Python. The memory is shared with the DSP, which
+    /// writes it during a launch (see the module docs); it stays mapped while the lease lives.
+    pub fn host_addr(&self) -> usize {
+        self.raw.map.addr()
+    }
+
     /// Copies `data` into the buffer at `offset`.
     pub fn write_at(&mut self, offset: usize, data: &[u8]) -> Result<(), HalError> {
         self.raw.map.write_at(offset, data).map_err(|_| HalError::new(Stage::Alloc, Cause::Invalid))

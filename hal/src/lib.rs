@@ -21,6 +21,34 @@
 //!
 //! Everything runs over the drivers' syscall seam, unchanged on a device and on the bench.
 //!
+//! # Example
+//!
+//! A session on the bench (the simulated kernel and DSP of `hexrpc-bench`; on a device, pass
+//! `hexrpc_drivers::RustixSys` and `DeviceAccess::for_device(&hexrpc_bsp::COMMA_THREE)`), one
+//! lease, a view at a non-zero offset, and the same view's bytes read back:
+//!
+//! ```
+//! use hexrpc_bench::Bench;
+//! use hexrpc_bsp::DeviceAccess;
+//! use hexrpc_hal::Session;
+//!
+//! # fn main() -> Result<(), hexrpc_hal::HalError> {
+//! let session = Session::start(Bench::new(), &DeviceAccess::for_bench())?;
+//! let mut lease = session.alloc(64 * 1024)?;
+//! lease.write_at(4096, &[1, 2, 3, 4])?;
+//! let view = lease.view(4096, 4)?;
+//! let mut back = [0u8; 4];
+//! view.read(&mut back)?;
+//! assert_eq!(back, [1, 2, 3, 4]);
+//! assert!(lease.view(60 * 1024, 8 * 1024).is_err()); // past the lease: refused
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Libraries are opened through an [`ImageRegistry`], normally the runtime's reverse file
+//! service: `hexrpc_runtime::ServedSession` starts both, and its `open_kernel` returns a kernel
+//! that launches in one call (see the `hexrpc-runtime` crate docs).
+//!
 //! The memory of a lease is shared with the DSP: the DSP may change it while it holds the buffer
 //! (during a launch), so what the CPU reads during a launch is not defined; reads go through
 //! copies, never references.
@@ -32,12 +60,18 @@
 mod deadline;
 mod error;
 mod fd;
+mod image;
 pub mod ion;
 mod session;
+#[cfg(feature = "std")]
+mod shared;
 pub mod stages;
 
 pub use error::{Cause, ErrorKind, HalError, Stage};
 pub use fd::OwnedFd;
+pub use image::LibraryImage;
 pub use ion::{BufferView, IonLease, LeaseMemory};
 pub use session::{ImageRegistry, Library, Session, DLERROR_LEN, MAX_LIBRARIES, MAX_NAME};
+#[cfg(feature = "std")]
+pub use shared::{SharedLease, SharedLibrary};
 pub use stages::{ChannelOpened, IonOpened, ProcessCreated, ShellStaged};

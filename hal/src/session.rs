@@ -8,6 +8,7 @@ use hexrpc_drivers::{adsprpc, listener, Fd, Syscalls};
 
 use crate::error::{Cause, HalError, Stage};
 use crate::fd::OwnedFd;
+use crate::image::LibraryImage;
 use crate::ion::{IonLease, RawLease};
 use crate::stages::{self, Channel, IonOpened};
 
@@ -27,7 +28,7 @@ const FAILED: u8 = 2;
 pub trait ImageRegistry: Sync {
     /// Makes `image` available under `name` until [`withdraw`](ImageRegistry::withdraw).
     /// Returns false if the registry refuses (full, duplicate name).
-    fn publish(&self, name: &str, image: &'static [u8]) -> bool;
+    fn publish(&self, name: &str, image: LibraryImage) -> bool;
     /// Removes the image published under `name`.
     fn withdraw(&self, name: &str);
 }
@@ -58,9 +59,9 @@ pub struct Session<S: Syscalls + Clone> {
     listener_tid: AtomicI32,
     listener_serving: AtomicU32,
     info: u32,
-    ion: OwnedFd<S>,
-    sys: S,
-    board: &'static Board,
+    pub(crate) ion: OwnedFd<S>,
+    pub(crate) sys: S,
+    pub(crate) board: &'static Board,
 }
 
 static NAME_SEQ: AtomicU32 = AtomicU32::new(1);
@@ -208,14 +209,16 @@ impl<S: Syscalls + Clone> Session<S> {
     /// that closes the library and withdraws the image when dropped.
     ///
     /// `name` may hold ASCII letters, digits, `_`, `-` and `.` (at most 32 bytes). A library is
-    /// opened once and invoked many times.
+    /// opened once and invoked many times. The image is a `&'static [u8]` or (std) owned bytes
+    /// ([`LibraryImage`]); the registry keeps it until the library is closed.
     pub fn open_library<'s>(
         &'s self,
         registry: &'s dyn ImageRegistry,
         name: &str,
-        image: &'static [u8],
+        image: impl Into<LibraryImage>,
     ) -> Result<Library<'s, S>, HalError> {
         let st = Stage::LibraryOpen;
+        let image = image.into();
         if name.is_empty() || name.len() > 32 || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.') {
             return Err(HalError::new(st, Cause::Invalid));
         }
@@ -253,7 +256,7 @@ impl<S: Syscalls + Clone> Session<S> {
         }
     }
 
-    fn close_slot(&self, registry: &dyn ImageRegistry, slot: usize) {
+    pub(crate) fn close_slot(&self, registry: &dyn ImageRegistry, slot: usize) {
         let chan = self.chan.read();
         let Some(lib) = self.libs.lock()[slot].take() else { return };
         if self.is_healthy() {
@@ -267,7 +270,7 @@ impl<S: Syscalls + Clone> Session<S> {
         registry.withdraw(&lib.name);
     }
 
-    fn remote_handle(&self, slot: usize) -> Option<u32> {
+    pub(crate) fn remote_handle(&self, slot: usize) -> Option<u32> {
         self.libs.lock()[slot].as_ref().map(|l| l.remote)
     }
 
@@ -276,7 +279,7 @@ impl<S: Syscalls + Clone> Session<S> {
     /// channel's descriptor first (nothing can resume the parked call into buffers that are
     /// gone), the error is [`Cause::Timeout`], and the session needs `recover()`, which closes
     /// the channel.
-    fn invoke_slot<const CAP: usize>(
+    pub(crate) fn invoke_slot<const CAP: usize>(
         &self,
         slot: usize,
         args: &mut adsprpc::InvokeArgs<'_, CAP>,
@@ -416,6 +419,16 @@ impl<S: Syscalls + Clone> Library<'_, S> {
         S: Sync,
     {
         crate::deadline::run(self.session.sys(), timeout, |fired| self.session.invoke_slot(self.slot, args, Some(fired)))
+    }
+}
+
+impl<S: Syscalls + Clone> Library<'_, S> {
+    /// Gives up the handle without closing the library: the caller closes its slot.
+    #[cfg(feature = "std")]
+    pub(crate) fn into_slot(self) -> usize {
+        let slot = self.slot;
+        core::mem::forget(self);
+        slot
     }
 }
 

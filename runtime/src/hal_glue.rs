@@ -2,7 +2,9 @@
 //! reverse service is the [`ImageRegistry`] a session publishes library images in.
 
 use hexrpc_drivers::{Fd, Syscalls};
-use hexrpc_hal::{BufferView, ImageRegistry};
+use hexrpc_hal::{BufferView, ImageRegistry, LibraryImage};
+
+use crate::reverse::ImageBytes;
 
 use crate::launch::LaunchBuffer;
 use crate::reverse::ReverseService;
@@ -23,8 +25,13 @@ impl LaunchBuffer for BufferView<'_> {
 }
 
 impl<S: Syscalls + Sync> ImageRegistry for ReverseService<'_, S> {
-    fn publish(&self, name: &str, image: &'static [u8]) -> bool {
-        match self.register_image(name, image) {
+    fn publish(&self, name: &str, image: LibraryImage) -> bool {
+        let bytes = match image {
+            LibraryImage::Static(b) => ImageBytes::Borrowed(b),
+            #[cfg(feature = "std")]
+            LibraryImage::Shared(b) => ImageBytes::Shared(b),
+        };
+        match self.register_image(name, bytes) {
             Ok(()) => true,
             Err(e) => {
                 log::warn!("publishing library image {name}: {e:?}");

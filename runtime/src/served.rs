@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use hexrpc_bsp::DeviceAccess;
 use hexrpc_drivers::Syscalls;
-use hexrpc_hal::{HalError, Library, Session};
+use hexrpc_hal::{HalError, Library, LibraryImage, Session};
 
 use crate::reverse::{FilePolicy, OwnedBuffers, ReverseService, ServeOutcome, ServiceHandle, StopError};
 
@@ -45,8 +45,8 @@ impl From<HalError> for StartError {
 /// then the service (every file and DSP map it still held).
 pub struct ServedSession<S: Syscalls + Clone + Send + Sync + 'static> {
     listener: Option<ServiceHandle<S>>,
-    session: Arc<Session<S>>,
-    service: Arc<ReverseService<'static, S>>,
+    pub(crate) session: Arc<Session<S>>,
+    pub(crate) service: Arc<ReverseService<'static, S>>,
 }
 
 impl<S: Syscalls + Clone + Send + Sync + 'static> ServedSession<S> {
@@ -82,7 +82,7 @@ impl<S: Syscalls + Clone + Send + Sync + 'static> ServedSession<S> {
 
     /// Opens a library whose image the service serves under a unique name (see
     /// [`Session::open_library`]).
-    pub fn open_library(&self, name: &str, image: &'static [u8]) -> Result<Library<'_, S>, HalError> {
+    pub fn open_library(&self, name: &str, image: impl Into<LibraryImage>) -> Result<Library<'_, S>, HalError> {
         self.session.open_library(&*self.service, name, image)
     }
 

@@ -80,7 +80,7 @@ pub fn hexagon_elf(len: usize) -> Vec<u8> {
     elf_image(EM_HEXAGON, len)
 }
 
-/// The marker that names, inside a library image, which registered [`LibraryModel`]
+/// The marker that names, inside a library image, which registered [`LibraryModel`](crate::LibraryModel)
 /// (crate::LibraryModel) stands for its code.
 pub const MODEL_TAG: &[u8] = b"HXBENCH-MODEL:";
 

@@ -349,6 +349,8 @@ impl fmt::Display for ElfError {
     }
 }
 
+impl core::error::Error for ElfError {}
+
 /// One section of a parsed library.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SectionInfo {

@@ -73,7 +73,7 @@ pub use listener::{
     FastRpcTransport, ListenerBuffers, ListenerTransport, LoopState, ServeOutcome, MAX_INTERRUPTED_RETRIES, NEXT2_BADSTATE,
 };
 pub use metrics::{Metrics, MetricsSnapshot, APPS_MEM_METHODS, APPS_STD_METHODS, METHOD_SLOTS, REMOTECTL_METHODS};
-pub use policy::{FilePolicy, ImageError, PolicyError};
+pub use policy::{FilePolicy, ImageBytes, ImageError, PolicyError};
 pub use service::{check_mode, Escaped, Released, Response, ReverseService, SessionCounts, StopSignal, ALLOWED_MAP_FLAGS};
 pub use session::{Module, FILE_HANDLE_BASE};
 #[cfg(feature = "std")]

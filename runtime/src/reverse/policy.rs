@@ -74,6 +74,8 @@ impl core::fmt::Display for PolicyError {
     }
 }
 
+impl core::error::Error for PolicyError {}
+
 fn printable(b: &[u8]) -> bool {
     b.iter().all(|&c| (0x20..=0x7E).contains(&c))
 }
@@ -298,12 +300,55 @@ impl core::fmt::Display for ImageError {
     }
 }
 
-/// Library images served from memory by unique name. The bytes are borrowed for `'img`, so an
-/// open handle keeps reading valid bytes even after its image is unregistered (unregistering
-/// only stops new opens).
+impl core::error::Error for ImageError {}
+
+/// The bytes of a registered library image: borrowed for `'img`, or (feature `std`) shared
+/// with whoever opened the library, so the last holder frees them. Cloning never copies bytes.
+#[derive(Clone, Debug)]
+pub enum ImageBytes<'img> {
+    /// Borrowed for the service's image lifetime.
+    Borrowed(&'img [u8]),
+    /// Owned, shared (feature `std`).
+    #[cfg(feature = "std")]
+    Shared(std::sync::Arc<[u8]>),
+}
+
+impl core::ops::Deref for ImageBytes<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            ImageBytes::Borrowed(b) => b,
+            #[cfg(feature = "std")]
+            ImageBytes::Shared(b) => b,
+        }
+    }
+}
+
+impl<'img> From<&'img [u8]> for ImageBytes<'img> {
+    fn from(b: &'img [u8]) -> Self {
+        ImageBytes::Borrowed(b)
+    }
+}
+
+impl<'img, const N: usize> From<&'img [u8; N]> for ImageBytes<'img> {
+    fn from(b: &'img [u8; N]) -> Self {
+        ImageBytes::Borrowed(b)
+    }
+}
+
+#[cfg(feature = "std")]
+impl From<std::sync::Arc<[u8]>> for ImageBytes<'_> {
+    fn from(b: std::sync::Arc<[u8]>) -> Self {
+        ImageBytes::Shared(b)
+    }
+}
+
+/// Library images served from memory by unique name. An open handle keeps its own reference to
+/// the bytes, so it keeps reading valid bytes even after its image is unregistered
+/// (unregistering only stops new opens).
 #[derive(Debug, Default)]
 pub struct ImageTable<'img> {
-    images: heapless::Vec<(heapless::String<MAX_IMAGE_NAME>, &'img [u8]), MAX_IMAGES>,
+    images: heapless::Vec<(heapless::String<MAX_IMAGE_NAME>, ImageBytes<'img>), MAX_IMAGES>,
 }
 
 impl<'img> ImageTable<'img> {
@@ -313,7 +358,7 @@ impl<'img> ImageTable<'img> {
     }
 
     /// Registers `bytes` under `name`.
-    pub fn register(&mut self, name: &str, bytes: &'img [u8]) -> Result<(), ImageError> {
+    pub fn register(&mut self, name: &str, bytes: impl Into<ImageBytes<'img>>) -> Result<(), ImageError> {
         let b = name.as_bytes();
         if b.is_empty() || b.len() > MAX_IMAGE_NAME || !printable(b) || b.contains(&b'/') || name == "." || name == ".." {
             return Err(ImageError::BadName);
@@ -323,7 +368,7 @@ impl<'img> ImageTable<'img> {
         }
         let mut s = heapless::String::new();
         s.push_str(name).map_err(|_| ImageError::BadName)?;
-        self.images.push((s, bytes)).map_err(|_| ImageError::Full)
+        self.images.push((s, bytes.into())).map_err(|_| ImageError::Full)
     }
 
     /// Removes the image `name`.
@@ -334,8 +379,8 @@ impl<'img> ImageTable<'img> {
     }
 
     /// The bytes of the image called exactly `name`.
-    pub fn find(&self, name: &[u8]) -> Option<&'img [u8]> {
-        self.images.iter().find(|(n, _)| n.as_bytes() == name).map(|&(_, b)| b)
+    pub fn find(&self, name: &[u8]) -> Option<ImageBytes<'img>> {
+        self.images.iter().find(|(n, _)| n.as_bytes() == name).map(|(_, b)| b.clone())
     }
 
     /// Number of registered images.
@@ -421,8 +466,8 @@ mod tests {
         for bad in ["", "a/b", "..", ".", "x\n"] {
             assert_eq!(t.register(bad, &A), Err(ImageError::BadName), "{bad:?}");
         }
-        assert_eq!(t.find(b"tinylib"), Some(&A[..]));
-        assert_eq!(t.find(b"tiny"), None);
+        assert_eq!(t.find(b"tinylib").as_deref(), Some(&A[..]));
+        assert!(t.find(b"tiny").is_none());
         t.unregister("tinylib").unwrap();
         assert_eq!(t.unregister("tinylib"), Err(ImageError::NotFound));
         for i in 0..MAX_IMAGES {

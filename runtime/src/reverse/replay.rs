@@ -60,6 +60,8 @@ impl core::fmt::Display for MalformedFile {
     }
 }
 
+impl core::error::Error for MalformedFile {}
+
 /// Parses a request file; never panics.
 pub fn parse_request_file(bytes: &[u8]) -> Result<RequestFile<'_>, MalformedFile> {
     let rest = bytes.strip_prefix(MAGIC).ok_or(MalformedFile::BadMagic)?;

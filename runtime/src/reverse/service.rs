@@ -11,7 +11,7 @@ use zerocopy::little_endian::{I32, I64, U32, U64};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use super::metrics::Metrics;
-use super::policy::{FilePolicy, ImageError, ImageTable};
+use super::policy::{FilePolicy, ImageBytes, ImageError, ImageTable};
 use super::session::{FileTable, MapTable, Module, ModuleTable, OpenFile, Source};
 use super::wire::{Reply, Request};
 use super::RequestError;
@@ -331,7 +331,7 @@ impl<'img, S: Syscalls> ReverseService<'img, S> {
     }
 
     /// Registers a library image, served from memory to an open of exactly `name`.
-    pub fn register_image(&self, name: &str, bytes: &'img [u8]) -> Result<(), ImageError> {
+    pub fn register_image(&self, name: &str, bytes: impl Into<ImageBytes<'img>>) -> Result<(), ImageError> {
         self.images.lock().register(name, bytes)
     }
 
@@ -502,7 +502,7 @@ impl<'img, S: Syscalls> ReverseService<'img, S> {
         check_mode(mode)?;
         let mut r = Reply::layout(req.out_lens(), reply)?;
         let src = self.open_source(name)?;
-        let handle = match s.files.insert(src) {
+        let handle = match s.files.insert(src.clone()) {
             Ok(h) => h,
             Err(e) => {
                 self.close_source(src);
@@ -720,14 +720,14 @@ impl<'img, S: Syscalls> ReverseService<'img, S> {
 
 /// Reads at the file's offset into `region` (the whole region unless end of file).
 fn read_at<S: Syscalls + ?Sized>(sys: &S, file: &OpenFile<'_>, region: &mut [u8]) -> Result<usize, RequestError> {
-    match file.src {
+    match &file.src {
         Source::Image(bytes) => {
             let start = usize::try_from(file.offset).unwrap_or(usize::MAX).min(bytes.len());
             let n = region.len().min(bytes.len() - start);
             region[..n].copy_from_slice(&bytes[start..start + n]);
             Ok(n)
         }
-        Source::Host { fd, .. } => {
+        &Source::Host { fd, .. } => {
             let mut done = 0usize;
             while done < region.len() {
                 let at = file.offset.checked_add(done as u64).ok_or(RequestError::Read)?;

@@ -3,7 +3,7 @@
 
 use hexrpc_drivers::Fd;
 
-use super::policy::MAX_FILES;
+use super::policy::{ImageBytes, MAX_FILES};
 use super::RequestError;
 
 /// The first virtual FILE handle (quic's `APPS_FD_BASE`); handles are never raw host fds.
@@ -17,25 +17,25 @@ pub const MAX_MAPS: usize = 32;
 pub const MODULE_KEY_BASE: u32 = 0x4D00_0000;
 
 /// Where an open file's bytes come from.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub(crate) enum Source<'img> {
     /// A host file, owned by the table until closed.
     Host { fd: Fd, size: u64 },
     /// A registered library image.
-    Image(&'img [u8]),
+    Image(ImageBytes<'img>),
 }
 
 impl Source<'_> {
     pub(crate) fn size(&self) -> u64 {
-        match *self {
-            Source::Host { size, .. } => size,
+        match self {
+            Source::Host { size, .. } => *size,
             Source::Image(b) => b.len() as u64,
         }
     }
 }
 
 /// One open file: its source, its own offset and how many bytes it has served.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct OpenFile<'img> {
     pub(crate) src: Source<'img>,
     pub(crate) offset: u64,
@@ -238,10 +238,10 @@ mod tests {
     fn file_handles_are_virtual_bounded_and_reused() {
         static IMG: [u8; 4] = [0; 4];
         let mut t = FileTable::new(2);
-        let a = t.insert(Source::Image(&IMG)).unwrap();
-        let b = t.insert(Source::Image(&IMG)).unwrap();
+        let a = t.insert(Source::Image((&IMG).into())).unwrap();
+        let b = t.insert(Source::Image((&IMG).into())).unwrap();
         assert_eq!((a, b), (100, 101));
-        assert_eq!(t.insert(Source::Image(&IMG)).err(), Some(RequestError::OutOfHandles));
+        assert_eq!(t.insert(Source::Image((&IMG).into())).err(), Some(RequestError::OutOfHandles));
         for bad in [0, 3, 99, 102, 163, u32::MAX] {
             assert_eq!(t.get_mut(bad).err(), Some(RequestError::BadFile), "{bad}");
         }
@@ -249,7 +249,7 @@ mod tests {
         assert_eq!(t.get_mut(b).unwrap().offset, 0, "offsets are per handle");
         t.remove(a).unwrap();
         assert_eq!(t.remove(a).err(), Some(RequestError::BadFile));
-        assert_eq!(t.insert(Source::Image(&IMG)).unwrap(), 100);
+        assert_eq!(t.insert(Source::Image((&IMG).into())).unwrap(), 100);
         assert_eq!(t.take_all().count(), 2);
         assert_eq!(t.open_count(), 0);
         assert_eq!(FileTable::new(1000).limit, MAX_FILES);

@@ -33,7 +33,7 @@
 //!   session needs `recover()`, as after a real DSP subsystem restart. A non-zero return of the
 //!   entry is returned as the AEE code, as on a device.
 //! * [`model`] runs a fixed small network through the whole stack (HAL session, reverse service,
-//!   runtime packer), compares every node with [`reference`] and measures latency.
+//!   runtime packer), compares every node with [`reference`](mod@reference) and measures latency.
 //!
 //! # Where qemu-hexagon differs from a cDSP
 //!

@@ -1,7 +1,7 @@
 //! The whole stack on the bench with executor, and the fixed model: conv -> relu -> pool ->
 //! dense -> softmax with seeded weights, one launch per node.
 //!
-//! [`Stack`] is a HAL [`Session`] on a [`Bench`] with the runtime's [`ReverseService`] serving its
+//! [`Stack`] is a HAL [`Session`] on a [`Bench`] with the runtime's [`ReverseService`](hexrpc_runtime::reverse::ReverseService) serving its
 //! listener (following recoveries) and acting as the image registry; [`launch`] packs a v2 launch
 //! with the runtime's packer and invokes it through the HAL.
 //!

@@ -1,0 +1,212 @@
+/*
+ * A C service's use of libhexrpc on the bench: a session, one lease, launches on views at
+ * non-zero offsets with outputs checked, a library opened from a file, refusals, misused
+ * handles, a DSP restart and recovery, deadlines, and closing. With --executor it also runs a
+ * real Hexagon kernel under qemu-hexagon (skipped, with the reason, when the tools are absent).
+ *
+ * Build (see .ci/test): cc -std=c11 -Wall -Wextra -Werror -DHEXRPC_BENCH -Ibindings/c/include \
+ *   bindings/c/examples/launch.c -Ltarget/debug -lhexrpc -o launch
+ * On a device: hexrpc_session_open("comma-three", &s) and the bytes of a `hexrpc build-lib` .so.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <hexrpc.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int failures = 0;
+
+#define CHECK(cond, ...)                                  \
+  do {                                                    \
+    if (!(cond)) {                                        \
+      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
+      fprintf(stderr, __VA_ARGS__);                       \
+      fprintf(stderr, "\n");                              \
+      failures++;                                         \
+    }                                                     \
+  } while (0)
+
+#define OK(call)                                                                            \
+  do {                                                                                      \
+    hexrpc_status st_ = (call);                                                             \
+    if (st_ != HEXRPC_OK) {                                                                 \
+      fprintf(stderr, "FAIL %s:%d: %s -> %s (%s)\n", __FILE__, __LINE__, #call,             \
+              hexrpc_status_name(st_), hexrpc_last_error_message());                        \
+      exit(1);                                                                              \
+    }                                                                                       \
+  } while (0)
+
+#define EXPECT(call, want)                                                                       \
+  do {                                                                                           \
+    hexrpc_status st_ = (call);                                                                  \
+    CHECK(st_ == (want), "%s -> %s, expected %s (%s)", #call, hexrpc_status_name(st_),           \
+          hexrpc_status_name(want), hexrpc_last_error_message());                               \
+  } while (0)
+
+static void scale_launches(hexrpc_session *s) {
+  const uint8_t *image;
+  size_t image_len;
+  OK(hexrpc_bench_model_image("scale_f32", &image, &image_len));
+  hexrpc_library *scale;
+  OK(hexrpc_library_open(s, "scale", image, image_len, "buf,buf,f32", HEXRPC_ABI_V2, &scale));
+
+  hexrpc_lease *lease;
+  OK(hexrpc_lease_alloc(s, 64 * 1024, &lease));
+  void *mem;
+  size_t len;
+  OK(hexrpc_lease_memory(lease, &mem, &len));
+  CHECK(len == 64 * 1024, "lease length %zu", len);
+
+  /* x: 256 floats at offset 4100, y: 256 floats at offset 32784 (both non-zero). */
+  enum { N = 256 };
+  const size_t x_off = 4100, y_off = 32 * 1024 + 16;
+  float *x = (float *)((char *)mem + x_off);
+  float *y = (float *)((char *)mem + y_off);
+  for (int i = 0; i < N; i++) x[i] = (float)i - 100.0f;
+  hexrpc_view views[2] = {{lease, x_off, N * sizeof(float)}, {lease, y_off, N * sizeof(float)}};
+  for (int round = 0; round < 10; round++) {
+    float a = 0.5f + (float)round;
+    hexrpc_scalar scalars[1] = {hexrpc_scalar_f32(a)};
+    uint64_t us = 0;
+    OK(hexrpc_launch(scale, views, 2, scalars, 1, 0, &us));
+    for (int i = 0; i < N; i++) CHECK(y[i] == a * x[i], "y[%d] = %f, expected %f", i, y[i], a * x[i]);
+  }
+
+  /* Refusals: nothing is sent. */
+  hexrpc_scalar wrong[1] = {hexrpc_scalar_u32(2)};
+  EXPECT(hexrpc_launch(scale, views, 2, wrong, 1, 0, NULL), HEXRPC_ERR_REFUSED);
+  CHECK(strstr(hexrpc_last_error_message(), "launch-pack") != NULL, "message: %s", hexrpc_last_error_message());
+  CHECK(strcmp(hexrpc_last_error_stage(), "launch-pack") == 0, "stage: %s", hexrpc_last_error_stage());
+  hexrpc_view outside[2] = {{lease, 60 * 1024, 8192}, {lease, 0, 16}};
+  hexrpc_scalar two[1] = {hexrpc_scalar_f32(2.0f)};
+  EXPECT(hexrpc_launch(scale, outside, 2, two, 1, 0, NULL), HEXRPC_ERR_INVALID);
+  EXPECT(hexrpc_launch(scale, views, 1, two, 1, 0, NULL), HEXRPC_ERR_REFUSED);
+  hexrpc_library *v1;
+  OK(hexrpc_library_open(s, "scale-v1", image, image_len, "buf,buf,f32", HEXRPC_ABI_V1, &v1));
+  EXPECT(hexrpc_launch(v1, views, 2, two, 1, 0, NULL), HEXRPC_ERR_REFUSED);
+  CHECK(strstr(hexrpc_last_error_message(), "v2") != NULL, "v1 message: %s", hexrpc_last_error_message());
+  OK(hexrpc_library_close(v1));
+
+  /* A DSP restart: the launch reports it, recovery rebuilds, launches work again. */
+  OK(hexrpc_bench_restart_dsp(s));
+  EXPECT(hexrpc_launch(scale, views, 2, two, 1, 0, NULL), HEXRPC_ERR_RECOVERABLE);
+  uint32_t healthy = 1;
+  OK(hexrpc_session_health(s, &healthy));
+  CHECK(healthy == 0, "healthy after a restart");
+  OK(hexrpc_session_recover(s));
+  OK(hexrpc_session_health(s, &healthy));
+  CHECK(healthy == 1, "not healthy after recovery");
+  OK(hexrpc_launch(scale, views, 2, two, 1, 0, NULL));
+  CHECK(y[7] == 2.0f * x[7], "after recovery y[7] = %f", y[7]);
+
+  /* Misuse: closed and freed handles, NULL, kinds mixed up. */
+  OK(hexrpc_library_close(scale));
+  EXPECT(hexrpc_library_close(scale), HEXRPC_ERR_HANDLE);
+  EXPECT(hexrpc_launch(scale, views, 2, two, 1, 0, NULL), HEXRPC_ERR_HANDLE);
+  EXPECT(hexrpc_launch(NULL, views, 2, two, 1, 0, NULL), HEXRPC_ERR_HANDLE);
+  EXPECT(hexrpc_launch((hexrpc_library *)lease, views, 2, two, 1, 0, NULL), HEXRPC_ERR_HANDLE);
+  EXPECT(hexrpc_lease_free((hexrpc_lease *)(uintptr_t)0x12345678), HEXRPC_ERR_HANDLE);
+  OK(hexrpc_lease_free(lease));
+  EXPECT(hexrpc_lease_free(lease), HEXRPC_ERR_HANDLE);
+  EXPECT(hexrpc_lease_memory(lease, &mem, &len), HEXRPC_ERR_HANDLE);
+  EXPECT(hexrpc_library_open(s, "x", NULL, 0, "buf", HEXRPC_ABI_V2, &scale), HEXRPC_ERR_NULL);
+  EXPECT(hexrpc_library_open(s, "x", image, image_len, "buf,nope", HEXRPC_ABI_V2, &scale), HEXRPC_ERR_INVALID);
+  EXPECT(hexrpc_library_open(s, "x", image, image_len, "buf,buf,f32", 7, &scale), HEXRPC_ERR_INVALID);
+  printf("scale_f32: 10 launches at offsets %zu and %zu checked; refusals, misuse and recovery as expected\n", x_off, y_off);
+}
+
+static void path_and_deadline(hexrpc_session *s) {
+  /* A library opened from a file. */
+  const uint8_t *image;
+  size_t image_len;
+  OK(hexrpc_bench_model_image("add_u8", &image, &image_len));
+  char path[] = "/tmp/hexrpc-add_u8-XXXXXX";
+  int fd = mkstemp(path);
+  CHECK(fd >= 0, "mkstemp");
+  FILE *f = fdopen(fd, "wb");
+  CHECK(f != NULL && fwrite(image, 1, image_len, f) == image_len, "write image");
+  fclose(f);
+  hexrpc_library *add;
+  OK(hexrpc_library_open_path(s, path, "buf,buf,u32", HEXRPC_ABI_V2, &add));
+  remove(path);
+
+  hexrpc_lease *in, *out;
+  OK(hexrpc_lease_alloc(s, 4096, &in));
+  OK(hexrpc_lease_alloc(s, 8192, &out));
+  uint8_t *pin, *pout;
+  OK(hexrpc_lease_memory(in, (void **)&pin, NULL));
+  OK(hexrpc_lease_memory(out, (void **)&pout, NULL));
+  for (int i = 0; i < 100; i++) pin[123 + i] = (uint8_t)(i * 3);
+  hexrpc_view views[2] = {{in, 123, 100}, {out, 5000, 100}};
+  hexrpc_scalar k[1] = {hexrpc_scalar_u32(7)};
+  OK(hexrpc_launch(add, views, 2, k, 1, 1000, NULL));
+  for (int i = 0; i < 100; i++) CHECK(pout[5000 + i] == (uint8_t)(i * 3 + 7), "out[%d] = %u", i, pout[5000 + i]);
+
+  /* A deadline that passes: abandoned, the session needs recovery. */
+  OK(hexrpc_bench_model_image("sleep_ms", &image, &image_len));
+  hexrpc_library *sleepy;
+  OK(hexrpc_library_open(s, "sleep", image, image_len, "buf,u32", HEXRPC_ABI_V2, &sleepy));
+  hexrpc_view one[1] = {{out, 16, 4}};
+  hexrpc_scalar ms[1] = {hexrpc_scalar_u32(400)};
+  EXPECT(hexrpc_launch(sleepy, one, 1, ms, 1, 50, NULL), HEXRPC_ERR_RECOVERABLE);
+  CHECK(strstr(hexrpc_last_error_message(), "deadline") != NULL, "deadline message: %s", hexrpc_last_error_message());
+  OK(hexrpc_session_recover(s));
+  ms[0] = hexrpc_scalar_u32(1);
+  OK(hexrpc_launch(sleepy, one, 1, ms, 1, 5000, NULL));
+  OK(hexrpc_launch(add, views, 2, k, 1, 0, NULL));
+  printf("add_u8 from a file at offsets 123 and 5000 checked; a passed deadline recovered\n");
+  /* Leases and libraries left open: closing the session releases them. */
+}
+
+static int executor(void) {
+  hexrpc_session *s;
+  hexrpc_status st = hexrpc_session_open_bench(HEXRPC_BENCH_EXECUTOR, &s);
+  if (st == HEXRPC_ERR_UNAVAILABLE) {
+    printf("SKIPPED executor: %s\n", hexrpc_last_error_message());
+    return 0;
+  }
+  OK(st);
+  const uint8_t *image;
+  size_t image_len;
+  OK(hexrpc_bench_kernel_image("relu_f32", "buf,buf,u32", HEXRPC_ABI_V2, &image, &image_len));
+  hexrpc_library *relu;
+  OK(hexrpc_library_open(s, "relu", image, image_len, "buf,buf,u32", HEXRPC_ABI_V2, &relu));
+  hexrpc_lease *lease;
+  OK(hexrpc_lease_alloc(s, 16384, &lease));
+  float *mem;
+  OK(hexrpc_lease_memory(lease, (void **)&mem, NULL));
+  enum { N = 64 };
+  const size_t a_off = 1024, o_off = 8192 + 64;
+  float *a = (float *)((char *)mem + a_off), *o = (float *)((char *)mem + o_off);
+  for (int i = 0; i < N; i++) a[i] = (float)(i % 7) - 3.0f;
+  hexrpc_view views[2] = {{lease, a_off, N * 4}, {lease, o_off, N * 4}};
+  hexrpc_scalar n[1] = {hexrpc_scalar_u32(N)};
+  OK(hexrpc_launch(relu, views, 2, n, 1, 0, NULL));
+  for (int i = 0; i < N; i++) CHECK(o[i] == (a[i] > 0 ? a[i] : 0.0f), "relu o[%d] = %f", i, o[i]);
+  OK(hexrpc_session_close(s));
+  printf("executor: relu_f32 under qemu-hexagon at offsets %zu and %zu checked\n", a_off, o_off);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  printf("libhexrpc %s\n", hexrpc_version());
+  hexrpc_session *s;
+  EXPECT(hexrpc_session_open("no-such-board", &s), HEXRPC_ERR_INVALID);
+  OK(hexrpc_session_open_bench(0, &s));
+  scale_launches(s);
+  path_and_deadline(s);
+  hexrpc_lease *stray;
+  OK(hexrpc_lease_alloc(s, 4096, &stray));
+  OK(hexrpc_session_close(s));
+  EXPECT(hexrpc_session_close(s), HEXRPC_ERR_HANDLE);
+  EXPECT(hexrpc_lease_free(stray), HEXRPC_ERR_HANDLE); /* closed with its session */
+  EXPECT(hexrpc_session_recover(s), HEXRPC_ERR_HANDLE);
+  if (argc > 1 && strcmp(argv[1], "--executor") == 0) executor();
+  if (failures) {
+    fprintf(stderr, "%d check(s) failed\n", failures);
+    return 1;
+  }
+  printf("C example: all checks passed\n");
+  return 0;
+}

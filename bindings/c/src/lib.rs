@@ -1,0 +1,606 @@
+//! hexrpc for C and C++: `libhexrpc.so`, `libhexrpc.a` and `include/hexrpc.h` (generated from
+//! this crate by cbindgen; CI regenerates it and fails on a difference).
+//!
+//! # Conventions (in the style of rustls-ffi, libgit2 and SQLite)
+//!
+//! * **Handles** (`hexrpc_session *`, `hexrpc_lease *`, `hexrpc_library *`) are opaque: their
+//!   value names an entry of a process-wide table and is never dereferenced. Passing NULL, a
+//!   handle that was freed or closed (twice or more), a forged value or a handle of another kind
+//!   returns `HEXRPC_ERR_HANDLE` (or `HEXRPC_ERR_NULL`): never undefined behaviour.
+//! * **Status codes**: every function returns a [`hexrpc_status`]; `HEXRPC_OK` is 0. After a
+//!   failure, `hexrpc_last_error_message()` on the same thread names the stage that failed and the
+//!   cause (`"library-open: the DSP answered 4 (AEE_EUNABLETOLOAD...)"`), until the next failing
+//!   call on that thread. Successful calls leave it alone and allocate nothing on the launch
+//!   path.
+//! * **Out parameters** are written only on success.
+//! * **Threads**: every function may be called from any thread, concurrently, on the same or
+//!   different handles, unless its documentation says otherwise. Launches on one library from
+//!   several threads run concurrently. Closing or freeing a handle while another thread is inside
+//!   a call that uses it is safe: the call finishes, and the object is released when it returns.
+//! * **Ownership**: closing a session closes every lease and library made from it (their handles
+//!   become dead). A lease's host pointer stays valid until the lease is freed or its session
+//!   closed; using it afterwards is the caller's bug (no library can guard a raw pointer).
+//! * **Panics**: a panic inside hexrpc is caught and returned as `HEXRPC_ERR_PANIC` in builds that
+//!   unwind; release builds abort (the workspace profile sets `panic = "abort"`).
+//!
+//! The memory of a lease is shared with the DSP: the DSP writes it during a launch, so read
+//! outputs after the launch has returned.
+//!
+//! The Rust layer underneath ([`objects`]) is also what the Python package uses.
+#![deny(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
+#![allow(non_camel_case_types)]
+
+#[cfg(feature = "bench")]
+pub mod bench;
+pub mod error;
+pub mod objects;
+pub mod seam;
+mod table;
+
+use std::cell::RefCell;
+use std::ffi::{c_char, c_void, CStr, CString};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+use std::time::Duration;
+
+use hexrpc_runtime::launch::{AbiVersion, Scalar, ScalarType, MAX_BUFFERS};
+
+pub use error::{hexrpc_status, Failure};
+use objects::{scalar_from_bits, ViewArg};
+use table::Obj;
+
+/// A session: the DSP process, its channel, the ION device and the reverse file service.
+pub struct hexrpc_session {
+    _opaque: [u8; 0],
+}
+
+/// An ION buffer shared with the DSP.
+pub struct hexrpc_lease {
+    _opaque: [u8; 0],
+}
+
+/// An open library together with its kernel's signature and launch ABI.
+pub struct hexrpc_library {
+    _opaque: [u8; 0],
+}
+
+/// A buffer argument: `length` bytes at `offset` of `lease`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct hexrpc_view {
+    /// The lease.
+    pub lease: *const hexrpc_lease,
+    /// Offset of the view in the lease, in bytes (any offset with ABI v2).
+    pub offset: usize,
+    /// Length of the view in bytes.
+    pub length: usize,
+}
+
+/// A scalar argument: its type (`HEXRPC_SCALAR_*`) and its bits (the value's little-endian bits
+/// zero-extended; `f32`/`f64` as their IEEE bits). The header's `hexrpc_scalar_*` helpers build
+/// one.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct hexrpc_scalar {
+    /// One of `HEXRPC_SCALAR_*`.
+    pub kind: u32,
+    /// Zero.
+    pub reserved: u32,
+    /// The value's bits.
+    pub bits: u64,
+}
+
+/// Launch ABI v1 (tinygrad's; views at offset 0 only).
+pub const HEXRPC_ABI_V1: u32 = 1;
+/// Launch ABI v2 (hexrpc's; views at any offset).
+pub const HEXRPC_ABI_V2: u32 = 2;
+
+/// `int8_t`.
+pub const HEXRPC_SCALAR_I8: u32 = 1;
+/// `uint8_t`.
+pub const HEXRPC_SCALAR_U8: u32 = 2;
+/// `int16_t`.
+pub const HEXRPC_SCALAR_I16: u32 = 3;
+/// `uint16_t`.
+pub const HEXRPC_SCALAR_U16: u32 = 4;
+/// `int32_t`.
+pub const HEXRPC_SCALAR_I32: u32 = 5;
+/// `uint32_t`.
+pub const HEXRPC_SCALAR_U32: u32 = 6;
+/// `int64_t`.
+pub const HEXRPC_SCALAR_I64: u32 = 7;
+/// `uint64_t`.
+pub const HEXRPC_SCALAR_U64: u32 = 8;
+/// IEEE binary16, as its bits.
+pub const HEXRPC_SCALAR_F16: u32 = 9;
+/// `float`.
+pub const HEXRPC_SCALAR_F32: u32 = 10;
+/// `double`.
+pub const HEXRPC_SCALAR_F64: u32 = 11;
+
+/// `hexrpc_session_open_bench` flag: the bench runs executor images as real Hexagon code
+/// (refused with `HEXRPC_ERR_UNAVAILABLE`, naming the missing tool, without clang-19, ld.lld-19
+/// and qemu-hexagon).
+pub const HEXRPC_BENCH_EXECUTOR: u32 = 1;
+/// `hexrpc_session_open_bench` flag: launches return at once without reaching the simulated DSP
+/// (a measuring instrument for what hexrpc adds per launch; outputs are not written).
+pub const HEXRPC_BENCH_RETURNING_LAUNCHES: u32 = 2;
+
+struct LastError {
+    status: hexrpc_status,
+    stage: CString,
+    message: CString,
+}
+
+thread_local! {
+    static LAST: RefCell<Option<LastError>> = const { RefCell::new(None) };
+}
+
+fn cstring(s: &str) -> CString {
+    CString::new(s.replace('\0', " ")).unwrap_or_default()
+}
+
+fn set_last(f: &Failure) {
+    let e = LastError { status: f.status, stage: cstring(f.stage), message: cstring(&f.to_string()) };
+    LAST.with(|l| *l.borrow_mut() = Some(e));
+}
+
+/// Runs `body`, records a failure (or a panic) as the thread's last error, returns the status.
+fn run(body: impl FnOnce() -> Result<(), Failure>) -> hexrpc_status {
+    match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(Ok(())) => hexrpc_status::HEXRPC_OK,
+        Ok(Err(f)) => {
+            set_last(&f);
+            f.status
+        }
+        Err(_) => {
+            set_last(&Failure::new(hexrpc_status::HEXRPC_ERR_PANIC, "panic", "hexrpc panicked (a bug); see the log"));
+            hexrpc_status::HEXRPC_ERR_PANIC
+        }
+    }
+}
+
+fn handle_value<T>(p: *const T) -> u64 {
+    p.addr() as u64
+}
+
+fn handle_ptr<T>(h: u64) -> *mut T {
+    std::ptr::without_provenance_mut(h as usize)
+}
+
+/// # Safety
+/// `p` is NULL or valid for writing one `T`.
+unsafe fn write_out<T>(p: *mut T, v: T, what: &'static str) -> Result<(), Failure> {
+    if p.is_null() {
+        return Err(Failure::null(what));
+    }
+    // SAFETY: non-null, and the caller guarantees it is valid for one write of `T`.
+    unsafe { p.write(v) };
+    Ok(())
+}
+
+/// # Safety
+/// `p` is NULL or a NUL-terminated string.
+unsafe fn str_arg<'a>(p: *const c_char, what: &'static str) -> Result<&'a str, Failure> {
+    if p.is_null() {
+        return Err(Failure::null(what));
+    }
+    // SAFETY: non-null, and the caller guarantees it is NUL-terminated and lives for the call.
+    let c = unsafe { CStr::from_ptr(p) };
+    c.to_str().map_err(|_| Failure::invalid("argument", format!("{what} is not UTF-8")))
+}
+
+fn abi_arg(abi: u32) -> Result<AbiVersion, Failure> {
+    match abi {
+        HEXRPC_ABI_V1 => Ok(AbiVersion::V1),
+        HEXRPC_ABI_V2 => Ok(AbiVersion::V2),
+        other => Err(Failure::invalid("argument", format!("abi {other}: use HEXRPC_ABI_V1 or HEXRPC_ABI_V2"))),
+    }
+}
+
+fn scalar_type(kind: u32) -> Option<ScalarType> {
+    Some(match kind {
+        HEXRPC_SCALAR_I8 => ScalarType::I8,
+        HEXRPC_SCALAR_U8 => ScalarType::U8,
+        HEXRPC_SCALAR_I16 => ScalarType::I16,
+        HEXRPC_SCALAR_U16 => ScalarType::U16,
+        HEXRPC_SCALAR_I32 => ScalarType::I32,
+        HEXRPC_SCALAR_U32 => ScalarType::U32,
+        HEXRPC_SCALAR_I64 => ScalarType::I64,
+        HEXRPC_SCALAR_U64 => ScalarType::U64,
+        HEXRPC_SCALAR_F16 => ScalarType::F16,
+        HEXRPC_SCALAR_F32 => ScalarType::F32,
+        HEXRPC_SCALAR_F64 => ScalarType::F64,
+        _ => return None,
+    })
+}
+
+/// The library's version, a static string. Thread-safe.
+#[no_mangle]
+pub extern "C" fn hexrpc_version() -> *const c_char {
+    concat!(env!("CARGO_PKG_VERSION"), "\0").as_ptr().cast()
+}
+
+/// The message of the last failure on this thread (`"STAGE: CAUSE"`), or `""` if none. The
+/// pointer stays valid until the next failing call on this thread. Thread-safe (per thread).
+#[no_mangle]
+pub extern "C" fn hexrpc_last_error_message() -> *const c_char {
+    LAST.with(|l| l.borrow().as_ref().map_or(c"".as_ptr(), |e| e.message.as_ptr()))
+}
+
+/// The stage of the last failure on this thread (`"library-open"`, `"invoke"`, `"launch-pack"`,
+/// `"handle"`, ...), or `""` if none. Valid like [`hexrpc_last_error_message`].
+#[no_mangle]
+pub extern "C" fn hexrpc_last_error_stage() -> *const c_char {
+    LAST.with(|l| l.borrow().as_ref().map_or(c"".as_ptr(), |e| e.stage.as_ptr()))
+}
+
+/// The status of the last failure on this thread, or `HEXRPC_OK` if none. Thread-safe.
+#[no_mangle]
+pub extern "C" fn hexrpc_last_error_status() -> hexrpc_status {
+    LAST.with(|l| l.borrow().as_ref().map_or(hexrpc_status::HEXRPC_OK, |e| e.status))
+}
+
+/// The name of a status code (`"HEXRPC_ERR_HANDLE"`), or `"unknown"`; a static string.
+/// Thread-safe.
+#[no_mangle]
+pub extern "C" fn hexrpc_status_name(status: i32) -> *const c_char {
+    let s: &CStr = match status {
+        0 => c"HEXRPC_OK",
+        1 => c"HEXRPC_ERR_NULL",
+        2 => c"HEXRPC_ERR_HANDLE",
+        3 => c"HEXRPC_ERR_INVALID",
+        4 => c"HEXRPC_ERR_REFUSED",
+        5 => c"HEXRPC_ERR_UNAVAILABLE",
+        6 => c"HEXRPC_ERR_RECOVERABLE",
+        7 => c"HEXRPC_ERR_DSP",
+        8 => c"HEXRPC_ERR_FAILED",
+        9 => c"HEXRPC_ERR_PANIC",
+        _ => c"unknown",
+    };
+    s.as_ptr()
+}
+
+/// Starts a session on the device board named `board` (`"comma-three"`, `"msm-android"`): ION,
+/// DSP shell, FastRPC channel, DSP process, reverse-RPC listener (a thread serving the DSP's file
+/// requests). On failure nothing is left open and the message names the stage. Thread-safe.
+///
+/// # Safety
+/// `board` is NULL or a NUL-terminated string; `out` is NULL or valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn hexrpc_session_open(board: *const c_char, out: *mut *mut hexrpc_session) -> hexrpc_status {
+    run(|| {
+        // SAFETY: the caller's contract.
+        let board = unsafe { str_arg(board, "board") }?;
+        if out.is_null() {
+            return Err(Failure::null("out"));
+        }
+        let s = objects::SessionObj::open_device(board)?;
+        let h = table::insert(Obj::Session(Arc::new(s)));
+        // SAFETY: `out` is non-null and valid for one write (the caller's contract).
+        unsafe { write_out(out, handle_ptr(h), "out") }
+    })
+}
+
+/// Starts a session on the isolated bench (simulated kernel and DSP; builds with the `bench`
+/// feature only). `flags`: `HEXRPC_BENCH_EXECUTOR`, `HEXRPC_BENCH_RETURNING_LAUNCHES`. Its DSP
+/// knows the models `scale_f32` (`buf,buf,f32`), `add_u8` (`buf,buf,u32`) and `sleep_ms`
+/// (`buf,u32`); see `hexrpc_bench_model_image`. Thread-safe.
+///
+/// # Safety
+/// `out` is NULL or valid for one write.
+#[cfg(feature = "bench")]
+#[no_mangle]
+pub unsafe extern "C" fn hexrpc_session_open_bench(flags: u32, out: *mut *mut hexrpc_session) -> hexrpc_status {
+    run(|| {
+        if out.is_null() {
+            return Err(Failure::null("out"));
+        }
+        if flags & !(HEXRPC_BENCH_EXECUTOR | HEXRPC_BENCH_RETURNING_LAUNCHES) != 0 {
+            return Err(Failure::invalid("argument", format!("unknown bench flags {flags:#x}")));
+        }
+        let s = objects::SessionObj::open_bench(flags & HEXRPC_BENCH_EXECUTOR != 0, flags & HEXRPC_BENCH_RETURNING_LAUNCHES != 0)?;
+        let h = table::insert(Obj::Session(Arc::new(s)));
+        // SAFETY: `out` is non-null and valid for one write (the caller's contract).
+        unsafe { write_out(out, handle_ptr(h), "out") }
+    })
+}
+
+/// Closes a session and every lease and library made from it (all their handles become dead):
+/// libraries are closed, leases freed, the listener stopped, the DSP process asked to exit, the
+/// channel and ION device closed. Calls in flight on other threads finish first. Thread-safe; a
+/// second close returns `HEXRPC_ERR_HANDLE`.
+#[no_mangle]
+pub extern "C" fn hexrpc_session_close(session: *mut hexrpc_session) -> hexrpc_status {
+    run(|| {
+        let removed = table::remove(handle_value(session), |o| matches!(o, Obj::Session(_)), "session")?;
+        drop(removed);
+        Ok(())
+    })
+}
+
+/// Rebuilds the DSP side after `HEXRPC_ERR_RECOVERABLE` (a DSP restart or a passed deadline) and
+/// re-opens every library; handles stay valid. One attempt: if it fails the session is unusable
+/// (`HEXRPC_ERR_FAILED` afterwards). Does nothing on a healthy session. Thread-safe; waits for
+/// calls in flight.
+#[no_mangle]
+pub extern "C" fn hexrpc_session_recover(session: *mut hexrpc_session) -> hexrpc_status {
+    run(|| table::session(handle_value(session))?.recover())
+}
+
+/// Writes 1 to `healthy` while calls can be made, 0 while the session needs
+/// `hexrpc_session_recover` (or recovery failed). Thread-safe.
+///
+/// # Safety
+/// `healthy` is NULL or valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn hexrpc_session_health(session: *mut hexrpc_session, healthy: *mut u32) -> hexrpc_status {
+    run(|| {
+        let s = table::session(handle_value(session))?;
+        // SAFETY: the caller's contract.
+        unsafe { write_out(healthy, u32::from(s.is_healthy()), "healthy") }
+    })
+}
+
+/// Bench sessions only: simulates a DSP subsystem restart (the next call fails with
+/// `HEXRPC_ERR_RECOVERABLE`). Thread-safe.
+#[cfg(feature = "bench")]
+#[no_mangle]
+pub extern "C" fn hexrpc_bench_restart_dsp(session: *mut hexrpc_session) -> hexrpc_status {
+    run(|| {
+        let s = table::session(handle_value(session))?;
+        let bench = s.bench().ok_or_else(|| Failure::invalid("argument", "not a bench session"))?;
+        bench.restart_dsp();
+        Ok(())
+    })
+}
+
+/// Allocates an ION buffer of at least `length` bytes (rounded up to a page), shared with the
+/// DSP and mapped here. Thread-safe.
+///
+/// # Safety
+/// `out` is NULL or valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn hexrpc_lease_alloc(session: *mut hexrpc_session, length: usize, out: *mut *mut hexrpc_lease) -> hexrpc_status {
+    run(|| {
+        if out.is_null() {
+            return Err(Failure::null("out"));
+        }
+        let s = table::session(handle_value(session))?;
+        let lease = s.alloc(length)?;
+        let h = table::insert(Obj::Lease(Arc::new(lease)));
+        // SAFETY: the caller's contract.
+        unsafe { write_out(out, handle_ptr(h), "out") }
+    })
+}
+
+/// The lease's memory in this process: its address and its length (the rounded-up size). The
+/// memory is valid until the lease is freed or its session closed; the DSP writes it during a
+/// launch. Either out pointer may be NULL. Thread-safe.
+///
+/// # Safety
+/// `ptr` and `length` are each NULL or valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn hexrpc_lease_memory(lease: *mut hexrpc_lease, ptr: *mut *mut c_void, length: *mut usize) -> hexrpc_status {
+    run(|| {
+        let l = table::lease(handle_value(lease))?;
+        let (addr, len) = l.memory();
+        if !ptr.is_null() {
+            // SAFETY: the caller's contract.
+            unsafe { write_out(ptr, std::ptr::with_exposed_provenance_mut::<c_void>(addr), "ptr") }?;
+        }
+        if !length.is_null() {
+            // SAFETY: the caller's contract.
+            unsafe { write_out(length, len, "length") }?;
+        }
+        Ok(())
+    })
+}
+
+/// Frees a lease (its mapping, share fd and ION handle), once no launch in flight uses it.
+/// Thread-safe; a second free returns `HEXRPC_ERR_HANDLE`.
+#[no_mangle]
+pub extern "C" fn hexrpc_lease_free(lease: *mut hexrpc_lease) -> hexrpc_status {
+    run(|| {
+        drop(table::remove(handle_value(lease), |o| matches!(o, Obj::Lease(_)), "lease")?);
+        Ok(())
+    })
+}
+
+/// Opens a library from its bytes (copied; the caller may free them on return), for a kernel of
+/// `signature` (e.g. `"buf,buf,f32"`) under `abi` (`HEXRPC_ABI_V2`). `name` (letters, digits,
+/// `_-.`; others become `_`) names it in logs. The DSP fetches the image back through the
+/// reverse file service. Thread-safe.
+///
+/// # Safety
+/// `name` and `signature` are NULL or NUL-terminated; `bytes` is NULL or valid for reading
+/// `length` bytes; `out` is NULL or valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn hexrpc_library_open(
+    session: *mut hexrpc_session,
+    name: *const c_char,
+    bytes: *const u8,
+    length: usize,
+    signature: *const c_char,
+    abi: u32,
+    out: *mut *mut hexrpc_library,
+) -> hexrpc_status {
+    run(|| {
+        // SAFETY: the caller's contract.
+        let (name, signature) = unsafe { (str_arg(name, "name")?, str_arg(signature, "signature")?) };
+        if bytes.is_null() {
+            return Err(Failure::null("bytes"));
+        }
+        if out.is_null() {
+            return Err(Failure::null("out"));
+        }
+        // SAFETY: non-null and valid for `length` bytes (the caller's contract); copied at once.
+        let image = unsafe { std::slice::from_raw_parts(bytes, length) }.to_vec();
+        let s = table::session(handle_value(session))?;
+        let k = s.open_library(name, image, signature, abi_arg(abi)?)?;
+        let h = table::insert(Obj::Kernel(Arc::new(k)));
+        // SAFETY: the caller's contract.
+        unsafe { write_out(out, handle_ptr(h), "out") }
+    })
+}
+
+/// [`hexrpc_library_open`] from a file (at most 64 MiB); its name is the file's stem.
+/// Thread-safe.
+///
+/// # Safety
+/// `path` and `signature` are NULL or NUL-terminated; `out` is NULL or valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn hexrpc_library_open_path(
+    session: *mut hexrpc_session,
+    path: *const c_char,
+    signature: *const c_char,
+    abi: u32,
+    out: *mut *mut hexrpc_library,
+) -> hexrpc_status {
+    run(|| {
+        // SAFETY: the caller's contract.
+        let (path, signature) = unsafe { (str_arg(path, "path")?, str_arg(signature, "signature")?) };
+        if out.is_null() {
+            return Err(Failure::null("out"));
+        }
+        let s = table::session(handle_value(session))?;
+        let k = s.open_library_path(std::path::Path::new(path), signature, abi_arg(abi)?)?;
+        let h = table::insert(Obj::Kernel(Arc::new(k)));
+        // SAFETY: the caller's contract.
+        unsafe { write_out(out, handle_ptr(h), "out") }
+    })
+}
+
+/// Closes a library (on the DSP, and withdraws its image) once no launch in flight uses it.
+/// Thread-safe; a second close returns `HEXRPC_ERR_HANDLE`.
+#[no_mangle]
+pub extern "C" fn hexrpc_library_close(library: *mut hexrpc_library) -> hexrpc_status {
+    run(|| {
+        drop(table::remove(handle_value(library), |o| matches!(o, Obj::Kernel(_)), "library")?);
+        Ok(())
+    })
+}
+
+/// Launches the library's kernel on `nviews` views (buffers, in signature order) and `nscalars`
+/// scalars; writes the DSP's microseconds around the kernel to `dsp_us` (may be NULL).
+/// `deadline_ms` 0 waits for the DSP; otherwise a launch still running after that many
+/// milliseconds is abandoned with `HEXRPC_ERR_RECOVERABLE` (recover the session). A launch that
+/// does not fit the signature or the ABI (v1 and a non-zero offset, a view outside its lease, a
+/// wrong scalar type) is refused before any system call (`HEXRPC_ERR_REFUSED` /
+/// `HEXRPC_ERR_INVALID`). One ioctl; nothing is allocated on success. Thread-safe: launches on
+/// one library from several threads run concurrently.
+///
+/// # Safety
+/// `views` is NULL (with `nviews` 0) or valid for reading `nviews` views; likewise `scalars`;
+/// `dsp_us` is NULL or valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn hexrpc_launch(
+    library: *mut hexrpc_library,
+    views: *const hexrpc_view,
+    nviews: usize,
+    scalars: *const hexrpc_scalar,
+    nscalars: usize,
+    deadline_ms: u32,
+    dsp_us: *mut u64,
+) -> hexrpc_status {
+    run(|| {
+        if views.is_null() && nviews != 0 {
+            return Err(Failure::null("views"));
+        }
+        if scalars.is_null() && nscalars != 0 {
+            return Err(Failure::null("scalars"));
+        }
+        if nviews > MAX_BUFFERS {
+            return Err(Failure::refused(format!("{nviews} buffers: a launch carries at most {MAX_BUFFERS}")));
+        }
+        if nscalars > hexrpc_runtime::launch::Signature::MAX_PARAMS {
+            return Err(Failure::refused(format!("{nscalars} scalars: too many")));
+        }
+        let views: &[hexrpc_view] = if nviews == 0 {
+            &[]
+        } else {
+            // SAFETY: non-null and valid for `nviews` reads (the caller's contract).
+            unsafe { std::slice::from_raw_parts(views, nviews) }
+        };
+        let scalars: &[hexrpc_scalar] = if nscalars == 0 {
+            &[]
+        } else {
+            // SAFETY: non-null and valid for `nscalars` reads (the caller's contract).
+            unsafe { std::slice::from_raw_parts(scalars, nscalars) }
+        };
+        let mut sc: heapless::Vec<Scalar, { hexrpc_runtime::launch::Signature::MAX_PARAMS }> = heapless::Vec::new();
+        for (i, s) in scalars.iter().enumerate() {
+            let ty = scalar_type(s.kind).ok_or_else(|| Failure::invalid("launch-pack", format!("scalar {i}: unknown type {}", s.kind)))?;
+            let _ = sc.push(scalar_from_bits(ty, s.bits));
+        }
+        let (kernel, leases) = table::kernel_and_leases::<MAX_BUFFERS>(handle_value(library), views.iter().map(|v| handle_value(v.lease)))?;
+        let mut args: heapless::Vec<ViewArg<'_>, MAX_BUFFERS> = heapless::Vec::new();
+        for (v, l) in views.iter().zip(&leases) {
+            let _ = args.push(ViewArg { lease: l, offset: v.offset, len: v.length });
+        }
+        let deadline = (deadline_ms != 0).then(|| Duration::from_millis(u64::from(deadline_ms)));
+        let us = kernel.launch(&args, &sc, deadline)?;
+        if !dsp_us.is_null() {
+            // SAFETY: the caller's contract.
+            unsafe { write_out(dsp_us, us, "dsp_us") }?;
+        }
+        Ok(())
+    })
+}
+
+/// Bench builds only: the image of a bench DSP model (`"scale_f32"`, `"add_u8"`, `"sleep_ms"`),
+/// to pass to [`hexrpc_library_open`]. The bytes are static (never freed). Thread-safe.
+///
+/// # Safety
+/// `model` is NULL or NUL-terminated; `bytes` and `length` are NULL or valid for one write.
+#[cfg(feature = "bench")]
+#[no_mangle]
+pub unsafe extern "C" fn hexrpc_bench_model_image(model: *const c_char, bytes: *mut *const u8, length: *mut usize) -> hexrpc_status {
+    run(|| {
+        // SAFETY: the caller's contract.
+        let model = unsafe { str_arg(model, "model") }?;
+        if bytes.is_null() || length.is_null() {
+            return Err(Failure::null("bytes or length"));
+        }
+        let image = bench::model_image(model)?;
+        // SAFETY: the caller's contract.
+        unsafe {
+            write_out(bytes, image.as_ptr(), "bytes")?;
+            write_out(length, image.len(), "length")
+        }
+    })
+}
+
+/// Bench builds with the executor only: builds (once per process) an image of kernel `kernel`
+/// of the suite with an entry for `signature` and `abi`, which the bench runs as Hexagon code
+/// under qemu-hexagon. `HEXRPC_ERR_UNAVAILABLE` names the missing tool. The bytes are static.
+/// Thread-safe (builds run one at a time).
+///
+/// # Safety
+/// `kernel` and `signature` are NULL or NUL-terminated; `bytes` and `length` are NULL or valid
+/// for one write.
+#[cfg(feature = "bench")]
+#[no_mangle]
+pub unsafe extern "C" fn hexrpc_bench_kernel_image(
+    kernel: *const c_char,
+    signature: *const c_char,
+    abi: u32,
+    bytes: *mut *const u8,
+    length: *mut usize,
+) -> hexrpc_status {
+    run(|| {
+        // SAFETY: the caller's contract.
+        let (kernel, signature) = unsafe { (str_arg(kernel, "kernel")?, str_arg(signature, "signature")?) };
+        if bytes.is_null() || length.is_null() {
+            return Err(Failure::null("bytes or length"));
+        }
+        let image = bench::kernel_image(kernel, signature, abi_arg(abi)?)?;
+        // SAFETY: the caller's contract.
+        unsafe {
+            write_out(bytes, image.as_ptr(), "bytes")?;
+            write_out(length, image.len(), "length")
+        }
+    })
+}

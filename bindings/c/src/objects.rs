@@ -1,0 +1,243 @@
+//! The owned objects behind every binding handle (C and Python): a served session, leases and
+//! kernels that hold a share of their session, so each can be kept, passed and released on its
+//! own. Release order is by ownership: a lease or kernel releases what it owns before its share
+//! of the session goes, and the session (listener, DSP process, channel, ION device) goes last.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hexrpc_bsp::DeviceAccess;
+use hexrpc_hal::{BufferView, LibraryImage, SharedLease, SharedLibrary};
+use hexrpc_runtime::launch::{AbiVersion, Scalar, ScalarType, Signature, MAX_BUFFERS};
+use hexrpc_runtime::reverse::FilePolicy;
+use hexrpc_runtime::{Kernel, LaunchError, ServedSession};
+
+use crate::error::Failure;
+use crate::seam::Seam;
+
+/// Largest library file [`SessionObj::open_library_path`] reads.
+pub const MAX_LIBRARY_FILE: u64 = 64 << 20;
+
+/// A served session (the reverse file service runs on its own thread).
+pub struct SessionObj {
+    served: ServedSession<Seam>,
+}
+
+impl SessionObj {
+    /// Starts a session on the device board named `board` (`comma-three`, `msm-android`).
+    pub fn open_device(board: &str) -> Result<SessionObj, Failure> {
+        let b = hexrpc_bsp::by_name(board)
+            .filter(|b| b.name != hexrpc_bsp::BENCH.name)
+            .ok_or_else(|| Failure::invalid("session-start", format!("no device board named {board:?} (comma-three, msm-android)")))?;
+        Self::start(Seam::Device(hexrpc_drivers::RustixSys), DeviceAccess::for_device(b))
+    }
+
+    fn start(seam: Seam, access: DeviceAccess) -> Result<SessionObj, Failure> {
+        let policy = FilePolicy::for_board(access.board()).map_err(|e| Failure::invalid("session-start", format!("file policy: {e}")))?;
+        let served = ServedSession::start(seam, &access, policy).map_err(|e| match e {
+            hexrpc_runtime::StartError::Session(h) => Failure::hal(h),
+            other => Failure::other("session-start", other.to_string()),
+        })?;
+        Ok(SessionObj { served })
+    }
+
+    /// Starts a session on the bench. `executor`: refuse unless clang-19, ld.lld-19 and
+    /// qemu-hexagon can run here (the reason is the error). `returning`: launches return at once
+    /// (a measuring instrument; see [`Seam::Returning`]).
+    #[cfg(feature = "bench")]
+    pub fn open_bench(executor: bool, returning: bool) -> Result<SessionObj, Failure> {
+        if executor {
+            hexrpc_bench::executor::tools_available().map_err(|why| Failure::unavailable("session-start", format!("the bench executor: {why}")))?;
+        }
+        let bench = crate::bench::bench_with_models();
+        let seam = if returning {
+            Seam::Returning(bench, Arc::new(hexrpc_bench::measure::NullSys::new()))
+        } else {
+            Seam::Bench(bench)
+        };
+        Self::start(seam, DeviceAccess::for_bench())
+    }
+
+    /// The served session.
+    pub fn served(&self) -> &ServedSession<Seam> {
+        &self.served
+    }
+
+    /// The bench behind the session, if it runs on one.
+    #[cfg(feature = "bench")]
+    pub fn bench(&self) -> Option<&hexrpc_bench::Bench> {
+        self.served.session().sys().bench()
+    }
+
+    /// True while calls can be made (no restart or timeout pending recovery).
+    pub fn is_healthy(&self) -> bool {
+        self.served.session().is_healthy()
+    }
+
+    /// Rebuilds the DSP side after a restart or a passed deadline (once).
+    pub fn recover(&self) -> Result<(), Failure> {
+        self.served.session().recover().map_err(Failure::hal)
+    }
+
+    /// Allocates `len` bytes (rounded up to a page).
+    pub fn alloc(self: &Arc<Self>, len: usize) -> Result<LeaseObj, Failure> {
+        let lease = self.served.alloc_shared(len).map_err(Failure::hal)?;
+        Ok(LeaseObj { lease, session: self.clone() })
+    }
+
+    /// Opens a library from its bytes, for a kernel of `signature` under `abi`.
+    pub fn open_library(
+        self: &Arc<Self>,
+        name: &str,
+        image: impl Into<LibraryImage>,
+        signature: &str,
+        abi: AbiVersion,
+    ) -> Result<KernelObj, Failure> {
+        let sig = Signature::parse(signature).map_err(|e| Failure::invalid("library-open", format!("signature {signature:?}: {e}")))?;
+        let name = library_name(name);
+        let kernel = self.served.open_kernel_shared(&name, image, sig, abi).map_err(Failure::hal)?;
+        Ok(KernelObj { kernel, session: self.clone() })
+    }
+
+    /// Opens a library from a file (at most [`MAX_LIBRARY_FILE`] bytes); its name is the file's
+    /// stem.
+    pub fn open_library_path(self: &Arc<Self>, path: &std::path::Path, signature: &str, abi: AbiVersion) -> Result<KernelObj, Failure> {
+        let bytes = read_bounded(path)?;
+        let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        self.open_library(&stem, bytes, signature, abi)
+    }
+}
+
+fn read_bounded(path: &std::path::Path) -> Result<Vec<u8>, Failure> {
+    use std::io::Read;
+    let what = |e: std::io::Error| Failure::io("library-open", format!("{}: {e}", path.display()), e.raw_os_error());
+    let f = std::fs::File::open(path).map_err(what)?;
+    let meta = f.metadata().map_err(what)?;
+    if !meta.is_file() {
+        return Err(Failure::invalid("library-open", format!("{} is not a regular file", path.display())));
+    }
+    let mut bytes = Vec::new();
+    f.take(MAX_LIBRARY_FILE + 1).read_to_end(&mut bytes).map_err(what)?;
+    if bytes.len() as u64 > MAX_LIBRARY_FILE {
+        return Err(Failure::invalid("library-open", format!("{} is larger than {MAX_LIBRARY_FILE} bytes", path.display())));
+    }
+    Ok(bytes)
+}
+
+/// A library name the HAL accepts: ASCII letters, digits, `_`, `-`, `.`; at most 32 bytes; other
+/// bytes become `_`, an empty name becomes `lib`.
+pub fn library_name(name: &str) -> String {
+    let mut n: String =
+        name.chars().take(32).map(|c| if c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.') { c } else { '_' }).collect();
+    if n.is_empty() {
+        n.push_str("lib");
+    }
+    n
+}
+
+/// An ION lease holding a share of its session.
+pub struct LeaseObj {
+    // Field order is release order: the lease before the session.
+    lease: SharedLease<Seam>,
+    session: Arc<SessionObj>,
+}
+
+impl LeaseObj {
+    /// The lease.
+    pub fn lease(&self) -> &SharedLease<Seam> {
+        &self.lease
+    }
+
+    /// The session it belongs to.
+    pub fn session(&self) -> &Arc<SessionObj> {
+        &self.session
+    }
+
+    /// The host address and length of the lease's mapping (shared with the DSP).
+    pub fn memory(&self) -> (usize, usize) {
+        (self.lease.lease().host_addr(), self.lease.lease().len())
+    }
+
+    /// A checked view.
+    pub fn view(&self, offset: usize, len: usize) -> Result<BufferView<'_>, Failure> {
+        self.lease.view(offset, len).map_err(|_| {
+            Failure::invalid("view", format!("view {offset}+{len} does not fit a lease of {} bytes", self.lease.lease().len()))
+        })
+    }
+}
+
+/// An open library with its kernel's signature, holding a share of its session.
+pub struct KernelObj {
+    // Field order is release order: the library before the session.
+    kernel: Kernel<SharedLibrary<Seam>>,
+    session: Arc<SessionObj>,
+}
+
+/// One buffer argument of a launch: a lease and a range of it.
+pub struct ViewArg<'a> {
+    /// The lease.
+    pub lease: &'a LeaseObj,
+    /// Offset in bytes.
+    pub offset: usize,
+    /// Length in bytes.
+    pub len: usize,
+}
+
+impl KernelObj {
+    /// The kernel.
+    pub fn kernel(&self) -> &Kernel<SharedLibrary<Seam>> {
+        &self.kernel
+    }
+
+    /// The session it belongs to.
+    pub fn session(&self) -> &Arc<SessionObj> {
+        &self.session
+    }
+
+    /// One launch; returns the DSP microseconds. Nothing is allocated on success.
+    pub fn launch(&self, views: &[ViewArg<'_>], scalars: &[Scalar], deadline: Option<Duration>) -> Result<u64, Failure> {
+        if views.len() > MAX_BUFFERS {
+            return Err(Failure::refused(format!("{} buffers: a launch carries at most {MAX_BUFFERS}", views.len())));
+        }
+        let mut made: heapless::Vec<BufferView<'_>, MAX_BUFFERS> = heapless::Vec::new();
+        for (i, v) in views.iter().enumerate() {
+            if !Arc::ptr_eq(&v.lease.session, &self.session) {
+                return Err(Failure::invalid("launch-pack", format!("buffer {i}: its lease belongs to another session")));
+            }
+            let view = v.lease.lease.view(v.offset, v.len).map_err(|_| {
+                Failure::invalid("launch-pack", format!("buffer {i}: view {}+{} does not fit its lease of {} bytes", v.offset, v.len, v.lease.lease.lease().len()))
+            })?;
+            // Capacity checked above.
+            let _ = made.push(view);
+        }
+        let mut refs: heapless::Vec<&BufferView<'_>, MAX_BUFFERS> = heapless::Vec::new();
+        for v in &made {
+            let _ = refs.push(v);
+        }
+        self.kernel.launch_maybe_deadline(&refs, scalars, deadline).map_err(Failure::launch)
+    }
+}
+
+/// A scalar from its type and raw bits (the value's little-endian bits, zero-extended; floats as
+/// their IEEE bits).
+pub fn scalar_from_bits(ty: ScalarType, bits: u64) -> Scalar {
+    match ty {
+        ScalarType::I8 => Scalar::I8(bits as u8 as i8),
+        ScalarType::U8 => Scalar::U8(bits as u8),
+        ScalarType::I16 => Scalar::I16(bits as u16 as i16),
+        ScalarType::U16 => Scalar::U16(bits as u16),
+        ScalarType::I32 => Scalar::I32(bits as u32 as i32),
+        ScalarType::U32 => Scalar::U32(bits as u32),
+        ScalarType::I64 => Scalar::I64(bits as i64),
+        ScalarType::U64 => Scalar::U64(bits),
+        ScalarType::F16 => Scalar::F16(bits as u16),
+        ScalarType::F32 => Scalar::F32(f32::from_bits(bits as u32)),
+        ScalarType::F64 => Scalar::F64(f64::from_bits(bits)),
+    }
+}
+
+impl From<LaunchError> for Failure {
+    fn from(e: LaunchError) -> Self {
+        Failure::launch(e)
+    }
+}

@@ -1,0 +1,571 @@
+//! The `hexrpc` Python package's native module (`hexrpc._hexrpc`), built with PyO3 (abi3,
+//! Python 3.11+: the buffer protocol is in the stable ABI from 3.11) on the same owned objects as
+//! the C ABI (`hexrpc::objects`).
+//!
+//! * `Session.open(board=...)` / `Session.bench(executor=..., returning_launches=...)`: a served
+//!   session; a context manager; `close()` closes every library and lease made from it.
+//! * `Session.alloc(n)` → `Lease`: supports the buffer protocol (`numpy.frombuffer(lease, ...)`
+//!   and `memoryview(lease)` are zero-copy views of the ION mapping). A lease with exported
+//!   buffers cannot be freed under them: `close()` marks it closed (no new views, launches or
+//!   exports) and the memory is released when the last exported buffer is.
+//! * `Lease.view(offset, length)` → `View`; `Session.open_library(path_or_bytes, signature=...,
+//!   abi="v2")` → `Library`; `Library.launch([views], [scalars], deadline_ms=None)` → DSP µs
+//!   (the GIL is released during the call).
+//! * Errors: `hexrpc.Error` and its subclasses, each carrying `stage`, `cause` and `status`.
+//!
+//! The lease memory is shared with the DSP, which writes it during a launch: read outputs after
+//! `launch` has returned.
+#![deny(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
+
+use std::ffi::c_int;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+
+use hexrpc::objects::{scalar_from_bits, KernelObj, LeaseObj, SessionObj, ViewArg};
+use hexrpc::{hexrpc_status, Failure};
+use hexrpc_runtime::launch::{AbiVersion, Scalar, ScalarType, MAX_BUFFERS};
+use pyo3::exceptions::{PyBufferError, PyException, PyTypeError};
+use pyo3::prelude::*;
+use pyo3::types::{PyByteArray, PyBytes};
+use pyo3::{create_exception, ffi};
+
+create_exception!(hexrpc, Error, PyException, "Base class of every hexrpc error; carries `stage`, `cause` and `status`.");
+create_exception!(hexrpc, HandleError, Error, "The session, lease, view or library was closed (or never opened).");
+create_exception!(hexrpc, InvalidArgument, Error, "An argument is invalid: a range outside its lease, a bad signature or name.");
+create_exception!(hexrpc, LaunchRefused, Error, "The launch does not fit the kernel's signature or ABI; nothing was sent.");
+create_exception!(hexrpc, Unavailable, Error, "A device node, file or tool is missing or not accessible.");
+create_exception!(hexrpc, NeedsRecovery, Error, "The DSP restarted or a deadline passed: call `Session.recover()`, then retry.");
+create_exception!(hexrpc, DspError, Error, "The DSP refused the request.");
+create_exception!(hexrpc, Failed, Error, "Anything else: a system call failed, recovery failed.");
+
+fn status_name(s: hexrpc_status) -> &'static str {
+    match s {
+        hexrpc_status::HEXRPC_OK => "ok",
+        hexrpc_status::HEXRPC_ERR_NULL => "null",
+        hexrpc_status::HEXRPC_ERR_HANDLE => "handle",
+        hexrpc_status::HEXRPC_ERR_INVALID => "invalid",
+        hexrpc_status::HEXRPC_ERR_REFUSED => "refused",
+        hexrpc_status::HEXRPC_ERR_UNAVAILABLE => "unavailable",
+        hexrpc_status::HEXRPC_ERR_RECOVERABLE => "recoverable",
+        hexrpc_status::HEXRPC_ERR_DSP => "dsp",
+        hexrpc_status::HEXRPC_ERR_FAILED => "failed",
+        hexrpc_status::HEXRPC_ERR_PANIC => "panic",
+    }
+}
+
+/// A failure as a Python exception of its class, with `stage`, `cause` and `status` attributes.
+fn py_err(f: Failure) -> PyErr {
+    let msg = f.to_string();
+    let err = match f.status {
+        hexrpc_status::HEXRPC_ERR_HANDLE => HandleError::new_err(msg),
+        hexrpc_status::HEXRPC_ERR_INVALID | hexrpc_status::HEXRPC_ERR_NULL => InvalidArgument::new_err(msg),
+        hexrpc_status::HEXRPC_ERR_REFUSED => LaunchRefused::new_err(msg),
+        hexrpc_status::HEXRPC_ERR_UNAVAILABLE => Unavailable::new_err(msg),
+        hexrpc_status::HEXRPC_ERR_RECOVERABLE => NeedsRecovery::new_err(msg),
+        hexrpc_status::HEXRPC_ERR_DSP => DspError::new_err(msg),
+        _ => Failed::new_err(msg),
+    };
+    Python::attach(|py| {
+        let v = err.value(py);
+        let _ = v.setattr("stage", f.stage);
+        let _ = v.setattr("cause", f.cause.as_str());
+        let _ = v.setattr("status", status_name(f.status));
+    });
+    err
+}
+
+fn closed(what: &'static str) -> PyErr {
+    py_err(Failure::handle(what))
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A lease's state, shared by its Python object and its session (which closes it).
+struct LeaseState {
+    obj: Option<Arc<LeaseObj>>,
+    closed: bool,
+    exports: usize,
+}
+
+impl LeaseState {
+    fn close(&mut self) {
+        self.closed = true;
+        if self.exports == 0 {
+            self.obj = None;
+        }
+    }
+}
+
+type LeaseCell = Mutex<LeaseState>;
+type KernelCell = Mutex<Option<Arc<KernelObj>>>;
+
+#[derive(Default)]
+struct Children {
+    leases: Vec<Weak<LeaseCell>>,
+    kernels: Vec<Weak<KernelCell>>,
+}
+
+/// A session: the DSP process, its channel, the ION device and the reverse file service that
+/// answers the DSP. A context manager: leaving the `with` block closes it.
+#[pyclass(module = "hexrpc", frozen)]
+struct Session {
+    inner: Mutex<Option<Arc<SessionObj>>>,
+    children: Mutex<Children>,
+}
+
+impl Session {
+    fn new(obj: SessionObj) -> Session {
+        Session { inner: Mutex::new(Some(Arc::new(obj))), children: Mutex::new(Children::default()) }
+    }
+
+    fn get(&self) -> PyResult<Arc<SessionObj>> {
+        lock(&self.inner).clone().ok_or_else(|| closed("session"))
+    }
+}
+
+#[pymethods]
+impl Session {
+    /// Starts a session on the device board `board` ("comma-three", "msm-android").
+    #[staticmethod]
+    fn open(py: Python<'_>, board: &str) -> PyResult<Session> {
+        let obj = py.detach(|| SessionObj::open_device(board)).map_err(py_err)?;
+        Ok(Session::new(obj))
+    }
+
+    /// Starts a session on the isolated bench (simulated kernel and DSP). `executor=True` needs
+    /// clang-19, ld.lld-19 and qemu-hexagon (else `Unavailable`, naming the missing tool) and
+    /// runs executor images as Hexagon code. `returning_launches=True` makes launches return at
+    /// once without reaching the DSP (a measuring instrument; outputs are not written).
+    #[staticmethod]
+    #[pyo3(signature = (executor = false, returning_launches = false))]
+    fn bench(py: Python<'_>, executor: bool, returning_launches: bool) -> PyResult<Session> {
+        #[cfg(feature = "bench")]
+        {
+            let obj = py.detach(|| SessionObj::open_bench(executor, returning_launches)).map_err(py_err)?;
+            Ok(Session::new(obj))
+        }
+        #[cfg(not(feature = "bench"))]
+        {
+            let _ = (py, executor, returning_launches);
+            Err(py_err(Failure::unavailable("session-start", "this build of hexrpc has no bench")))
+        }
+    }
+
+    /// Allocates an ION buffer of at least `size` bytes (rounded up to a page).
+    fn alloc(&self, py: Python<'_>, size: usize) -> PyResult<Lease> {
+        let s = self.get()?;
+        let obj = py.detach(|| s.alloc(size)).map_err(py_err)?;
+        let cell = Arc::new(Mutex::new(LeaseState { obj: Some(Arc::new(obj)), closed: false, exports: 0 }));
+        let mut ch = lock(&self.children);
+        ch.leases.retain(|w| w.strong_count() > 0);
+        ch.leases.push(Arc::downgrade(&cell));
+        Ok(Lease { cell })
+    }
+
+    /// Opens a library from a path (str or os.PathLike) or from bytes, for a kernel of
+    /// `signature` (e.g. "buf,buf,f32") under `abi` ("v2" or "v1"). `name` appears in logs.
+    #[pyo3(signature = (image, signature, abi = "v2", name = None))]
+    fn open_library(&self, py: Python<'_>, image: &Bound<'_, PyAny>, signature: &str, abi: &str, name: Option<&str>) -> PyResult<Library> {
+        let s = self.get()?;
+        let abi = match abi {
+            "v1" => AbiVersion::V1,
+            "v2" => AbiVersion::V2,
+            other => return Err(py_err(Failure::invalid("library-open", format!("abi {other:?}: use \"v1\" or \"v2\"")))),
+        };
+        let kernel = if let Ok(b) = image.cast::<PyBytes>() {
+            let bytes = b.as_bytes().to_vec();
+            py.detach(|| s.open_library(name.unwrap_or("lib"), bytes, signature, abi))
+        } else if let Ok(b) = image.cast::<PyByteArray>() {
+            let bytes = b.to_vec();
+            py.detach(|| s.open_library(name.unwrap_or("lib"), bytes, signature, abi))
+        } else if let Ok(path) = image.extract::<PathBuf>() {
+            py.detach(|| s.open_library_path(&path, signature, abi))
+        } else {
+            return Err(PyTypeError::new_err("image must be bytes, bytearray, str or os.PathLike"));
+        }
+        .map_err(py_err)?;
+        let types: Vec<ScalarType> = kernel.kernel().signature().scalar_types().collect();
+        let cell = Arc::new(Mutex::new(Some(Arc::new(kernel))));
+        let mut ch = lock(&self.children);
+        ch.kernels.retain(|w| w.strong_count() > 0);
+        ch.kernels.push(Arc::downgrade(&cell));
+        Ok(Library { cell, types })
+    }
+
+    /// Rebuilds the DSP side after `NeedsRecovery` and re-opens every library (once).
+    fn recover(&self, py: Python<'_>) -> PyResult<()> {
+        let s = self.get()?;
+        py.detach(|| s.recover()).map_err(py_err)
+    }
+
+    /// True while calls can be made.
+    #[getter]
+    fn healthy(&self) -> PyResult<bool> {
+        Ok(self.get()?.is_healthy())
+    }
+
+    /// True once closed.
+    #[getter]
+    fn closed(&self) -> bool {
+        lock(&self.inner).is_none()
+    }
+
+    /// Bench sessions only: simulates a DSP subsystem restart.
+    fn restart_dsp(&self) -> PyResult<()> {
+        #[cfg(feature = "bench")]
+        {
+            let s = self.get()?;
+            let bench = s.bench().ok_or_else(|| py_err(Failure::invalid("argument", "not a bench session")))?;
+            bench.restart_dsp();
+            Ok(())
+        }
+        #[cfg(not(feature = "bench"))]
+        Err(py_err(Failure::invalid("argument", "not a bench session")))
+    }
+
+    /// Closes every library, then every lease (a lease with exported buffers is released when
+    /// its last buffer is), then the session. Closing twice is allowed.
+    fn close(&self, py: Python<'_>) {
+        let children = std::mem::take(&mut *lock(&self.children));
+        let session = lock(&self.inner).take();
+        py.detach(|| {
+            for k in children.kernels.iter().filter_map(Weak::upgrade) {
+                drop(lock(&k).take());
+            }
+            for l in children.leases.iter().filter_map(Weak::upgrade) {
+                lock(&l).close();
+            }
+            drop(session);
+        });
+    }
+
+    fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_args))]
+    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, pyo3::types::PyTuple>) -> bool {
+        self.close(py);
+        false
+    }
+
+    fn __repr__(&self) -> String {
+        match lock(&self.inner).as_ref() {
+            Some(s) => format!("<hexrpc.Session board={} healthy={}>", s.served().session().board().name, s.is_healthy()),
+            None => "<hexrpc.Session closed>".to_string(),
+        }
+    }
+}
+
+/// An ION buffer shared with the DSP. Supports the buffer protocol (writable, bytes):
+/// `numpy.frombuffer(lease, dtype=...)` is a zero-copy view of its memory. A context manager.
+#[pyclass(module = "hexrpc", frozen)]
+struct Lease {
+    cell: Arc<LeaseCell>,
+}
+
+impl Lease {
+    fn get(&self) -> PyResult<Arc<LeaseObj>> {
+        let st = lock(&self.cell);
+        match (&st.obj, st.closed) {
+            (Some(o), false) => Ok(o.clone()),
+            _ => Err(closed("lease")),
+        }
+    }
+}
+
+#[pymethods]
+impl Lease {
+    /// A view of `length` bytes at `offset` (checked against the lease).
+    fn view(&self, offset: usize, length: usize) -> PyResult<View> {
+        let l = self.get()?;
+        l.view(offset, length).map_err(py_err)?;
+        Ok(View { cell: self.cell.clone(), offset, length })
+    }
+
+    /// The lease's length in bytes (the allocation rounded up to a page).
+    #[getter]
+    fn size(&self) -> PyResult<usize> {
+        Ok(self.get()?.memory().1)
+    }
+
+    fn __len__(&self) -> PyResult<usize> {
+        self.size()
+    }
+
+    /// True once closed (by `close()` or its session's).
+    #[getter]
+    fn closed(&self) -> bool {
+        lock(&self.cell).closed
+    }
+
+    /// Frees the lease, or (while numpy arrays or memoryviews of it exist) marks it closed and
+    /// frees it when the last of them is released. Closing twice is allowed.
+    fn close(&self) {
+        lock(&self.cell).close();
+    }
+
+    fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_args))]
+    fn __exit__(&self, _args: &Bound<'_, pyo3::types::PyTuple>) -> bool {
+        self.close();
+        false
+    }
+
+    /// # Safety
+    /// Called by Python with a `Py_buffer` to fill.
+    unsafe fn __getbuffer__(slf: Bound<'_, Self>, view: *mut ffi::Py_buffer, flags: c_int) -> PyResult<()> {
+        if view.is_null() {
+            return Err(PyBufferError::new_err("NULL Py_buffer"));
+        }
+        let this = slf.get();
+        let mut st = lock(&this.cell);
+        let Some(obj) = st.obj.as_ref().filter(|_| !st.closed) else {
+            return Err(PyBufferError::new_err("the lease is closed"));
+        };
+        let (addr, len) = obj.memory();
+        let len = isize::try_from(len).map_err(|_| PyBufferError::new_err("lease too large"))?;
+        // SAFETY: `view` is the non-null Py_buffer Python passed us; the memory at `addr` is the
+        // lease's mapping of `len` writable bytes, which stays mapped until `exports` is back to
+        // 0 (`close` defers the release while buffers are exported, and `__releasebuffer__`
+        // decrements it); `slf` is the exporting object, which PyBuffer_FillInfo takes a
+        // reference to.
+        let rc = unsafe { ffi::PyBuffer_FillInfo(view, slf.as_ptr(), std::ptr::with_exposed_provenance_mut(addr), len, 0, flags) };
+        if rc != 0 {
+            return Err(PyErr::fetch(slf.py()));
+        }
+        st.exports += 1;
+        Ok(())
+    }
+
+    /// # Safety
+    /// Called by Python when a buffer of this lease is released.
+    unsafe fn __releasebuffer__(&self, _view: *mut ffi::Py_buffer) {
+        let mut st = lock(&self.cell);
+        st.exports = st.exports.saturating_sub(1);
+        if st.closed && st.exports == 0 {
+            st.obj = None;
+        }
+    }
+
+    fn __repr__(&self) -> String {
+        let st = lock(&self.cell);
+        match (&st.obj, st.closed) {
+            (Some(o), false) => format!("<hexrpc.Lease size={}>", o.memory().1),
+            _ => "<hexrpc.Lease closed>".to_string(),
+        }
+    }
+}
+
+/// `length` bytes at `offset` of a lease: a buffer argument of a launch.
+#[pyclass(module = "hexrpc", frozen)]
+struct View {
+    cell: Arc<LeaseCell>,
+    offset: usize,
+    length: usize,
+}
+
+#[pymethods]
+impl View {
+    /// Offset in the lease.
+    #[getter]
+    fn offset(&self) -> usize {
+        self.offset
+    }
+    /// Length in bytes.
+    #[getter]
+    fn length(&self) -> usize {
+        self.length
+    }
+    fn __len__(&self) -> usize {
+        self.length
+    }
+    fn __repr__(&self) -> String {
+        format!("<hexrpc.View offset={} length={}>", self.offset, self.length)
+    }
+}
+
+/// An open library with its kernel's signature and launch ABI. A context manager.
+#[pyclass(module = "hexrpc", frozen)]
+struct Library {
+    cell: Arc<KernelCell>,
+    types: Vec<ScalarType>,
+}
+
+fn scalar(ty: ScalarType, v: &Bound<'_, PyAny>, i: usize) -> PyResult<Scalar> {
+    let bad = |e: PyErr| py_err(Failure::refused(format!("scalar {i}: not a {ty}: {e}")));
+    Ok(match ty {
+        ScalarType::F32 => Scalar::F32(v.extract::<f64>().map_err(bad)? as f32),
+        ScalarType::F64 => Scalar::F64(v.extract::<f64>().map_err(bad)?),
+        ScalarType::F16 => Scalar::F16(v.extract::<u16>().map_err(bad)?),
+        ScalarType::I8 => Scalar::I8(v.extract().map_err(bad)?),
+        ScalarType::U8 => Scalar::U8(v.extract().map_err(bad)?),
+        ScalarType::I16 => Scalar::I16(v.extract().map_err(bad)?),
+        ScalarType::U16 => Scalar::U16(v.extract().map_err(bad)?),
+        ScalarType::I32 => Scalar::I32(v.extract().map_err(bad)?),
+        ScalarType::U32 => Scalar::U32(v.extract().map_err(bad)?),
+        ScalarType::I64 => Scalar::I64(v.extract().map_err(bad)?),
+        ScalarType::U64 => scalar_from_bits(ScalarType::U64, v.extract::<u64>().map_err(bad)?),
+    })
+}
+
+#[pymethods]
+impl Library {
+    /// Launches the kernel on `views` (View or whole-Lease objects, in signature order) and
+    /// `scalars` (Python numbers, converted to the signature's types) and returns the DSP's
+    /// microseconds. `deadline_ms`: a launch still running after that long is abandoned
+    /// (`NeedsRecovery`). The GIL is released during the call.
+    #[pyo3(signature = (views, scalars = None, deadline_ms = None))]
+    fn launch(
+        &self,
+        py: Python<'_>,
+        views: &Bound<'_, PyAny>,
+        scalars: Option<&Bound<'_, PyAny>>,
+        deadline_ms: Option<u32>,
+    ) -> PyResult<u64> {
+        let kernel = lock(&self.cell).clone().ok_or_else(|| closed("library"))?;
+        let mut leases: [Option<(Arc<LeaseObj>, usize, usize)>; MAX_BUFFERS] = Default::default();
+        let mut n = 0usize;
+        for item in views.try_iter()? {
+            let item = item?;
+            if n == MAX_BUFFERS {
+                return Err(py_err(Failure::refused(format!("more than {MAX_BUFFERS} buffers"))));
+            }
+            let entry = if let Ok(v) = item.cast::<View>() {
+                let v = v.get();
+                let st = lock(&v.cell);
+                match (&st.obj, st.closed) {
+                    (Some(o), false) => (o.clone(), v.offset, v.length),
+                    _ => return Err(closed("lease")),
+                }
+            } else if let Ok(l) = item.cast::<Lease>() {
+                let o = l.get().get()?;
+                let len = o.memory().1;
+                (o, 0, len)
+            } else {
+                return Err(PyTypeError::new_err(format!("views[{n}] is not a hexrpc.View or hexrpc.Lease")));
+            };
+            leases[n] = Some(entry);
+            n += 1;
+        }
+        let mut sc: Vec<Scalar> = Vec::new();
+        if let Some(scalars) = scalars {
+            for (i, v) in scalars.try_iter()?.enumerate() {
+                let v = v?;
+                let ty = *self.types.get(i).ok_or_else(|| {
+                    py_err(Failure::refused(format!("more scalars than the signature's {}", self.types.len())))
+                })?;
+                sc.push(scalar(ty, &v, i)?);
+            }
+        }
+        let deadline = deadline_ms.map(|ms| Duration::from_millis(u64::from(ms)));
+        py.detach(|| {
+            let mut args: [Option<ViewArg<'_>>; MAX_BUFFERS] = Default::default();
+            for (a, l) in args.iter_mut().zip(leases.iter().take(n)) {
+                if let Some((o, off, len)) = l {
+                    *a = Some(ViewArg { lease: o, offset: *off, len: *len });
+                }
+            }
+            let mut flat: Vec<ViewArg<'_>> = Vec::with_capacity(n);
+            flat.extend(args.into_iter().take(n).flatten());
+            kernel.launch(&flat, &sc, deadline)
+        })
+        .map_err(py_err)
+    }
+
+    /// The kernel's signature.
+    #[getter]
+    fn signature(&self) -> PyResult<String> {
+        let k = lock(&self.cell).clone().ok_or_else(|| closed("library"))?;
+        Ok(k.kernel().signature().to_string())
+    }
+
+    /// True once closed.
+    #[getter]
+    fn closed(&self) -> bool {
+        lock(&self.cell).is_none()
+    }
+
+    /// Closes the library (once launches in flight have returned). Closing twice is allowed.
+    fn close(&self, py: Python<'_>) {
+        let k = lock(&self.cell).take();
+        py.detach(|| drop(k));
+    }
+
+    fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_args))]
+    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, pyo3::types::PyTuple>) -> bool {
+        self.close(py);
+        false
+    }
+}
+
+/// Bench builds: the image of a bench DSP model ("scale_f32", "add_u8", "sleep_ms").
+#[pyfunction]
+fn bench_model_image<'py>(py: Python<'py>, model: &str) -> PyResult<Bound<'py, PyBytes>> {
+    #[cfg(feature = "bench")]
+    {
+        let b = hexrpc::bench::model_image(model).map_err(py_err)?;
+        Ok(PyBytes::new(py, b))
+    }
+    #[cfg(not(feature = "bench"))]
+    {
+        let _ = (py, model);
+        Err(py_err(Failure::unavailable("bench-image", "this build of hexrpc has no bench")))
+    }
+}
+
+/// Bench builds with the executor: an image of kernel `kernel` of the suite with an entry for
+/// `signature` and `abi`, run as Hexagon code under qemu-hexagon (`Unavailable` without the
+/// tools).
+#[pyfunction]
+#[pyo3(signature = (kernel, signature, abi = "v2"))]
+fn bench_kernel_image<'py>(py: Python<'py>, kernel: &str, signature: &str, abi: &str) -> PyResult<Bound<'py, PyBytes>> {
+    #[cfg(feature = "bench")]
+    {
+        let abi = match abi {
+            "v1" => AbiVersion::V1,
+            "v2" => AbiVersion::V2,
+            other => return Err(py_err(Failure::invalid("bench-image", format!("abi {other:?}")))),
+        };
+        let b = py.detach(|| hexrpc::bench::kernel_image(kernel, signature, abi)).map_err(py_err)?;
+        Ok(PyBytes::new(py, b))
+    }
+    #[cfg(not(feature = "bench"))]
+    {
+        let _ = (py, kernel, signature, abi);
+        Err(py_err(Failure::unavailable("bench-image", "this build of hexrpc has no bench")))
+    }
+}
+
+#[pymodule]
+fn _hexrpc(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add_class::<Session>()?;
+    m.add_class::<Lease>()?;
+    m.add_class::<View>()?;
+    m.add_class::<Library>()?;
+    m.add("Error", py.get_type::<Error>())?;
+    m.add("HandleError", py.get_type::<HandleError>())?;
+    m.add("InvalidArgument", py.get_type::<InvalidArgument>())?;
+    m.add("LaunchRefused", py.get_type::<LaunchRefused>())?;
+    m.add("Unavailable", py.get_type::<Unavailable>())?;
+    m.add("NeedsRecovery", py.get_type::<NeedsRecovery>())?;
+    m.add("DspError", py.get_type::<DspError>())?;
+    m.add("Failed", py.get_type::<Failed>())?;
+    m.add_function(wrap_pyfunction!(bench_model_image, m)?)?;
+    m.add_function(wrap_pyfunction!(bench_kernel_image, m)?)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

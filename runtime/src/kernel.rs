@@ -1,0 +1,275 @@
+//! One call per launch: a library opened together with its kernel's [`Signature`] and launch
+//! [`AbiVersion`] launches with the views and scalars of one call and returns the DSP time.
+//!
+//! ```text
+//! let kernel = served.open_kernel("scale", image, Signature::parse("buf,buf,f32")?, AbiVersion::V2)?;
+//! let dsp_us = kernel.launch(&[&x, &y], &[Scalar::F32(2.0)])?;
+//! ```
+//!
+//! [`Kernel::launch`] checks the views and scalars against the signature, packs them on the
+//! stack ([`PackedLaunch`]) and makes exactly one `FASTRPC_IOCTL_INVOKE_ATTRS`; nothing is
+//! allocated. [`Kernel::launch_with_deadline`] (std) bounds the call. The packer and the raw
+//! [`Library::invoke`](hexrpc_hal::Library::invoke) stay public underneath for callers that
+//! need them.
+//!
+//! A [`Kernel`] wraps any [`KernelLibrary`]: a borrowed [`Library`] or (std) an owned
+//! [`SharedLibrary`](hexrpc_hal::SharedLibrary).
+
+use core::fmt;
+
+use hexrpc_drivers::adsprpc::InvokeArgs;
+use hexrpc_drivers::{Fd, Syscalls};
+use hexrpc_hal::{BufferView, Cause, ErrorKind, HalError, Library, Stage};
+
+use crate::launch::{AbiVersion, BufferRef, PackError, PackedLaunch, Scalar, Signature, MAX_ARGS, MAX_BUFFERS};
+
+/// An open library a [`Kernel`] can launch: something that makes one FastRPC invoke.
+pub trait KernelLibrary {
+    /// One invoke with `args`, without a deadline.
+    fn invoke_args(&self, args: &mut InvokeArgs<'_, MAX_ARGS>) -> Result<(), HalError>;
+
+    /// One invoke with `args` that is abandoned (and the session marked for recovery) if it has
+    /// not returned after `timeout`.
+    #[cfg(feature = "std")]
+    fn invoke_args_with_deadline(&self, args: &mut InvokeArgs<'_, MAX_ARGS>, timeout: core::time::Duration) -> Result<(), HalError>;
+}
+
+impl<S: Syscalls + Clone + Sync> KernelLibrary for Library<'_, S> {
+    fn invoke_args(&self, args: &mut InvokeArgs<'_, MAX_ARGS>) -> Result<(), HalError> {
+        self.invoke(args)
+    }
+    #[cfg(feature = "std")]
+    fn invoke_args_with_deadline(&self, args: &mut InvokeArgs<'_, MAX_ARGS>, timeout: core::time::Duration) -> Result<(), HalError> {
+        self.invoke_with_deadline(args, timeout)
+    }
+}
+
+#[cfg(feature = "std")]
+impl<S: Syscalls + Clone + Sync> KernelLibrary for hexrpc_hal::SharedLibrary<S> {
+    fn invoke_args(&self, args: &mut InvokeArgs<'_, MAX_ARGS>) -> Result<(), HalError> {
+        self.invoke(args)
+    }
+    fn invoke_args_with_deadline(&self, args: &mut InvokeArgs<'_, MAX_ARGS>, timeout: core::time::Duration) -> Result<(), HalError> {
+        self.invoke_with_deadline(args, timeout)
+    }
+}
+
+/// Why a launch failed: refused before any system call ([`LaunchError::Pack`]), or the call
+/// itself failed ([`LaunchError::Hal`], which names the stage and the cause).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum LaunchError {
+    /// The views or scalars do not fit the signature or the ABI version; nothing was sent.
+    Pack(PackError),
+    /// The invoke failed (restart, deadline, the DSP's error code, ...).
+    Hal(HalError),
+}
+
+impl LaunchError {
+    /// The short name of the stage that failed: `launch-pack` for a refusal, otherwise the
+    /// HAL's stage (`invoke`).
+    pub fn stage(&self) -> &'static str {
+        match self {
+            LaunchError::Pack(_) => "launch-pack",
+            LaunchError::Hal(e) => e.stage.name(),
+        }
+    }
+
+    /// The coarse kind: a refusal is a usage error; a HAL error has its own kind (a restart or
+    /// a passed deadline is [`ErrorKind::Recoverable`]: call `recover()`).
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            LaunchError::Pack(_) => ErrorKind::Usage,
+            LaunchError::Hal(e) => e.kind(),
+        }
+    }
+
+    /// The HAL error, if the call itself failed.
+    pub fn hal(&self) -> Option<HalError> {
+        match self {
+            LaunchError::Hal(e) => Some(*e),
+            LaunchError::Pack(_) => None,
+        }
+    }
+}
+
+impl fmt::Display for LaunchError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LaunchError::Pack(e) => write!(f, "launch-pack: {e}"),
+            LaunchError::Hal(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl core::error::Error for LaunchError {
+    fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
+        match self {
+            LaunchError::Pack(e) => Some(e),
+            LaunchError::Hal(e) => Some(e),
+        }
+    }
+}
+
+impl From<PackError> for LaunchError {
+    fn from(e: PackError) -> Self {
+        LaunchError::Pack(e)
+    }
+}
+
+impl From<HalError> for LaunchError {
+    fn from(e: HalError) -> Self {
+        LaunchError::Hal(e)
+    }
+}
+
+/// An open library together with its kernel's signature and launch ABI: launches in one call.
+///
+/// Launches from several threads at once are fine (`&Kernel` is enough). Dropping it closes the
+/// library.
+pub struct Kernel<L> {
+    library: L,
+    signature: Signature,
+    abi: AbiVersion,
+}
+
+impl<L: KernelLibrary> Kernel<L> {
+    /// The kernel of `library`, whose `entry` was generated for `signature` and `abi`.
+    pub fn new(library: L, signature: Signature, abi: AbiVersion) -> Self {
+        Kernel { library, signature, abi }
+    }
+
+    /// The kernel's signature.
+    pub fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    /// The launch ABI version.
+    pub fn abi(&self) -> AbiVersion {
+        self.abi
+    }
+
+    /// The library underneath (raw invokes).
+    pub fn library(&self) -> &L {
+        &self.library
+    }
+
+    /// The library, giving up the signature.
+    pub fn into_library(self) -> L {
+        self.library
+    }
+
+    /// Launches the kernel on `views` (buffers, in signature order) and `scalars`, and returns the
+    /// microseconds the DSP measured around the kernel. One ioctl; nothing is allocated. The
+    /// views stay borrowed until the call has returned.
+    pub fn launch(&self, views: &[&BufferView<'_>], scalars: &[Scalar]) -> Result<u64, LaunchError> {
+        self.run(views, scalars, |args| self.library.invoke_args(args))
+    }
+
+    /// [`launch`](Self::launch) with a deadline: a call still running after `timeout` is
+    /// abandoned, the error's cause is [`Cause::Timeout`] and the session needs `recover()`.
+    #[cfg(feature = "std")]
+    pub fn launch_with_deadline(
+        &self,
+        views: &[&BufferView<'_>],
+        scalars: &[Scalar],
+        timeout: core::time::Duration,
+    ) -> Result<u64, LaunchError> {
+        self.run(views, scalars, |args| self.library.invoke_args_with_deadline(args, timeout))
+    }
+
+    /// [`launch`](Self::launch), with a deadline when `timeout` is `Some` (std).
+    #[cfg(feature = "std")]
+    pub fn launch_maybe_deadline(
+        &self,
+        views: &[&BufferView<'_>],
+        scalars: &[Scalar],
+        timeout: Option<core::time::Duration>,
+    ) -> Result<u64, LaunchError> {
+        match timeout {
+            Some(t) => self.launch_with_deadline(views, scalars, t),
+            None => self.launch(views, scalars),
+        }
+    }
+
+    fn run(
+        &self,
+        views: &[&BufferView<'_>],
+        scalars: &[Scalar],
+        call: impl FnOnce(&mut InvokeArgs<'_, MAX_ARGS>) -> Result<(), HalError>,
+    ) -> Result<u64, LaunchError> {
+        if views.len() > MAX_BUFFERS {
+            return Err(LaunchError::Pack(PackError::TooManyBuffers { count: views.len() }));
+        }
+        let owner = ();
+        let mut refs = [BufferRef::borrowing(&owner, Fd(-1), 0, 0, 0); MAX_BUFFERS];
+        for (r, v) in refs.iter_mut().zip(views) {
+            *r = BufferRef::of(*v);
+        }
+        let mut packed = PackedLaunch::new(self.abi, &self.signature, &refs[..views.len()], scalars)?;
+        {
+            let mut args = packed.invoke_args().map_err(|_| LaunchError::Hal(HalError { stage: Stage::Invoke, cause: Cause::Invalid }))?;
+            call(&mut args)?;
+        }
+        Ok(packed.dsp_micros())
+    }
+}
+
+impl<L: fmt::Debug> fmt::Debug for Kernel<L> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Kernel").field("library", &self.library).field("signature", &self.signature).field("abi", &self.abi).finish()
+    }
+}
+
+#[cfg(feature = "std")]
+mod served {
+    extern crate std;
+
+    use std::sync::Arc;
+
+    use hexrpc_drivers::Syscalls;
+    use hexrpc_hal::{HalError, Library, LibraryImage, SharedLease, SharedLibrary};
+
+    use super::Kernel;
+    use crate::launch::{AbiVersion, Signature};
+    use crate::ServedSession;
+
+    impl<S: Syscalls + Clone + Send + Sync + 'static> ServedSession<S> {
+        /// Opens a library (see [`ServedSession::open_library`]) whose `entry` was generated for
+        /// `signature` and `abi`, ready for one-call launches.
+        pub fn open_kernel(
+            &self,
+            name: &str,
+            image: impl Into<LibraryImage>,
+            signature: Signature,
+            abi: AbiVersion,
+        ) -> Result<Kernel<Library<'_, S>>, HalError> {
+            Ok(Kernel::new(self.open_library(name, image)?, signature, abi))
+        }
+
+        /// [`open_kernel`](Self::open_kernel) for a kernel that holds shares of the session and
+        /// of the reverse service instead of borrows (`'static`: for bindings and long-lived
+        /// tables).
+        pub fn open_kernel_shared(
+            &self,
+            name: &str,
+            image: impl Into<LibraryImage>,
+            signature: Signature,
+            abi: AbiVersion,
+        ) -> Result<Kernel<SharedLibrary<S>>, HalError> {
+            let library = self.session.open_library_shared(self.service.clone(), name, image)?;
+            Ok(Kernel::new(library, signature, abi))
+        }
+
+        /// Allocates a lease that holds a share of the session instead of a borrow.
+        pub fn alloc_shared(&self, len: usize) -> Result<SharedLease<S>, HalError> {
+            self.session.alloc_shared(len)
+        }
+    }
+
+    impl<S: Syscalls + Clone + Sync> Kernel<SharedLibrary<S>> {
+        /// The session the kernel's library belongs to.
+        pub fn session(&self) -> &Arc<hexrpc_hal::Session<S>> {
+            self.library.session()
+        }
+    }
+}
