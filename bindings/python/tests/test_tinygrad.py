@@ -192,3 +192,25 @@ def test_two_layer_conv_net_under_tinyjit():
         # 36 products per output of conv2, 36 terms per mean, 8 per linear: a few ulp each.
         np.testing.assert_allclose(h, c, rtol=1e-5, atol=1e-5)
         np.testing.assert_array_equal(h.argmax(axis=1), c.argmax(axis=1))
+
+
+def test_jit_runs_as_one_batch_per_run(dev):
+    """After capture (tinygrad's TinyJit captures on its second call), every jit run is one
+    FastRPC invoke on the bench, however many kernels the model has."""
+    inputs = model_inputs(10)
+    net = TwoLayerConvNet("HEXRPC", model_weights())
+    step = TinyJit(lambda x: net(x).realize())
+    xs = [Tensor(a, device="HEXRPC").realize() for a in inputs]
+    invokes, runs, batched = [], [], []
+    for x in xs:
+        before, s0 = bench_invokes(dev), (dev.stats.batch_runs, dev.stats.batched_launches)
+        step(x)
+        invokes.append(bench_invokes(dev) - before)
+        runs.append(dev.stats.batch_runs - s0[0])
+        batched.append(dev.stats.batched_launches - s0[1])
+    # runs 0 and 1 execute kernel by kernel (tinygrad's warm-up and capture); from run 2 on the
+    # graph runs.
+    assert all(n == 1 for n in invokes[2:]), invokes
+    assert all(r == 1 for r in runs[2:]), runs
+    assert batched[2] > 1, batched
+    assert invokes[0] >= batched[2], (invokes, batched)

@@ -50,11 +50,14 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tinygrad.device import BufferSpec, LRUAllocator, Compiled, Compiler, CompileError, Program, TinyELF
 from tinygrad.dtype import AddrSpace
+from tinygrad.engine.jit import GraphRunner
 from tinygrad.helpers import Target
 from tinygrad.renderer.cstyle import ClangRenderer
 from tinygrad.runtime.ops_dsp import DSPRenderer
@@ -233,6 +236,22 @@ class HEXRPCCompiler(Compiler):
 # Session, memory, programs
 
 
+def device_board() -> str:
+    """``HEXRPC_BOARD``, else the board whose device-tree model matches this machine's (the same
+    rule as the ``hexrpc`` tool), else ``comma-three``."""
+    import hexrpc
+
+    if board := os.environ.get("HEXRPC_BOARD"):
+        return board
+    for path in ("/proc/device-tree/model", "/sys/firmware/devicetree/base/model"):
+        try:
+            model = Path(path).read_text(errors="replace")
+        except OSError:
+            continue
+        return hexrpc.detect_board(model) or "comma-three"
+    return "comma-three"
+
+
 def open_session():
     """The hexrpc session the device runs on: the bench with the executor when ``HEXRPC_BENCH=1``,
     otherwise the device with the board ``HEXRPC_BOARD`` (unset: hexrpc probes for it)."""
@@ -240,7 +259,7 @@ def open_session():
 
     if os.environ.get("HEXRPC_BENCH", "") not in ("", "0"):
         return hexrpc.Session.bench(executor=True)
-    return hexrpc.Session.open(board=os.environ.get("HEXRPC_BOARD") or None)
+    return hexrpc.Session.open(board=device_board())
 
 
 class HEXRPCBuffer:
@@ -313,27 +332,79 @@ def signature_of(obj: TinyELF) -> tuple[str, int]:
     return ",".join(kinds), nbufs
 
 
+class LibraryCache:
+    """The libraries open on the device's session. A hexrpc session holds at most
+    ``MAX_OPEN_LIBRARIES`` libraries (the HAL's fixed table) and tinygrad keeps a program for
+    every kernel it ever compiled, so single-kernel libraries are kept open least-recently-used
+    first and reopened on demand; graph libraries are pinned while their graph lives."""
+
+    #: hexrpc-hal's ``MAX_LIBRARIES``.
+    MAX_OPEN_LIBRARIES = 16
+
+    def __init__(self, dev: HEXRPCDevice):
+        self.dev = dev
+        self.lru: OrderedDict[int, Any] = OrderedDict()
+        self.pinned = 0
+
+    def _make_room(self, slots: int) -> None:
+        while self.lru and len(self.lru) + self.pinned + slots > self.MAX_OPEN_LIBRARIES:
+            _, old = self.lru.popitem(last=False)
+            old.close()
+        if self.pinned + slots > self.MAX_OPEN_LIBRARIES:
+            raise RuntimeError(f"HEXRPC: more than {self.MAX_OPEN_LIBRARIES} graph libraries open at once")
+
+    def get(self, key: int, image: bytes, signature: str):
+        """The open library for ``key``, opened from ``image`` if it is not."""
+        lib = self.lru.get(key)
+        if lib is not None:
+            self.lru.move_to_end(key)
+            return lib
+        self._make_room(1)
+        lib = self.dev.session.open_library(image, signature=signature, abi="v2")
+        self.dev.stats.library_opens += 1
+        self.lru[key] = lib
+        return lib
+
+    def drop(self, key: int) -> None:
+        if (lib := self.lru.pop(key, None)) is not None:
+            lib.close()
+
+    def open_pinned(self, open_fn):
+        """Opens a library that stays open until :meth:`unpin`."""
+        self._make_room(1)
+        lib = open_fn()
+        self.dev.stats.library_opens += 1
+        self.pinned += 1
+        return lib
+
+    def unpin(self, lib) -> None:
+        self.pinned -= 1
+        lib.close()
+
+
 class HEXRPCProgram(Program["HEXRPCDevice"]):
-    """One compiled kernel: its library opened once on the session; each call is one hexrpc
-    launch (one FastRPC call) that returns the DSP's time in seconds."""
+    """One compiled kernel: its library (opened on the session on first use, see
+    :class:`LibraryCache`); each call is one hexrpc launch (one FastRPC call) that returns the
+    DSP's time in seconds."""
 
     def __init__(self, dev: HEXRPCDevice, obj: TinyELF):
         self.dev, self.name, self.lib, self.tiny_signature = dev, obj.name, obj.lib, obj.signature
         self.hexrpc_signature, self.nbufs = signature_of(obj)
-        self.library = dev.session.open_library(obj.lib, signature=self.hexrpc_signature, abi="v2")
+        dev.libraries.get(id(self), self.lib, self.hexrpc_signature)
 
     def __call__(self, *bufs: HEXRPCBuffer, global_size=(1, 1, 1), local_size=(1, 1, 1), vals: tuple[int, ...] = (), wait=False, **kw):
         if len(bufs) != self.nbufs:
             raise RuntimeError(f"HEXRPC: {self.name} takes {self.nbufs} buffers, got {len(bufs)}")
-        us = self.library.launch([b.view for b in bufs], list(vals), deadline_ms=self.dev.deadline_ms)
+        library = self.dev.libraries.get(id(self), self.lib, self.hexrpc_signature)
+        us = library.launch([b.view for b in bufs], list(vals), deadline_ms=self.dev.deadline_ms)
         self.dev.stats.launches += 1
         self.dev.stats.nonzero_offset_views += sum(1 for b in bufs if b.offset)
         return us / 1e6
 
     def __del__(self):
-        library = getattr(self, "library", None)
-        if library is not None:
-            library.close()
+        dev = getattr(self, "dev", None)
+        if dev is not None and getattr(dev, "libraries", None) is not None:
+            dev.libraries.drop(id(self))
 
 
 @dataclass
@@ -345,6 +416,7 @@ class DeviceStats:
     nonzero_offset_views: int = 0
     batch_runs: int = 0
     batched_launches: int = 0
+    library_opens: int = 0
 
 
 class HEXRPCDevice(Compiled):
@@ -353,9 +425,128 @@ class HEXRPCDevice(Compiled):
     def __init__(self, device: str = ""):
         self.stats = DeviceStats()
         self.session = open_session()
+        self.libraries = LibraryCache(self)
         deadline = os.environ.get("HEXRPC_DEADLINE_MS")
         self.deadline_ms: int | None = int(deadline) if deadline else None
-        super().__init__(device, HEXRPCAllocator(self), [HEXRPCRenderer], HEXRPCProgram)
+        graph = HEXRPCGraph if os.environ.get("HEXRPC_GRAPH", "1") != "0" else None
+        super().__init__(device, HEXRPCAllocator(self), [HEXRPCRenderer], HEXRPCProgram, graph=graph)
+
+
+# -------------------------------------------------------------------------------------------------
+# Graph: a TinyJit capture as one batch
+
+#: Capacity of one batch (hexrpc's launch ABI table, runtime/src/launch/abi.rs): records, distinct
+#: leases, record bytes, kernels in one library's table.
+BATCH_MAX_LAUNCHES, BATCH_MAX_LEASES, BATCH_MAX_RECORD_BYTES, BATCH_MAX_KERNELS = 64, 15, 8192, 64
+
+
+def batch_record_bytes(nviews: int, nscalars: int) -> int:
+    """Bytes of one batch record: u32 kernel, u16 views, u16 scalars, 12 bytes per view (lease
+    index, offset, length), 8 per scalar slot."""
+    return 8 + 12 * nviews + 8 * nscalars
+
+
+def rename_kernel(src: str, rec: KernelRecord, new_name: str) -> tuple[str, KernelRecord]:
+    """``src`` with its kernel function (and record) renamed to ``new_name``: tinygrad names
+    kernels by shape, so two different kernels of one jit can share a name, and one library
+    cannot hold two functions of one name."""
+    return re.sub(rf"\b{re.escape(rec.name)}\b", new_name, src), KernelRecord(new_name, rec.signature)
+
+
+def chunk_calls(calls: list[tuple[int, list[HEXRPCBuffer], int]]) -> list[list[int]]:
+    """Splits launches ``(kernel, buffers, scalar count)``, in order, into consecutive chunks that
+    each fit one batch (launches, distinct leases, record bytes)."""
+    chunks: list[list[int]] = []
+    cur: list[int] = []
+    leases: set[int] = set()
+    nbytes = 0
+    for j, (_, bufs, nscalars) in enumerate(calls):
+        need = {id(b.lease) for b in bufs}
+        rb = batch_record_bytes(len(bufs), nscalars)
+        if len(need) > BATCH_MAX_LEASES or rb > BATCH_MAX_RECORD_BYTES:
+            raise RuntimeError(f"HEXRPC: launch {j} alone does not fit a batch ({len(need)} leases, {rb} record bytes)")
+        if cur and (len(cur) == BATCH_MAX_LAUNCHES or len(leases | need) > BATCH_MAX_LEASES or nbytes + rb > BATCH_MAX_RECORD_BYTES):
+            chunks.append(cur)
+            cur, leases, nbytes = [], set(), 0
+        cur.append(j)
+        leases |= need
+        nbytes += rb
+    if cur:
+        chunks.append(cur)
+    return chunks
+
+
+class HEXRPCGraph(GraphRunner):
+    """Runs the kernels of one ``TinyJit`` graph batch as hexrpc batches: one library built from
+    the batch's kernel sources (a kernel table), and per jit run one FastRPC call per chunk that
+    fits hexrpc's batch capacity (one chunk, so one call, unless the capture needs more than 15
+    distinct leases, 64 launches or 8 KiB of records). Input buffers that change between runs
+    rebuild the records (host only); bound Variables update the scalars in place."""
+
+    def __init__(self, linear, input_uops=()):
+        super().__init__(linear, input_uops)
+        from tinygrad.device import Device
+
+        self.dev: HEXRPCDevice = Device[self.device]  # type: ignore[assignment]
+        table: dict[Any, int] = {}
+        sources: list[tuple[str, KernelRecord]] = []
+        self.kernel_of: list[int] = []
+        for j, (_, prg, _, _) in enumerate(self.calls):
+            key = prg.key
+            if key not in table:
+                if len(sources) == BATCH_MAX_KERNELS:
+                    raise RuntimeError(f"HEXRPC: a graph of more than {BATCH_MAX_KERNELS} distinct kernels (set JIT_BATCH_SIZE lower)")
+                src = prg.src[2].arg
+                table[key] = len(sources)
+                sources.append(rename_kernel(src, KernelRecord.parse(src), f"{KernelRecord.parse(src).name}_hk{len(sources)}"))
+            self.kernel_of.append(table[key])
+        self.records = [rec for _, rec in sources]
+        image = build_batch_library(sources)
+        self.library = self.dev.libraries.open_pinned(
+            lambda: self.dev.session.open_library(image, kernels=[r.signature for r in self.records], abi="v2")
+        )
+        self._bound: tuple | None = None
+        self._batches: list[tuple[list[int], Any]] = []
+        self._vals: list[tuple[int, ...]] = []
+
+    def _buffers(self, j: int, input_uops) -> list[HEXRPCBuffer]:
+        bufs = [b._buf for b in self.calls[j][2]]
+        for pos, iidx in self.uop_replace[j]:
+            bufs[pos] = input_uops[iidx].buffer._buf
+        return bufs
+
+    def __call__(self, input_uops, var_vals: dict[str, int], wait=False):
+        bufs = [self._buffers(j, input_uops) for j in range(len(self.calls))]
+        vals = [tuple(prg.arg.vals({**var_vals, **dv})) for _, prg, _, dv in self.calls]
+        bound = tuple((id(b.lease), b.offset, b.size) for bs in bufs for b in bs)
+        if bound != self._bound:
+            # Views are part of a batch's records: new input buffers mean new records.
+            self._batches = []
+            for chunk in chunk_calls([(self.kernel_of[j], bufs[j], len(vals[j])) for j in range(len(self.calls))]):
+                batch = self.library.batch()
+                for j in chunk:
+                    batch.push(self.kernel_of[j], [b.view for b in bufs[j]], list(vals[j]))
+                self._batches.append((chunk, batch))
+            self._bound, self._vals = bound, vals
+        elif vals != self._vals:
+            for chunk, batch in self._batches:
+                for r, j in enumerate(chunk):
+                    for i, (old, new) in enumerate(zip(self._vals[j], vals[j])):
+                        if old != new:
+                            batch.set_scalar(r, i, new)
+            self._vals = vals
+        us = 0
+        for chunk, batch in self._batches:
+            us += batch.run(deadline_ms=self.dev.deadline_ms)
+            self.dev.stats.batch_runs += 1
+            self.dev.stats.batched_launches += len(chunk)
+        return us / 1e6
+
+    def __del__(self):
+        self._batches = []
+        library = getattr(self, "library", None)
+        if library is not None:
+            self.dev.libraries.unpin(library)
 
 
 # -------------------------------------------------------------------------------------------------
