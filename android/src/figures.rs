@@ -34,7 +34,17 @@ pub struct Figures {
     pub memcpy_mib_s: f64,
     /// Launches measured for the per-launch figures.
     pub launches: u64,
+    /// The model network (5 nodes) on the bench's DSP model, per kernel and as one batch.
+    pub model: hexrpc_bench::netmodel::NetFigures,
 }
+
+/// The cost model the model-latency figures use (as the executor's model run): 60 us per
+/// crossing + 2 us per KiB copied. Simulated, never a device figure.
+pub const MODEL_COST: hexrpc_bench::CostModel = hexrpc_bench::CostModel {
+    per_crossing: std::time::Duration::from_micros(60),
+    per_kib_copied: std::time::Duration::from_micros(2),
+    sleep: false,
+};
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -122,6 +132,9 @@ pub fn run(scale: u32) -> Result<Figures, String> {
     let t = hexrpc_runtime::reverse::stream_throughput(checks::bench(), 4 << 20, 64 * 1024, 10 * scale).map_err(|e| e.to_string())?;
     f.reverse_stream_mib_s = t.reverse_stream_mib_s;
     f.memcpy_mib_s = t.memcpy_mib_s;
+
+    // 4. The model network: five launches vs one batch (crossings, maps, packing, simulated latency).
+    f.model = hexrpc_bench::netmodel::measure(MODEL_COST, (100 * scale) as usize)?;
     Ok(f)
 }
 
@@ -136,6 +149,20 @@ pub fn to_json(f: &Figures) -> String {
         .float("reverse_stream_mib_s", f.reverse_stream_mib_s)
         .float("memcpy_mib_s", f.memcpy_mib_s)
         .num("launches", f.launches)
+        .float("batch_crossings_per_model", f.model.batch.crossings)
+        .float("batch_maps_per_model", f.model.batch.maps)
+        .num("batch_distinct_leases", f.model.distinct_leases as u64)
+        .float("batch_pack_ns", f.model.batch_pack_ns)
+        .float("per_kernel_crossings_per_model", f.model.per_kernel.crossings)
+        .float("per_kernel_maps_per_model", f.model.per_kernel.maps)
+        .raw("model_latency_us", |o| {
+            let mut m = json::Object::new(o);
+            m.float("batch", f.model.batch.latency_us).float("per_kernel", f.model.per_kernel.latency_us).bool("simulated", true).str(
+                "cost_model",
+                &format!("{} us/crossing + {} us/KiB", MODEL_COST.per_crossing.as_micros(), MODEL_COST.per_kib_copied.as_micros()),
+            );
+            m.end();
+        })
         .str("platform", "bench")
         .bool("simulated", true);
     o.end();
@@ -152,13 +179,27 @@ pub fn to_text(f: &Figures) -> String {
          kernel crossings per launch                              {:>12.2}\n\
          heap allocations per launch                              {:>12.2}\n\
          reverse service: 4 MiB in 64 KiB freads                  {:>12.0} MiB/s\n\
-         memcpy of the same bytes                                 {:>12.0} MiB/s   ({:.0}% of memcpy)\n",
+         memcpy of the same bytes                                 {:>12.0} MiB/s   ({:.0}% of memcpy)\n\
+         model network (5 nodes), per kernel: crossings / maps     {:>6.0} / {:<6.0}\n\
+         model network as one batch: crossings / maps             {:>6.0} / {:<6.0} ({} distinct leases)\n\
+         packing the model's batch (5 records)                    {:>12.1} ns\n\
+         model latency per kernel vs batch ({} us/crossing + {} us/KiB) {:>6.0} / {:.0} us   [simulated]\n",
         f.launch_overhead_ns,
         f.bench_round_trip_ns,
         f.crossings_per_launch,
         f.allocations_per_launch,
         f.reverse_stream_mib_s,
         f.memcpy_mib_s,
-        100.0 * f.reverse_stream_mib_s / f.memcpy_mib_s
+        100.0 * f.reverse_stream_mib_s / f.memcpy_mib_s,
+        f.model.per_kernel.crossings,
+        f.model.per_kernel.maps,
+        f.model.batch.crossings,
+        f.model.batch.maps,
+        f.model.distinct_leases,
+        f.model.batch_pack_ns,
+        MODEL_COST.per_crossing.as_micros(),
+        MODEL_COST.per_kib_copied.as_micros(),
+        f.model.per_kernel.latency_us,
+        f.model.batch.latency_us,
     )
 }

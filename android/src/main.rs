@@ -191,10 +191,15 @@ Measures, on this machine:
     reverse_stream_mib_s    a 4 MiB library image streamed through 64 KiB freads of
                             the reverse file service
     memcpy_mib_s            a plain memcpy of the same bytes in the same run
+    batch_crossings_per_model   the model network (5 nodes) as one batch: ioctls per run
+    batch_maps_per_model        HAP_mmaps per batched run (one per distinct lease)
+    batch_pack_ns               building the model's batch (5 records), host time
+    model_latency_us            {batch, per_kernel}: simulated latency per model run on
+                                the bench's cost model (60 us/crossing + 2 us/KiB)
 Bench figures are host time of a simulated kernel and DSP, never device figures.
 
 OPTIONS:
-    --json      Print a flat object of the figures above plus \"launches\",
+    --json      Print an object of the figures above plus \"launches\",
                 \"platform\": \"bench\" and \"simulated\": true
     --long      Ten times as many repetitions
     -h, --help  Print this help

@@ -292,6 +292,14 @@ fn bench_json_reports_every_figure_labelled_simulated() {
     assert_eq!(v["crossings_per_launch"].as_f64(), Some(1.0), "exactly one kernel crossing per steady-state launch");
     assert_eq!(v["allocations_per_launch"].as_f64(), Some(0.0), "no heap allocation per launch");
     assert!(v["launch_overhead_ns"].as_f64().unwrap() > 0.0);
+    // The model network as one batch: one crossing, one map per distinct lease, cheaper than
+    // five launches on the (simulated) cost model.
+    assert_eq!(v["batch_crossings_per_model"].as_f64(), Some(1.0));
+    assert_eq!(v["batch_maps_per_model"].as_f64(), v["batch_distinct_leases"].as_f64());
+    assert!(v["batch_pack_ns"].as_f64().unwrap() > 0.0);
+    let lat = &v["model_latency_us"];
+    assert_eq!(lat["simulated"], true, "{lat}");
+    assert!(lat["batch"].as_f64().unwrap() < lat["per_kernel"].as_f64().unwrap(), "{lat}");
 }
 
 #[test]

@@ -117,6 +117,8 @@ int HAP_power_set(void *context, void *request) {
   return 0;
 }
 
+void hrx_test_kernel(unsigned int k) { printf("kernel %u\n", k); }
+
 void hrx_test_buf(unsigned int i, const void *p) {
   unsigned long long at = 0;
   int id = hrx_find(p, &at);

@@ -14,6 +14,7 @@ void hrx_shim_fail_map(int ordinal);
 int hrx_shim_live(void);
 
 /* What a test kernel reports. */
+void hrx_test_kernel(unsigned int k);
 void hrx_test_buf(unsigned int i, const void *p);
 void hrx_test_int(unsigned int i, long long v);
 void hrx_test_uint(unsigned int i, unsigned long long v);

@@ -3,7 +3,9 @@
 //! 0..=15 and a mix of scalar types, in both versions, it must map, hand over and unmap exactly
 //! what the *inputs* describe (expectations are computed from the buffers and scalars given to
 //! the packer, not from the ABI table). Also: v2 validation, unwinding, the timer rule, v1's
-//! defect, the power request.
+//! defect, the power request. Batches: a library with a kernel table runs 1..=64 records over
+//! shared leases, maps each lease once, refuses every hostile field before mapping anything,
+//! stops at a failing kernel and still unmaps everything.
 //!
 //! Skips (with a message) when no host C compiler is found (`HEXRPC_HOST_CC`, default `cc`).
 
@@ -14,7 +16,8 @@ use std::sync::OnceLock;
 
 use hexrpc_drivers::Fd;
 use hexrpc_runtime::launch::{
-    write_entry, AbiVersion, BufferRef, EntryOptions, PackError, PackedLaunch, ParamKind, Scalar, ScalarType, Signature, V1,
+    write_batch_entry, write_entry, AbiVersion, Batch, BufferRef, EntryOptions, KernelSpec, PackError, PackedLaunch, ParamKind, Scalar,
+    ScalarType, Signature, BATCH, MAX_BATCH_KERNELS, MAX_BATCH_LAUNCHES, MAX_BATCH_LEASES, V1,
 };
 
 const HANDLE: u64 = 0x1234;
@@ -369,6 +372,7 @@ fn v2_entry_validates_everything_before_mapping() {
     for (what, v) in &cases {
         assert_eq!(run(&exe, &v.input()), refused, "{what}");
     }
+
     // Another method, or attribute bits set: answered 0 without doing anything (tinygrad's rule).
     for sc in [good.sc + (1 << 24), good.sc | (1 << 29)] {
         let v = DspView { sc, ..good.clone() };
@@ -452,4 +456,348 @@ fn power_request_is_made_before_the_method_check() {
     );
     let v = DspView { sc: good.sc + (1 << 24), ..good };
     assert_eq!(run(&exe, &v.input()), format!("power ctx={HANDLE} type=7\nrc 0\npra2 0000000000000000\nlive 0\n"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Batches.
+
+/// Kernels of a batch library: each reports its index, then its arguments; a status kernel
+/// returns its first scalar.
+fn table_source(kernels: &[KernelSpec<'_>]) -> String {
+    let mut s = String::from("#include \"launch_shim.h\"\n");
+    for (k, spec) in kernels.iter().enumerate() {
+        let one = kernel_source(&spec.signature);
+        let body = one.split_once("void kern(").unwrap().1;
+        let (params, rest) = body.split_once(") {\n").unwrap();
+        write!(s, "{} {}({params}) {{\n  hrx_test_kernel({k}u);\n", if spec.returns_status { "int" } else { "void" }, spec.name).unwrap();
+        let rest = rest.trim_end().trim_end_matches('}');
+        s.push_str(rest);
+        if spec.returns_status {
+            let first = spec.signature.buffers();
+            writeln!(s, "  return p{first};").unwrap();
+        }
+        s.push_str("}\n");
+    }
+    s
+}
+
+fn build_batch_harness(cc: &str, name: &str, kernels: &[KernelSpec<'_>]) -> PathBuf {
+    let (shim, harness) = support(cc);
+    let d = work_dir(name);
+    let mut entry = String::new();
+    write_batch_entry(&mut entry, kernels, &EntryOptions::V2).unwrap();
+    std::fs::write(d.join("entry.c"), entry).unwrap();
+    std::fs::write(d.join("kernel.c"), table_source(kernels)).unwrap();
+    let inc = c_dir();
+    let (entry_c, entry_o, kernel_c, kernel_o, exe) =
+        (d.join("entry.c"), d.join("entry.o"), d.join("kernel.c"), d.join("kernel.o"), d.join("harness"));
+    cc_run(cc, &["-Wall".as_ref(), "-Werror".as_ref(), "-c".as_ref(), entry_c.as_os_str(), "-o".as_ref(), entry_o.as_os_str()]);
+    let i = inc.as_os_str();
+    cc_run(
+        cc,
+        &["-Wall".as_ref(), "-Werror".as_ref(), "-I".as_ref(), i, "-c".as_ref(), kernel_c.as_os_str(), "-o".as_ref(), kernel_o.as_os_str()],
+    );
+    cc_run(cc, &["-o".as_ref(), exe.as_os_str(), entry_o.as_os_str(), kernel_o.as_os_str(), shim.as_os_str(), harness.as_os_str()]);
+    exe
+}
+
+impl DspView {
+    fn of_batch(batch: &mut Batch<'_>, leases: &[(i32, u64)]) -> DspView {
+        let (pra0, pra1) = (batch.pra0().to_vec(), batch.pra1().to_vec());
+        let args = batch.invoke_args().unwrap();
+        let pra = args.pra();
+        assert_eq!((pra[0].buf().len, pra[1].buf().len), (pra0.len() as u64, pra1.len() as u64));
+        assert_eq!(&args.fds()[..3], &[-1, -1, -1]);
+        let handles = (3..pra.len()).map(|k| (args.fds()[k], pra[k].buf().pv as u32)).collect();
+        DspView {
+            sc: args.scalars().raw(),
+            pra0,
+            pra1,
+            pra2_len: pra[2].buf().len as usize,
+            handles,
+            files: leases.to_vec(),
+            fail_map: None,
+        }
+    }
+}
+
+/// One launch of a batch as the test describes it: kernel, views (lease index, offset, length)
+/// and scalars.
+struct Launch {
+    kernel: usize,
+    views: Vec<(usize, u64, u64)>,
+    scalars: Vec<Scalar>,
+}
+
+fn status_hex(done: u32, failed: u32, code: i32, micros: u64) -> String {
+    let mut b = Vec::new();
+    b.extend_from_slice(b"HRXB");
+    b.extend_from_slice(&done.to_le_bytes());
+    b.extend_from_slice(&failed.to_le_bytes());
+    b.extend_from_slice(&code.to_le_bytes());
+    b.extend_from_slice(&micros.to_le_bytes());
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Packs `launches` over `leases` (fd, length) with the runtime's `Batch`, runs the harness and
+/// returns what it printed together with what the inputs say it must print (maps in lease
+/// order, each record's kernel with its pointers and scalars, unmaps in reverse, the status).
+/// `stop` is the (record, code) of the kernel expected to fail.
+fn run_batch(
+    exe: &Path,
+    kernels: &[KernelSpec<'_>],
+    leases: &[(i32, u64)],
+    launches: &[Launch],
+    stop: Option<(usize, i32)>,
+) -> (String, String) {
+    let owner = ();
+    let sigs: Vec<Signature> = kernels.iter().map(|k| k.signature).collect();
+    let mut batch = Batch::new(&sigs).unwrap();
+    for l in launches {
+        let refs: Vec<BufferRef<'_>> =
+            l.views.iter().map(|&(li, off, len)| BufferRef::borrowing(&owner, Fd(leases[li].0), leases[li].1, off, len)).collect();
+        batch.push(l.kernel, &refs, &l.scalars).unwrap();
+    }
+    // Leases are numbered in first-use order; the test lists them in that order.
+    assert_eq!(batch.fds(), leases.iter().map(|l| Fd(l.0)).collect::<Vec<_>>(), "lease order");
+    let view = DspView::of_batch(&mut batch, leases);
+    let got = run(exe, &view.input());
+    let mut want = String::new();
+    for (l, (fd, len)) in leases.iter().enumerate() {
+        writeln!(want, "map #{l} fd={fd} len={len} prot=3 flags=0 off=0").unwrap();
+    }
+    let ran = stop.map_or(launches.len(), |(r, _)| r + 1);
+    for l in &launches[..ran] {
+        writeln!(want, "kernel {}", l.kernel).unwrap();
+        for (i, &(li, off, _)) in l.views.iter().enumerate() {
+            writeln!(want, "kbuf {i} map=#{li} at={off} room={}", leases[li].1 - off).unwrap();
+        }
+        for (j, sc) in l.scalars.iter().enumerate() {
+            expect_scalar(&mut want, j, sc);
+        }
+    }
+    for (l, (_, len)) in leases.iter().enumerate().rev() {
+        writeln!(want, "unmap #{l} len={len}").unwrap();
+    }
+    let (done, failed, code) = match stop {
+        Some((r, c)) => (r as u32, r as u32, c),
+        None => (launches.len() as u32, u32::MAX, 0),
+    };
+    writeln!(want, "rc 0\npra2 {}\nlive 0", status_hex(done, failed, code, 37 * ran as u64)).unwrap();
+    (got, want)
+}
+
+fn four_kernels() -> Vec<KernelSpec<'static>> {
+    vec![
+        KernelSpec { name: "k_add", signature: Signature::parse("buf,buf,buf,u32").unwrap(), returns_status: false },
+        KernelSpec { name: "k_scale", signature: Signature::parse("buf,f32,i16").unwrap(), returns_status: false },
+        KernelSpec { name: "k_check", signature: Signature::parse("buf,buf,i32").unwrap(), returns_status: true },
+        KernelSpec { name: "k_none", signature: Signature::parse("").unwrap(), returns_status: false },
+    ]
+}
+
+/// Launch `r` of a test batch over 3 leases: views at non-zero offsets, leases shared.
+fn sample_launch(kernels: &[KernelSpec<'_>], r: usize) -> Launch {
+    let kernel = r % kernels.len();
+    let views = (0..kernels[kernel].signature.buffers()).map(|i| ((r + i) % 3, 64 * (r + i) as u64 + 8, 24 + i as u64)).collect();
+    let scalars = kernels[kernel]
+        .signature
+        .scalar_types()
+        .enumerate()
+        .map(|(j, t)| if kernels[kernel].returns_status { Scalar::I32(0) } else { sample(t, r + j) })
+        .collect();
+    Launch { kernel, views, scalars }
+}
+
+const LEASES3: [(i32, u64); 3] = [(30, 8192), (31, 4096 + 64), (32, 3 * 4096)];
+
+#[test]
+fn batch_entry_runs_1_to_64_records_over_shared_leases_mapping_each_once() {
+    let Some(cc) = host_cc() else { return };
+    let kernels = four_kernels();
+    let exe = build_batch_harness(&cc, "batch-1-64", &kernels);
+    for k in 1..=MAX_BATCH_LAUNCHES {
+        let launches: Vec<Launch> = (0..k).map(|r| sample_launch(&kernels, r)).collect();
+        // First-use order of the leases.
+        let mut order: Vec<usize> = Vec::new();
+        for l in &launches {
+            for v in &l.views {
+                if !order.contains(&v.0) {
+                    order.push(v.0);
+                }
+            }
+        }
+        let leases: Vec<(i32, u64)> = order.iter().map(|&i| LEASES3[i]).collect();
+        let launches: Vec<Launch> = launches
+            .into_iter()
+            .map(|l| Launch {
+                views: l.views.iter().map(|&(li, o, n)| (order.iter().position(|&x| x == li).unwrap(), o, n)).collect(),
+                ..l
+            })
+            .collect();
+        let (got, want) = run_batch(&exe, &kernels, &leases, &launches, None);
+        assert_eq!(got, want, "{k} records");
+    }
+}
+
+#[test]
+fn batch_entry_with_a_full_kernel_table_and_15_leases() {
+    let Some(cc) = host_cc() else { return };
+    let names: Vec<String> = (0..MAX_BATCH_KERNELS).map(|i| format!("k{i}")).collect();
+    let kernels: Vec<KernelSpec<'_>> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| KernelSpec { name: n, signature: mixed_signature(i % 16).0, returns_status: false })
+        .collect();
+    let exe = build_batch_harness(&cc, "batch-table", &kernels);
+    let leases: Vec<(i32, u64)> = (0..MAX_BATCH_LEASES).map(|l| (50 + l as i32, 4096 + 128 * l as u64)).collect();
+    // Record r runs kernel 63 - r: every table entry once, the widest kernels use all 15 leases.
+    // Records are packed in lease first-use order: the first record is kernel 63 (15 buffers).
+    let launches: Vec<Launch> = (0..MAX_BATCH_KERNELS)
+        .map(|r| {
+            let kernel = MAX_BATCH_KERNELS - 1 - r;
+            let (sig, scalars) = mixed_signature(kernel % 16);
+            let views = (0..sig.buffers()).map(|i| (i, 16 * i as u64 + 8 * (r % 2) as u64, 100)).collect();
+            Launch { kernel, views, scalars }
+        })
+        .collect();
+    assert_eq!(launches[0].views.len(), 15);
+    let (got, want) = run_batch(&exe, &kernels, &leases, &launches, None);
+    assert_eq!(got, want);
+}
+
+#[test]
+fn batch_entry_stops_at_a_failing_kernel_and_unmaps_everything() {
+    let Some(cc) = host_cc() else { return };
+    let kernels = four_kernels();
+    let exe = build_batch_harness(&cc, "batch-fail", &kernels);
+    let leases = [LEASES3[0], LEASES3[1]];
+    let check = |code| Launch { kernel: 2, views: vec![(1, 4096, 64), (0, 8, 8)], scalars: vec![Scalar::I32(code)] };
+    let add = Launch { kernel: 0, views: vec![(0, 0, 64), (1, 64, 64), (0, 4096, 4096)], scalars: vec![Scalar::U32(1)] };
+    let add2 = Launch { kernel: 0, views: vec![(0, 0, 64), (1, 64, 64), (0, 4096, 4096)], scalars: vec![Scalar::U32(2)] };
+    let (got, want) = run_batch(&exe, &kernels, &leases, &[add, check(0), check(-7), add2], Some((2, -7)));
+    assert_eq!(got, want);
+    assert!(got.contains("kernel 2\n") && !got.contains("kuint 0 2\n"), "the record after the failure did not run:\n{got}");
+}
+
+/// A valid batch of three records whose fields the hostile cases change.
+fn hostile_base(kernels: &[KernelSpec<'_>]) -> DspView {
+    let owner = ();
+    let sigs: Vec<Signature> = kernels.iter().map(|k| k.signature).collect();
+    let mut batch = Batch::new(&sigs).unwrap();
+    let a = |off, len| BufferRef::borrowing(&owner, Fd(30), 8192, off, len);
+    let b = |off, len| BufferRef::borrowing(&owner, Fd(31), 4160, off, len);
+    batch.push(0, &[a(0, 64), b(64, 64), a(4096, 64)], &[Scalar::U32(1)]).unwrap(); // record at 16, 52 bytes
+    batch.push(1, &[b(0, 16)], &[Scalar::F32(2.0), Scalar::I16(-1)]).unwrap(); // record at 68, 36 bytes
+    batch.push(0, &[b(8, 8), a(16, 16), a(32, 32)], &[Scalar::U32(3)]).unwrap(); // record at 104, 52 bytes
+    assert_eq!(batch.record_bytes(), 140);
+    DspView::of_batch(&mut batch, &[(30, 8192), (31, 4160)])
+}
+
+#[test]
+fn batch_entry_refuses_every_hostile_field_before_mapping_anything() {
+    let Some(cc) = host_cc() else { return };
+    let kernels = four_kernels();
+    let exe = build_batch_harness(&cc, "batch-hostile", &kernels);
+    let good = hostile_base(&kernels);
+    assert!(run(&exe, &good.input()).ends_with(&format!("rc 0\npra2 {}\nlive 0\n", status_hex(3, u32::MAX, 0, 3 * 37))));
+    let put = |v: &mut Vec<u8>, at: usize, x: u32| v[at..at + 4].copy_from_slice(&x.to_le_bytes());
+    let put16 = |v: &mut Vec<u8>, at: usize, x: u16| v[at..at + 2].copy_from_slice(&x.to_le_bytes());
+    let last = 104; // the last record: earlier records are valid, so nothing may be mapped before all are checked
+    let mut cases: Vec<(&str, DspView)> = Vec::new();
+    let mut case = |what, f: &dyn Fn(&mut DspView)| {
+        let mut v = good.clone();
+        f(&mut v);
+        cases.push((what, v));
+    };
+    case("magic", &|v| v.pra0[0] ^= 1);
+    case("K = 0", &|v| put(&mut v.pra0, 4, 0));
+    case("K = 65", &|v| put(&mut v.pra0, 4, 65));
+    case("K beyond the records", &|v| put(&mut v.pra0, 4, 4));
+    case("K short of R", &|v| put(&mut v.pra0, 4, 2));
+    case("L differs from sc", &|v| put(&mut v.pra0, 8, 1));
+    case("R beyond pra0", &|v| put(&mut v.pra0, 12, 141));
+    case("R beyond capacity", &|v| put(&mut v.pra0, 12, 8193));
+    case("R huge", &|v| put(&mut v.pra0, 12, u32::MAX));
+    case("kernel index", &|v| put(&mut v.pra0, last, 4));
+    case("kernel index huge", &|v| put(&mut v.pra0, last, u32::MAX));
+    case("view count", &|v| put16(&mut v.pra0, last + 4, 2));
+    case("scalar count", &|v| put16(&mut v.pra0, last + 6, 0));
+    case("lease index", &|v| put(&mut v.pra0, last + 8 + 24, 2));
+    case("lease index huge", &|v| put(&mut v.pra0, last + 8, u32::MAX));
+    case("offset past lease", &|v| put(&mut v.pra0, last + 8 + 4, 4161));
+    case("view past lease", &|v| put(&mut v.pra0, last + 8 + 8, 4160 - 7));
+    case("wrapping off + len", &|v| {
+        put(&mut v.pra0, last + 8 + 12 + 4, 0x10);
+        put(&mut v.pra0, last + 8 + 12 + 8, 0xFFFF_FFF8);
+    });
+    case("lease length 0", &|v| put(&mut v.pra1, 8, 0));
+    case("lease reserved word", &|v| put(&mut v.pra1, 4, 1));
+    case("short pra0", &|v| {
+        v.pra0.pop();
+    });
+    case("short pra1", &|v| {
+        v.pra1.pop();
+    });
+    case("short status", &|v| v.pra2_len = 23);
+    case("sc in-handles", &|v| v.sc |= 1 << 4);
+    case("sc in-buffers", &|v| v.sc += 1 << 16);
+    case("sc handle count", &|v| {
+        v.sc = (v.sc & !0xf) | 1;
+        v.handles.pop();
+    });
+    case("trailing record bytes", &|v| {
+        v.pra0.extend_from_slice(&[0; 8]);
+        put(&mut v.pra0, 12, 148);
+    });
+    for (what, v) in &cases {
+        assert_eq!(run(&exe, &v.input()), format!("rc 14\npra2 {}\nlive 0\n", "00".repeat(v.pra2_len)), "{what}");
+    }
+    assert_eq!(good.pra2_len, BATCH.status_len);
+    // A lease whose fd cannot be mapped: the first map is undone, nothing runs.
+    let v = DspView { fail_map: Some(1), ..good.clone() };
+    assert_eq!(
+        run(&exe, &v.input()),
+        format!(
+            "map #0 fd=30 len=8192 prot=3 flags=0 off=0\nmapfail fd=31 len=4160\nunmap #0 len=8192\nrc 101\npra2 {}\nlive 0\n",
+            "00".repeat(24)
+        )
+    );
+}
+
+#[test]
+fn batch_library_still_answers_single_v2_launches_of_kernel_0() {
+    let Some(cc) = host_cc() else { return };
+    let kernels = four_kernels();
+    let exe = build_batch_harness(&cc, "batch-single", &kernels);
+    let owner = ();
+    let refs = [
+        BufferRef::borrowing(&owner, Fd(5), 4096, 0, 4096),
+        BufferRef::borrowing(&owner, Fd(6), 8192, 4096, 1000),
+        BufferRef::borrowing(&owner, Fd(7), 4096, 24, 8),
+    ];
+    let mut packed = PackedLaunch::new(AbiVersion::V2, &kernels[0].signature, &refs, &[Scalar::U32(9)]).unwrap();
+    let view = DspView::of(&mut packed, &[(5, 4096), (6, 8192), (7, 4096)]);
+    assert_eq!(
+        run(&exe, &view.input()),
+        format!(
+            "map #0 fd=5 len=4096 prot=3 flags=0 off=0\nmap #1 fd=6 len=8192 prot=3 flags=0 off=0\nmap #2 fd=7 len=4096 prot=3 flags=0 off=0\n\
+             kernel 0\nkbuf 0 map=#0 at=0 room=4096\nkbuf 1 map=#1 at=4096 room=4096\nkbuf 2 map=#2 at=24 room=4072\nkuint 0 9\n\
+             unmap #2 len=4096\nunmap #1 len=8192\nunmap #0 len=4096\nrc 0\npra2 {TIMER_37}\nlive 0\n"
+        )
+    );
+    // The single-kernel entry text is unchanged by the batch generator (same single path).
+    let mut single = String::new();
+    write_entry(&mut single, &kernels[0].signature, "k_add", &EntryOptions::V2).unwrap();
+    let mut both = String::new();
+    write_batch_entry(&mut both, &kernels, &EntryOptions::V2).unwrap();
+    let body = |t: &str| {
+        t[t.find("int entry(unsigned long long handle, unsigned int sc, remote_arg *pra) {").unwrap()..]
+            .replace("  if ((sc >> 24) == 3u) return hrx_batch(sc, pra); /* a batch over the kernel table */\n", "")
+    };
+    assert_eq!(body(&single), body(&both));
+    // A v2-only library answers a batch with 0 and leaves the status untouched.
+    let exe1 = build_harness(&cc, "batch-on-v2", &kernels[0].signature, &EntryOptions::V2);
+    let good = hostile_base(&kernels);
+    assert_eq!(run(&exe1, &good.input()), format!("rc 0\npra2 {}\nlive 0\n", "00".repeat(24)));
 }

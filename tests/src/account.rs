@@ -244,6 +244,16 @@ pub enum LedgerEvent {
         /// Elapsed microseconds written.
         micros: u64,
     },
+    /// A batch ran record `record` (kernel `kernel`), which returned `code` (non-zero stops the
+    /// batch).
+    BatchKernel {
+        /// Record index in the batch.
+        record: u32,
+        /// Kernel index in the library's table.
+        kernel: u32,
+        /// The kernel's status.
+        code: i32,
+    },
     /// The entry refused the call before mapping anything (v2 validation) with this code.
     Refused {
         /// The AEE code returned.

@@ -266,19 +266,7 @@ impl Bench {
     /// with `ECONNRESET`. Fresh fds work (the DSP is back at once unless
     /// [`set_dsp_available`](Self::set_dsp_available) says otherwise).
     pub fn restart_dsp(&self) {
-        let mut st = self.lock();
-        st.epoch += 1;
-        let pids: Vec<u64> = st.procs.keys().copied().collect();
-        for p in pids {
-            st.kill_process(p);
-        }
-        for c in st.ctxs.values_mut() {
-            if c.result.is_none() {
-                c.result = Some(CtxResult { retval: -1, outs: Vec::new(), fdlist: Vec::new(), sim_dsp: Duration::ZERO });
-            }
-        }
-        drop(st);
-        self.sh.cv.notify_all();
+        restart_dsp(&self.sh);
     }
 
     /// While false, INIT fails with `ENOTCONN` (the DSP is down after a restart).
@@ -791,4 +779,21 @@ fn release_obj(st: &mut State, obj: FdObj) {
         }
         FdObj::File(_) | FdObj::Dir | FdObj::Null => {}
     }
+}
+
+/// [`Bench::restart_dsp`] on the shared state (also what a DSP model does when a kernel crashes).
+pub(crate) fn restart_dsp(sh: &Shared) {
+    let mut st = sh.lock();
+    st.epoch += 1;
+    let pids: Vec<u64> = st.procs.keys().copied().collect();
+    for p in pids {
+        st.kill_process(p);
+    }
+    for c in st.ctxs.values_mut() {
+        if c.result.is_none() {
+            c.result = Some(CtxResult { retval: -1, outs: Vec::new(), fdlist: Vec::new(), sim_dsp: Duration::ZERO });
+        }
+    }
+    drop(st);
+    sh.cv.notify_all();
 }

@@ -615,6 +615,7 @@ fn library(sh: &Shared, job: &Job, mut outs: Vec<Vec<u8>>) -> CtxResult {
     let mut env = EntryEnv { sh, pid: job.pid, library: name, sc: job.sc, pra, regions, handles, events: Vec::new(), sim: None };
     let rv = match model.version {
         EntryVersion::V1 => entry::run_v1(&mut env, &model),
+        EntryVersion::V2 if job.sc >> 24 == 3 && !model.table.is_empty() => entry::run_batch(&mut env, &model),
         EntryVersion::V2 => entry::run_v2(&mut env, &model),
     };
     env.flush();

@@ -14,6 +14,14 @@
 //! performing the access**, so the bench never corrupts host memory; a mismatched unmap is
 //! recorded and not performed (the real mapping stays until the process ends).
 //!
+//! A library with a kernel *table* ([`LibraryModel::table`]) also answers batches (method 3,
+//! entry-abi.md and the runtime's `launch::abi` batch table): [`run_batch`] reads the header, the
+//! lease table and every record through the same 32-bit view, validates all of it before the first
+//! `HAP_mmap`, maps each lease once, runs the records in order (a kernel may report a failure
+//! with [`KernelCall::fail`], which stops the batch), unmaps every lease once and writes the
+//! 24-byte status. The field offsets here are written from the card, independently of the
+//! runtime's table, so a disagreement fails a test.
+//!
 //! Not modelled: `HAP_power_set` (the generated entry calls it first; it has no observable effect
 //! here), what real `HAP_mmap`/`HAP_munmap` do with unaligned or non-base addresses (unknown,
 //! reverse-rpc.md 5), and DSP timing: the timer holds the host wall time of the kernel function
@@ -31,6 +39,12 @@ use crate::state::{HapMap, HostMmap, Shared};
 
 /// The v2 header magic, "HRX2" little-endian.
 pub const V2_MAGIC: u32 = 0x3258_5248;
+/// The batch header and status magic, "HRXB" little-endian.
+pub const BATCH_MAGIC: u32 = 0x4258_5248;
+/// Most records a batch entry accepts.
+pub const BATCH_MAX_LAUNCHES: u32 = 64;
+/// Most record bytes a batch entry accepts.
+pub const BATCH_MAX_RECORD_BYTES: u32 = 8192;
 
 /// Which entry contract a library was generated for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,6 +59,22 @@ pub enum EntryVersion {
 /// The host function that plays a kernel.
 pub type KernelFn = Arc<dyn Fn(&mut KernelCall<'_>) + Send + Sync>;
 
+/// One kernel of a library's kernel table: its buffer and scalar parameter counts and the host
+/// function that plays it.
+#[derive(Clone)]
+pub struct TableKernel {
+    pub(crate) buffers: usize,
+    pub(crate) scalars: usize,
+    pub(crate) kernel: KernelFn,
+}
+
+impl TableKernel {
+    /// A kernel with `buffers` buffer parameters followed by `scalars` scalar parameters.
+    pub fn new(buffers: usize, scalars: usize, kernel: impl Fn(&mut KernelCall<'_>) + Send + Sync + 'static) -> Self {
+        TableKernel { buffers, scalars, kernel: Arc::new(kernel) }
+    }
+}
+
 /// A library the simulated DSP can load: entry contract, parameter counts and kernel.
 #[derive(Clone)]
 pub struct LibraryModel {
@@ -53,6 +83,8 @@ pub struct LibraryModel {
     pub(crate) scalars: usize,
     pub(crate) symbol: String,
     pub(crate) kernel: KernelFn,
+    /// The kernel table of a batch-capable library (empty: single-kernel library, no batches).
+    pub(crate) table: Vec<TableKernel>,
     /// Executor mode: the DSP process's shell (a qemu-hexagon process) that loaded this
     /// library's real code, and the library's id in it; when set, invokes go there instead of
     /// to `kernel`.
@@ -66,6 +98,7 @@ impl core::fmt::Debug for LibraryModel {
             .field("buffers", &self.buffers)
             .field("scalars", &self.scalars)
             .field("symbol", &self.symbol)
+            .field("table", &self.table.len())
             .field("executor", &self.exec.as_ref().map(|(e, lib)| (e.pid(), *lib)))
             .finish()
     }
@@ -80,7 +113,22 @@ impl LibraryModel {
         scalars: usize,
         kernel: impl Fn(&mut KernelCall<'_>) + Send + Sync + 'static,
     ) -> Self {
-        LibraryModel { version, buffers, scalars, symbol: "entry".into(), kernel: Arc::new(kernel), exec: None }
+        LibraryModel { version, buffers, scalars, symbol: "entry".into(), kernel: Arc::new(kernel), table: Vec::new(), exec: None }
+    }
+
+    /// A v2 library generated for a kernel table (the runtime's `write_batch_entry`): method 2 is
+    /// a single launch of kernel 0, method 3 a batch over the table.
+    pub fn table(kernels: Vec<TableKernel>) -> Self {
+        let (buffers, scalars, kernel) = match kernels.first() {
+            Some(k) => (k.buffers, k.scalars, k.kernel.clone()),
+            None => (0, 0, Arc::new(|_: &mut KernelCall<'_>| {}) as KernelFn),
+        };
+        LibraryModel { version: EntryVersion::V2, buffers, scalars, symbol: "entry".into(), kernel, table: kernels, exec: None }
+    }
+
+    /// Kernels in the table (0 for a single-kernel library).
+    pub fn kernels(&self) -> usize {
+        self.table.len()
     }
 
     /// Executor mode: library `lib` loaded in the shell `exec` (its entry contract is whatever
@@ -92,6 +140,7 @@ impl LibraryModel {
             scalars: 0,
             symbol: "entry".into(),
             kernel: Arc::new(|_| {}),
+            table: Vec::new(),
             exec: Some((exec, lib)),
         }
     }
@@ -133,6 +182,9 @@ pub struct KernelCall<'a> {
     scalars: Vec<[u8; 8]>,
     events: &'a mut Vec<LedgerEvent>,
     sim: Option<Duration>,
+    record: Option<usize>,
+    status: i32,
+    restart: bool,
 }
 
 impl KernelCall<'_> {
@@ -165,6 +217,23 @@ impl KernelCall<'_> {
     /// added to the call's simulated latency.
     pub fn set_simulated_time(&mut self, d: Duration) {
         self.sim = Some(d);
+    }
+
+    /// The batch record this call runs (`None` for a single launch).
+    pub fn record(&self) -> Option<usize> {
+        self.record
+    }
+
+    /// Returns `code` as the kernel's status (a kernel declared to return `int`): a non-zero
+    /// status stops a batch at this record. A single launch ignores it, as the generated C does.
+    pub fn fail(&mut self, code: i32) {
+        self.status = code;
+    }
+
+    /// The DSP subsystem restarts while this kernel runs (as a crash would make it): the call
+    /// in flight ends with -1 / `ECONNRESET` and every process, with its mappings, is gone.
+    pub fn restart_dsp(&mut self) {
+        self.restart = true;
     }
 
     fn locate(&mut self, i: usize, offset: usize, n: usize, write: bool) -> Result<usize, AccessError> {
@@ -349,13 +418,35 @@ impl EntryEnv<'_> {
     }
 
     fn run_kernel(&mut self, model: &LibraryModel, buffers: Vec<KernelBuffer>, scalars: Vec<[u8; 8]>) -> u64 {
-        let mut call = KernelCall { buffers, scalars, events: &mut self.events, sim: None };
+        let (micros, _, restart) = self.call_kernel(&model.kernel, None, buffers, scalars);
+        if restart {
+            crate::bench::restart_dsp(self.sh);
+        }
+        micros
+    }
+
+    /// Runs `kernel`; returns (microseconds for the timer, its status, whether it restarted the
+    /// DSP). Its declared simulated time is added to the call's.
+    fn call_kernel(
+        &mut self,
+        kernel: &KernelFn,
+        record: Option<usize>,
+        buffers: Vec<KernelBuffer>,
+        scalars: Vec<[u8; 8]>,
+    ) -> (u64, i32, bool) {
+        let mut call = KernelCall { buffers, scalars, events: &mut self.events, sim: None, record, status: 0, restart: false };
         let t0 = Instant::now();
-        (model.kernel)(&mut call);
+        kernel(&mut call);
         let wall = t0.elapsed();
-        let sim = call.sim;
-        self.sim = sim;
-        sim.unwrap_or(wall).as_micros() as u64
+        let (sim, status, restart) = (call.sim, call.status, call.restart);
+        if let Some(d) = sim {
+            self.sim = Some(self.sim.unwrap_or_default() + d);
+        }
+        (sim.unwrap_or(wall).as_micros() as u64, status, restart)
+    }
+
+    fn process_alive(&self) -> bool {
+        self.sh.lock().procs.get(&self.pid).is_some_and(|p| p.alive)
     }
 
     /// Appends this call's events to the bench ledger.
@@ -487,5 +578,132 @@ pub(crate) fn run_v2(env: &mut EntryEnv<'_>, model: &LibraryModel) -> i32 {
     for (base, l) in mapped {
         env.hap_munmap(base, l);
     }
+    0
+}
+
+fn u16_at(b: &[u8]) -> u16 {
+    u16::from_le_bytes([b[0], b[1]])
+}
+
+/// One validated batch record: kernel index, views (lease index, offset, length), scalar slots.
+struct BatchRecord {
+    kernel: usize,
+    views: Vec<(usize, u32, u32)>,
+    scalars: Vec<[u8; 8]>,
+}
+
+/// The batch entry (method 3 of a library with a kernel table), as the generated C does it:
+/// validate sc, pra lengths, header, lease table and every record; map each lease once; run the
+/// records in order, stopping at the first kernel with a non-zero status; unmap every lease;
+/// write the status (u32 magic, done, failed record or `u32::MAX`, i32 code, u64 microseconds).
+pub(crate) fn run_batch(env: &mut EntryEnv<'_>, model: &LibraryModel) -> i32 {
+    let refuse = |env: &mut EntryEnv<'_>| {
+        env.events.push(LedgerEvent::Refused { code: aee::AEE_EBADPARM });
+        aee::AEE_EBADPARM
+    };
+    let nl = (env.sc & 0xf) as usize;
+    if env.sc & 0x00ff_fff0 != 0x0002_0100 || env.pra.len() < 3 + nl {
+        return refuse(env);
+    }
+    if env.arg_len(0) < 16 || env.arg_len(2) < 24 || (env.arg_len(1) as u64) < 8 * nl as u64 {
+        return refuse(env);
+    }
+    let hdr = env.arg_read(0, 0, 16);
+    let (magic, k, l, r) = (u32_at(&hdr[0..]), u32_at(&hdr[4..]), u32_at(&hdr[8..]), u32_at(&hdr[12..]));
+    if magic != BATCH_MAGIC || l as usize != nl || k == 0 || k > BATCH_MAX_LAUNCHES || r > BATCH_MAX_RECORD_BYTES || r > env.arg_len(0) - 16
+    {
+        return refuse(env);
+    }
+    let mut leases = Vec::with_capacity(nl);
+    for i in 0..nl {
+        let e = env.arg_read(1, 8 * i as u32, 8);
+        let (len, reserved) = (u32_at(&e[0..]), u32_at(&e[4..]));
+        if len == 0 || reserved != 0 {
+            return refuse(env);
+        }
+        leases.push(len);
+    }
+    // Every record, validated before anything is mapped.
+    let bytes = env.arg_read(0, 16, r);
+    let mut records = Vec::with_capacity(k as usize);
+    let mut at = 0usize;
+    for _ in 0..k {
+        let Some(h) = bytes.get(at..at + 8) else { return refuse(env) };
+        let (kernel, nv, ns) = (u32_at(&h[0..]) as usize, u16_at(&h[4..]) as usize, u16_at(&h[6..]) as usize);
+        let Some(tk) = model.table.get(kernel) else { return refuse(env) };
+        if nv != tk.buffers || ns != tk.scalars {
+            return refuse(env);
+        }
+        let len = 8 + 12 * nv + 8 * ns;
+        let Some(rec) = bytes.get(at..at + len) else { return refuse(env) };
+        let mut views = Vec::with_capacity(nv);
+        for v in 0..nv {
+            let e = &rec[8 + 12 * v..];
+            let (li, off, n) = (u32_at(&e[0..]) as usize, u32_at(&e[4..]), u32_at(&e[8..]));
+            match leases.get(li) {
+                Some(&lease) if off as u64 + n as u64 <= lease as u64 => views.push((li, off, n)),
+                _ => return refuse(env),
+            }
+        }
+        let scalars = (0..ns).map(|j| slot(rec[8 + 12 * nv + 8 * j..][..8].to_vec())).collect();
+        records.push(BatchRecord { kernel, views, scalars });
+        at += len;
+    }
+    if at != r as usize {
+        return refuse(env);
+    }
+    // Each lease mapped once for the whole call.
+    let mut mapped: Vec<(u32, u32, Arc<HostMmap>)> = Vec::with_capacity(nl);
+    for (i, &lease) in leases.iter().enumerate() {
+        let fd = env.handle_fd(3 + i);
+        match env.hap_mmap(fd, lease, 0) {
+            Some((base, mem)) => mapped.push((base, lease, mem)),
+            None => {
+                for &(base, len, _) in mapped.iter().rev() {
+                    env.hap_munmap(base, len);
+                }
+                return aee::AEE_EMMAP;
+            }
+        }
+    }
+    let (mut done, mut failed, mut code, mut micros) = (0u32, u32::MAX, 0i32, 0u64);
+    for (i, rec) in records.into_iter().enumerate() {
+        let bufs = rec
+            .views
+            .iter()
+            .map(|&(li, off, n)| {
+                let (base, lease, mem) = &mapped[li];
+                KernelBuffer { ptr: base + off, len: n, map: Some((*base, *lease, mem.clone())) }
+            })
+            .collect();
+        let kernel = model.table[rec.kernel].kernel.clone();
+        let (us, status, restart) = env.call_kernel(&kernel, Some(i), bufs, rec.scalars);
+        env.events.push(LedgerEvent::BatchKernel { record: i as u32, kernel: rec.kernel as u32, code: status });
+        if restart {
+            // The DSP is gone: nothing after this point runs (its mappings went with the process).
+            drop(mapped);
+            crate::bench::restart_dsp(env.sh);
+            return -1;
+        }
+        micros += us;
+        if status != 0 {
+            (failed, code) = (i as u32, status);
+            break;
+        }
+        done += 1;
+    }
+    if !env.process_alive() {
+        return -1;
+    }
+    for &(base, len, _) in mapped.iter().rev() {
+        env.hap_munmap(base, len);
+    }
+    let mut st = Vec::with_capacity(24);
+    for w in [BATCH_MAGIC, done, failed, code as u32] {
+        st.extend_from_slice(&w.to_le_bytes());
+    }
+    st.extend_from_slice(&micros.to_le_bytes());
+    env.arg_write(2, 0, &st);
+    env.events.push(LedgerEvent::Timer { micros });
     0
 }

@@ -97,6 +97,7 @@ pub mod entry;
 pub mod executor;
 pub mod ion;
 pub mod measure;
+pub mod netmodel;
 pub mod rpc;
 mod state;
 pub mod user;
@@ -109,7 +110,7 @@ pub use account::{
 pub use bench::{Bench, ReverseReply, ReverseRequest, ReverseTicket, DEFAULT_SHELL_LEN};
 pub use config::{BenchConfig, CostModel};
 pub use dsp::{ReverseError, STALE_BYTE};
-pub use entry::{AccessError, EntryVersion, KernelCall, KernelFn, LibraryModel, V2_MAGIC};
+pub use entry::{AccessError, EntryVersion, KernelCall, KernelFn, LibraryModel, TableKernel, BATCH_MAGIC, V2_MAGIC};
 
 // The HAL hands the bench to listener and deadline threads: it must be a shareable seam.
 const _: fn() = || {

@@ -12,6 +12,41 @@
 //! | 3 + i | handle | share fd of buffer i, `FASTRPC_ATTR_NOVA` | same |
 //!
 //! All multi-byte fields are little-endian (the host and the DSP both are).
+//!
+//! # Batches: many launches, one call ([`BATCH`])
+//!
+//! A library generated for several kernels (a kernel *table*, index 0, 1, ...) also answers
+//! method [`BATCH_METHOD`] (3): one invoke carries K launch records. The leases are deduplicated
+//! across the batch: each distinct lease is one handle argument, mapped once with `HAP_mmap` for
+//! the whole call and unmapped once at the end.
+//!
+//! | pra | dir | batch (method 3) |
+//! |---|---|---|
+//! | 0 | in | header (u32 magic `HRXB`, u32 K records, u32 L leases, u32 R record bytes), then R bytes of K records |
+//! | 1 | in | L x (u32 lease length, u32 reserved 0) |
+//! | 2 | out | status, 24 bytes: u32 magic `HRXB` (the entry ran the batch), u32 records completed, u32 failed record (`u32::MAX`: none), i32 its code, u64 DSP microseconds summed over the kernels |
+//! | 3 + l | handle | share fd of lease l, `FASTRPC_ATTR_NOVA` |
+//!
+//! A record: u32 kernel index, u16 V views, u16 S scalars, then V x (u32 lease index, u32 view
+//! offset, u32 view length), then S scalar slots of 8 bytes. V and S must equal the kernel's
+//! signature. Scalars word: method 3, 2 in, 1 out, L out-handles.
+//!
+//! Capacity (fixed, in the table): [`MAX_BATCH_LAUNCHES`] records, [`MAX_BATCH_LEASES`] leases
+//! (the out-handles nibble of the scalars word, as v2's buffers: FastRPC allows 15 handles of a
+//! kind per call), [`MAX_BATCH_RECORD_BYTES`] record bytes, [`MAX_BATCH_KERNELS`] kernels in a
+//! library's table.
+//!
+//! The entry validates everything before mapping anything (sc, pra lengths, header, every lease
+//! length non-zero with its reserved word 0, every record: kernel index in the table, V and S
+//! equal to the kernel's, every view's lease index < L and `off + len <= lease` without
+//! overflow, the records exactly filling R) and answers `AEE_EBADPARM` touching nothing.
+//! It maps the L leases (unwinding on failure, `AEE_EMMAP`), runs the records in order —
+//! re-checking each record right before it runs — and stops at the first kernel that reports a
+//! non-zero status; then it unmaps every lease, writes the status and returns 0. A stopped batch
+//! is reported through the status (the downstream driver copies out-buffers back only when the
+//! entry returns 0), so the host learns which record failed. A library without batch support
+//! answers method 3 with 0 and leaves the status untouched: the host sees no `HRXB` in it and
+//! refuses the result ([`BatchStatus::ran`]).
 
 use hexrpc_drivers::adsprpc::FASTRPC_ATTR_NOVA;
 use hexrpc_drivers::aee::{AEE_EBADPARM, AEE_EMMAP};
@@ -34,6 +69,21 @@ pub const V2_MAGIC: u32 = 0x3258_5248;
 pub const LAUNCH_METHOD: u8 = 2;
 /// Symbol name of the generated entry (the name the library is opened with).
 pub const ENTRY_SYMBOL: &str = "entry";
+
+/// The batch magic, `"HRXB"` read as a little-endian u32 (header of pra 0 and of the status).
+pub const BATCH_MAGIC: u32 = 0x4258_5248;
+/// The FastRPC method index of a batch.
+pub const BATCH_METHOD: u8 = 3;
+/// Most launch records in one batch.
+pub const MAX_BATCH_LAUNCHES: usize = 64;
+/// Most distinct leases in one batch (one handle argument each, in the out-handles nibble).
+pub const MAX_BATCH_LEASES: usize = MAX_BUFFERS;
+/// Most record bytes in one batch (after the 16-byte header).
+pub const MAX_BATCH_RECORD_BYTES: usize = 8192;
+/// Most kernels in one library's kernel table.
+pub const MAX_BATCH_KERNELS: usize = 64;
+/// The status's "no record failed".
+pub const NO_FAILED_RECORD: u32 = u32::MAX;
 
 /// A version of the launch ABI.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -231,6 +281,244 @@ const _: () = {
     assert!(V2_MAGIC == u32::from_le_bytes(*b"HRX2"));
 };
 
+/// The batch ABI (method 3): see the module docs. Offsets named `*_at` are relative to their
+/// record (header, lease entry, launch record, view entry, status).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BatchLayout {
+    /// Method index in the scalars word.
+    pub method: u8,
+    /// Input buffers (pra 0 records, pra 1 leases).
+    pub in_bufs: u8,
+    /// Output buffers (pra 2 status).
+    pub out_bufs: u8,
+    /// Index of the pra holding the header and the records.
+    pub pra_records: usize,
+    /// Index of the pra holding the lease table.
+    pub pra_leases: usize,
+    /// Index of the output pra holding the status.
+    pub pra_status: usize,
+    /// Index of the first lease handle.
+    pub first_handle: usize,
+    /// The header (and status) magic.
+    pub magic: u32,
+    /// Length of the header at the start of pra 0.
+    pub header_len: usize,
+    /// Offset of the u32 magic in the header.
+    pub magic_at: usize,
+    /// Offset of the u32 record count K in the header.
+    pub count_at: usize,
+    /// Offset of the u32 lease count L in the header.
+    pub leases_at: usize,
+    /// Offset of the u32 record byte count R in the header.
+    pub bytes_at: usize,
+    /// Size of one lease entry in pra 1.
+    pub lease_entry_size: usize,
+    /// Offset of the u32 lease length in a lease entry.
+    pub lease_len_at: usize,
+    /// Offset of the u32 reserved word (must be 0) in a lease entry.
+    pub lease_reserved_at: usize,
+    /// Length of a launch record's own header.
+    pub record_header_len: usize,
+    /// Offset of the u32 kernel index in a record.
+    pub kernel_at: usize,
+    /// Offset of the u16 view count in a record.
+    pub views_at: usize,
+    /// Offset of the u16 scalar count in a record.
+    pub scalars_at: usize,
+    /// Size of one view entry.
+    pub view_size: usize,
+    /// Offset of the u32 lease index in a view entry.
+    pub view_lease_at: usize,
+    /// Offset of the u32 view offset in a view entry.
+    pub view_offset_at: usize,
+    /// Offset of the u32 view length in a view entry.
+    pub view_len_at: usize,
+    /// Size of a scalar slot (value at offset 0, little-endian, zero-padded).
+    pub slot_size: usize,
+    /// Length of the status (pra 2).
+    pub status_len: usize,
+    /// Offset of the u32 magic in the status.
+    pub status_magic_at: usize,
+    /// Offset of the u32 completed-record count in the status.
+    pub status_done_at: usize,
+    /// Offset of the u32 failed record index in the status.
+    pub status_failed_at: usize,
+    /// Offset of the i32 code of the failed record in the status.
+    pub status_code_at: usize,
+    /// Offset of the u64 DSP microseconds in the status.
+    pub status_micros_at: usize,
+    /// Most records.
+    pub max_launches: usize,
+    /// Most leases.
+    pub max_leases: usize,
+    /// Most record bytes.
+    pub max_record_bytes: usize,
+    /// Most kernels in a library's table.
+    pub max_kernels: usize,
+    /// `prot` of `HAP_mmap`.
+    pub map_prot: u32,
+    /// `flags` of `HAP_mmap`.
+    pub map_flags: u32,
+    /// `attrs[]` of a lease handle.
+    pub handle_attr: u32,
+    /// What the entry returns for a malformed batch.
+    pub err_bad_param: i32,
+    /// What the entry returns when `HAP_mmap` fails.
+    pub err_map: i32,
+}
+
+/// The batch ABI.
+pub const BATCH: BatchLayout = BatchLayout {
+    method: BATCH_METHOD,
+    in_bufs: 2,
+    out_bufs: 1,
+    pra_records: 0,
+    pra_leases: 1,
+    pra_status: 2,
+    first_handle: FIRST_HANDLE,
+    magic: BATCH_MAGIC,
+    header_len: 16,
+    magic_at: 0,
+    count_at: 4,
+    leases_at: 8,
+    bytes_at: 12,
+    lease_entry_size: 8,
+    lease_len_at: 0,
+    lease_reserved_at: 4,
+    record_header_len: 8,
+    kernel_at: 0,
+    views_at: 4,
+    scalars_at: 6,
+    view_size: 12,
+    view_lease_at: 0,
+    view_offset_at: 4,
+    view_len_at: 8,
+    slot_size: SLOT_SIZE,
+    status_len: 24,
+    status_magic_at: 0,
+    status_done_at: 4,
+    status_failed_at: 8,
+    status_code_at: 12,
+    status_micros_at: 16,
+    max_launches: MAX_BATCH_LAUNCHES,
+    max_leases: MAX_BATCH_LEASES,
+    max_record_bytes: MAX_BATCH_RECORD_BYTES,
+    max_kernels: MAX_BATCH_KERNELS,
+    map_prot: 3,
+    map_flags: 0,
+    handle_attr: FASTRPC_ATTR_NOVA,
+    err_bad_param: AEE_EBADPARM,
+    err_map: AEE_EMMAP,
+};
+
+const _: () = {
+    assert!(BATCH.pra_records == 0 && BATCH.pra_leases == 1 && BATCH.pra_status == 2 && BATCH.first_handle == FIRST_HANDLE);
+    assert!((BATCH.in_bufs + BATCH.out_bufs) as usize == FIRST_HANDLE);
+    assert!(BATCH.method != LAUNCH_METHOD && BATCH_MAGIC == u32::from_le_bytes(*b"HRXB"));
+    assert!(MAX_BATCH_LEASES <= Scalars::MAX_HANDLES as usize);
+    assert!(BATCH.bytes_at + 4 <= BATCH.header_len && BATCH.scalars_at + 2 <= BATCH.record_header_len);
+    assert!(BATCH.view_len_at + 4 <= BATCH.view_size && BATCH.status_micros_at + 8 <= BATCH.status_len);
+    assert!(BATCH.lease_reserved_at + 4 <= BATCH.lease_entry_size);
+    // Every count and offset fits the u16/u32 fields and the C entry's unsigned int arithmetic.
+    assert!(MAX_BATCH_RECORD_BYTES + 16 < u16::MAX as usize * 4 && MAX_BATCH_LAUNCHES <= MAX_BATCH_RECORD_BYTES / 8);
+};
+
+/// The status a batch entry wrote (pra 2), decoded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct BatchStatus {
+    /// The magic the entry writes when it ran the batch (`BATCH_MAGIC`).
+    pub magic: u32,
+    /// Records that completed.
+    pub done: u32,
+    /// The record that failed ([`NO_FAILED_RECORD`] if none).
+    pub failed: u32,
+    /// The failed record's code (its kernel's non-zero status).
+    pub code: i32,
+    /// DSP microseconds summed over the kernel calls.
+    pub micros: u64,
+}
+
+impl BatchStatus {
+    /// True if a batch-capable entry wrote this status.
+    pub fn ran(&self) -> bool {
+        self.magic == BATCH_MAGIC
+    }
+}
+
+fn le_u16(bytes: &[u8], at: usize) -> Option<u16> {
+    let b = bytes.get(at..at.checked_add(2)?)?;
+    Some(u16::from_le_bytes([b[0], b[1]]))
+}
+
+impl BatchLayout {
+    /// The scalars word of a batch with `leases` leases (`None` above the handle nibble).
+    pub const fn scalars(&self, leases: usize) -> Option<Scalars> {
+        if leases > self.max_leases {
+            return None;
+        }
+        Scalars::new(self.method, self.in_bufs, self.out_bufs, 0, leases as u8)
+    }
+    /// Bytes of one record with `views` views and `scalars` scalars.
+    pub const fn record_len(&self, views: usize, scalars: usize) -> usize {
+        self.record_header_len + views * self.view_size + scalars * self.slot_size
+    }
+    /// Length of pra 0 for `record_bytes` record bytes.
+    pub const fn pra0_len(&self, record_bytes: usize) -> usize {
+        self.header_len + record_bytes
+    }
+    /// Length of pra 1 for `leases` leases.
+    pub const fn pra1_len(&self, leases: usize) -> usize {
+        leases * self.lease_entry_size
+    }
+    /// Offset (from the record's start) of view `v`'s entry.
+    pub const fn view_at(&self, v: usize) -> usize {
+        self.record_header_len + v * self.view_size
+    }
+    /// Offset (from the record's start) of scalar `j` of a record with `views` views.
+    pub const fn scalar_at(&self, views: usize, j: usize) -> usize {
+        self.record_header_len + views * self.view_size + j * self.slot_size
+    }
+
+    /// Reads the header `(magic, K, L, R)` from pra 0.
+    pub fn header(&self, pra0: &[u8]) -> Option<(u32, u32, u32, u32)> {
+        Some((le_u32(pra0, self.magic_at)?, le_u32(pra0, self.count_at)?, le_u32(pra0, self.leases_at)?, le_u32(pra0, self.bytes_at)?))
+    }
+    /// Reads lease `l`'s `(length, reserved)` from pra 1.
+    pub fn lease(&self, pra1: &[u8], l: usize) -> Option<(u32, u32)> {
+        let at = l.checked_mul(self.lease_entry_size)?;
+        Some((le_u32(pra1, at + self.lease_len_at)?, le_u32(pra1, at + self.lease_reserved_at)?))
+    }
+    /// Reads the record at byte `at` of pra 0: `(kernel, views, scalars)`.
+    pub fn record(&self, pra0: &[u8], at: usize) -> Option<(u32, u16, u16)> {
+        Some((le_u32(pra0, at + self.kernel_at)?, le_u16(pra0, at + self.views_at)?, le_u16(pra0, at + self.scalars_at)?))
+    }
+    /// Reads view `v` of the record at byte `at` of pra 0: `(lease index, offset, length)`.
+    pub fn view(&self, pra0: &[u8], at: usize, v: usize) -> Option<(u32, u32, u32)> {
+        let e = at.checked_add(self.view_at(v))?;
+        Some((le_u32(pra0, e + self.view_lease_at)?, le_u32(pra0, e + self.view_offset_at)?, le_u32(pra0, e + self.view_len_at)?))
+    }
+    /// Reads scalar `j` (of type `ty`) of the record at byte `at` with `views` views.
+    pub fn scalar(&self, pra0: &[u8], at: usize, views: usize, j: usize, ty: ScalarType) -> Option<Scalar> {
+        let s = at.checked_add(self.scalar_at(views, j))?;
+        let b = pra0.get(s..s.checked_add(ty.size())?)?;
+        let mut word = [0u8; 8];
+        word[..b.len()].copy_from_slice(b);
+        Some(Scalar::from_le_bytes(ty, word))
+    }
+    /// Decodes the status (pra 2).
+    pub fn status(&self, pra2: &[u8]) -> Option<BatchStatus> {
+        let micros: [u8; 8] = pra2.get(self.status_micros_at..self.status_micros_at + 8)?.try_into().ok()?;
+        Some(BatchStatus {
+            magic: le_u32(pra2, self.status_magic_at)?,
+            done: le_u32(pra2, self.status_done_at)?,
+            failed: le_u32(pra2, self.status_failed_at)?,
+            code: le_u32(pra2, self.status_code_at)? as i32,
+            micros: u64::from_le_bytes(micros),
+        })
+    }
+}
+
 fn le_u32(bytes: &[u8], at: usize) -> Option<u32> {
     let b = bytes.get(at..at.checked_add(4)?)?;
     Some(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
@@ -350,6 +638,48 @@ mod tests {
         assert_eq!(&V2_MAGIC.to_le_bytes(), b"HRX2");
         assert_eq!(AbiVersion::V1.layout(), &V1);
         assert_eq!(AbiVersion::V2.layout(), &V2);
+    }
+
+    #[test]
+    fn batch_table_follows_the_card() {
+        assert_eq!(&BATCH_MAGIC.to_le_bytes(), b"HRXB");
+        let sc = BATCH.scalars(15).unwrap();
+        assert_eq!(sc.raw(), 0x0302_010f);
+        assert_eq!(sc.length(), 18);
+        assert!(BATCH.scalars(16).is_none());
+        // conv: 4 views, 4 scalars = 8 + 48 + 32.
+        assert_eq!(BATCH.record_len(4, 4), 88);
+        assert_eq!((BATCH.view_at(2), BATCH.scalar_at(4, 1)), (32, 64));
+        assert_eq!((BATCH.pra0_len(88), BATCH.pra1_len(2)), (104, 16));
+        let mut p0 = [0u8; 16 + 8 + 12 + 8];
+        p0[..4].copy_from_slice(b"HRXB");
+        p0[4] = 1;
+        p0[8] = 1;
+        p0[12] = 28;
+        p0[16] = 3; // kernel 3
+        p0[20] = 1; // 1 view
+        p0[22] = 1; // 1 scalar
+        p0[28..32].copy_from_slice(&4096u32.to_le_bytes());
+        p0[32..36].copy_from_slice(&64u32.to_le_bytes());
+        p0[36..40].copy_from_slice(&(-7i32).to_le_bytes());
+        assert_eq!(BATCH.header(&p0), Some((BATCH_MAGIC, 1, 1, 28)));
+        assert_eq!(BATCH.record(&p0, 16), Some((3, 1, 1)));
+        assert_eq!(BATCH.view(&p0, 16, 0), Some((0, 4096, 64)));
+        assert_eq!(BATCH.scalar(&p0, 16, 1, 0, ScalarType::I32), Some(Scalar::I32(-7)));
+        assert_eq!(BATCH.scalar(&p0, 16, 1, 1, ScalarType::I32), None);
+        assert_eq!(BATCH.lease(&[1, 0, 0, 0, 0, 0, 0, 0], 0), Some((1, 0)));
+        assert_eq!(BATCH.lease(&[1, 0, 0, 0, 0, 0, 0], 0), None);
+        let mut st = [0u8; 24];
+        st[..4].copy_from_slice(b"HRXB");
+        st[4] = 2;
+        st[8..12].copy_from_slice(&2u32.to_le_bytes());
+        st[12..16].copy_from_slice(&(-5i32).to_le_bytes());
+        st[16] = 9;
+        let s = BATCH.status(&st).unwrap();
+        assert_eq!(s, BatchStatus { magic: BATCH_MAGIC, done: 2, failed: 2, code: -5, micros: 9 });
+        assert!(s.ran());
+        assert!(!BATCH.status(&[0; 24]).unwrap().ran());
+        assert_eq!(BATCH.status(&[0; 23]), None);
     }
 
     #[test]

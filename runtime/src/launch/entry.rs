@@ -43,13 +43,28 @@
 //! pra 2 holds 8 bytes; finally every lease is unmapped with its base and length, in reverse
 //! order.
 //!
+//! **Batches** ([`write_batch_entry`], v2 only): a library generated for a kernel table answers
+//! method 2 exactly as the v2 entry of kernel 0 does, and method 3 with a batch (the [`BATCH`]
+//! layout): it checks the scalars word (2 in, 1 out, no in-handles, L out-handles), the lengths
+//! of pra 0, pra 1 and the 24-byte status, the header (magic, L equal to the handle count,
+//! 1 <= K <= 64, R <= 8192 and inside pra 0), every lease entry (length non-zero, reserved word
+//! 0) and every record (kernel index in the table, view and scalar counts equal to that
+//! kernel's, each view's lease index < L and `off <= lease && len <= lease - off`, the K records
+//! filling exactly R bytes) — all before the first `HAP_mmap`, answering `AEE_EBADPARM` and
+//! touching nothing otherwise. It maps each lease once (unwinding on failure, `AEE_EMMAP`),
+//! re-checks each record right before running it, calls the kernels in order (timing each),
+//! stops at the first kernel declared to return `int` that returns non-zero, unmaps every lease
+//! in reverse order, writes the status (magic, records done, failed record or `0xffffffff`, its
+//! code, summed microseconds) and returns 0, so the status reaches the host (the driver copies
+//! out-buffers only on 0). Per-call state is a few fixed arrays of 15 entries on the stack.
+//!
 //! **v1** is tinygrad's entry: no validation, maps the view length at file offset 0, hands the
 //! kernel `base + off`, writes the timer unconditionally, unmaps `(base + off, len)`. It is
 //! correct only for offset 0, which is why the packer refuses anything else for v1.
 
 use core::fmt::{self, Write};
 
-use super::abi::{AbiVersion, LaunchLayout, MapExtent, ENTRY_SYMBOL};
+use super::abi::{AbiVersion, BatchLayout, LaunchLayout, MapExtent, BATCH, ENTRY_SYMBOL, MAX_BATCH_KERNELS};
 use super::signature::{ParamKind, ScalarType, Signature};
 
 /// tinygrad's power request (`HAP_power_set` with a `dcvs_v2` request), as an option.
@@ -115,6 +130,12 @@ pub enum EntryError {
     /// The kernel name is not a usable C identifier (empty, bad characters, a keyword, longer
     /// than 128 bytes, `entry`, or one of the reserved prefixes `hrx_`, `HAP_`, `__`).
     KernelName,
+    /// A batch library needs at least one kernel and at most [`MAX_BATCH_KERNELS`].
+    KernelCount,
+    /// Two kernels of a batch library have the same name.
+    DuplicateKernel,
+    /// Batches exist for v2 entries only.
+    BatchNeedsV2,
     /// The sink refused the text.
     Format,
 }
@@ -123,6 +144,9 @@ impl fmt::Display for EntryError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             EntryError::KernelName => f.write_str("the kernel name is not a usable C identifier"),
+            EntryError::KernelCount => write!(f, "a library carries 1 to {MAX_BATCH_KERNELS} kernels"),
+            EntryError::DuplicateKernel => f.write_str("two kernels have the same name"),
+            EntryError::BatchNeedsV2 => f.write_str("batched launches need the v2 entry"),
             EntryError::Format => f.write_str("the output sink failed"),
         }
     }
@@ -199,8 +223,45 @@ pub fn check_kernel_name(name: &str) -> Result<(), EntryError> {
 pub fn write_entry<W: Write + ?Sized>(out: &mut W, sig: &Signature, kernel: &str, opts: &EntryOptions) -> Result<(), EntryError> {
     check_kernel_name(kernel)?;
     let l = opts.version.layout();
-    write_prelude(out, l, sig, kernel, opts)?;
-    write_body(out, l, sig, kernel, opts)?;
+    let k = [KernelSpec { name: kernel, signature: *sig, returns_status: false }];
+    write_prelude(out, l, &k, false, opts)?;
+    write_body(out, l, &k[0], false, opts)?;
+    Ok(())
+}
+
+/// One kernel of a library's kernel table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KernelSpec<'n> {
+    /// The kernel's C function name.
+    pub name: &'n str,
+    /// Its signature.
+    pub signature: Signature,
+    /// True if the kernel returns `int` (0 = success; anything else stops a batch and is
+    /// reported with the record); false for `void` kernels (tinygrad's).
+    pub returns_status: bool,
+}
+
+/// Writes the entry of a library whose kernel table is `kernels` (index = position): method 2
+/// is the v2 single launch of kernel 0, exactly as [`write_entry`] writes it; method 3 runs a
+/// batch ([`BATCH`]: validate every record, map each lease once, run the records in order,
+/// stop at the first failing kernel, unmap every lease, write the status).
+pub fn write_batch_entry<W: Write + ?Sized>(out: &mut W, kernels: &[KernelSpec<'_>], opts: &EntryOptions) -> Result<(), EntryError> {
+    if opts.version != AbiVersion::V2 {
+        return Err(EntryError::BatchNeedsV2);
+    }
+    if kernels.is_empty() || kernels.len() > MAX_BATCH_KERNELS {
+        return Err(EntryError::KernelCount);
+    }
+    for (i, k) in kernels.iter().enumerate() {
+        check_kernel_name(k.name)?;
+        if kernels[..i].iter().any(|o| o.name == k.name) {
+            return Err(EntryError::DuplicateKernel);
+        }
+    }
+    let l = opts.version.layout();
+    write_prelude(out, l, kernels, true, opts)?;
+    write_batch(out, &BATCH, kernels)?;
+    write_body(out, l, &kernels[0], true, opts)?;
     Ok(())
 }
 
@@ -211,7 +272,14 @@ fn version_name(v: AbiVersion) -> &'static str {
     }
 }
 
-fn write_prelude<W: Write + ?Sized>(out: &mut W, l: &LaunchLayout, sig: &Signature, kernel: &str, opts: &EntryOptions) -> fmt::Result {
+fn write_prelude<W: Write + ?Sized>(
+    out: &mut W,
+    l: &LaunchLayout,
+    kernels: &[KernelSpec<'_>],
+    batch: bool,
+    opts: &EntryOptions,
+) -> fmt::Result {
+    let (sig, kernel) = (&kernels[0].signature, kernels[0].name);
     let n = sig.buffers();
     let s = sig.scalars();
     writeln!(out, "/* hexrpc launch entry, ABI {}, kernel `{kernel}`, signature \"{sig}\".", version_name(l.version))?;
@@ -243,9 +311,31 @@ fn write_prelude<W: Write + ?Sized>(out: &mut W, l: &LaunchLayout, sig: &Signatu
     writeln!(out, ".")?;
     writeln!(
         out,
-        " * pra[{}]: {} bytes out: DSP microseconds. pra[{} + i]: dma handle of buffer i. */",
-        l.pra_timer, l.timer_len, l.first_handle
+        " * pra[{}]: {} bytes out: DSP microseconds. pra[{} + i]: dma handle of buffer i.{}",
+        l.pra_timer,
+        l.timer_len,
+        l.first_handle,
+        if batch { "" } else { " */" }
     )?;
+    if batch {
+        let b = &BATCH;
+        writeln!(out, " * Method {} is a batch over the kernel table:", b.method)?;
+        for (i, k) in kernels.iter().enumerate() {
+            writeln!(out, " *   kernel {i}: `{}` \"{}\"{}", k.name, k.signature, if k.returns_status { ", returns int" } else { "" })?;
+        }
+        writeln!(
+            out,
+            " * pra[{}]: header {} bytes (magic {:#010x} @{}, K @{}, L @{}, R @{}), then R record bytes: kernel @{}, V (u16) @{}, S (u16) @{}, V x {} bytes (lease @{}, off @{}, len @{}), S x {}-byte scalars.",
+            b.pra_records, b.header_len, b.magic, b.magic_at, b.count_at, b.leases_at, b.bytes_at, b.kernel_at, b.views_at, b.scalars_at,
+            b.view_size, b.view_lease_at, b.view_offset_at, b.view_len_at, b.slot_size
+        )?;
+        writeln!(
+            out,
+            " * pra[{}]: L x {} bytes (lease length @{}, 0 @{}). pra[{}]: {}-byte status out. pra[{} + l]: dma handle of lease l.",
+            b.pra_leases, b.lease_entry_size, b.lease_len_at, b.lease_reserved_at, b.pra_status, b.status_len, b.first_handle
+        )?;
+        writeln!(out, " * At most {} records, {} leases, {} record bytes. */", b.max_launches, b.max_leases, b.max_record_bytes)?;
+    }
     writeln!(out)?;
     out.write_str(concat!(
         "typedef union {\n",
@@ -279,29 +369,33 @@ fn write_prelude<W: Write + ?Sized>(out: &mut W, l: &LaunchLayout, sig: &Signatu
             "} hrx_power_request;\n",
         ))?;
     }
-    write!(out, "void {kernel}(")?;
-    if sig.params().is_empty() {
-        out.write_str("void")?;
-    }
-    for (i, p) in sig.params().iter().enumerate() {
-        let sep = if i > 0 { ", " } else { "" };
-        match p {
-            ParamKind::Buffer => write!(out, "{sep}void *")?,
-            ParamKind::Scalar(t) => write!(out, "{sep}{}", t.c_type())?,
+    for k in kernels {
+        write!(out, "{} {}(", if k.returns_status { "int" } else { "void" }, k.name)?;
+        if k.signature.params().is_empty() {
+            out.write_str("void")?;
         }
+        for (i, p) in k.signature.params().iter().enumerate() {
+            let sep = if i > 0 { ", " } else { "" };
+            match p {
+                ParamKind::Buffer => write!(out, "{sep}void *")?,
+                ParamKind::Scalar(t) => write!(out, "{sep}{}", t.c_type())?,
+            }
+        }
+        writeln!(out, ");")?;
     }
-    writeln!(out, ");")?;
     writeln!(out, "int {ENTRY_SYMBOL}(unsigned long long handle, unsigned int sc, remote_arg *pra);")?;
-    write_helpers(out, l, sig)
+    write_helpers(out, l, kernels, batch)
 }
 
 /// Writes the load/store helpers the body uses, and only those (clang warns about unused
 /// `static inline` functions under `-Wall`).
-fn write_helpers<W: Write + ?Sized>(out: &mut W, l: &LaunchLayout, sig: &Signature) -> fmt::Result {
-    let n = sig.buffers();
-    let uses = |ts: &[ScalarType]| sig.scalar_types().any(|t| ts.contains(&t));
+fn write_helpers<W: Write + ?Sized>(out: &mut W, l: &LaunchLayout, kernels: &[KernelSpec<'_>], batch: bool) -> fmt::Result {
+    let n = kernels[0].signature.buffers();
+    // The single path uses kernel 0's types; the batch path every kernel's.
+    let used = if batch { kernels } else { &kernels[..1] };
+    let uses = |ts: &[ScalarType]| used.iter().any(|k| k.signature.scalar_types().any(|t| ts.contains(&t)));
     let u64_ = uses(&[ScalarType::I64, ScalarType::U64, ScalarType::F64]);
-    let u32_ = n > 0 || (l.validates && l.magic.is_some()) || u64_ || uses(&[ScalarType::I32, ScalarType::U32, ScalarType::F32]);
+    let u32_ = batch || n > 0 || (l.validates && l.magic.is_some()) || u64_ || uses(&[ScalarType::I32, ScalarType::U32, ScalarType::F32]);
     writeln!(out)?;
     if u32_ {
         out.write_str(concat!(
@@ -310,7 +404,7 @@ fn write_helpers<W: Write + ?Sized>(out: &mut W, l: &LaunchLayout, sig: &Signatu
             "}\n",
         ))?;
     }
-    if uses(&[ScalarType::I16, ScalarType::U16, ScalarType::F16]) {
+    if batch || uses(&[ScalarType::I16, ScalarType::U16, ScalarType::F16]) {
         out.write_str(
             "static inline unsigned short hrx_ld_u16(const unsigned char *p) { return (unsigned short)(p[0] | (p[1] << 8)); }\n",
         )?;
@@ -337,25 +431,184 @@ fn write_helpers<W: Write + ?Sized>(out: &mut W, l: &LaunchLayout, sig: &Signatu
         "  for (unsigned int i = 0; i < 8u; i++) p[i] = (unsigned char)(v >> (8u * i));\n",
         "}\n",
     ))?;
-    if l.unwinds && n > 0 {
+    if batch {
+        out.write_str(concat!(
+            "static inline void hrx_st_u32(unsigned char *p, unsigned int v) {\n",
+            "  for (unsigned int i = 0; i < 4u; i++) p[i] = (unsigned char)(v >> (8u * i));\n",
+            "}\n",
+        ))?;
+    }
+    if batch || (l.unwinds && n > 0) {
         out.write_str("static inline int hrx_map_failed(const void *p) { return p == (const void *)0 || p == (const void *)-1; }\n")?;
     }
     writeln!(out)
 }
 
-fn scalar_load<W: Write + ?Sized>(out: &mut W, t: ScalarType, at: usize) -> fmt::Result {
+fn scalar_load<W: Write + ?Sized>(out: &mut W, t: ScalarType, base: &str, at: usize) -> fmt::Result {
     match t {
-        ScalarType::I8 => write!(out, "(signed char)hrx_a0[{at}]"),
-        ScalarType::U8 => write!(out, "hrx_a0[{at}]"),
-        ScalarType::I16 => write!(out, "(short)hrx_ld_u16(hrx_a0 + {at})"),
-        ScalarType::U16 | ScalarType::F16 => write!(out, "hrx_ld_u16(hrx_a0 + {at})"),
-        ScalarType::I32 => write!(out, "(int)hrx_ld_u32(hrx_a0 + {at})"),
-        ScalarType::U32 => write!(out, "hrx_ld_u32(hrx_a0 + {at})"),
-        ScalarType::I64 => write!(out, "(long long)hrx_ld_u64(hrx_a0 + {at})"),
-        ScalarType::U64 => write!(out, "hrx_ld_u64(hrx_a0 + {at})"),
-        ScalarType::F32 => write!(out, "hrx_f32(hrx_ld_u32(hrx_a0 + {at}))"),
-        ScalarType::F64 => write!(out, "hrx_f64(hrx_ld_u64(hrx_a0 + {at}))"),
+        ScalarType::I8 => write!(out, "(signed char){base}[{at}]"),
+        ScalarType::U8 => write!(out, "{base}[{at}]"),
+        ScalarType::I16 => write!(out, "(short)hrx_ld_u16({base} + {at})"),
+        ScalarType::U16 | ScalarType::F16 => write!(out, "hrx_ld_u16({base} + {at})"),
+        ScalarType::I32 => write!(out, "(int)hrx_ld_u32({base} + {at})"),
+        ScalarType::U32 => write!(out, "hrx_ld_u32({base} + {at})"),
+        ScalarType::I64 => write!(out, "(long long)hrx_ld_u64({base} + {at})"),
+        ScalarType::U64 => write!(out, "hrx_ld_u64({base} + {at})"),
+        ScalarType::F32 => write!(out, "hrx_f32(hrx_ld_u32({base} + {at}))"),
+        ScalarType::F64 => write!(out, "hrx_f64(hrx_ld_u64({base} + {at}))"),
     }
+}
+
+/// The batch part: the record parser/validator, the kernel dispatcher and `hrx_batch`.
+fn write_batch<W: Write + ?Sized>(out: &mut W, b: &BatchLayout, kernels: &[KernelSpec<'_>]) -> fmt::Result {
+    let bad = b.err_bad_param;
+    let (rh, vs, ss) = (b.record_header_len, b.view_size, b.slot_size);
+    writeln!(out, "/* Parses and validates the record at hrx_at (< hrx_end); with hrx_base set, also computes the kernel")?;
+    writeln!(out, " * pointers. Every field is read once. 0 if valid. */")?;
+    writeln!(
+        out,
+        "static int hrx_record(const unsigned char *hrx_a0, unsigned int hrx_at, unsigned int hrx_end, const unsigned int *hrx_lease,"
+    )?;
+    writeln!(out, "                      unsigned int hrx_nl, void *const *hrx_base, unsigned int *hrx_kernel, void **hrx_ptr,")?;
+    writeln!(out, "                      const unsigned char **hrx_scal, unsigned int *hrx_next) {{")?;
+    writeln!(out, "  if (hrx_at > hrx_end || hrx_end - hrx_at < {rh}u) return 1;")?;
+    writeln!(out, "  const unsigned int hrx_k = hrx_ld_u32(hrx_a0 + hrx_at + {});", b.kernel_at)?;
+    writeln!(out, "  const unsigned int hrx_nv = hrx_ld_u16(hrx_a0 + hrx_at + {});", b.views_at)?;
+    writeln!(out, "  const unsigned int hrx_ns = hrx_ld_u16(hrx_a0 + hrx_at + {});", b.scalars_at)?;
+    writeln!(out, "  unsigned int hrx_wv, hrx_ws;")?;
+    writeln!(out, "  switch (hrx_k) {{")?;
+    for (i, k) in kernels.iter().enumerate() {
+        writeln!(out, "  case {i}u: hrx_wv = {}u; hrx_ws = {}u; break;", k.signature.buffers(), k.signature.scalars())?;
+    }
+    writeln!(out, "  default: return 1;")?;
+    writeln!(out, "  }}")?;
+    writeln!(out, "  if (hrx_nv != hrx_wv || hrx_ns != hrx_ws) return 1;")?;
+    writeln!(out, "  const unsigned int hrx_len = {rh}u + {vs}u * hrx_nv + {ss}u * hrx_ns;")?;
+    writeln!(out, "  if (hrx_end - hrx_at < hrx_len) return 1;")?;
+    writeln!(out, "  for (unsigned int hrx_v = 0; hrx_v < hrx_nv; hrx_v++) {{")?;
+    writeln!(out, "    const unsigned char *const hrx_e = hrx_a0 + hrx_at + {rh}u + {vs}u * hrx_v;")?;
+    writeln!(out, "    const unsigned int hrx_l = hrx_ld_u32(hrx_e + {});", b.view_lease_at)?;
+    writeln!(out, "    const unsigned int hrx_off = hrx_ld_u32(hrx_e + {});", b.view_offset_at)?;
+    writeln!(out, "    const unsigned int hrx_n = hrx_ld_u32(hrx_e + {});", b.view_len_at)?;
+    writeln!(out, "    if (hrx_l >= hrx_nl || hrx_off > hrx_lease[hrx_l] || hrx_n > hrx_lease[hrx_l] - hrx_off) return 1;")?;
+    writeln!(out, "    if (hrx_base) hrx_ptr[hrx_v] = (unsigned char *)hrx_base[hrx_l] + hrx_off;")?;
+    writeln!(out, "  }}")?;
+    writeln!(out, "  *hrx_kernel = hrx_k;")?;
+    writeln!(out, "  *hrx_scal = hrx_a0 + hrx_at + {rh}u + {vs}u * hrx_nv;")?;
+    writeln!(out, "  *hrx_next = hrx_at + hrx_len;")?;
+    writeln!(out, "  return 0;")?;
+    writeln!(out, "}}")?;
+    writeln!(out)?;
+    writeln!(out, "/* Calls kernel hrx_k with its (validated) pointers and scalars; its status, 0 for void kernels. */")?;
+    writeln!(out, "static int hrx_call(unsigned int hrx_k, void *const *hrx_p, const unsigned char *hrx_s) {{")?;
+    writeln!(out, "  switch (hrx_k) {{")?;
+    for (i, k) in kernels.iter().enumerate() {
+        write!(out, "  case {i}u: ")?;
+        if k.returns_status {
+            out.write_str("return ")?;
+        }
+        write!(out, "{}(", k.name)?;
+        let n = k.signature.buffers();
+        for v in 0..n {
+            write!(out, "{}hrx_p[{v}]", if v > 0 { ", " } else { "" })?;
+        }
+        for (j, t) in k.signature.scalar_types().enumerate() {
+            out.write_str(if n + j > 0 { ", " } else { "" })?;
+            scalar_load(out, t, "hrx_s", j * ss)?;
+        }
+        out.write_str(");")?;
+        if !k.returns_status {
+            out.write_str(" return 0;")?;
+        }
+        writeln!(out)?;
+    }
+    writeln!(out, "  default: return {bad};")?;
+    writeln!(out, "  }}")?;
+    writeln!(out, "}}")?;
+    writeln!(out)?;
+    let sc_bits = b.scalars(0).map_or(0, |sc| sc.raw()) & 0x00ff_fff0;
+    let hl = b.header_len;
+    writeln!(out, "static int hrx_batch(unsigned int sc, remote_arg *pra) {{")?;
+    writeln!(out, "  const unsigned int hrx_nl = sc & 0xfu;")?;
+    writeln!(out, "  if ((sc & 0xfffff0u) != {sc_bits:#x}u) return {bad};")?;
+    writeln!(
+        out,
+        "  if (pra[{}].buf.len < {hl}u || pra[{}].buf.len < {}u || pra[{}].buf.len < {}u * hrx_nl) return {bad};",
+        b.pra_records, b.pra_status, b.status_len, b.pra_leases, b.lease_entry_size
+    )?;
+    writeln!(out, "  const unsigned char *const hrx_a0 = (const unsigned char *)pra[{}].buf.pv;", b.pra_records)?;
+    writeln!(out, "  const unsigned char *const hrx_a1 = (const unsigned char *)pra[{}].buf.pv;", b.pra_leases)?;
+    writeln!(out, "  const unsigned int hrx_nk = hrx_ld_u32(hrx_a0 + {});", b.count_at)?;
+    writeln!(out, "  const unsigned int hrx_bytes = hrx_ld_u32(hrx_a0 + {});", b.bytes_at)?;
+    writeln!(
+        out,
+        "  if (hrx_ld_u32(hrx_a0 + {}) != {:#010x}u || hrx_ld_u32(hrx_a0 + {}) != hrx_nl) return {bad};",
+        b.magic_at, b.magic, b.leases_at
+    )?;
+    writeln!(
+        out,
+        "  if (hrx_nk == 0u || hrx_nk > {}u || hrx_bytes > {}u || hrx_bytes > pra[{}].buf.len - {hl}u) return {bad};",
+        b.max_launches, b.max_record_bytes, b.pra_records
+    )?;
+    let ml = b.max_leases;
+    writeln!(out, "  const unsigned int hrx_end = {hl}u + hrx_bytes;")?;
+    writeln!(out, "  unsigned int hrx_lease[{ml}];")?;
+    writeln!(out, "  int hrx_fd[{ml}];")?;
+    writeln!(out, "  void *hrx_base[{ml}];")?;
+    writeln!(out, "  void *hrx_ptr[{ml}];")?;
+    writeln!(out, "  const unsigned char *hrx_s = hrx_a0;")?;
+    writeln!(out, "  unsigned int hrx_k = 0, hrx_at = {hl}u;")?;
+    writeln!(out, "  for (unsigned int hrx_l = 0; hrx_l < hrx_nl; hrx_l++) {{")?;
+    writeln!(out, "    hrx_lease[hrx_l] = hrx_ld_u32(hrx_a1 + {}u * hrx_l + {});", b.lease_entry_size, b.lease_len_at)?;
+    writeln!(
+        out,
+        "    if (hrx_lease[hrx_l] == 0u || hrx_ld_u32(hrx_a1 + {}u * hrx_l + {}) != 0u) return {bad};",
+        b.lease_entry_size, b.lease_reserved_at
+    )?;
+    writeln!(out, "    hrx_fd[hrx_l] = pra[{} + hrx_l].dma.fd;", b.first_handle)?;
+    writeln!(out, "  }}")?;
+    writeln!(out, "  /* Validate every record before mapping anything. */")?;
+    writeln!(out, "  for (unsigned int hrx_r = 0; hrx_r < hrx_nk; hrx_r++)")?;
+    writeln!(
+        out,
+        "    if (hrx_record(hrx_a0, hrx_at, hrx_end, hrx_lease, hrx_nl, (void *const *)0, &hrx_k, hrx_ptr, &hrx_s, &hrx_at) != 0) return {bad};"
+    )?;
+    writeln!(out, "  if (hrx_at != hrx_end) return {bad};")?;
+    writeln!(out, "  /* Map each lease once for the whole call. */")?;
+    writeln!(out, "  for (unsigned int hrx_l = 0; hrx_l < hrx_nl; hrx_l++) {{")?;
+    writeln!(out, "    hrx_base[hrx_l] = HAP_mmap((void *)0, hrx_lease[hrx_l], {}, {}, hrx_fd[hrx_l], 0);", b.map_prot, b.map_flags)?;
+    writeln!(out, "    if (hrx_map_failed(hrx_base[hrx_l])) {{")?;
+    writeln!(out, "      while (hrx_l-- > 0u) HAP_munmap(hrx_base[hrx_l], hrx_lease[hrx_l]);")?;
+    writeln!(out, "      return {};", b.err_map)?;
+    writeln!(out, "    }}")?;
+    writeln!(out, "  }}")?;
+    writeln!(out, "  /* Run the records in order; stop at the first kernel that fails. */")?;
+    writeln!(out, "  unsigned int hrx_done = 0, hrx_failed = 0xffffffffu;")?;
+    writeln!(out, "  int hrx_code = 0, hrx_rc = 0;")?;
+    writeln!(out, "  unsigned long long hrx_us = 0;")?;
+    writeln!(out, "  hrx_at = {hl}u;")?;
+    writeln!(out, "  for (unsigned int hrx_r = 0; hrx_r < hrx_nk; hrx_r++) {{")?;
+    writeln!(
+        out,
+        "    if (hrx_record(hrx_a0, hrx_at, hrx_end, hrx_lease, hrx_nl, hrx_base, &hrx_k, hrx_ptr, &hrx_s, &hrx_at) != 0) {{ hrx_rc = {bad}; break; }}"
+    )?;
+    writeln!(out, "    const unsigned long long hrx_t0 = HAP_perf_get_time_us();")?;
+    writeln!(out, "    hrx_code = hrx_call(hrx_k, hrx_ptr, hrx_s);")?;
+    writeln!(out, "    hrx_us += HAP_perf_get_time_us() - hrx_t0;")?;
+    writeln!(out, "    if (hrx_code != 0) {{ hrx_failed = hrx_r; break; }}")?;
+    writeln!(out, "    hrx_done++;")?;
+    writeln!(out, "  }}")?;
+    writeln!(out, "  for (unsigned int hrx_l = hrx_nl; hrx_l-- > 0u;) HAP_munmap(hrx_base[hrx_l], hrx_lease[hrx_l]);")?;
+    writeln!(out, "  if (hrx_rc != 0) return hrx_rc;")?;
+    writeln!(out, "  unsigned char *const hrx_st = (unsigned char *)pra[{}].buf.pv;", b.pra_status)?;
+    writeln!(out, "  hrx_st_u32(hrx_st + {}, {:#010x}u);", b.status_magic_at, b.magic)?;
+    writeln!(out, "  hrx_st_u32(hrx_st + {}, hrx_done);", b.status_done_at)?;
+    writeln!(out, "  hrx_st_u32(hrx_st + {}, hrx_failed);", b.status_failed_at)?;
+    writeln!(out, "  hrx_st_u32(hrx_st + {}, (unsigned int)hrx_code);", b.status_code_at)?;
+    writeln!(out, "  hrx_st_u64(hrx_st + {}, hrx_us);", b.status_micros_at)?;
+    writeln!(out, "  return 0;")?;
+    writeln!(out, "}}")?;
+    writeln!(out)
 }
 
 fn write_power<W: Write + ?Sized>(out: &mut W, p: &PowerRequest) -> fmt::Result {
@@ -373,7 +626,8 @@ fn write_power<W: Write + ?Sized>(out: &mut W, p: &PowerRequest) -> fmt::Result 
     writeln!(out, "  }}")
 }
 
-fn write_body<W: Write + ?Sized>(out: &mut W, l: &LaunchLayout, sig: &Signature, kernel: &str, opts: &EntryOptions) -> fmt::Result {
+fn write_body<W: Write + ?Sized>(out: &mut W, l: &LaunchLayout, k: &KernelSpec<'_>, batch: bool, opts: &EntryOptions) -> fmt::Result {
+    let (sig, kernel) = (&k.signature, k.name);
     let n = sig.buffers();
     let s = sig.scalars();
     let handle_bits = l.scalars(n).map_or(0, |sc| sc.raw()) & 0x00ff_ffff;
@@ -382,6 +636,9 @@ fn write_body<W: Write + ?Sized>(out: &mut W, l: &LaunchLayout, sig: &Signature,
     writeln!(out, "  (void)handle;")?;
     if let Some(p) = &opts.power_request {
         write_power(out, p)?;
+    }
+    if batch {
+        writeln!(out, "  if ((sc >> 24) == {}u) return hrx_batch(sc, pra); /* a batch over the kernel table */", BATCH.method)?;
     }
     writeln!(out, "  if ((sc >> 24) != {}u) return 0; /* method {} only, attribute bits included */", l.method, l.method)?;
     if l.validates {
@@ -420,7 +677,7 @@ fn write_body<W: Write + ?Sized>(out: &mut W, l: &LaunchLayout, sig: &Signature,
     }
     for (j, t) in sig.scalar_types().enumerate() {
         write!(out, "  const {} hrx_s{j} = ", t.c_type())?;
-        scalar_load(out, t, l.scalar_offset(n, j))?;
+        scalar_load(out, t, "hrx_a0", l.scalar_offset(n, j))?;
         writeln!(out, ";")?;
     }
     // Map.
@@ -441,7 +698,7 @@ fn write_body<W: Write + ?Sized>(out: &mut W, l: &LaunchLayout, sig: &Signature,
     }
     // Call.
     writeln!(out, "  const unsigned long long hrx_t0 = HAP_perf_get_time_us();")?;
-    write!(out, "  {kernel}(")?;
+    write!(out, "  {}{kernel}(", if k.returns_status { "(void)" } else { "" })?;
     for i in 0..n {
         write!(out, "{}hrx_ptr{i}", if i > 0 { ", " } else { "" })?;
     }
@@ -534,6 +791,41 @@ mod tests {
         }
         assert!(!c.contains("return 14"), "v1 validates nothing");
         assert!(c.find("HAP_power_set").unwrap() < c.find("(sc >> 24)").unwrap(), "power request comes first");
+    }
+
+    #[test]
+    fn batch_text_carries_the_table_and_refuses_bad_tables() {
+        let k = |name| KernelSpec { name, signature: Signature::parse("buf,buf,u32").unwrap(), returns_status: false };
+        let st = KernelSpec { name: "chk", signature: Signature::parse("buf,i32").unwrap(), returns_status: true };
+        let mut c = String::new();
+        write_batch_entry(&mut c, &[k("a"), st], &EntryOptions::V2).unwrap();
+        for needle in [
+            "if ((sc >> 24) == 3u) return hrx_batch(sc, pra);",
+            "if ((sc & 0xfffff0u) != 0x20100u) return 14;",
+            "if (pra[0].buf.len < 16u || pra[2].buf.len < 24u || pra[1].buf.len < 8u * hrx_nl) return 14;",
+            "if (hrx_ld_u32(hrx_a0 + 0) != 0x42585248u || hrx_ld_u32(hrx_a0 + 8) != hrx_nl) return 14;",
+            "if (hrx_nk == 0u || hrx_nk > 64u || hrx_bytes > 8192u || hrx_bytes > pra[0].buf.len - 16u) return 14;",
+            "case 0u: hrx_wv = 2u; hrx_ws = 1u; break;",
+            "case 1u: hrx_wv = 1u; hrx_ws = 1u; break;",
+            "const unsigned int hrx_len = 8u + 12u * hrx_nv + 8u * hrx_ns;",
+            "case 0u: a(hrx_p[0], hrx_p[1], hrx_ld_u32(hrx_s + 0)); return 0;",
+            "case 1u: return chk(hrx_p[0], (int)hrx_ld_u32(hrx_s + 0));",
+            "int chk(void *, int);",
+            "void a(void *, void *, unsigned int);",
+            "HAP_mmap((void *)0, hrx_lease[hrx_l], 3, 0, hrx_fd[hrx_l], 0);",
+            "hrx_st_u32(hrx_st + 8, hrx_failed);",
+            "hrx_st_u64(hrx_st + 16, hrx_us);",
+            "a(hrx_ptr0, hrx_ptr1, hrx_s0);",
+        ] {
+            assert!(c.contains(needle), "missing {needle:?} in\n{c}");
+        }
+        let mut s = String::new();
+        assert_eq!(write_batch_entry(&mut s, &[k("a")], &EntryOptions::V1), Err(EntryError::BatchNeedsV2));
+        assert_eq!(write_batch_entry(&mut s, &[], &EntryOptions::V2), Err(EntryError::KernelCount));
+        assert_eq!(write_batch_entry(&mut s, &[k("a"); 65], &EntryOptions::V2), Err(EntryError::KernelCount));
+        assert_eq!(write_batch_entry(&mut s, &[k("a"), k("b"), k("a")], &EntryOptions::V2), Err(EntryError::DuplicateKernel));
+        assert_eq!(write_batch_entry(&mut s, &[k("a"), k("entry")], &EntryOptions::V2), Err(EntryError::KernelName));
+        assert!(s.is_empty());
     }
 
     #[test]

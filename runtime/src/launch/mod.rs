@@ -13,6 +13,9 @@
 //!   [`PackedLaunch::launch`] hand it to the driver layer's [`InvokeArgs`](hexrpc_drivers::adsprpc::InvokeArgs).
 //! * [`write_entry`] writes the C `entry` for a signature into any `core::fmt::Write` (no heap).
 //! * `build` (feature `std`) compiles entry + kernel into a Hexagon shared object.
+//! * A library generated for a kernel *table* ([`write_batch_entry`]) also runs batches: a
+//!   [`Batch`] packs K launches of its kernels with their leases deduplicated (the [`BATCH`]
+//!   layout of the same table) and sends them in one call, each lease mapped once.
 //!
 //! Version 1 is tinygrad's contract, kept to drive libraries built by others; its entry maps the
 //! *view* length at file offset 0, so only offset-0 views are correct and the packer refuses the
@@ -34,6 +37,7 @@
 //! documented interface (see `drivers::dsp`).
 
 pub mod abi;
+mod batch;
 #[cfg(feature = "std")]
 pub mod build;
 mod entry;
@@ -41,8 +45,13 @@ mod pack;
 mod scalar;
 mod signature;
 
-pub use abi::{AbiVersion, LaunchLayout, MapExtent, ENTRY_SYMBOL, FIRST_HANDLE, MAX_ARGS, MAX_BUFFERS, SLOT_SIZE, V1, V2, V2_MAGIC};
-pub use entry::{check_kernel_name, write_entry, EntryError, EntryOptions, PowerRequest};
+pub use abi::{
+    AbiVersion, BatchLayout, BatchStatus, LaunchLayout, MapExtent, BATCH, BATCH_MAGIC, BATCH_METHOD, ENTRY_SYMBOL, FIRST_HANDLE, MAX_ARGS,
+    MAX_BATCH_KERNELS, MAX_BATCH_LAUNCHES, MAX_BATCH_LEASES, MAX_BATCH_RECORD_BYTES, MAX_BUFFERS, NO_FAILED_RECORD, SLOT_SIZE, V1, V2,
+    V2_MAGIC,
+};
+pub use batch::{Batch, BatchError, BatchRun};
+pub use entry::{check_kernel_name, write_batch_entry, write_entry, EntryError, EntryOptions, KernelSpec, PowerRequest};
 pub use pack::{BufferRef, LaunchBuffer, PackError, PackedLaunch, DEFAULT_SLOTS};
 pub use scalar::Scalar;
 pub use signature::{ParamKind, ScalarType, Signature, SignatureError};

@@ -1,0 +1,608 @@
+//! Batched launches: K kernel launches of one library in one FastRPC call ([`BATCH`]).
+//!
+//! A [`Batch`] is built once against the library's kernel table (the signatures, in table
+//! order): each [`push`](Batch::push) checks one launch against its kernel's signature exactly as
+//! [`PackedLaunch`](super::PackedLaunch) does, deduplicates its leases into the batch's lease
+//! table (a lease is its share fd; the same fd must always come with the same lease length) and
+//! appends its record. Scalars can be changed between runs with
+//! [`set_scalar`](Batch::set_scalar); views are fixed. [`run`](Batch::run) (or
+//! [`launch`](Batch::launch) on a raw descriptor) is one ioctl. Everything lives in fixed
+//! capacity inside the value: no heap, in building or running.
+//!
+//! Every refusal ([`BatchError`]) happens before any system call; a refused `push` leaves the
+//! batch as it was.
+
+use core::fmt;
+use core::marker::PhantomData;
+
+use hexrpc_drivers::adsprpc::{invoke_attrs, ArgsError, InvokeArgs};
+use hexrpc_drivers::{Error, Fd, Scalars, Syscalls};
+use hexrpc_hal::{HalError, Library};
+
+use super::abi::{
+    BatchStatus, BATCH, MAX_ARGS, MAX_BATCH_KERNELS, MAX_BATCH_LAUNCHES, MAX_BATCH_LEASES, MAX_BATCH_RECORD_BYTES, NO_FAILED_RECORD, V2,
+};
+use super::pack::{BufferRef, LaunchBuffer, PackError};
+use super::scalar::Scalar;
+use super::signature::Signature;
+
+/// Why a batch could not be built or run. Everything up to [`Empty`](BatchError::Empty) is
+/// refused before any system call.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum BatchError {
+    /// The kernel table has more kernels than a library can carry ([`MAX_BATCH_KERNELS`]).
+    TooManyKernels {
+        /// Kernels given.
+        count: usize,
+    },
+    /// The kernel index is not in the table.
+    NoSuchKernel {
+        /// The index.
+        kernel: usize,
+        /// Kernels in the table.
+        kernels: usize,
+    },
+    /// The batch already holds [`MAX_BATCH_LAUNCHES`] records.
+    TooManyLaunches {
+        /// The capacity.
+        capacity: usize,
+    },
+    /// The launch would bring a lease beyond [`MAX_BATCH_LEASES`] distinct leases.
+    TooManyLeases {
+        /// The capacity.
+        capacity: usize,
+    },
+    /// The record does not fit in the remaining record bytes.
+    RecordBytes {
+        /// Record bytes the batch would need.
+        needed: usize,
+        /// The capacity ([`MAX_BATCH_RECORD_BYTES`]).
+        capacity: usize,
+    },
+    /// Launch `record` was refused as a single launch would be (view, lease, scalar checks).
+    Launch {
+        /// Index the record would have had.
+        record: usize,
+        /// Why.
+        error: PackError,
+    },
+    /// Buffer `buffer` of launch `record` names a lease (share fd) already in the batch with
+    /// another length.
+    LeaseMismatch {
+        /// Index the record would have had.
+        record: usize,
+        /// Buffer index in that launch.
+        buffer: usize,
+    },
+    /// No such record, or no such scalar in it ([`set_scalar`](Batch::set_scalar)).
+    NoSuchScalar {
+        /// The record.
+        record: usize,
+        /// The scalar index.
+        index: usize,
+    },
+    /// The batch holds no record (nothing is sent).
+    Empty,
+    /// The call returned but the status carries no `HRXB`: the library's entry has no batch
+    /// support (it answers method 3 with 0 without running anything).
+    NotRun,
+    /// The status the DSP wrote is inconsistent with the batch sent.
+    BadStatus {
+        /// What came back.
+        status: BatchStatus,
+    },
+    /// A kernel reported a failure: the batch stopped at `record` (records before it ran) and
+    /// every lease was unmapped.
+    KernelFailed {
+        /// The record that failed.
+        record: usize,
+        /// Its kernel index.
+        kernel: usize,
+        /// The kernel's non-zero status.
+        code: i32,
+        /// Records completed before it.
+        done: usize,
+    },
+    /// The call failed in the stack (DSP error code, restart, timeout, recovery needed).
+    Hal(HalError),
+    /// The call failed in the driver layer ([`launch`](Batch::launch) on a raw descriptor).
+    Driver(Error),
+}
+
+impl fmt::Display for BatchError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            BatchError::TooManyKernels { count } => write!(f, "{count} kernels: a library's table holds at most {MAX_BATCH_KERNELS}"),
+            BatchError::NoSuchKernel { kernel, kernels } => write!(f, "kernel {kernel} is not in the table of {kernels}"),
+            BatchError::TooManyLaunches { capacity } => write!(f, "a batch carries at most {capacity} launches"),
+            BatchError::TooManyLeases { capacity } => write!(f, "a batch carries at most {capacity} distinct leases"),
+            BatchError::RecordBytes { needed, capacity } => write!(f, "{needed} record bytes needed, capacity {capacity}"),
+            BatchError::Launch { record, error } => write!(f, "launch {record}: {error}"),
+            BatchError::LeaseMismatch { record, buffer } => {
+                write!(f, "launch {record}, buffer {buffer}: its lease is already in the batch with another length")
+            }
+            BatchError::NoSuchScalar { record, index } => write!(f, "record {record} has no scalar {index}"),
+            BatchError::Empty => f.write_str("the batch is empty"),
+            BatchError::NotRun => f.write_str("the library did not run the batch (its entry has no batch support)"),
+            BatchError::BadStatus { status } => {
+                write!(f, "inconsistent batch status from the DSP: done {} failed {} code {}", status.done, status.failed, status.code)
+            }
+            BatchError::KernelFailed { record, kernel, code, done } => {
+                write!(f, "record {record} (kernel {kernel}) failed with {code} after {done} records; every lease was unmapped")
+            }
+            BatchError::Hal(e) => write!(f, "{e}"),
+            BatchError::Driver(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl core::error::Error for BatchError {}
+
+impl From<HalError> for BatchError {
+    fn from(e: HalError) -> Self {
+        BatchError::Hal(e)
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct RecordInfo {
+    at: u16,
+    kernel: u8,
+}
+
+const PRA0_CAP: usize = 16 + MAX_BATCH_RECORD_BYTES;
+
+/// What a completed batch reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct BatchRun {
+    /// Records run (all of them).
+    pub launches: usize,
+    /// DSP microseconds summed over the kernel calls, as the entry measured them.
+    pub dsp_micros: u64,
+}
+
+/// K launches of one library's kernels, packed once, sent in one call (see the module docs).
+///
+/// It borrows every buffer it references and the kernel table for `'a`, so no lease can be
+/// freed while the batch can still be sent:
+///
+/// ```compile_fail,E0505
+/// # use hexrpc_runtime::launch::*;
+/// # use hexrpc_drivers::Fd;
+/// struct Lease; // stands for the object that owns the allocation
+/// let lease = Lease;
+/// let sigs = [Signature::parse("buf").unwrap()];
+/// let mut batch = Batch::new(&sigs).unwrap();
+/// batch.push(0, &[BufferRef::borrowing(&lease, Fd(5), 4096, 0, 64)], &[]).unwrap();
+/// drop(lease); // error[E0505]: cannot move out of `lease` because it is borrowed
+/// let _ = batch.pra0();
+/// ```
+#[derive(Clone)]
+pub struct Batch<'a> {
+    kernels: &'a [Signature],
+    pra0: [u8; PRA0_CAP],
+    pra1: [u8; 8 * MAX_BATCH_LEASES],
+    status: [u8; 24],
+    fds: [Fd; MAX_BATCH_LEASES],
+    lease_lens: [u64; MAX_BATCH_LEASES],
+    leases: usize,
+    records: [RecordInfo; MAX_BATCH_LAUNCHES],
+    count: usize,
+    used: usize,
+    _buffers: PhantomData<&'a ()>,
+}
+
+fn put_u32(bytes: &mut [u8], at: usize, v: u32) {
+    bytes[at..at + 4].copy_from_slice(&v.to_le_bytes());
+}
+
+impl<'a> Batch<'a> {
+    /// An empty batch for a library whose kernel table is `kernels` (index = kernel index).
+    pub fn new(kernels: &'a [Signature]) -> Result<Self, BatchError> {
+        if kernels.len() > MAX_BATCH_KERNELS {
+            return Err(BatchError::TooManyKernels { count: kernels.len() });
+        }
+        let mut b = Batch {
+            kernels,
+            pra0: [0; PRA0_CAP],
+            pra1: [0; 8 * MAX_BATCH_LEASES],
+            status: [0; 24],
+            fds: [Fd(-1); MAX_BATCH_LEASES],
+            lease_lens: [0; MAX_BATCH_LEASES],
+            leases: 0,
+            records: [RecordInfo::default(); MAX_BATCH_LAUNCHES],
+            count: 0,
+            used: 0,
+            _buffers: PhantomData,
+        };
+        put_u32(&mut b.pra0, BATCH.magic_at, BATCH.magic);
+        Ok(b)
+    }
+
+    /// Appends a launch of kernel `kernel` on `buffers` and `scalars`; returns its record index.
+    /// Checked as a single v2 launch is, then against the batch's capacity; on any refusal the
+    /// batch is unchanged.
+    pub fn push(&mut self, kernel: usize, buffers: &[BufferRef<'a>], scalars: &[Scalar]) -> Result<usize, BatchError> {
+        let record = self.count;
+        let sig = self.kernels.get(kernel).ok_or(BatchError::NoSuchKernel { kernel, kernels: self.kernels.len() })?;
+        let refuse = |error| BatchError::Launch { record, error };
+        if buffers.len() != sig.buffers() {
+            return Err(refuse(PackError::BufferCount { expected: sig.buffers(), got: buffers.len() }));
+        }
+        if scalars.len() != sig.scalars() {
+            return Err(refuse(PackError::ScalarCount { expected: sig.scalars(), got: scalars.len() }));
+        }
+        for (index, (s, expected)) in scalars.iter().zip(sig.scalar_types()).enumerate() {
+            if s.ty() != expected {
+                return Err(refuse(PackError::ScalarType { index, expected, got: s.ty() }));
+            }
+        }
+        if record >= MAX_BATCH_LAUNCHES {
+            return Err(BatchError::TooManyLaunches { capacity: MAX_BATCH_LAUNCHES });
+        }
+        // Lease indices, with the new leases this launch adds (not committed yet).
+        let mut index = [0u8; MAX_BATCH_LEASES];
+        let (mut fds, mut lens, mut leases) = (self.fds, self.lease_lens, self.leases);
+        for (buffer, b) in buffers.iter().enumerate() {
+            let (fd, lease, off, len) = (b.share_fd(), b.lease_len(), b.view_offset(), b.view_len());
+            if fd.0 <= 0 {
+                return Err(refuse(PackError::NoFd { buffer }));
+            }
+            if len > V2.max_view_len {
+                return Err(refuse(PackError::ViewTooLong { buffer, len, max: V2.max_view_len }));
+            }
+            match off.checked_add(len) {
+                Some(end) if end <= lease => {}
+                _ => return Err(refuse(PackError::ViewOutsideLease { buffer })),
+            }
+            if lease > V2.max_lease_len {
+                return Err(refuse(PackError::LeaseTooLong { buffer, len: lease, max: V2.max_lease_len }));
+            }
+            if lease == 0 {
+                return Err(refuse(PackError::ViewOutsideLease { buffer }));
+            }
+            index[buffer] = match fds[..leases].iter().position(|f| *f == fd) {
+                Some(l) if lens[l] == lease => l as u8,
+                Some(_) => return Err(BatchError::LeaseMismatch { record, buffer }),
+                None if leases == MAX_BATCH_LEASES => return Err(BatchError::TooManyLeases { capacity: MAX_BATCH_LEASES }),
+                None => {
+                    fds[leases] = fd;
+                    lens[leases] = lease;
+                    leases += 1;
+                    (leases - 1) as u8
+                }
+            };
+        }
+        let len = BATCH.record_len(buffers.len(), scalars.len());
+        let needed = self.used + len;
+        if needed > MAX_BATCH_RECORD_BYTES {
+            return Err(BatchError::RecordBytes { needed, capacity: MAX_BATCH_RECORD_BYTES });
+        }
+
+        // Commit.
+        let at = BATCH.header_len + self.used;
+        let rec = &mut self.pra0[at..at + len];
+        rec.fill(0);
+        put_u32(rec, BATCH.kernel_at, kernel as u32);
+        rec[BATCH.views_at..BATCH.views_at + 2].copy_from_slice(&(buffers.len() as u16).to_le_bytes());
+        rec[BATCH.scalars_at..BATCH.scalars_at + 2].copy_from_slice(&(scalars.len() as u16).to_le_bytes());
+        for (v, b) in buffers.iter().enumerate() {
+            let e = BATCH.view_at(v);
+            // Checked above against the v2 limits (u32).
+            put_u32(rec, e + BATCH.view_lease_at, u32::from(index[v]));
+            put_u32(rec, e + BATCH.view_offset_at, b.view_offset() as u32);
+            put_u32(rec, e + BATCH.view_len_at, b.view_len() as u32);
+        }
+        for (j, s) in scalars.iter().enumerate() {
+            let e = BATCH.scalar_at(buffers.len(), j);
+            rec[e..e + s.ty().size()].copy_from_slice(&s.to_le_bytes()[..s.ty().size()]);
+        }
+        for (l, len) in lens.iter().enumerate().take(leases).skip(self.leases) {
+            let e = l * BATCH.lease_entry_size;
+            put_u32(&mut self.pra1, e + BATCH.lease_len_at, *len as u32);
+            put_u32(&mut self.pra1, e + BATCH.lease_reserved_at, 0);
+        }
+        self.fds = fds;
+        self.lease_lens = lens;
+        self.leases = leases;
+        self.records[record] = RecordInfo { at: at as u16, kernel: kernel as u8 };
+        self.count += 1;
+        self.used = needed;
+        put_u32(&mut self.pra0, BATCH.count_at, self.count as u32);
+        put_u32(&mut self.pra0, BATCH.leases_at, self.leases as u32);
+        put_u32(&mut self.pra0, BATCH.bytes_at, self.used as u32);
+        Ok(record)
+    }
+
+    /// Replaces scalar `index` of record `record` (same type as the kernel's signature says).
+    pub fn set_scalar(&mut self, record: usize, index: usize, value: Scalar) -> Result<(), BatchError> {
+        let missing = BatchError::NoSuchScalar { record, index };
+        let info = *self.records[..self.count].get(record).ok_or(missing)?;
+        let sig = self.kernels.get(info.kernel as usize).ok_or(missing)?;
+        let expected = sig.scalar_type(index).ok_or(missing)?;
+        if value.ty() != expected {
+            return Err(BatchError::Launch { record, error: PackError::ScalarType { index, expected, got: value.ty() } });
+        }
+        let e = info.at as usize + BATCH.scalar_at(sig.buffers(), index);
+        self.pra0[e..e + BATCH.slot_size].fill(0);
+        self.pra0[e..e + value.ty().size()].copy_from_slice(&value.to_le_bytes()[..value.ty().size()]);
+        Ok(())
+    }
+
+    /// Records in the batch.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+    /// True if the batch holds no record.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+    /// Distinct leases (handle arguments, DSP maps per call).
+    pub fn lease_count(&self) -> usize {
+        self.leases
+    }
+    /// Record bytes used.
+    pub fn record_bytes(&self) -> usize {
+        self.used
+    }
+    /// The kernel index of record `record`.
+    pub fn kernel_of(&self, record: usize) -> Option<usize> {
+        self.records[..self.count].get(record).map(|r| r.kernel as usize)
+    }
+    /// The scalars word the batch is sent with.
+    pub fn scalars_word(&self) -> Scalars {
+        // `leases` never exceeds MAX_BATCH_LEASES.
+        BATCH.scalars(self.leases).unwrap_or(Scalars::from_raw(0))
+    }
+    /// The bytes of pra 0 (header and records), as sent.
+    pub fn pra0(&self) -> &[u8] {
+        &self.pra0[..BATCH.pra0_len(self.used)]
+    }
+    /// The bytes of pra 1 (lease table), as sent.
+    pub fn pra1(&self) -> &[u8] {
+        &self.pra1[..BATCH.pra1_len(self.leases)]
+    }
+    /// The leases' share fds, in handle order.
+    pub fn fds(&self) -> &[Fd] {
+        &self.fds[..self.leases]
+    }
+    /// The status of the last call (`None` never: all zeros before a call).
+    pub fn status(&self) -> Option<BatchStatus> {
+        BATCH.status(&self.status)
+    }
+
+    /// The argument list: pra 0 and pra 1 in, the status out, one out-handle per lease. Clears
+    /// the status first. Borrows the batch (and through `'a` every buffer) while it lives.
+    pub fn invoke_args(&mut self) -> Result<InvokeArgs<'_, MAX_ARGS>, ArgsError> {
+        self.status = [0; 24];
+        let mut args = InvokeArgs::new(BATCH.method)?;
+        args.input(&self.pra0[..BATCH.pra0_len(self.used)])?;
+        args.input(&self.pra1[..BATCH.pra1_len(self.leases)])?;
+        args.output(&mut self.status)?;
+        for fd in &self.fds[..self.leases] {
+            args.out_handle(*fd, BATCH.handle_attr)?;
+        }
+        Ok(args)
+    }
+
+    /// Checks the status the entry wrote after a call that returned 0.
+    pub fn outcome(&self) -> Result<BatchRun, BatchError> {
+        let status = self.status().ok_or(BatchError::NotRun)?;
+        if !status.ran() {
+            return Err(BatchError::NotRun);
+        }
+        let done = status.done as usize;
+        if status.failed == NO_FAILED_RECORD {
+            if done != self.count {
+                return Err(BatchError::BadStatus { status });
+            }
+            return Ok(BatchRun { launches: done, dsp_micros: status.micros });
+        }
+        let record = status.failed as usize;
+        match self.kernel_of(record) {
+            Some(kernel) if record == done && status.code != 0 => Err(BatchError::KernelFailed { record, kernel, code: status.code, done }),
+            _ => Err(BatchError::BadStatus { status }),
+        }
+    }
+
+    /// Sends the batch to `lib` (one `FASTRPC_IOCTL_INVOKE_ATTRS`) and checks its status.
+    pub fn run<S: Syscalls + Clone>(&mut self, lib: &Library<'_, S>) -> Result<BatchRun, BatchError> {
+        if self.count == 0 {
+            return Err(BatchError::Empty);
+        }
+        let mut args = self.invoke_args().map_err(|_| BatchError::Driver(Error::Invalid))?;
+        lib.invoke(&mut args)?;
+        self.outcome()
+    }
+
+    /// [`run`](Self::run) with a deadline (see `Library::invoke_with_deadline`).
+    #[cfg(feature = "std")]
+    pub fn run_with_deadline<S: Syscalls + Clone + Sync>(
+        &mut self,
+        lib: &Library<'_, S>,
+        timeout: core::time::Duration,
+    ) -> Result<BatchRun, BatchError> {
+        if self.count == 0 {
+            return Err(BatchError::Empty);
+        }
+        let mut args = self.invoke_args().map_err(|_| BatchError::Driver(Error::Invalid))?;
+        lib.invoke_with_deadline(&mut args, timeout)?;
+        self.outcome()
+    }
+
+    /// Sends the batch to library `handle` on the adsprpc fd `dev` (one ioctl) and checks its
+    /// status.
+    pub fn launch<S: Syscalls + ?Sized>(&mut self, sys: &S, dev: Fd, handle: u32) -> Result<BatchRun, BatchError> {
+        if self.count == 0 {
+            return Err(BatchError::Empty);
+        }
+        let mut args = self.invoke_args().map_err(|_| BatchError::Driver(Error::Invalid))?;
+        invoke_attrs(sys, dev, handle, &mut args).map_err(BatchError::Driver)?;
+        self.outcome()
+    }
+}
+
+impl fmt::Debug for Batch<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Batch")
+            .field("launches", &self.count)
+            .field("leases", &self.fds())
+            .field("record_bytes", &self.used)
+            .field("sc", &self.scalars_word())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::launch::abi::BATCH_MAGIC;
+    use crate::launch::ScalarType;
+    use hexrpc_drivers::adsprpc::FASTRPC_ATTR_NOVA;
+
+    fn sigs() -> [Signature; 2] {
+        [Signature::parse("buf,buf,u32").unwrap(), Signature::parse("buf,f32").unwrap()]
+    }
+
+    #[test]
+    fn packs_records_and_deduplicates_leases() {
+        let o = ();
+        let k = sigs();
+        let mut b = Batch::new(&k).unwrap();
+        let a = BufferRef::borrowing(&o, Fd(7), 8192, 0, 100);
+        let a2 = BufferRef::borrowing(&o, Fd(7), 8192, 4096, 200);
+        let c = BufferRef::borrowing(&o, Fd(9), 64, 16, 48);
+        assert_eq!(b.push(0, &[a, a2], &[Scalar::U32(5)]), Ok(0));
+        assert_eq!(b.push(1, &[c], &[Scalar::F32(1.5)]), Ok(1));
+        assert_eq!(b.push(0, &[c, a], &[Scalar::U32(6)]), Ok(2));
+        assert_eq!((b.len(), b.lease_count(), b.fds()), (3, 2, &[Fd(7), Fd(9)][..]));
+        let p0 = b.pra0();
+        assert_eq!(BATCH.header(p0), Some((BATCH_MAGIC, 3, 2, (40 + 28 + 40) as u32)));
+        assert_eq!(BATCH.record(p0, 16), Some((0, 2, 1)));
+        assert_eq!(BATCH.view(p0, 16, 1), Some((0, 4096, 200)));
+        assert_eq!(BATCH.scalar(p0, 16, 2, 0, ScalarType::U32), Some(Scalar::U32(5)));
+        assert_eq!(BATCH.record(p0, 56), Some((1, 1, 1)));
+        assert_eq!(BATCH.view(p0, 56, 0), Some((1, 16, 48)));
+        assert_eq!(BATCH.scalar(p0, 56, 1, 0, ScalarType::F32), Some(Scalar::F32(1.5)));
+        assert_eq!(BATCH.view(p0, 84, 0), Some((1, 16, 48)));
+        assert_eq!(BATCH.view(p0, 84, 1), Some((0, 0, 100)));
+        assert_eq!(BATCH.lease(b.pra1(), 0), Some((8192, 0)));
+        assert_eq!(BATCH.lease(b.pra1(), 1), Some((64, 0)));
+        assert_eq!(b.scalars_word().raw(), 0x0302_0102);
+        b.set_scalar(2, 0, Scalar::U32(77)).unwrap();
+        assert_eq!(BATCH.scalar(b.pra0(), 84, 2, 0, ScalarType::U32), Some(Scalar::U32(77)));
+        assert_eq!(
+            b.set_scalar(1, 0, Scalar::U32(1)),
+            Err(BatchError::Launch {
+                record: 1,
+                error: PackError::ScalarType { index: 0, expected: ScalarType::F32, got: ScalarType::U32 }
+            })
+        );
+        assert_eq!(b.set_scalar(3, 0, Scalar::U32(1)), Err(BatchError::NoSuchScalar { record: 3, index: 0 }));
+        assert_eq!(b.set_scalar(0, 1, Scalar::U32(1)), Err(BatchError::NoSuchScalar { record: 0, index: 1 }));
+        let args = b.invoke_args().unwrap();
+        assert_eq!(args.scalars().raw(), 0x0302_0102);
+        assert_eq!(args.fds(), &[-1, -1, -1, 7, 9]);
+        assert_eq!(args.attrs(), &[0, 0, 0, FASTRPC_ATTR_NOVA, FASTRPC_ATTR_NOVA]);
+        assert_eq!((args.pra()[0].buf().len, args.pra()[1].buf().len, args.pra()[2].buf().len), (16 + 108, 16, 24));
+    }
+
+    #[test]
+    fn refusals_leave_the_batch_unchanged() {
+        let o = ();
+        let k = sigs();
+        let mut b = Batch::new(&k).unwrap();
+        let ok = BufferRef::borrowing(&o, Fd(7), 8192, 0, 100);
+        b.push(1, &[ok], &[Scalar::F32(0.0)]).unwrap();
+        let before = (b.pra0().to_vec(), b.pra1().to_vec(), b.fds().to_vec());
+        let bad = |fd, lease, off, len| BufferRef::borrowing(&o, Fd(fd), lease, off, len);
+        let cases: [(usize, [BufferRef<'_>; 2], BatchError); 5] = [
+            (0, [ok, bad(8, 100, 90, 11)], BatchError::Launch { record: 1, error: PackError::ViewOutsideLease { buffer: 1 } }),
+            (0, [ok, bad(0, 100, 0, 1)], BatchError::Launch { record: 1, error: PackError::NoFd { buffer: 1 } }),
+            (0, [bad(8, 64, 0, 1), bad(7, 4096, 0, 1)], BatchError::LeaseMismatch { record: 1, buffer: 1 }),
+            (
+                0,
+                [ok, bad(8, 1 << 32, 0, 1)],
+                BatchError::Launch { record: 1, error: PackError::LeaseTooLong { buffer: 1, len: 1 << 32, max: u32::MAX as u64 } },
+            ),
+            (2, [ok, ok], BatchError::NoSuchKernel { kernel: 2, kernels: 2 }),
+        ];
+        for (kernel, bufs, want) in cases {
+            assert_eq!(b.push(kernel, &bufs, &[Scalar::U32(1)]), Err(want));
+        }
+        assert_eq!(
+            b.push(0, &[ok, ok], &[Scalar::I32(1)]),
+            Err(BatchError::Launch {
+                record: 1,
+                error: PackError::ScalarType { index: 0, expected: ScalarType::U32, got: ScalarType::I32 }
+            })
+        );
+        assert_eq!(
+            b.push(0, &[ok], &[Scalar::U32(1)]),
+            Err(BatchError::Launch { record: 1, error: PackError::BufferCount { expected: 2, got: 1 } })
+        );
+        assert_eq!((b.pra0().to_vec(), b.pra1().to_vec(), b.fds().to_vec()), before);
+        assert_eq!(b.len(), 1);
+        assert!(matches!(Batch::new(&[Signature::parse("").unwrap(); 65]), Err(BatchError::TooManyKernels { count: 65 })));
+    }
+
+    #[test]
+    fn capacity_is_enforced() {
+        let o = ();
+        let k = [Signature::parse("buf").unwrap(), Signature::parse("buf,buf,buf,buf,buf,buf,buf,buf,buf,buf,buf,buf,buf,buf,buf,u64,u64,u64,u64,u64,u64,u64,u64,u64,u64,u64,u64,u64,u64,u64,u64,u64,u64,u64,u64").unwrap()];
+        // Leases: 15 distinct fine, the 16th refused.
+        let mut b = Batch::new(&k).unwrap();
+        let leases: [BufferRef<'_>; 16] = core::array::from_fn(|i| BufferRef::borrowing(&o, Fd(10 + i as i32), 64, 0, 64));
+        for l in &leases[..15] {
+            b.push(0, &[*l], &[]).unwrap();
+        }
+        assert_eq!(b.push(0, &[leases[15]], &[]), Err(BatchError::TooManyLeases { capacity: 15 }));
+        assert_eq!(b.lease_count(), 15);
+        // Records: 64 fine, the 65th refused.
+        let mut b = Batch::new(&k).unwrap();
+        for _ in 0..64 {
+            b.push(0, &[leases[0]], &[]).unwrap();
+        }
+        assert_eq!(b.push(0, &[leases[0]], &[]), Err(BatchError::TooManyLaunches { capacity: 64 }));
+        // Record bytes: 8 + 15 * 12 + 20 * 8 = 348 bytes a record; the 24th needs 8352 > 8192.
+        let mut b = Batch::new(&k).unwrap();
+        let views: [BufferRef<'_>; 15] = core::array::from_fn(|i| leases[i]);
+        let sc = [Scalar::U64(1); 20];
+        for _ in 0..23 {
+            b.push(1, &views, &sc).unwrap();
+        }
+        assert_eq!(b.push(1, &views, &sc), Err(BatchError::RecordBytes { needed: 24 * 348, capacity: 8192 }));
+        assert_eq!(b.record_bytes(), 23 * 348);
+    }
+
+    #[test]
+    fn outcome_reads_the_status() {
+        let o = ();
+        let k = sigs();
+        let mut b = Batch::new(&k).unwrap();
+        let v = BufferRef::borrowing(&o, Fd(7), 8192, 0, 100);
+        for _ in 0..3 {
+            b.push(1, &[v], &[Scalar::F32(0.0)]).unwrap();
+        }
+        assert_eq!(b.outcome(), Err(BatchError::NotRun));
+        let put = |b: &mut Batch<'_>, done: u32, failed: u32, code: i32| {
+            b.status[..4].copy_from_slice(b"HRXB");
+            b.status[4..8].copy_from_slice(&done.to_le_bytes());
+            b.status[8..12].copy_from_slice(&failed.to_le_bytes());
+            b.status[12..16].copy_from_slice(&code.to_le_bytes());
+            b.status[16..24].copy_from_slice(&42u64.to_le_bytes());
+        };
+        put(&mut b, 3, u32::MAX, 0);
+        assert_eq!(b.outcome(), Ok(BatchRun { launches: 3, dsp_micros: 42 }));
+        put(&mut b, 1, 1, 9);
+        assert_eq!(b.outcome(), Err(BatchError::KernelFailed { record: 1, kernel: 1, code: 9, done: 1 }));
+        for (done, failed, code) in [(2, u32::MAX, 0), (1, 2, 9), (1, 1, 0), (3, 3, 1)] {
+            put(&mut b, done, failed, code);
+            assert!(matches!(b.outcome(), Err(BatchError::BadStatus { .. })), "{done} {failed} {code}");
+        }
+        let mut empty = Batch::new(&k).unwrap();
+        assert_eq!(empty.launch(&hexrpc_drivers::RustixSys, Fd(-1), 1), Err(BatchError::Empty));
+    }
+}

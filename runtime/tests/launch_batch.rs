@@ -1,0 +1,308 @@
+//! Batches through the whole stack on the bench: HAL session, reverse service, the runtime's
+//! `Batch`, the driver model and the DSP's batch entry model with its HAP ledger. One ioctl per
+//! batch, one `HAP_mmap` per distinct lease per call, every refusal before any ioctl or (on the
+//! DSP side) before any map, a failing kernel reported with its record, recovery after a DSP
+//! restart in the middle of a batch.
+
+use std::time::Duration;
+
+use hexrpc_bench::{elf, Bench, CallKind, LedgerEvent, LibraryModel, TableKernel};
+use hexrpc_bsp::DeviceAccess;
+use hexrpc_drivers::adsprpc::InvokeArgs;
+use hexrpc_drivers::aee;
+use hexrpc_hal::{BufferView, Cause};
+use hexrpc_runtime::launch::{
+    Batch, BatchError, BatchRun, BufferRef, PackError, Scalar, Signature, BATCH, MAX_ARGS, MAX_BATCH_LAUNCHES, MAX_BATCH_LEASES,
+};
+use hexrpc_runtime::reverse::FilePolicy;
+use hexrpc_runtime::ServedSession;
+
+fn serve(bench: &Bench) -> ServedSession<Bench> {
+    ServedSession::start(bench.clone(), &DeviceAccess::for_bench(), FilePolicy::for_board(bench.board()).unwrap()).unwrap()
+}
+
+fn image(name: &str) -> &'static [u8] {
+    Box::leak(elf::library_image(name, 4096).into_boxed_slice())
+}
+
+/// The kernel table: 0 `add` (out[i] = a[i] + b[i] + c), 1 `scale` (x[i] *= m), 2 `check`
+/// (returns its code), 3 `boom` (the DSP restarts while it runs).
+fn signatures() -> Vec<Signature> {
+    ["buf,buf,buf,u32", "buf,u32", "buf,i32", "buf"].iter().map(|s| Signature::parse(s).unwrap()).collect()
+}
+
+fn table() -> LibraryModel {
+    LibraryModel::table(vec![
+        TableKernel::new(3, 1, |k| {
+            let c = k.scalar_u32(0).unwrap_or(0) as u8;
+            let (a, b) = (k.read_all(0).unwrap_or_default(), k.read_all(1).unwrap_or_default());
+            let out: Vec<u8> = a.iter().zip(&b).map(|(x, y)| x.wrapping_add(*y).wrapping_add(c)).collect();
+            let _ = k.write(2, 0, &out);
+            k.set_simulated_time(Duration::from_micros(5));
+        }),
+        TableKernel::new(1, 1, |k| {
+            let m = k.scalar_u32(0).unwrap_or(0) as u8;
+            let x: Vec<u8> = k.read_all(0).unwrap_or_default().iter().map(|v| v.wrapping_mul(m)).collect();
+            let _ = k.write(0, 0, &x);
+            k.set_simulated_time(Duration::from_micros(3));
+        }),
+        TableKernel::new(1, 1, |k| {
+            let code = k.scalar_u32(0).unwrap_or(0) as i32;
+            let _ = k.write(0, 0, &[0x5A]);
+            k.fail(code);
+        }),
+        TableKernel::new(1, 0, |k| k.restart_dsp()),
+    ])
+}
+
+fn read(v: &BufferView<'_>) -> Vec<u8> {
+    let mut b = vec![0u8; v.len()];
+    v.read(&mut b).unwrap();
+    b
+}
+
+fn maps_unmaps(bench: &Bench) -> (usize, usize, usize) {
+    let ev: Vec<LedgerEvent> = bench.ledger().into_iter().map(|e| e.event).collect();
+    let maps = ev.iter().filter(|e| matches!(e, LedgerEvent::Map { .. })).count();
+    let unmaps = ev.iter().filter(|e| matches!(e, LedgerEvent::Unmap { matched: true, .. })).count();
+    let kernels = ev.iter().filter(|e| matches!(e, LedgerEvent::BatchKernel { .. })).count();
+    (maps, unmaps, kernels)
+}
+
+#[test]
+fn batches_of_1_to_64_launches_over_shared_leases_cross_once_and_map_each_lease_once() {
+    let bench = Bench::new();
+    let start = bench.snapshot();
+    {
+        bench.register_library("table", table());
+        let served = serve(&bench);
+        let lib = served.open_library("table", image("table")).unwrap();
+        let sigs = signatures();
+        // Two leases, every view at a non-zero offset; both leases shared by many launches.
+        let mut weights = served.session().alloc(64 * 1024).unwrap();
+        let mut acts = served.session().alloc(64 * 1024).unwrap();
+        weights.fill(0, 64 * 1024, 3).unwrap();
+        for k in 1..=MAX_BATCH_LAUNCHES {
+            acts.fill(0, 64 * 1024, 1).unwrap();
+            // Launch r: add(w[r], a[r], a[r + 1], r) then, every third, scale(a[r + 1], 2).
+            let w: Vec<BufferView<'_>> = (0..k).map(|r| weights.view(64 + 512 * r, 256).unwrap()).collect();
+            let a: Vec<BufferView<'_>> = (0..=k).map(|r| acts.view(32 + 512 * r, 256).unwrap()).collect();
+            let mut batch = Batch::new(&sigs).unwrap();
+            let mut want = vec![1u8; k + 1];
+            for r in 0..k {
+                if r % 3 == 2 {
+                    batch.push(1, &[BufferRef::of(&a[r])], &[Scalar::U32(2)]).unwrap();
+                    want[r] = want[r].wrapping_mul(2);
+                    continue;
+                }
+                batch.push(0, &[BufferRef::of(&w[r]), BufferRef::of(&a[r]), BufferRef::of(&a[r + 1])], &[Scalar::U32(r as u32)]).unwrap();
+                want[r + 1] = 3u8.wrapping_add(want[r]).wrapping_add(r as u8);
+            }
+            assert_eq!(batch.lease_count(), 2);
+            bench.clear_ledger();
+            let invokes = bench.counts().of(CallKind::RpcInvokeAttrs);
+            let calls: u64 = bench.counts().calls.values().sum();
+            let run = batch.run(&lib).unwrap();
+            assert_eq!(run.launches, k);
+            assert_eq!(bench.counts().of(CallKind::RpcInvokeAttrs) - invokes, 1, "one crossing for {k} launches");
+            assert_eq!(bench.counts().calls.values().sum::<u64>() - calls, 1, "nothing else crossed");
+            assert_eq!(maps_unmaps(&bench), (2, 2, k), "one map and one unmap per lease per call");
+            assert_eq!(bench.ledger_mismatches(), 0, "{:?}", bench.ledger());
+            for (r, view) in a.iter().enumerate() {
+                assert!(read(view).iter().all(|&b| b == want[r]), "k={k} view {r}: {:?} != {}", &read(view)[..4], want[r]);
+            }
+        }
+        drop(lib);
+        served.stop().unwrap();
+    }
+    assert_eq!(bench.settle(&start, Duration::from_secs(2)), start);
+}
+
+#[test]
+fn a_batch_is_built_once_and_run_many_times_with_updated_scalars() {
+    let bench = Bench::new();
+    bench.register_library("table", table());
+    let served = serve(&bench);
+    let lib = served.open_library("table", image("table")).unwrap();
+    let sigs = signatures();
+    let mut lease = served.session().alloc(8192).unwrap();
+    lease.fill(0, 8192, 1).unwrap();
+    let x = lease.view(100, 50).unwrap();
+    let mut batch = Batch::new(&sigs).unwrap();
+    let r0 = batch.push(1, &[BufferRef::of(&x)], &[Scalar::U32(1)]).unwrap();
+    let r1 = batch.push(1, &[BufferRef::of(&x)], &[Scalar::U32(1)]).unwrap();
+    let invokes = bench.counts().of(CallKind::RpcInvokeAttrs);
+    let mut want = 1u8;
+    for m in 1..=20u32 {
+        batch.set_scalar(r0, 0, Scalar::U32(m)).unwrap();
+        batch.set_scalar(r1, 0, Scalar::U32(m + 1)).unwrap();
+        assert_eq!(batch.run(&lib), Ok(BatchRun { launches: 2, dsp_micros: 6 }));
+        want = want.wrapping_mul(m as u8).wrapping_mul(m as u8 + 1);
+        assert!(read(&x).iter().all(|&b| b == want), "m={m}");
+    }
+    assert_eq!(bench.counts().of(CallKind::RpcInvokeAttrs) - invokes, 20);
+    assert_eq!(
+        batch.set_scalar(r0, 0, Scalar::I32(1)).unwrap_err(),
+        BatchError::Launch {
+            record: 0,
+            error: PackError::ScalarType {
+                index: 0,
+                expected: hexrpc_runtime::launch::ScalarType::U32,
+                got: hexrpc_runtime::launch::ScalarType::I32
+            }
+        }
+    );
+    drop(lib);
+    served.stop().unwrap();
+}
+
+#[test]
+fn a_batch_that_does_not_fit_is_refused_before_any_ioctl() {
+    let bench = Bench::new();
+    bench.register_library("table", table());
+    let served = serve(&bench);
+    let lib = served.open_library("table", image("table")).unwrap();
+    let sigs = signatures();
+    let leases: Vec<_> = (0..=MAX_BATCH_LEASES).map(|_| served.session().alloc(4096).unwrap()).collect();
+    let views: Vec<BufferView<'_>> = leases.iter().map(|l| l.view(8, 8).unwrap()).collect();
+    let calls: u64 = bench.counts().calls.values().sum();
+    let mut batch = Batch::new(&sigs).unwrap();
+    for v in &views[..MAX_BATCH_LEASES] {
+        batch.push(1, &[BufferRef::of(v)], &[Scalar::U32(1)]).unwrap();
+    }
+    assert_eq!(
+        batch.push(1, &[BufferRef::of(&views[MAX_BATCH_LEASES])], &[Scalar::U32(1)]),
+        Err(BatchError::TooManyLeases { capacity: 15 })
+    );
+    for _ in MAX_BATCH_LEASES..MAX_BATCH_LAUNCHES {
+        batch.push(1, &[BufferRef::of(&views[0])], &[Scalar::U32(1)]).unwrap();
+    }
+    assert_eq!(batch.push(1, &[BufferRef::of(&views[0])], &[Scalar::U32(1)]), Err(BatchError::TooManyLaunches { capacity: 64 }));
+    let mut empty = Batch::new(&sigs).unwrap();
+    assert_eq!(empty.run(&lib), Err(BatchError::Empty));
+    assert_eq!(bench.counts().calls.values().sum::<u64>(), calls, "no system call for any refusal");
+    // The full batch itself runs.
+    assert_eq!(batch.run(&lib).map(|r| r.launches), Ok(MAX_BATCH_LAUNCHES));
+    assert_eq!(maps_unmaps(&bench), (15, 15, 64));
+    drop(lib);
+    served.stop().unwrap();
+}
+
+#[test]
+fn a_hostile_record_is_refused_on_the_dsp_before_anything_is_mapped() {
+    let bench = Bench::new();
+    bench.register_library("table", table());
+    let served = serve(&bench);
+    let lib = served.open_library("table", image("table")).unwrap();
+    let sigs = signatures();
+    let lease = served.session().alloc(8192).unwrap();
+    let (a, b, c) = (lease.view(0, 64).unwrap(), lease.view(64, 64).unwrap(), lease.view(4096, 64).unwrap());
+    let mut batch = Batch::new(&sigs).unwrap();
+    batch.push(1, &[BufferRef::of(&a)], &[Scalar::U32(2)]).unwrap();
+    batch.push(0, &[BufferRef::of(&a), BufferRef::of(&b), BufferRef::of(&c)], &[Scalar::U32(1)]).unwrap();
+    let good = batch.pra0().to_vec();
+    let lease_table = batch.pra1().to_vec();
+    let second = 16 + BATCH.record_len(1, 1);
+    let put = |v: &mut Vec<u8>, at: usize, x: u32| v[at..at + 4].copy_from_slice(&x.to_le_bytes());
+    let mut cases: Vec<(&str, Vec<u8>)> = Vec::new();
+    for (what, at, x) in [
+        ("kernel index", second, 9),
+        ("lease index", second + BATCH.view_at(2) + BATCH.view_lease_at, 1),
+        ("offset past lease", second + BATCH.view_at(2) + BATCH.view_offset_at, 8190),
+        ("length past lease", second + BATCH.view_at(1) + BATCH.view_len_at, 8192),
+        ("record count", BATCH.count_at, 3),
+        ("record bytes", BATCH.bytes_at, 7),
+    ] {
+        let mut v = good.clone();
+        put(&mut v, at, x);
+        cases.push((what, v));
+    }
+    for (what, pra0) in cases {
+        bench.clear_ledger();
+        let mut status = [0u8; 24];
+        let mut args = InvokeArgs::<'_, MAX_ARGS>::new(BATCH.method).unwrap();
+        args.input(&pra0).unwrap().input(&lease_table).unwrap().output(&mut status).unwrap();
+        args.out_handle(lease.fd(), BATCH.handle_attr).unwrap();
+        let err = lib.invoke(&mut args).unwrap_err();
+        assert_eq!(err.cause, Cause::Dsp(aee::AEE_EBADPARM), "{what}");
+        let ev: Vec<LedgerEvent> = bench.ledger().into_iter().map(|e| e.event).collect();
+        assert_eq!(ev, vec![LedgerEvent::Refused { code: aee::AEE_EBADPARM }], "{what}: nothing mapped, nothing ran");
+    }
+    // The unaltered batch runs.
+    assert_eq!(batch.run(&lib).map(|r| r.launches), Ok(2));
+    drop(lib);
+    served.stop().unwrap();
+}
+
+#[test]
+fn a_failing_kernel_stops_the_batch_and_every_mapping_is_released() {
+    let bench = Bench::new();
+    let start = bench.snapshot();
+    {
+        bench.register_library("table", table());
+        let served = serve(&bench);
+        let lib = served.open_library("table", image("table")).unwrap();
+        let sigs = signatures();
+        let mut l1 = served.session().alloc(8192).unwrap();
+        let mut l2 = served.session().alloc(8192).unwrap();
+        l1.fill(0, 8192, 1).unwrap();
+        l2.fill(0, 8192, 1).unwrap();
+        let (x, y, z) = (l1.view(16, 8).unwrap(), l2.view(32, 8).unwrap(), l2.view(4000, 8).unwrap());
+        let mut batch = Batch::new(&sigs).unwrap();
+        batch.push(1, &[BufferRef::of(&x)], &[Scalar::U32(3)]).unwrap();
+        batch.push(2, &[BufferRef::of(&y)], &[Scalar::I32(0)]).unwrap();
+        let failing = batch.push(2, &[BufferRef::of(&z)], &[Scalar::I32(-9)]).unwrap();
+        batch.push(1, &[BufferRef::of(&x)], &[Scalar::U32(5)]).unwrap();
+        assert_eq!(batch.run(&lib), Err(BatchError::KernelFailed { record: failing, kernel: 2, code: -9, done: 2 }));
+        assert_eq!(read(&x), vec![3; 8], "record 0 ran, record 3 did not");
+        assert_eq!(read(&z)[0], 0x5A, "the failing record ran");
+        assert_eq!(maps_unmaps(&bench), (2, 2, 3), "every lease unmapped; the record after the failure did not run");
+        assert_eq!(bench.ledger_mismatches(), 0);
+        // The session is fine: the same batch runs again once the kernel succeeds.
+        batch.set_scalar(failing, 0, Scalar::I32(0)).unwrap();
+        assert_eq!(batch.run(&lib).map(|r| r.launches), Ok(4));
+        assert_eq!(read(&x), vec![45; 8]);
+        // A library without batch support: the status comes back without HRXB.
+        bench.register_library("single", LibraryModel::new(hexrpc_bench::EntryVersion::V2, 1, 1, |_| {}));
+        let single = served.open_library("single", image("single")).unwrap();
+        assert_eq!(batch.run(&single), Err(BatchError::NotRun));
+        drop(single);
+        drop(lib);
+        served.stop().unwrap();
+    }
+    assert_eq!(bench.settle(&start, Duration::from_secs(2)), start);
+}
+
+#[test]
+fn a_dsp_restart_in_the_middle_of_a_batch_is_recovered() {
+    let bench = Bench::new();
+    let start = bench.snapshot();
+    {
+        bench.register_library("table", table());
+        let served = serve(&bench);
+        let lib = served.open_library("table", image("table")).unwrap();
+        let sigs = signatures();
+        let mut lease = served.session().alloc(8192).unwrap();
+        lease.fill(0, 8192, 1).unwrap();
+        let x = lease.view(8, 8).unwrap();
+        let mut boom = Batch::new(&sigs).unwrap();
+        boom.push(1, &[BufferRef::of(&x)], &[Scalar::U32(2)]).unwrap();
+        boom.push(3, &[BufferRef::of(&x)], &[]).unwrap();
+        boom.push(1, &[BufferRef::of(&x)], &[Scalar::U32(7)]).unwrap();
+        let err = boom.run(&lib).unwrap_err();
+        assert!(matches!(err, BatchError::Hal(e) if e.cause == Cause::DspRestart), "{err:?}");
+        assert_eq!(read(&x), vec![2; 8], "the records before the restart ran, the one after did not");
+        assert!(!served.session().is_healthy());
+        served.session().recover().unwrap();
+        // The leases and the library survive on the host side; a batch runs on the new process.
+        let mut batch = Batch::new(&sigs).unwrap();
+        batch.push(1, &[BufferRef::of(&x)], &[Scalar::U32(3)]).unwrap();
+        batch.push(1, &[BufferRef::of(&x)], &[Scalar::U32(5)]).unwrap();
+        assert_eq!(batch.run(&lib).map(|r| r.launches), Ok(2));
+        assert_eq!(read(&x), vec![30; 8]);
+        assert_eq!(bench.ledger_mismatches(), 0);
+        drop(lib);
+        served.stop().unwrap();
+    }
+    assert_eq!(bench.settle(&start, Duration::from_secs(2)), start);
+}
