@@ -32,6 +32,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes};
 use pyo3::{create_exception, ffi};
 
+mod probe;
+
 create_exception!(hexrpc, Error, PyException, "Base class of every hexrpc error; carries `stage`, `cause` and `status`.");
 create_exception!(hexrpc, HandleError, Error, "The session, lease, view or library was closed (or never opened).");
 create_exception!(hexrpc, InvalidArgument, Error, "An argument is invalid: a range outside its lease, a bad signature or name.");
@@ -460,9 +462,10 @@ impl Library {
         if let Some(scalars) = scalars {
             for (i, v) in scalars.try_iter()?.enumerate() {
                 let v = v?;
-                let ty = *self.types.get(i).ok_or_else(|| {
-                    py_err(Failure::refused(format!("more scalars than the signature's {}", self.types.len())))
-                })?;
+                let ty = *self
+                    .types
+                    .get(i)
+                    .ok_or_else(|| py_err(Failure::refused(format!("more scalars than the signature's {}", self.types.len()))))?;
                 sc.push(scalar(ty, &v, i)?);
             }
         }
@@ -566,6 +569,8 @@ fn _hexrpc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("Failed", py.get_type::<Failed>())?;
     m.add_function(wrap_pyfunction!(bench_model_image, m)?)?;
     m.add_function(wrap_pyfunction!(bench_kernel_image, m)?)?;
+    m.add_function(wrap_pyfunction!(probe::detect_board, m)?)?;
+    m.add_function(wrap_pyfunction!(probe::bench_counters, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }
