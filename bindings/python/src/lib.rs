@@ -32,6 +32,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes};
 use pyo3::{create_exception, ffi};
 
+mod batch;
 mod probe;
 
 create_exception!(hexrpc, Error, PyException, "Base class of every hexrpc error; carries `stage`, `cause` and `status`.");
@@ -559,6 +560,7 @@ fn _hexrpc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Lease>()?;
     m.add_class::<View>()?;
     m.add_class::<Library>()?;
+    m.add_class::<batch::Batch>()?;
     m.add("Error", py.get_type::<Error>())?;
     m.add("HandleError", py.get_type::<HandleError>())?;
     m.add("InvalidArgument", py.get_type::<InvalidArgument>())?;
