@@ -9,6 +9,7 @@ mod json;
 mod logging;
 mod probe;
 mod progress;
+mod run;
 mod selftest;
 
 use std::io::Write as _;
@@ -28,6 +29,7 @@ COMMANDS:
                 reverse file service's throughput
     abi         Print the kernel ABI (structs, ioctl numbers, constants) of this build
     build-lib   Build a DSP library (.so) from kernel C: generated entry + kernel, for Hexagon
+    run         Launch a library's kernel with buffers from files, on the device or the bench
     reverse-replay
                 Feed recorded DSP reverse requests through the hardened file service
     help        Print this help, or a command's help: hexrpc help <COMMAND>
@@ -114,12 +116,20 @@ hexrpc build-lib - build a Hexagon library from a kernel written in C
 
 USAGE:
     hexrpc build-lib KERNEL.c --signature SIG -o LIB.so [OPTIONS]
+    hexrpc build-lib [OPTIONS] -- KERNEL.c      (a file name that starts with -)
 
 Generates the DSP-side `entry` wrapper for the kernel's signature (launch ABI v2
 unless --v1), compiles it and KERNEL.c with clang-19 for Hexagon (v65, HVX 128 B,
 -O2, -fPIC, freestanding), links a shared object with ld.lld-19 with every
-section aligned to 4 KiB, and checks the result (Hexagon ELF, `entry` exported).
-Intermediate files are kept in LIB.so.build/.
+section aligned to 4 KiB, and records the signature and ABI version in it (a
+.note.hexrpc section that `hexrpc run` checks).
+
+Checks: the kernel function exists and matches the signature (it is compiled
+against a prototype generated from SIG), every symbol the library imports is
+one the DSP provides (others are named), -o is not the kernel source, and the
+kernel is a file. Each build starts from a fresh LIB.so.build/ work directory,
+where the intermediate files stay. Needs clang-19 and ld.lld-19
+(apt-get install clang-19 lld-19).
 
 SIGNATURE:
     Comma-separated parameter kinds, buffers first: buf, i8, u8, i16, u16, i32,
@@ -138,6 +148,49 @@ OPTIONS:
     -h, --help        Print this help
 
 EXIT STATUS: 0 on success, 1 when the build fails, 2 on usage errors.
+";
+
+const RUN_HELP: &str = "\
+hexrpc run - launch a library on the device or on the bench
+
+USAGE:
+    hexrpc run LIBRARY.so --signature SIG [--abi v1|v2] [--bench | --device]
+               [--arg SPEC]... [--repeat N] [--deadline-ms MS] [--json]
+
+Opens LIBRARY.so on the DSP (served through the reverse file service), launches
+its entry N times with one --arg per parameter of SIG, in order, and writes the
+output buffers. The library's build record (from build-lib) must agree with
+--signature and --abi; libraries built elsewhere are taken as described.
+
+ARGUMENTS:
+    buf parameter   comma-separated key=value: in=FILE (initial contents),
+                    out=FILE (written after the last launch), size=BYTES (default:
+                    the size of in), offset=BYTES (the view's offset inside its own
+                    lease, default 0). Each buffer gets its own ION lease of
+                    offset+size bytes rounded up to a page.
+    scalar          the literal value (23, -1.5), parsed by the signature's type
+
+OPTIONS:
+    --signature SIG   The kernel's parameters, as for build-lib (required)
+    --abi v1|v2       The launch ABI of the library's entry (default v2); v1 with a
+                      non-zero offset is refused before anything is sent
+    --bench           Run on the bench: the library runs under qemu-hexagon
+                      (needs clang-19, ld.lld-19 and qemu-hexagon)
+    --device          Run on the device (the default when /dev/adsprpc-smd exists)
+    --arg SPEC        One per parameter, in order
+    --repeat N        Launch N times (default 1); times are reported as p50/p99
+    --deadline-ms MS  Abandon a launch that has not returned after MS milliseconds
+    --json            Print {\"library\", \"abi\", \"mode\", \"launches\",
+                      \"dsp_us\": {\"p50\", \"p99\"}, \"round_trip_us\": {\"p50\", \"p99\"},
+                      \"outputs\": [{\"arg\", \"file\", \"bytes\"}]}
+    -h, --help        Print this help
+
+Prints the DSP-reported time around the kernel and the host round trip. On the
+bench both are emulated figures (host clock under qemu-hexagon), never device
+figures.
+
+EXIT STATUS: 0 on success, 1 when the launch failed or was refused (the reason
+on stderr), 2 on usage errors.
 ";
 
 const REPLAY_HELP: &str = "\
@@ -256,6 +309,7 @@ enum Command {
     BuildLib(BuildLib),
     Replay { json: bool, policy: Option<std::path::PathBuf>, files: Vec<std::path::PathBuf> },
     Bench { json: bool, long: bool },
+    Run(run::RunArgs),
     Selftest { json: bool, platform: Option<selftest::Platform> },
 }
 
@@ -287,6 +341,7 @@ fn parse(args: Vec<std::ffi::OsString>) -> Result<(i32, Command), Usage> {
     let mut long = false;
     let mut library = None;
     let mut probe_bench = false;
+    let mut ra = run::RunArgs::default();
     while let Some(arg) = p.next()? {
         match arg {
             Short('h') | Long("help") => return Ok((verbosity, Command::Help(Some(command)))),
@@ -310,6 +365,15 @@ fn parse(args: Vec<std::ffi::OsString>) -> Result<(i32, Command), Usage> {
             Long("clang") if command == "build-lib" => bl.clang = Some(p.value()?.into()),
             Long("lld") if command == "build-lib" => bl.lld = Some(p.value()?.into()),
             Value(v) if command == "build-lib" && bl.kernel.is_none() => bl.kernel = Some(v.into()),
+            Long("signature") if command == "run" => ra.signature = Some(p.value()?.string()?),
+            Long("abi") if command == "run" => ra.abi = Some(p.value()?.string()?),
+            Long("bench") if command == "run" => ra.mode = Some(run::Mode::Bench),
+            Long("device") if command == "run" => ra.mode = Some(run::Mode::Device),
+            Long("arg") if command == "run" => ra.args.push(p.value()?.string()?),
+            Long("repeat") if command == "run" => ra.repeat = Some(p.value()?.string()?),
+            Long("deadline-ms") if command == "run" => ra.deadline_ms = Some(p.value()?.string()?),
+            Long("json") if command == "run" => ra.json = true,
+            Value(v) if command == "run" && ra.library.is_none() => ra.library = Some(v.into()),
             Long("bench") if command == "selftest" => platform = Some(selftest::Platform::Bench),
             Long("device") if command == "selftest" => platform = Some(selftest::Platform::Device),
             Value(v) if command == "help" && topic.is_none() => topic = Some(v.string()?),
@@ -333,6 +397,12 @@ fn parse(args: Vec<std::ffi::OsString>) -> Result<(i32, Command), Usage> {
             }
             Command::BuildLib(bl)
         }
+        "run" => {
+            if ra.library.is_none() || ra.signature.is_none() {
+                return Err(Usage("run needs LIBRARY.so and --signature SIG (try 'hexrpc run --help')".into()));
+            }
+            Command::Run(ra)
+        }
         "selftest" => Command::Selftest { json, platform },
         other => return Err(Usage(format!("unknown command '{other}' (try 'hexrpc help')"))),
     };
@@ -348,12 +418,13 @@ fn help(topic: Option<&str>) -> Result<&'static str, Usage> {
         Some("build-lib") => Ok(BUILD_LIB_HELP),
         Some("bench") => Ok(BENCH_HELP),
         Some("reverse-replay") => Ok(REPLAY_HELP),
+        Some("run") => Ok(RUN_HELP),
         Some("help") => Ok(USAGE),
         Some(t) => Err(Usage(format!("no help for unknown command '{t}'"))),
     }
 }
 
-fn print(s: &str) -> ExitCode {
+pub(crate) fn print(s: &str) -> ExitCode {
     let mut out = std::io::stdout().lock();
     match out.write_all(s.as_bytes()).and_then(|_| out.flush()) {
         Ok(()) => ExitCode::SUCCESS,
@@ -525,6 +596,7 @@ fn main() -> ExitCode {
         Command::Version => print(concat!("hexrpc ", env!("CARGO_PKG_VERSION"), "\n")),
         Command::Abi { json } => print(&if json { abi::to_json() } else { abi::to_text() }),
         Command::BuildLib(bl) => build_lib(bl),
+        Command::Run(ra) => run::run(ra),
         Command::Bench { json, long } => {
             let figures = {
                 let mut progress = progress::Progress::new();

@@ -325,3 +325,188 @@ fn probe_device_names_the_missing_node() {
     let first_step = text.lines().nth(1).unwrap();
     assert!(first_step.starts_with("FAIL") && first_step.contains("missing /dev/ion"), "{text}");
 }
+
+/// Runs the binary in `dir` (for relative operands), like [`hexrpc`].
+fn hexrpc_in(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
+    let bin = env!("CARGO_BIN_EXE_hexrpc");
+    Command::new(bin).args(args).current_dir(dir).env_remove("HEXRPC_LOG").output().expect("run hexrpc")
+}
+
+fn stderr_of(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn f32_file(path: &std::path::Path, xs: &[f32]) {
+    std::fs::write(path, xs.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>()).unwrap();
+}
+
+/// Issue 11: `hexrpc run` on the bench, end to end, for a suite kernel built with `build-lib`.
+#[test]
+fn run_launches_a_build_lib_library_on_the_bench() {
+    if let Err(e) = hexrpc_bench::executor::tools_available() {
+        println!("SKIPPED: {e}");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("hexrpc-cli-run-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let hexagon = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/hexagon");
+    let lib = dir.join("add_f32.so");
+    let include = format!("--cflag=-I{}", hexagon.join("runtime").display());
+    let kernels = hexagon.join("kernels/kernels.c");
+    let built = hexrpc(&[
+        "build-lib",
+        kernels.to_str().unwrap(),
+        "--kernel",
+        "add_f32",
+        "--signature",
+        "buf,buf,buf,u32",
+        "-o",
+        lib.to_str().unwrap(),
+        &include,
+        "--cflag=-Dhrx_expf=expf",
+        "--cflag=-ffp-contract=off",
+    ]);
+    assert!(built.status.success(), "build-lib: {}", stderr_of(&built));
+
+    let n = 64usize;
+    let a: Vec<f32> = (0..n).map(|i| i as f32 * 0.25).collect();
+    let b: Vec<f32> = (0..n).map(|i| 100.0 - i as f32).collect();
+    let (fa, fb, fo) = (dir.join("a.bin"), dir.join("b.bin"), dir.join("o.bin"));
+    f32_file(&fa, &a);
+    f32_file(&fb, &b);
+    let arg_a = format!("in={},offset=12", fa.display());
+    let arg_b = format!("in={},offset=4100", fb.display());
+    let arg_o = format!("size={},offset=8,out={}", 4 * n, fo.display());
+    let lib_s = lib.to_str().unwrap();
+    let common = ["run", lib_s, "--signature", "buf,buf,buf,u32", "--bench"];
+    fn with<'a>(common: &[&'a str], extra: &[&'a str]) -> Vec<&'a str> {
+        let mut v: Vec<&str> = common.to_vec();
+        v.extend_from_slice(extra);
+        v
+    }
+    let out = hexrpc(&with(&common, &["--arg", &arg_a, "--arg", &arg_b, "--arg", &arg_o, "--arg", "64", "--repeat", "100", "--json"]));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("run --json is JSON");
+    assert_eq!(v["library"], lib_s);
+    assert_eq!((v["abi"].as_str(), v["mode"].as_str(), v["launches"].as_u64()), (Some("v2"), Some("bench"), Some(100)));
+    for k in ["dsp_us", "round_trip_us"] {
+        assert!(v[k]["p50"].is_number() && v[k]["p99"].is_number(), "{v}");
+        assert!(v[k]["p50"].as_f64().unwrap() <= v[k]["p99"].as_f64().unwrap(), "{v}");
+    }
+    println!(
+        "FIGURE hexrpc run --repeat 100 on the bench (emulated under qemu-hexagon, host wall time per launch): p50 {} us, p99 {} us; DSP-reported (emulator clock) p50 {} us",
+        v["round_trip_us"]["p50"], v["round_trip_us"]["p99"], v["dsp_us"]["p50"]
+    );
+    let outputs = v["outputs"].as_array().unwrap();
+    assert_eq!(outputs.len(), 1);
+    assert_eq!((outputs[0]["arg"].as_u64(), outputs[0]["bytes"].as_u64()), (Some(3), Some(4 * n as u64)));
+    assert_eq!(outputs[0]["file"], fo.to_str().unwrap());
+    let got: Vec<f32> = std::fs::read(&fo).unwrap().chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
+    assert_eq!(got, a.iter().zip(&b).map(|(x, y)| x + y).collect::<Vec<_>>());
+
+    // The text report says what the figures are.
+    let text = hexrpc(&with(&common, &["--arg", &arg_a, "--arg", &arg_b, "--arg", &arg_o, "--arg", "64"]));
+    assert_eq!(text.status.code(), Some(0), "{}", stderr_of(&text));
+    let t = String::from_utf8_lossy(&text.stdout);
+    assert!(t.contains("DSP-reported time") && t.contains("qemu-hexagon") && t.contains("not device figures"), "{t}");
+
+    // Exit 1: v1 with a non-zero offset (refused before anything is sent), a signature the
+    // library was not built for, a launch with no DSP and no --bench.
+    let v1 = hexrpc(&with(&common, &["--abi", "v1", "--arg", &arg_a, "--arg", &arg_b, "--arg", &arg_o, "--arg", "64"]));
+    assert_eq!(v1.status.code(), Some(1));
+    assert!(stderr_of(&v1).contains("use --abi v2"), "{}", stderr_of(&v1));
+    let wrong = hexrpc(&[
+        "run",
+        lib_s,
+        "--signature",
+        "buf,buf,buf,i32",
+        "--bench",
+        "--arg",
+        &arg_a,
+        "--arg",
+        &arg_b,
+        "--arg",
+        &arg_o,
+        "--arg",
+        "64",
+    ]);
+    assert_eq!(wrong.status.code(), Some(1));
+    assert!(stderr_of(&wrong).contains("was built for signature buf,buf,buf,u32"), "{}", stderr_of(&wrong));
+    if !std::path::Path::new("/dev/adsprpc-smd").exists() {
+        let nodsp =
+            hexrpc(&["run", lib_s, "--signature", "buf,buf,buf,u32", "--arg", &arg_a, "--arg", &arg_b, "--arg", &arg_o, "--arg", "64"]);
+        assert_eq!(nodsp.status.code(), Some(1));
+        assert!(stderr_of(&nodsp).contains("add --bench"), "{}", stderr_of(&nodsp));
+    }
+    let missing_in = hexrpc(&with(&common, &["--arg", "in=/nonexistent/a.bin", "--arg", &arg_b, "--arg", &arg_o, "--arg", "64"]));
+    assert_eq!(missing_in.status.code(), Some(1), "{}", stderr_of(&missing_in));
+    // Exit 2: usage.
+    for bad in [
+        with(&common, &["--arg", &arg_a, "--arg", &arg_b, "--arg", &arg_o]),
+        with(&common, &["--arg", &arg_a, "--arg", &arg_b, "--arg", &arg_o, "--arg", "sixty"]),
+        with(&common, &["--arg", "color=red", "--arg", &arg_b, "--arg", &arg_o, "--arg", "64"]),
+        with(&common, &["--abi", "v9", "--arg", &arg_a, "--arg", &arg_b, "--arg", &arg_o, "--arg", "64"]),
+        with(&common, &["--repeat", "0", "--arg", &arg_a, "--arg", &arg_b, "--arg", &arg_o, "--arg", "64"]),
+        vec!["run", "--signature", "buf"],
+    ] {
+        let o = hexrpc(&bad);
+        assert_eq!(o.status.code(), Some(2), "{bad:?}: {}", stderr_of(&o));
+    }
+    let help = hexrpc(&["run", "--help"]);
+    assert!(help.status.success() && String::from_utf8_lossy(&help.stdout).contains("--deadline-ms"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// build-lib's refusals as the CLI shows them, and operands that start with `-`.
+#[test]
+fn build_lib_cli_refusals_and_dash_operands() {
+    let have_tools =
+        Command::new("clang-19").arg("--version").output().is_ok() && Command::new("ld.lld-19").arg("--version").output().is_ok();
+    let dir = std::env::temp_dir().join(format!("hexrpc-cli-refuse-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let kernel = "void bump(unsigned char *p, unsigned int n) { for (unsigned int i = 0; i < n; i++) p[i]++; }\n";
+    std::fs::write(dir.join("-bump.c"), kernel).unwrap();
+    std::fs::write(dir.join("my-kernel.c"), kernel).unwrap();
+    // A missing compiler says how to install it.
+    let o = hexrpc_in(
+        &dir,
+        &["build-lib", "--signature", "buf,u32", "--kernel", "bump", "--clang", "/nonexistent/clang-19", "-o", "x.so", "my-kernel.c"],
+    );
+    assert_eq!(o.status.code(), Some(1));
+    if !cfg!(target_arch = "aarch64") {
+        assert!(stderr_of(&o).contains("apt-get install clang-19 lld-19"), "{}", stderr_of(&o));
+    }
+    if !have_tools {
+        eprintln!("SKIPPED: clang-19 / ld.lld-19 not installed; the rest needs them");
+        return;
+    }
+    // The bad-stem hint names the real flag.
+    let o = hexrpc_in(&dir, &["build-lib", "--signature", "buf,u32", "-o", "x.so", "my-kernel.c"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr_of(&o).contains("--kernel NAME"), "{}", stderr_of(&o));
+    // Operands that start with '-': after `--` for the kernel, as -o's value for the output;
+    // neither reaches clang or ld.lld as an option.
+    let o = hexrpc_in(&dir, &["build-lib", "--signature", "buf,u32", "--kernel", "bump", "-o", "-bump.so", "--", "-bump.c"]);
+    assert!(o.status.success(), "{}", stderr_of(&o));
+    let so = std::fs::read(dir.join("-bump.so")).unwrap();
+    assert_eq!(u16::from_le_bytes([so[18], so[19]]), 164);
+    assert!(dir.join("-bump.so.build/kernel0.o").exists());
+    // -o onto the kernel source, a directory as kernel, a mismatching signature, a missing kernel.
+    for (args, needle) in [
+        (
+            &["build-lib", "--signature", "buf,u32", "--kernel", "bump", "-o", "my-kernel.c", "my-kernel.c"][..],
+            "overwrite the kernel source",
+        ),
+        (&["build-lib", "--signature", "buf,u32", "--kernel", "bump", "-o", "d.so", "."][..], "directory"),
+        (&["build-lib", "--signature", "buf,f32", "--kernel", "bump", "-o", "m.so", "my-kernel.c"][..], "parameter 2 is `unsigned int`"),
+        (&["build-lib", "--signature", "buf,u32", "--kernel", "nope", "-o", "n.so", "my-kernel.c"][..], "no function `nope`"),
+    ] {
+        let o = hexrpc_in(&dir, args);
+        assert_eq!(o.status.code(), Some(1), "{args:?}");
+        assert!(stderr_of(&o).contains(needle), "{args:?}: {}", stderr_of(&o));
+    }
+    assert_eq!(std::fs::read_to_string(dir.join("my-kernel.c")).unwrap(), kernel);
+    let _ = std::fs::remove_dir_all(&dir);
+}

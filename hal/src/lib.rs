@@ -67,7 +67,7 @@ mod session;
 mod shared;
 pub mod stages;
 
-pub use error::{Cause, ErrorKind, HalError, Stage};
+pub use error::{Cause, ErrorKind, HalError, Refusal, Stage, REFUSAL_TEXT};
 pub use fd::OwnedFd;
 pub use image::LibraryImage;
 pub use ion::{BufferView, IonLease, LeaseMemory};

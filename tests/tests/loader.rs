@@ -1,0 +1,396 @@
+//! Issue 11: the executor's DSP shell loads the very shared objects that ship. Libraries made by
+//! `hexrpc build-lib` (hexrpc-runtime's `build_library`) and by a tinygrad-style `clang -shared`
+//! are opened through the HAL and the runtime's reverse file service, fetched by the simulated
+//! DSP, loaded by the shell under qemu-hexagon and launched; every refusal reaches the caller as
+//! a typed error carrying the loader's reason.
+//!
+//! Every test prints `SKIPPED: <reason>` and returns when the tools are missing or cannot run
+//! from this process (an aarch64 test binary under qemu-aarch64).
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use hexrpc_bench::executor::reference::{f32_bytes, f32s_of};
+use hexrpc_bench::executor::{self, model, tools_available, Stack, Toolchain};
+use hexrpc_bench::Bench;
+use hexrpc_drivers::aee;
+use hexrpc_hal::{Cause, Stage};
+use hexrpc_runtime::launch::build::{build_library, BuildOptions, DSP_PROVIDED_SYMBOLS};
+use hexrpc_runtime::launch::{write_entry, AbiVersion, BufferRef, EntryOptions, LibraryRecord, PackedLaunch, Scalar, Signature};
+
+fn tools() -> Option<Toolchain> {
+    match tools_available() {
+        Ok(t) => Some(t),
+        Err(e) => {
+            println!("SKIPPED: {e}");
+            None
+        }
+    }
+}
+
+fn work(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("hexrpc-loader-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn hexagon_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("hexagon")
+}
+
+fn leak(bytes: Vec<u8>) -> &'static [u8] {
+    Box::leak(bytes.into_boxed_slice())
+}
+
+/// `hexrpc build-lib tests/hexagon/kernels/kernels.c --kernel K --signature SIG` (the suite's
+/// file; `hrx_expf` taken from the shell's `expf`).
+fn build_suite(tc: &Toolchain, dir: &Path, kernel: &str, sig: &str, entry: EntryOptions) -> &'static [u8] {
+    let out = dir.join(format!("lib{kernel}-{:?}.so", entry.version));
+    let opts = BuildOptions {
+        entry,
+        kernel_name: Some(kernel.into()),
+        clang: tc.clang.clone(),
+        lld: tc.lld.clone(),
+        kernel_cflags: vec!["-I".into(), hexagon_dir().join("runtime").into(), "-Dhrx_expf=expf".into(), "-ffp-contract=off".into()],
+        work_dir: None,
+    };
+    build_library(&hexagon_dir().join("kernels/kernels.c"), &Signature::parse(sig).unwrap(), &out, &opts).expect("build-lib");
+    leak(std::fs::read(&out).unwrap())
+}
+
+/// A library laid out the way tinygrad's `DSPCompiler` makes one: entry and kernel in one C
+/// translation unit, `clang -shared -nostdlib` driving ld.lld with a linker script that puts
+/// every listed section at a 4 KiB boundary and discards notes and `.gnu.hash`. No import check.
+fn build_tinygrad_style(tc: &Toolchain, dir: &Path, name: &str, source: &str) -> Result<&'static [u8], String> {
+    let script = dir.join(format!("{name}.ld"));
+    let mut text = String::from("SECTIONS {\n  . = 0x0;\n");
+    for s in ["text", "rela.plt", "rela.dyn", "plt", "data", "bss", "hash", "dynamic", "got", "got.plt", "dynsym", "dynstr"] {
+        text.push_str(&format!("  .{s} : ALIGN(4096) {{ *(.{s}) }}\n"));
+    }
+    text.push_str("  /DISCARD/ : { *(.note .note.* .gnu.hash .comment) }\n}\n");
+    std::fs::write(&script, text).unwrap();
+    let src = dir.join(format!("{name}.c"));
+    std::fs::write(&src, source).unwrap();
+    let out = dir.join(format!("{name}.so"));
+    let mut script_flag = OsString::from("-T");
+    script_flag.push(&script);
+    let o = Command::new(&tc.clang)
+        .args(["-shared", "--target=hexagon", "-mcpu=hexagonv65", "-fuse-ld=lld", "-nostdlib", "-mhvx=v65", "-mhvx-length=128b"])
+        .arg(script_flag)
+        .args(["-O2", "-Wall", "-fno-stack-protector", "-fPIC", "-ffreestanding", "-nostdlib"])
+        .arg(&src)
+        .arg("-o")
+        .arg(&out)
+        .env("PATH", path_with(&tc.lld))
+        .output()
+        .map_err(|e| e.to_string())?;
+    if !o.status.success() {
+        return Err(String::from_utf8_lossy(&o.stderr).into_owned());
+    }
+    Ok(leak(std::fs::read(&out).unwrap()))
+}
+
+/// PATH with ld.lld-19's directory first and an `ld.lld` that is ld.lld-19 (clang's
+/// `-fuse-ld=lld` looks for `ld.lld`).
+fn path_with(lld: &Path) -> OsString {
+    let bin = std::env::temp_dir().join(format!("hexrpc-loader-{}-bin", std::process::id()));
+    std::fs::create_dir_all(&bin).unwrap();
+    let link = bin.join("ld.lld");
+    if !link.exists() {
+        let _ = std::os::unix::fs::symlink(lld, &link);
+    }
+    let mut p = OsString::from(&bin);
+    p.push(":");
+    p.push(std::env::var_os("PATH").unwrap_or_default());
+    p
+}
+
+fn entry_and_kernel(sig: &str, kernel: &str, body: &str, opts: &EntryOptions) -> String {
+    let mut c = String::new();
+    write_entry(&mut c, &Signature::parse(sig).unwrap(), kernel, opts).unwrap();
+    c.push('\n');
+    c.push_str(body);
+    c
+}
+
+/// A kernel in the entry's translation unit (so declared with the entry's `void *` parameters).
+const SCALE: &str = "void scale(void *pin, void *pout, unsigned int n) {\n  const float *in = pin;\n  float *out = pout;\n  for (unsigned int i = 0; i < n; i++) out[i] = in[i] * 3.0f;\n}\n";
+
+#[test]
+fn shell_exports_are_what_build_lib_allows() {
+    // The list build-lib checks imports against is exactly the shell's export table.
+    let c = include_str!("../hexagon/runtime/hrx_dsp.c");
+    let mut exported: Vec<&str> =
+        c.lines().filter_map(|l| l.trim().strip_prefix("HRX_EXPORT(").and_then(|r| r.strip_suffix("),"))).collect();
+    let mut allowed = DSP_PROVIDED_SYMBOLS.to_vec();
+    exported.sort();
+    allowed.sort();
+    assert_eq!(exported, allowed);
+}
+
+#[test]
+fn build_lib_output_runs_through_hal_and_runtime_with_offset_views() {
+    let Some(tc) = tools() else { return };
+    let dir = work("buildlib");
+    let image = build_suite(&tc, &dir, "add_f32", "buf,buf,buf,u32", EntryOptions::V2);
+    let rec = LibraryRecord::find(image).unwrap().expect("build record");
+    assert_eq!((rec.signature(), rec.abi()), ("buf,buf,buf,u32", AbiVersion::V2));
+    assert!(executor::is_shared_library(image));
+    let bench = Bench::new();
+    let stack = Stack::start(bench.clone()).expect("stack");
+    let t0 = Instant::now();
+    let lib = stack.open("add_f32", image).expect("open the build-lib .so");
+    println!(
+        "FIGURE library load (open_library of a {} byte build-lib .so, first load starts the shell): {:?} host wall time",
+        image.len(),
+        t0.elapsed()
+    );
+    let n = 300usize;
+    let xs: Vec<f32> = (0..n).map(|i| i as f32 * 0.5 - 20.0).collect();
+    let ys: Vec<f32> = (0..n).map(|i| 1.0 / (i as f32 + 1.0)).collect();
+    // One lease, three views at non-zero, non-page offsets.
+    let mut lease = stack.session().alloc(3 * 4096).unwrap();
+    lease.fill(0, 3 * 4096, 0xEE).unwrap();
+    let (oa, ob, oo) = (36usize, 4096 + 100, 2 * 4096 + 12);
+    lease.write_at(oa, &f32_bytes(&xs)).unwrap();
+    lease.write_at(ob, &f32_bytes(&ys)).unwrap();
+    let (a, b, o) = (lease.view(oa, 4 * n).unwrap(), lease.view(ob, 4 * n).unwrap(), lease.view(oo, 4 * n).unwrap());
+    let sig = Signature::parse("buf,buf,buf,u32").unwrap();
+    model::launch(&lib, &sig, &[&a, &b, &o], &[Scalar::U32(n as u32)]).expect("launch");
+    let mut got = vec![0u8; 4 * n];
+    o.read(&mut got).unwrap();
+    let want: Vec<f32> = xs.iter().zip(&ys).map(|(x, y)| x + y).collect();
+    assert_eq!(f32s_of(&got), want);
+    let mut all = vec![0u8; 3 * 4096];
+    lease.read_at(0, &mut all).unwrap();
+    assert!(all[oo - 12..oo].iter().chain(&all[oo + 4 * n..]).all(|&x| x == 0xEE), "nothing outside the output view changed");
+    assert_eq!(bench.ledger_mismatches(), 0);
+    // Load time once the shell runs (a second library in the same process).
+    let t1 = Instant::now();
+    let again = stack.open("add_f32b", image).expect("second open");
+    println!("FIGURE library load (shell already running): {:?} host wall time", t1.elapsed());
+    drop(again);
+}
+
+#[test]
+fn two_libraries_in_one_process_close_and_reopen() {
+    let Some(tc) = tools() else { return };
+    let dir = work("two");
+    let add = build_suite(&tc, &dir, "add_f32", "buf,buf,buf,u32", EntryOptions::V2);
+    let bump = build_suite(&tc, &dir, "bump_u8", "buf,u32", EntryOptions::V2);
+    let bench = Bench::new();
+    let stack = Stack::start(bench.clone()).expect("stack");
+    let la = stack.open("add", add).unwrap();
+    let lb = stack.open("bump", bump).unwrap();
+    let ex = executor::executors(&bench);
+    assert_eq!(ex.len(), 2, "{ex:?}");
+    assert_eq!(ex[0].os_pid, ex[1].os_pid, "one shell (one DSP process) holds both: {ex:?}");
+    assert_eq!(ex[0].dsp_pid, ex[1].dsp_pid);
+    assert_eq!(ex[0].stats.libraries, 2);
+    assert_ne!(la.remote_handle(), lb.remote_handle());
+
+    let mut lease = stack.session().alloc(4096).unwrap();
+    lease.fill(1000, 8, 7).unwrap();
+    let mut data = stack.session().alloc(4096).unwrap();
+    data.write_at(0, &f32_bytes(&[1.0, 2.0, 3.0, 4.0])).unwrap();
+    let (x, o) = (data.view(0, 16).unwrap(), lease.view(64, 16).unwrap());
+    let run_add = |lib: &hexrpc_hal::Library<'_, Bench>| {
+        model::launch(lib, &Signature::parse("buf,buf,buf,u32").unwrap(), &[&x, &x, &o], &[Scalar::U32(4)]).expect("add");
+        let mut b = [0u8; 16];
+        o.read(&mut b).unwrap();
+        f32s_of(&b)
+    };
+    let bsig = Signature::parse("buf,u32").unwrap();
+    let bv = lease.view(1000, 8).unwrap();
+    // Interleaved calls into both libraries.
+    for round in 0..3u8 {
+        assert_eq!(run_add(&la), vec![2.0, 4.0, 6.0, 8.0]);
+        model::launch(&lb, &bsig, &[&bv], &[Scalar::U32(8)]).expect("bump");
+        let mut b = [0u8; 8];
+        bv.read(&mut b).unwrap();
+        assert_eq!(b, [8 + round; 8]);
+    }
+    // Close one: unloaded in the shell, the other still works; then re-open it.
+    drop(lb);
+    assert_eq!(executor::executors(&bench)[0].stats.libraries, 1);
+    assert_eq!(run_add(&la), vec![2.0, 4.0, 6.0, 8.0]);
+    let lb = stack.open("bump", bump).unwrap();
+    model::launch(&lb, &bsig, &[&bv], &[Scalar::U32(8)]).expect("bump after re-open");
+    let mut b = [0u8; 8];
+    bv.read(&mut b).unwrap();
+    assert_eq!(b, [11; 8]);
+    let ex = executor::executors(&bench);
+    assert_eq!(ex[0].stats.libraries, 2, "{ex:?}");
+    drop(la);
+    drop(lb);
+    assert_eq!(bench.snapshot().loaded_libraries, 0);
+}
+
+#[test]
+fn tinygrad_layout_loads_and_runs() {
+    let Some(tc) = tools() else { return };
+    let dir = work("tinygrad");
+    let src = entry_and_kernel("buf,buf,u32", "scale", SCALE, &EntryOptions::TINYGRAD);
+    let image = build_tinygrad_style(&tc, &dir, "tinylib", &src).expect("tinygrad-style build");
+    assert_eq!(LibraryRecord::find(image), Ok(None), "no build record in a library built by others");
+    let bench = Bench::new();
+    let stack = Stack::start(bench.clone()).expect("stack");
+    let lib = stack.open("tinylib", image).expect("open a tinygrad-layout .so");
+    let mut input = stack.session().alloc(4096).unwrap();
+    let output = stack.session().alloc(4096).unwrap();
+    let xs: Vec<f32> = (0..50).map(|i| i as f32 - 25.0).collect();
+    input.write_at(0, &f32_bytes(&xs)).unwrap();
+    let (a, o) = (input.view(0, 200).unwrap(), output.view(0, 200).unwrap());
+    let sig = Signature::parse("buf,buf,u32").unwrap();
+    let mut packed = PackedLaunch::new(AbiVersion::V1, &sig, &[BufferRef::of(&a), BufferRef::of(&o)], &[Scalar::U32(50)]).unwrap();
+    lib.invoke(&mut packed.invoke_args().unwrap()).expect("v1 launch");
+    let mut got = vec![0u8; 200];
+    o.read(&mut got).unwrap();
+    assert_eq!(f32s_of(&got), xs.iter().map(|x| x * 3.0).collect::<Vec<_>>());
+    assert_eq!(executor::executors(&bench)[0].stats.power_requests, vec![7], "tinygrad's power request reached HAP_power_set");
+}
+
+fn refused(stack: &Stack, name: &str, image: &'static [u8]) -> hexrpc_hal::Refusal {
+    match stack.open(name, image) {
+        Err(model::ModelError::Hal(e)) => {
+            assert_eq!(e.stage, Stage::LibraryOpen, "{e}");
+            match e.cause {
+                Cause::Refused(r) => r,
+                other => panic!("{name}: {other:?}"),
+            }
+        }
+        Err(e) => panic!("{name}: {e}"),
+        Ok(_) => panic!("{name}: opened"),
+    }
+}
+
+/// Rewrites the first relocation of `.rela.plt` / `.rela.dyn` found through the dynamic
+/// section: `patch(offset, info) -> (offset, info)`.
+fn patch_first_reloc(image: &[u8], patch: impl Fn(u32, u32) -> (u32, u32)) -> Vec<u8> {
+    let mut img = image.to_vec();
+    let u32_at = |b: &[u8], at: usize| u32::from_le_bytes(b[at..at + 4].try_into().unwrap());
+    let (phoff, phnum) = (u32_at(&img, 28) as usize, u16::from_le_bytes([img[44], img[45]]) as usize);
+    let mut dynamic = None;
+    let mut loads = Vec::new();
+    for i in 0..phnum {
+        let ph = phoff + 32 * i;
+        let (kind, off, va, fsz) = (u32_at(&img, ph), u32_at(&img, ph + 4), u32_at(&img, ph + 8), u32_at(&img, ph + 16));
+        if kind == 2 {
+            dynamic = Some(off as usize);
+        }
+        if kind == 1 {
+            loads.push((va, off, fsz));
+        }
+    }
+    let file_of = |va: u32| loads.iter().find(|(v, _, s)| va >= *v && va < v + s).map(|(v, o, _)| (va - v + o) as usize).unwrap();
+    let mut at = dynamic.expect("PT_DYNAMIC");
+    let mut table = None;
+    loop {
+        let (tag, val) = (u32_at(&img, at), u32_at(&img, at + 4));
+        if tag == 0 {
+            break;
+        }
+        if tag == 23 || (tag == 7 && table.is_none()) {
+            table = Some(val);
+        }
+        at += 8;
+    }
+    let r = file_of(table.expect("a relocation table"));
+    let (off, info) = patch(u32_at(&img, r), u32_at(&img, r + 4));
+    img[r..r + 4].copy_from_slice(&off.to_le_bytes());
+    img[r + 4..r + 8].copy_from_slice(&info.to_le_bytes());
+    img
+}
+
+#[test]
+fn every_refusal_reaches_the_caller_with_its_reason() {
+    let Some(tc) = tools() else { return };
+    let dir = work("refusals");
+    let bench = Bench::new();
+    let stack = Stack::start(bench.clone()).expect("stack");
+
+    // An import the shell does not export: refused with the symbol's name.
+    let src = entry_and_kernel(
+        "buf,buf,u32",
+        "scale",
+        "void frobnicate_the_widget(void *p);\nvoid scale(void *in, void *out, unsigned int n) {\n  (void)in; (void)n;\n  frobnicate_the_widget(out);\n}\n",
+        &EntryOptions::V2,
+    );
+    let image = build_tinygrad_style(&tc, &dir, "unresolved", &src).unwrap();
+    let r = refused(&stack, "unresolved", image);
+    assert_eq!(r.code(), aee::AEE_ENOSUCHSYMBOL, "{r:?}");
+    assert!(r.reason().contains("unresolved symbol frobnicate_the_widget"), "{r:?}");
+    let shown = format!("{}", hexrpc_hal::HalError { stage: Stage::LibraryOpen, cause: Cause::Refused(r) });
+    assert!(shown.contains("frobnicate_the_widget"), "{shown}");
+
+    // No `entry` in the dynamic symbol table.
+    let image = build_tinygrad_style(&tc, &dir, "noentry", SCALE).unwrap();
+    let r = refused(&stack, "noentry", image);
+    assert_eq!(r.code(), aee::AEE_ENOSUCHSYMBOL);
+    assert!(r.reason().contains("`entry` is not defined"), "{r:?}");
+
+    // A relocation out of range, and one of a type the loader does not apply.
+    let good = build_tinygrad_style(&tc, &dir, "good", &entry_and_kernel("buf,buf,u32", "scale", SCALE, &EntryOptions::V2)).unwrap();
+    let far = leak(patch_first_reloc(good, |_, info| (0x7fff_0000, info)));
+    let r = refused(&stack, "far", far);
+    assert_eq!(r.code(), aee::AEE_EBADELF);
+    assert!(r.reason().contains("relocation out of range: offset 0x7fff0000"), "{r:?}");
+    let odd = leak(patch_first_reloc(good, |off, info| (off, (info & !0xff) | 99)));
+    let r = refused(&stack, "oddreloc", odd);
+    assert!(r.reason().contains("unsupported relocation type 99"), "{r:?}");
+
+    // A bad ELF: a shared object whose program headers point past the end of the file.
+    let mut bad = good.to_vec();
+    bad[28..32].copy_from_slice(&0x00ff_0000u32.to_le_bytes());
+    let r = refused(&stack, "badelf", leak(bad));
+    assert!(r.reason().contains("not a Hexagon shared object") || r.reason().contains("program header"), "{r:?}");
+    // The shell's own static executable is not a shared object: refused as such.
+    let shell = leak(std::fs::read(executor::build_shell(&tc).unwrap()).unwrap());
+    let r = refused(&stack, "exe", shell);
+    assert!(r.reason().contains("not a Hexagon shared object"), "{r:?}");
+
+    // After all of that, the session is healthy and a good library still loads and runs.
+    assert!(stack.session().is_healthy());
+    let lib = stack.open("good", good).expect("good one");
+    drop(lib);
+    assert_eq!(bench.snapshot().loaded_libraries, 0);
+}
+
+#[test]
+fn a_loader_fault_is_a_dsp_restart_and_recovery_works() {
+    let Some(tc) = tools() else { return };
+    let dir = work("fault");
+    // A constructor (a DT_INIT_ARRAY entry: clang's Hexagon target puts `constructor` functions
+    // in `.ctors`, which no loader without crt code runs) that faults while the shell loads it.
+    let boom = entry_and_kernel(
+        "buf,buf,u32",
+        "scale",
+        &format!(
+            "{SCALE}static void boom(void) {{ *(volatile int *)0x10 = 1; }}\n\
+             __attribute__((section(\".init_array\"), used)) static void (*const boom_ctor)(void) = boom;\n"
+        ),
+        &EntryOptions::V2,
+    );
+    let boom = build_tinygrad_style(&tc, &dir, "boom", &boom).unwrap();
+    let add = build_suite(&tc, &dir, "add_f32", "buf,buf,buf,u32", EntryOptions::V2);
+    let bench = Bench::new();
+    let stack = Stack::start(bench.clone()).expect("stack");
+    let before = stack.open("add", add).expect("a library before the fault");
+    let pid_before = executor::executors(&bench)[0].os_pid;
+    match stack.open("boom", boom) {
+        Err(model::ModelError::Hal(e)) => assert_eq!(e.cause, Cause::DspRestart, "{e}"),
+        other => panic!("{:?}", other.map(|_| ())),
+    }
+    assert!(!stack.session().is_healthy());
+    stack.session().recover().expect("recover after the loader fault");
+    // The library that was open is open again (re-fetched and re-loaded in a new shell).
+    let data = stack.session().alloc(4096).unwrap();
+    let (x, o) = (data.view(0, 16).unwrap(), data.view(1024, 16).unwrap());
+    model::launch(&before, &Signature::parse("buf,buf,buf,u32").unwrap(), &[&x, &x, &o], &[Scalar::U32(4)]).expect("after recovery");
+    let now = executor::executors(&bench);
+    assert!(now.iter().all(|e| e.os_pid != pid_before && e.alive), "{now:?}");
+    drop(before);
+}
