@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Per-launch overhead of the bindings through a bench session whose launch ioctl returns at once
+# (3 views, 2 scalars, v2), beside the Rust figures measured the same way in the same run:
+#   launch_overhead_ns, rust_kernel_launch_overhead_ns   (cargo example `overhead`)
+#   c_launch_overhead_ns                                  (a C program linked to libhexrpc.so)
+#   python_launch_overhead_ns                             (the hexrpc wheel; needs PYTHON with it installed)
+# All are host CPU time per launch on this machine, release profile; never device figures.
+# Usage: PYTHON=/path/to/venv/bin/python bash bindings/bench.sh
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+out="$(mktemp -d)"
+trap 'rm -rf "$out"' EXIT
+cargo build --locked --release -q -p hexrpc-ffi --lib --example overhead
+cc -std=c11 -O2 -Wall -Wextra -Werror -DHEXRPC_BENCH -Ibindings/c/include bindings/c/examples/launch_overhead.c \
+  -Ltarget/release -lhexrpc -o "$out/launch_overhead"
+rust="$(target/release/examples/overhead)"
+c="$(LD_LIBRARY_PATH=target/release "$out/launch_overhead")"
+py='{}'
+if [ -n "${PYTHON:-}" ]; then
+  py="$("$PYTHON" bindings/python/bench/launch_overhead.py)"
+else
+  echo "bench.sh: PYTHON not set; python_launch_overhead_ns skipped" >&2
+fi
+python3 -c 'import json,sys; d={}; [d.update(json.loads(a)) for a in sys.argv[1:]]; d.pop("launches", None); print(json.dumps(d, indent=1))' "$rust" "$c" "$py"

@@ -1,0 +1,153 @@
+//! Per-launch overhead of the one-call paths, through a bench session whose launch ioctl returns
+//! at once (`HEXRPC_BENCH_RETURNING_LAUNCHES`: INVOKE_ATTRS goes to the bench's `NullSys`), for
+//! 3 views and 2 scalars (v2), as `launch_overhead_ns` of `hexrpc bench` measures the packer:
+//!
+//! * `launch_overhead_ns`: the packer and one INVOKE_ATTRS through `NullSys`, exactly what
+//!   `hexrpc bench` reports under that name, measured in the same run as the baseline;
+//! * `rust_kernel_launch_overhead_ns`: `Kernel::launch` (the Rust one-call API);
+//! * `c_abi_launch_overhead_ns_from_rust`: `hexrpc_launch` called through its C ABI from Rust;
+//! * allocations and ioctls per launch of the one-call paths (must be 0 and 1).
+//!
+//! Each figure is the median over 30 batches of 10,000 launches of the calling thread's CPU time
+//! per launch (`CLOCK_THREAD_CPUTIME_ID`: time the thread was descheduled on a busy machine is
+//! not counted); `*_wall_ns` are the same medians in wall-clock time. Host time on this machine;
+//! not a device figure. Prints one JSON object. Run by `bindings/bench.sh` (release profile).
+
+use std::time::Instant;
+
+use hexrpc::objects::{SessionObj, ViewArg};
+use hexrpc::seam::Seam;
+use hexrpc::{hexrpc_launch, hexrpc_lease, hexrpc_library, hexrpc_scalar, hexrpc_session, hexrpc_status, hexrpc_view};
+use hexrpc_bench::measure::CountingAlloc;
+use hexrpc_drivers::{adsprpc, Fd};
+use hexrpc_runtime::launch::{AbiVersion, BufferRef, PackedLaunch, Scalar, Signature};
+
+#[global_allocator]
+static ALLOC: CountingAlloc = CountingAlloc::new();
+
+const BATCHES: usize = 30;
+const BATCH: u32 = 10_000;
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn cpu_ns() -> f64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    t.tv_sec as f64 * 1e9 + t.tv_nsec as f64
+}
+
+/// (CPU-time median, wall-time median) per launch.
+fn measure(mut one: impl FnMut()) -> (f64, f64) {
+    for _ in 0..BATCH {
+        one();
+    }
+    let (mut cpu, mut wall) = (Vec::with_capacity(BATCHES), Vec::with_capacity(BATCHES));
+    for _ in 0..BATCHES {
+        let (t, c) = (Instant::now(), cpu_ns());
+        for _ in 0..BATCH {
+            one();
+        }
+        cpu.push((cpu_ns() - c) / f64::from(BATCH));
+        wall.push(t.elapsed().as_nanos() as f64 / f64::from(BATCH));
+    }
+    (median(cpu), median(wall))
+}
+
+fn ioctls(s: &SessionObj) -> u64 {
+    match s.served().session().sys() {
+        Seam::Returning(_, null) => null.ioctls(),
+        _ => 0,
+    }
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // The baseline: `launch_overhead_ns` as `hexrpc bench` measures it.
+    let null = hexrpc_bench::measure::NullSys::new();
+    let owner = ();
+    let sig = Signature::parse("buf,buf,buf,i32,f32")?;
+    let bufs = [
+        BufferRef::borrowing(&owner, Fd(10), 65_536, 0, 4096),
+        BufferRef::borrowing(&owner, Fd(11), 65_536, 4096, 4096),
+        BufferRef::borrowing(&owner, Fd(12), 65_536, 8192, 4096),
+    ];
+    let scalars = [Scalar::I32(3), Scalar::F32(0.5)];
+    let base = measure(|| {
+        let mut packed = PackedLaunch::new(AbiVersion::V2, &sig, &bufs, &scalars).expect("pack");
+        let mut args = packed.invoke_args().expect("args");
+        adsprpc::invoke_attrs(&null, Fd(3), 0x100, &mut args).expect("invoke");
+    });
+
+    // The Rust one-call path.
+    let s = std::sync::Arc::new(SessionObj::open_bench(false, true)?);
+    let image = hexrpc::bench::model_image("scale_f32")?;
+    let k = s.open_library("overhead", image, "buf,buf,buf,i32,f32", AbiVersion::V2)?;
+    let lease = s.alloc(65536)?;
+    let (a, b, c) = (lease.view(0, 4096)?, lease.view(4096, 4096)?, lease.view(8192, 4096)?);
+    let kernel = k.kernel();
+    let rust_ns = measure(|| {
+        kernel.launch(&[&a, &b, &c], &scalars).expect("launch");
+    });
+    let (i0, a0) = (ioctls(&s), CountingAlloc::thread_allocations());
+    for _ in 0..BATCH {
+        kernel.launch(&[&a, &b, &c], &scalars)?;
+    }
+    let rust_allocs = (CountingAlloc::thread_allocations() - a0) as f64 / f64::from(BATCH);
+    let rust_ioctls = (ioctls(&s) - i0) as f64 / f64::from(BATCH);
+    // The binding layer's own launch (what C and Python call underneath).
+    let views = [ViewArg { lease: &lease, offset: 0, len: 4096 }, ViewArg { lease: &lease, offset: 4096, len: 4096 }, ViewArg {
+        lease: &lease,
+        offset: 8192,
+        len: 4096,
+    }];
+    let obj_ns = measure(|| {
+        k.launch(&views, &scalars, None).expect("launch");
+    });
+    drop(lease);
+    drop(k);
+
+    // The C ABI, called as C calls it.
+    let mut sess: *mut hexrpc_session = std::ptr::null_mut();
+    // SAFETY: `sess` is valid for one write.
+    let st = unsafe { hexrpc::hexrpc_session_open_bench(hexrpc::HEXRPC_BENCH_RETURNING_LAUNCHES, &mut sess) };
+    assert_eq!(st, hexrpc_status::HEXRPC_OK);
+    let mut lib: *mut hexrpc_library = std::ptr::null_mut();
+    let sig = c"buf,buf,buf,i32,f32";
+    // SAFETY: strings are NUL-terminated, `image` is valid for its length, `lib` for one write.
+    let st = unsafe { hexrpc::hexrpc_library_open(sess, c"overhead".as_ptr(), image.as_ptr(), image.len(), sig.as_ptr(), hexrpc::HEXRPC_ABI_V2, &mut lib) };
+    assert_eq!(st, hexrpc_status::HEXRPC_OK);
+    let mut l: *mut hexrpc_lease = std::ptr::null_mut();
+    // SAFETY: `l` is valid for one write.
+    assert_eq!(unsafe { hexrpc::hexrpc_lease_alloc(sess, 65536, &mut l) }, hexrpc_status::HEXRPC_OK);
+    let views = [
+        hexrpc_view { lease: l, offset: 0, length: 4096 },
+        hexrpc_view { lease: l, offset: 4096, length: 4096 },
+        hexrpc_view { lease: l, offset: 8192, length: 4096 },
+    ];
+    let sc = [hexrpc_scalar { kind: hexrpc::HEXRPC_SCALAR_I32, reserved: 0, bits: 3 }, hexrpc_scalar {
+        kind: hexrpc::HEXRPC_SCALAR_F32,
+        reserved: 0,
+        bits: u64::from(0.5f32.to_bits()),
+    }];
+    let mut us = 0u64;
+    // SAFETY: the arrays are valid for their lengths, `us` for one write.
+    let mut call = || unsafe { hexrpc_launch(lib, views.as_ptr(), 3, sc.as_ptr(), 2, 0, &mut us) };
+    let c_ns = measure(|| assert_eq!(call(), hexrpc_status::HEXRPC_OK));
+    let a0 = CountingAlloc::thread_allocations();
+    for _ in 0..BATCH {
+        assert_eq!(call(), hexrpc_status::HEXRPC_OK);
+    }
+    let c_allocs = (CountingAlloc::thread_allocations() - a0) as f64 / f64::from(BATCH);
+    assert_eq!(hexrpc::hexrpc_session_close(sess), hexrpc_status::HEXRPC_OK);
+
+    println!(
+        "{{\"launch_overhead_ns\": {:.1}, \"rust_kernel_launch_overhead_ns\": {:.1}, \"binding_object_launch_overhead_ns\": {:.1}, \
+         \"c_abi_launch_overhead_ns_from_rust\": {:.1}, \"launch_overhead_wall_ns\": {:.1}, \"rust_kernel_launch_overhead_wall_ns\": {:.1}, \
+         \"c_abi_launch_overhead_wall_ns_from_rust\": {:.1}, \"kernel_allocations_per_launch\": {rust_allocs}, \
+         \"kernel_crossings_per_launch\": {rust_ioctls}, \"c_abi_allocations_per_launch\": {c_allocs}, \"platform\": \"bench\", \
+         \"seam\": \"returning\"}}",
+        base.0, rust_ns.0, obj_ns.0, c_ns.0, base.1, rust_ns.1, c_ns.1
+    );
+    Ok(())
+}
