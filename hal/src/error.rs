@@ -73,6 +73,71 @@ pub enum Cause {
     Full,
     /// The image registry (the reverse file service) refused the library image.
     Registry,
+    /// The DSP's loader refused a library: its AEE code and the reason it gave (unresolved
+    /// symbol, bad ELF, missing `entry`, ...).
+    Refused(Refusal),
+}
+
+/// Longest loader reason a [`Refusal`] keeps (longer texts are cut at a character boundary).
+pub const REFUSAL_TEXT: usize = 160;
+
+/// Why the DSP refused to load a library: the AEE code of the remotectl open (with the DSP's
+/// offset removed) and the text the loader put in the open's dlerror buffer, copied (no
+/// allocation, so the error stays `Copy`). The text comes from the DSP: it is shown as is (control
+/// characters replaced) and never interpreted.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Refusal {
+    code: i32,
+    len: u8,
+    text: [u8; REFUSAL_TEXT],
+}
+
+impl Refusal {
+    /// A refusal with AEE `code` (with or without the DSP's offset) and the dlerror bytes (up to
+    /// the first NUL; invalid UTF-8 and control characters become `?`).
+    pub fn new(code: i32, dlerror: &[u8]) -> Refusal {
+        let end = dlerror.iter().position(|&b| b == 0).unwrap_or(dlerror.len());
+        let mut text = [0u8; REFUSAL_TEXT];
+        let mut len = 0usize;
+        let src = match core::str::from_utf8(&dlerror[..end]) {
+            Ok(s) => s,
+            Err(e) => core::str::from_utf8(&dlerror[..e.valid_up_to()]).unwrap_or(""),
+        };
+        for ch in src.chars() {
+            let ch = if ch.is_control() { '?' } else { ch };
+            let mut buf = [0u8; 4];
+            let enc = ch.encode_utf8(&mut buf).as_bytes();
+            if len + enc.len() > REFUSAL_TEXT {
+                break;
+            }
+            text[len..len + enc.len()].copy_from_slice(enc);
+            len += enc.len();
+        }
+        Refusal { code: aee::strip_offset(code), len: len as u8, text }
+    }
+
+    /// The AEE code (e.g. `AEE_ENOSUCHSYMBOL`, `AEE_EBADELF`).
+    pub fn code(&self) -> i32 {
+        self.code
+    }
+
+    /// The loader's reason (may be empty when the DSP gave none).
+    pub fn reason(&self) -> &str {
+        core::str::from_utf8(&self.text[..self.len as usize]).unwrap_or("")
+    }
+}
+
+impl fmt::Debug for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Refusal").field("code", &self.code).field("reason", &self.reason()).finish()
+    }
+}
+
+#[cfg(feature = "defmt")]
+impl defmt::Format for Refusal {
+    fn format(&self, f: defmt::Formatter<'_>) {
+        defmt::write!(f, "Refusal {{ code: {=i32}, reason: {=str} }}", self.code, self.reason())
+    }
 }
 
 impl Cause {
@@ -138,7 +203,7 @@ impl HalError {
             }
             Cause::DspRestart | Cause::Timeout | Cause::NeedsRecovery => ErrorKind::Recoverable,
             Cause::Invalid | Cause::TooLarge | Cause::Full => ErrorKind::Usage,
-            Cause::Dsp(_) => ErrorKind::Remote,
+            Cause::Dsp(_) | Cause::Refused(_) => ErrorKind::Remote,
             _ => ErrorKind::Other,
         }
     }
@@ -156,6 +221,7 @@ impl HalError {
             Cause::Invalid => Errno::EINVAL,
             Cause::Full => Errno::ENOSPC,
             Cause::Registry => Errno::EBUSY,
+            Cause::Refused(_) => Errno::ENOEXEC,
         }
     }
 }
@@ -178,8 +244,40 @@ impl fmt::Display for HalError {
             Cause::Invalid => write!(f, "invalid argument"),
             Cause::Full => write!(f, "fixed-capacity table is full"),
             Cause::Registry => write!(f, "the reverse file service refused the library image"),
+            Cause::Refused(r) => {
+                write!(f, "the DSP refused to load the library: {}", r.code())?;
+                if let Some(n) = aee::name(r.code()) {
+                    write!(f, " ({n})")?;
+                }
+                if !r.reason().is_empty() {
+                    write!(f, ": {}", r.reason())?;
+                }
+                Ok(())
+            }
         }
     }
 }
 
 impl core::error::Error for HalError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusal_keeps_the_reason_bounded_and_printable() {
+        let code = (aee::DSP_AEE_EOFFSET + aee::AEE_ENOSUCHSYMBOL as u32) as i32;
+        let r = Refusal::new(code, b"lib-3: unresolved symbol frobnicate\0garbage");
+        assert_eq!(r.code(), aee::AEE_ENOSUCHSYMBOL);
+        assert_eq!(r.reason(), "lib-3: unresolved symbol frobnicate");
+        let e = HalError::new(Stage::LibraryOpen, Cause::Refused(r));
+        let mut text = heapless::String::<256>::new();
+        core::fmt::Write::write_fmt(&mut text, format_args!("{e}")).unwrap();
+        assert!(text.contains("AEE_ENOSUCHSYMBOL") && text.contains("frobnicate"), "{text}");
+        assert_eq!(e.kind(), ErrorKind::Remote);
+        let long = [b'x'; 400];
+        assert_eq!(Refusal::new(1, &long).reason().len(), REFUSAL_TEXT);
+        assert_eq!(Refusal::new(1, b"a\nb\xff").reason(), "a?b");
+        assert_eq!(Refusal::new(1, b"").reason(), "");
+    }
+}

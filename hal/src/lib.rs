@@ -36,7 +36,7 @@ pub mod ion;
 mod session;
 pub mod stages;
 
-pub use error::{Cause, ErrorKind, HalError, Stage};
+pub use error::{Cause, ErrorKind, HalError, Refusal, Stage, REFUSAL_TEXT};
 pub use fd::OwnedFd;
 pub use ion::{BufferView, IonLease, LeaseMemory};
 pub use session::{ImageRegistry, Library, Session, DLERROR_LEN, MAX_LIBRARIES, MAX_NAME};

@@ -454,9 +454,10 @@ fn remotectl_open<S: Syscalls>(sys: &S, fd: Fd, name: &str) -> Result<u32, HalEr
     let handle = le32(&prim_out[..4]);
     let nerr = le32(&prim_out[4..]);
     if nerr != 0 {
-        let end = dlerror.iter().position(|&b| b == 0).unwrap_or(dlerror.len());
-        log::warn!("DSP refused to open {name}: {nerr} ({})", core::str::from_utf8(&dlerror[..end]).unwrap_or("<non-UTF-8 error text>"));
-        return Err(HalError::new(st, Cause::Dsp(nerr)));
+        // The reason travels with the error (typed), not only in the log.
+        let refusal = crate::error::Refusal::new(nerr, &dlerror);
+        log::warn!("DSP refused to open {name}: {nerr} ({})", refusal.reason());
+        return Err(HalError::new(st, Cause::Refused(refusal)));
     }
     Ok(handle as u32)
 }

@@ -168,3 +168,122 @@ fn build_errors_are_typed() {
     }
     assert!(!d.join("c.so").exists());
 }
+
+/// Issue 11: every refusal of the build step, each with its cause named.
+#[test]
+fn build_lib_refuses_what_it_cannot_build_correctly() {
+    use hexrpc_runtime::launch::build::{operand, INSTALL_HINT, WORK_MARKER};
+    use hexrpc_runtime::launch::{AbiVersion, LibraryRecord};
+    let (Some(clang), Some(lld)) = (tool("HEXRPC_CLANG", DEFAULT_CLANG), tool("HEXRPC_LLD", DEFAULT_LLD)) else { return };
+    let d = work_dir("refusals");
+    let opts = BuildOptions { clang, lld, ..BuildOptions::default() };
+    let sig = Signature::parse("buf,buf,i32,f32").unwrap();
+    let kernel = d.join("scale.c");
+    std::fs::write(&kernel, KERNEL).unwrap();
+
+    // The kernel function must exist, and be defined.
+    let other = d.join("other.c");
+    std::fs::write(&other, "void not_scale(float *o) { o[0] = 1; }\n").unwrap();
+    let named = BuildOptions { kernel_name: Some("scale".into()), ..opts.clone() };
+    match build_library(&other, &sig, &d.join("o.so"), &named) {
+        Err(e @ BuildError::KernelMissing { declared: false, .. }) => assert!(e.to_string().contains("no function `scale`"), "{e}"),
+        other => panic!("{other:?}"),
+    }
+    let declared = d.join("declared.c");
+    std::fs::write(&declared, "void declared(float *o, const float *i, int n, float k);\n").unwrap();
+    assert!(matches!(build_library(&declared, &sig, &d.join("d.so"), &opts), Err(BuildError::KernelMissing { declared: true, .. })));
+    // An empty file has no kernel either.
+    let empty = d.join("empty.c");
+    std::fs::write(&empty, "").unwrap();
+    assert!(matches!(build_library(&empty, &sig, &d.join("e.so"), &opts), Err(BuildError::KernelMissing { declared: false, .. })));
+
+    // The kernel must match the signature: arity, pointer for buf, exact scalar types.
+    for (bad_sig, needle) in [
+        ("buf,buf,i32", "it takes 4 parameters, the signature 3"),
+        ("buf,buf,f32,f32", "parameter 3 is `int`, but the signature says f32 (`float`)"),
+        ("buf,buf,i32,f64", "parameter 4 is `float`, but the signature says f64 (`double`)"),
+        ("buf,buf,buf,f32", "parameter 3 is `int`, but the signature says buf"),
+    ] {
+        match build_library(&kernel, &Signature::parse(bad_sig).unwrap(), &d.join("m.so"), &opts) {
+            Err(e @ BuildError::SignatureMismatch { .. }) => assert!(e.to_string().contains(needle), "{bad_sig}: {e}"),
+            other => panic!("{bad_sig}: {other:?}"),
+        }
+    }
+    // A scalar that is the buffer kind's opposite: pointer where a scalar is declared.
+    match build_library(&kernel, &Signature::parse("buf,i32,i32,f32").unwrap(), &d.join("m.so"), &opts) {
+        Err(e @ BuildError::SignatureMismatch { .. }) => assert!(e.to_string().contains("parameter 2 is `const float *`"), "{e}"),
+        other => panic!("{other:?}"),
+    }
+
+    // Every undefined symbol must be one the DSP provides: others are named.
+    let imports = d.join("imports.c");
+    std::fs::write(
+        &imports,
+        "int printf(const char *, ...);\nvoid imports(double *o, const double *i, int n, float k) {\n  printf(\"x\");\n  for (int j = 0; j < n; j++) o[j] = i[j] * (double)k;\n}\n",
+    )
+    .unwrap();
+    match build_library(&imports, &sig, &d.join("i.so"), &opts) {
+        Err(e @ BuildError::UnresolvedImports(_)) => {
+            let BuildError::UnresolvedImports(ref names) = e else { unreachable!() };
+            assert!(names.iter().any(|n| n == "printf") && names.iter().any(|n| n == "__hexagon_muldf3"), "{names:?}");
+            assert!(!names.iter().any(|n| n.starts_with("HAP_")), "{names:?}");
+            assert!(e.to_string().contains("printf"), "{e}");
+        }
+        other => panic!("{other:?}"),
+    }
+
+    // -o equal to the kernel source (however spelled), and a directory as kernel or output.
+    let spelled = d.join("sub/../scale.c");
+    std::fs::create_dir_all(d.join("sub")).unwrap();
+    assert!(matches!(build_library(&kernel, &sig, &spelled, &opts), Err(BuildError::OutputIsInput(_))));
+    assert_eq!(std::fs::read_to_string(&kernel).unwrap(), KERNEL, "the source is untouched");
+    let dir_kernel = d.join("dirkernel.c");
+    std::fs::create_dir_all(&dir_kernel).unwrap();
+    let dk = BuildOptions { kernel_name: Some("scale".into()), ..opts.clone() };
+    assert!(matches!(build_library(&dir_kernel, &sig, &d.join("k.so"), &dk), Err(BuildError::KernelNotFile(_))));
+    assert!(matches!(build_library(&kernel, &sig, &d.join("sub"), &opts), Err(BuildError::OutputIsDirectory(_))));
+
+    // A fresh work directory per build: a stale object left there is gone; a directory that
+    // is not ours is refused and left alone.
+    let out = d.join("libscale.so");
+    build_library(&kernel, &sig, &out, &opts).unwrap();
+    let work = d.join("libscale.so.build");
+    assert!(work.join(WORK_MARKER).is_file());
+    std::fs::write(work.join("stale.o"), b"stale").unwrap();
+    build_library(&kernel, &sig, &out, &opts).unwrap();
+    assert!(!work.join("stale.o").exists(), "stale files are gone");
+    let foreign = d.join("foreign.so.build");
+    std::fs::create_dir_all(&foreign).unwrap();
+    std::fs::write(foreign.join("mine.txt"), b"user data").unwrap();
+    assert!(matches!(build_library(&kernel, &sig, &d.join("foreign.so"), &opts), Err(BuildError::WorkDirInUse(_))));
+    assert!(foreign.join("mine.txt").exists());
+
+    // The signature and ABI version are recorded in the library.
+    let bytes = std::fs::read(&out).unwrap();
+    let rec = LibraryRecord::find(&bytes).unwrap().expect("record");
+    assert_eq!((rec.signature(), rec.abi(), rec.kernel().name), ("buf,buf,i32,f32", AbiVersion::V2, "scale"));
+    let v1 = BuildOptions { entry: EntryOptions::V1, ..opts.clone() };
+    build_library(&kernel, &sig, &d.join("libscale1.so"), &v1).unwrap();
+    let bytes1 = std::fs::read(d.join("libscale1.so")).unwrap();
+    assert_eq!(LibraryRecord::find(&bytes1).unwrap().unwrap().abi(), AbiVersion::V1);
+
+    // The hint on a bad file stem names the real flag; a missing compiler says how to install it.
+    let dashed = d.join("my-kernel.c");
+    std::fs::write(&dashed, "void k(void *p) { (void)p; }\n").unwrap();
+    let e = build_library(&dashed, &Signature::parse("buf").unwrap(), &d.join("b.so"), &opts).unwrap_err();
+    assert!(e.to_string().contains("--kernel NAME"), "{e}");
+    let missing = BuildOptions { clang: Path::new("/nonexistent/clang-19").into(), ..opts.clone() };
+    match build_library(&kernel, &sig, &d.join("n.so"), &missing) {
+        Err(e @ BuildError::ToolMissing { .. }) => {
+            assert!(e.to_string().contains(INSTALL_HINT) && INSTALL_HINT.contains("clang-19 lld-19"), "{e}")
+        }
+        // Under qemu-user the failed exec happens in the child (see build_errors_are_typed).
+        Err(BuildError::ToolFailed { .. }) => {}
+        other => panic!("{other:?}"),
+    }
+
+    // Operands that start with `-` are never options.
+    assert_eq!(operand(Path::new("-o.c")), OsString::from("./-o.c"));
+    assert_eq!(operand(Path::new("/abs/-o.c")), OsString::from("/abs/-o.c"));
+    assert_eq!(operand(Path::new("k.c")), OsString::from("k.c"));
+}

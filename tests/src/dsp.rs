@@ -247,8 +247,15 @@ fn remotectl_close(sh: &Shared, job: &Job, ins: &[Vec<u8>], outs: &mut [Vec<u8>]
         return aee::AEE_EBADPARM;
     }
     let mut st = sh.lock();
-    let found = st.procs.get_mut(&job.pid).and_then(|p| p.libs.remove(&handle)).is_some();
+    let removed = st.procs.get_mut(&job.pid).and_then(|p| p.libs.remove(&handle));
     drop(st);
+    let found = removed.is_some();
+    // A real library is unloaded in the process's shell (its destructors run there).
+    if let Some(lib) = removed {
+        if let Some((shell, id)) = lib.model.exec.as_ref() {
+            crate::executor::close_library(sh, &lib.name, shell, *id);
+        }
+    }
     let n_err: i32 = if found { 0 } else { DSP_AEE_EOFFSET.wrapping_add(aee::AEE_EINVHANDLE as u32) as i32 };
     put(&mut outs[0], 0, &n_err.to_le_bytes());
     if !found {
@@ -415,21 +422,35 @@ fn load(sh: &Shared, job: &Job, uri: &str) -> Result<u32, (i32, String)> {
     let image = res?;
     close.map_err(|e| fail(e, aee::AEE_EFAILED, "fclose"))?;
     elf::check_hexagon_elf(&image).map_err(|e| (aee::AEE_EBADELF, format!("{name}: {e}")))?;
-    // Executor hook (issue 8): a real Hexagon executable built by the executor's build step runs
-    // under qemu-hexagon instead of a registered model.
-    let exec = if crate::executor::is_executor_image(&image) {
-        Some(Arc::new(crate::executor::load_image(sh, &name, &symbol, &image)?))
-    } else {
-        None
+    // A registered Rust model stands for the library's code: found by the name the DSP was
+    // asked to load, or by the tag inside the image it fetched (elf::library_image), as a real
+    // DSP runs the code it fetched whatever the file was called. Otherwise a real Hexagon
+    // shared object is loaded by the process's executor shell (issue 11).
+    let registered = {
+        let st = sh.lock();
+        st.libraries.get(&name).or_else(|| elf::model_tag(&image).and_then(|t| st.libraries.get(t))).cloned()
+    };
+    let model = match registered {
+        Some(m) => {
+            if m.symbol != symbol {
+                return Err((
+                    aee::AEE_ENOSUCHSYMBOL,
+                    format!("{name}: undefined symbol {symbol} (the registered model exports {})", m.symbol),
+                ));
+            }
+            m
+        }
+        None if crate::executor::is_shared_library(&image) => {
+            Arc::new(crate::executor::load_library(sh, job.pid, job.epoch, &name, &symbol, &image)?)
+        }
+        None => {
+            return Err((
+                aee::AEE_ENOSUCHSYMBOL,
+                format!("{name}: undefined symbol {symbol} (no model registered on the bench, and not a Hexagon shared object)"),
+            ))
+        }
     };
     let mut st = sh.lock();
-    // The model stands for the library's code: found by the name the DSP was asked to load, or
-    // by the tag inside the image it fetched (elf::library_image), as a real DSP runs the code it
-    // fetched whatever the file was called.
-    let model = exec.or_else(|| st.libraries.get(&name).or_else(|| elf::model_tag(&image).and_then(|t| st.libraries.get(t))).cloned());
-    let Some(model) = model.filter(|m| m.symbol == symbol) else {
-        return Err((aee::AEE_ENOSUCHSYMBOL, format!("{name}: undefined symbol {symbol} (no model registered on the bench)")));
-    };
     let Some(p) = st.procs.get_mut(&job.pid).filter(|p| p.alive) else { return Err((aee::AEE_EBADSTATE, "process ended".into())) };
     let h = p.next_lib;
     p.next_lib += 0x10;
@@ -568,8 +589,8 @@ fn library(sh: &Shared, job: &Job, mut outs: Vec<Vec<u8>>) -> CtxResult {
     };
     let Some((name, model)) = lib else { return result(aee::AEE_EINVHANDLE, outs) };
     // Executor hook (issue 8).
-    if let Some(exec) = model.exec.clone() {
-        return crate::executor::invoke(sh, job, &name, &exec, outs);
+    if let Some((exec, lib)) = model.exec.clone() {
+        return crate::executor::invoke(sh, job, &name, &exec, lib, outs);
     }
     let sc = Scalars::from_raw(job.sc);
     let nbuf = sc.buffers();

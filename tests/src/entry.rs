@@ -85,9 +85,10 @@ pub struct LibraryModel {
     pub(crate) kernel: KernelFn,
     /// The kernel table of a batch-capable library (empty: single-kernel library, no batches).
     pub(crate) table: Vec<TableKernel>,
-    /// Executor mode (issue 8): the qemu-hexagon process that runs this library's real code;
-    /// when set, invokes go there instead of to `kernel`.
-    pub(crate) exec: Option<Arc<crate::executor::ExecProcess>>,
+    /// Executor mode: the DSP process's shell (a qemu-hexagon process) that loaded this
+    /// library's real code, and the library's id in it; when set, invokes go there instead of
+    /// to `kernel`.
+    pub(crate) exec: Option<(Arc<crate::executor::ExecProcess>, u32)>,
 }
 
 impl core::fmt::Debug for LibraryModel {
@@ -98,7 +99,7 @@ impl core::fmt::Debug for LibraryModel {
             .field("scalars", &self.scalars)
             .field("symbol", &self.symbol)
             .field("table", &self.table.len())
-            .field("executor", &self.exec.as_ref().map(|e| e.pid()))
+            .field("executor", &self.exec.as_ref().map(|(e, lib)| (e.pid(), *lib)))
             .finish()
     }
 }
@@ -130,9 +131,9 @@ impl LibraryModel {
         self.table.len()
     }
 
-    /// Executor mode: a library whose code runs in `exec` (its entry contract is whatever the
-    /// image was built with; the fields the Rust models use are unused).
-    pub(crate) fn executor(exec: Arc<crate::executor::ExecProcess>) -> Self {
+    /// Executor mode: library `lib` loaded in the shell `exec` (its entry contract is whatever
+    /// the image was built with; the fields the Rust models use are unused).
+    pub(crate) fn executor(exec: Arc<crate::executor::ExecProcess>, lib: u32) -> Self {
         LibraryModel {
             version: EntryVersion::V2,
             buffers: 0,
@@ -140,7 +141,7 @@ impl LibraryModel {
             symbol: "entry".into(),
             kernel: Arc::new(|_| {}),
             table: Vec::new(),
-            exec: Some(exec),
+            exec: Some((exec, lib)),
         }
     }
 

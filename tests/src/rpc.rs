@@ -345,6 +345,7 @@ unsafe fn init<'a>(sh: &'a Shared, st: Guard<'a>, file: u64, kind: CallKind, a: 
             next_ctx: 1,
             next_dva: 0x2000_0000,
             next_lib: 0x0001_0000,
+            shell: None,
         },
     );
     if let Some(f) = st.rpc_files.get_mut(&file) {

@@ -234,6 +234,9 @@ pub(crate) struct DspProcess {
     pub next_ctx: u32,
     pub next_dva: u32,
     pub next_lib: u32,
+    /// The executor shell (one qemu-hexagon process) that holds this process's real libraries,
+    /// started at the first real library load.
+    pub shell: Option<Arc<crate::executor::ExecProcess>>,
 }
 
 pub(crate) struct FaultRule {

@@ -317,7 +317,7 @@ fn hvx_builds_contain_vector_code() {
     ] {
         build_image(&tc, kernel, sig, EntryOptions::V2, flavour).expect("build");
         let dir = executor::build::cache_dir(&tc).unwrap();
-        let elf = dir.join(format!("{kernel}-v2-{}-{}.elf", if flavour == Flavour::Hvx { "hvx" } else { "scalar" }, sig.replace(',', "_")));
+        let elf = dir.join(format!("{kernel}-v2-{}-{}.so", if flavour == Flavour::Hvx { "hvx" } else { "scalar" }, sig.replace(',', "_")));
         let out = std::process::Command::new(objdump)
             .args(["-d", "--no-show-raw-insn", "--mattr=+hvxv65,+hvx-length128b"])
             .arg(&elf)

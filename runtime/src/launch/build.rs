@@ -1,19 +1,36 @@
 //! The build step (feature `std`: it runs the compiler and linker): generated entry + kernel C
 //! -> a Hexagon shared object laid out the way the DSP loader needs it, every allocated output
-//! section starting on its own 4 KiB page.
+//! section starting on its own 4 KiB page, carrying its build record.
 //!
 //! ```text
 //! clang-19 --target=hexagon -mcpu=hexagonv65 -mhvx=v65 -mhvx-length=128b -O2 -fPIC
-//!          -ffreestanding -fno-builtin -nostdlib -Wall -Werror -c entry.c  -o entry.o
-//! clang-19 (same flags, plus BuildOptions::kernel_cflags)       -c KERNEL.c -o kernel.o
+//!          -ffreestanding -fno-builtin -nostdlib -fsyntax-only -Xclang -ast-dump
+//!          -Xclang -ast-dump-filter -Xclang KERNEL -- KERNEL.c          (find the kernel)
+//! clang-19 (flags) -Wall -Werror -c -- entry.c -o entry.o
+//! clang-19 (flags, plus BuildOptions::kernel_cflags) -c -- kernel.c -o kernel.o
+//!          (kernel.c = #include "KERNEL.c" + the prototype generated from the signature)
+//! clang-19 --target=hexagon -c -- record.s -o record.o                  (the build record)
 //! ld.lld-19 -shared --hash-style=sysv -z max-page-size=4096 -soname NAME -T link.ld
-//!           -o OUT entry.o kernel.o
+//!           -o OUT entry.o kernel0.o record.o
 //! ```
 //!
-//! `link.ld` is generated from [`OUTPUT_SECTIONS`] (each `ALIGN(4096)`); afterwards the library
-//! is parsed ([`parse_elf`]) and checked ([`check_library`]): ELF32 little-endian, `ET_DYN`,
-//! `e_machine` 164 (Hexagon), every allocated non-empty section at a 4 KiB-aligned address, and
-//! `entry` exported. Intermediate files stay in `OUT.build/` for inspection.
+//! What is checked, each failure a [`BuildError`] naming the cause:
+//! * before anything runs: the kernel source is a regular file, not a directory; the output is
+//!   not the kernel source itself (same file, however spelled) and not a directory;
+//! * the kernel function exists in the source, is defined there, has one parameter per
+//!   signature parameter, a pointer for every `buf` and exactly the signature's C type for
+//!   every scalar; the kernel is then compiled together with a prototype generated from the
+//!   signature, so clang itself rejects a definition of another type;
+//! * the result: ELF32 little-endian, `ET_DYN`, `e_machine` 164 (Hexagon), every allocated
+//!   non-empty section at a 4 KiB-aligned address, `entry` exported, every undefined symbol one
+//!   the DSP provides ([`DSP_PROVIDED_SYMBOLS`]; the others are named), and the build record
+//!   ([`record`](super::record): signature and ABI version) reads back as written.
+//!
+//! Every build runs in a fresh work directory `OUT.build/` (a previous one made by this step,
+//! recognised by its marker file, is removed first; any other directory there is left alone and
+//! the build refused), so no stale object is ever linked. Paths that start with `-` are passed
+//! as `./-...` (and after `--` for clang; ld.lld has no `--`), so no operand is taken as an option. The intermediates stay in the
+//! work directory for inspection.
 
 extern crate std;
 
@@ -32,7 +49,8 @@ use zerocopy::{FromBytes, Immutable, KnownLayout};
 
 use super::abi::ENTRY_SYMBOL;
 use super::entry::{check_kernel_name, write_entry, EntryError, EntryOptions};
-use super::signature::Signature;
+use super::record::{write_record_asm, LibraryRecord, RecordError};
+use super::signature::{ParamKind, Signature};
 
 /// The compiler the build step runs by default.
 pub const DEFAULT_CLANG: &str = "clang-19";
@@ -58,6 +76,49 @@ pub const SECTION_ALIGN: u64 = 4096;
 pub const EM_HEXAGON: u16 = 164;
 /// `ET_DYN`.
 pub const ET_DYN: u16 = 3;
+/// How to install the tools when they are missing (Debian / Ubuntu).
+pub const INSTALL_HINT: &str = "apt-get install clang-19 lld-19";
+/// The file that marks a work directory as made by this build step (and so safe to replace).
+pub const WORK_MARKER: &str = ".hexrpc-build";
+
+/// The symbols a library may import: what the DSP provides to a loaded library (the HAP
+/// functions the generated entry calls, the C library functions and compiler runtime helpers
+/// clang emits for Hexagon under `-nostdlib`, and the libm subset kernels call). This is the
+/// export list of the bench's DSP shell; a real `fastrpc_shell` exports more, so the list is
+/// conservative: a library that passes here loads on the bench and on a device.
+pub const DSP_PROVIDED_SYMBOLS: &[&str] = &[
+    "HAP_mmap",
+    "HAP_munmap",
+    "HAP_perf_get_time_us",
+    "HAP_power_set",
+    "memcpy",
+    "memset",
+    "memmove",
+    "memcmp",
+    "__hexagon_divsi3",
+    "__hexagon_udivsi3",
+    "__hexagon_modsi3",
+    "__hexagon_umodsi3",
+    "__hexagon_divdi3",
+    "__hexagon_udivdi3",
+    "__hexagon_moddi3",
+    "__hexagon_umoddi3",
+    "__hexagon_memcpy_likely_aligned_min32bytes_mult8bytes",
+    "sqrtf",
+    "fabsf",
+    "floorf",
+    "ceilf",
+    "truncf",
+    "roundf",
+    "fmaxf",
+    "fminf",
+    "expf",
+    "exp2f",
+    "logf",
+    "log2f",
+    "sinf",
+    "cosf",
+];
 
 /// The output sections of the linker script, in address order, with the input sections each
 /// collects. lld's synthetic sections (`.hash`, `.dynsym`, `.got`, ...) are placed by name.
@@ -192,15 +253,49 @@ pub enum BuildError {
     },
     /// The library does not export `entry`.
     NoEntry,
+    /// The kernel source is a directory (or not a regular file).
+    KernelNotFile(PathBuf),
+    /// The output would overwrite an input.
+    OutputIsInput(PathBuf),
+    /// The output is a directory.
+    OutputIsDirectory(PathBuf),
+    /// The work directory exists and was not made by this build step.
+    WorkDirInUse(PathBuf),
+    /// The kernel function is not defined in the source.
+    KernelMissing {
+        /// The function name.
+        kernel: String,
+        /// The source.
+        source: PathBuf,
+        /// True if the source declares it without defining it.
+        declared: bool,
+    },
+    /// The kernel's parameters do not match the signature.
+    SignatureMismatch {
+        /// The function name.
+        kernel: String,
+        /// What differs.
+        detail: String,
+    },
+    /// The library imports symbols the DSP does not provide.
+    UnresolvedImports(Vec<String>),
+    /// The build record could not be written or does not read back.
+    Record(RecordError),
 }
 
 impl fmt::Display for BuildError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             BuildError::Entry(e) => write!(f, "generating the entry: {e}"),
-            BuildError::KernelName(n) => write!(f, "kernel name {n:?} is not a usable C identifier (use --kernel-name)"),
+            BuildError::KernelName(n) => write!(
+                f,
+                "kernel name {n:?} (from the file name, or given) is not a usable C identifier: name the kernel function with \
+                 --kernel NAME (BuildOptions::kernel_name in the API)"
+            ),
             BuildError::Io { path, error } => write!(f, "{}: {error}", path.display()),
-            BuildError::ToolMissing { tool, error } => write!(f, "cannot run {}: {error}", tool.display()),
+            BuildError::ToolMissing { tool, error } => {
+                write!(f, "cannot run {}: {error}; install the Hexagon toolchain with `{INSTALL_HINT}`", tool.display())
+            }
             BuildError::ToolFailed { command, status, stderr } => {
                 write!(f, "`{command}` failed ({}):\n{stderr}", status.map_or("killed".to_owned(), |s| format!("exit {s}")))
             }
@@ -209,6 +304,32 @@ impl fmt::Display for BuildError {
             BuildError::NotShared { elf_type } => write!(f, "e_type is {elf_type}, not ET_DYN"),
             BuildError::Unaligned { section, addr } => write!(f, "section {section} at {addr:#x} is not {SECTION_ALIGN}-aligned"),
             BuildError::NoEntry => write!(f, "the library does not export `{ENTRY_SYMBOL}`"),
+            BuildError::KernelNotFile(p) => write!(f, "{}: the kernel source is a directory or not a regular file", p.display()),
+            BuildError::OutputIsInput(p) => write!(f, "-o {}: the output would overwrite the kernel source", p.display()),
+            BuildError::OutputIsDirectory(p) => write!(f, "-o {}: the output is a directory", p.display()),
+            BuildError::WorkDirInUse(p) => {
+                write!(
+                    f,
+                    "{}: the work directory exists and was not made by hexrpc build-lib (no {WORK_MARKER}); move it away",
+                    p.display()
+                )
+            }
+            BuildError::KernelMissing { kernel, source, declared: true } => {
+                write!(f, "the kernel `{kernel}` is declared but not defined in {}", source.display())
+            }
+            BuildError::KernelMissing { kernel, source, declared: false } => write!(
+                f,
+                "no function `{kernel}` in {} (the kernel name comes from the file name unless --kernel NAME is given)",
+                source.display()
+            ),
+            BuildError::SignatureMismatch { kernel, detail } => write!(f, "the kernel `{kernel}` does not match the signature: {detail}"),
+            BuildError::UnresolvedImports(names) => write!(
+                f,
+                "the library imports symbols the DSP does not provide: {} (provided: HAP_*, memcpy/memset/memmove/memcmp, the \
+                 __hexagon_* integer helpers and a libm subset; double-precision arithmetic needs helpers the DSP shell lacks)",
+                names.join(", ")
+            ),
+            BuildError::Record(e) => write!(f, "build record: {e}"),
         }
     }
 }
@@ -225,10 +346,26 @@ fn io_err(path: &Path) -> impl FnOnce(io::Error) -> BuildError + '_ {
     move |error| BuildError::Io { path: path.to_path_buf(), error }
 }
 
+/// `path` as a command-line operand: a relative path starting with `-` gets a `./` prefix, so no
+/// tool can take it for an option.
+pub fn operand(path: &Path) -> OsString {
+    if path.as_os_str().as_encoded_bytes().first() == Some(&b'-') {
+        let mut s = OsString::from("./");
+        s.push(path.as_os_str());
+        s
+    } else {
+        path.as_os_str().to_owned()
+    }
+}
+
 fn run(tool: &Path, args: &[OsString]) -> Result<(), BuildError> {
+    run_output(tool, args).map(|_| ())
+}
+
+fn run_output(tool: &Path, args: &[OsString]) -> Result<Vec<u8>, BuildError> {
     let output = Command::new(tool).args(args).output().map_err(|error| BuildError::ToolMissing { tool: tool.to_path_buf(), error })?;
     if output.status.success() {
-        return Ok(());
+        return Ok(output.stdout);
     }
     let mut command = tool.display().to_string();
     for a in args {
@@ -242,8 +379,16 @@ fn run(tool: &Path, args: &[OsString]) -> Result<(), BuildError> {
 pub fn compile_hexagon(clang: &Path, source: &Path, object: &Path, extra: &[OsString]) -> Result<(), BuildError> {
     let mut args: Vec<OsString> = HEXAGON_CFLAGS.iter().map(OsString::from).collect();
     args.extend(extra.iter().cloned());
-    args.extend(["-c".into(), source.into(), "-o".into(), object.into()]);
+    args.extend(["-o".into(), operand(object), "-c".into(), "--".into(), operand(source)]);
     run(clang, &args)
+}
+
+/// One kernel of a build: its source, its C function name and its signature. (A library holds
+/// one kernel today; the pipeline below works on a list so that it can hold several.)
+struct KernelSpec<'a> {
+    source: &'a Path,
+    name: String,
+    sig: &'a Signature,
 }
 
 /// Builds `out` from the kernel source `kernel_c` with signature `sig` (see the module docs).
@@ -253,6 +398,157 @@ pub fn build_library(kernel_c: &Path, sig: &Signature, out: &Path, opts: &BuildO
         None => kernel_c.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default(),
     };
     check_kernel_name(&kernel_name).map_err(|_| BuildError::KernelName(kernel_name.clone()))?;
+    let kernels = [KernelSpec { source: kernel_c, name: kernel_name, sig }];
+    build_kernels(&kernels, out, opts)
+}
+
+/// True if `a` and `b` name the same existing file (same device and inode), however spelled.
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+        _ => false,
+    }
+}
+
+/// Makes a fresh work directory: a previous one of ours (with the marker) is removed first.
+fn fresh_work_dir(work: &Path) -> Result<(), BuildError> {
+    match std::fs::symlink_metadata(work) {
+        Ok(m) if m.is_dir() && work.join(WORK_MARKER).is_file() => std::fs::remove_dir_all(work).map_err(io_err(work))?,
+        Ok(_) => return Err(BuildError::WorkDirInUse(work.to_path_buf())),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(BuildError::Io { path: work.to_path_buf(), error: e }),
+    }
+    std::fs::create_dir_all(work).map_err(io_err(work))?;
+    let marker = work.join(WORK_MARKER);
+    std::fs::write(&marker, b"made by hexrpc build-lib; removed and recreated by the next build\n").map_err(io_err(&marker))
+}
+
+/// One parameter of the kernel as clang sees it: the type as written and its canonical form.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct ParamType {
+    written: String,
+    canonical: String,
+}
+
+/// What `-ast-dump-filter NAME` tells about function `name`: the parameters of its definition,
+/// or whether it is only declared.
+fn kernel_params(dump: &str, name: &str) -> Result<Vec<ParamType>, bool> {
+    let mut declared = false;
+    let mut lines = dump.lines().peekable();
+    while let Some(line) = lines.next() {
+        if line.strip_prefix("Dumping ").and_then(|r| r.strip_suffix(':')) != Some(name) {
+            continue;
+        }
+        let Some(decl) = lines.next() else { break };
+        if !decl.starts_with("FunctionDecl ") {
+            continue;
+        }
+        declared = true;
+        let mut params = Vec::new();
+        let mut body = false;
+        while let Some(child) = lines.peek() {
+            if child.starts_with("Dumping ") || child.is_empty() {
+                break;
+            }
+            let child = lines.next().unwrap_or_default();
+            // Direct children only: "|-X" or "`-X".
+            let Some(rest) = child.strip_prefix("|-").or_else(|| child.strip_prefix("`-")) else { continue };
+            if rest.starts_with("CompoundStmt ") {
+                body = true;
+            } else if rest.starts_with("ParmVarDecl ") {
+                let mut quoted = rest.split('\'').skip(1).step_by(2);
+                let written = quoted.next().unwrap_or_default().to_string();
+                let tail = rest.split('\'').nth(2).unwrap_or_default();
+                let canonical = if tail == ":" { quoted.next().unwrap_or_default().to_string() } else { written.clone() };
+                params.push(ParamType { written, canonical });
+            }
+        }
+        if body {
+            return Ok(params);
+        }
+    }
+    Err(declared)
+}
+
+fn strip_qualifiers(t: &str) -> &str {
+    let mut t = t.trim();
+    loop {
+        if let Some(r) = t.strip_prefix("const ") {
+            t = r.trim_start();
+        } else if let Some(r) = t.strip_prefix("volatile ") {
+            t = r.trim_start();
+        } else {
+            return t;
+        }
+    }
+}
+
+/// Checks the kernel's parameters against the signature and returns the prototype that pins
+/// them (the kernel's own spelling for pointers, the signature's C type for scalars).
+fn check_params(kernel: &KernelSpec<'_>, params: &[ParamType]) -> Result<String, BuildError> {
+    let want = kernel.sig.params();
+    let mismatch = |detail: String| BuildError::SignatureMismatch { kernel: kernel.name.clone(), detail };
+    if params.len() != want.len() {
+        return Err(mismatch(format!("it takes {} parameters, the signature {} ({})", params.len(), want.len(), kernel.sig)));
+    }
+    let mut proto = format!("void {}(", kernel.name);
+    for (i, (p, w)) in params.iter().zip(want).enumerate() {
+        if i > 0 {
+            proto.push_str(", ");
+        }
+        match w {
+            ParamKind::Buffer => {
+                if !p.canonical.contains('*') {
+                    return Err(mismatch(format!("parameter {} is `{}`, but the signature says buf (a pointer)", i + 1, p.written)));
+                }
+                proto.push_str(&p.written);
+            }
+            ParamKind::Scalar(t) => {
+                if p.canonical.contains('*') || strip_qualifiers(&p.canonical) != t.c_type() {
+                    return Err(mismatch(format!(
+                        "parameter {} is `{}`, but the signature says {} (`{}`)",
+                        i + 1,
+                        p.written,
+                        t.name(),
+                        t.c_type()
+                    )));
+                }
+                proto.push_str(t.c_type());
+            }
+        }
+    }
+    if want.is_empty() {
+        proto.push_str("void");
+    }
+    proto.push_str(");\n");
+    Ok(proto)
+}
+
+/// `#include` line for `path` (absolute; `\` and `"` escaped).
+fn include_line(path: &Path) -> Result<String, BuildError> {
+    let abs = std::fs::canonicalize(path).map_err(io_err(path))?;
+    let text = abs.to_string_lossy();
+    if text.contains('\n') {
+        return Err(BuildError::KernelNotFile(path.to_path_buf()));
+    }
+    Ok(format!("#include \"{}\"\n", text.replace('\\', "\\\\").replace('"', "\\\"")))
+}
+
+fn build_kernels(kernels: &[KernelSpec<'_>], out: &Path, opts: &BuildOptions) -> Result<BuildReport, BuildError> {
+    let first = kernels.first().ok_or(BuildError::Record(RecordError::KernelCount(0)))?;
+    // Refusals that need no tool.
+    for k in kernels {
+        if !std::fs::metadata(k.source).map_err(io_err(k.source))?.is_file() {
+            return Err(BuildError::KernelNotFile(k.source.to_path_buf()));
+        }
+        if same_file(k.source, out) {
+            return Err(BuildError::OutputIsInput(out.to_path_buf()));
+        }
+    }
+    if std::fs::metadata(out).is_ok_and(|m| m.is_dir()) {
+        return Err(BuildError::OutputIsDirectory(out.to_path_buf()));
+    }
     let work = match &opts.work_dir {
         Some(w) => w.clone(),
         None => {
@@ -261,10 +557,13 @@ pub fn build_library(kernel_c: &Path, sig: &Signature, out: &Path, opts: &BuildO
             out.with_file_name(name)
         }
     };
-    std::fs::create_dir_all(&work).map_err(io_err(&work))?;
+    if kernels.iter().any(|k| same_file(k.source, &work) || k.source.starts_with(&work)) {
+        return Err(BuildError::WorkDirInUse(work));
+    }
+    fresh_work_dir(&work)?;
 
     let mut entry_text = String::new();
-    write_entry(&mut entry_text, sig, &kernel_name, &opts.entry)?;
+    write_entry(&mut entry_text, first.sig, &first.name, &opts.entry)?;
     let entry_source = work.join("entry.c");
     std::fs::write(&entry_source, &entry_text).map_err(io_err(&entry_source))?;
     let mut script = String::new();
@@ -272,14 +571,48 @@ pub fn build_library(kernel_c: &Path, sig: &Signature, out: &Path, opts: &BuildO
     let linker_script = work.join("link.ld");
     std::fs::write(&linker_script, &script).map_err(io_err(&linker_script))?;
 
+    // Each kernel: found and matched against its signature, then compiled with the prototype.
+    let mut objects = Vec::new();
+    for (i, k) in kernels.iter().enumerate() {
+        let mut args: Vec<OsString> = HEXAGON_CFLAGS.iter().map(OsString::from).collect();
+        args.extend(opts.kernel_cflags.iter().cloned());
+        args.extend(["-fsyntax-only", "-Xclang", "-ast-dump", "-Xclang", "-ast-dump-filter", "-Xclang"].map(OsString::from));
+        args.push(OsString::from(&k.name));
+        args.extend(["--".into(), operand(k.source)]);
+        let dump = run_output(&opts.clang, &args)?;
+        let params = kernel_params(&String::from_utf8_lossy(&dump), &k.name).map_err(|declared| BuildError::KernelMissing {
+            kernel: k.name.clone(),
+            source: k.source.to_path_buf(),
+            declared,
+        })?;
+        let proto = check_params(k, &params)?;
+        let checked = work.join(format!("kernel{i}.c"));
+        let text = format!(
+            "/* Generated by hexrpc build-lib: the kernel, then the prototype its signature implies ({}). */\n{}{}",
+            k.sig,
+            include_line(k.source)?,
+            proto
+        );
+        std::fs::write(&checked, text).map_err(io_err(&checked))?;
+        let obj = work.join(format!("kernel{i}.o"));
+        compile_hexagon(&opts.clang, &checked, &obj, &opts.kernel_cflags)?;
+        objects.push(obj);
+    }
     let entry_obj = work.join("entry.o");
-    let kernel_obj = work.join("kernel.o");
     let entry_flags: Vec<OsString> = ENTRY_CFLAGS.iter().map(OsString::from).collect();
     compile_hexagon(&opts.clang, &entry_source, &entry_obj, &entry_flags)?;
-    compile_hexagon(&opts.clang, kernel_c, &kernel_obj, &opts.kernel_cflags)?;
+
+    // The build record, assembled into its own object.
+    let listed: Vec<(&str, &Signature)> = kernels.iter().map(|k| (k.name.as_str(), k.sig)).collect();
+    let mut record = String::new();
+    write_record_asm(&mut record, opts.entry.version, &listed).map_err(BuildError::Record)?;
+    let record_source = work.join("record.s");
+    std::fs::write(&record_source, &record).map_err(io_err(&record_source))?;
+    let record_obj = work.join("record.o");
+    run(&opts.clang, &["--target=hexagon".into(), "-o".into(), operand(&record_obj), "-c".into(), "--".into(), operand(&record_source)])?;
 
     let soname = out.file_name().map(OsString::from).unwrap_or_else(|| OsString::from("lib.so"));
-    let link_args: Vec<OsString> = [
+    let mut link_args: Vec<OsString> = std::vec![
         "-shared".into(),
         "--hash-style=sysv".into(),
         "-z".into(),
@@ -287,23 +620,31 @@ pub fn build_library(kernel_c: &Path, sig: &Signature, out: &Path, opts: &BuildO
         "-soname".into(),
         soname,
         "-T".into(),
-        linker_script.clone().into(),
+        operand(&linker_script),
         "-o".into(),
-        out.into(),
-        entry_obj.into(),
-        kernel_obj.into(),
-    ]
-    .into();
+        operand(out),
+        operand(&entry_obj),
+    ];
+    link_args.extend(objects.iter().map(|o| operand(o)));
+    link_args.push(operand(&record_obj));
     run(&opts.lld, &link_args)?;
 
     let bytes = std::fs::read(out).map_err(io_err(out))?;
     let elf = parse_elf(&bytes).map_err(BuildError::Elf)?;
     check_library(&elf)?;
-    Ok(BuildReport { library: out.to_path_buf(), kernel_name, entry_source, linker_script, elf })
+    // The record must read back as written.
+    let rec = LibraryRecord::find(&bytes).map_err(BuildError::Record)?.ok_or(BuildError::Record(RecordError::Truncated))?;
+    let back_ok = rec.abi() == opts.entry.version
+        && rec.kernels().count() == kernels.len()
+        && rec.kernels().zip(kernels).all(|(r, k)| r.name == k.name && r.parse_signature().ok().as_ref() == Some(k.sig));
+    if !back_ok {
+        return Err(BuildError::Record(RecordError::Truncated));
+    }
+    Ok(BuildReport { library: out.to_path_buf(), kernel_name: first.name.clone(), entry_source, linker_script, elf })
 }
 
 /// Checks a parsed library: Hexagon, shared object, allocated sections 4 KiB-aligned, `entry`
-/// exported.
+/// exported, every import in [`DSP_PROVIDED_SYMBOLS`].
 pub fn check_library(elf: &ElfSummary) -> Result<(), BuildError> {
     if elf.machine != EM_HEXAGON {
         return Err(BuildError::NotHexagon { machine: elf.machine });
@@ -318,6 +659,10 @@ pub fn check_library(elf: &ElfSummary) -> Result<(), BuildError> {
     }
     if !elf.exports.iter().any(|e| e == ENTRY_SYMBOL) {
         return Err(BuildError::NoEntry);
+    }
+    let unresolved: Vec<String> = elf.imports.iter().filter(|i| !DSP_PROVIDED_SYMBOLS.contains(&i.as_str())).cloned().collect();
+    if !unresolved.is_empty() {
+        return Err(BuildError::UnresolvedImports(unresolved));
     }
     Ok(())
 }

@@ -12,7 +12,9 @@
 //!   fills fixed-capacity storage (no heap); [`PackedLaunch::invoke_args`] /
 //!   [`PackedLaunch::launch`] hand it to the driver layer's [`InvokeArgs`](hexrpc_drivers::adsprpc::InvokeArgs).
 //! * [`write_entry`] writes the C `entry` for a signature into any `core::fmt::Write` (no heap).
-//! * `build` (feature `std`) compiles entry + kernel into a Hexagon shared object.
+//! * `build` (feature `std`) compiles entry + kernel into a Hexagon shared object and records
+//!   the kernel's signature and the ABI version in it; [`LibraryRecord::find`] reads that record
+//!   back from the library's bytes (no_std, no allocation).
 //! * A library generated for a kernel *table* ([`write_batch_entry`]) also runs batches: a
 //!   [`Batch`] packs K launches of its kernels with their leases deduplicated (the [`BATCH`]
 //!   layout of the same table) and sends them in one call, each lease mapped once.
@@ -42,6 +44,7 @@ mod batch;
 pub mod build;
 mod entry;
 mod pack;
+pub mod record;
 mod scalar;
 mod signature;
 
@@ -53,5 +56,6 @@ pub use abi::{
 pub use batch::{Batch, BatchError, BatchRun};
 pub use entry::{check_kernel_name, write_batch_entry, write_entry, EntryError, EntryOptions, KernelSpec, PowerRequest};
 pub use pack::{BufferRef, LaunchBuffer, PackError, PackedLaunch, DEFAULT_SLOTS};
+pub use record::{LibraryRecord, RecordError, RecordedKernel};
 pub use scalar::Scalar;
 pub use signature::{ParamKind, ScalarType, Signature, SignatureError};

@@ -1,10 +1,17 @@
-//! The executor's build step: generated entry (hexrpc-runtime's `write_entry`) + kernel + the
-//! DSP-side runtime -> a static Hexagon executable, with clang-19 and ld.lld-19.
+//! The executor's build step, with clang-19 and ld.lld-19:
+//!
+//! * the **DSP shell** (`tests/hexagon/runtime/`: loader, HAP functions, C library, request
+//!   loop) -> a static Hexagon executable, started once per simulated DSP process;
+//! * a **suite library**: generated entry (hexrpc-runtime's `write_entry`) + kernel + `hrx_expf`
+//!   -> a Hexagon shared object laid out like `hexrpc build-lib`'s output (hexrpc-runtime's
+//!   linker script, every section on its own 4 KiB page), which the bench publishes like any
+//!   library and the shell loads.
 //!
 //! ```text
-//! clang-19 --target=hexagon -mcpu=hexagonv65 -O2 -ffreestanding -fno-builtin -nostdlib
+//! clang-19 --target=hexagon -mcpu=hexagonv65 -O2 -fPIC -ffreestanding -fno-builtin -nostdlib
 //!          -ffp-contract=off -Wall -Werror -I tests/hexagon/runtime [HVX flags] -c X.c -o X.o
-//! ld.lld-19 -static -e _start -o LIB.elf runtime.o math.o entry.o kernels.o
+//! ld.lld-19 -static -e _start -o shell.elf hrx_dsp.o hrx_libc.o hrx_math.o
+//! ld.lld-19 -shared --hash-style=sysv -z max-page-size=4096 -T link.ld -o LIB.so entry.o math.o kernels.o
 //! ```
 //!
 //! HVX flavour flags: `-mhvx=v65 -mhvx-length=128b -mllvm -hexagon-autohvx=true`. Sources are
@@ -18,10 +25,13 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Mutex, OnceLock};
 
+use hexrpc_runtime::launch::build::write_linker_script;
 use hexrpc_runtime::launch::{write_entry, AbiVersion, EntryOptions, Signature};
 
-/// The DSP-side runtime source.
+/// The DSP shell source (loader, HAP functions, request loop).
 pub const RUNTIME_C: &str = include_str!("../../hexagon/runtime/hrx_dsp.c");
+/// The shell's C library (memory functions, compiler helpers, libm subset).
+pub const LIBC_C: &str = include_str!("../../hexagon/runtime/hrx_libc.c");
 /// Its header.
 pub const RUNTIME_H: &str = include_str!("../../hexagon/runtime/hrx_dsp.h");
 /// The plain-C kernel suite.
@@ -36,6 +46,7 @@ pub const CFLAGS: &[&str] = &[
     "--target=hexagon",
     "-mcpu=hexagonv65",
     "-O2",
+    "-fPIC",
     "-ffreestanding",
     "-fno-builtin",
     "-nostdlib",
@@ -45,8 +56,6 @@ pub const CFLAGS: &[&str] = &[
 ];
 /// Extra flags of the HVX flavour (and of the intrinsics file, always).
 pub const HVX_FLAGS: &[&str] = &["-mhvx=v65", "-mhvx-length=128b", "-mllvm", "-hexagon-autohvx=true"];
-/// The marker the runtime carries; [`is_executor_image`] looks for it.
-pub const MARKER: &[u8] = b"HXEXEC-RT1\0";
 
 /// Which build of the kernel sources.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -128,8 +137,8 @@ pub enum BuildError {
     Io(String),
     /// A tool failed: the command and what it printed.
     Tool(String),
-    /// The output is not an executor image.
-    NotExecutor,
+    /// The output is not a loadable Hexagon shared object.
+    NotLibrary,
 }
 
 impl core::fmt::Display for BuildError {
@@ -138,21 +147,25 @@ impl core::fmt::Display for BuildError {
             BuildError::Entry(e) => write!(f, "entry: {e}"),
             BuildError::Io(e) => write!(f, "io: {e}"),
             BuildError::Tool(e) => write!(f, "{e}"),
-            BuildError::NotExecutor => f.write_str("the linked file is not a Hexagon executor image"),
+            BuildError::NotLibrary => f.write_str("the linked file is not a Hexagon shared object with a dynamic section"),
         }
     }
 }
 
-/// True if `image` is a static Hexagon executable carrying the runtime's marker (what the
-/// bench's DSP starts under qemu-hexagon instead of looking up a Rust model).
-pub fn is_executor_image(image: &[u8]) -> bool {
-    image.len() > 52
-        && image[..4] == *b"\x7fELF"
-        && image[4] == 1
-        && image[5] == 1
-        && u16::from_le_bytes([image[16], image[17]]) == 2
-        && u16::from_le_bytes([image[18], image[19]]) == crate::elf::EM_HEXAGON
-        && image.windows(MARKER.len()).any(|w| w == MARKER)
+/// True if `image` is what the bench's DSP hands to the shell's loader: an ELF32 little-endian
+/// Hexagon shared object (`ET_DYN`) with a `PT_DYNAMIC` program header (bounds-checked; the
+/// shell's loader checks everything else and names what it refuses).
+pub fn is_shared_library(image: &[u8]) -> bool {
+    let u16_at = |at: usize| image.get(at..at + 2).map(|b| u16::from_le_bytes([b[0], b[1]]));
+    let u32_at = |at: usize| image.get(at..at + 4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+    if image.len() < 52 || image[..4] != *b"\x7fELF" || image[4] != 1 || image[5] != 1 {
+        return false;
+    }
+    if u16_at(16) != Some(3) || u16_at(18) != Some(crate::elf::EM_HEXAGON) || u16_at(42) != Some(32) {
+        return false;
+    }
+    let (Some(phoff), Some(phnum)) = (u32_at(28), u16_at(44)) else { return false };
+    (0..phnum as usize).any(|i| u32_at((phoff as usize).saturating_add(32 * i)) == Some(2))
 }
 
 fn fnv(h: &mut u64, bytes: &[u8]) {
@@ -166,6 +179,7 @@ struct Cache {
     dir: PathBuf,
     objects: HashMap<String, PathBuf>,
     images: HashMap<String, &'static [u8]>,
+    shell: Option<PathBuf>,
 }
 
 fn cache(tc: &Toolchain) -> Result<&'static Mutex<Cache>, BuildError> {
@@ -173,7 +187,7 @@ fn cache(tc: &Toolchain) -> Result<&'static Mutex<Cache>, BuildError> {
     CACHE
         .get_or_init(|| {
             let mut h = 0xcbf2_9ce4_8422_2325u64;
-            for s in [RUNTIME_C, RUNTIME_H, KERNELS_C, HVX_C, MATH_C] {
+            for s in [RUNTIME_C, RUNTIME_H, LIBC_C, KERNELS_C, HVX_C, MATH_C] {
                 fnv(&mut h, s.as_bytes());
             }
             for f in CFLAGS.iter().chain(HVX_FLAGS) {
@@ -182,12 +196,20 @@ fn cache(tc: &Toolchain) -> Result<&'static Mutex<Cache>, BuildError> {
             fnv(&mut h, tc.clang.as_os_str().as_encoded_bytes());
             let dir = std::env::temp_dir().join(format!("hexrpc-exec-build-{h:016x}"));
             std::fs::create_dir_all(&dir).map_err(|e| BuildError::Io(format!("{}: {e}", dir.display())))?;
-            for (name, text) in
-                [("hrx_dsp.c", RUNTIME_C), ("hrx_dsp.h", RUNTIME_H), ("kernels.c", KERNELS_C), ("hvx.c", HVX_C), ("hrx_math.c", MATH_C)]
-            {
+            let mut script = String::new();
+            write_linker_script(&mut script).map_err(|_| BuildError::Io("linker script".into()))?;
+            for (name, text) in [
+                ("hrx_dsp.c", RUNTIME_C),
+                ("hrx_dsp.h", RUNTIME_H),
+                ("hrx_libc.c", LIBC_C),
+                ("kernels.c", KERNELS_C),
+                ("hvx.c", HVX_C),
+                ("hrx_math.c", MATH_C),
+                ("link.ld", script.as_str()),
+            ] {
                 write_atomic(&dir.join(name), text.as_bytes())?;
             }
-            Ok(Mutex::new(Cache { dir, objects: HashMap::new(), images: HashMap::new() }))
+            Ok(Mutex::new(Cache { dir, objects: HashMap::new(), images: HashMap::new(), shell: None }))
         })
         .as_ref()
         .map_err(Clone::clone)
@@ -235,10 +257,31 @@ fn compile(tc: &Toolchain, c: &mut Cache, source: &str, object: &str, hvx: bool)
     Ok(out)
 }
 
-/// Builds (or finds in the cache) the executor image of `kernel` with signature `signature`
-/// with entry options `opts` (contract version, power request); `flavour` picks the kernel
-/// objects. Kernels named `*_hvx`
-/// live in the intrinsics file, the others in the plain-C suite.
+/// Builds (or finds in the cache) the shell executable the bench starts under qemu-hexagon.
+pub fn build_shell(tc: &Toolchain) -> Result<PathBuf, BuildError> {
+    let mut c = cache(tc)?.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(p) = &c.shell {
+        return Ok(p.clone());
+    }
+    let runtime = compile(tc, &mut c, "hrx_dsp.c", "hrx_dsp.o", false)?;
+    let libc = compile(tc, &mut c, "hrx_libc.c", "hrx_libc.o", false)?;
+    let math = compile(tc, &mut c, "hrx_math.c", "hrx_math-scalar.o", false)?;
+    let out = c.dir.join("shell.elf");
+    if !out.exists() {
+        let tmp = c.dir.join(format!("shell.elf.tmp{}", std::process::id()));
+        let args: Vec<OsString> =
+            vec!["-static".into(), "-e".into(), "_start".into(), "-o".into(), tmp.clone().into(), runtime.into(), libc.into(), math.into()];
+        run(&tc.lld, &args)?;
+        std::fs::rename(&tmp, &out).map_err(|e| BuildError::Io(format!("{}: {e}", out.display())))?;
+    }
+    c.shell = Some(out.clone());
+    Ok(out)
+}
+
+/// Builds (or finds in the cache) the library of `kernel` with signature `signature` with
+/// entry options `opts` (contract version, power request); `flavour` picks the kernel objects.
+/// Kernels named `*_hvx` live in the intrinsics file, the others in the plain-C suite. The
+/// library imports memset/memcpy and the compiler helpers from the shell.
 pub fn build_image(
     tc: &Toolchain,
     kernel: &str,
@@ -266,7 +309,6 @@ pub fn build_image(
     write_entry(&mut text, &sig, kernel, &opts).map_err(|e| BuildError::Entry(e.to_string()))?;
     let entry_c = format!("entry-{key}.c");
     write_atomic(&c.dir.join(&entry_c), text.as_bytes())?;
-    let runtime = compile(tc, &mut c, "hrx_dsp.c", "hrx_dsp.o", false)?;
     let math = compile(tc, &mut c, "hrx_math.c", &format!("hrx_math-{fl}.o"), flavour == Flavour::Hvx)?;
     let entry = compile(tc, &mut c, &entry_c, &format!("entry-{key}.o"), false)?;
     let kernels = if kernel.ends_with("_hvx") {
@@ -274,26 +316,28 @@ pub fn build_image(
     } else {
         compile(tc, &mut c, "kernels.c", &format!("kernels-{fl}.o"), flavour == Flavour::Hvx)?
     };
-    let out = c.dir.join(format!("{key}.elf"));
+    let out = c.dir.join(format!("{key}.so"));
     if !out.exists() {
-        let tmp = c.dir.join(format!("{key}.elf.tmp{}", std::process::id()));
+        let tmp = c.dir.join(format!("{key}.so.tmp{}", std::process::id()));
         let args: Vec<OsString> = vec![
-            "-static".into(),
-            "-e".into(),
-            "_start".into(),
+            "-shared".into(),
+            "--hash-style=sysv".into(),
+            "-z".into(),
+            "max-page-size=4096".into(),
+            "-T".into(),
+            c.dir.join("link.ld").into(),
             "-o".into(),
             tmp.clone().into(),
-            runtime.into(),
-            math.into(),
             entry.into(),
+            math.into(),
             kernels.into(),
         ];
         run(&tc.lld, &args)?;
         std::fs::rename(&tmp, &out).map_err(|e| BuildError::Io(format!("{}: {e}", out.display())))?;
     }
     let bytes = std::fs::read(&out).map_err(|e| BuildError::Io(format!("{}: {e}", out.display())))?;
-    if !is_executor_image(&bytes) {
-        return Err(BuildError::NotExecutor);
+    if !is_shared_library(&bytes) {
+        return Err(BuildError::NotLibrary);
     }
     // Library images are published as `&'static [u8]` (the HAL's registry contract); each
     // artefact is leaked once per process.

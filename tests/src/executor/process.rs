@@ -1,18 +1,17 @@
-//! One executor: a qemu-hexagon process running a library image built by [`build`](super::build),
-//! spoken to over its stdin/stdout pipes ([`wire`](super::wire)).
+//! One executor: a qemu-hexagon process running the DSP shell built by [`build`](super::build)
+//! (one per simulated DSP process), spoken to over its stdin/stdout pipes ([`wire`](super::wire)):
+//! it loads libraries, invokes their entries and unloads them.
 //!
-//! A reader thread turns the runtime's stdout into messages on a channel, so every wait has a
-//! bound ([`BenchConfig::executor_timeout`](crate::BenchConfig::executor_timeout)): a hung kernel,
-//! a crashed or exited runtime, or a protocol break ends the wait with an [`ExecFailure`] and the
-//! process is killed (by its own pid, through [`std::process::Child::kill`]). The image is written
-//! to a private temporary file for qemu to load, removed once the runtime has greeted. Core dumps
-//! of a crashing guest are disabled (RLIMIT_CORE 0) and the process runs in the temporary
-//! directory.
+//! A reader thread turns the shell's stdout into messages on a channel, so every wait has a
+//! bound ([`BenchConfig::executor_timeout`](crate::BenchConfig::executor_timeout)): a hung kernel
+//! or constructor, a crashed or exited shell, or a protocol break ends the wait with an
+//! [`ExecFailure`] and the process is killed (by its own pid, through
+//! [`std::process::Child::kill`]). Core dumps of a crashing guest are disabled (RLIMIT_CORE 0) and
+//! the process runs in a private temporary directory.
 
 use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -49,6 +48,7 @@ impl core::fmt::Display for ExecFailure {
 enum Msg {
     Hello(Result<(), String>),
     Response(Response),
+    Load(wire::LoadAnswer),
     Gone(String),
 }
 
@@ -65,8 +65,10 @@ pub struct ExecStats {
     pub invokes: u64,
     /// Request types of every `HAP_power_set` call (accepted, no effect).
     pub power_requests: Vec<u32>,
-    /// Mappings live in the runtime after the last invoke (leaks stay here).
+    /// Mappings live in the shell after the last invoke (leaks stay here).
     pub live_mappings: u32,
+    /// Libraries loaded in the shell now.
+    pub libraries: u32,
     /// How the process ended, once it has.
     pub ended: Option<String>,
 }
@@ -78,8 +80,6 @@ pub struct ExecProcess {
     stderr: Arc<Mutex<String>>,
     stats: Mutex<ExecStats>,
 }
-
-static SEQ: AtomicU64 = AtomicU64::new(0);
 
 fn temp_dir() -> std::io::Result<PathBuf> {
     let dir = std::env::temp_dir().join(format!("hexrpc-exec-{}", std::process::id()));
@@ -115,24 +115,11 @@ fn describe(child: &mut Child, stderr: &Mutex<String>) -> String {
 }
 
 impl ExecProcess {
-    /// Starts `qemu` on `image` and waits (at most `timeout`) for the runtime's greeting.
-    pub fn spawn(qemu: &str, image: &[u8], timeout: Duration) -> Result<ExecProcess, ExecFailure> {
+    /// Starts `qemu` on the shell executable at `shell` and waits (at most `timeout`) for its
+    /// greeting.
+    pub fn spawn(qemu: &str, shell: &std::path::Path, timeout: Duration) -> Result<ExecProcess, ExecFailure> {
         let dir = temp_dir().map_err(|e| ExecFailure::Spawn(e.to_string()))?;
-        let path = dir.join(format!("lib-{}.elf", SEQ.fetch_add(1, Ordering::Relaxed)));
-        {
-            use std::os::unix::fs::OpenOptionsExt;
-            // qemu-user loads only files it may execute.
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o700)
-                .open(&path)
-                .map_err(|e| ExecFailure::Spawn(format!("{}: {e}", path.display())))?;
-            f.write_all(image).map_err(|e| ExecFailure::Spawn(format!("{}: {e}", path.display())))?;
-        }
-        let r = Self::start(qemu, &path, &dir, timeout);
-        let _ = std::fs::remove_file(&path);
-        r
+        Self::start(qemu, shell, &dir, timeout)
     }
 
     fn start(qemu: &str, path: &std::path::Path, dir: &std::path::Path, timeout: Duration) -> Result<ExecProcess, ExecFailure> {
@@ -195,9 +182,13 @@ impl ExecProcess {
                     return;
                 }
                 loop {
-                    match wire::read_response(&mut out) {
-                        Ok(r) => {
-                            if tx.send(Msg::Response(r)).is_err() {
+                    match wire::read_message(&mut out) {
+                        Ok(m) => {
+                            let msg = match m {
+                                wire::Message::Invoke(r) => Msg::Response(r),
+                                wire::Message::Load(a) => Msg::Load(a),
+                            };
+                            if tx.send(msg).is_err() {
                                 return;
                             }
                         }
@@ -224,7 +215,7 @@ impl ExecProcess {
                 let how = describe(&mut child, &stderr);
                 return Err(ExecFailure::Spawn(format!("{e} ({how})")));
             }
-            Ok(Msg::Response(_)) => {
+            Ok(Msg::Response(_) | Msg::Load(_)) => {
                 let _ = child.kill();
                 let _ = child.wait();
                 return Err(ExecFailure::Protocol("response before greeting".into()));
@@ -266,19 +257,74 @@ impl ExecProcess {
         failure
     }
 
-    /// Runs one invoke: `bufs` are the in-buffers then the out-buffers (their current bytes),
-    /// `handles` the handle arguments. One invoke at a time per process.
-    pub fn invoke(&self, sc: u32, handle: u32, bufs: &[&[u8]], handles: &[HandleArg], timeout: Duration) -> Result<Response, ExecFailure> {
-        let msg = wire::encode_request(sc, handle, bufs, handles).map_err(|_| ExecFailure::TooLarge)?;
+    /// Sends `msg` and waits (at most `timeout`) for the next message.
+    fn exchange(&self, msg: &[u8], timeout: Duration) -> Result<Msg, ExecFailure> {
         let mut guard = self.io.lock().unwrap_or_else(|e| e.into_inner());
         let Some(io) = guard.as_mut() else {
             return Err(ExecFailure::Died(self.stats().ended.unwrap_or_else(|| "stopped".into())));
         };
-        if io.stdin.write_all(&msg).and_then(|_| io.stdin.flush()).is_err() {
+        if io.stdin.write_all(msg).and_then(|_| io.stdin.flush()).is_err() {
             return Err(self.end(&mut guard, ExecFailure::Died(String::new())));
         }
         match io.rx.recv_timeout(timeout) {
-            Ok(Msg::Response(r)) => {
+            Ok(m @ (Msg::Response(_) | Msg::Load(_))) => Ok(m),
+            Ok(Msg::Gone(_)) | Err(RecvTimeoutError::Disconnected) => Err(self.end(&mut guard, ExecFailure::Died(String::new()))),
+            Ok(Msg::Hello(_)) => Err(self.end(&mut guard, ExecFailure::Protocol("second greeting".into()))),
+            Err(RecvTimeoutError::Timeout) => Err(self.end(&mut guard, ExecFailure::Hang)),
+        }
+    }
+
+    /// Loads a library (its bytes as the DSP fetched them) and looks up `symbol`. The answer's
+    /// status is 0 and its `lib` the id, or an AEE code with the loader's reason.
+    pub fn load(&self, symbol: &str, image: &[u8], timeout: Duration) -> Result<wire::LoadAnswer, ExecFailure> {
+        let msg = wire::encode_load(symbol, image).map_err(|_| ExecFailure::TooLarge)?;
+        match self.exchange(&msg, timeout)? {
+            Msg::Load(a) => {
+                if a.status == 0 {
+                    if let Ok(mut s) = self.stats.lock() {
+                        s.libraries += 1;
+                    }
+                }
+                Ok(a)
+            }
+            _ => Err(self.fail_protocol("an invoke answer to a load")),
+        }
+    }
+
+    /// Unloads library `lib` (its destructors run).
+    pub fn close(&self, lib: u32, timeout: Duration) -> Result<wire::LoadAnswer, ExecFailure> {
+        match self.exchange(&wire::encode_close(lib), timeout)? {
+            Msg::Load(a) => {
+                if a.status == 0 {
+                    if let Ok(mut s) = self.stats.lock() {
+                        s.libraries = s.libraries.saturating_sub(1);
+                    }
+                }
+                Ok(a)
+            }
+            _ => Err(self.fail_protocol("an invoke answer to a close")),
+        }
+    }
+
+    fn fail_protocol(&self, what: &str) -> ExecFailure {
+        let mut guard = self.io.lock().unwrap_or_else(|e| e.into_inner());
+        self.end(&mut guard, ExecFailure::Protocol(what.into()))
+    }
+
+    /// Runs one invoke of library `lib`: `bufs` are the in-buffers then the out-buffers (their
+    /// current bytes), `handles` the handle arguments. One message at a time per process.
+    pub fn invoke(
+        &self,
+        lib: u32,
+        sc: u32,
+        handle: u32,
+        bufs: &[&[u8]],
+        handles: &[HandleArg],
+        timeout: Duration,
+    ) -> Result<Response, ExecFailure> {
+        let msg = wire::encode_request(lib, sc, handle, bufs, handles).map_err(|_| ExecFailure::TooLarge)?;
+        match self.exchange(&msg, timeout)? {
+            Msg::Response(r) => {
                 if let Ok(mut s) = self.stats.lock() {
                     s.invokes += 1;
                     s.live_mappings = r.live_mappings;
@@ -290,9 +336,7 @@ impl ExecProcess {
                 }
                 Ok(r)
             }
-            Ok(Msg::Gone(_)) | Err(RecvTimeoutError::Disconnected) => Err(self.end(&mut guard, ExecFailure::Died(String::new()))),
-            Ok(Msg::Hello(_)) => Err(self.end(&mut guard, ExecFailure::Protocol("second greeting".into()))),
-            Err(RecvTimeoutError::Timeout) => Err(self.end(&mut guard, ExecFailure::Hang)),
+            _ => Err(self.fail_protocol("a load answer to an invoke")),
         }
     }
 }

@@ -2,15 +2,21 @@
 //!
 //! Every word is a little-endian `u32` (Hexagon and the hosts we run on are little-endian).
 //!
-//! * **Hello** (runtime -> bench, once at start): `HELLO_MAGIC, PROTOCOL, arena bytes, max events`.
-//! * **Request** (bench -> runtime): header `REQ_MAGIC, op, sc, handle, nbufs, nhandles, data_len`;
-//!   then `nbufs` buffer lengths (in-buffers then out-buffers, as in `sc`); then `nhandles`
-//!   records `fd, offset, file size, path length`; then `data_len` bytes: every buffer's bytes
-//!   padded to 8, then every handle's path (`/proc/<pid>/fd/<n>` of the buffer's memfd) padded
-//!   to 4. `op` [`OP_QUIT`] ends the runtime.
-//! * **Response** (runtime -> bench): `RSP_MAGIC, entry's return value, nout, nevents, live
+//! * **Hello** (shell -> bench, once at start): `HELLO_MAGIC, PROTOCOL, arena bytes, max events`.
+//! * **Request** (bench -> shell): header `REQ_MAGIC, op, sc, handle, lib, nbufs, nhandles,
+//!   data_len`.
+//!   * [`OP_INVOKE`]: calls library `lib`'s entry; then `nbufs` buffer lengths (in-buffers then
+//!     out-buffers, as in `sc`); then `nhandles` records `fd, offset, file size, path length`;
+//!     then `data_len` bytes: every buffer's bytes padded to 8, then every handle's path
+//!     (`/proc/<pid>/fd/<n>` of the buffer's memfd) padded to 4.
+//!   * [`OP_LOAD`]: loads a library; `sc` is the length of the symbol to look up (`entry`), the
+//!     data is that symbol padded to 4, then the library's bytes (at most [`MAX_IMAGE`]).
+//!   * [`OP_CLOSE`]: unloads library `lib`. [`OP_QUIT`] ends the shell.
+//! * **Invoke response** (shell -> bench): `RSP_MAGIC, entry's return value, nout, nevents, live
 //!   mappings, out_len`; `nout` lengths; the out-buffers padded to 8; `nevents` records of five
 //!   words `kind, fd, addr, len, arg`.
+//! * **Load / close response**: `LOD_MAGIC, status (0 or an AEE code), library id, text length`,
+//!   then the loader's reason for a refusal (ASCII, at most [`MAX_TEXT`] bytes) padded to 4.
 //!
 //! The constants are written twice (here and as `#define`s in the C file); a test compares them.
 
@@ -22,12 +28,26 @@ pub const HELLO_MAGIC: u32 = 0x4948_584D;
 pub const REQ_MAGIC: u32 = 0x5152_5848;
 /// First word of a response.
 pub const RSP_MAGIC: u32 = 0x5352_5848;
+/// First word of a load or close answer.
+pub const LOD_MAGIC: u32 = 0x4C52_5848;
 /// Protocol version in the greeting.
-pub const PROTOCOL: u32 = 1;
-/// Request: run the entry.
+pub const PROTOCOL: u32 = 2;
+/// Request: run a library's entry.
 pub const OP_INVOKE: u32 = 1;
 /// Request: exit.
 pub const OP_QUIT: u32 = 2;
+/// Request: load a library.
+pub const OP_LOAD: u32 = 3;
+/// Request: unload a library.
+pub const OP_CLOSE: u32 = 4;
+/// Most libraries loaded in one shell at once.
+pub const MAX_LIBS: usize = 16;
+/// Largest library image the shell accepts.
+pub const MAX_IMAGE: usize = 16 << 20;
+/// Longest refusal text.
+pub const MAX_TEXT: usize = 200;
+/// Longest symbol name in a load request.
+pub const MAX_SYMBOL: usize = 64;
 /// Most buffer arguments per invoke.
 pub const MAX_BUFS: usize = 16;
 /// Most handle arguments per invoke.
@@ -46,9 +66,15 @@ pub const C_DEFINES: &[(&str, u32)] = &[
     ("HRX_HELLO_MAGIC", HELLO_MAGIC),
     ("HRX_REQ_MAGIC", REQ_MAGIC),
     ("HRX_RSP_MAGIC", RSP_MAGIC),
+    ("HRX_LOD_MAGIC", LOD_MAGIC),
     ("HRX_PROTOCOL", PROTOCOL),
     ("HRX_OP_INVOKE", OP_INVOKE),
     ("HRX_OP_QUIT", OP_QUIT),
+    ("HRX_OP_LOAD", OP_LOAD),
+    ("HRX_OP_CLOSE", OP_CLOSE),
+    ("HRX_MAX_LIBS", MAX_LIBS as u32),
+    ("HRX_MAX_IMAGE", MAX_IMAGE as u32),
+    ("HRX_MAX_TEXT", MAX_TEXT as u32),
     ("HRX_MAX_BUFS", MAX_BUFS as u32),
     ("HRX_MAX_HANDLES", MAX_HANDLES as u32),
     ("HRX_MAX_PATH", MAX_PATH as u32),
@@ -140,8 +166,8 @@ fn push(out: &mut Vec<u8>, w: u32) {
     out.extend_from_slice(&w.to_le_bytes());
 }
 
-/// Encodes one invoke request.
-pub fn encode_request(sc: u32, handle: u32, bufs: &[&[u8]], handles: &[HandleArg]) -> Result<Vec<u8>, WireError> {
+/// Encodes one invoke request of library `lib`.
+pub fn encode_request(lib: u32, sc: u32, handle: u32, bufs: &[&[u8]], handles: &[HandleArg]) -> Result<Vec<u8>, WireError> {
     if bufs.len() > MAX_BUFS || handles.len() > MAX_HANDLES || handles.iter().any(|h| h.path.len() >= MAX_PATH) {
         return Err(WireError::TooLarge);
     }
@@ -149,8 +175,8 @@ pub fn encode_request(sc: u32, handle: u32, bufs: &[&[u8]], handles: &[HandleArg
     if data_len > ARENA {
         return Err(WireError::TooLarge);
     }
-    let mut out = Vec::with_capacity(28 + 4 * bufs.len() + 16 * handles.len() + data_len);
-    for w in [REQ_MAGIC, OP_INVOKE, sc, handle, bufs.len() as u32, handles.len() as u32, data_len as u32] {
+    let mut out = Vec::with_capacity(32 + 4 * bufs.len() + 16 * handles.len() + data_len);
+    for w in [REQ_MAGIC, OP_INVOKE, sc, handle, lib, bufs.len() as u32, handles.len() as u32, data_len as u32] {
         push(&mut out, w);
     }
     for b in bufs {
@@ -174,11 +200,79 @@ pub fn encode_request(sc: u32, handle: u32, bufs: &[&[u8]], handles: &[HandleArg
 
 /// The quit request.
 pub fn encode_quit() -> Vec<u8> {
-    let mut out = Vec::with_capacity(28);
-    for w in [REQ_MAGIC, OP_QUIT, 0, 0, 0, 0, 0] {
+    let mut out = Vec::with_capacity(32);
+    for w in [REQ_MAGIC, OP_QUIT, 0, 0, 0, 0, 0, 0] {
         push(&mut out, w);
     }
     out
+}
+
+/// A load request: look up `symbol` in `image` once it is loaded.
+pub fn encode_load(symbol: &str, image: &[u8]) -> Result<Vec<u8>, WireError> {
+    if symbol.is_empty() || symbol.len() > MAX_SYMBOL || image.len() > MAX_IMAGE {
+        return Err(WireError::TooLarge);
+    }
+    let data_len = pad(symbol.len(), 4) + image.len();
+    let mut out = Vec::with_capacity(32 + data_len);
+    for w in [REQ_MAGIC, OP_LOAD, symbol.len() as u32, 0, 0, 0, 0, data_len as u32] {
+        push(&mut out, w);
+    }
+    out.extend_from_slice(symbol.as_bytes());
+    out.resize(out.len() + pad(symbol.len(), 4) - symbol.len(), 0);
+    out.extend_from_slice(image);
+    Ok(out)
+}
+
+/// A close request for library `lib`.
+pub fn encode_close(lib: u32) -> Vec<u8> {
+    let mut out = Vec::with_capacity(32);
+    for w in [REQ_MAGIC, OP_CLOSE, 0, 0, lib, 0, 0, 0] {
+        push(&mut out, w);
+    }
+    out
+}
+
+/// The shell's answer to a load or close.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LoadAnswer {
+    /// 0, or the AEE code of the refusal.
+    pub status: i32,
+    /// The library id (load) or the id that was closed.
+    pub lib: u32,
+    /// The loader's reason for a refusal.
+    pub text: String,
+}
+
+/// Any message from the shell after its greeting.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Message {
+    /// The answer to an invoke.
+    Invoke(Response),
+    /// The answer to a load or a close.
+    Load(LoadAnswer),
+}
+
+/// Reads one message (either kind) from the shell.
+pub fn read_message<R: std::io::Read>(r: &mut R) -> Result<Message, ReadError> {
+    let mut magic = [0u8; 4];
+    r.read_exact(&mut magic).map_err(ReadError::Io)?;
+    match u32::from_le_bytes(magic) {
+        RSP_MAGIC => read_response_body(r).map(Message::Invoke),
+        LOD_MAGIC => {
+            let mut hdr = [0u8; 12];
+            r.read_exact(&mut hdr).map_err(ReadError::Io)?;
+            let w = |i: usize| u32::from_le_bytes([hdr[4 * i], hdr[4 * i + 1], hdr[4 * i + 2], hdr[4 * i + 3]]);
+            let (status, lib, n) = (w(0) as i32, w(1), w(2) as usize);
+            if n > MAX_TEXT {
+                return Err(ReadError::Wire(WireError::Malformed));
+            }
+            let mut text = vec![0u8; pad(n, 4)];
+            r.read_exact(&mut text).map_err(ReadError::Io)?;
+            text.truncate(n);
+            Ok(Message::Load(LoadAnswer { status, lib, text: String::from_utf8_lossy(&text).into_owned() }))
+        }
+        _ => Err(ReadError::Wire(WireError::Malformed)),
+    }
 }
 
 /// A decoded response.
@@ -197,11 +291,18 @@ pub struct Response {
 /// Reads one response with `read_exact` (any `std::io::Read`); limits are checked before
 /// allocating.
 pub fn read_response<R: std::io::Read>(r: &mut R) -> Result<Response, ReadError> {
-    let mut hdr = [0u8; 24];
+    match read_message(r)? {
+        Message::Invoke(resp) => Ok(resp),
+        Message::Load(_) => Err(ReadError::Wire(WireError::Malformed)),
+    }
+}
+
+fn read_response_body<R: std::io::Read>(r: &mut R) -> Result<Response, ReadError> {
+    let mut hdr = [0u8; 20];
     r.read_exact(&mut hdr).map_err(ReadError::Io)?;
     let w = |i: usize| u32::from_le_bytes([hdr[4 * i], hdr[4 * i + 1], hdr[4 * i + 2], hdr[4 * i + 3]]);
-    let (magic, retval, nout, nevents, live, out_len) = (w(0), w(1) as i32, w(2) as usize, w(3) as usize, w(4), w(5) as usize);
-    if magic != RSP_MAGIC || nout > MAX_BUFS || nevents > MAX_EVENTS + 1 || out_len > ARENA {
+    let (retval, nout, nevents, live, out_len) = (w(0) as i32, w(1) as usize, w(2) as usize, w(3), w(4) as usize);
+    if nout > MAX_BUFS || nevents > MAX_EVENTS + 1 || out_len > ARENA {
         return Err(ReadError::Wire(WireError::Malformed));
     }
     let mut lens = vec![0u8; 4 * nout];
@@ -260,15 +361,25 @@ mod tests {
     #[test]
     fn request_layout_and_response_roundtrip() {
         let h = HandleArg { fd: 7, offset: 0, size: 4096, path: "/proc/1/fd/9".into() };
-        let m = encode_request(0x0202_0101, 0x30, &[b"abc", b"12345678"], &[h]).unwrap();
+        let m = encode_request(5, 0x0202_0101, 0x30, &[b"abc", b"12345678"], &[h]).unwrap();
         let w = |i: usize| u32::from_le_bytes(m[4 * i..4 * i + 4].try_into().unwrap());
-        assert_eq!((w(0), w(1), w(2), w(3), w(4), w(5), w(6)), (REQ_MAGIC, OP_INVOKE, 0x0202_0101, 0x30, 2, 1, 8 + 8 + 12));
-        assert_eq!((w(7), w(8)), (3, 8));
-        assert_eq!((w(9), w(10), w(11), w(12)), (7, 0, 4096, 12));
-        assert_eq!(&m[52..55], b"abc");
-        assert_eq!(m.len(), 52 + 28);
+        assert_eq!((w(0), w(1), w(2), w(3), w(4), w(5), w(6), w(7)), (REQ_MAGIC, OP_INVOKE, 0x0202_0101, 0x30, 5, 2, 1, 8 + 8 + 12));
+        assert_eq!((w(8), w(9)), (3, 8));
+        assert_eq!((w(10), w(11), w(12), w(13)), (7, 0, 4096, 12));
+        assert_eq!(&m[56..59], b"abc");
+        assert_eq!(m.len(), 56 + 28);
         let long = HandleArg { fd: 7, offset: 0, size: 1, path: "x".repeat(MAX_PATH) };
-        assert_eq!(encode_request(0, 0, &[], &[long]), Err(WireError::TooLarge));
+        assert_eq!(encode_request(1, 0, 0, &[], &[long]), Err(WireError::TooLarge));
+        let l = encode_load("entry", b"\x7fELF").unwrap();
+        assert_eq!(l.len(), 32 + 8 + 4);
+        assert_eq!(&l[32..37], b"entry");
+        assert_eq!(encode_load("", b""), Err(WireError::TooLarge));
+        let mut ans = Vec::new();
+        for x in [LOD_MAGIC, 0x42, 0, 5] {
+            push(&mut ans, x);
+        }
+        ans.extend_from_slice(b"nope\0\0\0\0");
+        assert_eq!(read_message(&mut &ans[..]).unwrap(), Message::Load(LoadAnswer { status: 0x42, lib: 0, text: "nope\0".into() }));
 
         let mut rsp = Vec::new();
         for x in [RSP_MAGIC, 0, 1, 2, 1, 8] {

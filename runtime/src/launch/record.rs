@@ -1,0 +1,419 @@
+//! The build record: what a library was built for (its kernels' names and signatures and the
+//! launch ABI version), written into the `.so` by `build` as an ELF note and read back here, so
+//! a launcher (`hexrpc run`, the HAL's callers) can check a launch against the library before
+//! sending anything.
+//!
+//! # Format
+//!
+//! One ELF note in a non-allocated section `.note.hexrpc` (the loader never maps it):
+//!
+//! ```text
+//! namesz = 7, descsz, type = NOTE_TYPE ("HXR1"), name "hexrpc\0" padded to 8, desc:
+//!   u32 format (FORMAT = 1), u32 ABI version (1 or 2), u32 kernel count (>= 1),
+//!   per kernel: u16 name length, u16 signature length, name bytes, signature bytes,
+//!   padded with zeros to a multiple of 4
+//! ```
+//!
+//! All integers little-endian (Hexagon is). Names are C identifiers, signatures use the grammar
+//! of [`Signature::parse`](super::Signature::parse). A library may carry several kernels (the
+//! build step writes one today).
+//!
+//! The reader takes the image's bytes as they are (from a file or the DSP's image registry) and
+//! trusts nothing: every offset is bounds-checked, and a malformed record is an error, never a
+//! panic. It borrows from the image and does not allocate.
+
+use core::fmt;
+
+use super::abi::AbiVersion;
+use super::signature::{Signature, SignatureError};
+
+/// The note's name (without the terminating NUL).
+pub const NOTE_NAME: &str = "hexrpc";
+/// The note's type: `"HXR1"` read as a little-endian `u32`.
+pub const NOTE_TYPE: u32 = u32::from_le_bytes(*b"HXR1");
+/// The section the build step puts the note in.
+pub const NOTE_SECTION: &str = ".note.hexrpc";
+/// The record format this module writes and reads.
+pub const FORMAT: u32 = 1;
+/// Most kernels one record describes.
+pub const MAX_KERNELS: usize = 64;
+
+const SHT_NOTE: u32 = 7;
+
+/// Why a record could not be read or written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum RecordError {
+    /// The image is not an ELF32 little-endian file, or its section table lies outside it.
+    NotElf32,
+    /// A note or the record inside it is cut short or its lengths do not add up.
+    Truncated,
+    /// A record of a format this build does not know.
+    UnknownFormat(u32),
+    /// An ABI version other than 1 or 2.
+    UnknownAbi(u32),
+    /// A record with no kernel, or more than [`MAX_KERNELS`].
+    KernelCount(u32),
+    /// A name or signature that is not UTF-8.
+    NotUtf8,
+    /// More than one hexrpc note.
+    Duplicate,
+    /// The writer's sink failed, or a name or signature is longer than 65535 bytes.
+    Write,
+}
+
+impl fmt::Display for RecordError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RecordError::NotElf32 => f.write_str("not an ELF32 little-endian file with a valid section table"),
+            RecordError::Truncated => f.write_str("the hexrpc build record is truncated"),
+            RecordError::UnknownFormat(v) => write!(f, "the hexrpc build record has format {v}, this build reads {FORMAT}"),
+            RecordError::UnknownAbi(v) => write!(f, "the hexrpc build record names ABI version {v} (known: 1, 2)"),
+            RecordError::KernelCount(n) => write!(f, "the hexrpc build record lists {n} kernels (1..={MAX_KERNELS} allowed)"),
+            RecordError::NotUtf8 => f.write_str("a name or signature in the hexrpc build record is not UTF-8"),
+            RecordError::Duplicate => f.write_str("the library carries more than one hexrpc build record"),
+            RecordError::Write => f.write_str("the build record could not be written"),
+        }
+    }
+}
+
+impl core::error::Error for RecordError {}
+
+/// One kernel of a record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecordedKernel<'a> {
+    /// The kernel's C function name.
+    pub name: &'a str,
+    /// Its signature text (`"buf,buf,u32"`).
+    pub signature: &'a str,
+}
+
+impl RecordedKernel<'_> {
+    /// Parses the signature text.
+    pub fn parse_signature(&self) -> Result<Signature, SignatureError> {
+        Signature::parse(self.signature)
+    }
+}
+
+/// A library's build record, borrowed from the image.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LibraryRecord<'a> {
+    abi: AbiVersion,
+    count: u32,
+    kernels: &'a [u8],
+}
+
+fn le32(b: &[u8], at: usize) -> Option<u32> {
+    b.get(at..at.checked_add(4)?).map(|s| u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
+}
+
+fn le16(b: &[u8], at: usize) -> Option<u16> {
+    b.get(at..at.checked_add(2)?).map(|s| u16::from_le_bytes([s[0], s[1]]))
+}
+
+const fn pad4(n: usize) -> usize {
+    (n + 3) & !3
+}
+
+impl<'a> LibraryRecord<'a> {
+    /// Finds the record in an ELF image: `Ok(None)` when the image is a valid ELF32 file without
+    /// one (a library built by someone else, e.g. tinygrad), an error when the image or the
+    /// record is malformed.
+    pub fn find(image: &'a [u8]) -> Result<Option<LibraryRecord<'a>>, RecordError> {
+        if image.len() < 52 || image[..4] != *b"\x7fELF" || image[4] != 1 || image[5] != 1 {
+            return Err(RecordError::NotElf32);
+        }
+        let shoff = le32(image, 32).ok_or(RecordError::NotElf32)? as usize;
+        let shentsize = le16(image, 46).ok_or(RecordError::NotElf32)? as usize;
+        let shnum = le16(image, 48).ok_or(RecordError::NotElf32)? as usize;
+        if shnum == 0 {
+            return Ok(None);
+        }
+        if shentsize != 40 || shoff.checked_add(shnum * 40).is_none_or(|end| end > image.len()) {
+            return Err(RecordError::NotElf32);
+        }
+        let mut found = None;
+        for i in 0..shnum {
+            let sh = shoff + 40 * i;
+            if le32(image, sh + 4) != Some(SHT_NOTE) {
+                continue;
+            }
+            let off = le32(image, sh + 16).ok_or(RecordError::NotElf32)? as usize;
+            let size = le32(image, sh + 20).ok_or(RecordError::NotElf32)? as usize;
+            let notes = image.get(off..off.checked_add(size).ok_or(RecordError::Truncated)?).ok_or(RecordError::Truncated)?;
+            let mut at = 0usize;
+            while at + 12 <= notes.len() {
+                let namesz = le32(notes, at).ok_or(RecordError::Truncated)? as usize;
+                let descsz = le32(notes, at + 4).ok_or(RecordError::Truncated)? as usize;
+                let kind = le32(notes, at + 8).ok_or(RecordError::Truncated)?;
+                let name_at = at + 12;
+                let desc_at = name_at.checked_add(pad4(namesz)).ok_or(RecordError::Truncated)?;
+                let end = desc_at.checked_add(pad4(descsz)).ok_or(RecordError::Truncated)?;
+                if namesz > notes.len() || descsz > notes.len() || end > notes.len() {
+                    return Err(RecordError::Truncated);
+                }
+                let name = &notes[name_at..name_at + namesz];
+                if kind == NOTE_TYPE && name.strip_suffix(&[0]) == Some(NOTE_NAME.as_bytes()) {
+                    if found.is_some() {
+                        return Err(RecordError::Duplicate);
+                    }
+                    found = Some(Self::parse(&notes[desc_at..desc_at + descsz])?);
+                }
+                at = end;
+            }
+        }
+        Ok(found)
+    }
+
+    /// Parses a record's note descriptor.
+    pub fn parse(desc: &'a [u8]) -> Result<LibraryRecord<'a>, RecordError> {
+        let format = le32(desc, 0).ok_or(RecordError::Truncated)?;
+        if format != FORMAT {
+            return Err(RecordError::UnknownFormat(format));
+        }
+        let abi = match le32(desc, 4).ok_or(RecordError::Truncated)? {
+            1 => AbiVersion::V1,
+            2 => AbiVersion::V2,
+            v => return Err(RecordError::UnknownAbi(v)),
+        };
+        let count = le32(desc, 8).ok_or(RecordError::Truncated)?;
+        if count == 0 || count as usize > MAX_KERNELS {
+            return Err(RecordError::KernelCount(count));
+        }
+        let record = LibraryRecord { abi, count, kernels: &desc[12..] };
+        // Validate every entry now, so the accessors cannot fail later.
+        let mut at = 0usize;
+        for _ in 0..count {
+            let (_, next) = record.entry(at)?;
+            at = next;
+        }
+        if desc[12 + at..].iter().any(|&b| b != 0) || desc.len() - 12 - at >= 4 {
+            return Err(RecordError::Truncated);
+        }
+        Ok(record)
+    }
+
+    fn entry(&self, at: usize) -> Result<(RecordedKernel<'a>, usize), RecordError> {
+        let b = self.kernels;
+        let nlen = le16(b, at).ok_or(RecordError::Truncated)? as usize;
+        let slen = le16(b, at + 2).ok_or(RecordError::Truncated)? as usize;
+        let name = b.get(at + 4..at + 4 + nlen).ok_or(RecordError::Truncated)?;
+        let sig = b.get(at + 4 + nlen..at + 4 + nlen + slen).ok_or(RecordError::Truncated)?;
+        let name = core::str::from_utf8(name).map_err(|_| RecordError::NotUtf8)?;
+        let signature = core::str::from_utf8(sig).map_err(|_| RecordError::NotUtf8)?;
+        Ok((RecordedKernel { name, signature }, at + 4 + nlen + slen))
+    }
+
+    /// The launch ABI version the library's entry was generated for.
+    pub fn abi(&self) -> AbiVersion {
+        self.abi
+    }
+
+    /// The first (today: the only) kernel.
+    pub fn kernel(&self) -> RecordedKernel<'a> {
+        self.kernels().next().unwrap_or(RecordedKernel { name: "", signature: "" })
+    }
+
+    /// The first kernel's signature text.
+    pub fn signature(&self) -> &'a str {
+        self.kernel().signature
+    }
+
+    /// Every kernel, in the order the build listed them.
+    pub fn kernels(&self) -> impl Iterator<Item = RecordedKernel<'a>> + 'a {
+        let this = *self;
+        let mut at = 0usize;
+        (0..this.count).map_while(move |_| {
+            let (k, next) = this.entry(at).ok()?;
+            at = next;
+            Some(k)
+        })
+    }
+}
+
+/// Writes the record as assembler source for the target (a `.section` directive and `.byte`
+/// lines), which the build step assembles into the library; no heap.
+pub fn write_record_asm<W: fmt::Write + ?Sized>(out: &mut W, abi: AbiVersion, kernels: &[(&str, &Signature)]) -> Result<(), RecordError> {
+    if kernels.is_empty() || kernels.len() > MAX_KERNELS {
+        return Err(RecordError::KernelCount(kernels.len() as u32));
+    }
+    struct Sig<'s>(&'s Signature);
+    impl fmt::Display for Sig<'_> {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            write!(f, "{}", self.0)
+        }
+    }
+    // The signature's text length, counted without allocating.
+    struct Count(usize);
+    impl fmt::Write for Count {
+        fn write_str(&mut self, s: &str) -> fmt::Result {
+            self.0 += s.len();
+            Ok(())
+        }
+    }
+    let mut desc_len = 12usize;
+    for (name, sig) in kernels {
+        let mut c = Count(0);
+        fmt::Write::write_fmt(&mut c, format_args!("{}", Sig(sig))).map_err(|_| RecordError::Write)?;
+        if name.len() > u16::MAX as usize || c.0 > u16::MAX as usize {
+            return Err(RecordError::Write);
+        }
+        desc_len += 4 + name.len() + c.0;
+    }
+    let padded = pad4(desc_len);
+    let abi_word: u32 = match abi {
+        AbiVersion::V1 => 1,
+        AbiVersion::V2 => 2,
+    };
+    // Byte emitter: `.byte` lines of up to 16 values.
+    struct Bytes<'w, W: fmt::Write + ?Sized> {
+        out: &'w mut W,
+        col: usize,
+    }
+    impl<W: fmt::Write + ?Sized> Bytes<'_, W> {
+        fn byte(&mut self, b: u8) -> fmt::Result {
+            if self.col == 0 {
+                self.out.write_str("  .byte ")?;
+            } else {
+                self.out.write_str(", ")?;
+            }
+            write!(self.out, "{b}")?;
+            self.col += 1;
+            if self.col == 16 {
+                self.out.write_str("\n")?;
+                self.col = 0;
+            }
+            Ok(())
+        }
+        fn all(&mut self, bs: &[u8]) -> fmt::Result {
+            bs.iter().try_for_each(|&b| self.byte(b))
+        }
+        fn finish(&mut self) -> fmt::Result {
+            if self.col != 0 {
+                self.out.write_str("\n")?;
+                self.col = 0;
+            }
+            Ok(())
+        }
+    }
+    impl<W: fmt::Write + ?Sized> fmt::Write for Bytes<'_, W> {
+        fn write_str(&mut self, s: &str) -> fmt::Result {
+            self.all(s.as_bytes())
+        }
+    }
+    let w = |out: &mut W| -> fmt::Result {
+        writeln!(out, "/* hexrpc build record (runtime::launch::record, format {FORMAT}); generated, do not edit. */")?;
+        writeln!(out, "  .section {NOTE_SECTION},\"\",@note")?;
+        writeln!(out, "  .p2align 2")?;
+        let mut b = Bytes { out, col: 0 };
+        b.all(&7u32.to_le_bytes())?;
+        b.all(&(padded as u32).to_le_bytes())?;
+        b.all(&NOTE_TYPE.to_le_bytes())?;
+        b.all(b"hexrpc\0\0")?;
+        b.all(&FORMAT.to_le_bytes())?;
+        b.all(&abi_word.to_le_bytes())?;
+        b.all(&(kernels.len() as u32).to_le_bytes())?;
+        for (name, sig) in kernels {
+            let mut c = Count(0);
+            fmt::Write::write_fmt(&mut c, format_args!("{}", Sig(sig)))?;
+            b.all(&(name.len() as u16).to_le_bytes())?;
+            b.all(&(c.0 as u16).to_le_bytes())?;
+            b.all(name.as_bytes())?;
+            fmt::Write::write_fmt(&mut b, format_args!("{}", Sig(sig)))?;
+        }
+        for _ in desc_len..padded {
+            b.byte(0)?;
+        }
+        b.finish()
+    };
+    w(out).map_err(|_| RecordError::Write)
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use std::string::String;
+    use std::vec::Vec;
+
+    use super::*;
+
+    /// Assembles the `.byte` lines back into bytes (what the assembler does).
+    fn bytes_of(asm: &str) -> Vec<u8> {
+        asm.lines()
+            .filter_map(|l| l.trim().strip_prefix(".byte "))
+            .flat_map(|l| l.split(", ").map(|b| b.parse::<u8>().unwrap()).collect::<Vec<_>>())
+            .collect()
+    }
+
+    /// A minimal ELF32 image with one SHT_NOTE section holding `note`.
+    fn image_with(note: &[u8]) -> Vec<u8> {
+        let mut img = std::vec![0u8; 52];
+        img[..6].copy_from_slice(&[0x7f, b'E', b'L', b'F', 1, 1]);
+        let note_off = img.len();
+        img.extend_from_slice(note);
+        let shoff = img.len();
+        img[32..36].copy_from_slice(&(shoff as u32).to_le_bytes());
+        img[46..48].copy_from_slice(&40u16.to_le_bytes());
+        img[48..50].copy_from_slice(&2u16.to_le_bytes());
+        img.extend_from_slice(&[0u8; 40]);
+        let mut sh = [0u8; 40];
+        sh[4..8].copy_from_slice(&SHT_NOTE.to_le_bytes());
+        sh[16..20].copy_from_slice(&(note_off as u32).to_le_bytes());
+        sh[20..24].copy_from_slice(&(note.len() as u32).to_le_bytes());
+        img.extend_from_slice(&sh);
+        img
+    }
+
+    #[test]
+    fn written_record_reads_back() {
+        let sig = Signature::parse("buf,buf,u32,f32").unwrap();
+        let sig2 = Signature::parse("buf").unwrap();
+        let mut asm = String::new();
+        write_record_asm(&mut asm, AbiVersion::V2, &[("add_f32", &sig), ("zero", &sig2)]).unwrap();
+        assert!(asm.contains(".section .note.hexrpc,\"\",@note"), "{asm}");
+        let img = image_with(&bytes_of(&asm));
+        let rec = LibraryRecord::find(&img).unwrap().expect("found");
+        assert_eq!(rec.abi(), AbiVersion::V2);
+        assert_eq!(rec.kernel(), RecordedKernel { name: "add_f32", signature: "buf,buf,u32,f32" });
+        assert_eq!(rec.signature(), "buf,buf,u32,f32");
+        let all: Vec<_> = rec.kernels().collect();
+        assert_eq!(all.len(), 2);
+        assert_eq!(all[1].parse_signature().unwrap(), sig2);
+        let mut asm1 = String::new();
+        write_record_asm(&mut asm1, AbiVersion::V1, &[("k", &sig2)]).unwrap();
+        assert_eq!(LibraryRecord::find(&image_with(&bytes_of(&asm1))).unwrap().unwrap().abi(), AbiVersion::V1);
+        assert_eq!(write_record_asm(&mut String::new(), AbiVersion::V2, &[]), Err(RecordError::KernelCount(0)));
+    }
+
+    #[test]
+    fn reader_refuses_malformed_records_without_panicking() {
+        let sig = Signature::parse("buf,u32").unwrap();
+        let mut asm = String::new();
+        write_record_asm(&mut asm, AbiVersion::V2, &[("bump_u8", &sig)]).unwrap();
+        let note = bytes_of(&asm);
+        // No notes at all: Ok(None). Not ELF: an error.
+        assert_eq!(LibraryRecord::find(&image_with(&[])), Ok(None));
+        assert_eq!(LibraryRecord::find(b"\x7fELF"), Err(RecordError::NotElf32));
+        // Every truncation of the note, and every single-byte corruption, is an error or a
+        // record, never a panic.
+        for cut in 0..note.len() {
+            let _ = LibraryRecord::find(&image_with(&note[..cut]));
+        }
+        for i in 0..note.len() {
+            for v in [0u8, 1, 0x7f, 0xff] {
+                let mut bad = note.clone();
+                bad[i] = v;
+                let _ = LibraryRecord::find(&image_with(&bad));
+            }
+        }
+        let mut bad = note.clone();
+        bad[20] = 9; // format word
+        assert_eq!(LibraryRecord::find(&image_with(&bad)), Err(RecordError::UnknownFormat(9)));
+        let mut bad = note.clone();
+        bad[24] = 3; // ABI word
+        assert_eq!(LibraryRecord::find(&image_with(&bad)), Err(RecordError::UnknownAbi(3)));
+        let mut two = note.clone();
+        two.extend_from_slice(&note);
+        assert_eq!(LibraryRecord::find(&image_with(&two)), Err(RecordError::Duplicate));
+    }
+}
