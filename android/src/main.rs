@@ -117,6 +117,7 @@ hexrpc build-lib - build a Hexagon library from a kernel written in C
 USAGE:
     hexrpc build-lib KERNEL.c --signature SIG -o LIB.so [OPTIONS]
     hexrpc build-lib [OPTIONS] -- KERNEL.c      (a file name that starts with -)
+    hexrpc build-lib KERNEL.c [MORE.c...] --table [FILE:]NAME:SIG... -o LIB.so [OPTIONS]
 
 Generates the DSP-side `entry` wrapper for the kernel's signature (launch ABI v2
 unless --v1), compiles it and KERNEL.c with clang-19 for Hexagon (v65, HVX 128 B,
@@ -139,6 +140,13 @@ OPTIONS:
     --signature SIG   The kernel's parameters (required)
     -o, --output LIB  The shared object to write (required)
     --kernel NAME     The kernel's C function name (default: KERNEL.c's file stem)
+    --table [FILE:]NAME:SIG
+                      A kernel table (repeatable, in table order): one library whose
+                      entry runs single v2 launches of kernel 0 and batches of many
+                      launches in one call (hexrpc-runtime's Batch). Kernels may come
+                      from one file with several functions or from several files
+                      (FILE defaults to the first KERNEL.c); a kernel returning int
+                      stops a batch with its status when non-zero
     --v1              Generate tinygrad's v1 entry (only offset-0 views are safe)
     --power           Add tinygrad's HAP_power_set request (DCVS off, turbo corner)
     --cflag FLAG      Extra flag for the kernel's compilation (repeatable), e.g.
@@ -285,6 +293,10 @@ struct Usage(String);
 #[derive(Default)]
 struct BuildLib {
     kernel: Option<std::path::PathBuf>,
+    /// More kernel sources (a kernel table may come from several).
+    more: Vec<std::path::PathBuf>,
+    /// `--table [FILE:]NAME:SIG`, in table order.
+    table: Vec<String>,
     signature: Option<String>,
     output: Option<std::path::PathBuf>,
     kernel_name: Option<String>,
@@ -364,6 +376,7 @@ fn parse(args: Vec<std::ffi::OsString>) -> Result<(i32, Command), Usage> {
             Long("cflag") if command == "build-lib" => bl.cflags.push(p.value()?),
             Long("clang") if command == "build-lib" => bl.clang = Some(p.value()?.into()),
             Long("lld") if command == "build-lib" => bl.lld = Some(p.value()?.into()),
+            Long("table") if command == "build-lib" => bl.table.push(p.value()?.string()?),
             Value(v) if command == "build-lib" && bl.kernel.is_none() => bl.kernel = Some(v.into()),
             Long("signature") if command == "run" => ra.signature = Some(p.value()?.string()?),
             Long("abi") if command == "run" => ra.abi = Some(p.value()?.string()?),
@@ -374,6 +387,7 @@ fn parse(args: Vec<std::ffi::OsString>) -> Result<(i32, Command), Usage> {
             Long("deadline-ms") if command == "run" => ra.deadline_ms = Some(p.value()?.string()?),
             Long("json") if command == "run" => ra.json = true,
             Value(v) if command == "run" && ra.library.is_none() => ra.library = Some(v.into()),
+            Value(v) if command == "build-lib" => bl.more.push(v.into()),
             Long("bench") if command == "selftest" => platform = Some(selftest::Platform::Bench),
             Long("device") if command == "selftest" => platform = Some(selftest::Platform::Device),
             Value(v) if command == "help" && topic.is_none() => topic = Some(v.string()?),
@@ -392,8 +406,20 @@ fn parse(args: Vec<std::ffi::OsString>) -> Result<(i32, Command), Usage> {
             Command::Replay { json, policy, files }
         }
         "build-lib" => {
-            if bl.kernel.is_none() || bl.signature.is_none() || bl.output.is_none() {
-                return Err(Usage("build-lib needs KERNEL.c, --signature SIG and -o LIB.so (try 'hexrpc build-lib --help')".into()));
+            if bl.table.is_empty() {
+                if bl.kernel.is_none() || bl.signature.is_none() || bl.output.is_none() {
+                    return Err(Usage("build-lib needs KERNEL.c, --signature SIG and -o LIB.so (try 'hexrpc build-lib --help')".into()));
+                }
+                if !bl.more.is_empty() {
+                    return Err(Usage("build-lib takes one KERNEL.c, or several with --table".into()));
+                }
+            } else {
+                if bl.kernel.is_none() || bl.output.is_none() {
+                    return Err(Usage("build-lib --table needs KERNEL.c and -o LIB.so (try 'hexrpc build-lib --help')".into()));
+                }
+                if bl.signature.is_some() || bl.kernel_name.is_some() || bl.v1 {
+                    return Err(Usage("--table names every kernel with its signature: no --signature, --kernel or --v1 with it".into()));
+                }
             }
             Command::BuildLib(bl)
         }
@@ -480,8 +506,26 @@ fn load_library(path: &std::path::Path) -> Result<probe::ProbeLibrary, String> {
     Ok(probe::ProbeLibrary { name, image: Box::leak(bytes.into_boxed_slice()) })
 }
 
+/// `--table [FILE:]NAME:SIG` -> the table entry (FILE defaults to the first KERNEL.c given).
+fn table_entry(text: &str, sources: &[std::path::PathBuf]) -> Result<hexrpc_runtime::launch::build::TableSource, String> {
+    use hexrpc_runtime::launch::Signature;
+    let mut parts = text.rsplitn(3, ':');
+    let (Some(sig), Some(name)) = (parts.next(), parts.next()) else {
+        return Err(format!("--table {text:?}: expected [FILE:]NAME:SIG"));
+    };
+    let source = match parts.next() {
+        Some(f) => std::path::PathBuf::from(f),
+        None => sources.first().cloned().ok_or_else(|| format!("--table {text:?}: no KERNEL.c given"))?,
+    };
+    let signature = Signature::parse(sig).map_err(|e| format!("--table {text:?}: {e}"))?;
+    Ok(hexrpc_runtime::launch::build::TableSource { source, name: name.to_string(), signature })
+}
+
 fn build_lib(bl: BuildLib) -> ExitCode {
     use hexrpc_runtime::launch::{build, EntryOptions, PowerRequest, Signature};
+    if !bl.table.is_empty() {
+        return build_table(bl);
+    }
     let (Some(kernel), Some(sig), Some(out)) = (bl.kernel, bl.signature, bl.output) else {
         return ExitCode::from(2);
     };
@@ -518,6 +562,61 @@ fn build_lib(bl: BuildLib) -> ExitCode {
             opts.entry.version,
             report.entry_source.parent().map(|p| p.display().to_string()).unwrap_or_default()
         )),
+        Err(e) => {
+            eprintln!("hexrpc: build-lib: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn build_table(bl: BuildLib) -> ExitCode {
+    use hexrpc_runtime::launch::{build, EntryOptions, PowerRequest};
+    let (Some(first), Some(out)) = (bl.kernel, bl.output) else {
+        return ExitCode::from(2);
+    };
+    let mut sources = vec![first];
+    sources.extend(bl.more);
+    let table: Result<Vec<_>, String> = bl.table.iter().map(|t| table_entry(t, &sources)).collect();
+    let table = match table {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("hexrpc: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let mut entry = EntryOptions::V2;
+    if bl.power {
+        entry.power_request = Some(PowerRequest::TINYGRAD);
+    }
+    let defaults = build::BuildOptions::default();
+    let opts = build::BuildOptions {
+        entry,
+        kernel_name: None,
+        kernel_cflags: bl.cflags,
+        clang: bl.clang.unwrap_or(defaults.clang),
+        lld: bl.lld.unwrap_or(defaults.lld),
+        work_dir: None,
+    };
+    let built = {
+        let mut progress = progress::Progress::new();
+        progress.step("clang-19 and ld.lld-19");
+        build::build_table_library(&table, &out, &opts)
+    };
+    match built {
+        Ok(report) => {
+            let kernels: Vec<String> = report
+                .kernels
+                .iter()
+                .enumerate()
+                .map(|(i, (n, st))| format!("{i}: {n}{}", if *st { " (returns int)" } else { "" }))
+                .collect();
+            print(&format!(
+                "built {} (Hexagon shared object, kernel table [{}], single launches of kernel 0 and batches); intermediates: {}\n",
+                report.library.display(),
+                kernels.join(", "),
+                report.entry_source.parent().map(|p| p.display().to_string()).unwrap_or_default()
+            ))
+        }
         Err(e) => {
             eprintln!("hexrpc: build-lib: {e}");
             ExitCode::from(1)

@@ -239,6 +239,41 @@ fn build_lib_makes_a_hexagon_library_or_says_why_not() {
 }
 
 #[test]
+fn build_lib_table_makes_one_library_of_several_kernels() {
+    let dir = std::env::temp_dir().join(format!("hexrpc-cli-table-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (a, b) = (dir.join("a.c"), dir.join("b.c"));
+    std::fs::write(
+        &a,
+        "void scale(float *x, float k) { for (int i = 0; i < 16; i++) x[i] *= k; }\nint check(unsigned int *x) { return (int)x[0]; }\n",
+    )
+    .unwrap();
+    std::fs::write(&b, "void zero(float *x) { for (int i = 0; i < 16; i++) x[i] = 0.0f; }\n").unwrap();
+    let out = dir.join("libtable.so");
+    let (sa, sb, so) = (a.to_str().unwrap(), b.to_str().unwrap(), out.to_str().unwrap());
+    let (ta, tb) = (format!("{sa}:check:buf"), format!("{sb}:zero:buf"));
+    let args = ["build-lib", sa, sb, "--table", "scale:buf,f32", "--table", &ta, "--table", &tb, "-o", so];
+    let run = hexrpc(&args);
+    let have_tools =
+        Command::new("clang-19").arg("--version").output().is_ok() && Command::new("ld.lld-19").arg("--version").output().is_ok();
+    // Usage errors first (no tools needed): no --signature with --table, a bad entry, several sources without --table.
+    assert_eq!(hexrpc(&["build-lib", sa, "--table", "scale:buf,f32", "--signature", "buf", "-o", so]).status.code(), Some(2));
+    assert_eq!(hexrpc(&["build-lib", sa, "--table", "scale", "-o", so]).status.code(), Some(2));
+    assert_eq!(hexrpc(&["build-lib", sa, sb, "--signature", "buf", "-o", so]).status.code(), Some(2));
+    if !have_tools {
+        assert_eq!(run.status.code(), Some(1), "a missing toolchain is a build failure, not a crash");
+        eprintln!("SKIPPED: clang-19 / ld.lld-19 not installed; the failure path was checked instead");
+        return;
+    }
+    assert!(run.status.success(), "{run:?}");
+    let text = String::from_utf8_lossy(&run.stdout);
+    assert!(text.contains("kernel table [0: scale, 1: check (returns int), 2: zero]"), "{text}");
+    let lib = std::fs::read(&out).unwrap();
+    assert_eq!(u16::from_le_bytes([lib[18], lib[19]]), 164, "Hexagon");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn reverse_replay_answers_every_request_and_reports_malformed_files() {
     let dir = std::env::temp_dir().join(format!("hexrpc-cli-replay-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

@@ -48,7 +48,7 @@ use zerocopy::little_endian::{U16, U32};
 use zerocopy::{FromBytes, Immutable, KnownLayout};
 
 use super::abi::ENTRY_SYMBOL;
-use super::entry::{check_kernel_name, write_entry, EntryError, EntryOptions};
+use super::entry::{check_kernel_name, write_batch_entry, write_entry, EntryError, EntryOptions, KernelSpec as TableEntry};
 use super::record::{write_record_asm, LibraryRecord, RecordError};
 use super::signature::{ParamKind, Signature};
 
@@ -192,8 +192,12 @@ impl Default for BuildOptions {
 pub struct BuildReport {
     /// The shared object.
     pub library: PathBuf,
-    /// The kernel function the entry calls.
+    /// The kernel function the entry calls (a table library: kernel 0).
     pub kernel_name: String,
+    /// Every kernel, in table order, and whether it returns a status (`int`).
+    pub kernels: Vec<(String, bool)>,
+    /// True if the entry runs batches (a table library).
+    pub batch: bool,
     /// The generated entry source.
     pub entry_source: PathBuf,
     /// The generated linker script.
@@ -391,6 +395,32 @@ struct KernelSpec<'a> {
     sig: &'a Signature,
 }
 
+/// One kernel of a table library ([`build_table_library`]): the C source that defines it, its
+/// function name and its signature. Several kernels may come from the same source.
+#[derive(Clone, Debug)]
+pub struct TableSource {
+    /// The C source defining the kernel.
+    pub source: PathBuf,
+    /// The kernel's C function name.
+    pub name: String,
+    /// Its signature.
+    pub signature: Signature,
+}
+
+/// Builds a library whose kernel table is `kernels` (index = position) and whose entry answers
+/// both single v2 launches (of kernel 0) and batches over the table (`write_batch_entry`). A
+/// kernel may return `void` or `int` (a non-zero `int` stops a batch and is reported with its
+/// record). Kernels from the same source are compiled together, once. Needs the v2 entry.
+pub fn build_table_library(kernels: &[TableSource], out: &Path, opts: &BuildOptions) -> Result<BuildReport, BuildError> {
+    // Table-level refusals (count, names, version) before any tool runs.
+    let dry: Vec<TableEntry<'_>> =
+        kernels.iter().map(|k| TableEntry { name: &k.name, signature: k.signature, returns_status: false }).collect();
+    write_batch_entry(&mut String::new(), &dry, &opts.entry)?;
+    let specs: Vec<KernelSpec<'_>> =
+        kernels.iter().map(|k| KernelSpec { source: &k.source, name: k.name.clone(), sig: &k.signature }).collect();
+    build_kernels(&specs, out, opts, true)
+}
+
 /// Builds `out` from the kernel source `kernel_c` with signature `sig` (see the module docs).
 pub fn build_library(kernel_c: &Path, sig: &Signature, out: &Path, opts: &BuildOptions) -> Result<BuildReport, BuildError> {
     let kernel_name = match &opts.kernel_name {
@@ -399,7 +429,7 @@ pub fn build_library(kernel_c: &Path, sig: &Signature, out: &Path, opts: &BuildO
     };
     check_kernel_name(&kernel_name).map_err(|_| BuildError::KernelName(kernel_name.clone()))?;
     let kernels = [KernelSpec { source: kernel_c, name: kernel_name, sig }];
-    build_kernels(&kernels, out, opts)
+    build_kernels(&kernels, out, opts, false)
 }
 
 /// True if `a` and `b` name the same existing file (same device and inode), however spelled.
@@ -433,7 +463,7 @@ struct ParamType {
 
 /// What `-ast-dump-filter NAME` tells about function `name`: the parameters of its definition,
 /// or whether it is only declared.
-fn kernel_params(dump: &str, name: &str) -> Result<Vec<ParamType>, bool> {
+fn kernel_params(dump: &str, name: &str) -> Result<(Vec<ParamType>, String), bool> {
     let mut declared = false;
     let mut lines = dump.lines().peekable();
     while let Some(line) = lines.next() {
@@ -445,6 +475,8 @@ fn kernel_params(dump: &str, name: &str) -> Result<Vec<ParamType>, bool> {
             continue;
         }
         declared = true;
+        // The function's type is the first quoted text: 'RET (PARAMS)'.
+        let ret = decl.split('\'').nth(1).and_then(|t| t.split_once('(')).map_or(String::new(), |(r, _)| r.trim().to_string());
         let mut params = Vec::new();
         let mut body = false;
         while let Some(child) = lines.peek() {
@@ -465,7 +497,7 @@ fn kernel_params(dump: &str, name: &str) -> Result<Vec<ParamType>, bool> {
             }
         }
         if body {
-            return Ok(params);
+            return Ok((params, ret));
         }
     }
     Err(declared)
@@ -486,13 +518,19 @@ fn strip_qualifiers(t: &str) -> &str {
 
 /// Checks the kernel's parameters against the signature and returns the prototype that pins
 /// them (the kernel's own spelling for pointers, the signature's C type for scalars).
-fn check_params(kernel: &KernelSpec<'_>, params: &[ParamType]) -> Result<String, BuildError> {
+fn check_params(kernel: &KernelSpec<'_>, params: &[ParamType], ret: &str, table: bool) -> Result<(String, bool), BuildError> {
     let want = kernel.sig.params();
     let mismatch = |detail: String| BuildError::SignatureMismatch { kernel: kernel.name.clone(), detail };
+    let returns_status = match ret {
+        "void" => false,
+        "int" if table => true,
+        other if table => return Err(mismatch(format!("it returns `{other}`: a kernel returns void, or int (its status in a batch)"))),
+        other => return Err(mismatch(format!("it returns `{other}`: a single-kernel library's kernel returns void"))),
+    };
     if params.len() != want.len() {
         return Err(mismatch(format!("it takes {} parameters, the signature {} ({})", params.len(), want.len(), kernel.sig)));
     }
-    let mut proto = format!("void {}(", kernel.name);
+    let mut proto = format!("{} {}(", if returns_status { "int" } else { "void" }, kernel.name);
     for (i, (p, w)) in params.iter().zip(want).enumerate() {
         if i > 0 {
             proto.push_str(", ");
@@ -522,7 +560,7 @@ fn check_params(kernel: &KernelSpec<'_>, params: &[ParamType]) -> Result<String,
         proto.push_str("void");
     }
     proto.push_str(");\n");
-    Ok(proto)
+    Ok((proto, returns_status))
 }
 
 /// `#include` line for `path` (absolute; `\` and `"` escaped).
@@ -535,7 +573,7 @@ fn include_line(path: &Path) -> Result<String, BuildError> {
     Ok(format!("#include \"{}\"\n", text.replace('\\', "\\\\").replace('"', "\\\"")))
 }
 
-fn build_kernels(kernels: &[KernelSpec<'_>], out: &Path, opts: &BuildOptions) -> Result<BuildReport, BuildError> {
+fn build_kernels(kernels: &[KernelSpec<'_>], out: &Path, opts: &BuildOptions, table: bool) -> Result<BuildReport, BuildError> {
     let first = kernels.first().ok_or(BuildError::Record(RecordError::KernelCount(0)))?;
     // Refusals that need no tool.
     for k in kernels {
@@ -562,42 +600,67 @@ fn build_kernels(kernels: &[KernelSpec<'_>], out: &Path, opts: &BuildOptions) ->
     }
     fresh_work_dir(&work)?;
 
-    let mut entry_text = String::new();
-    write_entry(&mut entry_text, first.sig, &first.name, &opts.entry)?;
-    let entry_source = work.join("entry.c");
-    std::fs::write(&entry_source, &entry_text).map_err(io_err(&entry_source))?;
     let mut script = String::new();
     write_linker_script(&mut script).map_err(|_| BuildError::Entry(EntryError::Format))?;
     let linker_script = work.join("link.ld");
     std::fs::write(&linker_script, &script).map_err(io_err(&linker_script))?;
 
-    // Each kernel: found and matched against its signature, then compiled with the prototype.
+    // Each kernel: found and matched against its signature; each source is then compiled once,
+    // with the prototypes of every kernel it defines.
     let mut objects = Vec::new();
-    for (i, k) in kernels.iter().enumerate() {
+    let mut protos: Vec<String> = Vec::with_capacity(kernels.len());
+    let mut status: Vec<bool> = Vec::with_capacity(kernels.len());
+    for k in kernels {
         let mut args: Vec<OsString> = HEXAGON_CFLAGS.iter().map(OsString::from).collect();
         args.extend(opts.kernel_cflags.iter().cloned());
         args.extend(["-fsyntax-only", "-Xclang", "-ast-dump", "-Xclang", "-ast-dump-filter", "-Xclang"].map(OsString::from));
         args.push(OsString::from(&k.name));
         args.extend(["--".into(), operand(k.source)]);
         let dump = run_output(&opts.clang, &args)?;
-        let params = kernel_params(&String::from_utf8_lossy(&dump), &k.name).map_err(|declared| BuildError::KernelMissing {
+        let (params, ret) = kernel_params(&String::from_utf8_lossy(&dump), &k.name).map_err(|declared| BuildError::KernelMissing {
             kernel: k.name.clone(),
             source: k.source.to_path_buf(),
             declared,
         })?;
-        let proto = check_params(k, &params)?;
-        let checked = work.join(format!("kernel{i}.c"));
-        let text = format!(
-            "/* Generated by hexrpc build-lib: the kernel, then the prototype its signature implies ({}). */\n{}{}",
-            k.sig,
-            include_line(k.source)?,
-            proto
+        let (proto, returns) = check_params(k, &params, &ret, table)?;
+        protos.push(proto);
+        status.push(returns);
+    }
+    let mut done: Vec<usize> = Vec::new();
+    for (i, k) in kernels.iter().enumerate() {
+        if done.iter().any(|&d| same_file(kernels[d].source, k.source)) {
+            continue;
+        }
+        done.push(i);
+        let mut text = format!(
+            "/* Generated by hexrpc build-lib: the kernel source, then the prototypes its signatures imply. */\n{}",
+            include_line(k.source)?
         );
+        for (j, other) in kernels.iter().enumerate() {
+            if same_file(other.source, k.source) {
+                text.push_str(&format!("/* {} \"{}\" */\n{}", other.name, other.sig, protos[j]));
+            }
+        }
+        let n = objects.len();
+        let checked = work.join(format!("kernel{n}.c"));
         std::fs::write(&checked, text).map_err(io_err(&checked))?;
-        let obj = work.join(format!("kernel{i}.o"));
+        let obj = work.join(format!("kernel{n}.o"));
         compile_hexagon(&opts.clang, &checked, &obj, &opts.kernel_cflags)?;
         objects.push(obj);
     }
+    let mut entry_text = String::new();
+    if table {
+        let specs: Vec<TableEntry<'_>> = kernels
+            .iter()
+            .zip(&status)
+            .map(|(k, &returns_status)| TableEntry { name: &k.name, signature: *k.sig, returns_status })
+            .collect();
+        write_batch_entry(&mut entry_text, &specs, &opts.entry)?;
+    } else {
+        write_entry(&mut entry_text, first.sig, &first.name, &opts.entry)?;
+    }
+    let entry_source = work.join("entry.c");
+    std::fs::write(&entry_source, &entry_text).map_err(io_err(&entry_source))?;
     let entry_obj = work.join("entry.o");
     let entry_flags: Vec<OsString> = ENTRY_CFLAGS.iter().map(OsString::from).collect();
     compile_hexagon(&opts.clang, &entry_source, &entry_obj, &entry_flags)?;
@@ -640,7 +703,15 @@ fn build_kernels(kernels: &[KernelSpec<'_>], out: &Path, opts: &BuildOptions) ->
     if !back_ok {
         return Err(BuildError::Record(RecordError::Truncated));
     }
-    Ok(BuildReport { library: out.to_path_buf(), kernel_name: first.name.clone(), entry_source, linker_script, elf })
+    Ok(BuildReport {
+        library: out.to_path_buf(),
+        kernel_name: first.name.clone(),
+        kernels: kernels.iter().zip(status).map(|(k, s)| (k.name.clone(), s)).collect(),
+        batch: table,
+        entry_source,
+        linker_script,
+        elf,
+    })
 }
 
 /// Checks a parsed library: Hexagon, shared object, allocated sections 4 KiB-aligned, `entry`

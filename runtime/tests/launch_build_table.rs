@@ -1,0 +1,111 @@
+//! `build_table_library`: several kernels (from one source with several functions, or from
+//! several sources) in one Hexagon library whose entry runs single launches and batches, with
+//! its build record listing the whole table; and the refusals.
+//!
+//! Skips (with a message) when `clang-19` / `ld.lld-19` are missing.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use hexrpc_runtime::launch::build::{build_library, build_table_library, BuildError, BuildOptions, TableSource};
+use hexrpc_runtime::launch::{EntryError, EntryOptions, LibraryRecord, Signature};
+
+fn tools() -> bool {
+    let ok = |t: &str| Command::new(t).arg("--version").output().is_ok_and(|o| o.status.success());
+    if ok("clang-19") && ok("ld.lld-19") {
+        return true;
+    }
+    eprintln!("SKIPPED: clang-19 / ld.lld-19 not found; table libraries were not built");
+    false
+}
+
+fn work_dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("hexrpc-build-table-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+const ONE_FILE: &str = "\
+void scale(float *x, unsigned int n, float f) { for (unsigned int i = 0; i < n; i++) x[i] *= f; }
+void add(const float *a, const float *b, float *o, unsigned int n) { for (unsigned int i = 0; i < n; i++) o[i] = a[i] + b[i]; }
+int check(const unsigned int *a, unsigned int want) { return a[0] == want ? 0 : (int)a[0] + 1; }
+";
+
+fn src(name: &str, sig: &str, source: &Path) -> TableSource {
+    TableSource { source: source.to_path_buf(), name: name.into(), signature: Signature::parse(sig).unwrap() }
+}
+
+#[test]
+fn a_table_library_from_one_source_with_several_functions() {
+    if !tools() {
+        return;
+    }
+    let d = work_dir("one");
+    let c = d.join("kernels.c");
+    std::fs::write(&c, ONE_FILE).unwrap();
+    let table = [src("add", "buf,buf,buf,u32", &c), src("scale", "buf,u32,f32", &c), src("check", "buf,u32", &c)];
+    let out = d.join("table.so");
+    let r = build_table_library(&table, &out, &BuildOptions::default()).unwrap();
+    assert!(r.batch);
+    assert_eq!(r.kernels, vec![("add".to_string(), false), ("scale".to_string(), false), ("check".to_string(), true)]);
+    for k in ["add", "scale", "check", "entry"] {
+        assert!(r.elf.exports.iter().any(|e| e == k), "{k} exported: {:?}", r.elf.exports);
+    }
+    let entry = std::fs::read_to_string(&r.entry_source).unwrap();
+    assert!(entry.contains("return hrx_batch(sc, pra);") && entry.contains("case 2u: return check("), "{entry}");
+    // The source is compiled once, with the three prototypes.
+    let objs: Vec<_> = std::fs::read_dir(d.join("table.so.build"))
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+        .filter(|n| n.starts_with("kernel") && n.ends_with(".o"))
+        .collect();
+    assert_eq!(objs, vec!["kernel0.o".to_string()]);
+    let bytes = std::fs::read(&out).unwrap();
+    let rec = LibraryRecord::find(&bytes).unwrap().unwrap();
+    let names: Vec<&str> = rec.kernels().map(|k| k.name).collect();
+    assert_eq!(names, ["add", "scale", "check"]);
+}
+
+#[test]
+fn a_table_library_from_several_sources() {
+    if !tools() {
+        return;
+    }
+    let d = work_dir("two");
+    let (a, b) = (d.join("a.c"), d.join("b.c"));
+    std::fs::write(&a, "void twice(float *x, unsigned int n) { for (unsigned int i = 0; i < n; i++) x[i] *= 2.0f; }\n").unwrap();
+    std::fs::write(&b, ONE_FILE).unwrap();
+    let table = [src("twice", "buf,u32", &a), src("check", "buf,u32", &b)];
+    let r = build_table_library(&table, &d.join("two.so"), &BuildOptions::default()).unwrap();
+    assert_eq!(r.kernels, vec![("twice".to_string(), false), ("check".to_string(), true)]);
+}
+
+#[test]
+fn table_refusals_are_typed() {
+    if !tools() {
+        return;
+    }
+    let d = work_dir("refusals");
+    let c = d.join("kernels.c");
+    std::fs::write(&c, format!("{ONE_FILE}float bad(float *x) {{ return x[0]; }}\n")).unwrap();
+    let out = d.join("x.so");
+    let v1 = BuildOptions { entry: EntryOptions::V1, ..BuildOptions::default() };
+    let err = |r: Result<_, BuildError>| r.err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(matches!(
+        build_table_library(&[src("add", "buf,buf,buf,u32", &c)], &out, &v1),
+        Err(BuildError::Entry(EntryError::BatchNeedsV2))
+    ));
+    assert!(matches!(build_table_library(&[], &out, &BuildOptions::default()), Err(BuildError::Entry(EntryError::KernelCount))));
+    let dup = [src("add", "buf,buf,buf,u32", &c), src("add", "buf,buf,buf,u32", &c)];
+    assert!(matches!(build_table_library(&dup, &out, &BuildOptions::default()), Err(BuildError::Entry(EntryError::DuplicateKernel))));
+    let e = err(build_table_library(&[src("bad", "buf", &c)], &out, &BuildOptions::default()));
+    assert!(e.contains("returns `float`"), "{e}");
+    let e = err(build_table_library(&[src("add", "buf,buf,u32", &c)], &out, &BuildOptions::default()));
+    assert!(e.contains("does not match the signature"), "{e}");
+    // A single-kernel library's kernel returns void.
+    let single = BuildOptions { kernel_name: Some("check".into()), ..BuildOptions::default() };
+    let e = err(build_library(&c, &Signature::parse("buf,u32").unwrap(), &out, &single));
+    assert!(e.contains("returns `int`"), "{e}");
+    assert!(!out.exists());
+}
