@@ -16,6 +16,7 @@ Errors are subclasses of ``hexrpc.Error`` and carry ``stage``, ``cause`` and ``s
 """
 
 from ._hexrpc import (
+    Batch,
     DspError,
     Error,
     Failed,
@@ -30,10 +31,13 @@ from ._hexrpc import (
     View,
     __version__,
     bench_kernel_image,
+    bench_counters,
     bench_model_image,
+    detect_board,
 )
 
 __all__ = [
+    "Batch",
     "DspError",
     "Error",
     "Failed",
@@ -48,5 +52,7 @@ __all__ = [
     "View",
     "__version__",
     "bench_kernel_image",
+    "bench_counters",
     "bench_model_image",
+    "detect_board",
 ]

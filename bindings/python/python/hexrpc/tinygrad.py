@@ -55,6 +55,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import hexrpc
 from tinygrad.device import BufferSpec, LRUAllocator, Compiled, Compiler, CompileError, Program, TinyELF
 from tinygrad.dtype import AddrSpace
 from tinygrad.engine.jit import GraphRunner
@@ -192,23 +193,49 @@ def _cli_digest(cli: str) -> str:
 
 def build_library(sources: list[tuple[str, KernelRecord]], *, cli: str | None = None) -> bytes:
     """Builds one Hexagon library with ``hexrpc build-lib`` from ``(source, record)`` pairs and
-    returns its bytes. One source gives a plain v2 library (``entry`` launches that kernel)."""
+    returns its bytes. One source gives a plain v2 library (``entry`` launches that kernel);
+    several give a kernel-table library (``--table``, in the given order) whose entry also runs
+    batches. Each source is its own translation unit, so the kernels' names must differ."""
     cli = cli or hexrpc_cli()
-    if len(sources) != 1:
-        raise CompileError("HEXRPC: building several kernels into one library needs hexrpc's batch build")
-    src, rec = sources[0]
+    if not sources:
+        raise CompileError("HEXRPC: no kernel to build")
     with tempfile.TemporaryDirectory(prefix="hexrpc-tg-") as d:
-        kernel_c, out = Path(d) / "kernel.c", Path(d) / "kernel.so"
-        kernel_c.write_text(src)
-        cmd = [cli, "-q", "build-lib", str(kernel_c), "--signature", rec.signature, "--kernel", rec.name, "-o", str(out)]
-        cmd += [f"--cflag={f}" for f in TINYGRAD_CFLAGS]
+        out = Path(d) / "kernels.so"
+        files = []
+        for i, (src, _) in enumerate(sources):
+            files.append(Path(d) / f"k{i}.c")
+            files[-1].write_text(src)
+        if len(sources) == 1:
+            rec = sources[0][1]
+            cmd = [cli, "-q", "build-lib", str(files[0]), "--signature", rec.signature, "--kernel", rec.name]
+        else:
+            cmd = [cli, "-q", "build-lib", *map(str, files)]
+            cmd += [f"--table={f}:{rec.name}:{rec.signature}" for f, (_, rec) in zip(files, sources)]
+        cmd += ["-o", str(out)] + [f"--cflag={f}" for f in TINYGRAD_CFLAGS]
         try:
             res = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
         except (OSError, subprocess.TimeoutExpired) as e:
             raise CompileError(f"HEXRPC: `{' '.join(cmd)}` could not run: {e}") from e
         if res.returncode != 0:
-            raise CompileError(f"HEXRPC: hexrpc build-lib failed (exit {res.returncode}) for {rec.name}:\n{res.stderr}")
+            names = ", ".join(rec.name for _, rec in sources)
+            raise CompileError(f"HEXRPC: hexrpc build-lib failed (exit {res.returncode}) for {names}:\n{res.stderr}")
         return out.read_bytes()
+
+
+#: Built kernel-table libraries of this process, by the digest of their sources (tinygrad's disk
+#: cache keeps single kernels; a jit's table is rebuilt once per process).
+_TABLE_LIBRARIES: dict[str, bytes] = {}
+
+
+def build_batch_library(sources: list[tuple[str, KernelRecord]]) -> bytes:
+    """:func:`build_library` for a kernel table, built once per process and set of sources."""
+    h = hashlib.sha256()
+    for src, rec in sources:
+        h.update(f"{rec.name}\0{rec.signature}\0{len(src)}\0".encode() + src.encode())
+    key = h.hexdigest()
+    if (lib := _TABLE_LIBRARIES.get(key)) is None:
+        lib = _TABLE_LIBRARIES[key] = build_library(sources)
+    return lib
 
 
 class HEXRPCCompiler(Compiler):
@@ -239,8 +266,6 @@ class HEXRPCCompiler(Compiler):
 def device_board() -> str:
     """``HEXRPC_BOARD``, else the board whose device-tree model matches this machine's (the same
     rule as the ``hexrpc`` tool), else ``comma-three``."""
-    import hexrpc
-
     if board := os.environ.get("HEXRPC_BOARD"):
         return board
     for path in ("/proc/device-tree/model", "/sys/firmware/devicetree/base/model"):
@@ -255,8 +280,6 @@ def device_board() -> str:
 def open_session():
     """The hexrpc session the device runs on: the bench with the executor when ``HEXRPC_BENCH=1``,
     otherwise the device with the board ``HEXRPC_BOARD`` (unset: hexrpc probes for it)."""
-    import hexrpc
-
     if os.environ.get("HEXRPC_BENCH", "") not in ("", "0"):
         return hexrpc.Session.bench(executor=True)
     return hexrpc.Session.open(board=device_board())
@@ -503,7 +526,7 @@ class HEXRPCGraph(GraphRunner):
         self.records = [rec for _, rec in sources]
         image = build_batch_library(sources)
         self.library = self.dev.libraries.open_pinned(
-            lambda: self.dev.session.open_library(image, kernels=[r.signature for r in self.records], abi="v2")
+            lambda: self.dev.session.open_library(image, signature=self.records[0].signature, abi="v2")
         )
         self._bound: tuple | None = None
         self._batches: list[tuple[list[int], Any]] = []
@@ -523,7 +546,7 @@ class HEXRPCGraph(GraphRunner):
             # Views are part of a batch's records: new input buffers mean new records.
             self._batches = []
             for chunk in chunk_calls([(self.kernel_of[j], bufs[j], len(vals[j])) for j in range(len(self.calls))]):
-                batch = self.library.batch()
+                batch = hexrpc.Batch(self.library, [r.signature for r in self.records])
                 for j in chunk:
                     batch.push(self.kernel_of[j], [b.view for b in bufs[j]], list(vals[j]))
                 self._batches.append((chunk, batch))
