@@ -2,7 +2,8 @@
 # Builds everything a firmware image needs into one folder (default: out/ at the repo root):
 #   hexrpc-aarch64-musl   static binary (AGNOS and adb shell on Android)
 #   hexrpc-aarch64-gnu    glibc binary (AGNOS, glibc 2.34+)
-#   hexrpc_<ver>_arm64.deb  /usr/bin/hexrpc + sandboxed boot health-check unit (AGNOS)
+#   hexrpc_<ver>_arm64.deb  /usr/bin/hexrpc + sandboxed boot health-check unit (AGNOS),
+#                           /usr/lib/libhexrpc.so + /usr/include/hexrpc.h (the C ABI)
 #   hexrpc-overlay.ext4   ext4 overlay image with the same files (mke2fs -d, no root needed)
 #   MANIFEST              sha256 and size of each file
 # Usage: bash android/packaging/build.sh [OUT_DIR]
@@ -21,6 +22,9 @@ cargo build --locked --release -p hexrpc-android --target aarch64-unknown-linux-
 install -m 0755 target/aarch64-unknown-linux-musl/release/hexrpc "$out/hexrpc-aarch64-musl"
 install -m 0755 target/aarch64-unknown-linux-gnu/release/hexrpc "$out/hexrpc-aarch64-gnu"
 
+echo "==> libhexrpc (the C ABI, bindings/c) for aarch64-unknown-linux-gnu, without the bench"
+cargo build --locked --release -p hexrpc-ffi --no-default-features --lib --target aarch64-unknown-linux-gnu
+
 stage="$(mktemp -d)"
 trap 'rm -rf "$stage"' EXIT
 tree="$stage/root"
@@ -28,6 +32,8 @@ install -D -m 0755 "$out/hexrpc-aarch64-musl" "$tree/usr/bin/hexrpc"
 install -D -m 0644 "$here/agnos/hexrpc-probe.service" "$tree/usr/lib/systemd/system/hexrpc-probe.service"
 install -D -m 0644 "$here/agnos/sysusers.conf" "$tree/usr/lib/sysusers.d/hexrpc.conf"
 install -D -m 0644 "$here/agnos/tmpfiles.conf" "$tree/usr/lib/tmpfiles.d/hexrpc.conf"
+install -D -m 0644 target/aarch64-unknown-linux-gnu/release/libhexrpc.so "$tree/usr/lib/libhexrpc.so"
+install -D -m 0644 bindings/c/include/hexrpc.h "$tree/usr/include/hexrpc.h"
 
 echo "==> Debian package"
 deb="$stage/deb"

@@ -56,27 +56,40 @@ fn every_crate_is_described_with_its_real_name_edition_and_root() {
     let mods = modules(&bp);
     let root_toml = std::fs::read_to_string(root().join("Cargo.toml")).unwrap();
     let edition = toml_value(&root_toml, "workspace.package", "edition").expect("workspace edition");
-    let members = ["drivers", "bsp", "hal", "runtime", "tests", "android"];
+    let members = ["drivers", "bsp", "hal", "runtime", "tests", "android", "bindings/c"];
     assert_eq!(mods.len(), members.len(), "one module per crate");
     for dir in members {
         let manifest = std::fs::read_to_string(root().join(dir).join("Cargo.toml")).unwrap();
         let package = toml_value(&manifest, "package", "name").expect("package name");
         let is_bin = dir == "android";
-        let crate_name = if is_bin { "hexrpc".to_string() } else { package.replace('-', "_") };
+        // The C ABI's crate is `hexrpc` (libhexrpc.so), a rust_ffi module.
+        let is_ffi = dir == "bindings/c";
+        let kind = if is_bin {
+            "rust_binary"
+        } else if is_ffi {
+            "rust_ffi"
+        } else {
+            "rust_library"
+        };
+        let crate_name = if is_bin || is_ffi { "hexrpc".to_string() } else { package.replace('-', "_") };
         let src = if is_bin { format!("{dir}/src/main.rs") } else { format!("{dir}/src/lib.rs") };
         assert!(root().join(&src).exists(), "{src}");
         let m = mods
             .iter()
-            .find(|(_, p)| p.iter().any(|(k, v)| k == "crate_name" && v == &format!("\"{crate_name}\"")))
+            .find(|(t, p)| t == kind && p.iter().any(|(k, v)| k == "crate_name" && v == &format!("\"{crate_name}\"")))
             .unwrap_or_else(|| panic!("no module for crate {crate_name}"));
         let get = |k: &str| m.1.iter().find(|(kk, _)| kk == k).map(|(_, v)| v.clone()).unwrap_or_default();
-        assert_eq!(m.0, if is_bin { "rust_binary" } else { "rust_library" }, "{crate_name}");
+        assert_eq!(m.0, kind, "{crate_name}");
         assert_eq!(get("edition"), format!("\"{edition}\""), "{crate_name} edition");
         assert_eq!(get("srcs"), format!("[\"{src}\"]"), "{crate_name} source root");
         assert_eq!(get("vendor"), "true", "{crate_name} is a vendor module");
         let name = get("name");
         let expected = if is_bin { "\"hexrpc\"".to_string() } else { format!("\"lib{crate_name}\"") };
         assert_eq!(name, expected, "{crate_name} module name");
+        if is_ffi {
+            assert_eq!(get("export_include_dirs"), "[\"bindings/c/include\"]");
+            assert!(root().join("bindings/c/include/hexrpc.h").exists());
+        }
         if is_bin {
             assert_eq!(get("init_rc"), "[\"android/packaging/android/hexrpc.rc\"]");
             assert!(root().join("android/packaging/android/hexrpc.rc").exists());

@@ -96,11 +96,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let rust_allocs = (CountingAlloc::thread_allocations() - a0) as f64 / f64::from(BATCH);
     let rust_ioctls = (ioctls(&s) - i0) as f64 / f64::from(BATCH);
     // The binding layer's own launch (what C and Python call underneath).
-    let views = [ViewArg { lease: &lease, offset: 0, len: 4096 }, ViewArg { lease: &lease, offset: 4096, len: 4096 }, ViewArg {
-        lease: &lease,
-        offset: 8192,
-        len: 4096,
-    }];
+    let views = [
+        ViewArg { lease: &lease, offset: 0, len: 4096 },
+        ViewArg { lease: &lease, offset: 4096, len: 4096 },
+        ViewArg { lease: &lease, offset: 8192, len: 4096 },
+    ];
     let obj_ns = measure(|| {
         k.launch(&views, &scalars, None).expect("launch");
     });
@@ -115,7 +115,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut lib: *mut hexrpc_library = std::ptr::null_mut();
     let sig = c"buf,buf,buf,i32,f32";
     // SAFETY: strings are NUL-terminated, `image` is valid for its length, `lib` for one write.
-    let st = unsafe { hexrpc::hexrpc_library_open(sess, c"overhead".as_ptr(), image.as_ptr(), image.len(), sig.as_ptr(), hexrpc::HEXRPC_ABI_V2, &mut lib) };
+    let st = unsafe {
+        hexrpc::hexrpc_library_open(sess, c"overhead".as_ptr(), image.as_ptr(), image.len(), sig.as_ptr(), hexrpc::HEXRPC_ABI_V2, &mut lib)
+    };
     assert_eq!(st, hexrpc_status::HEXRPC_OK);
     let mut l: *mut hexrpc_lease = std::ptr::null_mut();
     // SAFETY: `l` is valid for one write.
@@ -125,11 +127,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         hexrpc_view { lease: l, offset: 4096, length: 4096 },
         hexrpc_view { lease: l, offset: 8192, length: 4096 },
     ];
-    let sc = [hexrpc_scalar { kind: hexrpc::HEXRPC_SCALAR_I32, reserved: 0, bits: 3 }, hexrpc_scalar {
-        kind: hexrpc::HEXRPC_SCALAR_F32,
-        reserved: 0,
-        bits: u64::from(0.5f32.to_bits()),
-    }];
+    let sc = [
+        hexrpc_scalar { kind: hexrpc::HEXRPC_SCALAR_I32, reserved: 0, bits: 3 },
+        hexrpc_scalar { kind: hexrpc::HEXRPC_SCALAR_F32, reserved: 0, bits: u64::from(0.5f32.to_bits()) },
+    ];
     let mut us = 0u64;
     // SAFETY: the arrays are valid for their lengths, `us` for one write.
     let mut call = || unsafe { hexrpc_launch(lib, views.as_ptr(), 3, sc.as_ptr(), 2, 0, &mut us) };

@@ -82,7 +82,8 @@ pub fn model_image(name: &str) -> Result<&'static [u8], Failure> {
 pub fn kernel_image(kernel: &str, signature: &str, abi: AbiVersion) -> Result<&'static [u8], Failure> {
     // One build at a time: the builds share the toolchain's work directories.
     static BUILDING: Mutex<()> = Mutex::new(());
-    let tc = hexrpc_bench::executor::tools_available().map_err(|why| Failure::unavailable("bench-image", format!("the bench executor: {why}")))?;
+    let tc = hexrpc_bench::executor::tools_available()
+        .map_err(|why| Failure::unavailable("bench-image", format!("the bench executor: {why}")))?;
     let _one = BUILDING.lock().unwrap_or_else(|p| p.into_inner());
     let opts = EntryOptions { version: abi, power_request: None };
     hexrpc_bench::executor::build_image(&tc, kernel, signature, opts, hexrpc_bench::executor::Flavour::Scalar)

@@ -79,7 +79,11 @@ impl Failure {
     }
     /// A handle that is not live.
     pub fn handle(what: &'static str) -> Failure {
-        Failure::new(hexrpc_status::HEXRPC_ERR_HANDLE, "handle", format!("not a live {what} handle (closed, freed, never made, or another kind)"))
+        Failure::new(
+            hexrpc_status::HEXRPC_ERR_HANDLE,
+            "handle",
+            format!("not a live {what} handle (closed, freed, never made, or another kind)"),
+        )
     }
     /// A NULL argument.
     pub fn null(what: &'static str) -> Failure {

@@ -47,14 +47,11 @@ impl SessionObj {
     #[cfg(feature = "bench")]
     pub fn open_bench(executor: bool, returning: bool) -> Result<SessionObj, Failure> {
         if executor {
-            hexrpc_bench::executor::tools_available().map_err(|why| Failure::unavailable("session-start", format!("the bench executor: {why}")))?;
+            hexrpc_bench::executor::tools_available()
+                .map_err(|why| Failure::unavailable("session-start", format!("the bench executor: {why}")))?;
         }
         let bench = crate::bench::bench_with_models();
-        let seam = if returning {
-            Seam::Returning(bench, Arc::new(hexrpc_bench::measure::NullSys::new()))
-        } else {
-            Seam::Bench(bench)
-        };
+        let seam = if returning { Seam::Returning(bench, Arc::new(hexrpc_bench::measure::NullSys::new())) } else { Seam::Bench(bench) };
         Self::start(seam, DeviceAccess::for_bench())
     }
 
@@ -205,7 +202,10 @@ impl KernelObj {
                 return Err(Failure::invalid("launch-pack", format!("buffer {i}: its lease belongs to another session")));
             }
             let view = v.lease.lease.view(v.offset, v.len).map_err(|_| {
-                Failure::invalid("launch-pack", format!("buffer {i}: view {}+{} does not fit its lease of {} bytes", v.offset, v.len, v.lease.lease.lease().len()))
+                Failure::invalid(
+                    "launch-pack",
+                    format!("buffer {i}: view {}+{} does not fit its lease of {} bytes", v.offset, v.len, v.lease.lease.lease().len()),
+                )
             })?;
             // Capacity checked above.
             let _ = made.push(view);

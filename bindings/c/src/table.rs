@@ -92,7 +92,10 @@ pub fn lease(h: u64) -> Result<Arc<LeaseObj>, Failure> {
 }
 
 /// The library named by `h`, and the leases named by `leases` (one lock for all of them).
-pub fn kernel_and_leases<const N: usize>(h: u64, leases: impl Iterator<Item = u64>) -> Result<(Arc<KernelObj>, heapless::Vec<Arc<LeaseObj>, N>), Failure> {
+pub fn kernel_and_leases<const N: usize>(
+    h: u64,
+    leases: impl Iterator<Item = u64>,
+) -> Result<(Arc<KernelObj>, heapless::Vec<Arc<LeaseObj>, N>), Failure> {
     let t = read();
     let k = match lookup(&t, h) {
         Some(Obj::Kernel(k)) => k.clone(),
@@ -102,7 +105,13 @@ pub fn kernel_and_leases<const N: usize>(h: u64, leases: impl Iterator<Item = u6
     for (i, lh) in leases.enumerate() {
         match lookup(&t, lh) {
             Some(Obj::Lease(l)) => out.push(l.clone()).map_err(|_| Failure::refused(format!("more than {N} buffers")))?,
-            _ => return Err(Failure::new(crate::error::hexrpc_status::HEXRPC_ERR_HANDLE, "handle", format!("buffer {i}: not a live lease handle"))),
+            _ => {
+                return Err(Failure::new(
+                    crate::error::hexrpc_status::HEXRPC_ERR_HANDLE,
+                    "handle",
+                    format!("buffer {i}: not a live lease handle"),
+                ))
+            }
         }
     }
     Ok((k, out))

@@ -1,0 +1,132 @@
+//! The C ABI called as C calls it, on the bench: launches at non-zero offsets, and every kind of
+//! handle misuse (NULL, forged, wrong kind, double free, use after close, close while another
+//! thread launches) answered with a status, never undefined behaviour.
+
+use std::ffi::CStr;
+use std::ptr::{null, null_mut};
+
+use hexrpc::*;
+
+fn last() -> String {
+    // SAFETY: the returned pointer is a NUL-terminated string valid until the next failure.
+    unsafe { CStr::from_ptr(hexrpc_last_error_message()) }.to_string_lossy().into_owned()
+}
+
+fn ok(st: hexrpc_status) {
+    assert_eq!(st, hexrpc_status::HEXRPC_OK, "{}", last());
+}
+
+struct Fixture {
+    session: *mut hexrpc_session,
+    library: *mut hexrpc_library,
+    lease: *mut hexrpc_lease,
+    mem: *mut u8,
+}
+
+fn fixture() -> Fixture {
+    let mut session = null_mut();
+    // SAFETY: out pointer valid.
+    ok(unsafe { hexrpc_session_open_bench(0, &mut session) });
+    let (mut image, mut len) = (null(), 0usize);
+    // SAFETY: NUL-terminated model name, out pointers valid.
+    ok(unsafe { hexrpc_bench_model_image(c"add_u8".as_ptr(), &mut image, &mut len) });
+    let mut library = null_mut();
+    // SAFETY: strings NUL-terminated, image valid for len bytes, out pointer valid.
+    ok(unsafe { hexrpc_library_open(session, c"add".as_ptr(), image, len, c"buf,buf,u32".as_ptr(), HEXRPC_ABI_V2, &mut library) });
+    let mut lease = null_mut();
+    // SAFETY: out pointer valid.
+    ok(unsafe { hexrpc_lease_alloc(session, 8192, &mut lease) });
+    let mut mem = null_mut();
+    // SAFETY: out pointers valid (length may be NULL).
+    ok(unsafe { hexrpc_lease_memory(lease, &mut mem, null_mut()) });
+    Fixture { session, library, lease, mem: mem.cast() }
+}
+
+fn launch(lib: *mut hexrpc_library, lease: *const hexrpc_lease, k: u32) -> hexrpc_status {
+    let views = [hexrpc_view { lease, offset: 100, length: 50 }, hexrpc_view { lease, offset: 4096 + 7, length: 50 }];
+    let sc = [hexrpc_scalar { kind: HEXRPC_SCALAR_U32, reserved: 0, bits: u64::from(k) }];
+    let mut us = 0;
+    // SAFETY: arrays valid for their lengths, out pointer valid.
+    unsafe { hexrpc_launch(lib, views.as_ptr(), 2, sc.as_ptr(), 1, 0, &mut us) }
+}
+
+#[test]
+fn launches_at_offsets_write_the_outputs() {
+    let f = fixture();
+    for i in 0..50 {
+        // SAFETY: the lease's memory is 8192 bytes, mapped while the lease lives; no launch runs.
+        unsafe { f.mem.add(100 + i).write(i as u8) };
+    }
+    ok(launch(f.library, f.lease, 9));
+    for i in 0..50 {
+        // SAFETY: as above; the launch has returned.
+        assert_eq!(unsafe { f.mem.add(4096 + 7 + i).read() }, i as u8 + 9);
+    }
+    ok(hexrpc_session_close(f.session));
+}
+
+#[test]
+fn misuse_is_a_status_never_undefined_behaviour() {
+    let f = fixture();
+    let forged = 0xdead_beef_usize as *mut hexrpc_lease;
+    assert_eq!(hexrpc_lease_free(null_mut()), hexrpc_status::HEXRPC_ERR_HANDLE);
+    assert_eq!(hexrpc_lease_free(forged), hexrpc_status::HEXRPC_ERR_HANDLE);
+    assert!(last().starts_with("handle: "), "{}", last());
+    // SAFETY: CStr from a static string.
+    assert_eq!(unsafe { CStr::from_ptr(hexrpc_last_error_stage()) }, c"handle");
+    assert_eq!(hexrpc_last_error_status(), hexrpc_status::HEXRPC_ERR_HANDLE);
+    // A handle of another kind.
+    assert_eq!(hexrpc_library_close(f.lease.cast()), hexrpc_status::HEXRPC_ERR_HANDLE);
+    assert_eq!(hexrpc_session_close(f.library.cast()), hexrpc_status::HEXRPC_ERR_HANDLE);
+    assert_eq!(launch(f.library, f.session.cast(), 1), hexrpc_status::HEXRPC_ERR_HANDLE);
+    // NULL arguments.
+    // SAFETY: NULL is allowed and reported.
+    assert_eq!(unsafe { hexrpc_lease_alloc(f.session, 64, null_mut()) }, hexrpc_status::HEXRPC_ERR_NULL);
+    // SAFETY: NULL views with a non-zero count are reported.
+    assert_eq!(unsafe { hexrpc_launch(f.library, null(), 2, null(), 0, 0, null_mut()) }, hexrpc_status::HEXRPC_ERR_NULL);
+    // SAFETY: NULL strings are reported.
+    assert_eq!(unsafe { hexrpc_session_open(null(), null_mut()) }, hexrpc_status::HEXRPC_ERR_NULL);
+    // Refusals name the stage.
+    let bad = [hexrpc_scalar { kind: 99, reserved: 0, bits: 0 }];
+    let views = [hexrpc_view { lease: f.lease, offset: 0, length: 8 }; 2];
+    // SAFETY: arrays valid for their lengths.
+    assert_eq!(unsafe { hexrpc_launch(f.library, views.as_ptr(), 2, bad.as_ptr(), 1, 0, null_mut()) }, hexrpc_status::HEXRPC_ERR_INVALID);
+    assert!(last().starts_with("launch-pack: "), "{}", last());
+    // Double free, use after free, use after close.
+    ok(hexrpc_lease_free(f.lease));
+    assert_eq!(hexrpc_lease_free(f.lease), hexrpc_status::HEXRPC_ERR_HANDLE);
+    assert_eq!(launch(f.library, f.lease, 1), hexrpc_status::HEXRPC_ERR_HANDLE);
+    ok(hexrpc_session_close(f.session));
+    assert_eq!(hexrpc_session_close(f.session), hexrpc_status::HEXRPC_ERR_HANDLE);
+    assert_eq!(hexrpc_library_close(f.library), hexrpc_status::HEXRPC_ERR_HANDLE, "closed with its session");
+    assert_eq!(hexrpc_session_recover(f.session), hexrpc_status::HEXRPC_ERR_HANDLE);
+    // A reused slot does not revive an old handle.
+    let g = fixture();
+    assert_eq!(launch(f.library, g.lease, 1), hexrpc_status::HEXRPC_ERR_HANDLE);
+    ok(launch(g.library, g.lease, 1));
+    ok(hexrpc_session_close(g.session));
+}
+
+#[test]
+fn closing_while_other_threads_launch_is_safe() {
+    let f = fixture();
+    let (lib, lease, session) = (f.library as usize, f.lease as usize, f.session as usize);
+    let threads: Vec<_> = (0..3)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let mut launched = 0;
+                loop {
+                    match launch(lib as *mut hexrpc_library, lease as *const hexrpc_lease, 1) {
+                        hexrpc_status::HEXRPC_OK => launched += 1,
+                        hexrpc_status::HEXRPC_ERR_HANDLE => return launched,
+                        other => panic!("unexpected {other:?}: {}", last()),
+                    }
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    ok(hexrpc_session_close(session as *mut hexrpc_session));
+    let total: u32 = threads.into_iter().map(|t| t.join().expect("no panic")).sum();
+    assert!(total > 0, "some launches ran before the close");
+}
