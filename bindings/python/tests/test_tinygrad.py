@@ -208,6 +208,7 @@ def test_jit_runs_as_one_batch_per_run(dev):
     net = TwoLayerConvNet("HEXRPC", model_weights())
     step = TinyJit(lambda x: net(x).realize())
     runs, outs = [], []
+    nz0 = dev.stats.batched_nonzero_offset_views
     for a in inputs:
         x = Tensor(a, device="HEXRPC").realize()
         c0, s0 = bench_counters(dev), (dev.stats.batch_runs, dev.stats.batched_launches, dev.stats.library_opens)
@@ -233,6 +234,9 @@ def test_jit_runs_as_one_batch_per_run(dev):
     assert runs[1]["opens"] == 1 and runs[1]["batch_runs"] == 1, runs
     for r in runs[2:]:
         assert (r["invokes"], r["batch_runs"], r["batched"], r["opens"]) == (1, 1, kernels, 0), runs
+    # The memory planner put intermediates at non-zero offsets of one buffer: the batch carries
+    # views at non-zero offsets (each checked and mapped by the generated entry).
+    assert dev.stats.batched_nonzero_offset_views > nz0
 
     # The same model kernel by kernel: one invoke per kernel per run.
     saved, dev.graph = dev.graph, None
@@ -258,3 +262,65 @@ def test_jit_runs_as_one_batch_per_run(dev):
         f"{np.median(batch_us):.0f} us simulated; kernel by kernel {per_kernel[2][0]} invokes, "
         f"{np.median(kernel_us):.0f} us simulated (bench cost model, not a device figure)"
     )
+
+
+def test_jit_bound_variable_updates_between_runs(dev):
+    """A jitted model over a symbolic length (two kernels, so tinygrad graphs them): the bound
+    Variable's value changes every run and reaches the batch's scalars in place; each run after
+    capture is one invoke."""
+    a = f32(64)
+    x = Tensor(a, device="HEXRPC").realize()
+
+    def f(t, n):
+        s = t[:n]
+        out = ((s * 2 + 1).relu().sum(), (s * 0.5).exp().max())
+        Tensor.realize(*out)
+        return out
+
+    step = TinyJit(f)
+    lengths = [5, 9, 17, 33, 64, 7, 1, 40]
+    invokes, batch_runs = [], []
+    for n in lengths:
+        c0, b0 = bench_counters(dev), dev.stats.batch_runs
+        total, peak = step(x, Variable("n", 1, 64).bind(n))
+        invokes.append(bench_counters(dev)["invokes"] - c0["invokes"])
+        batch_runs.append(dev.stats.batch_runs - b0)
+        v = a[:n].astype(np.float64)
+        np.testing.assert_allclose(total.numpy(), np.maximum(v * 2 + 1, 0).sum(), rtol=n * 4 * 1.2e-7, atol=1e-5)
+        np.testing.assert_allclose(peak.numpy(), np.exp(v * 0.5).max(), rtol=4e-7)
+    assert all(i == 1 for i in invokes[2:]), invokes
+    assert all(b == 1 for b in batch_runs[1:]), batch_runs
+
+
+def test_signature_and_record_rules():
+    sig = hexrpc_tinygrad.hexrpc_signature
+    assert sig([None, None, "int", "float"]) == "buf,buf,i32,f32"
+    assert sig([None, "unsigned long long"]) == "buf,u64"
+    with pytest.raises(tinygrad.device.CompileError):
+        sig([None, "int", None])  # a buffer after a scalar
+    with pytest.raises(tinygrad.device.CompileError):
+        sig([None, "__bf16"])  # no hexrpc kind
+    rec = hexrpc_tinygrad.KernelRecord("E_4_2", "buf,buf,i32")
+    src = "void E_4_2(float* a, float* b, int n) {}\n" + rec.render()
+    assert hexrpc_tinygrad.KernelRecord.parse(src) == rec
+    renamed, rec2 = hexrpc_tinygrad.rename_kernel(src, rec, "E_4_2_hk3")
+    assert rec2 == hexrpc_tinygrad.KernelRecord("E_4_2_hk3", "buf,buf,i32")
+    assert "void E_4_2_hk3(" in renamed and hexrpc_tinygrad.KernelRecord.parse(renamed) == rec2
+    with pytest.raises(tinygrad.device.CompileError):
+        hexrpc_tinygrad.KernelRecord.parse("void f(void) {}")
+
+
+def test_batches_split_at_capacity():
+    """chunk_calls keeps launches in order and starts a new batch (another call) only when the
+    next launch would exceed 15 distinct leases, 64 launches or 8 KiB of records."""
+    B = hexrpc_tinygrad.HEXRPCBuffer
+    leases = [object() for _ in range(40)]
+    # 20 launches, each on two fresh leases: 7 launches (14 leases) fit one batch.
+    calls = [(0, [B(leases[2 * i], 0, 4, True), B(leases[2 * i + 1], 0, 4, True)], 0) for i in range(20)]
+    assert hexrpc_tinygrad.chunk_calls(calls) == [list(range(0, 7)), list(range(7, 14)), list(range(14, 20))]
+    # 100 launches on one lease: 64 per batch.
+    one = [(0, [B(leases[0], 64 * i, 64, False)], 1) for i in range(100)]
+    assert [len(c) for c in hexrpc_tinygrad.chunk_calls(one)] == [64, 36]
+    # Record bytes: 15 views + 40 scalars = 8 + 180 + 320 = 508 bytes; 16 such records fit 8 KiB.
+    big = [(0, [B(leases[0], 0, 4, False)] * 15, 40) for _ in range(20)]
+    assert [len(c) for c in hexrpc_tinygrad.chunk_calls(big)] == [16, 4]

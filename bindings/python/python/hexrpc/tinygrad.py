@@ -432,14 +432,16 @@ class HEXRPCProgram(Program["HEXRPCDevice"]):
 
 @dataclass
 class DeviceStats:
-    """What the device did, for tests and reports: single launches, how many of their views were at
-    a non-zero offset, and batch runs (one FastRPC call each) with the launches they carried."""
+    """What the device did, for tests and reports: single launches and how many of their views were
+    at a non-zero offset; batch runs (one FastRPC call each), the launches they carried and the
+    non-zero-offset views of the batches built; libraries opened on the session."""
 
     launches: int = 0
     nonzero_offset_views: int = 0
     batch_runs: int = 0
     batched_launches: int = 0
     library_opens: int = 0
+    batched_nonzero_offset_views: int = 0
 
 
 class HEXRPCDevice(Compiled):
@@ -549,6 +551,7 @@ class HEXRPCGraph(GraphRunner):
                 batch = hexrpc.Batch(self.library, [r.signature for r in self.records])
                 for j in chunk:
                     batch.push(self.kernel_of[j], [b.view for b in bufs[j]], list(vals[j]))
+                    self.dev.stats.batched_nonzero_offset_views += sum(1 for b in bufs[j] if b.offset)
                 self._batches.append((chunk, batch))
             self._bound, self._vals = bound, vals
         elif vals != self._vals:
