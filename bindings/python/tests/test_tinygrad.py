@@ -324,3 +324,29 @@ def test_batches_split_at_capacity():
     # Record bytes: 15 views + 40 scalars = 8 + 180 + 320 = 508 bytes; 16 such records fit 8 KiB.
     big = [(0, [B(leases[0], 0, 4, False)] * 15, 40) for _ in range(20)]
     assert [len(c) for c in hexrpc_tinygrad.chunk_calls(big)] == [16, 4]
+
+
+def test_dsp_restart_then_recover(dev):
+    """A DSP restart fails the next launch with hexrpc.NeedsRecovery; after dev.recover() the
+    same programs and a captured jit run again with correct results."""
+    import hexrpc
+
+    a, b = f32(300), f32(300)
+    ta, tb = Tensor(a, device="HEXRPC").realize(), Tensor(b, device="HEXRPC").realize()
+
+    def f(x, y):
+        out = ((x * y).relu(), (x - y).exp())
+        Tensor.realize(*out)
+        return out
+
+    step = TinyJit(f)
+    for _ in range(3):
+        step(ta, tb)
+    dev.session.restart_dsp()
+    with pytest.raises(hexrpc.NeedsRecovery):
+        (ta + tb).numpy()
+    dev.recover()
+    np.testing.assert_array_equal((ta + tb).numpy(), a + b)
+    r, e = step(ta, tb)
+    np.testing.assert_array_equal(r.numpy(), np.maximum(a * b, 0))
+    np.testing.assert_allclose(e.numpy(), np.exp(a - b), rtol=4e-7)

@@ -456,6 +456,12 @@ class HEXRPCDevice(Compiled):
         graph = HEXRPCGraph if os.environ.get("HEXRPC_GRAPH", "1") != "0" else None
         super().__init__(device, HEXRPCAllocator(self), [HEXRPCRenderer], HEXRPCProgram, graph=graph)
 
+    def recover(self) -> None:
+        """After ``hexrpc.NeedsRecovery`` (a DSP restart or a missed deadline): rebuilds the
+        session once. Leases keep their memory; hexrpc reopens the open libraries (single kernels
+        and graphs) on the new DSP process, so tinygrad's programs and jits keep working."""
+        self.session.recover()
+
 
 # -------------------------------------------------------------------------------------------------
 # Graph: a TinyJit capture as one batch
