@@ -8,8 +8,8 @@ How tinygrad finds it
     module registers it in ``sys.modules`` under ``tinygrad.runtime.ops_hexrpc`` (and as the
     attribute ``ops_hexrpc`` of the ``tinygrad.runtime`` package), so the lookup finds
     :class:`HEXRPCDevice`. Nothing is written into tinygrad's installation; the registration lasts
-    for the process. Child processes (tinygrad's parallel compile workers) import this module
-    again through :class:`HEXRPCCompiler`'s module path, which registers it there too.
+    for the process (a child process that unpickles one of these classes imports this module,
+    which registers it there too).
 
 Where it runs (read when the device is first opened)
     ``HEXRPC_BENCH=1``
@@ -19,7 +19,8 @@ Where it runs (read when the device is first opened)
         never device figures.
     otherwise
         the device's ``/dev/ion`` and ``/dev/adsprpc-smd`` with the board ``HEXRPC_BOARD``
-        (``comma-three``, ``msm-android``, ...); unset, hexrpc picks the board by probing.
+        (``comma-three``, ``msm-android``); unset, the board whose device-tree model matches
+        (as the ``hexrpc`` tool picks it), else ``comma-three``.
 
 The pieces
     * :class:`HEXRPCRenderer`: tinygrad's ``DSPRenderer`` (HVX vector types, 128-byte alignment
@@ -29,13 +30,16 @@ The pieces
       offsets (which tinygrad's memory planner hands out) are mapped correctly.
     * :class:`HEXRPCCompiler`: ``hexrpc build-lib`` with tinygrad's DSP flags (hexagonv65, HVX
       128 B, ``-O2 -Wall -Werror -fno-stack-protector``); results cached by tinygrad's disk cache
-      under a key that names the hexrpc tool's version.
+      under a key that names the hexrpc tool binary's digest.
     * :class:`HEXRPCAllocator`: one ION lease per tinygrad buffer; ``_offset`` gives a view
       (lease, offset, length) of the same lease; copies go through the lease's host mapping.
     * :class:`HEXRPCProgram`: one hexrpc launch (one FastRPC call) per kernel call; returns the DSP
       time in seconds.
     * :class:`HEXRPCGraph`: runs the kernels of a ``TinyJit`` capture as one batch, one FastRPC
-      call per jit run.
+      call per jit run (``HEXRPC_GRAPH=0``: kernel by kernel).
+
+After ``hexrpc.NeedsRecovery`` (DSP restart, missed deadline, ``HEXRPC_DEADLINE_MS``) call
+``Device["HEXRPC"].recover()``.
 
 Memory shared with the DSP changes under the host while a kernel runs; tinygrad only reads a
 buffer after the launch that writes it has returned (every launch here is synchronous).
@@ -56,7 +60,7 @@ from pathlib import Path
 from typing import Any
 
 import hexrpc
-from tinygrad.device import BufferSpec, LRUAllocator, Compiled, Compiler, CompileError, Program, TinyELF
+from tinygrad.device import BufferSpec, Compiled, CompileError, Compiler, LRUAllocator, Program, TinyELF
 from tinygrad.dtype import AddrSpace
 from tinygrad.engine.jit import GraphRunner
 from tinygrad.helpers import Target
@@ -64,13 +68,18 @@ from tinygrad.renderer.cstyle import ClangRenderer
 from tinygrad.runtime.ops_dsp import DSPRenderer
 
 __all__ = [
-    "HEXRPCDevice",
-    "HEXRPCRenderer",
-    "HEXRPCCompiler",
+    "DeviceStats",
     "HEXRPCAllocator",
+    "HEXRPCBuffer",
+    "HEXRPCCompiler",
+    "HEXRPCDevice",
+    "HEXRPCGraph",
     "HEXRPCProgram",
+    "HEXRPCRenderer",
     "KernelRecord",
+    "build_library",
     "hexrpc_signature",
+    "signature_of",
 ]
 
 # -------------------------------------------------------------------------------------------------
@@ -148,8 +157,6 @@ class KernelRecord:
 class HEXRPCRenderer(DSPRenderer):
     """tinygrad's DSP renderer for the kernel function; the entry is hexrpc's (v2), generated at
     build time from the record this renderer appends."""
-
-    device = "HEXRPC"
 
     def __init__(self, target: Target):
         self.target, self.compiler = target, HEXRPCCompiler()
