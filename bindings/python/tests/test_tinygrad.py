@@ -350,3 +350,10 @@ def test_dsp_restart_then_recover(dev):
     r, e = step(ta, tb)
     np.testing.assert_array_equal(r.numpy(), np.maximum(a * b, 0))
     np.testing.assert_allclose(e.numpy(), np.exp(a - b), rtol=4e-7)
+
+
+def test_board_detection():
+    import hexrpc
+
+    assert hexrpc.detect_board("comma tici\0") == "comma-three"
+    assert hexrpc.detect_board("Some Other Board") is None

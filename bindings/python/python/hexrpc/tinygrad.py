@@ -556,8 +556,12 @@ class HEXRPCGraph(GraphRunner):
     def __call__(self, input_uops, var_vals: dict[str, int], wait=False):
         bufs = [self._buffers(j, input_uops) for j in range(len(self.calls))]
         vals = [tuple(prg.arg.vals({**var_vals, **dv})) for _, prg, _, dv in self.calls]
-        bound = tuple((id(b.lease), b.offset, b.size) for bs in bufs for b in bs)
-        if bound != self._bound:
+        # The lease objects themselves (compared by identity), not their ids: holding them keeps
+        # an id from being reused by a new lease while the old batch still names the old one.
+        bound = tuple((b.lease, b.offset, b.size) for bs in bufs for b in bs)
+        if self._bound is None or len(bound) != len(self._bound) or any(
+            x[0] is not y[0] or x[1:] != y[1:] for x, y in zip(bound, self._bound)
+        ):
             # Views are part of a batch's records: new input buffers mean new records.
             self._batches = []
             for chunk in chunk_calls([(self.kernel_of[j], bufs[j], len(vals[j])) for j in range(len(self.calls))]):
