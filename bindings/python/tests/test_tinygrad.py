@@ -357,3 +357,27 @@ def test_board_detection():
 
     assert hexrpc.detect_board("comma tici\0") == "comma-three"
     assert hexrpc.detect_board("Some Other Board") is None
+
+
+@pytest.mark.parametrize("limit", ["kernels", "leases"])
+def test_graph_split_when_a_batch_would_not_fit(dev, monkeypatch, limit):
+    """With the table capacity (kernels per library) or the batch capacity (distinct leases per
+    call) made small, the same model runs as several libraries / batches per jit run, in order,
+    with the same outputs; the number of invokes per run is the number of batches."""
+    if limit == "kernels":
+        monkeypatch.setattr(hexrpc_tinygrad, "BATCH_MAX_KERNELS", 2)
+    else:
+        monkeypatch.setattr(hexrpc_tinygrad, "BATCH_MAX_LEASES", 4)
+    inputs = model_inputs(5)
+    cpu = run_jitted("CPU", inputs)
+    net = TwoLayerConvNet("HEXRPC", model_weights())
+    step = TinyJit(lambda x: net(x).realize())
+    per_run = []
+    for a, want in zip(inputs, cpu):
+        x = Tensor(a, device="HEXRPC").realize()
+        c0, b0 = bench_counters(dev), dev.stats.batch_runs
+        got = step(x).numpy()
+        per_run.append((bench_counters(dev)["invokes"] - c0["invokes"], dev.stats.batch_runs - b0))
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    for invokes, batches in per_run[2:]:
+        assert batches > 1 and invokes == batches, per_run

@@ -198,11 +198,12 @@ def _cli_digest(cli: str) -> str:
         raise CompileError(f"HEXRPC: cannot read {path}: {e}") from e
 
 
-def build_library(sources: list[tuple[str, KernelRecord]], *, cli: str | None = None) -> bytes:
+def build_library(sources: list[tuple[str, KernelRecord]], *, table: bool = False, cli: str | None = None) -> bytes:
     """Builds one Hexagon library with ``hexrpc build-lib`` from ``(source, record)`` pairs and
-    returns its bytes. One source gives a plain v2 library (``entry`` launches that kernel);
-    several give a kernel-table library (``--table``, in the given order) whose entry also runs
-    batches. Each source is its own translation unit, so the kernels' names must differ."""
+    returns its bytes. One source without ``table`` gives a plain v2 library (``entry`` launches
+    that kernel); otherwise a kernel-table library (``--table``, in the given order) whose entry
+    also runs batches. Each source is its own translation unit, so the kernels' names must
+    differ."""
     cli = cli or hexrpc_cli()
     if not sources:
         raise CompileError("HEXRPC: no kernel to build")
@@ -212,7 +213,7 @@ def build_library(sources: list[tuple[str, KernelRecord]], *, cli: str | None = 
         for i, (src, _) in enumerate(sources):
             files.append(Path(d) / f"k{i}.c")
             files[-1].write_text(src)
-        if len(sources) == 1:
+        if len(sources) == 1 and not table:
             rec = sources[0][1]
             cmd = [cli, "-q", "build-lib", str(files[0]), "--signature", rec.signature, "--kernel", rec.name]
         else:
@@ -241,7 +242,7 @@ def build_batch_library(sources: list[tuple[str, KernelRecord]]) -> bytes:
         h.update(f"{rec.name}\0{rec.signature}\0{len(src)}\0".encode() + src.encode())
     key = h.hexdigest()
     if (lib := _TABLE_LIBRARIES.get(key)) is None:
-        lib = _TABLE_LIBRARIES[key] = build_library(sources)
+        lib = _TABLE_LIBRARIES[key] = build_library(sources, table=True)
     return lib
 
 
@@ -514,44 +515,73 @@ def chunk_calls(calls: list[tuple[int, list[HEXRPCBuffer], int]]) -> list[list[i
     return chunks
 
 
+@dataclass
+class _Segment:
+    """Consecutive launches of a graph whose kernels share one kernel-table library."""
+
+    calls: list[int]
+    kernel_of: dict[int, int]
+    signatures: list[str]
+    library: Any = None
+
+
 class HEXRPCGraph(GraphRunner):
     """Runs the kernels of one ``TinyJit`` graph batch as hexrpc batches: one library built from
-    the batch's kernel sources (a kernel table), and per jit run one FastRPC call per chunk that
-    fits hexrpc's batch capacity (one chunk, so one call, unless the capture needs more than 15
-    distinct leases, 64 launches or 8 KiB of records). Input buffers that change between runs
-    rebuild the records (host only); bound Variables update the scalars in place."""
+    the batch's kernel sources (a kernel table), and per jit run one FastRPC call, unless the
+    capture exceeds what one batch holds (15 distinct leases, 64 launches, 8 KiB of records, 64
+    kernels in a table): then the launches are split, in order, into as few batches (calls) as
+    fit. Input buffers that change between runs rebuild the records (host only); bound Variables
+    update the scalars in place."""
 
     def __init__(self, linear, input_uops=()):
         super().__init__(linear, input_uops)
         from tinygrad.device import Device
 
         self.dev: HEXRPCDevice = Device[self.device]  # type: ignore[assignment]
-        table: dict[Any, int] = {}
+        self.segments: list[_Segment] = []
         sources: list[tuple[str, KernelRecord]] = []
-        self.kernel_of: list[int] = []
+        table: dict[Any, int] = {}
         for j, (_, prg, _, _) in enumerate(self.calls):
-            key = prg.key
-            if key not in table:
-                if len(sources) == BATCH_MAX_KERNELS:
-                    raise RuntimeError(f"HEXRPC: a graph of more than {BATCH_MAX_KERNELS} distinct kernels (set JIT_BATCH_SIZE lower)")
+            if prg.key not in table and len(table) == BATCH_MAX_KERNELS:
+                self._close_segment(sources)
+                sources, table = [], {}
+            if not self.segments or self.segments[-1].library is not None:
+                self.segments.append(_Segment([], {}, []))
+            seg = self.segments[-1]
+            if prg.key not in table:
                 src = prg.src[2].arg
-                table[key] = len(sources)
-                sources.append(rename_kernel(src, KernelRecord.parse(src), f"{KernelRecord.parse(src).name}_hk{len(sources)}"))
-            self.kernel_of.append(table[key])
-        self.records = [rec for _, rec in sources]
-        image = build_batch_library(sources)
-        self.library = self.dev.libraries.open_pinned(
-            lambda: self.dev.session.open_library(image, signature=self.records[0].signature, abi="v2")
-        )
+                rec = KernelRecord.parse(src)
+                table[prg.key] = len(sources)
+                sources.append(rename_kernel(src, rec, f"{rec.name}_hk{len(sources)}"))
+            seg.calls.append(j)
+            seg.kernel_of[j] = table[prg.key]
+        self._close_segment(sources)
         self._bound: tuple | None = None
         self._batches: list[tuple[list[int], Any]] = []
         self._vals: list[tuple[int, ...]] = []
+
+    def _close_segment(self, sources: list[tuple[str, KernelRecord]]) -> None:
+        seg = self.segments[-1]
+        seg.signatures = [rec.signature for _, rec in sources]
+        image = build_batch_library(sources)
+        seg.library = self.dev.libraries.open_pinned(lambda: self.dev.session.open_library(image, signature=seg.signatures[0], abi="v2"))
 
     def _buffers(self, j: int, input_uops) -> list[HEXRPCBuffer]:
         bufs = [b._buf for b in self.calls[j][2]]
         for pos, iidx in self.uop_replace[j]:
             bufs[pos] = input_uops[iidx].buffer._buf
         return bufs
+
+    def _build(self, bufs: list[list[HEXRPCBuffer]], vals: list[tuple[int, ...]]) -> None:
+        self._batches = []
+        for seg in self.segments:
+            for chunk in chunk_calls([(seg.kernel_of[j], bufs[j], len(vals[j])) for j in seg.calls]):
+                batch = hexrpc.Batch(seg.library, seg.signatures)
+                calls = [seg.calls[i] for i in chunk]
+                for j in calls:
+                    batch.push(seg.kernel_of[j], [b.view for b in bufs[j]], list(vals[j]))
+                    self.dev.stats.batched_nonzero_offset_views += sum(1 for b in bufs[j] if b.offset)
+                self._batches.append((calls, batch))
 
     def __call__(self, input_uops, var_vals: dict[str, int], wait=False):
         bufs = [self._buffers(j, input_uops) for j in range(len(self.calls))]
@@ -563,33 +593,28 @@ class HEXRPCGraph(GraphRunner):
             x[0] is not y[0] or x[1:] != y[1:] for x, y in zip(bound, self._bound)
         ):
             # Views are part of a batch's records: new input buffers mean new records.
-            self._batches = []
-            for chunk in chunk_calls([(self.kernel_of[j], bufs[j], len(vals[j])) for j in range(len(self.calls))]):
-                batch = hexrpc.Batch(self.library, [r.signature for r in self.records])
-                for j in chunk:
-                    batch.push(self.kernel_of[j], [b.view for b in bufs[j]], list(vals[j]))
-                    self.dev.stats.batched_nonzero_offset_views += sum(1 for b in bufs[j] if b.offset)
-                self._batches.append((chunk, batch))
+            self._build(bufs, vals)
             self._bound, self._vals = bound, vals
         elif vals != self._vals:
-            for chunk, batch in self._batches:
-                for r, j in enumerate(chunk):
+            for calls, batch in self._batches:
+                for r, j in enumerate(calls):
                     for i, (old, new) in enumerate(zip(self._vals[j], vals[j])):
                         if old != new:
                             batch.set_scalar(r, i, new)
             self._vals = vals
         us = 0
-        for chunk, batch in self._batches:
+        for calls, batch in self._batches:
             us += batch.run(deadline_ms=self.dev.deadline_ms)
             self.dev.stats.batch_runs += 1
-            self.dev.stats.batched_launches += len(chunk)
+            self.dev.stats.batched_launches += len(calls)
         return us / 1e6
 
     def __del__(self):
         self._batches = []
-        library = getattr(self, "library", None)
-        if library is not None:
-            self.dev.libraries.unpin(library)
+        for seg in getattr(self, "segments", []):
+            if seg.library is not None:
+                self.dev.libraries.unpin(seg.library)
+                seg.library = None
 
 
 # -------------------------------------------------------------------------------------------------
