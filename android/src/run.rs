@@ -295,8 +295,7 @@ fn check_record(plan: &Plan, image: &[u8]) -> Result<(), Failure> {
             Ok(())
         }
         Ok(Some(rec)) => {
-            let recorded = rec.kernel().parse_signature().map_err(|e| refused(format!("{name}: recorded signature: {e}")))?;
-            if recorded != plan.sig || rec.abi() != plan.abi {
+            if !rec.matches(&plan.sig, plan.abi) {
                 return Err(refused(format!(
                     "{name} was built for signature {} with ABI {}, but --signature {} --abi {} was given",
                     rec.signature(),

@@ -441,7 +441,7 @@ fn run_launches_a_build_lib_library_on_the_bench() {
     assert_eq!(got, a.iter().zip(&b).map(|(x, y)| x + y).collect::<Vec<_>>());
 
     // The text report says what the figures are.
-    let text = hexrpc(&with(&common, &["--arg", &arg_a, "--arg", &arg_b, "--arg", &arg_o, "--arg", "64"]));
+    let text = hexrpc(&with(&common, &["--arg", &arg_a, "--arg", &arg_b, "--arg", &arg_o, "--arg", "64", "--deadline-ms", "20000"]));
     assert_eq!(text.status.code(), Some(0), "{}", stderr_of(&text));
     let t = String::from_utf8_lossy(&text.stdout);
     assert!(t.contains("DSP-reported time") && t.contains("qemu-hexagon") && t.contains("not device figures"), "{t}");

@@ -36,8 +36,9 @@ pub struct BenchConfig {
     pub rpc_latency_us: u32,
     /// The simulated crossing cost.
     pub cost: CostModel,
-    /// Executor mode (issue 8): longest wait for a qemu-hexagon executor to start or to answer
-    /// one invoke; past it the process is killed and the DSP restarts.
+    /// Executor mode (issues 8, 11): longest wait for the DSP shell (qemu-hexagon) to start, to
+    /// load or close a library (constructors included) or to answer one invoke; past it the
+    /// process is killed and the DSP restarts.
     pub executor_timeout: Duration,
 }
 

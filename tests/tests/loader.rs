@@ -394,3 +394,209 @@ fn a_loader_fault_is_a_dsp_restart_and_recovery_works() {
     assert!(now.iter().all(|e| e.os_pid != pid_before && e.alive), "{now:?}");
     drop(before);
 }
+
+const MATH_KERNEL: &str = r#"
+float sqrtf(float); float expf(float); float exp2f(float); float logf(float); float log2f(float);
+float sinf(float); float cosf(float); float floorf(float); float ceilf(float); float truncf(float);
+float roundf(float); float fabsf(float); float fmaxf(float, float); float fminf(float, float);
+void mathk(const float *x, float *o, unsigned int n) {
+  for (unsigned int i = 0; i < n; i++) {
+    const float v = x[i];
+    float *r = o + 14 * i;
+    r[0] = sqrtf(v); r[1] = expf(v); r[2] = exp2f(v); r[3] = logf(v); r[4] = log2f(v);
+    r[5] = sinf(v); r[6] = cosf(v); r[7] = floorf(v); r[8] = ceilf(v); r[9] = truncf(v);
+    r[10] = roundf(v); r[11] = fabsf(v); r[12] = fmaxf(v, 0.5f); r[13] = fminf(v, 0.5f);
+  }
+}
+void divk(const int *a, const int *b, int *o32, long long *o64, unsigned int n) {
+  for (unsigned int i = 0; i < n; i++) {
+    const int x = a[i], y = b[i];
+    const unsigned int ux = (unsigned int)x, uy = (unsigned int)y;
+    o32[4 * i] = x / y; o32[4 * i + 1] = x % y; o32[4 * i + 2] = (int)(ux / uy); o32[4 * i + 3] = (int)(ux % uy);
+    const long long lx = (long long)x * 1000003LL, ly = (long long)y;
+    const unsigned long long ulx = (unsigned long long)lx, uly = (unsigned long long)ly;
+    o64[4 * i] = lx / ly; o64[4 * i + 1] = lx % ly; o64[4 * i + 2] = (long long)(ulx / uly); o64[4 * i + 3] = (long long)(ulx % uly);
+  }
+}
+"#;
+
+fn ulps(got: f32, want: f64) -> u32 {
+    let w = want as f32;
+    if got.is_nan() || w.is_nan() {
+        return if got.is_nan() && w.is_nan() { 0 } else { u32::MAX };
+    }
+    if got == w {
+        return 0;
+    }
+    let key = |f: f32| {
+        let b = f.to_bits() as i64;
+        if b < 0x8000_0000 {
+            b
+        } else {
+            0x8000_0000 - b
+        }
+    };
+    (key(got) - key(w)).unsigned_abs().min(u32::MAX as u64) as u32
+}
+
+/// The shell's exports work as stated in hrx_libc.c: libm accuracy against f64, integer helpers
+/// exactly as C division.
+#[test]
+fn shell_libm_and_division_helpers_meet_their_stated_bounds() {
+    let Some(tc) = tools() else { return };
+    let dir = work("libm");
+    let src = dir.join("mathk.c");
+    std::fs::write(&src, MATH_KERNEL).unwrap();
+    let build = |kernel: &str, sig: &str| -> &'static [u8] {
+        let out = dir.join(format!("{kernel}.so"));
+        let opts = BuildOptions {
+            kernel_name: Some(kernel.into()),
+            clang: tc.clang.clone(),
+            lld: tc.lld.clone(),
+            kernel_cflags: vec!["-ffp-contract=off".into()],
+            ..BuildOptions::default()
+        };
+        build_library(&src, &Signature::parse(sig).unwrap(), &out, &opts).expect("build-lib");
+        leak(std::fs::read(&out).unwrap())
+    };
+    let mathk = build("mathk", "buf,buf,u32");
+    let divk = build("divk", "buf,buf,buf,buf,u32");
+    let bench = Bench::new();
+    let stack = Stack::start(bench.clone()).expect("stack");
+
+    // Floats: a sweep plus special values.
+    let mut rng = hexrpc_bench::executor::reference::Rng(11);
+    let mut xs: Vec<f32> =
+        vec![0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 2.5, -2.5, 1e-40, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 88.0, -100.0];
+    xs.extend((0..600).map(|i| (i as f32 - 300.0) * 0.37));
+    xs.extend((0..300).map(|_| rng.f32(8192.0)));
+    xs.extend((0..100).map(|_| rng.f32(1e30).abs()));
+    let n = xs.len();
+    let lib = stack.open("mathk", mathk).unwrap();
+    let mut input = stack.session().alloc(4 * n).unwrap();
+    input.write_at(0, &f32_bytes(&xs)).unwrap();
+    let output = stack.session().alloc(4 * 14 * n).unwrap();
+    let (vi, vo) = (input.view(0, 4 * n).unwrap(), output.view(0, 4 * 14 * n).unwrap());
+    model::launch(&lib, &Signature::parse("buf,buf,u32").unwrap(), &[&vi, &vo], &[Scalar::U32(n as u32)]).expect("mathk");
+    let mut raw = vec![0u8; 4 * 14 * n];
+    vo.read(&mut raw).unwrap();
+    let got = f32s_of(&raw);
+    let mut worst = [0u32; 14];
+    let names =
+        ["sqrtf", "expf", "exp2f", "logf", "log2f", "sinf", "cosf", "floorf", "ceilf", "truncf", "roundf", "fabsf", "fmaxf", "fminf"];
+    for (i, &x) in xs.iter().enumerate() {
+        let d = x as f64;
+        let want = [
+            d.sqrt(),
+            d.exp(),
+            d.exp2(),
+            d.ln(),
+            d.log2(),
+            d.sin(),
+            d.cos(),
+            d.floor(),
+            d.ceil(),
+            d.trunc(),
+            d.round(),
+            d.abs(),
+            if x.is_nan() { 0.5 } else { d.max(0.5) },
+            if x.is_nan() { 0.5 } else { d.min(0.5) },
+        ];
+        for k in 0..14 {
+            let g = got[14 * i + k];
+            // Results that are subnormal or zero in f32 are compared absolutely (ulps there say little).
+            let e = if (5..7).contains(&k) && x.abs() > 8192.0 { 0 } else { ulps(g, want[k]) };
+            let e = if (want[k] as f32).abs() < f32::MIN_POSITIVE && (g as f64 - want[k]).abs() < 1e-38 { 0 } else { e };
+            // sin/cos near their zeros: the stated bound is absolute there (see hrx_libc.c).
+            let e =
+                if (5..7).contains(&k) && want[k].abs() < 1e-3 && (g as f64 - want[k]).abs() <= 4.0 * f32::EPSILON as f64 { 0 } else { e };
+            worst[k] = worst[k].max(e);
+            if e > 4 {
+                panic!("{}({x:e}) = {g:e}, want {:e} ({e} ulp)", names[k], want[k]);
+            }
+        }
+        if d.sqrt().is_nan() {
+            assert!(got[14 * i].is_nan(), "sqrtf({x:e})");
+        } else {
+            assert_eq!(got[14 * i].to_bits(), (d.sqrt() as f32).to_bits(), "sqrtf({x:e}) is correctly rounded");
+        }
+    }
+    println!("max ulp per function over {n} inputs: {:?}", names.iter().zip(worst).collect::<Vec<_>>());
+    for k in 7..14 {
+        assert_eq!(worst[k], 0, "{} is exact", names[k]);
+    }
+
+    // Integer division helpers, 32 and 64 bits, signed and unsigned.
+    let m = 500usize;
+    let a: Vec<i32> = (0..m).map(|i| if i < 4 { [i32::MAX, i32::MIN + 1, -7, 7][i] } else { rng.next_u32() as i32 }).collect();
+    let b: Vec<i32> = (0..m)
+        .map(|i| if i < 4 { [3, -2, 2, -2][i] } else { (rng.next_u32() as i32 >> (i % 31)).max(1) * if i % 2 == 0 { 1 } else { -1 } })
+        .collect();
+    let lib = stack.open("divk", divk).unwrap();
+    let mut ins = stack.session().alloc(8 * m).unwrap();
+    ins.write_at(0, &a.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>()).unwrap();
+    ins.write_at(4 * m, &b.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>()).unwrap();
+    let outs = stack.session().alloc(16 * m + 32 * m).unwrap();
+    let (va, vb) = (ins.view(0, 4 * m).unwrap(), ins.view(4 * m, 4 * m).unwrap());
+    let (v32, v64) = (outs.view(0, 16 * m).unwrap(), outs.view(16 * m, 32 * m).unwrap());
+    model::launch(&lib, &Signature::parse("buf,buf,buf,buf,u32").unwrap(), &[&va, &vb, &v32, &v64], &[Scalar::U32(m as u32)])
+        .expect("divk");
+    let mut r32 = vec![0u8; 16 * m];
+    v32.read(&mut r32).unwrap();
+    let mut r64 = vec![0u8; 32 * m];
+    v64.read(&mut r64).unwrap();
+    for i in 0..m {
+        let (x, y) = (a[i], b[i]);
+        let w32 = |k: usize| i32::from_le_bytes(r32[16 * i + 4 * k..16 * i + 4 * k + 4].try_into().unwrap());
+        assert_eq!(
+            [w32(0), w32(1), w32(2), w32(3)],
+            [x / y, x % y, ((x as u32) / (y as u32)) as i32, ((x as u32) % (y as u32)) as i32],
+            "{x} {y}"
+        );
+        let (lx, ly) = (x as i64 * 1_000_003, y as i64);
+        let w64 = |k: usize| i64::from_le_bytes(r64[32 * i + 8 * k..32 * i + 8 * k + 8].try_into().unwrap());
+        assert_eq!(
+            [w64(0), w64(1), w64(2), w64(3)],
+            [lx / ly, lx % ly, ((lx as u64) / (ly as u64)) as i64, ((lx as u64) % (ly as u64)) as i64],
+            "{lx} {ly}"
+        );
+    }
+}
+
+/// PT_LOAD segments are protected: a kernel that writes into its own read-only data (a 64 KiB
+/// page holding nothing but `.rodata`) faults, which is a DSP restart; reading it works.
+#[test]
+fn read_only_segments_are_protected() {
+    let Some(tc) = tools() else { return };
+    let dir = work("protect");
+    let src = dir.join("scribble.c");
+    std::fs::write(
+        &src,
+        "static const unsigned char table[200000] = {[70000] = 42};\n\
+         void scribble(unsigned char *out, unsigned int mode) {\n\
+           if (mode == 0) out[0] = ((const volatile unsigned char *)table)[70000];\n\
+           else ((volatile unsigned char *)table)[70000] = 1;\n\
+         }\n",
+    )
+    .unwrap();
+    let out = dir.join("scribble.so");
+    let opts = BuildOptions { clang: tc.clang.clone(), lld: tc.lld.clone(), ..BuildOptions::default() };
+    build_library(&src, &Signature::parse("buf,u32").unwrap(), &out, &opts).expect("build-lib");
+    let image = leak(std::fs::read(&out).unwrap());
+    let bench = Bench::new();
+    let stack = Stack::start(bench.clone()).expect("stack");
+    let lib = stack.open("scribble", image).unwrap();
+    let lease = stack.session().alloc(4096).unwrap();
+    let v = lease.view(0, 1).unwrap();
+    let sig = Signature::parse("buf,u32").unwrap();
+    model::launch(&lib, &sig, &[&v], &[Scalar::U32(0)]).expect("read");
+    let mut b = [0u8; 1];
+    v.read(&mut b).unwrap();
+    assert_eq!(b, [42]);
+    match model::launch(&lib, &sig, &[&v], &[Scalar::U32(1)]) {
+        Err(model::ModelError::Hal(e)) => assert_eq!(e.cause, Cause::DspRestart, "{e}"),
+        other => panic!("a write into .rodata must fault: {other:?}"),
+    }
+    stack.session().recover().expect("recover");
+    model::launch(&lib, &sig, &[&v], &[Scalar::U32(0)]).expect("read after recovery");
+}

@@ -219,6 +219,12 @@ impl<'a> LibraryRecord<'a> {
         self.kernel().signature
     }
 
+    /// True if the library was built for exactly this launch: the first kernel's signature is
+    /// `sig` and the entry's ABI is `abi` (what a launcher checks before packing anything).
+    pub fn matches(&self, sig: &Signature, abi: AbiVersion) -> bool {
+        self.abi == abi && self.kernel().parse_signature().is_ok_and(|s| s == *sig)
+    }
+
     /// Every kernel, in the order the build listed them.
     pub fn kernels(&self) -> impl Iterator<Item = RecordedKernel<'a>> + 'a {
         let this = *self;
@@ -379,6 +385,8 @@ mod tests {
         let all: Vec<_> = rec.kernels().collect();
         assert_eq!(all.len(), 2);
         assert_eq!(all[1].parse_signature().unwrap(), sig2);
+        assert!(rec.matches(&sig, AbiVersion::V2));
+        assert!(!rec.matches(&sig, AbiVersion::V1) && !rec.matches(&sig2, AbiVersion::V2));
         let mut asm1 = String::new();
         write_record_asm(&mut asm1, AbiVersion::V1, &[("k", &sig2)]).unwrap();
         assert_eq!(LibraryRecord::find(&image_with(&bytes_of(&asm1))).unwrap().unwrap().abi(), AbiVersion::V1);

@@ -6,7 +6,8 @@
  * Built twice: as plain scalar code, and with `-mllvm -hexagon-autohvx=true` (the "hvx" flavour;
  * HVX v65 has no floating point, so only the integer kernels become vector code there).
  * Compiled with -ffp-contract=off so no multiply-add is fused. No variable integer division is
- * used (Hexagon has no divide instruction and this runtime has no helper for it). */
+ * used (Hexagon has no divide instruction; the DSP shell exports the __hexagon_*div* helpers, but
+ * the suite keeps to shifts and multiplies so its results stay comparable with the references). */
 #include "hrx_dsp.h"
 
 typedef signed char i8;

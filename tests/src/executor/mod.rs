@@ -165,6 +165,10 @@ pub(crate) fn load_library(
     match shell.load(symbol, image, sh.cfg.executor_timeout) {
         Ok(a) if a.status == 0 => Ok(LibraryModel::executor(shell, a.lib)),
         Ok(a) => Err((a.status, format!("{name}: {}", a.text))),
+        Err(ExecFailure::TooLarge) => Err((
+            aee::AEE_EBADSIZE,
+            format!("{name}: {} bytes or the symbol name exceed the DSP shell's limits ({} bytes)", image.len(), wire::MAX_IMAGE),
+        )),
         Err(e) => {
             log::warn!("bench DSP shell while loading {name}: {e}; the DSP restarts");
             restart(sh);
