@@ -191,6 +191,24 @@ impl<L: KernelLibrary> Kernel<L> {
         }
     }
 
+    /// [`launch`](Self::launch) on buffer records (for callers that keep their own leases,
+    /// such as language bindings); `deadline` as in
+    /// [`launch_with_deadline`](Self::launch_with_deadline) (ignored without std).
+    pub fn launch_buffers(
+        &self,
+        buffers: &[BufferRef<'_>],
+        scalars: &[Scalar],
+        deadline: Option<core::time::Duration>,
+    ) -> Result<u64, LaunchError> {
+        #[cfg(feature = "std")]
+        if let Some(t) = deadline {
+            return self.packed(buffers, scalars, |args| self.library.invoke_args_with_deadline(args, t));
+        }
+        #[cfg(not(feature = "std"))]
+        let _ = deadline;
+        self.packed(buffers, scalars, |args| self.library.invoke_args(args))
+    }
+
     fn run(
         &self,
         views: &[&BufferView<'_>],
@@ -205,7 +223,16 @@ impl<L: KernelLibrary> Kernel<L> {
         for (r, v) in refs.iter_mut().zip(views) {
             *r = BufferRef::of(*v);
         }
-        let mut packed = PackedLaunch::new(self.abi, &self.signature, &refs[..views.len()], scalars)?;
+        self.packed(&refs[..views.len()], scalars, call)
+    }
+
+    fn packed(
+        &self,
+        buffers: &[BufferRef<'_>],
+        scalars: &[Scalar],
+        call: impl FnOnce(&mut InvokeArgs<'_, MAX_ARGS>) -> Result<(), HalError>,
+    ) -> Result<u64, LaunchError> {
+        let mut packed = PackedLaunch::new(self.abi, &self.signature, buffers, scalars)?;
         {
             let mut args = packed.invoke_args().map_err(|_| LaunchError::Hal(HalError { stage: Stage::Invoke, cause: Cause::Invalid }))?;
             call(&mut args)?;
@@ -248,7 +275,9 @@ mod served {
 
         /// [`open_kernel`](Self::open_kernel) for a kernel that holds shares of the session and
         /// of the reverse service instead of borrows (`'static`: for bindings and long-lived
-        /// tables).
+        /// tables). The kernel keeps the session's resources alive, but the reverse-RPC listener
+        /// and the channel stop with this `ServedSession`: launches made after it was dropped
+        /// fail (with an error), so keep it as long as the kernel is used.
         pub fn open_kernel_shared(
             &self,
             name: &str,
@@ -260,7 +289,9 @@ mod served {
             Ok(Kernel::new(library, signature, abi))
         }
 
-        /// Allocates a lease that holds a share of the session instead of a borrow.
+        /// Allocates a lease that holds a share of the session instead of a borrow (its memory
+        /// stays valid after this `ServedSession` is dropped; see
+        /// [`open_kernel_shared`](Self::open_kernel_shared) for launches).
         pub fn alloc_shared(&self, len: usize) -> Result<SharedLease<S>, HalError> {
             self.session.alloc_shared(len)
         }

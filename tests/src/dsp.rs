@@ -69,6 +69,18 @@ pub enum ReverseError {
     NoProcess,
 }
 
+impl std::fmt::Display for ReverseError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ReverseError::Timeout => "nobody answered the reverse request in time",
+            ReverseError::Gone => "the DSP process ended or restarted",
+            ReverseError::NoProcess => "no such DSP process or ticket",
+        })
+    }
+}
+
+impl std::error::Error for ReverseError {}
+
 pub(crate) fn classify(st: &State, pid: u64, handle: u32, sc: u32) -> DspCallKind {
     let m = Scalars::from_raw(sc).method();
     match (handle, m) {

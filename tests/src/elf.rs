@@ -33,6 +33,8 @@ impl core::fmt::Display for ElfError {
     }
 }
 
+impl std::error::Error for ElfError {}
+
 /// Checks the ELF header the way the DSP model does.
 pub fn check_hexagon_elf(image: &[u8]) -> Result<(), ElfError> {
     if image.len() < ELF32_HEADER_LEN {

@@ -169,6 +169,18 @@ pub enum AccessError {
     OutsideMapping,
 }
 
+impl std::fmt::Display for AccessError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            AccessError::NoSuchBuffer => "no buffer parameter with this index",
+            AccessError::OutsideView => "access outside the view the kernel was given",
+            AccessError::OutsideMapping => "access outside the DSP mapping the view points into",
+        })
+    }
+}
+
+impl std::error::Error for AccessError {}
+
 struct KernelBuffer {
     ptr: u32,
     len: u32,

@@ -27,6 +27,17 @@ pub enum WireError {
     },
 }
 
+impl std::fmt::Display for WireError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WireError::Truncated(at) => write!(f, "payload ends before the field at offset {at}"),
+            WireError::LengthMismatch { index, got, want } => write!(f, "output buffer {index}: {got} bytes, {want} asked for"),
+        }
+    }
+}
+
+impl std::error::Error for WireError {}
+
 fn align8(n: usize) -> usize {
     (n + 7) & !7
 }

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static int failures = 0;
 
@@ -193,6 +194,10 @@ int main(int argc, char **argv) {
   printf("libhexrpc %s\n", hexrpc_version());
   hexrpc_session *s;
   EXPECT(hexrpc_session_open("no-such-board", &s), HEXRPC_ERR_INVALID);
+  if (access("/dev/ion", F_OK) != 0) { /* no device here: the failure names the stage */
+    EXPECT(hexrpc_session_open("comma-three", &s), HEXRPC_ERR_UNAVAILABLE);
+    CHECK(strcmp(hexrpc_last_error_stage(), "ion-open") == 0, "stage %s", hexrpc_last_error_stage());
+  }
   OK(hexrpc_session_open_bench(0, &s));
   scale_launches(s);
   path_and_deadline(s);

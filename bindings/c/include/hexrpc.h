@@ -64,9 +64,6 @@
 // (a measuring instrument for what hexrpc adds per launch; outputs are not written).
 #define HEXRPC_BENCH_RETURNING_LAUNCHES 2
 
-// Largest library file [`SessionObj::open_library_path`] reads.
-#define MAX_LIBRARY_FILE (64 << 20)
-
 // What a call returns: `HEXRPC_OK` or the class of failure. The message of the last failure on
 // the calling thread names the stage and the cause (`hexrpc_last_error_message`).
 typedef enum hexrpc_status {
@@ -106,9 +103,9 @@ typedef struct hexrpc_view {
   // The lease.
   const struct hexrpc_lease *lease;
   // Offset of the view in the lease, in bytes (any offset with ABI v2).
-  uintptr_t offset;
+  size_t offset;
   // Length of the view in bytes.
-  uintptr_t length;
+  size_t length;
 } hexrpc_view;
 
 // A scalar argument: its type (`HEXRPC_SCALAR_*`) and its bits (the value's little-endian bits
@@ -195,7 +192,7 @@ enum hexrpc_status hexrpc_bench_restart_dsp(struct hexrpc_session *session);
 // # Safety
 // `out` is NULL or valid for one write.
 enum hexrpc_status hexrpc_lease_alloc(struct hexrpc_session *session,
-                                      uintptr_t length,
+                                      size_t length,
                                       struct hexrpc_lease **out);
 
 // The lease's memory in this process: its address and its length (the rounded-up size). The
@@ -204,7 +201,7 @@ enum hexrpc_status hexrpc_lease_alloc(struct hexrpc_session *session,
 //
 // # Safety
 // `ptr` and `length` are each NULL or valid for one write.
-enum hexrpc_status hexrpc_lease_memory(struct hexrpc_lease *lease, void **ptr, uintptr_t *length);
+enum hexrpc_status hexrpc_lease_memory(struct hexrpc_lease *lease, void **ptr, size_t *length);
 
 // Frees a lease (its mapping, share fd and ION handle), once no launch in flight uses it.
 // Thread-safe; a second free returns `HEXRPC_ERR_HANDLE`.
@@ -221,7 +218,7 @@ enum hexrpc_status hexrpc_lease_free(struct hexrpc_lease *lease);
 enum hexrpc_status hexrpc_library_open(struct hexrpc_session *session,
                                        const char *name,
                                        const uint8_t *bytes,
-                                       uintptr_t length,
+                                       size_t length,
                                        const char *signature,
                                        uint32_t abi,
                                        struct hexrpc_library **out);
@@ -255,9 +252,9 @@ enum hexrpc_status hexrpc_library_close(struct hexrpc_library *library);
 // `dsp_us` is NULL or valid for one write.
 enum hexrpc_status hexrpc_launch(struct hexrpc_library *library,
                                  const struct hexrpc_view *views,
-                                 uintptr_t nviews,
+                                 size_t nviews,
                                  const struct hexrpc_scalar *scalars,
-                                 uintptr_t nscalars,
+                                 size_t nscalars,
                                  uint32_t deadline_ms,
                                  uint64_t *dsp_us);
 
@@ -269,7 +266,7 @@ enum hexrpc_status hexrpc_launch(struct hexrpc_library *library,
 // `model` is NULL or NUL-terminated; `bytes` and `length` are NULL or valid for one write.
 enum hexrpc_status hexrpc_bench_model_image(const char *model,
                                             const uint8_t **bytes,
-                                            uintptr_t *length);
+                                            size_t *length);
 #endif
 
 #if defined(HEXRPC_BENCH)
@@ -285,7 +282,7 @@ enum hexrpc_status hexrpc_bench_kernel_image(const char *kernel,
                                              const char *signature,
                                              uint32_t abi,
                                              const uint8_t **bytes,
-                                             uintptr_t *length);
+                                             size_t *length);
 #endif
 
 #ifdef __cplusplus
@@ -294,7 +291,9 @@ enum hexrpc_status hexrpc_bench_kernel_image(const char *kernel,
 
 #endif  /* HEXRPC_H */
 
-/* Scalar constructors (static inline, C and C++). */
+/* Scalar constructors (static inline, C and C++); cbindgen places this after the main guard. */
+#ifndef HEXRPC_SCALAR_HELPERS_H
+#define HEXRPC_SCALAR_HELPERS_H
 static inline hexrpc_scalar hexrpc_scalar_bits(uint32_t kind, uint64_t bits) {
   hexrpc_scalar s;
   s.kind = kind;
@@ -321,3 +320,4 @@ static inline hexrpc_scalar hexrpc_scalar_f64(double v) {
   memcpy(&b, &v, sizeof b);
   return hexrpc_scalar_bits(HEXRPC_SCALAR_F64, b);
 }
+#endif /* HEXRPC_SCALAR_HELPERS_H */

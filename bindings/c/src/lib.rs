@@ -535,9 +535,11 @@ pub unsafe extern "C" fn hexrpc_launch(
             let ty = scalar_type(s.kind).ok_or_else(|| Failure::invalid("launch-pack", format!("scalar {i}: unknown type {}", s.kind)))?;
             let _ = sc.push(scalar_from_bits(ty, s.bits));
         }
-        let (kernel, leases) = table::kernel_and_leases::<MAX_BUFFERS>(handle_value(library), views.iter().map(|v| handle_value(v.lease)))?;
+        let (kernel, leases, index) =
+            table::kernel_and_leases::<MAX_BUFFERS>(handle_value(library), views.iter().map(|v| handle_value(v.lease)))?;
         let mut args: heapless::Vec<ViewArg<'_>, MAX_BUFFERS> = heapless::Vec::new();
-        for (v, l) in views.iter().zip(&leases) {
+        for (v, &j) in views.iter().zip(&index) {
+            let Some(l) = leases.get(usize::from(j)) else { return Err(Failure::other("launch-pack", "lease lookup")) };
             let _ = args.push(ViewArg { lease: l, offset: v.offset, len: v.length });
         }
         let deadline = (deadline_ms != 0).then(|| Duration::from_millis(u64::from(deadline_ms)));

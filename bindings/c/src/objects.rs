@@ -7,8 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hexrpc_bsp::DeviceAccess;
+use hexrpc_drivers::Fd;
 use hexrpc_hal::{BufferView, LibraryImage, SharedLease, SharedLibrary};
-use hexrpc_runtime::launch::{AbiVersion, Scalar, ScalarType, Signature, MAX_BUFFERS};
+use hexrpc_runtime::launch::{AbiVersion, BufferRef, Scalar, ScalarType, Signature, MAX_BUFFERS};
 use hexrpc_runtime::reverse::FilePolicy;
 use hexrpc_runtime::{Kernel, LaunchError, ServedSession};
 
@@ -196,25 +197,24 @@ impl KernelObj {
         if views.len() > MAX_BUFFERS {
             return Err(Failure::refused(format!("{} buffers: a launch carries at most {MAX_BUFFERS}", views.len())));
         }
-        let mut made: heapless::Vec<BufferView<'_>, MAX_BUFFERS> = heapless::Vec::new();
-        for (i, v) in views.iter().enumerate() {
+        let owner = ();
+        let mut refs = [BufferRef::borrowing(&owner, Fd(-1), 0, 0, 0); MAX_BUFFERS];
+        for (i, (r, v)) in refs.iter_mut().zip(views).enumerate() {
             if !Arc::ptr_eq(&v.lease.session, &self.session) {
                 return Err(Failure::invalid("launch-pack", format!("buffer {i}: its lease belongs to another session")));
             }
-            let view = v.lease.lease.view(v.offset, v.len).map_err(|_| {
-                Failure::invalid(
+            let lease = v.lease.lease.lease();
+            let fits = v.offset.checked_add(v.len).is_some_and(|end| end <= lease.len());
+            if !fits {
+                return Err(Failure::invalid(
                     "launch-pack",
-                    format!("buffer {i}: view {}+{} does not fit its lease of {} bytes", v.offset, v.len, v.lease.lease.lease().len()),
-                )
-            })?;
-            // Capacity checked above.
-            let _ = made.push(view);
+                    format!("buffer {i}: view {}+{} does not fit its lease of {} bytes", v.offset, v.len, lease.len()),
+                ));
+            }
+            // The record borrows the lease object, which the caller keeps alive for the call.
+            *r = BufferRef::borrowing(v.lease, lease.fd(), lease.len() as u64, v.offset as u64, v.len as u64);
         }
-        let mut refs: heapless::Vec<&BufferView<'_>, MAX_BUFFERS> = heapless::Vec::new();
-        for v in &made {
-            let _ = refs.push(v);
-        }
-        self.kernel.launch_maybe_deadline(&refs, scalars, deadline).map_err(Failure::launch)
+        self.kernel.launch_buffers(&refs[..views.len()], scalars, deadline).map_err(Failure::launch)
     }
 }
 

@@ -91,20 +91,36 @@ pub fn lease(h: u64) -> Result<Arc<LeaseObj>, Failure> {
     }
 }
 
-/// The library named by `h`, and the leases named by `leases` (one lock for all of them).
+/// The library named by `h`, and the leases named by `leases` (one lock for all of them). A lease
+/// named several times is looked up once: `index[i]` is where view `i`'s lease is in the list.
+#[allow(clippy::type_complexity)]
 pub fn kernel_and_leases<const N: usize>(
     h: u64,
     leases: impl Iterator<Item = u64>,
-) -> Result<(Arc<KernelObj>, heapless::Vec<Arc<LeaseObj>, N>), Failure> {
+) -> Result<(Arc<KernelObj>, heapless::Vec<Arc<LeaseObj>, N>, [u8; N]), Failure> {
     let t = read();
     let k = match lookup(&t, h) {
         Some(Obj::Kernel(k)) => k.clone(),
         _ => return Err(Failure::handle("library")),
     };
-    let mut out = heapless::Vec::new();
+    let mut out: heapless::Vec<Arc<LeaseObj>, N> = heapless::Vec::new();
+    let mut seen: heapless::Vec<u64, N> = heapless::Vec::new();
+    let mut index = [0u8; N];
     for (i, lh) in leases.enumerate() {
+        if i >= N {
+            return Err(Failure::refused(format!("more than {N} buffers")));
+        }
+        if let Some(j) = seen.iter().position(|&s| s == lh) {
+            index[i] = j as u8;
+            continue;
+        }
         match lookup(&t, lh) {
-            Some(Obj::Lease(l)) => out.push(l.clone()).map_err(|_| Failure::refused(format!("more than {N} buffers")))?,
+            Some(Obj::Lease(l)) => {
+                index[i] = out.len() as u8;
+                // Capacity: at most one entry per view, and i < N.
+                let _ = out.push(l.clone());
+                let _ = seen.push(lh);
+            }
             _ => {
                 return Err(Failure::new(
                     crate::error::hexrpc_status::HEXRPC_ERR_HANDLE,
@@ -114,7 +130,7 @@ pub fn kernel_and_leases<const N: usize>(
             }
         }
     }
-    Ok((k, out))
+    Ok((k, out, index))
 }
 
 /// Removes the object `h` names if it is of the kind `is_kind` accepts (and, for a session,

@@ -2,6 +2,7 @@
 deadlines, closing. The executor test skips (with the reason) without clang-19/qemu-hexagon."""
 
 import gc
+import os
 
 import numpy as np
 import pytest
@@ -152,6 +153,13 @@ def test_closing(sess):
     with pytest.raises(hexrpc.HandleError):
         sess.recover()
     sess.close()
+
+
+@pytest.mark.skipif(os.path.exists("/dev/ion"), reason="this machine has /dev/ion: a device session could start")
+def test_device_session_names_the_missing_node():
+    with pytest.raises(hexrpc.Unavailable) as e:
+        hexrpc.Session.open(board="comma-three")
+    assert e.value.stage == "ion-open" and e.value.status == "unavailable"
 
 
 def test_executor_relu_at_offsets():

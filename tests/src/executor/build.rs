@@ -152,6 +152,8 @@ impl core::fmt::Display for BuildError {
     }
 }
 
+impl std::error::Error for BuildError {}
+
 /// True if `image` is what the bench's DSP hands to the shell's loader: an ELF32 little-endian
 /// Hexagon shared object (`ET_DYN`) with a `PT_DYNAMIC` program header (bounds-checked; the
 /// shell's loader checks everything else and names what it refuses).

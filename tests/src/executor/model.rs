@@ -62,6 +62,8 @@ impl core::fmt::Display for ModelError {
     }
 }
 
+impl std::error::Error for ModelError {}
+
 impl From<HalError> for ModelError {
     fn from(e: HalError) -> Self {
         ModelError::Hal(e)

@@ -45,6 +45,8 @@ impl core::fmt::Display for ExecFailure {
     }
 }
 
+impl std::error::Error for ExecFailure {}
+
 enum Msg {
     Hello(Result<(), String>),
     Response(Response),

@@ -158,6 +158,17 @@ pub enum WireError {
     Malformed,
 }
 
+impl std::fmt::Display for WireError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            WireError::TooLarge => "too many buffers or handles, a path too long, or more data than the arena holds",
+            WireError::Malformed => "a response that does not follow the executor protocol",
+        })
+    }
+}
+
+impl std::error::Error for WireError {}
+
 fn pad(n: usize, to: usize) -> usize {
     n.div_ceil(to) * to
 }
@@ -341,6 +352,17 @@ pub enum ReadError {
     /// The bytes do not follow the protocol.
     Wire(WireError),
 }
+
+impl std::fmt::Display for ReadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReadError::Io(e) => write!(f, "executor pipe: {e}"),
+            ReadError::Wire(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for ReadError {}
 
 #[cfg(test)]
 mod tests {
