@@ -81,7 +81,6 @@ fn batches_of_1_to_64_real_kernels_cross_once_and_map_each_lease_once() {
             assert!(read(view).iter().all(|&b| b == want), "k={k} view {v}");
         }
         assert_eq!(bench.ledger_mismatches(), 0);
-        drop(batch);
         drop(views);
     }
     // A single v2 launch on the table library runs kernel 0.
