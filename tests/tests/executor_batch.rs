@@ -83,6 +83,17 @@ fn batches_of_1_to_64_real_kernels_cross_once_and_map_each_lease_once() {
         assert_eq!(bench.ledger_mismatches(), 0);
         drop(views);
     }
+    // A batch that does not fit is refused before any system call.
+    let calls: u64 = bench.counts().calls.values().sum();
+    let v = l1.view(5, 10).unwrap();
+    let mut full = Batch::new(&sigs).unwrap();
+    for _ in 0..MAX_BATCH_LAUNCHES {
+        full.push(0, &[BufferRef::of(&v)], &[Scalar::U32(10)]).unwrap();
+    }
+    assert_eq!(full.push(0, &[BufferRef::of(&v)], &[Scalar::U32(10)]), Err(BatchError::TooManyLaunches { capacity: MAX_BATCH_LAUNCHES }));
+    assert_eq!(Batch::new(&sigs).unwrap().run(&lib), Err(BatchError::Empty));
+    assert_eq!(bench.counts().calls.values().sum::<u64>(), calls, "nothing crossed");
+    drop(v);
     // A single v2 launch on the table library runs kernel 0.
     let v = l1.view(5, 10).unwrap();
     hexrpc_bench::executor::model::launch(&lib, &sigs[0], &[&v], &[Scalar::U32(10)]).expect("single launch");
@@ -148,6 +159,7 @@ fn a_failing_kernel_mid_batch_is_reported_and_every_mapping_released() {
     assert_eq!(read(&y), vec![0; 16], "the record after the failure did not run");
     assert_eq!(maps(&bench), (2, 2), "every lease mapped once and unmapped");
     let shells = executor::executors(&bench);
+    assert!(shells.iter().any(|e| e.library.starts_with("table") && e.alive), "the library runs in a qemu-hexagon shell: {shells:?}");
     assert!(shells.iter().all(|e| e.stats.live_mappings == 0), "{shells:?}");
     assert!(stack.session().is_healthy());
     batch.set_scalar(failing, 0, Scalar::U32(5)).unwrap();
