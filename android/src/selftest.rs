@@ -192,8 +192,8 @@ pub fn run(platform: Platform, progress: &mut dyn FnMut(&str)) -> Vec<Check> {
 
 /// Numerics and latency: the model network's kernels run as real Hexagon code under
 /// qemu-hexagon behind the bench (when clang-19, ld.lld-19 and qemu-hexagon are usable here),
-/// every node compared with the reference; latency from the bench's cost model, labelled
-/// simulated.
+/// every node compared with the reference, launch by launch and as one batch per run; latency
+/// from the bench's cost model, labelled simulated.
 fn executor() -> Vec<Check> {
     use hexrpc_bench::executor::{run_model, ModelError, ModelOptions};
     match run_model(&ModelOptions::default()) {
@@ -214,15 +214,34 @@ fn executor() -> Vec<Check> {
                     figure: format!("p50 {:?} (simulated)", report.simulated.p50),
                     detail: format!("{runs} runs; {}", report.latency_line()),
                 },
+                Check {
+                    name: "batch-numerics",
+                    stage: "numerics",
+                    status: Status::Pass,
+                    figure: format!("{} nodes, {} crossing", report.batch.nodes.len(), report.batch.crossings_per_run),
+                    detail: report.batch_numerics_line(),
+                },
+                Check {
+                    name: "batch-latency",
+                    stage: "latency",
+                    status: Status::Pass,
+                    figure: format!("p50 {:?} (simulated)", report.batch.simulated.p50),
+                    detail: format!("{} runs; {}", report.batch.runs, report.batch_latency_line()),
+                },
             ]
         }
         Err(ModelError::Unavailable(why)) => {
             let why = format!("skipped: the Hexagon executor is not available here ({why})");
-            vec![skip("numerics", "numerics", &why), skip("latency", "latency", &why)]
+            ["numerics", "latency", "batch-numerics", "batch-latency"]
+                .into_iter()
+                .map(|n| skip(n, if n.ends_with("numerics") { "numerics" } else { "latency" }, &why))
+                .collect()
         }
         Err(e) => vec![
             Check { name: "numerics", stage: "numerics", status: Status::Fail, figure: String::new(), detail: format!("{e}") },
             skip("latency", "latency", "not run: the model failed"),
+            skip("batch-numerics", "numerics", "not run: the model failed"),
+            skip("batch-latency", "latency", "not run: the model failed"),
         ],
     }
 }

@@ -166,6 +166,10 @@ fn selftest_json_shape() {
         failed |= st == "fail";
     }
     assert!(checks.iter().any(|c| c["status"] == "pass"), "at least one check really ran");
+    // The batched model run is reported beside the per-kernel one (both run, or both skip).
+    let status = |n: &str| checks.iter().find(|c| c["name"] == n).map(|c| c["status"].clone()).unwrap_or_else(|| panic!("{n} missing"));
+    assert_eq!(status("batch-numerics"), status("numerics"));
+    assert_eq!(status("batch-latency"), status("latency"));
     assert_eq!(out.status.code(), Some(if failed { 1 } else { 0 }));
 }
 

@@ -384,8 +384,18 @@ fn model_runs_through_the_stack_with_numerics_and_latency() {
     assert!(report.simulated.p90 <= report.simulated.p99 && report.simulated.p99 <= report.simulated.max);
     let total: f32 = report.output.iter().sum();
     assert!((total - 1.0).abs() < 1e-5, "{:?}", report.output);
+    // The same network as one batch per run: one crossing, one map per distinct lease, the same
+    // per-node numerics (checked inside), cheaper on the cost model.
+    let b = &report.batch;
+    assert_eq!((b.runs, b.launches_per_run, b.nodes.len()), (1000, 5, 5));
+    assert_eq!(b.crossings_per_run, 1.0);
+    assert_eq!(b.distinct_leases, 2, "weights and activations");
+    assert_eq!(b.maps_per_run, 2.0);
+    assert!(b.simulated.p50 < report.simulated.p50, "{} vs {}", b.simulated, report.simulated);
     println!("numerics: {}", report.numerics_line());
     println!("latency: {}", report.latency_line());
+    println!("batch numerics: {}", report.batch_numerics_line());
+    println!("batch latency: {}", report.batch_latency_line());
     for n in &report.nodes {
         println!("  {:>8}: {} elements, {}, max {} ulp, max rel {:e}", n.name, n.elements, n.rule, n.max_ulp, n.max_rel);
     }

@@ -143,3 +143,10 @@ void spin_u32(unsigned int *o, unsigned int iters) {
 void bump_u8(u8 *a, unsigned int n) {
   for (unsigned int i = 0; i < n; i++) a[i] = (u8)(a[i] + 1u);
 }
+
+/* A status kernel for batches: 0 when a[0] == want (the batch goes on), otherwise a[0] + 1 (the
+ * batch stops at this record and reports the code). Adds 1 to a[1] either way (proof it ran). */
+int check_u32(unsigned int *a, unsigned int want) {
+  a[1] = a[1] + 1u;
+  return a[0] == want ? 0 : (int)(a[0] + 1u);
+}

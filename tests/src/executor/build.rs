@@ -26,7 +26,7 @@ use std::process::Command;
 use std::sync::{Mutex, OnceLock};
 
 use hexrpc_runtime::launch::build::write_linker_script;
-use hexrpc_runtime::launch::{write_entry, AbiVersion, EntryOptions, Signature};
+use hexrpc_runtime::launch::{write_batch_entry, write_entry, AbiVersion, EntryOptions, KernelSpec, Signature};
 
 /// The DSP shell source (loader, HAP functions, request loop).
 pub const RUNTIME_C: &str = include_str!("../../hexagon/runtime/hrx_dsp.c");
@@ -343,6 +343,77 @@ pub fn build_image(
     }
     // Library images are published as `&'static [u8]` (the HAL's registry contract); each
     // artefact is leaked once per process.
+    let img: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+    c.images.insert(key, img);
+    Ok(img)
+}
+
+/// Kernels of the suite that return a status (`int`) instead of `void`.
+pub const STATUS_KERNELS: &[&str] = &["check_u32"];
+
+/// Builds (or finds in the cache) a library whose kernel table is `kernels` (name, signature),
+/// with the entry `write_batch_entry` generates (v2 single launches of kernel 0, and batches);
+/// `flavour` picks the kernel objects. Kernels listed in [`STATUS_KERNELS`] return `int`.
+pub fn build_table_image(tc: &Toolchain, kernels: &[(&str, &str)], flavour: Flavour) -> Result<&'static [u8], BuildError> {
+    let sigs: Vec<Signature> = kernels
+        .iter()
+        .map(|(_, s)| Signature::parse(s).map_err(|e| BuildError::Entry(format!("{s:?}: {e:?}"))))
+        .collect::<Result<_, _>>()?;
+    let specs: Vec<KernelSpec<'_>> = kernels
+        .iter()
+        .zip(&sigs)
+        .map(|((name, _), sig)| KernelSpec { name, signature: *sig, returns_status: STATUS_KERNELS.contains(name) })
+        .collect();
+    let fl = match flavour {
+        Flavour::Scalar => "scalar",
+        Flavour::Hvx => "hvx",
+    };
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    for (name, sig) in kernels {
+        fnv(&mut h, name.as_bytes());
+        fnv(&mut h, b":");
+        fnv(&mut h, sig.as_bytes());
+        fnv(&mut h, b";");
+    }
+    let key = format!("table-{fl}-{h:016x}");
+    let mut c = cache(tc)?.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(img) = c.images.get(&key) {
+        return Ok(img);
+    }
+    let mut text = String::new();
+    write_batch_entry(&mut text, &specs, &EntryOptions::V2).map_err(|e| BuildError::Entry(e.to_string()))?;
+    let entry_c = format!("entry-{key}.c");
+    write_atomic(&c.dir.join(&entry_c), text.as_bytes())?;
+    let math = compile(tc, &mut c, "hrx_math.c", &format!("hrx_math-{fl}.o"), flavour == Flavour::Hvx)?;
+    let entry = compile(tc, &mut c, &entry_c, &format!("entry-{key}.o"), false)?;
+    let mut objects = vec![entry, math];
+    if kernels.iter().any(|(k, _)| !k.ends_with("_hvx")) {
+        objects.push(compile(tc, &mut c, "kernels.c", &format!("kernels-{fl}.o"), flavour == Flavour::Hvx)?);
+    }
+    if kernels.iter().any(|(k, _)| k.ends_with("_hvx")) {
+        objects.push(compile(tc, &mut c, "hvx.c", "hvx.o", true)?);
+    }
+    let out = c.dir.join(format!("{key}.so"));
+    if !out.exists() {
+        let tmp = c.dir.join(format!("{key}.so.tmp{}", std::process::id()));
+        let mut args: Vec<OsString> = vec![
+            "-shared".into(),
+            "--hash-style=sysv".into(),
+            "-z".into(),
+            "max-page-size=4096".into(),
+            "-T".into(),
+            c.dir.join("link.ld").into(),
+            "-o".into(),
+            tmp.clone().into(),
+        ];
+        args.extend(objects.into_iter().map(OsString::from));
+        run(&tc.lld, &args)?;
+        std::fs::rename(&tmp, &out).map_err(|e| BuildError::Io(format!("{}: {e}", out.display())))?;
+    }
+    let bytes = std::fs::read(&out).map_err(|e| BuildError::Io(format!("{}: {e}", out.display())))?;
+    if !is_shared_library(&bytes) {
+        return Err(BuildError::NotLibrary);
+    }
     let img: &'static [u8] = Box::leak(bytes.into_boxed_slice());
     c.images.insert(key, img);
     Ok(img)

@@ -80,7 +80,7 @@ use std::sync::Arc;
 use hexrpc_drivers::aee;
 use hexrpc_drivers::Scalars;
 
-pub use build::{build_image, build_shell, is_shared_library, tools_available, BuildError, Flavour, Toolchain};
+pub use build::{build_image, build_shell, build_table_image, is_shared_library, tools_available, BuildError, Flavour, Toolchain};
 pub use model::{run_model, LatencyDistribution, ModelError, ModelOptions, ModelReport, NodeReport, Stack};
 pub use process::{ExecFailure, ExecProcess, ExecStats};
 

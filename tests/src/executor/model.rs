@@ -8,7 +8,11 @@
 //! [`run_model`] builds the five libraries, opens them, and runs the network `runs` times. Every
 //! node's output of the first and the last run is compared with the Rust reference applied to
 //! the node's actual input (bounds in [`reference`](super::reference)); every run's final output
-//! must equal the first run's bitwise. Latency per run is reported twice, both never DSP time:
+//! must equal the first run's bitwise. Then it runs the same network **as one batch** `runs`
+//! times: one library holding the five kernels (`write_batch_entry`), one `Batch` built once,
+//! one crossing per model run, each lease mapped once per run, on a separate, zeroed activation
+//! lease; every node is checked the same way and the output must equal the per-kernel output
+//! bitwise. Latency per run is reported twice, both never DSP time:
 //! the **simulated** crossing cost of the bench's [`CostModel`] (sum over the run's ioctls), and
 //! the **host wall time** of the run, which includes qemu's emulation of the kernels.
 
@@ -16,11 +20,11 @@ use std::time::{Duration, Instant};
 
 use hexrpc_bsp::DeviceAccess;
 use hexrpc_hal::{BufferView, HalError, Library, Session};
-use hexrpc_runtime::launch::{AbiVersion, BufferRef, EntryOptions, PackError, PackedLaunch, Scalar, Signature};
+use hexrpc_runtime::launch::{AbiVersion, Batch, BatchError, BufferRef, EntryOptions, PackError, PackedLaunch, Scalar, Signature};
 use hexrpc_runtime::reverse::FilePolicy;
 use hexrpc_runtime::{ServedSession, StartError};
 
-use super::build::{build_image, tools_available, BuildError, Flavour};
+use super::build::{build_image, build_table_image, tools_available, BuildError, Flavour};
 use super::reference::{self as r, f32_bytes, f32s_of, Rng};
 use crate::{Bench, BenchConfig, CostModel};
 
@@ -35,6 +39,8 @@ pub enum ModelError {
     Hal(HalError),
     /// The packer refused a launch.
     Pack(PackError),
+    /// The batch was refused or failed.
+    Batch(BatchError),
     /// The driver layer refused the argument list.
     Args(String),
     /// The reverse service could not start.
@@ -55,6 +61,7 @@ impl core::fmt::Display for ModelError {
             ModelError::Build(e) => write!(f, "build: {e}"),
             ModelError::Hal(e) => write!(f, "stack: {e}"),
             ModelError::Pack(e) => write!(f, "pack: {e:?}"),
+            ModelError::Batch(e) => write!(f, "batch: {e}"),
             ModelError::Args(e) => write!(f, "arguments: {e}"),
             ModelError::Service(e) => write!(f, "reverse service: {e}"),
             ModelError::Mismatch { node, detail } => write!(f, "node {node}: {detail}"),
@@ -72,6 +79,11 @@ impl From<HalError> for ModelError {
 impl From<BuildError> for ModelError {
     fn from(e: BuildError) -> Self {
         ModelError::Build(e)
+    }
+}
+impl From<BatchError> for ModelError {
+    fn from(e: BatchError) -> Self {
+        ModelError::Batch(e)
     }
 }
 impl From<PackError> for ModelError {
@@ -211,6 +223,29 @@ pub struct ModelReport {
     pub cost: CostModel,
     /// The model's class probabilities (last run).
     pub output: Vec<f32>,
+    /// The same network as one batch per run.
+    pub batch: BatchModelReport,
+}
+
+/// The model run as one batch per run (see the module docs).
+#[derive(Clone, Debug, PartialEq)]
+pub struct BatchModelReport {
+    /// Runs made.
+    pub runs: usize,
+    /// Kernel launches per run (records in the batch).
+    pub launches_per_run: usize,
+    /// Kernel crossings (ioctls) per run.
+    pub crossings_per_run: f64,
+    /// `HAP_mmap`s per run (the DSP shell's ledger).
+    pub maps_per_run: f64,
+    /// Distinct leases in the batch.
+    pub distinct_leases: usize,
+    /// Per node comparison.
+    pub nodes: Vec<NodeReport>,
+    /// Simulated latency per run (cost model over the run's ioctls).
+    pub simulated: LatencyDistribution,
+    /// Host wall time per run, including qemu's emulation (not DSP time).
+    pub host_wall: LatencyDistribution,
 }
 
 impl ModelReport {
@@ -218,6 +253,28 @@ impl ModelReport {
     pub fn numerics_line(&self) -> String {
         let nodes: Vec<String> = self.nodes.iter().map(|n| format!("{} {} (max {} ulp)", n.name, n.rule, n.max_ulp)).collect();
         format!("model conv->relu->pool->dense->softmax under qemu-hexagon matches the reference: {}", nodes.join(", "))
+    }
+
+    /// One line for `hexrpc selftest`'s batched numerics.
+    pub fn batch_numerics_line(&self) -> String {
+        let b = &self.batch;
+        let nodes: Vec<String> = b.nodes.iter().map(|n| format!("{} {} (max {} ulp)", n.name, n.rule, n.max_ulp)).collect();
+        format!(
+            "the same model as ONE batch ({} launches, {} crossing and {} HAP_mmaps per run, {} distinct leases) matches the reference and the per-kernel output bitwise: {}",
+            b.launches_per_run,
+            b.crossings_per_run,
+            b.maps_per_run,
+            b.distinct_leases,
+            nodes.join(", ")
+        )
+    }
+
+    /// One line for `hexrpc selftest`'s batched latency; always says simulated.
+    pub fn batch_latency_line(&self) -> String {
+        format!(
+            "simulated per model run as one batch ({:?}/crossing + {:?}/KiB): {} (five launches: p50={:?}); host wall time under emulation (not DSP time): {}",
+            self.cost.per_crossing, self.cost.per_kib_copied, self.batch.simulated, self.simulated.p50, self.batch.host_wall
+        )
     }
 
     /// One line for `hexrpc selftest`'s "latency"; always says simulated.
@@ -319,9 +376,21 @@ fn merge(into: &mut Vec<NodeReport>, new: Vec<NodeReport>) {
     }
 }
 
-/// Runs the fixed model `opts.runs` times through the whole stack on a fresh bench (see the
-/// module docs). Needs clang-19, ld.lld-19 and qemu-hexagon ([`ModelError::Unavailable`]
-/// otherwise, with the reason).
+/// The activation views of one activation lease: input, conv, relu, pool, dense, softmax.
+fn act_views<'a>(acts: &'a hexrpc_hal::IonLease<'_, Bench>) -> Result<[BufferView<'a>; 6], HalError> {
+    Ok([
+        v(acts, Layout::INPUT, IN_C * IN_H * IN_W)?,
+        v(acts, Layout::CONV, FILTERS * CONV_H * CONV_W)?,
+        v(acts, Layout::RELU, FILTERS * CONV_H * CONV_W)?,
+        v(acts, Layout::POOL, FLAT)?,
+        v(acts, Layout::DENSE, CLASSES)?,
+        v(acts, Layout::SOFTMAX, CLASSES)?,
+    ])
+}
+
+/// Runs the fixed model `opts.runs` times through the whole stack on a fresh bench, launch by
+/// launch and then as one batch per run (see the module docs). Needs clang-19, ld.lld-19 and
+/// qemu-hexagon ([`ModelError::Unavailable`] otherwise, with the reason).
 pub fn run_model(opts: &ModelOptions) -> Result<ModelReport, ModelError> {
     let tc = tools_available().map_err(ModelError::Unavailable)?;
     let mut images = Vec::with_capacity(NODES.len());
@@ -332,9 +401,12 @@ pub fn run_model(opts: &ModelOptions) -> Result<ModelReport, ModelError> {
             build_image(&tc, kernel, sig, EntryOptions::V2, opts.flavour)?,
         ));
     }
+    let table_image = build_table_image(&tc, &NODES, opts.flavour)?;
+    let sigs: Vec<Signature> = images.iter().map(|i| i.1).collect();
     let bench = Bench::with_config(BenchConfig { cost: opts.cost, ..BenchConfig::default() });
     let stack = Stack::start(bench.clone())?;
     let libs = images.iter().map(|(k, _, img)| stack.open(k, img)).collect::<Result<Vec<_>, _>>()?;
+    let table = stack.open("model_table", table_image)?;
 
     // Seeded weights and input.
     let mut rng = Rng(0x5EED_0008);
@@ -349,25 +421,49 @@ pub fn run_model(opts: &ModelOptions) -> Result<ModelReport, ModelError> {
     weights.write_at(Layout::CONV_B, &f32_bytes(&conv_b))?;
     weights.write_at(Layout::DENSE_W, &f32_bytes(&dense_w))?;
     weights.write_at(Layout::DENSE_B, &f32_bytes(&dense_b))?;
+    // One activation lease for the per-kernel runs, another (zeroed) for the batched runs.
     let mut acts = stack.session().alloc(Layout::ACTS)?;
     acts.write_at(Layout::INPUT, &f32_bytes(&input))?;
+    let mut acts_b = stack.session().alloc(Layout::ACTS)?;
+    acts_b.fill(0, Layout::ACTS, 0)?;
+    acts_b.write_at(Layout::INPUT, &f32_bytes(&input))?;
 
     let w_conv = v(&weights, Layout::CONV_W, conv_w.len())?;
     let b_conv = v(&weights, Layout::CONV_B, FILTERS)?;
     let w_dense = v(&weights, Layout::DENSE_W, dense_w.len())?;
     let b_dense = v(&weights, Layout::DENSE_B, CLASSES)?;
-    let x_in = v(&acts, Layout::INPUT, input.len())?;
-    let x_conv = v(&acts, Layout::CONV, FILTERS * CONV_H * CONV_W)?;
-    let x_relu = v(&acts, Layout::RELU, FILTERS * CONV_H * CONV_W)?;
-    let x_pool = v(&acts, Layout::POOL, FLAT)?;
-    let x_dense = v(&acts, Layout::DENSE, CLASSES)?;
-    let x_soft = v(&acts, Layout::SOFTMAX, CLASSES)?;
+    let per = act_views(&acts)?;
+    let bat = act_views(&acts_b)?;
     let u = |x: usize| Scalar::U32(x as u32);
     let read = |view: &BufferView<'_>| -> Result<Vec<f32>, ModelError> {
         let mut b = vec![0u8; view.len()];
         view.read(&mut b)?;
         Ok(f32s_of(&b))
     };
+    // Every node of one run, checked against the reference applied to its actual input.
+    let check = |a: &[BufferView<'_>; 6]| -> Result<(Vec<NodeReport>, Vec<f32>), ModelError> {
+        let (i, c, re, p, d, output) = (read(&a[0])?, read(&a[1])?, read(&a[2])?, read(&a[3])?, read(&a[4])?, read(&a[5])?);
+        let want_c = r::conv2d_f32(&i, &conv_w, &conv_b, IN_C, IN_H, IN_W, FILTERS);
+        let scale_c = r::conv2d_f32(&abs(&i), &abs(&conv_w), &abs(&conv_b), IN_C, IN_H, IN_W, FILTERS);
+        let want_d = r::dense_f32(&p, &dense_w, &dense_b, FLAT, CLASSES);
+        let scale_d = r::dense_f32(&abs(&p), &abs(&dense_w), &abs(&dense_b), FLAT, CLASSES);
+        let nodes = vec![
+            check_acc("conv", &c, &want_c, &scale_c, IN_C * 9 + 1)?,
+            check_exact("relu", &re, &r::relu_f32(&c))?,
+            check_exact("pool", &p, &r::maxpool2_f32(&re, FILTERS, CONV_H, CONV_W))?,
+            check_acc("dense", &d, &want_d, &scale_d, FLAT + 1)?,
+            check_softmax(&output, &r::softmax_f64(&d, 1, CLASSES))?,
+        ];
+        // End to end against the reference chain from the input alone.
+        let chain = r::softmax_f64(
+            &r::dense_f32(&r::maxpool2_f32(&r::relu_f32(&want_c), FILTERS, CONV_H, CONV_W), &dense_w, &dense_b, FLAT, CLASSES),
+            1,
+            CLASSES,
+        );
+        check_softmax(&output, &chain).map_err(|e| ModelError::Mismatch { node: "model", detail: e.to_string() })?;
+        Ok((nodes, output))
+    };
+    let same = |a: &[f32], b: &[f32]| a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
 
     let runs = opts.runs.max(1);
     let mut sim = Vec::with_capacity(runs);
@@ -375,50 +471,78 @@ pub fn run_model(opts: &ModelOptions) -> Result<ModelReport, ModelError> {
     let mut nodes: Vec<NodeReport> = Vec::new();
     let mut first_output: Option<Vec<f32>> = None;
     let mut output = Vec::new();
+    let [x_in, x_conv, x_relu, x_pool, x_dense, x_soft] = &per;
     for run in 0..runs {
         let before = bench.latencies().len();
         let t0 = Instant::now();
-        launch(&libs[0], &images[0].1, &[&x_in, &w_conv, &b_conv, &x_conv], &[u(IN_C), u(IN_H), u(IN_W), u(FILTERS)])?;
-        launch(&libs[1], &images[1].1, &[&x_conv, &x_relu], &[u(FILTERS * CONV_H * CONV_W)])?;
-        launch(&libs[2], &images[2].1, &[&x_relu, &x_pool], &[u(FILTERS), u(CONV_H), u(CONV_W)])?;
-        launch(&libs[3], &images[3].1, &[&x_pool, &w_dense, &b_dense, &x_dense], &[u(FLAT), u(CLASSES)])?;
-        launch(&libs[4], &images[4].1, &[&x_dense, &x_soft], &[u(1), u(CLASSES)])?;
+        launch(&libs[0], &sigs[0], &[x_in, &w_conv, &b_conv, x_conv], &[u(IN_C), u(IN_H), u(IN_W), u(FILTERS)])?;
+        launch(&libs[1], &sigs[1], &[x_conv, x_relu], &[u(FILTERS * CONV_H * CONV_W)])?;
+        launch(&libs[2], &sigs[2], &[x_relu, x_pool], &[u(FILTERS), u(CONV_H), u(CONV_W)])?;
+        launch(&libs[3], &sigs[3], &[x_pool, &w_dense, &b_dense, x_dense], &[u(FLAT), u(CLASSES)])?;
+        launch(&libs[4], &sigs[4], &[x_dense, x_soft], &[u(1), u(CLASSES)])?;
         wall.push(t0.elapsed());
         sim.push(bench.latencies()[before..].iter().map(|s| s.simulated).sum());
-        output = read(&x_soft)?;
+        output = read(x_soft)?;
         match &first_output {
             None => first_output = Some(output.clone()),
-            Some(f) if f.iter().zip(&output).any(|(a, b)| a.to_bits() != b.to_bits()) => {
+            Some(f) if !same(f, &output) => {
                 return Err(ModelError::Mismatch { node: "model", detail: format!("run {run} output differs from run 0") });
             }
             Some(_) => {}
         }
         if run == 0 || run + 1 == runs {
-            let (i, c, re, p, d) = (read(&x_in)?, read(&x_conv)?, read(&x_relu)?, read(&x_pool)?, read(&x_dense)?);
-            let want_c = r::conv2d_f32(&i, &conv_w, &conv_b, IN_C, IN_H, IN_W, FILTERS);
-            let scale_c = r::conv2d_f32(&abs(&i), &abs(&conv_w), &abs(&conv_b), IN_C, IN_H, IN_W, FILTERS);
-            let want_d = r::dense_f32(&p, &dense_w, &dense_b, FLAT, CLASSES);
-            let scale_d = r::dense_f32(&abs(&p), &abs(&dense_w), &abs(&dense_b), FLAT, CLASSES);
-            merge(
-                &mut nodes,
-                vec![
-                    check_acc("conv", &c, &want_c, &scale_c, IN_C * 9 + 1)?,
-                    check_exact("relu", &re, &r::relu_f32(&c))?,
-                    check_exact("pool", &p, &r::maxpool2_f32(&re, FILTERS, CONV_H, CONV_W))?,
-                    check_acc("dense", &d, &want_d, &scale_d, FLAT + 1)?,
-                    check_softmax(&output, &r::softmax_f64(&d, 1, CLASSES))?,
-                ],
-            );
-            // End to end against the reference chain from the input alone.
-            let chain = r::softmax_f64(
-                &r::dense_f32(&r::maxpool2_f32(&r::relu_f32(&want_c), FILTERS, CONV_H, CONV_W), &dense_w, &dense_b, FLAT, CLASSES),
-                1,
-                CLASSES,
-            );
-            check_softmax(&output, &chain).map_err(|e| ModelError::Mismatch { node: "model", detail: e.to_string() })?;
+            merge(&mut nodes, check(&per)?.0);
         }
     }
+
+    // The same network as one batch per run: built once, run `runs` times.
+    let [y_in, y_conv, y_relu, y_pool, y_dense, y_soft] = &bat;
+    let b = BufferRef::of;
+    let mut batch = Batch::new(&sigs)?;
+    batch.push(0, &[b(y_in), b(&w_conv), b(&b_conv), b(y_conv)], &[u(IN_C), u(IN_H), u(IN_W), u(FILTERS)])?;
+    batch.push(1, &[b(y_conv), b(y_relu)], &[u(FILTERS * CONV_H * CONV_W)])?;
+    batch.push(2, &[b(y_relu), b(y_pool)], &[u(FILTERS), u(CONV_H), u(CONV_W)])?;
+    batch.push(3, &[b(y_pool), b(&w_dense), b(&b_dense), b(y_dense)], &[u(FLAT), u(CLASSES)])?;
+    batch.push(4, &[b(y_dense), b(y_soft)], &[u(1), u(CLASSES)])?;
+    let (mut bsim, mut bwall, mut bnodes) = (Vec::with_capacity(runs), Vec::with_capacity(runs), Vec::new());
+    let (mut crossings, mut maps) = (0u64, 0usize);
+    for run in 0..runs {
+        let (before, calls0, ledger0) = (bench.latencies().len(), bench.counts().calls.values().sum::<u64>(), bench.ledger().len());
+        let t0 = Instant::now();
+        let done = batch.run(&table)?;
+        bwall.push(t0.elapsed());
+        if done.launches != NODES.len() {
+            return Err(ModelError::Mismatch { node: "model", detail: format!("the batch ran {} of 5 nodes", done.launches) });
+        }
+        bsim.push(bench.latencies()[before..].iter().map(|s| s.simulated).sum());
+        crossings += bench.counts().calls.values().sum::<u64>() - calls0;
+        maps += bench.ledger()[ledger0..].iter().filter(|e| matches!(e.event, crate::LedgerEvent::Map { .. })).count();
+        if run == 0 || run + 1 == runs {
+            let (n, out) = check(&bat)?;
+            if !same(&out, &output) {
+                return Err(ModelError::Mismatch {
+                    node: "model",
+                    detail: format!("batched run {run}: output differs from the per-kernel run's"),
+                });
+            }
+            merge(&mut bnodes, n);
+        }
+        if run % 100 == 99 {
+            bench.clear_ledger();
+        }
+    }
+    let batch_report = BatchModelReport {
+        runs,
+        launches_per_run: batch.len(),
+        crossings_per_run: crossings as f64 / runs as f64,
+        maps_per_run: maps as f64 / runs as f64,
+        distinct_leases: batch.lease_count(),
+        nodes: bnodes,
+        simulated: LatencyDistribution::of(&bsim),
+        host_wall: LatencyDistribution::of(&bwall),
+    };
     drop(libs);
+    drop(table);
     Ok(ModelReport {
         runs,
         launches_per_run: NODES.len(),
@@ -427,5 +551,6 @@ pub fn run_model(opts: &ModelOptions) -> Result<ModelReport, ModelError> {
         host_wall: LatencyDistribution::of(&wall),
         cost: opts.cost,
         output,
+        batch: batch_report,
     })
 }
