@@ -15,7 +15,7 @@
 //! recorded and not performed (the real mapping stays until the process ends).
 //!
 //! A library with a kernel *table* ([`LibraryModel::table`]) also answers batches (method 3,
-//! entry-abi.md and the runtime's `launch::abi` batch table): [`run_batch`] reads the header, the
+//! entry-abi.md and the runtime's `launch::abi` batch table): `run_batch` reads the header, the
 //! lease table and every record through the same 32-bit view, validates all of it before the first
 //! `HAP_mmap`, maps each lease once, runs the records in order (a kernel may report a failure
 //! with [`KernelCall::fail`], which stops the batch), unmaps every lease once and writes the

@@ -12,7 +12,7 @@
 //!   shared objects laid out like `hexrpc build-lib`'s.
 //! * The host publishes a library like any other (HAL `open_library` through the runtime's
 //!   reverse file service). The simulated DSP fetches it through the reverse file service as
-//!   always; when no Rust [`LibraryModel`](crate::LibraryModel) stands for it and the fetched
+//!   always; when no Rust [`LibraryModel`] stands for it and the fetched
 //!   bytes are a Hexagon shared object ([`is_shared_library`]), the DSP process's shell (one
 //!   qemu-hexagon process per DSP process, started at its first such load, [`process`]) loads
 //!   those very bytes: any `.so` made by `hexrpc build-lib` or by tinygrad's `DSPCompiler` runs.
