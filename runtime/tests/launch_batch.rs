@@ -113,6 +113,8 @@ fn batches_of_1_to_64_launches_over_shared_leases_cross_once_and_map_each_lease_
             }
         }
         drop(lib);
+        drop(weights);
+        drop(acts);
         served.stop().unwrap();
     }
     assert_eq!(bench.settle(&start, Duration::from_secs(2)), start);
@@ -153,6 +155,7 @@ fn a_batch_is_built_once_and_run_many_times_with_updated_scalars() {
         }
     );
     drop(lib);
+    drop(lease);
     served.stop().unwrap();
 }
 
@@ -185,6 +188,8 @@ fn a_batch_that_does_not_fit_is_refused_before_any_ioctl() {
     assert_eq!(batch.run(&lib).map(|r| r.launches), Ok(MAX_BATCH_LAUNCHES));
     assert_eq!(maps_unmaps(&bench), (15, 15, 64));
     drop(lib);
+    drop(views);
+    drop(leases);
     served.stop().unwrap();
 }
 
@@ -231,6 +236,7 @@ fn a_hostile_record_is_refused_on_the_dsp_before_anything_is_mapped() {
     // The unaltered batch runs.
     assert_eq!(batch.run(&lib).map(|r| r.launches), Ok(2));
     drop(lib);
+    drop(lease);
     served.stop().unwrap();
 }
 
@@ -268,6 +274,8 @@ fn a_failing_kernel_stops_the_batch_and_every_mapping_is_released() {
         assert_eq!(batch.run(&single), Err(BatchError::NotRun));
         drop(single);
         drop(lib);
+        drop(l1);
+        drop(l2);
         served.stop().unwrap();
     }
     assert_eq!(bench.settle(&start, Duration::from_secs(2)), start);
@@ -302,6 +310,7 @@ fn a_dsp_restart_in_the_middle_of_a_batch_is_recovered() {
         assert_eq!(read(&x), vec![30; 8]);
         assert_eq!(bench.ledger_mismatches(), 0);
         drop(lib);
+        drop(lease);
         served.stop().unwrap();
     }
     assert_eq!(bench.settle(&start, Duration::from_secs(2)), start);

@@ -263,7 +263,10 @@ pub fn measure(cost: CostModel, runs: usize) -> Result<NetFigures, String> {
         batch_pack_ns: median(pack),
         runs,
     };
+    // Everything that belongs to the session goes before it.
     drop(views);
+    drop(weights);
+    drop(acts);
     drop(libs);
     drop(model);
     served.stop().map_err(|x| format!("{x:?}"))?;
