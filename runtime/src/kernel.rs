@@ -21,7 +21,9 @@ use hexrpc_drivers::adsprpc::InvokeArgs;
 use hexrpc_drivers::{Fd, Syscalls};
 use hexrpc_hal::{BufferView, Cause, ErrorKind, HalError, Library, Stage};
 
-use crate::launch::{AbiVersion, BufferRef, PackError, PackedLaunch, Scalar, Signature, MAX_ARGS, MAX_BUFFERS};
+use crate::launch::{
+    AbiVersion, BufferRef, LibraryRecord, PackError, PackedLaunch, RecordError, Scalar, Signature, SignatureError, MAX_ARGS, MAX_BUFFERS,
+};
 
 /// An open library a [`Kernel`] can launch: something that makes one FastRPC invoke.
 pub trait KernelLibrary {
@@ -119,6 +121,80 @@ impl From<PackError> for LaunchError {
 impl From<HalError> for LaunchError {
     fn from(e: HalError) -> Self {
         LaunchError::Hal(e)
+    }
+}
+
+/// Why a kernel could not be opened: the library's build record disagrees with (or cannot stand
+/// in for) the signature, or the open itself failed.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum KernelOpenError {
+    /// No signature was given and the library carries no build record (`hexrpc build-lib`
+    /// writes one): give the signature and ABI explicitly.
+    NoRecord,
+    /// The library's build record cannot be read.
+    Record(RecordError),
+    /// The signature or ABI given is not what the library was built for (its build record says
+    /// otherwise); nothing was opened.
+    Mismatch {
+        /// The ABI version the record names.
+        recorded_abi: AbiVersion,
+    },
+    /// The record's signature does not parse.
+    Signature(SignatureError),
+    /// Opening failed (see the HAL error's stage and cause).
+    Hal(HalError),
+}
+
+impl KernelOpenError {
+    /// The short name of the stage that failed (`library-open` for all of them).
+    pub fn stage(&self) -> &'static str {
+        match self {
+            KernelOpenError::Hal(e) => e.stage.name(),
+            _ => Stage::LibraryOpen.name(),
+        }
+    }
+}
+
+impl fmt::Display for KernelOpenError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KernelOpenError::NoRecord => {
+                f.write_str("library-open: the library carries no hexrpc build record: give its signature and ABI")
+            }
+            KernelOpenError::Record(e) => write!(f, "library-open: {e}"),
+            KernelOpenError::Mismatch { recorded_abi } => {
+                write!(f, "library-open: the library's build record names another signature or ABI ({recorded_abi:?}) than the one given")
+            }
+            KernelOpenError::Signature(e) => write!(f, "library-open: the build record's signature: {e}"),
+            KernelOpenError::Hal(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl core::error::Error for KernelOpenError {}
+
+impl From<HalError> for KernelOpenError {
+    fn from(e: HalError) -> Self {
+        KernelOpenError::Hal(e)
+    }
+}
+
+/// The signature and ABI to open `image` with: `given` checked against the library's build
+/// record when it has one, or the record's when nothing is given. A library without a record
+/// (or with one this build cannot read) takes `given` as it is.
+pub fn resolve_launch(image: &[u8], given: Option<(Signature, AbiVersion)>) -> Result<(Signature, AbiVersion), KernelOpenError> {
+    match (LibraryRecord::find(image), given) {
+        (Ok(Some(rec)), Some((sig, abi))) => {
+            if rec.matches(&sig, abi) {
+                Ok((sig, abi))
+            } else {
+                Err(KernelOpenError::Mismatch { recorded_abi: rec.abi() })
+            }
+        }
+        (Ok(Some(rec)), None) => Ok((rec.kernel().parse_signature().map_err(KernelOpenError::Signature)?, rec.abi())),
+        (Ok(None), None) => Err(KernelOpenError::NoRecord),
+        (Err(e), None) => Err(KernelOpenError::Record(e)),
+        (_, Some(given)) => Ok(given),
     }
 }
 
@@ -256,35 +332,49 @@ mod served {
     use hexrpc_drivers::Syscalls;
     use hexrpc_hal::{HalError, Library, LibraryImage, SharedLease, SharedLibrary};
 
-    use super::Kernel;
+    use super::{resolve_launch, Kernel, KernelOpenError};
     use crate::launch::{AbiVersion, Signature};
     use crate::ServedSession;
 
     impl<S: Syscalls + Clone + Send + Sync + 'static> ServedSession<S> {
         /// Opens a library (see [`ServedSession::open_library`]) whose `entry` was generated for
-        /// `signature` and `abi`, ready for one-call launches.
+        /// `signature` and `abi`, ready for one-call launches. A library made by `hexrpc
+        /// build-lib` carries its build record: a signature or ABI other than the recorded one is
+        /// refused before anything is opened.
         pub fn open_kernel(
             &self,
             name: &str,
             image: impl Into<LibraryImage>,
             signature: Signature,
             abi: AbiVersion,
-        ) -> Result<Kernel<Library<'_, S>>, HalError> {
+        ) -> Result<Kernel<Library<'_, S>>, KernelOpenError> {
+            let image = image.into();
+            let (signature, abi) = resolve_launch(image.bytes(), Some((signature, abi)))?;
             Ok(Kernel::new(self.open_library(name, image)?, signature, abi))
         }
 
-        /// [`open_kernel`](Self::open_kernel) for a kernel that holds shares of the session and
-        /// of the reverse service instead of borrows (`'static`: for bindings and long-lived
-        /// tables). The kernel keeps the session's resources alive, but the reverse-RPC listener
-        /// and the channel stop with this `ServedSession`: launches made after it was dropped
-        /// fail (with an error), so keep it as long as the kernel is used.
+        /// Opens a library made by `hexrpc build-lib` with the signature and ABI its build record
+        /// names ([`KernelOpenError::NoRecord`] for a library without one).
+        pub fn open_recorded_kernel(&self, name: &str, image: impl Into<LibraryImage>) -> Result<Kernel<Library<'_, S>>, KernelOpenError> {
+            let image = image.into();
+            let (signature, abi) = resolve_launch(image.bytes(), None)?;
+            Ok(Kernel::new(self.open_library(name, image)?, signature, abi))
+        }
+
+        /// [`open_kernel`](Self::open_kernel) (or, with `launch` `None`,
+        /// [`open_recorded_kernel`](Self::open_recorded_kernel)) for a kernel that holds shares
+        /// of the session and of the reverse service instead of borrows (`'static`: for bindings
+        /// and long-lived tables). The kernel keeps the session's resources alive, but the
+        /// reverse-RPC listener and the channel stop with this `ServedSession`: launches made
+        /// after it was dropped fail (with an error), so keep it as long as the kernel is used.
         pub fn open_kernel_shared(
             &self,
             name: &str,
             image: impl Into<LibraryImage>,
-            signature: Signature,
-            abi: AbiVersion,
-        ) -> Result<Kernel<SharedLibrary<S>>, HalError> {
+            launch: Option<(Signature, AbiVersion)>,
+        ) -> Result<Kernel<SharedLibrary<S>>, KernelOpenError> {
+            let image = image.into();
+            let (signature, abi) = resolve_launch(image.bytes(), launch)?;
             let library = self.session.open_library_shared(self.service.clone(), name, image)?;
             Ok(Kernel::new(library, signature, abi))
         }

@@ -55,7 +55,7 @@ extern crate std;
 pub mod launch;
 
 pub mod kernel;
-pub use kernel::{Kernel, KernelLibrary, LaunchError};
+pub use kernel::{Kernel, KernelLibrary, KernelOpenError, LaunchError};
 
 /// Glue with the HAL: HAL buffer views launch kernels, the reverse service publishes library
 /// images for HAL sessions.

@@ -114,6 +114,8 @@ static void scale_launches(hexrpc_session *s) {
   EXPECT(hexrpc_library_open(s, "x", NULL, 0, "buf", HEXRPC_ABI_V2, &scale), HEXRPC_ERR_NULL);
   EXPECT(hexrpc_library_open(s, "x", image, image_len, "buf,nope", HEXRPC_ABI_V2, &scale), HEXRPC_ERR_INVALID);
   EXPECT(hexrpc_library_open(s, "x", image, image_len, "buf,buf,f32", 7, &scale), HEXRPC_ERR_INVALID);
+  EXPECT(hexrpc_library_open(s, "x", image, image_len, NULL, HEXRPC_ABI_RECORDED, &scale), HEXRPC_ERR_INVALID);
+  CHECK(strstr(hexrpc_last_error_message(), "build record") != NULL, "no record: %s", hexrpc_last_error_message());
   printf("scale_f32: 10 launches at offsets %zu and %zu checked; refusals, misuse and recovery as expected\n", x_off, y_off);
 }
 
@@ -185,8 +187,30 @@ static int executor(void) {
   hexrpc_scalar n[1] = {hexrpc_scalar_u32(N)};
   OK(hexrpc_launch(relu, views, 2, n, 1, 0, NULL));
   for (int i = 0; i < N; i++) CHECK(o[i] == (a[i] > 0 ? a[i] : 0.0f), "relu o[%d] = %f", i, o[i]);
+
+  /* A library made by build-lib carries its signature and ABI: open it without giving them. */
+  const char kernel_src[] = "void scale_f32(const float *x, float *y, unsigned int n, float a) {\n"
+                            "  for (unsigned int i = 0; i < n; i++) y[i] = a * x[i];\n"
+                            "}\n";
+  char dir[] = "/tmp/hexrpc-kernel-XXXXXX";
+  CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+  char src[128], so[128];
+  snprintf(src, sizeof src, "%s/scale_f32.c", dir);
+  snprintf(so, sizeof so, "%s/scale_f32.so", dir);
+  FILE *f = fopen(src, "w");
+  CHECK(f != NULL && fputs(kernel_src, f) >= 0, "write kernel");
+  fclose(f);
+  OK(hexrpc_bench_build_library(src, NULL, "buf,buf,u32,f32", HEXRPC_ABI_V2, so));
+  hexrpc_library *scale;
+  EXPECT(hexrpc_library_open_path(s, so, "buf,buf,u32", HEXRPC_ABI_V2, &scale), HEXRPC_ERR_INVALID); /* not what it was built for */
+  OK(hexrpc_library_open_path(s, so, NULL, HEXRPC_ABI_RECORDED, &scale));
+  for (int i = 0; i < N; i++) a[i] = (float)i;
+  hexrpc_scalar sc[2] = {hexrpc_scalar_u32(N), hexrpc_scalar_f32(1.5f)};
+  OK(hexrpc_launch(scale, views, 2, sc, 2, 0, NULL));
+  for (int i = 0; i < N; i++) CHECK(o[i] == 1.5f * a[i], "scale o[%d] = %f", i, o[i]);
   OK(hexrpc_session_close(s));
-  printf("executor: relu_f32 under qemu-hexagon at offsets %zu and %zu checked\n", a_off, o_off);
+  printf("executor: relu_f32 and a build-lib scale_f32 (signature from its build record) under qemu-hexagon at offsets %zu and %zu checked\n",
+         a_off, o_off);
   return 0;
 }
 

@@ -82,7 +82,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The Rust one-call path.
     let s = std::sync::Arc::new(SessionObj::open_bench(false, true)?);
     let image = hexrpc::bench::model_image("scale_f32")?;
-    let k = s.open_library("overhead", image, "buf,buf,buf,i32,f32", AbiVersion::V2)?;
+    let k = s.open_library("overhead", image, Some("buf,buf,buf,i32,f32"), Some(AbiVersion::V2))?;
     let lease = s.alloc(65536)?;
     let (a, b, c) = (lease.view(0, 4096)?, lease.view(4096, 4096)?, lease.view(8192, 4096)?);
     let kernel = k.kernel();

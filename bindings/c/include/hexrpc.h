@@ -16,6 +16,10 @@
 #include <stdint.h>
 #include <string.h>
 
+// Launch ABI as the library's build record names it (v2 when a signature is given and the
+// library has no record).
+#define HEXRPC_ABI_RECORDED 0
+
 // Launch ABI v1 (tinygrad's; views at offset 0 only).
 #define HEXRPC_ABI_V1 1
 
@@ -208,13 +212,16 @@ enum hexrpc_status hexrpc_lease_memory(struct hexrpc_lease *lease, void **ptr, s
 enum hexrpc_status hexrpc_lease_free(struct hexrpc_lease *lease);
 
 // Opens a library from its bytes (copied; the caller may free them on return), for a kernel of
-// `signature` (e.g. `"buf,buf,f32"`) under `abi` (`HEXRPC_ABI_V2`). `name` (letters, digits,
-// `_-.`; others become `_`) names it in logs. The DSP fetches the image back through the
-// reverse file service. Thread-safe.
+// `signature` (e.g. `"buf,buf,f32"`) under `abi` (`HEXRPC_ABI_V2`). A library made by `hexrpc
+// build-lib` carries a build record: pass `signature` NULL and `abi` `HEXRPC_ABI_RECORDED` to
+// use the recorded ones; an explicit signature or ABI that disagrees with the record is refused
+// (`HEXRPC_ERR_INVALID`) before anything is opened. `name` (letters, digits, `_-.`; others
+// become `_`) names it in logs. The DSP fetches the image back through the reverse file
+// service. Thread-safe.
 //
 // # Safety
-// `name` and `signature` are NULL or NUL-terminated; `bytes` is NULL or valid for reading
-// `length` bytes; `out` is NULL or valid for one write.
+// `name` is NULL or NUL-terminated; `signature` is NULL (recorded) or NUL-terminated; `bytes` is
+// NULL or valid for reading `length` bytes; `out` is NULL or valid for one write.
 enum hexrpc_status hexrpc_library_open(struct hexrpc_session *session,
                                        const char *name,
                                        const uint8_t *bytes,
@@ -224,10 +231,12 @@ enum hexrpc_status hexrpc_library_open(struct hexrpc_session *session,
                                        struct hexrpc_library **out);
 
 // [`hexrpc_library_open`] from a file (at most 64 MiB); its name is the file's stem.
+// `signature` NULL and `abi` `HEXRPC_ABI_RECORDED` take the library's build record.
 // Thread-safe.
 //
 // # Safety
-// `path` and `signature` are NULL or NUL-terminated; `out` is NULL or valid for one write.
+// `path` is NULL or NUL-terminated; `signature` is NULL (recorded) or NUL-terminated; `out` is
+// NULL or valid for one write.
 enum hexrpc_status hexrpc_library_open_path(struct hexrpc_session *session,
                                             const char *path,
                                             const char *signature,
@@ -283,6 +292,23 @@ enum hexrpc_status hexrpc_bench_kernel_image(const char *kernel,
                                              uint32_t abi,
                                              const uint8_t **bytes,
                                              size_t *length);
+#endif
+
+#if defined(HEXRPC_BENCH)
+// Bench builds with the executor only: `hexrpc build-lib` as a function. Compiles kernel
+// `kernel_name` (NULL: the file's stem) of the C file `kernel_c` with an entry for `signature`
+// and `abi` into the Hexagon shared object `out` (with its build record), checked as
+// `build-lib` checks it. `HEXRPC_ERR_UNAVAILABLE` names a missing tool; a refusal names its
+// cause. Thread-safe (builds run one at a time).
+//
+// # Safety
+// `kernel_c`, `signature` and `out` are NULL or NUL-terminated; `kernel_name` is NULL or
+// NUL-terminated.
+enum hexrpc_status hexrpc_bench_build_library(const char *kernel_c,
+                                              const char *kernel_name,
+                                              const char *signature,
+                                              uint32_t abi,
+                                              const char *out);
 #endif
 
 #ifdef __cplusplus

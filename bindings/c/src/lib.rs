@@ -92,6 +92,9 @@ pub struct hexrpc_scalar {
     pub bits: u64,
 }
 
+/// Launch ABI as the library's build record names it (v2 when a signature is given and the
+/// library has no record).
+pub const HEXRPC_ABI_RECORDED: u32 = 0;
 /// Launch ABI v1 (tinygrad's; views at offset 0 only).
 pub const HEXRPC_ABI_V1: u32 = 1;
 /// Launch ABI v2 (hexrpc's; views at any offset).
@@ -197,6 +200,26 @@ fn abi_arg(abi: u32) -> Result<AbiVersion, Failure> {
         HEXRPC_ABI_V1 => Ok(AbiVersion::V1),
         HEXRPC_ABI_V2 => Ok(AbiVersion::V2),
         other => Err(Failure::invalid("argument", format!("abi {other}: use HEXRPC_ABI_V1 or HEXRPC_ABI_V2"))),
+    }
+}
+
+/// `HEXRPC_ABI_RECORDED` is `None`.
+fn abi_opt(abi: u32) -> Result<Option<AbiVersion>, Failure> {
+    if abi == HEXRPC_ABI_RECORDED {
+        Ok(None)
+    } else {
+        abi_arg(abi).map(Some)
+    }
+}
+
+/// # Safety
+/// `p` is NULL or a NUL-terminated string.
+unsafe fn opt_str_arg<'a>(p: *const c_char, what: &'static str) -> Result<Option<&'a str>, Failure> {
+    if p.is_null() {
+        Ok(None)
+    } else {
+        // SAFETY: the caller's contract.
+        unsafe { str_arg(p, what) }.map(Some)
     }
 }
 
@@ -410,13 +433,16 @@ pub extern "C" fn hexrpc_lease_free(lease: *mut hexrpc_lease) -> hexrpc_status {
 }
 
 /// Opens a library from its bytes (copied; the caller may free them on return), for a kernel of
-/// `signature` (e.g. `"buf,buf,f32"`) under `abi` (`HEXRPC_ABI_V2`). `name` (letters, digits,
-/// `_-.`; others become `_`) names it in logs. The DSP fetches the image back through the
-/// reverse file service. Thread-safe.
+/// `signature` (e.g. `"buf,buf,f32"`) under `abi` (`HEXRPC_ABI_V2`). A library made by `hexrpc
+/// build-lib` carries a build record: pass `signature` NULL and `abi` `HEXRPC_ABI_RECORDED` to
+/// use the recorded ones; an explicit signature or ABI that disagrees with the record is refused
+/// (`HEXRPC_ERR_INVALID`) before anything is opened. `name` (letters, digits, `_-.`; others
+/// become `_`) names it in logs. The DSP fetches the image back through the reverse file
+/// service. Thread-safe.
 ///
 /// # Safety
-/// `name` and `signature` are NULL or NUL-terminated; `bytes` is NULL or valid for reading
-/// `length` bytes; `out` is NULL or valid for one write.
+/// `name` is NULL or NUL-terminated; `signature` is NULL (recorded) or NUL-terminated; `bytes` is
+/// NULL or valid for reading `length` bytes; `out` is NULL or valid for one write.
 #[no_mangle]
 pub unsafe extern "C" fn hexrpc_library_open(
     session: *mut hexrpc_session,
@@ -429,7 +455,7 @@ pub unsafe extern "C" fn hexrpc_library_open(
 ) -> hexrpc_status {
     run(|| {
         // SAFETY: the caller's contract.
-        let (name, signature) = unsafe { (str_arg(name, "name")?, str_arg(signature, "signature")?) };
+        let (name, signature) = unsafe { (str_arg(name, "name")?, opt_str_arg(signature, "signature")?) };
         if bytes.is_null() {
             return Err(Failure::null("bytes"));
         }
@@ -439,7 +465,7 @@ pub unsafe extern "C" fn hexrpc_library_open(
         // SAFETY: non-null and valid for `length` bytes (the caller's contract); copied at once.
         let image = unsafe { std::slice::from_raw_parts(bytes, length) }.to_vec();
         let s = table::session(handle_value(session))?;
-        let k = s.open_library(name, image, signature, abi_arg(abi)?)?;
+        let k = s.open_library(name, image, signature, abi_opt(abi)?)?;
         let h = table::insert(Obj::Kernel(Arc::new(k)));
         // SAFETY: the caller's contract.
         unsafe { write_out(out, handle_ptr(h), "out") }
@@ -447,10 +473,12 @@ pub unsafe extern "C" fn hexrpc_library_open(
 }
 
 /// [`hexrpc_library_open`] from a file (at most 64 MiB); its name is the file's stem.
+/// `signature` NULL and `abi` `HEXRPC_ABI_RECORDED` take the library's build record.
 /// Thread-safe.
 ///
 /// # Safety
-/// `path` and `signature` are NULL or NUL-terminated; `out` is NULL or valid for one write.
+/// `path` is NULL or NUL-terminated; `signature` is NULL (recorded) or NUL-terminated; `out` is
+/// NULL or valid for one write.
 #[no_mangle]
 pub unsafe extern "C" fn hexrpc_library_open_path(
     session: *mut hexrpc_session,
@@ -461,12 +489,12 @@ pub unsafe extern "C" fn hexrpc_library_open_path(
 ) -> hexrpc_status {
     run(|| {
         // SAFETY: the caller's contract.
-        let (path, signature) = unsafe { (str_arg(path, "path")?, str_arg(signature, "signature")?) };
+        let (path, signature) = unsafe { (str_arg(path, "path")?, opt_str_arg(signature, "signature")?) };
         if out.is_null() {
             return Err(Failure::null("out"));
         }
         let s = table::session(handle_value(session))?;
-        let k = s.open_library_path(std::path::Path::new(path), signature, abi_arg(abi)?)?;
+        let k = s.open_library_path(std::path::Path::new(path), signature, abi_opt(abi)?)?;
         let h = table::insert(Obj::Kernel(Arc::new(k)));
         // SAFETY: the caller's contract.
         unsafe { write_out(out, handle_ptr(h), "out") }
@@ -604,5 +632,33 @@ pub unsafe extern "C" fn hexrpc_bench_kernel_image(
             write_out(bytes, image.as_ptr(), "bytes")?;
             write_out(length, image.len(), "length")
         }
+    })
+}
+
+/// Bench builds with the executor only: `hexrpc build-lib` as a function. Compiles kernel
+/// `kernel_name` (NULL: the file's stem) of the C file `kernel_c` with an entry for `signature`
+/// and `abi` into the Hexagon shared object `out` (with its build record), checked as
+/// `build-lib` checks it. `HEXRPC_ERR_UNAVAILABLE` names a missing tool; a refusal names its
+/// cause. Thread-safe (builds run one at a time).
+///
+/// # Safety
+/// `kernel_c`, `signature` and `out` are NULL or NUL-terminated; `kernel_name` is NULL or
+/// NUL-terminated.
+#[cfg(feature = "bench")]
+#[no_mangle]
+pub unsafe extern "C" fn hexrpc_bench_build_library(
+    kernel_c: *const c_char,
+    kernel_name: *const c_char,
+    signature: *const c_char,
+    abi: u32,
+    out: *const c_char,
+) -> hexrpc_status {
+    run(|| {
+        // SAFETY: the caller's contract.
+        let (kernel_c, signature, out) =
+            unsafe { (str_arg(kernel_c, "kernel_c")?, str_arg(signature, "signature")?, str_arg(out, "out")?) };
+        // SAFETY: the caller's contract.
+        let kernel_name = unsafe { opt_str_arg(kernel_name, "kernel_name") }?;
+        bench::build_library(std::path::Path::new(kernel_c), kernel_name, signature, abi_arg(abi)?, std::path::Path::new(out))
     })
 }

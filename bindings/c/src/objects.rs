@@ -11,7 +11,7 @@ use hexrpc_drivers::Fd;
 use hexrpc_hal::{BufferView, LibraryImage, SharedLease, SharedLibrary};
 use hexrpc_runtime::launch::{AbiVersion, BufferRef, Scalar, ScalarType, Signature, MAX_BUFFERS};
 use hexrpc_runtime::reverse::FilePolicy;
-use hexrpc_runtime::{Kernel, LaunchError, ServedSession};
+use hexrpc_runtime::{Kernel, KernelOpenError, LaunchError, ServedSession};
 
 use crate::error::Failure;
 use crate::seam::Seam;
@@ -83,23 +83,44 @@ impl SessionObj {
         Ok(LeaseObj { lease, session: self.clone() })
     }
 
-    /// Opens a library from its bytes, for a kernel of `signature` under `abi`.
+    /// Opens a library from its bytes, for a kernel of `signature` under `abi`; with
+    /// `signature` `None`, those its build record names (`hexrpc build-lib` writes one). `abi`
+    /// `None` with a signature means v2.
     pub fn open_library(
         self: &Arc<Self>,
         name: &str,
         image: impl Into<LibraryImage>,
-        signature: &str,
-        abi: AbiVersion,
+        signature: Option<&str>,
+        abi: Option<AbiVersion>,
     ) -> Result<KernelObj, Failure> {
-        let sig = Signature::parse(signature).map_err(|e| Failure::invalid("library-open", format!("signature {signature:?}: {e}")))?;
+        let launch = match signature {
+            Some(text) => Some((
+                Signature::parse(text).map_err(|e| Failure::invalid("library-open", format!("signature {text:?}: {e}")))?,
+                abi.unwrap_or(AbiVersion::V2),
+            )),
+            None => None,
+        };
         let name = library_name(name);
-        let kernel = self.served.open_kernel_shared(&name, image, sig, abi).map_err(Failure::hal)?;
+        let kernel = self.served.open_kernel_shared(&name, image, launch).map_err(|e| match e {
+            KernelOpenError::Hal(h) => Failure::hal(h),
+            other => Failure::invalid("library-open", other.to_string().trim_start_matches("library-open: ").to_string()),
+        })?;
+        if signature.is_none() {
+            if let Some(want) = abi.filter(|a| *a != kernel.abi()) {
+                return Err(Failure::invalid("library-open", format!("the build record names {:?}, not {want:?}", kernel.abi())));
+            }
+        }
         Ok(KernelObj { kernel, session: self.clone() })
     }
 
     /// Opens a library from a file (at most [`MAX_LIBRARY_FILE`] bytes); its name is the file's
-    /// stem.
-    pub fn open_library_path(self: &Arc<Self>, path: &std::path::Path, signature: &str, abi: AbiVersion) -> Result<KernelObj, Failure> {
+    /// stem. `signature` and `abi` as in [`open_library`](Self::open_library).
+    pub fn open_library_path(
+        self: &Arc<Self>,
+        path: &std::path::Path,
+        signature: Option<&str>,
+        abi: Option<AbiVersion>,
+    ) -> Result<KernelObj, Failure> {
         let bytes = read_bounded(path)?;
         let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
         self.open_library(&stem, bytes, signature, abi)

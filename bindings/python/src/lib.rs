@@ -171,14 +171,24 @@ impl Session {
     }
 
     /// Opens a library from a path (str or os.PathLike) or from bytes, for a kernel of
-    /// `signature` (e.g. "buf,buf,f32") under `abi` ("v2" or "v1"). `name` appears in logs.
-    #[pyo3(signature = (image, signature, abi = "v2", name = None))]
-    fn open_library(&self, py: Python<'_>, image: &Bound<'_, PyAny>, signature: &str, abi: &str, name: Option<&str>) -> PyResult<Library> {
+    /// `signature` (e.g. "buf,buf,f32") under `abi` ("v2" or "v1"). A library made by `hexrpc
+    /// build-lib` carries a build record: leave `signature` (and `abi`) out to use it; a
+    /// signature or ABI that disagrees with the record is refused. `name` appears in logs.
+    #[pyo3(signature = (image, signature = None, abi = None, name = None))]
+    fn open_library(
+        &self,
+        py: Python<'_>,
+        image: &Bound<'_, PyAny>,
+        signature: Option<&str>,
+        abi: Option<&str>,
+        name: Option<&str>,
+    ) -> PyResult<Library> {
         let s = self.get()?;
         let abi = match abi {
-            "v1" => AbiVersion::V1,
-            "v2" => AbiVersion::V2,
-            other => return Err(py_err(Failure::invalid("library-open", format!("abi {other:?}: use \"v1\" or \"v2\"")))),
+            None => None,
+            Some("v1") => Some(AbiVersion::V1),
+            Some("v2") => Some(AbiVersion::V2),
+            Some(other) => return Err(py_err(Failure::invalid("library-open", format!("abi {other:?}: use \"v1\" or \"v2\"")))),
         };
         let kernel = if let Ok(b) = image.cast::<PyBytes>() {
             let bytes = b.as_bytes().to_vec();
@@ -533,6 +543,36 @@ fn bench_model_image<'py>(py: Python<'py>, model: &str) -> PyResult<Bound<'py, P
 /// Bench builds with the executor: an image of kernel `kernel` of the suite with an entry for
 /// `signature` and `abi`, run as Hexagon code under qemu-hexagon (`Unavailable` without the
 /// tools).
+/// Bench builds with the executor: `hexrpc build-lib` as a function. Builds kernel `kernel_name`
+/// (default: the file's stem) of the C file `kernel_c` with an entry for `signature` and `abi`
+/// into the shared object `out` (with its build record); returns `out`.
+#[pyfunction]
+#[pyo3(signature = (kernel_c, signature, out, abi = "v2", kernel_name = None))]
+fn bench_build_library(
+    py: Python<'_>,
+    kernel_c: PathBuf,
+    signature: &str,
+    out: PathBuf,
+    abi: &str,
+    kernel_name: Option<&str>,
+) -> PyResult<PathBuf> {
+    #[cfg(feature = "bench")]
+    {
+        let abi = match abi {
+            "v1" => AbiVersion::V1,
+            "v2" => AbiVersion::V2,
+            other => return Err(py_err(Failure::invalid("build-lib", format!("abi {other:?}")))),
+        };
+        py.detach(|| hexrpc::bench::build_library(&kernel_c, kernel_name, signature, abi, &out)).map_err(py_err)?;
+        Ok(out)
+    }
+    #[cfg(not(feature = "bench"))]
+    {
+        let _ = (py, kernel_c, signature, out, abi, kernel_name);
+        Err(py_err(Failure::unavailable("build-lib", "this build of hexrpc has no bench")))
+    }
+}
+
 #[pyfunction]
 #[pyo3(signature = (kernel, signature, abi = "v2"))]
 fn bench_kernel_image<'py>(py: Python<'py>, kernel: &str, signature: &str, abi: &str) -> PyResult<Bound<'py, PyBytes>> {
@@ -571,6 +611,7 @@ fn _hexrpc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("Failed", py.get_type::<Failed>())?;
     m.add_function(wrap_pyfunction!(bench_model_image, m)?)?;
     m.add_function(wrap_pyfunction!(bench_kernel_image, m)?)?;
+    m.add_function(wrap_pyfunction!(bench_build_library, m)?)?;
     m.add_function(wrap_pyfunction!(probe::detect_board, m)?)?;
     m.add_function(wrap_pyfunction!(probe::bench_counters, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

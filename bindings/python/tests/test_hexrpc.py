@@ -85,6 +85,8 @@ def test_errors_carry_stage_and_cause(sess):
     with pytest.raises(hexrpc.DspError) as e:
         v1.launch([lease.view(0, 16), lease.view(0, 16)], [1.0])
     assert e.value.stage == "invoke" and "AEE_EBADPARM" in e.value.cause
+    with pytest.raises(hexrpc.InvalidArgument, match="build record"):
+        sess.open_library(image)  # no signature, and the image has no build record
     with pytest.raises(hexrpc.InvalidArgument):
         hexrpc.bench_model_image("no-such-model")
     with pytest.raises(hexrpc.InvalidArgument):
@@ -178,3 +180,29 @@ def test_executor_relu_at_offsets():
         lib.launch([lease.view(a_off, 4 * n), lease.view(o_off, 4 * n)], [n])
         np.testing.assert_array_equal(f[o_off // 4 : o_off // 4 + n], np.maximum(a, 0))
         del f, a
+
+
+def test_executor_build_lib_record_gives_the_signature(tmp_path):
+    try:
+        sess = hexrpc.Session.bench(executor=True)
+    except hexrpc.Unavailable as e:
+        pytest.skip(f"executor unavailable: {e.cause}")
+    src = tmp_path / "axpy_f32.c"
+    src.write_text("void axpy_f32(const float *x, float *y, unsigned int n, float a) {\n"
+                   "  for (unsigned int i = 0; i < n; i++) y[i] += a * x[i];\n}\n")
+    so = hexrpc.bench_build_library(src, "buf,buf,u32,f32", tmp_path / "axpy_f32.so")
+    with sess:
+        with pytest.raises(hexrpc.InvalidArgument):
+            sess.open_library(so, signature="buf,buf,u32", abi="v2")  # not what it was built for
+        lib = sess.open_library(so)  # signature and ABI from the build record
+        assert lib.signature == "buf,buf,u32,f32"
+        lease = sess.alloc(8192)
+        f = np.frombuffer(lease, dtype=np.float32)
+        n, x_off, y_off = 32, 256, 4096 + 128
+        x = f[x_off // 4 : x_off // 4 + n]
+        y = f[y_off // 4 : y_off // 4 + n]
+        x[:] = np.arange(n, dtype=np.float32)
+        y[:] = 1.0
+        lib.launch([lease.view(x_off, 4 * n), lease.view(y_off, 4 * n)], [n, 0.5])
+        np.testing.assert_array_equal(y, 1.0 + np.float32(0.5) * x)
+        del f, x, y

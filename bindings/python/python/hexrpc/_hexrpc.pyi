@@ -34,8 +34,8 @@ class Session:
     def open_library(
         self,
         image: bytes | bytearray | str | os.PathLike[str],
-        signature: str,
-        abi: Literal["v1", "v2"] = "v2",
+        signature: str | None = None,
+        abi: Literal["v1", "v2"] | None = None,
         name: str | None = None,
     ) -> Library: ...
     def recover(self) -> None: ...
@@ -92,6 +92,13 @@ class Library:
 
 def bench_model_image(model: str) -> bytes: ...
 def bench_kernel_image(kernel: str, signature: str, abi: Literal["v1", "v2"] = "v2") -> bytes: ...
+def bench_build_library(
+    kernel_c: str | os.PathLike[str],
+    signature: str,
+    out: str | os.PathLike[str],
+    abi: Literal["v1", "v2"] = "v2",
+    kernel_name: str | None = None,
+) -> os.PathLike[str]: ...
 
 class Batch:
     """Launches of a library's kernel table, run together in one FastRPC call."""
