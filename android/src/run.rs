@@ -397,7 +397,8 @@ fn report(plan: &Plan, mode: Mode, m: &Measured) -> String {
     dsp.sort_unstable();
     let mut rt = m.round_trip.clone();
     rt.sort_unstable();
-    let us = |d: Duration| d.as_secs_f64() * 1e6;
+    // Microseconds to 0.1 us (the JSON carries no float noise).
+    let us = |d: Duration| (d.as_secs_f64() * 1e7).round() / 10.0;
     let (d50, d99, r50, r99) = (percentile(&dsp, 50), percentile(&dsp, 99), us(percentile(&rt, 50)), us(percentile(&rt, 99)));
     let mode_name = match mode {
         Mode::Bench => "bench",

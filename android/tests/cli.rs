@@ -368,7 +368,21 @@ fn probe_device_names_the_missing_node() {
 /// Runs the binary in `dir` (for relative operands), like [`hexrpc`].
 fn hexrpc_in(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
     let bin = env!("CARGO_BIN_EXE_hexrpc");
-    Command::new(bin).args(args).current_dir(dir).env_remove("HEXRPC_LOG").output().expect("run hexrpc")
+    let direct = Command::new(bin).args(args).current_dir(dir).env_remove("HEXRPC_LOG").output();
+    let exec_failed = match &direct {
+        Err(e) => e.raw_os_error() == Some(8),
+        Ok(o) => o.status.code() == Some(127) && o.stdout.is_empty() && o.stderr.is_empty(),
+    };
+    if exec_failed && cfg!(target_arch = "aarch64") {
+        return Command::new("qemu-aarch64")
+            .args(["-L", "/usr/aarch64-linux-gnu", bin])
+            .args(args)
+            .current_dir(dir)
+            .env_remove("HEXRPC_LOG")
+            .output()
+            .expect("run hexrpc under qemu-aarch64");
+    }
+    direct.expect("run hexrpc")
 }
 
 fn stderr_of(o: &std::process::Output) -> String {
@@ -478,6 +492,15 @@ fn run_launches_a_build_lib_library_on_the_bench() {
         assert_eq!(nodsp.status.code(), Some(1));
         assert!(stderr_of(&nodsp).contains("add --bench"), "{}", stderr_of(&nodsp));
     }
+    // --bench without the executor's tools names the missing one.
+    let no_tools = Command::new(env!("CARGO_BIN_EXE_hexrpc"))
+        .args(with(&common, &["--arg", &arg_a, "--arg", &arg_b, "--arg", &arg_o, "--arg", "64"]))
+        .env("PATH", "/nonexistent")
+        .env_remove("HEXRPC_LOG")
+        .output()
+        .unwrap();
+    assert_eq!(no_tools.status.code(), Some(1));
+    assert!(stderr_of(&no_tools).contains("clang-19 not found"), "{}", stderr_of(&no_tools));
     let missing_in = hexrpc(&with(&common, &["--arg", "in=/nonexistent/a.bin", "--arg", &arg_b, "--arg", &arg_o, "--arg", "64"]));
     assert_eq!(missing_in.status.code(), Some(1), "{}", stderr_of(&missing_in));
     // Exit 2: usage.

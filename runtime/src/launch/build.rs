@@ -29,8 +29,8 @@
 //! Every build runs in a fresh work directory `OUT.build/` (a previous one made by this step,
 //! recognised by its marker file, is removed first; any other directory there is left alone and
 //! the build refused), so no stale object is ever linked. Paths that start with `-` are passed
-//! as `./-...` (and after `--` for clang; ld.lld has no `--`), so no operand is taken as an option. The intermediates stay in the
-//! work directory for inspection.
+//! as `./-...` (and after `--` for clang; ld.lld has no `--`), so no operand is taken as an
+//! option. The intermediates stay in the work directory for inspection.
 
 extern crate std;
 
@@ -696,12 +696,12 @@ fn build_kernels(kernels: &[KernelSpec<'_>], out: &Path, opts: &BuildOptions, ta
     let elf = parse_elf(&bytes).map_err(BuildError::Elf)?;
     check_library(&elf)?;
     // The record must read back as written.
-    let rec = LibraryRecord::find(&bytes).map_err(BuildError::Record)?.ok_or(BuildError::Record(RecordError::Truncated))?;
+    let rec = LibraryRecord::find(&bytes).map_err(BuildError::Record)?.ok_or(BuildError::Record(RecordError::Mismatch))?;
     let back_ok = rec.abi() == opts.entry.version
         && rec.kernels().count() == kernels.len()
         && rec.kernels().zip(kernels).all(|(r, k)| r.name == k.name && r.parse_signature().ok().as_ref() == Some(k.sig));
     if !back_ok {
-        return Err(BuildError::Record(RecordError::Truncated));
+        return Err(BuildError::Record(RecordError::Mismatch));
     }
     Ok(BuildReport {
         library: out.to_path_buf(),

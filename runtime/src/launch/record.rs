@@ -60,6 +60,8 @@ pub enum RecordError {
     Duplicate,
     /// The writer's sink failed, or a name or signature is longer than 65535 bytes.
     Write,
+    /// The record read back from a built library is not the one written.
+    Mismatch,
 }
 
 impl fmt::Display for RecordError {
@@ -73,6 +75,7 @@ impl fmt::Display for RecordError {
             RecordError::NotUtf8 => f.write_str("a name or signature in the hexrpc build record is not UTF-8"),
             RecordError::Duplicate => f.write_str("the library carries more than one hexrpc build record"),
             RecordError::Write => f.write_str("the build record could not be written"),
+            RecordError::Mismatch => f.write_str("the build record read back from the library differs from the one written"),
         }
     }
 }
