@@ -210,7 +210,9 @@ impl<S: Syscalls + Clone> Session<S> {
     ///
     /// `name` may hold ASCII letters, digits, `_`, `-` and `.` (at most 32 bytes). A library is
     /// opened once and invoked many times. The image is a `&'static [u8]` or (std) owned bytes
-    /// ([`LibraryImage`]); the registry keeps it until the library is closed.
+    /// ([`LibraryImage`]); the registry keeps it until the library is closed. When the DSP's
+    /// loader refuses the image (bad ELF, unresolved symbol, no `entry`, ...) the error is
+    /// [`Cause::Refused`] with the AEE code and the loader's reason.
     pub fn open_library<'s>(
         &'s self,
         registry: &'s dyn ImageRegistry,

@@ -141,10 +141,12 @@ fn build_lib_output_runs_through_hal_and_runtime_with_offset_views() {
     assert!(executor::is_shared_library(image));
     let bench = Bench::new();
     let stack = Stack::start(bench.clone()).expect("stack");
+    // The shell executable is built (or found in the cache) first: the figure is the load only.
+    executor::build_shell(&tc).expect("shell");
     let t0 = Instant::now();
     let lib = stack.open("add_f32", image).expect("open the build-lib .so");
     println!(
-        "FIGURE library load (open_library of a {} byte build-lib .so, first load starts the shell): {:?} host wall time",
+        "FIGURE library load (open_library of a {} byte build-lib .so, first load starts the qemu-hexagon shell): {:?} host wall time, emulated",
         image.len(),
         t0.elapsed()
     );
@@ -171,7 +173,7 @@ fn build_lib_output_runs_through_hal_and_runtime_with_offset_views() {
     // Load time once the shell runs (a second library in the same process).
     let t1 = Instant::now();
     let again = stack.open("add_f32b", image).expect("second open");
-    println!("FIGURE library load (shell already running): {:?} host wall time", t1.elapsed());
+    println!("FIGURE library load (shell already running): {:?} host wall time, emulated", t1.elapsed());
     drop(again);
 }
 
@@ -408,6 +410,14 @@ void mathk(const float *x, float *o, unsigned int n) {
     r[10] = roundf(v); r[11] = fabsf(v); r[12] = fmaxf(v, 0.5f); r[13] = fminf(v, 0.5f);
   }
 }
+void fsqrt(const float *x, float *o, unsigned int n) {
+  for (unsigned int i = 0; i < n; i++) o[i] = __builtin_sqrtf(x[i]);
+}
+void dops(const double *a, const double *b, double *o, unsigned int n) {
+  for (unsigned int i = 0; i < n; i++) {
+    o[4 * i] = a[i] + b[i]; o[4 * i + 1] = a[i] - b[i]; o[4 * i + 2] = a[i] * b[i]; o[4 * i + 3] = a[i] / b[i];
+  }
+}
 void divk(const int *a, const int *b, int *o32, long long *o64, unsigned int n) {
   for (unsigned int i = 0; i < n; i++) {
     const int x = a[i], y = b[i];
@@ -447,20 +457,25 @@ fn shell_libm_and_division_helpers_meet_their_stated_bounds() {
     let dir = work("libm");
     let src = dir.join("mathk.c");
     std::fs::write(&src, MATH_KERNEL).unwrap();
-    let build = |kernel: &str, sig: &str| -> &'static [u8] {
+    let build_with = |kernel: &str, sig: &str, flag: &str| -> &'static [u8] {
         let out = dir.join(format!("{kernel}.so"));
         let opts = BuildOptions {
             kernel_name: Some(kernel.into()),
             clang: tc.clang.clone(),
             lld: tc.lld.clone(),
-            kernel_cflags: vec!["-ffp-contract=off".into()],
+            kernel_cflags: vec![flag.into()],
             ..BuildOptions::default()
         };
         build_library(&src, &Signature::parse(sig).unwrap(), &out, &opts).expect("build-lib");
         leak(std::fs::read(&out).unwrap())
     };
+    let build = |kernel: &str, sig: &str| build_with(kernel, sig, "-ffp-contract=off");
     let mathk = build("mathk", "buf,buf,u32");
     let divk = build("divk", "buf,buf,buf,buf,u32");
+    // Under -ffast-math clang calls __hexagon_sqrtf instead of sqrtf.
+    let fsqrt = build_with("fsqrt", "buf,buf,u32", "-ffast-math");
+    let fsqrt_imports = hexrpc_runtime::launch::build::parse_elf(fsqrt).unwrap().imports;
+    assert!(fsqrt_imports.iter().any(|i| i == "__hexagon_sqrtf"), "{fsqrt_imports:?}");
     let bench = Bench::new();
     let stack = Stack::start(bench.clone()).expect("stack");
 
@@ -525,6 +540,91 @@ fn shell_libm_and_division_helpers_meet_their_stated_bounds() {
     for k in 7..14 {
         assert_eq!(worst[k], 0, "{} is exact", names[k]);
     }
+
+    let lib = stack.open("fsqrt", fsqrt).unwrap();
+    let positive: Vec<f32> = (0..64).map(|i| i as f32 * 1.7 + 0.25).collect();
+    let mut pin = stack.session().alloc(4096).unwrap();
+    pin.write_at(0, &f32_bytes(&positive)).unwrap();
+    let pout = stack.session().alloc(4096).unwrap();
+    let (pi, po) = (pin.view(0, 256).unwrap(), pout.view(0, 256).unwrap());
+    model::launch(&lib, &Signature::parse("buf,buf,u32").unwrap(), &[&pi, &po], &[Scalar::U32(64)]).expect("fsqrt");
+    let mut raw = vec![0u8; 256];
+    po.read(&mut raw).unwrap();
+    assert_eq!(f32s_of(&raw), positive.iter().map(|x| x.sqrt()).collect::<Vec<_>>());
+
+    // Double arithmetic helpers, bit for bit against the host's f64.
+    let dops = build("dops", "buf,buf,buf,u32");
+    let dimports = hexrpc_runtime::launch::build::parse_elf(dops).unwrap().imports;
+    for h in ["__hexagon_adddf3", "__hexagon_subdf3", "__hexagon_muldf3", "__hexagon_divdf3"] {
+        assert!(dimports.iter().any(|i| i == h), "{h} in {dimports:?}");
+    }
+    let specials = [
+        0.0f64,
+        -0.0,
+        1.0,
+        -1.0,
+        0.5,
+        3.0,
+        f64::MIN_POSITIVE,
+        5e-324,
+        -5e-324,
+        2.2e-308,
+        f64::MAX,
+        -f64::MAX,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        f64::NAN,
+        1e308,
+        1e-300,
+        0.1,
+        1.0 / 3.0,
+    ];
+    let mut da: Vec<f64> = Vec::new();
+    let mut db: Vec<f64> = Vec::new();
+    for &x in &specials {
+        for &y in &specials {
+            da.push(x);
+            db.push(y);
+        }
+    }
+    let mut bits64 = || (rng.next_u32() as u64) << 32 | rng.next_u32() as u64;
+    for k in 0..1500 {
+        let (x, y) = match k % 3 {
+            0 => (f64::from_bits(bits64()), f64::from_bits(bits64())),
+            // Close magnitudes (cancellation) and subnormal ranges.
+            1 => {
+                let x = f64::from_bits(bits64() >> 2);
+                (x, -x * (1.0 + f64::from_bits(0x3cb0_0000_0000_0000) * (k % 7) as f64))
+            }
+            _ => (f64::from_bits(bits64() & 0x001f_ffff_ffff_ffff), f64::from_bits(bits64() & 0x802f_ffff_ffff_ffff)),
+        };
+        da.push(x);
+        db.push(y);
+    }
+    let dn = da.len();
+    let lib = stack.open("dops", dops).unwrap();
+    let mut dins = stack.session().alloc(16 * dn).unwrap();
+    dins.write_at(0, &da.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>()).unwrap();
+    dins.write_at(8 * dn, &db.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>()).unwrap();
+    let douts = stack.session().alloc(32 * dn).unwrap();
+    let (dva, dvb, dvo) = (dins.view(0, 8 * dn).unwrap(), dins.view(8 * dn, 8 * dn).unwrap(), douts.view(0, 32 * dn).unwrap());
+    model::launch(&lib, &Signature::parse("buf,buf,buf,u32").unwrap(), &[&dva, &dvb, &dvo], &[Scalar::U32(dn as u32)]).expect("dops");
+    let mut draw = vec![0u8; 32 * dn];
+    dvo.read(&mut draw).unwrap();
+    for i in 0..dn {
+        let (x, y) = (da[i], db[i]);
+        let got = |k: usize| f64::from_le_bytes(draw[32 * i + 8 * k..32 * i + 8 * k + 8].try_into().unwrap());
+        for (k, (op, want)) in [("+", x + y), ("-", x - y), ("*", x * y), ("/", x / y)].into_iter().enumerate() {
+            let g = got(k);
+            assert!(
+                if want.is_nan() { g.is_nan() } else { g.to_bits() == want.to_bits() },
+                "{x:e} {op} {y:e} = {g:e} ({:#018x}), want {want:e} ({:#018x})",
+                g.to_bits(),
+                want.to_bits()
+            );
+        }
+    }
+    println!("double helpers: {} operand pairs x 4 operations bit-exact", dn);
 
     // Integer division helpers, 32 and 64 bits, signed and unsigned.
     let m = 500usize;
@@ -599,4 +699,36 @@ fn read_only_segments_are_protected() {
     }
     stack.session().recover().expect("recover");
     model::launch(&lib, &sig, &[&v], &[Scalar::U32(0)]).expect("read after recovery");
+}
+
+/// A constructor that never returns is bounded by the executor timeout: the shell is killed, the
+/// DSP restarts, and recovery works.
+#[test]
+fn a_hanging_constructor_is_bounded() {
+    let Some(tc) = tools() else { return };
+    let dir = work("hang");
+    let src = entry_and_kernel(
+        "buf,buf,u32",
+        "scale",
+        &format!(
+            "{SCALE}static void spin(void) {{ for (volatile int i = 0; ; i++) {{ }} }}\n\
+             __attribute__((section(\".init_array\"), used)) static void (*const spin_ctor)(void) = spin;\n"
+        ),
+        &EntryOptions::V2,
+    );
+    let spin = build_tinygrad_style(&tc, &dir, "spin", &src).unwrap();
+    let good = build_tinygrad_style(&tc, &dir, "good", &entry_and_kernel("buf,buf,u32", "scale", SCALE, &EntryOptions::V2)).unwrap();
+    let bench =
+        Bench::with_config(hexrpc_bench::BenchConfig { executor_timeout: std::time::Duration::from_millis(1500), ..Default::default() });
+    let stack = Stack::start(bench.clone()).expect("stack");
+    executor::build_shell(&tc).unwrap();
+    let t0 = Instant::now();
+    match stack.open("spin", spin) {
+        Err(model::ModelError::Hal(e)) => assert_eq!(e.cause, Cause::DspRestart, "{e}"),
+        other => panic!("{:?}", other.map(|_| ())),
+    }
+    let took = t0.elapsed();
+    assert!(took >= std::time::Duration::from_millis(1400) && took < std::time::Duration::from_secs(10), "{took:?}");
+    stack.session().recover().expect("recover");
+    drop(stack.open("good", good).expect("a good library after the hang"));
 }

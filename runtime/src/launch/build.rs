@@ -104,6 +104,11 @@ pub const DSP_PROVIDED_SYMBOLS: &[&str] = &[
     "__hexagon_moddi3",
     "__hexagon_umoddi3",
     "__hexagon_memcpy_likely_aligned_min32bytes_mult8bytes",
+    "__hexagon_sqrtf",
+    "__hexagon_adddf3",
+    "__hexagon_subdf3",
+    "__hexagon_muldf3",
+    "__hexagon_divdf3",
     "sqrtf",
     "fabsf",
     "floorf",
@@ -330,7 +335,7 @@ impl fmt::Display for BuildError {
             BuildError::UnresolvedImports(names) => write!(
                 f,
                 "the library imports symbols the DSP does not provide: {} (provided: HAP_*, memcpy/memset/memmove/memcmp, the \
-                 __hexagon_* integer helpers and a libm subset; double-precision arithmetic needs helpers the DSP shell lacks)",
+                 __hexagon_* integer and double-arithmetic helpers and a float libm subset)",
                 names.join(", ")
             ),
             BuildError::Record(e) => write!(f, "build record: {e}"),

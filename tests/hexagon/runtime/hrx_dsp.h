@@ -33,6 +33,11 @@ unsigned long long __hexagon_udivdi3(unsigned long long a, unsigned long long b)
 long long __hexagon_moddi3(long long a, long long b);
 unsigned long long __hexagon_umoddi3(unsigned long long a, unsigned long long b);
 void *__hexagon_memcpy_likely_aligned_min32bytes_mult8bytes(void *dst, const void *src, hrx_size n);
+float __hexagon_sqrtf(float x);
+double __hexagon_adddf3(double a, double b);
+double __hexagon_subdf3(double a, double b);
+double __hexagon_muldf3(double a, double b);
+double __hexagon_divdf3(double a, double b);
 
 /* libm subset (hrx_libc.c states the accuracy of each). */
 float sqrtf(float x);

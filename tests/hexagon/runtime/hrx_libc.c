@@ -7,9 +7,11 @@
  *    division and remainder (__hexagon_{,u}{div,mod}{si,di}3: restoring shift-subtract division;
  *    division by zero gives all ones as quotient and the dividend as remainder, the overflowing
  *    INT_MIN / -1 gives INT_MIN and remainder 0) and __hexagon_memcpy_likely_aligned_min32bytes_
- *    mult8bytes (a memcpy). The double-precision helpers (__hexagon_adddf3, __hexagon_muldf3,
- *    __hexagon_divdf3, ...) are NOT provided: a library that needs them is refused at load time
- *    with the helper's name, and `hexrpc build-lib` refuses to produce it;
+ *    mult8bytes (a memcpy), __hexagon_sqrtf (clang's call for sqrtf under -ffast-math: sqrtf). The
+ *    double-precision arithmetic helpers (__hexagon_adddf3, __hexagon_subdf3, __hexagon_muldf3,
+ *    __hexagon_divdf3: software IEEE binary64, see the end of this file); double `sqrt` and
+ *    anything else is NOT provided: a library that needs it is refused at load time with its
+ *    name, and `hexrpc build-lib` refuses to produce it;
  *  - a libm subset, with the accuracy the executor tests check (f32 results against an f64
  *    reference): sqrtf correctly rounded (integer digit recurrence); fabsf, floorf, ceilf,
  *    truncf, roundf, fmaxf, fminf exact (fmaxf/fminf return the other operand when one is NaN);
@@ -169,6 +171,9 @@ static float float_of(unsigned int u) {
 static float hrx_nan(void) { return float_of(0x7fc00000u); }
 
 float fabsf(float x) { return float_of(bits_of(x) & 0x7fffffffu); }
+
+/* What clang calls for sqrtf under -ffast-math. */
+float __hexagon_sqrtf(float x) { return sqrtf(x); }
 
 float truncf(float x) {
   const unsigned int u = bits_of(x);
@@ -381,4 +386,179 @@ float cosf(float x) {
     case 2: return -hrx_cos_poly(r);
     default: return hrx_sin_poly(r);
   }
+}
+
+/* ---- double precision: the arithmetic helpers clang calls for Hexagon v65 ---------------------
+ * IEEE binary64 add, subtract, multiply and divide on the integer unit, round to nearest even,
+ * with subnormals, signed zeros, infinities and NaN (a NaN operand is returned quieted; an
+ * invalid operation gives the default NaN). The executor test compares them bit for bit with the
+ * host's f64 arithmetic. Comparisons and conversions are single instructions on v65 and need no
+ * helper; sqrt (double) is not provided. */
+
+typedef unsigned long long hrx_u64b;
+
+typedef union {
+  hrx_u64b u;
+  double d;
+} hrx_dbits;
+
+static hrx_u64b dbits_of(double x) {
+  hrx_dbits b;
+  b.d = x;
+  return b.u;
+}
+
+static double double_of(hrx_u64b u) {
+  hrx_dbits b;
+  b.u = u;
+  return b.d;
+}
+
+#define D_SIGN 0x8000000000000000ull
+#define D_EXP 0x7ff0000000000000ull
+#define D_MANT 0x000fffffffffffffull
+#define D_QNAN 0x7ff8000000000000ull
+#define D_HIDDEN (1ull << 52)
+
+static int d_isnan(hrx_u64b x) { return (x & D_EXP) == D_EXP && (x & D_MANT) != 0; }
+
+/* Right shift that ORs every bit shifted out into bit 0 (sticky). */
+static hrx_u64b shr_sticky(hrx_u64b m, int sh) {
+  if (sh <= 0) return m;
+  if (sh >= 64) return m != 0;
+  return (m >> sh) | ((m << (64 - sh)) != 0);
+}
+
+/* Packs sign | value m * 2^(e - 1023 - 55), m's leading bit at bit 55 when normal (e >= 1). */
+static double d_pack(hrx_u64b sign, int e, hrx_u64b m) {
+  if (e <= 0) {
+    m = shr_sticky(m, 1 - e);
+    e = 1;
+  }
+  const hrx_u64b r = m & 7u;
+  m >>= 3;
+  if (r > 4u || (r == 4u && (m & 1u))) m++;
+  if (e >= 0x7ff) return double_of(sign | D_EXP);
+  /* The hidden bit (if any) carries into the exponent field: e - 1 + 1 for a normal number, 0 +
+   * m for a subnormal one, and a rounding carry to 2^53 bumps the exponent by one. */
+  const hrx_u64b enc = ((hrx_u64b)(e - 1) << 52) + m;
+  if (enc >= D_EXP) return double_of(sign | D_EXP);
+  return double_of(sign | enc);
+}
+
+/* Unpacks a finite non-zero operand: mantissa with the hidden bit at 52, exponent >= 1 for
+ * normals; subnormals are normalised (exponent may go below 1). */
+static hrx_u64b d_unpack(hrx_u64b x, int *e) {
+  hrx_u64b m = x & D_MANT;
+  int ex = (int)((x >> 52) & 0x7ffu);
+  if (ex != 0) {
+    m |= D_HIDDEN;
+  } else {
+    ex = 1;
+    while ((m & D_HIDDEN) == 0) {
+      m <<= 1;
+      ex--;
+    }
+  }
+  *e = ex;
+  return m;
+}
+
+double __hexagon_adddf3(double a, double b) {
+  hrx_u64b x = dbits_of(a), y = dbits_of(b);
+  if (d_isnan(x)) return double_of(x | D_QNAN);
+  if (d_isnan(y)) return double_of(y | D_QNAN);
+  if ((x & D_EXP) == D_EXP) {
+    if ((y & D_EXP) == D_EXP && ((x ^ y) & D_SIGN)) return double_of(D_QNAN);
+    return a;
+  }
+  if ((y & D_EXP) == D_EXP) return b;
+  if ((x & ~D_SIGN) == 0) return (y & ~D_SIGN) == 0 ? double_of(x & y) : b;
+  if ((y & ~D_SIGN) == 0) return a;
+  if ((x & ~D_SIGN) < (y & ~D_SIGN)) {
+    const hrx_u64b t = x;
+    x = y;
+    y = t;
+  }
+  int ex, ey;
+  hrx_u64b mx = d_unpack(x, &ex) << 3, my = d_unpack(y, &ey) << 3;
+  const hrx_u64b sign = x & D_SIGN;
+  my = shr_sticky(my, ex - ey);
+  hrx_u64b m;
+  if (((x ^ y) & D_SIGN) == 0) {
+    m = mx + my;
+    if (m >> 56) {
+      m = (m >> 1) | (m & 1u);
+      ex++;
+    }
+  } else {
+    m = mx - my;
+    if (m == 0) return double_of(0); /* x - x = +0 in round to nearest */
+    while ((m >> 55) == 0) {
+      m <<= 1;
+      ex--;
+    }
+  }
+  return d_pack(sign, ex, m);
+}
+
+double __hexagon_subdf3(double a, double b) { return __hexagon_adddf3(a, double_of(dbits_of(b) ^ D_SIGN)); }
+
+double __hexagon_muldf3(double a, double b) {
+  const hrx_u64b x = dbits_of(a), y = dbits_of(b);
+  const hrx_u64b sign = (x ^ y) & D_SIGN;
+  if (d_isnan(x)) return double_of(x | D_QNAN);
+  if (d_isnan(y)) return double_of(y | D_QNAN);
+  const int xinf = (x & D_EXP) == D_EXP, yinf = (y & D_EXP) == D_EXP;
+  const int xzero = (x & ~D_SIGN) == 0, yzero = (y & ~D_SIGN) == 0;
+  if (xinf || yinf) return (xzero || yzero) ? double_of(D_QNAN) : double_of(sign | D_EXP);
+  if (xzero || yzero) return double_of(sign);
+  int ex, ey;
+  const hrx_u64b mx = d_unpack(x, &ex), my = d_unpack(y, &ey);
+  /* 53 x 53 -> 106 bits, from 32-bit pieces. */
+  const hrx_u64b a0 = mx & 0xffffffffu, a1 = mx >> 32, b0 = my & 0xffffffffu, b1 = my >> 32;
+  const hrx_u64b p00 = a0 * b0, p01 = a0 * b1, p10 = a1 * b0, p11 = a1 * b1;
+  const hrx_u64b mid = (p00 >> 32) + (p01 & 0xffffffffu) + (p10 & 0xffffffffu);
+  const hrx_u64b lo = (p00 & 0xffffffffu) | (mid << 32);
+  const hrx_u64b hi = p11 + (p01 >> 32) + (p10 >> 32) + (mid >> 32);
+  int e = ex + ey - 1023;
+  int sh = 49;
+  if (hi >> 41) { /* product >= 2^105 */
+    sh = 50;
+    e++;
+  }
+  hrx_u64b m = (hi << (64 - sh)) | (lo >> sh);
+  if (lo << (64 - sh)) m |= 1u;
+  return d_pack(sign, e, m);
+}
+
+double __hexagon_divdf3(double a, double b) {
+  const hrx_u64b x = dbits_of(a), y = dbits_of(b);
+  const hrx_u64b sign = (x ^ y) & D_SIGN;
+  if (d_isnan(x)) return double_of(x | D_QNAN);
+  if (d_isnan(y)) return double_of(y | D_QNAN);
+  const int xinf = (x & D_EXP) == D_EXP, yinf = (y & D_EXP) == D_EXP;
+  const int xzero = (x & ~D_SIGN) == 0, yzero = (y & ~D_SIGN) == 0;
+  if ((xinf && yinf) || (xzero && yzero)) return double_of(D_QNAN);
+  if (xinf || yzero) return double_of(sign | D_EXP);
+  if (yinf || xzero) return double_of(sign);
+  int ex, ey;
+  hrx_u64b r = d_unpack(x, &ex);
+  const hrx_u64b my = d_unpack(y, &ey);
+  int e = ex - ey + 1023;
+  if (r < my) {
+    r <<= 1;
+    e--;
+  }
+  hrx_u64b q = 0;
+  for (int i = 0; i < 56; i++) {
+    q <<= 1;
+    if (r >= my) {
+      r -= my;
+      q |= 1u;
+    }
+    r <<= 1;
+  }
+  if (r != 0) q |= 1u;
+  return d_pack(sign, e, q);
 }

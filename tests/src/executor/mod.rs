@@ -90,7 +90,8 @@ use crate::entry::LibraryModel;
 use crate::state::{CtxResult, Shared};
 use crate::Bench;
 
-/// One executor as the bench sees it: the library it runs and the process.
+/// One library loaded in an executor shell, as the bench sees it (libraries of one DSP process
+/// share the shell: same `os_pid`, same statistics).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ExecutorInfo {
     /// Simulated DSP process id.
