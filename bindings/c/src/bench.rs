@@ -29,9 +29,12 @@ use crate::error::Failure;
 /// The models every binding bench knows: (name, signature).
 pub const MODELS: &[(&str, &str)] = &[("scale_f32", "buf,buf,f32"), ("add_u8", "buf,buf,u32"), ("sleep_ms", "buf,u32")];
 
-/// A bench whose DSP knows [`MODELS`].
+/// A bench whose DSP knows [`MODELS`]. Every crossing is costed with the executor model's cost
+/// model (60 us per crossing + 2 us per KiB copied; recorded, not slept), so the bench's latency
+/// samples carry a *simulated* latency.
 pub fn bench_with_models() -> Bench {
-    let bench = Bench::new();
+    let cost = hexrpc_bench::executor::ModelOptions::default().cost;
+    let bench = Bench::with_config(hexrpc_bench::BenchConfig { cost, ..hexrpc_bench::BenchConfig::default() });
     bench.register_library(
         "scale_f32",
         LibraryModel::new(EntryVersion::V2, 2, 1, |k| {

@@ -32,6 +32,9 @@ use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes};
 use pyo3::{create_exception, ffi};
 
+mod batch;
+mod probe;
+
 create_exception!(hexrpc, Error, PyException, "Base class of every hexrpc error; carries `stage`, `cause` and `status`.");
 create_exception!(hexrpc, HandleError, Error, "The session, lease, view or library was closed (or never opened).");
 create_exception!(hexrpc, InvalidArgument, Error, "An argument is invalid: a range outside its lease, a bad signature or name.");
@@ -600,6 +603,7 @@ fn _hexrpc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Lease>()?;
     m.add_class::<View>()?;
     m.add_class::<Library>()?;
+    m.add_class::<batch::Batch>()?;
     m.add("Error", py.get_type::<Error>())?;
     m.add("HandleError", py.get_type::<HandleError>())?;
     m.add("InvalidArgument", py.get_type::<InvalidArgument>())?;
@@ -611,6 +615,8 @@ fn _hexrpc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(bench_model_image, m)?)?;
     m.add_function(wrap_pyfunction!(bench_kernel_image, m)?)?;
     m.add_function(wrap_pyfunction!(bench_build_library, m)?)?;
+    m.add_function(wrap_pyfunction!(probe::detect_board, m)?)?;
+    m.add_function(wrap_pyfunction!(probe::bench_counters, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

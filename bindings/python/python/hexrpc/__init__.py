@@ -16,6 +16,7 @@ Errors are subclasses of ``hexrpc.Error`` and carry ``stage``, ``cause`` and ``s
 """
 
 from ._hexrpc import (
+    Batch,
     DspError,
     Error,
     Failed,
@@ -31,10 +32,13 @@ from ._hexrpc import (
     __version__,
     bench_build_library,
     bench_kernel_image,
+    bench_counters,
     bench_model_image,
+    detect_board,
 )
 
 __all__ = [
+    "Batch",
     "DspError",
     "Error",
     "Failed",
@@ -50,5 +54,7 @@ __all__ = [
     "__version__",
     "bench_build_library",
     "bench_kernel_image",
+    "bench_counters",
     "bench_model_image",
+    "detect_board",
 ]

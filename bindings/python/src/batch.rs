@@ -1,0 +1,195 @@
+//! `hexrpc.Batch`: many launches of one library's kernel table in one FastRPC call (the runtime's
+//! [`Batch`](hexrpc_runtime::launch::Batch), launch ABI method 3).
+//!
+//! ```text
+//! lib = sess.open_library(image, signature=kernels[0])      # a library built for a kernel table
+//! batch = hexrpc.Batch(lib, kernels)                         # kernels: the table's signatures
+//! r = batch.push(1, [lease.view(0, 4096), out.view(128, 4096)], [3])
+//! dsp_us = batch.run()                                       # one ioctl
+//! batch.set_scalar(r, 0, 4); batch.run()
+//! ```
+//!
+//! The Python object keeps the records (kernel, leases and ranges, scalars); every `run` packs
+//! them into the runtime's fixed-capacity batch (leases deduplicated, every field checked as a
+//! single v2 launch is) and makes one `FASTRPC_IOCTL_INVOKE_ATTRS` on the library. `push`
+//! checks the new record against the batch's capacity at once, so a batch that cannot run is
+//! refused when it is built, not when it runs. The GIL is released during the call.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use hexrpc::objects::{KernelObj, LeaseObj};
+use hexrpc::Failure;
+use hexrpc_hal::BufferView;
+use hexrpc_runtime::launch::{Batch as RtBatch, BatchError, BufferRef, Scalar, Signature, MAX_BATCH_KERNELS};
+use hexrpc_runtime::KernelLibrary;
+use pyo3::exceptions::PyTypeError;
+use pyo3::prelude::*;
+
+use crate::{closed, lock, py_err, scalar, Lease, Library, View};
+
+struct Record {
+    kernel: usize,
+    views: Vec<(Arc<LeaseObj>, usize, usize)>,
+    scalars: Vec<Scalar>,
+}
+
+/// Launches of a library's kernel table, run together in one FastRPC call.
+#[pyclass(module = "hexrpc", frozen)]
+pub struct Batch {
+    cell: Arc<crate::KernelCell>,
+    kernels: Vec<Signature>,
+    records: Mutex<Vec<Record>>,
+}
+
+fn batch_err(e: BatchError) -> Failure {
+    match e {
+        BatchError::Hal(h) => Failure::hal(h),
+        BatchError::KernelFailed { .. } | BatchError::NotRun | BatchError::BadStatus { .. } => Failure::other("batch", e.to_string()),
+        _ => Failure::refused(e.to_string()),
+    }
+}
+
+/// Packs `records` into a runtime batch over `kernels` and hands it to `f`.
+fn with_packed<R>(kernels: &[Signature], records: &[Record], f: impl FnOnce(&mut RtBatch<'_>) -> Result<R, Failure>) -> Result<R, Failure> {
+    let mut views: Vec<BufferView<'_>> = Vec::new();
+    for r in records {
+        for (lease, off, len) in &r.views {
+            views.push(lease.view(*off, *len)?);
+        }
+    }
+    let mut batch = RtBatch::new(kernels).map_err(batch_err)?;
+    let mut at = 0;
+    for r in records {
+        let refs: Vec<BufferRef<'_>> = views[at..at + r.views.len()].iter().map(BufferRef::of).collect();
+        at += r.views.len();
+        batch.push(r.kernel, &refs, &r.scalars).map_err(batch_err)?;
+    }
+    f(&mut batch)
+}
+
+fn kernel_of(cell: &crate::KernelCell) -> PyResult<Arc<KernelObj>> {
+    lock(cell).clone().ok_or_else(|| closed("library"))
+}
+
+#[pymethods]
+impl Batch {
+    /// A batch on `library`, a library built for a kernel table whose signatures are `kernels`
+    /// (index = kernel index; the library was opened with the signature of kernel 0).
+    #[new]
+    fn new(library: &Library, kernels: Vec<String>) -> PyResult<Batch> {
+        let kobj = kernel_of(&library.cell)?;
+        if kernels.is_empty() || kernels.len() > MAX_BATCH_KERNELS {
+            return Err(py_err(Failure::invalid("batch", format!("{} kernels: a table holds 1..={MAX_BATCH_KERNELS}", kernels.len()))));
+        }
+        let mut sigs = Vec::with_capacity(kernels.len());
+        for (i, s) in kernels.iter().enumerate() {
+            sigs.push(Signature::parse(s).map_err(|e| py_err(Failure::invalid("batch", format!("kernel {i}: signature {s:?}: {e}"))))?);
+        }
+        if sigs[0] != *kobj.kernel().signature() {
+            return Err(py_err(Failure::invalid(
+                "batch",
+                format!("kernel 0 is {:?} but the library was opened for {:?}", kernels[0], kobj.kernel().signature().to_string()),
+            )));
+        }
+        Ok(Batch { cell: library.cell.clone(), kernels: sigs, records: Mutex::new(Vec::new()) })
+    }
+
+    /// Appends a launch of kernel `kernel` on `views` (View or whole-Lease objects) and
+    /// `scalars` (converted to the kernel's signature); returns its record index. Refused
+    /// (`LaunchRefused`) if it does not fit the kernel or the batch's capacity.
+    #[pyo3(signature = (kernel, views, scalars = None))]
+    fn push(&self, kernel: usize, views: &Bound<'_, PyAny>, scalars: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
+        let kobj = kernel_of(&self.cell)?;
+        let sig = self
+            .kernels
+            .get(kernel)
+            .ok_or_else(|| py_err(Failure::refused(format!("kernel {kernel} is not in the table of {}", self.kernels.len()))))?;
+        let mut vs = Vec::new();
+        for (n, item) in views.try_iter()?.enumerate() {
+            let item = item?;
+            let entry = if let Ok(v) = item.cast::<View>() {
+                let v = v.get();
+                let st = lock(&v.cell);
+                match (&st.obj, st.closed) {
+                    (Some(o), false) => (o.clone(), v.offset, v.length),
+                    _ => return Err(closed("lease")),
+                }
+            } else if let Ok(l) = item.cast::<Lease>() {
+                let o = l.get().get()?;
+                let len = o.memory().1;
+                (o, 0, len)
+            } else {
+                return Err(PyTypeError::new_err(format!("views[{n}] is not a hexrpc.View or hexrpc.Lease")));
+            };
+            if !Arc::ptr_eq(entry.0.session(), kobj.session()) {
+                return Err(py_err(Failure::invalid("launch-pack", format!("buffer {n}: its lease belongs to another session"))));
+            }
+            vs.push(entry);
+        }
+        let types: Vec<_> = sig.scalar_types().collect();
+        let mut sc = Vec::new();
+        if let Some(scalars) = scalars {
+            for (i, v) in scalars.try_iter()?.enumerate() {
+                let ty = *types
+                    .get(i)
+                    .ok_or_else(|| py_err(Failure::refused(format!("more scalars than kernel {kernel}'s {}", types.len()))))?;
+                sc.push(scalar(ty, &v?, i)?);
+            }
+        }
+        let mut records = lock(&self.records);
+        records.push(Record { kernel, views: vs, scalars: sc });
+        if let Err(e) = with_packed(&self.kernels, &records, |_| Ok(())) {
+            records.pop();
+            return Err(py_err(e));
+        }
+        Ok(records.len() - 1)
+    }
+
+    /// Sets scalar `index` of record `record` to `value` (converted to the kernel's type).
+    fn set_scalar(&self, record: usize, index: usize, value: &Bound<'_, PyAny>) -> PyResult<()> {
+        let mut records = lock(&self.records);
+        let r = records.get_mut(record).ok_or_else(|| py_err(Failure::refused(format!("no record {record}"))))?;
+        let ty = self.kernels[r.kernel]
+            .scalar_types()
+            .nth(index)
+            .ok_or_else(|| py_err(Failure::refused(format!("record {record} has no scalar {index}"))))?;
+        r.scalars[index] = scalar(ty, value, index)?;
+        Ok(())
+    }
+
+    /// Runs every record in order in one FastRPC call; returns the DSP microseconds summed over
+    /// the kernels. `deadline_ms`: abandoned after that long (`NeedsRecovery`). A kernel that
+    /// reports a failure stops the batch (`Failed`, naming the record).
+    #[pyo3(signature = (deadline_ms = None))]
+    fn run(&self, py: Python<'_>, deadline_ms: Option<u32>) -> PyResult<u64> {
+        let kobj = kernel_of(&self.cell)?;
+        let records = lock(&self.records);
+        let deadline = deadline_ms.map(|ms| Duration::from_millis(u64::from(ms)));
+        let kernels = &self.kernels;
+        let recs: &[Record] = &records;
+        py.detach(|| {
+            with_packed(kernels, recs, |batch| {
+                if batch.is_empty() {
+                    return Err(batch_err(BatchError::Empty));
+                }
+                let lib = kobj.kernel().library();
+                {
+                    let mut args = batch.invoke_args().map_err(|e| Failure::refused(format!("{e:?}")))?;
+                    match deadline {
+                        Some(t) => lib.invoke_args_with_deadline(&mut args, t),
+                        None => lib.invoke_args(&mut args),
+                    }
+                    .map_err(Failure::hal)?;
+                }
+                batch.outcome().map(|run| run.dsp_micros).map_err(batch_err)
+            })
+        })
+        .map_err(py_err)
+    }
+
+    /// Number of records.
+    fn __len__(&self) -> usize {
+        lock(&self.records).len()
+    }
+}
