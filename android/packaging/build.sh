@@ -7,7 +7,8 @@
 #   hexrpc_<ver>_arm64.deb     /usr/bin/hexrpc, the device test library, the boot health-check
 #                              unit (enabled offline by postinst), sysusers/tmpfiles entries,
 #                              copyright and changelog (AGNOS; see docs/agnos.md),
-#                              /usr/lib/libhexrpc.so + /usr/include/hexrpc.h (the C ABI)
+#                              /usr/lib/hexrpc/libhexrpc.so (stripped; private directory: no
+#                              SONAME, so not a public shared library) + /usr/include/hexrpc.h
 #   MANIFEST                   sha256 and size of each file
 # Reproducible: every timestamp is SOURCE_DATE_EPOCH (default: the last commit's time), files are
 # owned by root in the archive (dpkg-deb --root-owner-group, no fakeroot needed), modes and order
@@ -51,7 +52,8 @@ echo "==> Debian package"
 deb="$stage/deb"
 install -D -m 0755 "$out/hexrpc-aarch64-musl" "$deb/usr/bin/hexrpc"
 install -D -m 0644 "$out/libhexrpc_selftest.so" "$deb/usr/lib/hexrpc/libhexrpc_selftest.so"
-install -D -m 0644 target/aarch64-unknown-linux-gnu/release/libhexrpc.so "$deb/usr/lib/libhexrpc.so"
+install -D -m 0644 target/aarch64-unknown-linux-gnu/release/libhexrpc.so "$deb/usr/lib/hexrpc/libhexrpc.so"
+aarch64-linux-gnu-strip --strip-unneeded --remove-section=.comment "$deb/usr/lib/hexrpc/libhexrpc.so"
 install -D -m 0644 bindings/c/include/hexrpc.h "$deb/usr/include/hexrpc.h"
 install -D -m 0644 "$here/agnos/hexrpc-probe.service" "$deb/usr/lib/systemd/system/hexrpc-probe.service"
 install -D -m 0644 "$here/agnos/sysusers.conf" "$deb/usr/lib/sysusers.d/hexrpc.conf"
