@@ -29,8 +29,7 @@ use core::marker::PhantomData;
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use crate::error::check_rc;
-use crate::ioc::iowr;
-use crate::sys::ioctl_plain;
+use crate::sys::{ioctl_plain, ioctl_with, PlainArg};
 use crate::{abi_layout, BorrowedFd, Errno, Error, Fd, Mapping, Scalars, Syscalls};
 
 /// `struct remote_buf`: a user buffer argument.
@@ -406,36 +405,74 @@ abi_layout!(fastrpc_ioctl_control, "fastrpc_ioctl_control", size = 12, align = 4
 
 /// The group byte of every FastRPC ioctl.
 pub const FASTRPC_IOCTL_MAGIC: u8 = b'R';
-/// `FASTRPC_IOCTL_INVOKE`.
-pub const FASTRPC_IOCTL_INVOKE: u32 = iowr::<fastrpc_ioctl_invoke>(FASTRPC_IOCTL_MAGIC, 1);
-/// `FASTRPC_IOCTL_MMAP`.
-pub const FASTRPC_IOCTL_MMAP: u32 = iowr::<fastrpc_ioctl_mmap>(FASTRPC_IOCTL_MAGIC, 2);
-/// `FASTRPC_IOCTL_MUNMAP`.
-pub const FASTRPC_IOCTL_MUNMAP: u32 = iowr::<fastrpc_ioctl_munmap>(FASTRPC_IOCTL_MAGIC, 3);
-/// `FASTRPC_IOCTL_INVOKE_FD`.
-pub const FASTRPC_IOCTL_INVOKE_FD: u32 = iowr::<fastrpc_ioctl_invoke_fd>(FASTRPC_IOCTL_MAGIC, 4);
-/// `FASTRPC_IOCTL_SETMODE` (the argument *value* is the mode).
-pub const FASTRPC_IOCTL_SETMODE: u32 = iowr::<u32>(FASTRPC_IOCTL_MAGIC, 5);
-/// `FASTRPC_IOCTL_INIT`.
-pub const FASTRPC_IOCTL_INIT: u32 = iowr::<fastrpc_ioctl_init>(FASTRPC_IOCTL_MAGIC, 6);
-/// `FASTRPC_IOCTL_INVOKE_ATTRS`.
-pub const FASTRPC_IOCTL_INVOKE_ATTRS: u32 = iowr::<fastrpc_ioctl_invoke_attrs>(FASTRPC_IOCTL_MAGIC, 7);
-/// `FASTRPC_IOCTL_GETINFO`.
-pub const FASTRPC_IOCTL_GETINFO: u32 = iowr::<u32>(FASTRPC_IOCTL_MAGIC, 8);
-/// `FASTRPC_IOCTL_GETPERF`.
-pub const FASTRPC_IOCTL_GETPERF: u32 = iowr::<fastrpc_ioctl_perf>(FASTRPC_IOCTL_MAGIC, 9);
-/// `FASTRPC_IOCTL_INIT_ATTRS`.
-pub const FASTRPC_IOCTL_INIT_ATTRS: u32 = iowr::<fastrpc_ioctl_init_attrs>(FASTRPC_IOCTL_MAGIC, 10);
-/// `FASTRPC_IOCTL_INVOKE_CRC`.
-pub const FASTRPC_IOCTL_INVOKE_CRC: u32 = iowr::<fastrpc_ioctl_invoke_crc>(FASTRPC_IOCTL_MAGIC, 11);
-/// `FASTRPC_IOCTL_CONTROL`.
-pub const FASTRPC_IOCTL_CONTROL: u32 = iowr::<fastrpc_ioctl_control>(FASTRPC_IOCTL_MAGIC, 12);
-/// `FASTRPC_IOCTL_MUNMAP_FD`.
-pub const FASTRPC_IOCTL_MUNMAP_FD: u32 = iowr::<fastrpc_ioctl_munmap_fd>(FASTRPC_IOCTL_MAGIC, 13);
-/// `FASTRPC_IOCTL_MMAP_64`.
-pub const FASTRPC_IOCTL_MMAP_64: u32 = iowr::<fastrpc_ioctl_mmap_64>(FASTRPC_IOCTL_MAGIC, 14);
-/// `FASTRPC_IOCTL_MUNMAP_64`.
-pub const FASTRPC_IOCTL_MUNMAP_64: u32 = iowr::<fastrpc_ioctl_munmap_64>(FASTRPC_IOCTL_MAGIC, 15);
+/// The downstream adsprpc requests, each declared from (group, number, argument type): the typed calls of
+/// this module take these, so a request cannot be sent with an argument of another type.
+pub mod ioctl {
+    use super::*;
+    use crate::ioc::Ioctl;
+
+    /// `FASTRPC_IOCTL_INVOKE`.
+    pub const FASTRPC_IOCTL_INVOKE: Ioctl<fastrpc_ioctl_invoke> = Ioctl::iowr(FASTRPC_IOCTL_MAGIC, 1);
+    /// `FASTRPC_IOCTL_MMAP`.
+    pub const FASTRPC_IOCTL_MMAP: Ioctl<fastrpc_ioctl_mmap> = Ioctl::iowr(FASTRPC_IOCTL_MAGIC, 2);
+    /// `FASTRPC_IOCTL_MUNMAP`.
+    pub const FASTRPC_IOCTL_MUNMAP: Ioctl<fastrpc_ioctl_munmap> = Ioctl::iowr(FASTRPC_IOCTL_MAGIC, 3);
+    /// `FASTRPC_IOCTL_INVOKE_FD`.
+    pub const FASTRPC_IOCTL_INVOKE_FD: Ioctl<fastrpc_ioctl_invoke_fd> = Ioctl::iowr(FASTRPC_IOCTL_MAGIC, 4);
+    /// `FASTRPC_IOCTL_SETMODE` (the argument *value* is the mode).
+    pub const FASTRPC_IOCTL_SETMODE: Ioctl<u32> = Ioctl::iowr(FASTRPC_IOCTL_MAGIC, 5);
+    /// `FASTRPC_IOCTL_INIT`.
+    pub const FASTRPC_IOCTL_INIT: Ioctl<fastrpc_ioctl_init> = Ioctl::iowr(FASTRPC_IOCTL_MAGIC, 6);
+    /// `FASTRPC_IOCTL_INVOKE_ATTRS`.
+    pub const FASTRPC_IOCTL_INVOKE_ATTRS: Ioctl<fastrpc_ioctl_invoke_attrs> = Ioctl::iowr(FASTRPC_IOCTL_MAGIC, 7);
+    /// `FASTRPC_IOCTL_GETINFO`.
+    pub const FASTRPC_IOCTL_GETINFO: Ioctl<u32> = Ioctl::iowr(FASTRPC_IOCTL_MAGIC, 8);
+    /// `FASTRPC_IOCTL_GETPERF`.
+    pub const FASTRPC_IOCTL_GETPERF: Ioctl<fastrpc_ioctl_perf> = Ioctl::iowr(FASTRPC_IOCTL_MAGIC, 9);
+    /// `FASTRPC_IOCTL_INIT_ATTRS`.
+    pub const FASTRPC_IOCTL_INIT_ATTRS: Ioctl<fastrpc_ioctl_init_attrs> = Ioctl::iowr(FASTRPC_IOCTL_MAGIC, 10);
+    /// `FASTRPC_IOCTL_INVOKE_CRC`.
+    pub const FASTRPC_IOCTL_INVOKE_CRC: Ioctl<fastrpc_ioctl_invoke_crc> = Ioctl::iowr(FASTRPC_IOCTL_MAGIC, 11);
+    /// `FASTRPC_IOCTL_CONTROL`.
+    pub const FASTRPC_IOCTL_CONTROL: Ioctl<fastrpc_ioctl_control> = Ioctl::iowr(FASTRPC_IOCTL_MAGIC, 12);
+    /// `FASTRPC_IOCTL_MUNMAP_FD`.
+    pub const FASTRPC_IOCTL_MUNMAP_FD: Ioctl<fastrpc_ioctl_munmap_fd> = Ioctl::iowr(FASTRPC_IOCTL_MAGIC, 13);
+    /// `FASTRPC_IOCTL_MMAP_64`.
+    pub const FASTRPC_IOCTL_MMAP_64: Ioctl<fastrpc_ioctl_mmap_64> = Ioctl::iowr(FASTRPC_IOCTL_MAGIC, 14);
+    /// `FASTRPC_IOCTL_MUNMAP_64`.
+    pub const FASTRPC_IOCTL_MUNMAP_64: Ioctl<fastrpc_ioctl_munmap_64> = Ioctl::iowr(FASTRPC_IOCTL_MAGIC, 15);
+}
+
+/// `FASTRPC_IOCTL_INVOKE` as a raw number ([`ioctl::FASTRPC_IOCTL_INVOKE`]), for code that decodes requests.
+pub const FASTRPC_IOCTL_INVOKE: u32 = ioctl::FASTRPC_IOCTL_INVOKE.raw();
+/// `FASTRPC_IOCTL_MMAP` as a raw number ([`ioctl::FASTRPC_IOCTL_MMAP`]), for code that decodes requests.
+pub const FASTRPC_IOCTL_MMAP: u32 = ioctl::FASTRPC_IOCTL_MMAP.raw();
+/// `FASTRPC_IOCTL_MUNMAP` as a raw number ([`ioctl::FASTRPC_IOCTL_MUNMAP`]), for code that decodes requests.
+pub const FASTRPC_IOCTL_MUNMAP: u32 = ioctl::FASTRPC_IOCTL_MUNMAP.raw();
+/// `FASTRPC_IOCTL_INVOKE_FD` as a raw number ([`ioctl::FASTRPC_IOCTL_INVOKE_FD`]), for code that decodes requests.
+pub const FASTRPC_IOCTL_INVOKE_FD: u32 = ioctl::FASTRPC_IOCTL_INVOKE_FD.raw();
+/// `FASTRPC_IOCTL_SETMODE` as a raw number ([`ioctl::FASTRPC_IOCTL_SETMODE`]), for code that decodes requests.
+pub const FASTRPC_IOCTL_SETMODE: u32 = ioctl::FASTRPC_IOCTL_SETMODE.raw();
+/// `FASTRPC_IOCTL_INIT` as a raw number ([`ioctl::FASTRPC_IOCTL_INIT`]), for code that decodes requests.
+pub const FASTRPC_IOCTL_INIT: u32 = ioctl::FASTRPC_IOCTL_INIT.raw();
+/// `FASTRPC_IOCTL_INVOKE_ATTRS` as a raw number ([`ioctl::FASTRPC_IOCTL_INVOKE_ATTRS`]), for code that decodes requests.
+pub const FASTRPC_IOCTL_INVOKE_ATTRS: u32 = ioctl::FASTRPC_IOCTL_INVOKE_ATTRS.raw();
+/// `FASTRPC_IOCTL_GETINFO` as a raw number ([`ioctl::FASTRPC_IOCTL_GETINFO`]), for code that decodes requests.
+pub const FASTRPC_IOCTL_GETINFO: u32 = ioctl::FASTRPC_IOCTL_GETINFO.raw();
+/// `FASTRPC_IOCTL_GETPERF` as a raw number ([`ioctl::FASTRPC_IOCTL_GETPERF`]), for code that decodes requests.
+pub const FASTRPC_IOCTL_GETPERF: u32 = ioctl::FASTRPC_IOCTL_GETPERF.raw();
+/// `FASTRPC_IOCTL_INIT_ATTRS` as a raw number ([`ioctl::FASTRPC_IOCTL_INIT_ATTRS`]), for code that decodes requests.
+pub const FASTRPC_IOCTL_INIT_ATTRS: u32 = ioctl::FASTRPC_IOCTL_INIT_ATTRS.raw();
+/// `FASTRPC_IOCTL_INVOKE_CRC` as a raw number ([`ioctl::FASTRPC_IOCTL_INVOKE_CRC`]), for code that decodes requests.
+pub const FASTRPC_IOCTL_INVOKE_CRC: u32 = ioctl::FASTRPC_IOCTL_INVOKE_CRC.raw();
+/// `FASTRPC_IOCTL_CONTROL` as a raw number ([`ioctl::FASTRPC_IOCTL_CONTROL`]), for code that decodes requests.
+pub const FASTRPC_IOCTL_CONTROL: u32 = ioctl::FASTRPC_IOCTL_CONTROL.raw();
+/// `FASTRPC_IOCTL_MUNMAP_FD` as a raw number ([`ioctl::FASTRPC_IOCTL_MUNMAP_FD`]), for code that decodes requests.
+pub const FASTRPC_IOCTL_MUNMAP_FD: u32 = ioctl::FASTRPC_IOCTL_MUNMAP_FD.raw();
+/// `FASTRPC_IOCTL_MMAP_64` as a raw number ([`ioctl::FASTRPC_IOCTL_MMAP_64`]), for code that decodes requests.
+pub const FASTRPC_IOCTL_MMAP_64: u32 = ioctl::FASTRPC_IOCTL_MMAP_64.raw();
+/// `FASTRPC_IOCTL_MUNMAP_64` as a raw number ([`ioctl::FASTRPC_IOCTL_MUNMAP_64`]), for code that decodes requests.
+pub const FASTRPC_IOCTL_MUNMAP_64: u32 = ioctl::FASTRPC_IOCTL_MUNMAP_64.raw();
 
 /// Every FastRPC request number, by kernel name.
 pub const IOCTLS: &[(&str, u32)] = &[
@@ -568,6 +605,20 @@ pub const CONSTANTS: &[(&str, u64)] = &[
     ("FASTRPC_ENOSUCH", FASTRPC_ENOSUCH as u64),
 ];
 
+// SAFETY: request codes, latencies and flags only.
+unsafe impl PlainArg for fastrpc_ioctl_control {}
+// SAFETY: `vaddrin` is a host address the driver only uses as a key to find or record the map,
+// never dereferenced (see `mmap`); the rest are fds, flags, sizes and DSP addresses.
+unsafe impl PlainArg for fastrpc_ioctl_mmap {}
+// SAFETY: as `fastrpc_ioctl_mmap`.
+unsafe impl PlainArg for fastrpc_ioctl_mmap_64 {}
+// SAFETY: a DSP address and a size.
+unsafe impl PlainArg for fastrpc_ioctl_munmap {}
+// SAFETY: a DSP address and a size.
+unsafe impl PlainArg for fastrpc_ioctl_munmap_64 {}
+// SAFETY: `va` is only matched against the driver's maps, never dereferenced.
+unsafe impl PlainArg for fastrpc_ioctl_munmap_fd {}
+
 /// `FASTRPC_IOCTL_GETINFO`: the first call binds the fd to `channel` (must be < 4) and takes a
 /// free SMMU session; later calls ignore the input. Returns the info word ([`FASTRPC_INFO_SMMU`]).
 ///
@@ -575,7 +626,7 @@ pub const CONSTANTS: &[(&str, u64)] = &[
 /// channel or when no session is free.
 pub fn getinfo<S: Syscalls + ?Sized>(sys: &S, fd: Fd, channel: u32) -> Result<u32, Error> {
     let mut info = channel;
-    check_rc(ioctl_plain(sys, fd, FASTRPC_IOCTL_GETINFO, &mut info))?;
+    check_rc(ioctl_plain(sys, fd, ioctl::FASTRPC_IOCTL_GETINFO, &mut info))?;
     Ok(info)
 }
 
@@ -584,7 +635,7 @@ pub fn getinfo<S: Syscalls + ?Sized>(sys: &S, fd: Fd, channel: u32) -> Result<u3
 ///
 /// Fails with `ENOTTY` for an unknown request, `EPERM` for a zero latency.
 pub fn control<S: Syscalls + ?Sized>(sys: &S, fd: Fd, ctrl: &mut fastrpc_ioctl_control) -> Result<(), Error> {
-    check_rc(ioctl_plain(sys, fd, FASTRPC_IOCTL_CONTROL, ctrl))
+    check_rc(ioctl_plain(sys, fd, ioctl::FASTRPC_IOCTL_CONTROL, ctrl))
 }
 
 /// `FASTRPC_IOCTL_CONTROL` with `FASTRPC_CONTROL_KALLOC`: lets the kernel allocate memory for the
@@ -600,7 +651,7 @@ pub fn control_kalloc<S: Syscalls + ?Sized>(sys: &S, fd: Fd) -> Result<u32, Erro
 /// Fails with `ENOTTY` for an unknown mode.
 pub fn setmode<S: Syscalls + ?Sized>(sys: &S, fd: Fd, mode: u32) -> Result<(), Error> {
     // SAFETY: the driver reads the argument as a plain number and never dereferences it.
-    check_rc(unsafe { sys.ioctl(fd, FASTRPC_IOCTL_SETMODE, mode as usize as *mut core::ffi::c_void) })
+    check_rc(unsafe { sys.ioctl(fd, ioctl::FASTRPC_IOCTL_SETMODE.raw(), mode as usize as *mut core::ffi::c_void) })
 }
 
 /// `FASTRPC_IOCTL_GETPERF`: the calling thread's counters and the key names.
@@ -611,7 +662,7 @@ pub fn getperf<S: Syscalls + ?Sized>(sys: &S, fd: Fd, data: &mut [i64; PERF_KEYS
     let mut perf = fastrpc_ioctl_perf { data: data.as_mut_ptr() as u64, numkeys: 0, _pad0: 0, keys: keys.as_mut_ptr() as u64 };
     // SAFETY: `perf` is a live struct of the request's size; `data` holds the 96 bytes the
     // driver writes and `keys` more than the 68-byte key string; both outlive the call.
-    let rc = unsafe { sys.ioctl(fd, FASTRPC_IOCTL_GETPERF, (&mut perf as *mut fastrpc_ioctl_perf).cast()) };
+    let rc = unsafe { ioctl_with(sys, fd, ioctl::FASTRPC_IOCTL_GETPERF, &mut perf) };
     check_rc(rc)?;
     Ok(perf.numkeys)
 }
@@ -637,7 +688,7 @@ pub fn init<S: Syscalls + ?Sized, M: Syscalls>(
         fastrpc_ioctl_init { flags, _pad0: 0, file: shell.addr() as u64, filelen, filefd: shell_fd.0, mem: 0, memlen: 0, memfd: -1 };
     // SAFETY: `init` is a live struct of the request's size; its only user pointer is `file`,
     // which points at `filelen` readable bytes of a live mapping of `shell_fd` (checked above).
-    let rc = unsafe { sys.ioctl(fd, FASTRPC_IOCTL_INIT, (&mut init as *mut fastrpc_ioctl_init).cast()) };
+    let rc = unsafe { ioctl_with(sys, fd, ioctl::FASTRPC_IOCTL_INIT, &mut init) };
     check_rc(rc)
 }
 
@@ -662,7 +713,7 @@ pub fn init_attrs<S: Syscalls + ?Sized, M: Syscalls>(
         siglen,
     };
     // SAFETY: as in `init`.
-    let rc = unsafe { sys.ioctl(fd, FASTRPC_IOCTL_INIT_ATTRS, (&mut init as *mut fastrpc_ioctl_init_attrs).cast()) };
+    let rc = unsafe { ioctl_with(sys, fd, ioctl::FASTRPC_IOCTL_INIT_ATTRS, &mut init) };
     check_rc(rc)
 }
 
@@ -678,14 +729,14 @@ pub fn init_attrs<S: Syscalls + ?Sized, M: Syscalls>(
 /// callers must not trust a zero or unchanged value. See kernel-abi.md 2.9.
 pub fn mmap<S: Syscalls + ?Sized>(sys: &S, fd: Fd, buf: Fd, flags: u32, vaddrin: u64, size: u64) -> Result<u64, Error> {
     let mut m = fastrpc_ioctl_mmap { fd: buf.0, flags, vaddrin, size, vaddrout: 0 };
-    check_rc(ioctl_plain(sys, fd, FASTRPC_IOCTL_MMAP, &mut m))?;
+    check_rc(ioctl_plain(sys, fd, ioctl::FASTRPC_IOCTL_MMAP, &mut m))?;
     Ok(m.vaddrout)
 }
 
 /// `FASTRPC_IOCTL_MMAP_64`: [`mmap`] with 64-bit addresses (identical on LP64).
 pub fn mmap_64<S: Syscalls + ?Sized>(sys: &S, fd: Fd, buf: Fd, flags: u32, vaddrin: u64, size: u64) -> Result<u64, Error> {
     let mut m = fastrpc_ioctl_mmap_64 { fd: buf.0, flags, vaddrin, size, vaddrout: 0 };
-    check_rc(ioctl_plain(sys, fd, FASTRPC_IOCTL_MMAP_64, &mut m))?;
+    check_rc(ioctl_plain(sys, fd, ioctl::FASTRPC_IOCTL_MMAP_64, &mut m))?;
     Ok(m.vaddrout)
 }
 
@@ -693,20 +744,20 @@ pub fn mmap_64<S: Syscalls + ?Sized>(sys: &S, fd: Fd, buf: Fd, flags: u32, vaddr
 /// (vaddrout, size). Fails with `EPERM` (-1) if no such map exists.
 pub fn munmap<S: Syscalls + ?Sized>(sys: &S, fd: Fd, vaddrout: u64, size: u64) -> Result<(), Error> {
     let mut m = fastrpc_ioctl_munmap { vaddrout, size };
-    check_rc(ioctl_plain(sys, fd, FASTRPC_IOCTL_MUNMAP, &mut m))
+    check_rc(ioctl_plain(sys, fd, ioctl::FASTRPC_IOCTL_MUNMAP, &mut m))
 }
 
 /// `FASTRPC_IOCTL_MUNMAP_64`.
 pub fn munmap_64<S: Syscalls + ?Sized>(sys: &S, fd: Fd, vaddrout: u64, size: u64) -> Result<(), Error> {
     let mut m = fastrpc_ioctl_munmap_64 { vaddrout, size };
-    check_rc(ioctl_plain(sys, fd, FASTRPC_IOCTL_MUNMAP_64, &mut m))
+    check_rc(ioctl_plain(sys, fd, ioctl::FASTRPC_IOCTL_MUNMAP_64, &mut m))
 }
 
 /// `FASTRPC_IOCTL_MUNMAP_FD`: drops one reference of the driver's map of `buf` covering
 /// `[va, va + len)`; no DSP message. Fails with `EPERM` (-1) if none covers it.
 pub fn munmap_fd<S: Syscalls + ?Sized>(sys: &S, fd: Fd, buf: Fd, va: u64, len: i64) -> Result<(), Error> {
     let mut m = fastrpc_ioctl_munmap_fd { fd: buf.0, flags: 0, va, len };
-    check_rc(ioctl_plain(sys, fd, FASTRPC_IOCTL_MUNMAP_FD, &mut m))
+    check_rc(ioctl_plain(sys, fd, ioctl::FASTRPC_IOCTL_MUNMAP_FD, &mut m))
 }
 
 /// Why an argument could not be added to [`InvokeArgs`].

@@ -26,8 +26,7 @@
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use crate::error::check_rc;
-use crate::ioc::{iow, iowr};
-use crate::sys::ioctl_plain;
+use crate::sys::{ioctl_plain, PlainArg};
 use crate::{abi_layout, Error, Fd, OwnedFd, Syscalls};
 
 /// `struct dma_heap_allocation_data`: argument of [`DMA_HEAP_IOCTL_ALLOC`].
@@ -59,10 +58,22 @@ pub const DMA_HEAP_IOC_MAGIC: u8 = b'H';
 /// The group byte of the dma-buf ioctls (`DMA_BUF_BASE`).
 pub const DMA_BUF_BASE: u8 = b'b';
 
-/// `DMA_HEAP_IOCTL_ALLOC`.
-pub const DMA_HEAP_IOCTL_ALLOC: u32 = iowr::<dma_heap_allocation_data>(DMA_HEAP_IOC_MAGIC, 0);
-/// `DMA_BUF_IOCTL_SYNC` (write-only: nothing is copied back).
-pub const DMA_BUF_IOCTL_SYNC: u32 = iow::<dma_buf_sync>(DMA_BUF_BASE, 0);
+/// The dma-heap and dma-buf requests, each declared from (group, number, argument type): the typed calls of
+/// this module take these, so a request cannot be sent with an argument of another type.
+pub mod ioctl {
+    use super::*;
+    use crate::ioc::Ioctl;
+
+    /// `DMA_HEAP_IOCTL_ALLOC`.
+    pub const DMA_HEAP_IOCTL_ALLOC: Ioctl<dma_heap_allocation_data> = Ioctl::iowr(DMA_HEAP_IOC_MAGIC, 0);
+    /// `DMA_BUF_IOCTL_SYNC` (write-only: nothing is copied back).
+    pub const DMA_BUF_IOCTL_SYNC: Ioctl<dma_buf_sync> = Ioctl::iow(DMA_BUF_BASE, 0);
+}
+
+/// `DMA_HEAP_IOCTL_ALLOC` as a raw number ([`ioctl::DMA_HEAP_IOCTL_ALLOC`]), for code that decodes requests.
+pub const DMA_HEAP_IOCTL_ALLOC: u32 = ioctl::DMA_HEAP_IOCTL_ALLOC.raw();
+/// `DMA_BUF_IOCTL_SYNC` as a raw number ([`ioctl::DMA_BUF_IOCTL_SYNC`]), for code that decodes requests.
+pub const DMA_BUF_IOCTL_SYNC: u32 = ioctl::DMA_BUF_IOCTL_SYNC.raw();
 
 /// Every request number of this module, by kernel name.
 pub const IOCTLS: &[(&str, u32)] = &[("DMA_HEAP_IOCTL_ALLOC", DMA_HEAP_IOCTL_ALLOC), ("DMA_BUF_IOCTL_SYNC", DMA_BUF_IOCTL_SYNC)];
@@ -126,6 +137,11 @@ impl HeapFd {
     }
 }
 
+// SAFETY: lengths, fds and flags only: nothing the driver follows as a user address.
+unsafe impl PlainArg for dma_heap_allocation_data {}
+// SAFETY: a flags word only.
+unsafe impl PlainArg for dma_buf_sync {}
+
 /// `DMA_HEAP_IOCTL_ALLOC`: allocates `len` bytes (rounded up to pages) from the heap and
 /// returns the new dma-buf fd, opened `O_RDWR | O_CLOEXEC`, as an owned descriptor.
 ///
@@ -133,7 +149,7 @@ impl HeapFd {
 /// `EMFILE`.
 pub fn alloc<S: Syscalls + ?Sized>(sys: &S, heap: HeapFd, len: u64) -> Result<OwnedFd, Error> {
     let mut data = dma_heap_allocation_data { len, fd: 0, fd_flags: O_RDWR | O_CLOEXEC, heap_flags: 0 };
-    check_rc(ioctl_plain(sys, heap.0, DMA_HEAP_IOCTL_ALLOC, &mut data))?;
+    check_rc(ioctl_plain(sys, heap.0, ioctl::DMA_HEAP_IOCTL_ALLOC, &mut data))?;
     // A fd above i32::MAX cannot come from the kernel; refuse it rather than truncate.
     let fd = i32::try_from(data.fd).map_err(|_| Error::Invalid)?;
     // SAFETY: a successful ALLOC installs a new descriptor in this process and writes its number
@@ -152,7 +168,7 @@ pub fn sync<S: Syscalls + ?Sized>(sys: &S, buf: Fd, flags: u64) -> Result<(), Er
         return Err(Error::Invalid);
     }
     let mut s = dma_buf_sync { flags };
-    check_rc(ioctl_plain(sys, buf, DMA_BUF_IOCTL_SYNC, &mut s))
+    check_rc(ioctl_plain(sys, buf, ioctl::DMA_BUF_IOCTL_SYNC, &mut s))
 }
 
 #[cfg(test)]

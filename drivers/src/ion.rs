@@ -17,8 +17,7 @@
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use crate::error::check_rc;
-use crate::ioc::iowr;
-use crate::sys::ioctl_plain;
+use crate::sys::{ioctl_plain, ioctl_with, PlainArg};
 use crate::{abi_layout, Error, Fd, OwnedFd, Syscalls};
 
 /// `ion_user_handle_t`: a per-client handle id (an `int`).
@@ -99,26 +98,54 @@ pub const ION_IOC_MAGIC: u8 = b'I';
 /// `ION_IOC_MSM_MAGIC`.
 pub const ION_IOC_MSM_MAGIC: u8 = b'M';
 
-/// `ION_IOC_ALLOC`.
-pub const ION_IOC_ALLOC: u32 = iowr::<ion_allocation_data>(ION_IOC_MAGIC, 0);
-/// `ION_IOC_FREE`.
-pub const ION_IOC_FREE: u32 = iowr::<ion_handle_data>(ION_IOC_MAGIC, 1);
-/// `ION_IOC_MAP`.
-pub const ION_IOC_MAP: u32 = iowr::<ion_fd_data>(ION_IOC_MAGIC, 2);
-/// `ION_IOC_SHARE`.
-pub const ION_IOC_SHARE: u32 = iowr::<ion_fd_data>(ION_IOC_MAGIC, 4);
-/// `ION_IOC_IMPORT`.
-pub const ION_IOC_IMPORT: u32 = iowr::<ion_fd_data>(ION_IOC_MAGIC, 5);
-/// `ION_IOC_CUSTOM`.
-pub const ION_IOC_CUSTOM: u32 = iowr::<ion_custom_data>(ION_IOC_MAGIC, 6);
-/// `ION_IOC_SYNC`.
-pub const ION_IOC_SYNC: u32 = iowr::<ion_fd_data>(ION_IOC_MAGIC, 7);
-/// `ION_IOC_CLEAN_CACHES` (msm).
-pub const ION_IOC_CLEAN_CACHES: u32 = iowr::<ion_flush_data>(ION_IOC_MSM_MAGIC, 0);
-/// `ION_IOC_INV_CACHES` (msm).
-pub const ION_IOC_INV_CACHES: u32 = iowr::<ion_flush_data>(ION_IOC_MSM_MAGIC, 1);
-/// `ION_IOC_CLEAN_INV_CACHES` (msm).
-pub const ION_IOC_CLEAN_INV_CACHES: u32 = iowr::<ion_flush_data>(ION_IOC_MSM_MAGIC, 2);
+/// The ION requests, each declared from (group, number, argument type): the typed calls of
+/// [`ion`](super) take these, so a request cannot be sent with an argument of another type.
+pub mod ioctl {
+    use super::*;
+    use crate::ioc::Ioctl;
+
+    /// `ION_IOC_ALLOC`.
+    pub const ION_IOC_ALLOC: Ioctl<ion_allocation_data> = Ioctl::iowr(ION_IOC_MAGIC, 0);
+    /// `ION_IOC_FREE`.
+    pub const ION_IOC_FREE: Ioctl<ion_handle_data> = Ioctl::iowr(ION_IOC_MAGIC, 1);
+    /// `ION_IOC_MAP`.
+    pub const ION_IOC_MAP: Ioctl<ion_fd_data> = Ioctl::iowr(ION_IOC_MAGIC, 2);
+    /// `ION_IOC_SHARE`.
+    pub const ION_IOC_SHARE: Ioctl<ion_fd_data> = Ioctl::iowr(ION_IOC_MAGIC, 4);
+    /// `ION_IOC_IMPORT`.
+    pub const ION_IOC_IMPORT: Ioctl<ion_fd_data> = Ioctl::iowr(ION_IOC_MAGIC, 5);
+    /// `ION_IOC_CUSTOM` (its `arg` is a user pointer the driver follows).
+    pub const ION_IOC_CUSTOM: Ioctl<ion_custom_data> = Ioctl::iowr(ION_IOC_MAGIC, 6);
+    /// `ION_IOC_SYNC`.
+    pub const ION_IOC_SYNC: Ioctl<ion_fd_data> = Ioctl::iowr(ION_IOC_MAGIC, 7);
+    /// `ION_IOC_CLEAN_CACHES` (msm; `vaddr` is a user address the driver follows).
+    pub const ION_IOC_CLEAN_CACHES: Ioctl<ion_flush_data> = Ioctl::iowr(ION_IOC_MSM_MAGIC, 0);
+    /// `ION_IOC_INV_CACHES` (msm).
+    pub const ION_IOC_INV_CACHES: Ioctl<ion_flush_data> = Ioctl::iowr(ION_IOC_MSM_MAGIC, 1);
+    /// `ION_IOC_CLEAN_INV_CACHES` (msm).
+    pub const ION_IOC_CLEAN_INV_CACHES: Ioctl<ion_flush_data> = Ioctl::iowr(ION_IOC_MSM_MAGIC, 2);
+}
+
+/// `ION_IOC_ALLOC` as a raw number ([`ioctl::ION_IOC_ALLOC`]), for code that decodes requests.
+pub const ION_IOC_ALLOC: u32 = ioctl::ION_IOC_ALLOC.raw();
+/// `ION_IOC_FREE` as a raw number ([`ioctl::ION_IOC_FREE`]), for code that decodes requests.
+pub const ION_IOC_FREE: u32 = ioctl::ION_IOC_FREE.raw();
+/// `ION_IOC_MAP` as a raw number ([`ioctl::ION_IOC_MAP`]), for code that decodes requests.
+pub const ION_IOC_MAP: u32 = ioctl::ION_IOC_MAP.raw();
+/// `ION_IOC_SHARE` as a raw number ([`ioctl::ION_IOC_SHARE`]), for code that decodes requests.
+pub const ION_IOC_SHARE: u32 = ioctl::ION_IOC_SHARE.raw();
+/// `ION_IOC_IMPORT` as a raw number ([`ioctl::ION_IOC_IMPORT`]), for code that decodes requests.
+pub const ION_IOC_IMPORT: u32 = ioctl::ION_IOC_IMPORT.raw();
+/// `ION_IOC_CUSTOM` as a raw number ([`ioctl::ION_IOC_CUSTOM`]), for code that decodes requests.
+pub const ION_IOC_CUSTOM: u32 = ioctl::ION_IOC_CUSTOM.raw();
+/// `ION_IOC_SYNC` as a raw number ([`ioctl::ION_IOC_SYNC`]), for code that decodes requests.
+pub const ION_IOC_SYNC: u32 = ioctl::ION_IOC_SYNC.raw();
+/// `ION_IOC_CLEAN_CACHES` as a raw number ([`ioctl::ION_IOC_CLEAN_CACHES`]), for code that decodes requests.
+pub const ION_IOC_CLEAN_CACHES: u32 = ioctl::ION_IOC_CLEAN_CACHES.raw();
+/// `ION_IOC_INV_CACHES` as a raw number ([`ioctl::ION_IOC_INV_CACHES`]), for code that decodes requests.
+pub const ION_IOC_INV_CACHES: u32 = ioctl::ION_IOC_INV_CACHES.raw();
+/// `ION_IOC_CLEAN_INV_CACHES` as a raw number ([`ioctl::ION_IOC_CLEAN_INV_CACHES`]), for code that decodes requests.
+pub const ION_IOC_CLEAN_INV_CACHES: u32 = ioctl::ION_IOC_CLEAN_INV_CACHES.raw();
 
 /// Every ION request number, by kernel name.
 pub const IOCTLS: &[(&str, u32)] = &[
@@ -169,6 +196,14 @@ pub const CONSTANTS: &[(&str, u64)] = &[
     ("ION_FLAG_SECURE", ION_FLAG_SECURE as u64),
 ];
 
+// SAFETY: none of these has a field the driver follows as a user address (handles, fds,
+// lengths, heap masks and flags only).
+unsafe impl PlainArg for ion_allocation_data {}
+// SAFETY: as above.
+unsafe impl PlainArg for ion_handle_data {}
+// SAFETY: as above.
+unsafe impl PlainArg for ion_fd_data {}
+
 /// `ION_IOC_ALLOC`: allocates `data.len` bytes from the first heap of `data.heap_id_mask` that
 /// can serve them and writes the new handle to `data.handle`.
 ///
@@ -176,7 +211,7 @@ pub const CONSTANTS: &[(&str, u64)] = &[
 /// Fails with `EINVAL` (zero length, alignment above a page), `ENODEV` (no heap of the mask
 /// exists), `ENOMEM` (more than half of RAM, or no pages), `EFAULT`.
 pub fn alloc<S: Syscalls + ?Sized>(sys: &S, ion: Fd, data: &mut ion_allocation_data) -> Result<(), Error> {
-    check_rc(ioctl_plain(sys, ion, ION_IOC_ALLOC, data))
+    check_rc(ioctl_plain(sys, ion, ioctl::ION_IOC_ALLOC, data))
 }
 
 /// `ION_IOC_FREE`: drops the client's reference to a handle. The buffer itself lives on while a
@@ -185,7 +220,7 @@ pub fn alloc<S: Syscalls + ?Sized>(sys: &S, ion: Fd, data: &mut ion_allocation_d
 /// Fails with `EINVAL` for an unknown handle.
 pub fn free<S: Syscalls + ?Sized>(sys: &S, ion: Fd, handle: ion_user_handle_t) -> Result<(), Error> {
     let mut data = ion_handle_data { handle };
-    check_rc(ioctl_plain(sys, ion, ION_IOC_FREE, &mut data))
+    check_rc(ioctl_plain(sys, ion, ioctl::ION_IOC_FREE, &mut data))
 }
 
 /// `ION_IOC_SHARE`: exports a handle as a new dma-buf fd (`O_CLOEXEC`, read-write), which the
@@ -194,14 +229,14 @@ pub fn free<S: Syscalls + ?Sized>(sys: &S, ion: Fd, handle: ion_user_handle_t) -
 /// Fails with `EINVAL` for an unknown handle, or the fd allocation's error (`EMFILE`).
 pub fn share<S: Syscalls + ?Sized>(sys: &S, ion: Fd, handle: ion_user_handle_t) -> Result<OwnedFd, Error> {
     let mut data = ion_fd_data { handle, fd: -1 };
-    check_rc(ioctl_plain(sys, ion, ION_IOC_SHARE, &mut data))?;
+    check_rc(ioctl_plain(sys, ion, ioctl::ION_IOC_SHARE, &mut data))?;
     new_fd(data.fd)
 }
 
 /// `ION_IOC_MAP`: identical to [`share`] on the 4.9 msm kernel.
 pub fn map<S: Syscalls + ?Sized>(sys: &S, ion: Fd, handle: ion_user_handle_t) -> Result<OwnedFd, Error> {
     let mut data = ion_fd_data { handle, fd: -1 };
-    check_rc(ioctl_plain(sys, ion, ION_IOC_MAP, &mut data))?;
+    check_rc(ioctl_plain(sys, ion, ioctl::ION_IOC_MAP, &mut data))?;
     new_fd(data.fd)
 }
 
@@ -221,7 +256,7 @@ fn new_fd(fd: i32) -> Result<OwnedFd, Error> {
 /// Fails with `EINVAL` if the fd is not an ION buffer, `EBADF` for a bad fd.
 pub fn import<S: Syscalls + ?Sized>(sys: &S, ion: Fd, buf: Fd) -> Result<ion_user_handle_t, Error> {
     let mut data = ion_fd_data { handle: 0, fd: buf.0 };
-    check_rc(ioctl_plain(sys, ion, ION_IOC_IMPORT, &mut data))?;
+    check_rc(ioctl_plain(sys, ion, ioctl::ION_IOC_IMPORT, &mut data))?;
     Ok(data.handle)
 }
 
@@ -230,7 +265,7 @@ pub fn import<S: Syscalls + ?Sized>(sys: &S, ion: Fd, buf: Fd) -> Result<ion_use
 /// Fails with `EINVAL` for a non-ION or secure buffer.
 pub fn sync<S: Syscalls + ?Sized>(sys: &S, ion: Fd, buf: Fd) -> Result<(), Error> {
     let mut data = ion_fd_data { handle: 0, fd: buf.0 };
-    check_rc(ioctl_plain(sys, ion, ION_IOC_SYNC, &mut data))
+    check_rc(ioctl_plain(sys, ion, ioctl::ION_IOC_SYNC, &mut data))
 }
 
 /// `ION_IOC_CUSTOM`: a driver-specific command with its argument.
@@ -244,7 +279,7 @@ pub fn sync<S: Syscalls + ?Sized>(sys: &S, ion: Fd, buf: Fd) -> Result<(), Error
 pub unsafe fn custom<S: Syscalls + ?Sized>(sys: &S, ion: Fd, cmd: u32, arg: u64) -> Result<(), Error> {
     let mut data = ion_custom_data { cmd, _pad0: 0, arg };
     // SAFETY: `data` is a live struct of the request's size; the caller vouches for `arg`.
-    check_rc(unsafe { sys.ioctl(ion, ION_IOC_CUSTOM, (&mut data as *mut ion_custom_data).cast()) })
+    check_rc(unsafe { ioctl_with(sys, ion, ioctl::ION_IOC_CUSTOM, &mut data) })
 }
 
 /// Which msm cache maintenance operation to perform.
@@ -259,12 +294,12 @@ pub enum CacheOp {
 }
 
 impl CacheOp {
-    /// The request number.
-    pub const fn request(self) -> u32 {
+    /// The request.
+    pub const fn request(self) -> crate::ioc::Ioctl<ion_flush_data> {
         match self {
-            CacheOp::Clean => ION_IOC_CLEAN_CACHES,
-            CacheOp::Invalidate => ION_IOC_INV_CACHES,
-            CacheOp::CleanInvalidate => ION_IOC_CLEAN_INV_CACHES,
+            CacheOp::Clean => ioctl::ION_IOC_CLEAN_CACHES,
+            CacheOp::Invalidate => ioctl::ION_IOC_INV_CACHES,
+            CacheOp::CleanInvalidate => ioctl::ION_IOC_CLEAN_INV_CACHES,
         }
     }
 }
@@ -298,7 +333,10 @@ pub fn cache<S: Syscalls + ?Sized, M: Syscalls>(
         offset: u32::try_from(offset).map_err(|_| Error::Invalid)?,
         length: u32::try_from(length).map_err(|_| Error::Invalid)?,
     };
-    check_rc(ioctl_plain(sys, ion, op.request(), &mut data))
+    // SAFETY: `vaddr + offset .. + length` lies inside `mapping` (checked above), a live mapping
+    // of this process that the caller holds for the whole call; the driver only maintains cache
+    // lines of that range.
+    check_rc(unsafe { ioctl_with(sys, ion, op.request(), &mut data) })
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 use core::ffi::{c_void, CStr};
 use core::ptr::NonNull;
 
+use crate::ioc::Ioctl;
 use crate::Errno;
 
 /// A raw file descriptor number as the kernel hands it out. It does not own the descriptor:
@@ -333,13 +334,43 @@ unsafe impl<T: Syscalls + ?Sized> Syscalls for &T {
     }
 }
 
-/// Makes an ioctl whose argument is exactly one `T` (no user pointers inside it that the
-/// kernel dereferences).
-pub(crate) fn ioctl_plain<S: Syscalls + ?Sized, T>(sys: &S, fd: Fd, request: u32, arg: &mut T) -> Result<i32, Errno> {
-    debug_assert_eq!(crate::ioc::size(request), core::mem::size_of::<T>());
-    // SAFETY: `arg` is a live, exclusive `T` whose size matches the request's size field
-    // (every caller passes the request declared from `T`), and `T` holds no user pointers the
-    // driver follows, except `ion_flush_data::vaddr`, which `ion::cache` bounds to a live
-    // mapping it holds before calling.
-    unsafe { sys.ioctl(fd, request, (arg as *mut T).cast()) }
+/// An ioctl argument the driver reads and writes as plain bytes: no field of it is a user
+/// pointer that the driver follows. Only such arguments go through the safe [`ioctl_plain`].
+///
+/// # Safety
+///
+/// Implement it only for a `#[repr(C)]` ABI struct (or integer) none of whose fields the driver
+/// dereferences as a user address for any request declared with it.
+pub(crate) unsafe trait PlainArg {}
+
+// SAFETY: a bare integer holds no pointer.
+unsafe impl PlainArg for u32 {}
+
+/// Makes an ioctl whose argument is exactly one `T` that holds no user pointer the driver follows.
+/// The request carries its argument type, so the number's size field is `size_of::<T>()`.
+pub(crate) fn ioctl_plain<S: Syscalls + ?Sized, T: PlainArg>(sys: &S, fd: Fd, request: Ioctl<T>, arg: &mut T) -> Result<i32, Errno> {
+    // SAFETY: `arg` is a live, exclusive `T`, and `request` was declared from `T`, so its size
+    // field is `size_of::<T>()`; `T: PlainArg` holds no user pointer the driver follows.
+    unsafe { sys.ioctl(fd, request.raw(), (arg as *mut T).cast()) }
+}
+
+/// Makes an ioctl whose argument is one `T` that holds user pointers the driver follows (an
+/// invoke's argument array, an init's ELF image, a cache operation's address range).
+///
+/// # Safety
+///
+/// Every user pointer inside `arg` must be valid for what the driver does with it for `request`
+/// (the ranges it reads readable, the ranges it writes writable and not referenced by Rust
+/// references), for the duration of the call; and, if the driver parks an interrupted call that
+/// it may resume later, for as long as it can be resumed.
+pub(crate) unsafe fn ioctl_with<S: Syscalls + ?Sized, T>(sys: &S, fd: Fd, request: Ioctl<T>, arg: &mut T) -> Result<i32, Errno> {
+    // SAFETY: `arg` is a live, exclusive `T` of the request's size (the request was declared
+    // from `T`); the caller vouches for the pointers inside it.
+    unsafe { sys.ioctl(fd, request.raw(), (arg as *mut T).cast()) }
+}
+
+/// Makes an `_IO` ioctl: no argument (a null pointer is passed).
+pub(crate) fn ioctl_none<S: Syscalls + ?Sized>(sys: &S, fd: Fd, request: Ioctl<()>) -> Result<i32, Errno> {
+    // SAFETY: the request's size field is 0 (`_IO`): the driver reads and writes no memory.
+    unsafe { sys.ioctl(fd, request.raw(), core::ptr::null_mut()) }
 }

@@ -74,8 +74,7 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use crate::adsprpc::ArgsError;
 use crate::error::check_rc;
-use crate::ioc::{io, iowr};
-use crate::sys::ioctl_plain;
+use crate::sys::{ioctl_none, ioctl_plain, ioctl_with, PlainArg};
 use crate::{abi_layout, Error, Fd, Mapping, OwnedFd, Scalars, Syscalls};
 
 /// `struct fastrpc_invoke_args`: one argument of an INVOKE.
@@ -244,30 +243,62 @@ abi_layout!(fastrpc_ioctl_capability, "fastrpc_ioctl_capability", size = 28, ali
 
 /// The group byte of every FastRPC ioctl (shared with the downstream driver).
 pub const FASTRPC_IOCTL_MAGIC: u8 = b'R';
-/// `FASTRPC_IOCTL_ALLOC_DMA_BUFF`.
-pub const FASTRPC_IOCTL_ALLOC_DMA_BUFF: u32 = iowr::<fastrpc_alloc_dma_buf>(FASTRPC_IOCTL_MAGIC, 1);
-/// `FASTRPC_IOCTL_FREE_DMA_BUFF`.
-pub const FASTRPC_IOCTL_FREE_DMA_BUFF: u32 = iowr::<u32>(FASTRPC_IOCTL_MAGIC, 2);
-/// `FASTRPC_IOCTL_INVOKE`.
-pub const FASTRPC_IOCTL_INVOKE: u32 = iowr::<fastrpc_invoke>(FASTRPC_IOCTL_MAGIC, 3);
-/// `FASTRPC_IOCTL_INIT_ATTACH` (no argument).
-pub const FASTRPC_IOCTL_INIT_ATTACH: u32 = io(FASTRPC_IOCTL_MAGIC, 4);
-/// `FASTRPC_IOCTL_INIT_CREATE`.
-pub const FASTRPC_IOCTL_INIT_CREATE: u32 = iowr::<fastrpc_init_create>(FASTRPC_IOCTL_MAGIC, 5);
-/// `FASTRPC_IOCTL_MMAP`.
-pub const FASTRPC_IOCTL_MMAP: u32 = iowr::<fastrpc_req_mmap>(FASTRPC_IOCTL_MAGIC, 6);
-/// `FASTRPC_IOCTL_MUNMAP`.
-pub const FASTRPC_IOCTL_MUNMAP: u32 = iowr::<fastrpc_req_munmap>(FASTRPC_IOCTL_MAGIC, 7);
-/// `FASTRPC_IOCTL_INIT_ATTACH_SNS` (no argument).
-pub const FASTRPC_IOCTL_INIT_ATTACH_SNS: u32 = io(FASTRPC_IOCTL_MAGIC, 8);
-/// `FASTRPC_IOCTL_INIT_CREATE_STATIC` (mainline after 6.1).
-pub const FASTRPC_IOCTL_INIT_CREATE_STATIC: u32 = iowr::<fastrpc_init_create_static>(FASTRPC_IOCTL_MAGIC, 9);
-/// `FASTRPC_IOCTL_MEM_MAP`.
-pub const FASTRPC_IOCTL_MEM_MAP: u32 = iowr::<fastrpc_mem_map>(FASTRPC_IOCTL_MAGIC, 10);
-/// `FASTRPC_IOCTL_MEM_UNMAP`.
-pub const FASTRPC_IOCTL_MEM_UNMAP: u32 = iowr::<fastrpc_mem_unmap>(FASTRPC_IOCTL_MAGIC, 11);
-/// `FASTRPC_IOCTL_GET_DSP_INFO`.
-pub const FASTRPC_IOCTL_GET_DSP_INFO: u32 = iowr::<fastrpc_ioctl_capability>(FASTRPC_IOCTL_MAGIC, 13);
+/// The upstream FastRPC requests, each declared from (group, number, argument type): the typed calls of
+/// this module take these, so a request cannot be sent with an argument of another type.
+pub mod ioctl {
+    use super::*;
+    use crate::ioc::Ioctl;
+
+    /// `FASTRPC_IOCTL_ALLOC_DMA_BUFF`.
+    pub const FASTRPC_IOCTL_ALLOC_DMA_BUFF: Ioctl<fastrpc_alloc_dma_buf> = Ioctl::iowr(FASTRPC_IOCTL_MAGIC, 1);
+    /// `FASTRPC_IOCTL_FREE_DMA_BUFF`.
+    pub const FASTRPC_IOCTL_FREE_DMA_BUFF: Ioctl<u32> = Ioctl::iowr(FASTRPC_IOCTL_MAGIC, 2);
+    /// `FASTRPC_IOCTL_INVOKE`.
+    pub const FASTRPC_IOCTL_INVOKE: Ioctl<fastrpc_invoke> = Ioctl::iowr(FASTRPC_IOCTL_MAGIC, 3);
+    /// `FASTRPC_IOCTL_INIT_ATTACH` (no argument).
+    pub const FASTRPC_IOCTL_INIT_ATTACH: Ioctl<()> = Ioctl::io(FASTRPC_IOCTL_MAGIC, 4);
+    /// `FASTRPC_IOCTL_INIT_CREATE`.
+    pub const FASTRPC_IOCTL_INIT_CREATE: Ioctl<fastrpc_init_create> = Ioctl::iowr(FASTRPC_IOCTL_MAGIC, 5);
+    /// `FASTRPC_IOCTL_MMAP`.
+    pub const FASTRPC_IOCTL_MMAP: Ioctl<fastrpc_req_mmap> = Ioctl::iowr(FASTRPC_IOCTL_MAGIC, 6);
+    /// `FASTRPC_IOCTL_MUNMAP`.
+    pub const FASTRPC_IOCTL_MUNMAP: Ioctl<fastrpc_req_munmap> = Ioctl::iowr(FASTRPC_IOCTL_MAGIC, 7);
+    /// `FASTRPC_IOCTL_INIT_ATTACH_SNS` (no argument).
+    pub const FASTRPC_IOCTL_INIT_ATTACH_SNS: Ioctl<()> = Ioctl::io(FASTRPC_IOCTL_MAGIC, 8);
+    /// `FASTRPC_IOCTL_INIT_CREATE_STATIC` (mainline after 6.1).
+    pub const FASTRPC_IOCTL_INIT_CREATE_STATIC: Ioctl<fastrpc_init_create_static> = Ioctl::iowr(FASTRPC_IOCTL_MAGIC, 9);
+    /// `FASTRPC_IOCTL_MEM_MAP`.
+    pub const FASTRPC_IOCTL_MEM_MAP: Ioctl<fastrpc_mem_map> = Ioctl::iowr(FASTRPC_IOCTL_MAGIC, 10);
+    /// `FASTRPC_IOCTL_MEM_UNMAP`.
+    pub const FASTRPC_IOCTL_MEM_UNMAP: Ioctl<fastrpc_mem_unmap> = Ioctl::iowr(FASTRPC_IOCTL_MAGIC, 11);
+    /// `FASTRPC_IOCTL_GET_DSP_INFO`.
+    pub const FASTRPC_IOCTL_GET_DSP_INFO: Ioctl<fastrpc_ioctl_capability> = Ioctl::iowr(FASTRPC_IOCTL_MAGIC, 13);
+}
+
+/// `FASTRPC_IOCTL_ALLOC_DMA_BUFF` as a raw number ([`ioctl::FASTRPC_IOCTL_ALLOC_DMA_BUFF`]), for code that decodes requests.
+pub const FASTRPC_IOCTL_ALLOC_DMA_BUFF: u32 = ioctl::FASTRPC_IOCTL_ALLOC_DMA_BUFF.raw();
+/// `FASTRPC_IOCTL_FREE_DMA_BUFF` as a raw number ([`ioctl::FASTRPC_IOCTL_FREE_DMA_BUFF`]), for code that decodes requests.
+pub const FASTRPC_IOCTL_FREE_DMA_BUFF: u32 = ioctl::FASTRPC_IOCTL_FREE_DMA_BUFF.raw();
+/// `FASTRPC_IOCTL_INVOKE` as a raw number ([`ioctl::FASTRPC_IOCTL_INVOKE`]), for code that decodes requests.
+pub const FASTRPC_IOCTL_INVOKE: u32 = ioctl::FASTRPC_IOCTL_INVOKE.raw();
+/// `FASTRPC_IOCTL_INIT_ATTACH` as a raw number ([`ioctl::FASTRPC_IOCTL_INIT_ATTACH`]), for code that decodes requests.
+pub const FASTRPC_IOCTL_INIT_ATTACH: u32 = ioctl::FASTRPC_IOCTL_INIT_ATTACH.raw();
+/// `FASTRPC_IOCTL_INIT_CREATE` as a raw number ([`ioctl::FASTRPC_IOCTL_INIT_CREATE`]), for code that decodes requests.
+pub const FASTRPC_IOCTL_INIT_CREATE: u32 = ioctl::FASTRPC_IOCTL_INIT_CREATE.raw();
+/// `FASTRPC_IOCTL_MMAP` as a raw number ([`ioctl::FASTRPC_IOCTL_MMAP`]), for code that decodes requests.
+pub const FASTRPC_IOCTL_MMAP: u32 = ioctl::FASTRPC_IOCTL_MMAP.raw();
+/// `FASTRPC_IOCTL_MUNMAP` as a raw number ([`ioctl::FASTRPC_IOCTL_MUNMAP`]), for code that decodes requests.
+pub const FASTRPC_IOCTL_MUNMAP: u32 = ioctl::FASTRPC_IOCTL_MUNMAP.raw();
+/// `FASTRPC_IOCTL_INIT_ATTACH_SNS` as a raw number ([`ioctl::FASTRPC_IOCTL_INIT_ATTACH_SNS`]), for code that decodes requests.
+pub const FASTRPC_IOCTL_INIT_ATTACH_SNS: u32 = ioctl::FASTRPC_IOCTL_INIT_ATTACH_SNS.raw();
+/// `FASTRPC_IOCTL_INIT_CREATE_STATIC` as a raw number ([`ioctl::FASTRPC_IOCTL_INIT_CREATE_STATIC`]), for code that decodes requests.
+pub const FASTRPC_IOCTL_INIT_CREATE_STATIC: u32 = ioctl::FASTRPC_IOCTL_INIT_CREATE_STATIC.raw();
+/// `FASTRPC_IOCTL_MEM_MAP` as a raw number ([`ioctl::FASTRPC_IOCTL_MEM_MAP`]), for code that decodes requests.
+pub const FASTRPC_IOCTL_MEM_MAP: u32 = ioctl::FASTRPC_IOCTL_MEM_MAP.raw();
+/// `FASTRPC_IOCTL_MEM_UNMAP` as a raw number ([`ioctl::FASTRPC_IOCTL_MEM_UNMAP`]), for code that decodes requests.
+pub const FASTRPC_IOCTL_MEM_UNMAP: u32 = ioctl::FASTRPC_IOCTL_MEM_UNMAP.raw();
+/// `FASTRPC_IOCTL_GET_DSP_INFO` as a raw number ([`ioctl::FASTRPC_IOCTL_GET_DSP_INFO`]), for code that decodes requests.
+pub const FASTRPC_IOCTL_GET_DSP_INFO: u32 = ioctl::FASTRPC_IOCTL_GET_DSP_INFO.raw();
 
 /// Every request number of this module, by kernel name.
 pub const IOCTLS: &[(&str, u32)] = &[
@@ -616,16 +647,29 @@ pub fn invoke<S: Syscalls + ?Sized, const CAP: usize>(
     check_rc(rc)
 }
 
+// SAFETY: an fd, flags and a size.
+unsafe impl PlainArg for fastrpc_alloc_dma_buf {}
+// SAFETY: `vaddrin` must be 0 for the flags this driver accepts; the rest are an fd, flags,
+// a size and the DSP address written back.
+unsafe impl PlainArg for fastrpc_req_mmap {}
+// SAFETY: a DSP address and a size.
+unsafe impl PlainArg for fastrpc_req_munmap {}
+// SAFETY: `vaddrin` is forwarded to the DSP as the buffer's address, never dereferenced by the
+// driver (the buffer is reached through `fd`).
+unsafe impl PlainArg for fastrpc_mem_map {}
+// SAFETY: `vaddr` is only matched against the driver's maps.
+unsafe impl PlainArg for fastrpc_mem_unmap {}
+// SAFETY: ids and the capability word.
+unsafe impl PlainArg for fastrpc_ioctl_capability {}
+
 /// `FASTRPC_IOCTL_INIT_ATTACH`: attaches to the DSP's root PD (pd 0). Kernel message, 10 s.
 pub fn init_attach<S: Syscalls + ?Sized>(sys: &S, fd: FastrpcFd) -> Result<(), Error> {
-    // SAFETY: `_IO` request: the driver does not read the argument.
-    check_rc(unsafe { sys.ioctl(fd.0, FASTRPC_IOCTL_INIT_ATTACH, core::ptr::null_mut()) })
+    check_rc(ioctl_none(sys, fd.0, ioctl::FASTRPC_IOCTL_INIT_ATTACH))
 }
 
 /// `FASTRPC_IOCTL_INIT_ATTACH_SNS`: attaches to the sensors PD (pd 2). Kernel message, 10 s.
 pub fn init_attach_sns<S: Syscalls + ?Sized>(sys: &S, fd: FastrpcFd) -> Result<(), Error> {
-    // SAFETY: `_IO` request: the driver does not read the argument.
-    check_rc(unsafe { sys.ioctl(fd.0, FASTRPC_IOCTL_INIT_ATTACH_SNS, core::ptr::null_mut()) })
+    check_rc(ioctl_none(sys, fd.0, ioctl::FASTRPC_IOCTL_INIT_ATTACH_SNS))
 }
 
 /// `FASTRPC_IOCTL_INIT_CREATE`: creates the user PD from the shell ELF, the first `filelen`
@@ -650,7 +694,7 @@ pub fn init_create<S: Syscalls + ?Sized, M: Syscalls>(
     let mut init = fastrpc_init_create { filelen, filefd: shell_fd.0, attrs, siglen, file: shell.addr() as u64 };
     // SAFETY: `init` is a live struct of the request's size; `file` points at `filelen` readable
     // bytes of a live mapping (checked above).
-    check_rc(unsafe { sys.ioctl(fd.0, FASTRPC_IOCTL_INIT_CREATE, (&mut init as *mut fastrpc_init_create).cast()) })
+    check_rc(unsafe { ioctl_with(sys, fd.0, ioctl::FASTRPC_IOCTL_INIT_CREATE, &mut init) })
 }
 
 /// `FASTRPC_IOCTL_INIT_CREATE_STATIC`: creates (or joins) the static PD `name` (`audiopd`, ...)
@@ -664,14 +708,14 @@ pub fn init_create_static<S: Syscalls + ?Sized>(sys: &S, fd: FastrpcFd, name: &[
     let mut init = fastrpc_init_create_static { namelen, memlen, name: name.as_ptr() as u64 };
     // SAFETY: `init` is a live struct of the request's size; `name` points at `namelen`
     // readable bytes borrowed for the call.
-    check_rc(unsafe { sys.ioctl(fd.0, FASTRPC_IOCTL_INIT_CREATE_STATIC, (&mut init as *mut fastrpc_init_create_static).cast()) })
+    check_rc(unsafe { ioctl_with(sys, fd.0, ioctl::FASTRPC_IOCTL_INIT_CREATE_STATIC, &mut init) })
 }
 
 /// `FASTRPC_IOCTL_ALLOC_DMA_BUFF`: a coherent buffer of `size` bytes from the session's DMA
 /// memory, exported as a new dma-buf fd (owned by the caller). Fails with `ENOMEM`, `EINVAL`.
 pub fn alloc_dma_buff<S: Syscalls + ?Sized>(sys: &S, fd: FastrpcFd, size: u64) -> Result<OwnedFd, Error> {
     let mut b = fastrpc_alloc_dma_buf { fd: -1, flags: 0, size };
-    check_rc(ioctl_plain(sys, fd.0, FASTRPC_IOCTL_ALLOC_DMA_BUFF, &mut b))?;
+    check_rc(ioctl_plain(sys, fd.0, ioctl::FASTRPC_IOCTL_ALLOC_DMA_BUFF, &mut b))?;
     if b.fd < 0 {
         return Err(Error::Invalid);
     }
@@ -684,7 +728,7 @@ pub fn alloc_dma_buff<S: Syscalls + ?Sized>(sys: &S, fd: FastrpcFd, size: u64) -
 /// a buffer from [`alloc_dma_buff`] is freed by closing its fd.
 pub fn free_dma_buff<S: Syscalls + ?Sized>(sys: &S, fd: FastrpcFd, buf: Fd) -> Result<(), Error> {
     let mut v = buf.0 as u32;
-    check_rc(ioctl_plain(sys, fd.0, FASTRPC_IOCTL_FREE_DMA_BUFF, &mut v))
+    check_rc(ioctl_plain(sys, fd.0, ioctl::FASTRPC_IOCTL_FREE_DMA_BUFF, &mut v))
 }
 
 /// `FASTRPC_IOCTL_MMAP`: gives the DSP process `size` bytes of kernel-allocated memory
@@ -692,7 +736,7 @@ pub fn free_dma_buff<S: Syscalls + ?Sized>(sys: &S, fd: FastrpcFd, buf: Fd) -> R
 /// Fails with `EINVAL` (other flags), `ENOMEM`, `ETIMEDOUT`, `EPIPE`.
 pub fn mmap<S: Syscalls + ?Sized>(sys: &S, fd: FastrpcFd, flags: u32, size: u64) -> Result<u64, Error> {
     let mut m = fastrpc_req_mmap { fd: -1, flags, vaddrin: 0, size, vaddrout: 0 };
-    check_rc(ioctl_plain(sys, fd.0, FASTRPC_IOCTL_MMAP, &mut m))?;
+    check_rc(ioctl_plain(sys, fd.0, ioctl::FASTRPC_IOCTL_MMAP, &mut m))?;
     Ok(m.vaddrout)
 }
 
@@ -700,7 +744,7 @@ pub fn mmap<S: Syscalls + ?Sized>(sys: &S, fd: FastrpcFd, flags: u32, size: u64)
 /// `EINVAL` if none matches.
 pub fn munmap<S: Syscalls + ?Sized>(sys: &S, fd: FastrpcFd, vaddrout: u64, size: u64) -> Result<(), Error> {
     let mut m = fastrpc_req_munmap { vaddrout, size };
-    check_rc(ioctl_plain(sys, fd.0, FASTRPC_IOCTL_MUNMAP, &mut m))
+    check_rc(ioctl_plain(sys, fd.0, ioctl::FASTRPC_IOCTL_MUNMAP, &mut m))
 }
 
 /// `FASTRPC_IOCTL_MEM_MAP`: maps `length` bytes of the dma-buf `buf` (host address `vaddrin`,
@@ -718,7 +762,7 @@ pub fn mem_map<S: Syscalls + ?Sized>(
 ) -> Result<u64, Error> {
     let mut m =
         fastrpc_mem_map { version: 0, fd: buf.0, offset, flags, vaddrin, length, vaddrout: 0, attrs: 0, reserved: [0; 4], _pad0: 0 };
-    check_rc(ioctl_plain(sys, fd.0, FASTRPC_IOCTL_MEM_MAP, &mut m))?;
+    check_rc(ioctl_plain(sys, fd.0, ioctl::FASTRPC_IOCTL_MEM_MAP, &mut m))?;
     Ok(m.vaddrout)
 }
 
@@ -726,7 +770,7 @@ pub fn mem_map<S: Syscalls + ?Sized>(
 /// none matches.
 pub fn mem_unmap<S: Syscalls + ?Sized>(sys: &S, fd: FastrpcFd, buf: Fd, vaddr: u64, length: u64) -> Result<(), Error> {
     let mut m = fastrpc_mem_unmap { vesion: 0, fd: buf.0, vaddr, length, reserved: [0; 5], _pad0: 0 };
-    check_rc(ioctl_plain(sys, fd.0, FASTRPC_IOCTL_MEM_UNMAP, &mut m))
+    check_rc(ioctl_plain(sys, fd.0, ioctl::FASTRPC_IOCTL_MEM_UNMAP, &mut m))
 }
 
 /// `FASTRPC_IOCTL_GET_DSP_INFO`: the DSP's value of capability `attribute_id` for `domain`.
@@ -734,7 +778,7 @@ pub fn mem_unmap<S: Syscalls + ?Sized>(sys: &S, fd: FastrpcFd, buf: Fd, vaddr: u
 /// `EOPNOTSUPP` (the DSP does not answer capability queries), `ETIMEDOUT`, `EPIPE`.
 pub fn get_dsp_info<S: Syscalls + ?Sized>(sys: &S, fd: FastrpcFd, domain: u32, attribute_id: u32) -> Result<u32, Error> {
     let mut c = fastrpc_ioctl_capability { domain, attribute_id, capability: 0, reserved: [0; 4] };
-    check_rc(ioctl_plain(sys, fd.0, FASTRPC_IOCTL_GET_DSP_INFO, &mut c))?;
+    check_rc(ioctl_plain(sys, fd.0, ioctl::FASTRPC_IOCTL_GET_DSP_INFO, &mut c))?;
     Ok(c.capability)
 }
 
