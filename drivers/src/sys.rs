@@ -288,49 +288,151 @@ pub unsafe trait Syscalls {
     }
 }
 
-// SAFETY: forwards every call to `T`, which upholds the contract.
-unsafe impl<T: Syscalls + ?Sized> Syscalls for &T {
+/// A seam written as changes to another seam: `inner` names the seam every call goes to, and a
+/// seam overrides only the calls it changes (to inject faults, block, record, gate); every other
+/// call, defaulted ones included, is forwarded to `inner` unchanged. Every type that implements
+/// this trait implements [`Syscalls`] through it, and so does every `&T` of a seam `T`.
+///
+/// Implement it with the path (`unsafe impl hexrpc_drivers::SeamHooks for MySeam`) rather than
+/// importing the trait where the seam's calls are made: with both traits in scope a call such as
+/// `seam.open(..)` on the concrete type would be ambiguous.
+///
+/// The methods are those of [`Syscalls`], with the same contracts; a unit test of this module
+/// fails if [`Syscalls`] gains a method that this trait or its forwarding impl does not carry.
+///
+/// # Safety
+///
+/// As for [`Syscalls`]: the overridden calls must keep its memory contract (a hook that touches
+/// an ioctl's argument may only do what the driver it stands for does with it, a hook's `mmap`
+/// must return a real mapping or an error).
+pub unsafe trait SeamHooks {
+    /// The seam calls are forwarded to.
+    type Inner: Syscalls + ?Sized;
+
+    /// The seam calls are forwarded to.
+    fn inner(&self) -> &Self::Inner;
+
+    /// [`Syscalls::open`].
     fn open(&self, path: &CStr, flags: OpenFlags) -> Result<OwnedFd, Errno> {
-        (**self).open(path, flags)
+        self.inner().open(path, flags)
+    }
+    /// [`Syscalls::open_at`].
+    fn open_at(&self, dir: Option<Fd>, path: &CStr, how: OpenAt) -> Result<OwnedFd, Errno> {
+        self.inner().open_at(dir, path, how)
+    }
+    /// [`Syscalls::stat_at`].
+    fn stat_at(&self, dir: Fd, name: &CStr) -> Result<FileStat, Errno> {
+        self.inner().stat_at(dir, name)
+    }
+    /// [`Syscalls::close`].
+    fn close(&self, fd: OwnedFd) -> Result<(), Errno> {
+        self.inner().close(fd)
+    }
+    /// [`Syscalls::pread`].
+    fn pread(&self, fd: Fd, buf: &mut [u8], offset: u64) -> Result<usize, Errno> {
+        self.inner().pread(fd, buf, offset)
+    }
+    /// [`Syscalls::fstat`].
+    fn fstat(&self, fd: Fd) -> Result<FileStat, Errno> {
+        self.inner().fstat(fd)
+    }
+    /// [`Syscalls::stat`].
+    fn stat(&self, path: &CStr, follow: bool) -> Result<FileStat, Errno> {
+        self.inner().stat(path, follow)
+    }
+    /// [`Syscalls::ioctl`].
+    ///
+    /// # Safety
+    ///
+    /// As for [`Syscalls::ioctl`].
+    unsafe fn ioctl(&self, fd: Fd, request: u32, arg: *mut c_void) -> Result<i32, Errno> {
+        // SAFETY: the caller upholds `ioctl`'s contract, which we pass on unchanged.
+        unsafe { self.inner().ioctl(fd, request, arg) }
+    }
+    /// [`Syscalls::mmap`].
+    ///
+    /// # Safety
+    ///
+    /// As for [`Syscalls::mmap`].
+    unsafe fn mmap(&self, fd: Fd, len: usize, prot: Prot, offset: u64) -> Result<NonNull<u8>, Errno> {
+        // SAFETY: the caller upholds `mmap`'s contract, which we pass on unchanged.
+        unsafe { self.inner().mmap(fd, len, prot, offset) }
+    }
+    /// [`Syscalls::munmap`].
+    ///
+    /// # Safety
+    ///
+    /// As for [`Syscalls::munmap`].
+    unsafe fn munmap(&self, addr: NonNull<u8>, len: usize) -> Result<(), Errno> {
+        // SAFETY: the caller upholds `munmap`'s contract, which we pass on unchanged.
+        unsafe { self.inner().munmap(addr, len) }
+    }
+    /// [`Syscalls::thread_id`].
+    fn thread_id(&self) -> i32 {
+        self.inner().thread_id()
+    }
+    /// [`Syscalls::interrupt`].
+    fn interrupt(&self, tid: i32) -> Result<(), Errno> {
+        self.inner().interrupt(tid)
+    }
+    /// [`Syscalls::retire`].
+    fn retire(&self, fd: BorrowedFd<'_>) -> Result<(), Errno> {
+        self.inner().retire(fd)
+    }
+}
+
+// SAFETY: every call goes to the hook of the same name, which keeps the contract (the
+// `SeamHooks` contract).
+unsafe impl<H: SeamHooks + ?Sized> Syscalls for H {
+    fn open(&self, path: &CStr, flags: OpenFlags) -> Result<OwnedFd, Errno> {
+        SeamHooks::open(self, path, flags)
     }
     fn open_at(&self, dir: Option<Fd>, path: &CStr, how: OpenAt) -> Result<OwnedFd, Errno> {
-        (**self).open_at(dir, path, how)
+        SeamHooks::open_at(self, dir, path, how)
     }
     fn stat_at(&self, dir: Fd, name: &CStr) -> Result<FileStat, Errno> {
-        (**self).stat_at(dir, name)
+        SeamHooks::stat_at(self, dir, name)
     }
     fn close(&self, fd: OwnedFd) -> Result<(), Errno> {
-        (**self).close(fd)
+        SeamHooks::close(self, fd)
     }
     fn pread(&self, fd: Fd, buf: &mut [u8], offset: u64) -> Result<usize, Errno> {
-        (**self).pread(fd, buf, offset)
+        SeamHooks::pread(self, fd, buf, offset)
     }
     fn fstat(&self, fd: Fd) -> Result<FileStat, Errno> {
-        (**self).fstat(fd)
+        SeamHooks::fstat(self, fd)
     }
     fn stat(&self, path: &CStr, follow: bool) -> Result<FileStat, Errno> {
-        (**self).stat(path, follow)
+        SeamHooks::stat(self, path, follow)
     }
     unsafe fn ioctl(&self, fd: Fd, request: u32, arg: *mut c_void) -> Result<i32, Errno> {
         // SAFETY: the caller upholds `ioctl`'s contract, which we pass on unchanged.
-        unsafe { (**self).ioctl(fd, request, arg) }
+        unsafe { SeamHooks::ioctl(self, fd, request, arg) }
     }
     unsafe fn mmap(&self, fd: Fd, len: usize, prot: Prot, offset: u64) -> Result<NonNull<u8>, Errno> {
         // SAFETY: the caller upholds `mmap`'s contract, which we pass on unchanged.
-        unsafe { (**self).mmap(fd, len, prot, offset) }
+        unsafe { SeamHooks::mmap(self, fd, len, prot, offset) }
     }
     unsafe fn munmap(&self, addr: NonNull<u8>, len: usize) -> Result<(), Errno> {
         // SAFETY: the caller upholds `munmap`'s contract, which we pass on unchanged.
-        unsafe { (**self).munmap(addr, len) }
+        unsafe { SeamHooks::munmap(self, addr, len) }
     }
     fn thread_id(&self) -> i32 {
-        (**self).thread_id()
+        SeamHooks::thread_id(self)
     }
     fn interrupt(&self, tid: i32) -> Result<(), Errno> {
-        (**self).interrupt(tid)
+        SeamHooks::interrupt(self, tid)
     }
     fn retire(&self, fd: BorrowedFd<'_>) -> Result<(), Errno> {
-        (**self).retire(fd)
+        SeamHooks::retire(self, fd)
+    }
+}
+
+// SAFETY: changes nothing: every call goes to `T`, which upholds the contract.
+unsafe impl<T: Syscalls + ?Sized> SeamHooks for &T {
+    type Inner = T;
+    fn inner(&self) -> &T {
+        self
     }
 }
 
@@ -373,4 +475,45 @@ pub(crate) unsafe fn ioctl_with<S: Syscalls + ?Sized, T>(sys: &S, fd: Fd, reques
 pub(crate) fn ioctl_none<S: Syscalls + ?Sized>(sys: &S, fd: Fd, request: Ioctl<()>) -> Result<i32, Errno> {
     // SAFETY: the request's size field is 0 (`_IO`): the driver reads and writes no memory.
     unsafe { sys.ioctl(fd, request.raw(), core::ptr::null_mut()) }
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use std::string::String;
+    use std::vec::Vec;
+
+    /// The names of the `fn`s declared in the item that starts with `header` (up to its closing
+    /// brace at column 0).
+    fn fns_of(src: &str, header: &str) -> Vec<String> {
+        let start = src.find(header).unwrap_or_else(|| panic!("`{header}` not found"));
+        let body = &src[start..];
+        let end = body.find("\n}\n").expect("item not closed at column 0");
+        body[..end]
+            .lines()
+            .map(str::trim_start)
+            .filter(|l| !l.starts_with("//"))
+            .filter_map(|l| l.strip_prefix("fn ").or_else(|| l.strip_prefix("unsafe fn ")))
+            .map(|l| l[..l.find(['(', '<']).unwrap()].into())
+            .collect()
+    }
+
+    /// Every method of `Syscalls` has a forwarding hook in `SeamHooks` and is forwarded to it by
+    /// the blanket impl, so a seam written with hooks cannot fall back to a trait default (such
+    /// as `ENOSYS`) for a call its inner seam implements.
+    #[test]
+    fn seam_hooks_forward_every_syscall() {
+        let src = include_str!("sys.rs");
+        let mut calls = fns_of(src, "pub unsafe trait Syscalls {");
+        let mut hooks = fns_of(src, "pub unsafe trait SeamHooks {");
+        let mut forwarded = fns_of(src, "unsafe impl<H: SeamHooks + ?Sized> Syscalls for H {");
+        assert!(calls.len() >= 13, "the parse found too few methods: {calls:?}");
+        assert_eq!(hooks.iter().position(|f| f == "inner"), Some(0), "{hooks:?}");
+        hooks.remove(0);
+        calls.sort();
+        hooks.sort();
+        forwarded.sort();
+        assert_eq!(hooks, calls, "SeamHooks lacks a hook for a Syscalls method");
+        assert_eq!(forwarded, calls, "the blanket impl of Syscalls for SeamHooks does not forward a method");
+    }
 }
