@@ -82,7 +82,7 @@ pub use mapping::{Mapping, RangeError};
 #[cfg(feature = "rustix")]
 pub use rustix_sys::{interrupt_signal, use_interrupt_signal, RustixSys};
 pub use scalars::Scalars;
-pub use sys::{BorrowedFd, Fd, FileStat, OpenAt, OpenFlags, OwnedFd, Prot, SeamHooks, Syscalls};
+pub use sys::{BorrowedFd, Fd, FileStat, OpenAt, OpenFlags, OwnedFd, Prot, RefusingSys, SeamHooks, Syscalls};
 
 #[doc(hidden)]
 pub mod __private {

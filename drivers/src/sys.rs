@@ -295,7 +295,8 @@ pub unsafe trait Syscalls {
 ///
 /// Implement it with the path (`unsafe impl hexrpc_drivers::SeamHooks for MySeam`) rather than
 /// importing the trait where the seam's calls are made: with both traits in scope a call such as
-/// `seam.open(..)` on the concrete type would be ambiguous.
+/// `seam.open(..)` on the concrete type would be ambiguous. For the same reason a hook that
+/// calls another seam made of hooks names the trait: `Syscalls::pread(&self.inner, ..)`.
 ///
 /// The methods are those of [`Syscalls`], with the same contracts; a unit test of this module
 /// fails if [`Syscalls`] gains a method that this trait or its forwarding impl does not carry.
@@ -433,6 +434,48 @@ unsafe impl<T: Syscalls + ?Sized> SeamHooks for &T {
     type Inner = T;
     fn inner(&self) -> &T {
         self
+    }
+}
+
+/// A seam that refuses every call with `ENOSYS` and reports thread id 1: the inner seam of a
+/// test seam that implements only the calls it needs (its [`SeamHooks`] override those, and
+/// everything else, including any call the trait gains later, is refused).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RefusingSys;
+
+// SAFETY: no call reads or writes memory, and `mmap` never returns a mapping.
+unsafe impl Syscalls for RefusingSys {
+    fn open(&self, _: &CStr, _: OpenFlags) -> Result<OwnedFd, Errno> {
+        Err(Errno::ENOSYS)
+    }
+    fn close(&self, fd: OwnedFd) -> Result<(), Errno> {
+        // Nothing was ever opened here: the number is someone else's, left alone.
+        let _ = fd.into_raw();
+        Err(Errno::ENOSYS)
+    }
+    fn pread(&self, _: Fd, _: &mut [u8], _: u64) -> Result<usize, Errno> {
+        Err(Errno::ENOSYS)
+    }
+    fn fstat(&self, _: Fd) -> Result<FileStat, Errno> {
+        Err(Errno::ENOSYS)
+    }
+    fn stat(&self, _: &CStr, _: bool) -> Result<FileStat, Errno> {
+        Err(Errno::ENOSYS)
+    }
+    unsafe fn ioctl(&self, _: Fd, _: u32, _: *mut c_void) -> Result<i32, Errno> {
+        Err(Errno::ENOSYS)
+    }
+    unsafe fn mmap(&self, _: Fd, _: usize, _: Prot, _: u64) -> Result<NonNull<u8>, Errno> {
+        Err(Errno::ENOSYS)
+    }
+    unsafe fn munmap(&self, _: NonNull<u8>, _: usize) -> Result<(), Errno> {
+        Err(Errno::ENOSYS)
+    }
+    fn thread_id(&self) -> i32 {
+        1
+    }
+    fn interrupt(&self, _: i32) -> Result<(), Errno> {
+        Err(Errno::ENOSYS)
     }
 }
 

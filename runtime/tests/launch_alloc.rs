@@ -4,13 +4,12 @@
 //! a fixed-capacity string allocates nothing either.
 
 use std::cell::Cell;
-use std::ffi::{c_void, CStr};
-use std::ptr::NonNull;
+use std::ffi::c_void;
 
 use hexrpc_bench::measure::CountingAlloc;
 use hexrpc_drivers::adsprpc::{fastrpc_ioctl_invoke_attrs, remote_arg, FASTRPC_IOCTL_INVOKE_ATTRS};
 use hexrpc_drivers::upstream::{self, FastrpcFd};
-use hexrpc_drivers::{Errno, Fd, FileStat, OpenFlags, Prot, Syscalls};
+use hexrpc_drivers::{Errno, Fd};
 use hexrpc_runtime::launch::{write_entry, AbiVersion, Batch, BatchRun, BufferRef, EntryOptions, PackedLaunch, Scalar, Signature};
 
 #[global_allocator]
@@ -26,22 +25,12 @@ struct TimerSys {
 }
 
 // SAFETY: `ioctl` only reads the argument struct and writes the 8 bytes of pra[2] that the
-// caller's contract makes valid for INVOKE_ATTRS; nothing else touches memory; no mappings.
-unsafe impl Syscalls for TimerSys {
-    fn open(&self, _: &CStr, _: OpenFlags) -> Result<hexrpc_drivers::OwnedFd, Errno> {
-        Err(Errno::ENOSYS)
-    }
-    fn close(&self, _: hexrpc_drivers::OwnedFd) -> Result<(), Errno> {
-        Err(Errno::ENOSYS)
-    }
-    fn pread(&self, _: Fd, _: &mut [u8], _: u64) -> Result<usize, Errno> {
-        Err(Errno::ENOSYS)
-    }
-    fn fstat(&self, _: Fd) -> Result<FileStat, Errno> {
-        Err(Errno::ENOSYS)
-    }
-    fn stat(&self, _: &CStr, _: bool) -> Result<FileStat, Errno> {
-        Err(Errno::ENOSYS)
+// caller's contract makes valid for INVOKE_ATTRS; every other call is refused (`RefusingSys`:
+// no memory, no mappings).
+unsafe impl hexrpc_drivers::SeamHooks for TimerSys {
+    type Inner = hexrpc_drivers::RefusingSys;
+    fn inner(&self) -> &hexrpc_drivers::RefusingSys {
+        &hexrpc_drivers::RefusingSys
     }
     unsafe fn ioctl(&self, _: Fd, request: u32, arg: *mut c_void) -> Result<i32, Errno> {
         self.ioctls.set(self.ioctls.get() + 1);
@@ -101,18 +90,6 @@ unsafe impl Syscalls for TimerSys {
             (timer.pv as *mut [u8; 8]).write_unaligned(42u64.to_le_bytes());
         }
         Ok(0)
-    }
-    unsafe fn mmap(&self, _: Fd, _: usize, _: Prot, _: u64) -> Result<NonNull<u8>, Errno> {
-        Err(Errno::ENOSYS)
-    }
-    unsafe fn munmap(&self, _: NonNull<u8>, _: usize) -> Result<(), Errno> {
-        Err(Errno::ENOSYS)
-    }
-    fn thread_id(&self) -> i32 {
-        1
-    }
-    fn interrupt(&self, _: i32) -> Result<(), Errno> {
-        Err(Errno::ENOSYS)
     }
 }
 

@@ -237,56 +237,27 @@ impl GateSys {
     }
 }
 
-use std::ffi::{c_void, CStr};
-use std::ptr::NonNull;
+use std::ffi::c_void;
 
 use hexrpc_drivers::adsprpc::FASTRPC_IOCTL_MMAP;
-use hexrpc_drivers::{Errno, Fd, FileStat, OpenAt, OpenFlags, OwnedFd, Prot, Syscalls};
+use hexrpc_drivers::{Errno, Fd, Syscalls};
 
 // SAFETY: forwards every call to `RecordingSys` (after waiting, for pread and MMAP).
-unsafe impl Syscalls for GateSys {
-    fn open(&self, path: &CStr, flags: OpenFlags) -> Result<OwnedFd, Errno> {
-        self.inner.open(path, flags)
-    }
-    fn open_at(&self, dir: Option<Fd>, path: &CStr, how: OpenAt) -> Result<OwnedFd, Errno> {
-        self.inner.open_at(dir, path, how)
-    }
-    fn stat_at(&self, dir: Fd, name: &CStr) -> Result<FileStat, Errno> {
-        self.inner.stat_at(dir, name)
-    }
-    fn close(&self, fd: OwnedFd) -> Result<(), Errno> {
-        self.inner.close(fd)
+unsafe impl hexrpc_drivers::SeamHooks for GateSys {
+    type Inner = RecordingSys;
+    fn inner(&self) -> &RecordingSys {
+        &self.inner
     }
     fn pread(&self, fd: Fd, buf: &mut [u8], offset: u64) -> Result<usize, Errno> {
         self.wait();
-        self.inner.pread(fd, buf, offset)
-    }
-    fn fstat(&self, fd: Fd) -> Result<FileStat, Errno> {
-        self.inner.fstat(fd)
-    }
-    fn stat(&self, path: &CStr, follow: bool) -> Result<FileStat, Errno> {
-        self.inner.stat(path, follow)
+        Syscalls::pread(&self.inner, fd, buf, offset)
     }
     unsafe fn ioctl(&self, fd: Fd, request: u32, arg: *mut c_void) -> Result<i32, Errno> {
         if request == FASTRPC_IOCTL_MMAP {
             self.wait();
         }
         // SAFETY: the caller's guarantee for `arg` is passed on unchanged.
-        unsafe { self.inner.ioctl(fd, request, arg) }
-    }
-    unsafe fn mmap(&self, fd: Fd, len: usize, prot: Prot, offset: u64) -> Result<NonNull<u8>, Errno> {
-        // SAFETY: as above.
-        unsafe { self.inner.mmap(fd, len, prot, offset) }
-    }
-    unsafe fn munmap(&self, addr: NonNull<u8>, len: usize) -> Result<(), Errno> {
-        // SAFETY: as above.
-        unsafe { self.inner.munmap(addr, len) }
-    }
-    fn thread_id(&self) -> i32 {
-        self.inner.thread_id()
-    }
-    fn interrupt(&self, tid: i32) -> Result<(), Errno> {
-        self.inner.interrupt(tid)
+        unsafe { Syscalls::ioctl(&self.inner, fd, request, arg) }
     }
 }
 

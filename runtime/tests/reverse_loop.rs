@@ -5,7 +5,7 @@
 mod support;
 
 use std::collections::VecDeque;
-use std::ffi::{c_void, CStr};
+use std::ffi::c_void;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use hexrpc_drivers::adsprpc::FASTRPC_IOCTL_INVOKE;
 use hexrpc_drivers::aee::*;
 use hexrpc_drivers::listener::{listener_next2_in, listener_next2_out, REMOTECTL_OPEN};
-use hexrpc_drivers::{Errno, Error, Fd, FileStat, OpenAt, OpenFlags, Prot, RustixSys, Syscalls};
+use hexrpc_drivers::{Errno, Error, Fd, OpenFlags, Prot, RustixSys, Syscalls};
 use hexrpc_runtime::reverse::wire::reply_output;
 use hexrpc_runtime::reverse::{FilePolicy, ListenerBuffers, ListenerTransport, OwnedBuffers, ReverseService, ServeOutcome, NEXT2_BADSTATE};
 use support::*;
@@ -199,28 +199,12 @@ struct BlockingSys {
     retired: AtomicUsize,
 }
 
-// SAFETY: file calls go to `RustixSys`; `ioctl` never touches the argument; no memory is shared.
-unsafe impl Syscalls for BlockingSys {
-    fn open(&self, path: &CStr, flags: OpenFlags) -> Result<hexrpc_drivers::OwnedFd, Errno> {
-        RustixSys.open(path, flags)
-    }
-    fn open_at(&self, dir: Option<Fd>, path: &CStr, how: OpenAt) -> Result<hexrpc_drivers::OwnedFd, Errno> {
-        RustixSys.open_at(dir, path, how)
-    }
-    fn stat_at(&self, dir: Fd, name: &CStr) -> Result<FileStat, Errno> {
-        RustixSys.stat_at(dir, name)
-    }
-    fn close(&self, fd: hexrpc_drivers::OwnedFd) -> Result<(), Errno> {
-        RustixSys.close(fd)
-    }
-    fn pread(&self, fd: Fd, buf: &mut [u8], offset: u64) -> Result<usize, Errno> {
-        RustixSys.pread(fd, buf, offset)
-    }
-    fn fstat(&self, fd: Fd) -> Result<FileStat, Errno> {
-        RustixSys.fstat(fd)
-    }
-    fn stat(&self, path: &CStr, follow: bool) -> Result<FileStat, Errno> {
-        RustixSys.stat(path, follow)
+// SAFETY: file calls and the thread id go to `RustixSys`; `ioctl` never touches the argument;
+// no memory is shared (`mmap` refuses).
+unsafe impl hexrpc_drivers::SeamHooks for BlockingSys {
+    type Inner = RustixSys;
+    fn inner(&self) -> &RustixSys {
+        &RustixSys
     }
     unsafe fn ioctl(&self, _fd: Fd, request: u32, _arg: *mut c_void) -> Result<i32, Errno> {
         if request != FASTRPC_IOCTL_INVOKE {
@@ -239,9 +223,6 @@ unsafe impl Syscalls for BlockingSys {
     }
     unsafe fn munmap(&self, _: NonNull<u8>, _: usize) -> Result<(), Errno> {
         Err(Errno::EINVAL)
-    }
-    fn thread_id(&self) -> i32 {
-        RustixSys.thread_id()
     }
     fn interrupt(&self, _tid: i32) -> Result<(), Errno> {
         self.interrupts.fetch_add(1, Ordering::SeqCst);

@@ -40,8 +40,12 @@ impl RecordingSys {
 
 // SAFETY: forwards file calls to `RustixSys`; the two simulated ioctls only touch the argument
 // struct the caller passes (whose validity the `ioctl` contract guarantees); nothing else
-// touches memory.
-unsafe impl Syscalls for RecordingSys {
+// touches memory (`mmap` refuses).
+unsafe impl hexrpc_drivers::SeamHooks for RecordingSys {
+    type Inner = RustixSys;
+    fn inner(&self) -> &RustixSys {
+        &RustixSys
+    }
     fn open(&self, path: &CStr, flags: OpenFlags) -> Result<hexrpc_drivers::OwnedFd, Errno> {
         self.paths.lock().unwrap().push(path.to_string_lossy().into_owned());
         let fd = RustixSys.open(path, flags)?;
@@ -67,12 +71,6 @@ unsafe impl Syscalls for RecordingSys {
     fn close(&self, fd: hexrpc_drivers::OwnedFd) -> Result<(), Errno> {
         self.closes.fetch_add(1, Ordering::SeqCst);
         RustixSys.close(fd)
-    }
-    fn pread(&self, fd: Fd, buf: &mut [u8], offset: u64) -> Result<usize, Errno> {
-        RustixSys.pread(fd, buf, offset)
-    }
-    fn fstat(&self, fd: Fd) -> Result<FileStat, Errno> {
-        RustixSys.fstat(fd)
     }
     fn stat(&self, path: &CStr, follow: bool) -> Result<FileStat, Errno> {
         self.paths.lock().unwrap().push(path.to_string_lossy().into_owned());
@@ -112,11 +110,9 @@ unsafe impl Syscalls for RecordingSys {
     unsafe fn munmap(&self, _: NonNull<u8>, _: usize) -> Result<(), Errno> {
         Err(Errno::EINVAL)
     }
-    fn thread_id(&self) -> i32 {
-        RustixSys.thread_id()
-    }
-    fn interrupt(&self, tid: i32) -> Result<(), Errno> {
-        RustixSys.interrupt(tid)
+    fn retire(&self, _: hexrpc_drivers::BorrowedFd<'_>) -> Result<(), Errno> {
+        // No retiring: the channel numbers here are made up, and callers then resume instead.
+        Err(Errno::ENOSYS)
     }
 }
 

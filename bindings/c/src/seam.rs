@@ -1,10 +1,9 @@
 //! The syscall seam a binding session runs on: the device, or (feature `bench`) the bench, or
 //! the bench with launches that return at once (a measuring instrument).
 
-use core::ffi::{c_void, CStr};
-use core::ptr::NonNull;
+use core::ffi::c_void;
 
-use hexrpc_drivers::{BorrowedFd, Errno, Fd, FileStat, OpenAt, OpenFlags, OwnedFd, Prot, RustixSys, Syscalls};
+use hexrpc_drivers::{Errno, Fd, RustixSys, Syscalls};
 
 /// One seam type for every kind of session, so that sessions, leases and libraries of every
 /// kind share one set of handle types.
@@ -33,41 +32,21 @@ impl Seam {
             Seam::Bench(b) | Seam::Returning(b, _) => Some(b),
         }
     }
+}
 
-    fn inner(&self) -> &dyn Syscalls {
+// SAFETY: every call is forwarded unchanged to a seam that upholds the contract (RustixSys, the
+// bench); the returning variant's INVOKE_ATTRS goes to NullSys, which touches no memory at all.
+unsafe impl hexrpc_drivers::SeamHooks for Seam {
+    type Inner = dyn Syscalls;
+
+    fn inner(&self) -> &(dyn Syscalls + 'static) {
         match self {
             Seam::Device(s) => s,
             #[cfg(feature = "bench")]
             Seam::Bench(b) | Seam::Returning(b, _) => b,
         }
     }
-}
 
-// Every method of the trait is forwarded, defaulted ones included (so the inner seam's own
-// implementations are used). SAFETY: every call is forwarded unchanged to a seam that upholds the contract (RustixSys, the
-// bench); the returning variant's INVOKE_ATTRS goes to NullSys, which touches no memory at all.
-unsafe impl Syscalls for Seam {
-    fn open(&self, path: &CStr, flags: OpenFlags) -> Result<OwnedFd, Errno> {
-        self.inner().open(path, flags)
-    }
-    fn open_at(&self, dir: Option<Fd>, path: &CStr, how: OpenAt) -> Result<OwnedFd, Errno> {
-        self.inner().open_at(dir, path, how)
-    }
-    fn stat_at(&self, dir: Fd, name: &CStr) -> Result<FileStat, Errno> {
-        self.inner().stat_at(dir, name)
-    }
-    fn close(&self, fd: OwnedFd) -> Result<(), Errno> {
-        self.inner().close(fd)
-    }
-    fn pread(&self, fd: Fd, buf: &mut [u8], offset: u64) -> Result<usize, Errno> {
-        self.inner().pread(fd, buf, offset)
-    }
-    fn fstat(&self, fd: Fd) -> Result<FileStat, Errno> {
-        self.inner().fstat(fd)
-    }
-    fn stat(&self, path: &CStr, follow: bool) -> Result<FileStat, Errno> {
-        self.inner().stat(path, follow)
-    }
     unsafe fn ioctl(&self, fd: Fd, request: u32, arg: *mut c_void) -> Result<i32, Errno> {
         #[cfg(feature = "bench")]
         if let Seam::Returning(_, null) = self {
@@ -78,22 +57,5 @@ unsafe impl Syscalls for Seam {
         }
         // SAFETY: the caller upholds `ioctl`'s contract, which we pass on unchanged.
         unsafe { self.inner().ioctl(fd, request, arg) }
-    }
-    unsafe fn mmap(&self, fd: Fd, len: usize, prot: Prot, offset: u64) -> Result<NonNull<u8>, Errno> {
-        // SAFETY: the caller upholds `mmap`'s contract, which we pass on unchanged.
-        unsafe { self.inner().mmap(fd, len, prot, offset) }
-    }
-    unsafe fn munmap(&self, addr: NonNull<u8>, len: usize) -> Result<(), Errno> {
-        // SAFETY: the caller upholds `munmap`'s contract, which we pass on unchanged.
-        unsafe { self.inner().munmap(addr, len) }
-    }
-    fn thread_id(&self) -> i32 {
-        self.inner().thread_id()
-    }
-    fn interrupt(&self, tid: i32) -> Result<(), Errno> {
-        self.inner().interrupt(tid)
-    }
-    fn retire(&self, fd: BorrowedFd<'_>) -> Result<(), Errno> {
-        self.inner().retire(fd)
     }
 }

@@ -181,8 +181,13 @@ impl CheckingSys {
 
 // SAFETY: file calls go to `RustixSys` (reads and closes only on descriptors this seam opened);
 // the two simulated ioctls only touch the argument struct the caller passes, whose validity
-// the `ioctl` contract guarantees; nothing else touches memory.
-unsafe impl Syscalls for CheckingSys {
+// the `ioctl` contract guarantees; nothing else touches memory. Calls not overridden here
+// (thread id 1, `retire`, and any the trait gains) go to `RefusingSys`, not to the OS.
+unsafe impl hexrpc_drivers::SeamHooks for CheckingSys {
+    type Inner = hexrpc_drivers::RefusingSys;
+    fn inner(&self) -> &hexrpc_drivers::RefusingSys {
+        &hexrpc_drivers::RefusingSys
+    }
     fn open(&self, path: &CStr, _: OpenFlags) -> Result<OwnedFd, Errno> {
         self.violate(format!("a path string was opened: {path:?}"));
         Err(Errno::EPERM)
@@ -273,9 +278,6 @@ unsafe impl Syscalls for CheckingSys {
     }
     unsafe fn munmap(&self, _: NonNull<u8>, _: usize) -> Result<(), Errno> {
         Err(Errno::EINVAL)
-    }
-    fn thread_id(&self) -> i32 {
-        1
     }
     fn interrupt(&self, _: i32) -> Result<(), Errno> {
         Ok(())
