@@ -11,6 +11,8 @@
 //!   [`dsp`], [`apps_std`], [`listener`]);
 //! * every ioctl request number, computed from (direction, group, number, argument type) by
 //!   [`ioc`], never typed as hex;
+//! * the ELF32 structs and a checked, zerocopy reader for the images the DSP loads ([`elf`],
+//!   with [`elf::EM_HEXAGON`]);
 //! * the scalars word ([`Scalars`]) that describes a FastRPC call's arguments;
 //! * the *syscall seam* ([`Syscalls`]): the only way this crate, and everything above it, touches
 //!   the OS. Its real implementation is [`RustixSys`] (feature `rustix`, on by default); the
@@ -60,6 +62,7 @@ pub mod aee;
 pub mod apps_std;
 pub mod dma_heap;
 pub mod dsp;
+pub mod elf;
 mod errno;
 mod error;
 mod fdcell;
