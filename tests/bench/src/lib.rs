@@ -111,7 +111,6 @@ pub mod entry;
 pub mod executor;
 pub mod ion;
 pub mod measure;
-pub mod netmodel;
 pub mod rpc;
 mod state;
 pub mod upstream;
