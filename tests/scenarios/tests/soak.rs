@@ -122,7 +122,7 @@ fn random_fault(rng: &mut Rng) -> (FaultTarget, Fault) {
 
 /// One soak phase of `length` on a fresh served session, dropped at the end.
 fn phase(bench: &Bench, length: Duration, seed: u64, f: &Figures) {
-    let rig = hexrpc_scenarios::stack::start(&bench).unwrap();
+    let rig = hexrpc_scenarios::stack::start(bench).unwrap();
     let lib = rig.open_library(ADD_U8.name, image(ADD_U8.name)).unwrap();
     let running = AtomicBool::new(true);
     let end = Instant::now() + length;
