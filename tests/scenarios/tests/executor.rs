@@ -326,9 +326,10 @@ fn hvx_builds_contain_vector_code() {
         ("add_i8", "buf,buf,buf,u32", Flavour::Hvx, true),
         ("add_i8", "buf,buf,buf,u32", Flavour::Scalar, false),
     ] {
-        build_image(&tc, kernel, sig, EntryOptions::V2, flavour).expect("build");
+        let image = build_image(&tc, kernel, sig, EntryOptions::V2, flavour).expect("build");
         let dir = executor::build::cache_dir(&tc).unwrap();
-        let elf = dir.join(format!("{kernel}-v2-{}-{}.so", if flavour == Flavour::Hvx { "hvx" } else { "scalar" }, sig.replace(',', "_")));
+        let elf = dir.join(format!("inspect-{}-{kernel}-{flavour:?}.so", std::process::id()));
+        std::fs::write(&elf, image).unwrap();
         let out = std::process::Command::new(objdump)
             .args(["-d", "--no-show-raw-insn", "--mattr=+hvxv65,+hvx-length128b"])
             .arg(&elf)
@@ -339,6 +340,7 @@ fn hvx_builds_contain_vector_code() {
         let vector = body.lines().any(|l| l.contains("vmem") || l.contains("vmemu") || (l.contains(" v") && l.contains(".b")));
         assert!(!body.is_empty(), "{kernel} not found in {}", elf.display());
         assert_eq!(vector, must, "{kernel} {flavour:?}: vector instructions present = {vector}\n{body}");
+        let _ = std::fs::remove_file(&elf);
     }
 }
 
