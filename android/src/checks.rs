@@ -48,18 +48,7 @@ fn access(bench: &Bench) -> Result<DeviceAccess, (String, String)> {
 /// (in, out, u32 k) that writes `in[i] + k` to `out[i]`.
 pub fn bench() -> Bench {
     let bench = Bench::for_board(board());
-    bench.register_library(
-        MODEL,
-        LibraryModel::new(EntryVersion::V2, 2, 1, |k| {
-            let add = k.scalar_u32(0).unwrap_or(0) as u8;
-            let n = k.buffer_len(0).min(k.buffer_len(1));
-            let mut v = vec![0u8; n];
-            if k.read(0, 0, &mut v).is_ok() {
-                v.iter_mut().for_each(|b| *b = b.wrapping_add(add));
-                let _ = k.write(1, 0, &v);
-            }
-        }),
-    );
+    hexrpc_scenarios::catalogue::register_as(&bench, MODEL, &hexrpc_scenarios::catalogue::ADD_U8);
     bench
 }
 

@@ -35,7 +35,7 @@ pub struct Figures {
     /// Launches measured for the per-launch figures.
     pub launches: u64,
     /// The model network (5 nodes) on the bench's DSP model, per kernel and as one batch.
-    pub model: hexrpc_bench::netmodel::NetFigures,
+    pub model: hexrpc_scenarios::netmodel::NetFigures,
 }
 
 /// The cost model the model-latency figures use (as the executor's model run): 60 us per
@@ -134,7 +134,7 @@ pub fn run(scale: u32) -> Result<Figures, String> {
     f.memcpy_mib_s = t.memcpy_mib_s;
 
     // 4. The model network: five launches vs one batch (crossings, maps, packing, simulated latency).
-    f.model = hexrpc_bench::netmodel::measure(MODEL_COST, (100 * scale) as usize)?;
+    f.model = hexrpc_scenarios::netmodel::measure(MODEL_COST, (100 * scale) as usize)?;
     Ok(f)
 }
 

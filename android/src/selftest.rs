@@ -385,7 +385,7 @@ fn device_checks_on<S: Syscalls + Clone + Send + Sync + 'static>(
 /// every node compared with the reference, launch by launch and as one batch per run; latency
 /// from the bench's cost model, labelled simulated.
 fn executor() -> Vec<Check> {
-    use hexrpc_bench::executor::{run_model, ModelError, ModelOptions};
+    use hexrpc_scenarios::{run_model, ModelError, ModelOptions};
     match run_model(&ModelOptions { board: crate::checks::board(), ..ModelOptions::default() }) {
         Ok(report) => {
             let runs = report.simulated.count;

@@ -56,7 +56,7 @@ fn every_crate_is_described_with_its_real_name_edition_and_root() {
     let mods = modules(&bp);
     let root_toml = std::fs::read_to_string(root().join("Cargo.toml")).unwrap();
     let edition = toml_value(&root_toml, "workspace.package", "edition").expect("workspace edition");
-    let members = ["drivers", "bsp", "hal", "runtime", "tests", "android", "bindings/c"];
+    let members = ["drivers", "bsp", "hal", "runtime", "tests/bench", "android", "bindings/c"];
     let rust_mods = mods.iter().filter(|(kind, _)| kind.starts_with("rust_")).count();
     assert_eq!(rust_mods, members.len(), "one Rust module per crate");
     for dir in members {

@@ -1,12 +1,15 @@
 //! Every init stage either succeeds or gives back everything it acquired, and names itself in
 //! its error.
 
-mod common;
+use std::time::Duration;
 
 use hexrpc_bench::{Bench, CallKind, DspCallKind, Fault, FaultTarget};
 use hexrpc_bsp::{Board, DeviceAccess, KernelAbi};
 use hexrpc_drivers::Errno;
 use hexrpc_hal::{Cause, IonOpened, Session, Stage};
+
+/// How long teardown on other threads may take to give everything back.
+const SETTLE: Duration = Duration::from_secs(2);
 
 fn start(bench: &Bench) -> Result<Session<Bench>, hexrpc_hal::HalError> {
     Session::start(bench.clone(), &DeviceAccess::for_bench_board(bench.board()).expect("a bench board"))
@@ -129,7 +132,7 @@ fn a_failure_at_each_stage_names_it_and_leaks_nothing(board: &'static Board) {
             assert_eq!(err.cause, c, "{what}: {err}");
         }
         assert!(!err.to_string().is_empty());
-        assert_eq!(common::back_to(&bench, &start_counts), start_counts, "{what}: everything given back");
+        assert_eq!(bench.settle(&start_counts, SETTLE), start_counts, "{what}: everything given back");
     }
 }
 
@@ -149,7 +152,7 @@ fn a_full_start_and_drop_gives_everything_back(board: &'static Board) {
     }
     assert!(session.is_healthy());
     drop(session);
-    assert_eq!(common::back_to(&bench, &start_counts), start_counts);
+    assert_eq!(bench.settle(&start_counts, SETTLE), start_counts);
     let c = bench.counts();
     assert!(c.dsp_of(DspCallKind::ProcessExit) >= 1, "teardown asks the process to exit");
 }
@@ -178,13 +181,13 @@ fn each_stage_can_be_dropped_on_its_own(board: &'static Board) {
     let staged = ion.stage_shell().unwrap();
     assert!(staged.shell_len() > 0);
     drop(staged);
-    assert_eq!(common::back_to(&bench, &start_counts), start_counts);
+    assert_eq!(bench.settle(&start_counts, SETTLE), start_counts);
     let channel = IonOpened::open(bench.clone(), &access).unwrap().stage_shell().unwrap().open_channel().unwrap();
     assert_eq!(channel.info() & 1, 1, "the bench's session has an SMMU");
     drop(channel);
-    assert_eq!(common::back_to(&bench, &start_counts), start_counts);
+    assert_eq!(bench.settle(&start_counts, SETTLE), start_counts);
     let process = IonOpened::open(bench.clone(), &access).unwrap().stage_shell().unwrap().open_channel().unwrap().create_process().unwrap();
     assert_eq!(bench.snapshot().dsp_processes, 1);
     drop(process);
-    assert_eq!(common::back_to(&bench, &start_counts), start_counts);
+    assert_eq!(bench.settle(&start_counts, SETTLE), start_counts);
 }

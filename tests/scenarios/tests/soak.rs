@@ -14,14 +14,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use hexrpc_bench::measure::ProcessFootprint;
-use hexrpc_bench::{elf, wire, Bench, CallKind, DspCallKind, EntryVersion, Fault, FaultTarget, LibraryModel, ReverseRequest};
-use hexrpc_bsp::DeviceAccess;
+use hexrpc_bench::{wire, Bench, CallKind, DspCallKind, Fault, FaultTarget, ReverseRequest};
 use hexrpc_drivers::{adsprpc, aee, listener, Errno, Scalars};
 use hexrpc_hal::internal::ListenerPlumbing;
-use hexrpc_hal::{BufferView, ErrorKind, Health, Library};
-use hexrpc_runtime::launch::{AbiVersion, BufferRef, PackedLaunch, Scalar, Signature};
-use hexrpc_runtime::reverse::FilePolicy;
+use hexrpc_hal::{ErrorKind, Health};
 use hexrpc_runtime::ServedSession;
+use hexrpc_scenarios::catalogue::{self, image, ADD_U8};
+use hexrpc_scenarios::stack::launch_add_u8;
 
 /// Most RSS growth accepted over a soak after its warm-up, in KiB (the bench keeps no logs
 /// across its periodic clears; what remains is allocator slack).
@@ -64,43 +63,6 @@ impl Rng {
     }
     fn below(&mut self, n: u64) -> u64 {
         self.next() % n.max(1)
-    }
-}
-
-fn register(bench: &Bench) {
-    bench.register_library(
-        "copy2",
-        LibraryModel::new(EntryVersion::V2, 2, 1, |k| {
-            let add = k.scalar_u32(0).unwrap_or(0) as u8;
-            let n = k.buffer_len(0).min(k.buffer_len(1));
-            let mut v = vec![0u8; n];
-            if k.read(0, 0, &mut v).is_ok() {
-                v.iter_mut().for_each(|b| *b = b.wrapping_add(add));
-                let _ = k.write(1, 0, &v);
-            }
-        }),
-    );
-}
-
-fn image() -> &'static [u8] {
-    static IMAGE: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
-    IMAGE.get_or_init(|| elf::library_image("copy2", 8192))
-}
-
-fn launch(
-    lib: &Library<'_, Bench>,
-    a: &BufferView<'_>,
-    b: &BufferView<'_>,
-    add: u8,
-    deadline: Option<Duration>,
-) -> Result<(), hexrpc_hal::HalError> {
-    let sig = Signature::parse("buf,buf,u32").expect("signature");
-    let bufs = [BufferRef::of(a), BufferRef::of(b)];
-    let mut packed = PackedLaunch::new(AbiVersion::V2, &sig, &bufs, &[Scalar::U32(u32::from(add))]).expect("pack");
-    let mut args = packed.invoke_args().expect("args");
-    match deadline {
-        Some(d) => lib.invoke_with_deadline(&mut args, d),
-        None => lib.invoke(&mut args),
     }
 }
 
@@ -160,8 +122,8 @@ fn random_fault(rng: &mut Rng) -> (FaultTarget, Fault) {
 
 /// One soak phase of `length` on a fresh served session, dropped at the end.
 fn phase(bench: &Bench, length: Duration, seed: u64, f: &Figures) {
-    let rig = ServedSession::start(bench.clone(), &DeviceAccess::for_bench(), FilePolicy::for_board(bench.board()).unwrap()).unwrap();
-    let lib = rig.open_library("copy2", image()).unwrap();
+    let rig = hexrpc_scenarios::stack::start(bench).unwrap();
+    let lib = rig.open_library(ADD_U8.name, image(ADD_U8.name)).unwrap();
     let running = AtomicBool::new(true);
     let end = Instant::now() + length;
     std::thread::scope(|s| {
@@ -184,7 +146,7 @@ fn phase(bench: &Bench, length: Duration, seed: u64, f: &Figures) {
                     }
                     // Now and then a library of its own, opened and closed again.
                     if iteration.is_multiple_of(64) {
-                        match rig.open_library("copy2", image()) {
+                        match rig.open_library(ADD_U8.name, image(ADD_U8.name)) {
                             Ok(l) => {
                                 f.library_cycles.fetch_add(1, Ordering::Relaxed);
                                 drop(l);
@@ -219,8 +181,8 @@ fn phase(bench: &Bench, length: Duration, seed: u64, f: &Figures) {
                         if deadline.is_some() {
                             f.deadline_launches.fetch_add(1, Ordering::Relaxed);
                         }
-                        match launch(lib, &a, &b, 1, deadline) {
-                            Ok(()) => {
+                        match launch_add_u8(lib, &a, &b, 1, deadline) {
+                            Ok(_) => {
                                 f.launches.fetch_add(1, Ordering::Relaxed);
                                 let mut got = vec![0u8; 64];
                                 b.read(&mut got).unwrap();
@@ -279,8 +241,8 @@ fn phase(bench: &Bench, length: Duration, seed: u64, f: &Figures) {
     let (a, b) = (lease.view(0, 4096).unwrap(), lease.view(4096, 4096).unwrap());
     let mut ok = 0;
     for _ in 0..20 {
-        match launch(&lib, &a, &b, 1, None) {
-            Ok(()) => ok += 1,
+        match launch_add_u8(&lib, &a, &b, 1, None) {
+            Ok(_) => ok += 1,
             Err(e) if e.kind() == ErrorKind::Recoverable => rig.session().recover().expect("recovery after the soak"),
             Err(e) => panic!("launch after the soak: {e}"),
         }
@@ -297,7 +259,7 @@ fn phase(bench: &Bench, length: Duration, seed: u64, f: &Figures) {
 fn soak_restarts_faults_and_8_threads_leak_nothing() {
     let length = duration();
     let bench = Bench::new();
-    register(&bench);
+    catalogue::register(&bench, &ADD_U8);
     let start = bench.snapshot();
     // Warm-up: thread stacks, malloc arenas and the bench's tables reach their working size.
     let warm = Figures::default();

@@ -414,7 +414,7 @@ mod tests {
 
     #[test]
     fn c_runtime_carries_the_same_constants() {
-        let c = include_str!("../../hexagon/runtime/hrx_dsp.c");
+        let c = include_str!("../../../hexagon/runtime/hrx_dsp.c");
         for (name, value) in C_DEFINES {
             let line = c.lines().find(|l| l.starts_with(&format!("#define {name} "))).unwrap_or_else(|| panic!("{name} missing"));
             let text = line.split_whitespace().nth(2).unwrap().trim_end_matches('u');

@@ -73,6 +73,12 @@ impl TableKernel {
     pub fn new(buffers: usize, scalars: usize, kernel: impl Fn(&mut KernelCall<'_>) + Send + Sync + 'static) -> Self {
         TableKernel { buffers, scalars, kernel: Arc::new(kernel) }
     }
+
+    /// A single-kernel library with a v2 entry that runs this kernel.
+    pub fn single_library(&self) -> LibraryModel {
+        let f = self.kernel.clone();
+        LibraryModel::new(EntryVersion::V2, self.buffers, self.scalars, move |c| f(c))
+    }
 }
 
 /// A library the simulated DSP can load: entry contract, parameter counts and kernel.

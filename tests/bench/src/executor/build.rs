@@ -2,10 +2,11 @@
 //!
 //! * the **DSP shell** (`tests/hexagon/runtime/`: loader, HAP functions, C library, request
 //!   loop) -> a static Hexagon executable, started once per simulated DSP process;
-//! * a **suite library**: generated entry (hexrpc-runtime's `write_entry`) + kernel + `hrx_expf`
-//!   -> a Hexagon shared object laid out like `hexrpc build-lib`'s output (hexrpc-runtime's
-//!   linker script, every section on its own 4 KiB page), which the bench publishes like any
-//!   library and the shell loads.
+//! * a **suite library**: an entry's C source + the suite's kernels + `hrx_expf` -> a Hexagon
+//!   shared object laid out by a given linker script, which the bench publishes like any
+//!   library and the shell loads ([`build_library`]). The bench does not generate entries: the
+//!   caller passes the entry's C text and the linker script (hexrpc-scenarios' `suite` module
+//!   makes them with hexrpc-runtime's entry generator and `hexrpc build-lib`'s linker script).
 //!
 //! ```text
 //! clang-19 --target=hexagon -mcpu=hexagonv65 -O2 -fPIC -ffreestanding -fno-builtin -nostdlib
@@ -25,21 +26,18 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Mutex, OnceLock};
 
-use hexrpc_runtime::launch::build::write_linker_script;
-use hexrpc_runtime::launch::{write_batch_entry, write_entry, AbiVersion, EntryOptions, KernelSpec, Signature};
-
 /// The DSP shell source (loader, HAP functions, request loop).
-pub const RUNTIME_C: &str = include_str!("../../hexagon/runtime/hrx_dsp.c");
+pub const RUNTIME_C: &str = include_str!("../../../hexagon/runtime/hrx_dsp.c");
 /// The shell's C library (memory functions, compiler helpers, libm subset).
-pub const LIBC_C: &str = include_str!("../../hexagon/runtime/hrx_libc.c");
+pub const LIBC_C: &str = include_str!("../../../hexagon/runtime/hrx_libc.c");
 /// Its header.
-pub const RUNTIME_H: &str = include_str!("../../hexagon/runtime/hrx_dsp.h");
+pub const RUNTIME_H: &str = include_str!("../../../hexagon/runtime/hrx_dsp.h");
 /// The plain-C kernel suite.
-pub const KERNELS_C: &str = include_str!("../../hexagon/kernels/kernels.c");
+pub const KERNELS_C: &str = include_str!("../../../hexagon/kernels/kernels.c");
 /// Kernels written with HVX intrinsics.
-pub const HVX_C: &str = include_str!("../../hexagon/kernels/hvx.c");
+pub const HVX_C: &str = include_str!("../../../hexagon/kernels/hvx.c");
 /// `hrx_expf`.
-pub const MATH_C: &str = include_str!("../../hexagon/kernels/hrx_math.c");
+pub const MATH_C: &str = include_str!("../../../hexagon/kernels/hrx_math.c");
 
 /// Flags of every translation unit.
 pub const CFLAGS: &[&str] = &[
@@ -131,7 +129,7 @@ pub fn tools_available() -> Result<Toolchain, String> {
 /// Why an artefact could not be built.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum BuildError {
-    /// The entry could not be generated (bad signature or kernel name).
+    /// The caller could not generate the entry (bad signature or kernel name).
     Entry(String),
     /// A file operation failed.
     Io(String),
@@ -198,8 +196,6 @@ fn cache(tc: &Toolchain) -> Result<&'static Mutex<Cache>, BuildError> {
             fnv(&mut h, tc.clang.as_os_str().as_encoded_bytes());
             let dir = std::env::temp_dir().join(format!("hexrpc-exec-build-{h:016x}"));
             std::fs::create_dir_all(&dir).map_err(|e| BuildError::Io(format!("{}: {e}", dir.display())))?;
-            let mut script = String::new();
-            write_linker_script(&mut script).map_err(|_| BuildError::Io("linker script".into()))?;
             for (name, text) in [
                 ("hrx_dsp.c", RUNTIME_C),
                 ("hrx_dsp.h", RUNTIME_H),
@@ -207,7 +203,6 @@ fn cache(tc: &Toolchain) -> Result<&'static Mutex<Cache>, BuildError> {
                 ("kernels.c", KERNELS_C),
                 ("hvx.c", HVX_C),
                 ("hrx_math.c", MATH_C),
-                ("link.ld", script.as_str()),
             ] {
                 write_atomic(&dir.join(name), text.as_bytes())?;
             }
@@ -280,117 +275,57 @@ pub fn build_shell(tc: &Toolchain) -> Result<PathBuf, BuildError> {
     Ok(out)
 }
 
-/// Builds (or finds in the cache) the library of `kernel` with signature `signature` with
-/// entry options `opts` (contract version, power request); `flavour` picks the kernel objects.
-/// Kernels named `*_hvx` live in the intrinsics file, the others in the plain-C suite. The
-/// library imports memset/memcpy and the compiler helpers from the shell.
-pub fn build_image(
-    tc: &Toolchain,
-    kernel: &str,
-    signature: &str,
-    opts: EntryOptions,
-    flavour: Flavour,
-) -> Result<&'static [u8], BuildError> {
-    let sig = Signature::parse(signature).map_err(|e| BuildError::Entry(format!("{signature:?}: {e:?}")))?;
-    let v = match (opts.version, opts.power_request.is_some()) {
-        (AbiVersion::V1, false) => "v1",
-        (AbiVersion::V1, true) => "v1p",
-        (AbiVersion::V2, false) => "v2",
-        (AbiVersion::V2, true) => "v2p",
-    };
-    let fl = match flavour {
-        Flavour::Scalar => "scalar",
-        Flavour::Hvx => "hvx",
-    };
-    let key = format!("{kernel}-{v}-{fl}-{}", signature.replace(',', "_"));
-    let mut c = cache(tc)?.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(img) = c.images.get(&key) {
-        return Ok(img);
-    }
-    let mut text = String::new();
-    write_entry(&mut text, &sig, kernel, &opts).map_err(|e| BuildError::Entry(e.to_string()))?;
-    let entry_c = format!("entry-{key}.c");
-    write_atomic(&c.dir.join(&entry_c), text.as_bytes())?;
-    let math = compile(tc, &mut c, "hrx_math.c", &format!("hrx_math-{fl}.o"), flavour == Flavour::Hvx)?;
-    let entry = compile(tc, &mut c, &entry_c, &format!("entry-{key}.o"), false)?;
-    let kernels = if kernel.ends_with("_hvx") {
-        compile(tc, &mut c, "hvx.c", "hvx.o", true)?
-    } else {
-        compile(tc, &mut c, "kernels.c", &format!("kernels-{fl}.o"), flavour == Flavour::Hvx)?
-    };
-    let out = c.dir.join(format!("{key}.so"));
-    if !out.exists() {
-        let tmp = c.dir.join(format!("{key}.so.tmp{}", std::process::id()));
-        let args: Vec<OsString> = vec![
-            "-shared".into(),
-            "--hash-style=sysv".into(),
-            "-z".into(),
-            "max-page-size=4096".into(),
-            "-T".into(),
-            c.dir.join("link.ld").into(),
-            "-o".into(),
-            tmp.clone().into(),
-            entry.into(),
-            math.into(),
-            kernels.into(),
-        ];
-        run(&tc.lld, &args)?;
-        std::fs::rename(&tmp, &out).map_err(|e| BuildError::Io(format!("{}: {e}", out.display())))?;
-    }
-    let bytes = std::fs::read(&out).map_err(|e| BuildError::Io(format!("{}: {e}", out.display())))?;
-    if !is_shared_library(&bytes) {
-        return Err(BuildError::NotLibrary);
-    }
-    // Library images are published as `&'static [u8]` (the HAL's registry contract); each
-    // artefact is leaked once per process.
-    let img: &'static [u8] = Box::leak(bytes.into_boxed_slice());
-    c.images.insert(key, img);
-    Ok(img)
-}
-
 /// Kernels of the suite that return a status (`int`) instead of `void`.
 pub const STATUS_KERNELS: &[&str] = &["check_u32"];
 
-/// Builds (or finds in the cache) a library whose kernel table is `kernels` (name, signature),
-/// with the entry `write_batch_entry` generates (v2 single launches of kernel 0, and batches);
-/// `flavour` picks the kernel objects. Kernels listed in [`STATUS_KERNELS`] return `int`.
-pub fn build_table_image(tc: &Toolchain, kernels: &[(&str, &str)], flavour: Flavour) -> Result<&'static [u8], BuildError> {
-    let sigs: Vec<Signature> = kernels
-        .iter()
-        .map(|(_, s)| Signature::parse(s).map_err(|e| BuildError::Entry(format!("{s:?}: {e:?}"))))
-        .collect::<Result<_, _>>()?;
-    let specs: Vec<KernelSpec<'_>> = kernels
-        .iter()
-        .zip(&sigs)
-        .map(|((name, _), sig)| KernelSpec { name, signature: *sig, returns_status: STATUS_KERNELS.contains(name) })
-        .collect();
-    let fl = match flavour {
+/// What a suite library is made of: an entry generated by the caller, the suite kernels it
+/// calls, and the layout.
+#[derive(Clone, Copy, Debug)]
+pub struct LibrarySources<'a> {
+    /// The entry's C source (e.g. hexrpc-runtime's `write_entry` or `write_batch_entry` output).
+    pub entry_c: &'a str,
+    /// The linker script the shared object is laid out by (e.g. `hexrpc build-lib`'s).
+    pub linker_script: &'a str,
+    /// The suite kernels the entry calls: those named `*_hvx` come from the intrinsics file
+    /// (always built with HVX), the others from the plain-C suite in `flavour`.
+    pub kernels: &'a [&'a str],
+    /// Which build of the plain-C suite and of `hrx_expf`.
+    pub flavour: Flavour,
+}
+
+/// Builds (or finds in the cache) the shared object of `sources`: the entry, `hrx_expf` and the
+/// kernel objects the entry needs, linked by the given script. The library imports memset,
+/// memcpy and the compiler helpers from the shell. Images are published as `&'static [u8]`
+/// (the HAL's registry contract): each artefact is leaked once per process.
+pub fn build_library(tc: &Toolchain, sources: &LibrarySources<'_>) -> Result<&'static [u8], BuildError> {
+    let fl = match sources.flavour {
         Flavour::Scalar => "scalar",
         Flavour::Hvx => "hvx",
     };
+    let plain = sources.kernels.iter().any(|k| !k.ends_with("_hvx"));
+    let intrinsics = sources.kernels.iter().any(|k| k.ends_with("_hvx"));
     let mut h = 0xcbf2_9ce4_8422_2325u64;
-    for (name, sig) in kernels {
-        fnv(&mut h, name.as_bytes());
-        fnv(&mut h, b":");
-        fnv(&mut h, sig.as_bytes());
-        fnv(&mut h, b";");
-    }
-    let key = format!("table-{fl}-{h:016x}");
+    fnv(&mut h, sources.entry_c.as_bytes());
+    fnv(&mut h, &[0, u8::from(plain), u8::from(intrinsics), 0]);
+    let mut s = 0xcbf2_9ce4_8422_2325u64;
+    fnv(&mut s, sources.linker_script.as_bytes());
+    let key = format!("lib-{fl}-{h:016x}-{s:016x}");
     let mut c = cache(tc)?.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(img) = c.images.get(&key) {
         return Ok(img);
     }
-    let mut text = String::new();
-    write_batch_entry(&mut text, &specs, &EntryOptions::V2).map_err(|e| BuildError::Entry(e.to_string()))?;
+    let script = c.dir.join(format!("link-{s:016x}.ld"));
+    write_atomic(&script, sources.linker_script.as_bytes())?;
     let entry_c = format!("entry-{key}.c");
-    write_atomic(&c.dir.join(&entry_c), text.as_bytes())?;
-    let math = compile(tc, &mut c, "hrx_math.c", &format!("hrx_math-{fl}.o"), flavour == Flavour::Hvx)?;
+    write_atomic(&c.dir.join(&entry_c), sources.entry_c.as_bytes())?;
+    let hvx = sources.flavour == Flavour::Hvx;
     let entry = compile(tc, &mut c, &entry_c, &format!("entry-{key}.o"), false)?;
+    let math = compile(tc, &mut c, "hrx_math.c", &format!("hrx_math-{fl}.o"), hvx)?;
     let mut objects = vec![entry, math];
-    if kernels.iter().any(|(k, _)| !k.ends_with("_hvx")) {
-        objects.push(compile(tc, &mut c, "kernels.c", &format!("kernels-{fl}.o"), flavour == Flavour::Hvx)?);
+    if plain {
+        objects.push(compile(tc, &mut c, "kernels.c", &format!("kernels-{fl}.o"), hvx)?);
     }
-    if kernels.iter().any(|(k, _)| k.ends_with("_hvx")) {
+    if intrinsics {
         objects.push(compile(tc, &mut c, "hvx.c", "hvx.o", true)?);
     }
     let out = c.dir.join(format!("{key}.so"));
@@ -402,7 +337,7 @@ pub fn build_table_image(tc: &Toolchain, kernels: &[(&str, &str)], flavour: Flav
             "-z".into(),
             "max-page-size=4096".into(),
             "-T".into(),
-            c.dir.join("link.ld").into(),
+            script.into(),
             "-o".into(),
             tmp.clone().into(),
         ];

@@ -8,12 +8,14 @@
 use std::time::{Duration, Instant};
 
 use hexrpc_bench::executor::reference::{self as r, f32_bytes, f32s_of, Rng};
-use hexrpc_bench::executor::{self, build_image, model, tools_available, Flavour, ModelOptions, Stack, Toolchain};
+use hexrpc_bench::executor::{self, tools_available, Flavour, Toolchain};
 use hexrpc_bench::{Bench, BenchConfig, LedgerEvent};
 use hexrpc_bsp::Board;
 use hexrpc_drivers::adsprpc::{InvokeArgs, FASTRPC_ATTR_NOVA};
 use hexrpc_hal::{BufferView, Cause};
 use hexrpc_runtime::launch::{AbiVersion, BufferRef, EntryOptions, PackError, PackedLaunch, Scalar, Signature};
+use hexrpc_scenarios::suite::build_image;
+use hexrpc_scenarios::{stack, ModelError, ModelOptions, Stack};
 
 hexrpc_bench::on_both_kernels!(
     kernel_suite_matches_the_reference_in_both_builds,
@@ -132,7 +134,7 @@ fn run_case(tc: &Toolchain, stack: &Stack, case: &Case, flavour: Flavour) -> Res
         offsets.iter().zip(&lens).map(|(&o, &l)| lease.view(o, l)).collect::<Result<_, _>>().map_err(|e| e.to_string())?;
     let sig = Signature::parse(case.sig).map_err(|e| format!("{e:?}"))?;
     let refs: Vec<&BufferView<'_>> = views.iter().collect();
-    model::launch(&lib, &sig, &refs, &case.scalars).map_err(|e| format!("{name}: launch: {e}"))?;
+    stack::launch(&lib, &sig, &refs, &case.scalars).map_err(|e| format!("{name}: launch: {e}"))?;
     let mut worst = 0;
     for (j, (len, rule)) in case.outputs.iter().enumerate() {
         let mut got = vec![0u8; *len];
@@ -324,9 +326,10 @@ fn hvx_builds_contain_vector_code() {
         ("add_i8", "buf,buf,buf,u32", Flavour::Hvx, true),
         ("add_i8", "buf,buf,buf,u32", Flavour::Scalar, false),
     ] {
-        build_image(&tc, kernel, sig, EntryOptions::V2, flavour).expect("build");
+        let image = build_image(&tc, kernel, sig, EntryOptions::V2, flavour).expect("build");
         let dir = executor::build::cache_dir(&tc).unwrap();
-        let elf = dir.join(format!("{kernel}-v2-{}-{}.so", if flavour == Flavour::Hvx { "hvx" } else { "scalar" }, sig.replace(',', "_")));
+        let elf = dir.join(format!("inspect-{}-{kernel}-{flavour:?}.so", std::process::id()));
+        std::fs::write(&elf, image).unwrap();
         let out = std::process::Command::new(objdump)
             .args(["-d", "--no-show-raw-insn", "--mattr=+hvxv65,+hvx-length128b"])
             .arg(&elf)
@@ -337,6 +340,7 @@ fn hvx_builds_contain_vector_code() {
         let vector = body.lines().any(|l| l.contains("vmem") || l.contains("vmemu") || (l.contains(" v") && l.contains(".b")));
         assert!(!body.is_empty(), "{kernel} not found in {}", elf.display());
         assert_eq!(vector, must, "{kernel} {flavour:?}: vector instructions present = {vector}\n{body}");
+        let _ = std::fs::remove_file(&elf);
     }
 }
 
@@ -382,7 +386,7 @@ fn model_runs_through_the_stack_with_numerics_and_latency(board: &'static Board)
     if tools().is_none() {
         return;
     }
-    let report = executor::run_model(&ModelOptions { board, ..ModelOptions::default() }).expect("model");
+    let report = hexrpc_scenarios::run_model(&ModelOptions { board, ..ModelOptions::default() }).expect("model");
     assert_eq!(report.runs, 1000);
     assert_eq!(report.simulated.count, 1000);
     assert_eq!(report.host_wall.count, 1000);
@@ -431,7 +435,7 @@ fn v2_handles_offset_views_where_v1_shows_the_seed_defect(board: &'static Board)
     let mut lease = stack.session().alloc(8192).unwrap();
     lease.fill(0, 8192, 10).unwrap();
     let view = lease.view(off, len).unwrap();
-    model::launch(&v2, &sig, &[&view], &[Scalar::U32(len as u32)]).expect("v2 launch");
+    stack::launch(&v2, &sig, &[&view], &[Scalar::U32(len as u32)]).expect("v2 launch");
     let mut all = vec![0u8; 8192];
     lease.read_at(0, &mut all).unwrap();
     assert!(all[off..off + len].iter().all(|&b| b == 11) && all[..off].iter().chain(&all[off + len..]).all(|&b| b == 10));
@@ -494,7 +498,7 @@ fn v2_handles_offset_views_where_v1_shows_the_seed_defect(board: &'static Board)
     assert!(all[BIG..].iter().all(|&b| b == 10), "the faulting v1 call changed nothing in its view");
     // v2 with the same view after recovery: correct, and only the view changes.
     stack.session().recover().expect("recover");
-    model::launch(&v2, &sig, &[&far], &[Scalar::U32(BIG as u32)]).expect("v2 after recovery");
+    stack::launch(&v2, &sig, &[&far], &[Scalar::U32(BIG as u32)]).expect("v2 after recovery");
     big.read_at(0, &mut all).unwrap();
     assert!(all[BIG..2 * BIG].iter().all(|&b| b == 11) && all[..BIG].iter().chain(&all[2 * BIG..]).all(|&b| b == 10));
 }
@@ -514,7 +518,7 @@ fn executor_faults_become_dsp_errors_and_recover(board: &'static Board) {
     };
 
     // A normal call.
-    model::launch(&spin, &sig, &[&out], &[Scalar::U32(1000)]).expect("spin 1000");
+    stack::launch(&spin, &sig, &[&out], &[Scalar::U32(1000)]).expect("spin 1000");
     assert_eq!(read(&out), 1000);
 
     // Killed mid-launch: the call in flight returns a DSP restart.
@@ -525,26 +529,26 @@ fn executor_faults_become_dsp_errors_and_recover(board: &'static Board) {
         rustix::process::kill_process(pid, rustix::process::Signal::KILL).unwrap();
     });
     let t0 = Instant::now();
-    let err = model::launch(&spin, &sig, &[&out], &[Scalar::U32(0)]).expect_err("killed");
+    let err = stack::launch(&spin, &sig, &[&out], &[Scalar::U32(0)]).expect_err("killed");
     killer.join().unwrap();
-    assert!(matches!(err, executor::ModelError::Hal(ref e) if e.cause == Cause::DspRestart), "{err}");
+    assert!(matches!(err, ModelError::Hal(ref e) if e.cause == Cause::DspRestart), "{err}");
     assert!(t0.elapsed() < Duration::from_millis(1400), "ended by the kill, not the timeout: {:?}", t0.elapsed());
     assert!(!stack.session().is_healthy());
     // Recovery re-opens the library (fetched again through the reverse service: a new executor).
     stack.session().recover().expect("recover");
-    model::launch(&spin, &sig, &[&out], &[Scalar::U32(777)]).expect("rerun");
+    stack::launch(&spin, &sig, &[&out], &[Scalar::U32(777)]).expect("rerun");
     assert_eq!(read(&out), 777);
     let now = executor::executors(&bench);
     assert!(now.iter().any(|e| e.os_pid != pid && e.alive), "{now:?}");
 
     // A hang: bounded by the executor timeout, then a DSP restart.
     let t0 = Instant::now();
-    let err = model::launch(&spin, &sig, &[&out], &[Scalar::U32(0)]).expect_err("hang");
+    let err = stack::launch(&spin, &sig, &[&out], &[Scalar::U32(0)]).expect_err("hang");
     let took = t0.elapsed();
-    assert!(matches!(err, executor::ModelError::Hal(ref e) if e.cause == Cause::DspRestart), "{err}");
+    assert!(matches!(err, ModelError::Hal(ref e) if e.cause == Cause::DspRestart), "{err}");
     assert!(took >= Duration::from_millis(1400) && took < Duration::from_secs(5), "{took:?}");
     stack.session().recover().expect("recover after hang");
-    model::launch(&spin, &sig, &[&out], &[Scalar::U32(5)]).expect("rerun after hang");
+    stack::launch(&spin, &sig, &[&out], &[Scalar::U32(5)]).expect("rerun after hang");
     assert_eq!(read(&out), 5);
 
     // A non-zero return of the entry is the AEE code (here v2's validation: bad magic), and the

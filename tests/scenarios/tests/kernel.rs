@@ -4,42 +4,28 @@
 
 use std::time::Duration;
 
-use hexrpc_bench::{elf, Bench, CallKind, EntryVersion, LibraryModel};
-use hexrpc_bsp::DeviceAccess;
+use hexrpc_bench::{Bench, CallKind};
 use hexrpc_hal::{Cause, ErrorKind, LibraryImage};
 use hexrpc_runtime::launch::{AbiVersion, PackError, Scalar, Signature};
-use hexrpc_runtime::reverse::FilePolicy;
-use hexrpc_runtime::{KernelOpenError, LaunchError, ServedSession};
+use hexrpc_runtime::{KernelOpenError, LaunchError};
+use hexrpc_scenarios::catalogue::{self, ADD_U8, SLEEP_MS};
+use hexrpc_scenarios::stack::start as serve;
 
 fn bench() -> Bench {
     let bench = Bench::new();
-    bench.register_library(
-        "add",
-        LibraryModel::new(EntryVersion::V2, 2, 1, |k| {
-            let add = k.scalar_u32(0).unwrap_or(0) as u8;
-            let v: Vec<u8> = k.read_all(0).unwrap_or_default().iter().map(|b| b.wrapping_add(add)).collect();
-            let _ = k.write(1, 0, &v);
-        }),
-    );
-    bench.register_library(
-        "sleep",
-        LibraryModel::new(EntryVersion::V2, 1, 1, |k| std::thread::sleep(Duration::from_millis(u64::from(k.scalar_u32(0).unwrap_or(0))))),
-    );
+    catalogue::register(&bench, &ADD_U8);
+    catalogue::register(&bench, &SLEEP_MS);
     bench
-}
-
-fn serve(bench: &Bench) -> ServedSession<Bench> {
-    ServedSession::start(bench.clone(), &DeviceAccess::for_bench(), FilePolicy::for_board(bench.board()).unwrap()).unwrap()
 }
 
 #[test]
 fn owned_and_borrowed_images_launch_in_one_call_with_one_ioctl() {
     let bench = bench();
-    let served = serve(&bench);
+    let served = serve(&bench).unwrap();
     let sig = Signature::parse("buf,buf,u32").unwrap();
-    let borrowed: Vec<u8> = elf::library_image("add", 8192);
+    let borrowed: Vec<u8> = catalogue::image(ADD_U8.name).to_vec();
     {
-        let owned = served.open_kernel("owned", elf::library_image("add", 8192), sig, AbiVersion::V2).unwrap();
+        let owned = served.open_kernel("owned", catalogue::image(ADD_U8.name).to_vec(), sig, AbiVersion::V2).unwrap();
         let copied = served.open_kernel("copied", LibraryImage::copy_of(&borrowed), sig, AbiVersion::V2).unwrap();
         assert_eq!(served.service().image_count(), 2);
         let mut lease = served.session().alloc(3 * 4096).unwrap();
@@ -70,8 +56,9 @@ fn owned_and_borrowed_images_launch_in_one_call_with_one_ioctl() {
 #[test]
 fn a_passed_deadline_needs_recovery_then_launches_again() {
     let bench = bench();
-    let served = serve(&bench);
-    let k = served.open_kernel("sleep", elf::library_image("sleep", 8192), Signature::parse("buf,u32").unwrap(), AbiVersion::V2).unwrap();
+    let served = serve(&bench).unwrap();
+    let k =
+        served.open_kernel(SLEEP_MS.name, catalogue::image(SLEEP_MS.name), Signature::parse("buf,u32").unwrap(), AbiVersion::V2).unwrap();
     let lease = served.session().alloc(4096).unwrap();
     let v = lease.view(64, 4).unwrap();
     let e = k.launch_with_deadline(&[&v], &[Scalar::U32(500)], Duration::from_millis(30)).unwrap_err();
@@ -86,9 +73,9 @@ fn a_passed_deadline_needs_recovery_then_launches_again() {
 fn shared_kernels_and_leases_are_static_and_release_in_order() {
     let bench = bench();
     let start = bench.snapshot();
-    let served = serve(&bench);
+    let served = serve(&bench).unwrap();
     let k = served
-        .open_kernel_shared("add", elf::library_image("add", 8192), Some((Signature::parse("buf,buf,u32").unwrap(), AbiVersion::V2)))
+        .open_kernel_shared(ADD_U8.name, catalogue::image(ADD_U8.name), Some((Signature::parse("buf,buf,u32").unwrap(), AbiVersion::V2)))
         .unwrap();
     let mut lease = served.alloc_shared(8192).unwrap();
     lease.lease_mut().write_at(5, &[7; 8]).unwrap();
@@ -114,9 +101,9 @@ fn shared_kernels_and_leases_are_static_and_release_in_order() {
 #[test]
 fn the_build_record_gives_signature_and_abi() {
     let bench = bench();
-    let served = serve(&bench);
+    let served = serve(&bench).unwrap();
     // The bench's model images carry no record: a signature must be given.
-    let e = served.open_recorded_kernel("add", elf::library_image("add", 8192)).unwrap_err();
+    let e = served.open_recorded_kernel(ADD_U8.name, catalogue::image(ADD_U8.name)).unwrap_err();
     assert_eq!(e, KernelOpenError::NoRecord);
     assert!(e.to_string().starts_with("library-open: "));
     if let Err(why) = hexrpc_bench::executor::tools_available() {

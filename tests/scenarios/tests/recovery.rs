@@ -3,17 +3,16 @@
 //! slow file read while the channel is replaced, MUNMAPs that must reach the channel that made
 //! each map, and a stopped listener.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::start as start_rig;
-use common::*;
 use hexrpc_bench::{wire, Bench, CallKind, Fault, FaultTarget, ReverseRequest};
 use hexrpc_bsp::{Board, KernelAbi};
 use hexrpc_drivers::{adsprpc, listener, Fd, Scalars};
 use hexrpc_hal::internal::ListenerPlumbing;
 use hexrpc_hal::{Cause, ErrorKind, HalError, Health};
+use hexrpc_scenarios::catalogue::{self, image, ADD_U8};
+use hexrpc_scenarios::stack::start as start_rig;
+use hexrpc_scenarios::stack::*;
 
 const WAIT: Duration = Duration::from_secs(5);
 
@@ -84,7 +83,7 @@ fn dsp_map(bench: &Bench, fd: Fd, h: u32, len: u64) -> u64 {
 fn launch_recovering(rig: &Rig, lib: &hexrpc_hal::Library<'_, Bench>, a: &hexrpc_hal::BufferView<'_>, b: &hexrpc_hal::BufferView<'_>) {
     let end = Instant::now() + WAIT;
     loop {
-        match launch_copy2(lib, a, b, 1) {
+        match launch_add_u8(lib, a, b, 1, None) {
             Ok(_) => return,
             Err(e) if e.kind() == ErrorKind::Recoverable => rig.session().recover().expect("recovery"),
             Err(e) => panic!("launch: {e}"),
@@ -95,17 +94,17 @@ fn launch_recovering(rig: &Rig, lib: &hexrpc_hal::Library<'_, Bench>, a: &hexrpc
 
 fn recover_while_the_dsp_is_down_for_300_ms_succeeds_once_it_is_back(board: &'static Board) {
     let bench = Bench::for_board(board);
-    register_copy2(&bench);
+    catalogue::register(&bench, &ADD_U8);
     let start = bench.snapshot();
     {
         let rig = start_rig(&bench).unwrap();
-        let lib = rig.open_library("copy2", image("copy2")).unwrap();
+        let lib = rig.open_library(ADD_U8.name, image(ADD_U8.name)).unwrap();
         let lease = rig.session().alloc(8192).unwrap();
         let (a, b) = (lease.view(0, 16).unwrap(), lease.view(4096, 16).unwrap());
-        launch_copy2(&lib, &a, &b, 1).unwrap();
+        launch_add_u8(&lib, &a, &b, 1, None).unwrap();
         bench.set_dsp_available(false);
         bench.restart_dsp();
-        let err = launch_copy2(&lib, &a, &b, 1).unwrap_err();
+        let err = launch_add_u8(&lib, &a, &b, 1, None).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Recoverable, "{err}");
         let up = {
             let bench = bench.clone();
@@ -121,7 +120,7 @@ fn recover_while_the_dsp_is_down_for_300_ms_succeeds_once_it_is_back(board: &'st
         assert!(took >= Duration::from_millis(300), "it waited for the DSP: {took:?}");
         assert!(took < Duration::from_millis(u64::from(bench.board().recovery.budget_ms)), "{took:?}");
         assert!(process_attempts(&bench) >= 3, "the process was retried while the DSP was down");
-        launch_copy2(&lib, &a, &b, 2).expect("service restored");
+        launch_add_u8(&lib, &a, &b, 2, None).expect("service restored");
         assert_eq!(rig.session().health(), Health::Healthy { generation: 2 });
         drop(lib);
         drop(lease);
@@ -131,11 +130,11 @@ fn recover_while_the_dsp_is_down_for_300_ms_succeeds_once_it_is_back(board: &'st
 
 fn concurrent_recover_calls_share_one_recovery(board: &'static Board) {
     let bench = Bench::for_board(board);
-    register_copy2(&bench);
+    catalogue::register(&bench, &ADD_U8);
     let rig = start_rig(&bench).unwrap();
     bench.set_dsp_available(false);
     bench.restart_dsp();
-    let lib = rig.open_library("copy2", image("copy2"));
+    let lib = rig.open_library(ADD_U8.name, image(ADD_U8.name));
     assert!(lib.is_err());
     let inits0 = process_attempts(&bench);
     let up = {
@@ -158,12 +157,12 @@ fn concurrent_recover_calls_share_one_recovery(board: &'static Board) {
 
 fn a_listener_stalled_in_a_slow_read_never_answers_into_the_new_channel(board: &'static Board) {
     let bench = Bench::for_board(board);
-    register_copy2(&bench);
+    catalogue::register(&bench, &ADD_U8);
     bench.add_file("/bench/dsp/cdsp/slow.bin", vec![0x5Au8; 64 * 1024]);
     let start = bench.snapshot();
     {
         let rig = start_rig(&bench).unwrap();
-        let lib = rig.open_library("copy2", image("copy2")).unwrap();
+        let lib = rig.open_library(ADD_U8.name, image(ADD_U8.name)).unwrap();
         let lease = rig.session().alloc(8192).unwrap();
         let (a, b) = (lease.view(0, 16).unwrap(), lease.view(4096, 16).unwrap());
         let (old_fd, g1) = rig.session().listener_fd().unwrap();
@@ -179,15 +178,15 @@ fn a_listener_stalled_in_a_slow_read_never_answers_into_the_new_channel(board: &
             std::thread::sleep(Duration::from_millis(1));
         }
         bench.restart_dsp();
-        assert_eq!(launch_copy2(&lib, &a, &b, 1).unwrap_err().kind(), ErrorKind::Recoverable);
+        assert_eq!(launch_add_u8(&lib, &a, &b, 1, None).unwrap_err().kind(), ErrorKind::Recoverable);
         rig.session().recover().expect("recovery works around the stalled listener");
         let (new_fd, g2) = rig.session().listener_fd().unwrap();
         assert!(g2 > g1);
         assert_ne!(new_fd, old_fd, "the old number stayed reserved while the listener held it");
-        launch_copy2(&lib, &a, &b, 3).expect("launch on the new channel");
+        launch_add_u8(&lib, &a, &b, 3, None).expect("launch on the new channel");
         // Let the stalled read finish: its answer must go nowhere near the new channel.
         std::thread::sleep(Duration::from_millis(1300).saturating_sub(t0.elapsed()));
-        launch_copy2(&lib, &a, &b, 3).expect("still fine after the old listener woke");
+        launch_add_u8(&lib, &a, &b, 3, None).expect("still fine after the old listener woke");
         assert_eq!(bench.counts().stray_answers, 0, "an old-generation answer reached a new channel");
         // The next recovery works.
         bench.restart_dsp();
@@ -202,11 +201,11 @@ fn a_listener_stalled_in_a_slow_read_never_answers_into_the_new_channel(board: &
 
 fn every_munmap_goes_to_the_channel_that_made_the_map(board: &'static Board) {
     let bench = Bench::for_board(board);
-    register_copy2(&bench);
+    catalogue::register(&bench, &ADD_U8);
     let start = bench.snapshot();
     {
         let rig = start_rig(&bench).unwrap();
-        let lib = rig.open_library("copy2", image("copy2")).unwrap();
+        let lib = rig.open_library(ADD_U8.name, image(ADD_U8.name)).unwrap();
         let lease = rig.session().alloc(8192).unwrap();
         let (a, b) = (lease.view(0, 16).unwrap(), lease.view(4096, 16).unwrap());
         for round in 0..20 {
@@ -249,7 +248,7 @@ fn every_munmap_goes_to_the_channel_that_made_the_map(board: &'static Board) {
 
 fn a_stopped_listener_is_reported_and_recover_restores_service(board: &'static Board) {
     let bench = Bench::for_board(board);
-    register_copy2(&bench);
+    catalogue::register(&bench, &ADD_U8);
     let start = bench.snapshot();
     {
         let mut rig = start_rig(&bench).unwrap();
@@ -261,11 +260,11 @@ fn a_stopped_listener_is_reported_and_recover_restores_service(board: &'static B
         assert!(!rig.session().is_healthy());
         rig.recover().expect("a new listener and a new channel");
         assert!(rig.listener_running());
-        let lib = rig.open_library("copy2", image("copy2")).unwrap();
+        let lib = rig.open_library(ADD_U8.name, image(ADD_U8.name)).unwrap();
         let mut lease = rig.session().alloc(8192).unwrap();
         lease.write_at(0, &[9u8; 16]).unwrap();
         let (a, b) = (lease.view(0, 16).unwrap(), lease.view(4096, 16).unwrap());
-        launch_copy2(&lib, &a, &b, 1).expect("service restored");
+        launch_add_u8(&lib, &a, &b, 1, None).expect("service restored");
         let mut got = [0u8; 16];
         b.read(&mut got).unwrap();
         assert_eq!(got, [10u8; 16]);

@@ -1,16 +1,15 @@
 //! The restart storm (its own test binary, so that the process's descriptor and mapping counts
 //! belong to this test alone): 60 DSP restarts 0–15 ms apart while 8 threads launch.
 
-mod common;
-
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use common::start as start_rig;
-use common::*;
 use hexrpc_bench::measure::ProcessFootprint;
 use hexrpc_bench::Bench;
 use hexrpc_hal::{ErrorKind, Health};
+use hexrpc_scenarios::catalogue::{self, image, ADD_U8};
+use hexrpc_scenarios::stack::start as start_rig;
+use hexrpc_scenarios::stack::*;
 
 const WAIT: Duration = Duration::from_secs(5);
 
@@ -18,7 +17,7 @@ const WAIT: Duration = Duration::from_secs(5);
 fn launch_recovering(rig: &Rig, lib: &hexrpc_hal::Library<'_, Bench>, a: &hexrpc_hal::BufferView<'_>, b: &hexrpc_hal::BufferView<'_>) {
     let end = Instant::now() + WAIT;
     loop {
-        match launch_copy2(lib, a, b, 1) {
+        match launch_add_u8(lib, a, b, 1, None) {
             Ok(_) => return,
             Err(e) if e.kind() == ErrorKind::Recoverable => rig.session().recover().expect("recovery"),
             Err(e) => panic!("launch: {e}"),
@@ -34,7 +33,7 @@ fn storm(bench: &Bench, restarts: u32) -> (u64, u64, u32) {
     let launches = AtomicU64::new(0);
     let recoveries = AtomicU64::new(0);
     let rig = start_rig(bench).unwrap();
-    let lib = rig.open_library("copy2", image("copy2")).unwrap();
+    let lib = rig.open_library(ADD_U8.name, image(ADD_U8.name)).unwrap();
     let storming = AtomicBool::new(true);
     let failed_seen = AtomicBool::new(false);
     std::thread::scope(|s| {
@@ -45,7 +44,7 @@ fn storm(bench: &Bench, restarts: u32) -> (u64, u64, u32) {
                 lease.write_at(0, &[t; 64]).unwrap();
                 let (a, b) = (lease.view(0, 64).unwrap(), lease.view(4096, 64).unwrap());
                 while storming.load(Ordering::Acquire) {
-                    match launch_copy2(lib, &a, &b, 1) {
+                    match launch_add_u8(lib, &a, &b, 1, None) {
                         Ok(_) => {
                             launches.fetch_add(1, Ordering::Relaxed);
                         }
@@ -66,7 +65,7 @@ fn storm(bench: &Bench, restarts: u32) -> (u64, u64, u32) {
                 // recovery of what the last restart broke).
                 launch_recovering(rig, lib, &a, &b);
                 for _ in 0..5 {
-                    launch_copy2(lib, &a, &b, 1).expect("launch after the storm");
+                    launch_add_u8(lib, &a, &b, 1, None).expect("launch after the storm");
                     let mut got = [0u8; 64];
                     b.read(&mut got).unwrap();
                     assert_eq!(got, [t.wrapping_add(1); 64]);
@@ -104,7 +103,7 @@ fn restart_storm_under_8_launching_threads_never_fails_the_session() {
 
 fn storm_on(board: &'static hexrpc_bsp::Board) {
     let bench = Bench::for_board(board);
-    register_copy2(&bench);
+    catalogue::register(&bench, &ADD_U8);
     let start = bench.snapshot();
     // A short storm first: thread stacks and malloc arenas of 8 threads stay cached by the C
     // library afterwards, so the process's mapping baseline is taken after it.

@@ -2,7 +2,7 @@
 //! open a library once, launch many times on views of one ION lease, recover from a DSP
 //! restart, and let everything go.
 //!
-//! It runs on the isolated bench (`cargo run -p hexrpc-hal --example service`). On a device,
+//! It runs on the isolated bench (`cargo run -p hexrpc-runtime --example service`). On a device,
 //! replace `Bench` by `hexrpc_drivers::RustixSys`, `DeviceAccess::for_bench()` by
 //! `DeviceAccess::for_device(&hexrpc_bsp::COMMA_THREE)`, and the tagged bench image by the
 //! bytes of a library built with `hexrpc build-lib`.

@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use hexrpc_bench::netmodel::measure;
 use hexrpc_bench::CostModel;
+use hexrpc_scenarios::netmodel::measure;
 
 #[test]
 fn the_model_runs_as_one_batch_with_one_crossing_and_one_map_per_lease() {

@@ -9,12 +9,14 @@
 
 use std::time::{Duration, Instant};
 
-use hexrpc_bench::executor::{self, build_table_image, tools_available, Flavour, Stack, Toolchain};
+use hexrpc_bench::executor::{self, tools_available, Flavour, Toolchain};
 use hexrpc_bench::{Bench, BenchConfig, CallKind, LedgerEvent};
 use hexrpc_bsp::Board;
 use hexrpc_drivers::adsprpc::InvokeArgs;
 use hexrpc_hal::{BufferView, Cause};
 use hexrpc_runtime::launch::{Batch, BatchError, BufferRef, Scalar, Signature, BATCH, MAX_ARGS, MAX_BATCH_LAUNCHES};
+use hexrpc_scenarios::suite::build_table_image;
+use hexrpc_scenarios::{stack, Stack};
 
 hexrpc_bench::on_both_kernels!(
     batches_of_1_to_64_real_kernels_cross_once_and_map_each_lease_once,
@@ -110,7 +112,7 @@ fn batches_of_1_to_64_real_kernels_cross_once_and_map_each_lease_once(board: &'s
     assert_eq!(bench.counts().calls.values().sum::<u64>(), calls, "nothing crossed");
     // A single v2 launch on the table library runs kernel 0.
     let v = l1.view(5, 10).unwrap();
-    hexrpc_bench::executor::model::launch(&lib, &sigs[0], &[&v], &[Scalar::U32(10)]).expect("single launch");
+    stack::launch(&lib, &sigs[0], &[&v], &[Scalar::U32(10)]).expect("single launch");
     assert_eq!(read(&v), vec![1; 10]);
 }
 

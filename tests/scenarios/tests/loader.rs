@@ -13,13 +13,14 @@ use std::process::Command;
 use std::time::Instant;
 
 use hexrpc_bench::executor::reference::{f32_bytes, f32s_of};
-use hexrpc_bench::executor::{self, model, tools_available, Stack, Toolchain};
+use hexrpc_bench::executor::{self, tools_available, Toolchain};
 use hexrpc_bench::Bench;
 use hexrpc_bsp::Board;
 use hexrpc_drivers::aee;
 use hexrpc_hal::{Cause, Stage};
 use hexrpc_runtime::launch::build::{build_library, BuildOptions, DSP_PROVIDED_SYMBOLS};
 use hexrpc_runtime::launch::{write_entry, AbiVersion, BufferRef, EntryOptions, LibraryRecord, PackedLaunch, Scalar, Signature};
+use hexrpc_scenarios::{stack, ModelError, Stack};
 
 hexrpc_bench::on_both_kernels!(
     build_lib_output_runs_through_hal_and_runtime_with_offset_views,
@@ -50,7 +51,7 @@ fn work(name: &str) -> PathBuf {
 }
 
 fn hexagon_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("hexagon")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../hexagon")
 }
 
 fn leak(bytes: Vec<u8>) -> &'static [u8] {
@@ -134,7 +135,7 @@ const SCALE: &str = "void scale(void *pin, void *pout, unsigned int n) {\n  cons
 #[test]
 fn shell_exports_are_what_build_lib_allows() {
     // The list build-lib checks imports against is exactly the shell's export table.
-    let c = include_str!("../hexagon/runtime/hrx_dsp.c");
+    let c = include_str!("../../hexagon/runtime/hrx_dsp.c");
     let mut exported: Vec<&str> =
         c.lines().filter_map(|l| l.trim().strip_prefix("HRX_EXPORT(").and_then(|r| r.strip_suffix("),"))).collect();
     let mut allowed = DSP_PROVIDED_SYMBOLS.to_vec();
@@ -172,7 +173,7 @@ fn build_lib_output_runs_through_hal_and_runtime_with_offset_views(board: &'stat
     lease.write_at(ob, &f32_bytes(&ys)).unwrap();
     let (a, b, o) = (lease.view(oa, 4 * n).unwrap(), lease.view(ob, 4 * n).unwrap(), lease.view(oo, 4 * n).unwrap());
     let sig = Signature::parse("buf,buf,buf,u32").unwrap();
-    model::launch(&lib, &sig, &[&a, &b, &o], &[Scalar::U32(n as u32)]).expect("launch");
+    stack::launch(&lib, &sig, &[&a, &b, &o], &[Scalar::U32(n as u32)]).expect("launch");
     let mut got = vec![0u8; 4 * n];
     o.read(&mut got).unwrap();
     let want: Vec<f32> = xs.iter().zip(&ys).map(|(x, y)| x + y).collect();
@@ -210,7 +211,7 @@ fn two_libraries_in_one_process_close_and_reopen(board: &'static Board) {
     data.write_at(0, &f32_bytes(&[1.0, 2.0, 3.0, 4.0])).unwrap();
     let (x, o) = (data.view(0, 16).unwrap(), lease.view(64, 16).unwrap());
     let run_add = |lib: &hexrpc_hal::Library<'_, Bench>| {
-        model::launch(lib, &Signature::parse("buf,buf,buf,u32").unwrap(), &[&x, &x, &o], &[Scalar::U32(4)]).expect("add");
+        stack::launch(lib, &Signature::parse("buf,buf,buf,u32").unwrap(), &[&x, &x, &o], &[Scalar::U32(4)]).expect("add");
         let mut b = [0u8; 16];
         o.read(&mut b).unwrap();
         f32s_of(&b)
@@ -220,7 +221,7 @@ fn two_libraries_in_one_process_close_and_reopen(board: &'static Board) {
     // Interleaved calls into both libraries.
     for round in 0..3u8 {
         assert_eq!(run_add(&la), vec![2.0, 4.0, 6.0, 8.0]);
-        model::launch(&lb, &bsig, &[&bv], &[Scalar::U32(8)]).expect("bump");
+        stack::launch(&lb, &bsig, &[&bv], &[Scalar::U32(8)]).expect("bump");
         let mut b = [0u8; 8];
         bv.read(&mut b).unwrap();
         assert_eq!(b, [8 + round; 8]);
@@ -230,7 +231,7 @@ fn two_libraries_in_one_process_close_and_reopen(board: &'static Board) {
     assert_eq!(executor::executors(&bench)[0].stats.libraries, 1);
     assert_eq!(run_add(&la), vec![2.0, 4.0, 6.0, 8.0]);
     let lb = stack.open("bump", bump).unwrap();
-    model::launch(&lb, &bsig, &[&bv], &[Scalar::U32(8)]).expect("bump after re-open");
+    stack::launch(&lb, &bsig, &[&bv], &[Scalar::U32(8)]).expect("bump after re-open");
     let mut b = [0u8; 8];
     bv.read(&mut b).unwrap();
     assert_eq!(b, [11; 8]);
@@ -266,7 +267,7 @@ fn tinygrad_layout_loads_and_runs(board: &'static Board) {
 
 fn refused(stack: &Stack, name: &str, image: &'static [u8]) -> hexrpc_hal::Refusal {
     match stack.open(name, image) {
-        Err(model::ModelError::Hal(e)) => {
+        Err(ModelError::Hal(e)) => {
             assert_eq!(e.stage, Stage::LibraryOpen, "{e}");
             match e.cause {
                 Cause::Refused(r) => r,
@@ -390,7 +391,7 @@ fn a_loader_fault_is_a_dsp_restart_and_recovery_works(board: &'static Board) {
     let before = stack.open("add", add).expect("a library before the fault");
     let pid_before = executor::executors(&bench)[0].os_pid;
     match stack.open("boom", boom) {
-        Err(model::ModelError::Hal(e)) => assert_eq!(e.cause, Cause::DspRestart, "{e}"),
+        Err(ModelError::Hal(e)) => assert_eq!(e.cause, Cause::DspRestart, "{e}"),
         other => panic!("{:?}", other.map(|_| ())),
     }
     assert!(!stack.session().is_healthy());
@@ -398,7 +399,7 @@ fn a_loader_fault_is_a_dsp_restart_and_recovery_works(board: &'static Board) {
     // The library that was open is open again (re-fetched and re-loaded in a new shell).
     let data = stack.session().alloc(4096).unwrap();
     let (x, o) = (data.view(0, 16).unwrap(), data.view(1024, 16).unwrap());
-    model::launch(&before, &Signature::parse("buf,buf,buf,u32").unwrap(), &[&x, &x, &o], &[Scalar::U32(4)]).expect("after recovery");
+    stack::launch(&before, &Signature::parse("buf,buf,buf,u32").unwrap(), &[&x, &x, &o], &[Scalar::U32(4)]).expect("after recovery");
     let now = executor::executors(&bench);
     assert!(now.iter().all(|e| e.os_pid != pid_before && e.alive), "{now:?}");
     drop(before);
@@ -498,7 +499,7 @@ fn shell_libm_and_division_helpers_meet_their_stated_bounds(board: &'static Boar
     input.write_at(0, &f32_bytes(&xs)).unwrap();
     let output = stack.session().alloc(4 * 14 * n).unwrap();
     let (vi, vo) = (input.view(0, 4 * n).unwrap(), output.view(0, 4 * 14 * n).unwrap());
-    model::launch(&lib, &Signature::parse("buf,buf,u32").unwrap(), &[&vi, &vo], &[Scalar::U32(n as u32)]).expect("mathk");
+    stack::launch(&lib, &Signature::parse("buf,buf,u32").unwrap(), &[&vi, &vo], &[Scalar::U32(n as u32)]).expect("mathk");
     let mut raw = vec![0u8; 4 * 14 * n];
     vo.read(&mut raw).unwrap();
     let got = f32s_of(&raw);
@@ -553,7 +554,7 @@ fn shell_libm_and_division_helpers_meet_their_stated_bounds(board: &'static Boar
     pin.write_at(0, &f32_bytes(&positive)).unwrap();
     let pout = stack.session().alloc(4096).unwrap();
     let (pi, po) = (pin.view(0, 256).unwrap(), pout.view(0, 256).unwrap());
-    model::launch(&lib, &Signature::parse("buf,buf,u32").unwrap(), &[&pi, &po], &[Scalar::U32(64)]).expect("fsqrt");
+    stack::launch(&lib, &Signature::parse("buf,buf,u32").unwrap(), &[&pi, &po], &[Scalar::U32(64)]).expect("fsqrt");
     let mut raw = vec![0u8; 256];
     po.read(&mut raw).unwrap();
     assert_eq!(f32s_of(&raw), positive.iter().map(|x| x.sqrt()).collect::<Vec<_>>());
@@ -614,7 +615,7 @@ fn shell_libm_and_division_helpers_meet_their_stated_bounds(board: &'static Boar
     dins.write_at(8 * dn, &db.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>()).unwrap();
     let douts = stack.session().alloc(32 * dn).unwrap();
     let (dva, dvb, dvo) = (dins.view(0, 8 * dn).unwrap(), dins.view(8 * dn, 8 * dn).unwrap(), douts.view(0, 32 * dn).unwrap());
-    model::launch(&lib, &Signature::parse("buf,buf,buf,u32").unwrap(), &[&dva, &dvb, &dvo], &[Scalar::U32(dn as u32)]).expect("dops");
+    stack::launch(&lib, &Signature::parse("buf,buf,buf,u32").unwrap(), &[&dva, &dvb, &dvo], &[Scalar::U32(dn as u32)]).expect("dops");
     let mut draw = vec![0u8; 32 * dn];
     dvo.read(&mut draw).unwrap();
     for i in 0..dn {
@@ -645,7 +646,7 @@ fn shell_libm_and_division_helpers_meet_their_stated_bounds(board: &'static Boar
     let outs = stack.session().alloc(16 * m + 32 * m).unwrap();
     let (va, vb) = (ins.view(0, 4 * m).unwrap(), ins.view(4 * m, 4 * m).unwrap());
     let (v32, v64) = (outs.view(0, 16 * m).unwrap(), outs.view(16 * m, 32 * m).unwrap());
-    model::launch(&lib, &Signature::parse("buf,buf,buf,buf,u32").unwrap(), &[&va, &vb, &v32, &v64], &[Scalar::U32(m as u32)])
+    stack::launch(&lib, &Signature::parse("buf,buf,buf,buf,u32").unwrap(), &[&va, &vb, &v32, &v64], &[Scalar::U32(m as u32)])
         .expect("divk");
     let mut r32 = vec![0u8; 16 * m];
     v32.read(&mut r32).unwrap();
@@ -694,16 +695,16 @@ fn read_only_segments_are_protected(board: &'static Board) {
     let lease = stack.session().alloc(4096).unwrap();
     let v = lease.view(0, 1).unwrap();
     let sig = Signature::parse("buf,u32").unwrap();
-    model::launch(&lib, &sig, &[&v], &[Scalar::U32(0)]).expect("read");
+    stack::launch(&lib, &sig, &[&v], &[Scalar::U32(0)]).expect("read");
     let mut b = [0u8; 1];
     v.read(&mut b).unwrap();
     assert_eq!(b, [42]);
-    match model::launch(&lib, &sig, &[&v], &[Scalar::U32(1)]) {
-        Err(model::ModelError::Hal(e)) => assert_eq!(e.cause, Cause::DspRestart, "{e}"),
+    match stack::launch(&lib, &sig, &[&v], &[Scalar::U32(1)]) {
+        Err(ModelError::Hal(e)) => assert_eq!(e.cause, Cause::DspRestart, "{e}"),
         other => panic!("a write into .rodata must fault: {other:?}"),
     }
     stack.session().recover().expect("recover");
-    model::launch(&lib, &sig, &[&v], &[Scalar::U32(0)]).expect("read after recovery");
+    stack::launch(&lib, &sig, &[&v], &[Scalar::U32(0)]).expect("read after recovery");
 }
 
 /// A constructor that never returns is bounded by the executor timeout: the shell is killed, the
@@ -730,7 +731,7 @@ fn a_hanging_constructor_is_bounded(board: &'static Board) {
     executor::build_shell(&tc).unwrap();
     let t0 = Instant::now();
     match stack.open("spin", spin) {
-        Err(model::ModelError::Hal(e)) => assert_eq!(e.cause, Cause::DspRestart, "{e}"),
+        Err(ModelError::Hal(e)) => assert_eq!(e.cause, Cause::DspRestart, "{e}"),
         other => panic!("{:?}", other.map(|_| ())),
     }
     let took = t0.elapsed();

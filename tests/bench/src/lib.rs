@@ -5,6 +5,11 @@
 //! `shared/spec/bench.md`; driver facts: `kernel-abi.md`; protocol: `reverse-rpc.md`; entry
 //! contracts: `entry-abi.md`).
 //!
+//! This crate is the simulator only: it depends on the drivers and the board descriptions, never
+//! on the HAL or the runtime. Workloads that run through the whole stack on it (the model
+//! network, the bench library models, executor libraries with generated entries, the
+//! whole-stack tests) live in `hexrpc-scenarios` (`tests/scenarios`).
+//!
 //! # What it models
 //!
 //! * **The seam.** [`Bench`] implements [`Syscalls`](hexrpc_drivers::Syscalls). Paths under
@@ -111,7 +116,6 @@ pub mod entry;
 pub mod executor;
 pub mod ion;
 pub mod measure;
-pub mod netmodel;
 pub mod rpc;
 mod state;
 pub mod upstream;

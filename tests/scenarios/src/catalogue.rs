@@ -1,0 +1,105 @@
+//! The bench library models: each Rust model the bench's DSP runs in place of a library's
+//! generated entry (no executor) is defined here once, with its signature, and registered on a
+//! [`Bench`] by [`register`] / [`register_all`] (or under another library name with
+//! [`register_as`]). Their images are [`image`]s: ELF files tagged with the model's name, which
+//! the bench's DSP fetches through the reverse file service like any library.
+//!
+//! | model | signature | what |
+//! |---|---|---|
+//! | `add_u8` | `buf,buf,u32` | `out[i] = in[i] + k` (wrapping) over `min(len in, len out)` bytes |
+//! | `scale_f32` | `buf,buf,f32` | `y[i] = a * x[i]` over `min(len x, len y) / 4` floats |
+//! | `sleep_ms` | `buf,u32` | sleeps `k` ms, then writes `k` (u32 LE) at the start of the buffer |
+
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use hexrpc_bench::{elf, Bench, EntryVersion, KernelCall, LibraryModel};
+
+/// One library model of the catalogue.
+#[derive(Clone, Copy, Debug)]
+pub struct Model {
+    /// The library name it is registered (and its image tagged) under.
+    pub name: &'static str,
+    /// The signature its entry was generated for (`hexrpc_runtime::launch::Signature` syntax).
+    pub signature: &'static str,
+    /// Buffer arguments.
+    pub buffers: usize,
+    /// Scalar arguments.
+    pub scalars: usize,
+    kernel: fn(&mut KernelCall<'_>),
+}
+
+impl Model {
+    /// A v2-entry [`LibraryModel`] running this model's kernel.
+    pub fn library_model(&self) -> LibraryModel {
+        LibraryModel::new(EntryVersion::V2, self.buffers, self.scalars, self.kernel)
+    }
+}
+
+fn add_u8(k: &mut KernelCall<'_>) {
+    let add = k.scalar_u32(0).unwrap_or(0) as u8;
+    let n = k.buffer_len(0).min(k.buffer_len(1));
+    let mut v = vec![0u8; n];
+    if k.read(0, 0, &mut v).is_ok() {
+        v.iter_mut().for_each(|b| *b = b.wrapping_add(add));
+        let _ = k.write(1, 0, &v);
+    }
+}
+
+fn scale_f32(k: &mut KernelCall<'_>) {
+    let a = k.scalar_f32(0).unwrap_or(0.0);
+    let n = k.buffer_len(0).min(k.buffer_len(1)) / 4;
+    let mut x = vec![0u8; n * 4];
+    if k.read(0, 0, &mut x).is_ok() {
+        let y: Vec<u8> = x.chunks_exact(4).flat_map(|c| (a * f32::from_le_bytes([c[0], c[1], c[2], c[3]])).to_le_bytes()).collect();
+        let _ = k.write(1, 0, &y);
+    }
+}
+
+fn sleep_ms(k: &mut KernelCall<'_>) {
+    let ms = k.scalar_u32(0).unwrap_or(0);
+    std::thread::sleep(Duration::from_millis(u64::from(ms)));
+    let _ = k.write(0, 0, &ms.to_le_bytes());
+}
+
+/// `out[i] = in[i] + k` (wrapping) over the shorter of the two buffers.
+pub const ADD_U8: Model = Model { name: "add_u8", signature: "buf,buf,u32", buffers: 2, scalars: 1, kernel: add_u8 };
+/// `y[i] = a * x[i]` over the floats both buffers hold.
+pub const SCALE_F32: Model = Model { name: "scale_f32", signature: "buf,buf,f32", buffers: 2, scalars: 1, kernel: scale_f32 };
+/// Sleeps `k` ms, then writes `k` (u32 LE) at the start of the buffer.
+pub const SLEEP_MS: Model = Model { name: "sleep_ms", signature: "buf,u32", buffers: 1, scalars: 1, kernel: sleep_ms };
+
+/// Every model of the catalogue.
+pub const MODELS: &[Model] = &[SCALE_F32, ADD_U8, SLEEP_MS];
+
+/// The model named `name`.
+pub fn find(name: &str) -> Option<&'static Model> {
+    MODELS.iter().find(|m| m.name == name)
+}
+
+/// Registers `model` on `bench` under its own name.
+pub fn register(bench: &Bench, model: &Model) {
+    register_as(bench, model.name, model);
+}
+
+/// Registers `model`'s kernel on `bench` under library name `name` (a workload that names its
+/// library differently, e.g. the selftest's).
+pub fn register_as(bench: &Bench, name: &str, model: &Model) {
+    bench.register_library(name, model.library_model());
+}
+
+/// Registers every model of the catalogue on `bench`.
+pub fn register_all(bench: &Bench) {
+    for m in MODELS {
+        register(bench, m);
+    }
+}
+
+/// The image of library `name` for the bench's DSP (an ELF tagged with the name, 8 KiB), built
+/// once per process and name.
+pub fn image(name: &str) -> &'static [u8] {
+    static IMAGES: OnceLock<Mutex<HashMap<String, &'static [u8]>>> = OnceLock::new();
+    let mut images = IMAGES.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
+    images.entry(name.to_string()).or_insert_with(|| Box::leak(elf::library_image(name, 8192).into_boxed_slice()))
+}

@@ -1,0 +1,126 @@
+//! The whole stack on a bench: a HAL session with the runtime's reverse file service serving
+//! its listener ([`start`], [`Stack`]), v2 launches packed by the runtime ([`launch`],
+//! [`launch_add_u8`]), and what the whole-stack tests share (which bench request a launch is
+//! counted as, what a rebuild fails with while the DSP is down, waiting for the bench's
+//! accounting to settle).
+
+use std::time::Duration;
+
+use hexrpc_bench::{Bench, CallKind, Snapshot};
+use hexrpc_bsp::{Board, DeviceAccess, KernelAbi};
+use hexrpc_drivers::{Errno, Syscalls};
+use hexrpc_hal::{BufferView, HalError, Library, Session};
+use hexrpc_runtime::launch::{AbiVersion, BufferRef, PackedLaunch, Scalar, Signature};
+use hexrpc_runtime::reverse::FilePolicy;
+use hexrpc_runtime::{ServedSession, StartError};
+
+use crate::netmodel::ModelError;
+
+/// A served session on the bench.
+pub type Rig = ServedSession<Bench>;
+
+/// Starts a served session on `bench` (either kernel) with the bench board's file policy.
+///
+/// # Panics
+/// If `bench` is not on a bench board (every [`Bench`] is).
+pub fn start(bench: &Bench) -> Result<Rig, StartError> {
+    let access = DeviceAccess::for_bench_board(bench.board()).expect("a bench board");
+    ServedSession::start(bench.clone(), &access, FilePolicy::for_board(bench.board()).expect("bench policy"))
+}
+
+/// The bench's invoke request on `board`'s driver (what a launch is counted as).
+pub fn invoke_kind(board: &Board) -> CallKind {
+    match board.abi {
+        KernelAbi::DownstreamMsm => CallKind::RpcInvokeAttrs,
+        KernelAbi::Upstream => CallKind::UpInvoke,
+    }
+}
+
+/// What (re)building a session fails with while the DSP is down: downstream INIT is refused
+/// with `ENOTCONN`; the upstream node does not exist (`ENOENT`).
+pub fn dsp_down_errno(board: &Board) -> Errno {
+    match board.abi {
+        KernelAbi::DownstreamMsm => Errno::ENOTCONN,
+        KernelAbi::Upstream => Errno::ENOENT,
+    }
+}
+
+/// Waits until the bench's counts are back to `start` (teardown happens on other threads too).
+pub fn back_to(bench: &Bench, start: &Snapshot) -> Snapshot {
+    bench.settle(start, Duration::from_secs(2))
+}
+
+/// Packs a v2 launch of `signature` on `views` and `scalars` and invokes it on `lib`; returns
+/// the microseconds the entry measured (emulator host clock under the executor, not DSP time).
+pub fn launch<S: Syscalls + Clone>(
+    lib: &Library<'_, S>,
+    signature: &Signature,
+    views: &[&BufferView<'_>],
+    scalars: &[Scalar],
+) -> Result<u64, ModelError> {
+    let refs: Vec<BufferRef<'_>> = views.iter().map(|v| BufferRef::of(*v)).collect();
+    let mut packed = PackedLaunch::new(AbiVersion::V2, signature, &refs, scalars)?;
+    lib.invoke(&mut packed.invoke_args().map_err(|e| ModelError::Args(format!("{e:?}")))?)?;
+    Ok(packed.dsp_micros())
+}
+
+/// One launch of [`ADD_U8`](crate::catalogue::ADD_U8) (or a library with its signature) on two
+/// views with scalar `add`, with an optional deadline; returns the microseconds the entry
+/// measured.
+pub fn launch_add_u8<S: Syscalls + Clone + Send + Sync + 'static>(
+    lib: &Library<'_, S>,
+    input: &BufferView<'_>,
+    output: &BufferView<'_>,
+    add: u8,
+    deadline: Option<Duration>,
+) -> Result<u64, HalError> {
+    let sig = Signature::parse(crate::catalogue::ADD_U8.signature).expect("the catalogue's signature");
+    let bufs = [BufferRef::of(input), BufferRef::of(output)];
+    let mut packed = PackedLaunch::new(AbiVersion::V2, &sig, &bufs, &[Scalar::U32(u32::from(add))]).expect("two views and a u32 pack");
+    let mut args = packed.invoke_args().expect("two views fit the argument list");
+    match deadline {
+        Some(d) => lib.invoke_with_deadline(&mut args, d)?,
+        None => lib.invoke(&mut args)?,
+    }
+    Ok(packed.dsp_micros())
+}
+
+/// A HAL session on a bench with the reverse service serving it (the runtime's
+/// [`ServedSession`]), for workloads that report [`ModelError`]s.
+pub struct Stack {
+    served: ServedSession<Bench>,
+    bench: Bench,
+}
+
+impl Stack {
+    /// Starts a session on `bench` and the reverse service for it.
+    pub fn start(bench: Bench) -> Result<Stack, ModelError> {
+        let policy = FilePolicy::for_board(bench.board()).map_err(|e| ModelError::Service(format!("{e:?}")))?;
+        let access = DeviceAccess::for_bench_board(bench.board()).ok_or_else(|| ModelError::Service("not a bench board".into()))?;
+        let served = ServedSession::start(bench.clone(), &access, policy).map_err(|e| match e {
+            StartError::Session(h) => ModelError::Hal(h),
+            StartError::Thread(t) => ModelError::Service(t.to_string()),
+        })?;
+        Ok(Stack { served, bench })
+    }
+
+    /// The bench.
+    pub fn bench(&self) -> &Bench {
+        &self.bench
+    }
+
+    /// The HAL session.
+    pub fn session(&self) -> &Session<Bench> {
+        self.served.session()
+    }
+
+    /// The served session.
+    pub fn served(&self) -> &ServedSession<Bench> {
+        &self.served
+    }
+
+    /// Opens `image` (published in the reverse service) as library `name`.
+    pub fn open(&self, name: &str, image: &'static [u8]) -> Result<Library<'_, Bench>, ModelError> {
+        Ok(self.served.open_library(name, image)?)
+    }
+}
