@@ -67,7 +67,8 @@ pub fn run(scale: u32) -> Result<Figures, String> {
     ];
     let one = || -> Result<(), String> {
         let mut packed = PackedLaunch::new(AbiVersion::V2, &sig, &bufs, &scalars).map_err(|e| e.to_string())?;
-        let mut args = packed.invoke_args().map_err(|e| format!("{e:?}"))?;
+        let mut call = packed.invoke_args().map_err(|e| format!("{e:?}"))?;
+        let mut args = call.to_downstream().map_err(|e| format!("{e:?}"))?;
         adsprpc::invoke_attrs(&null, Fd(3), 0x100, &mut args).map_err(|e| e.to_string())
     };
     for _ in 0..1000 {

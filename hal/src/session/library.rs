@@ -8,6 +8,7 @@ use hexrpc_bsp::Board;
 use hexrpc_drivers::{adsprpc, listener, Fd, Syscalls};
 
 use super::Session;
+use crate::call::Call;
 use crate::driver;
 use crate::error::{Cause, HalError, Stage};
 use crate::image::LibraryImage;
@@ -128,9 +129,11 @@ impl<S: Syscalls + Clone> Library<'_, S> {
         self.session.remote_handle(self.slot)
     }
 
-    /// Calls the library with `args` (`FASTRPC_IOCTL_INVOKE_ATTRS`). Blocks until the DSP
+    /// Calls the library with `args`, a driver-neutral [`Call`] that the board's driver backend
+    /// translates right before its ioctl (downstream `FASTRPC_IOCTL_INVOKE_ATTRS`, upstream
+    /// `FASTRPC_IOCTL_INVOKE`, where every handle needs its length). Blocks until the DSP
     /// answers; the driver has no timeout (see [`invoke_with_deadline`](Self::invoke_with_deadline)).
-    pub fn invoke<const CAP: usize>(&self, args: &mut adsprpc::InvokeArgs<'_, CAP>) -> Result<(), HalError> {
+    pub fn invoke<const CAP: usize>(&self, args: &mut Call<'_, CAP>) -> Result<(), HalError> {
         self.session.invoke_slot(self.slot, args, None)
     }
 
@@ -139,11 +142,7 @@ impl<S: Syscalls + Clone> Library<'_, S> {
     /// [`Cause::Timeout`], and the session needs [`Session::recover`], which frees the parked
     /// call by closing the channel.
     #[cfg(feature = "std")]
-    pub fn invoke_with_deadline<const CAP: usize>(
-        &self,
-        args: &mut adsprpc::InvokeArgs<'_, CAP>,
-        timeout: core::time::Duration,
-    ) -> Result<(), HalError>
+    pub fn invoke_with_deadline<const CAP: usize>(&self, args: &mut Call<'_, CAP>, timeout: core::time::Duration) -> Result<(), HalError>
     where
         S: Sync,
     {
@@ -184,8 +183,7 @@ pub(super) fn remotectl_open<S: Syscalls>(sys: &S, board: &Board, fd: Fd, name: 
     let mut prim_out = [0u8; 8];
     let mut dlerror = [0u8; DLERROR_LEN];
     {
-        let mut args =
-            adsprpc::InvokeArgs::<'_, 4>::new(listener::REMOTECTL_OPEN.method()).map_err(|_| HalError::new(st, Cause::Invalid))?;
+        let mut args = Call::<'_, 4>::new(listener::REMOTECTL_OPEN.method()).map_err(|_| HalError::new(st, Cause::Invalid))?;
         args.input(&prim_in)
             .and_then(|a| a.input(uri.as_bytes()))
             .and_then(|a| a.output(&mut prim_out))
@@ -213,8 +211,7 @@ pub(super) fn remotectl_close<S: Syscalls>(sys: &S, board: &Board, fd: Fd, handl
     let mut prim_out = [0u8; 8];
     let mut dlerror = [0u8; DLERROR_LEN];
     {
-        let mut args =
-            adsprpc::InvokeArgs::<'_, 3>::new(listener::REMOTECTL_CLOSE.method()).map_err(|_| HalError::new(st, Cause::Invalid))?;
+        let mut args = Call::<'_, 3>::new(listener::REMOTECTL_CLOSE.method()).map_err(|_| HalError::new(st, Cause::Invalid))?;
         args.input(&prim_in)
             .and_then(|a| a.output(&mut prim_out))
             .and_then(|a| a.output(&mut dlerror))

@@ -17,6 +17,7 @@ use core::time::Duration;
 use hexrpc_bsp::{Board, DeviceAccess};
 use hexrpc_drivers::{adsprpc, listener as calls, Fd, FdCell, Syscalls};
 
+use crate::call::Call;
 use crate::driver;
 use crate::error::{Cause, HalError, Stage};
 use crate::fd::OwnedFd;
@@ -290,7 +291,7 @@ impl<S: Syscalls + Clone> Session<S> {
     pub(crate) fn invoke_slot<const CAP: usize>(
         &self,
         slot: usize,
-        args: &mut adsprpc::InvokeArgs<'_, CAP>,
+        args: &mut Call<'_, CAP>,
         fired: Option<&core::sync::atomic::AtomicBool>,
     ) -> Result<(), HalError> {
         let st = Stage::Invoke;
@@ -317,7 +318,7 @@ impl<S: Syscalls + Clone> Session<S> {
 
 /// Process exit (handle 4), errors ignored as quic and tinygrad do.
 fn process_exit<S: Syscalls>(sys: &S, board: &Board, fd: Fd) {
-    if let Ok(mut args) = adsprpc::InvokeArgs::<'_, 1>::new(calls::CURRENT_PROCESS_EXIT.method()) {
+    if let Ok(mut args) = Call::<'_, 1>::new(calls::CURRENT_PROCESS_EXIT.method()) {
         if let Err(e) = driver::invoke(sys, board, fd, adsprpc::CURRENT_PROCESS_HANDLE, &mut args) {
             log::debug!("process exit (handle 4) on teardown: {e}");
         }
