@@ -80,7 +80,7 @@ enum Arg<'a> {
 /// let mut call = Call::<'_, 4>::new(2).unwrap();
 /// call.input(&header).unwrap().output(&mut timer).unwrap();
 /// call.out_handle_with(HandleArg::new(Fd(7), 1).with_len(8192)).unwrap();
-/// assert_eq!(call.scalars().raw(), 0x0201_0110);
+/// assert_eq!(call.scalars().raw(), 0x0201_0101);
 /// // What the downstream driver is sent: the fds[] and attrs[] arrays.
 /// assert_eq!(call.to_downstream().unwrap().fds(), &[-1, -1, 7]);
 /// ```
