@@ -760,13 +760,22 @@ pub struct InvokeArgs<'a, const CAP: usize> {
 
 impl<'a, const CAP: usize> InvokeArgs<'a, CAP> {
     /// An empty argument list for `method` (0..=31).
+    #[inline(always)]
     pub fn new(method: u8) -> Result<Self, ArgsError> {
         if method > Scalars::MAX_METHOD {
             return Err(ArgsError::Method);
         }
-        Ok(InvokeArgs { method, pra: [remote_arg::default(); CAP], fds: [-1; CAP], attrs: [0; CAP], counts: [0; 4], _borrow: PhantomData })
+        Ok(InvokeArgs {
+            method,
+            pra: [const { remote_arg::from_buf(remote_buf { pv: 0, len: 0 }) }; CAP],
+            fds: [-1; CAP],
+            attrs: [0; CAP],
+            counts: [0; 4],
+            _borrow: PhantomData,
+        })
     }
 
+    #[inline]
     fn push(&mut self, kind: usize, arg: remote_arg, fd: i32, attr: u32) -> Result<(), ArgsError> {
         if self.counts[kind + 1..].iter().any(|&c| c != 0) {
             return Err(ArgsError::Order);
@@ -787,6 +796,7 @@ impl<'a, const CAP: usize> InvokeArgs<'a, CAP> {
     }
 
     /// Adds an input buffer (copied to the DSP).
+    #[inline]
     pub fn input(&mut self, buf: &'a [u8]) -> Result<&mut Self, ArgsError> {
         let arg = remote_arg::from_buf(remote_buf { pv: buf.as_ptr() as u64, len: buf.len() as u64 });
         self.push(0, arg, -1, 0)?;
@@ -794,6 +804,7 @@ impl<'a, const CAP: usize> InvokeArgs<'a, CAP> {
     }
 
     /// Adds an output buffer (copied back when the DSP returns 0).
+    #[inline]
     pub fn output(&mut self, buf: &'a mut [u8]) -> Result<&mut Self, ArgsError> {
         let arg = remote_arg::from_buf(remote_buf { pv: buf.as_mut_ptr() as u64, len: buf.len() as u64 });
         self.push(1, arg, -1, 0)?;
@@ -814,6 +825,7 @@ impl<'a, const CAP: usize> InvokeArgs<'a, CAP> {
 
     /// [`in_handle`](Self::in_handle) whose entry carries `offset` in the low 32 bits of `pv`
     /// (the DSP-side `dma.offset`); `len` stays 0.
+    #[inline]
     pub fn in_handle_at(&mut self, fd: Fd, offset: u32, attr: u32) -> Result<&mut Self, ArgsError> {
         if fd.0 <= 0 {
             return Err(ArgsError::NoFd);
@@ -823,6 +835,7 @@ impl<'a, const CAP: usize> InvokeArgs<'a, CAP> {
     }
 
     /// [`out_handle`](Self::out_handle) with an offset (see [`in_handle_at`](Self::in_handle_at)).
+    #[inline]
     pub fn out_handle_at(&mut self, fd: Fd, offset: u32, attr: u32) -> Result<&mut Self, ArgsError> {
         if fd.0 <= 0 {
             return Err(ArgsError::NoFd);
@@ -832,6 +845,7 @@ impl<'a, const CAP: usize> InvokeArgs<'a, CAP> {
     }
 
     /// Number of entries (`REMOTE_SCALARS_LENGTH`).
+    #[inline]
     pub fn len(&self) -> usize {
         self.counts.iter().map(|&c| c as usize).sum()
     }

@@ -92,6 +92,7 @@ pub struct Call<'a, const CAP: usize> {
 
 impl<'a, const CAP: usize> Call<'a, CAP> {
     /// An empty call of `method` (0..=31).
+    #[inline(always)]
     pub fn new(method: u8) -> Result<Self, ArgsError> {
         if method > Scalars::MAX_METHOD {
             return Err(ArgsError::Method);
@@ -99,6 +100,7 @@ impl<'a, const CAP: usize> Call<'a, CAP> {
         Ok(Call { method, counts: [0; 4], args: [const { Arg::Unused }; CAP] })
     }
 
+    #[inline]
     fn push(&mut self, kind: usize, arg: Arg<'a>) -> Result<&mut Self, ArgsError> {
         if self.counts[kind + 1..].iter().any(|&c| c != 0) {
             return Err(ArgsError::Order);
@@ -117,16 +119,19 @@ impl<'a, const CAP: usize> Call<'a, CAP> {
     }
 
     /// Adds an input buffer (copied to the DSP).
+    #[inline]
     pub fn input(&mut self, buf: &'a [u8]) -> Result<&mut Self, ArgsError> {
         self.push(0, Arg::In(buf))
     }
 
     /// Adds an output buffer (written back by the driver).
+    #[inline]
     pub fn output(&mut self, buf: &'a mut [u8]) -> Result<&mut Self, ArgsError> {
         self.push(1, Arg::Out(buf))
     }
 
     /// Adds an input handle.
+    #[inline]
     pub fn in_handle_with(&mut self, h: HandleArg) -> Result<&mut Self, ArgsError> {
         if h.fd.0 <= 0 {
             return Err(ArgsError::NoFd);
@@ -135,6 +140,7 @@ impl<'a, const CAP: usize> Call<'a, CAP> {
     }
 
     /// Adds an output handle.
+    #[inline]
     pub fn out_handle_with(&mut self, h: HandleArg) -> Result<&mut Self, ArgsError> {
         if h.fd.0 <= 0 {
             return Err(ArgsError::NoFd);
@@ -159,6 +165,7 @@ impl<'a, const CAP: usize> Call<'a, CAP> {
     }
 
     /// Adds an output handle on `fd`, a buffer of `len` bytes, with `attr`, offset 0.
+    #[inline]
     pub fn out_handle_sized(&mut self, fd: Fd, attr: u32, len: u64) -> Result<&mut Self, ArgsError> {
         self.out_handle_with(HandleArg::new(fd, attr).with_len(len))
     }
@@ -169,6 +176,7 @@ impl<'a, const CAP: usize> Call<'a, CAP> {
     }
 
     /// Number of arguments (`REMOTE_SCALARS_LENGTH`).
+    #[inline]
     pub fn len(&self) -> usize {
         self.counts.iter().map(|&c| c as usize).sum()
     }
@@ -199,9 +207,25 @@ impl<'a, const CAP: usize> Call<'a, CAP> {
     /// borrows this call's buffers until it is dropped. Handles keep their fd and attribute; the
     /// entry's `pv` carries the offset and its `len` stays 0 (the downstream request has no
     /// handle length).
+    #[inline]
     pub fn to_downstream(&mut self) -> Result<adsprpc::InvokeArgs<'_, CAP>, ArgsError> {
-        let n = self.len();
         let mut down = adsprpc::InvokeArgs::new(self.method)?;
+        self.fill_downstream(&mut down)?;
+        Ok(down)
+    }
+
+    /// Runs `f` on [`to_downstream`](Self::to_downstream)'s argument list, built in place (what
+    /// the driver backend does right before its ioctl: the list is not moved around).
+    #[inline(always)]
+    pub fn with_downstream<R>(&mut self, f: impl FnOnce(&mut adsprpc::InvokeArgs<'_, CAP>) -> R) -> Result<R, ArgsError> {
+        let mut down = adsprpc::InvokeArgs::new(self.method)?;
+        self.fill_downstream(&mut down)?;
+        Ok(f(&mut down))
+    }
+
+    #[inline]
+    fn fill_downstream<'s>(&'s mut self, down: &mut adsprpc::InvokeArgs<'s, CAP>) -> Result<(), ArgsError> {
+        let n = self.len();
         for a in &mut self.args[..n] {
             match a {
                 Arg::In(b) => down.input(b)?,
@@ -211,7 +235,7 @@ impl<'a, const CAP: usize> Call<'a, CAP> {
                 Arg::Unused => return Err(ArgsError::Order),
             };
         }
-        Ok(down)
+        Ok(())
     }
 
     /// The upstream driver's argument list (one `fastrpc_invoke_args` per argument), which
@@ -219,9 +243,24 @@ impl<'a, const CAP: usize> Call<'a, CAP> {
     /// fd, offset and length, and a handle without a length is refused with
     /// [`ArgsError::NoFd`] (a length over 4 GiB with [`ArgsError::Range`]); every attribute
     /// is 0 (see the module docs).
+    #[inline]
     pub fn to_upstream(&mut self) -> Result<upstream::InvokeArgs<'_, CAP>, ArgsError> {
-        let n = self.len();
         let mut up = upstream::InvokeArgs::new(self.method)?;
+        self.fill_upstream(&mut up)?;
+        Ok(up)
+    }
+
+    /// Runs `f` on [`to_upstream`](Self::to_upstream)'s argument list, built in place.
+    #[inline(always)]
+    pub fn with_upstream<R>(&mut self, f: impl FnOnce(&mut upstream::InvokeArgs<'_, CAP>) -> R) -> Result<R, ArgsError> {
+        let mut up = upstream::InvokeArgs::new(self.method)?;
+        self.fill_upstream(&mut up)?;
+        Ok(f(&mut up))
+    }
+
+    #[inline]
+    fn fill_upstream<'s>(&'s mut self, up: &mut upstream::InvokeArgs<'s, CAP>) -> Result<(), ArgsError> {
+        let n = self.len();
         let sized = |h: &HandleArg| match h.len {
             0 => Err(ArgsError::NoFd),
             l => u32::try_from(l).map_err(|_| ArgsError::Range),
@@ -235,7 +274,7 @@ impl<'a, const CAP: usize> Call<'a, CAP> {
                 Arg::Unused => return Err(ArgsError::Order),
             };
         }
-        Ok(up)
+        Ok(())
     }
 }
 
@@ -296,6 +335,7 @@ mod tests {
         call.in_handle_with(HandleArg::new(Fd(6), 0).with_len(4096).at(64)).unwrap();
         call.out_handle_sized(Fd(7), adsprpc::FASTRPC_ATTR_NOVA, 8192).unwrap();
         let sc = call.scalars();
+        assert_eq!(call.with_downstream(|d| (d.scalars(), d.fds() == [-1, -1, 6, 7])), Ok((sc, true)), "built in place, the same list");
         let down = call.to_downstream().unwrap();
         assert_eq!(down.scalars(), sc);
         assert_eq!(down.fds(), &[-1, -1, 6, 7]);
@@ -315,6 +355,7 @@ mod tests {
         call.input(&input).unwrap().output(&mut out).unwrap();
         call.out_handle_with(HandleArg::new(Fd(7), adsprpc::FASTRPC_ATTR_NOVA).with_len(8192).at(16)).unwrap();
         let sc = call.scalars();
+        assert_eq!(call.with_upstream(|u| (u.scalars(), u.args()[2].length)), Ok((sc, 8192)));
         let up = call.to_upstream().unwrap();
         assert_eq!(up.scalars(), sc);
         let a = up.args();

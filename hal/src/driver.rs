@@ -74,13 +74,9 @@ pub(crate) fn invoke<S: Syscalls + ?Sized, const CAP: usize>(
     call: &mut Call<'_, CAP>,
 ) -> Result<(), Error> {
     match board.abi {
-        KernelAbi::DownstreamMsm => {
-            let mut down = call.to_downstream().map_err(|_| Error::Invalid)?;
-            adsprpc::invoke(sys, rpc, handle, &mut down)
-        }
+        KernelAbi::DownstreamMsm => call.with_downstream(|down| adsprpc::invoke(sys, rpc, handle, down)).map_err(|_| Error::Invalid)?,
         KernelAbi::Upstream => {
-            let mut up = call.to_upstream().map_err(|_| Error::Invalid)?;
-            upstream::invoke(sys, FastrpcFd::from_raw(rpc), handle, &mut up)
+            call.with_upstream(|up| upstream::invoke(sys, FastrpcFd::from_raw(rpc), handle, up)).map_err(|_| Error::Invalid)?
         }
     }
 }
@@ -102,12 +98,10 @@ pub(crate) fn invoke_handles<S: Syscalls + ?Sized, const CAP: usize>(
 ) -> Result<(), Error> {
     match board.abi {
         KernelAbi::DownstreamMsm => {
-            let mut down = call.to_downstream().map_err(|_| Error::Invalid)?;
-            adsprpc::invoke_attrs_abandonable(sys, rpc, handle, &mut down, abandon)
+            call.with_downstream(|down| adsprpc::invoke_attrs_abandonable(sys, rpc, handle, down, abandon)).map_err(|_| Error::Invalid)?
         }
         KernelAbi::Upstream => {
-            let mut up = call.to_upstream().map_err(|_| Error::Invalid)?;
-            match upstream::invoke(sys, FastrpcFd::from_raw(rpc.raw()), handle, &mut up) {
+            match call.with_upstream(|up| upstream::invoke(sys, FastrpcFd::from_raw(rpc.raw()), handle, up)).map_err(|_| Error::Invalid)? {
                 Err(Error::Os(Errno::EINTR)) if !abandon() => {
                     log::warn!("an upstream FastRPC call was interrupted by a signal that was not a deadline; it cannot be resumed");
                     Err(Error::Os(Errno::EINTR))

@@ -440,8 +440,9 @@ impl<'a> Batch<'a> {
             return Err(BatchError::Empty);
         }
         let mut call = self.invoke_args().map_err(|_| BatchError::Driver(Error::Invalid))?;
-        let mut args = call.to_downstream().map_err(|_| BatchError::Driver(Error::Invalid))?;
-        invoke_attrs(sys, dev, handle, &mut args).map_err(BatchError::Driver)?;
+        call.with_downstream(|args| invoke_attrs(sys, dev, handle, args))
+            .map_err(|_| BatchError::Driver(Error::Invalid))?
+            .map_err(BatchError::Driver)?;
         self.outcome()
     }
 }

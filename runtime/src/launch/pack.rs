@@ -358,7 +358,7 @@ impl<'a, const SLOTS: usize> PackedLaunch<'a, SLOTS> {
     pub fn launch<S: Syscalls + ?Sized>(&mut self, sys: &S, dev: Fd, handle: u32) -> Result<u64, Error> {
         self.timer = [0; 8];
         let mut call = self.invoke_args().map_err(|_| Error::Invalid)?;
-        invoke_attrs(sys, dev, handle, &mut call.to_downstream().map_err(|_| Error::Invalid)?)?;
+        call.with_downstream(|args| invoke_attrs(sys, dev, handle, args)).map_err(|_| Error::Invalid)??;
         Ok(self.dsp_micros())
     }
 

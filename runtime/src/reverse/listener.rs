@@ -73,14 +73,16 @@ impl<'s, S: Syscalls + ?Sized> FastRpcTransport<'s, S> {
 
     fn invoke<const CAP: usize>(&self, call: &mut Call<'_, CAP>) -> Result<(), Error> {
         if self.abi == KernelAbi::Upstream {
-            let mut up = call.to_upstream().map_err(|_| Error::Invalid)?;
-            return upstream::invoke(self.sys, upstream::FastrpcFd::from_raw(self.fd), FASTRPC_STATIC_HANDLE_LISTENER, &mut up);
+            let fd = upstream::FastrpcFd::from_raw(self.fd);
+            return call
+                .with_upstream(|up| upstream::invoke(self.sys, fd, FASTRPC_STATIC_HANDLE_LISTENER, up))
+                .map_err(|_| Error::Invalid)?;
         }
-        let mut args = call.to_downstream().map_err(|_| Error::Invalid)?;
-        match self.owned {
-            Some((fd, abandon)) => adsprpc::invoke_abandonable(self.sys, fd, FASTRPC_STATIC_HANDLE_LISTENER, &mut args, abandon),
-            None => adsprpc::invoke(self.sys, self.fd, FASTRPC_STATIC_HANDLE_LISTENER, &mut args),
-        }
+        call.with_downstream(|args| match self.owned {
+            Some((fd, abandon)) => adsprpc::invoke_abandonable(self.sys, fd, FASTRPC_STATIC_HANDLE_LISTENER, args, abandon),
+            None => adsprpc::invoke(self.sys, self.fd, FASTRPC_STATIC_HANDLE_LISTENER, args),
+        })
+        .map_err(|_| Error::Invalid)?
     }
 }
 
