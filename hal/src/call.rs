@@ -218,9 +218,11 @@ impl<'a, const CAP: usize> Call<'a, CAP> {
     /// the driver backend does right before its ioctl: the list is not moved around).
     #[inline(always)]
     pub fn with_downstream<R>(&mut self, f: impl FnOnce(&mut adsprpc::InvokeArgs<'_, CAP>) -> R) -> Result<R, ArgsError> {
-        let mut down = adsprpc::InvokeArgs::new(self.method)?;
-        self.fill_downstream(&mut down)?;
-        Ok(f(&mut down))
+        // Used where it was built (a borrow of the Result, not a move out of it).
+        let mut down = adsprpc::InvokeArgs::new(self.method);
+        let down = down.as_mut().map_err(|e| *e)?;
+        self.fill_downstream(down)?;
+        Ok(f(down))
     }
 
     #[inline]
@@ -253,9 +255,10 @@ impl<'a, const CAP: usize> Call<'a, CAP> {
     /// Runs `f` on [`to_upstream`](Self::to_upstream)'s argument list, built in place.
     #[inline(always)]
     pub fn with_upstream<R>(&mut self, f: impl FnOnce(&mut upstream::InvokeArgs<'_, CAP>) -> R) -> Result<R, ArgsError> {
-        let mut up = upstream::InvokeArgs::new(self.method)?;
-        self.fill_upstream(&mut up)?;
-        Ok(f(&mut up))
+        let mut up = upstream::InvokeArgs::new(self.method);
+        let up = up.as_mut().map_err(|e| *e)?;
+        self.fill_upstream(up)?;
+        Ok(f(up))
     }
 
     #[inline]

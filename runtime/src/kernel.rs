@@ -309,8 +309,8 @@ impl<L: KernelLibrary> Kernel<L> {
     ) -> Result<u64, LaunchError> {
         let mut packed = PackedLaunch::new(self.abi, &self.signature, buffers, scalars)?;
         {
-            let mut args = packed.invoke_args().map_err(|_| LaunchError::Hal(HalError { stage: Stage::Invoke, cause: Cause::Invalid }))?;
-            call(&mut args)?;
+            let mut args = packed.invoke_args();
+            call(args.as_mut().map_err(|_| LaunchError::Hal(HalError { stage: Stage::Invoke, cause: Cause::Invalid }))?)?;
         }
         Ok(packed.dsp_micros())
     }

@@ -76,7 +76,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let base = measure(|| {
         let mut packed = PackedLaunch::new(AbiVersion::V2, &sig, &bufs, &scalars).expect("pack");
         let mut call = packed.invoke_args().expect("args");
-        adsprpc::invoke_attrs(&null, Fd(3), 0x100, &mut call.to_downstream().expect("args")).expect("invoke");
+        call.with_downstream(|args| adsprpc::invoke_attrs(&null, Fd(3), 0x100, args)).expect("args").expect("invoke");
     });
 
     // The Rust one-call path.

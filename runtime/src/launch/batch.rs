@@ -378,14 +378,17 @@ impl<'a> Batch<'a> {
     /// batch (and through `'a` every buffer) while it lives.
     pub fn invoke_args(&mut self) -> Result<Call<'_, MAX_ARGS>, ArgsError> {
         self.status = [0; 24];
-        let mut args = Call::new(BATCH.method)?;
-        args.input(&self.pra0[..BATCH.pra0_len(self.used)])?;
-        args.input(&self.pra1[..BATCH.pra1_len(self.leases)])?;
-        args.output(&mut self.status)?;
-        for (fd, len) in self.fds[..self.leases].iter().zip(&self.lease_lens[..self.leases]) {
-            args.out_handle_sized(*fd, BATCH.handle_attr, *len)?;
+        // Filled where it was built and returned as it is (no moves of the list).
+        let mut call = Call::new(BATCH.method);
+        if let Ok(args) = call.as_mut() {
+            args.input(&self.pra0[..BATCH.pra0_len(self.used)])?;
+            args.input(&self.pra1[..BATCH.pra1_len(self.leases)])?;
+            args.output(&mut self.status)?;
+            for (fd, len) in self.fds[..self.leases].iter().zip(&self.lease_lens[..self.leases]) {
+                args.out_handle_sized(*fd, BATCH.handle_attr, *len)?;
+            }
         }
-        Ok(args)
+        call
     }
 
     /// Checks the status the entry wrote after a call that returned 0.
@@ -413,8 +416,8 @@ impl<'a> Batch<'a> {
         if self.count == 0 {
             return Err(BatchError::Empty);
         }
-        let mut args = self.invoke_args().map_err(|_| BatchError::Driver(Error::Invalid))?;
-        lib.invoke(&mut args)?;
+        let mut args = self.invoke_args();
+        lib.invoke(args.as_mut().map_err(|_| BatchError::Driver(Error::Invalid))?)?;
         self.outcome()
     }
 
@@ -428,8 +431,8 @@ impl<'a> Batch<'a> {
         if self.count == 0 {
             return Err(BatchError::Empty);
         }
-        let mut args = self.invoke_args().map_err(|_| BatchError::Driver(Error::Invalid))?;
-        lib.invoke_with_deadline(&mut args, timeout)?;
+        let mut args = self.invoke_args();
+        lib.invoke_with_deadline(args.as_mut().map_err(|_| BatchError::Driver(Error::Invalid))?, timeout)?;
         self.outcome()
     }
 
@@ -439,7 +442,8 @@ impl<'a> Batch<'a> {
         if self.count == 0 {
             return Err(BatchError::Empty);
         }
-        let mut call = self.invoke_args().map_err(|_| BatchError::Driver(Error::Invalid))?;
+        let mut call = self.invoke_args();
+        let call = call.as_mut().map_err(|_| BatchError::Driver(Error::Invalid))?;
         call.with_downstream(|args| invoke_attrs(sys, dev, handle, args))
             .map_err(|_| BatchError::Driver(Error::Invalid))?
             .map_err(BatchError::Driver)?;

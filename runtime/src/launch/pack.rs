@@ -342,14 +342,17 @@ impl<'a, const SLOTS: usize> PackedLaunch<'a, SLOTS> {
     /// sends). It borrows this launch (and so, through `'a`, every buffer) until it is dropped.
     pub fn invoke_args(&mut self) -> Result<Call<'_, MAX_ARGS>, ArgsError> {
         let (n, s, layout) = (self.buffer_count(), self.scalar_count(), self.layout);
-        let mut args = Call::new(layout.method)?;
-        args.input(&self.slots.as_flattened()[..layout.pra0_len(n, s)])?;
-        args.input(&self.views.as_flattened()[..layout.pra1_len(n)])?;
-        args.output(&mut self.timer[..layout.timer_len])?;
-        for (fd, len) in self.fds[..n].iter().zip(&self.lease_lens[..n]) {
-            args.out_handle_sized(*fd, layout.handle_attr, *len)?;
+        // Filled where it was built and returned as it is (no moves of the list).
+        let mut call = Call::new(layout.method);
+        if let Ok(args) = call.as_mut() {
+            args.input(&self.slots.as_flattened()[..layout.pra0_len(n, s)])?;
+            args.input(&self.views.as_flattened()[..layout.pra1_len(n)])?;
+            args.output(&mut self.timer[..layout.timer_len])?;
+            for (fd, len) in self.fds[..n].iter().zip(&self.lease_lens[..n]) {
+                args.out_handle_sized(*fd, layout.handle_attr, *len)?;
+            }
         }
-        Ok(args)
+        call
     }
 
     /// Sends the launch with `FASTRPC_IOCTL_INVOKE_ATTRS` to library `handle` on the adsprpc fd
@@ -357,7 +360,10 @@ impl<'a, const SLOTS: usize> PackedLaunch<'a, SLOTS> {
     /// One ioctl; nothing is allocated.
     pub fn launch<S: Syscalls + ?Sized>(&mut self, sys: &S, dev: Fd, handle: u32) -> Result<u64, Error> {
         self.timer = [0; 8];
-        let mut call = self.invoke_args().map_err(|_| Error::Invalid)?;
+        // Used in place (a borrow of the Result): with the release profile's `opt-level = "z"`,
+        // each move of the argument list is a memcpy that costs as much as translating it.
+        let mut call = self.invoke_args();
+        let call = call.as_mut().map_err(|_| Error::Invalid)?;
         call.with_downstream(|args| invoke_attrs(sys, dev, handle, args)).map_err(|_| Error::Invalid)??;
         Ok(self.dsp_micros())
     }
