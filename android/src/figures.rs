@@ -67,8 +67,10 @@ pub fn run(scale: u32) -> Result<Figures, String> {
     ];
     let one = || -> Result<(), String> {
         let mut packed = PackedLaunch::new(AbiVersion::V2, &sig, &bufs, &scalars).map_err(|e| e.to_string())?;
-        let mut args = packed.invoke_args().map_err(|e| format!("{e:?}"))?;
-        adsprpc::invoke_attrs(&null, Fd(3), 0x100, &mut args).map_err(|e| e.to_string())
+        let mut call = packed.invoke_args();
+        let call = call.as_mut().map_err(|e| format!("{e:?}"))?;
+        let r = call.with_downstream(|args| adsprpc::invoke_attrs(&null, Fd(3), 0x100, args)).map_err(|e| format!("{e:?}"))?;
+        r.map_err(|e| e.to_string())
     };
     for _ in 0..1000 {
         one()?;

@@ -793,8 +793,8 @@ impl core::fmt::Display for ArgsError {
 
 impl core::error::Error for ArgsError {}
 
-/// The argument list of one FastRPC call, in fixed capacity: the `remote_arg`, `fds` and `attrs`
-/// arrays the driver reads, and the counts that make the scalars word.
+/// The argument list of one FastRPC call, in fixed capacity: exactly the `remote_arg`, `fds` and
+/// `attrs` arrays an `INVOKE*` request points at, and the counts that make the scalars word.
 ///
 /// Buffers are borrowed for `'a`, so they outlive the ioctl that uses them: an input buffer is
 /// only read by the driver, an output buffer is written back when the DSP returned 0. Arguments
@@ -805,30 +805,28 @@ pub struct InvokeArgs<'a, const CAP: usize> {
     pra: [remote_arg; CAP],
     fds: [i32; CAP],
     attrs: [u32; CAP],
-    /// Buffer lengths of handle arguments, when the caller knows them (never sent by this
-    /// driver; the upstream translation needs them, see `upstream::InvokeArgs::from_downstream`).
-    handle_lens: [u64; CAP],
     counts: [u8; 4],
     _borrow: PhantomData<&'a mut [u8]>,
 }
 
 impl<'a, const CAP: usize> InvokeArgs<'a, CAP> {
     /// An empty argument list for `method` (0..=31).
+    #[inline(always)]
     pub fn new(method: u8) -> Result<Self, ArgsError> {
         if method > Scalars::MAX_METHOD {
             return Err(ArgsError::Method);
         }
         Ok(InvokeArgs {
             method,
-            pra: [remote_arg::default(); CAP],
+            pra: [const { remote_arg::from_buf(remote_buf { pv: 0, len: 0 }) }; CAP],
             fds: [-1; CAP],
             attrs: [0; CAP],
-            handle_lens: [0; CAP],
             counts: [0; 4],
             _borrow: PhantomData,
         })
     }
 
+    #[inline]
     fn push(&mut self, kind: usize, arg: remote_arg, fd: i32, attr: u32) -> Result<(), ArgsError> {
         if self.counts[kind + 1..].iter().any(|&c| c != 0) {
             return Err(ArgsError::Order);
@@ -844,12 +842,12 @@ impl<'a, const CAP: usize> InvokeArgs<'a, CAP> {
         self.pra[i] = arg;
         self.fds[i] = fd;
         self.attrs[i] = attr;
-        self.handle_lens[i] = 0;
         self.counts[kind] += 1;
         Ok(())
     }
 
     /// Adds an input buffer (copied to the DSP).
+    #[inline]
     pub fn input(&mut self, buf: &'a [u8]) -> Result<&mut Self, ArgsError> {
         let arg = remote_arg::from_buf(remote_buf { pv: buf.as_ptr() as u64, len: buf.len() as u64 });
         self.push(0, arg, -1, 0)?;
@@ -857,6 +855,7 @@ impl<'a, const CAP: usize> InvokeArgs<'a, CAP> {
     }
 
     /// Adds an output buffer (copied back when the DSP returns 0).
+    #[inline]
     pub fn output(&mut self, buf: &'a mut [u8]) -> Result<&mut Self, ArgsError> {
         let arg = remote_arg::from_buf(remote_buf { pv: buf.as_mut_ptr() as u64, len: buf.len() as u64 });
         self.push(1, arg, -1, 0)?;
@@ -867,45 +866,37 @@ impl<'a, const CAP: usize> InvokeArgs<'a, CAP> {
     /// bits. The user-side entry is left zero, as tinygrad does (the driver reads the low 32 bits
     /// of its `pv` as the DSP-side `dma.offset`, and its `len` as `dma.len`).
     pub fn in_handle(&mut self, fd: Fd, attr: u32) -> Result<&mut Self, ArgsError> {
-        if fd.0 <= 0 {
-            return Err(ArgsError::NoFd);
-        }
-        self.push(2, remote_arg::default(), fd.0, attr)?;
-        Ok(self)
+        self.in_handle_at(fd, 0, attr)
     }
 
     /// Adds an output handle (see [`in_handle`](Self::in_handle)).
     pub fn out_handle(&mut self, fd: Fd, attr: u32) -> Result<&mut Self, ArgsError> {
+        self.out_handle_at(fd, 0, attr)
+    }
+
+    /// [`in_handle`](Self::in_handle) whose entry carries `offset` in the low 32 bits of `pv`
+    /// (the DSP-side `dma.offset`); `len` stays 0.
+    #[inline]
+    pub fn in_handle_at(&mut self, fd: Fd, offset: u32, attr: u32) -> Result<&mut Self, ArgsError> {
         if fd.0 <= 0 {
             return Err(ArgsError::NoFd);
         }
-        self.push(3, remote_arg::default(), fd.0, attr)?;
+        self.push(2, remote_arg::from_buf(remote_buf { pv: u64::from(offset), len: 0 }), fd.0, attr)?;
         Ok(self)
     }
 
-    /// [`in_handle`](Self::in_handle) for a buffer of `len` bytes. This driver sends exactly
-    /// what `in_handle` sends (the length is not part of the downstream request); the length is
-    /// kept for the upstream driver, which maps a handle only when it has one.
-    pub fn in_handle_sized(&mut self, fd: Fd, attr: u32, len: u64) -> Result<&mut Self, ArgsError> {
-        self.in_handle(fd, attr)?;
-        self.handle_lens[self.len() - 1] = len;
+    /// [`out_handle`](Self::out_handle) with an offset (see [`in_handle_at`](Self::in_handle_at)).
+    #[inline]
+    pub fn out_handle_at(&mut self, fd: Fd, offset: u32, attr: u32) -> Result<&mut Self, ArgsError> {
+        if fd.0 <= 0 {
+            return Err(ArgsError::NoFd);
+        }
+        self.push(3, remote_arg::from_buf(remote_buf { pv: u64::from(offset), len: 0 }), fd.0, attr)?;
         Ok(self)
-    }
-
-    /// [`out_handle`](Self::out_handle) for a buffer of `len` bytes (see
-    /// [`in_handle_sized`](Self::in_handle_sized)).
-    pub fn out_handle_sized(&mut self, fd: Fd, attr: u32, len: u64) -> Result<&mut Self, ArgsError> {
-        self.out_handle(fd, attr)?;
-        self.handle_lens[self.len() - 1] = len;
-        Ok(self)
-    }
-
-    /// The buffer lengths recorded for handle arguments (0: not given).
-    pub fn handle_lens(&self) -> &[u64] {
-        &self.handle_lens[..self.len()]
     }
 
     /// Number of entries (`REMOTE_SCALARS_LENGTH`).
+    #[inline]
     pub fn len(&self) -> usize {
         self.counts.iter().map(|&c| c as usize).sum()
     }
@@ -1194,5 +1185,9 @@ mod tests {
             many.out_handle(Fd(3), 0).unwrap();
         }
         assert_eq!(many.out_handle(Fd(3), 0).err(), Some(ArgsError::TooMany));
+        let mut at = InvokeArgs::<'_, 2>::new(0).unwrap();
+        at.in_handle_at(Fd(4), 64, 0).unwrap().out_handle_at(Fd(5), 0, FASTRPC_ATTR_NOVA).unwrap();
+        assert_eq!((at.pra()[0].buf(), at.pra()[1].buf()), (remote_buf { pv: 64, len: 0 }, remote_buf::default()));
+        assert_eq!(at.in_handle_at(Fd(0), 0, 0).err(), Some(ArgsError::NoFd));
     }
 }

@@ -574,56 +574,6 @@ impl<'a, const CAP: usize> InvokeArgs<'a, CAP> {
     }
 }
 
-impl<'a, const CAP: usize> InvokeArgs<'a, CAP> {
-    /// The upstream form of a downstream argument list, for a HAL that offers one invoke API on
-    /// both drivers. It borrows `down` (and so every buffer `down` borrows) for `'a`.
-    ///
-    /// * Buffers keep pointer and length; their `fds[]` entry becomes the per-argument fd (-1 or
-    ///   0: copied; a dma-buf fd: mapped, so the pointer must lie in a mapping of it, as the
-    ///   downstream contract already requires).
-    /// * Handles carry their fd, the low 32 bits of the entry's `pv` as the offset the DSP sees,
-    ///   and a length: the entry's `len` if set, else the length given with
-    ///   `in_handle_sized` / `out_handle_sized`, else `handle_len(fd)` (the buffer's length; the
-    ///   upstream driver maps a handle only when its length is non-zero). A handle whose length
-    ///   is unknown is refused with [`ArgsError::NoFd`].
-    /// * Attributes are **not** carried over: downstream `FASTRPC_ATTR_*` values mean other
-    ///   things upstream (downstream NOVA = 1 is upstream SECUREMAP = 1), so every argument gets
-    ///   attribute 0.
-    pub fn from_downstream<const DCAP: usize>(
-        down: &'a mut crate::adsprpc::InvokeArgs<'_, DCAP>,
-        handle_len: impl Fn(Fd) -> Option<u64>,
-    ) -> Result<Self, ArgsError> {
-        let sc = down.scalars();
-        let mut up = InvokeArgs::new(sc.method())?;
-        let (nin, nbuf) = (sc.inbufs() as usize, sc.buffers());
-        let lens = down.handle_lens();
-        for (i, (pra, &fd)) in down.pra().iter().zip(down.fds()).enumerate() {
-            let kind = if i < nin {
-                0
-            } else if i < nbuf {
-                1
-            } else if i < nbuf + sc.inhandles() as usize {
-                2
-            } else {
-                3
-            };
-            let b = pra.buf();
-            let arg = if kind < 2 {
-                fastrpc_invoke_args { ptr: b.pv, length: b.len, fd: if fd == 0 { -1 } else { fd }, attr: 0 }
-            } else {
-                let length = match (b.len, lens[i]) {
-                    (0, 0) => handle_len(Fd(fd)).ok_or(ArgsError::NoFd)?,
-                    (0, l) => l,
-                    (l, _) => l,
-                };
-                fastrpc_invoke_args { ptr: b.pv & 0xFFFF_FFFF, length, fd, attr: 0 }
-            };
-            up.push(kind, arg)?;
-        }
-        Ok(up)
-    }
-}
-
 /// `FASTRPC_IOCTL_INVOKE`: calls `handle` with `args`.
 ///
 /// Caller: a thread of the process that created (or attached) the DSP process on this fd.
@@ -825,31 +775,5 @@ mod tests {
         assert_eq!((a[1].length, a[1].fd), (16, -1));
         assert_eq!(a[2], fastrpc_invoke_args { ptr: 64, length: 4096, fd: 5, attr: 1 });
         assert!(InvokeArgs::<'_, 1>::new(32).is_err());
-    }
-
-    #[test]
-    fn downstream_arguments_translate_without_their_attributes() {
-        use crate::adsprpc;
-        let input = [1u8; 8];
-        let mut out = [0u8; 4];
-        let mut down = adsprpc::InvokeArgs::<'_, 4>::new(2).unwrap();
-        down.input(&input).unwrap();
-        down.output(&mut out).unwrap();
-        down.out_handle(Fd(7), adsprpc::FASTRPC_ATTR_NOVA).unwrap();
-        let sc = down.scalars();
-        let up = InvokeArgs::<'_, 4>::from_downstream(&mut down, |fd| (fd == Fd(7)).then_some(8192)).unwrap();
-        assert_eq!(up.scalars(), sc);
-        let a = up.args();
-        assert_eq!((a[0].ptr, a[0].length, a[0].fd, a[0].attr), (input.as_ptr() as u64, 8, -1, 0));
-        assert_eq!((a[1].length, a[1].fd), (4, -1));
-        assert_eq!(a[2], fastrpc_invoke_args { ptr: 0, length: 8192, fd: 7, attr: 0 }, "NOVA must not become SECUREMAP");
-        let mut down = adsprpc::InvokeArgs::<'_, 1>::new(2).unwrap();
-        down.in_handle(Fd(9), 0).unwrap();
-        assert_eq!(InvokeArgs::<'_, 1>::from_downstream(&mut down, |_| None).err(), Some(ArgsError::NoFd));
-        let mut down = adsprpc::InvokeArgs::<'_, 1>::new(2).unwrap();
-        down.in_handle_sized(Fd(9), 0, 4096).unwrap();
-        assert_eq!(down.pra()[0].buf().len, 0, "the downstream request is unchanged");
-        let up = InvokeArgs::<'_, 1>::from_downstream(&mut down, |_| None).unwrap();
-        assert_eq!(up.args()[0].length, 4096);
     }
 }

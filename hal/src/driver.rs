@@ -1,11 +1,11 @@
 //! The FastRPC driver behind a session, chosen by the board ([`KernelAbi`]): every call the HAL
 //! makes into the DSP goes through here, so the stages and the session are written once.
 //!
-//! The session's API takes the downstream argument list ([`adsprpc::InvokeArgs`]: `remote_arg`
-//! records plus `fds[]`/`attrs[]`); on an upstream board it is translated, without allocating,
-//! into per-argument `{ptr, length, fd, attr}` records
-//! ([`upstream::InvokeArgs::from_downstream`]) and sent with the upstream request numbers on the
-//! upstream descriptor type. How the two drivers differ, as the HAL sees it:
+//! Callers describe a call driver-neutrally ([`Call`]); right before the ioctl the backend
+//! translates it, without allocating, into its own argument list: downstream the `remote_arg`
+//! entries plus `fds[]`/`attrs[]` ([`Call::to_downstream`]), upstream per-argument
+//! `{ptr, length, fd, attr}` records ([`Call::to_upstream`]), sent with the upstream request
+//! numbers on the upstream descriptor type. How the two drivers differ, as the HAL sees it:
 //!
 //! | | downstream `/dev/adsprpc-smd` | upstream `/dev/fastrpc-cdsp` |
 //! |---|---|---|
@@ -33,9 +33,7 @@ use hexrpc_bsp::{Board, KernelAbi};
 use hexrpc_drivers::upstream::{self, FastrpcFd};
 use hexrpc_drivers::{adsprpc, BorrowedFd, Errno, Error, Fd, Mapping, Syscalls};
 
-fn no_handles(_: Fd) -> Option<u64> {
-    None
-}
+use crate::call::Call;
 
 /// Binds a freshly opened FastRPC descriptor to the board's channel. Returns the info word
 /// (bit 0: the session has an SMMU): GETINFO downstream; upstream every session is an SMMU
@@ -73,13 +71,12 @@ pub(crate) fn invoke<S: Syscalls + ?Sized, const CAP: usize>(
     board: &Board,
     rpc: Fd,
     handle: u32,
-    args: &mut adsprpc::InvokeArgs<'_, CAP>,
+    call: &mut Call<'_, CAP>,
 ) -> Result<(), Error> {
     match board.abi {
-        KernelAbi::DownstreamMsm => adsprpc::invoke(sys, rpc, handle, args),
+        KernelAbi::DownstreamMsm => call.with_downstream(|down| adsprpc::invoke(sys, rpc, handle, down)).map_err(|_| Error::Invalid)?,
         KernelAbi::Upstream => {
-            let mut up = upstream::InvokeArgs::<'_, CAP>::from_downstream(args, no_handles).map_err(|_| Error::Invalid)?;
-            upstream::invoke(sys, FastrpcFd::from_raw(rpc), handle, &mut up)
+            call.with_upstream(|up| upstream::invoke(sys, FastrpcFd::from_raw(rpc), handle, up)).map_err(|_| Error::Invalid)?
         }
     }
 }
@@ -96,14 +93,15 @@ pub(crate) fn invoke_handles<S: Syscalls + ?Sized, const CAP: usize>(
     board: &Board,
     rpc: BorrowedFd<'_>,
     handle: u32,
-    args: &mut adsprpc::InvokeArgs<'_, CAP>,
+    call: &mut Call<'_, CAP>,
     abandon: &dyn Fn() -> bool,
 ) -> Result<(), Error> {
     match board.abi {
-        KernelAbi::DownstreamMsm => adsprpc::invoke_attrs_abandonable(sys, rpc, handle, args, abandon),
+        KernelAbi::DownstreamMsm => {
+            call.with_downstream(|down| adsprpc::invoke_attrs_abandonable(sys, rpc, handle, down, abandon)).map_err(|_| Error::Invalid)?
+        }
         KernelAbi::Upstream => {
-            let mut up = upstream::InvokeArgs::<'_, CAP>::from_downstream(args, no_handles).map_err(|_| Error::Invalid)?;
-            match upstream::invoke(sys, FastrpcFd::from_raw(rpc.raw()), handle, &mut up) {
+            match call.with_upstream(|up| upstream::invoke(sys, FastrpcFd::from_raw(rpc.raw()), handle, up)).map_err(|_| Error::Invalid)? {
                 Err(Error::Os(Errno::EINTR)) if !abandon() => {
                     log::warn!("an upstream FastRPC call was interrupted by a signal that was not a deadline; it cannot be resumed");
                     Err(Error::Os(Errno::EINTR))

@@ -19,7 +19,9 @@
 //!   lease, so a lease cannot be freed under a view.
 //! * **Libraries**: [`Session::open_library`] publishes the image under a unique name in an
 //!   [`ImageRegistry`] (the reverse file service) and opens it once; the [`Library`] handle
-//!   closes itself on every path and is invoked many times.
+//!   closes itself on every path and is invoked many times, each time with a [`Call`]: the
+//!   method and arguments of one call, driver-neutral (each driver backend translates it into
+//!   its own argument list right before the ioctl).
 //! * **Recovery**: a DSP restart (+`ECONNRESET`), a deadline that passed
 //!   ([`Library::invoke_with_deadline`], std) or a stopped listener puts the session in "needs
 //!   recovery" ([`Health`] says why); [`Session::recover`] rebuilds the process from the channel
@@ -74,6 +76,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+mod call;
 #[cfg(feature = "std")]
 mod deadline;
 mod driver;
@@ -95,8 +98,10 @@ pub mod internal {
     pub use crate::session::{ListenerChannel, ListenerPlumbing};
 }
 
+pub use call::{Call, HandleArg};
 pub use error::{Cause, ErrorKind, HalError, Refusal, Stage, REFUSAL_TEXT};
 pub use fd::OwnedFd;
+pub use hexrpc_drivers::adsprpc::ArgsError;
 pub use image::LibraryImage;
 pub use ion::{BufferView, IonLease, LeaseMemory};
 pub use session::{Health, ImageRegistry, Library, Session, DLERROR_LEN, MAX_LIBRARIES, MAX_NAME};

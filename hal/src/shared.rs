@@ -11,8 +11,9 @@ extern crate std;
 
 use std::sync::Arc;
 
-use hexrpc_drivers::{adsprpc, Syscalls};
+use hexrpc_drivers::Syscalls;
 
+use crate::call::Call;
 use crate::error::{HalError, Stage};
 use crate::image::LibraryImage;
 use crate::ion::{BufferView, IonLease, RawLease};
@@ -73,17 +74,13 @@ impl<S: Syscalls + Clone> SharedLibrary<S> {
     }
 
     /// Calls the library with `args` (see [`Library::invoke`](crate::Library::invoke)).
-    pub fn invoke<const CAP: usize>(&self, args: &mut adsprpc::InvokeArgs<'_, CAP>) -> Result<(), HalError> {
+    pub fn invoke<const CAP: usize>(&self, args: &mut Call<'_, CAP>) -> Result<(), HalError> {
         self.session.invoke_slot(self.slot, args, None)
     }
 
     /// Calls the library with a deadline (see
     /// [`Library::invoke_with_deadline`](crate::Library::invoke_with_deadline)).
-    pub fn invoke_with_deadline<const CAP: usize>(
-        &self,
-        args: &mut adsprpc::InvokeArgs<'_, CAP>,
-        timeout: core::time::Duration,
-    ) -> Result<(), HalError>
+    pub fn invoke_with_deadline<const CAP: usize>(&self, args: &mut Call<'_, CAP>, timeout: core::time::Duration) -> Result<(), HalError>
     where
         S: Sync,
     {

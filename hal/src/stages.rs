@@ -10,6 +10,7 @@
 use hexrpc_bsp::{Board, DeviceAccess};
 use hexrpc_drivers::{adsprpc, listener, Fd, OpenFlags, Syscalls};
 
+use crate::call::Call;
 use crate::driver;
 
 use crate::error::{Cause, HalError, Stage};
@@ -173,7 +174,7 @@ impl<S: Syscalls> Channel<S> {
 impl<S: Syscalls> Drop for Channel<S> {
     fn drop(&mut self) {
         if let Some(rpc) = self.rpc.take() {
-            if let Ok(mut args) = adsprpc::InvokeArgs::<'_, 1>::new(listener::CURRENT_PROCESS_EXIT.method()) {
+            if let Ok(mut args) = Call::<'_, 1>::new(listener::CURRENT_PROCESS_EXIT.method()) {
                 if let Err(e) = driver::invoke(&self.sys, self.board, rpc.raw(), adsprpc::CURRENT_PROCESS_HANDLE, &mut args) {
                     log::debug!("process exit (handle 4) on teardown: {e}");
                 }
@@ -216,8 +217,8 @@ impl<S: Syscalls + Clone> ProcessCreated<S> {
 }
 
 pub(crate) fn attach_listener<S: Syscalls>(sys: &S, ch: &Channel<S>) -> Result<(), HalError> {
-    let mut args = adsprpc::InvokeArgs::<'_, 1>::new(listener::LISTENER_INIT2.method())
-        .map_err(|_| HalError::new(Stage::ListenerAttach, Cause::Invalid))?;
+    let mut args =
+        Call::<'_, 1>::new(listener::LISTENER_INIT2.method()).map_err(|_| HalError::new(Stage::ListenerAttach, Cause::Invalid))?;
     driver::invoke(sys, ch.board, ch.fd(), adsprpc::FASTRPC_STATIC_HANDLE_LISTENER, &mut args)
         .map_err(|e| HalError::sys(Stage::ListenerAttach, e))
 }

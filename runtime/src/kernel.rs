@@ -17,9 +17,8 @@
 
 use core::fmt;
 
-use hexrpc_drivers::adsprpc::InvokeArgs;
 use hexrpc_drivers::{Fd, Syscalls};
-use hexrpc_hal::{BufferView, Cause, ErrorKind, HalError, Library, Stage};
+use hexrpc_hal::{BufferView, Call, Cause, ErrorKind, HalError, Library, Stage};
 
 use crate::launch::{
     AbiVersion, BufferRef, LibraryRecord, PackError, PackedLaunch, RecordError, Scalar, Signature, SignatureError, MAX_ARGS, MAX_BUFFERS,
@@ -28,30 +27,30 @@ use crate::launch::{
 /// An open library a [`Kernel`] can launch: something that makes one FastRPC invoke.
 pub trait KernelLibrary {
     /// One invoke with `args`, without a deadline.
-    fn invoke_args(&self, args: &mut InvokeArgs<'_, MAX_ARGS>) -> Result<(), HalError>;
+    fn invoke_args(&self, args: &mut Call<'_, MAX_ARGS>) -> Result<(), HalError>;
 
     /// One invoke with `args` that is abandoned (and the session marked for recovery) if it has
     /// not returned after `timeout`.
     #[cfg(feature = "std")]
-    fn invoke_args_with_deadline(&self, args: &mut InvokeArgs<'_, MAX_ARGS>, timeout: core::time::Duration) -> Result<(), HalError>;
+    fn invoke_args_with_deadline(&self, args: &mut Call<'_, MAX_ARGS>, timeout: core::time::Duration) -> Result<(), HalError>;
 }
 
 impl<S: Syscalls + Clone + Sync> KernelLibrary for Library<'_, S> {
-    fn invoke_args(&self, args: &mut InvokeArgs<'_, MAX_ARGS>) -> Result<(), HalError> {
+    fn invoke_args(&self, args: &mut Call<'_, MAX_ARGS>) -> Result<(), HalError> {
         self.invoke(args)
     }
     #[cfg(feature = "std")]
-    fn invoke_args_with_deadline(&self, args: &mut InvokeArgs<'_, MAX_ARGS>, timeout: core::time::Duration) -> Result<(), HalError> {
+    fn invoke_args_with_deadline(&self, args: &mut Call<'_, MAX_ARGS>, timeout: core::time::Duration) -> Result<(), HalError> {
         self.invoke_with_deadline(args, timeout)
     }
 }
 
 #[cfg(feature = "std")]
 impl<S: Syscalls + Clone + Sync> KernelLibrary for hexrpc_hal::SharedLibrary<S> {
-    fn invoke_args(&self, args: &mut InvokeArgs<'_, MAX_ARGS>) -> Result<(), HalError> {
+    fn invoke_args(&self, args: &mut Call<'_, MAX_ARGS>) -> Result<(), HalError> {
         self.invoke(args)
     }
-    fn invoke_args_with_deadline(&self, args: &mut InvokeArgs<'_, MAX_ARGS>, timeout: core::time::Duration) -> Result<(), HalError> {
+    fn invoke_args_with_deadline(&self, args: &mut Call<'_, MAX_ARGS>, timeout: core::time::Duration) -> Result<(), HalError> {
         self.invoke_with_deadline(args, timeout)
     }
 }
@@ -289,7 +288,7 @@ impl<L: KernelLibrary> Kernel<L> {
         &self,
         views: &[&BufferView<'_>],
         scalars: &[Scalar],
-        call: impl FnOnce(&mut InvokeArgs<'_, MAX_ARGS>) -> Result<(), HalError>,
+        call: impl FnOnce(&mut Call<'_, MAX_ARGS>) -> Result<(), HalError>,
     ) -> Result<u64, LaunchError> {
         if views.len() > MAX_BUFFERS {
             return Err(LaunchError::Pack(PackError::TooManyBuffers { count: views.len() }));
@@ -306,12 +305,12 @@ impl<L: KernelLibrary> Kernel<L> {
         &self,
         buffers: &[BufferRef<'_>],
         scalars: &[Scalar],
-        call: impl FnOnce(&mut InvokeArgs<'_, MAX_ARGS>) -> Result<(), HalError>,
+        call: impl FnOnce(&mut Call<'_, MAX_ARGS>) -> Result<(), HalError>,
     ) -> Result<u64, LaunchError> {
         let mut packed = PackedLaunch::new(self.abi, &self.signature, buffers, scalars)?;
         {
-            let mut args = packed.invoke_args().map_err(|_| LaunchError::Hal(HalError { stage: Stage::Invoke, cause: Cause::Invalid }))?;
-            call(&mut args)?;
+            let mut args = packed.invoke_args();
+            call(args.as_mut().map_err(|_| LaunchError::Hal(HalError { stage: Stage::Invoke, cause: Cause::Invalid }))?)?;
         }
         Ok(packed.dsp_micros())
     }

@@ -129,8 +129,7 @@ fn steady_state_launch_allocates_nothing_and_crosses_once() {
 }
 
 /// The upstream driver's launch path, as the HAL takes it on an upstream board: the packed
-/// downstream argument list translated into per-argument records on the stack, one upstream
-/// INVOKE. Nothing allocated, one crossing per launch.
+/// call translated into per-argument records on the stack, one upstream INVOKE. Nothing allocated, one crossing per launch.
 #[test]
 fn upstream_launch_allocates_nothing_and_crosses_once() {
     let sig = Signature::parse("buf,buf,buf,i32,f32").unwrap();
@@ -144,8 +143,8 @@ fn upstream_launch_allocates_nothing_and_crosses_once() {
     let launch = |k: i32| {
         let mut p = PackedLaunch::new(AbiVersion::V2, &sig, &bufs, &[Scalar::I32(k), Scalar::F32(0.5)]).unwrap();
         {
-            let mut down = p.invoke_args().unwrap();
-            let mut up = upstream::InvokeArgs::<'_, { hexrpc_runtime::launch::MAX_ARGS }>::from_downstream(&mut down, |_| None).unwrap();
+            let mut call = p.invoke_args().unwrap();
+            let mut up = call.to_upstream().unwrap();
             upstream::invoke(&sys, FastrpcFd::from_raw(Fd(3)), 21, &mut up).unwrap();
         }
         p.dsp_micros()

@@ -9,9 +9,8 @@ use std::time::Duration;
 use hexrpc_bench::{elf, Bench, CallKind, LedgerEvent, LibraryModel, TableKernel};
 use hexrpc_bsp::Board;
 use hexrpc_bsp::DeviceAccess;
-use hexrpc_drivers::adsprpc::InvokeArgs;
 use hexrpc_drivers::aee;
-use hexrpc_hal::{BufferView, Cause};
+use hexrpc_hal::{BufferView, Call, Cause};
 use hexrpc_runtime::launch::{
     Batch, BatchError, BatchRun, BufferRef, PackError, Scalar, Signature, BATCH, MAX_ARGS, MAX_BATCH_LAUNCHES, MAX_BATCH_LEASES,
 };
@@ -241,7 +240,7 @@ fn a_hostile_record_is_refused_on_the_dsp_before_anything_is_mapped(board: &'sta
     for (what, pra0) in cases {
         bench.clear_ledger();
         let mut status = [0u8; 24];
-        let mut args = InvokeArgs::<'_, MAX_ARGS>::new(BATCH.method).unwrap();
+        let mut args = Call::<'_, MAX_ARGS>::new(BATCH.method).unwrap();
         args.input(&pra0).unwrap().input(&lease_table).unwrap().output(&mut status).unwrap();
         args.out_handle_sized(lease.fd(), BATCH.handle_attr, lease.len() as u64).unwrap();
         let err = lib.invoke(&mut args).unwrap_err();

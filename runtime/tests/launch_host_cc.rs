@@ -151,7 +151,8 @@ impl DspView {
     fn of(packed: &mut PackedLaunch<'_>, leases: &[(i32, u64)]) -> DspView {
         let (p0, p1) = (packed.pra0().as_ptr() as u64, packed.pra1().as_ptr() as u64);
         let (pra0, pra1) = (packed.pra0().to_vec(), packed.pra1().to_vec());
-        let args = packed.invoke_args().unwrap();
+        let mut call = packed.invoke_args().unwrap();
+        let args = call.to_downstream().unwrap();
         let pra = args.pra();
         // The argument array points at the packed bytes themselves, not at copies.
         assert_eq!((pra[0].buf().pv, pra[0].buf().len), (p0, pra0.len() as u64));
@@ -504,7 +505,8 @@ fn build_batch_harness(cc: &str, name: &str, kernels: &[KernelSpec<'_>]) -> Path
 impl DspView {
     fn of_batch(batch: &mut Batch<'_>, leases: &[(i32, u64)]) -> DspView {
         let (pra0, pra1) = (batch.pra0().to_vec(), batch.pra1().to_vec());
-        let args = batch.invoke_args().unwrap();
+        let mut call = batch.invoke_args().unwrap();
+        let args = call.to_downstream().unwrap();
         let pra = args.pra();
         assert_eq!((pra[0].buf().len, pra[1].buf().len), (pra0.len() as u64, pra1.len() as u64));
         assert_eq!(&args.fds()[..3], &[-1, -1, -1]);

@@ -79,7 +79,8 @@ fn packed_bytes_follow_the_card_for_every_buffer_count() {
                 // And back through the table's decoder.
                 assert_eq!(version.layout().scalar(&pra0, n, j, sc.ty()).map(|x| x.bits()), Some(sc.bits()));
             }
-            let args = p.invoke_args().unwrap();
+            let mut call = p.invoke_args().unwrap();
+            let args = call.to_downstream().unwrap();
             assert_eq!(args.scalars().raw(), 0x0202_0100 | n as u32);
             let fds: Vec<i32> = [-1, -1, -1].into_iter().chain(bufs.iter().map(|b| b.0)).collect();
             assert_eq!(args.fds(), &fds[..]);

@@ -75,8 +75,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let scalars = [Scalar::I32(3), Scalar::F32(0.5)];
     let base = measure(|| {
         let mut packed = PackedLaunch::new(AbiVersion::V2, &sig, &bufs, &scalars).expect("pack");
-        let mut args = packed.invoke_args().expect("args");
-        adsprpc::invoke_attrs(&null, Fd(3), 0x100, &mut args).expect("invoke");
+        let mut call = packed.invoke_args().expect("args");
+        call.with_downstream(|args| adsprpc::invoke_attrs(&null, Fd(3), 0x100, args)).expect("args").expect("invoke");
     });
 
     // The Rust one-call path.

@@ -15,9 +15,9 @@
 use core::fmt;
 use core::marker::PhantomData;
 
-use hexrpc_drivers::adsprpc::{invoke_attrs, ArgsError, InvokeArgs};
+use hexrpc_drivers::adsprpc::{invoke_attrs, ArgsError};
 use hexrpc_drivers::{Error, Fd, Scalars, Syscalls};
-use hexrpc_hal::{HalError, Library};
+use hexrpc_hal::{Call, HalError, Library};
 
 use super::abi::{
     BatchStatus, BATCH, MAX_ARGS, MAX_BATCH_KERNELS, MAX_BATCH_LAUNCHES, MAX_BATCH_LEASES, MAX_BATCH_RECORD_BYTES, NO_FAILED_RECORD, V2,
@@ -373,19 +373,22 @@ impl<'a> Batch<'a> {
         BATCH.status(&self.status)
     }
 
-    /// The argument list: pra 0 and pra 1 in, the status out, one out-handle per lease (with its
-    /// length, which the upstream driver's translation needs). Clears
-    /// the status first. Borrows the batch (and through `'a` every buffer) while it lives.
-    pub fn invoke_args(&mut self) -> Result<InvokeArgs<'_, MAX_ARGS>, ArgsError> {
+    /// The call (driver-neutral): pra 0 and pra 1 in, the status out, one out-handle per lease
+    /// (with its length, which the upstream driver needs). Clears the status first. Borrows the
+    /// batch (and through `'a` every buffer) while it lives.
+    pub fn invoke_args(&mut self) -> Result<Call<'_, MAX_ARGS>, ArgsError> {
         self.status = [0; 24];
-        let mut args = InvokeArgs::new(BATCH.method)?;
-        args.input(&self.pra0[..BATCH.pra0_len(self.used)])?;
-        args.input(&self.pra1[..BATCH.pra1_len(self.leases)])?;
-        args.output(&mut self.status)?;
-        for (fd, len) in self.fds[..self.leases].iter().zip(&self.lease_lens[..self.leases]) {
-            args.out_handle_sized(*fd, BATCH.handle_attr, *len)?;
+        // Filled where it was built and returned as it is (no moves of the list).
+        let mut call = Call::new(BATCH.method);
+        if let Ok(args) = call.as_mut() {
+            args.input(&self.pra0[..BATCH.pra0_len(self.used)])?;
+            args.input(&self.pra1[..BATCH.pra1_len(self.leases)])?;
+            args.output(&mut self.status)?;
+            for (fd, len) in self.fds[..self.leases].iter().zip(&self.lease_lens[..self.leases]) {
+                args.out_handle_sized(*fd, BATCH.handle_attr, *len)?;
+            }
         }
-        Ok(args)
+        call
     }
 
     /// Checks the status the entry wrote after a call that returned 0.
@@ -413,8 +416,8 @@ impl<'a> Batch<'a> {
         if self.count == 0 {
             return Err(BatchError::Empty);
         }
-        let mut args = self.invoke_args().map_err(|_| BatchError::Driver(Error::Invalid))?;
-        lib.invoke(&mut args)?;
+        let mut args = self.invoke_args();
+        lib.invoke(args.as_mut().map_err(|_| BatchError::Driver(Error::Invalid))?)?;
         self.outcome()
     }
 
@@ -428,8 +431,8 @@ impl<'a> Batch<'a> {
         if self.count == 0 {
             return Err(BatchError::Empty);
         }
-        let mut args = self.invoke_args().map_err(|_| BatchError::Driver(Error::Invalid))?;
-        lib.invoke_with_deadline(&mut args, timeout)?;
+        let mut args = self.invoke_args();
+        lib.invoke_with_deadline(args.as_mut().map_err(|_| BatchError::Driver(Error::Invalid))?, timeout)?;
         self.outcome()
     }
 
@@ -439,8 +442,11 @@ impl<'a> Batch<'a> {
         if self.count == 0 {
             return Err(BatchError::Empty);
         }
-        let mut args = self.invoke_args().map_err(|_| BatchError::Driver(Error::Invalid))?;
-        invoke_attrs(sys, dev, handle, &mut args).map_err(BatchError::Driver)?;
+        let mut call = self.invoke_args();
+        let call = call.as_mut().map_err(|_| BatchError::Driver(Error::Invalid))?;
+        call.with_downstream(|args| invoke_attrs(sys, dev, handle, args))
+            .map_err(|_| BatchError::Driver(Error::Invalid))?
+            .map_err(BatchError::Driver)?;
         self.outcome()
     }
 }
@@ -503,7 +509,8 @@ mod tests {
         );
         assert_eq!(b.set_scalar(3, 0, Scalar::U32(1)), Err(BatchError::NoSuchScalar { record: 3, index: 0 }));
         assert_eq!(b.set_scalar(0, 1, Scalar::U32(1)), Err(BatchError::NoSuchScalar { record: 0, index: 1 }));
-        let args = b.invoke_args().unwrap();
+        let mut call = b.invoke_args().unwrap();
+        let args = call.to_downstream().unwrap();
         assert_eq!(args.scalars().raw(), 0x0302_0102);
         assert_eq!(args.fds(), &[-1, -1, -1, 7, 9]);
         assert_eq!(args.attrs(), &[0, 0, 0, FASTRPC_ATTR_NOVA, FASTRPC_ATTR_NOVA]);

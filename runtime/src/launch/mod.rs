@@ -9,8 +9,9 @@
 //! both sides are derived from it:
 //!
 //! * [`PackedLaunch::pack`] checks a launch against its [`Signature`] and the version's limits and
-//!   fills fixed-capacity storage (no heap); [`PackedLaunch::invoke_args`] /
-//!   [`PackedLaunch::launch`] hand it to the driver layer's [`InvokeArgs`](hexrpc_drivers::adsprpc::InvokeArgs).
+//!   fills fixed-capacity storage (no heap); [`PackedLaunch::invoke_args`] describes it as the
+//!   HAL's driver-neutral [`Call`](hexrpc_hal::Call) (for `Library::invoke`), and
+//!   [`PackedLaunch::launch`] sends it on a raw downstream fd.
 //! * [`write_entry`] writes the C `entry` for a signature into any `core::fmt::Write` (no heap).
 //! * `build` (feature `std`) compiles entry + kernel into a Hexagon shared object and records
 //!   the kernel's signature and the ABI version in it; [`LibraryRecord::find`] reads that record
@@ -27,7 +28,7 @@
 //! # Lifetimes
 //!
 //! A [`BufferRef<'a>`] borrows whatever owns its lease for `'a`; a [`PackedLaunch<'a>`] carries
-//! that borrow, and the [`InvokeArgs`](hexrpc_drivers::adsprpc::InvokeArgs) it produces borrows the
+//! that borrow, and the [`Call`](hexrpc_hal::Call) it produces borrows the
 //! packed bytes, so no lease and no argument byte can go away before the ioctl has returned.
 //!
 //! # Where the model leaks

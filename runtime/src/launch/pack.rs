@@ -4,8 +4,9 @@
 use core::fmt;
 use core::marker::PhantomData;
 
-use hexrpc_drivers::adsprpc::{invoke_attrs, ArgsError, InvokeArgs};
+use hexrpc_drivers::adsprpc::{invoke_attrs, ArgsError};
 use hexrpc_drivers::{Error, Fd, Scalars, Syscalls};
+use hexrpc_hal::Call;
 
 use super::abi::{AbiVersion, LaunchLayout, MAX_ARGS, MAX_BUFFERS, SLOT_SIZE};
 use super::scalar::Scalar;
@@ -177,7 +178,7 @@ pub const DEFAULT_SLOTS: usize = 64;
 /// pra 2 (the timer), and the buffers' fds, in fixed capacity (`SLOTS` slots of pra 0).
 ///
 /// It borrows every buffer it references for `'a`, and [`invoke_args`](Self::invoke_args)
-/// borrows the packed storage for as long as the [`InvokeArgs`] lives, so neither a lease nor
+/// borrows the packed storage for as long as the [`Call`] lives, so neither a lease nor
 /// the argument bytes can go away before the ioctl that uses them has returned:
 ///
 /// ```compile_fail,E0505
@@ -335,20 +336,23 @@ impl<'a, const SLOTS: usize> PackedLaunch<'a, SLOTS> {
         &self.fds[..self.buffer_count()]
     }
 
-    /// The argument list for [`invoke_attrs`]: pra 0 and pra 1 as input buffers, pra 2 as the
-    /// output buffer, each buffer's fd as an output handle with `FASTRPC_ATTR_NOVA` (and its lease
-    /// length, which only the upstream driver's translation uses). It borrows
-    /// this launch (and so, through `'a`, every buffer) until it is dropped.
-    pub fn invoke_args(&mut self) -> Result<InvokeArgs<'_, MAX_ARGS>, ArgsError> {
+    /// The call (driver-neutral, for [`Library::invoke`](hexrpc_hal::Library::invoke)): pra 0
+    /// and pra 1 as input buffers, pra 2 as the output buffer, each buffer's fd as an output
+    /// handle with `FASTRPC_ATTR_NOVA` and its lease length (which only the upstream driver
+    /// sends). It borrows this launch (and so, through `'a`, every buffer) until it is dropped.
+    pub fn invoke_args(&mut self) -> Result<Call<'_, MAX_ARGS>, ArgsError> {
         let (n, s, layout) = (self.buffer_count(), self.scalar_count(), self.layout);
-        let mut args = InvokeArgs::new(layout.method)?;
-        args.input(&self.slots.as_flattened()[..layout.pra0_len(n, s)])?;
-        args.input(&self.views.as_flattened()[..layout.pra1_len(n)])?;
-        args.output(&mut self.timer[..layout.timer_len])?;
-        for (fd, len) in self.fds[..n].iter().zip(&self.lease_lens[..n]) {
-            args.out_handle_sized(*fd, layout.handle_attr, *len)?;
+        // Filled where it was built and returned as it is (no moves of the list).
+        let mut call = Call::new(layout.method);
+        if let Ok(args) = call.as_mut() {
+            args.input(&self.slots.as_flattened()[..layout.pra0_len(n, s)])?;
+            args.input(&self.views.as_flattened()[..layout.pra1_len(n)])?;
+            args.output(&mut self.timer[..layout.timer_len])?;
+            for (fd, len) in self.fds[..n].iter().zip(&self.lease_lens[..n]) {
+                args.out_handle_sized(*fd, layout.handle_attr, *len)?;
+            }
         }
-        Ok(args)
+        call
     }
 
     /// Sends the launch with `FASTRPC_IOCTL_INVOKE_ATTRS` to library `handle` on the adsprpc fd
@@ -356,8 +360,11 @@ impl<'a, const SLOTS: usize> PackedLaunch<'a, SLOTS> {
     /// One ioctl; nothing is allocated.
     pub fn launch<S: Syscalls + ?Sized>(&mut self, sys: &S, dev: Fd, handle: u32) -> Result<u64, Error> {
         self.timer = [0; 8];
-        let mut args = self.invoke_args().map_err(|_| Error::Invalid)?;
-        invoke_attrs(sys, dev, handle, &mut args)?;
+        // Used in place (a borrow of the Result): with the release profile's `opt-level = "z"`,
+        // each move of the argument list is a memcpy that costs as much as translating it.
+        let mut call = self.invoke_args();
+        let call = call.as_mut().map_err(|_| Error::Invalid)?;
+        call.with_downstream(|args| invoke_attrs(sys, dev, handle, args)).map_err(|_| Error::Invalid)??;
         Ok(self.dsp_micros())
     }
 
@@ -409,7 +416,8 @@ mod tests {
         assert_eq!(p.scalars_word().raw(), 0x0202_0102);
         let pra0_ptr = p.pra0().as_ptr() as u64;
         {
-            let args = p.invoke_args().unwrap();
+            let mut call = p.invoke_args().unwrap();
+            let args = call.to_downstream().unwrap();
             assert_eq!(args.scalars().raw(), 0x0202_0102);
             assert_eq!(args.fds(), &[-1, -1, -1, 7, 8]);
             assert_eq!(args.attrs(), &[0, 0, 0, FASTRPC_ATTR_NOVA, FASTRPC_ATTR_NOVA]);

@@ -5,11 +5,12 @@
 //! without a kernel; [`FastRpcTransport`] is the real one, on the drivers' typed `invoke`.
 
 use hexrpc_bsp::KernelAbi;
-use hexrpc_drivers::adsprpc::{self, InvokeArgs, FASTRPC_STATIC_HANDLE_LISTENER};
+use hexrpc_drivers::adsprpc::{self, FASTRPC_STATIC_HANDLE_LISTENER};
 use hexrpc_drivers::aee::{AEE_EFAILED, AEE_EINTERRUPTED, DSP_AEE_EOFFSET};
 use hexrpc_drivers::listener::{listener_get_in_bufs2_in, listener_next2_in, listener_next2_out};
 use hexrpc_drivers::upstream;
 use hexrpc_drivers::{BorrowedFd, Errno, Error, Fd, Scalars, Syscalls};
+use hexrpc_hal::Call;
 use zerocopy::IntoBytes;
 
 use super::{RequestError, ReverseService};
@@ -70,21 +71,24 @@ impl<'s, S: Syscalls + ?Sized> FastRpcTransport<'s, S> {
         FastRpcTransport { sys, fd: fd.raw(), abi, owned: Some((fd, abandon)) }
     }
 
-    fn invoke<const CAP: usize>(&self, args: &mut InvokeArgs<'_, CAP>) -> Result<(), Error> {
+    fn invoke<const CAP: usize>(&self, call: &mut Call<'_, CAP>) -> Result<(), Error> {
         if self.abi == KernelAbi::Upstream {
-            let mut up = upstream::InvokeArgs::<'_, CAP>::from_downstream(args, |_| None).map_err(|_| Error::Invalid)?;
-            return upstream::invoke(self.sys, upstream::FastrpcFd::from_raw(self.fd), FASTRPC_STATIC_HANDLE_LISTENER, &mut up);
+            let fd = upstream::FastrpcFd::from_raw(self.fd);
+            return call
+                .with_upstream(|up| upstream::invoke(self.sys, fd, FASTRPC_STATIC_HANDLE_LISTENER, up))
+                .map_err(|_| Error::Invalid)?;
         }
-        match self.owned {
+        call.with_downstream(|args| match self.owned {
             Some((fd, abandon)) => adsprpc::invoke_abandonable(self.sys, fd, FASTRPC_STATIC_HANDLE_LISTENER, args, abandon),
             None => adsprpc::invoke(self.sys, self.fd, FASTRPC_STATIC_HANDLE_LISTENER, args),
-        }
+        })
+        .map_err(|_| Error::Invalid)?
     }
 }
 
 impl<S: Syscalls + ?Sized> ListenerTransport for FastRpcTransport<'_, S> {
     fn next2(&mut self, send: &listener_next2_in, reply: &[u8], header: &mut listener_next2_out, request: &mut [u8]) -> Result<(), Error> {
-        let mut args = InvokeArgs::<'_, 4>::new(hexrpc_drivers::listener::LISTENER_NEXT2.method()).map_err(|_| Error::Invalid)?;
+        let mut args = Call::<'_, 4>::new(hexrpc_drivers::listener::LISTENER_NEXT2.method()).map_err(|_| Error::Invalid)?;
         args.input(send.as_bytes()).map_err(|_| Error::Invalid)?;
         args.input(reply).map_err(|_| Error::Invalid)?;
         args.output(header.as_mut_bytes()).map_err(|_| Error::Invalid)?;
@@ -97,7 +101,7 @@ impl<S: Syscalls + ?Sized> ListenerTransport for FastRpcTransport<'_, S> {
         let len = u32::try_from(rest.len()).map_err(|_| Error::Invalid)?;
         let send = listener_get_in_bufs2_in { ctx, offset, bufsLen: len };
         let mut req_len = [0u8; 4];
-        let mut args = InvokeArgs::<'_, 3>::new(hexrpc_drivers::listener::LISTENER_GET_IN_BUFS2.method()).map_err(|_| Error::Invalid)?;
+        let mut args = Call::<'_, 3>::new(hexrpc_drivers::listener::LISTENER_GET_IN_BUFS2.method()).map_err(|_| Error::Invalid)?;
         args.input(send.as_bytes()).map_err(|_| Error::Invalid)?;
         args.output(&mut req_len).map_err(|_| Error::Invalid)?;
         args.output(rest).map_err(|_| Error::Invalid)?;

@@ -11,8 +11,8 @@ use hexrpc_bench::executor::reference::{self as r, f32_bytes, f32s_of, Rng};
 use hexrpc_bench::executor::{self, tools_available, Flavour, Toolchain};
 use hexrpc_bench::{Bench, BenchConfig, LedgerEvent};
 use hexrpc_bsp::Board;
-use hexrpc_drivers::adsprpc::{InvokeArgs, FASTRPC_ATTR_NOVA};
-use hexrpc_hal::{BufferView, Cause};
+use hexrpc_drivers::adsprpc::FASTRPC_ATTR_NOVA;
+use hexrpc_hal::{BufferView, Call, Cause};
 use hexrpc_runtime::launch::{AbiVersion, BufferRef, EntryOptions, PackError, PackedLaunch, Scalar, Signature};
 use hexrpc_scenarios::suite::build_image;
 use hexrpc_scenarios::{stack, ModelError, ModelOptions, Stack};
@@ -454,7 +454,7 @@ fn v2_handles_offset_views_where_v1_shows_the_seed_defect(board: &'static Board)
     bench.clear_ledger();
     let (pra0, pra1) = v1_args(&[len as u32], &[off as u32], &[len as u32]);
     let mut timer = [0u8; 8];
-    let mut args = InvokeArgs::<8>::new(2).unwrap();
+    let mut args = Call::<8>::new(2).unwrap();
     args.input(&pra0).unwrap();
     args.input(&pra1).unwrap();
     args.output(&mut timer).unwrap();
@@ -486,7 +486,7 @@ fn v2_handles_offset_views_where_v1_shows_the_seed_defect(board: &'static Board)
     big.fill(0, 3 * BIG, 10).unwrap();
     let far = big.view(BIG, BIG).unwrap();
     let (pra0, pra1) = v1_args(&[BIG as u32], &[BIG as u32], &[BIG as u32]);
-    let mut args = InvokeArgs::<8>::new(2).unwrap();
+    let mut args = Call::<8>::new(2).unwrap();
     args.input(&pra0).unwrap();
     args.input(&pra1).unwrap();
     args.output(&mut timer).unwrap();
@@ -557,7 +557,7 @@ fn executor_faults_become_dsp_errors_and_recover(board: &'static Board) {
     pra0[4] = 1;
     let pra1 = [0u8; 8];
     let mut timer = [0u8; 8];
-    let mut args = InvokeArgs::<8>::new(2).unwrap();
+    let mut args = Call::<8>::new(2).unwrap();
     args.input(&pra0).unwrap();
     args.input(&pra1).unwrap();
     args.output(&mut timer).unwrap();

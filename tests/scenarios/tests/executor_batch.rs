@@ -12,8 +12,7 @@ use std::time::{Duration, Instant};
 use hexrpc_bench::executor::{self, tools_available, Flavour, Toolchain};
 use hexrpc_bench::{Bench, BenchConfig, CallKind, LedgerEvent};
 use hexrpc_bsp::Board;
-use hexrpc_drivers::adsprpc::InvokeArgs;
-use hexrpc_hal::{BufferView, Cause};
+use hexrpc_hal::{BufferView, Call, Cause};
 use hexrpc_runtime::launch::{Batch, BatchError, BufferRef, Scalar, Signature, BATCH, MAX_ARGS, MAX_BATCH_LAUNCHES};
 use hexrpc_scenarios::suite::build_table_image;
 use hexrpc_scenarios::{stack, Stack};
@@ -139,7 +138,7 @@ fn a_hostile_record_is_refused_by_the_real_entry_before_anything_is_mapped(board
         pra0[at..at + 4].copy_from_slice(&x.to_le_bytes());
         bench.clear_ledger();
         let mut status = [0u8; 24];
-        let mut args = InvokeArgs::<'_, MAX_ARGS>::new(BATCH.method).unwrap();
+        let mut args = Call::<'_, MAX_ARGS>::new(BATCH.method).unwrap();
         args.input(&pra0).unwrap().input(&leases).unwrap().output(&mut status).unwrap();
         args.out_handle_sized(lease.fd(), BATCH.handle_attr, lease.len() as u64).unwrap();
         let err = lib.invoke(&mut args).expect_err(what);

@@ -1,0 +1,225 @@
+//! Libraries on the DSP: publishing an image, remotectl open/close, and the [`Library`] handle
+//! that closes itself on every path.
+
+use core::fmt::Write as _;
+use core::sync::atomic::{AtomicU32, Ordering};
+
+use hexrpc_bsp::Board;
+use hexrpc_drivers::{adsprpc, listener, Fd, Syscalls};
+
+use super::Session;
+use crate::call::Call;
+use crate::driver;
+use crate::error::{Cause, HalError, Stage};
+use crate::image::LibraryImage;
+
+/// Most libraries open at once on one session.
+pub const MAX_LIBRARIES: usize = 16;
+/// Longest library name (the unique name the DSP fetches, `NAME-SEQ`).
+pub const MAX_NAME: usize = 48;
+/// Bytes of DSP error text kept from a failed library open.
+pub const DLERROR_LEN: usize = 256;
+
+/// Where library images are published so the DSP can fetch them by name: the reverse file
+/// service implements it (it serves each image from memory under its unique name).
+pub trait ImageRegistry: Sync {
+    /// Makes `image` available under `name` until [`withdraw`](ImageRegistry::withdraw).
+    /// Returns false if the registry refuses (full, duplicate name).
+    fn publish(&self, name: &str, image: LibraryImage) -> bool;
+    /// Removes the image published under `name`.
+    fn withdraw(&self, name: &str);
+}
+
+pub(super) struct LibSlot {
+    pub(super) name: heapless::String<MAX_NAME>,
+    pub(super) remote: u32,
+}
+
+static NAME_SEQ: AtomicU32 = AtomicU32::new(1);
+
+fn le32(b: &[u8]) -> i32 {
+    i32::from_le_bytes([b[0], b[1], b[2], b[3]])
+}
+
+impl<S: Syscalls + Clone> Session<S> {
+    /// Opens a library: publishes `image` under a unique name in `registry`, asks the DSP to load
+    /// it (the DSP fetches the image back through the reverse file service) and returns a handle
+    /// that closes the library and withdraws the image when dropped.
+    ///
+    /// `name` may hold ASCII letters, digits, `_`, `-` and `.` (at most 32 bytes). A library is
+    /// opened once and invoked many times. The image is a `&'static [u8]` or (std) owned bytes
+    /// ([`LibraryImage`]); the registry keeps it until the library is closed. When the DSP's
+    /// loader refuses the image (bad ELF, unresolved symbol, no `entry`, ...) the error is
+    /// [`Cause::Refused`] with the AEE code and the loader's reason.
+    pub fn open_library<'s>(
+        &'s self,
+        registry: &'s dyn ImageRegistry,
+        name: &str,
+        image: impl Into<LibraryImage>,
+    ) -> Result<Library<'s, S>, HalError> {
+        let st = Stage::LibraryOpen;
+        let image = image.into();
+        if name.is_empty() || name.len() > 32 || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.') {
+            return Err(HalError::new(st, Cause::Invalid));
+        }
+        // Lock order everywhere: `chan` before `libs`, and `libs` never across a DSP call.
+        let chan = self.chan.read();
+        self.check_health(st)?;
+        let lease = chan.current.and_then(|i| self.cells[i].lease()).ok_or(HalError::new(st, Cause::NeedsRecovery))?;
+        let mut unique = heapless::String::<MAX_NAME>::new();
+        write!(unique, "{name}-{}", NAME_SEQ.fetch_add(1, Ordering::Relaxed)).map_err(|_| HalError::new(st, Cause::Invalid))?;
+        let slot = {
+            let mut libs = self.libs.lock();
+            let slot = libs.iter().position(|s| s.is_none()).ok_or(HalError::new(st, Cause::Full))?;
+            // Reserved while the DSP loads it; recovery cannot run meanwhile (we hold `chan`).
+            libs[slot] = Some(LibSlot { name: unique.clone(), remote: u32::MAX });
+            slot
+        };
+        let opened = if registry.publish(&unique, image) {
+            remotectl_open(&self.sys, self.board, lease.raw(), &unique).map_err(|e| {
+                registry.withdraw(&unique);
+                self.note_failure(e)
+            })
+        } else {
+            Err(HalError::new(st, Cause::Registry))
+        };
+        let mut libs = self.libs.lock();
+        match opened {
+            Ok(remote) => {
+                libs[slot] = Some(LibSlot { name: unique, remote });
+                Ok(Library { session: self, registry, slot })
+            }
+            Err(e) => {
+                libs[slot] = None;
+                Err(e)
+            }
+        }
+    }
+
+    pub(crate) fn close_slot(&self, registry: &dyn ImageRegistry, slot: usize) {
+        let chan = self.chan.read();
+        let Some(lib) = self.libs.lock()[slot].take() else { return };
+        if self.is_healthy() {
+            if let Some(lease) = chan.current.and_then(|i| self.cells[i].lease()) {
+                if let Err(e) = remotectl_close(&self.sys, self.board, lease.raw(), lib.remote) {
+                    log::warn!("closing library {}: {e}", lib.name);
+                }
+            }
+        }
+        drop(chan);
+        registry.withdraw(&lib.name);
+    }
+
+    pub(crate) fn remote_handle(&self, slot: usize) -> Option<u32> {
+        self.libs.lock()[slot].as_ref().map(|l| l.remote)
+    }
+}
+
+/// An open library on the DSP. Dropping it closes the library (remotectl close) and withdraws
+/// its image from the registry, on every path.
+pub struct Library<'s, S: Syscalls + Clone> {
+    session: &'s Session<S>,
+    registry: &'s dyn ImageRegistry,
+    slot: usize,
+}
+
+impl<S: Syscalls + Clone> Library<'_, S> {
+    /// The DSP-side handle (changes after a recovery).
+    pub fn remote_handle(&self) -> Option<u32> {
+        self.session.remote_handle(self.slot)
+    }
+
+    /// Calls the library with `args`, a driver-neutral [`Call`] that the board's driver backend
+    /// translates right before its ioctl (downstream `FASTRPC_IOCTL_INVOKE_ATTRS`, upstream
+    /// `FASTRPC_IOCTL_INVOKE`, where every handle needs its length). Blocks until the DSP
+    /// answers; the driver has no timeout (see [`invoke_with_deadline`](Self::invoke_with_deadline)).
+    pub fn invoke<const CAP: usize>(&self, args: &mut Call<'_, CAP>) -> Result<(), HalError> {
+        self.session.invoke_slot(self.slot, args, None)
+    }
+
+    /// [`invoke`](Self::invoke) with a deadline: if the call has not returned after `timeout`, a
+    /// watchdog thread interrupts it (the driver parks the call), the error is
+    /// [`Cause::Timeout`], and the session needs [`Session::recover`], which frees the parked
+    /// call by closing the channel.
+    #[cfg(feature = "std")]
+    pub fn invoke_with_deadline<const CAP: usize>(&self, args: &mut Call<'_, CAP>, timeout: core::time::Duration) -> Result<(), HalError>
+    where
+        S: Sync,
+    {
+        crate::deadline::run(self.session.sys(), timeout, |fired| self.session.invoke_slot(self.slot, args, Some(fired)))
+    }
+}
+
+impl<S: Syscalls + Clone> Library<'_, S> {
+    /// Gives up the handle without closing the library: the caller closes its slot.
+    #[cfg(feature = "std")]
+    pub(crate) fn into_slot(self) -> usize {
+        let slot = self.slot;
+        core::mem::forget(self);
+        slot
+    }
+}
+
+impl<S: Syscalls + Clone> core::fmt::Debug for Library<'_, S> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Library").field("slot", &self.slot).field("remote", &self.remote_handle()).finish()
+    }
+}
+
+impl<S: Syscalls + Clone> Drop for Library<'_, S> {
+    fn drop(&mut self) {
+        self.session.close_slot(self.registry, self.slot);
+    }
+}
+
+/// remotectl open (handle 0, method 0): `file:///NAME?entry&_modver=1.0&_dom=cdsp`.
+pub(super) fn remotectl_open<S: Syscalls>(sys: &S, board: &Board, fd: Fd, name: &str) -> Result<u32, HalError> {
+    let st = Stage::LibraryOpen;
+    let mut uri = heapless::String::<128>::new();
+    write!(uri, "file:///{name}?entry&_modver=1.0&_dom=cdsp\0").map_err(|_| HalError::new(st, Cause::Invalid))?;
+    let mut prim_in = [0u8; 8];
+    prim_in[..4].copy_from_slice(&(uri.len() as u32).to_le_bytes());
+    prim_in[4..].copy_from_slice(&(DLERROR_LEN as u32).to_le_bytes());
+    let mut prim_out = [0u8; 8];
+    let mut dlerror = [0u8; DLERROR_LEN];
+    {
+        let mut args = Call::<'_, 4>::new(listener::REMOTECTL_OPEN.method()).map_err(|_| HalError::new(st, Cause::Invalid))?;
+        args.input(&prim_in)
+            .and_then(|a| a.input(uri.as_bytes()))
+            .and_then(|a| a.output(&mut prim_out))
+            .and_then(|a| a.output(&mut dlerror))
+            .map_err(|_| HalError::new(st, Cause::Invalid))?;
+        driver::invoke(sys, board, fd, adsprpc::REMOTECTL_HANDLE, &mut args).map_err(|e| HalError::sys(st, e))?;
+    }
+    let handle = le32(&prim_out[..4]);
+    let nerr = le32(&prim_out[4..]);
+    if nerr != 0 {
+        // The reason travels with the error (typed), not only in the log.
+        let refusal = crate::error::Refusal::new(nerr, &dlerror);
+        log::warn!("DSP refused to open {name}: {nerr} ({})", refusal.reason());
+        return Err(HalError::new(st, Cause::Refused(refusal)));
+    }
+    Ok(handle as u32)
+}
+
+/// remotectl close (handle 0, method 1).
+pub(super) fn remotectl_close<S: Syscalls>(sys: &S, board: &Board, fd: Fd, handle: u32) -> Result<(), HalError> {
+    let st = Stage::LibraryClose;
+    let mut prim_in = [0u8; 8];
+    prim_in[..4].copy_from_slice(&handle.to_le_bytes());
+    prim_in[4..].copy_from_slice(&(DLERROR_LEN as u32).to_le_bytes());
+    let mut prim_out = [0u8; 8];
+    let mut dlerror = [0u8; DLERROR_LEN];
+    {
+        let mut args = Call::<'_, 3>::new(listener::REMOTECTL_CLOSE.method()).map_err(|_| HalError::new(st, Cause::Invalid))?;
+        args.input(&prim_in)
+            .and_then(|a| a.output(&mut prim_out))
+            .and_then(|a| a.output(&mut dlerror))
+            .map_err(|_| HalError::new(st, Cause::Invalid))?;
+        driver::invoke(sys, board, fd, adsprpc::REMOTECTL_HANDLE, &mut args).map_err(|e| HalError::sys(st, e))?;
+    }
+    match le32(&prim_out[..4]) {
+        0 => Ok(()),
+        nerr => Err(HalError::new(st, Cause::Dsp(nerr))),
+    }
+}

@@ -1,0 +1,359 @@
+//! The ready session: buffer allocation, invokes, the channel and its generations.
+//!
+//! Split by concern: `library` (remotectl open/close and the [`Library`] handle), `recovery`
+//! (tearing a channel down and rebuilding the DSP side), `listener` (the plumbing the
+//! runtime's reverse-RPC listener thread uses).
+
+mod library;
+mod listener;
+mod recovery;
+
+pub use library::{ImageRegistry, Library, DLERROR_LEN, MAX_LIBRARIES, MAX_NAME};
+pub use listener::{ListenerChannel, ListenerPlumbing};
+
+use core::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use core::time::Duration;
+
+use hexrpc_bsp::{Board, DeviceAccess};
+use hexrpc_drivers::{adsprpc, listener as calls, Fd, FdCell, Syscalls};
+
+use crate::call::Call;
+use crate::driver;
+use crate::error::{Cause, HalError, Stage};
+use crate::fd::OwnedFd;
+use crate::ion::{IonLease, RawLease};
+use crate::stages::{Channel, IonOpened};
+use crate::sync;
+use library::{remotectl_close, LibSlot};
+
+const HEALTHY: u8 = 0;
+const NEEDS_RECOVERY: u8 = 1;
+const FAILED: u8 = 2;
+
+/// Descriptor cells a session rotates its channels through: the current channel's, and one
+/// for an old channel retired under a listener that has not let go of it yet.
+const CELLS: usize = 2;
+
+/// The channel calls go to: an index into the session's descriptor cells, or none while
+/// recovery replaces it.
+struct ChannelState {
+    current: Option<usize>,
+}
+
+/// What the single-flight recovery shares between its callers.
+struct RecoveryCtl {
+    running: bool,
+    round: u64,
+    last: Result<(), HalError>,
+    /// Why the session needs recovery (the first failure reported), while it does.
+    pending: Option<HalError>,
+    /// Why recovery gave up, once it has.
+    failure: Option<HalError>,
+    /// A restart reported for this generation while recovery was building it.
+    lost: u32,
+}
+
+/// The state of a session, as [`Session::health`] reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum Health {
+    /// Calls can be made on channel generation `generation`.
+    Healthy {
+        /// The channel generation (it changes with every successful recovery).
+        generation: u32,
+    },
+    /// A call or the listener saw the DSP side go away (restart, deadline, listener stopped):
+    /// [`Session::recover`] must run; the error says why.
+    NeedsRecovery(HalError),
+    /// Recovery spent its budget ([`RecoveryPolicy`](hexrpc_bsp::RecoveryPolicy)); the error is
+    /// the last attempt's. The session is unusable.
+    Failed(HalError),
+}
+
+/// A ready session: the DSP process exists and its reverse-RPC listener is registered.
+///
+/// Share it between threads (`&Session` is `Sync` when `S` is) to launch from many threads;
+/// opening and closing libraries is serialized inside. When a call reports
+/// [`Cause::DspRestart`] or [`Cause::Timeout`], further calls fail with
+/// [`Cause::NeedsRecovery`] until [`recover`](Session::recover) succeeds.
+///
+/// # Channels and generations
+///
+/// Every channel (FastRPC descriptor with its DSP process) carries the generation that created
+/// it; recovery makes the next one. The reverse-RPC listener serves one generation at a time
+/// through a lease on that channel's descriptor, and the descriptor number stays open (retired
+/// to `/dev/null` if the listener is slow to leave) until the lease is back, so nothing the
+/// listener sends for an old generation can reach a newer channel under a reused number.
+pub struct Session<S: Syscalls + Clone> {
+    // Field order is release order: libraries, channel (process exit, fd close), ION device.
+    libs: sync::Mutex<[Option<LibSlot>; MAX_LIBRARIES]>,
+    /// Held shared by every call on the current channel (it counts the calls in flight) and
+    /// exclusively by recovery while it replaces the channel.
+    chan: sync::RwLock<ChannelState>,
+    cells: [FdCell; CELLS],
+    health: AtomicU8,
+    generation: AtomicU32,
+    /// `(generation << 32) | (cell + 1)` of the channel the listener must serve; 0 while none.
+    published: AtomicU64,
+    listener_tid: AtomicI32,
+    /// The generation whose descriptor an abandoned call (a deadline) retired.
+    retired_generation: AtomicU32,
+    recovery: sync::Mutex<RecoveryCtl>,
+    recovered: sync::Condvar,
+    /// Bumped (under its mutex) whenever the published channel changes or a listener lease
+    /// returns; listener and recovery wait on it.
+    events: sync::Mutex<u64>,
+    event: sync::Condvar,
+    info: u32,
+    pub(crate) ion: OwnedFd<S>,
+    pub(crate) sys: S,
+    pub(crate) board: &'static Board,
+}
+
+fn pack_channel(cell: usize, generation: u32) -> u64 {
+    (u64::from(generation) << 32) | (cell as u64 + 1)
+}
+
+fn ms(v: u32) -> Duration {
+    Duration::from_millis(u64::from(v))
+}
+
+impl<S: Syscalls + Clone> Session<S> {
+    /// Runs every init stage: ION, shell, channel, process, listener.
+    pub fn start(sys: S, access: &DeviceAccess) -> Result<Self, HalError> {
+        IonOpened::open(sys, access)?.stage_shell()?.open_channel()?.create_process()?.attach_listener()
+    }
+
+    pub(crate) fn from_parts(ion: IonOpened<S>, channel: Channel<S>, info: u32) -> Self {
+        let cells = [FdCell::new(), FdCell::new()];
+        let current = match channel.into_token().map(|t| cells[0].put(t)) {
+            Some(Ok(())) => Some(0),
+            Some(Err(t)) => {
+                // An empty cell always takes a valid number; a -1 token needs no close.
+                let _ = t.into_raw();
+                None
+            }
+            None => None,
+        };
+        Session {
+            libs: sync::Mutex::new([const { None }; MAX_LIBRARIES]),
+            chan: sync::RwLock::new(ChannelState { current }),
+            cells,
+            health: AtomicU8::new(if current.is_some() { HEALTHY } else { NEEDS_RECOVERY }),
+            generation: AtomicU32::new(1),
+            published: AtomicU64::new(current.map_or(0, |c| pack_channel(c, 1))),
+            listener_tid: AtomicI32::new(0),
+            retired_generation: AtomicU32::new(0),
+            recovery: sync::Mutex::new(RecoveryCtl { running: false, round: 0, last: Ok(()), pending: None, failure: None, lost: 0 }),
+            recovered: sync::Condvar::new(),
+            events: sync::Mutex::new(0),
+            event: sync::Condvar::new(),
+            info,
+            ion: ion.ion,
+            sys: ion.sys,
+            board: ion.board,
+        }
+    }
+
+    /// The board.
+    pub fn board(&self) -> &'static Board {
+        self.board
+    }
+
+    /// The syscall implementation.
+    pub fn sys(&self) -> &S {
+        &self.sys
+    }
+
+    /// The GETINFO answer of the channel (bit 0: SMMU).
+    pub fn info(&self) -> u32 {
+        self.info
+    }
+
+    /// True while calls can be made (no restart or timeout pending recovery).
+    pub fn is_healthy(&self) -> bool {
+        self.health.load(Ordering::Acquire) == HEALTHY
+    }
+
+    /// The current channel generation (1 after start; each successful recovery adds one).
+    pub fn generation(&self) -> u32 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// Healthy, needs recovery (and why), or failed (and why).
+    pub fn health(&self) -> Health {
+        match self.health.load(Ordering::Acquire) {
+            HEALTHY => Health::Healthy { generation: self.generation() },
+            NEEDS_RECOVERY => {
+                Health::NeedsRecovery(self.recovery.lock().pending.unwrap_or(HalError::new(Stage::Recover, Cause::NeedsRecovery)))
+            }
+            _ => Health::Failed(self.recovery.lock().failure.unwrap_or(HalError::new(Stage::Recover, Cause::Failed))),
+        }
+    }
+
+    fn notify(&self) {
+        let mut g = self.events.lock();
+        *g = g.wrapping_add(1);
+        drop(g);
+        self.event.notify_all();
+    }
+
+    /// Moves a healthy session to "needs recovery" for `why`.
+    fn mark_needs_recovery(&self, why: HalError) {
+        if self.health.compare_exchange(HEALTHY, NEEDS_RECOVERY, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            self.recovery.lock().pending = Some(why);
+            log::warn!("{why}; the session needs recover()");
+            self.notify();
+        }
+    }
+
+    /// A restart seen on generation `generation` outside a call of this session (the listener).
+    fn report_restart(&self, generation: u32) {
+        if self.generation.load(Ordering::Acquire) != generation {
+            return;
+        }
+        if self.health.load(Ordering::Acquire) == HEALTHY {
+            self.mark_needs_recovery(HalError::new(Stage::ListenerAttach, Cause::DspRestart));
+        } else {
+            // Recovery may be building this very generation: it must not call it healthy.
+            self.recovery.lock().lost = generation;
+        }
+    }
+
+    /// Closes every cell whose owner asked for it back and whose leases have all returned.
+    fn reap(&self) {
+        for c in &self.cells {
+            if c.is_closing() {
+                if let Some(fd) = c.take() {
+                    let n = fd.raw().0;
+                    if let Err(e) = self.sys.close(fd) {
+                        log::warn!("close of retired channel fd {n} failed: {e}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Ends the channel in cell `i`: asks its DSP process to exit and closes the descriptor, or,
+    /// if the listener still holds a lease on it, retires it (the number then refers to
+    /// `/dev/null`, so nothing more reaches the old DSP process) and leaves the close to the
+    /// lease's return.
+    fn end_channel(&self, i: usize, exit: bool) {
+        if let Some(lease) = self.cells[i].lease() {
+            if exit {
+                process_exit(&self.sys, self.board, lease.raw());
+            }
+            if self.cells[i].leases() > 1 {
+                log::warn!("the reverse-RPC listener still holds channel fd {}; retiring it under the listener", lease.raw().0);
+                if let Err(e) = self.sys.retire(lease.fd()) {
+                    log::error!("retiring channel fd {}: {e}", lease.raw().0);
+                }
+            }
+        }
+        match self.cells[i].take() {
+            Some(fd) => {
+                let n = fd.raw().0;
+                if let Err(e) = self.sys.close(fd) {
+                    log::warn!("close of channel fd {n} failed: {e}");
+                }
+            }
+            None => log::debug!("channel cell {i} closes when the listener lets go"),
+        }
+    }
+
+    /// Allocates `len` bytes (rounded up to a page) from the board's allocator (ION heap or
+    /// dma-heap), shared and mapped.
+    pub fn alloc(&self, len: usize) -> Result<IonLease<'_, S>, HalError> {
+        let raw = RawLease::alloc(&self.sys, self.ion.raw(), self.board, len, Stage::Alloc)?;
+        Ok(IonLease::new(raw, self.sys.clone(), self.ion.raw()))
+    }
+
+    fn check_health(&self, stage: Stage) -> Result<(), HalError> {
+        match self.health.load(Ordering::Acquire) {
+            HEALTHY => Ok(()),
+            NEEDS_RECOVERY => Err(HalError::new(stage, Cause::NeedsRecovery)),
+            _ => Err(HalError::new(stage, Cause::Failed)),
+        }
+    }
+
+    fn note_failure(&self, e: HalError) -> HalError {
+        if matches!(e.cause, Cause::DspRestart | Cause::Timeout) {
+            self.mark_needs_recovery(e);
+        }
+        e
+    }
+
+    /// One library call. A signal that interrupts it is not ours to act on: the drivers resume
+    /// the parked call at once. A deadline that fired abandons it instead: the drivers retire the
+    /// channel's descriptor first (nothing can resume the parked call into buffers that are
+    /// gone), the error is [`Cause::Timeout`], and the session needs `recover()`, which closes
+    /// the channel.
+    pub(crate) fn invoke_slot<const CAP: usize>(
+        &self,
+        slot: usize,
+        args: &mut Call<'_, CAP>,
+        fired: Option<&core::sync::atomic::AtomicBool>,
+    ) -> Result<(), HalError> {
+        let st = Stage::Invoke;
+        // Lock order: `chan` before `libs`; the handle read under `chan` belongs to its channel.
+        let chan = self.chan.read();
+        self.check_health(st)?;
+        let lease = chan.current.and_then(|i| self.cells[i].lease()).ok_or(HalError::new(st, Cause::NeedsRecovery))?;
+        let remote = self.remote_handle(slot).ok_or(HalError::new(st, Cause::Invalid))?;
+        let abandon = || fired.is_some_and(|f| f.load(Ordering::Acquire));
+        match driver::invoke_handles(&self.sys, self.board, lease.fd(), remote, args, &abandon) {
+            Err(hexrpc_drivers::Error::Os(hexrpc_drivers::Errno::EINTR)) => {
+                // Downstream: the drivers retired the channel's descriptor to abandon the call.
+                // Upstream: nothing was retired (the driver never resumes a call); the channel is
+                // replaced by recovery all the same, since the DSP may still run the call.
+                if self.board.abi == hexrpc_bsp::KernelAbi::DownstreamMsm {
+                    self.retired_generation.store(self.generation(), Ordering::Release);
+                }
+                Err(self.note_failure(HalError::new(st, Cause::Timeout)))
+            }
+            r => r.map_err(|e| self.note_failure(HalError::sys(st, e))),
+        }
+    }
+}
+
+/// Process exit (handle 4), errors ignored as quic and tinygrad do.
+fn process_exit<S: Syscalls>(sys: &S, board: &Board, fd: Fd) {
+    if let Ok(mut args) = Call::<'_, 1>::new(calls::CURRENT_PROCESS_EXIT.method()) {
+        if let Err(e) = driver::invoke(sys, board, fd, adsprpc::CURRENT_PROCESS_HANDLE, &mut args) {
+            log::debug!("process exit (handle 4) on teardown: {e}");
+        }
+    }
+}
+
+impl<S: Syscalls + Clone> Drop for Session<S> {
+    fn drop(&mut self) {
+        // Libraries borrow the session, so none is alive here unless one was leaked with
+        // `mem::forget`; close those on the DSP side (their images stay with the registry).
+        let healthy = self.is_healthy();
+        let current = self.chan.get_mut().current.take();
+        if let Some(lease) = current.and_then(|i| self.cells[i].lease()) {
+            for lib in self.libs.get_mut().iter_mut() {
+                if let Some(l) = lib.take() {
+                    if healthy {
+                        let _ = remotectl_close(&self.sys, self.board, lease.raw(), l.remote);
+                    }
+                }
+            }
+        }
+        if let Some(i) = current {
+            self.end_channel(i, true);
+        }
+        // A listener borrows the session while it holds a lease: none is out any more.
+        self.reap();
+    }
+}
+
+impl<S: Syscalls + Clone> core::fmt::Debug for Session<S> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Session")
+            .field("board", &self.board.name)
+            .field("healthy", &self.is_healthy())
+            .field("generation", &self.generation.load(Ordering::Relaxed))
+            .finish()
+    }
+}

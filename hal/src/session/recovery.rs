@@ -1,0 +1,187 @@
+//! Recovery: the single-flight rebuild of the DSP side after a restart, a timeout or a stopped
+//! listener, and the teardown of a channel under a listener that may still hold it.
+
+use core::sync::atomic::Ordering;
+use core::time::Duration;
+
+use hexrpc_drivers::{FdCell, Syscalls};
+
+use super::library::remotectl_open;
+use super::{ms, pack_channel, process_exit, ChannelState, Session, FAILED, HEALTHY, MAX_LIBRARIES, MAX_NAME};
+use crate::error::{Cause, HalError, Stage};
+use crate::stages;
+use crate::sync;
+
+/// How often recovery repeats its interrupt while the listener has not left the old channel
+/// (a signal that lands just before the thread blocks is lost).
+const LEAVE_REPEAT: Duration = Duration::from_millis(2);
+
+/// How long recovery lets the listener leave on its own (after the process exit) before it
+/// starts interrupting it.
+const LEAVE_GRACE: Duration = Duration::from_millis(20);
+
+impl<S: Syscalls + Clone> Session<S> {
+    /// Unpublishes the current channel and asks its DSP process to exit, which ends the
+    /// listener's `next2` from the DSP side (as the FastRPC user library does), so the listener
+    /// leaves on its own and releases what it mapped on this very channel; after a short grace
+    /// its blocked call is interrupted too (a hung DSP never answers). After the board's bounded
+    /// wait the channel is ended: closed, or retired under a listener that still holds it.
+    fn teardown(&self, chan: &mut ChannelState) {
+        let Some(i) = chan.current.take() else { return };
+        self.published.store(0, Ordering::Release);
+        self.notify();
+        if let Some(lease) = self.cells[i].lease() {
+            process_exit(&self.sys, self.board, lease.raw());
+        }
+        let tid = self.listener_tid.load(Ordering::Acquire);
+        if tid != 0 {
+            // Calls are excluded (we hold `chan` exclusively): a lease still out is the listener's.
+            let clock = sync::Clock::start();
+            let limit = ms(self.board.recovery.listener_leave_ms);
+            while self.cells[i].leases() > 0 && clock.elapsed() < limit {
+                if clock.elapsed() >= LEAVE_GRACE {
+                    let _ = self.sys.interrupt(tid);
+                }
+                let g = self.events.lock();
+                if self.cells[i].leases() == 0 {
+                    break;
+                }
+                drop(self.event.wait_timeout(g, LEAVE_REPEAT));
+            }
+        }
+        self.end_channel(i, false);
+    }
+
+    /// Rebuilds the DSP side after a restart, a timeout or a stopped listener: unpublishes the
+    /// old channel, gives the reverse-RPC listener a bounded time to leave it, asks the old
+    /// process to exit and closes (or retires) the old channel, then re-runs the stages from
+    /// the shell, registers the listener and re-opens every library that was open.
+    ///
+    /// While the DSP is still down, the rebuild is retried with the board's bounded backoff
+    /// ([`RecoveryPolicy`](hexrpc_bsp::RecoveryPolicy): attempts, delays, total budget; without
+    /// `std` there is no clock, and attempts follow each other at once). The session is marked
+    /// failed only once the budget is spent; the error then carries the last attempt's cause,
+    /// and [`health`](Session::health) keeps it.
+    ///
+    /// Single flight: a caller that arrives while another thread recovers waits for that
+    /// recovery (a blocking wait) and returns its outcome. Calls in flight on the old channel
+    /// finish first. Library re-opens need the reverse-RPC listener to serve the new channel
+    /// (`hexrpc-runtime`'s `ServedSession` runs one).
+    pub fn recover(&self) -> Result<(), HalError> {
+        let mut ctl = self.recovery.lock();
+        loop {
+            match self.health.load(Ordering::Acquire) {
+                HEALTHY => return Ok(()),
+                FAILED => return Err(ctl.failure.unwrap_or(HalError::new(Stage::Recover, Cause::Failed))),
+                _ => {}
+            }
+            if !ctl.running {
+                break;
+            }
+            let round = ctl.round;
+            while ctl.running && ctl.round == round {
+                ctl = self.recovered.wait_timeout(ctl, Duration::from_millis(100));
+            }
+            if ctl.round != round {
+                return ctl.last;
+            }
+        }
+        ctl.running = true;
+        drop(ctl);
+        let outcome = self.run_recovery();
+        let mut ctl = self.recovery.lock();
+        ctl.running = false;
+        ctl.round += 1;
+        ctl.last = outcome;
+        match outcome {
+            Ok(()) => ctl.pending = None,
+            Err(e) => {
+                // Under the lock, so that nobody sees `Failed` without its reason.
+                ctl.failure = Some(e);
+                self.health.store(FAILED, Ordering::Release);
+            }
+        }
+        drop(ctl);
+        self.recovered.notify_all();
+        self.notify();
+        outcome
+    }
+
+    fn run_recovery(&self) -> Result<(), HalError> {
+        let policy = self.board.recovery;
+        let clock = sync::Clock::start();
+        let budget = ms(policy.budget_ms);
+        let mut failed = 0u32;
+        loop {
+            let attempt = {
+                let mut chan = self.chan.write();
+                self.teardown(&mut chan);
+                let r = self.rebuild(&mut chan).and_then(|generation| {
+                    if self.recovery.lock().lost == generation {
+                        Err(HalError::new(Stage::Recover, Cause::DspRestart))
+                    } else {
+                        Ok(generation)
+                    }
+                });
+                match r {
+                    Ok(generation) => {
+                        self.health.store(HEALTHY, Ordering::Release);
+                        log::info!("recovered: channel generation {generation} after {} failed attempts", failed);
+                        Ok(())
+                    }
+                    Err(e) => {
+                        self.teardown(&mut chan);
+                        Err(e)
+                    }
+                }
+            };
+            let e = match attempt {
+                Ok(()) => return Ok(()),
+                Err(e) => e,
+            };
+            failed += 1;
+            let delay = ms(policy.delay_ms(failed));
+            let spent = clock.elapsed();
+            if failed >= policy.attempts.max(1) || spent.saturating_add(delay) >= budget {
+                let e = HalError::new(Stage::Recover, e.cause);
+                log::error!("recovery failed for good after {failed} attempts in {} ms: {e}", spent.as_millis());
+                return Err(e);
+            }
+            log::warn!("recovery attempt {failed} failed ({e}); retrying in {} ms", delay.as_millis());
+            sync::sleep(delay);
+        }
+    }
+
+    /// One rebuild: a new channel in a free cell, published to the listener, libraries
+    /// re-opened. Returns the new generation.
+    fn rebuild(&self, chan: &mut ChannelState) -> Result<u32, HalError> {
+        self.reap();
+        let shell = stages::stage_shell(&self.sys, self.ion.raw(), self.board)?;
+        let (rpc, _) = stages::open_channel(&self.sys, self.board)?;
+        let ch = stages::create_process(&self.sys, self.board, rpc, &shell)?;
+        drop(shell);
+        stages::attach_listener(&self.sys, &ch)?;
+        let busy = HalError::new(Stage::Recover, Cause::Os(hexrpc_drivers::Errno::EBUSY));
+        let i = self.cells.iter().position(FdCell::is_empty).ok_or(busy)?;
+        let token = ch.into_token().ok_or(busy)?;
+        if let Err(t) = self.cells[i].put(token) {
+            let _ = self.sys.close(t);
+            return Err(busy);
+        }
+        chan.current = Some(i);
+        let generation = self.generation.fetch_add(1, Ordering::AcqRel) + 1;
+        // The listener serves the new channel from here on; the libraries need it to load.
+        self.published.store(pack_channel(i, generation), Ordering::Release);
+        self.notify();
+        let lease = self.cells[i].lease().ok_or(busy)?;
+        let names: heapless::Vec<(usize, heapless::String<MAX_NAME>), MAX_LIBRARIES> =
+            self.libs.lock().iter().enumerate().filter_map(|(i, l)| l.as_ref().map(|l| (i, l.name.clone()))).collect();
+        for (slot, name) in names {
+            let remote = remotectl_open(&self.sys, self.board, lease.raw(), &name)?;
+            if let Some(l) = self.libs.lock()[slot].as_mut() {
+                l.remote = remote;
+            }
+        }
+        Ok(generation)
+    }
+}
