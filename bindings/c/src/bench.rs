@@ -21,7 +21,7 @@ use std::time::Duration;
 use hexrpc_bench::{elf, Bench, EntryVersion, LibraryModel};
 use std::path::Path;
 
-use hexrpc_runtime::launch::build::{self, BuildOptions};
+use hexrpc_libbuild::{self as build, BuildOptions};
 use hexrpc_runtime::launch::{AbiVersion, EntryOptions, Signature};
 
 use crate::error::Failure;

@@ -12,9 +12,10 @@
 //!   fills fixed-capacity storage (no heap); [`PackedLaunch::invoke_args`] /
 //!   [`PackedLaunch::launch`] hand it to the driver layer's [`InvokeArgs`](hexrpc_drivers::adsprpc::InvokeArgs).
 //! * [`write_entry`] writes the C `entry` for a signature into any `core::fmt::Write` (no heap).
-//! * `build` (feature `std`) compiles entry + kernel into a Hexagon shared object and records
-//!   the kernel's signature and the ABI version in it; [`LibraryRecord::find`] reads that record
-//!   back from the library's bytes (no_std, no allocation).
+//! * The host tool `hexrpc-libbuild` compiles entry + kernel into a Hexagon shared object and
+//!   records the kernel's signature and the ABI version in it ([`record::write_record_asm`]);
+//!   [`LibraryRecord::find`] reads that record back from the library's bytes (no_std, no
+//!   allocation).
 //! * A library generated for a kernel *table* ([`write_batch_entry`]) also runs batches: a
 //!   [`Batch`] packs K launches of its kernels with their leases deduplicated (the [`BATCH`]
 //!   layout of the same table) and sends them in one call, each lease mapped once.
@@ -40,8 +41,6 @@
 
 pub mod abi;
 mod batch;
-#[cfg(feature = "std")]
-pub mod build;
 mod entry;
 mod pack;
 pub mod record;
