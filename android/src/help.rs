@@ -38,9 +38,9 @@ EXIT STATUS:
 
 Logs go to stderr (to logcat with tag 'hexrpc' on Android); reports go to stdout.
 
-The bench (a simulated kernel and DSP, and qemu-hexagon for built libraries) is
-part of desk builds only: in the device packages, bench, reverse-replay and every
---bench option exit with status 2 and say so.
+The bench (a simulated kernel and DSP, and qemu-hexagon for built libraries) and
+the library builder are part of desk builds only: in the device packages, bench,
+reverse-replay, build-lib and every --bench option exit with status 2 and say so.
 
 SEE ALSO:
     hexrpc help <COMMAND> for each command's options, output and exit status.

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use crate::cli::BuildLibArgs;
 
 /// `p` as an operand that no tool can take for an option.
+#[cfg(feature = "build-lib")]
 fn operand(p: std::path::PathBuf) -> std::path::PathBuf {
     if p.as_os_str().as_encoded_bytes().starts_with(b"-") {
         std::path::Path::new(".").join(p)
@@ -15,6 +16,7 @@ fn operand(p: std::path::PathBuf) -> std::path::PathBuf {
 }
 
 /// `--table [FILE:]NAME:SIG` -> the table entry (FILE defaults to the first KERNEL.c given).
+#[cfg(feature = "build-lib")]
 fn table_entry(text: &str, sources: &[std::path::PathBuf]) -> Result<hexrpc_libbuild::TableSource, String> {
     use hexrpc_runtime::launch::Signature;
     let mut parts = text.rsplitn(3, ':');
@@ -29,7 +31,18 @@ fn table_entry(text: &str, sources: &[std::path::PathBuf]) -> Result<hexrpc_libb
     Ok(hexrpc_libbuild::TableSource { source, name: name.to_string(), signature })
 }
 
+/// Without the library builder (the device builds) there is nothing to build with.
+#[cfg(not(feature = "build-lib"))]
+pub fn build_lib(_: BuildLibArgs) -> ExitCode {
+    crate::io::error(
+        "this build has no library builder (built without the `build-lib` feature, as the device packages are); build libraries with \
+         the desk build of hexrpc",
+    );
+    ExitCode::from(2)
+}
+
 /// Builds a library from one kernel, or a kernel table (`--table`).
+#[cfg(feature = "build-lib")]
 pub fn build_lib(bl: BuildLibArgs) -> ExitCode {
     use hexrpc_libbuild as build;
     use hexrpc_runtime::launch::{EntryOptions, PowerRequest, Signature};
@@ -82,6 +95,7 @@ pub fn build_lib(bl: BuildLibArgs) -> ExitCode {
     }
 }
 
+#[cfg(feature = "build-lib")]
 fn build_table(bl: BuildLibArgs) -> ExitCode {
     use hexrpc_libbuild as build;
     use hexrpc_runtime::launch::{EntryOptions, PowerRequest};
