@@ -2,6 +2,7 @@
 # Builds everything a firmware image needs into one folder (default: out/ at the repo root):
 #   hexrpc-aarch64-musl        static binary (AGNOS and adb shell on Android)
 #   hexrpc-aarch64-gnu         glibc binary (AGNOS, glibc 2.34+)
+#                              (both without the `bench` feature: no simulator in a device binary)
 #   libhexrpc_selftest.so      the device test library (Hexagon, `hexrpc build-lib` from
 #                              android/devicelib/hexrpc_selftest.c) that `selftest --device` runs
 #   hexrpc_<ver>_arm64.deb     /usr/bin/hexrpc, the device test library, the boot health-check
@@ -30,16 +31,16 @@ fi
 export SOURCE_DATE_EPOCH
 export LC_ALL=C TZ=UTC
 
-echo "==> hexrpc $version: release binaries (SOURCE_DATE_EPOCH=$SOURCE_DATE_EPOCH)"
-cargo build --locked --release -p hexrpc-android --target aarch64-unknown-linux-musl
-cargo build --locked --release -p hexrpc-android --target aarch64-unknown-linux-gnu
+echo "==> hexrpc $version: release binaries without the bench (SOURCE_DATE_EPOCH=$SOURCE_DATE_EPOCH)"
+cargo build --locked --release -p hexrpc-android --no-default-features --target aarch64-unknown-linux-musl
+cargo build --locked --release -p hexrpc-android --no-default-features --target aarch64-unknown-linux-gnu
 install -m 0755 target/aarch64-unknown-linux-musl/release/hexrpc "$out/hexrpc-aarch64-musl"
 install -m 0755 target/aarch64-unknown-linux-gnu/release/hexrpc "$out/hexrpc-aarch64-gnu"
 
 echo "==> libhexrpc (the C ABI, bindings/c) for aarch64-unknown-linux-gnu, without the bench"
 cargo build --locked --release -p hexrpc-ffi --no-default-features --lib --target aarch64-unknown-linux-gnu
 
-echo "==> device test library (hexrpc build-lib, host build of the tool)"
+echo "==> device test library (hexrpc build-lib, host build of the tool; with the bench, not shipped)"
 cargo build --locked --release -p hexrpc-android
 stage="$(mktemp -d)"
 trap 'rm -rf "$stage"' EXIT

@@ -6,8 +6,8 @@
 
 use std::sync::Mutex;
 
+use crate::replay::build_request_file;
 use hexrpc_drivers::Scalars;
-use hexrpc_runtime::reverse::replay::build_request_file;
 use hexrpc_runtime::reverse::{Module, RequestTap};
 
 /// Most requests kept (later ones are counted, not kept).

@@ -12,7 +12,7 @@ use hexrpc_runtime::launch::{AbiVersion, BufferRef, PackedLaunch, Scalar, Signat
 use hexrpc_runtime::reverse::FilePolicy;
 use hexrpc_runtime::ServedSession;
 
-pub use crate::selftest::Outcome;
+pub use crate::verdict::Outcome;
 
 fn fail(detail: impl std::fmt::Display) -> (String, String) {
     (String::new(), detail.to_string())
@@ -418,7 +418,7 @@ pub fn executor_device_library() -> Result<crate::device::DeviceLibrary, String>
     use std::sync::OnceLock;
     static BUILT: OnceLock<Result<&'static [u8], String>> = OnceLock::new();
     let image = BUILT.get_or_init(|| {
-        use hexrpc_runtime::launch::build::{build_library, BuildOptions};
+        use hexrpc_libbuild::{build_library, BuildOptions};
         hexrpc_bench::executor::tools_available()?;
         let dir = std::env::temp_dir().join(format!("hexrpc-devicelib-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -448,7 +448,7 @@ pub fn executor_device_target() -> crate::device::Target<Bench> {
 
 /// The bench target and library for the device checks.
 pub fn bench_device_setup(
-    library: crate::selftest::LibraryChoice,
+    library: crate::device::LibraryChoice,
 ) -> (crate::device::Target<hexrpc_bench::Bench>, crate::device::DeviceLibrary) {
     match library.or_else(|_| crate::checks::executor_device_library()) {
         // The executor's shell sends the library's fopen to the listener as a DSP's C library

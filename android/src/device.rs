@@ -28,7 +28,7 @@ use hexrpc_runtime::launch::{AbiVersion, BufferRef, PackError, PackedLaunch, Sca
 use hexrpc_runtime::reverse::{FilePolicy, RequestError};
 use hexrpc_runtime::ServedSession;
 
-use crate::selftest::{Check, Outcome, Status};
+use crate::verdict::{Check, Outcome, Status};
 
 /// The kernel's C function name.
 pub const KERNEL: &str = "hexrpc_selftest";
@@ -52,6 +52,9 @@ pub struct DeviceLibrary {
     /// Where it came from, for the report (a path, or what runs it on the bench).
     pub origin: String,
 }
+
+/// The device test library for a run: where it was found, or why none was.
+pub type LibraryChoice = Result<DeviceLibrary, String>;
 
 /// Called with a new session's seam and listener fd.
 pub type OnServed<S> = Box<dyn Fn(&S, hexrpc_drivers::Fd)>;

@@ -15,6 +15,7 @@
 use std::io::{Read as _, Write as _};
 use std::os::unix::fs::{FileTypeExt as _, OpenOptionsExt as _};
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 
 /// The largest request file `reverse-replay` reads (a request payload is at most 1 MiB on every
 /// board, plus the header).
@@ -191,11 +192,11 @@ fn nonce() -> u64 {
 /// Writes a report to `out`; errors go to stderr and the log. Exit code 0 or 1.
 pub fn emit(out: &Output, report: &[u8]) -> std::process::ExitCode {
     match out {
-        Output::Stdout => crate::print_bytes(report),
+        Output::Stdout => print_bytes(report),
         Output::File(path) => match write_atomic(path, report) {
             Ok(()) => std::process::ExitCode::SUCCESS,
             Err(e) => {
-                crate::error(&format!("--output {}: {e}", escape(&path.to_string_lossy())));
+                error(&format!("--output {}: {e}", escape(&path.to_string_lossy())));
                 std::process::ExitCode::from(1)
             }
         },
@@ -217,6 +218,30 @@ pub fn escape(s: &str) -> String {
         }
     }
     out
+}
+
+/// Writes `s` to stdout (see [`print_bytes`]).
+pub fn print(s: &str) -> ExitCode {
+    print_bytes(s.as_bytes())
+}
+
+/// Writes `bytes` to stdout; a closed pipe is not an error, any other failure is reported.
+pub fn print_bytes(bytes: &[u8]) -> ExitCode {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(bytes).and_then(|_| out.flush()) {
+        Ok(()) => ExitCode::SUCCESS,
+        // A closed pipe (`hexrpc abi | head`) is not an error worth a message.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e) => {
+            error(&format!("writing to stdout: {e}"));
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Reports an error: on stderr and in the log (logcat on Android).
+pub fn error(msg: &str) {
+    crate::logging::error(msg);
 }
 
 #[cfg(test)]

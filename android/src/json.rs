@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 /// Appends `s` to `out` as a JSON string literal (the runtime's escaping, shared by every
 /// report).
-pub use hexrpc_runtime::reverse::replay::json_string as string;
+pub use crate::replay::json_string as string;
 
 /// Builds a JSON object key by key.
 pub struct Object<'a> {

@@ -14,7 +14,7 @@ use hexrpc_hal::{Cause, HalError, IonOpened};
 
 use crate::json;
 
-pub use crate::selftest::Status;
+pub use crate::verdict::Status;
 
 /// How the board was chosen.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

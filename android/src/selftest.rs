@@ -1,4 +1,6 @@
-//! `hexrpc selftest`: the acceptance report, in the seed's order.
+//! The acceptance report behind `hexrpc selftest`: the checks in acceptance order (parameter
+//! layout, view offsets, fd/mapping reclamation, reverse-RPC file permissions, timeouts,
+//! concurrency, numerics, latency).
 //!
 //! Each check runs real code and reports a figure. Checks whose layer does not exist yet in this
 //! build are reported as `skip` with the reason, never as `pass`.
@@ -6,75 +8,9 @@
 use hexrpc_drivers::{ioc, layout, Fd, Mapping, OpenFlags, Prot, RustixSys, Syscalls};
 use hexrpc_runtime::launch::{AbiVersion, BufferRef, PackError, PackedLaunch, Scalar, Signature};
 
+use crate::device::LibraryChoice;
 use crate::json;
-
-/// Where the checks ran.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Platform {
-    /// The isolated bench (no DSP on this machine).
-    Bench,
-    /// A real device.
-    Device,
-}
-
-impl Platform {
-    /// The JSON name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Platform::Bench => "bench",
-            Platform::Device => "device",
-        }
-    }
-}
-
-/// Outcome of one check.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Status {
-    /// The check ran and held.
-    Pass,
-    /// The check ran and did not hold.
-    Fail,
-    /// The check could not run here; `detail` says why.
-    Skip,
-}
-
-impl Status {
-    /// The JSON name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Status::Pass => "pass",
-            Status::Fail => "fail",
-            Status::Skip => "skip",
-        }
-    }
-
-    /// The tag of the readable report.
-    pub fn tag(self) -> &'static str {
-        match self {
-            Status::Pass => "PASS",
-            Status::Fail => "FAIL",
-            Status::Skip => "SKIP",
-        }
-    }
-}
-
-/// One line of the report.
-#[derive(Clone, Debug)]
-pub struct Check {
-    /// Short name.
-    pub name: &'static str,
-    /// The acceptance stage it belongs to.
-    pub stage: &'static str,
-    /// Outcome.
-    pub status: Status,
-    /// The measured figure.
-    pub figure: String,
-    /// Explanation.
-    pub detail: String,
-}
-
-/// A check's result: `Ok((figure, detail))` or `Err((figure, detail))`.
-pub type Outcome = Result<(String, String), (String, String)>;
+use crate::verdict::{Check, Outcome, Platform, Status};
 
 fn fail(detail: impl std::fmt::Display) -> (String, String) {
     (String::new(), detail.to_string())
@@ -209,9 +145,6 @@ pub enum DeviceSeam {
     Bench,
 }
 
-/// The device test library for a run: where it was found, or why none was.
-pub type LibraryChoice = Result<crate::device::DeviceLibrary, String>;
-
 /// The checks that need the bench (fault injection, the DSP ledger, qemu-hexagon), with why a
 /// device run skips them.
 const BENCH_ONLY: &[(&str, &str)] = &[
@@ -224,7 +157,7 @@ const BENCH_ONLY: &[(&str, &str)] = &[
     ("latency", "latency"),
 ];
 
-/// Runs every check for `platform`, in the seed's order, reporting progress through `progress`
+/// Runs every check for `platform`, in acceptance order, reporting progress through `progress`
 /// (the check about to run). `library` is the device test library (device platform and bench
 /// alike); `seam` says what the device platform talks to.
 pub fn run(platform: Platform, seam: DeviceSeam, library: LibraryChoice, progress: &mut dyn FnMut(&str)) -> Vec<Check> {

@@ -109,6 +109,10 @@ fn the_vendor_binary_has_no_simulator_and_ships_the_device_test_library() {
     let block = &bp[start..start + bp[start..].find("\n}").unwrap()];
     assert!(!block.contains("libhexrpc_bench"), "the simulator is linked into the vendor binary: {block}");
     assert!(!block.contains("\"bench\""), "the bench feature is on in the vendor binary: {block}");
+    assert!(
+        !block.contains("libhexrpc_libbuild") && !block.contains("\"build-lib\""),
+        "the library builder is in the vendor binary: {block}"
+    );
     assert_eq!(get(bin, "required"), "[\"libhexrpc_selftest.so\"]");
     let lib = mods
         .iter()
@@ -119,9 +123,10 @@ fn the_vendor_binary_has_no_simulator_and_ships_the_device_test_library() {
     // The path the CLI looks for it at is the one the module installs to.
     let device = std::fs::read_to_string(root().join("android/src/device.rs")).unwrap();
     assert!(device.contains("/vendor/etc/hexrpc/libhexrpc_selftest.so"));
-    // The Cargo manifest's bench feature is what the vendor build leaves off.
+    // The Cargo manifest's default features (the bench and the library builder) are what the
+    // vendor build leaves off.
     let manifest = std::fs::read_to_string(root().join("android/Cargo.toml")).unwrap();
-    assert_eq!(toml_value(&manifest, "features", "default").as_deref(), Some("[\"bench\"]"));
+    assert_eq!(toml_value(&manifest, "features", "default").as_deref(), Some("[\"bench\", \"build-lib\"]"));
     // The property the .rc triggers on has a property_contexts entry.
     let rc = std::fs::read_to_string(root().join("android/packaging/android/hexrpc.rc")).unwrap();
     let contexts = std::fs::read_to_string(root().join("android/packaging/android/sepolicy/property_contexts")).unwrap();

@@ -14,7 +14,7 @@ use std::path::Path;
 use std::sync::Mutex;
 
 use hexrpc_bench::{Bench, BenchConfig};
-use hexrpc_runtime::launch::build::{self, BuildOptions};
+use hexrpc_libbuild::{self as build, BuildOptions};
 use hexrpc_runtime::launch::{AbiVersion, EntryOptions, Signature};
 use hexrpc_scenarios::catalogue;
 

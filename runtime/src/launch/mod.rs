@@ -13,9 +13,10 @@
 //!   HAL's driver-neutral [`Call`](hexrpc_hal::Call) (for `Library::invoke`), and
 //!   [`PackedLaunch::launch`] sends it on a raw downstream fd.
 //! * [`write_entry`] writes the C `entry` for a signature into any `core::fmt::Write` (no heap).
-//! * `build` (feature `std`) compiles entry + kernel into a Hexagon shared object and records
-//!   the kernel's signature and the ABI version in it; [`LibraryRecord::find`] reads that record
-//!   back from the library's bytes (no_std, no allocation).
+//! * The host tool `hexrpc-libbuild` compiles entry + kernel into a Hexagon shared object and
+//!   records the kernel's signature and the ABI version in it ([`record::write_record_asm`]);
+//!   [`LibraryRecord::find`] reads that record back from the library's bytes (no_std, no
+//!   allocation).
 //! * A library generated for a kernel *table* ([`write_batch_entry`]) also runs batches: a
 //!   [`Batch`] packs K launches of its kernels with their leases deduplicated (the [`BATCH`]
 //!   layout of the same table) and sends them in one call, each lease mapped once.
@@ -41,8 +42,6 @@
 
 pub mod abi;
 mod batch;
-#[cfg(feature = "std")]
-pub mod build;
 mod entry;
 mod pack;
 pub mod record;

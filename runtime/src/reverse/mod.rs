@@ -61,14 +61,10 @@ mod error;
 mod listener;
 mod metrics;
 pub mod policy;
-#[cfg(feature = "std")]
-pub mod replay;
 mod service;
 pub mod session;
 #[cfg(feature = "std")]
 mod thread;
-#[cfg(feature = "std")]
-mod throughput;
 pub mod wire;
 
 pub use error::RequestError;
@@ -81,5 +77,3 @@ pub use service::{check_mode, Escaped, Released, RequestTap, Response, ReverseSe
 pub use session::{Module, FILE_HANDLE_BASE};
 #[cfg(feature = "std")]
 pub use thread::{OwnedBuffers, ServiceHandle, StopError, DEFAULT_REQUEST_CAPACITY, DEFAULT_STOP_TIMEOUT, REPLY_OVERHEAD};
-#[cfg(feature = "std")]
-pub use throughput::{stream_throughput, StreamBench, StreamThroughput, ThroughputError};

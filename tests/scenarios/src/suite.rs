@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 
 use hexrpc_bench::executor::build::STATUS_KERNELS;
 use hexrpc_bench::executor::{build_library, BuildError, Flavour, LibrarySources, Toolchain};
-use hexrpc_runtime::launch::build::write_linker_script;
+use hexrpc_libbuild::write_linker_script;
 use hexrpc_runtime::launch::{write_batch_entry, write_entry, EntryOptions, KernelSpec, Signature};
 
 /// `hexrpc build-lib`'s linker script (every section on its own 4 KiB page).

@@ -18,7 +18,7 @@ use hexrpc_bench::Bench;
 use hexrpc_bsp::Board;
 use hexrpc_drivers::aee;
 use hexrpc_hal::{Cause, Stage};
-use hexrpc_runtime::launch::build::{build_library, BuildOptions, DSP_PROVIDED_SYMBOLS};
+use hexrpc_libbuild::{build_library, BuildOptions, DSP_PROVIDED_SYMBOLS};
 use hexrpc_runtime::launch::{write_entry, AbiVersion, BufferRef, EntryOptions, LibraryRecord, PackedLaunch, Scalar, Signature};
 use hexrpc_scenarios::{stack, ModelError, Stack};
 
@@ -481,7 +481,7 @@ fn shell_libm_and_division_helpers_meet_their_stated_bounds(board: &'static Boar
     let divk = build("divk", "buf,buf,buf,buf,u32");
     // Under -ffast-math clang calls __hexagon_sqrtf instead of sqrtf.
     let fsqrt = build_with("fsqrt", "buf,buf,u32", "-ffast-math");
-    let fsqrt_imports = hexrpc_runtime::launch::build::parse_elf(fsqrt).unwrap().imports;
+    let fsqrt_imports = hexrpc_libbuild::parse_elf(fsqrt).unwrap().imports;
     assert!(fsqrt_imports.iter().any(|i| i == "__hexagon_sqrtf"), "{fsqrt_imports:?}");
     let bench = Bench::for_board(board);
     let stack = Stack::start(bench.clone()).expect("stack");
@@ -561,7 +561,7 @@ fn shell_libm_and_division_helpers_meet_their_stated_bounds(board: &'static Boar
 
     // Double arithmetic helpers, bit for bit against the host's f64.
     let dops = build("dops", "buf,buf,buf,u32");
-    let dimports = hexrpc_runtime::launch::build::parse_elf(dops).unwrap().imports;
+    let dimports = hexrpc_libbuild::parse_elf(dops).unwrap().imports;
     for h in ["__hexagon_adddf3", "__hexagon_subdf3", "__hexagon_muldf3", "__hexagon_divdf3"] {
         assert!(dimports.iter().any(|i| i == h), "{h} in {dimports:?}");
     }

@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use hexrpc_runtime::launch::build::{build_library, build_table_library, BuildError, BuildOptions, TableSource};
+use hexrpc_libbuild::{build_library, build_table_library, BuildError, BuildOptions, TableSource};
 use hexrpc_runtime::launch::{EntryError, EntryOptions, LibraryRecord, Signature};
 
 fn tools() -> bool {

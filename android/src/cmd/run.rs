@@ -27,40 +27,8 @@ use hexrpc_runtime::launch::{AbiVersion, BufferRef, LibraryRecord, PackedLaunch,
 use hexrpc_runtime::reverse::FilePolicy;
 use hexrpc_runtime::ServedSession;
 
+use crate::cli::{Mode, RunArgs};
 use crate::json;
-
-/// Where to run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
-    /// The isolated bench with the Hexagon executor.
-    Bench,
-    /// The real device.
-    Device,
-}
-
-/// The command line of `hexrpc run`, as parsed (not yet checked against the signature).
-#[derive(Debug, Default)]
-pub struct RunArgs {
-    /// The library file.
-    pub library: Option<PathBuf>,
-    /// `--signature`.
-    pub signature: Option<String>,
-    /// `--abi`.
-    pub abi: Option<String>,
-    /// `--bench` / `--device` (the last one given).
-    pub mode: Option<Mode>,
-    /// `--arg`, in order.
-    pub args: Vec<String>,
-    /// `--repeat`.
-    pub repeat: Option<String>,
-    /// `--deadline-ms`.
-    pub deadline_ms: Option<String>,
-    /// `--json`.
-    pub json: bool,
-    /// `--capture DIR`: record the session's reverse-RPC requests there (`hexrpc capture`'s
-    /// files).
-    pub capture: Option<PathBuf>,
-}
 
 /// Largest input file `in=` reads, and largest buffer `size=` allows.
 pub const MAX_BUFFER: u64 = 256 << 20;
@@ -522,7 +490,7 @@ fn execute(plan: Plan) -> Result<String, Failure> {
         Mode::Bench => bench_launch(&plan, image, &inputs),
         Mode::Device => {
             // Detected from the device-tree model; an undetected board is said, not assumed silently.
-            let (board, source) = crate::device_board(None).map_err(|crate::Usage(m)| usage(m))?;
+            let (board, source) = super::device_board(None).map_err(|crate::cli::Usage(m)| usage(m))?;
             if source == crate::probe::BoardSource::Assumed {
                 log::warn!("board not detected from the device-tree model: using the {} facts (`hexrpc probe` says more)", board.name);
             }
@@ -557,7 +525,7 @@ pub fn run(args: RunArgs) -> ExitCode {
         r
     });
     match result {
-        Ok(text) => crate::print(&text),
+        Ok(text) => crate::io::print(&text),
         Err(Failure::Usage(m)) => {
             eprintln!("hexrpc: run: {m}");
             ExitCode::from(2)

@@ -1,5 +1,5 @@
-//! Offline replay of recorded or hand-made reverse requests (feature `std`), for security
-//! review: `hexrpc reverse-replay`.
+//! Offline replay of recorded or hand-made reverse requests, for security review: the request
+//! file format, and the replay behind `hexrpc reverse-replay`.
 //!
 //! A request file is the 4 bytes `HXRQ`; a u8 length and that many bytes of a module name
 //! (empty: use the raw handle that follows); a u32 LE handle (used only when the name is empty;
@@ -11,19 +11,13 @@
 //! be replayed (FILE handles start at 100, and a FILE handle belongs to the module it was opened
 //! through); at the end the modules are closed, which closes their files.
 
-extern crate std;
-
 use std::fmt::Write as _;
-use std::string::String;
-use std::vec;
-use std::vec::Vec;
 
 use hexrpc_drivers::listener::{REMOTECTL_CLOSE, REMOTECTL_OPEN};
 use hexrpc_drivers::{Scalars, Syscalls};
 
-use super::thread::REPLY_OVERHEAD;
-use super::wire::{pack_request, reply_output};
-use super::{RequestError, ReverseService};
+use hexrpc_runtime::reverse::wire::{pack_request, reply_output};
+use hexrpc_runtime::reverse::{RequestError, ReverseService, REPLY_OVERHEAD};
 
 /// The magic at the start of a request file.
 pub const MAGIC: &[u8; 4] = b"HXRQ";
@@ -107,7 +101,7 @@ pub struct ReplayResult {
 
 impl ReplayResult {
     fn malformed(e: impl core::fmt::Display) -> Self {
-        ReplayResult { status: None, reply_len: 0, error: Some(std::format!("{e}")) }
+        ReplayResult { status: None, reply_len: 0, error: Some(format!("{e}")) }
     }
 }
 
@@ -138,13 +132,6 @@ fn close_module<S: Syscalls>(service: &ReverseService<'_, S>, handle: u32, reply
     }
 }
 
-/// Replays one request file's bytes through `service`, exactly as the listener would dispatch
-/// it (a payload over the service's request limit is refused with `AEE_EBADSIZE`, as an
-/// oversize next2 request would be); a module it opens is closed again. Never panics.
-pub fn replay_request<S: Syscalls>(service: &ReverseService<'_, S>, bytes: &[u8]) -> ReplayResult {
-    ReplaySession::new(service).replay(bytes)
-}
-
 /// Several request files replayed against one session: the modules they name are opened once
 /// and stay open until the session is dropped (which closes them, and so their files).
 pub struct ReplaySession<'s, 'img, S: Syscalls> {
@@ -160,7 +147,9 @@ impl<'s, 'img, S: Syscalls> ReplaySession<'s, 'img, S> {
         ReplaySession { service, modules: Vec::new(), reply }
     }
 
-    /// Replays one request file's bytes (see [`replay_request`]).
+    /// Replays one request file's bytes through the service, exactly as the listener would
+    /// dispatch it (a payload over the service's request limit is refused with `AEE_EBADSIZE`,
+    /// as an oversize next2 request would be). Never panics.
     pub fn replay(&mut self, bytes: &[u8]) -> ReplayResult {
         let file = match parse_request_file(bytes) {
             Ok(f) => f,
@@ -198,17 +187,22 @@ impl<S: Syscalls> Drop for ReplaySession<'_, '_, S> {
     }
 }
 
-/// Reads and replays each file in order (one session). An unreadable file is reported as such
-/// and the rest still run.
-pub fn replay_files<S: Syscalls, P: AsRef<std::path::Path>>(service: &ReverseService<'_, S>, files: &[P]) -> Vec<(String, ReplayResult)> {
+/// Replays each file in order against one session (a module opened by one file stays open for
+/// the next): `read` fetches a file's bytes (the CLI reads with a size bound and only regular
+/// files); a file it cannot read is reported as such and the rest still run.
+pub fn replay_files<S: Syscalls, P: AsRef<std::path::Path>>(
+    service: &ReverseService<'_, S>,
+    files: &[P],
+    mut read: impl FnMut(&std::path::Path) -> Result<Vec<u8>, String>,
+) -> Vec<(String, ReplayResult)> {
     let mut session = ReplaySession::new(service);
     files
         .iter()
         .map(|p| {
             let name = p.as_ref().to_string_lossy().into_owned();
-            let r = match std::fs::read(p) {
+            let r = match read(p.as_ref()) {
                 Ok(bytes) => session.replay(&bytes),
-                Err(e) => ReplayResult::malformed(std::format!("cannot read: {e}")),
+                Err(e) => ReplayResult::malformed(format!("cannot read: {e}")),
             };
             (name, r)
         })
@@ -328,5 +322,109 @@ mod tests {
         );
         assert!(!all_answered(&results));
         assert_eq!(results_text(&results[..1]), "x\".bin: status 0 (ok), reply 12 bytes\n");
+    }
+
+    fn payload(ins: &[&[u8]], outs: &[u32]) -> Vec<u8> {
+        let mut buf = vec![0u8; 64 + ins.iter().map(|b| b.len() + 16).sum::<usize>() + outs.len() * 4];
+        let n = pack_request(ins, outs, &mut buf).unwrap();
+        buf.truncate(n);
+        buf
+    }
+
+    fn words(ws: &[u32]) -> Vec<u8> {
+        ws.iter().flat_map(|w| w.to_le_bytes()).collect()
+    }
+
+    fn fopen_payload(name: &[u8], mode: &[u8]) -> Vec<u8> {
+        let z = |s: &[u8]| [s, &[0][..]].concat();
+        let (env, delim, name, mode) = (z(b"ADSP_LIBRARY_PATH"), z(b";"), z(name), z(mode));
+        let prim = words(&[env.len() as u32, delim.len() as u32, name.len() as u32, mode.len() as u32]);
+        payload(&[&prim, &env, &delim, &name, &mode], &[4])
+    }
+
+    /// Request files answered through the service's ordinary paths, in one session (the FILE
+    /// opened by the first file is read and closed by later ones); truncated or hostile files are
+    /// reported, never a panic; the file outside the allowlist is refused.
+    #[test]
+    fn request_files_replay_through_the_ordinary_paths() {
+        use hexrpc_drivers::aee::*;
+        use hexrpc_drivers::{Fd, RustixSys};
+        use hexrpc_runtime::reverse::FilePolicy;
+        const FOPEN_WITH_ENV: u32 = 0x1305_0100;
+        const FCLOSE: u32 = 0x0301_0000;
+        const FREAD: u32 = 0x0401_0200;
+
+        let root = std::env::temp_dir().join(format!("hexrpc-replay-{}", std::process::id()));
+        let (allowed, secret) = (root.join("allowed"), root.join("secret"));
+        std::fs::create_dir_all(&allowed).unwrap();
+        std::fs::create_dir_all(&secret).unwrap();
+        std::fs::write(allowed.join("lib.so"), vec![5u8; 4096]).unwrap();
+        let canary = secret.join("canary");
+        std::fs::write(&canary, b"CANARY").unwrap();
+        let limits = hexrpc_bsp::Limits { max_reverse_request: 64 << 10, max_reverse_file_bytes: 1 << 20, ..hexrpc_bsp::BENCH.limits };
+        let policy = FilePolicy::new(&[allowed.to_str().unwrap()], limits).unwrap();
+        let svc = ReverseService::new(RustixSys, Fd(-1), policy);
+
+        let sc = Scalars::from_raw;
+        let canary_name = canary.to_str().unwrap().as_bytes();
+        let files: Vec<(&str, Vec<u8>)> = vec![
+            ("open.hxrq", build_request_file("apps_std", 0, sc(FOPEN_WITH_ENV), &fopen_payload(b"lib.so", b"r")).unwrap()),
+            ("read.hxrq", build_request_file("apps_std", 0, sc(FREAD), &payload(&[&words(&[100, 8])], &[8, 8])).unwrap()),
+            ("canary.hxrq", build_request_file("apps_std", 0, sc(FOPEN_WITH_ENV), &fopen_payload(canary_name, b"r")).unwrap()),
+            ("write.hxrq", build_request_file("apps_std", 0, sc(FOPEN_WITH_ENV), &fopen_payload(b"lib.so", b"w")).unwrap()),
+            ("nomod.hxrq", build_request_file("evil_mod", 0, sc(FCLOSE), &[]).unwrap()),
+            ("raw.hxrq", build_request_file("", 0x1234, sc(FCLOSE), &payload(&[&words(&[100])], &[])).unwrap()),
+            ("huge.hxrq", build_request_file("apps_std", 0, sc(FREAD), &vec![0u8; (64 << 10) + 1]).unwrap()),
+            ("close.hxrq", build_request_file("apps_std", 0, sc(FCLOSE), &payload(&[&words(&[100])], &[])).unwrap()),
+            ("bad_magic.hxrq", b"NOPE".to_vec()),
+        ];
+        // Every truncation of a valid file is answered or reported, never a panic.
+        for cut in 0..files[0].1.len() {
+            let r = ReplaySession::new(&svc).replay(&files[0].1[..cut]);
+            assert!(r.status.is_some() || r.error.is_some());
+            if let Some(s) = r.status {
+                assert_ne!(s, 0, "cut {cut}");
+            }
+        }
+        let mut paths: Vec<std::path::PathBuf> = files.iter().map(|(n, _)| root.join(n)).collect();
+        paths.push(root.join("missing.hxrq"));
+        let read = |p: &std::path::Path| match files.iter().find(|(n, _)| root.join(n) == p) {
+            Some((_, bytes)) => Ok(bytes.clone()),
+            None => Err("not found".to_string()),
+        };
+        let results = replay_files(&svc, &paths, read);
+        let statuses: Vec<Option<i32>> = results.iter().map(|(_, r)| r.status).collect();
+        assert_eq!(
+            statuses,
+            vec![
+                Some(0),
+                Some(0),
+                Some(AEE_ENOTALLOWED),
+                Some(AEE_EREADONLY),
+                Some(AEE_ENOSUCHMOD),
+                Some(AEE_ENOSUCHMOD),
+                Some(AEE_EBADSIZE),
+                Some(0),
+                None,
+                None
+            ]
+        );
+        assert_eq!(results[0].1.reply_len, 12, "4-byte length, padding, 4-byte FILE");
+        assert_eq!(results[1].1.reply_len, 32);
+        assert!(results[8].1.error.as_deref().unwrap().contains("magic"));
+        assert!(results[9].1.error.as_deref().unwrap().starts_with("cannot read"));
+        assert!(!all_answered(&results));
+        assert!(all_answered(&results[..8]));
+        let json = results_json(&results);
+        assert!(json.starts_with("{\"results\": [{\"file\": \""), "{json}");
+        assert!(
+            json.contains("\"status\": 62, \"reply_len\": 0, \"error\": \"opening the module through apps_remotectl failed\""),
+            "{json}"
+        );
+        assert!(results_text(&results).contains("status 43 (AEE_ENOTALLOWED)"));
+        assert_eq!(svc.session_counts().modules, 0, "replay closes the modules it opened");
+        assert_eq!(svc.session_counts().files, 0);
+        assert_eq!(std::fs::read(&canary).unwrap(), b"CANARY");
+        let _ = std::fs::remove_dir_all(&root);
     }
 }

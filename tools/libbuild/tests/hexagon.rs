@@ -8,7 +8,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use hexrpc_runtime::launch::build::{
+use hexrpc_libbuild::{
     build_library, compile_hexagon, parse_elf, BuildError, BuildOptions, ElfSummary, DEFAULT_CLANG, DEFAULT_LLD, EM_HEXAGON, ET_DYN,
 };
 use hexrpc_runtime::launch::{write_entry, EntryOptions, ParamKind, PowerRequest, ScalarType, Signature};
@@ -169,10 +169,10 @@ fn build_errors_are_typed() {
     assert!(!d.join("c.so").exists());
 }
 
-/// Issue 11: every refusal of the build step, each with its cause named.
+/// Every refusal of the build step, each with its cause named.
 #[test]
 fn build_lib_refuses_what_it_cannot_build_correctly() {
-    use hexrpc_runtime::launch::build::{operand, INSTALL_HINT, WORK_MARKER};
+    use hexrpc_libbuild::{operand, INSTALL_HINT, WORK_MARKER};
     use hexrpc_runtime::launch::{AbiVersion, LibraryRecord};
     let (Some(clang), Some(lld)) = (tool("HEXRPC_CLANG", DEFAULT_CLANG), tool("HEXRPC_LLD", DEFAULT_LLD)) else { return };
     let d = work_dir("refusals");

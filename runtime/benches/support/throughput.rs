@@ -1,20 +1,16 @@
-//! Streaming throughput of the service against a plain memcpy (feature `std`), for
-//! `hexrpc bench --json` (`reverse_stream_mib_s`, `memcpy_mib_s`) and the divan benchmark.
-
-extern crate std;
+//! Streaming throughput of the reverse file service against a plain memcpy, measured through the
+//! public API of the service. Bench-only code; the CLI's `hexrpc bench`
+//! has its own copy of the measurement.
 
 use std::hint::black_box;
 use std::time::Instant;
-use std::vec;
-use std::vec::Vec;
 
 use hexrpc_bsp::Limits;
 use hexrpc_drivers::listener::REMOTECTL_OPEN;
 use hexrpc_drivers::{Fd, Scalars, Syscalls};
 
-use super::thread::REPLY_OVERHEAD;
-use super::wire::{pack_request, reply_output};
-use super::{FilePolicy, ReverseService};
+use hexrpc_runtime::reverse::wire::{pack_request, reply_output};
+use hexrpc_runtime::reverse::{FilePolicy, ReverseService, REPLY_OVERHEAD};
 
 /// Both figures of one run, in MiB/s (best round of each).
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -1,0 +1,91 @@
+//! The commands: one module each, turning its parsed arguments into an exit status; and what
+//! several of them share (which board, which device test library).
+
+pub mod abi;
+pub mod bench;
+pub mod build_lib;
+pub mod capture;
+pub mod probe;
+pub mod replay;
+pub mod report;
+pub mod run;
+pub mod selftest;
+
+#[cfg(not(feature = "bench"))]
+use std::process::ExitCode;
+
+use crate::cli::Usage;
+use crate::device::{self, LibraryChoice};
+use crate::io;
+use crate::probe::BoardSource;
+
+/// The board for a device command: `--board`, else the device-tree model; when neither names a
+/// known board, comma-three's facts with [`BoardSource::Assumed`] (the probe's `board`
+/// step then fails and says to pass `--board`).
+pub fn device_board(name: Option<&str>) -> Result<(&'static hexrpc_bsp::Board, BoardSource), Usage> {
+    if let Some(n) = name {
+        return match hexrpc_bsp::by_name(n) {
+            Some(b) if !hexrpc_bsp::BENCH_BOARDS.contains(&b) => Ok((b, BoardSource::Given)),
+            _ => Err(Usage(format!("unknown board '{n}' (known: comma-three, msm-android, qcom-rb5, upstream)"))),
+        };
+    }
+    let model = crate::probe::device_tree_model();
+    if let Some(b) = model.as_deref().and_then(hexrpc_bsp::detect) {
+        return Ok((b, BoardSource::Detected));
+    }
+    // No board claims the model: the generic board of the driver and allocator the kernel
+    // exposes, when it exposes one.
+    let sys = hexrpc_drivers::RustixSys;
+    let found = hexrpc_bsp::detect_kernel(|p| hexrpc_drivers::Syscalls::stat(&sys, p, true).is_ok());
+    match found.as_ref().and_then(hexrpc_bsp::generic_board) {
+        Some(b) => {
+            log::info!(
+                "board not detected (device-tree model {:?}); the kernel exposes {:?}: using {}",
+                model.as_deref().unwrap_or("unreadable"),
+                found,
+                b.name
+            );
+            Ok((b, BoardSource::Detected))
+        }
+        None => Ok((&hexrpc_bsp::COMMA_THREE, BoardSource::Assumed)),
+    }
+}
+
+/// The bench board named by `--board` (default: the downstream bench).
+pub fn bench_board(name: Option<&str>) -> Result<&'static hexrpc_bsp::Board, Usage> {
+    match name {
+        None => Ok(&hexrpc_bsp::BENCH),
+        Some(n) => hexrpc_bsp::BENCH_BOARDS
+            .iter()
+            .copied()
+            .find(|b| b.name == n)
+            .ok_or_else(|| Usage(format!("unknown bench board '{n}' (known: bench, bench-upstream)"))),
+    }
+}
+
+/// The device test library: `--library`, else the first installed path that exists.
+pub fn device_library(path: Option<&std::path::Path>) -> LibraryChoice {
+    let candidates: Vec<std::path::PathBuf> = match path {
+        Some(p) => vec![p.to_path_buf()],
+        None => device::INSTALLED.iter().map(std::path::PathBuf::from).collect(),
+    };
+    let Some(found) = candidates.iter().find(|p| path.is_some() || p.exists()) else {
+        return Err(format!(
+            "device test library not found at {} (installed by the hexrpc .deb / vendor module; or pass --library, built with `hexrpc build-lib android/devicelib/hexrpc_selftest.c --kernel {} --signature {} -o libhexrpc_selftest.so`)",
+            device::INSTALLED.join(" or "),
+            device::KERNEL,
+            device::SIGNATURE
+        ));
+    };
+    match io::read_bounded(found, io::MAX_LIBRARY_FILE) {
+        Ok(bytes) => Ok(device::DeviceLibrary { image: Box::leak(bytes.into_boxed_slice()), origin: found.display().to_string() }),
+        Err(e) => Err(format!("device test library {}: {e}", io::escape(&found.to_string_lossy()))),
+    }
+}
+
+/// A command or option that needs the bench, in a build without it.
+#[cfg(not(feature = "bench"))]
+pub fn no_bench() -> ExitCode {
+    crate::io::error("this build has no bench (built without the `bench` feature, as the device packages are); --bench, bench and reverse-replay need a desk build");
+    ExitCode::from(2)
+}

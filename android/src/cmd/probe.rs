@@ -1,0 +1,86 @@
+//! `hexrpc probe`: the step-by-step health check of the DSP prerequisites.
+
+use std::process::ExitCode;
+
+#[cfg(feature = "bench")]
+use crate::checks;
+use crate::cli::Usage;
+use crate::probe;
+
+/// Reads a library image for the probe (kept for the life of the process: images are `'static`).
+fn load_library(path: &std::path::Path) -> Result<probe::ProbeLibrary, String> {
+    let bytes = crate::io::read_bounded(path, crate::io::MAX_LIBRARY_FILE)
+        .map_err(|e| format!("--library {}: {e}", crate::io::escape(&path.to_string_lossy())))?;
+    let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    let name: String = stem.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' }).take(32).collect();
+    if name.is_empty() {
+        return Err(format!("--library {}: cannot derive a library name from the file name", path.display()));
+    }
+    Ok(probe::ProbeLibrary { name, image: Box::leak(bytes.into_boxed_slice()) })
+}
+
+/// `probe --bench`.
+#[cfg(feature = "bench")]
+fn bench_probe(board: Option<&str>, library: Option<probe::ProbeLibrary>) -> Result<probe::Report, ExitCode> {
+    let board = match super::bench_board(board) {
+        Ok(b) => b,
+        Err(Usage(msg)) => {
+            crate::io::error(&msg);
+            return Err(ExitCode::from(2));
+        }
+    };
+    checks::set_board(board);
+    let Some(access) = hexrpc_bsp::DeviceAccess::for_bench_board(board) else {
+        crate::io::error(&format!("{} is not a bench board", board.name));
+        return Err(ExitCode::from(2));
+    };
+    let sys = checks::bench();
+    let lib = library.unwrap_or(probe::ProbeLibrary { name: checks::MODEL.into(), image: checks::image() });
+    Ok(probe::run(sys, &access, probe::BoardSource::Bench, probe::Host::Bench, Some(&lib)))
+}
+
+#[cfg(not(feature = "bench"))]
+fn bench_probe(_: Option<&str>, _: Option<probe::ProbeLibrary>) -> Result<probe::Report, ExitCode> {
+    Err(super::no_bench())
+}
+
+/// Runs the probe on the device or the bench and writes its report.
+pub fn probe(
+    json: bool,
+    board: Option<String>,
+    output: Option<std::path::PathBuf>,
+    bench: bool,
+    library: Option<std::path::PathBuf>,
+) -> ExitCode {
+    let library = match library.map(|p| load_library(&p)).transpose() {
+        Ok(l) => l,
+        Err(msg) => {
+            crate::io::error(&msg);
+            return ExitCode::from(2);
+        }
+    };
+    let report = if bench {
+        match bench_probe(board.as_deref(), library) {
+            Ok(r) => r,
+            Err(code) => return code,
+        }
+    } else {
+        let (board, source) = match super::device_board(board.as_deref()) {
+            Ok(b) => b,
+            Err(Usage(msg)) => {
+                crate::io::error(&msg);
+                return ExitCode::from(2);
+            }
+        };
+        // The one place this program decides to touch the device.
+        let access = hexrpc_bsp::DeviceAccess::for_device(board);
+        probe::run(hexrpc_drivers::RustixSys, &access, source, probe::Host::Real, library.as_ref())
+    };
+    let text = if json { probe::to_json(&report) } else { probe::to_text(&report) };
+    let code = crate::io::emit(&output.map(crate::io::Output::from_arg).unwrap_or(crate::io::Output::Stdout), text.as_bytes());
+    if report.failed() {
+        ExitCode::from(1)
+    } else {
+        code
+    }
+}

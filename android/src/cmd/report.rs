@@ -1,0 +1,60 @@
+//! `hexrpc report`: one archive to attach to a bug (probe, selftest, kernel version and log,
+//! versions).
+
+use std::process::ExitCode;
+
+use crate::cli::Usage;
+use crate::verdict::Platform;
+use crate::{device, human, probe, report, selftest};
+
+/// Runs the probe and the selftest and writes the archive.
+pub fn report(output: Option<std::path::PathBuf>, board: Option<String>, library: Option<std::path::PathBuf>) -> ExitCode {
+    let (b, source) = match super::device_board(board.as_deref()) {
+        Ok(b) => b,
+        Err(Usage(msg)) => {
+            crate::io::error(&msg);
+            return ExitCode::from(2);
+        }
+    };
+    let mut progress = crate::progress::Progress::new();
+    progress.step("probe");
+    let access = hexrpc_bsp::DeviceAccess::for_device(b);
+    let lib = super::device_library(library.as_deref()).ok();
+    let probe_lib = lib.as_ref().map(|l| probe::ProbeLibrary { name: device::NAME.into(), image: l.image });
+    let probe_report = probe::run(hexrpc_drivers::RustixSys, &access, source, probe::Host::Real, probe_lib.as_ref());
+    let platform = if std::path::Path::new("/dev/adsprpc-smd").exists() { Platform::Device } else { Platform::Bench };
+    let library = match platform {
+        Platform::Device => super::device_library(library.as_deref()),
+        Platform::Bench => Err("no built library given".into()),
+    };
+    let level = log::max_level();
+    if level == log::LevelFilter::Warn {
+        log::set_max_level(log::LevelFilter::Error);
+    }
+    let checks = selftest::run(platform, selftest::DeviceSeam::Real(b, source), library, &mut |name| progress.step(name));
+    log::set_max_level(level);
+    progress.step("kernel log");
+    let members = [
+        ("hexrpc-report/probe.json", probe::to_json(&probe_report).into_bytes()),
+        ("hexrpc-report/selftest.json", selftest::to_json(platform, &checks).into_bytes()),
+        ("hexrpc-report/kernel.txt", std::fs::read("/proc/version").unwrap_or_else(|e| format!("/proc/version: {e}\n").into_bytes())),
+        ("hexrpc-report/dmesg.txt", report::dmesg_lines().into_bytes()),
+        ("hexrpc-report/versions.txt", report::versions().into_bytes()),
+    ];
+    drop(progress);
+    let mtime = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let archive = report::tar(&members, mtime);
+    let out = crate::io::Output::from_arg(output.unwrap_or_else(|| "hexrpc-report.tar".into()));
+    let code = crate::io::emit(&out, &archive);
+    if code == ExitCode::SUCCESS {
+        if let crate::io::Output::File(p) = &out {
+            eprintln!(
+                "hexrpc: report written to {} ({}); {}",
+                crate::io::escape(&p.to_string_lossy()),
+                human::bytes(archive.len() as u64),
+                crate::io::escape(&probe_report.summary())
+            );
+        }
+    }
+    code
+}

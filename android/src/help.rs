@@ -1,0 +1,372 @@
+//! The help texts: `hexrpc help`, `hexrpc help COMMAND` and `hexrpc COMMAND --help`, written as
+//! manual pages (name, synopsis, description, options, exit status).
+
+pub const USAGE: &str = "\
+hexrpc - drive the Hexagon compute DSP (CDSP) through FastRPC, safely
+
+USAGE:
+    hexrpc [GLOBAL OPTIONS] <COMMAND> [OPTIONS]
+
+COMMANDS:
+    probe       Health check of the device: nodes, ION, shell, channel, DSP process, listener
+    selftest    Run the acceptance report (on the bench when no DSP is present)
+    bench       Measure launch overhead, crossings and allocations per launch, and the
+                reverse file service's throughput
+    abi         Print the kernel ABI (structs, ioctl numbers, constants) of this build
+    build-lib   Build a DSP library (.so) from kernel C: generated entry + kernel, for Hexagon
+    run         Launch a library's kernel with buffers from files, on the device or the bench
+    reverse-replay
+                Feed recorded DSP reverse requests through the hardened file service
+    capture     Record a session's reverse-RPC requests as files reverse-replay reads
+    report      Probe + selftest + kernel version + DSP kernel log + versions in one tar
+    help        Print this help, or a command's help: hexrpc help <COMMAND>
+
+GLOBAL OPTIONS:
+    -v, --verbose   More log output (repeat for more: info, debug, trace)
+    -q, --quiet     Less log output (errors only; twice: none)
+    -h, --help      Print help
+    -V, --version   Print the version
+
+ENVIRONMENT:
+    HEXRPC_LOG      Log level when neither -v nor -q is given:
+                    off, error, warn (default), info, debug, trace
+
+EXIT STATUS:
+    0   success
+    1   a check failed, or the operation failed
+    2   usage error
+
+Logs go to stderr (to logcat with tag 'hexrpc' on Android); reports go to stdout.
+
+The bench (a simulated kernel and DSP, and qemu-hexagon for built libraries) and
+the library builder are part of desk builds only: in the device packages, bench,
+reverse-replay, build-lib and every --bench option exit with status 2 and say so.
+
+SEE ALSO:
+    hexrpc help <COMMAND> for each command's options, output and exit status.
+";
+
+pub const SELFTEST_HELP: &str = "\
+hexrpc selftest - run the acceptance report
+
+USAGE:
+    hexrpc selftest [--bench | --device [--seam bench]] [--board NAME]
+                    [--library LIB.so] [--json]
+
+Runs the checks in acceptance order: parameter layout, view offsets, fd/mapping
+reclamation, reverse-RPC file permissions, timeouts, concurrency, then numerics
+and latency. Each line is PASS, FAIL or SKIP with the measured figure; SKIP says
+why the check could not run here.
+
+--device opens the DSP nodes through the probe chain (a missing node is a FAIL
+that names it) and then runs the device test library on the DSP: v2 launches at
+view offsets 0 and odd (outputs checked), v1 refusal, the process's own fd and
+mapping counts before and after a session, the library's fopen of forbidden
+paths refused and counted, a 200 ms deadline on a 2 s kernel, 8 threads. Checks
+that need the bench are SKIP there, with the reason; no simulated figure is
+printed under the DEVICE header. --bench runs the bench-only checks and the same
+device checks on the bench.
+
+OPTIONS:
+    --bench           Run on the isolated bench (simulated kernel and DSP)
+    --device          Run on the real device (fails if the DSP nodes are missing)
+    --seam bench      Test seam for --device: the bench stands in for the device
+                      nodes (the header says so; figures are not device figures)
+    --board NAME      Board facts for --device (default: detected); with --bench the
+                      bench kernel: bench (ION 4.9 + downstream adsprpc, the
+                      default) or bench-upstream (dma-heap + upstream fastrpc)
+    --library FILE    The device test library (default: /usr/lib/hexrpc/ or
+                      /vendor/etc/hexrpc/libhexrpc_selftest.so)
+    --json            Print {\"platform\": \"bench\"|\"device\", \"checks\": [{\"name\",
+                      \"stage\", \"status\": \"pass\"|\"fail\"|\"skip\", \"figure\", \"detail\"}]}
+    -h, --help        Print this help
+
+Without --bench or --device, the device is used when /dev/adsprpc-smd exists,
+the bench otherwise; the first line of the report says which.
+
+EXIT STATUS: 0 when no check failed, 1 when one failed, 2 on usage errors.
+";
+
+pub const PROBE_HELP: &str = "\
+hexrpc probe - step-by-step health check of the DSP prerequisites
+
+USAGE:
+    hexrpc probe [--device | --bench] [--board NAME] [--library LIB.so] [--json]
+                 [--output FILE]
+
+Checks every prerequisite, even after one failed, and says what to do about
+each failure:
+    board         detected from the device-tree model (else from the kernel's
+                  nodes), or --board (never assumed silently: an unknown model
+                  fails this step)
+    kernel        which FastRPC driver (downstream /dev/adsprpc-smd or upstream
+                  /dev/fastrpc-cdsp) and allocator (ION or /dev/dma_heap/system)
+                  the kernel exposes, and whether they are the board's
+    ion-node      /dev/ion: owner, group, mode, SELinux label, openable by us
+    rpc-node      /dev/adsprpc-smd: the same (an upstream /dev/fastrpc-* is named)
+    groups        this process's groups against the nodes' group
+    selinux       enforcing or not, this process's context
+    shell-file    the DSP shell file: present, Hexagon ELF, size
+then the session chain as far as it can go:
+    ion-alloc     4 KiB from the board's ION heap, mapped and verified
+    shell-stage   the shell staged in ION
+    channel       GETINFO on the compute DSP channel (SMMU flag), CONTROL kalloc
+    process       creating the user process on the DSP (INIT)
+    listener      registering the reverse-RPC listener (handle 3)
+    library       loading a library through the reverse file service (with
+                  --library; on the bench a built-in test library)
+and ends with a summary line. Everything acquired is released before it exits.
+
+OPTIONS:
+    --device        Probe the real device (the default)
+    --bench         Probe the isolated bench instead (simulated kernel and DSP)
+    --board NAME    Board facts to use: comma-three, msm-android, qcom-rb5,
+                    upstream (default: detected from /proc/device-tree/model, else
+                    from the kernel's nodes); with --bench: bench (downstream
+                    kernel, the default) or bench-upstream
+    --library FILE  A Hexagon library (from `hexrpc build-lib`) for the library step
+    --json          Print {\"board\", \"board_source\", \"steps\": [{\"name\", \"status\":
+                    \"pass\"|\"fail\"|\"skip\", \"detail\", \"hint\"}], \"summary\"}
+    --output FILE   Write the report to FILE instead of stdout: a new file in the
+                    same directory renamed over it; a symlink or device as FILE is
+                    refused; - is stdout
+    -h, --help      Print this help
+
+EXIT STATUS: 0 when no step failed, 1 when one failed or the report could not be
+written, 2 on usage errors.
+";
+
+pub const BUILD_LIB_HELP: &str = "\
+hexrpc build-lib - build a Hexagon library from a kernel written in C
+
+USAGE:
+    hexrpc build-lib KERNEL.c --signature SIG -o LIB.so [OPTIONS]
+    hexrpc build-lib [OPTIONS] -- KERNEL.c      (a file name that starts with -)
+    hexrpc build-lib KERNEL.c [MORE.c...] --table [FILE:]NAME:SIG... -o LIB.so [OPTIONS]
+
+Generates the DSP-side `entry` wrapper for the kernel's signature (launch ABI v2
+unless --v1), compiles it and KERNEL.c with clang-19 for Hexagon (v65, HVX 128 B,
+-O2, -fPIC, freestanding), links a shared object with ld.lld-19 with every
+section aligned to 4 KiB, and records the signature and ABI version in it (a
+.note.hexrpc section that `hexrpc run` checks).
+
+Checks: the kernel function exists and matches the signature (it is compiled
+against a prototype generated from SIG), every symbol the library imports is
+one the DSP provides (others are named), -o is not the kernel source, and the
+kernel is a file. Each build starts from a fresh LIB.so.build/ work directory,
+where the intermediate files stay. Needs clang-19 and ld.lld-19
+(apt-get install clang-19 lld-19).
+
+SIGNATURE:
+    Comma-separated parameter kinds, buffers first: buf, i8, u8, i16, u16, i32,
+    u32, i64, u64, f16, f32, f64. Example: --signature buf,buf,buf,i32,f32
+
+OPTIONS:
+    --signature SIG   The kernel's parameters (required)
+    -o, --output LIB  The shared object to write (required)
+    --kernel NAME     The kernel's C function name (default: KERNEL.c's file stem)
+    --table [FILE:]NAME:SIG
+                      A kernel table (repeatable, in table order): one library whose
+                      entry runs single v2 launches of kernel 0 and batches of many
+                      launches in one call (the runtime's Batch API). Kernels may come
+                      from one file with several functions or from several files
+                      (FILE defaults to the first KERNEL.c); a kernel returning int
+                      stops a batch with its status when non-zero
+    --v1              Generate tinygrad's v1 entry (only offset-0 views are safe)
+    --power           Add tinygrad's HAP_power_set request (DCVS off, turbo corner)
+    --cflag FLAG      Extra flag for the kernel's compilation (repeatable), e.g.
+                      --cflag=-mllvm --cflag=-hexagon-autohvx=true
+    --clang PATH      Compiler (default: clang-19)
+    --lld PATH        Linker (default: ld.lld-19)
+    -h, --help        Print this help
+
+EXIT STATUS: 0 on success, 1 when the build fails, 2 on usage errors.
+";
+
+pub const RUN_HELP: &str = "\
+hexrpc run - launch a library on the device or on the bench
+
+USAGE:
+    hexrpc run LIBRARY.so --signature SIG [--abi v1|v2] [--bench | --device]
+               [--arg SPEC]... [--repeat N] [--deadline-ms MS] [--json]
+               [--capture DIR]
+
+Opens LIBRARY.so on the DSP (served through the reverse file service), launches
+its entry N times with one --arg per parameter of SIG, in order, and writes the
+output buffers. The library's build record (from build-lib) must agree with
+--signature and --abi; libraries built elsewhere are taken as described.
+
+ARGUMENTS:
+    buf parameter   comma-separated key=value: in=FILE (initial contents),
+                    out=FILE (written after the last launch), size=BYTES (default:
+                    the size of in), offset=BYTES (the view's offset inside its own
+                    lease, default 0). Each buffer gets its own ION lease of
+                    offset+size bytes rounded up to a page.
+    scalar          the literal value (23, -1.5), parsed by the signature's type
+
+OPTIONS:
+    --signature SIG   The kernel's parameters, as for build-lib (required)
+    --abi v1|v2       The launch ABI of the library's entry (default v2); v1 with a
+                      non-zero offset is refused before anything is sent
+    --bench           Run on the bench: the library runs under qemu-hexagon
+                      (needs clang-19, ld.lld-19 and qemu-hexagon)
+    --device          Run on the device (the default when /dev/adsprpc-smd exists)
+    --arg SPEC        One per parameter, in order
+    --repeat N        Launch N times (default 1); times are reported as p50/p99
+    --deadline-ms MS  Abandon a launch that has not returned after MS milliseconds
+    --json            Print {\"library\", \"abi\", \"mode\", \"launches\",
+                      \"dsp_us\": {\"p50\", \"p99\"}, \"round_trip_us\": {\"p50\", \"p99\"},
+                      \"outputs\": [{\"arg\", \"file\", \"bytes\"}]}
+    --capture DIR     Record the session's reverse-RPC requests into DIR as
+                      `hexrpc capture` does (written even when the launch fails)
+    -h, --help        Print this help
+
+Prints the DSP-reported time around the kernel and the host round trip. On the
+bench both are emulated figures (host clock under qemu-hexagon), never device
+figures.
+
+EXIT STATUS: 0 on success, 1 when the launch failed or was refused (the reason
+on stderr), 2 on usage errors.
+";
+
+pub const REPLAY_HELP: &str = "\
+hexrpc reverse-replay - replay DSP reverse requests through the file service
+
+USAGE:
+    hexrpc reverse-replay [--json] [--policy FILE] REQUEST...
+
+Feeds each request file through the reverse file service exactly as if the DSP
+had sent it (on the bench platform, with the bench board's default policy unless
+--policy is given) and prints, per file, the status returned (0 or the AEE code)
+and the length of the reply. For security review: files may be truncated or
+hostile; a malformed or unreadable file is reported as such and the rest still
+run. All files run in one service session, in order. Only regular files are read
+(a device, FIFO or directory is refused before reading), each at most 1 MiB +
+512 bytes; file names are printed with control characters escaped.
+
+REQUEST FILE FORMAT (little-endian):
+    4 bytes   \"HXRQ\"
+    u8        length of the module name, then that many bytes: apps_std, apps_mem,
+              ... (the module is opened through apps_remotectl first and its
+              handle used); empty means: use the raw handle below
+    u32       handle (only when the name is empty; 0 is apps_remotectl)
+    u32       scalars word
+    rest      the request payload as next2 delivers it
+
+POLICY FILE: lines of `dir /absolute/dir`, `max_request N`, `max_file_bytes N`,
+`max_handles N`, `max_map_bytes N`; `#` starts a comment.
+
+OPTIONS:
+    --json          Print {\"results\": [{\"file\", \"status\", \"reply_len\", \"error\"}]}
+                    (status null for a malformed file)
+    --policy FILE   The file policy to apply instead of the board's default
+    -h, --help      Print this help
+
+EXIT STATUS: 0 when every file was read, well-formed and answered; 1 when any
+file could not be used (missing, not a regular file, too large, malformed) or the
+service failed; 2 on usage errors (no files, unreadable or invalid policy).
+";
+
+pub const CAPTURE_HELP: &str = "\
+hexrpc capture - record the DSP's reverse-RPC requests of a session
+
+USAGE:
+    hexrpc capture --dir DIR [--device | --bench] [--board NAME] [--library LIB.so]
+
+Starts a session (on the device, or on the bench with --bench), installs a tap on
+the reverse file service, opens the library (the DSP fetches it through the
+service) and, for the device test library (the default), runs one launch that
+makes the library fopen a forbidden and an allowlisted path. Every request the
+DSP sent is written to DIR as NNNN-MODULE-mMETHOD.hxrq (the request file format
+of `hexrpc reverse-replay`), with DIR/index.json listing file, module, handle,
+scalars word and the status the service answered. Replay them on a desk with
+`hexrpc reverse-replay DIR/*.hxrq`.
+
+OPTIONS:
+    --dir DIR       Where to write the files (created; must not hold .hxrq files)
+    --device        Capture on the device (the default)
+    --bench         Capture on the bench (simulated kernel and DSP)
+    --board NAME    Board facts (default: detected)
+    --library FILE  The library to open instead of the device test library
+    -h, --help      Print this help
+
+EXIT STATUS: 0 when the session ran and the files were written, 1 otherwise, 2 on
+usage errors.
+";
+
+pub const REPORT_HELP: &str = "\
+hexrpc report - one file to attach to a bug
+
+USAGE:
+    hexrpc report [-o FILE.tar] [--board NAME] [--library LIB.so]
+
+Writes a tar archive holding:
+    probe.json      `hexrpc probe --json` on this machine
+    selftest.json   `hexrpc selftest --json` (device when /dev/adsprpc-smd exists,
+                    else the bench, as its \"platform\" says)
+    kernel.txt      /proc/version
+    dmesg.txt       kernel log lines about adsprpc, fastrpc, ION, the CDSP, SMMU and
+                    SELinux denials (from /dev/kmsg; says so when unreadable)
+    versions.txt    hexrpc, the device-tree model, /VERSION or build.prop, os-release
+
+OPTIONS:
+    -o, --output FILE  The archive (default: hexrpc-report.tar; - for stdout)
+    --board NAME       Board facts (default: detected)
+    --library FILE     The device test library (default: its installed path)
+    -h, --help         Print this help
+
+EXIT STATUS: 0 when the archive was written (whatever the checks found), 1 when it
+could not be written, 2 on usage errors.
+";
+
+pub const BENCH_HELP: &str = "\
+hexrpc bench - measure what hexrpc costs
+
+USAGE:
+    hexrpc bench [--json] [--long]
+
+Measures, on this machine:
+    launch_overhead_ns      packing a 3-buffer v2 launch plus one INVOKE_ATTRS through
+                            a syscall seam that returns at once (hexrpc's own cost)
+    bench_round_trip_ns     a whole launch through the HAL on the bench (simulated
+                            kernel and DSP; median of 2000)
+    crossings_per_launch    kernel crossings (ioctls) per steady-state launch
+    allocations_per_launch  heap allocations per steady-state launch
+    reverse_stream_mib_s    a 4 MiB library image streamed through 64 KiB freads of
+                            the reverse file service
+    memcpy_mib_s            a plain memcpy of the same bytes in the same run
+    batch_crossings_per_model   the model network (5 nodes) as one batch: ioctls per run
+    batch_maps_per_model        HAP_mmaps per batched run (one per distinct lease)
+    batch_pack_ns               building the model's batch (5 records), host time
+    model_latency_us            {batch, per_kernel}: simulated latency per model run on
+                                the bench's cost model (60 us/crossing + 2 us/KiB)
+Bench figures are host time of a simulated kernel and DSP, never device figures.
+
+OPTIONS:
+    --json      Print an object of the figures above plus \"launches\",
+                \"platform\": \"bench\" and \"simulated\": true
+    --long      Ten times as many repetitions
+    -h, --help  Print this help
+
+EXIT STATUS: 0 on success, 1 if a measurement failed, 2 on usage errors.
+";
+
+pub const ABI_HELP: &str = "\
+hexrpc abi - print the kernel ABI this build was compiled for
+
+USAGE:
+    hexrpc abi [--json]
+
+Prints every ABI struct (size, alignment, field offsets), every ioctl request
+number and the named constants, with the kernel headers' own names
+(fastrpc_ioctl_invoke_attrs, FASTRPC_IOCTL_INVOKE_ATTRS, ION_SYSTEM_HEAP_ID, ...).
+Compare them with the headers of the device's kernel (include/uapi/linux/
+adsprpc_shared.h, ion.h, msm_ion.h) before trusting this build on a new kernel.
+
+OPTIONS:
+    --json      Print {\"structs\": {NAME: {\"size\", \"align\", \"fields\": {FIELD: OFFSET}}},
+                \"ioctls\": {NAME: NUMBER}, \"constants\": {NAME: VALUE}} (numbers in decimal)
+    -h, --help  Print this help
+
+EXIT STATUS: 0 on success, 1 if the output cannot be written, 2 on usage errors.
+";
