@@ -200,7 +200,7 @@ ARGUMENTS:
     buf parameter   comma-separated key=value: in=FILE (initial contents),
                     out=FILE (written after the last launch), size=BYTES (default:
                     the size of in), offset=BYTES (the view's offset inside its own
-                    lease, default 0). Each buffer gets its own ION lease of
+                    lease, default 0). Each buffer gets its own lease of
                     offset+size bytes rounded up to a page.
     scalar          the literal value (23, -1.5), parsed by the signature's type
 

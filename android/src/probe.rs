@@ -10,7 +10,7 @@ use std::ffi::CStr;
 
 use hexrpc_bsp::{Board, DeviceAccess};
 use hexrpc_drivers::{Errno, FileStat, OpenFlags, Syscalls};
-use hexrpc_hal::{Cause, HalError, IonOpened};
+use hexrpc_hal::{Cause, HalError, HeapOpened};
 
 use crate::json;
 
@@ -487,7 +487,7 @@ fn chain<S: Syscalls + Clone + Send + Sync + 'static>(
 ) {
     let board: &Board = access.board();
     let fail = |e: &HalError| (hal_detail(e), driver_hint(e));
-    let ion = match IonOpened::open(sys.clone(), access) {
+    let ion = match HeapOpened::open(sys.clone(), access) {
         Ok(ion) => ion,
         Err(e) => {
             push(steps, "ion-alloc", Err(fail(&e)));

@@ -7,7 +7,7 @@ use hexrpc_drivers::{aee, Errno, Error as SysError};
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum Stage {
     /// Opening the ION device node.
-    IonOpen,
+    HeapOpen,
     /// Reading the DSP shell and staging it in an ION buffer.
     ShellStaged,
     /// Opening the FastRPC device node, GETINFO for the channel, CONTROL kalloc.
@@ -32,7 +32,7 @@ impl Stage {
     /// A short name for reports.
     pub const fn name(self) -> &'static str {
         match self {
-            Stage::IonOpen => "ion-open",
+            Stage::HeapOpen => "heap-open",
             Stage::ShellStaged => "shell-staged",
             Stage::ChannelOpen => "channel-open",
             Stage::ProcessCreate => "process-create",
@@ -201,7 +201,7 @@ impl HalError {
     pub fn kind(&self) -> ErrorKind {
         match self.cause {
             Cause::Os(Errno::ENOENT | Errno::EACCES | Errno::ENODEV | Errno::EPERM)
-                if matches!(self.stage, Stage::IonOpen | Stage::ShellStaged | Stage::ChannelOpen) =>
+                if matches!(self.stage, Stage::HeapOpen | Stage::ShellStaged | Stage::ChannelOpen) =>
             {
                 ErrorKind::Unavailable
             }

@@ -4,7 +4,7 @@
 //! (downstream `/dev/adsprpc-smd` or upstream `/dev/fastrpc-*`); the API below is the same on
 //! both. How the upstream init sequence, buffer passing, restart and deadline behaviour differ
 //! is in the `driver` module's documentation (summarized there as a table) and in
-//! `hexrpc_drivers::upstream`. The stage and type names (`IonOpened`, `IonLease`) stay from the
+//! `hexrpc_drivers::upstream`. The stage and type names (`HeapOpened`, `Lease`) stay from the
 //! first kernel.
 //!
 //! * **Init as typestate** ([`stages`]): allocator opened → shell staged in a buffer → FastRPC
@@ -14,7 +14,7 @@
 //!   next one or a [`HalError`] naming the stage and the cause; whatever the failed stage had
 //!   acquired is released, and dropping any stage releases everything in reverse order.
 //!   Opening device nodes takes a [`DeviceAccess`](hexrpc_bsp::DeviceAccess) token.
-//! * **Buffers** ([`ion`]): an [`IonLease`] owns the ION handle, the share fd and a mapping of
+//! * **Buffers** ([`ion`]): an [`Lease`] owns the ION handle, the share fd and a mapping of
 //!   the whole buffer; a [`BufferView`] is a checked (offset, length) range that borrows its
 //!   lease, so a lease cannot be freed under a view.
 //! * **Libraries**: [`Session::open_library`] publishes the image under a unique name in an
@@ -83,7 +83,7 @@ mod driver;
 mod error;
 mod fd;
 mod image;
-pub mod ion;
+pub mod lease;
 mod session;
 #[cfg(feature = "std")]
 mod shared;
@@ -103,8 +103,8 @@ pub use error::{Cause, ErrorKind, HalError, Refusal, Stage, REFUSAL_TEXT};
 pub use fd::OwnedFd;
 pub use hexrpc_drivers::adsprpc::ArgsError;
 pub use image::LibraryImage;
-pub use ion::{BufferView, IonLease, LeaseMemory};
+pub use lease::{BufferView, Lease, LeaseMemory};
 pub use session::{Health, ImageRegistry, Library, Session, DLERROR_LEN, MAX_LIBRARIES, MAX_NAME};
 #[cfg(feature = "std")]
 pub use shared::{SharedLease, SharedLibrary};
-pub use stages::{ChannelOpened, IonOpened, ProcessCreated, ShellStaged};
+pub use stages::{ChannelOpened, HeapOpened, ProcessCreated, ShellStaged};

@@ -3,7 +3,7 @@
 //!
 //! [`SharedLease`] and [`SharedLibrary`] hold an [`Arc`] of their [`Session`] (and the library
 //! its registry) instead of borrowing it, so they are `'static`. What the borrow checker proves
-//! for [`IonLease`] and [`Library`] holds here by ownership: the session (its ION device, its
+//! for [`Lease`] and [`Library`] holds here by ownership: the session (its ION device, its
 //! channel) lives as long as any lease or library made from it, and each releases what it owns
 //! when dropped, before its session.
 
@@ -16,24 +16,24 @@ use hexrpc_drivers::Syscalls;
 use crate::call::Call;
 use crate::error::{HalError, Stage};
 use crate::image::LibraryImage;
-use crate::ion::{BufferView, IonLease, RawLease};
+use crate::lease::{BufferView, Lease, RawLease};
 use crate::session::{ImageRegistry, Session};
 
-/// An ION lease that owns a share of its session (see [`IonLease`] for what it holds).
+/// An lease that owns a share of its session (see [`Lease`] for what it holds).
 pub struct SharedLease<S: Syscalls + Clone> {
     // Field order is release order: the lease before the session it came from.
-    lease: IonLease<'static, S>,
+    lease: Lease<'static, S>,
     session: Arc<Session<S>>,
 }
 
 impl<S: Syscalls + Clone> SharedLease<S> {
     /// The lease.
-    pub fn lease(&self) -> &IonLease<'static, S> {
+    pub fn lease(&self) -> &Lease<'static, S> {
         &self.lease
     }
 
     /// The lease, to write into it.
-    pub fn lease_mut(&mut self) -> &mut IonLease<'static, S> {
+    pub fn lease_mut(&mut self) -> &mut Lease<'static, S> {
         &mut self.lease
     }
 
@@ -42,7 +42,7 @@ impl<S: Syscalls + Clone> SharedLease<S> {
         &self.session
     }
 
-    /// A view of `[offset, offset + len)` (see [`IonLease::view`]).
+    /// A view of `[offset, offset + len)` (see [`Lease::view`]).
     pub fn view(&self, offset: usize, len: usize) -> Result<BufferView<'_>, HalError> {
         self.lease.view(offset, len)
     }
@@ -105,7 +105,7 @@ impl<S: Syscalls + Clone> Session<S> {
     /// borrow.
     pub fn alloc_shared(self: &Arc<Self>, len: usize) -> Result<SharedLease<S>, HalError> {
         let raw = RawLease::alloc(&self.sys, self.ion.raw(), self.board, len, Stage::Alloc)?;
-        Ok(SharedLease { lease: IonLease::new(raw, self.sys.clone(), self.ion.raw()), session: self.clone() })
+        Ok(SharedLease { lease: Lease::new(raw, self.sys.clone(), self.ion.raw()), session: self.clone() })
     }
 
     /// [`open_library`](Session::open_library) for a library that holds a share of the session

@@ -3,7 +3,7 @@
 //! previous stage's resources are released by dropping it (reverse order of acquisition).
 //!
 //! ```text
-//! IonOpened --stage_shell--> ShellStaged --open_channel--> ChannelOpened
+//! HeapOpened --stage_shell--> ShellStaged --open_channel--> ChannelOpened
 //!   --create_process--> ProcessCreated --attach_listener--> Session
 //! ```
 
@@ -15,7 +15,7 @@ use crate::driver;
 
 use crate::error::{Cause, HalError, Stage};
 use crate::fd::OwnedFd;
-use crate::ion::RawLease;
+use crate::lease::RawLease;
 use crate::session::Session;
 
 /// `e_machine` of Hexagon ELF files.
@@ -23,18 +23,18 @@ pub const EM_HEXAGON: u16 = 164;
 
 /// Stage 1: the board's allocator node is open (`/dev/ion`, or a dma-heap node such as
 /// `/dev/dma_heap/system`).
-pub struct IonOpened<S: Syscalls + Clone> {
+pub struct HeapOpened<S: Syscalls + Clone> {
     pub(crate) ion: OwnedFd<S>,
     pub(crate) sys: S,
     pub(crate) board: &'static Board,
 }
 
-impl<S: Syscalls + Clone> IonOpened<S> {
+impl<S: Syscalls + Clone> HeapOpened<S> {
     /// Opens the allocator node of the board `access` grants.
     pub fn open(sys: S, access: &DeviceAccess) -> Result<Self, HalError> {
         let board = access.board();
-        let fd = sys.open(board.ion_path, OpenFlags::READ_ONLY).map_err(|e| HalError::os(Stage::IonOpen, e))?;
-        Ok(IonOpened { ion: OwnedFd::new(sys.clone(), fd), sys, board })
+        let fd = sys.open(board.ion_path, OpenFlags::READ_ONLY).map_err(|e| HalError::os(Stage::HeapOpen, e))?;
+        Ok(HeapOpened { ion: OwnedFd::new(sys.clone(), fd), sys, board })
     }
 
     /// The board.
@@ -44,9 +44,9 @@ impl<S: Syscalls + Clone> IonOpened<S> {
 
     /// Allocates `len` bytes from the board's heap before the rest of the session exists (what a
     /// health check does to prove ION works); the lease borrows this stage.
-    pub fn alloc(&self, len: usize) -> Result<crate::IonLease<'_, S>, HalError> {
+    pub fn alloc(&self, len: usize) -> Result<crate::Lease<'_, S>, HalError> {
         let raw = RawLease::alloc(&self.sys, self.ion.raw(), self.board, len, Stage::Alloc)?;
-        Ok(crate::IonLease::new(raw, self.sys.clone(), self.ion.raw()))
+        Ok(crate::Lease::new(raw, self.sys.clone(), self.ion.raw()))
     }
 
     /// Stage 2: reads the DSP shell ELF into an ION buffer.
@@ -56,7 +56,7 @@ impl<S: Syscalls + Clone> IonOpened<S> {
     }
 }
 
-/// Reads the board's shell into a fresh ION lease and checks that it is a Hexagon ELF.
+/// Reads the board's shell into a fresh lease and checks that it is a Hexagon ELF.
 pub(crate) fn stage_shell<S: Syscalls + Clone>(sys: &S, ion: Fd, board: &Board) -> Result<(RawLease<S>, u32), HalError> {
     let st = Stage::ShellStaged;
     let file = OwnedFd::new(sys.clone(), sys.open(board.shell_path, OpenFlags::READ_ONLY).map_err(|e| HalError::os(st, e))?);
@@ -95,7 +95,7 @@ pub(crate) fn stage_shell<S: Syscalls + Clone>(sys: &S, ion: Fd, board: &Board) 
 /// Stage 2: the shell is staged in an ION buffer.
 pub struct ShellStaged<S: Syscalls + Clone> {
     pub(crate) shell: (RawLease<S>, u32),
-    pub(crate) prev: IonOpened<S>,
+    pub(crate) prev: HeapOpened<S>,
 }
 
 impl<S: Syscalls + Clone> ShellStaged<S> {
@@ -204,7 +204,7 @@ fn lease_fd<S: Syscalls>(l: &RawLease<S>) -> Fd {
 pub struct ProcessCreated<S: Syscalls + Clone> {
     pub(crate) channel: Channel<S>,
     pub(crate) info: u32,
-    pub(crate) prev: IonOpened<S>,
+    pub(crate) prev: HeapOpened<S>,
 }
 
 impl<S: Syscalls + Clone> ProcessCreated<S> {

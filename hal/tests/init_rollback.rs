@@ -6,7 +6,7 @@ use std::time::Duration;
 use hexrpc_bench::{Bench, CallKind, DspCallKind, Fault, FaultTarget};
 use hexrpc_bsp::{Board, DeviceAccess, KernelAbi};
 use hexrpc_drivers::Errno;
-use hexrpc_hal::{Cause, IonOpened, Session, Stage};
+use hexrpc_hal::{Cause, HeapOpened, Session, Stage};
 
 /// How long teardown on other threads may take to give everything back.
 const SETTLE: Duration = Duration::from_secs(2);
@@ -38,8 +38,8 @@ fn cases(board: &'static Board) -> Vec<(&'static str, Setup, Stage, Option<Cause
     };
     let mut v: Vec<(&'static str, Setup, Stage, Option<Cause>)> = Vec::new();
     let (a1, a2) = (alloc_node.clone(), alloc_node);
-    v.push(("allocator node missing", Box::new(move |b| b.set_missing(&a1)), Stage::IonOpen, Some(Cause::Os(Errno::ENOENT))));
-    v.push(("allocator node unreadable", Box::new(move |b| b.set_unreadable(&a2)), Stage::IonOpen, Some(Cause::Os(Errno::EACCES))));
+    v.push(("allocator node missing", Box::new(move |b| b.set_missing(&a1)), Stage::HeapOpen, Some(Cause::Os(Errno::ENOENT))));
+    v.push(("allocator node unreadable", Box::new(move |b| b.set_unreadable(&a2)), Stage::HeapOpen, Some(Cause::Os(Errno::EACCES))));
     let (s1, s2) = (shell.clone(), shell);
     v.push(("shell missing", Box::new(move |b| b.set_missing(&s1)), Stage::ShellStaged, Some(Cause::Os(Errno::ENOENT))));
     v.push(("shell not an ELF", Box::new(move |b| b.add_file(&s2, vec![0u8; 4096])), Stage::ShellStaged, Some(Cause::BadShell)));
@@ -161,7 +161,7 @@ fn each_stage_can_be_dropped_on_its_own(board: &'static Board) {
     let bench = Bench::for_board(board);
     let start_counts = bench.snapshot();
     let access = DeviceAccess::for_bench_board(board).expect("a bench board");
-    let ion = IonOpened::open(bench.clone(), &access).unwrap();
+    let ion = HeapOpened::open(bench.clone(), &access).unwrap();
     {
         let mut lease = ion.alloc(10_000).unwrap();
         assert_eq!(lease.len(), 12_288, "rounded up to pages");
@@ -182,11 +182,12 @@ fn each_stage_can_be_dropped_on_its_own(board: &'static Board) {
     assert!(staged.shell_len() > 0);
     drop(staged);
     assert_eq!(bench.settle(&start_counts, SETTLE), start_counts);
-    let channel = IonOpened::open(bench.clone(), &access).unwrap().stage_shell().unwrap().open_channel().unwrap();
+    let channel = HeapOpened::open(bench.clone(), &access).unwrap().stage_shell().unwrap().open_channel().unwrap();
     assert_eq!(channel.info() & 1, 1, "the bench's session has an SMMU");
     drop(channel);
     assert_eq!(bench.settle(&start_counts, SETTLE), start_counts);
-    let process = IonOpened::open(bench.clone(), &access).unwrap().stage_shell().unwrap().open_channel().unwrap().create_process().unwrap();
+    let process =
+        HeapOpened::open(bench.clone(), &access).unwrap().stage_shell().unwrap().open_channel().unwrap().create_process().unwrap();
     assert_eq!(bench.snapshot().dsp_processes, 1);
     drop(process);
     assert_eq!(bench.settle(&start_counts, SETTLE), start_counts);

@@ -1,5 +1,5 @@
 //! A service's use of hexrpc, start to finish: start a session, serve the DSP's file requests,
-//! open a library once, launch many times on views of one ION lease, recover from a DSP
+//! open a library once, launch many times on views of one lease, recover from a DSP
 //! restart, and let everything go.
 //!
 //! It runs on the isolated bench (`cargo run -p hexrpc-runtime --example service`). On a device,

@@ -7,7 +7,7 @@
 //!
 //! One `--arg` per parameter of SIG, in order. A `buf` parameter's SPEC is comma-separated
 //! `in=FILE`, `out=FILE`, `size=BYTES` (default: the size of `in`), `offset=BYTES` (the view's
-//! offset inside its own lease, default 0); each buffer gets its own ION lease of `offset + size`
+//! offset inside its own lease, default 0); each buffer gets its own lease of `offset + size`
 //! bytes rounded up to a page. A scalar's SPEC is its literal value, parsed by the signature's
 //! type. Everything is checked before the session starts: the arguments against the signature,
 //! the library's build record (when it has one) against `--signature` and `--abi`, and v1 with

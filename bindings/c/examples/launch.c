@@ -220,7 +220,7 @@ int main(int argc, char **argv) {
   EXPECT(hexrpc_session_open("no-such-board", &s), HEXRPC_ERR_INVALID);
   if (access("/dev/ion", F_OK) != 0) { /* no device here: the failure names the stage */
     EXPECT(hexrpc_session_open("comma-three", &s), HEXRPC_ERR_UNAVAILABLE);
-    CHECK(strcmp(hexrpc_last_error_stage(), "ion-open") == 0, "stage %s", hexrpc_last_error_stage());
+    CHECK(strcmp(hexrpc_last_error_stage(), "heap-open") == 0, "stage %s", hexrpc_last_error_stage());
   }
   OK(hexrpc_session_open_bench(0, &s));
   scale_launches(s);

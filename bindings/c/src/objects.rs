@@ -154,7 +154,7 @@ pub fn library_name(name: &str) -> String {
     n
 }
 
-/// An ION lease holding a share of its session.
+/// An lease holding a share of its session.
 pub struct LeaseObj {
     // Field order is release order: the lease before the session.
     lease: SharedLease<Seam>,

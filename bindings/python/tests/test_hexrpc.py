@@ -192,7 +192,7 @@ def test_closing(sess):
 def test_device_session_names_the_missing_node():
     with pytest.raises(hexrpc.Unavailable) as e:
         hexrpc.Session.open(board="comma-three")
-    assert e.value.stage == "ion-open" and e.value.status == "unavailable"
+    assert e.value.stage == "heap-open" and e.value.status == "unavailable"
 
 
 def test_executor_relu_at_offsets():

@@ -21,8 +21,8 @@ use crate::call::Call;
 use crate::driver;
 use crate::error::{Cause, HalError, Stage};
 use crate::fd::OwnedFd;
-use crate::ion::{IonLease, RawLease};
-use crate::stages::{Channel, IonOpened};
+use crate::lease::{Lease, RawLease};
+use crate::stages::{Channel, HeapOpened};
 use crate::sync;
 use library::{remotectl_close, LibSlot};
 
@@ -121,10 +121,10 @@ fn ms(v: u32) -> Duration {
 impl<S: Syscalls + Clone> Session<S> {
     /// Runs every init stage: ION, shell, channel, process, listener.
     pub fn start(sys: S, access: &DeviceAccess) -> Result<Self, HalError> {
-        IonOpened::open(sys, access)?.stage_shell()?.open_channel()?.create_process()?.attach_listener()
+        HeapOpened::open(sys, access)?.stage_shell()?.open_channel()?.create_process()?.attach_listener()
     }
 
-    pub(crate) fn from_parts(ion: IonOpened<S>, channel: Channel<S>, info: u32) -> Self {
+    pub(crate) fn from_parts(ion: HeapOpened<S>, channel: Channel<S>, info: u32) -> Self {
         let cells = [FdCell::new(), FdCell::new()];
         let current = match channel.into_token().map(|t| cells[0].put(t)) {
             Some(Ok(())) => Some(0),
@@ -263,9 +263,9 @@ impl<S: Syscalls + Clone> Session<S> {
 
     /// Allocates `len` bytes (rounded up to a page) from the board's allocator (ION heap or
     /// dma-heap), shared and mapped.
-    pub fn alloc(&self, len: usize) -> Result<IonLease<'_, S>, HalError> {
+    pub fn alloc(&self, len: usize) -> Result<Lease<'_, S>, HalError> {
         let raw = RawLease::alloc(&self.sys, self.ion.raw(), self.board, len, Stage::Alloc)?;
-        Ok(IonLease::new(raw, self.sys.clone(), self.ion.raw()))
+        Ok(Lease::new(raw, self.sys.clone(), self.ion.raw()))
     }
 
     fn check_health(&self, stage: Stage) -> Result<(), HalError> {

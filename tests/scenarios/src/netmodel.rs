@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use hexrpc_bench::executor::reference::{self as r, f32_bytes, f32s_of, Rng};
 use hexrpc_bench::executor::{tools_available, BuildError, Flavour};
 use hexrpc_bench::{Bench, BenchConfig, CostModel, KernelCall, LedgerEvent, LibraryModel, TableKernel};
-use hexrpc_hal::{BufferView, HalError, IonLease, Library, Session};
+use hexrpc_hal::{BufferView, HalError, Lease, Library, Session};
 use hexrpc_runtime::launch::{AbiVersion, Batch, BatchError, BufferRef, EntryOptions, PackError, PackedLaunch, Scalar, Signature};
 
 use crate::stack::Stack;
@@ -159,7 +159,7 @@ impl Params {
     }
 
     /// A lease holding the weights.
-    fn weights<'s>(&self, session: &'s Session<Bench>) -> Result<IonLease<'s, Bench>, HalError> {
+    fn weights<'s>(&self, session: &'s Session<Bench>) -> Result<Lease<'s, Bench>, HalError> {
         let mut w = session.alloc(Layout::WEIGHTS)?;
         w.write_at(Layout::CONV_W, &f32_bytes(&self.conv_w))?;
         w.write_at(Layout::CONV_B, &f32_bytes(&self.conv_b))?;
@@ -169,7 +169,7 @@ impl Params {
     }
 
     /// A zeroed activation lease holding the input.
-    fn activations<'s>(&self, session: &'s Session<Bench>) -> Result<IonLease<'s, Bench>, HalError> {
+    fn activations<'s>(&self, session: &'s Session<Bench>) -> Result<Lease<'s, Bench>, HalError> {
         let mut a = session.alloc(Layout::ACTS)?;
         a.fill(0, Layout::ACTS, 0)?;
         a.write_at(Layout::INPUT, &f32_bytes(&self.input))?;
@@ -177,12 +177,12 @@ impl Params {
     }
 }
 
-fn v<'a>(lease: &'a IonLease<'_, Bench>, off: usize, n: usize) -> Result<BufferView<'a>, HalError> {
+fn v<'a>(lease: &'a Lease<'_, Bench>, off: usize, n: usize) -> Result<BufferView<'a>, HalError> {
     lease.view(off, 4 * n)
 }
 
 /// The weight views: conv weights, conv bias, dense weights, dense bias.
-fn weight_views<'a>(w: &'a IonLease<'_, Bench>) -> Result<[BufferView<'a>; 4], HalError> {
+fn weight_views<'a>(w: &'a Lease<'_, Bench>) -> Result<[BufferView<'a>; 4], HalError> {
     Ok([
         v(w, Layout::CONV_W, FILTERS * IN_C * 9)?,
         v(w, Layout::CONV_B, FILTERS)?,
@@ -192,7 +192,7 @@ fn weight_views<'a>(w: &'a IonLease<'_, Bench>) -> Result<[BufferView<'a>; 4], H
 }
 
 /// The activation views of one activation lease: input, conv, relu, pool, dense, softmax.
-fn act_views<'a>(acts: &'a IonLease<'_, Bench>) -> Result<[BufferView<'a>; 6], HalError> {
+fn act_views<'a>(acts: &'a Lease<'_, Bench>) -> Result<[BufferView<'a>; 6], HalError> {
     Ok([
         v(acts, Layout::INPUT, IN_C * IN_H * IN_W)?,
         v(acts, Layout::CONV, FILTERS * CONV_H * CONV_W)?,

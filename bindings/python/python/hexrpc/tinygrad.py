@@ -31,7 +31,7 @@ The pieces
     * :class:`HEXRPCCompiler`: ``hexrpc build-lib`` with tinygrad's DSP flags (hexagonv65, HVX
       128 B, ``-O2 -Wall -Werror -fno-stack-protector``); results cached by tinygrad's disk cache
       under a key that names the hexrpc tool binary's digest.
-    * :class:`HEXRPCAllocator`: one ION lease per tinygrad buffer; ``_offset`` gives a view
+    * :class:`HEXRPCAllocator`: one lease per tinygrad buffer; ``_offset`` gives a view
       (lease, offset, length) of the same lease; copies go through the lease's host mapping.
     * :class:`HEXRPCProgram`: one hexrpc launch (one FastRPC call) per kernel call; returns the DSP
       time in seconds.
@@ -294,7 +294,7 @@ def open_session():
 
 
 class HEXRPCBuffer:
-    """A tinygrad buffer on HEXRPC: a view (``offset``, ``size``) of one ION lease. The base buffer
+    """A tinygrad buffer on HEXRPC: a view (``offset``, ``size``) of one lease. The base buffer
     owns the lease (``owner``); buffers made by ``_offset`` share it and do not free it."""
 
     __slots__ = ("lease", "offset", "size", "owner", "_view")
@@ -316,12 +316,12 @@ class HEXRPCBuffer:
 
 
 class HEXRPCAllocator(LRUAllocator["HEXRPCDevice"]):
-    """ION leases from the device's hexrpc session. Freed buffers are kept for reuse by tinygrad's
+    """leases from the device's hexrpc session. Freed buffers are kept for reuse by tinygrad's
     LRU cache; a lease is returned to hexrpc when the cache is emptied or the device closes."""
 
     def _alloc(self, size: int, options: BufferSpec) -> HEXRPCBuffer:
         if options.external_ptr:
-            raise RuntimeError("HEXRPC: external host pointers cannot be shared with the DSP (ION leases only)")
+            raise RuntimeError("HEXRPC: external host pointers cannot be shared with the DSP (leases only)")
         return HEXRPCBuffer(self.dev.session.alloc(size), 0, size, owner=True)
 
     def _free(self, opaque: HEXRPCBuffer, options: BufferSpec):

@@ -3,9 +3,8 @@
 //! The board chooses the allocator ([`Allocator`]): on msm ION 4.9 a lease owns, in acquisition
 //! order, the ION handle, the dma-buf share fd and a shared mapping of the whole buffer; on a
 //! dma-buf heap it owns the dma-buf fd the heap handed out and the mapping (there is no handle).
-//! Dropping a lease releases what it owns in reverse order. The names (`IonLease`, `ion`) stay
-//! from the first allocator; both allocators give the same dma-buf fd + mapping to everything
-//! above.
+//! Dropping a lease releases what it owns in reverse order. Both allocators give the same
+//! dma-buf fd + mapping to everything above, so the names here say lease, not ION.
 //!
 //! Cache maintenance on a cached dma-heap (`system`): every CPU access through the lease
 //! (`write_at`, `read_at`, `fill`) is bracketed by `DMA_BUF_IOCTL_SYNC` START/END with the
@@ -48,7 +47,7 @@ impl<S: Syscalls> Drop for IonHandle<S> {
 }
 
 /// An allocation without a borrow of its device (the HAL keeps the device alive by field
-/// order); the public [`IonLease`] adds the borrow.
+/// order); the public [`Lease`] adds the borrow.
 pub(crate) struct RawLease<S: Syscalls> {
     // Field order is release order: mapping, share fd, handle (ION only).
     map: Mapping<S>,
@@ -159,16 +158,16 @@ pub trait LeaseMemory {
 /// dma-heap the dma-buf fd and mapping (see the module docs).
 ///
 /// Borrowing the session (`'s`) keeps the ION device open while the lease lives.
-pub struct IonLease<'s, S: Syscalls> {
+pub struct Lease<'s, S: Syscalls> {
     raw: RawLease<S>,
     sys: S,
     ion: Fd,
     _session: PhantomData<&'s ()>,
 }
 
-impl<'s, S: Syscalls + Clone> IonLease<'s, S> {
+impl<'s, S: Syscalls + Clone> Lease<'s, S> {
     pub(crate) fn new(raw: RawLease<S>, sys: S, ion: Fd) -> Self {
-        IonLease { raw, sys, ion, _session: PhantomData }
+        Lease { raw, sys, ion, _session: PhantomData }
     }
 
     /// Total length (the allocation, rounded up to a page).
@@ -251,7 +250,7 @@ impl<'s, S: Syscalls + Clone> IonLease<'s, S> {
     }
 }
 
-impl<S: Syscalls + Clone> LeaseMemory for IonLease<'_, S> {
+impl<S: Syscalls + Clone> LeaseMemory for Lease<'_, S> {
     fn share_fd(&self) -> Fd {
         self.fd()
     }
@@ -259,13 +258,13 @@ impl<S: Syscalls + Clone> LeaseMemory for IonLease<'_, S> {
         self.len()
     }
     fn read_at(&self, offset: usize, out: &mut [u8]) -> Result<(), HalError> {
-        IonLease::read_at(self, offset, out)
+        Lease::read_at(self, offset, out)
     }
 }
 
-impl<S: Syscalls> core::fmt::Debug for IonLease<'_, S> {
+impl<S: Syscalls> core::fmt::Debug for Lease<'_, S> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("IonLease")
+        f.debug_struct("Lease")
             .field("handle", &self.raw.handle.as_ref().map(|h| h.handle))
             .field("fd", &self.raw.share.raw().0)
             .field("len", &self.raw.len)
