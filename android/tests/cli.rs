@@ -24,7 +24,7 @@ fn hexrpc(args: &[&str]) -> std::process::Output {
     direct.expect("run hexrpc")
 }
 
-/// The values of the kernel headers for aarch64 (../shared/spec/kernel-abi.md 1.1 and 2.2,
+/// The values of the kernel headers for aarch64 (docs/kernel-abi.md 1.1 and 2.2,
 /// reverse-rpc.md 0), typed in here independently of the drivers crate.
 const HEADER_IOCTLS: &[(&str, u64)] = &[
     ("ION_IOC_ALLOC", 0xC0204900),
@@ -750,7 +750,7 @@ fn f32_file(path: &std::path::Path, xs: &[f32]) {
     std::fs::write(path, xs.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>()).unwrap();
 }
 
-/// Issue 11: `hexrpc run` on the bench, end to end, for a suite kernel built with `build-lib`.
+/// `hexrpc run` on the bench, end to end, for a suite kernel built with `build-lib`.
 #[test]
 fn run_launches_a_build_lib_library_on_the_bench() {
     if let Err(e) = hexrpc_bench::executor::tools_available() {

@@ -1,4 +1,4 @@
-//! Confinement and handle lifetimes of the reverse file service (issue 12, item 2): a racing
+//! Confinement and handle lifetimes of the reverse file service: a racing
 //! swap of an intermediate directory for a symbolic link never leads a lookup outside the
 //! allowlist; stale FILE handles are refused; module keys never come back into validity;
 //! closing a module closes its files.

@@ -24,7 +24,7 @@ fn pack(ins: &[&[u8]], outs: &[u32]) -> Vec<u8> {
     b
 }
 
-/// Valid requests of every served shape (the seeds that get mutated).
+/// Valid requests of every served shape (the starting inputs that get mutated).
 fn templates() -> Vec<(u8, u32, Vec<u8>)> {
     // (handle selector: 0 remotectl, 1 apps_std, 2 apps_mem), sc, payload
     vec![

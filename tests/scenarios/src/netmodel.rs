@@ -137,7 +137,7 @@ impl Layout {
     const ACTS: usize = Self::SOFTMAX + 4 * CLASSES + 64;
 }
 
-/// The seeded parameters and input of the network.
+/// The parameters and input of the network, from a fixed seed.
 struct Params {
     conv_w: Vec<f32>,
     conv_b: Vec<f32>,

@@ -1,4 +1,4 @@
-//! The bench with executor (issue 8): real generated entries and kernels, built for Hexagon with
+//! The bench with executor: real generated entries and kernels, built for Hexagon with
 //! clang-19 / ld.lld-19, run under qemu-hexagon against the bench's buffers, through the whole
 //! stack (HAL session, runtime packer, runtime reverse service).
 //!

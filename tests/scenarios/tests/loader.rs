@@ -1,5 +1,5 @@
-//! Issue 11: the executor's DSP shell loads the very shared objects that ship. Libraries made by
-//! `hexrpc build-lib` (hexrpc-runtime's `build_library`) and by a tinygrad-style `clang -shared`
+//! The executor's DSP shell loads the very shared objects that ship. Libraries made by
+//! `hexrpc build-lib` (hexrpc-libbuild's `build_library`) and by a tinygrad-style `clang -shared`
 //! are opened through the HAL and the runtime's reverse file service, fetched by the simulated
 //! DSP, loaded by the shell under qemu-hexagon and launched; every refusal reaches the caller as
 //! a typed error carrying the loader's reason.
