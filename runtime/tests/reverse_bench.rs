@@ -11,7 +11,7 @@ use hexrpc_runtime::reverse::{FilePolicy, ServeOutcome};
 use hexrpc_runtime::ServedSession;
 
 hexrpc_bench::on_both_kernels!(
-    stop_returns_within_100_ms_with_a_request_in_flight,
+    stop_joins_without_waiting_out_a_request_in_flight,
     the_service_serves_the_new_channel_after_a_restart_and_recovery
 );
 
@@ -40,7 +40,7 @@ fn file_exists(bench: &Bench, fd: hexrpc_drivers::Fd, h: u32, path: &str) -> i32
     reply.result
 }
 
-fn stop_returns_within_100_ms_with_a_request_in_flight(board: &'static Board) {
+fn stop_joins_without_waiting_out_a_request_in_flight(board: &'static Board) {
     for _ in 0..5 {
         let bench = Bench::for_board(board);
         bench.add_file("/bench/dsp/cdsp/lib.so", elf::hexagon_elf(64 * 1024));
@@ -55,7 +55,11 @@ fn stop_returns_within_100_ms_with_a_request_in_flight(board: &'static Board) {
         let outcome = served.stop().expect("stops");
         let took = t0.elapsed();
         assert_eq!(outcome, ServeOutcome::Stopped);
-        assert!(took < Duration::from_millis(100), "stop took {took:?}");
+        // A stop that waited for the in-flight request (instead of interrupting the listener's
+        // blocked call) would run into the stop timeout and fail with StopError; the bound is
+        // half of that timeout, so it tells "joined" from "waited out" without being a speed
+        // target (the time is host time on a loaded CI machine).
+        assert!(took < hexrpc_runtime::reverse::DEFAULT_STOP_TIMEOUT / 2, "stop took {took:?}");
     }
 }
 
