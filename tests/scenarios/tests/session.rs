@@ -198,7 +198,9 @@ fn a_kernel_that_never_returns_times_out_and_the_session_recovers(board: &'stati
         let err = lib.invoke_with_deadline(&mut packed.invoke_args().unwrap(), deadline).unwrap_err();
         let took = t0.elapsed();
         assert_eq!(err.cause, Cause::Timeout, "{err}");
-        assert!(took < deadline + Duration::from_millis(100), "ended {took:?} after start (deadline {deadline:?})");
+        // The hung call never ends by itself: ending at all, soon after the deadline, is the
+        // watchdog's doing (the slack is for a loaded machine; this is not a speed target).
+        assert!(took < deadline + Duration::from_secs(1), "ended {took:?} after start (deadline {deadline:?})");
         assert!(took >= deadline);
         assert_eq!(bench.snapshot().parked, 1, "the driver parked the interrupted call");
         assert!(!rig.session().is_healthy());
