@@ -7,13 +7,13 @@
 //!   --create_process--> ProcessCreated --attach_listener--> Session
 //! ```
 
-use hexrpc_bsp::{Board, DeviceAccess};
-use hexrpc_drivers::{adsprpc, listener, Fd, OpenFlags, Syscalls};
+use hexrpc_bsp::{Board, DeviceAccess, KernelAbi};
+use hexrpc_drivers::{adsprpc, listener, Errno, Fd, OpenFlags, Syscalls};
 
 use crate::call::Call;
 use crate::driver;
 
-use crate::error::{Cause, HalError, Stage};
+use crate::error::{Cause, HalError, ShellSearch, Stage};
 use crate::fd::OwnedFd;
 use crate::lease::RawLease;
 use crate::session::Session;
@@ -46,7 +46,7 @@ impl<S: Syscalls + Clone> HeapOpened<S> {
     /// health check does to prove ION works); the lease borrows this stage.
     pub fn alloc(&self, len: usize) -> Result<crate::Lease<'_, S>, HalError> {
         let raw = RawLease::alloc(&self.sys, self.ion.raw(), self.board, len, Stage::Alloc)?;
-        Ok(crate::Lease::new(raw, self.sys.clone(), self.ion.raw()))
+        Ok(crate::Lease::new(raw, self.sys.clone(), self.ion.raw(), crate::lease::Owner::Free))
     }
 
     /// Stage 2: reads the DSP shell ELF into an ION buffer.
@@ -56,10 +56,25 @@ impl<S: Syscalls + Clone> HeapOpened<S> {
     }
 }
 
+/// Opens the first of the board's shell paths that exists ([`Board::shell_search`], the
+/// FastRPC user library's order). A path that exists but cannot be opened is that error; none
+/// existing is [`Cause::ShellNotFound`] naming every path tried.
+fn open_shell<S: Syscalls + Clone>(sys: &S, board: &Board) -> Result<OwnedFd<S>, HalError> {
+    let st = Stage::ShellStaged;
+    for path in board.shell_search {
+        match sys.open(path, OpenFlags::READ_ONLY) {
+            Ok(fd) => return Ok(OwnedFd::new(sys.clone(), fd)),
+            Err(Errno::ENOENT | Errno::ENOTDIR) => continue,
+            Err(e) => return Err(HalError::os(st, e)),
+        }
+    }
+    Err(HalError::new(st, Cause::ShellNotFound(ShellSearch(board.shell_search))))
+}
+
 /// Reads the board's shell into a fresh lease and checks that it is a Hexagon ELF.
 pub(crate) fn stage_shell<S: Syscalls + Clone>(sys: &S, ion: Fd, board: &Board) -> Result<(RawLease<S>, u32), HalError> {
     let st = Stage::ShellStaged;
-    let file = OwnedFd::new(sys.clone(), sys.open(board.shell_path, OpenFlags::READ_ONLY).map_err(|e| HalError::os(st, e))?);
+    let file = open_shell(sys, board)?;
     let stat = sys.fstat(file.raw()).map_err(|e| HalError::os(st, e))?;
     if !stat.is_file() {
         return Err(HalError::new(st, Cause::BadShell));
@@ -134,14 +149,16 @@ impl<S: Syscalls + Clone> ChannelOpened<S> {
         self.info
     }
 
-    /// Stage 4: INIT creates the user process on the DSP from the staged shell. The shell buffer
-    /// is released afterwards (the kernel drops its mapping at the end of the call).
+    /// Stage 4: INIT creates the user process on the DSP from the staged shell. Downstream the
+    /// shell buffer is released afterwards (`fastrpc_init_process` drops its map of it on every
+    /// path); upstream the driver keeps that map until the channel closes
+    /// (`fastrpc_init_create_process`), so the channel keeps the shell buffer, and its fd
+    /// number, as long (a new buffer under the same number would be handed the shell's pages).
     pub fn create_process(self) -> Result<ProcessCreated<S>, HalError> {
         let ChannelOpened { rpc, info, prev } = self;
         let ShellStaged { shell, prev: ion } = prev;
-        let created = create_process(&ion.sys, ion.board, rpc, &shell);
-        // Release order matters on both paths: the shell buffer before the ION device.
-        drop(shell);
+        // The shell buffer goes before the ION device on both paths.
+        let created = create_process(&ion.sys, ion.board, rpc, shell);
         match created {
             Ok(channel) => Ok(ProcessCreated { channel, info, prev: ion }),
             Err(e) => {
@@ -156,6 +173,9 @@ impl<S: Syscalls + Clone> ChannelOpened<S> {
 /// ignored as quic and tinygrad do), then closes the fd, which frees every parked call.
 pub(crate) struct Channel<S: Syscalls> {
     rpc: Option<OwnedFd<S>>,
+    /// The shell buffer while the driver keeps a map of it (upstream): released after the
+    /// channel is closed.
+    shell: Option<RawLease<S>>,
     sys: S,
     pub(crate) board: &'static Board,
 }
@@ -165,9 +185,10 @@ impl<S: Syscalls> Channel<S> {
         self.rpc.as_ref().map_or(Fd(-1), OwnedFd::raw)
     }
 
-    /// Hands the descriptor over (to a session's cell) without ending the process.
-    pub(crate) fn into_token(mut self) -> Option<hexrpc_drivers::OwnedFd> {
-        self.rpc.take().and_then(OwnedFd::into_token)
+    /// Hands the descriptor over (to a session's cell) without ending the process, with the
+    /// shell buffer the channel must keep (the session keeps it until the channel closes).
+    pub(crate) fn into_parts(mut self) -> (Option<hexrpc_drivers::OwnedFd>, Option<RawLease<S>>) {
+        (self.rpc.take().and_then(OwnedFd::into_token), self.shell.take())
     }
 }
 
@@ -181,19 +202,27 @@ impl<S: Syscalls> Drop for Channel<S> {
             }
             drop(rpc);
         }
+        // After the close: the driver's map of the shell is gone with the channel.
+        drop(self.shell.take());
     }
 }
 
+/// INIT from `shell` on `rpc`. The shell buffer is released unless the driver keeps a map of
+/// it (upstream, on success), in which case the channel keeps it.
 pub(crate) fn create_process<S: Syscalls + Clone>(
     sys: &S,
     board: &'static Board,
     rpc: OwnedFd<S>,
-    shell: &(RawLease<S>, u32),
+    shell: (RawLease<S>, u32),
 ) -> Result<Channel<S>, HalError> {
     let (lease, len) = shell;
-    driver::create_process(sys, board, rpc.raw(), lease.mapping(), lease_fd(lease), *len)
+    driver::create_process(sys, board, rpc.raw(), lease.mapping(), lease_fd(&lease), len)
         .map_err(|e| HalError::sys(Stage::ProcessCreate, e))?;
-    Ok(Channel { rpc: Some(rpc), sys: sys.clone(), board })
+    let shell = match board.abi {
+        KernelAbi::Upstream => Some(lease),
+        KernelAbi::DownstreamMsm => None,
+    };
+    Ok(Channel { rpc: Some(rpc), shell, sys: sys.clone(), board })
 }
 
 fn lease_fd<S: Syscalls>(l: &RawLease<S>) -> Fd {

@@ -4,6 +4,7 @@
 //! (tearing a channel down and rebuilding the DSP side), `listener` (the plumbing the
 //! runtime's reverse-RPC listener thread uses).
 
+mod book;
 mod library;
 mod listener;
 mod recovery;
@@ -21,9 +22,10 @@ use crate::call::Call;
 use crate::driver;
 use crate::error::{Cause, HalError, Stage};
 use crate::fd::OwnedFd;
-use crate::lease::{Lease, RawLease};
+use crate::lease::{Lease, Owner, RawLease};
 use crate::stages::{Channel, HeapOpened};
 use crate::sync;
+use book::{Book, Kept};
 use library::{remotectl_close, LibSlot};
 
 const HEALTHY: u8 = 0;
@@ -105,6 +107,11 @@ pub struct Session<S: Syscalls + Clone> {
     events: sync::Mutex<u64>,
     event: sync::Condvar,
     info: u32,
+    /// The generation of the channel in each cell (meaningful while the cell holds one).
+    cell_gen: [AtomicU32; CELLS],
+    /// Leases and fd numbers kept until the channels that may map them are closed; released
+    /// before the allocator device (ION handles are freed on it).
+    book: Book<S>,
     pub(crate) ion: OwnedFd<S>,
     pub(crate) sys: S,
     pub(crate) board: &'static Board,
@@ -126,7 +133,8 @@ impl<S: Syscalls + Clone> Session<S> {
 
     pub(crate) fn from_parts(ion: HeapOpened<S>, channel: Channel<S>, info: u32) -> Self {
         let cells = [FdCell::new(), FdCell::new()];
-        let current = match channel.into_token().map(|t| cells[0].put(t)) {
+        let (token, shell) = channel.into_parts();
+        let current = match token.map(|t| cells[0].put(t)) {
             Some(Ok(())) => Some(0),
             Some(Err(t)) => {
                 // An empty cell always takes a valid number; a -1 token needs no close.
@@ -135,7 +143,7 @@ impl<S: Syscalls + Clone> Session<S> {
             }
             None => None,
         };
-        Session {
+        let session = Session {
             libs: sync::Mutex::new([const { None }; MAX_LIBRARIES]),
             chan: sync::RwLock::new(ChannelState { current }),
             cells,
@@ -149,10 +157,17 @@ impl<S: Syscalls + Clone> Session<S> {
             events: sync::Mutex::new(0),
             event: sync::Condvar::new(),
             info,
+            cell_gen: [AtomicU32::new(1), AtomicU32::new(0)],
+            book: Book::new(),
             ion: ion.ion,
             sys: ion.sys,
             board: ion.board,
+        };
+        if let Some(shell) = shell {
+            session.keep(1, Kept::Lease(shell));
         }
+        session.settle();
+        session
     }
 
     /// The board.
@@ -229,6 +244,7 @@ impl<S: Syscalls + Clone> Session<S> {
                     if let Err(e) = self.sys.close(fd) {
                         log::warn!("close of retired channel fd {n} failed: {e}");
                     }
+                    self.settle();
                 }
             }
         }
@@ -256,6 +272,8 @@ impl<S: Syscalls + Clone> Session<S> {
                 if let Err(e) = self.sys.close(fd) {
                     log::warn!("close of channel fd {n} failed: {e}");
                 }
+                // The kernel released the channel's DSP process and every map with it.
+                self.settle();
             }
             None => log::debug!("channel cell {i} closes when the listener lets go"),
         }
@@ -265,7 +283,7 @@ impl<S: Syscalls + Clone> Session<S> {
     /// dma-heap), shared and mapped.
     pub fn alloc(&self, len: usize) -> Result<Lease<'_, S>, HalError> {
         let raw = RawLease::alloc(&self.sys, self.ion.raw(), self.board, len, Stage::Alloc)?;
-        Ok(Lease::new(raw, self.sys.clone(), self.ion.raw()))
+        Ok(Lease::new(raw, self.sys.clone(), self.ion.raw(), Owner::Session(self)))
     }
 
     fn check_health(&self, stage: Stage) -> Result<(), HalError> {
@@ -300,9 +318,15 @@ impl<S: Syscalls + Clone> Session<S> {
         self.check_health(st)?;
         let lease = chan.current.and_then(|i| self.cells[i].lease()).ok_or(HalError::new(st, Cause::NeedsRecovery))?;
         let remote = self.remote_handle(slot).ok_or(HalError::new(st, Cause::Invalid))?;
+        self.admit_handles(args)?;
         let abandon = || fired.is_some_and(|f| f.load(Ordering::Acquire));
         match driver::invoke_handles(&self.sys, self.board, lease.fd(), remote, args, &abandon) {
             Err(hexrpc_drivers::Error::Os(hexrpc_drivers::Errno::EINTR)) => {
+                // The DSP may still run the call and touch its buffers until its process is
+                // released: they are refused and kept until this channel is closed.
+                if let Some(i) = chan.current {
+                    self.quarantine_call(self.cell_gen[i].load(Ordering::Acquire), args);
+                }
                 // Downstream: the drivers retired the channel's descriptor to abandon the call.
                 // Upstream: nothing was retired (the driver never resumes a call); the channel is
                 // replaced by recovery all the same, since the DSP may still run the call.
@@ -345,6 +369,8 @@ impl<S: Syscalls + Clone> Drop for Session<S> {
         }
         // A listener borrows the session while it holds a lease: none is out any more.
         self.reap();
+        // Every channel is closed: nothing the driver mapped is left.
+        self.settle();
     }
 }
 

@@ -7,7 +7,7 @@ use core::time::Duration;
 use hexrpc_drivers::{FdCell, Syscalls};
 
 use super::library::remotectl_open;
-use super::{ms, pack_channel, process_exit, ChannelState, Session, FAILED, HEALTHY, MAX_LIBRARIES, MAX_NAME};
+use super::{ms, pack_channel, process_exit, ChannelState, Kept, Session, FAILED, HEALTHY, MAX_LIBRARIES, MAX_NAME};
 use crate::error::{Cause, HalError, Stage};
 use crate::stages;
 use crate::sync;
@@ -158,18 +158,25 @@ impl<S: Syscalls + Clone> Session<S> {
         self.reap();
         let shell = stages::stage_shell(&self.sys, self.ion.raw(), self.board)?;
         let (rpc, _) = stages::open_channel(&self.sys, self.board)?;
-        let ch = stages::create_process(&self.sys, self.board, rpc, &shell)?;
-        drop(shell);
+        let ch = stages::create_process(&self.sys, self.board, rpc, shell)?;
         stages::attach_listener(&self.sys, &ch)?;
         let busy = HalError::new(Stage::Recover, Cause::Os(hexrpc_drivers::Errno::EBUSY));
         let i = self.cells.iter().position(FdCell::is_empty).ok_or(busy)?;
-        let token = ch.into_token().ok_or(busy)?;
+        let (token, shell) = ch.into_parts();
+        let token = token.ok_or(busy)?;
+        let generation = self.generation.load(Ordering::Acquire) + 1;
+        // The cell's generation is set before the cell holds the channel, so the bookkeeping
+        // never sees it with an older one.
+        self.cell_gen[i].store(generation, Ordering::Release);
         if let Err(t) = self.cells[i].put(token) {
             let _ = self.sys.close(t);
             return Err(busy);
         }
+        if let Some(shell) = shell {
+            self.keep(generation, Kept::Lease(shell));
+        }
         chan.current = Some(i);
-        let generation = self.generation.fetch_add(1, Ordering::AcqRel) + 1;
+        self.generation.store(generation, Ordering::Release);
         // The listener serves the new channel from here on; the libraries need it to load.
         self.published.store(pack_channel(i, generation), Ordering::Release);
         self.notify();
