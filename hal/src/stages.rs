@@ -122,16 +122,50 @@ impl<S: Syscalls + Clone> ShellStaged<S> {
     /// Stage 3: opens the FastRPC node, binds it to the board's channel (GETINFO) and allows
     /// kernel allocations (CONTROL kalloc).
     pub fn open_channel(self) -> Result<ChannelOpened<S>, HalError> {
-        let (rpc, info) = open_channel(&self.prev.sys, self.prev.board)?;
+        let (rpc, info) = open_channel(&self.prev.sys, self.prev.board, Identity::Plain)?;
         Ok(ChannelOpened { rpc, info, prev: self })
     }
 }
 
-pub(crate) fn open_channel<S: Syscalls + Clone>(sys: &S, board: &Board) -> Result<(OwnedFd<S>, u32), HalError> {
+/// The identity a channel's DSP process is created under. The DSP keys user processes by the
+/// opener's process id (downstream `fastrpc_invoke_send` / `fastrpc_init_process`, upstream
+/// before per-session client ids) and refuses a second process under a live identity; the
+/// downstream driver gives a file a second identity, the process id with bit 30 set, after
+/// `SETMODE(FASTRPC_MODE_SESSION)`, which must precede INIT. The upstream driver has no
+/// session bit: one identity per process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Identity {
+    /// The process id.
+    Plain,
+    /// The process id with the session bit (downstream only).
+    Session,
+}
+
+impl Identity {
+    /// The other identity (downstream; upstream has only [`Identity::Plain`]).
+    pub(crate) fn other(self, board: &Board) -> Option<Identity> {
+        match (board.abi, self) {
+            (KernelAbi::Upstream, _) => None,
+            (KernelAbi::DownstreamMsm, Identity::Plain) => Some(Identity::Session),
+            (KernelAbi::DownstreamMsm, Identity::Session) => Some(Identity::Plain),
+        }
+    }
+}
+
+/// What the DSP answers to a process create for an identity that already has a live process
+/// ("a bad request" in Qualcomm's words): `AEE_EBADSTATE`.
+fn identity_in_use(e: &HalError) -> bool {
+    matches!(e.cause, Cause::Dsp(code) if hexrpc_drivers::aee::strip_offset(code) == hexrpc_drivers::aee::AEE_EBADSTATE)
+}
+
+pub(crate) fn open_channel<S: Syscalls + Clone>(sys: &S, board: &Board, identity: Identity) -> Result<(OwnedFd<S>, u32), HalError> {
     let st = Stage::ChannelOpen;
     let flags = OpenFlags { read_write: false, nonblock: true, nofollow: false };
     let rpc = OwnedFd::new(sys.clone(), sys.open(board.rpc_path, flags).map_err(|e| HalError::os(st, e))?);
     let info = driver::bind_channel(sys, board, rpc.raw()).map_err(|e| HalError::sys(st, e))?;
+    if identity == Identity::Session && board.abi == KernelAbi::DownstreamMsm {
+        adsprpc::setmode(sys, rpc.raw(), adsprpc::FASTRPC_MODE_SESSION).map_err(|e| HalError::sys(st, e))?;
+    }
     Ok((rpc, info))
 }
 
@@ -158,7 +192,7 @@ impl<S: Syscalls + Clone> ChannelOpened<S> {
         let ChannelOpened { rpc, info, prev } = self;
         let ShellStaged { shell, prev: ion } = prev;
         // The shell buffer goes before the ION device on both paths.
-        let created = create_process(&ion.sys, ion.board, rpc, shell);
+        let created = create_process(&ion.sys, ion.board, rpc, Identity::Plain, shell);
         match created {
             Ok(channel) => Ok(ProcessCreated { channel, info, prev: ion }),
             Err(e) => {
@@ -173,6 +207,8 @@ impl<S: Syscalls + Clone> ChannelOpened<S> {
 /// ignored as quic and tinygrad do), then closes the fd, which frees every parked call.
 pub(crate) struct Channel<S: Syscalls> {
     rpc: Option<OwnedFd<S>>,
+    /// The identity its DSP process was created under.
+    pub(crate) identity: Identity,
     /// The shell buffer while the driver keeps a map of it (upstream): released after the
     /// channel is closed.
     shell: Option<RawLease<S>>,
@@ -207,22 +243,43 @@ impl<S: Syscalls> Drop for Channel<S> {
     }
 }
 
-/// INIT from `shell` on `rpc`. The shell buffer is released unless the driver keeps a map of
-/// it (upstream, on success), in which case the channel keeps it.
+/// INIT from `shell` on `rpc` (opened for `identity`). If the DSP refuses because that
+/// identity has a live process, the other identity is tried on a fresh channel (downstream);
+/// with none left the error is [`Cause::IdentityInUse`]. The shell buffer is released unless
+/// the driver keeps a map of it (upstream, on success), in which case the channel keeps it.
 pub(crate) fn create_process<S: Syscalls + Clone>(
     sys: &S,
     board: &'static Board,
-    rpc: OwnedFd<S>,
+    mut rpc: OwnedFd<S>,
+    identity: Identity,
     shell: (RawLease<S>, u32),
 ) -> Result<Channel<S>, HalError> {
     let (lease, len) = shell;
-    driver::create_process(sys, board, rpc.raw(), lease.mapping(), lease_fd(&lease), len)
-        .map_err(|e| HalError::sys(Stage::ProcessCreate, e))?;
+    let mut identity = identity;
+    let mut tried_other = false;
+    loop {
+        match driver::create_process(sys, board, rpc.raw(), lease.mapping(), lease_fd(&lease), len)
+            .map_err(|e| HalError::sys(Stage::ProcessCreate, e))
+        {
+            Ok(()) => break,
+            Err(e) if identity_in_use(&e) => match identity.other(board) {
+                Some(other) if !tried_other => {
+                    log::info!("the DSP has a live process under identity {identity:?}; creating this one under {other:?}");
+                    tried_other = true;
+                    drop(rpc);
+                    rpc = open_channel(sys, board, other)?.0;
+                    identity = other;
+                }
+                _ => return Err(HalError::new(Stage::ProcessCreate, Cause::IdentityInUse)),
+            },
+            Err(e) => return Err(e),
+        }
+    }
     let shell = match board.abi {
         KernelAbi::Upstream => Some(lease),
         KernelAbi::DownstreamMsm => None,
     };
-    Ok(Channel { rpc: Some(rpc), shell, sys: sys.clone(), board })
+    Ok(Channel { rpc: Some(rpc), identity, shell, sys: sys.clone(), board })
 }
 
 fn lease_fd<S: Syscalls>(l: &RawLease<S>) -> Fd {

@@ -101,6 +101,25 @@ impl<S: Syscalls> Book<S> {
         }
     }
 
+    /// At session end, what is still kept (its channel's release never returned) is leaked on
+    /// purpose: freeing it could hand its memory or number to something else while the driver
+    /// may still map it.
+    pub(crate) fn forget_all(&self) {
+        let mut inner = self.inner.lock();
+        let n = inner.kept.len();
+        if n > 0 {
+            log::error!("{n} lease(s) or fd number(s) are left for good: their channel's release never returned");
+        }
+        for (_, k) in core::mem::take(&mut inner.kept) {
+            match k {
+                Kept::Number(t) => {
+                    let _ = t.into_raw();
+                }
+                Kept::Lease(l) => core::mem::forget(l),
+            }
+        }
+    }
+
     fn quarantined_in(&self, fd: Fd) -> Option<u32> {
         if self.quarantined.load(Ordering::Acquire) == 0 {
             return None;
@@ -238,8 +257,15 @@ impl<S: Syscalls + Clone> Session<S> {
     /// Releases what was kept for channels that are all closed now: closes retired numbers,
     /// frees kept leases, lifts quarantines. Called after every channel close.
     pub(super) fn settle(&self) {
-        let oldest_live =
-            self.cells.iter().zip(&self.cell_gen).filter(|(c, _)| !c.is_empty()).map(|(_, g)| g.load(Ordering::Acquire)).min();
+        let closing = self.closing_generations();
+        let oldest_live = self
+            .cells
+            .iter()
+            .zip(&self.cell_gen)
+            .filter(|(c, _)| !c.is_empty())
+            .map(|(_, g)| g.load(Ordering::Acquire))
+            .chain(closing.iter().copied())
+            .min();
         let mut released: heapless::Vec<Kept<S>, KEPT> = heapless::Vec::new();
         {
             let mut inner = self.book.inner.lock();

@@ -4,7 +4,12 @@
 //! (tearing a channel down and rebuilding the DSP side), `listener` (the plumbing the
 //! runtime's reverse-RPC listener thread uses).
 
+#[cfg(feature = "std")]
+extern crate std;
+
 mod book;
+#[cfg(feature = "std")]
+mod closer;
 mod library;
 mod listener;
 mod recovery;
@@ -35,6 +40,10 @@ const FAILED: u8 = 2;
 /// Descriptor cells a session rotates its channels through: the current channel's, and one
 /// for an old channel retired under a listener that has not let go of it yet.
 const CELLS: usize = 2;
+
+/// Final closes that may run on their own threads at once.
+#[cfg(feature = "std")]
+const CLOSING: usize = 16;
 
 /// The channel calls go to: an index into the session's descriptor cells, or none while
 /// recovery replaces it.
@@ -107,11 +116,20 @@ pub struct Session<S: Syscalls + Clone> {
     events: sync::Mutex<u64>,
     event: sync::Condvar,
     info: u32,
+    /// The DSP identity of the newest channel (0: the process id, 1: with the session bit).
+    identity: AtomicU8,
     /// The generation of the channel in each cell (meaningful while the cell holds one).
     cell_gen: [AtomicU32; CELLS],
     /// Leases and fd numbers kept until the channels that may map them are closed; released
     /// before the allocator device (ION handles are freed on it).
     book: Book<S>,
+    /// Runs the calls that may block in the kernel (process exit, final close) bounded or on
+    /// threads of their own, once `end_channels_off_thread` was called.
+    #[cfg(feature = "std")]
+    ender: std::sync::OnceLock<closer::ChannelEnder>,
+    /// Final closes still running on their threads: (generation, done).
+    #[cfg(feature = "std")]
+    closing: sync::Mutex<heapless::Vec<(u32, closer::Closing), CLOSING>>,
     pub(crate) ion: OwnedFd<S>,
     pub(crate) sys: S,
     pub(crate) board: &'static Board,
@@ -133,6 +151,7 @@ impl<S: Syscalls + Clone> Session<S> {
 
     pub(crate) fn from_parts(ion: HeapOpened<S>, channel: Channel<S>, info: u32) -> Self {
         let cells = [FdCell::new(), FdCell::new()];
+        let identity = u8::from(channel.identity == crate::stages::Identity::Session);
         let (token, shell) = channel.into_parts();
         let current = match token.map(|t| cells[0].put(t)) {
             Some(Ok(())) => Some(0),
@@ -157,8 +176,13 @@ impl<S: Syscalls + Clone> Session<S> {
             events: sync::Mutex::new(0),
             event: sync::Condvar::new(),
             info,
+            identity: AtomicU8::new(identity),
             cell_gen: [AtomicU32::new(1), AtomicU32::new(0)],
             book: Book::new(),
+            #[cfg(feature = "std")]
+            ender: std::sync::OnceLock::new(),
+            #[cfg(feature = "std")]
+            closing: sync::Mutex::new(heapless::Vec::new()),
             ion: ion.ion,
             sys: ion.sys,
             board: ion.board,
@@ -237,14 +261,11 @@ impl<S: Syscalls + Clone> Session<S> {
 
     /// Closes every cell whose owner asked for it back and whose leases have all returned.
     fn reap(&self) {
-        for c in &self.cells {
+        for (i, c) in self.cells.iter().enumerate() {
             if c.is_closing() {
                 if let Some(fd) = c.take() {
-                    let n = fd.raw().0;
-                    if let Err(e) = self.sys.close(fd) {
-                        log::warn!("close of retired channel fd {n} failed: {e}");
-                    }
-                    self.settle();
+                    let generation = self.cell_gen[i].load(Ordering::Acquire);
+                    self.close_channel(generation, fd, ms(self.board.recovery.listener_leave_ms));
                 }
             }
         }
@@ -257,7 +278,7 @@ impl<S: Syscalls + Clone> Session<S> {
     fn end_channel(&self, i: usize, exit: bool) {
         if let Some(lease) = self.cells[i].lease() {
             if exit {
-                process_exit(&self.sys, self.board, lease.raw());
+                self.exit_process(lease.fd());
             }
             if self.cells[i].leases() > 1 {
                 log::warn!("the reverse-RPC listener still holds channel fd {}; retiring it under the listener", lease.raw().0);
@@ -268,12 +289,8 @@ impl<S: Syscalls + Clone> Session<S> {
         }
         match self.cells[i].take() {
             Some(fd) => {
-                let n = fd.raw().0;
-                if let Err(e) = self.sys.close(fd) {
-                    log::warn!("close of channel fd {n} failed: {e}");
-                }
-                // The kernel released the channel's DSP process and every map with it.
-                self.settle();
+                let generation = self.cell_gen[i].load(Ordering::Acquire);
+                self.close_channel(generation, fd, ms(self.board.recovery.listener_leave_ms));
             }
             None => log::debug!("channel cell {i} closes when the listener lets go"),
         }
@@ -340,6 +357,76 @@ impl<S: Syscalls + Clone> Session<S> {
     }
 }
 
+impl<S: Syscalls + Clone> Session<S> {
+    /// From now on the calls that may block in the kernel when a channel ends run bounded: the
+    /// process exit is interrupted and abandoned after the board's
+    /// [`listener_leave_ms`](hexrpc_bsp::RecoveryPolicy::listener_leave_ms), and the final
+    /// close of a channel (whose kernel release waits for the DSP: without a limit downstream,
+    /// up to 10 s upstream) runs on a thread of its own, which `recover()` and drop wait for
+    /// only that long (drop: the recovery budget). Until such a close returns, its channel
+    /// counts as open: what the driver may still map stays kept, and its DSP identity taken.
+    /// `hexrpc-runtime`'s `ServedSession` calls it; without it everything runs on the caller's
+    /// thread, as it must without `std`.
+    #[cfg(feature = "std")]
+    pub fn end_channels_off_thread(&self)
+    where
+        S: Send + Sync + 'static,
+    {
+        let _ = self.ender.set(closer::ChannelEnder::new(&self.sys, self.board));
+    }
+
+    /// Process exit (handle 4) on a channel, errors ignored as quic and tinygrad do; bounded
+    /// once the session ends channels off-thread.
+    fn exit_process(&self, fd: hexrpc_drivers::BorrowedFd<'_>) {
+        #[cfg(feature = "std")]
+        if let Some(ender) = self.ender.get() {
+            return ender.exit(fd, ms(self.board.recovery.listener_leave_ms));
+        }
+        process_exit(&self.sys, self.board, fd.raw());
+    }
+
+    /// The final close of the channel of `generation`: on its own thread when the session can
+    /// (waited for at most `bound`), else here. What the channel may map is released once the
+    /// close has returned (the kernel then has released its DSP process and every map).
+    fn close_channel(&self, generation: u32, fd: hexrpc_drivers::OwnedFd, bound: Duration) {
+        #[cfg(feature = "std")]
+        if let Some(ender) = self.ender.get() {
+            if let Some(done) = ender.close(fd) {
+                let waited = closer::wait(&done, bound);
+                if !waited {
+                    log::warn!("the release of channel generation {generation} is still running after {} ms; going on", bound.as_millis());
+                    let mut closing = self.closing.lock();
+                    closing.retain(|(_, d)| !d.load(Ordering::Acquire));
+                    if closing.push((generation, done.clone())).is_err() {
+                        drop(closing);
+                        // No room to track it: wait for it, the safe side.
+                        closer::wait(&done, Duration::MAX);
+                    }
+                }
+            }
+            self.settle();
+            return;
+        }
+        let n = fd.raw().0;
+        if let Err(e) = self.sys.close(fd) {
+            log::warn!("close of channel fd {n} failed: {e}");
+        }
+        self.settle();
+    }
+
+    /// Generations whose final close is still running (they count as open).
+    fn closing_generations(&self) -> heapless::Vec<u32, 16> {
+        #[cfg(feature = "std")]
+        {
+            let mut closing = self.closing.lock();
+            closing.retain(|(_, d)| !d.load(Ordering::Acquire));
+            closing.iter().map(|(g, _)| *g).collect()
+        }
+        #[cfg(not(feature = "std"))]
+        heapless::Vec::new()
+    }
+}
+
 /// Process exit (handle 4), errors ignored as quic and tinygrad do.
 fn process_exit<S: Syscalls>(sys: &S, board: &Board, fd: Fd) {
     if let Ok(mut args) = Call::<'_, 1>::new(calls::CURRENT_PROCESS_EXIT.method()) {
@@ -369,8 +456,19 @@ impl<S: Syscalls + Clone> Drop for Session<S> {
         }
         // A listener borrows the session while it holds a lease: none is out any more.
         self.reap();
-        // Every channel is closed: nothing the driver mapped is left.
+        // Every channel is closed, or its release still runs on its own thread: give it the
+        // recovery budget, then keep for good (leak) what it may still map rather than free it.
+        #[cfg(feature = "std")]
+        {
+            let pending: heapless::Vec<closer::Closing, CLOSING> = self.closing.lock().iter().map(|(_, d)| d.clone()).collect();
+            let clock = sync::Clock::start();
+            let budget = ms(self.board.recovery.budget_ms);
+            for d in &pending {
+                closer::wait(d, budget.saturating_sub(clock.elapsed()));
+            }
+        }
         self.settle();
+        self.book.forget_all();
     }
 }
 

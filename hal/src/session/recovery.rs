@@ -7,7 +7,7 @@ use core::time::Duration;
 use hexrpc_drivers::{FdCell, Syscalls};
 
 use super::library::remotectl_open;
-use super::{ms, pack_channel, process_exit, ChannelState, Kept, Session, FAILED, HEALTHY, MAX_LIBRARIES, MAX_NAME};
+use super::{ms, pack_channel, ChannelState, Kept, Session, FAILED, HEALTHY, MAX_LIBRARIES, MAX_NAME};
 use crate::error::{Cause, HalError, Stage};
 use crate::stages;
 use crate::sync;
@@ -31,7 +31,7 @@ impl<S: Syscalls + Clone> Session<S> {
         self.published.store(0, Ordering::Release);
         self.notify();
         if let Some(lease) = self.cells[i].lease() {
-            process_exit(&self.sys, self.board, lease.raw());
+            self.exit_process(lease.fd());
         }
         let tid = self.listener_tid.load(Ordering::Acquire);
         if tid != 0 {
@@ -157,8 +157,19 @@ impl<S: Syscalls + Clone> Session<S> {
     fn rebuild(&self, chan: &mut ChannelState) -> Result<u32, HalError> {
         self.reap();
         let shell = stages::stage_shell(&self.sys, self.ion.raw(), self.board)?;
-        let (rpc, _) = stages::open_channel(&self.sys, self.board)?;
-        let ch = stages::create_process(&self.sys, self.board, rpc, shell)?;
+        // A new identity for the new process while the old one may still be released (its
+        // file retired under the listener, or its final close still running): the DSP refuses
+        // a second process under a live identity, and the old file's release names only its
+        // identity. Downstream alternates the session bit between generations (the other
+        // identity is tried when this one is still taken); upstream has one identity, and an
+        // attempt that finds it taken fails with `IdentityInUse` and is retried within the
+        // recovery budget.
+        let last = self.identity.load(Ordering::Acquire);
+        let want = if last == 0 { stages::Identity::Plain } else { stages::Identity::Session };
+        let want = want.other(self.board).unwrap_or(want);
+        let (rpc, _) = stages::open_channel(&self.sys, self.board, want)?;
+        let ch = stages::create_process(&self.sys, self.board, rpc, want, shell)?;
+        self.identity.store(u8::from(ch.identity == stages::Identity::Session), Ordering::Release);
         stages::attach_listener(&self.sys, &ch)?;
         let busy = HalError::new(Stage::Recover, Cause::Os(hexrpc_drivers::Errno::EBUSY));
         let i = self.cells.iter().position(FdCell::is_empty).ok_or(busy)?;
