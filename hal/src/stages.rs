@@ -192,7 +192,7 @@ impl<S: Syscalls + Clone> ChannelOpened<S> {
         let ChannelOpened { rpc, info, prev } = self;
         let ShellStaged { shell, prev: ion } = prev;
         // The shell buffer goes before the ION device on both paths.
-        let created = create_process(&ion.sys, ion.board, rpc, Identity::Plain, shell);
+        let created = create_process(&ion.sys, ion.board, rpc, Identity::Plain, true, shell);
         match created {
             Ok(channel) => Ok(ProcessCreated { channel, info, prev: ion }),
             Err(e) => {
@@ -243,35 +243,55 @@ impl<S: Syscalls> Drop for Channel<S> {
     }
 }
 
-/// INIT from `shell` on `rpc` (opened for `identity`). If the DSP refuses because that
-/// identity has a live process, the other identity is tried on a fresh channel (downstream);
-/// with none left the error is [`Cause::IdentityInUse`]. The shell buffer is released unless
-/// the driver keeps a map of it (upstream, on success), in which case the channel keeps it.
+/// INIT from `shell` on `rpc` (opened for `identity`). The shell buffer is released unless the
+/// driver keeps a map of it (upstream, on success), in which case the channel keeps it.
+///
+/// If the DSP refuses because `identity` has a live process (another session of this process
+/// holds it) and `fallback` allows, the same file is moved to the other identity
+/// (`SETMODE(FASTRPC_MODE_SESSION)`, downstream) and INIT is sent again. A file that stays
+/// refused is **not closed**: its close would send the kernel's release for its identity, which
+/// names only the identity and so would end the other session's DSP process
+/// (`fastrpc_file_free` / `fastrpc_device_release`). It is left open for good (logged), and the
+/// error is [`Cause::IdentityInUse`].
 pub(crate) fn create_process<S: Syscalls + Clone>(
     sys: &S,
     board: &'static Board,
-    mut rpc: OwnedFd<S>,
+    rpc: OwnedFd<S>,
     identity: Identity,
+    fallback: bool,
     shell: (RawLease<S>, u32),
 ) -> Result<Channel<S>, HalError> {
     let (lease, len) = shell;
     let mut identity = identity;
-    let mut tried_other = false;
+    let mut fallback = fallback;
     loop {
         match driver::create_process(sys, board, rpc.raw(), lease.mapping(), lease_fd(&lease), len)
             .map_err(|e| HalError::sys(Stage::ProcessCreate, e))
         {
             Ok(()) => break,
-            Err(e) if identity_in_use(&e) => match identity.other(board) {
-                Some(other) if !tried_other => {
-                    log::info!("the DSP has a live process under identity {identity:?}; creating this one under {other:?}");
-                    tried_other = true;
-                    drop(rpc);
-                    rpc = open_channel(sys, board, other)?.0;
-                    identity = other;
+            Err(e) if identity_in_use(&e) => {
+                let moved = match (identity, board.abi) {
+                    (Identity::Plain, KernelAbi::DownstreamMsm) if fallback => {
+                        adsprpc::setmode(sys, rpc.raw(), adsprpc::FASTRPC_MODE_SESSION).is_ok()
+                    }
+                    _ => false,
+                };
+                if moved {
+                    log::info!("the DSP has a live process under this process's id; this session takes the session-bit identity");
+                    identity = Identity::Session;
+                    fallback = false;
+                    continue;
                 }
-                _ => return Err(HalError::new(Stage::ProcessCreate, Cause::IdentityInUse)),
-            },
+                let n = rpc.raw().0;
+                log::error!(
+                    "the DSP refused a process under identity {identity:?}, held by another session of this process; \
+                     FastRPC fd {n} is left open for good (closing it would end that session's DSP process)"
+                );
+                if let Some(t) = rpc.into_token() {
+                    let _ = t.into_raw();
+                }
+                return Err(HalError::new(Stage::ProcessCreate, Cause::IdentityInUse));
+            }
             Err(e) => return Err(e),
         }
     }

@@ -131,17 +131,22 @@ impl<S: Syscalls> Book<S> {
 impl<S: Syscalls + Clone> Session<S> {
     /// `Err(Quarantined)` while `fd` belongs to a lease of an abandoned call.
     pub(crate) fn check_lease(&self, fd: Fd) -> Result<(), HalError> {
-        match self.book.quarantined_in(fd) {
-            Some(_) => Err(HalError::new(Stage::Alloc, Cause::Quarantined)),
-            None => Ok(()),
-        }
+        self.still_quarantined(fd).map_or(Ok(()), |_| Err(HalError::new(Stage::Alloc, Cause::Quarantined)))
+    }
+
+    /// The generation `fd` is quarantined for, after releasing what channels closed since
+    /// (a final close that ran on its own thread is noticed here).
+    fn still_quarantined(&self, fd: Fd) -> Option<u32> {
+        self.book.quarantined_in(fd)?;
+        self.settle();
+        self.book.quarantined_in(fd)
     }
 
     /// Before a call: refuses quarantined handles and marks every handle's number as handed to
     /// a channel (atomics only: the launch stays one ioctl).
     pub(super) fn admit_handles<const CAP: usize>(&self, call: &Call<'_, CAP>) -> Result<(), HalError> {
         for h in call.handles() {
-            if self.book.quarantined_in(h.fd).is_some() {
+            if self.still_quarantined(h.fd).is_some() {
                 return Err(HalError::new(Stage::Invoke, Cause::Quarantined));
             }
             self.book.mark_passed(h.fd);
@@ -189,7 +194,7 @@ impl<S: Syscalls + Clone> Session<S> {
     /// A lease of this session was dropped (see the module docs).
     pub(crate) fn lease_dropped(&self, mut raw: RawLease<S>) {
         let fd = raw.share_fd();
-        if let Some(generation) = self.book.quarantined_in(fd) {
+        if let Some(generation) = self.still_quarantined(fd) {
             log::warn!("quarantined lease (fd {}) dropped: kept until generation {generation} is released", fd.0);
             self.keep(generation, Kept::Lease(raw));
             return;

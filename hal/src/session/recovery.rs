@@ -157,18 +157,23 @@ impl<S: Syscalls + Clone> Session<S> {
     fn rebuild(&self, chan: &mut ChannelState) -> Result<u32, HalError> {
         self.reap();
         let shell = stages::stage_shell(&self.sys, self.ion.raw(), self.board)?;
-        // A new identity for the new process while the old one may still be released (its
-        // file retired under the listener, or its final close still running): the DSP refuses
-        // a second process under a live identity, and the old file's release names only its
-        // identity. Downstream alternates the session bit between generations (the other
-        // identity is tried when this one is still taken); upstream has one identity, and an
-        // attempt that finds it taken fails with `IdentityInUse` and is retried within the
-        // recovery budget.
-        let last = self.identity.load(Ordering::Acquire);
-        let want = if last == 0 { stages::Identity::Plain } else { stages::Identity::Session };
-        let want = want.other(self.board).unwrap_or(want);
+        // The DSP refuses a second process under a live identity, and the old file's release
+        // names only its identity: the new process must not be created under the old one's
+        // identity while the old file is not released yet (retired under the listener, or its
+        // final close still running). Downstream alternates the session bit between generations
+        // while the old one may still be held (no fallback: the other identity could belong to
+        // another session of this process); upstream has one identity per process, so the
+        // attempt waits: it fails with `IdentityInUse` without opening anything, and recovery
+        // retries within its budget.
+        let old_held = self.cells.iter().any(|c| !c.is_empty()) || !self.closing_generations().is_empty();
+        let last = if self.identity.load(Ordering::Acquire) == 0 { stages::Identity::Plain } else { stages::Identity::Session };
+        let (want, fallback) = match (old_held, last.other(self.board)) {
+            (false, _) => (stages::Identity::Plain, true),
+            (true, Some(other)) => (other, false),
+            (true, None) => return Err(HalError::new(Stage::Recover, Cause::IdentityInUse)),
+        };
         let (rpc, _) = stages::open_channel(&self.sys, self.board, want)?;
-        let ch = stages::create_process(&self.sys, self.board, rpc, want, shell)?;
+        let ch = stages::create_process(&self.sys, self.board, rpc, want, fallback, shell)?;
         self.identity.store(u8::from(ch.identity == stages::Identity::Session), Ordering::Release);
         stages::attach_listener(&self.sys, &ch)?;
         let busy = HalError::new(Stage::Recover, Cause::Os(hexrpc_drivers::Errno::EBUSY));
