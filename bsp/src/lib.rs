@@ -538,7 +538,7 @@ mod tests {
         assert_eq!(COMMA_THREE.heap_mask(), 0x0200_0000);
         assert_eq!(COMMA_THREE.channel, 3);
         // sdm845: every CDSP context bank is `dma-coherent` in the AGNOS device tree.
-        assert!(COMMA_THREE.dsp_coherent);
+        const { assert!(COMMA_THREE.dsp_coherent) };
         assert_eq!(COMMA_THREE.shell_search[0], c"/dsp/fastrpc_shell_3");
     }
 

@@ -408,6 +408,7 @@ impl<S: Syscalls + Clone> Session<S> {
             return;
         }
         let n = fd.raw().0;
+        let _ = (generation, bound);
         if let Err(e) = self.sys.close(fd) {
             log::warn!("close of channel fd {n} failed: {e}");
         }

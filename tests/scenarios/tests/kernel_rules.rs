@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use hexrpc_bench::{wire, Bench, DriverMapKind, DspCallKind, Fault, FaultTarget, KernelCall, LibraryModel, ReverseRequest, TableKernel};
 use hexrpc_bsp::{Board, KernelAbi};
-use hexrpc_drivers::{adsprpc, listener, Fd, Scalars};
+use hexrpc_drivers::{adsprpc, listener, Scalars};
 use hexrpc_hal::internal::ListenerPlumbing;
 use hexrpc_hal::{BufferView, Cause, ErrorKind, HalError, Lease, Library};
 use hexrpc_runtime::launch::{AbiVersion, Batch, BufferRef, PackedLaunch, Scalar, Signature};
