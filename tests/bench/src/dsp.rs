@@ -742,9 +742,7 @@ fn library(sh: &Shared, job: &Job, mut outs: Vec<Vec<u8>>) -> CtxResult {
 /// ([`BenchConfig::fdlist`](crate::BenchConfig::fdlist)); nothing after an error.
 pub(crate) fn fdlist(sh: &Shared, job: &Job, rv: i32) -> Vec<i32> {
     match sh.cfg.fdlist {
-        crate::FdlistPolicy::EveryHandle if rv == 0 => {
-            job.handles.iter().map(|h| h.fd).take(hexrpc_drivers::adsprpc::M_FDLIST).collect()
-        }
+        crate::FdlistPolicy::EveryHandle if rv == 0 => job.handles.iter().map(|h| h.fd).take(hexrpc_drivers::adsprpc::M_FDLIST).collect(),
         _ => Vec::new(),
     }
 }

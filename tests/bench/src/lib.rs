@@ -126,7 +126,9 @@ pub use account::{
     CallCounts, CallKind, DspCallKind, Fault, FaultTarget, LatencySample, LatencySummary, LedgerEntry, LedgerEvent, MunmapRecord,
     OpenRecord, ReverseRecord, Snapshot,
 };
-pub use bench::{Bench, BufferId, DriverMap, DriverMapKind, DspProcessInfo, ReverseReply, ReverseRequest, ReverseTicket, WeakBench, DEFAULT_SHELL_LEN};
+pub use bench::{
+    Bench, BufferId, DriverMap, DriverMapKind, DspProcessInfo, ReverseReply, ReverseRequest, ReverseTicket, WeakBench, DEFAULT_SHELL_LEN,
+};
 pub use config::{BenchConfig, CostModel, FdlistPolicy};
 pub use dsp::{ReverseError, STALE_BYTE};
 pub use entry::{AccessError, EntryVersion, KernelCall, KernelFn, LibraryModel, TableKernel, BATCH_MAGIC, V2_MAGIC};

@@ -616,7 +616,8 @@ unsafe fn invoke<'a>(
         // fastrpc_mmap_create: an existing map of this fd NUMBER (va 0) is reused whatever the
         // number names now; the DSP gets that map's pages (fastrpc_mmap_find matches the number
         // only, no dma-buf identity check).
-        let existing = st.rpc_files.get(&file).and_then(|f| f.maps.iter().position(|x| x.kind != MapKind::AddPages && x.fd == fd && x.va == 0));
+        let existing =
+            st.rpc_files.get(&file).and_then(|f| f.maps.iter().position(|x| x.kind != MapKind::AddPages && x.fd == fd && x.va == 0));
         let buf = match existing {
             Some(i) => {
                 let Some(f) = st.rpc_files.get_mut(&file) else { return (st, Err(Errno::EBADF)) };

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use hexrpc_bench::elf::{elf_image, hexagon_elf};
-use hexrpc_bench::{Bench, BenchConfig, CallKind, FdlistPolicy, DspCallKind, EntryVersion, Fault, FaultTarget, LibraryModel, STALE_BYTE};
+use hexrpc_bench::{Bench, BenchConfig, CallKind, DspCallKind, EntryVersion, Fault, FaultTarget, FdlistPolicy, LibraryModel, STALE_BYTE};
 use hexrpc_drivers::adsprpc::{self, InvokeArgs, ADSP_MMAP_ADD_PAGES};
 use hexrpc_drivers::{aee, Errno, Error, Fd, OpenFlags, Syscalls};
 
@@ -131,7 +131,8 @@ fn init_errors() {
 fn mmap_munmap_and_munmap_fd() {
     // A CAF driver that writes `vaddrout` (the comma three's does not): the DSP addresses are
     // what this test follows.
-    let b = Bench::with_config(BenchConfig { mmap_writes_vaddrout: true, reverse_timeout: Duration::from_millis(600), ..Default::default() });
+    let b =
+        Bench::with_config(BenchConfig { mmap_writes_vaddrout: true, reverse_timeout: Duration::from_millis(600), ..Default::default() });
     let start = b.snapshot();
     let s = open_session(&b);
     let buf = alloc(&b, s.ion, 16384);
