@@ -4,8 +4,11 @@
 //! struct is copied from the raw pointer with the size the driver uses, and a faulting copy is
 //! -1 / `EPERM`. INVOKE follows 2.7: LENGTH(sc) 16-byte `remote_arg`s (and `fds[]`/`attrs[]` of
 //! that length when the pointers are non-null) are copied in; a wrapping buffer is -1; handles
-//! need an ION fd (plain INVOKE with handles is -1) and get a driver map that only the DSP's
-//! fdlist, MUNMAP_FD, MUNMAP or close releases; in-buffers are copied in, out-buffers start with
+//! need an ION fd (plain INVOKE with handles is -1) and get a driver map, keyed by the fd
+//! NUMBER, that the call never releases: only the DSP's fdlist (successful calls), MUNMAP_FD
+//! (one reference, no DSP message, -1 when no map covers the range) or close does; a later call
+//! that passes a number with a map reuses it whatever the number names now, and the DSP gets the
+//! map's buffer (`fastrpc_mmap_find` matches the number only); in-buffers are copied in, out-buffers start with
 //! stale bytes and are copied back only when the DSP returned 0; the 64-bit `remote_arg64`
 //! records go to the DSP model. A user invoke waits interruptibly with no timeout: an interrupt
 //! ([`Syscalls::interrupt`](hexrpc_drivers::Syscalls::interrupt)) parks the context, which only the
@@ -17,11 +20,16 @@
 //! * buffer arguments are always copied, never mapped, even with a buffer fd (the driver maps when
 //!   it can and copies otherwise; visible only in that a mapped out-buffer would show DSP writes
 //!   after an error);
-//! * MMAP writes `vaddrout` back only if [`BenchConfig::mmap_writes_vaddrout`] (the AGNOS source
-//!   never writes it, a newer CAF source does: kernel-abi.md 2.9);
-//! * kernel-originated DSP messages (INIT, MMAP, MUNMAP, release) complete at once unless a fault
-//!   delays them; INIT on a file that already has a process, and any invoke before INIT, is -1
-//!   (a choice); only the board's channel has a DSP behind it (INIT on another channel is -1);
+//! * MMAP writes `vaddrout` back only if [`BenchConfig::mmap_writes_vaddrout`] (default off: the
+//!   comma three's source never writes it, a newer CAF source does);
+//! * kernel-originated DSP messages (INIT, MMAP, MUNMAP) complete at once unless a fault delays
+//!   them; the release on close waits, with no limit, for
+//!   its answer, which comes once the released process's running library calls have returned
+//!   (or never, under a `Hang` fault, until the hangs are released or the DSP restarts);
+//! * the DSP keys processes by the file's identity (tgid, bit 30 after SETMODE(SESSION)): INIT
+//!   for an identity with a live process is answered `AEE_EBADSTATE` (the real code is not
+//!   known); INIT on a file that already has a process, and any invoke before INIT, is -1 (a
+//!   choice); only the board's channel has a DSP behind it (INIT on another channel is -1);
 //! * GETPERF's per-thread record holds only the invoke count and the tid (the real one also leaks
 //!   a kernel list node); SMMU faults (+39) are never simulated;
 //! * a resumed invoke copies back to the user pointers of the *interrupted* call, as the kernel

@@ -13,6 +13,9 @@
 //! * INVOKE: handle 1 is `EPERM`; LENGTH(sc) 24-byte `fastrpc_invoke_args` are read; every
 //!   argument with an fd (not 0, not -1) and a non-zero length is mapped (a descriptor that is
 //!   not a dma-buf: `EINVAL`; a bad one: `EINVAL`, as `fastrpc_create_maps` folds every error);
+//!   an existing map is found by the fd NUMBER only (`fastrpc_map_lookup` before the Aug-2025
+//!   fix), so a reused number hands the DSP the old map's buffer; handle maps keep the call's
+//!   reference until the fdlist or close;
 //!   copied out-buffers start zeroed (the driver clears its payload) and are copied back
 //!   **before** the DSP's result is looked at, so also after a DSP error; 255 contexts in flight
 //!   on the channel: `ENOSPC`; an interrupted call returns `EINTR` and is never resumed: its
@@ -23,6 +26,10 @@
 //!   ([`BenchConfig::upstream_secure_channel`]) without `FASTRPC_MODE_UNSIGNED_MODULE`:
 //!   `ECONNREFUSED`; a shell over 2 MiB: `EINVAL`; the shell's fd is mapped and the map is kept
 //!   until close, as the driver keeps it;
+//! * the DSP identity is the tgid (no SETMODE, no per-session `client_id`): a second create or
+//!   attach for a live identity is `AEE_EBADSTATE`, and every file's close releases the
+//!   identity's process; the release waits for the process's running library calls at most
+//!   [`BenchConfig::kernel_call_timeout`] and then frees anyway;
 //! * a DSP restart ([`Bench::restart_dsp`](crate::Bench::restart_dsp)) completes calls in flight
 //!   with `EPIPE`, and every later call on a file opened before it fails with `EPIPE` forever
 //!   (the channel context is gone); a fresh open works once the DSP is available.
