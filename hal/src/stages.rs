@@ -141,17 +141,6 @@ pub(crate) enum Identity {
     Session,
 }
 
-impl Identity {
-    /// The other identity (downstream; upstream has only [`Identity::Plain`]).
-    pub(crate) fn other(self, board: &Board) -> Option<Identity> {
-        match (board.abi, self) {
-            (KernelAbi::Upstream, _) => None,
-            (KernelAbi::DownstreamMsm, Identity::Plain) => Some(Identity::Session),
-            (KernelAbi::DownstreamMsm, Identity::Session) => Some(Identity::Plain),
-        }
-    }
-}
-
 /// What the DSP answers to a process create for an identity that already has a live process
 /// ("a bad request" in Qualcomm's words): `AEE_EBADSTATE`.
 fn identity_in_use(e: &HalError) -> bool {

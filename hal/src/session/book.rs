@@ -38,8 +38,10 @@ use crate::sync;
 
 /// Fd numbers tracked exactly (one bit each); a larger number is assumed to have been passed.
 const PASSED_WORDS: usize = 64;
-/// Leases and numbers kept for channels that are still open.
-const KEPT: usize = 256;
+/// Retired numbers kept for channels that are still open (4 bytes each).
+const KEPT_NUMBERS: usize = 1024;
+/// Whole leases kept for channels that are still open (shells, quarantined leases).
+const KEPT_LEASES: usize = 64;
 /// Fds of abandoned calls.
 const QUARANTINE: usize = 128;
 /// Most MUNMAP_FD calls for one fd on one channel (a driver that never says "no map" must not
@@ -56,8 +58,10 @@ pub(crate) enum Kept<S: Syscalls> {
 }
 
 struct Inner<S: Syscalls> {
-    /// (newest channel generation that may map it, what is kept).
-    kept: heapless::Vec<(u32, Kept<S>), KEPT>,
+    /// (newest channel generation that may map it, the retired number).
+    numbers: heapless::Vec<(u32, hexrpc_drivers::OwnedFd), KEPT_NUMBERS>,
+    /// (newest channel generation that may map it, the lease).
+    leases: heapless::Vec<(u32, RawLease<S>), KEPT_LEASES>,
     /// (generation of the abandoned call, fd of one of its handles).
     quarantine: heapless::Vec<(u32, Fd), QUARANTINE>,
 }
@@ -74,7 +78,11 @@ pub(crate) struct Book<S: Syscalls> {
 impl<S: Syscalls> Book<S> {
     pub(crate) const fn new() -> Self {
         Book {
-            inner: sync::Mutex::new(Inner { kept: heapless::Vec::new(), quarantine: heapless::Vec::new() }),
+            inner: sync::Mutex::new(Inner {
+                numbers: heapless::Vec::new(),
+                leases: heapless::Vec::new(),
+                quarantine: heapless::Vec::new(),
+            }),
             quarantined: AtomicUsize::new(0),
             passed: [const { AtomicU64::new(0) }; PASSED_WORDS],
         }
@@ -106,17 +114,15 @@ impl<S: Syscalls> Book<S> {
     /// may still map it.
     pub(crate) fn forget_all(&self) {
         let mut inner = self.inner.lock();
-        let n = inner.kept.len();
+        let n = inner.numbers.len() + inner.leases.len();
         if n > 0 {
             log::error!("{n} lease(s) or fd number(s) are left for good: their channel's release never returned");
         }
-        for (_, k) in core::mem::take(&mut inner.kept) {
-            match k {
-                Kept::Number(t) => {
-                    let _ = t.into_raw();
-                }
-                Kept::Lease(l) => core::mem::forget(l),
-            }
+        for (_, t) in core::mem::take(&mut inner.numbers) {
+            let _ = t.into_raw();
+        }
+        for (_, l) in core::mem::take(&mut inner.leases) {
+            core::mem::forget(l);
         }
     }
 
@@ -178,8 +184,12 @@ impl<S: Syscalls + Clone> Session<S> {
     /// Keeps `what` until every channel of generation `generation` or older is closed.
     pub(super) fn keep(&self, generation: u32, what: Kept<S>) {
         let mut inner = self.book.inner.lock();
-        if let Err((_, what)) = inner.kept.push((generation, what)) {
-            drop(inner);
+        let full = match what {
+            Kept::Number(t) => inner.numbers.push((generation, t)).err().map(|(_, t)| Kept::Number(t)),
+            Kept::Lease(l) => inner.leases.push((generation, l)).err().map(|(_, l)| Kept::Lease(l)),
+        };
+        drop(inner);
+        if let Some(what) = full {
             // Leaking is the safe side: the number (and memory) stay taken for good.
             log::error!("lease bookkeeping full: an fd number the driver may map stays open for good");
             match what {
@@ -269,18 +279,26 @@ impl<S: Syscalls + Clone> Session<S> {
             .zip(&self.cell_gen)
             .filter(|(c, _)| !c.is_empty())
             .map(|(_, g)| g.load(Ordering::Acquire))
-            .chain(closing.iter().copied())
+            .chain(closing.iter().map(|(g, _)| *g))
             .min();
-        let mut released: heapless::Vec<Kept<S>, KEPT> = heapless::Vec::new();
+        let mut numbers: heapless::Vec<hexrpc_drivers::OwnedFd, KEPT_NUMBERS> = heapless::Vec::new();
+        let mut leases: heapless::Vec<RawLease<S>, KEPT_LEASES> = heapless::Vec::new();
         {
             let mut inner = self.book.inner.lock();
             let free = |g: u32| oldest_live.is_none_or(|o| g < o);
             let mut i = 0;
-            while i < inner.kept.len() {
-                if free(inner.kept[i].0) {
-                    let (_, k) = inner.kept.swap_remove(i);
-                    // Same capacity as `kept`: never full.
-                    let _ = released.push(k);
+            while i < inner.numbers.len() {
+                if free(inner.numbers[i].0) {
+                    // Same capacity as the table: never full.
+                    let _ = numbers.push(inner.numbers.swap_remove(i).1);
+                } else {
+                    i += 1;
+                }
+            }
+            let mut i = 0;
+            while i < inner.leases.len() {
+                if free(inner.leases[i].0) {
+                    let _ = leases.push(inner.leases.swap_remove(i).1);
                 } else {
                     i += 1;
                 }
@@ -288,22 +306,18 @@ impl<S: Syscalls + Clone> Session<S> {
             inner.quarantine.retain(|(g, _)| !free(*g));
             self.book.quarantined.store(inner.quarantine.len(), Ordering::Release);
         }
-        for k in released {
-            match k {
-                Kept::Number(n) => {
-                    let raw = n.raw().0;
-                    if let Err(e) = self.sys.close(n) {
-                        log::warn!("close of retired lease fd {raw} failed: {e}");
-                    }
-                }
-                Kept::Lease(l) => drop(l),
+        for n in numbers {
+            let raw = n.raw().0;
+            if let Err(e) = self.sys.close(n) {
+                log::warn!("close of retired lease fd {raw} failed: {e}");
             }
         }
+        drop(leases);
     }
 
     /// Leases and numbers kept, and fds quarantined (tests, diagnostics).
     pub fn kept_counts(&self) -> (usize, usize) {
         let inner = self.book.inner.lock();
-        (inner.kept.len(), inner.quarantine.len())
+        (inner.numbers.len() + inner.leases.len(), inner.quarantine.len())
     }
 }

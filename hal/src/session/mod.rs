@@ -95,6 +95,22 @@ pub enum Health {
 /// through a lease on that channel's descriptor, and the descriptor number stays open (retired
 /// to `/dev/null` if the listener is slow to leave) until the lease is back, so nothing the
 /// listener sends for an old generation can reach a newer channel under a reused number.
+///
+/// # What the kernels impose
+///
+/// * A dropped lease comes back here: downstream the driver's maps of its fd are dropped on
+///   every live channel (`FASTRPC_IOCTL_MUNMAP_FD` until none is left) before the fd is closed;
+///   upstream (no unmap by fd) its number is retired to `/dev/null` and closed only when every
+///   channel that may map it has closed, and a channel keeps its shell buffer as long. A launch
+///   only marks its handles' numbers (no extra ioctl).
+/// * A call abandoned at its deadline quarantines its leases ([`Cause::Quarantined`]) until the
+///   channel it ran on is closed, which is when the kernel has released its DSP process.
+/// * The DSP keys processes by the opener's process id: a second session of this process takes
+///   the session-bit identity (downstream) or is refused ([`Cause::IdentityInUse`]); recovery
+///   alternates identities downstream and waits for the old release upstream.
+/// * The release on close waits for the DSP (downstream without a limit): with
+///   [`end_channels_off_thread`](Session::end_channels_off_thread) it runs on a thread of its
+///   own and `recover()` and drop wait for it only within the board's bounds.
 pub struct Session<S: Syscalls + Clone> {
     // Field order is release order: libraries, channel (process exit, fd close), ION device.
     libs: sync::Mutex<[Option<LibSlot>; MAX_LIBRARIES]>,
@@ -116,8 +132,9 @@ pub struct Session<S: Syscalls + Clone> {
     events: sync::Mutex<u64>,
     event: sync::Condvar,
     info: u32,
-    /// The DSP identity of the newest channel (0: the process id, 1: with the session bit).
-    identity: AtomicU8,
+    /// The DSP identity of the channel in each cell (0: the process id, 1: with the session
+    /// bit; meaningful while the cell holds one).
+    cell_ident: [AtomicU8; CELLS],
     /// The generation of the channel in each cell (meaningful while the cell holds one).
     cell_gen: [AtomicU32; CELLS],
     /// Leases and fd numbers kept until the channels that may map them are closed; released
@@ -129,7 +146,7 @@ pub struct Session<S: Syscalls + Clone> {
     ender: std::sync::OnceLock<closer::ChannelEnder>,
     /// Final closes still running on their threads: (generation, done).
     #[cfg(feature = "std")]
-    closing: sync::Mutex<heapless::Vec<(u32, closer::Closing), CLOSING>>,
+    closing: sync::Mutex<heapless::Vec<(u32, u8, closer::Closing), CLOSING>>,
     pub(crate) ion: OwnedFd<S>,
     pub(crate) sys: S,
     pub(crate) board: &'static Board,
@@ -176,7 +193,7 @@ impl<S: Syscalls + Clone> Session<S> {
             events: sync::Mutex::new(0),
             event: sync::Condvar::new(),
             info,
-            identity: AtomicU8::new(identity),
+            cell_ident: [AtomicU8::new(identity), AtomicU8::new(0)],
             cell_gen: [AtomicU32::new(1), AtomicU32::new(0)],
             book: Book::new(),
             #[cfg(feature = "std")]
@@ -264,8 +281,7 @@ impl<S: Syscalls + Clone> Session<S> {
         for (i, c) in self.cells.iter().enumerate() {
             if c.is_closing() {
                 if let Some(fd) = c.take() {
-                    let generation = self.cell_gen[i].load(Ordering::Acquire);
-                    self.close_channel(generation, fd, ms(self.board.recovery.listener_leave_ms));
+                    self.close_channel(i, fd, ms(self.board.recovery.listener_leave_ms));
                 }
             }
         }
@@ -288,10 +304,7 @@ impl<S: Syscalls + Clone> Session<S> {
             }
         }
         match self.cells[i].take() {
-            Some(fd) => {
-                let generation = self.cell_gen[i].load(Ordering::Acquire);
-                self.close_channel(generation, fd, ms(self.board.recovery.listener_leave_ms));
-            }
+            Some(fd) => self.close_channel(i, fd, ms(self.board.recovery.listener_leave_ms)),
             None => log::debug!("channel cell {i} closes when the listener lets go"),
         }
     }
@@ -385,10 +398,13 @@ impl<S: Syscalls + Clone> Session<S> {
         process_exit(&self.sys, self.board, fd.raw());
     }
 
-    /// The final close of the channel of `generation`: on its own thread when the session can
-    /// (waited for at most `bound`), else here. What the channel may map is released once the
-    /// close has returned (the kernel then has released its DSP process and every map).
-    fn close_channel(&self, generation: u32, fd: hexrpc_drivers::OwnedFd, bound: Duration) {
+    /// The final close of the channel that was in cell `cell`: on its own thread when the
+    /// session can (waited for at most `bound`), else here. What the channel may map is
+    /// released once the close has returned (the kernel then has released its DSP process and
+    /// every map), and its identity is free again.
+    fn close_channel(&self, cell: usize, fd: hexrpc_drivers::OwnedFd, bound: Duration) {
+        let generation = self.cell_gen[cell].load(Ordering::Acquire);
+        let identity = self.cell_ident[cell].load(Ordering::Acquire);
         #[cfg(feature = "std")]
         if let Some(ender) = self.ender.get() {
             if let Some(done) = ender.close(fd) {
@@ -396,8 +412,8 @@ impl<S: Syscalls + Clone> Session<S> {
                 if !waited {
                     log::warn!("the release of channel generation {generation} is still running after {} ms; going on", bound.as_millis());
                     let mut closing = self.closing.lock();
-                    closing.retain(|(_, d)| !d.load(Ordering::Acquire));
-                    if closing.push((generation, done.clone())).is_err() {
+                    closing.retain(|(_, _, d)| !d.load(Ordering::Acquire));
+                    if closing.push((generation, identity, done.clone())).is_err() {
                         drop(closing);
                         // No room to track it: wait for it, the safe side.
                         closer::wait(&done, Duration::MAX);
@@ -408,23 +424,39 @@ impl<S: Syscalls + Clone> Session<S> {
             return;
         }
         let n = fd.raw().0;
-        let _ = (generation, bound);
+        let _ = (generation, identity, bound);
         if let Err(e) = self.sys.close(fd) {
             log::warn!("close of channel fd {n} failed: {e}");
         }
         self.settle();
     }
 
-    /// Generations whose final close is still running (they count as open).
-    fn closing_generations(&self) -> heapless::Vec<u32, 16> {
+    /// Generations (with their identities) whose final close is still running (they count as
+    /// open).
+    fn closing_generations(&self) -> heapless::Vec<(u32, u8), 16> {
         #[cfg(feature = "std")]
         {
             let mut closing = self.closing.lock();
-            closing.retain(|(_, d)| !d.load(Ordering::Acquire));
-            closing.iter().map(|(g, _)| *g).collect()
+            closing.retain(|(_, _, d)| !d.load(Ordering::Acquire));
+            closing.iter().map(|(g, i, _)| (*g, *i)).collect()
         }
         #[cfg(not(feature = "std"))]
         heapless::Vec::new()
+    }
+
+    /// The identities this session's own channels may still hold (open, retired under the
+    /// listener, or with a final close still running): `[plain, session bit]`.
+    fn held_identities(&self) -> [bool; 2] {
+        let mut held = [false; 2];
+        for (c, i) in self.cells.iter().zip(&self.cell_ident) {
+            if !c.is_empty() {
+                held[usize::from(i.load(Ordering::Acquire) & 1)] = true;
+            }
+        }
+        for (_, i) in self.closing_generations() {
+            held[usize::from(i & 1)] = true;
+        }
+        held
     }
 }
 
@@ -461,7 +493,7 @@ impl<S: Syscalls + Clone> Drop for Session<S> {
         // recovery budget, then keep for good (leak) what it may still map rather than free it.
         #[cfg(feature = "std")]
         {
-            let pending: heapless::Vec<closer::Closing, CLOSING> = self.closing.lock().iter().map(|(_, d)| d.clone()).collect();
+            let pending: heapless::Vec<closer::Closing, CLOSING> = self.closing.lock().iter().map(|(_, _, d)| d.clone()).collect();
             let clock = sync::Clock::start();
             let budget = ms(self.board.recovery.budget_ms);
             for d in &pending {

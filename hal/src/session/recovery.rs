@@ -158,23 +158,23 @@ impl<S: Syscalls + Clone> Session<S> {
         self.reap();
         let shell = stages::stage_shell(&self.sys, self.ion.raw(), self.board)?;
         // The DSP refuses a second process under a live identity, and the old file's release
-        // names only its identity: the new process must not be created under the old one's
-        // identity while the old file is not released yet (retired under the listener, or its
-        // final close still running). Downstream alternates the session bit between generations
-        // while the old one may still be held (no fallback: the other identity could belong to
-        // another session of this process); upstream has one identity per process, so the
-        // attempt waits: it fails with `IdentityInUse` without opening anything, and recovery
-        // retries within its budget.
-        let old_held = self.cells.iter().any(|c| !c.is_empty()) || !self.closing_generations().is_empty();
-        let last = if self.identity.load(Ordering::Acquire) == 0 { stages::Identity::Plain } else { stages::Identity::Session };
-        let (want, fallback) = match (old_held, last.other(self.board)) {
-            (false, _) => (stages::Identity::Plain, true),
-            (true, Some(other)) => (other, false),
-            (true, None) => return Err(HalError::new(Stage::Recover, Cause::IdentityInUse)),
+        // names only its identity: the new process is created under an identity none of this
+        // session's old channels may still hold (retired under the listener, or a final close
+        // still running). Downstream that alternates the session bit between generations while
+        // an old one is being released (falling back to the other identity only if that one is
+        // not ours either: it may belong to another session of this process); upstream has one
+        // identity per process, so the attempt waits: it fails with `IdentityInUse` without
+        // opening anything, and recovery retries within its budget.
+        let held = self.held_identities();
+        let session_ok = self.board.abi == hexrpc_bsp::KernelAbi::DownstreamMsm && !held[1];
+        let (want, fallback) = match (held[0], session_ok) {
+            (false, _) => (stages::Identity::Plain, session_ok),
+            (true, true) => (stages::Identity::Session, false),
+            (true, false) => return Err(HalError::new(Stage::Recover, Cause::IdentityInUse)),
         };
         let (rpc, _) = stages::open_channel(&self.sys, self.board, want)?;
         let ch = stages::create_process(&self.sys, self.board, rpc, want, fallback, shell)?;
-        self.identity.store(u8::from(ch.identity == stages::Identity::Session), Ordering::Release);
+        let identity = u8::from(ch.identity == stages::Identity::Session);
         stages::attach_listener(&self.sys, &ch)?;
         let busy = HalError::new(Stage::Recover, Cause::Os(hexrpc_drivers::Errno::EBUSY));
         let i = self.cells.iter().position(FdCell::is_empty).ok_or(busy)?;
@@ -184,6 +184,7 @@ impl<S: Syscalls + Clone> Session<S> {
         // The cell's generation is set before the cell holds the channel, so the bookkeeping
         // never sees it with an older one.
         self.cell_gen[i].store(generation, Ordering::Release);
+        self.cell_ident[i].store(identity, Ordering::Release);
         if let Err(t) = self.cells[i].put(token) {
             let _ = self.sys.close(t);
             return Err(busy);
