@@ -176,9 +176,17 @@ impl<S: Syscalls + Clone> Session<S> {
         log::warn!("{} lease(s) of an abandoned call are quarantined until generation {generation} is released", call.handles().count());
     }
 
-    /// The newest generation among the open channels (`None`: no channel is open).
+    /// The newest generation among the channels not released yet (open, or with a final close
+    /// still running); `None`: every channel is released.
     fn newest_live(&self) -> Option<u32> {
-        self.cells.iter().zip(&self.cell_gen).filter(|(c, _)| !c.is_empty()).map(|(_, g)| g.load(Ordering::Acquire)).max()
+        let closing = self.closing_generations();
+        self.cells
+            .iter()
+            .zip(&self.cell_gen)
+            .filter(|(c, _)| !c.is_empty())
+            .map(|(_, g)| g.load(Ordering::Acquire))
+            .chain(closing.iter().map(|(g, _)| *g))
+            .max()
     }
 
     /// Keeps `what` until every channel of generation `generation` or older is closed.
