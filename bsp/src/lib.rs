@@ -159,8 +159,21 @@ pub struct Board {
     pub process_attrs: u32,
     /// ION allocation alignment (tinygrad uses 0x200).
     pub alloc_align: u64,
-    /// Path of the DSP user-process shell ELF.
+    /// Path of the DSP user-process shell ELF where this board's images put it (one of
+    /// [`shell_search`](Board::shell_search); probes and reports name it).
     pub shell_path: &'static core::ffi::CStr,
+    /// Where the session looks for the shell, in order; the first path that exists wins. The
+    /// FastRPC user library (`open_shell`) tries `<mount>/NAME`, `<mount>/cdsp/NAME`,
+    /// `/vendor/dsp/NAME`, `/vendor/dsp/cdsp/NAME`, with `<mount>` = `/dsp` for the downstream
+    /// driver and `/usr/lib/dsp` for the upstream one and NAME = `fastrpc_shell_3` (or
+    /// `fastrpc_shell_unsigned_3` for an unsigned PD); the environment is not consulted.
+    pub shell_search: &'static [&'static core::ffi::CStr],
+    /// Every FastRPC context bank of the compute DSP is I/O-coherent (`dma-coherent` in the
+    /// device tree): the DSP's accesses snoop the CPU caches. When false on a board with cached
+    /// ION buffers, the HAL cleans and invalidates lease memory around its own CPU accesses,
+    /// because the downstream driver maintains the caches of in/out buffer arguments only,
+    /// never of handle arguments (which is how every lease reaches the DSP).
+    pub dsp_coherent: bool,
     /// Directories the reverse file service may serve files from (read-only).
     pub dsp_dirs: &'static [&'static str],
     /// Device-tree model strings that identify this board (`/proc/device-tree/model`).
@@ -212,6 +225,13 @@ pub const COMMA_THREE: Board = Board {
     process_attrs: 0,
     alloc_align: 0x200,
     shell_path: c"/dsp/cdsp/fastrpc_shell_3",
+    shell_search: &[
+        c"/dsp/fastrpc_shell_3",
+        c"/dsp/cdsp/fastrpc_shell_3",
+        c"/vendor/dsp/fastrpc_shell_3",
+        c"/vendor/dsp/cdsp/fastrpc_shell_3",
+    ],
+    dsp_coherent: true,
     dsp_dirs: &["/dsp/cdsp", "/dsp"],
     dt_models: &["comma tici", "comma tizi", "comma mici", "Qualcomm Technologies, Inc. SDM845"],
     limits: DEFAULT_LIMITS,
@@ -233,6 +253,13 @@ pub const GENERIC_MSM_ANDROID: Board = Board {
     process_attrs: 0,
     alloc_align: 0x200,
     shell_path: c"/vendor/dsp/cdsp/fastrpc_shell_3",
+    shell_search: &[
+        c"/dsp/fastrpc_shell_3",
+        c"/dsp/cdsp/fastrpc_shell_3",
+        c"/vendor/dsp/fastrpc_shell_3",
+        c"/vendor/dsp/cdsp/fastrpc_shell_3",
+    ],
+    dsp_coherent: false,
     dsp_dirs: &["/vendor/dsp/cdsp", "/vendor/dsp", "/vendor/lib/rfsa/adsp"],
     dt_models: &[],
     limits: DEFAULT_LIMITS,
@@ -254,6 +281,13 @@ pub const BENCH: Board = Board {
     process_attrs: 0,
     alloc_align: 0x200,
     shell_path: c"/bench/dsp/cdsp/fastrpc_shell_3",
+    shell_search: &[
+        c"/bench/dsp/fastrpc_shell_3",
+        c"/bench/dsp/cdsp/fastrpc_shell_3",
+        c"/bench/vendor/dsp/fastrpc_shell_3",
+        c"/bench/vendor/dsp/cdsp/fastrpc_shell_3",
+    ],
+    dsp_coherent: true,
     dsp_dirs: &["/bench/dsp/cdsp"],
     dt_models: &[],
     limits: DEFAULT_LIMITS,
@@ -275,6 +309,13 @@ pub const QCOM_RB5: Board = Board {
     cached: true,
     process_attrs: upstream::FASTRPC_MODE_UNSIGNED_MODULE,
     shell_path: c"/usr/lib/dsp/cdsp/fastrpc_shell_unsigned_3",
+    shell_search: &[
+        c"/usr/lib/dsp/fastrpc_shell_unsigned_3",
+        c"/usr/lib/dsp/cdsp/fastrpc_shell_unsigned_3",
+        c"/vendor/dsp/fastrpc_shell_unsigned_3",
+        c"/vendor/dsp/cdsp/fastrpc_shell_unsigned_3",
+    ],
+    dsp_coherent: false,
     dsp_dirs: &["/usr/lib/dsp/cdsp", "/usr/lib/dsp"],
     dt_models: &["Qualcomm Technologies, Inc. Robotics RB5"],
     limits: DEFAULT_LIMITS,
@@ -296,6 +337,13 @@ pub const GENERIC_UPSTREAM: Board = Board {
     cached: true,
     process_attrs: upstream::FASTRPC_MODE_UNSIGNED_MODULE,
     shell_path: c"/usr/lib/dsp/cdsp/fastrpc_shell_unsigned_3",
+    shell_search: &[
+        c"/usr/lib/dsp/fastrpc_shell_unsigned_3",
+        c"/usr/lib/dsp/cdsp/fastrpc_shell_unsigned_3",
+        c"/vendor/dsp/fastrpc_shell_unsigned_3",
+        c"/vendor/dsp/cdsp/fastrpc_shell_unsigned_3",
+    ],
+    dsp_coherent: false,
     dsp_dirs: &["/usr/lib/dsp/cdsp", "/usr/lib/dsp"],
     dt_models: &[],
     limits: DEFAULT_LIMITS,
@@ -317,6 +365,13 @@ pub const BENCH_UPSTREAM: Board = Board {
     cached: true,
     process_attrs: upstream::FASTRPC_MODE_UNSIGNED_MODULE,
     shell_path: c"/bench/dsp/cdsp/fastrpc_shell_unsigned_3",
+    shell_search: &[
+        c"/bench/usr/lib/dsp/fastrpc_shell_unsigned_3",
+        c"/bench/dsp/cdsp/fastrpc_shell_unsigned_3",
+        c"/bench/vendor/dsp/fastrpc_shell_unsigned_3",
+        c"/bench/vendor/dsp/cdsp/fastrpc_shell_unsigned_3",
+    ],
+    dsp_coherent: false,
     dsp_dirs: &["/bench/dsp/cdsp"],
     dt_models: &[],
     limits: DEFAULT_LIMITS,
@@ -475,12 +530,16 @@ mod tests {
             }
             assert!(b.limits.max_shell_len < adsprpc::INIT_FILELEN_MAX);
             assert!(!b.dsp_dirs.is_empty());
+            assert!(b.shell_search.contains(&b.shell_path), "{}: the shell's usual path is searched", b.name);
             for d in b.dsp_dirs {
                 assert!(d.starts_with('/') && !d.contains(".."), "{d}");
             }
         }
         assert_eq!(COMMA_THREE.heap_mask(), 0x0200_0000);
         assert_eq!(COMMA_THREE.channel, 3);
+        // sdm845: every CDSP context bank is `dma-coherent` in the AGNOS device tree.
+        const { assert!(COMMA_THREE.dsp_coherent) };
+        assert_eq!(COMMA_THREE.shell_search[0], c"/dsp/fastrpc_shell_3");
     }
 
     #[test]

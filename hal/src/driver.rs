@@ -17,6 +17,14 @@
 //! | DSP restart | +`ECONNRESET` / `ECONNRESET` | `EPIPE`; the node is gone until the DSP is back |
 //! | interrupted call (deadline) | parked; resumable, so the fd is retired first | returns `EINTR`, never resumed |
 //! | kernel messages | no timeout | 10 s, then `ETIMEDOUT` |
+//! | handle maps after a call | kept (keyed by fd number) until fdlist, `MUNMAP_FD` or close; none released after a DSP error | kept until fdlist or close; no unmap by fd |
+//! | shell map of INIT | dropped at the end of INIT | kept until close |
+//! | release on close | waits for the DSP, no limit | waits up to 10 s |
+//! | second identity per process | `SETMODE(FASTRPC_MODE_SESSION)` before INIT | none |
+//!
+//! How the session lives with the last four rows (fd numbers kept clean or occupied, bounded
+//! channel ends, one DSP identity per channel) is in the [`lease`](crate::lease) module and the
+//! [`Session`](crate::Session) documentation.
 //!
 //! Persistent maps (`MEM_MAP`): the HAL does not make any. Every buffer the DSP touches is a
 //! handle argument of the call that uses it, which the upstream driver maps for that call (the

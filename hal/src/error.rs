@@ -79,6 +79,35 @@ pub enum Cause {
     /// The DSP's loader refused a library: its AEE code and the reason it gave (unresolved
     /// symbol, bad ELF, missing `entry`, ...).
     Refused(Refusal),
+    /// None of the board's shell paths exists (they are listed, in the order tried).
+    ShellNotFound(ShellSearch),
+    /// The lease was handed to a call that was abandoned at its deadline: the DSP process that
+    /// ran it may still read and write the memory until the kernel has released that process
+    /// (the channel's final close). Until then the lease cannot be read, written, viewed or
+    /// launched with, and its memory and fd number are kept even if it is dropped.
+    Quarantined,
+    /// Every DSP process identity this process can have on the driver is taken by a live
+    /// channel (the DSP keys processes by the opener's process id, plus one session bit on the
+    /// downstream driver; a second process under a live identity is refused): close another
+    /// session first.
+    IdentityInUse,
+}
+
+/// The shell paths a session tried (the board's list), for [`Cause::ShellNotFound`].
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ShellSearch(pub &'static [&'static core::ffi::CStr]);
+
+impl fmt::Debug for ShellSearch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.0.iter().map(|p| p.to_str().unwrap_or("?"))).finish()
+    }
+}
+
+#[cfg(feature = "defmt")]
+impl defmt::Format for ShellSearch {
+    fn format(&self, f: defmt::Formatter<'_>) {
+        defmt::write!(f, "ShellSearch({=usize} paths)", self.0.len())
+    }
 }
 
 /// Longest loader reason a [`Refusal`] keeps (longer texts are cut at a character boundary). The
@@ -205,7 +234,10 @@ impl HalError {
             {
                 ErrorKind::Unavailable
             }
-            Cause::DspRestart | Cause::Timeout | Cause::NeedsRecovery | Cause::ListenerStopped => ErrorKind::Recoverable,
+            Cause::ShellNotFound(_) | Cause::IdentityInUse => ErrorKind::Unavailable,
+            Cause::DspRestart | Cause::Timeout | Cause::NeedsRecovery | Cause::ListenerStopped | Cause::Quarantined => {
+                ErrorKind::Recoverable
+            }
             Cause::Invalid | Cause::TooLarge | Cause::Full => ErrorKind::Usage,
             Cause::Dsp(_) | Cause::Refused(_) => ErrorKind::Remote,
             _ => ErrorKind::Other,
@@ -226,6 +258,9 @@ impl HalError {
             Cause::Full => Errno::ENOSPC,
             Cause::Registry => Errno::EBUSY,
             Cause::Refused(_) => Errno::ENOEXEC,
+            Cause::ShellNotFound(_) => Errno::ENOENT,
+            Cause::Quarantined => Errno::EBUSY,
+            Cause::IdentityInUse => Errno::EBUSY,
         }
     }
 }
@@ -249,6 +284,23 @@ impl fmt::Display for HalError {
             Cause::Full => write!(f, "fixed-capacity table is full"),
             Cause::Registry => write!(f, "the reverse file service refused the library image"),
             Cause::ListenerStopped => write!(f, "the reverse-RPC listener stopped; recover() once one serves the session again"),
+            Cause::ShellNotFound(paths) => {
+                write!(f, "no DSP shell found; tried")?;
+                for (i, p) in paths.0.iter().enumerate() {
+                    write!(f, "{} {}", if i == 0 { "" } else { "," }, p.to_str().unwrap_or("?"))?;
+                }
+                Ok(())
+            }
+            Cause::Quarantined => write!(
+                f,
+                "the lease was used by a call abandoned at its deadline; the DSP may still write it, so it is \
+                 refused until recover() has released that DSP process"
+            ),
+            Cause::IdentityInUse => write!(
+                f,
+                "the DSP already runs a process under every identity this process can have (one per process id, \
+                 two with the downstream session bit); end another session first"
+            ),
             Cause::Refused(r) => {
                 write!(f, "the DSP refused to load the library: {}", r.code())?;
                 if let Some(n) = aee::name(r.code()) {

@@ -34,6 +34,11 @@ impl<S: Syscalls> OwnedFd<S> {
         self.fd.take()
     }
 
+    /// Takes the ownership token out, leaving nothing to close on drop.
+    pub(crate) fn take_token(&mut self) -> Option<hexrpc_drivers::OwnedFd> {
+        self.fd.take()
+    }
+
     /// Closes now and reports the result.
     pub fn close(mut self) -> Result<(), Errno> {
         match self.fd.take() {

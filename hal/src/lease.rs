@@ -6,18 +6,44 @@
 //! Dropping a lease releases what it owns in reverse order. Both allocators give the same
 //! dma-buf fd + mapping to everything above, so the names here say lease, not ION.
 //!
-//! Cache maintenance on a cached dma-heap (`system`): every CPU access through the lease
-//! (`write_at`, `read_at`, `fill`) is bracketed by `DMA_BUF_IOCTL_SYNC` START/END with the
-//! access's direction, so the DSP sees what the CPU wrote and the CPU sees what the DSP wrote.
-//! This puts the syncs around the CPU's accesses, not around launches: a launch stays one ioctl.
-//! (On ION 4.9 the HAL does no cache maintenance of its own, as before: the downstream driver
-//! maintains non-coherent sessions' buffers on invoke.) A view is an (offset, length)
-//! range of a lease, checked when it is made, that borrows the lease: the borrow checker keeps a
-//! lease alive while any view of it exists. Views never own a mapping: a launch maps the lease's
-//! base with the lease's length and points the kernel at base + offset (entry ABI v2).
+//! Cache maintenance is done around the CPU's accesses through the lease (`write_at`,
+//! `read_at`, `fill`), never around launches, so a launch stays one ioctl:
+//!
+//! * cached dma-heap (`system`): every access is bracketed by `DMA_BUF_IOCTL_SYNC` START/END
+//!   with the access's direction (the upstream driver does no per-call maintenance);
+//! * cached ION 4.9 on a board whose DSP context banks are not I/O-coherent
+//!   ([`Board::dsp_coherent`] false): the ION cache ioctls clean the written range after a
+//!   write and invalidate the range before a read. The downstream driver maintains the caches
+//!   of in/out *buffer* arguments only, never of handle arguments (`get_args`, `inv_args`), and
+//!   every lease reaches the DSP as a handle, so nobody else would;
+//! * cached ION 4.9 on a coherent board (the comma three: every sdm845 CDSP bank is
+//!   `dma-coherent`, so the DSP snoops the CPU caches): nothing to do.
+//!
+//! Memory reached through [`Lease::host_addr`] (bindings) bypasses this maintenance.
+//!
+//! A view is an (offset, length) range of a lease, checked when it is made, that borrows the
+//! lease: the borrow checker keeps a lease alive while any view of it exists. Views never own a
+//! mapping: a launch maps the lease's base with the lease's length and points the kernel at
+//! base + offset (entry ABI v2).
+//!
+//! # The fd number is the driver's key
+//!
+//! Both FastRPC drivers keep a map of every buffer handed to a call as a handle, keyed by the
+//! fd *number*, after the call returns (it pins the memory; it goes away when the DSP lists the
+//! fd back, by `FASTRPC_IOCTL_MUNMAP_FD` downstream, or when the channel closes). A new buffer
+//! that gets the same number (the lowest free one) would be handed the old buffer's pages. So
+//! a lease of a session does not simply close its fd when dropped (see `Session`'s lease
+//! bookkeeping): downstream it first drops the driver's maps of that fd on every live channel;
+//! upstream, which has no such ioctl, its number stays occupied (retired to `/dev/null`) until
+//! every channel that may map it is closed. A lease handed to a call abandoned at its deadline
+//! is refused ([`Cause::Quarantined`]) and kept, memory and number, until the DSP process that
+//! ran the call has been released.
 //!
 //! The memory of a lease is shared with the DSP, which may write it during a launch; reads copy
 //! out through the drivers' [`Mapping`], never through Rust references.
+
+#[cfg(feature = "std")]
+extern crate std;
 
 use core::marker::PhantomData;
 
@@ -27,6 +53,7 @@ use hexrpc_drivers::{ion, Fd, Mapping, Prot, Syscalls};
 
 use crate::error::{Cause, HalError, Stage};
 use crate::fd::OwnedFd;
+use crate::session::Session;
 
 /// The ION page size the kernel rounds allocations to.
 pub const PAGE: usize = 4096;
@@ -56,6 +83,9 @@ pub(crate) struct RawLease<S: Syscalls> {
     len: usize,
     /// Bracket CPU accesses with DMA_BUF_IOCTL_SYNC (a cached dma-heap).
     sync: bool,
+    /// Clean after CPU writes and invalidate before CPU reads with the ION cache ioctls
+    /// (cached ION on a board whose DSP is not I/O-coherent).
+    ion_maint: bool,
 }
 
 impl<S: Syscalls + Clone> RawLease<S> {
@@ -90,7 +120,17 @@ impl<S: Syscalls + Clone> RawLease<S> {
         };
         let map = Mapping::map_shared(sys.clone(), share.raw(), rounded, Prot::ReadWrite).map_err(|e| HalError::os(stage, e))?;
         let sync = board.allocator == Allocator::DmaHeap && board.cached;
-        Ok(RawLease { map, share, handle, len: rounded, sync })
+        let ion_maint = board.allocator == Allocator::Ion49 && board.cached && !board.dsp_coherent;
+        Ok(RawLease { map, share, handle, len: rounded, sync, ion_maint })
+    }
+
+    /// The ION cache ioctl `op` on `[offset, offset + len)` (non-coherent boards).
+    fn ion_cache(&self, op: ion::CacheOp, offset: usize, len: usize) -> Result<(), HalError> {
+        match &self.handle {
+            Some(h) if len > 0 => ion::cache(self.map.sys(), h.ion, op, h.handle, self.share.raw(), &self.map, offset, len)
+                .map_err(|e| HalError::sys(Stage::Alloc, e)),
+            _ => Ok(()),
+        }
     }
 
     /// Runs a CPU access of the mapping, bracketed by DMA_BUF_IOCTL_SYNC when the buffer is
@@ -122,6 +162,10 @@ impl<S: Syscalls + Clone> RawLease<S> {
     }
 
     pub(crate) fn read_at(&self, offset: usize, out: &mut [u8]) -> Result<(), HalError> {
+        if self.ion_maint {
+            // What the DSP wrote is in memory, not in the CPU's cache lines.
+            self.ion_cache(ion::CacheOp::Invalidate, offset, out.len())?;
+        }
         self.cpu_access(dma_heap::DMA_BUF_SYNC_READ, |l| {
             l.map.read_at(offset, out).map_err(|_| HalError::new(Stage::Alloc, Cause::Invalid))
         })
@@ -130,7 +174,16 @@ impl<S: Syscalls + Clone> RawLease<S> {
     pub(crate) fn fill(&mut self, offset: usize, len: usize, byte: u8) -> Result<(), HalError> {
         self.cpu_access_mut(dma_heap::DMA_BUF_SYNC_WRITE, |m| {
             m.fill(offset, len, byte).map_err(|_| HalError::new(Stage::Alloc, Cause::Invalid))
-        })
+        })?;
+        self.written(offset, len)
+    }
+
+    /// After a CPU write of `[offset, offset + len)`: clean it to memory for a non-coherent DSP.
+    fn written(&self, offset: usize, len: usize) -> Result<(), HalError> {
+        if self.ion_maint {
+            self.ion_cache(ion::CacheOp::Clean, offset, len)?;
+        }
+        Ok(())
     }
 
     pub(crate) fn mapping(&self) -> &Mapping<S> {
@@ -140,7 +193,19 @@ impl<S: Syscalls + Clone> RawLease<S> {
     pub(crate) fn write_at(&mut self, offset: usize, data: &[u8]) -> Result<(), HalError> {
         self.cpu_access_mut(dma_heap::DMA_BUF_SYNC_WRITE, |m| {
             m.write_at(offset, data).map_err(|_| HalError::new(Stage::Alloc, Cause::Invalid))
-        })
+        })?;
+        self.written(offset, data.len())
+    }
+
+    /// Takes the share fd's ownership token out (the lease's memory then stays mapped until the
+    /// rest is dropped, and the number is the caller's to retire and close).
+    pub(crate) fn take_share(&mut self) -> Option<hexrpc_drivers::OwnedFd> {
+        self.share.take_token()
+    }
+
+    /// The share fd, borrowed (what retiring it takes).
+    pub(crate) fn share_borrowed(&self) -> Option<hexrpc_drivers::BorrowedFd<'_>> {
+        self.share.as_fd()
     }
 }
 
@@ -157,22 +222,74 @@ pub trait LeaseMemory {
 /// A buffer of a session: on ION 4.9 the handle, share fd and mapping of the whole buffer; on a
 /// dma-heap the dma-buf fd and mapping (see the module docs).
 ///
-/// Borrowing the session (`'s`) keeps the ION device open while the lease lives.
-pub struct Lease<'s, S: Syscalls> {
-    raw: RawLease<S>,
+/// Borrowing the session (`'s`) keeps the ION device open while the lease lives. A lease of a
+/// session is returned to it when dropped, which decides when its fd number may be closed (see
+/// the module docs); a lease made before the session exists
+/// ([`HeapOpened::alloc`](crate::HeapOpened::alloc)) was never handed to the DSP and is simply
+/// released.
+pub struct Lease<'s, S: Syscalls + Clone> {
+    // `None` only inside `drop`.
+    raw: Option<RawLease<S>>,
     sys: S,
     ion: Fd,
+    owner: Owner<'s, S>,
     _session: PhantomData<&'s ()>,
 }
 
+/// The session a lease goes back to when dropped.
+pub(crate) enum Owner<'s, S: Syscalls + Clone> {
+    /// Not a session's (made before the session existed).
+    Free,
+    /// Borrowed from the session.
+    Session(&'s Session<S>),
+    /// A share of the session ([`SharedLease`](crate::SharedLease)).
+    #[cfg(feature = "std")]
+    Shared(std::sync::Arc<Session<S>>),
+}
+
+impl<S: Syscalls + Clone> Owner<'_, S> {
+    fn session(&self) -> Option<&Session<S>> {
+        match self {
+            Owner::Free => None,
+            Owner::Session(s) => Some(s),
+            #[cfg(feature = "std")]
+            Owner::Shared(s) => Some(&**s),
+        }
+    }
+}
+
 impl<'s, S: Syscalls + Clone> Lease<'s, S> {
-    pub(crate) fn new(raw: RawLease<S>, sys: S, ion: Fd) -> Self {
-        Lease { raw, sys, ion, _session: PhantomData }
+    pub(crate) fn new(raw: RawLease<S>, sys: S, ion: Fd, owner: Owner<'s, S>) -> Self {
+        Lease { raw: Some(raw), sys, ion, owner, _session: PhantomData }
+    }
+
+    fn raw(&self) -> Result<&RawLease<S>, HalError> {
+        self.raw.as_ref().ok_or(HalError::new(Stage::Alloc, Cause::Invalid))
+    }
+
+    /// Refuses access while the lease is quarantined ([`Cause::Quarantined`]).
+    fn usable(&self) -> Result<&RawLease<S>, HalError> {
+        let raw = self.raw()?;
+        if let Some(s) = self.owner.session() {
+            s.check_lease(raw.share_fd())?;
+        }
+        Ok(raw)
+    }
+
+    fn usable_mut(&mut self) -> Result<&mut RawLease<S>, HalError> {
+        self.usable()?;
+        self.raw.as_mut().ok_or(HalError::new(Stage::Alloc, Cause::Invalid))
+    }
+
+    /// Whether the lease may be used now: `Err` with [`Cause::Quarantined`] while a call that
+    /// was abandoned at its deadline may still have the DSP touch its memory.
+    pub fn check(&self) -> Result<(), HalError> {
+        self.usable().map(|_| ())
     }
 
     /// Total length (the allocation, rounded up to a page).
     pub fn len(&self) -> usize {
-        self.raw.len
+        self.raw.as_ref().map_or(0, |r| r.len)
     }
 
     /// Always false: leases have at least one page.
@@ -182,43 +299,44 @@ impl<'s, S: Syscalls + Clone> Lease<'s, S> {
 
     /// The ION handle (0 on a dma-heap board, which has no handles).
     pub fn handle(&self) -> i32 {
-        self.raw.handle.as_ref().map_or(0, |h| h.handle)
+        self.raw.as_ref().and_then(|r| r.handle.as_ref()).map_or(0, |h| h.handle)
     }
 
     /// The dma-buf fd the DSP maps (owned by the lease).
     pub fn fd(&self) -> Fd {
-        self.raw.share.raw()
+        self.raw.as_ref().map_or(Fd(-1), |r| r.share.raw())
     }
 
     /// The address of the lease's mapping in this process, [`len`](Self::len) bytes long, for
     /// bindings that hand the memory to C or Python. The memory is shared with the DSP, which
     /// writes it during a launch (see the module docs); it stays mapped while the lease lives.
     pub fn host_addr(&self) -> usize {
-        self.raw.map.addr()
+        self.raw.as_ref().map_or(0, |r| r.map.addr())
     }
 
-    /// Copies `data` into the buffer at `offset` (bracketed by cache syncs on a cached
-    /// dma-heap).
+    /// Copies `data` into the buffer at `offset` (with the cache maintenance of the module
+    /// docs). Refused while the lease is quarantined.
     pub fn write_at(&mut self, offset: usize, data: &[u8]) -> Result<(), HalError> {
-        self.raw.write_at(offset, data)
+        self.usable_mut()?.write_at(offset, data)
     }
 
-    /// Copies `out.len()` bytes at `offset` out of the buffer (bracketed by cache syncs on a
-    /// cached dma-heap).
+    /// Copies `out.len()` bytes at `offset` out of the buffer (with the cache maintenance of the
+    /// module docs). Refused while the lease is quarantined.
     pub fn read_at(&self, offset: usize, out: &mut [u8]) -> Result<(), HalError> {
-        self.raw.read_at(offset, out)
+        self.usable()?.read_at(offset, out)
     }
 
-    /// Sets `len` bytes at `offset` to `byte`.
+    /// Sets `len` bytes at `offset` to `byte`. Refused while the lease is quarantined.
     pub fn fill(&mut self, offset: usize, len: usize, byte: u8) -> Result<(), HalError> {
-        self.raw.fill(offset, len, byte)
+        self.usable_mut()?.fill(offset, len, byte)
     }
 
     /// Cache maintenance on `[offset, offset + len)`: the msm ION cache ioctls on ION 4.9; on a
     /// dma-heap, `DMA_BUF_IOCTL_SYNC` on the whole buffer (the dma-buf ABI has no ranges):
     /// Clean = END of a CPU write, Invalidate = START of a CPU read, CleanInvalidate = both.
     pub fn cache(&self, op: ion::CacheOp, offset: usize, len: usize) -> Result<(), HalError> {
-        if self.raw.handle.is_none() {
+        let raw = self.usable()?;
+        if raw.handle.is_none() {
             match offset.checked_add(len) {
                 Some(end) if end <= self.len() => {}
                 _ => return Err(HalError::new(Stage::Alloc, Cause::Invalid)),
@@ -235,18 +353,31 @@ impl<'s, S: Syscalls + Clone> Lease<'s, S> {
             }
             return Ok(());
         }
-        ion::cache(&self.sys, self.ion, op, self.handle(), self.fd(), &self.raw.map, offset, len)
-            .map_err(|e| HalError::sys(Stage::Alloc, e))
+        ion::cache(&self.sys, self.ion, op, self.handle(), self.fd(), &raw.map, offset, len).map_err(|e| HalError::sys(Stage::Alloc, e))
     }
 
-    /// A view of `[offset, offset + len)`; refused if it does not fit the lease (no overflow).
+    /// A view of `[offset, offset + len)`; refused if it does not fit the lease (no overflow),
+    /// or while the lease is quarantined.
     pub fn view(&self, offset: usize, len: usize) -> Result<BufferView<'_>, HalError> {
+        self.usable()?;
         BufferView::new(self, offset, len)
     }
 
-    /// A view of the whole lease.
+    /// A view of the whole lease (reading through it, or launching with it, is refused while
+    /// the lease is quarantined).
     pub fn whole(&self) -> BufferView<'_> {
         BufferView { lease: self, offset: 0, len: self.len() }
+    }
+}
+
+impl<S: Syscalls + Clone> Drop for Lease<'_, S> {
+    fn drop(&mut self) {
+        if let Some(raw) = self.raw.take() {
+            match self.owner.session() {
+                Some(session) => session.lease_dropped(raw),
+                None => drop(raw),
+            }
+        }
     }
 }
 
@@ -262,13 +393,9 @@ impl<S: Syscalls + Clone> LeaseMemory for Lease<'_, S> {
     }
 }
 
-impl<S: Syscalls> core::fmt::Debug for Lease<'_, S> {
+impl<S: Syscalls + Clone> core::fmt::Debug for Lease<'_, S> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("Lease")
-            .field("handle", &self.raw.handle.as_ref().map(|h| h.handle))
-            .field("fd", &self.raw.share.raw().0)
-            .field("len", &self.raw.len)
-            .finish()
+        f.debug_struct("Lease").field("handle", &self.handle()).field("fd", &self.fd().0).field("len", &self.len()).finish()
     }
 }
 

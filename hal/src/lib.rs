@@ -14,9 +14,18 @@
 //!   next one or a [`HalError`] naming the stage and the cause; whatever the failed stage had
 //!   acquired is released, and dropping any stage releases everything in reverse order.
 //!   Opening device nodes takes a [`DeviceAccess`](hexrpc_bsp::DeviceAccess) token.
-//! * **Buffers** ([`ion`]): an [`Lease`] owns the ION handle, the share fd and a mapping of
+//! * **Buffers** ([`lease`]): a [`Lease`] owns the ION handle, the share fd and a mapping of
 //!   the whole buffer; a [`BufferView`] is a checked (offset, length) range that borrows its
-//!   lease, so a lease cannot be freed under a view.
+//!   lease, so a lease cannot be freed under a view. Both FastRPC drivers key the maps they keep
+//!   after a call by the fd *number*, so a dropped lease goes back to its session, which makes
+//!   sure no number is reused while a driver may still map it (downstream
+//!   `FASTRPC_IOCTL_MUNMAP_FD`; upstream the number stays occupied until the channel closes),
+//!   and a lease of a call abandoned at its deadline is refused ([`Cause::Quarantined`]) and
+//!   kept until the DSP process that ran the call is released.
+//! * **DSP identities**: the DSP keys user processes by the opener's process id; the downstream
+//!   driver offers a second identity (the session bit), so two sessions in one process work
+//!   there and a third is refused ([`Cause::IdentityInUse`]); upstream a second one is refused.
+//!   Recovery never creates the new process under an identity the old one may still hold.
 //! * **Libraries**: [`Session::open_library`] publishes the image under a unique name in an
 //!   [`ImageRegistry`] (the reverse file service) and opens it once; the [`Library`] handle
 //!   closes itself on every path and is invoked many times, each time with a [`Call`]: the
@@ -99,7 +108,7 @@ pub mod internal {
 }
 
 pub use call::{Call, HandleArg};
-pub use error::{Cause, ErrorKind, HalError, Refusal, Stage, REFUSAL_TEXT};
+pub use error::{Cause, ErrorKind, HalError, Refusal, ShellSearch, Stage, REFUSAL_TEXT};
 pub use fd::OwnedFd;
 pub use hexrpc_drivers::adsprpc::ArgsError;
 pub use image::LibraryImage;

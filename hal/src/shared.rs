@@ -16,17 +16,17 @@ use hexrpc_drivers::Syscalls;
 use crate::call::Call;
 use crate::error::{HalError, Stage};
 use crate::image::LibraryImage;
-use crate::lease::{BufferView, Lease, RawLease};
+use crate::lease::{BufferView, Lease, Owner, RawLease};
 use crate::session::{ImageRegistry, Session};
 
 /// An lease that owns a share of its session (see [`Lease`] for what it holds).
-pub struct SharedLease<S: Syscalls + Clone> {
+pub struct SharedLease<S: Syscalls + Clone + 'static> {
     // Field order is release order: the lease before the session it came from.
     lease: Lease<'static, S>,
     session: Arc<Session<S>>,
 }
 
-impl<S: Syscalls + Clone> SharedLease<S> {
+impl<S: Syscalls + Clone + 'static> SharedLease<S> {
     /// The lease.
     pub fn lease(&self) -> &Lease<'static, S> {
         &self.lease
@@ -48,7 +48,7 @@ impl<S: Syscalls + Clone> SharedLease<S> {
     }
 }
 
-impl<S: Syscalls + Clone> core::fmt::Debug for SharedLease<S> {
+impl<S: Syscalls + Clone + 'static> core::fmt::Debug for SharedLease<S> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         self.lease.fmt(f)
     }
@@ -103,9 +103,12 @@ impl<S: Syscalls + Clone> core::fmt::Debug for SharedLibrary<S> {
 impl<S: Syscalls + Clone> Session<S> {
     /// [`alloc`](Session::alloc) for a lease that holds a share of the session instead of a
     /// borrow.
-    pub fn alloc_shared(self: &Arc<Self>, len: usize) -> Result<SharedLease<S>, HalError> {
+    pub fn alloc_shared(self: &Arc<Self>, len: usize) -> Result<SharedLease<S>, HalError>
+    where
+        S: 'static,
+    {
         let raw = RawLease::alloc(&self.sys, self.ion.raw(), self.board, len, Stage::Alloc)?;
-        Ok(SharedLease { lease: Lease::new(raw, self.sys.clone(), self.ion.raw()), session: self.clone() })
+        Ok(SharedLease { lease: Lease::new(raw, self.sys.clone(), self.ion.raw(), Owner::Shared(self.clone())), session: self.clone() })
     }
 
     /// [`open_library`](Session::open_library) for a library that holds a share of the session

@@ -7,13 +7,13 @@
 //!   --create_process--> ProcessCreated --attach_listener--> Session
 //! ```
 
-use hexrpc_bsp::{Board, DeviceAccess};
-use hexrpc_drivers::{adsprpc, listener, Fd, OpenFlags, Syscalls};
+use hexrpc_bsp::{Board, DeviceAccess, KernelAbi};
+use hexrpc_drivers::{adsprpc, listener, Errno, Fd, OpenFlags, Syscalls};
 
 use crate::call::Call;
 use crate::driver;
 
-use crate::error::{Cause, HalError, Stage};
+use crate::error::{Cause, HalError, ShellSearch, Stage};
 use crate::fd::OwnedFd;
 use crate::lease::RawLease;
 use crate::session::Session;
@@ -46,7 +46,7 @@ impl<S: Syscalls + Clone> HeapOpened<S> {
     /// health check does to prove ION works); the lease borrows this stage.
     pub fn alloc(&self, len: usize) -> Result<crate::Lease<'_, S>, HalError> {
         let raw = RawLease::alloc(&self.sys, self.ion.raw(), self.board, len, Stage::Alloc)?;
-        Ok(crate::Lease::new(raw, self.sys.clone(), self.ion.raw()))
+        Ok(crate::Lease::new(raw, self.sys.clone(), self.ion.raw(), crate::lease::Owner::Free))
     }
 
     /// Stage 2: reads the DSP shell ELF into an ION buffer.
@@ -56,10 +56,25 @@ impl<S: Syscalls + Clone> HeapOpened<S> {
     }
 }
 
+/// Opens the first of the board's shell paths that exists ([`Board::shell_search`], the
+/// FastRPC user library's order). A path that exists but cannot be opened is that error; none
+/// existing is [`Cause::ShellNotFound`] naming every path tried.
+fn open_shell<S: Syscalls + Clone>(sys: &S, board: &Board) -> Result<OwnedFd<S>, HalError> {
+    let st = Stage::ShellStaged;
+    for path in board.shell_search {
+        match sys.open(path, OpenFlags::READ_ONLY) {
+            Ok(fd) => return Ok(OwnedFd::new(sys.clone(), fd)),
+            Err(Errno::ENOENT | Errno::ENOTDIR) => continue,
+            Err(e) => return Err(HalError::os(st, e)),
+        }
+    }
+    Err(HalError::new(st, Cause::ShellNotFound(ShellSearch(board.shell_search))))
+}
+
 /// Reads the board's shell into a fresh lease and checks that it is a Hexagon ELF.
 pub(crate) fn stage_shell<S: Syscalls + Clone>(sys: &S, ion: Fd, board: &Board) -> Result<(RawLease<S>, u32), HalError> {
     let st = Stage::ShellStaged;
-    let file = OwnedFd::new(sys.clone(), sys.open(board.shell_path, OpenFlags::READ_ONLY).map_err(|e| HalError::os(st, e))?);
+    let file = open_shell(sys, board)?;
     let stat = sys.fstat(file.raw()).map_err(|e| HalError::os(st, e))?;
     if !stat.is_file() {
         return Err(HalError::new(st, Cause::BadShell));
@@ -107,16 +122,39 @@ impl<S: Syscalls + Clone> ShellStaged<S> {
     /// Stage 3: opens the FastRPC node, binds it to the board's channel (GETINFO) and allows
     /// kernel allocations (CONTROL kalloc).
     pub fn open_channel(self) -> Result<ChannelOpened<S>, HalError> {
-        let (rpc, info) = open_channel(&self.prev.sys, self.prev.board)?;
+        let (rpc, info) = open_channel(&self.prev.sys, self.prev.board, Identity::Plain)?;
         Ok(ChannelOpened { rpc, info, prev: self })
     }
 }
 
-pub(crate) fn open_channel<S: Syscalls + Clone>(sys: &S, board: &Board) -> Result<(OwnedFd<S>, u32), HalError> {
+/// The identity a channel's DSP process is created under. The DSP keys user processes by the
+/// opener's process id (downstream `fastrpc_invoke_send` / `fastrpc_init_process`, upstream
+/// before per-session client ids) and refuses a second process under a live identity; the
+/// downstream driver gives a file a second identity, the process id with bit 30 set, after
+/// `SETMODE(FASTRPC_MODE_SESSION)`, which must precede INIT. The upstream driver has no
+/// session bit: one identity per process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Identity {
+    /// The process id.
+    Plain,
+    /// The process id with the session bit (downstream only).
+    Session,
+}
+
+/// What the DSP answers to a process create for an identity that already has a live process
+/// ("a bad request" in Qualcomm's words): `AEE_EBADSTATE`.
+fn identity_in_use(e: &HalError) -> bool {
+    matches!(e.cause, Cause::Dsp(code) if hexrpc_drivers::aee::strip_offset(code) == hexrpc_drivers::aee::AEE_EBADSTATE)
+}
+
+pub(crate) fn open_channel<S: Syscalls + Clone>(sys: &S, board: &Board, identity: Identity) -> Result<(OwnedFd<S>, u32), HalError> {
     let st = Stage::ChannelOpen;
     let flags = OpenFlags { read_write: false, nonblock: true, nofollow: false };
     let rpc = OwnedFd::new(sys.clone(), sys.open(board.rpc_path, flags).map_err(|e| HalError::os(st, e))?);
     let info = driver::bind_channel(sys, board, rpc.raw()).map_err(|e| HalError::sys(st, e))?;
+    if identity == Identity::Session && board.abi == KernelAbi::DownstreamMsm {
+        adsprpc::setmode(sys, rpc.raw(), adsprpc::FASTRPC_MODE_SESSION).map_err(|e| HalError::sys(st, e))?;
+    }
     Ok((rpc, info))
 }
 
@@ -134,14 +172,16 @@ impl<S: Syscalls + Clone> ChannelOpened<S> {
         self.info
     }
 
-    /// Stage 4: INIT creates the user process on the DSP from the staged shell. The shell buffer
-    /// is released afterwards (the kernel drops its mapping at the end of the call).
+    /// Stage 4: INIT creates the user process on the DSP from the staged shell. Downstream the
+    /// shell buffer is released afterwards (`fastrpc_init_process` drops its map of it on every
+    /// path); upstream the driver keeps that map until the channel closes
+    /// (`fastrpc_init_create_process`), so the channel keeps the shell buffer, and its fd
+    /// number, as long (a new buffer under the same number would be handed the shell's pages).
     pub fn create_process(self) -> Result<ProcessCreated<S>, HalError> {
         let ChannelOpened { rpc, info, prev } = self;
         let ShellStaged { shell, prev: ion } = prev;
-        let created = create_process(&ion.sys, ion.board, rpc, &shell);
-        // Release order matters on both paths: the shell buffer before the ION device.
-        drop(shell);
+        // The shell buffer goes before the ION device on both paths.
+        let created = create_process(&ion.sys, ion.board, rpc, Identity::Plain, true, shell);
         match created {
             Ok(channel) => Ok(ProcessCreated { channel, info, prev: ion }),
             Err(e) => {
@@ -156,6 +196,11 @@ impl<S: Syscalls + Clone> ChannelOpened<S> {
 /// ignored as quic and tinygrad do), then closes the fd, which frees every parked call.
 pub(crate) struct Channel<S: Syscalls> {
     rpc: Option<OwnedFd<S>>,
+    /// The identity its DSP process was created under.
+    pub(crate) identity: Identity,
+    /// The shell buffer while the driver keeps a map of it (upstream): released after the
+    /// channel is closed.
+    shell: Option<RawLease<S>>,
     sys: S,
     pub(crate) board: &'static Board,
 }
@@ -165,9 +210,10 @@ impl<S: Syscalls> Channel<S> {
         self.rpc.as_ref().map_or(Fd(-1), OwnedFd::raw)
     }
 
-    /// Hands the descriptor over (to a session's cell) without ending the process.
-    pub(crate) fn into_token(mut self) -> Option<hexrpc_drivers::OwnedFd> {
-        self.rpc.take().and_then(OwnedFd::into_token)
+    /// Hands the descriptor over (to a session's cell) without ending the process, with the
+    /// shell buffer the channel must keep (the session keeps it until the channel closes).
+    pub(crate) fn into_parts(mut self) -> (Option<hexrpc_drivers::OwnedFd>, Option<RawLease<S>>) {
+        (self.rpc.take().and_then(OwnedFd::into_token), self.shell.take())
     }
 }
 
@@ -181,19 +227,68 @@ impl<S: Syscalls> Drop for Channel<S> {
             }
             drop(rpc);
         }
+        // After the close: the driver's map of the shell is gone with the channel.
+        drop(self.shell.take());
     }
 }
 
+/// INIT from `shell` on `rpc` (opened for `identity`). The shell buffer is released unless the
+/// driver keeps a map of it (upstream, on success), in which case the channel keeps it.
+///
+/// If the DSP refuses because `identity` has a live process (another session of this process
+/// holds it) and `fallback` allows, the same file is moved to the other identity
+/// (`SETMODE(FASTRPC_MODE_SESSION)`, downstream) and INIT is sent again. A file that stays
+/// refused is **not closed**: its close would send the kernel's release for its identity, which
+/// names only the identity and so would end the other session's DSP process
+/// (`fastrpc_file_free` / `fastrpc_device_release`). It is left open for good (logged), and the
+/// error is [`Cause::IdentityInUse`].
 pub(crate) fn create_process<S: Syscalls + Clone>(
     sys: &S,
     board: &'static Board,
     rpc: OwnedFd<S>,
-    shell: &(RawLease<S>, u32),
+    identity: Identity,
+    fallback: bool,
+    shell: (RawLease<S>, u32),
 ) -> Result<Channel<S>, HalError> {
     let (lease, len) = shell;
-    driver::create_process(sys, board, rpc.raw(), lease.mapping(), lease_fd(lease), *len)
-        .map_err(|e| HalError::sys(Stage::ProcessCreate, e))?;
-    Ok(Channel { rpc: Some(rpc), sys: sys.clone(), board })
+    let mut identity = identity;
+    let mut fallback = fallback;
+    loop {
+        match driver::create_process(sys, board, rpc.raw(), lease.mapping(), lease_fd(&lease), len)
+            .map_err(|e| HalError::sys(Stage::ProcessCreate, e))
+        {
+            Ok(()) => break,
+            Err(e) if identity_in_use(&e) => {
+                let moved = match (identity, board.abi) {
+                    (Identity::Plain, KernelAbi::DownstreamMsm) if fallback => {
+                        adsprpc::setmode(sys, rpc.raw(), adsprpc::FASTRPC_MODE_SESSION).is_ok()
+                    }
+                    _ => false,
+                };
+                if moved {
+                    log::info!("the DSP has a live process under this process's id; this session takes the session-bit identity");
+                    identity = Identity::Session;
+                    fallback = false;
+                    continue;
+                }
+                let n = rpc.raw().0;
+                log::error!(
+                    "the DSP refused a process under identity {identity:?}, held by another session of this process; \
+                     FastRPC fd {n} is left open for good (closing it would end that session's DSP process)"
+                );
+                if let Some(t) = rpc.into_token() {
+                    let _ = t.into_raw();
+                }
+                return Err(HalError::new(Stage::ProcessCreate, Cause::IdentityInUse));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    let shell = match board.abi {
+        KernelAbi::Upstream => Some(lease),
+        KernelAbi::DownstreamMsm => None,
+    };
+    Ok(Channel { rpc: Some(rpc), identity, shell, sys: sys.clone(), board })
 }
 
 fn lease_fd<S: Syscalls>(l: &RawLease<S>) -> Fd {

@@ -6,7 +6,7 @@ use std::time::Duration;
 use hexrpc_bench::{Bench, CallKind, DspCallKind, Fault, FaultTarget};
 use hexrpc_bsp::{Board, DeviceAccess, KernelAbi};
 use hexrpc_drivers::Errno;
-use hexrpc_hal::{Cause, HeapOpened, Session, Stage};
+use hexrpc_hal::{Cause, HeapOpened, Session, ShellSearch, Stage};
 
 /// How long teardown on other threads may take to give everything back.
 const SETTLE: Duration = Duration::from_secs(2);
@@ -41,7 +41,12 @@ fn cases(board: &'static Board) -> Vec<(&'static str, Setup, Stage, Option<Cause
     v.push(("allocator node missing", Box::new(move |b| b.set_missing(&a1)), Stage::HeapOpen, Some(Cause::Os(Errno::ENOENT))));
     v.push(("allocator node unreadable", Box::new(move |b| b.set_unreadable(&a2)), Stage::HeapOpen, Some(Cause::Os(Errno::EACCES))));
     let (s1, s2) = (shell.clone(), shell);
-    v.push(("shell missing", Box::new(move |b| b.set_missing(&s1)), Stage::ShellStaged, Some(Cause::Os(Errno::ENOENT))));
+    v.push((
+        "shell missing",
+        Box::new(move |b| b.set_missing(&s1)),
+        Stage::ShellStaged,
+        Some(Cause::ShellNotFound(ShellSearch(board.shell_search))),
+    ));
     v.push(("shell not an ELF", Box::new(move |b| b.add_file(&s2, vec![0u8; 4096])), Stage::ShellStaged, Some(Cause::BadShell)));
     v.push((
         "shell alloc fails",
@@ -70,12 +75,14 @@ fn cases(board: &'static Board) -> Vec<(&'static str, Setup, Stage, Option<Cause
         None,
     ));
     v.push(("rpc node missing", Box::new(move |b| b.set_missing(&rpc_node)), Stage::ChannelOpen, Some(Cause::Os(Errno::ENOENT))));
+    let rpc_open = 3 + board.shell_search.iter().position(|p| *p == board.shell_path).unwrap_or(0) as u32;
     if upstream {
         // The node goes away with the DSP; a kernel message that outlives the driver's 10 s.
         v.push(("DSP down", Box::new(|b| b.set_dsp_available(false)), Stage::ChannelOpen, Some(Cause::Os(Errno::ENOENT))));
         v.push((
             "no session free",
-            Box::new(|b| b.inject(FaultTarget::Call(CallKind::Open), 3, Fault::Errno(Errno::EBUSY))),
+            // Opens: the heap node, the shell paths tried up to the one that exists, the node.
+            Box::new(move |b| b.inject(FaultTarget::Call(CallKind::Open), rpc_open, Fault::Errno(Errno::EBUSY))),
             Stage::ChannelOpen,
             Some(Cause::Os(Errno::EBUSY)),
         ));

@@ -381,7 +381,10 @@ mod served {
         /// Allocates a lease that holds a share of the session instead of a borrow (its memory
         /// stays valid after this `ServedSession` is dropped; see
         /// [`open_kernel_shared`](Self::open_kernel_shared) for launches).
-        pub fn alloc_shared(&self, len: usize) -> Result<SharedLease<S>, HalError> {
+        pub fn alloc_shared(&self, len: usize) -> Result<SharedLease<S>, HalError>
+        where
+            S: 'static,
+        {
             self.session.alloc_shared(len)
         }
     }

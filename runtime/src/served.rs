@@ -78,6 +78,8 @@ impl<S: Syscalls + Clone + Send + Sync + 'static> ServedSession<S> {
 
     /// Serves an already started session (for example one built stage by stage).
     pub fn serve(session: Session<S>, policy: FilePolicy) -> Result<Self, StartError> {
+        // Channel ends that may block in the kernel run bounded / on their own threads.
+        session.end_channels_off_thread();
         let session = Arc::new(session);
         // The listener thread points the service at each channel it serves (and back at none).
         let service = Arc::new(ReverseService::new(session.sys().clone(), hexrpc_drivers::Fd(-1), policy));

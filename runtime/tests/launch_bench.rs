@@ -105,6 +105,7 @@ fn v1_runs_offset_zero_views_and_refuses_others_before_any_ioctl(board: &'static
     let refused = PackedLaunch::new(AbiVersion::V1, &sig, &[BufferRef::of(&off), BufferRef::of(&b)], &[Scalar::U32(1)]);
     assert!(matches!(refused, Err(PackError::V1NonZeroOffset { buffer: 0, offset: 100 })), "{refused:?}");
     assert_eq!(bench.counts().of(invoke), before, "refused before any ioctl");
+    drop((lease_a, lease_b));
     drop(lib);
     served.stop().unwrap();
 }
@@ -146,6 +147,7 @@ fn an_interrupted_launch_is_resumed_into_its_own_buffers() {
     assert!(got.iter().all(|&b| b == 5));
     assert!(bench.counts().interrupts_delivered >= 1, "the call really was interrupted");
     assert_eq!(bench.snapshot().parked, 0);
+    drop(lease);
     drop(lib);
     served.stop().unwrap();
 }

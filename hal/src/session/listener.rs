@@ -6,7 +6,7 @@ use core::time::Duration;
 
 use hexrpc_drivers::{BorrowedFd, Fd, FdCell, FdLease, Syscalls};
 
-use super::{ms, process_exit, Session, FAILED, HEALTHY, NEEDS_RECOVERY};
+use super::{ms, Session, FAILED, HEALTHY, NEEDS_RECOVERY};
 use crate::error::{Cause, HalError, Stage};
 use crate::sync;
 
@@ -152,7 +152,7 @@ impl<S: Syscalls + Clone> ListenerPlumbing<S> for Session<S> {
         let Some(i) = chan.current else { return };
         self.published.store(0, Ordering::Release);
         if let Some(lease) = self.cells[i].lease() {
-            process_exit(&self.sys, self.board, lease.raw());
+            self.exit_process(lease.fd());
         }
         self.notify();
         // A blocking wait (bounded) for the listener to give its lease back on its own.

@@ -4,6 +4,12 @@
 //! (tearing a channel down and rebuilding the DSP side), `listener` (the plumbing the
 //! runtime's reverse-RPC listener thread uses).
 
+#[cfg(feature = "std")]
+extern crate std;
+
+mod book;
+#[cfg(feature = "std")]
+mod closer;
 mod library;
 mod listener;
 mod recovery;
@@ -21,9 +27,10 @@ use crate::call::Call;
 use crate::driver;
 use crate::error::{Cause, HalError, Stage};
 use crate::fd::OwnedFd;
-use crate::lease::{Lease, RawLease};
+use crate::lease::{Lease, Owner, RawLease};
 use crate::stages::{Channel, HeapOpened};
 use crate::sync;
+use book::{Book, Kept};
 use library::{remotectl_close, LibSlot};
 
 const HEALTHY: u8 = 0;
@@ -33,6 +40,10 @@ const FAILED: u8 = 2;
 /// Descriptor cells a session rotates its channels through: the current channel's, and one
 /// for an old channel retired under a listener that has not let go of it yet.
 const CELLS: usize = 2;
+
+/// Final closes that may run on their own threads at once.
+#[cfg(feature = "std")]
+const CLOSING: usize = 16;
 
 /// The channel calls go to: an index into the session's descriptor cells, or none while
 /// recovery replaces it.
@@ -84,6 +95,22 @@ pub enum Health {
 /// through a lease on that channel's descriptor, and the descriptor number stays open (retired
 /// to `/dev/null` if the listener is slow to leave) until the lease is back, so nothing the
 /// listener sends for an old generation can reach a newer channel under a reused number.
+///
+/// # What the kernels impose
+///
+/// * A dropped lease comes back here: downstream the driver's maps of its fd are dropped on
+///   every live channel (`FASTRPC_IOCTL_MUNMAP_FD` until none is left) before the fd is closed;
+///   upstream (no unmap by fd) its number is retired to `/dev/null` and closed only when every
+///   channel that may map it has closed, and a channel keeps its shell buffer as long. A launch
+///   only marks its handles' numbers (no extra ioctl).
+/// * A call abandoned at its deadline quarantines its leases ([`Cause::Quarantined`]) until the
+///   channel it ran on is closed, which is when the kernel has released its DSP process.
+/// * The DSP keys processes by the opener's process id: a second session of this process takes
+///   the session-bit identity (downstream) or is refused ([`Cause::IdentityInUse`]); recovery
+///   alternates identities downstream and waits for the old release upstream.
+/// * The release on close waits for the DSP (downstream without a limit): with
+///   [`end_channels_off_thread`](Session::end_channels_off_thread) it runs on a thread of its
+///   own and `recover()` and drop wait for it only within the board's bounds.
 pub struct Session<S: Syscalls + Clone> {
     // Field order is release order: libraries, channel (process exit, fd close), ION device.
     libs: sync::Mutex<[Option<LibSlot>; MAX_LIBRARIES]>,
@@ -105,6 +132,21 @@ pub struct Session<S: Syscalls + Clone> {
     events: sync::Mutex<u64>,
     event: sync::Condvar,
     info: u32,
+    /// The DSP identity of the channel in each cell (0: the process id, 1: with the session
+    /// bit; meaningful while the cell holds one).
+    cell_ident: [AtomicU8; CELLS],
+    /// The generation of the channel in each cell (meaningful while the cell holds one).
+    cell_gen: [AtomicU32; CELLS],
+    /// Leases and fd numbers kept until the channels that may map them are closed; released
+    /// before the allocator device (ION handles are freed on it).
+    book: Book<S>,
+    /// Runs the calls that may block in the kernel (process exit, final close) bounded or on
+    /// threads of their own, once `end_channels_off_thread` was called.
+    #[cfg(feature = "std")]
+    ender: std::sync::OnceLock<closer::ChannelEnder>,
+    /// Final closes still running on their threads: (generation, done).
+    #[cfg(feature = "std")]
+    closing: sync::Mutex<heapless::Vec<(u32, u8, closer::Closing), CLOSING>>,
     pub(crate) ion: OwnedFd<S>,
     pub(crate) sys: S,
     pub(crate) board: &'static Board,
@@ -126,7 +168,9 @@ impl<S: Syscalls + Clone> Session<S> {
 
     pub(crate) fn from_parts(ion: HeapOpened<S>, channel: Channel<S>, info: u32) -> Self {
         let cells = [FdCell::new(), FdCell::new()];
-        let current = match channel.into_token().map(|t| cells[0].put(t)) {
+        let identity = u8::from(channel.identity == crate::stages::Identity::Session);
+        let (token, shell) = channel.into_parts();
+        let current = match token.map(|t| cells[0].put(t)) {
             Some(Ok(())) => Some(0),
             Some(Err(t)) => {
                 // An empty cell always takes a valid number; a -1 token needs no close.
@@ -135,7 +179,7 @@ impl<S: Syscalls + Clone> Session<S> {
             }
             None => None,
         };
-        Session {
+        let session = Session {
             libs: sync::Mutex::new([const { None }; MAX_LIBRARIES]),
             chan: sync::RwLock::new(ChannelState { current }),
             cells,
@@ -149,10 +193,22 @@ impl<S: Syscalls + Clone> Session<S> {
             events: sync::Mutex::new(0),
             event: sync::Condvar::new(),
             info,
+            cell_ident: [AtomicU8::new(identity), AtomicU8::new(0)],
+            cell_gen: [AtomicU32::new(1), AtomicU32::new(0)],
+            book: Book::new(),
+            #[cfg(feature = "std")]
+            ender: std::sync::OnceLock::new(),
+            #[cfg(feature = "std")]
+            closing: sync::Mutex::new(heapless::Vec::new()),
             ion: ion.ion,
             sys: ion.sys,
             board: ion.board,
+        };
+        if let Some(shell) = shell {
+            session.keep(1, Kept::Lease(shell));
         }
+        session.settle();
+        session
     }
 
     /// The board.
@@ -222,13 +278,10 @@ impl<S: Syscalls + Clone> Session<S> {
 
     /// Closes every cell whose owner asked for it back and whose leases have all returned.
     fn reap(&self) {
-        for c in &self.cells {
+        for (i, c) in self.cells.iter().enumerate() {
             if c.is_closing() {
                 if let Some(fd) = c.take() {
-                    let n = fd.raw().0;
-                    if let Err(e) = self.sys.close(fd) {
-                        log::warn!("close of retired channel fd {n} failed: {e}");
-                    }
+                    self.close_channel(i, fd, ms(self.board.recovery.listener_leave_ms));
                 }
             }
         }
@@ -241,7 +294,7 @@ impl<S: Syscalls + Clone> Session<S> {
     fn end_channel(&self, i: usize, exit: bool) {
         if let Some(lease) = self.cells[i].lease() {
             if exit {
-                process_exit(&self.sys, self.board, lease.raw());
+                self.exit_process(lease.fd());
             }
             if self.cells[i].leases() > 1 {
                 log::warn!("the reverse-RPC listener still holds channel fd {}; retiring it under the listener", lease.raw().0);
@@ -251,12 +304,7 @@ impl<S: Syscalls + Clone> Session<S> {
             }
         }
         match self.cells[i].take() {
-            Some(fd) => {
-                let n = fd.raw().0;
-                if let Err(e) = self.sys.close(fd) {
-                    log::warn!("close of channel fd {n} failed: {e}");
-                }
-            }
+            Some(fd) => self.close_channel(i, fd, ms(self.board.recovery.listener_leave_ms)),
             None => log::debug!("channel cell {i} closes when the listener lets go"),
         }
     }
@@ -265,7 +313,7 @@ impl<S: Syscalls + Clone> Session<S> {
     /// dma-heap), shared and mapped.
     pub fn alloc(&self, len: usize) -> Result<Lease<'_, S>, HalError> {
         let raw = RawLease::alloc(&self.sys, self.ion.raw(), self.board, len, Stage::Alloc)?;
-        Ok(Lease::new(raw, self.sys.clone(), self.ion.raw()))
+        Ok(Lease::new(raw, self.sys.clone(), self.ion.raw(), Owner::Session(self)))
     }
 
     fn check_health(&self, stage: Stage) -> Result<(), HalError> {
@@ -300,9 +348,15 @@ impl<S: Syscalls + Clone> Session<S> {
         self.check_health(st)?;
         let lease = chan.current.and_then(|i| self.cells[i].lease()).ok_or(HalError::new(st, Cause::NeedsRecovery))?;
         let remote = self.remote_handle(slot).ok_or(HalError::new(st, Cause::Invalid))?;
+        self.admit_handles(args)?;
         let abandon = || fired.is_some_and(|f| f.load(Ordering::Acquire));
         match driver::invoke_handles(&self.sys, self.board, lease.fd(), remote, args, &abandon) {
             Err(hexrpc_drivers::Error::Os(hexrpc_drivers::Errno::EINTR)) => {
+                // The DSP may still run the call and touch its buffers until its process is
+                // released: they are refused and kept until this channel is closed.
+                if let Some(i) = chan.current {
+                    self.quarantine_call(self.cell_gen[i].load(Ordering::Acquire), args);
+                }
                 // Downstream: the drivers retired the channel's descriptor to abandon the call.
                 // Upstream: nothing was retired (the driver never resumes a call); the channel is
                 // replaced by recovery all the same, since the DSP may still run the call.
@@ -313,6 +367,96 @@ impl<S: Syscalls + Clone> Session<S> {
             }
             r => r.map_err(|e| self.note_failure(HalError::sys(st, e))),
         }
+    }
+}
+
+impl<S: Syscalls + Clone> Session<S> {
+    /// From now on the calls that may block in the kernel when a channel ends run bounded: the
+    /// process exit is interrupted and abandoned after the board's
+    /// [`listener_leave_ms`](hexrpc_bsp::RecoveryPolicy::listener_leave_ms), and the final
+    /// close of a channel (whose kernel release waits for the DSP: without a limit downstream,
+    /// up to 10 s upstream) runs on a thread of its own, which `recover()` and drop wait for
+    /// only that long (drop: the recovery budget). Until such a close returns, its channel
+    /// counts as open: what the driver may still map stays kept, and its DSP identity taken.
+    /// `hexrpc-runtime`'s `ServedSession` calls it; without it everything runs on the caller's
+    /// thread, as it must without `std`.
+    #[cfg(feature = "std")]
+    pub fn end_channels_off_thread(&self)
+    where
+        S: Send + Sync + 'static,
+    {
+        let _ = self.ender.set(closer::ChannelEnder::new(&self.sys, self.board));
+    }
+
+    /// Process exit (handle 4) on a channel, errors ignored as quic and tinygrad do; bounded
+    /// once the session ends channels off-thread.
+    fn exit_process(&self, fd: hexrpc_drivers::BorrowedFd<'_>) {
+        #[cfg(feature = "std")]
+        if let Some(ender) = self.ender.get() {
+            return ender.exit(fd, ms(self.board.recovery.listener_leave_ms));
+        }
+        process_exit(&self.sys, self.board, fd.raw());
+    }
+
+    /// The final close of the channel that was in cell `cell`: on its own thread when the
+    /// session can (waited for at most `bound`), else here. What the channel may map is
+    /// released once the close has returned (the kernel then has released its DSP process and
+    /// every map), and its identity is free again.
+    fn close_channel(&self, cell: usize, fd: hexrpc_drivers::OwnedFd, bound: Duration) {
+        let generation = self.cell_gen[cell].load(Ordering::Acquire);
+        let identity = self.cell_ident[cell].load(Ordering::Acquire);
+        #[cfg(feature = "std")]
+        if let Some(ender) = self.ender.get() {
+            if let Some(done) = ender.close(fd) {
+                let waited = closer::wait(&done, bound);
+                if !waited {
+                    log::warn!("the release of channel generation {generation} is still running after {} ms; going on", bound.as_millis());
+                    let mut closing = self.closing.lock();
+                    closing.retain(|(_, _, d)| !d.load(Ordering::Acquire));
+                    if closing.push((generation, identity, done.clone())).is_err() {
+                        drop(closing);
+                        // No room to track it: wait for it, the safe side.
+                        closer::wait(&done, Duration::MAX);
+                    }
+                }
+            }
+            self.settle();
+            return;
+        }
+        let n = fd.raw().0;
+        let _ = (generation, identity, bound);
+        if let Err(e) = self.sys.close(fd) {
+            log::warn!("close of channel fd {n} failed: {e}");
+        }
+        self.settle();
+    }
+
+    /// Generations (with their identities) whose final close is still running (they count as
+    /// open).
+    fn closing_generations(&self) -> heapless::Vec<(u32, u8), 16> {
+        #[cfg(feature = "std")]
+        {
+            let mut closing = self.closing.lock();
+            closing.retain(|(_, _, d)| !d.load(Ordering::Acquire));
+            closing.iter().map(|(g, i, _)| (*g, *i)).collect()
+        }
+        #[cfg(not(feature = "std"))]
+        heapless::Vec::new()
+    }
+
+    /// The identities this session's own channels may still hold (open, retired under the
+    /// listener, or with a final close still running): `[plain, session bit]`.
+    fn held_identities(&self) -> [bool; 2] {
+        let mut held = [false; 2];
+        for (c, i) in self.cells.iter().zip(&self.cell_ident) {
+            if !c.is_empty() {
+                held[usize::from(i.load(Ordering::Acquire) & 1)] = true;
+            }
+        }
+        for (_, i) in self.closing_generations() {
+            held[usize::from(i & 1)] = true;
+        }
+        held
     }
 }
 
@@ -345,6 +489,19 @@ impl<S: Syscalls + Clone> Drop for Session<S> {
         }
         // A listener borrows the session while it holds a lease: none is out any more.
         self.reap();
+        // Every channel is closed, or its release still runs on its own thread: give it the
+        // recovery budget, then keep for good (leak) what it may still map rather than free it.
+        #[cfg(feature = "std")]
+        {
+            let pending: heapless::Vec<closer::Closing, CLOSING> = self.closing.lock().iter().map(|(_, _, d)| d.clone()).collect();
+            let clock = sync::Clock::start();
+            let budget = ms(self.board.recovery.budget_ms);
+            for d in &pending {
+                closer::wait(d, budget.saturating_sub(clock.elapsed()));
+            }
+        }
+        self.settle();
+        self.book.forget_all();
     }
 }
 

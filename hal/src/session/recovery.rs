@@ -7,7 +7,7 @@ use core::time::Duration;
 use hexrpc_drivers::{FdCell, Syscalls};
 
 use super::library::remotectl_open;
-use super::{ms, pack_channel, process_exit, ChannelState, Session, FAILED, HEALTHY, MAX_LIBRARIES, MAX_NAME};
+use super::{ms, pack_channel, ChannelState, Kept, Session, FAILED, HEALTHY, MAX_LIBRARIES, MAX_NAME};
 use crate::error::{Cause, HalError, Stage};
 use crate::stages;
 use crate::sync;
@@ -31,7 +31,7 @@ impl<S: Syscalls + Clone> Session<S> {
         self.published.store(0, Ordering::Release);
         self.notify();
         if let Some(lease) = self.cells[i].lease() {
-            process_exit(&self.sys, self.board, lease.raw());
+            self.exit_process(lease.fd());
         }
         let tid = self.listener_tid.load(Ordering::Acquire);
         if tid != 0 {
@@ -157,19 +157,43 @@ impl<S: Syscalls + Clone> Session<S> {
     fn rebuild(&self, chan: &mut ChannelState) -> Result<u32, HalError> {
         self.reap();
         let shell = stages::stage_shell(&self.sys, self.ion.raw(), self.board)?;
-        let (rpc, _) = stages::open_channel(&self.sys, self.board)?;
-        let ch = stages::create_process(&self.sys, self.board, rpc, &shell)?;
-        drop(shell);
+        // The DSP refuses a second process under a live identity, and the old file's release
+        // names only its identity: the new process is created under an identity none of this
+        // session's old channels may still hold (retired under the listener, or a final close
+        // still running). Downstream that alternates the session bit between generations while
+        // an old one is being released (falling back to the other identity only if that one is
+        // not ours either: it may belong to another session of this process); upstream has one
+        // identity per process, so the attempt waits: it fails with `IdentityInUse` without
+        // opening anything, and recovery retries within its budget.
+        let held = self.held_identities();
+        let session_ok = self.board.abi == hexrpc_bsp::KernelAbi::DownstreamMsm && !held[1];
+        let (want, fallback) = match (held[0], session_ok) {
+            (false, _) => (stages::Identity::Plain, session_ok),
+            (true, true) => (stages::Identity::Session, false),
+            (true, false) => return Err(HalError::new(Stage::Recover, Cause::IdentityInUse)),
+        };
+        let (rpc, _) = stages::open_channel(&self.sys, self.board, want)?;
+        let ch = stages::create_process(&self.sys, self.board, rpc, want, fallback, shell)?;
+        let identity = u8::from(ch.identity == stages::Identity::Session);
         stages::attach_listener(&self.sys, &ch)?;
         let busy = HalError::new(Stage::Recover, Cause::Os(hexrpc_drivers::Errno::EBUSY));
         let i = self.cells.iter().position(FdCell::is_empty).ok_or(busy)?;
-        let token = ch.into_token().ok_or(busy)?;
+        let (token, shell) = ch.into_parts();
+        let token = token.ok_or(busy)?;
+        let generation = self.generation.load(Ordering::Acquire) + 1;
+        // The cell's generation is set before the cell holds the channel, so the bookkeeping
+        // never sees it with an older one.
+        self.cell_gen[i].store(generation, Ordering::Release);
+        self.cell_ident[i].store(identity, Ordering::Release);
         if let Err(t) = self.cells[i].put(token) {
             let _ = self.sys.close(t);
             return Err(busy);
         }
+        if let Some(shell) = shell {
+            self.keep(generation, Kept::Lease(shell));
+        }
         chan.current = Some(i);
-        let generation = self.generation.fetch_add(1, Ordering::AcqRel) + 1;
+        self.generation.store(generation, Ordering::Release);
         // The listener serves the new channel from here on; the libraries need it to load.
         self.published.store(pack_channel(i, generation), Ordering::Release);
         self.notify();

@@ -817,9 +817,20 @@ impl<'img, S: Syscalls> ReverseService<'img, S> {
                     return Err(RequestError::Mmap);
                 }
                 drop(s);
-                if vadsp == 0 {
+                if vadsp == 0 && self.kernel_abi() == KernelAbi::Upstream {
+                    // The upstream driver always writes the DSP address back (`fastrpc_req_mmap`):
+                    // a 0 there means no usable map.
                     return Err(RequestError::Mmap);
                 }
+                // Downstream, a 0 is what a working map looks like on the comma three: the AGNOS
+                // driver (`fastrpc_internal_mmap`) keeps the DSP address to itself and copies our
+                // own input struct back, whose `vaddrout` the drivers' `mmap` pre-sets to 0 (so a
+                // stale value can never be echoed back as an address). The kernel has already
+                // told the DSP about the pages (its own mmap message, which the DSP answered),
+                // so the map exists and the requester's heap has grown; answering a failure would
+                // only make the DSP give up on memory it has. tinygrad's listener answers
+                // success with the same 0 on that kernel. The map stays charged until the
+                // channel closes (an unmap by address cannot name it).
                 let out = Map64Out { vapps: 0.into(), vadsp: vadsp.into() };
                 r.write(0, out.as_bytes());
                 Ok(r.finish())

@@ -97,6 +97,50 @@ impl ReverseReply {
     }
 }
 
+/// A simulated buffer (an ION buffer or a dma-buf), as [`Bench::buffer_of`] and
+/// [`DriverMap::buffer`] name it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BufferId(pub u64);
+
+/// What kind of driver map an entry of [`Bench::driver_maps`] is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DriverMapKind {
+    /// A handle argument's map (va 0), made by INVOKE (and, upstream, INIT_CREATE's shell and
+    /// MEM_MAP).
+    Handle,
+    /// An MMAP of an fd (downstream).
+    Mmap,
+    /// MMAP with ADD_PAGES (kernel memory, no fd).
+    AddPages,
+}
+
+/// One map in a FastRPC file's driver map list.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DriverMap {
+    /// What made it.
+    pub kind: DriverMapKind,
+    /// The fd NUMBER it is keyed by (-1 for ADD_PAGES).
+    pub fd: i32,
+    /// References: one per call (or MMAP) that found or made it and has not given it back.
+    pub refs: u32,
+    /// The buffer it pins (`None` for ADD_PAGES).
+    pub buffer: Option<BufferId>,
+    /// Its length in bytes.
+    pub len: u64,
+}
+
+/// A live simulated DSP process ([`Bench::dsp_processes`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DspProcessInfo {
+    /// The bench's process id ([`Bench::dsp_pid`]).
+    pub pid: u64,
+    /// The identity it was created under: the host tgid, with bit 30 for a SETMODE(SESSION)
+    /// file.
+    pub identity: i32,
+    /// Whether bit 30 (the second session) is set.
+    pub session: bool,
+}
+
 /// A posted reverse request, to wait for with [`Bench::await_reverse`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ReverseTicket(u64);
@@ -366,6 +410,97 @@ impl Bench {
         self.pid_of(&st, rpc_fd)
     }
 
+    /// The driver's map list of the FastRPC file behind `rpc_fd` (`None` if the number is not a
+    /// FastRPC file of this bench), in creation order: what MUNMAP_FD, the fdlist and close work
+    /// on. A map keeps its buffer alive after every user reference is gone, and is found by its
+    /// fd NUMBER: compare [`DriverMap::buffer`] with [`Bench::buffer_of`] of the same number to
+    /// see a stale map.
+    pub fn driver_maps(&self, rpc_fd: Fd) -> Option<Vec<DriverMap>> {
+        let st = self.lock();
+        let Some(FdEntry { obj: FdObj::Rpc(f), .. }) = st.fds.get(&rpc_fd.0) else { return None };
+        let f = st.rpc_files.get(f)?;
+        Some(
+            f.maps
+                .iter()
+                .map(|m| DriverMap {
+                    kind: match m.kind {
+                        MapKind::Fd => DriverMapKind::Mmap,
+                        MapKind::AddPages => DriverMapKind::AddPages,
+                        MapKind::Handle => DriverMapKind::Handle,
+                    },
+                    fd: m.fd,
+                    refs: m.refs,
+                    buffer: m.buf.map(BufferId),
+                    len: m.len,
+                })
+                .collect(),
+        )
+    }
+
+    /// The driver maps of every FastRPC file still known to the simulated kernel (closed files
+    /// whose release is in progress included): the total a test compares with its start.
+    pub fn all_driver_maps(&self) -> Vec<DriverMap> {
+        let st = self.lock();
+        let mut v = Vec::new();
+        for f in st.rpc_files.values() {
+            for m in &f.maps {
+                let kind = match m.kind {
+                    MapKind::Fd => DriverMapKind::Mmap,
+                    MapKind::AddPages => DriverMapKind::AddPages,
+                    MapKind::Handle => DriverMapKind::Handle,
+                };
+                v.push(DriverMap { kind, fd: m.fd, refs: m.refs, buffer: m.buf.map(BufferId), len: m.len });
+            }
+        }
+        v
+    }
+
+    /// The buffer (ION buffer or dma-buf) a descriptor number names now, if it names one.
+    pub fn buffer_of(&self, fd: Fd) -> Option<BufferId> {
+        self.lock().dmabuf(fd.0).map(BufferId)
+    }
+
+    /// Whether a buffer still exists (some handle, fd, host mapping or driver map holds it).
+    pub fn buffer_alive(&self, id: BufferId) -> bool {
+        self.lock().buffers.contains_key(&id.0)
+    }
+
+    /// The live DSP processes and the identity each was created under (tgid, with bit 30 for
+    /// the second session of a process); one per identity.
+    pub fn dsp_processes(&self) -> Vec<DspProcessInfo> {
+        let st = self.lock();
+        let mut v: Vec<DspProcessInfo> = st
+            .procs
+            .iter()
+            .filter(|(_, p)| p.alive)
+            .map(|(&pid, p)| DspProcessInfo { pid, identity: p.identity, session: p.identity & (1 << 30) != 0 })
+            .collect();
+        v.sort_by_key(|p| p.pid);
+        v
+    }
+
+    /// The DSP identity the FastRPC file behind `rpc_fd` sends (what its INIT creates and its
+    /// close releases).
+    pub fn identity_of(&self, rpc_fd: Fd) -> Option<i32> {
+        let st = self.lock();
+        let Some(FdEntry { obj: FdObj::Rpc(f), .. }) = st.fds.get(&rpc_fd.0) else { return None };
+        st.rpc_files.get(f).map(|f| f.tgid)
+    }
+
+    /// Puts the registered library model `name` into the DSP process behind `rpc_fd` as if a
+    /// remotectl open had loaded it (no reverse traffic: for kernel tests that need a DSP-side
+    /// observer without a listener). Returns the library handle.
+    pub fn preload_library(&self, rpc_fd: Fd, name: &str) -> Option<u32> {
+        let mut st = self.lock();
+        let pid = self.pid_of(&st, rpc_fd)?;
+        let model = st.libraries.get(name)?.clone();
+        let p = st.procs.get_mut(&pid)?;
+        let h = p.next_lib;
+        p.next_lib += 0x10;
+        p.libs.insert(h, crate::state::LoadedLib { name: name.to_string(), model });
+        Some(h)
+    }
+
     /// Makes the DSP process behind `rpc_fd` send `req` to the host's listener (queued until a
     /// thread sits in `next2`).
     pub fn post_reverse(&self, rpc_fd: Fd, req: ReverseRequest) -> Result<ReverseTicket, ReverseError> {
@@ -484,6 +619,7 @@ impl Bench {
                     RpcFile {
                         upstream: false,
                         tgid,
+                        session_epoch: None,
                         cid: None,
                         session: false,
                         mode: hexrpc_drivers::adsprpc::FASTRPC_MODE_SERIAL,
@@ -667,7 +803,7 @@ unsafe impl Syscalls for Bench {
             _ => None,
         };
         let r = if let Some(e) = st.fds.remove(&fd.0) {
-            release_obj(&mut st, e.obj);
+            st = release_obj(&self.sh, st, e.obj);
             Ok(())
         } else if st.passthrough.remove(&fd.0) {
             // SAFETY: a real descriptor this bench opened and its caller has just given back.
@@ -689,7 +825,7 @@ unsafe impl Syscalls for Bench {
         let old = st.fds.get_mut(&fd.0).map(|e| core::mem::replace(&mut e.obj, FdObj::Null));
         let r = match old {
             Some(old) => {
-                release_obj(&mut st, old);
+                st = release_obj(&self.sh, st, old);
                 Ok(())
             }
             None if st.passthrough.contains(&fd.0) => RustixSys.retire(borrowed),
@@ -893,7 +1029,7 @@ unsafe impl Syscalls for Bench {
                     None => false,
                 };
                 if teardown {
-                    st.free_rpc_file(file);
+                    st = release_file(&self.sh, st, file);
                 }
                 drop(st);
                 self.sh.cv.notify_all();
@@ -1003,10 +1139,10 @@ fn real_path(fd: Fd) -> String {
 
 /// Gives up what a descriptor referred to, as its last close does: ION clients and their
 /// handles, a FastRPC file (released once no thread is inside one of its ioctls, as Linux
-/// releases a file), a dma-buf reference.
-fn release_obj(st: &mut State, obj: FdObj) {
+/// releases a file; the release may block, see [`release_file`]), a dma-buf reference.
+fn release_obj<'a>(sh: &'a Shared, mut st: MutexGuard<'a, State>, obj: FdObj) -> MutexGuard<'a, State> {
     match obj {
-        FdObj::Ion(c) => ion::close_client(st, c),
+        FdObj::Ion(c) => ion::close_client(&mut st, c),
         FdObj::Rpc(f) => {
             let busy = match st.rpc_files.get_mut(&f) {
                 Some(file) => {
@@ -1016,7 +1152,7 @@ fn release_obj(st: &mut State, obj: FdObj) {
                 None => false,
             };
             if !busy {
-                st.free_rpc_file(f);
+                st = release_file(sh, st, f);
             }
         }
         FdObj::DmaBuf(b) => {
@@ -1027,6 +1163,64 @@ fn release_obj(st: &mut State, obj: FdObj) {
         }
         FdObj::File(_) | FdObj::Dir(_) | FdObj::Null | FdObj::Heap => {}
     }
+    st
+}
+
+/// The last release of a FastRPC file (`fastrpc_file_free` downstream, `fastrpc_device_release`
+/// upstream). First the kernel's "release process" message, which names only the file's
+/// identity (tgid, with the session bit downstream): the live DSP process of that identity is
+/// released, whichever file created it. It goes out when the file holds a session of the
+/// current restart epoch on an open channel. The message is a kernel call: a
+/// [`DspCallKind::ReleaseProcess`] fault delays or hangs it, and the DSP answers only once the
+/// library calls still running in that process (and in the file's own process) have returned,
+/// interrupted ones included. Downstream waits uninterruptibly with no limit (a hang lasts until
+/// [`Bench::release_hangs`] or a restart); upstream waits at most
+/// [`BenchConfig::kernel_call_timeout`](crate::BenchConfig::kernel_call_timeout) and then goes on.
+/// Only then are contexts, maps (and so the buffers they pin) and the session freed.
+pub(crate) fn release_file<'a>(sh: &'a Shared, mut st: MutexGuard<'a, State>, file: u64) -> MutexGuard<'a, State> {
+    let Some(f) = st.rpc_files.get(&file) else { return st };
+    let epoch = st.epoch;
+    let sends = f.session_epoch == Some(epoch) && !st.dsp_down && (f.upstream || (f.cid.is_some() && st.channel_open == Some(epoch)));
+    if sends {
+        let (identity, own, upstream) = (f.tgid, f.proc_id, f.upstream);
+        let target = st.process_of_identity(identity);
+        st.count_dsp(DspCallKind::ReleaseProcess);
+        let fault = st.fault(FaultTarget::Dsp(DspCallKind::ReleaseProcess));
+        let start = Instant::now();
+        let limit = upstream.then_some(sh.cfg.kernel_call_timeout);
+        let gen = st.hang_generation;
+        let hold_until = match fault {
+            Some(Fault::Delay(d)) => Some(start + d),
+            Some(Fault::Hang) => None,
+            _ => Some(start),
+        };
+        let pids: Vec<u64> = target.into_iter().chain(own).collect();
+        loop {
+            let answered = match hold_until {
+                Some(t) => Instant::now() >= t,
+                None => st.hang_generation != gen,
+            };
+            let running = pids.iter().any(|p| st.lib_running.get(p).is_some_and(|&n| n > 0));
+            if st.epoch != epoch || (answered && !running) {
+                break;
+            }
+            let mut wait = Duration::from_millis(50);
+            if let Some(l) = limit {
+                let waited = start.elapsed();
+                if waited >= l {
+                    break;
+                }
+                wait = wait.min(l - waited);
+            }
+            st = sh.wait_for(st, wait);
+        }
+        if let Some(t) = target {
+            st.kill_process(t);
+        }
+    }
+    st.free_rpc_file(file);
+    sh.cv.notify_all();
+    st
 }
 
 /// [`Bench::restart_dsp`] on the shared state (also what a DSP model does when a kernel crashes).

@@ -16,13 +16,24 @@ pub struct BenchConfig {
     pub ram_bytes: u64,
     /// Simulated heap capacity: live ION bytes beyond this fail with ENOMEM (page shortage).
     pub ion_capacity: u64,
-    /// SMMU sessions (context banks) per FastRPC channel; GETINFO fails with -1 when all are taken.
+    /// SMMU sessions (context banks) per FastRPC channel; GETINFO fails with -1 when all are taken
+    /// (upstream: open fails with `EBUSY`). Default 8: the comma three's sdm845 device tree
+    /// declares 10 CDSP context banks, 9 probe (`NUM_SESSIONS`), 2 are secure, and GETINFO only
+    /// takes the 8 non-secure ones (`fastrpc_cb_probe`, `fastrpc_session_alloc_locked`).
     pub sessions_per_channel: u32,
     /// Whether sessions have an SMMU (the GETINFO answer).
     pub smmu: bool,
-    /// Whether MMAP writes `vaddrout` back. The indexed AGNOS driver does not, a newer CAF one does
-    /// (kernel-abi.md 2.9, an open discrepancy); default `true`, what tinygrad relies on.
+    /// Downstream driver: whether MMAP writes `vaddrout` back. The comma three's adsprpc
+    /// (`fastrpc_internal_mmap`) never assigns it and the ioctl copies the caller's own 32 bytes
+    /// back, so the default is `false`; some newer CAF trees do write it (`true`). The upstream
+    /// driver (`fastrpc_req_mmap`) always writes it, whatever this says.
     pub mmap_writes_vaddrout: bool,
+    /// Which handle fds the DSP lists in the fdlist after a successful call, releasing one
+    /// reference of each one's driver map (kernel-abi.md 2.7; the real DSP rule, "once, when its
+    /// own count of the handle reaches zero", is not known in detail). Default
+    /// [`FdlistPolicy::None`]: handle maps accumulate until MUNMAP_FD (downstream) or close, the
+    /// conservative reading a host must survive.
+    pub fdlist: FdlistPolicy,
     /// How long the DSP waits for a reverse request to be answered before it gives up (a library
     /// load then fails with `AEE_EUNABLETOLOAD`). The real DSP would wait forever.
     pub reverse_timeout: Duration,
@@ -63,9 +74,10 @@ impl Default for BenchConfig {
             extra_heaps: Vec::new(),
             ram_bytes: 4 << 30,
             ion_capacity: 1 << 30,
-            sessions_per_channel: 9,
+            sessions_per_channel: 8,
             smmu: true,
-            mmap_writes_vaddrout: true,
+            mmap_writes_vaddrout: false,
+            fdlist: FdlistPolicy::None,
             reverse_timeout: Duration::from_millis(1500),
             loader_chunk: 16 * 1024,
             max_library_len: 16 << 20,
@@ -77,6 +89,21 @@ impl Default for BenchConfig {
             upstream_secure_channel: true,
         }
     }
+}
+
+/// What the simulated DSP writes into the fdlist of a successful call (the driver then drops one
+/// reference of the handle map of each listed fd: downstream `put_args`, upstream
+/// `fastrpc_put_args`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FdlistPolicy {
+    /// Nothing: every handle map made by a call stays until MUNMAP_FD (downstream) or the
+    /// channel's close. The default.
+    #[default]
+    None,
+    /// Every handle fd of the call, one entry per handle argument (at most 16): each call's
+    /// handle references are given back at once (the bench's behaviour before the stricter
+    /// model; a permissive DSP).
+    EveryHandle,
 }
 
 /// A simulated cost per crossing of the seam (every ioctl). Figures derived from it are

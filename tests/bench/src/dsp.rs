@@ -17,10 +17,10 @@
 //! ioctl with `nErr = DSP_AEE_EOFFSET + code` (negative as `i32`) and the text in the dlerror
 //! buffer; `next2` after the process exited returns `DSP_AEE_EOFFSET + AEE_EBADSTATE`, the value
 //! quic's listener treats as "exit the thread". A call on an exited process returns
-//! `AEE_EBADSTATE`; on an unknown handle `AEE_EINVHANDLE`. After a successful library call the
-//! DSP lists every handle fd in the fdlist, releasing the invoke's handle maps (what the real
-//! framework lists is not known); after an error nothing is released, as the driver skips
-//! put_args.
+//! `AEE_EBADSTATE`; on an unknown handle `AEE_EINVHANDLE`. What the DSP lists in the fdlist of a
+//! successful library call is [`BenchConfig::fdlist`](crate::BenchConfig::fdlist) (default:
+//! nothing, so handle maps stay until MUNMAP_FD or close; what the real framework lists is not
+//! known in detail); after an error nothing is listed (downstream skips put_args anyway).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -660,12 +660,41 @@ fn get_in_bufs2(sh: &Shared, job: &Job, ins: &[Vec<u8>], outs: &mut [Vec<u8>]) -
 /// DSP addresses of the framework's copies of buffer arguments.
 const CALL_REGION_BASE: u32 = 0x0100_0000;
 
+/// One library call running on the DSP, counted in `State::lib_running` until dropped.
+struct Running<'a> {
+    sh: &'a Shared,
+    pid: u64,
+}
+
+impl<'a> Running<'a> {
+    fn start(sh: &'a Shared, pid: u64) -> Running<'a> {
+        *sh.lock().lib_running.entry(pid).or_insert(0) += 1;
+        Running { sh, pid }
+    }
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        let mut st = self.sh.lock();
+        if let Some(n) = st.lib_running.get_mut(&self.pid) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                st.lib_running.remove(&self.pid);
+            }
+        }
+        drop(st);
+        self.sh.cv.notify_all();
+    }
+}
+
 fn library(sh: &Shared, job: &Job, mut outs: Vec<Vec<u8>>) -> CtxResult {
     let lib = {
         let st = sh.lock();
         st.procs.get(&job.pid).and_then(|p| p.libs.get(&job.handle)).map(|l| (l.name.clone(), l.model.clone()))
     };
     let Some((name, model)) = lib else { return result(aee::AEE_EINVHANDLE, outs) };
+    // The process's release waits for this call to return (interrupted or not).
+    let _running = Running::start(sh, job.pid);
     // Executor hook (issue 8).
     if let Some((exec, lib)) = model.exec.clone() {
         return crate::executor::invoke(sh, job, &name, &exec, lib, outs);
@@ -705,6 +734,15 @@ fn library(sh: &Shared, job: &Job, mut outs: Vec<Vec<u8>>) -> CtxResult {
             o[..n].copy_from_slice(&r.data[..n]);
         }
     }
-    let fdlist = if rv == 0 { job.handles.iter().map(|h| h.fd).take(hexrpc_drivers::adsprpc::M_FDLIST).collect() } else { Vec::new() };
+    let fdlist = fdlist(sh, job, rv);
     CtxResult { retval: rv, outs, fdlist, sim_dsp: env.sim.unwrap_or_default() }
+}
+
+/// The fdlist the DSP writes for a library call that returned `rv`
+/// ([`BenchConfig::fdlist`](crate::BenchConfig::fdlist)); nothing after an error.
+pub(crate) fn fdlist(sh: &Shared, job: &Job, rv: i32) -> Vec<i32> {
+    match sh.cfg.fdlist {
+        crate::FdlistPolicy::EveryHandle if rv == 0 => job.handles.iter().map(|h| h.fd).take(hexrpc_drivers::adsprpc::M_FDLIST).collect(),
+        _ => Vec::new(),
+    }
 }

@@ -157,7 +157,29 @@ fn alloc(sh: &Shared, st: &mut State, client: u64, a: &ion_allocation_data) -> R
 pub(crate) fn new_buffer(len: u64) -> Result<OwnedFd, Errno> {
     let fd = rustix::fs::memfd_create("hexrpc-bench-ion", rustix::fs::MemfdFlags::CLOEXEC).map_err(|e| Errno(e.raw_os_error()))?;
     rustix::fs::ftruncate(&fd, len).map_err(|_| Errno::ENOMEM)?;
-    Ok(fd)
+    Ok(out_of_the_way(fd))
+}
+
+/// Moves a backing descriptor of the bench (a buffer's memfd, which only the bench holds) to a
+/// number at or above [`backing_floor`], so that it does not take a low number the simulated
+/// kernel would hand out: "close fd 7, allocate" then gives 7 again, as on a device, even while
+/// a driver map keeps the closed buffer's memory alive. Falls back to the original number when
+/// no high number is free.
+pub(crate) fn out_of_the_way(fd: OwnedFd) -> OwnedFd {
+    match rustix::io::fcntl_dupfd_cloexec(&fd, backing_floor()) {
+        Ok(high) => high,
+        Err(_) => fd,
+    }
+}
+
+/// The lowest number the bench uses for its own backing descriptors: half the soft
+/// `RLIMIT_NOFILE`, at least 64 and at most 65536.
+pub(crate) fn backing_floor() -> i32 {
+    static FLOOR: std::sync::OnceLock<i32> = std::sync::OnceLock::new();
+    *FLOOR.get_or_init(|| {
+        let soft = rustix::process::getrlimit(rustix::process::Resource::Nofile).current.unwrap_or(1 << 20);
+        i32::try_from((soft / 2).clamp(64, 65536)).unwrap_or(64)
+    })
 }
 
 fn free(st: &mut State, client: u64, handle: i32) -> Result<(), Errno> {

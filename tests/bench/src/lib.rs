@@ -16,7 +16,9 @@
 //!   `/bench/` are a virtual file table holding the [`hexrpc_bsp::BENCH`] board's device nodes
 //!   and shell; every other path goes to the real filesystem (so a reverse file service can be
 //!   tested on real temp files), and every `open` is logged. Each descriptor the bench hands out
-//!   is backed by a real one (a memfd), so numbers never collide with real descriptors.
+//!   is backed by a real one (a memfd), so numbers never collide with real descriptors; the
+//!   bench's own backing descriptors sit at high numbers, so the numbers it hands out follow the
+//!   kernel's lowest-free rule (a closed number is the next one handed out).
 //! * **The kernel** ([`ion`] and [`rpc`] on [`hexrpc_bsp::BENCH`]; [`dma_heap`] and
 //!   [`upstream`] on [`hexrpc_bsp::BENCH_UPSTREAM`]): every request is decoded from the
 //!   raw request number and the raw bytes behind the pointer, as `copy_from_user` would, and
@@ -24,7 +26,13 @@
 //!   `ENOMEM`; adsprpc: -1/`EPERM` for faulting copies and missing state, positive return
 //!   values for DSP errors, `ECONNRESET` / +104 after a restart). ION buffers are memfds, so a
 //!   SHARE fd and `mmap` on it are real.
-//! * **The DSP**: a process per INIT, static handles 0 (remotectl open/close by URI, which
+//! * **The kernel rules** checked against the real drivers (docs/bench.md, "Kernel rules";
+//!   `tests/kernel_rules.rs`): handle maps keyed by fd number that outlive the call and hand
+//!   the DSP the map's buffer when a number is reused ([`Bench::driver_maps`]); one DSP process
+//!   per identity (tgid, with the SETMODE session bit), released by any file of that identity
+//!   ([`Bench::dsp_processes`]); a release on close that waits for the process's running calls
+//!   and can be hung by a fault; 8 sessions.
+//! * **The DSP**: a process per identity, created by INIT, static handles 0 (remotectl open/close by URI, which
 //!   fetches the library through the reverse file service from whatever host thread sits in
 //!   `next2`), 3 (the listener: init2, next2, get_in_bufs2), 4 (exit), and library handles whose
 //!   `entry` is a Rust model of the v1 or v2 generated entry ([`entry`]) with a HAP ledger.
@@ -79,11 +87,19 @@
 //! * bad user pointers are only *detected* when null, below 4096 or beyond the 48-bit user space
 //!   ([`user`]); `munmap` of a range the bench did not map is refused with `EINVAL`
 //!   (Linux would unmap it); closing a descriptor the bench did not hand out is `EBADF`;
-//! * the MMAP `vaddrout` write-back is a configuration choice
-//!   ([`BenchConfig::mmap_writes_vaddrout`]) because the sources disagree (kernel-abi.md 2.9);
+//! * the downstream MMAP `vaddrout` write-back is a configuration choice
+//!   ([`BenchConfig::mmap_writes_vaddrout`], default off as in the comma three's driver; newer
+//!   CAF trees write it);
+//! * what the DSP lists in the fdlist is a policy ([`BenchConfig::fdlist`], default: nothing),
+//!   not the real, unknown rule; handle maps record the buffer's length (the driver's are
+//!   va 0 / len 0); the bench is one host process (one tgid), so another host process's
+//!   identity cannot be simulated;
+//! * a release on close waits for the released process's running library calls, not for calls
+//!   held by an injected `Hang`/`Delay` fault nor for static-handle calls, which end with the
+//!   process;
 //! * buffer arguments are always copied, never mapped; SMMU faults (+39) are never produced;
 //! * the DSP loader's sequence of apps_std calls is not known and is a choice ([`dsp`]); so are
-//!   the AEE codes of several DSP-side failures, the fdlist the DSP writes, and the bounded wait
+//!   the AEE codes of several DSP-side failures (a duplicate identity: `AEE_EBADSTATE`), and the bounded wait
 //!   for reverse answers (a real DSP waits forever);
 //! * HAP_mmap is a real `mmap` of the buffer's memfd; what real HAP functions do with unaligned or
 //!   non-base addresses is not known; `HAP_power_set` is not modelled; the timer is host time;
@@ -126,8 +142,10 @@ pub use account::{
     CallCounts, CallKind, DspCallKind, Fault, FaultTarget, LatencySample, LatencySummary, LedgerEntry, LedgerEvent, MunmapRecord,
     OpenRecord, ReverseRecord, Snapshot,
 };
-pub use bench::{Bench, ReverseReply, ReverseRequest, ReverseTicket, WeakBench, DEFAULT_SHELL_LEN};
-pub use config::{BenchConfig, CostModel};
+pub use bench::{
+    Bench, BufferId, DriverMap, DriverMapKind, DspProcessInfo, ReverseReply, ReverseRequest, ReverseTicket, WeakBench, DEFAULT_SHELL_LEN,
+};
+pub use config::{BenchConfig, CostModel, FdlistPolicy};
 pub use dsp::{ReverseError, STALE_BYTE};
 pub use entry::{AccessError, EntryVersion, KernelCall, KernelFn, LibraryModel, TableKernel, BATCH_MAGIC, V2_MAGIC};
 

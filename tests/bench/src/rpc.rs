@@ -4,8 +4,11 @@
 //! struct is copied from the raw pointer with the size the driver uses, and a faulting copy is
 //! -1 / `EPERM`. INVOKE follows 2.7: LENGTH(sc) 16-byte `remote_arg`s (and `fds[]`/`attrs[]` of
 //! that length when the pointers are non-null) are copied in; a wrapping buffer is -1; handles
-//! need an ION fd (plain INVOKE with handles is -1) and get a driver map that only the DSP's
-//! fdlist, MUNMAP_FD, MUNMAP or close releases; in-buffers are copied in, out-buffers start with
+//! need an ION fd (plain INVOKE with handles is -1) and get a driver map, keyed by the fd
+//! NUMBER, that the call never releases: only the DSP's fdlist (successful calls), MUNMAP_FD
+//! (one reference, no DSP message, -1 when no map covers the range) or close does; a later call
+//! that passes a number with a map reuses it whatever the number names now, and the DSP gets the
+//! map's buffer (`fastrpc_mmap_find` matches the number only); in-buffers are copied in, out-buffers start with
 //! stale bytes and are copied back only when the DSP returned 0; the 64-bit `remote_arg64`
 //! records go to the DSP model. A user invoke waits interruptibly with no timeout: an interrupt
 //! ([`Syscalls::interrupt`](hexrpc_drivers::Syscalls::interrupt)) parks the context, which only the
@@ -17,11 +20,16 @@
 //! * buffer arguments are always copied, never mapped, even with a buffer fd (the driver maps when
 //!   it can and copies otherwise; visible only in that a mapped out-buffer would show DSP writes
 //!   after an error);
-//! * MMAP writes `vaddrout` back only if [`BenchConfig::mmap_writes_vaddrout`] (the AGNOS source
-//!   never writes it, a newer CAF source does: kernel-abi.md 2.9);
-//! * kernel-originated DSP messages (INIT, MMAP, MUNMAP, release) complete at once unless a fault
-//!   delays them; INIT on a file that already has a process, and any invoke before INIT, is -1
-//!   (a choice); only the board's channel has a DSP behind it (INIT on another channel is -1);
+//! * MMAP writes `vaddrout` back only if [`BenchConfig::mmap_writes_vaddrout`] (default off: the
+//!   comma three's source never writes it, a newer CAF source does);
+//! * kernel-originated DSP messages (INIT, MMAP, MUNMAP) complete at once unless a fault delays
+//!   them; the release on close waits, with no limit, for
+//!   its answer, which comes once the released process's running library calls have returned
+//!   (or never, under a `Hang` fault, until the hangs are released or the DSP restarts);
+//! * the DSP keys processes by the file's identity (tgid, bit 30 after SETMODE(SESSION)): INIT
+//!   for an identity with a live process is answered `AEE_EBADSTATE` (the real code is not
+//!   known); INIT on a file that already has a process, and any invoke before INIT, is -1 (a
+//!   choice); only the board's channel has a DSP behind it (INIT on another channel is -1);
 //! * GETPERF's per-thread record holds only the invoke count and the tid (the real one also leaks
 //!   a kernel list node); SMMU faults (+39) are never simulated;
 //! * a resumed invoke copies back to the user pointers of the *interrupted* call, as the kernel
@@ -55,6 +63,9 @@ const KEYS: &[u8] = b"count:flush:map:copy:glink:getargs:putargs:invalidate:invo
 /// Kernel virtual addresses of the driver's copies (what `remote_arg64.pv` holds for buffers).
 const KVA_BASE: u64 = 0xFFFF_FF80_1000_0000;
 const FASTRPC_CTX_MAX: usize = 256;
+/// What the simulated DSP answers to a create/attach for an identity that already has a live
+/// process (Qualcomm: "considered a bad request"; the real code is not known).
+pub(crate) const IDENTITY_IN_USE: i32 = aee::AEE_EBADSTATE;
 
 pub(crate) fn kind_of(request: u32) -> CallKind {
     match request {
@@ -165,6 +176,7 @@ unsafe fn getinfo(sh: &Shared, st: &mut State, file: u64, a: u64) -> Result<i32,
         }
         f.cid = Some(v);
         f.session = true;
+        f.session_epoch = Some(st.epoch);
         st.sessions[v as usize] += 1;
     }
     let out = u32::from(sh.cfg.smmu);
@@ -317,6 +329,9 @@ unsafe fn init<'a>(sh: &'a Shared, st: Guard<'a>, file: u64, kind: CallKind, a: 
         }
         _ => return (st, Err(Errno::ENOTTY)),
     };
+    // The INIT message opens the channel (so this file's close will send a release, whatever
+    // the DSP answers).
+    st.channel_open = Some(epoch);
     let (st2, replaced) = kernel_message(sh, st, DspCallKind::CreateProcess);
     st = st2;
     if let Some(v) = replaced {
@@ -324,6 +339,12 @@ unsafe fn init<'a>(sh: &'a Shared, st: Guard<'a>, file: u64, kind: CallKind, a: 
     }
     if st.epoch != epoch {
         return (st, Err(Errno::ECONNRESET));
+    }
+    // The DSP keys processes by the identity in the message (tgid, with the session bit after
+    // SETMODE(SESSION)): a second create for a live identity is a bad request.
+    let identity = st.rpc_files.get(&file).map_or(0, |f| f.tgid);
+    if st.process_of_identity(identity).is_some() {
+        return (st, Ok(IDENTITY_IN_USE));
     }
     if let Some(image) = &shell {
         if elf::check_hexagon_elf(image).is_err() {
@@ -340,11 +361,13 @@ unsafe fn init<'a>(sh: &'a Shared, st: Guard<'a>, file: u64, kind: CallKind, a: 
 
 /// A fresh DSP process for FastRPC file `file`; returns its id.
 pub(crate) fn new_process(st: &mut State, file: u64) -> u64 {
+    let identity = st.rpc_files.get(&file).map_or(0, |f| f.tgid);
     let pid = st.id();
     st.procs.insert(
         pid,
         DspProcess {
             file,
+            identity,
             alive: true,
             listener_init: false,
             apps_std: None,
@@ -493,7 +516,7 @@ unsafe fn munmap_fd(st: &mut State, file: u64, a: u64) -> Result<i32, Errno> {
 /// Drops one reference of the handle map of `fd` (va 0).
 fn put_handle_map(st: &mut State, file: u64, fd: i32) {
     let Some(f) = st.rpc_files.get_mut(&file) else { return };
-    if let Some(i) = f.maps.iter().position(|x| x.kind == MapKind::Handle && x.fd == fd && x.va == 0) {
+    if let Some(i) = f.maps.iter().position(|x| x.kind != MapKind::AddPages && x.fd == fd && x.va == 0) {
         f.maps[i].refs -= 1;
         if f.maps[i].refs == 0 {
             let map = f.maps.remove(i);
@@ -598,30 +621,41 @@ unsafe fn invoke<'a>(
                 return (st, eperm());
             }
         };
-        let Some(buf) = st.dmabuf(fd) else {
+        // fastrpc_mmap_create: an existing map of this fd NUMBER (va 0) is reused whatever the
+        // number names now; the DSP gets that map's pages (fastrpc_mmap_find matches the number
+        // only, no dma-buf identity check).
+        let existing =
+            st.rpc_files.get(&file).and_then(|f| f.maps.iter().position(|x| x.kind != MapKind::AddPages && x.fd == fd && x.va == 0));
+        let buf = match existing {
+            Some(i) => {
+                let Some(f) = st.rpc_files.get_mut(&file) else { return (st, Err(Errno::EBADF)) };
+                f.maps[i].refs += 1;
+                f.maps[i].buf
+            }
+            None => {
+                let Some(buf) = st.dmabuf(fd) else {
+                    rollback(&mut st, &taken);
+                    return (st, eperm());
+                };
+                let Some(blen) = st.buffers.get(&buf).map(|b| b.len) else {
+                    rollback(&mut st, &taken);
+                    return (st, eperm());
+                };
+                let raddr = st.alloc_raddr(file, blen, false);
+                if let Some(f) = st.rpc_files.get_mut(&file) {
+                    f.maps.push(DspMap { kind: MapKind::Handle, fd, buf: Some(buf), va: 0, len: blen, raddr, refs: 1 });
+                }
+                if let Some(b) = st.buffers.get_mut(&buf) {
+                    b.driver_maps += 1;
+                }
+                Some(buf)
+            }
+        };
+        taken.push(fd);
+        let Some((memfd, blen)) = buf.and_then(|b| st.buffers.get(&b)).map(|b| (b.memfd.clone(), b.len)) else {
             rollback(&mut st, &taken);
             return (st, eperm());
         };
-        let (memfd, blen) = match st.buffers.get(&buf) {
-            Some(b) => (b.memfd.clone(), b.len),
-            None => {
-                rollback(&mut st, &taken);
-                return (st, eperm());
-            }
-        };
-        let Some(f) = st.rpc_files.get_mut(&file) else { return (st, Err(Errno::EBADF)) };
-        if let Some(m) = f.maps.iter_mut().find(|x| x.kind == MapKind::Handle && x.fd == fd && x.va == 0) {
-            m.refs += 1;
-        } else {
-            let raddr = st.alloc_raddr(file, blen, false);
-            if let Some(f) = st.rpc_files.get_mut(&file) {
-                f.maps.push(DspMap { kind: MapKind::Handle, fd, buf: Some(buf), va: 0, len: blen, raddr, refs: 1 });
-            }
-            if let Some(b) = st.buffers.get_mut(&buf) {
-                b.driver_maps += 1;
-            }
-        }
-        taken.push(fd);
         let u = a.buf();
         handles.push(HandleBuf { fd, memfd, len: blen });
         wire.push(remote_arg64::from_dma(remote_dma_handle64 { fd, offset: u.pv as u32, len: u.len as u32 }));

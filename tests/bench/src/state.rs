@@ -141,7 +141,13 @@ pub(crate) struct DspMap {
 pub(crate) struct RpcFile {
     /// An upstream `/dev/fastrpc-*` file (the session and channel are bound at open).
     pub upstream: bool,
+    /// The DSP identity this file's messages carry: the opener's tgid, with bit 30 after
+    /// SETMODE(FASTRPC_MODE_SESSION) (downstream).
     pub tgid: i32,
+    /// Restart epoch at which the file took its session (GETINFO downstream, open upstream):
+    /// the release on close goes out only while it is current (a stale restart counter fails
+    /// the send at once).
+    pub session_epoch: Option<u64>,
     pub cid: Option<u32>,
     pub session: bool,
     pub mode: u32,
@@ -237,6 +243,8 @@ pub(crate) struct Ticket {
 
 pub(crate) struct DspProcess {
     pub file: u64,
+    /// The identity the process was created under (the creating file's `tgid`).
+    pub identity: i32,
     pub alive: bool,
     pub listener_init: bool,
     pub apps_std: Option<u32>,
@@ -290,6 +298,12 @@ pub(crate) struct State {
     pub map_origins: HashMap<u64, u64>,
     /// Every MUNMAP / MUNMAP_64 ioctl: where it went, and which channel had made the map.
     pub munmap_log: Vec<MunmapRecord>,
+    /// Downstream: the restart epoch in which the channel was opened (the first INIT message
+    /// sent on it); a release on close goes out only on an open channel.
+    pub channel_open: Option<u64>,
+    /// Library calls running on the DSP, per process id (kept after the process is gone): the
+    /// release of a process waits for them.
+    pub lib_running: HashMap<u64, u32>,
 }
 
 impl State {
@@ -375,16 +389,16 @@ impl State {
         self.procs.remove(&pid);
     }
 
-    /// The file teardown of `fastrpc_file_free`: release the process, free parked contexts and
-    /// every map, give the session back.
+    /// The live DSP process created under `identity`, if any.
+    pub fn process_of_identity(&self, identity: i32) -> Option<u64> {
+        self.procs.iter().find(|(_, p)| p.alive && p.identity == identity).map(|(&id, _)| id)
+    }
+
+    /// The part of `fastrpc_file_free` after the release message
+    /// ([`crate::bench::release_file`]): free parked contexts and every map, give the session
+    /// back.
     pub fn free_rpc_file(&mut self, file_id: u64) {
         let Some(f) = self.rpc_files.remove(&file_id) else { return };
-        if let Some(pid) = f.proc_id {
-            if self.procs.contains_key(&pid) {
-                self.count_dsp(DspCallKind::ReleaseProcess);
-            }
-            self.kill_process(pid);
-        }
         self.ctxs.retain(|_, c| c.file != file_id);
         for m in f.maps {
             self.release_driver_map(m.buf);

@@ -13,6 +13,9 @@
 //! * INVOKE: handle 1 is `EPERM`; LENGTH(sc) 24-byte `fastrpc_invoke_args` are read; every
 //!   argument with an fd (not 0, not -1) and a non-zero length is mapped (a descriptor that is
 //!   not a dma-buf: `EINVAL`; a bad one: `EINVAL`, as `fastrpc_create_maps` folds every error);
+//!   an existing map is found by the fd NUMBER only (`fastrpc_map_lookup` before the Aug-2025
+//!   fix), so a reused number hands the DSP the old map's buffer; handle maps keep the call's
+//!   reference until the fdlist or close;
 //!   copied out-buffers start zeroed (the driver clears its payload) and are copied back
 //!   **before** the DSP's result is looked at, so also after a DSP error; 255 contexts in flight
 //!   on the channel: `ENOSPC`; an interrupted call returns `EINTR` and is never resumed: its
@@ -23,6 +26,10 @@
 //!   ([`BenchConfig::upstream_secure_channel`]) without `FASTRPC_MODE_UNSIGNED_MODULE`:
 //!   `ECONNREFUSED`; a shell over 2 MiB: `EINVAL`; the shell's fd is mapped and the map is kept
 //!   until close, as the driver keeps it;
+//! * the DSP identity is the tgid (no SETMODE, no per-session `client_id`): a second create or
+//!   attach for a live identity is `AEE_EBADSTATE`, and every file's close releases the
+//!   identity's process; the release waits for the process's running library calls at most
+//!   [`BenchConfig::kernel_call_timeout`] and then frees anyway;
 //! * a DSP restart ([`Bench::restart_dsp`](crate::Bench::restart_dsp)) completes calls in flight
 //!   with `EPIPE`, and every later call on a file opened before it fails with `EPIPE` forever
 //!   (the channel context is gone); a fresh open works once the DSP is available.
@@ -110,6 +117,7 @@ pub(crate) fn open_file(sh: &Shared, st: &mut State) -> Result<u64, Errno> {
         RpcFile {
             upstream: true,
             tgid: rustix::process::getpid().as_raw_nonzero().get(),
+            session_epoch: Some(epoch),
             cid: Some(ch as u32),
             session: true,
             mode: 0,
@@ -221,26 +229,36 @@ fn new_process(st: &mut State, file: u64) -> u64 {
     pid
 }
 
+/// The file already has a process, or its identity (the tgid: this driver has no session bit)
+/// has a live one: the DSP refuses the create (Qualcomm: a second PD with the same identifier
+/// is "a bad request").
 fn has_process(st: &State, file: u64) -> bool {
-    st.rpc_files.get(&file).and_then(|f| f.proc_id).is_some_and(|p| st.procs.contains_key(&p))
+    let Some(f) = st.rpc_files.get(&file) else { return false };
+    f.proc_id.is_some_and(|p| st.procs.contains_key(&p)) || st.process_of_identity(f.tgid).is_some()
 }
 
-/// `fastrpc_map_create`: finds this file's map of `fd` (taking a reference) or makes one.
-fn map_create(st: &mut State, file: u64, fd: i32, len: u64, va: u64) -> Result<u64, Errno> {
-    let buf = ion::buffer_of_fd(st, fd)?;
-    dma_heap::note_dsp_use(st, buf);
+/// `fastrpc_map_create`: finds this file's map of `fd` (taking a reference) or makes one. The
+/// lookup (`fastrpc_map_lookup` before the Aug-2025 fix) matches the fd NUMBER only: an existing
+/// map is reused whatever the number names now (even nothing), and the DSP gets the map's
+/// buffer and the length recorded when the map was made.
+fn map_create(st: &mut State, file: u64, fd: i32, len: u64, va: u64) -> Result<(u64, u64), Errno> {
     let f = st.rpc_files.get_mut(&file).ok_or(Errno::EBADF)?;
     if let Some(m) = f.maps.iter_mut().find(|m| m.kind == MapKind::Handle && m.fd == fd) {
         m.refs += 1;
-        return Ok(buf);
+        let (buf, len) = (m.buf, m.len);
+        let buf = buf.ok_or(Errno::EINVAL)?;
+        dma_heap::note_dsp_use(st, buf);
+        return Ok((buf, len));
     }
+    let buf = ion::buffer_of_fd(st, fd)?;
+    dma_heap::note_dsp_use(st, buf);
     let raddr = st.alloc_raddr(file, len, false);
     let f = st.rpc_files.get_mut(&file).ok_or(Errno::EBADF)?;
     f.maps.push(DspMap { kind: MapKind::Handle, fd, buf: Some(buf), va, len, raddr, refs: 1 });
     if let Some(b) = st.buffers.get_mut(&buf) {
         b.driver_maps += 1;
     }
-    Ok(buf)
+    Ok((buf, len))
 }
 
 /// `fastrpc_map_put` on this file's map of `fd`.
@@ -310,7 +328,7 @@ unsafe fn invoke<'a>(sh: &'a Arc<Shared>, st: Guard<'a>, file: u64, a: u64, pre:
     }
     // fastrpc_create_maps: every argument with an fd and a length.
     let mut taken: Vec<i32> = Vec::new();
-    let mut bufs: Vec<Option<u64>> = Vec::with_capacity(n);
+    let mut bufs: Vec<Option<(u64, u64)>> = Vec::with_capacity(n);
     for x in &args {
         if no_fd(x.fd) || x.length == 0 {
             bufs.push(None);
@@ -340,7 +358,7 @@ unsafe fn invoke<'a>(sh: &'a Arc<Shared>, st: Guard<'a>, file: u64, a: u64, pre:
     let mut out_ptrs = Vec::new();
     let mut kva = KVA_BASE;
     for (i, x) in args[..nbuf].iter().enumerate() {
-        let data = match (bufs[i], i < nin) {
+        let data = match (bufs[i].map(|b| b.0), i < nin) {
             // SAFETY: checked against a live host mapping of the buffer inside.
             (Some(b), _) => match unsafe { read_mapped(&st, b, x.ptr, x.length) } {
                 Ok(d) => d,
@@ -374,9 +392,9 @@ unsafe fn invoke<'a>(sh: &'a Arc<Shared>, st: Guard<'a>, file: u64, a: u64, pre:
     }
     let mut handles = Vec::new();
     for (i, x) in args.iter().enumerate().skip(nbuf) {
-        if let Some(b) = bufs[i] {
+        if let Some((b, map_len)) = bufs[i] {
             if let Some(buf) = st.buffers.get(&b) {
-                handles.push(HandleBuf { fd: x.fd, memfd: buf.memfd.clone(), len: buf.len });
+                handles.push(HandleBuf { fd: x.fd, memfd: buf.memfd.clone(), len: map_len.min(buf.len) });
             }
         }
         wire.push(remote_arg64::from_dma(remote_dma_handle64 { fd: x.fd, offset: x.ptr as u32, len: x.length as u32 }));
@@ -470,7 +488,7 @@ unsafe fn init_create<'a>(sh: &'a Shared, st: Guard<'a>, file: u64, a: u64) -> (
     let mut mapped = None;
     if init.filelen != 0 && init.filefd != 0 {
         match map_create(&mut st, file, init.filefd, init.filelen as u64, init.file) {
-            Ok(b) => mapped = Some(b),
+            Ok((b, _)) => mapped = Some(b),
             Err(e) => return (st, Err(e)),
         }
     }

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use hexrpc_bench::elf::{elf_image, hexagon_elf};
-use hexrpc_bench::{Bench, BenchConfig, CallKind, DspCallKind, EntryVersion, Fault, FaultTarget, LibraryModel, STALE_BYTE};
+use hexrpc_bench::{Bench, BenchConfig, CallKind, DspCallKind, EntryVersion, Fault, FaultTarget, FdlistPolicy, LibraryModel, STALE_BYTE};
 use hexrpc_drivers::adsprpc::{self, InvokeArgs, ADSP_MMAP_ADD_PAGES};
 use hexrpc_drivers::{aee, Errno, Error, Fd, OpenFlags, Syscalls};
 
@@ -99,21 +99,29 @@ fn init_errors() {
     assert_eq!(init_shell(&b, ion_fd, rpc), Ok(()));
     assert_eq!(init_shell(&b, ion_fd, rpc), Err(Error::Os(Errno::EPERM)), "already has a process");
     assert_eq!(b.snapshot().dsp_processes, 1);
-    // INIT_ATTRS and ATTACH on fresh fds.
+    // INIT_ATTRS and ATTACH on fresh fds: each needs an identity without a live process (the
+    // second session of this process, then the tgid again once `rpc` released it).
     let r2 = fresh_rpc(&b);
     adsprpc::getinfo(&b, r2, 3).unwrap();
     let mut sh = alloc(&b, ion_fd, 4096);
     sh.map.write_at(0, &hexagon_elf(4096)).unwrap();
+    assert_eq!(adsprpc::setmode(&b, r2, adsprpc::FASTRPC_MODE_SESSION), Ok(()));
     assert_eq!(adsprpc::init_attrs(&b, r2, 1, &sh.map, sh.fd, 4096, 0, 0), Ok(()));
     let r3 = fresh_rpc(&b);
     adsprpc::getinfo(&b, r3, 3).unwrap();
+    assert_eq!(
+        adsprpc::init(&b, r3, adsprpc::FASTRPC_INIT_ATTACH, &sh.map, sh.fd, 0),
+        Err(Error::Returned(aee::AEE_EBADSTATE)),
+        "the tgid's process is alive"
+    );
+    b.close_raw(rpc).unwrap();
     assert_eq!(adsprpc::init(&b, r3, adsprpc::FASTRPC_INIT_ATTACH, &sh.map, sh.fd, 0), Ok(()));
     let r4 = fresh_rpc(&b);
     adsprpc::getinfo(&b, r4, 0).unwrap();
     assert_eq!(adsprpc::init(&b, r4, 1, &sh.map, sh.fd, 4096), Err(Error::Os(Errno::EPERM)), "no DSP on channel 0 here");
     sh.release(&b, ion_fd);
     assert_eq!(b.counts().of(CallKind::RpcInitAttrs), 1);
-    for f in [rpc, r2, r3, r4, ion_fd] {
+    for f in [r2, r3, r4, ion_fd] {
         b.close_raw(f).unwrap();
     }
     assert_eq!(b.snapshot().dsp_processes, 0);
@@ -121,7 +129,10 @@ fn init_errors() {
 
 #[test]
 fn mmap_munmap_and_munmap_fd() {
-    let b = bench();
+    // A CAF driver that writes `vaddrout` (the comma three's does not): the DSP addresses are
+    // what this test follows.
+    let b =
+        Bench::with_config(BenchConfig { mmap_writes_vaddrout: true, reverse_timeout: Duration::from_millis(600), ..Default::default() });
     let start = b.snapshot();
     let s = open_session(&b);
     let buf = alloc(&b, s.ion, 16384);
@@ -170,7 +181,12 @@ fn mmap_vaddrout_is_a_configuration_choice() {
 
 #[test]
 fn invoke_variants_and_errors() {
-    let b = bench();
+    // A DSP that lists every handle fd after a successful call (the fdlist mechanism under test).
+    let b = Bench::with_config(BenchConfig {
+        fdlist: FdlistPolicy::EveryHandle,
+        reverse_timeout: Duration::from_millis(600),
+        ..Default::default()
+    });
     let dir = temp_dir("invoke");
     std::fs::write(dir.join("k"), hexagon_elf(4096)).unwrap();
     b.register_library(

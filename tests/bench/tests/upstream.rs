@@ -335,8 +335,8 @@ fn restart_timeouts_sessions_and_interrupts() {
     assert_eq!(upstream::invoke(&b, rpc, 3, &mut args), Err(Error::Os(Errno::EPIPE)));
     b.close(rpc3_owned).unwrap();
     b.close(rpc_owned).unwrap();
-    // Sessions are taken at open: the tenth open of a 9-session channel is EBUSY.
-    let fds: Vec<(OwnedFd, FastrpcFd)> = (0..9).map(|_| node(&b)).collect();
+    // Sessions are taken at open: the ninth open of an 8-session channel is EBUSY.
+    let fds: Vec<(OwnedFd, FastrpcFd)> = (0..8).map(|_| node(&b)).collect();
     assert_eq!(b.open(BENCH_UPSTREAM.rpc_path, OpenFlags::READ_WRITE), Err(Errno::EBUSY));
     for (o, _) in fds {
         b.close(o).unwrap();

@@ -264,7 +264,6 @@ pub(crate) fn invoke(sh: &Shared, job: &Job, library: &str, exec: &ExecProcess, 
             st.ledger.push(LedgerEntry { pid: job.pid, library: library.to_string(), event });
         }
     }
-    let fdlist =
-        if resp.retval == 0 { job.handles.iter().map(|h| h.fd).take(hexrpc_drivers::adsprpc::M_FDLIST).collect() } else { Vec::new() };
+    let fdlist = crate::dsp::fdlist(sh, job, resp.retval);
     CtxResult { retval: resp.retval, outs, fdlist, sim_dsp: std::time::Duration::ZERO }
 }

@@ -1,0 +1,331 @@
+//! What a session keeps so that no fd number the driver may still map is reused.
+//!
+//! Both FastRPC drivers key their buffer maps by fd *number* (downstream `fastrpc_mmap_find`,
+//! upstream `fastrpc_map_lookup` before the dma-buf identity check was added): a handle argument
+//! leaves a map on its channel after the call (released only when the DSP lists the fd back,
+//! which the downstream driver skips after a failed call, by `FASTRPC_IOCTL_MUNMAP_FD`
+//! downstream, or when the channel closes), and the upstream driver keeps its map of the shell
+//! buffer from INIT_CREATE until the channel closes. The map pins the old memory, so closing
+//! the fd is memory-safe; the hazard is the *number*: the next buffer gets the lowest free one
+//! and a call with it would be handed the old buffer's pages.
+//!
+//! So, when a lease whose fd went to a channel is dropped:
+//!
+//! * downstream: `FASTRPC_IOCTL_MUNMAP_FD(fd, va 0, len 0)` on every live channel, repeated
+//!   until the driver says no map is left (it drops one reference per call, without a DSP
+//!   message), then the fd is closed: the number is clean;
+//! * upstream (no kernel-only unmap by fd: `MEM_UNMAP` needs a DSP address and a DSP answer):
+//!   the number is retired (`/dev/null` over it, which releases our reference to the dma-buf)
+//!   and kept open until every channel that existed at the drop is closed; the shell lease of a
+//!   channel is kept the same way, whole;
+//! * a lease handed to a call abandoned at its deadline is quarantined: refused to its owner,
+//!   kept whole (memory and number) if dropped, until the channel of that call is closed, which
+//!   is when the kernel has released the DSP process that ran it.
+//!
+//! The launch path only sets one bit per handle ("this number went to a channel"), so a launch
+//! stays one ioctl; the work happens when a lease is dropped or a channel closes.
+
+use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use hexrpc_bsp::KernelAbi;
+use hexrpc_drivers::{adsprpc, Fd, Syscalls};
+
+use super::Session;
+use crate::call::Call;
+use crate::error::{Cause, HalError, Stage};
+use crate::lease::RawLease;
+use crate::sync;
+
+/// Fd numbers tracked exactly (one bit each); a larger number is assumed to have been passed.
+const PASSED_WORDS: usize = 64;
+/// Retired numbers kept for channels that are still open (4 bytes each).
+const KEPT_NUMBERS: usize = 1024;
+/// Whole leases kept for channels that are still open (shells, quarantined leases).
+const KEPT_LEASES: usize = 64;
+/// Fds of abandoned calls.
+const QUARANTINE: usize = 128;
+/// Most MUNMAP_FD calls for one fd on one channel (a driver that never says "no map" must not
+/// hang a drop).
+const MUNMAP_FD_LIMIT: u32 = 1 << 20;
+
+/// Something kept until the channels that may map it are closed.
+pub(crate) enum Kept<S: Syscalls> {
+    /// A retired number (refers to `/dev/null`), closed then.
+    Number(hexrpc_drivers::OwnedFd),
+    /// A whole lease (a channel's shell buffer, a quarantined lease, or one whose number could
+    /// not be retired), released then.
+    Lease(RawLease<S>),
+}
+
+struct Inner<S: Syscalls> {
+    /// (newest channel generation that may map it, the retired number).
+    numbers: heapless::Vec<(u32, hexrpc_drivers::OwnedFd), KEPT_NUMBERS>,
+    /// (newest channel generation that may map it, the lease).
+    leases: heapless::Vec<(u32, RawLease<S>), KEPT_LEASES>,
+    /// (generation of the abandoned call, fd of one of its handles).
+    quarantine: heapless::Vec<(u32, Fd), QUARANTINE>,
+}
+
+/// The session's lease bookkeeping (see the module docs).
+pub(crate) struct Book<S: Syscalls> {
+    inner: sync::Mutex<Inner<S>>,
+    /// `quarantine.len()`, read without the lock on the hot paths.
+    quarantined: AtomicUsize,
+    /// Bit `n`: fd number `n` was handed to a channel as a handle since its lease was made.
+    passed: [AtomicU64; PASSED_WORDS],
+}
+
+impl<S: Syscalls> Book<S> {
+    pub(crate) const fn new() -> Self {
+        Book {
+            inner: sync::Mutex::new(Inner {
+                numbers: heapless::Vec::new(),
+                leases: heapless::Vec::new(),
+                quarantine: heapless::Vec::new(),
+            }),
+            quarantined: AtomicUsize::new(0),
+            passed: [const { AtomicU64::new(0) }; PASSED_WORDS],
+        }
+    }
+
+    fn bit(fd: Fd) -> Option<(usize, u64)> {
+        let n = usize::try_from(fd.0).ok()?;
+        (n < PASSED_WORDS * 64).then(|| (n / 64, 1u64 << (n % 64)))
+    }
+
+    fn mark_passed(&self, fd: Fd) {
+        if let Some((w, b)) = Self::bit(fd) {
+            if self.passed[w].load(Ordering::Relaxed) & b == 0 {
+                self.passed[w].fetch_or(b, Ordering::AcqRel);
+            }
+        }
+    }
+
+    /// Clears and returns the "passed" mark of `fd` (true for numbers beyond the bitmap).
+    fn take_passed(&self, fd: Fd) -> bool {
+        match Self::bit(fd) {
+            Some((w, b)) => self.passed[w].fetch_and(!b, Ordering::AcqRel) & b != 0,
+            None => fd.0 >= 0,
+        }
+    }
+
+    /// At session end, what is still kept (its channel's release never returned) is leaked on
+    /// purpose: freeing it could hand its memory or number to something else while the driver
+    /// may still map it.
+    pub(crate) fn forget_all(&self) {
+        let mut inner = self.inner.lock();
+        let n = inner.numbers.len() + inner.leases.len();
+        if n > 0 {
+            log::error!("{n} lease(s) or fd number(s) are left for good: their channel's release never returned");
+        }
+        for (_, t) in core::mem::take(&mut inner.numbers) {
+            let _ = t.into_raw();
+        }
+        for (_, l) in core::mem::take(&mut inner.leases) {
+            core::mem::forget(l);
+        }
+    }
+
+    fn quarantined_in(&self, fd: Fd) -> Option<u32> {
+        if self.quarantined.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        self.inner.lock().quarantine.iter().find(|(_, f)| *f == fd).map(|(g, _)| *g)
+    }
+}
+
+impl<S: Syscalls + Clone> Session<S> {
+    /// `Err(Quarantined)` while `fd` belongs to a lease of an abandoned call.
+    pub(crate) fn check_lease(&self, fd: Fd) -> Result<(), HalError> {
+        self.still_quarantined(fd).map_or(Ok(()), |_| Err(HalError::new(Stage::Alloc, Cause::Quarantined)))
+    }
+
+    /// The generation `fd` is quarantined for, after releasing what channels closed since
+    /// (a final close that ran on its own thread is noticed here).
+    fn still_quarantined(&self, fd: Fd) -> Option<u32> {
+        self.book.quarantined_in(fd)?;
+        self.settle();
+        self.book.quarantined_in(fd)
+    }
+
+    /// Before a call: refuses quarantined handles and marks every handle's number as handed to
+    /// a channel (atomics only: the launch stays one ioctl).
+    pub(super) fn admit_handles<const CAP: usize>(&self, call: &Call<'_, CAP>) -> Result<(), HalError> {
+        for h in call.handles() {
+            if self.still_quarantined(h.fd).is_some() {
+                return Err(HalError::new(Stage::Invoke, Cause::Quarantined));
+            }
+            self.book.mark_passed(h.fd);
+        }
+        Ok(())
+    }
+
+    /// A call on channel generation `generation` was abandoned: its handles are quarantined
+    /// until that channel is closed.
+    pub(super) fn quarantine_call<const CAP: usize>(&self, generation: u32, call: &Call<'_, CAP>) {
+        let mut inner = self.book.inner.lock();
+        for h in call.handles() {
+            if inner.quarantine.iter().any(|(g, f)| *g == generation && *f == h.fd) {
+                continue;
+            }
+            if inner.quarantine.push((generation, h.fd)).is_err() {
+                log::error!("quarantine table full: fd {} of an abandoned call is not refused to its owner", h.fd.0);
+            }
+        }
+        self.book.quarantined.store(inner.quarantine.len(), Ordering::Release);
+        log::warn!("{} lease(s) of an abandoned call are quarantined until generation {generation} is released", call.handles().count());
+    }
+
+    /// The newest generation among the channels not released yet (open, or with a final close
+    /// still running); `None`: every channel is released.
+    fn newest_live(&self) -> Option<u32> {
+        let closing = self.closing_generations();
+        self.cells
+            .iter()
+            .zip(&self.cell_gen)
+            .filter(|(c, _)| !c.is_empty())
+            .map(|(_, g)| g.load(Ordering::Acquire))
+            .chain(closing.iter().map(|(g, _)| *g))
+            .max()
+    }
+
+    /// Keeps `what` until every channel of generation `generation` or older is closed.
+    pub(super) fn keep(&self, generation: u32, what: Kept<S>) {
+        let mut inner = self.book.inner.lock();
+        let full = match what {
+            Kept::Number(t) => inner.numbers.push((generation, t)).err().map(|(_, t)| Kept::Number(t)),
+            Kept::Lease(l) => inner.leases.push((generation, l)).err().map(|(_, l)| Kept::Lease(l)),
+        };
+        drop(inner);
+        if let Some(what) = full {
+            // Leaking is the safe side: the number (and memory) stay taken for good.
+            log::error!("lease bookkeeping full: an fd number the driver may map stays open for good");
+            match what {
+                Kept::Number(t) => {
+                    let _ = t.into_raw();
+                }
+                Kept::Lease(l) => core::mem::forget(l),
+            }
+        }
+    }
+
+    /// A lease of this session was dropped (see the module docs).
+    pub(crate) fn lease_dropped(&self, mut raw: RawLease<S>) {
+        let fd = raw.share_fd();
+        if let Some(generation) = self.still_quarantined(fd) {
+            log::warn!("quarantined lease (fd {}) dropped: kept until generation {generation} is released", fd.0);
+            self.keep(generation, Kept::Lease(raw));
+            return;
+        }
+        if !self.book.take_passed(fd) {
+            return drop(raw);
+        }
+        match self.board.abi {
+            KernelAbi::DownstreamMsm => {
+                self.unmap_fd_everywhere(fd);
+                drop(raw);
+            }
+            KernelAbi::Upstream => {
+                let Some(generation) = self.newest_live() else {
+                    // Every channel is closed: no map of the number is left anywhere.
+                    return drop(raw);
+                };
+                let retired = raw.share_borrowed().map(|b| self.sys.retire(b));
+                match retired {
+                    Some(Ok(())) => match raw.take_share() {
+                        Some(number) => {
+                            drop(raw);
+                            self.keep(generation, Kept::Number(number));
+                        }
+                        None => drop(raw),
+                    },
+                    other => {
+                        if let Some(Err(e)) = other {
+                            log::debug!("retiring lease fd {} failed ({e}); keeping the lease whole", fd.0);
+                        }
+                        self.keep(generation, Kept::Lease(raw));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Downstream: drops every map the driver holds of `fd` on every open channel
+    /// (`FASTRPC_IOCTL_MUNMAP_FD`, va 0 and len 0 select the handle map; one reference per
+    /// call, so repeated until the driver has none left).
+    fn unmap_fd_everywhere(&self, fd: Fd) {
+        for cell in &self.cells {
+            // A cell being closed cannot be leased; its number no longer reaches the driver's
+            // file (retired) or is about to be closed, which frees every map.
+            let Some(chan) = cell.lease() else { continue };
+            let mut dropped = 0u32;
+            while dropped < MUNMAP_FD_LIMIT {
+                match adsprpc::munmap_fd(&self.sys, chan.raw(), fd, 0, 0) {
+                    Ok(()) => dropped += 1,
+                    Err(_) => break,
+                }
+            }
+            if dropped == MUNMAP_FD_LIMIT {
+                log::error!("MUNMAP_FD of fd {} on channel fd {} never ran out of maps", fd.0, chan.raw().0);
+            } else if dropped > 0 {
+                log::trace!("MUNMAP_FD dropped {dropped} map reference(s) of fd {} on channel fd {}", fd.0, chan.raw().0);
+            }
+        }
+        // A recovery may have asked for a cell back while we held it.
+        if self.cells.iter().any(|c| c.is_closing()) {
+            self.reap();
+        }
+    }
+
+    /// Releases what was kept for channels that are all closed now: closes retired numbers,
+    /// frees kept leases, lifts quarantines. Called after every channel close.
+    pub(super) fn settle(&self) {
+        let closing = self.closing_generations();
+        let oldest_live = self
+            .cells
+            .iter()
+            .zip(&self.cell_gen)
+            .filter(|(c, _)| !c.is_empty())
+            .map(|(_, g)| g.load(Ordering::Acquire))
+            .chain(closing.iter().map(|(g, _)| *g))
+            .min();
+        let mut numbers: heapless::Vec<hexrpc_drivers::OwnedFd, KEPT_NUMBERS> = heapless::Vec::new();
+        let mut leases: heapless::Vec<RawLease<S>, KEPT_LEASES> = heapless::Vec::new();
+        {
+            let mut inner = self.book.inner.lock();
+            let free = |g: u32| oldest_live.is_none_or(|o| g < o);
+            let mut i = 0;
+            while i < inner.numbers.len() {
+                if free(inner.numbers[i].0) {
+                    // Same capacity as the table: never full.
+                    let _ = numbers.push(inner.numbers.swap_remove(i).1);
+                } else {
+                    i += 1;
+                }
+            }
+            let mut i = 0;
+            while i < inner.leases.len() {
+                if free(inner.leases[i].0) {
+                    let _ = leases.push(inner.leases.swap_remove(i).1);
+                } else {
+                    i += 1;
+                }
+            }
+            inner.quarantine.retain(|(g, _)| !free(*g));
+            self.book.quarantined.store(inner.quarantine.len(), Ordering::Release);
+        }
+        for n in numbers {
+            let raw = n.raw().0;
+            if let Err(e) = self.sys.close(n) {
+                log::warn!("close of retired lease fd {raw} failed: {e}");
+            }
+        }
+        drop(leases);
+    }
+
+    /// Leases and numbers kept, and fds quarantined (tests, diagnostics).
+    pub fn kept_counts(&self) -> (usize, usize) {
+        let inner = self.book.inner.lock();
+        (inner.numbers.len() + inner.leases.len(), inner.quarantine.len())
+    }
+}

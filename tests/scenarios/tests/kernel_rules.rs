@@ -1,0 +1,386 @@
+//! The FastRPC kernels' rules the whole stack must obey (the stricter bench: stale handle maps
+//! hand the DSP the map's buffer, no fdlist by default, one DSP process per identity, a release
+//! on close that waits for the DSP):
+//!
+//! * a lease's fd number is never reused while a driver map of it may remain: after a successful
+//!   launch, a failed one, a batch, a deadline and a recovery, a new lease (downstream: under the
+//!   very same number) is seen by the DSP with its own bytes, and at the end the driver's maps
+//!   and the heap are back to their start;
+//! * a kernel abandoned at its deadline that writes later: its leases are refused until its DSP
+//!   process is released, and no other lease ever sees those bytes;
+//! * apps_mem `request_map64` works on a kernel that does not write `vaddrout` back;
+//! * two sessions in one process: both work (downstream: the session bit) or the second is
+//!   refused by name (upstream: one identity per process);
+//! * `recover()` and drop return within the board's budget when the DSP never answers the exit
+//!   call (upstream).
+
+use std::time::{Duration, Instant};
+
+use hexrpc_bench::{wire, Bench, DriverMapKind, DspCallKind, Fault, FaultTarget, KernelCall, LibraryModel, ReverseRequest, TableKernel};
+use hexrpc_bsp::{Board, KernelAbi};
+use hexrpc_drivers::{adsprpc, listener, Scalars};
+use hexrpc_hal::internal::ListenerPlumbing;
+use hexrpc_hal::{BufferView, Cause, ErrorKind, HalError, Lease, Library};
+use hexrpc_runtime::launch::{AbiVersion, Batch, BufferRef, PackedLaunch, Scalar, Signature};
+use hexrpc_runtime::StartError;
+use hexrpc_scenarios::catalogue::image;
+use hexrpc_scenarios::stack::{back_to, start as start_rig, Rig};
+
+const WAIT: Duration = Duration::from_secs(5);
+const LIB: &str = "rules_kernel";
+const SIG: &str = "buf,buf,u32";
+/// The kernel's scalar that asks for a late write: sleep this many ms, then write `LATE_BYTE`.
+const LATE_MS: u32 = 400;
+const LATE_BYTE: u8 = 0xAB;
+
+hexrpc_bench::on_both_kernels!(
+    a_reused_number_after_a_successful_launch_names_the_new_lease,
+    a_reused_number_after_a_failed_launch_names_the_new_lease,
+    a_reused_number_after_a_batch_names_the_new_lease,
+    a_reused_number_after_a_deadline_names_the_new_lease,
+    a_reused_number_after_a_recovery_names_the_new_lease,
+    an_abandoned_kernel_writing_late_never_reaches_another_lease,
+    apps_mem_request_map64_works_without_vaddrout,
+    two_sessions_in_one_process_both_work_or_the_second_is_refused_by_name,
+    recover_and_drop_return_within_the_budget_when_the_dsp_never_answers_the_exit,
+);
+
+/// `out[i] = in[i] + k`, or, for `k >= LATE_MS`, sleep `k` ms and then fill `out` with
+/// `LATE_BYTE`.
+fn kernel(k: &mut KernelCall<'_>) {
+    let add = k.scalar_u32(0).unwrap_or(0);
+    if add >= LATE_MS {
+        std::thread::sleep(Duration::from_millis(u64::from(add)));
+        let _ = k.write(1, 0, &vec![LATE_BYTE; k.buffer_len(1)]);
+        return;
+    }
+    let n = k.buffer_len(0).min(k.buffer_len(1));
+    let mut v = vec![0u8; n];
+    if k.read(0, 0, &mut v).is_ok() {
+        v.iter_mut().for_each(|b| *b = b.wrapping_add(add as u8));
+        let _ = k.write(1, 0, &v);
+    }
+}
+
+fn bench_for(board: &'static Board) -> Bench {
+    let bench = Bench::for_board(board);
+    // A kernel table of one: single launches and batches.
+    bench.register_library(LIB, LibraryModel::table(vec![TableKernel::new(2, 1, kernel)]));
+    bench
+}
+
+fn launch(
+    lib: &Library<'_, Bench>,
+    input: &BufferView<'_>,
+    out: &BufferView<'_>,
+    k: u32,
+    deadline: Option<Duration>,
+) -> Result<(), HalError> {
+    let sig = Signature::parse(SIG).unwrap();
+    let bufs = [BufferRef::of(input), BufferRef::of(out)];
+    let mut packed = PackedLaunch::new(AbiVersion::V2, &sig, &bufs, &[Scalar::U32(k)]).unwrap();
+    let mut args = packed.invoke_args().unwrap();
+    match deadline {
+        Some(d) => lib.invoke_with_deadline(&mut args, d),
+        None => lib.invoke(&mut args),
+    }
+}
+
+fn bytes(lease: &Lease<'_, Bench>) -> Vec<u8> {
+    let mut v = vec![0u8; lease.len()];
+    lease.read_at(0, &mut v).unwrap();
+    v
+}
+
+/// Waits until `lease` is no longer quarantined (its DSP process was released).
+fn usable_again(lease: &Lease<'_, Bench>) {
+    let end = Instant::now() + WAIT;
+    while let Err(e) = lease.check() {
+        assert_eq!(e.cause, Cause::Quarantined, "{e}");
+        assert!(Instant::now() < end, "lease still quarantined after {WAIT:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The handle maps of the session's current channel.
+fn handle_maps(bench: &Bench, rig: &Rig) -> Vec<hexrpc_bench::DriverMap> {
+    let (rpc, _) = rig.session().listener_fd().expect("a channel");
+    bench.driver_maps(rpc).unwrap_or_default().into_iter().filter(|m| m.kind == DriverMapKind::Handle).collect()
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Before {
+    Success,
+    Failure,
+    Batch,
+    Deadline,
+    Recovery,
+}
+
+fn a_reused_number_after(board: &'static Board, before: Before) {
+    let bench = bench_for(board);
+    let start = bench.snapshot();
+    {
+        let rig = start_rig(&bench).unwrap();
+        let lib = rig.open_library(LIB, image(LIB)).unwrap();
+        let out = rig.session().alloc(4096).unwrap();
+        let mut a = rig.session().alloc(4096).unwrap();
+        a.fill(0, 4096, 10).unwrap();
+        let a_fd = a.fd();
+        let a_buffer = bench.buffer_of(a_fd).expect("a's buffer");
+        match before {
+            Before::Success => {
+                launch(&lib, &a.whole(), &out.whole(), 1, None).unwrap();
+                assert!(bytes(&out).iter().all(|&b| b == 11));
+            }
+            Before::Failure => {
+                bench.inject(FaultTarget::Dsp(DspCallKind::Library), 1, Fault::Returned(0x0D));
+                let e = launch(&lib, &a.whole(), &out.whole(), 1, None).unwrap_err();
+                assert_eq!(e.kind(), ErrorKind::Remote, "{e}");
+            }
+            Before::Batch => {
+                let sigs = [Signature::parse(SIG).unwrap()];
+                let mut batch = Batch::new(&sigs).unwrap();
+                let (av, ov) = (a.whole(), out.whole());
+                for _ in 0..3 {
+                    batch.push(0, &[BufferRef::of(&av), BufferRef::of(&ov)], &[Scalar::U32(2)]).unwrap();
+                }
+                assert_eq!(batch.run(&lib).unwrap().launches, 3);
+                assert!(bytes(&out).iter().all(|&b| b == 12));
+            }
+            Before::Deadline => {
+                let e = launch(&lib, &a.whole(), &out.whole(), LATE_MS, Some(Duration::from_millis(50))).unwrap_err();
+                assert_eq!(e.cause, Cause::Timeout, "{e}");
+                rig.session().recover().unwrap();
+                // Both leases come back once the old DSP process is released.
+                usable_again(&a);
+                usable_again(&out);
+            }
+            Before::Recovery => {
+                launch(&lib, &a.whole(), &out.whole(), 1, None).unwrap();
+                bench.restart_dsp();
+                let e = launch(&lib, &a.whole(), &out.whole(), 1, None).unwrap_err();
+                assert_eq!(e.kind(), ErrorKind::Recoverable, "{e}");
+                rig.session().recover().unwrap();
+                launch(&lib, &a.whole(), &out.whole(), 1, None).unwrap();
+            }
+        }
+        drop(a);
+        // New leases until one gets a's number (a recovery may have freed lower ones), or 16.
+        let mut spare = Vec::new();
+        let mut b = rig.session().alloc(4096).unwrap();
+        while b.fd() != a_fd && spare.len() < 16 {
+            spare.push(b);
+            b = rig.session().alloc(4096).unwrap();
+        }
+        match board.abi {
+            // MUNMAP_FD dropped every map of the number: it is free and clean.
+            KernelAbi::DownstreamMsm => assert_eq!(b.fd(), a_fd, "{before:?}: a's number is handed out again"),
+            // No unmap by fd: a's number stays taken until the channel that may map it closes.
+            KernelAbi::Upstream => assert_ne!(b.fd(), a_fd, "{before:?}: a's number is still taken"),
+        }
+        drop(spare);
+        b.fill(0, 4096, 20).unwrap();
+        launch(&lib, &b.whole(), &out.whole(), 1, None).unwrap();
+        assert!(bytes(&out).iter().all(|&x| x == 21), "{before:?}: the DSP read b's bytes");
+        let b_buffer = bench.buffer_of(b.fd());
+        assert_ne!(b_buffer, Some(a_buffer));
+        for m in handle_maps(&bench, &rig).iter().filter(|m| m.fd == b.fd().0) {
+            assert_eq!(m.buffer, b_buffer, "{before:?}: the driver's map of b's number pins b's buffer");
+        }
+        drop(b);
+        drop(out);
+        if board.abi == KernelAbi::DownstreamMsm {
+            assert_eq!(handle_maps(&bench, &rig), vec![], "{before:?}: every handle map dropped with its lease");
+        }
+        drop(lib);
+    }
+    assert_eq!(back_to(&bench, &start), start, "{before:?}: heap, maps and fds back to their start");
+    assert_eq!(bench.all_driver_maps(), vec![], "{before:?}");
+}
+
+fn a_reused_number_after_a_successful_launch_names_the_new_lease(board: &'static Board) {
+    a_reused_number_after(board, Before::Success);
+}
+
+fn a_reused_number_after_a_failed_launch_names_the_new_lease(board: &'static Board) {
+    a_reused_number_after(board, Before::Failure);
+}
+
+fn a_reused_number_after_a_batch_names_the_new_lease(board: &'static Board) {
+    a_reused_number_after(board, Before::Batch);
+}
+
+fn a_reused_number_after_a_deadline_names_the_new_lease(board: &'static Board) {
+    a_reused_number_after(board, Before::Deadline);
+}
+
+fn a_reused_number_after_a_recovery_names_the_new_lease(board: &'static Board) {
+    a_reused_number_after(board, Before::Recovery);
+}
+
+fn an_abandoned_kernel_writing_late_never_reaches_another_lease(board: &'static Board) {
+    let bench = bench_for(board);
+    let start = bench.snapshot();
+    {
+        let rig = start_rig(&bench).unwrap();
+        let lib = rig.open_library(LIB, image(LIB)).unwrap();
+        let mut input = rig.session().alloc(4096).unwrap();
+        input.fill(0, 4096, 1).unwrap();
+        let out = rig.session().alloc(4096).unwrap();
+        let t0 = Instant::now();
+        let e = launch(&lib, &input.whole(), &out.whole(), LATE_MS, Some(Duration::from_millis(50))).unwrap_err();
+        assert_eq!(e.cause, Cause::Timeout, "{e}");
+        // The caller is not held until the kernel ends (its release runs elsewhere).
+        assert!(t0.elapsed() < Duration::from_millis(u64::from(LATE_MS)), "the deadline returned after {:?}", t0.elapsed());
+        // The DSP still runs the kernel: both leases are refused, by name.
+        let mut buf = [0u8; 16];
+        assert_eq!(out.read_at(0, &mut buf).unwrap_err().cause, Cause::Quarantined);
+        assert_eq!(input.read_at(0, &mut buf).unwrap_err().cause, Cause::Quarantined);
+        assert_eq!(out.view(0, 16).unwrap_err().cause, Cause::Quarantined);
+        assert_eq!(out.whole().read(&mut buf).unwrap_err().cause, Cause::Quarantined);
+        assert_eq!(input.fill(0, 16, 3).unwrap_err().cause, Cause::Quarantined);
+        assert!(out.check().unwrap_err().to_string().contains("abandoned"), "the error says why");
+        // Dropped while quarantined: its memory and number are kept.
+        let out_fd = out.fd();
+        drop(out);
+        let others: Vec<Lease<'_, Bench>> = (0..4).map(|_| rig.session().alloc(4096).unwrap()).collect();
+        assert!(others.iter().all(|l| l.fd() != out_fd), "the quarantined number is still taken");
+        // Past the late write.
+        std::thread::sleep(Duration::from_millis(u64::from(LATE_MS) + 200).saturating_sub(t0.elapsed()));
+        for l in &others {
+            assert!(bytes(l).iter().all(|&b| b == 0), "no other lease sees the abandoned kernel's bytes");
+        }
+        rig.session().recover().unwrap();
+        usable_again(&input);
+        assert!(bytes(&input).iter().all(|&b| b == 1));
+        let fresh: Vec<Lease<'_, Bench>> = (0..4).map(|_| rig.session().alloc(4096).unwrap()).collect();
+        for l in fresh.iter().chain(&others) {
+            assert!(bytes(l).iter().all(|&b| b != LATE_BYTE), "not even after the release");
+        }
+        // And the session works again with the given-back lease.
+        let out2 = rig.session().alloc(4096).unwrap();
+        launch(&lib, &input.whole(), &out2.whole(), 1, None).unwrap();
+        assert!(bytes(&out2).iter().all(|&b| b == 2));
+        drop((fresh, others, out2, input, lib));
+    }
+    assert_eq!(back_to(&bench, &start), start);
+}
+
+fn words(ws: &[u32]) -> Vec<u8> {
+    ws.iter().flat_map(|w| w.to_le_bytes()).collect()
+}
+
+fn apps_mem_request_map64_works_without_vaddrout(board: &'static Board) {
+    let bench = bench_for(board);
+    assert!(board.abi == KernelAbi::Upstream || !bench.config().mmap_writes_vaddrout, "the comma three's kernel");
+    let start = bench.snapshot();
+    {
+        let rig = start_rig(&bench).unwrap();
+        let (fd, _) = rig.session().listener_fd().unwrap();
+        let n = b"apps_mem\0";
+        let req = ReverseRequest::packed(0, listener::REMOTECTL_OPEN, &[&words(&[n.len() as u32, 16]), n], &[8, 16]);
+        let reply = bench.reverse_call(fd, req, WAIT).expect("remotectl open answered");
+        assert_eq!(reply.result, 0);
+        let h = u32::from_le_bytes(wire::unpack_reply(&reply.payload, &[8, 16]).unwrap()[0][..4].try_into().unwrap());
+        let mut prim = Vec::new();
+        prim.extend_from_slice(&(-1i32).to_le_bytes());
+        prim.extend_from_slice(&words(&[0, adsprpc::ADSP_MMAP_ADD_PAGES, 0]));
+        prim.extend_from_slice(&0u64.to_le_bytes());
+        prim.extend_from_slice(&(1i64 << 20).to_le_bytes());
+        let req = ReverseRequest::packed(h, Scalars::from_raw(0x0201_0100), &[&prim], &[16]);
+        let reply = bench.reverse_call(fd, req, WAIT).expect("map answered");
+        assert_eq!(reply.result, 0, "request_map64 of 1 MiB succeeds");
+        let add_pages = bench.driver_maps(fd).unwrap().iter().filter(|m| m.kind == DriverMapKind::AddPages).count();
+        assert_eq!(add_pages, 1, "the kernel made the map");
+    }
+    assert_eq!(back_to(&bench, &start), start, "the map goes with the channel");
+}
+
+fn two_sessions_in_one_process_both_work_or_the_second_is_refused_by_name(board: &'static Board) {
+    let bench = bench_for(board);
+    let start = bench.snapshot();
+    {
+        let first = start_rig(&bench).unwrap();
+        let lib1 = first.open_library(LIB, image(LIB)).unwrap();
+        match (board.abi, start_rig(&bench)) {
+            (KernelAbi::DownstreamMsm, Ok(second)) => {
+                let procs = bench.dsp_processes();
+                assert_eq!(procs.len(), 2);
+                assert_ne!(procs[0].identity, procs[1].identity, "two identities: the process id, and with the session bit");
+                let lib2 = second.open_library(LIB, image(LIB)).unwrap();
+                for (rig, lib) in [(&first, &lib1), (&second, &lib2)] {
+                    let mut a = rig.session().alloc(4096).unwrap();
+                    a.fill(0, 4096, 5).unwrap();
+                    let o = rig.session().alloc(4096).unwrap();
+                    launch(lib, &a.whole(), &o.whole(), 1, None).unwrap();
+                    assert!(bytes(&o).iter().all(|&b| b == 6));
+                }
+                // A third has no identity left (its FastRPC file is left open: closing it would
+                // end a live session's DSP process).
+                match start_rig(&bench) {
+                    Err(StartError::Session(e)) => assert_eq!(e.cause, Cause::IdentityInUse, "{e}"),
+                    Err(e) => panic!("third session: {e}"),
+                    Ok(_) => panic!("a third session got a DSP process"),
+                }
+                assert_eq!(bench.dsp_processes().len(), 2, "both live sessions keep their process");
+                drop(lib2);
+            }
+            (KernelAbi::Upstream, Err(StartError::Session(e))) => {
+                assert_eq!(e.cause, Cause::IdentityInUse, "{e}");
+                assert!(e.to_string().contains("identit"), "{e}");
+                assert_eq!(bench.dsp_processes().len(), 1, "the first session keeps its process");
+            }
+            (abi, Ok(_)) => panic!("{abi:?}: unexpected second session"),
+            (abi, Err(e)) => panic!("{abi:?}: second session: {e}"),
+        }
+        // The first one still works.
+        let mut a = first.session().alloc(4096).unwrap();
+        a.fill(0, 4096, 7).unwrap();
+        let o = first.session().alloc(4096).unwrap();
+        launch(&lib1, &a.whole(), &o.whole(), 1, None).unwrap();
+        assert!(bytes(&o).iter().all(|&b| b == 8));
+        drop((a, o, lib1));
+    }
+    // Everything is given back but the one refused FastRPC file, left open on purpose.
+    let mut expected = start;
+    expected.open_fds += 1;
+    expected.rpc_files += 1;
+    expected.sessions += 1;
+    assert_eq!(back_to(&bench, &expected), expected);
+}
+
+fn recover_and_drop_return_within_the_budget_when_the_dsp_never_answers_the_exit(board: &'static Board) {
+    if board.abi != KernelAbi::Upstream {
+        // Downstream the release waits for the DSP without a limit (a wedged DSP wedges the
+        // close itself); the bounded wait is the same code, checked upstream.
+        return;
+    }
+    let bench = bench_for(board);
+    let budget = Duration::from_millis(u64::from(board.recovery.budget_ms));
+    let slack = Duration::from_millis(500);
+    {
+        let rig = start_rig(&bench).unwrap();
+        let lib = rig.open_library(LIB, image(LIB)).unwrap();
+        let a = rig.session().alloc(4096).unwrap();
+        let o = rig.session().alloc(4096).unwrap();
+        launch(&lib, &a.whole(), &o.whole(), 1, None).unwrap();
+        // Every process exit and release hangs from now on.
+        for _ in 0..8 {
+            bench.inject(FaultTarget::Dsp(DspCallKind::ProcessExit), 1, Fault::Hang);
+            bench.inject(FaultTarget::Dsp(DspCallKind::ReleaseProcess), 1, Fault::Hang);
+        }
+        if let Some(c) = rig.session().listener_channel(None, Duration::ZERO) {
+            c.report_lost();
+        }
+        let t = Instant::now();
+        let r = rig.session().recover();
+        assert!(t.elapsed() < budget + slack, "recover() took {:?} ({r:?})", t.elapsed());
+        drop((a, o, lib));
+        let t = Instant::now();
+        drop(rig);
+        assert!(t.elapsed() < budget + slack, "drop took {:?}", t.elapsed());
+    }
+    bench.release_hangs();
+    bench.clear_faults();
+}
