@@ -57,7 +57,13 @@ extern crate std;
 pub mod launch;
 
 pub mod kernel;
-pub use kernel::{Kernel, KernelLibrary, KernelOpenError, LaunchError};
+pub use kernel::{Kernel, KernelLibrary, OpenRefusal};
+
+pub mod error;
+pub use error::Error;
+#[cfg(feature = "std")]
+pub use error::ThreadError;
+pub use hexrpc_hal::{ErrorKind, HalError};
 
 /// Glue with the HAL: HAL buffer views launch kernels, the reverse service publishes library
 /// images for HAL sessions.
@@ -67,7 +73,7 @@ mod hal_glue;
 #[cfg(feature = "std")]
 mod served;
 #[cfg(feature = "std")]
-pub use served::{RecoverError, ServedSession, StartError};
+pub use served::ServedSession;
 
 /// The hardened reverse file service (adsp_listener: apps_remotectl, apps_std, apps_mem) under an
 /// explicit, fixed-capacity file policy.
