@@ -58,7 +58,7 @@ impl<S: Syscalls + Clone + Sync> KernelLibrary for hexrpc_hal::SharedLibrary<S> 
 
 /// Why a kernel was not opened although the open itself could have been made: the library's build
 /// record is missing (and no signature was given), unreadable, or disagrees with the signature
-/// or ABI given. Nothing was opened. Inside [`Error::Open`](crate::Error::Open).
+/// or ABI given. Nothing was opened. Inside [`Error::Open`].
 #[derive(Clone, Copy, Debug, PartialEq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum OpenRefusal {

@@ -45,8 +45,8 @@
 //!
 //! # On the bench
 //!
-//! With the `bench` feature, [`bench`] is the simulated kernel and DSP and the catalogue of its
-//! library models. This is the README's example (`examples/readme.rs`, kept equal to the
+//! With the `bench` feature, `hexrpc_sdk::bench` is the simulated kernel and DSP and the
+//! catalogue of its library models. This is the README's example (`examples/readme.rs`, kept equal to the
 //! README by `tests/readme.rs`); it runs as a doctest with the feature
 //! (`cargo test -p hexrpc-sdk --features bench`). `examples/service.rs` adds many launches,
 //! recovery from a DSP restart and an orderly shutdown.

@@ -9,10 +9,10 @@
 //! [`launch`](Batch::launch) on a raw descriptor) is one ioctl. Everything lives in fixed
 //! capacity inside the value: no heap, in building or running.
 //!
-//! Every call returns the runtime's [`Error`](crate::Error). Every refusal
-//! ([`Error::Batch`](crate::Error::Batch) with a [`BatchRefusal`]) happens before any system
+//! Every call returns the runtime's [`Error`]. Every refusal
+//! ([`Error::Batch`] with a [`BatchRefusal`]) happens before any system
 //! call; a refused `push` leaves the batch as it was. A batch that was sent but did not complete
-//! is [`Error::BatchRun`](crate::Error::BatchRun) with a [`BatchFailure`].
+//! is [`Error::BatchRun`] with a [`BatchFailure`].
 
 use core::fmt;
 use core::marker::PhantomData;
@@ -32,7 +32,7 @@ use crate::Error;
 /// Why a batch launch was refused: it does not fit the kernel table or the batch's capacity, or
 /// the batch is empty. Every refusal happens before any system call, and a refused
 /// [`push`](Batch::push) leaves the batch as it was. Inside
-/// [`Error::Batch`](crate::Error::Batch).
+/// [`Error::Batch`].
 #[derive(Clone, Copy, Debug, PartialEq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum BatchRefusal {
@@ -119,8 +119,8 @@ impl core::error::Error for BatchRefusal {
 }
 
 /// Why a batch that was sent (the call itself returned 0) did not complete as sent. Inside
-/// [`Error::BatchRun`](crate::Error::BatchRun); a failed call is
-/// [`Error::Hal`](crate::Error::Hal).
+/// [`Error::BatchRun`]; a failed call is
+/// [`Error::Hal`].
 #[derive(Clone, Copy, Debug, PartialEq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum BatchFailure {
