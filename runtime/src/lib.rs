@@ -3,6 +3,10 @@
 //! signature and ABI, from its build record or given, launches with views and scalars in one
 //! call), and the hardened reverse file service that answers the DSP's file requests.
 //!
+//! Every call on the launch path (starting and recovering a [`ServedSession`], opening a
+//! [`Kernel`], launching it, building and running a [`Batch`](launch::Batch)) returns one error
+//! type, [`Error`]: its stage, its [`ErrorKind`] and the typed cause inside it ([`error`]).
+//!
 //! Fixed capacity and allocation-free in the request and launch paths.
 //!
 //! # Example
