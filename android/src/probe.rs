@@ -578,7 +578,7 @@ fn chain<S: Syscalls + Clone + Send + Sync + 'static>(
             crate::human::bytes(lib.image.len() as u64)
         )
     });
-    push(steps, "library", r.map_err(|e| fail(&e)));
+    push(steps, "library", r.map_err(|e| e.hal().map_or_else(|| (e.to_string(), String::new()), |h| fail(&h))));
 }
 
 /// `{"board", "board_source", "steps": [{"name", "status", "detail", "hint"}], "summary": {...}}`.

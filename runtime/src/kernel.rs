@@ -18,11 +18,12 @@
 use core::fmt;
 
 use hexrpc_drivers::{Fd, Syscalls};
-use hexrpc_hal::{BufferView, Call, Cause, ErrorKind, HalError, Library, Stage};
+use hexrpc_hal::{BufferView, Call, Cause, HalError, Library, Stage};
 
 use crate::launch::{
     AbiVersion, BufferRef, LibraryRecord, PackError, PackedLaunch, RecordError, Scalar, Signature, SignatureError, MAX_ARGS, MAX_BUFFERS,
 };
+use crate::Error;
 
 /// An open library a [`Kernel`] can launch: something that makes one FastRPC invoke.
 pub trait KernelLibrary {
@@ -55,144 +56,65 @@ impl<S: Syscalls + Clone + Sync> KernelLibrary for hexrpc_hal::SharedLibrary<S> 
     }
 }
 
-/// Why a launch failed: refused before any system call ([`LaunchError::Pack`]), or the call
-/// itself failed ([`LaunchError::Hal`], which names the stage and the cause).
+/// Why a kernel was not opened although the open itself could have been made: the library's build
+/// record is missing (and no signature was given), unreadable, or disagrees with the signature
+/// or ABI given. Nothing was opened. Inside [`Error::Open`].
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub enum LaunchError {
-    /// The views or scalars do not fit the signature or the ABI version; nothing was sent.
-    Pack(PackError),
-    /// The invoke failed (restart, deadline, the DSP's error code, ...).
-    Hal(HalError),
-}
-
-impl LaunchError {
-    /// The short name of the stage that failed: `launch-pack` for a refusal, otherwise the
-    /// HAL's stage (`invoke`).
-    pub fn stage(&self) -> &'static str {
-        match self {
-            LaunchError::Pack(_) => "launch-pack",
-            LaunchError::Hal(e) => e.stage.name(),
-        }
-    }
-
-    /// The coarse kind: a refusal is a usage error; a HAL error has its own kind (a restart or
-    /// a passed deadline is [`ErrorKind::Recoverable`]: call `recover()`).
-    pub fn kind(&self) -> ErrorKind {
-        match self {
-            LaunchError::Pack(_) => ErrorKind::Usage,
-            LaunchError::Hal(e) => e.kind(),
-        }
-    }
-
-    /// The HAL error, if the call itself failed.
-    pub fn hal(&self) -> Option<HalError> {
-        match self {
-            LaunchError::Hal(e) => Some(*e),
-            LaunchError::Pack(_) => None,
-        }
-    }
-}
-
-impl fmt::Display for LaunchError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            LaunchError::Pack(e) => write!(f, "launch-pack: {e}"),
-            LaunchError::Hal(e) => write!(f, "{e}"),
-        }
-    }
-}
-
-impl core::error::Error for LaunchError {
-    fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
-        match self {
-            LaunchError::Pack(e) => Some(e),
-            LaunchError::Hal(e) => Some(e),
-        }
-    }
-}
-
-impl From<PackError> for LaunchError {
-    fn from(e: PackError) -> Self {
-        LaunchError::Pack(e)
-    }
-}
-
-impl From<HalError> for LaunchError {
-    fn from(e: HalError) -> Self {
-        LaunchError::Hal(e)
-    }
-}
-
-/// Why a kernel could not be opened: the library's build record disagrees with (or cannot stand
-/// in for) the signature, or the open itself failed.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum KernelOpenError {
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum OpenRefusal {
     /// No signature was given and the library carries no build record (`hexrpc build-lib`
     /// writes one): give the signature and ABI explicitly.
     NoRecord,
     /// The library's build record cannot be read.
     Record(RecordError),
     /// The signature or ABI given is not what the library was built for (its build record says
-    /// otherwise); nothing was opened.
+    /// otherwise).
     Mismatch {
         /// The ABI version the record names.
         recorded_abi: AbiVersion,
     },
     /// The record's signature does not parse.
     Signature(SignatureError),
-    /// Opening failed (see the HAL error's stage and cause).
-    Hal(HalError),
 }
 
-impl KernelOpenError {
-    /// The short name of the stage that failed (`library-open` for all of them).
-    pub fn stage(&self) -> &'static str {
-        match self {
-            KernelOpenError::Hal(e) => e.stage.name(),
-            _ => Stage::LibraryOpen.name(),
-        }
-    }
-}
-
-impl fmt::Display for KernelOpenError {
+impl fmt::Display for OpenRefusal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            KernelOpenError::NoRecord => {
-                f.write_str("library-open: the library carries no hexrpc build record: give its signature and ABI")
+            OpenRefusal::NoRecord => f.write_str("the library carries no hexrpc build record: give its signature and ABI"),
+            OpenRefusal::Record(e) => write!(f, "{e}"),
+            OpenRefusal::Mismatch { recorded_abi } => {
+                write!(f, "the library's build record names another signature or ABI ({recorded_abi:?}) than the one given")
             }
-            KernelOpenError::Record(e) => write!(f, "library-open: {e}"),
-            KernelOpenError::Mismatch { recorded_abi } => {
-                write!(f, "library-open: the library's build record names another signature or ABI ({recorded_abi:?}) than the one given")
-            }
-            KernelOpenError::Signature(e) => write!(f, "library-open: the build record's signature: {e}"),
-            KernelOpenError::Hal(e) => write!(f, "{e}"),
+            OpenRefusal::Signature(e) => write!(f, "the build record's signature: {e}"),
         }
     }
 }
 
-impl core::error::Error for KernelOpenError {}
-
-impl From<HalError> for KernelOpenError {
-    fn from(e: HalError) -> Self {
-        KernelOpenError::Hal(e)
+impl core::error::Error for OpenRefusal {
+    fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
+        match self {
+            OpenRefusal::Record(e) => Some(e),
+            OpenRefusal::Signature(e) => Some(e),
+            _ => None,
+        }
     }
 }
 
 /// The signature and ABI to open `image` with: `given` checked against the library's build
 /// record when it has one, or the record's when nothing is given. A library without a record
 /// (or with one this build cannot read) takes `given` as it is.
-pub fn resolve_launch(image: &[u8], given: Option<(Signature, AbiVersion)>) -> Result<(Signature, AbiVersion), KernelOpenError> {
+pub fn resolve_launch(image: &[u8], given: Option<(Signature, AbiVersion)>) -> Result<(Signature, AbiVersion), OpenRefusal> {
     match (LibraryRecord::find(image), given) {
         (Ok(Some(rec)), Some((sig, abi))) => {
             if rec.matches(&sig, abi) {
                 Ok((sig, abi))
             } else {
-                Err(KernelOpenError::Mismatch { recorded_abi: rec.abi() })
+                Err(OpenRefusal::Mismatch { recorded_abi: rec.abi() })
             }
         }
-        (Ok(Some(rec)), None) => Ok((rec.kernel().parse_signature().map_err(KernelOpenError::Signature)?, rec.abi())),
-        (Ok(None), None) => Err(KernelOpenError::NoRecord),
-        (Err(e), None) => Err(KernelOpenError::Record(e)),
+        (Ok(Some(rec)), None) => Ok((rec.kernel().parse_signature().map_err(OpenRefusal::Signature)?, rec.abi())),
+        (Ok(None), None) => Err(OpenRefusal::NoRecord),
+        (Err(e), None) => Err(OpenRefusal::Record(e)),
         (_, Some(given)) => Ok(given),
     }
 }
@@ -236,19 +158,14 @@ impl<L: KernelLibrary> Kernel<L> {
     /// Launches the kernel on `views` (buffers, in signature order) and `scalars`, and returns the
     /// microseconds the DSP measured around the kernel. One ioctl; nothing is allocated. The
     /// views stay borrowed until the call has returned.
-    pub fn launch(&self, views: &[&BufferView<'_>], scalars: &[Scalar]) -> Result<u64, LaunchError> {
+    pub fn launch(&self, views: &[&BufferView<'_>], scalars: &[Scalar]) -> Result<u64, Error> {
         self.run(views, scalars, |args| self.library.invoke_args(args))
     }
 
     /// [`launch`](Self::launch) with a deadline: a call still running after `timeout` is
     /// abandoned, the error's cause is [`Cause::Timeout`] and the session needs `recover()`.
     #[cfg(feature = "std")]
-    pub fn launch_with_deadline(
-        &self,
-        views: &[&BufferView<'_>],
-        scalars: &[Scalar],
-        timeout: core::time::Duration,
-    ) -> Result<u64, LaunchError> {
+    pub fn launch_with_deadline(&self, views: &[&BufferView<'_>], scalars: &[Scalar], timeout: core::time::Duration) -> Result<u64, Error> {
         self.run(views, scalars, |args| self.library.invoke_args_with_deadline(args, timeout))
     }
 
@@ -259,7 +176,7 @@ impl<L: KernelLibrary> Kernel<L> {
         views: &[&BufferView<'_>],
         scalars: &[Scalar],
         timeout: Option<core::time::Duration>,
-    ) -> Result<u64, LaunchError> {
+    ) -> Result<u64, Error> {
         match timeout {
             Some(t) => self.launch_with_deadline(views, scalars, t),
             None => self.launch(views, scalars),
@@ -274,7 +191,7 @@ impl<L: KernelLibrary> Kernel<L> {
         buffers: &[BufferRef<'_>],
         scalars: &[Scalar],
         deadline: Option<core::time::Duration>,
-    ) -> Result<u64, LaunchError> {
+    ) -> Result<u64, Error> {
         #[cfg(feature = "std")]
         if let Some(t) = deadline {
             return self.packed(buffers, scalars, |args| self.library.invoke_args_with_deadline(args, t));
@@ -289,9 +206,9 @@ impl<L: KernelLibrary> Kernel<L> {
         views: &[&BufferView<'_>],
         scalars: &[Scalar],
         call: impl FnOnce(&mut Call<'_, MAX_ARGS>) -> Result<(), HalError>,
-    ) -> Result<u64, LaunchError> {
+    ) -> Result<u64, Error> {
         if views.len() > MAX_BUFFERS {
-            return Err(LaunchError::Pack(PackError::TooManyBuffers { count: views.len() }));
+            return Err(Error::Pack(PackError::TooManyBuffers { count: views.len() }));
         }
         let owner = ();
         let mut refs = [BufferRef::borrowing(&owner, Fd(-1), 0, 0, 0); MAX_BUFFERS];
@@ -306,11 +223,11 @@ impl<L: KernelLibrary> Kernel<L> {
         buffers: &[BufferRef<'_>],
         scalars: &[Scalar],
         call: impl FnOnce(&mut Call<'_, MAX_ARGS>) -> Result<(), HalError>,
-    ) -> Result<u64, LaunchError> {
+    ) -> Result<u64, Error> {
         let mut packed = PackedLaunch::new(self.abi, &self.signature, buffers, scalars)?;
         {
             let mut args = packed.invoke_args();
-            call(args.as_mut().map_err(|_| LaunchError::Hal(HalError { stage: Stage::Invoke, cause: Cause::Invalid }))?)?;
+            call(args.as_mut().map_err(|_| Error::Hal(HalError { stage: Stage::Invoke, cause: Cause::Invalid }))?)?;
         }
         Ok(packed.dsp_micros())
     }
@@ -329,11 +246,11 @@ mod served {
     use std::sync::Arc;
 
     use hexrpc_drivers::Syscalls;
-    use hexrpc_hal::{HalError, Library, LibraryImage, SharedLease, SharedLibrary};
+    use hexrpc_hal::{Library, LibraryImage, SharedLease, SharedLibrary};
 
-    use super::{resolve_launch, Kernel, KernelOpenError};
+    use super::{resolve_launch, Kernel};
     use crate::launch::{AbiVersion, Signature};
-    use crate::ServedSession;
+    use crate::{Error, ServedSession};
 
     impl<S: Syscalls + Clone + Send + Sync + 'static> ServedSession<S> {
         /// Opens a library (see [`ServedSession::open_library`]) whose `entry` was generated for
@@ -346,15 +263,15 @@ mod served {
             image: impl Into<LibraryImage>,
             signature: Signature,
             abi: AbiVersion,
-        ) -> Result<Kernel<Library<'_, S>>, KernelOpenError> {
+        ) -> Result<Kernel<Library<'_, S>>, Error> {
             let image = image.into();
             let (signature, abi) = resolve_launch(image.bytes(), Some((signature, abi)))?;
             Ok(Kernel::new(self.open_library(name, image)?, signature, abi))
         }
 
         /// Opens a library made by `hexrpc build-lib` with the signature and ABI its build record
-        /// names ([`KernelOpenError::NoRecord`] for a library without one).
-        pub fn open_recorded_kernel(&self, name: &str, image: impl Into<LibraryImage>) -> Result<Kernel<Library<'_, S>>, KernelOpenError> {
+        /// names ([`OpenRefusal::NoRecord`](super::OpenRefusal::NoRecord) for a library without one).
+        pub fn open_recorded_kernel(&self, name: &str, image: impl Into<LibraryImage>) -> Result<Kernel<Library<'_, S>>, Error> {
             let image = image.into();
             let (signature, abi) = resolve_launch(image.bytes(), None)?;
             Ok(Kernel::new(self.open_library(name, image)?, signature, abi))
@@ -371,7 +288,7 @@ mod served {
             name: &str,
             image: impl Into<LibraryImage>,
             launch: Option<(Signature, AbiVersion)>,
-        ) -> Result<Kernel<SharedLibrary<S>>, KernelOpenError> {
+        ) -> Result<Kernel<SharedLibrary<S>>, Error> {
             let image = image.into();
             let (signature, abi) = resolve_launch(image.bytes(), launch)?;
             let library = self.session.open_library_shared(self.service.clone(), name, image)?;
@@ -381,11 +298,11 @@ mod served {
         /// Allocates a lease that holds a share of the session instead of a borrow (its memory
         /// stays valid after this `ServedSession` is dropped; see
         /// [`open_kernel_shared`](Self::open_kernel_shared) for launches).
-        pub fn alloc_shared(&self, len: usize) -> Result<SharedLease<S>, HalError>
+        pub fn alloc_shared(&self, len: usize) -> Result<SharedLease<S>, Error>
         where
             S: 'static,
         {
-            self.session.alloc_shared(len)
+            Ok(self.session.alloc_shared(len)?)
         }
     }
 

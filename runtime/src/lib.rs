@@ -3,6 +3,10 @@
 //! signature and ABI, from its build record or given, launches with views and scalars in one
 //! call), and the hardened reverse file service that answers the DSP's file requests.
 //!
+//! Every call on the launch path (starting and recovering a [`ServedSession`], opening a
+//! [`Kernel`], launching it, building and running a [`Batch`](launch::Batch)) returns one error
+//! type, [`Error`]: its stage, its [`ErrorKind`] and the typed cause inside it ([`error`]).
+//!
 //! Fixed capacity and allocation-free in the request and launch paths.
 //!
 //! # Example
@@ -57,7 +61,13 @@ extern crate std;
 pub mod launch;
 
 pub mod kernel;
-pub use kernel::{Kernel, KernelLibrary, KernelOpenError, LaunchError};
+pub use kernel::{Kernel, KernelLibrary, OpenRefusal};
+
+pub mod error;
+pub use error::Error;
+#[cfg(feature = "std")]
+pub use error::ThreadError;
+pub use hexrpc_hal::{ErrorKind, HalError};
 
 /// Glue with the HAL: HAL buffer views launch kernels, the reverse service publishes library
 /// images for HAL sessions.
@@ -67,7 +77,7 @@ mod hal_glue;
 #[cfg(feature = "std")]
 mod served;
 #[cfg(feature = "std")]
-pub use served::{RecoverError, ServedSession, StartError};
+pub use served::ServedSession;
 
 /// The hardened reverse file service (adsp_listener: apps_remotectl, apps_std, apps_mem) under an
 /// explicit, fixed-capacity file policy.

@@ -7,55 +7,10 @@ use std::sync::Arc;
 
 use hexrpc_bsp::DeviceAccess;
 use hexrpc_drivers::Syscalls;
-use hexrpc_hal::{HalError, Library, LibraryImage, Session};
+use hexrpc_hal::{Library, LibraryImage, Session};
 
+use crate::error::{Error, ThreadError};
 use crate::reverse::{FilePolicy, OwnedBuffers, ReverseService, ServeOutcome, ServiceHandle, StopError};
-
-/// Why a served session could not start.
-#[derive(Debug)]
-pub enum StartError {
-    /// An init stage failed (the error names it); everything acquired was released.
-    Session(HalError),
-    /// The listener thread could not be created.
-    Thread(std::io::Error),
-}
-
-impl core::fmt::Display for StartError {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        match self {
-            StartError::Session(e) => write!(f, "{e}"),
-            StartError::Thread(e) => write!(f, "starting the reverse-RPC listener thread: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for StartError {}
-
-/// Why [`ServedSession::recover`] failed.
-#[derive(Debug)]
-pub enum RecoverError {
-    /// Recovery of the session failed (its budget is spent); the error says why.
-    Session(HalError),
-    /// A new listener thread could not be created.
-    Thread(std::io::Error),
-}
-
-impl core::fmt::Display for RecoverError {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        match self {
-            RecoverError::Session(e) => write!(f, "{e}"),
-            RecoverError::Thread(e) => write!(f, "starting a new reverse-RPC listener thread: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for RecoverError {}
-
-impl From<HalError> for StartError {
-    fn from(e: HalError) -> Self {
-        StartError::Session(e)
-    }
-}
 
 /// A ready [`Session`] whose reverse-RPC listener is served by a [`ReverseService`] on its own
 /// thread, following the session through recoveries
@@ -72,20 +27,22 @@ pub struct ServedSession<S: Syscalls + Clone + Send + Sync + 'static> {
 
 impl<S: Syscalls + Clone + Send + Sync + 'static> ServedSession<S> {
     /// Starts the session on the board `access` grants and serves its listener under `policy`.
-    pub fn start(sys: S, access: &DeviceAccess, policy: FilePolicy) -> Result<Self, StartError> {
+    pub fn start(sys: S, access: &DeviceAccess, policy: FilePolicy) -> Result<Self, Error> {
         Self::serve(Session::start(sys, access)?, policy)
     }
 
     /// Serves an already started session (for example one built stage by stage).
-    pub fn serve(session: Session<S>, policy: FilePolicy) -> Result<Self, StartError> {
+    pub fn serve(session: Session<S>, policy: FilePolicy) -> Result<Self, Error> {
         // Channel ends that may block in the kernel run bounded / on their own threads.
         session.end_channels_off_thread();
         let session = Arc::new(session);
         // The listener thread points the service at each channel it serves (and back at none).
         let service = Arc::new(ReverseService::new(session.sys().clone(), hexrpc_drivers::Fd(-1), policy));
         service.set_kernel_abi(session.board().abi);
-        let listener =
-            service.clone().spawn_for_session(session.clone(), OwnedBuffers::for_service(&service)).map_err(StartError::Thread)?;
+        let listener = service
+            .clone()
+            .spawn_for_session(session.clone(), OwnedBuffers::for_service(&service))
+            .map_err(|e| ThreadError::new(&e, false))?;
         Ok(ServedSession { listener: Some(listener), session, service })
     }
 
@@ -97,7 +54,7 @@ impl<S: Syscalls + Clone + Send + Sync + 'static> ServedSession<S> {
     /// Recovers the session ([`Session::recover`]); if the listener thread has ended (it was
     /// stopped, or failed), a new one is started first, since the re-opened libraries are
     /// fetched through it.
-    pub fn recover(&mut self) -> Result<(), RecoverError> {
+    pub fn recover(&mut self) -> Result<(), Error> {
         if !self.listener_running() {
             if let Some(old) = self.listener.take() {
                 match old.join() {
@@ -109,10 +66,10 @@ impl<S: Syscalls + Clone + Send + Sync + 'static> ServedSession<S> {
                 .service
                 .clone()
                 .spawn_for_session(self.session.clone(), OwnedBuffers::for_service(&self.service))
-                .map_err(RecoverError::Thread)?;
+                .map_err(|e| ThreadError::new(&e, true))?;
             self.listener = Some(l);
         }
-        self.session.recover().map_err(RecoverError::Session)
+        Ok(self.session.recover()?)
     }
 
     /// Stops the listener thread and reports how it ended; the session then needs recovery
@@ -142,8 +99,8 @@ impl<S: Syscalls + Clone + Send + Sync + 'static> ServedSession<S> {
 
     /// Opens a library whose image the service serves under a unique name (see
     /// [`Session::open_library`]).
-    pub fn open_library(&self, name: &str, image: impl Into<LibraryImage>) -> Result<Library<'_, S>, HalError> {
-        self.session.open_library(&*self.service, name, image)
+    pub fn open_library(&self, name: &str, image: impl Into<LibraryImage>) -> Result<Library<'_, S>, Error> {
+        Ok(self.session.open_library(&*self.service, name, image)?)
     }
 
     /// Shuts the served session down (the DSP process exits, the listener releases what it

@@ -12,10 +12,11 @@ use hexrpc_bsp::DeviceAccess;
 use hexrpc_drivers::aee;
 use hexrpc_hal::{BufferView, Call, Cause};
 use hexrpc_runtime::launch::{
-    Batch, BatchError, BatchRun, BufferRef, PackError, Scalar, Signature, BATCH, MAX_ARGS, MAX_BATCH_LAUNCHES, MAX_BATCH_LEASES,
+    Batch, BatchFailure, BatchRefusal, BatchRun, BufferRef, PackError, Scalar, Signature, BATCH, MAX_ARGS, MAX_BATCH_LAUNCHES,
+    MAX_BATCH_LEASES,
 };
 use hexrpc_runtime::reverse::FilePolicy;
-use hexrpc_runtime::ServedSession;
+use hexrpc_runtime::{Error, ServedSession};
 
 hexrpc_bench::on_both_kernels!(
     batches_of_1_to_64_launches_over_shared_leases_cross_once_and_map_each_lease_once,
@@ -162,14 +163,14 @@ fn a_batch_is_built_once_and_run_many_times_with_updated_scalars(board: &'static
     assert_eq!(bench.counts().of(invoke_kind(board)) - invokes, 20);
     assert_eq!(
         batch.set_scalar(r0, 0, Scalar::I32(1)).unwrap_err(),
-        BatchError::Launch {
+        Error::Batch(BatchRefusal::Launch {
             record: 0,
             error: PackError::ScalarType {
                 index: 0,
                 expected: hexrpc_runtime::launch::ScalarType::U32,
                 got: hexrpc_runtime::launch::ScalarType::I32
             }
-        }
+        })
     );
     drop(lib);
     drop(lease);
@@ -191,14 +192,17 @@ fn a_batch_that_does_not_fit_is_refused_before_any_ioctl(board: &'static Board) 
     }
     assert_eq!(
         batch.push(1, &[BufferRef::of(&views[MAX_BATCH_LEASES])], &[Scalar::U32(1)]),
-        Err(BatchError::TooManyLeases { capacity: 15 })
+        Err(Error::Batch(BatchRefusal::TooManyLeases { capacity: 15 }))
     );
     for _ in MAX_BATCH_LEASES..MAX_BATCH_LAUNCHES {
         batch.push(1, &[BufferRef::of(&views[0])], &[Scalar::U32(1)]).unwrap();
     }
-    assert_eq!(batch.push(1, &[BufferRef::of(&views[0])], &[Scalar::U32(1)]), Err(BatchError::TooManyLaunches { capacity: 64 }));
+    assert_eq!(
+        batch.push(1, &[BufferRef::of(&views[0])], &[Scalar::U32(1)]),
+        Err(Error::Batch(BatchRefusal::TooManyLaunches { capacity: 64 }))
+    );
     let mut empty = Batch::new(&sigs).unwrap();
-    assert_eq!(empty.run(&lib), Err(BatchError::Empty));
+    assert_eq!(empty.run(&lib), Err(Error::Batch(BatchRefusal::Empty)));
     assert_eq!(bench.counts().calls.values().sum::<u64>(), calls, "no system call for any refusal");
     // The full batch itself runs.
     assert_eq!(batch.run(&lib).map(|r| r.launches), Ok(MAX_BATCH_LAUNCHES));
@@ -273,7 +277,7 @@ fn a_failing_kernel_stops_the_batch_and_every_mapping_is_released(board: &'stati
         batch.push(2, &[BufferRef::of(&y)], &[Scalar::I32(0)]).unwrap();
         let failing = batch.push(2, &[BufferRef::of(&z)], &[Scalar::I32(-9)]).unwrap();
         batch.push(1, &[BufferRef::of(&x)], &[Scalar::U32(5)]).unwrap();
-        assert_eq!(batch.run(&lib), Err(BatchError::KernelFailed { record: failing, kernel: 2, code: -9, done: 2 }));
+        assert_eq!(batch.run(&lib), Err(Error::BatchRun(BatchFailure::KernelFailed { record: failing, kernel: 2, code: -9, done: 2 })));
         assert_eq!(read(&x), vec![3; 8], "record 0 ran, record 3 did not");
         assert_eq!(read(&z)[0], 0x5A, "the failing record ran");
         assert_eq!(maps_unmaps(&bench), (2, 2, 3), "every lease unmapped; the record after the failure did not run");
@@ -285,7 +289,7 @@ fn a_failing_kernel_stops_the_batch_and_every_mapping_is_released(board: &'stati
         // A library without batch support: the status comes back without HRXB.
         bench.register_library("single", LibraryModel::new(hexrpc_bench::EntryVersion::V2, 1, 1, |_| {}));
         let single = served.open_library("single", image("single")).unwrap();
-        assert_eq!(batch.run(&single), Err(BatchError::NotRun));
+        assert_eq!(batch.run(&single), Err(Error::BatchRun(BatchFailure::NotRun)));
         drop(single);
         drop(lib);
         drop(l1);
@@ -311,7 +315,7 @@ fn a_dsp_restart_in_the_middle_of_a_batch_is_recovered(board: &'static Board) {
         boom.push(3, &[BufferRef::of(&x)], &[]).unwrap();
         boom.push(1, &[BufferRef::of(&x)], &[Scalar::U32(7)]).unwrap();
         let err = boom.run(&lib).unwrap_err();
-        assert!(matches!(err, BatchError::Hal(e) if e.cause == Cause::DspRestart), "{err:?}");
+        assert!(matches!(err, Error::Hal(e) if e.cause == Cause::DspRestart), "{err:?}");
         assert_eq!(read(&x), vec![2; 8], "the records before the restart ran, the one after did not");
         assert!(!served.session().is_healthy());
         served.session().recover().unwrap();
@@ -345,7 +349,7 @@ fn a_batch_past_its_deadline_is_abandoned_and_the_session_recovers(board: &'stat
     bench.inject(FaultTarget::Dsp(DspCallKind::Library), 1, Fault::Hang);
     let t0 = std::time::Instant::now();
     let err = batch.run_with_deadline(&lib, Duration::from_millis(200)).unwrap_err();
-    assert!(matches!(err, BatchError::Hal(e) if e.cause == Cause::Timeout), "{err:?}");
+    assert!(matches!(err, Error::Hal(e) if e.cause == Cause::Timeout), "{err:?}");
     assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
     // Recovery ends the DSP process holding the abandoned batch; nothing of it runs afterwards.
     served.session().recover().unwrap();

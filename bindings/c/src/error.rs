@@ -4,7 +4,7 @@
 use std::fmt;
 
 use hexrpc_hal::{ErrorKind, HalError};
-use hexrpc_runtime::LaunchError;
+use hexrpc_runtime::Error;
 
 /// What a call returns: `HEXRPC_OK` or the class of failure. The message of the last failure on
 /// the calling thread names the stage and the cause (`hexrpc_last_error_message`).
@@ -104,12 +104,30 @@ impl Failure {
         Failure { status, stage: e.stage.name(), cause, errno: Some(e.errno().0) }
     }
 
-    /// A launch error.
-    pub fn launch(e: LaunchError) -> Failure {
-        match e {
-            LaunchError::Pack(p) => Failure::refused(p.to_string()),
-            LaunchError::Hal(h) => Failure::hal(h),
+    /// An error of the runtime's launch path: a HAL error as [`hal`](Self::hal); a launch or
+    /// batch refused before any system call is `HEXRPC_ERR_REFUSED`; a refused open (build
+    /// record missing or disagreeing) is `HEXRPC_ERR_INVALID`; a batch that did not complete or a
+    /// listener thread that did not start is `HEXRPC_ERR_FAILED`. The stage is the error's, the
+    /// cause its text after the stage.
+    pub fn runtime(e: Error) -> Failure {
+        if let Some(h) = e.hal() {
+            return Failure::hal(h);
         }
+        let status = if matches!(e, Error::Pack(_) | Error::Batch(_)) {
+            hexrpc_status::HEXRPC_ERR_REFUSED
+        } else {
+            match e.kind() {
+                ErrorKind::Usage => hexrpc_status::HEXRPC_ERR_INVALID,
+                ErrorKind::Unavailable => hexrpc_status::HEXRPC_ERR_UNAVAILABLE,
+                ErrorKind::Recoverable => hexrpc_status::HEXRPC_ERR_RECOVERABLE,
+                ErrorKind::Remote => hexrpc_status::HEXRPC_ERR_DSP,
+                ErrorKind::Other => hexrpc_status::HEXRPC_ERR_FAILED,
+            }
+        };
+        let stage = e.stage();
+        let text = e.to_string();
+        let cause = text.strip_prefix(stage).and_then(|t| t.strip_prefix(": ")).unwrap_or(&text).to_string();
+        Failure { status, stage, cause, errno: None }
     }
 }
 
@@ -120,3 +138,9 @@ impl fmt::Display for Failure {
 }
 
 impl std::error::Error for Failure {}
+
+impl From<Error> for Failure {
+    fn from(e: Error) -> Self {
+        Failure::runtime(e)
+    }
+}

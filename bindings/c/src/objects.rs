@@ -11,7 +11,7 @@ use hexrpc_drivers::Fd;
 use hexrpc_hal::{BufferView, LibraryImage, SharedLease, SharedLibrary};
 use hexrpc_runtime::launch::{AbiVersion, BufferRef, Scalar, ScalarType, Signature, MAX_BUFFERS};
 use hexrpc_runtime::reverse::FilePolicy;
-use hexrpc_runtime::{Kernel, KernelOpenError, LaunchError, ServedSession};
+use hexrpc_runtime::{Kernel, ServedSession};
 
 use crate::error::Failure;
 use crate::seam::Seam;
@@ -35,10 +35,7 @@ impl SessionObj {
 
     fn start(seam: Seam, access: DeviceAccess) -> Result<SessionObj, Failure> {
         let policy = FilePolicy::for_board(access.board()).map_err(|e| Failure::invalid("session-start", format!("file policy: {e}")))?;
-        let served = ServedSession::start(seam, &access, policy).map_err(|e| match e {
-            hexrpc_runtime::StartError::Session(h) => Failure::hal(h),
-            other => Failure::other("session-start", other.to_string()),
-        })?;
+        let served = ServedSession::start(seam, &access, policy)?;
         Ok(SessionObj { served })
     }
 
@@ -79,7 +76,7 @@ impl SessionObj {
 
     /// Allocates `len` bytes (rounded up to a page).
     pub fn alloc(self: &Arc<Self>, len: usize) -> Result<LeaseObj, Failure> {
-        let lease = self.served.alloc_shared(len).map_err(Failure::hal)?;
+        let lease = self.served.alloc_shared(len)?;
         Ok(LeaseObj { lease, session: self.clone() })
     }
 
@@ -101,10 +98,7 @@ impl SessionObj {
             None => None,
         };
         let name = library_name(name);
-        let kernel = self.served.open_kernel_shared(&name, image, launch).map_err(|e| match e {
-            KernelOpenError::Hal(h) => Failure::hal(h),
-            other => Failure::invalid("library-open", other.to_string().trim_start_matches("library-open: ").to_string()),
-        })?;
+        let kernel = self.served.open_kernel_shared(&name, image, launch)?;
         if signature.is_none() {
             if let Some(want) = abi.filter(|a| *a != kernel.abi()) {
                 return Err(Failure::invalid("library-open", format!("the build record names {:?}, not {want:?}", kernel.abi())));
@@ -235,7 +229,7 @@ impl KernelObj {
             // The record borrows the lease object, which the caller keeps alive for the call.
             *r = BufferRef::borrowing(v.lease, lease.fd(), lease.len() as u64, v.offset as u64, v.len as u64);
         }
-        self.kernel.launch_buffers(&refs[..views.len()], scalars, deadline).map_err(Failure::launch)
+        self.kernel.launch_buffers(&refs[..views.len()], scalars, deadline).map_err(Failure::runtime)
     }
 }
 
@@ -254,11 +248,5 @@ pub fn scalar_from_bits(ty: ScalarType, bits: u64) -> Scalar {
         ScalarType::F16 => Scalar::F16(bits as u16),
         ScalarType::F32 => Scalar::F32(f32::from_bits(bits as u32)),
         ScalarType::F64 => Scalar::F64(f64::from_bits(bits)),
-    }
-}
-
-impl From<LaunchError> for Failure {
-    fn from(e: LaunchError) -> Self {
-        Failure::launch(e)
     }
 }

@@ -21,7 +21,7 @@ use std::time::Duration;
 use hexrpc::objects::{KernelObj, LeaseObj};
 use hexrpc::Failure;
 use hexrpc_hal::BufferView;
-use hexrpc_runtime::launch::{Batch as RtBatch, BatchError, BufferRef, Scalar, Signature, MAX_BATCH_KERNELS};
+use hexrpc_runtime::launch::{Batch as RtBatch, BatchRefusal, BufferRef, Scalar, Signature, MAX_BATCH_KERNELS};
 use hexrpc_runtime::KernelLibrary;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
@@ -42,14 +42,6 @@ pub struct Batch {
     records: Mutex<Vec<Record>>,
 }
 
-fn batch_err(e: BatchError) -> Failure {
-    match e {
-        BatchError::Hal(h) => Failure::hal(h),
-        BatchError::KernelFailed { .. } | BatchError::NotRun | BatchError::BadStatus { .. } => Failure::other("batch", e.to_string()),
-        _ => Failure::refused(e.to_string()),
-    }
-}
-
 /// Packs `records` into a runtime batch over `kernels` and hands it to `f`.
 fn with_packed<R>(kernels: &[Signature], records: &[Record], f: impl FnOnce(&mut RtBatch<'_>) -> Result<R, Failure>) -> Result<R, Failure> {
     let mut views: Vec<BufferView<'_>> = Vec::new();
@@ -58,12 +50,12 @@ fn with_packed<R>(kernels: &[Signature], records: &[Record], f: impl FnOnce(&mut
             views.push(lease.view(*off, *len)?);
         }
     }
-    let mut batch = RtBatch::new(kernels).map_err(batch_err)?;
+    let mut batch = RtBatch::new(kernels).map_err(Failure::runtime)?;
     let mut at = 0;
     for r in records {
         let refs: Vec<BufferRef<'_>> = views[at..at + r.views.len()].iter().map(BufferRef::of).collect();
         at += r.views.len();
-        batch.push(r.kernel, &refs, &r.scalars).map_err(batch_err)?;
+        batch.push(r.kernel, &refs, &r.scalars).map_err(Failure::runtime)?;
     }
     f(&mut batch)
 }
@@ -171,7 +163,7 @@ impl Batch {
         py.detach(|| {
             with_packed(kernels, recs, |batch| {
                 if batch.is_empty() {
-                    return Err(batch_err(BatchError::Empty));
+                    return Err(Failure::runtime(BatchRefusal::Empty.into()));
                 }
                 let lib = kobj.kernel().library();
                 {
@@ -182,7 +174,7 @@ impl Batch {
                     }
                     .map_err(Failure::hal)?;
                 }
-                batch.outcome().map(|run| run.dsp_micros).map_err(batch_err)
+                batch.outcome().map(|run| run.dsp_micros).map_err(Failure::runtime)
             })
         })
         .map_err(py_err)

@@ -9,15 +9,17 @@
 //! [`launch`](Batch::launch) on a raw descriptor) is one ioctl. Everything lives in fixed
 //! capacity inside the value: no heap, in building or running.
 //!
-//! Every refusal ([`BatchError`]) happens before any system call; a refused `push` leaves the
-//! batch as it was.
+//! Every call returns the runtime's [`Error`]. Every refusal
+//! ([`Error::Batch`] with a [`BatchRefusal`]) happens before any system
+//! call; a refused `push` leaves the batch as it was. A batch that was sent but did not complete
+//! is [`Error::BatchRun`] with a [`BatchFailure`].
 
 use core::fmt;
 use core::marker::PhantomData;
 
 use hexrpc_drivers::adsprpc::{invoke_attrs, ArgsError};
-use hexrpc_drivers::{Error, Fd, Scalars, Syscalls};
-use hexrpc_hal::{Call, HalError, Library};
+use hexrpc_drivers::{Error as DriverError, Fd, Scalars, Syscalls};
+use hexrpc_hal::{Call, Cause, HalError, Library, Stage};
 
 use super::abi::{
     BatchStatus, BATCH, MAX_ARGS, MAX_BATCH_KERNELS, MAX_BATCH_LAUNCHES, MAX_BATCH_LEASES, MAX_BATCH_RECORD_BYTES, NO_FAILED_RECORD, V2,
@@ -25,12 +27,15 @@ use super::abi::{
 use super::pack::{BufferRef, LaunchBuffer, PackError};
 use super::scalar::Scalar;
 use super::signature::Signature;
+use crate::Error;
 
-/// Why a batch could not be built or run. Everything up to [`Empty`](BatchError::Empty) is
-/// refused before any system call.
+/// Why a batch launch was refused: it does not fit the kernel table or the batch's capacity, or
+/// the batch is empty. Every refusal happens before any system call, and a refused
+/// [`push`](Batch::push) leaves the batch as it was. Inside
+/// [`Error::Batch`].
 #[derive(Clone, Copy, Debug, PartialEq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
-pub enum BatchError {
+pub enum BatchRefusal {
     /// The kernel table has more kernels than a library can carry ([`MAX_BATCH_KERNELS`]).
     TooManyKernels {
         /// Kernels given.
@@ -84,6 +89,41 @@ pub enum BatchError {
     },
     /// The batch holds no record (nothing is sent).
     Empty,
+}
+
+impl fmt::Display for BatchRefusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            BatchRefusal::TooManyKernels { count } => write!(f, "{count} kernels: a library's table holds at most {MAX_BATCH_KERNELS}"),
+            BatchRefusal::NoSuchKernel { kernel, kernels } => write!(f, "kernel {kernel} is not in the table of {kernels}"),
+            BatchRefusal::TooManyLaunches { capacity } => write!(f, "a batch carries at most {capacity} launches"),
+            BatchRefusal::TooManyLeases { capacity } => write!(f, "a batch carries at most {capacity} distinct leases"),
+            BatchRefusal::RecordBytes { needed, capacity } => write!(f, "{needed} record bytes needed, capacity {capacity}"),
+            BatchRefusal::Launch { record, error } => write!(f, "launch {record}: {error}"),
+            BatchRefusal::LeaseMismatch { record, buffer } => {
+                write!(f, "launch {record}, buffer {buffer}: its lease is already in the batch with another length")
+            }
+            BatchRefusal::NoSuchScalar { record, index } => write!(f, "record {record} has no scalar {index}"),
+            BatchRefusal::Empty => f.write_str("the batch is empty"),
+        }
+    }
+}
+
+impl core::error::Error for BatchRefusal {
+    fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
+        match self {
+            BatchRefusal::Launch { error, .. } => Some(error),
+            _ => None,
+        }
+    }
+}
+
+/// Why a batch that was sent (the call itself returned 0) did not complete as sent. Inside
+/// [`Error::BatchRun`]; a failed call is
+/// [`Error::Hal`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum BatchFailure {
     /// The call returned but the status carries no `HRXB`: the library's entry has no batch
     /// support (it answers method 3 with 0 without running anything).
     NotRun,
@@ -104,46 +144,32 @@ pub enum BatchError {
         /// Records completed before it.
         done: usize,
     },
-    /// The call failed in the stack (DSP error code, restart, timeout, recovery needed).
-    Hal(HalError),
-    /// The call failed in the driver layer ([`launch`](Batch::launch) on a raw descriptor).
-    Driver(Error),
 }
 
-impl fmt::Display for BatchError {
+impl fmt::Display for BatchFailure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
-            BatchError::TooManyKernels { count } => write!(f, "{count} kernels: a library's table holds at most {MAX_BATCH_KERNELS}"),
-            BatchError::NoSuchKernel { kernel, kernels } => write!(f, "kernel {kernel} is not in the table of {kernels}"),
-            BatchError::TooManyLaunches { capacity } => write!(f, "a batch carries at most {capacity} launches"),
-            BatchError::TooManyLeases { capacity } => write!(f, "a batch carries at most {capacity} distinct leases"),
-            BatchError::RecordBytes { needed, capacity } => write!(f, "{needed} record bytes needed, capacity {capacity}"),
-            BatchError::Launch { record, error } => write!(f, "launch {record}: {error}"),
-            BatchError::LeaseMismatch { record, buffer } => {
-                write!(f, "launch {record}, buffer {buffer}: its lease is already in the batch with another length")
-            }
-            BatchError::NoSuchScalar { record, index } => write!(f, "record {record} has no scalar {index}"),
-            BatchError::Empty => f.write_str("the batch is empty"),
-            BatchError::NotRun => f.write_str("the library did not run the batch (its entry has no batch support)"),
-            BatchError::BadStatus { status } => {
+            BatchFailure::NotRun => f.write_str("the library did not run the batch (its entry has no batch support)"),
+            BatchFailure::BadStatus { status } => {
                 write!(f, "inconsistent batch status from the DSP: done {} failed {} code {}", status.done, status.failed, status.code)
             }
-            BatchError::KernelFailed { record, kernel, code, done } => {
+            BatchFailure::KernelFailed { record, kernel, code, done } => {
                 write!(f, "record {record} (kernel {kernel}) failed with {code} after {done} records; every lease was unmapped")
             }
-            BatchError::Hal(e) => write!(f, "{e}"),
-            BatchError::Driver(e) => write!(f, "{e}"),
         }
     }
 }
 
-impl core::error::Error for BatchError {}
+impl core::error::Error for BatchFailure {}
 
-impl From<HalError> for BatchError {
-    fn from(e: HalError) -> Self {
-        BatchError::Hal(e)
-    }
+/// The error of a call made on a raw descriptor ([`Batch::launch`]): the driver's, read as the
+/// HAL reads it (stage `invoke`).
+fn driver_error(e: DriverError) -> Error {
+    Error::Hal(HalError { stage: Stage::Invoke, cause: Cause::from_sys(e) })
 }
+
+/// The argument list did not fit the driver-neutral call (never for a batch built here).
+const ARGS_INVALID: Error = Error::Hal(HalError { stage: Stage::Invoke, cause: Cause::Invalid });
 
 #[derive(Clone, Copy, Debug, Default)]
 struct RecordInfo {
@@ -200,9 +226,9 @@ fn put_u32(bytes: &mut [u8], at: usize, v: u32) {
 
 impl<'a> Batch<'a> {
     /// An empty batch for a library whose kernel table is `kernels` (index = kernel index).
-    pub fn new(kernels: &'a [Signature]) -> Result<Self, BatchError> {
+    pub fn new(kernels: &'a [Signature]) -> Result<Self, Error> {
         if kernels.len() > MAX_BATCH_KERNELS {
-            return Err(BatchError::TooManyKernels { count: kernels.len() });
+            return Err(BatchRefusal::TooManyKernels { count: kernels.len() }.into());
         }
         let mut b = Batch {
             kernels,
@@ -224,10 +250,10 @@ impl<'a> Batch<'a> {
     /// Appends a launch of kernel `kernel` on `buffers` and `scalars`; returns its record index.
     /// Checked as a single v2 launch is, then against the batch's capacity; on any refusal the
     /// batch is unchanged.
-    pub fn push(&mut self, kernel: usize, buffers: &[BufferRef<'a>], scalars: &[Scalar]) -> Result<usize, BatchError> {
+    pub fn push(&mut self, kernel: usize, buffers: &[BufferRef<'a>], scalars: &[Scalar]) -> Result<usize, Error> {
         let record = self.count;
-        let sig = self.kernels.get(kernel).ok_or(BatchError::NoSuchKernel { kernel, kernels: self.kernels.len() })?;
-        let refuse = |error| BatchError::Launch { record, error };
+        let sig = self.kernels.get(kernel).ok_or(BatchRefusal::NoSuchKernel { kernel, kernels: self.kernels.len() })?;
+        let refuse = |error| Error::Batch(BatchRefusal::Launch { record, error });
         if buffers.len() != sig.buffers() {
             return Err(refuse(PackError::BufferCount { expected: sig.buffers(), got: buffers.len() }));
         }
@@ -240,7 +266,7 @@ impl<'a> Batch<'a> {
             }
         }
         if record >= MAX_BATCH_LAUNCHES {
-            return Err(BatchError::TooManyLaunches { capacity: MAX_BATCH_LAUNCHES });
+            return Err(BatchRefusal::TooManyLaunches { capacity: MAX_BATCH_LAUNCHES }.into());
         }
         // Lease indices, with the new leases this launch adds (not committed yet).
         let mut index = [0u8; MAX_BATCH_LEASES];
@@ -265,8 +291,8 @@ impl<'a> Batch<'a> {
             }
             index[buffer] = match fds[..leases].iter().position(|f| *f == fd) {
                 Some(l) if lens[l] == lease => l as u8,
-                Some(_) => return Err(BatchError::LeaseMismatch { record, buffer }),
-                None if leases == MAX_BATCH_LEASES => return Err(BatchError::TooManyLeases { capacity: MAX_BATCH_LEASES }),
+                Some(_) => return Err(BatchRefusal::LeaseMismatch { record, buffer }.into()),
+                None if leases == MAX_BATCH_LEASES => return Err(BatchRefusal::TooManyLeases { capacity: MAX_BATCH_LEASES }.into()),
                 None => {
                     fds[leases] = fd;
                     lens[leases] = lease;
@@ -278,7 +304,7 @@ impl<'a> Batch<'a> {
         let len = BATCH.record_len(buffers.len(), scalars.len());
         let needed = self.used + len;
         if needed > MAX_BATCH_RECORD_BYTES {
-            return Err(BatchError::RecordBytes { needed, capacity: MAX_BATCH_RECORD_BYTES });
+            return Err(BatchRefusal::RecordBytes { needed, capacity: MAX_BATCH_RECORD_BYTES }.into());
         }
 
         // Commit.
@@ -317,13 +343,13 @@ impl<'a> Batch<'a> {
     }
 
     /// Replaces scalar `index` of record `record` (same type as the kernel's signature says).
-    pub fn set_scalar(&mut self, record: usize, index: usize, value: Scalar) -> Result<(), BatchError> {
-        let missing = BatchError::NoSuchScalar { record, index };
+    pub fn set_scalar(&mut self, record: usize, index: usize, value: Scalar) -> Result<(), Error> {
+        let missing = BatchRefusal::NoSuchScalar { record, index };
         let info = *self.records[..self.count].get(record).ok_or(missing)?;
         let sig = self.kernels.get(info.kernel as usize).ok_or(missing)?;
         let expected = sig.scalar_type(index).ok_or(missing)?;
         if value.ty() != expected {
-            return Err(BatchError::Launch { record, error: PackError::ScalarType { index, expected, got: value.ty() } });
+            return Err(BatchRefusal::Launch { record, error: PackError::ScalarType { index, expected, got: value.ty() } }.into());
         }
         let e = info.at as usize + BATCH.scalar_at(sig.buffers(), index);
         self.pra0[e..e + BATCH.slot_size].fill(0);
@@ -392,32 +418,34 @@ impl<'a> Batch<'a> {
     }
 
     /// Checks the status the entry wrote after a call that returned 0.
-    pub fn outcome(&self) -> Result<BatchRun, BatchError> {
-        let status = self.status().ok_or(BatchError::NotRun)?;
+    pub fn outcome(&self) -> Result<BatchRun, Error> {
+        let status = self.status().ok_or(BatchFailure::NotRun)?;
         if !status.ran() {
-            return Err(BatchError::NotRun);
+            return Err(BatchFailure::NotRun.into());
         }
         let done = status.done as usize;
         if status.failed == NO_FAILED_RECORD {
             if done != self.count {
-                return Err(BatchError::BadStatus { status });
+                return Err(BatchFailure::BadStatus { status }.into());
             }
             return Ok(BatchRun { launches: done, dsp_micros: status.micros });
         }
         let record = status.failed as usize;
         match self.kernel_of(record) {
-            Some(kernel) if record == done && status.code != 0 => Err(BatchError::KernelFailed { record, kernel, code: status.code, done }),
-            _ => Err(BatchError::BadStatus { status }),
+            Some(kernel) if record == done && status.code != 0 => {
+                Err(BatchFailure::KernelFailed { record, kernel, code: status.code, done }.into())
+            }
+            _ => Err(BatchFailure::BadStatus { status }.into()),
         }
     }
 
     /// Sends the batch to `lib` (one `FASTRPC_IOCTL_INVOKE_ATTRS`) and checks its status.
-    pub fn run<S: Syscalls + Clone>(&mut self, lib: &Library<'_, S>) -> Result<BatchRun, BatchError> {
+    pub fn run<S: Syscalls + Clone>(&mut self, lib: &Library<'_, S>) -> Result<BatchRun, Error> {
         if self.count == 0 {
-            return Err(BatchError::Empty);
+            return Err(BatchRefusal::Empty.into());
         }
         let mut args = self.invoke_args();
-        lib.invoke(args.as_mut().map_err(|_| BatchError::Driver(Error::Invalid))?)?;
+        lib.invoke(args.as_mut().map_err(|_| ARGS_INVALID)?)?;
         self.outcome()
     }
 
@@ -427,26 +455,24 @@ impl<'a> Batch<'a> {
         &mut self,
         lib: &Library<'_, S>,
         timeout: core::time::Duration,
-    ) -> Result<BatchRun, BatchError> {
+    ) -> Result<BatchRun, Error> {
         if self.count == 0 {
-            return Err(BatchError::Empty);
+            return Err(BatchRefusal::Empty.into());
         }
         let mut args = self.invoke_args();
-        lib.invoke_with_deadline(args.as_mut().map_err(|_| BatchError::Driver(Error::Invalid))?, timeout)?;
+        lib.invoke_with_deadline(args.as_mut().map_err(|_| ARGS_INVALID)?, timeout)?;
         self.outcome()
     }
 
     /// Sends the batch to library `handle` on the adsprpc fd `dev` (one ioctl) and checks its
     /// status.
-    pub fn launch<S: Syscalls + ?Sized>(&mut self, sys: &S, dev: Fd, handle: u32) -> Result<BatchRun, BatchError> {
+    pub fn launch<S: Syscalls + ?Sized>(&mut self, sys: &S, dev: Fd, handle: u32) -> Result<BatchRun, Error> {
         if self.count == 0 {
-            return Err(BatchError::Empty);
+            return Err(BatchRefusal::Empty.into());
         }
         let mut call = self.invoke_args();
-        let call = call.as_mut().map_err(|_| BatchError::Driver(Error::Invalid))?;
-        call.with_downstream(|args| invoke_attrs(sys, dev, handle, args))
-            .map_err(|_| BatchError::Driver(Error::Invalid))?
-            .map_err(BatchError::Driver)?;
+        let call = call.as_mut().map_err(|_| ARGS_INVALID)?;
+        call.with_downstream(|args| invoke_attrs(sys, dev, handle, args)).map_err(|_| ARGS_INVALID)?.map_err(driver_error)?;
         self.outcome()
     }
 }
@@ -502,13 +528,13 @@ mod tests {
         assert_eq!(BATCH.scalar(b.pra0(), 84, 2, 0, ScalarType::U32), Some(Scalar::U32(77)));
         assert_eq!(
             b.set_scalar(1, 0, Scalar::U32(1)),
-            Err(BatchError::Launch {
+            Err(Error::Batch(BatchRefusal::Launch {
                 record: 1,
                 error: PackError::ScalarType { index: 0, expected: ScalarType::F32, got: ScalarType::U32 }
-            })
+            }))
         );
-        assert_eq!(b.set_scalar(3, 0, Scalar::U32(1)), Err(BatchError::NoSuchScalar { record: 3, index: 0 }));
-        assert_eq!(b.set_scalar(0, 1, Scalar::U32(1)), Err(BatchError::NoSuchScalar { record: 0, index: 1 }));
+        assert_eq!(b.set_scalar(3, 0, Scalar::U32(1)), Err(Error::Batch(BatchRefusal::NoSuchScalar { record: 3, index: 0 })));
+        assert_eq!(b.set_scalar(0, 1, Scalar::U32(1)), Err(Error::Batch(BatchRefusal::NoSuchScalar { record: 0, index: 1 })));
         let mut call = b.invoke_args().unwrap();
         let args = call.to_downstream().unwrap();
         assert_eq!(args.scalars().raw(), 0x0302_0102);
@@ -526,34 +552,34 @@ mod tests {
         b.push(1, &[ok], &[Scalar::F32(0.0)]).unwrap();
         let before = (b.pra0().to_vec(), b.pra1().to_vec(), b.fds().to_vec());
         let bad = |fd, lease, off, len| BufferRef::borrowing(&o, Fd(fd), lease, off, len);
-        let cases: [(usize, [BufferRef<'_>; 2], BatchError); 5] = [
-            (0, [ok, bad(8, 100, 90, 11)], BatchError::Launch { record: 1, error: PackError::ViewOutsideLease { buffer: 1 } }),
-            (0, [ok, bad(0, 100, 0, 1)], BatchError::Launch { record: 1, error: PackError::NoFd { buffer: 1 } }),
-            (0, [bad(8, 64, 0, 1), bad(7, 4096, 0, 1)], BatchError::LeaseMismatch { record: 1, buffer: 1 }),
+        let cases: [(usize, [BufferRef<'_>; 2], BatchRefusal); 5] = [
+            (0, [ok, bad(8, 100, 90, 11)], BatchRefusal::Launch { record: 1, error: PackError::ViewOutsideLease { buffer: 1 } }),
+            (0, [ok, bad(0, 100, 0, 1)], BatchRefusal::Launch { record: 1, error: PackError::NoFd { buffer: 1 } }),
+            (0, [bad(8, 64, 0, 1), bad(7, 4096, 0, 1)], BatchRefusal::LeaseMismatch { record: 1, buffer: 1 }),
             (
                 0,
                 [ok, bad(8, 1 << 32, 0, 1)],
-                BatchError::Launch { record: 1, error: PackError::LeaseTooLong { buffer: 1, len: 1 << 32, max: u32::MAX as u64 } },
+                BatchRefusal::Launch { record: 1, error: PackError::LeaseTooLong { buffer: 1, len: 1 << 32, max: u32::MAX as u64 } },
             ),
-            (2, [ok, ok], BatchError::NoSuchKernel { kernel: 2, kernels: 2 }),
+            (2, [ok, ok], BatchRefusal::NoSuchKernel { kernel: 2, kernels: 2 }),
         ];
         for (kernel, bufs, want) in cases {
-            assert_eq!(b.push(kernel, &bufs, &[Scalar::U32(1)]), Err(want));
+            assert_eq!(b.push(kernel, &bufs, &[Scalar::U32(1)]), Err(Error::Batch(want)));
         }
         assert_eq!(
             b.push(0, &[ok, ok], &[Scalar::I32(1)]),
-            Err(BatchError::Launch {
+            Err(Error::Batch(BatchRefusal::Launch {
                 record: 1,
                 error: PackError::ScalarType { index: 0, expected: ScalarType::U32, got: ScalarType::I32 }
-            })
+            }))
         );
         assert_eq!(
             b.push(0, &[ok], &[Scalar::U32(1)]),
-            Err(BatchError::Launch { record: 1, error: PackError::BufferCount { expected: 2, got: 1 } })
+            Err(Error::Batch(BatchRefusal::Launch { record: 1, error: PackError::BufferCount { expected: 2, got: 1 } }))
         );
         assert_eq!((b.pra0().to_vec(), b.pra1().to_vec(), b.fds().to_vec()), before);
         assert_eq!(b.len(), 1);
-        assert!(matches!(Batch::new(&[Signature::parse("").unwrap(); 65]), Err(BatchError::TooManyKernels { count: 65 })));
+        assert!(matches!(Batch::new(&[Signature::parse("").unwrap(); 65]), Err(Error::Batch(BatchRefusal::TooManyKernels { count: 65 }))));
     }
 
     #[test]
@@ -566,14 +592,14 @@ mod tests {
         for l in &leases[..15] {
             b.push(0, &[*l], &[]).unwrap();
         }
-        assert_eq!(b.push(0, &[leases[15]], &[]), Err(BatchError::TooManyLeases { capacity: 15 }));
+        assert_eq!(b.push(0, &[leases[15]], &[]), Err(Error::Batch(BatchRefusal::TooManyLeases { capacity: 15 })));
         assert_eq!(b.lease_count(), 15);
         // Records: 64 fine, the 65th refused.
         let mut b = Batch::new(&k).unwrap();
         for _ in 0..64 {
             b.push(0, &[leases[0]], &[]).unwrap();
         }
-        assert_eq!(b.push(0, &[leases[0]], &[]), Err(BatchError::TooManyLaunches { capacity: 64 }));
+        assert_eq!(b.push(0, &[leases[0]], &[]), Err(Error::Batch(BatchRefusal::TooManyLaunches { capacity: 64 })));
         // Record bytes: 8 + 15 * 12 + 20 * 8 = 348 bytes a record; the 24th needs 8352 > 8192.
         let mut b = Batch::new(&k).unwrap();
         let views: [BufferRef<'_>; 15] = core::array::from_fn(|i| leases[i]);
@@ -581,7 +607,7 @@ mod tests {
         for _ in 0..23 {
             b.push(1, &views, &sc).unwrap();
         }
-        assert_eq!(b.push(1, &views, &sc), Err(BatchError::RecordBytes { needed: 24 * 348, capacity: 8192 }));
+        assert_eq!(b.push(1, &views, &sc), Err(Error::Batch(BatchRefusal::RecordBytes { needed: 24 * 348, capacity: 8192 })));
         assert_eq!(b.record_bytes(), 23 * 348);
     }
 
@@ -594,7 +620,7 @@ mod tests {
         for _ in 0..3 {
             b.push(1, &[v], &[Scalar::F32(0.0)]).unwrap();
         }
-        assert_eq!(b.outcome(), Err(BatchError::NotRun));
+        assert_eq!(b.outcome(), Err(Error::BatchRun(BatchFailure::NotRun)));
         let put = |b: &mut Batch<'_>, done: u32, failed: u32, code: i32| {
             b.status[..4].copy_from_slice(b"HRXB");
             b.status[4..8].copy_from_slice(&done.to_le_bytes());
@@ -605,12 +631,12 @@ mod tests {
         put(&mut b, 3, u32::MAX, 0);
         assert_eq!(b.outcome(), Ok(BatchRun { launches: 3, dsp_micros: 42 }));
         put(&mut b, 1, 1, 9);
-        assert_eq!(b.outcome(), Err(BatchError::KernelFailed { record: 1, kernel: 1, code: 9, done: 1 }));
+        assert_eq!(b.outcome(), Err(Error::BatchRun(BatchFailure::KernelFailed { record: 1, kernel: 1, code: 9, done: 1 })));
         for (done, failed, code) in [(2, u32::MAX, 0), (1, 2, 9), (1, 1, 0), (3, 3, 1)] {
             put(&mut b, done, failed, code);
-            assert!(matches!(b.outcome(), Err(BatchError::BadStatus { .. })), "{done} {failed} {code}");
+            assert!(matches!(b.outcome(), Err(Error::BatchRun(BatchFailure::BadStatus { .. }))), "{done} {failed} {code}");
         }
         let mut empty = Batch::new(&k).unwrap();
-        assert_eq!(empty.launch(&hexrpc_drivers::RustixSys, Fd(-1), 1), Err(BatchError::Empty));
+        assert_eq!(empty.launch(&hexrpc_drivers::RustixSys, Fd(-1), 1), Err(Error::Batch(BatchRefusal::Empty)));
     }
 }

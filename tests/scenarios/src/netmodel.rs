@@ -27,7 +27,8 @@ use hexrpc_bench::executor::reference::{self as r, f32_bytes, f32s_of, Rng};
 use hexrpc_bench::executor::{tools_available, BuildError, Flavour};
 use hexrpc_bench::{Bench, BenchConfig, CostModel, KernelCall, LedgerEvent, LibraryModel, TableKernel};
 use hexrpc_hal::{BufferView, HalError, Lease, Library, Session};
-use hexrpc_runtime::launch::{AbiVersion, Batch, BatchError, BufferRef, EntryOptions, PackError, PackedLaunch, Scalar, Signature};
+use hexrpc_runtime::launch::{AbiVersion, Batch, BufferRef, EntryOptions, PackError, PackedLaunch, Scalar, Signature};
+use hexrpc_runtime::Error as RuntimeError;
 
 use crate::stack::Stack;
 use crate::suite::{build_image, build_table_image};
@@ -43,8 +44,9 @@ pub enum ModelError {
     Hal(HalError),
     /// The packer refused a launch.
     Pack(PackError),
-    /// The batch was refused or failed.
-    Batch(BatchError),
+    /// The runtime refused or failed a call other than a HAL call or a single launch's packing
+    /// (a batch refused or not completed, a listener thread that did not start).
+    Runtime(RuntimeError),
     /// The driver layer refused the argument list.
     Args(String),
     /// The reverse service could not start.
@@ -65,7 +67,7 @@ impl core::fmt::Display for ModelError {
             ModelError::Build(e) => write!(f, "build: {e}"),
             ModelError::Hal(e) => write!(f, "stack: {e}"),
             ModelError::Pack(e) => write!(f, "pack: {e:?}"),
-            ModelError::Batch(e) => write!(f, "batch: {e}"),
+            ModelError::Runtime(e) => write!(f, "{e}"),
             ModelError::Args(e) => write!(f, "arguments: {e}"),
             ModelError::Service(e) => write!(f, "reverse service: {e}"),
             ModelError::Mismatch { node, detail } => write!(f, "node {node}: {detail}"),
@@ -85,9 +87,14 @@ impl From<BuildError> for ModelError {
         ModelError::Build(e)
     }
 }
-impl From<BatchError> for ModelError {
-    fn from(e: BatchError) -> Self {
-        ModelError::Batch(e)
+/// A HAL error or a packing refusal keeps its own variant; the rest is [`ModelError::Runtime`].
+impl From<RuntimeError> for ModelError {
+    fn from(e: RuntimeError) -> Self {
+        match e {
+            RuntimeError::Hal(h) => ModelError::Hal(h),
+            RuntimeError::Pack(p) => ModelError::Pack(p),
+            other => ModelError::Runtime(other),
+        }
     }
 }
 impl From<PackError> for ModelError {

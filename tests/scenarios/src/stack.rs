@@ -12,7 +12,7 @@ use hexrpc_drivers::{Errno, Syscalls};
 use hexrpc_hal::{BufferView, HalError, Library, Session};
 use hexrpc_runtime::launch::{AbiVersion, BufferRef, PackedLaunch, Scalar, Signature};
 use hexrpc_runtime::reverse::FilePolicy;
-use hexrpc_runtime::{ServedSession, StartError};
+use hexrpc_runtime::{Error, ServedSession};
 
 use crate::netmodel::ModelError;
 
@@ -23,7 +23,7 @@ pub type Rig = ServedSession<Bench>;
 ///
 /// # Panics
 /// If `bench` is not on a bench board (every [`Bench`] is).
-pub fn start(bench: &Bench) -> Result<Rig, StartError> {
+pub fn start(bench: &Bench) -> Result<Rig, Error> {
     let access = DeviceAccess::for_bench_board(bench.board()).expect("a bench board");
     ServedSession::start(bench.clone(), &access, FilePolicy::for_board(bench.board()).expect("bench policy"))
 }
@@ -98,8 +98,8 @@ impl Stack {
         let policy = FilePolicy::for_board(bench.board()).map_err(|e| ModelError::Service(format!("{e:?}")))?;
         let access = DeviceAccess::for_bench_board(bench.board()).ok_or_else(|| ModelError::Service("not a bench board".into()))?;
         let served = ServedSession::start(bench.clone(), &access, policy).map_err(|e| match e {
-            StartError::Session(h) => ModelError::Hal(h),
-            StartError::Thread(t) => ModelError::Service(t.to_string()),
+            Error::Thread(t) => ModelError::Service(t.to_string()),
+            other => ModelError::from(other),
         })?;
         Ok(Stack { served, bench })
     }

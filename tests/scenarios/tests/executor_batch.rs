@@ -13,7 +13,8 @@ use hexrpc_bench::executor::{self, tools_available, Flavour, Toolchain};
 use hexrpc_bench::{Bench, BenchConfig, CallKind, LedgerEvent};
 use hexrpc_bsp::Board;
 use hexrpc_hal::{BufferView, Call, Cause};
-use hexrpc_runtime::launch::{Batch, BatchError, BufferRef, Scalar, Signature, BATCH, MAX_ARGS, MAX_BATCH_LAUNCHES};
+use hexrpc_runtime::launch::{Batch, BatchFailure, BatchRefusal, BufferRef, Scalar, Signature, BATCH, MAX_ARGS, MAX_BATCH_LAUNCHES};
+use hexrpc_runtime::Error;
 use hexrpc_scenarios::suite::build_table_image;
 use hexrpc_scenarios::{stack, Stack};
 
@@ -106,8 +107,11 @@ fn batches_of_1_to_64_real_kernels_cross_once_and_map_each_lease_once(board: &'s
     for _ in 0..MAX_BATCH_LAUNCHES {
         full.push(0, &[BufferRef::of(&v)], &[Scalar::U32(10)]).unwrap();
     }
-    assert_eq!(full.push(0, &[BufferRef::of(&v)], &[Scalar::U32(10)]), Err(BatchError::TooManyLaunches { capacity: MAX_BATCH_LAUNCHES }));
-    assert_eq!(Batch::new(&sigs).unwrap().run(&lib), Err(BatchError::Empty));
+    assert_eq!(
+        full.push(0, &[BufferRef::of(&v)], &[Scalar::U32(10)]),
+        Err(Error::Batch(BatchRefusal::TooManyLaunches { capacity: MAX_BATCH_LAUNCHES }))
+    );
+    assert_eq!(Batch::new(&sigs).unwrap().run(&lib), Err(Error::Batch(BatchRefusal::Empty)));
     assert_eq!(bench.counts().calls.values().sum::<u64>(), calls, "nothing crossed");
     // A single v2 launch on the table library runs kernel 0.
     let v = l1.view(5, 10).unwrap();
@@ -166,7 +170,7 @@ fn a_failing_kernel_mid_batch_is_reported_and_every_mapping_released(board: &'st
     let failing = batch.push(1, &[BufferRef::of(&c)], &[Scalar::U32(9)]).unwrap(); // 5 != 9: returns 6
     batch.push(0, &[BufferRef::of(&y)], &[Scalar::U32(16)]).unwrap();
     bench.clear_ledger();
-    assert_eq!(batch.run(&lib), Err(BatchError::KernelFailed { record: failing, kernel: 1, code: 6, done: 2 }));
+    assert_eq!(batch.run(&lib), Err(Error::BatchRun(BatchFailure::KernelFailed { record: failing, kernel: 1, code: 6, done: 2 })));
     assert_eq!(read(&x), vec![1; 16], "record 0 ran");
     assert_eq!(u32::from_le_bytes(read(&c)[4..8].try_into().unwrap()), 2, "both check records ran");
     assert_eq!(read(&y), vec![0; 16], "the record after the failure did not run");
@@ -202,7 +206,7 @@ fn the_dsp_dying_mid_batch_is_recovered(board: &'static Board) {
     let t0 = Instant::now();
     let err = batch.run(&lib).expect_err("killed mid-batch");
     killer.join().unwrap();
-    assert!(matches!(err, BatchError::Hal(e) if e.cause == Cause::DspRestart), "{err}");
+    assert!(matches!(err, Error::Hal(e) if e.cause == Cause::DspRestart), "{err}");
     assert!(t0.elapsed() < Duration::from_millis(1400), "ended by the kill: {:?}", t0.elapsed());
     assert_eq!(read(&x), vec![1; 8], "the record before the spin ran");
     assert_eq!(read(&y), vec![0; 8], "the record after it did not");

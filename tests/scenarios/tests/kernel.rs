@@ -7,7 +7,7 @@ use std::time::Duration;
 use hexrpc_bench::{Bench, CallKind};
 use hexrpc_hal::{Cause, ErrorKind, LibraryImage};
 use hexrpc_runtime::launch::{AbiVersion, PackError, Scalar, Signature};
-use hexrpc_runtime::{KernelOpenError, LaunchError};
+use hexrpc_runtime::{Error, OpenRefusal};
 use hexrpc_scenarios::catalogue::{self, ADD_U8, SLEEP_MS};
 use hexrpc_scenarios::stack::start as serve;
 
@@ -42,11 +42,11 @@ fn owned_and_borrowed_images_launch_in_one_call_with_one_ioctl() {
         // Refusals happen before any ioctl.
         let before = bench.counts().of(CallKind::RpcInvokeAttrs);
         let e = owned.launch(&[&i], &[Scalar::U32(1)]).unwrap_err();
-        assert_eq!(e, LaunchError::Pack(PackError::BufferCount { expected: 2, got: 1 }));
+        assert_eq!(e, Error::Pack(PackError::BufferCount { expected: 2, got: 1 }));
         assert_eq!((e.stage(), e.kind()), ("launch-pack", ErrorKind::Usage));
         assert!(e.to_string().starts_with("launch-pack: "));
         let e = owned.launch(&[&i, &o], &[Scalar::F32(1.0)]).unwrap_err();
-        assert!(matches!(e, LaunchError::Pack(PackError::ScalarType { .. })));
+        assert!(matches!(e, Error::Pack(PackError::ScalarType { .. })));
         assert_eq!(bench.counts().of(CallKind::RpcInvokeAttrs), before);
     }
     // Closing the kernels withdrew (and released) their images.
@@ -105,6 +105,7 @@ fn an_image_without_a_build_record_needs_its_signature() {
     // The bench's model images carry no record: a signature must be given. (Libraries built by
     // hexrpc-libbuild carry one: tools/libbuild/tests/recorded_kernel.rs.)
     let e = served.open_recorded_kernel(ADD_U8.name, catalogue::image(ADD_U8.name)).unwrap_err();
-    assert_eq!(e, KernelOpenError::NoRecord);
+    assert_eq!(e, Error::Open(OpenRefusal::NoRecord));
+    assert_eq!((e.stage(), e.kind(), e.hal()), ("library-open", ErrorKind::Usage, None));
     assert!(e.to_string().starts_with("library-open: "));
 }

@@ -22,7 +22,7 @@ use hexrpc_drivers::{adsprpc, listener, Scalars};
 use hexrpc_hal::internal::ListenerPlumbing;
 use hexrpc_hal::{BufferView, Cause, ErrorKind, HalError, Lease, Library};
 use hexrpc_runtime::launch::{AbiVersion, Batch, BufferRef, PackedLaunch, Scalar, Signature};
-use hexrpc_runtime::StartError;
+use hexrpc_runtime::Error as RuntimeError;
 use hexrpc_scenarios::catalogue::image;
 use hexrpc_scenarios::stack::{back_to, start as start_rig, Rig};
 
@@ -319,14 +319,14 @@ fn two_sessions_in_one_process_both_work_or_the_second_is_refused_by_name(board:
                 // A third has no identity left (its FastRPC file is left open: closing it would
                 // end a live session's DSP process).
                 match start_rig(&bench) {
-                    Err(StartError::Session(e)) => assert_eq!(e.cause, Cause::IdentityInUse, "{e}"),
+                    Err(RuntimeError::Hal(e)) => assert_eq!(e.cause, Cause::IdentityInUse, "{e}"),
                     Err(e) => panic!("third session: {e}"),
                     Ok(_) => panic!("a third session got a DSP process"),
                 }
                 assert_eq!(bench.dsp_processes().len(), 2, "both live sessions keep their process");
                 drop(lib2);
             }
-            (KernelAbi::Upstream, Err(StartError::Session(e))) => {
+            (KernelAbi::Upstream, Err(RuntimeError::Hal(e))) => {
                 assert_eq!(e.cause, Cause::IdentityInUse, "{e}");
                 assert!(e.to_string().contains("identit"), "{e}");
                 assert_eq!(bench.dsp_processes().len(), 1, "the first session keeps its process");

@@ -84,8 +84,8 @@ fn a_library_closes_on_error_and_on_panic(board: &'static Board) {
     assert_eq!(bench.snapshot().loaded_libraries, 0, "closed during unwinding");
     assert_eq!(rig.service().image_count(), 0, "images withdrawn");
     // Bad names and a DSP that refuses the image.
-    assert_eq!(rig.open_library("../x", image(ADD_U8.name)).unwrap_err().cause, Cause::Invalid);
-    let err = rig.open_library("nomodel", image("nomodel")).unwrap_err();
+    assert_eq!(rig.open_library("../x", image(ADD_U8.name)).unwrap_err().hal().map(|e| e.cause), Some(Cause::Invalid));
+    let err = rig.open_library("nomodel", image("nomodel")).unwrap_err().hal().expect("a HAL error");
     assert_eq!(err.stage, Stage::LibraryOpen);
     assert!(matches!(err.cause, Cause::Refused(r) if r.reason().contains("no model registered")), "{err}");
     assert_eq!(rig.service().image_count(), 0);

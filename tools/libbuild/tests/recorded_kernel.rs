@@ -9,7 +9,7 @@ use hexrpc_bsp::DeviceAccess;
 use hexrpc_libbuild::build_library;
 use hexrpc_runtime::launch::{AbiVersion, Scalar, Signature};
 use hexrpc_runtime::reverse::FilePolicy;
-use hexrpc_runtime::{KernelOpenError, ServedSession};
+use hexrpc_runtime::{Error, OpenRefusal, ServedSession};
 
 fn bench() -> Bench {
     Bench::new()
@@ -37,8 +37,8 @@ fn the_build_record_gives_signature_and_abi() {
     let image = std::fs::read(&so).unwrap();
     // A signature other than the recorded one is refused before anything is opened.
     let other = Signature::parse("buf,buf,u32,u32").unwrap();
-    assert!(matches!(served.open_kernel("twice", image.clone(), other, AbiVersion::V2), Err(KernelOpenError::Mismatch { .. })));
-    assert!(matches!(served.open_kernel("twice", image.clone(), sig, AbiVersion::V1), Err(KernelOpenError::Mismatch { .. })));
+    assert!(matches!(served.open_kernel("twice", image.clone(), other, AbiVersion::V2), Err(Error::Open(OpenRefusal::Mismatch { .. }))));
+    assert!(matches!(served.open_kernel("twice", image.clone(), sig, AbiVersion::V1), Err(Error::Open(OpenRefusal::Mismatch { .. }))));
     assert_eq!(served.service().image_count(), 0);
     let k = served.open_recorded_kernel("twice", image).unwrap();
     assert_eq!((*k.signature(), k.abi()), (sig, AbiVersion::V2));

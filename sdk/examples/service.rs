@@ -2,17 +2,13 @@
 //! open a library once, launch many times on views of one lease, recover from a DSP
 //! restart, and let everything go.
 //!
-//! It runs on the isolated bench (`cargo run -p hexrpc-runtime --example service`). On a device,
-//! replace `Bench` by `hexrpc_drivers::RustixSys`, `DeviceAccess::for_bench()` by
-//! `DeviceAccess::for_device(&hexrpc_bsp::COMMA_THREE)`, and the tagged bench image by the
-//! bytes of a library built with `hexrpc build-lib`.
+//! It runs on the isolated bench (`cargo run -p hexrpc-sdk --features bench --example service`).
+//! On a device, replace `Bench` by `RustixSys`, `DeviceAccess::for_bench()` by
+//! `DeviceAccess::for_device(&boards::COMMA_THREE)`, and the tagged bench image by the bytes of
+//! a library built with `hexrpc build-lib`.
 
-use hexrpc_bench::{elf, Bench, EntryVersion, LibraryModel};
-use hexrpc_bsp::DeviceAccess;
-use hexrpc_hal::ErrorKind;
-use hexrpc_runtime::launch::{AbiVersion, Scalar, Signature};
-use hexrpc_runtime::reverse::FilePolicy;
-use hexrpc_runtime::ServedSession;
+use hexrpc_sdk::bench::{elf, Bench, EntryVersion, LibraryModel};
+use hexrpc_sdk::prelude::*;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The bench stands in for /dev/ion, /dev/adsprpc-smd and the DSP: it runs this Rust model
@@ -36,7 +32,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // 1. The session (ION, shell, channel, DSP process, listener; a failure names its stage)
     //    and the reverse file service answering the DSP (library bytes, allowlisted files only)
     //    on a thread that follows the session through recoveries.
-    let policy = FilePolicy::for_board(&hexrpc_bsp::BENCH).map_err(|e| format!("{e:?}"))?;
+    let policy = FilePolicy::for_board(&boards::BENCH).map_err(|e| format!("{e:?}"))?;
     let served = ServedSession::start(sys.clone(), &DeviceAccess::for_bench(), policy)?;
     let session = served.session();
 
