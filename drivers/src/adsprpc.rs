@@ -963,22 +963,22 @@ fn invoke_once<S: Syscalls + ?Sized, const CAP: usize>(
         (_, Some(crc)) => {
             let mut x = fastrpc_ioctl_invoke_crc { inv, fds, attrs, crc: crc.as_mut_ptr() as u64 };
             // SAFETY: see above.
-            unsafe { sys.ioctl(fd, FASTRPC_IOCTL_INVOKE_CRC, (&mut x as *mut fastrpc_ioctl_invoke_crc).cast()) }
+            unsafe { ioctl_with(sys, fd, ioctl::FASTRPC_IOCTL_INVOKE_CRC, &mut x) }
         }
         (Variant::Plain, None) => {
             let mut x = inv;
             // SAFETY: see above.
-            unsafe { sys.ioctl(fd, FASTRPC_IOCTL_INVOKE, (&mut x as *mut fastrpc_ioctl_invoke).cast()) }
+            unsafe { ioctl_with(sys, fd, ioctl::FASTRPC_IOCTL_INVOKE, &mut x) }
         }
         (Variant::Fd, None) => {
             let mut x = fastrpc_ioctl_invoke_fd { inv, fds };
             // SAFETY: see above.
-            unsafe { sys.ioctl(fd, FASTRPC_IOCTL_INVOKE_FD, (&mut x as *mut fastrpc_ioctl_invoke_fd).cast()) }
+            unsafe { ioctl_with(sys, fd, ioctl::FASTRPC_IOCTL_INVOKE_FD, &mut x) }
         }
         (Variant::Attrs, None) => {
             let mut x = fastrpc_ioctl_invoke_attrs { inv, fds, attrs };
             // SAFETY: see above.
-            unsafe { sys.ioctl(fd, FASTRPC_IOCTL_INVOKE_ATTRS, (&mut x as *mut fastrpc_ioctl_invoke_attrs).cast()) }
+            unsafe { ioctl_with(sys, fd, ioctl::FASTRPC_IOCTL_INVOKE_ATTRS, &mut x) }
         }
     };
     check_rc(rc)

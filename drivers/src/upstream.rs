@@ -593,7 +593,7 @@ pub fn invoke<S: Syscalls + ?Sized, const CAP: usize>(
     // initialized records of `args`, whose pointers describe memory borrowed by `args` for `'a`
     // (inputs readable, outputs writable, fd buffers inside live mappings). The driver writes to
     // user memory only before this ioctl returns (an interrupted call copies nothing back).
-    let rc = unsafe { sys.ioctl(fd.0, FASTRPC_IOCTL_INVOKE, (&mut inv as *mut fastrpc_invoke).cast()) };
+    let rc = unsafe { ioctl_with(sys, fd.0, ioctl::FASTRPC_IOCTL_INVOKE, &mut inv) };
     check_rc(rc)
 }
 
