@@ -2,7 +2,7 @@
 //! object laid out the way the DSP loader needs it, every allocated output section starting on
 //! its own 4 KiB page, carrying its build record. It runs clang and ld.lld, so it is a crate of
 //! its own: a device service links `hexrpc-runtime`, which reads the record
-//! ([`LibraryRecord`](hexrpc_runtime::launch::LibraryRecord)), never this.
+//! ([`LibraryRecord`]), never this.
 //!
 //! ```text
 //! clang-19 --target=hexagon -mcpu=hexagonv65 -mhvx=v65 -mhvx-length=128b -O2 -fPIC
