@@ -298,36 +298,16 @@ pub fn concurrency() -> Outcome {
     let lib = served.open_library(MODEL, image()).map_err(fail)?;
     const THREADS: u32 = 8;
     const LAUNCHES: u32 = 250;
-    let t0 = Instant::now();
-    let wrong = std::sync::atomic::AtomicU32::new(0);
-    let errors = std::sync::Mutex::new(Vec::new());
-    std::thread::scope(|s| {
-        for t in 0..THREADS {
-            let (served, lib, wrong, errors) = (&served, &lib, &wrong, &errors);
-            s.spawn(move || {
-                let run = || -> Result<(), HalError> {
-                    let mut lease = served.session().alloc(16 * 1024)?;
-                    let (i, o, len) = (64 + 8 * t as usize, 8195 + t as usize, 1000 + t as usize);
-                    let data: Vec<u8> = (0..len).map(|k| (k as u32 * 31 + t) as u8).collect();
-                    lease.write_at(i, &data)?;
-                    let (input, output) = (lease.view(i, len)?, lease.view(o, len)?);
-                    for n in 0..LAUNCHES {
-                        launch(lib, &input, &output, n as u8)?;
-                        if !check_output(&input, &output, n as u8) {
-                            wrong.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        }
-                    }
-                    Ok(())
-                };
-                if let Err(e) = run() {
-                    errors.lock().unwrap_or_else(|p| p.into_inner()).push(e.to_string());
-                }
-            });
-        }
-    });
-    let took = t0.elapsed();
-    let errors = errors.into_inner().unwrap_or_else(|p| p.into_inner());
-    let wrong = wrong.into_inner();
+    let (took, wrong, errors) = crate::device::launch_in_threads(
+        THREADS,
+        LAUNCHES,
+        || served.session().alloc(16 * 1024),
+        |t| (64 + 8 * t as usize, 8195 + t as usize, 1000 + t as usize),
+        |input, output, n| {
+            launch(&lib, input, output, n as u8)?;
+            Ok(check_output(input, output, n as u8))
+        },
+    );
     let total = THREADS * LAUNCHES;
     let figure = format!("{total} launches");
     if !errors.is_empty() || wrong != 0 || bench.ledger_mismatches() != 0 {

@@ -302,28 +302,33 @@ pub fn deadline<S: Syscalls + Clone + Send + Sync + 'static>(t: &Target<S>, lib:
     ))
 }
 
-/// 8 threads launch on one session, each on its own lease at odd offsets; every output right.
-pub fn concurrency<S: Syscalls + Clone + Send + Sync + 'static>(t: &Target<S>, lib: &DeviceLibrary) -> Outcome {
-    const THREADS: u32 = 8;
-    const LAUNCHES: u32 = 50;
-    let ctx = start(t)?;
-    let l = ctx.served.open_library(NAME, lib.image).map_err(fail)?;
+/// Launches from `threads` threads at once, each on its own 16 KiB lease from `alloc`: thread `t`
+/// writes a pattern of `len` bytes at `i` and makes `launches` launches
+/// `launch(input, output, n)` on the views `(i, len)` and `(o, len)` (`(i, o, len) = at(t)`),
+/// each of which says whether the output is right. Returns the wall time, the wrong outputs
+/// and the errors.
+pub(crate) fn launch_in_threads<'s, S: Syscalls + Clone + 's>(
+    threads: u32,
+    launches: u32,
+    alloc: impl Fn() -> Result<hexrpc_hal::Lease<'s, S>, HalError> + Sync,
+    at: impl Fn(u32) -> (usize, usize, usize) + Sync,
+    launch: impl Fn(&BufferView<'_>, &BufferView<'_>, u32) -> Result<bool, HalError> + Sync,
+) -> (Duration, u32, Vec<String>) {
     let wrong = std::sync::atomic::AtomicU32::new(0);
     let errors = std::sync::Mutex::new(Vec::new());
     let t0 = Instant::now();
     std::thread::scope(|s| {
-        for th in 0..THREADS {
-            let (ctx, l, wrong, errors) = (&ctx, &l, &wrong, &errors);
+        for t in 0..threads {
+            let (alloc, at, launch, wrong, errors) = (&alloc, &at, &launch, &wrong, &errors);
             s.spawn(move || {
                 let run = || -> Result<(), HalError> {
-                    let mut lease = ctx.served.session().alloc(16 * 1024)?;
-                    let (i, o, len) = (1 + 8 * th as usize, 8195 + th as usize, 999 + th as usize);
-                    let data: Vec<u8> = (0..len).map(|k| (k as u32 * 31 + th) as u8).collect();
+                    let mut lease = alloc()?;
+                    let (i, o, len) = at(t);
+                    let data: Vec<u8> = (0..len).map(|k| (k as u32 * 31 + t) as u8).collect();
                     lease.write_at(i, &data)?;
                     let (input, output) = (lease.view(i, len)?, lease.view(o, len)?);
-                    for n in 0..LAUNCHES {
-                        launch(l, &input, &output, OP_ADD, n)?;
-                        if !added(&input, &output, n as u8) {
+                    for n in 0..launches {
+                        if !launch(&input, &output, n)? {
                             wrong.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         }
                     }
@@ -335,9 +340,25 @@ pub fn concurrency<S: Syscalls + Clone + Send + Sync + 'static>(t: &Target<S>, l
             });
         }
     });
-    let took = t0.elapsed();
-    let errors = errors.into_inner().unwrap_or_else(|p| p.into_inner());
-    let wrong = wrong.into_inner();
+    (t0.elapsed(), wrong.into_inner(), errors.into_inner().unwrap_or_else(|p| p.into_inner()))
+}
+
+/// 8 threads launch on one session, each on its own lease at odd offsets; every output right.
+pub fn concurrency<S: Syscalls + Clone + Send + Sync + 'static>(t: &Target<S>, lib: &DeviceLibrary) -> Outcome {
+    const THREADS: u32 = 8;
+    const LAUNCHES: u32 = 50;
+    let ctx = start(t)?;
+    let l = ctx.served.open_library(NAME, lib.image).map_err(fail)?;
+    let (took, wrong, errors) = launch_in_threads(
+        THREADS,
+        LAUNCHES,
+        || ctx.served.session().alloc(16 * 1024),
+        |th| (1 + 8 * th as usize, 8195 + th as usize, 999 + th as usize),
+        |input, output, n| {
+            launch(&l, input, output, OP_ADD, n)?;
+            Ok(added(input, output, n as u8))
+        },
+    );
     let figure = format!("{} launches", THREADS * LAUNCHES);
     if !errors.is_empty() || wrong != 0 {
         return Err((figure, format!("{wrong} wrong outputs, errors: {errors:?}")));

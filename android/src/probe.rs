@@ -9,7 +9,7 @@
 use std::ffi::CStr;
 
 use hexrpc_bsp::{Board, DeviceAccess};
-use hexrpc_drivers::{Errno, FileStat, OpenFlags, Syscalls};
+use hexrpc_drivers::{elf, Errno, FileStat, OpenFlags, Syscalls};
 use hexrpc_hal::{Cause, HalError, HeapOpened};
 
 use crate::json;
@@ -430,13 +430,13 @@ fn shell_file<S: Syscalls>(sys: &S, board: &Board, steps: &mut Vec<Step>) {
     );
     let r = (|| {
         let fd = sys.open(path, OpenFlags::READ_ONLY).map_err(|e| (format!("{p}: {e}"), where_hint.clone()))?;
-        let mut head = [0u8; 20];
+        let mut head = [0u8; core::mem::size_of::<elf::Elf32Ehdr>()];
         let got = sys.pread(fd.raw(), &mut head, 0);
         let st = sys.fstat(fd.raw());
         let _ = sys.close(fd);
         let n = got.map_err(|e| (format!("{p}: read: {e}"), where_hint.clone()))?;
         let size = st.map(|s| s.size).unwrap_or(0);
-        if n < 20 || &head[..4] != b"\x7fELF" || u16::from_le_bytes([head[18], head[19]]) != 164 {
+        if elf::Elf::header_of(&head[..n]).map(|h| h.e_machine.get()) != Ok(elf::EM_HEXAGON) {
             return Err((
                 format!("{p} is not a Hexagon ELF ({n} bytes read)"),
                 "the shell file is damaged or for another DSP: reflash the DSP partition".into(),

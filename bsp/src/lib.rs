@@ -323,31 +323,12 @@ pub const QCOM_RB5: Board = Board {
 };
 
 /// Any mainline-kernel Qualcomm device with the upstream driver and the system dma-heap.
+/// The RB5's nodes, shell and directories, which are the mainline ones, matched by no model.
 pub const GENERIC_UPSTREAM: Board = Board {
     name: "upstream",
     description: "mainline-kernel Qualcomm device: upstream /dev/fastrpc-cdsp + /dev/dma_heap/system",
-    abi: KernelAbi::Upstream,
-    allocator: Allocator::DmaHeap,
-    ion_path: c"/dev/dma_heap/system",
-    rpc_path: c"/dev/fastrpc-cdsp",
-    channel: upstream::CDSP_DOMAIN_ID,
-    heap_id: 0,
-    heap_flags: 0,
-    alloc_align: 0x1000,
-    cached: true,
-    process_attrs: upstream::FASTRPC_MODE_UNSIGNED_MODULE,
-    shell_path: c"/usr/lib/dsp/cdsp/fastrpc_shell_unsigned_3",
-    shell_search: &[
-        c"/usr/lib/dsp/fastrpc_shell_unsigned_3",
-        c"/usr/lib/dsp/cdsp/fastrpc_shell_unsigned_3",
-        c"/vendor/dsp/fastrpc_shell_unsigned_3",
-        c"/vendor/dsp/cdsp/fastrpc_shell_unsigned_3",
-    ],
-    dsp_coherent: false,
-    dsp_dirs: &["/usr/lib/dsp/cdsp", "/usr/lib/dsp"],
     dt_models: &[],
-    limits: DEFAULT_LIMITS,
-    recovery: RecoveryPolicy::DEFAULT,
+    ..QCOM_RB5
 };
 
 /// The isolated bench with the upstream kernel: simulated `fastrpc-cdsp` and system dma-heap.

@@ -793,41 +793,30 @@ impl core::fmt::Display for ArgsError {
 
 impl core::error::Error for ArgsError {}
 
-/// The argument list of one FastRPC call, in fixed capacity: exactly the `remote_arg`, `fds` and
-/// `attrs` arrays an `INVOKE*` request points at, and the counts that make the scalars word.
-///
-/// Buffers are borrowed for `'a`, so they outlive the ioctl that uses them: an input buffer is
-/// only read by the driver, an output buffer is written back when the DSP returned 0. Arguments
-/// must be added in ABI order (in-buffers, out-buffers, in-handles, out-handles); buffers carry
-/// fd -1 (the driver copies them), handles carry their fd and attribute.
-pub struct InvokeArgs<'a, const CAP: usize> {
+/// The method and the per-kind counts of an argument list under construction (both drivers'
+/// `InvokeArgs`): the ABI order, the scalars word's limits and the list's capacity are checked
+/// here, once.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ArgCounts {
     method: u8,
-    pra: [remote_arg; CAP],
-    fds: [i32; CAP],
-    attrs: [u32; CAP],
+    /// In-buffers, out-buffers, in-handles, out-handles.
     counts: [u8; 4],
-    _borrow: PhantomData<&'a mut [u8]>,
 }
 
-impl<'a, const CAP: usize> InvokeArgs<'a, CAP> {
-    /// An empty argument list for `method` (0..=31).
+impl ArgCounts {
+    /// No argument yet, for `method` (0..=31).
     #[inline(always)]
-    pub fn new(method: u8) -> Result<Self, ArgsError> {
+    pub(crate) const fn new(method: u8) -> Result<Self, ArgsError> {
         if method > Scalars::MAX_METHOD {
             return Err(ArgsError::Method);
         }
-        Ok(InvokeArgs {
-            method,
-            pra: [const { remote_arg::from_buf(remote_buf { pv: 0, len: 0 }) }; CAP],
-            fds: [-1; CAP],
-            attrs: [0; CAP],
-            counts: [0; 4],
-            _borrow: PhantomData,
-        })
+        Ok(ArgCounts { method, counts: [0; 4] })
     }
 
+    /// Counts one more argument of `kind` (0..4, the ABI order) in a list of capacity `cap` and
+    /// returns its index, or why it cannot be added (then nothing is counted).
     #[inline]
-    fn push(&mut self, kind: usize, arg: remote_arg, fd: i32, attr: u32) -> Result<(), ArgsError> {
+    pub(crate) fn add(&mut self, kind: usize, cap: usize) -> Result<usize, ArgsError> {
         if self.counts[kind + 1..].iter().any(|&c| c != 0) {
             return Err(ArgsError::Order);
         }
@@ -836,13 +825,63 @@ impl<'a, const CAP: usize> InvokeArgs<'a, CAP> {
             return Err(ArgsError::TooMany);
         }
         let i = self.len();
-        if i >= CAP {
+        if i >= cap {
             return Err(ArgsError::Full);
         }
+        self.counts[kind] += 1;
+        Ok(i)
+    }
+
+    /// Arguments counted (`REMOTE_SCALARS_LENGTH`).
+    #[inline]
+    pub(crate) fn len(&self) -> usize {
+        self.counts.iter().map(|&c| c as usize).sum()
+    }
+
+    /// The scalars word.
+    pub(crate) fn scalars(&self) -> Scalars {
+        match Scalars::new(self.method, self.counts[0], self.counts[1], self.counts[2], self.counts[3]) {
+            Some(sc) => sc,
+            // Unreachable: `new` and `add` keep every count within its field.
+            None => Scalars::from_raw(0),
+        }
+    }
+}
+
+/// The argument list of one FastRPC call, in fixed capacity: exactly the `remote_arg`, `fds` and
+/// `attrs` arrays an `INVOKE*` request points at, and the counts that make the scalars word.
+///
+/// Buffers are borrowed for `'a`, so they outlive the ioctl that uses them: an input buffer is
+/// only read by the driver, an output buffer is written back when the DSP returned 0. Arguments
+/// must be added in ABI order (in-buffers, out-buffers, in-handles, out-handles); buffers carry
+/// fd -1 (the driver copies them), handles carry their fd and attribute.
+pub struct InvokeArgs<'a, const CAP: usize> {
+    pra: [remote_arg; CAP],
+    fds: [i32; CAP],
+    attrs: [u32; CAP],
+    counts: ArgCounts,
+    _borrow: PhantomData<&'a mut [u8]>,
+}
+
+impl<'a, const CAP: usize> InvokeArgs<'a, CAP> {
+    /// An empty argument list for `method` (0..=31).
+    #[inline(always)]
+    pub fn new(method: u8) -> Result<Self, ArgsError> {
+        Ok(InvokeArgs {
+            pra: [const { remote_arg::from_buf(remote_buf { pv: 0, len: 0 }) }; CAP],
+            fds: [-1; CAP],
+            attrs: [0; CAP],
+            counts: ArgCounts::new(method)?,
+            _borrow: PhantomData,
+        })
+    }
+
+    #[inline]
+    fn push(&mut self, kind: usize, arg: remote_arg, fd: i32, attr: u32) -> Result<(), ArgsError> {
+        let i = self.counts.add(kind, CAP)?;
         self.pra[i] = arg;
         self.fds[i] = fd;
         self.attrs[i] = attr;
-        self.counts[kind] += 1;
         Ok(())
     }
 
@@ -898,7 +937,7 @@ impl<'a, const CAP: usize> InvokeArgs<'a, CAP> {
     /// Number of entries (`REMOTE_SCALARS_LENGTH`).
     #[inline]
     pub fn len(&self) -> usize {
-        self.counts.iter().map(|&c| c as usize).sum()
+        self.counts.len()
     }
 
     /// True if no argument was added.
@@ -908,11 +947,7 @@ impl<'a, const CAP: usize> InvokeArgs<'a, CAP> {
 
     /// The scalars word describing these arguments.
     pub fn scalars(&self) -> Scalars {
-        match Scalars::new(self.method, self.counts[0], self.counts[1], self.counts[2], self.counts[3]) {
-            Some(sc) => sc,
-            // Unreachable: `new` and `push` keep every count within its field.
-            None => Scalars::from_raw(0),
-        }
+        self.counts.scalars()
     }
 
     /// The `remote_arg` entries.
@@ -963,22 +998,22 @@ fn invoke_once<S: Syscalls + ?Sized, const CAP: usize>(
         (_, Some(crc)) => {
             let mut x = fastrpc_ioctl_invoke_crc { inv, fds, attrs, crc: crc.as_mut_ptr() as u64 };
             // SAFETY: see above.
-            unsafe { sys.ioctl(fd, FASTRPC_IOCTL_INVOKE_CRC, (&mut x as *mut fastrpc_ioctl_invoke_crc).cast()) }
+            unsafe { ioctl_with(sys, fd, ioctl::FASTRPC_IOCTL_INVOKE_CRC, &mut x) }
         }
         (Variant::Plain, None) => {
             let mut x = inv;
             // SAFETY: see above.
-            unsafe { sys.ioctl(fd, FASTRPC_IOCTL_INVOKE, (&mut x as *mut fastrpc_ioctl_invoke).cast()) }
+            unsafe { ioctl_with(sys, fd, ioctl::FASTRPC_IOCTL_INVOKE, &mut x) }
         }
         (Variant::Fd, None) => {
             let mut x = fastrpc_ioctl_invoke_fd { inv, fds };
             // SAFETY: see above.
-            unsafe { sys.ioctl(fd, FASTRPC_IOCTL_INVOKE_FD, (&mut x as *mut fastrpc_ioctl_invoke_fd).cast()) }
+            unsafe { ioctl_with(sys, fd, ioctl::FASTRPC_IOCTL_INVOKE_FD, &mut x) }
         }
         (Variant::Attrs, None) => {
             let mut x = fastrpc_ioctl_invoke_attrs { inv, fds, attrs };
             // SAFETY: see above.
-            unsafe { sys.ioctl(fd, FASTRPC_IOCTL_INVOKE_ATTRS, (&mut x as *mut fastrpc_ioctl_invoke_attrs).cast()) }
+            unsafe { ioctl_with(sys, fd, ioctl::FASTRPC_IOCTL_INVOKE_ATTRS, &mut x) }
         }
     };
     check_rc(rc)

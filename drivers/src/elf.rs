@@ -25,6 +25,8 @@ pub const EM_HEXAGON: u16 = 164;
 pub const ELFCLASS32: u8 = 1;
 /// `ELFDATA2LSB` (`e_ident[EI_DATA]`): little-endian.
 pub const ELFDATA2LSB: u8 = 1;
+/// `e_ident[EI_DATA]`: big-endian.
+pub const ELFDATA2MSB: u8 = 2;
 /// `ET_EXEC`: an executable.
 pub const ET_EXEC: u16 = 2;
 /// `ET_DYN`: a shared object.
@@ -233,6 +235,20 @@ impl fmt::Display for ElfError {
 }
 
 impl core::error::Error for ElfError {}
+
+/// `e_machine` of an ELF file of either class, in the file's byte order: its offset (18) is the
+/// same in ELF32 and ELF64. For a caller that only asks which machine a file is for (such as a
+/// host tool, an ELF64 file); everything else about an image goes through [`Elf`].
+pub fn machine_of(bytes: &[u8]) -> Result<u16, ElfError> {
+    let b = bytes.get(..20).ok_or(ElfError::Truncated)?;
+    if b[..4] != *b"\x7fELF" {
+        return Err(ElfError::NotElf);
+    }
+    Ok(match b[5] {
+        ELFDATA2MSB => u16::from_be_bytes([b[18], b[19]]),
+        _ => u16::from_le_bytes([b[18], b[19]]),
+    })
+}
 
 /// `bytes[off .. off + len]`, or [`ElfError::OutOfBounds`].
 fn range(bytes: &[u8], off: usize, len: usize) -> Result<&[u8], ElfError> {
@@ -520,6 +536,14 @@ mod tests {
         let got: Vec<_> = elf.section_notes().collect();
         assert_eq!(got, [Ok(Note { kind: 7, name: b"hexrpc", desc: &[1, 2, 3, 4, 5] }), Ok(Note { kind: 9, name: b"", desc: b"" })]);
         assert_eq!(Elf::header_of(&img[..52]).unwrap().e_machine.get(), EM_HEXAGON);
+        assert_eq!(machine_of(&img[..20]), Ok(EM_HEXAGON));
+        assert_eq!(machine_of(&img[..19]), Err(ElfError::Truncated));
+        let mut elf64_be = img[..20].to_vec();
+        elf64_be[4] = 2;
+        elf64_be[5] = ELFDATA2MSB;
+        elf64_be[18..20].copy_from_slice(&62u16.to_be_bytes());
+        assert_eq!(machine_of(&elf64_be), Ok(62));
+        assert_eq!(machine_of(&[0; 20]), Err(ElfError::NotElf));
     }
 
     #[test]

@@ -39,10 +39,11 @@
 //!
 //! Memory mapped from an ION buffer ([`Mapping`]) is shared with the DSP, which may read and write
 //! it whenever it holds the buffer, and other mappings of the same buffer may write it too. This
-//! crate never forms Rust references into such memory: it copies in and out with volatile
-//! accesses only (vm-memory's `VolatileSlice` discipline), so a concurrent write — by the DSP or
-//! through a second `Mapping` of the same fd, even from safe code — can make the data
-//! inconsistent but is not undefined behaviour.
+//! crate never forms Rust references to the bytes of such memory: it copies in and out (vm-memory's
+//! `VolatileSlice` discipline) with relaxed atomic accesses to its aligned 8-byte words only, so a
+//! concurrent write — by the DSP or through a second `Mapping` of the same fd, even from safe
+//! code — can make the data inconsistent but is not undefined behaviour (Miri checks this on a
+//! heap-backed seam, `.ci/miri`).
 //!
 //! # Interrupts
 //!

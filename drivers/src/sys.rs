@@ -198,8 +198,9 @@ impl FileStat {
 ///
 /// Implementations must behave as the Linux system calls of the same names do, as far as memory
 /// is concerned: [`mmap`](Syscalls::mmap) returns a mapping of at least `len` readable (and, for
-/// [`Prot::ReadWrite`], writable) bytes that stays valid until [`munmap`](Syscalls::munmap) is
-/// called on it, and no call reads or writes memory other than what its arguments describe
+/// [`Prot::ReadWrite`], writable) bytes, 8-byte aligned and mapped to the end of its last 8-byte
+/// word (as every page-granular mapping is), that stays valid until [`munmap`](Syscalls::munmap)
+/// is called on it, and no call reads or writes memory other than what its arguments describe
 /// (for `ioctl`: the argument struct and the user pointers inside it, per the driver's ABI).
 /// Safe code in this crate relies on this for soundness.
 pub unsafe trait Syscalls {

@@ -72,7 +72,7 @@ use core::marker::PhantomData;
 
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
-use crate::adsprpc::ArgsError;
+use crate::adsprpc::{ArgCounts, ArgsError};
 use crate::error::check_rc;
 use crate::sys::{ioctl_none, ioctl_plain, ioctl_with, PlainArg};
 use crate::{abi_layout, Error, Fd, Mapping, OwnedFd, Scalars, Syscalls};
@@ -444,35 +444,20 @@ impl FastrpcFd {
 /// either copied (fd -1) or passed by fd: then the pointer lies in a host mapping of that fd and
 /// the driver maps the buffer for the DSP instead of copying it.
 pub struct InvokeArgs<'a, const CAP: usize> {
-    method: u8,
     args: [fastrpc_invoke_args; CAP],
-    counts: [u8; 4],
+    counts: ArgCounts,
     _borrow: PhantomData<&'a mut [u8]>,
 }
 
 impl<'a, const CAP: usize> InvokeArgs<'a, CAP> {
     /// An empty argument list for `method` (0..=31).
     pub fn new(method: u8) -> Result<Self, ArgsError> {
-        if method > Scalars::MAX_METHOD {
-            return Err(ArgsError::Method);
-        }
-        Ok(InvokeArgs { method, args: [fastrpc_invoke_args::default(); CAP], counts: [0; 4], _borrow: PhantomData })
+        Ok(InvokeArgs { args: [fastrpc_invoke_args::default(); CAP], counts: ArgCounts::new(method)?, _borrow: PhantomData })
     }
 
     fn push(&mut self, kind: usize, arg: fastrpc_invoke_args) -> Result<(), ArgsError> {
-        if self.counts[kind + 1..].iter().any(|&c| c != 0) {
-            return Err(ArgsError::Order);
-        }
-        let max = if kind < 2 { Scalars::MAX_BUFS } else { Scalars::MAX_HANDLES };
-        if self.counts[kind] >= max {
-            return Err(ArgsError::TooMany);
-        }
-        let i = self.len();
-        if i >= CAP {
-            return Err(ArgsError::Full);
-        }
+        let i = self.counts.add(kind, CAP)?;
         self.args[i] = arg;
-        self.counts[kind] += 1;
         Ok(())
     }
 
@@ -551,7 +536,7 @@ impl<'a, const CAP: usize> InvokeArgs<'a, CAP> {
 
     /// Number of arguments (`REMOTE_SCALARS_LENGTH`).
     pub fn len(&self) -> usize {
-        self.counts.iter().map(|&c| c as usize).sum()
+        self.counts.len()
     }
 
     /// True if no argument was added.
@@ -561,11 +546,7 @@ impl<'a, const CAP: usize> InvokeArgs<'a, CAP> {
 
     /// The scalars word describing these arguments.
     pub fn scalars(&self) -> Scalars {
-        match Scalars::new(self.method, self.counts[0], self.counts[1], self.counts[2], self.counts[3]) {
-            Some(sc) => sc,
-            // Unreachable: `new` and `push` keep every count within its field.
-            None => Scalars::from_raw(0),
-        }
+        self.counts.scalars()
     }
 
     /// The argument records.
@@ -593,7 +574,7 @@ pub fn invoke<S: Syscalls + ?Sized, const CAP: usize>(
     // initialized records of `args`, whose pointers describe memory borrowed by `args` for `'a`
     // (inputs readable, outputs writable, fd buffers inside live mappings). The driver writes to
     // user memory only before this ioctl returns (an interrupted call copies nothing back).
-    let rc = unsafe { sys.ioctl(fd.0, FASTRPC_IOCTL_INVOKE, (&mut inv as *mut fastrpc_invoke).cast()) };
+    let rc = unsafe { ioctl_with(sys, fd.0, ioctl::FASTRPC_IOCTL_INVOKE, &mut inv) };
     check_rc(rc)
 }
 

@@ -8,7 +8,7 @@
 //! ```
 
 use hexrpc_bsp::{Board, DeviceAccess, KernelAbi};
-use hexrpc_drivers::{adsprpc, listener, Errno, Fd, OpenFlags, Syscalls};
+use hexrpc_drivers::{adsprpc, elf, listener, Errno, Fd, OpenFlags, Syscalls};
 
 use crate::call::Call;
 use crate::driver;
@@ -17,9 +17,6 @@ use crate::error::{Cause, HalError, ShellSearch, Stage};
 use crate::fd::OwnedFd;
 use crate::lease::RawLease;
 use crate::session::Session;
-
-/// `e_machine` of Hexagon ELF files.
-pub const EM_HEXAGON: u16 = 164;
 
 /// Stage 1: the board's allocator node is open (`/dev/ion`, or a dma-heap node such as
 /// `/dev/dma_heap/system`).
@@ -99,9 +96,9 @@ pub(crate) fn stage_shell<S: Syscalls + Clone>(sys: &S, ion: Fd, board: &Board) 
         lease.write_at(off, &chunk[..n]).map_err(|_| HalError::new(st, Cause::Invalid))?;
         off += n;
     }
-    let mut head = [0u8; 20];
+    let mut head = [0u8; core::mem::size_of::<elf::Elf32Ehdr>()];
     lease.read_at(0, &mut head).map_err(|_| HalError::new(st, Cause::BadShell))?;
-    if head[..4] != *b"\x7fELF" || u16::from_le_bytes([head[18], head[19]]) != EM_HEXAGON {
+    if elf::Elf::header_of(&head).map(|h| h.e_machine.get()) != Ok(elf::EM_HEXAGON) {
         return Err(HalError::new(st, Cause::BadShell));
     }
     Ok((lease, size as u32))

@@ -31,6 +31,39 @@ fn table_entry(text: &str, sources: &[std::path::PathBuf]) -> Result<hexrpc_libb
     Ok(hexrpc_libbuild::TableSource { source, name: name.to_string(), signature })
 }
 
+/// The builder's options from the command line: `entry` with the power request of `--power`,
+/// the kernel name, the extra flags and the tools (the builder's defaults where not given).
+#[cfg(feature = "build-lib")]
+fn build_options(
+    mut entry: hexrpc_runtime::launch::EntryOptions,
+    kernel_name: Option<String>,
+    power: bool,
+    cflags: Vec<std::ffi::OsString>,
+    clang: Option<std::path::PathBuf>,
+    lld: Option<std::path::PathBuf>,
+) -> hexrpc_libbuild::BuildOptions {
+    if power {
+        entry.power_request = Some(hexrpc_runtime::launch::PowerRequest::TINYGRAD);
+    }
+    let defaults = hexrpc_libbuild::BuildOptions::default();
+    hexrpc_libbuild::BuildOptions {
+        entry,
+        kernel_name,
+        kernel_cflags: cflags,
+        clang: clang.unwrap_or(defaults.clang),
+        lld: lld.unwrap_or(defaults.lld),
+        work_dir: None,
+    }
+}
+
+/// Runs a build behind the progress line that names the tools.
+#[cfg(feature = "build-lib")]
+fn with_progress<T>(build: impl FnOnce() -> T) -> T {
+    let mut progress = crate::progress::Progress::new();
+    progress.step("clang-19 and ld.lld-19");
+    build()
+}
+
 /// Without the library builder (the device builds) there is nothing to build with.
 #[cfg(not(feature = "build-lib"))]
 pub fn build_lib(_: BuildLibArgs) -> ExitCode {
@@ -45,7 +78,7 @@ pub fn build_lib(_: BuildLibArgs) -> ExitCode {
 #[cfg(feature = "build-lib")]
 pub fn build_lib(bl: BuildLibArgs) -> ExitCode {
     use hexrpc_libbuild as build;
-    use hexrpc_runtime::launch::{EntryOptions, PowerRequest, Signature};
+    use hexrpc_runtime::launch::{EntryOptions, Signature};
     if !bl.table.is_empty() {
         return build_table(bl);
     }
@@ -62,24 +95,9 @@ pub fn build_lib(bl: BuildLibArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let mut entry = if bl.v1 { EntryOptions::V1 } else { EntryOptions::V2 };
-    if bl.power {
-        entry.power_request = Some(PowerRequest::TINYGRAD);
-    }
-    let defaults = build::BuildOptions::default();
-    let opts = build::BuildOptions {
-        entry,
-        kernel_name: bl.kernel_name,
-        kernel_cflags: bl.cflags,
-        clang: bl.clang.unwrap_or(defaults.clang),
-        lld: bl.lld.unwrap_or(defaults.lld),
-        work_dir: None,
-    };
-    let built = {
-        let mut progress = crate::progress::Progress::new();
-        progress.step("clang-19 and ld.lld-19");
-        build::build_library(&kernel, &sig, &out, &opts)
-    };
+    let entry = if bl.v1 { EntryOptions::V1 } else { EntryOptions::V2 };
+    let opts = build_options(entry, bl.kernel_name, bl.power, bl.cflags, bl.clang, bl.lld);
+    let built = with_progress(|| build::build_library(&kernel, &sig, &out, &opts));
     match built {
         Ok(report) => crate::io::print(&format!(
             "built {} (Hexagon shared object, kernel {}, entry {:?}); intermediates: {}\n",
@@ -98,7 +116,7 @@ pub fn build_lib(bl: BuildLibArgs) -> ExitCode {
 #[cfg(feature = "build-lib")]
 fn build_table(bl: BuildLibArgs) -> ExitCode {
     use hexrpc_libbuild as build;
-    use hexrpc_runtime::launch::{EntryOptions, PowerRequest};
+    use hexrpc_runtime::launch::EntryOptions;
     let (Some(first), Some(out)) = (bl.kernel, bl.output) else {
         return ExitCode::from(2);
     };
@@ -112,24 +130,8 @@ fn build_table(bl: BuildLibArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let mut entry = EntryOptions::V2;
-    if bl.power {
-        entry.power_request = Some(PowerRequest::TINYGRAD);
-    }
-    let defaults = build::BuildOptions::default();
-    let opts = build::BuildOptions {
-        entry,
-        kernel_name: None,
-        kernel_cflags: bl.cflags,
-        clang: bl.clang.unwrap_or(defaults.clang),
-        lld: bl.lld.unwrap_or(defaults.lld),
-        work_dir: None,
-    };
-    let built = {
-        let mut progress = crate::progress::Progress::new();
-        progress.step("clang-19 and ld.lld-19");
-        build::build_table_library(&table, &out, &opts)
-    };
+    let opts = build_options(EntryOptions::V2, None, bl.power, bl.cflags, bl.clang, bl.lld);
+    let built = with_progress(|| build::build_table_library(&table, &out, &opts));
     match built {
         Ok(report) => {
             let kernels: Vec<String> = report

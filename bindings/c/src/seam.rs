@@ -52,7 +52,7 @@ unsafe impl hexrpc_drivers::SeamHooks for Seam {
         if let Seam::Returning(_, null) = self {
             if request == hexrpc_drivers::adsprpc::FASTRPC_IOCTL_INVOKE_ATTRS {
                 // SAFETY: the caller upholds `ioctl`'s contract; NullSys does not use `arg`.
-                return unsafe { null.ioctl(fd, request, arg) };
+                return unsafe { Syscalls::ioctl(&**null, fd, request, arg) };
             }
         }
         // SAFETY: the caller upholds `ioctl`'s contract, which we pass on unchanged.

@@ -20,24 +20,87 @@ pub enum Obj {
     Kernel(Arc<KernelObj>),
 }
 
-struct Entry {
+struct Entry<T> {
     generation: u32,
-    obj: Option<Obj>,
+    obj: Option<T>,
 }
 
-#[derive(Default)]
-struct Table {
-    entries: Vec<Entry>,
+/// The slots behind the handles: an entry per index, a free list, and a generation per entry
+/// that changes whenever its object leaves, so an old handle value never names a new object (until
+/// the generation wraps, after `1 << SHIFT` reuses of one index; 0 is skipped).
+struct Slots<T> {
+    entries: Vec<Entry<T>>,
     free: Vec<u32>,
+    /// Most entries (every index must fit the upper half of a handle value).
+    max: usize,
 }
 
-static TABLE: RwLock<Table> = RwLock::new(Table { entries: Vec::new(), free: Vec::new() });
+impl<T> Slots<T> {
+    const fn new(max: usize) -> Self {
+        Slots { entries: Vec::new(), free: Vec::new(), max }
+    }
 
-fn read() -> std::sync::RwLockReadGuard<'static, Table> {
+    /// Stores `obj` and returns its handle value, or gives `obj` back if the table is full.
+    fn insert(&mut self, obj: T) -> Result<u64, T> {
+        if let Some(i) = self.free.pop() {
+            let e = &mut self.entries[i as usize];
+            e.obj = Some(obj);
+            Ok(encode(i, e.generation))
+        } else if self.entries.len() >= self.max {
+            Err(obj)
+        } else {
+            let i = self.entries.len() as u32;
+            self.entries.push(Entry { generation: 1, obj: Some(obj) });
+            Ok(encode(i, 1))
+        }
+    }
+
+    /// The live object `h` names.
+    fn get(&self, h: u64) -> Option<&T> {
+        let (i, g) = decode(h)?;
+        let e = self.entries.get(i)?;
+        if u64::from(e.generation) & GEN_MASK == u64::from(g) {
+            e.obj.as_ref()
+        } else {
+            None
+        }
+    }
+
+    /// Removes the object `h` names if `is_kind` accepts it.
+    fn remove_if(&mut self, h: u64, is_kind: impl Fn(&T) -> bool) -> Option<T> {
+        let (i, _) = decode(h)?;
+        if !self.get(h).is_some_and(is_kind) {
+            return None;
+        }
+        self.take(i)
+    }
+
+    /// Removes every object `pred` accepts.
+    fn remove_all(&mut self, pred: impl Fn(&T) -> bool) -> Vec<T> {
+        let hit: Vec<usize> = (0..self.entries.len()).filter(|&i| self.entries[i].obj.as_ref().is_some_and(&pred)).collect();
+        hit.into_iter().filter_map(|i| self.take(i)).collect()
+    }
+
+    fn take(&mut self, i: usize) -> Option<T> {
+        let e = self.entries.get_mut(i)?;
+        let obj = e.obj.take()?;
+        // Never 0 modulo the mask, so a handle value is never a small integer.
+        e.generation = e.generation.wrapping_add(1);
+        if u64::from(e.generation) & GEN_MASK == 0 {
+            e.generation = e.generation.wrapping_add(1);
+        }
+        self.free.push(i as u32);
+        Some(obj)
+    }
+}
+
+static TABLE: RwLock<Slots<Obj>> = RwLock::new(Slots::new(MAX_ENTRIES));
+
+fn read() -> std::sync::RwLockReadGuard<'static, Slots<Obj>> {
     TABLE.read().unwrap_or_else(|p| p.into_inner())
 }
 
-fn write() -> std::sync::RwLockWriteGuard<'static, Table> {
+fn write() -> std::sync::RwLockWriteGuard<'static, Slots<Obj>> {
     TABLE.write().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -61,33 +124,12 @@ const MAX_ENTRIES: usize = (1usize << (usize::BITS - SHIFT)) - 2;
 
 /// Stores `obj` and returns its handle value.
 pub fn insert(obj: Obj) -> Result<u64, Failure> {
-    let mut t = write();
-    if let Some(i) = t.free.pop() {
-        let e = &mut t.entries[i as usize];
-        e.obj = Some(obj);
-        Ok(encode(i, e.generation))
-    } else if t.entries.len() >= MAX_ENTRIES {
-        Err(Failure::other("handle", format!("more than {MAX_ENTRIES} live handles")))
-    } else {
-        let i = t.entries.len() as u32;
-        t.entries.push(Entry { generation: 1, obj: Some(obj) });
-        Ok(encode(i, 1))
-    }
-}
-
-fn lookup(t: &Table, h: u64) -> Option<&Obj> {
-    let (i, g) = decode(h)?;
-    let e = t.entries.get(i)?;
-    if u64::from(e.generation) & GEN_MASK == u64::from(g) {
-        e.obj.as_ref()
-    } else {
-        None
-    }
+    write().insert(obj).map_err(|_| Failure::other("handle", format!("more than {MAX_ENTRIES} live handles")))
 }
 
 /// The session named by `h`.
 pub fn session(h: u64) -> Result<Arc<SessionObj>, Failure> {
-    match lookup(&read(), h) {
+    match read().get(h) {
         Some(Obj::Session(s)) => Ok(s.clone()),
         _ => Err(Failure::handle("session")),
     }
@@ -95,7 +137,7 @@ pub fn session(h: u64) -> Result<Arc<SessionObj>, Failure> {
 
 /// The lease named by `h`.
 pub fn lease(h: u64) -> Result<Arc<LeaseObj>, Failure> {
-    match lookup(&read(), h) {
+    match read().get(h) {
         Some(Obj::Lease(l)) => Ok(l.clone()),
         _ => Err(Failure::handle("lease")),
     }
@@ -109,7 +151,7 @@ pub fn kernel_and_leases<const N: usize>(
     leases: impl Iterator<Item = u64>,
 ) -> Result<(Arc<KernelObj>, heapless::Vec<Arc<LeaseObj>, N>, [u8; N]), Failure> {
     let t = read();
-    let k = match lookup(&t, h) {
+    let k = match t.get(h) {
         Some(Obj::Kernel(k)) => k.clone(),
         _ => return Err(Failure::handle("library")),
     };
@@ -124,7 +166,7 @@ pub fn kernel_and_leases<const N: usize>(
             index[i] = j as u8;
             continue;
         }
-        match lookup(&t, lh) {
+        match t.get(lh) {
             Some(Obj::Lease(l)) => {
                 index[i] = out.len() as u8;
                 // Capacity: at most one entry per view, and i < N.
@@ -148,27 +190,15 @@ pub fn kernel_and_leases<const N: usize>(
 /// outside the lock: libraries first, then leases, then the session.
 pub fn remove(h: u64, is_kind: fn(&Obj) -> bool, what: &'static str) -> Result<Vec<Obj>, Failure> {
     let mut t = write();
-    let Some((i, g)) = decode(h) else { return Err(Failure::handle(what)) };
-    let ok = t.entries.get(i).is_some_and(|e| u64::from(e.generation) & GEN_MASK == u64::from(g) && e.obj.as_ref().is_some_and(is_kind));
-    if !ok {
-        return Err(Failure::handle(what));
-    }
-    let mut removed = Vec::new();
-    let Some(taken) = take(&mut t, i) else { return Err(Failure::handle(what)) };
-    if let Obj::Session(s) = &taken {
-        let children: Vec<usize> = t
-            .entries
-            .iter()
-            .enumerate()
-            .filter(|(_, e)| match &e.obj {
-                Some(Obj::Lease(l)) => Arc::ptr_eq(l.session(), s),
-                Some(Obj::Kernel(k)) => Arc::ptr_eq(k.session(), s),
-                _ => false,
-            })
-            .map(|(j, _)| j)
-            .collect();
-        removed.extend(children.into_iter().filter_map(|j| take(&mut t, j)));
-    }
+    let Some(taken) = t.remove_if(h, is_kind) else { return Err(Failure::handle(what)) };
+    let mut removed = match &taken {
+        Obj::Session(s) => t.remove_all(|o| match o {
+            Obj::Lease(l) => Arc::ptr_eq(l.session(), s),
+            Obj::Kernel(k) => Arc::ptr_eq(k.session(), s),
+            Obj::Session(_) => false,
+        }),
+        _ => Vec::new(),
+    };
     removed.push(taken);
     drop(t);
     removed.sort_by_key(|o| match o {
@@ -179,14 +209,125 @@ pub fn remove(h: u64, is_kind: fn(&Obj) -> bool, what: &'static str) -> Result<V
     Ok(removed)
 }
 
-fn take(t: &mut Table, i: usize) -> Option<Obj> {
-    let e = t.entries.get_mut(i)?;
-    let obj = e.obj.take()?;
-    // Never 0 modulo the mask, so a handle value is never a small integer.
-    e.generation = e.generation.wrapping_add(1);
-    if u64::from(e.generation) & GEN_MASK == 0 {
-        e.generation = e.generation.wrapping_add(1);
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two kinds of object, as the C API's handles name sessions, leases and libraries.
+    #[derive(Debug, PartialEq)]
+    enum Kind {
+        A(u32),
+        B(String),
     }
-    t.free.push(i as u32);
-    Some(obj)
+
+    fn is_a(k: &Kind) -> bool {
+        matches!(k, Kind::A(_))
+    }
+
+    #[test]
+    fn handles_name_their_object_until_it_is_removed() {
+        let mut t = Slots::new(16);
+        let a = t.insert(Kind::A(1)).unwrap();
+        let b = t.insert(Kind::B("b".into())).unwrap();
+        assert_ne!(a, b);
+        assert!(a != 0 && b != 0 && a >> SHIFT != 0, "never a small integer");
+        assert_eq!(t.get(a), Some(&Kind::A(1)));
+        assert_eq!(t.get(b), Some(&Kind::B("b".into())));
+        assert_eq!(t.remove_if(a, is_a), Some(Kind::A(1)));
+        assert_eq!(t.get(a), None, "removed");
+        assert_eq!(t.remove_if(a, is_a), None, "removed twice");
+        // The index is reused under a new generation: the old handle stays dead.
+        let c = t.insert(Kind::A(3)).unwrap();
+        assert_eq!(decode(c).unwrap().0, decode(a).unwrap().0);
+        assert_ne!(c, a);
+        assert_eq!(t.get(a), None);
+        assert_eq!(t.get(c), Some(&Kind::A(3)));
+    }
+
+    #[test]
+    fn a_handle_of_the_wrong_kind_is_refused_and_kept() {
+        let mut t = Slots::new(16);
+        let b = t.insert(Kind::B("kept".into())).unwrap();
+        assert_eq!(t.remove_if(b, is_a), None);
+        assert_eq!(t.get(b), Some(&Kind::B("kept".into())), "a wrong-kind close removes nothing");
+        assert_eq!(t.remove_if(b, |k| !is_a(k)), Some(Kind::B("kept".into())));
+    }
+
+    #[test]
+    fn forged_and_out_of_range_handles_name_nothing() {
+        let mut t = Slots::new(16);
+        let a = t.insert(Kind::A(7)).unwrap();
+        for forged in [0, 1, GEN_MASK, a + 1, a - 1, a ^ (1 << SHIFT), encode(15, 1), encode(u32::MAX - 1, 1), u64::MAX] {
+            assert_eq!(t.get(forged), None, "{forged:#x}");
+            assert_eq!(t.remove_if(forged, |_| true), None, "{forged:#x}");
+        }
+        assert_eq!(t.get(a), Some(&Kind::A(7)));
+    }
+
+    #[test]
+    fn the_generation_wraps_past_zero() {
+        let mut t = Slots::new(4);
+        t.insert(Kind::A(0)).unwrap();
+        // Close to the wrap: the last generations before it, as after that many reuses. (The
+        // handle of generation 1 made above would name the index again after the wrap, which is
+        // the documented limit.)
+        t.entries[0].generation = (GEN_MASK - 1) as u32;
+        let mut old = Vec::new();
+        for n in 1..=4 {
+            let h = encode(0, t.entries[0].generation);
+            assert_eq!(t.remove_if(h, |_| true), Some(Kind::A(n - 1)));
+            let h = t.insert(Kind::A(n)).unwrap();
+            assert_ne!(h & GEN_MASK, 0, "generation 0 is skipped");
+            for &o in &old {
+                assert_eq!(t.get(o), None, "an old handle names the new object");
+            }
+            assert_eq!(t.get(h), Some(&Kind::A(n)));
+            old.push(h);
+        }
+        // After the wrap the generation counts from 1 again.
+        assert_eq!(old.iter().map(|h| h & GEN_MASK).collect::<Vec<_>>(), [GEN_MASK, 1, 2, 3]);
+    }
+
+    #[test]
+    fn a_full_table_gives_the_object_back() {
+        let mut t = Slots::new(2);
+        let a = t.insert(Kind::A(1)).unwrap();
+        t.insert(Kind::A(2)).unwrap();
+        assert_eq!(t.insert(Kind::A(3)), Err(Kind::A(3)));
+        t.remove_if(a, is_a).unwrap();
+        assert!(t.insert(Kind::A(4)).is_ok(), "a freed index is reused");
+    }
+
+    #[test]
+    fn remove_all_takes_exactly_the_matching_objects() {
+        let mut t = Slots::new(8);
+        let hs: Vec<u64> =
+            (0..6).map(|i| if i % 2 == 0 { t.insert(Kind::A(i)) } else { t.insert(Kind::B(i.to_string())) }.unwrap()).collect();
+        let gone = t.remove_all(is_a);
+        assert_eq!(gone, [Kind::A(0), Kind::A(2), Kind::A(4)]);
+        for (i, h) in hs.iter().enumerate() {
+            assert_eq!(t.get(*h).is_some(), i % 2 == 1);
+        }
+    }
+
+    /// Lookups on several threads while others insert and remove, through one lock (the C API's
+    /// shape): every handle a thread holds names its own object until that thread removes it.
+    #[test]
+    fn concurrent_insert_get_remove() {
+        let t = RwLock::new(Slots::new(64));
+        let rounds = if cfg!(miri) { 8 } else { 2000 };
+        std::thread::scope(|s| {
+            for id in 0..3u32 {
+                let t = &t;
+                s.spawn(move || {
+                    for n in 0..rounds {
+                        let h = t.write().unwrap().insert(Kind::A(id * 100_000 + n)).unwrap();
+                        assert_eq!(t.read().unwrap().get(h), Some(&Kind::A(id * 100_000 + n)));
+                        assert_eq!(t.write().unwrap().remove_if(h, is_a), Some(Kind::A(id * 100_000 + n)));
+                        assert_eq!(t.read().unwrap().get(h), None);
+                    }
+                });
+            }
+        });
+    }
 }

@@ -24,6 +24,8 @@
 
 use core::fmt;
 
+use hexrpc_drivers::elf::Elf;
+
 use super::abi::AbiVersion;
 use super::signature::{Signature, SignatureError};
 
@@ -37,8 +39,6 @@ pub const NOTE_SECTION: &str = ".note.hexrpc";
 pub const FORMAT: u32 = 1;
 /// Most kernels one record describes.
 pub const MAX_KERNELS: usize = 64;
-
-const SHT_NOTE: u32 = 7;
 
 /// Why a record could not be read or written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -123,46 +123,16 @@ impl<'a> LibraryRecord<'a> {
     /// one (a library built by someone else, e.g. tinygrad), an error when the image or the
     /// record is malformed.
     pub fn find(image: &'a [u8]) -> Result<Option<LibraryRecord<'a>>, RecordError> {
-        if image.len() < 52 || image[..4] != *b"\x7fELF" || image[4] != 1 || image[5] != 1 {
-            return Err(RecordError::NotElf32);
-        }
-        let shoff = le32(image, 32).ok_or(RecordError::NotElf32)? as usize;
-        let shentsize = le16(image, 46).ok_or(RecordError::NotElf32)? as usize;
-        let shnum = le16(image, 48).ok_or(RecordError::NotElf32)? as usize;
-        if shnum == 0 {
-            return Ok(None);
-        }
-        if shentsize != 40 || shoff.checked_add(shnum * 40).is_none_or(|end| end > image.len()) {
-            return Err(RecordError::NotElf32);
-        }
+        let elf = Elf::parse(image).map_err(|_| RecordError::NotElf32)?;
         let mut found = None;
-        for i in 0..shnum {
-            let sh = shoff + 40 * i;
-            if le32(image, sh + 4) != Some(SHT_NOTE) {
-                continue;
-            }
-            let off = le32(image, sh + 16).ok_or(RecordError::NotElf32)? as usize;
-            let size = le32(image, sh + 20).ok_or(RecordError::NotElf32)? as usize;
-            let notes = image.get(off..off.checked_add(size).ok_or(RecordError::Truncated)?).ok_or(RecordError::Truncated)?;
-            let mut at = 0usize;
-            while at + 12 <= notes.len() {
-                let namesz = le32(notes, at).ok_or(RecordError::Truncated)? as usize;
-                let descsz = le32(notes, at + 4).ok_or(RecordError::Truncated)? as usize;
-                let kind = le32(notes, at + 8).ok_or(RecordError::Truncated)?;
-                let name_at = at + 12;
-                let desc_at = name_at.checked_add(pad4(namesz)).ok_or(RecordError::Truncated)?;
-                let end = desc_at.checked_add(pad4(descsz)).ok_or(RecordError::Truncated)?;
-                if namesz > notes.len() || descsz > notes.len() || end > notes.len() {
-                    return Err(RecordError::Truncated);
+        for note in elf.section_notes() {
+            // A note section outside the image, or a note outside its section.
+            let note = note.map_err(|_| RecordError::Truncated)?;
+            if note.kind == NOTE_TYPE && note.name == NOTE_NAME.as_bytes() {
+                if found.is_some() {
+                    return Err(RecordError::Duplicate);
                 }
-                let name = &notes[name_at..name_at + namesz];
-                if kind == NOTE_TYPE && name.strip_suffix(&[0]) == Some(NOTE_NAME.as_bytes()) {
-                    if found.is_some() {
-                        return Err(RecordError::Duplicate);
-                    }
-                    found = Some(Self::parse(&notes[desc_at..desc_at + descsz])?);
-                }
-                at = end;
+                found = Some(Self::parse(note.desc)?);
             }
         }
         Ok(found)
@@ -366,7 +336,7 @@ mod tests {
         img[48..50].copy_from_slice(&2u16.to_le_bytes());
         img.extend_from_slice(&[0u8; 40]);
         let mut sh = [0u8; 40];
-        sh[4..8].copy_from_slice(&SHT_NOTE.to_le_bytes());
+        sh[4..8].copy_from_slice(&hexrpc_drivers::elf::SHT_NOTE.to_le_bytes());
         sh[16..20].copy_from_slice(&(note_off as u32).to_le_bytes());
         sh[20..24].copy_from_slice(&(note.len() as u32).to_le_bytes());
         img.extend_from_slice(&sh);

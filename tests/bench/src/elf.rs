@@ -4,10 +4,11 @@
 //! 164 = `EM_QDSP6`); it does not parse program headers or relocate anything. A real loader does
 //! far more, so a header that passes here is not proof that a real DSP would load the image.
 
-/// `EM_QDSP6`: the Hexagon machine number.
-pub const EM_HEXAGON: u16 = 164;
+pub use hexrpc_drivers::elf::EM_HEXAGON;
+use hexrpc_drivers::elf::{self as raw, Elf, Elf32Ehdr};
+
 /// Size of an ELF32 header: shorter images are refused.
-pub const ELF32_HEADER_LEN: usize = 52;
+pub const ELF32_HEADER_LEN: usize = core::mem::size_of::<Elf32Ehdr>();
 
 /// Why an image is not a Hexagon ELF.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,20 +38,15 @@ impl std::error::Error for ElfError {}
 
 /// Checks the ELF header the way the DSP model does.
 pub fn check_hexagon_elf(image: &[u8]) -> Result<(), ElfError> {
-    if image.len() < ELF32_HEADER_LEN {
-        return Err(ElfError::Short(image.len()));
+    let header = Elf::header_of(image).map_err(|e| match e {
+        raw::ElfError::NotElf => ElfError::NotElf,
+        raw::ElfError::NotElf32Le => ElfError::WrongClass,
+        _ => ElfError::Short(image.len()),
+    })?;
+    match header.e_machine.get() {
+        EM_HEXAGON => Ok(()),
+        machine => Err(ElfError::WrongMachine(machine)),
     }
-    if image[0..4] != *b"\x7fELF" {
-        return Err(ElfError::NotElf);
-    }
-    if image[4] != 1 || image[5] != 1 {
-        return Err(ElfError::WrongClass);
-    }
-    let machine = u16::from_le_bytes([image[18], image[19]]);
-    if machine != EM_HEXAGON {
-        return Err(ElfError::WrongMachine(machine));
-    }
-    Ok(())
 }
 
 /// A `len`-byte ELF32 shared object header for `machine`, followed by a deterministic filler.
@@ -58,10 +54,10 @@ pub fn check_hexagon_elf(image: &[u8]) -> Result<(), ElfError> {
 pub fn elf_image(machine: u16, len: usize) -> Vec<u8> {
     let mut h = [0u8; ELF32_HEADER_LEN];
     h[0..4].copy_from_slice(b"\x7fELF");
-    h[4] = 1; // ELFCLASS32
-    h[5] = 1; // ELFDATA2LSB
+    h[4] = raw::ELFCLASS32;
+    h[5] = raw::ELFDATA2LSB;
     h[6] = 1; // EV_CURRENT
-    h[16..18].copy_from_slice(&3u16.to_le_bytes()); // ET_DYN
+    h[16..18].copy_from_slice(&raw::ET_DYN.to_le_bytes());
     h[18..20].copy_from_slice(&machine.to_le_bytes());
     h[20..24].copy_from_slice(&1u32.to_le_bytes()); // e_version
     h[40..42].copy_from_slice(&(ELF32_HEADER_LEN as u16).to_le_bytes()); // e_ehsize

@@ -2,12 +2,11 @@
 //! returns at once (what hexrpc itself costs, without a kernel), and a counting global allocator
 //! (heap allocations per launch).
 
-use core::ffi::{c_void, CStr};
-use core::ptr::NonNull;
+use core::ffi::c_void;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use hexrpc_drivers::{Errno, Fd, FileStat, OpenFlags, Prot, Syscalls};
+use hexrpc_drivers::{Errno, Fd, RefusingSys};
 
 /// A seam whose `ioctl` succeeds at once without touching its argument, and counts its calls;
 /// every other call fails with `ENOSYS`. It measures what the layers above the seam add.
@@ -28,40 +27,20 @@ impl NullSys {
     }
 }
 
-// SAFETY: no call reads or writes memory through its arguments, and `mmap` never returns a
-// mapping, so no caller can rely on one.
-unsafe impl Syscalls for NullSys {
-    fn open(&self, _: &CStr, _: OpenFlags) -> Result<hexrpc_drivers::OwnedFd, Errno> {
-        Err(Errno::ENOSYS)
-    }
-    fn close(&self, _: hexrpc_drivers::OwnedFd) -> Result<(), Errno> {
-        Err(Errno::ENOSYS)
-    }
-    fn pread(&self, _: Fd, _: &mut [u8], _: u64) -> Result<usize, Errno> {
-        Err(Errno::ENOSYS)
-    }
-    fn fstat(&self, _: Fd) -> Result<FileStat, Errno> {
-        Err(Errno::ENOSYS)
-    }
-    fn stat(&self, _: &CStr, _: bool) -> Result<FileStat, Errno> {
-        Err(Errno::ENOSYS)
+// SAFETY: the hooks read and write no memory (the ioctl's argument is only passed to
+// `black_box`, never dereferenced); every other call goes to `RefusingSys`, which refuses it.
+unsafe impl hexrpc_drivers::SeamHooks for NullSys {
+    type Inner = RefusingSys;
+    fn inner(&self) -> &RefusingSys {
+        &RefusingSys
     }
     unsafe fn ioctl(&self, _: Fd, request: u32, arg: *mut c_void) -> Result<i32, Errno> {
         std::hint::black_box((request, arg));
         self.ioctls.fetch_add(1, Ordering::Relaxed);
         Ok(0)
     }
-    unsafe fn mmap(&self, _: Fd, _: usize, _: Prot, _: u64) -> Result<NonNull<u8>, Errno> {
-        Err(Errno::ENOSYS)
-    }
-    unsafe fn munmap(&self, _: NonNull<u8>, _: usize) -> Result<(), Errno> {
-        Err(Errno::ENOSYS)
-    }
     fn thread_id(&self) -> i32 {
         rustix::thread::gettid().as_raw_nonzero().get()
-    }
-    fn interrupt(&self, _: i32) -> Result<(), Errno> {
-        Err(Errno::ENOSYS)
     }
 }
 

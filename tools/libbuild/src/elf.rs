@@ -1,39 +1,8 @@
-//! The ELF32 little-endian reader the build step checks its output with: header, sections,
-//! program headers and dynamic symbols, bounds-checked (the bytes are not trusted).
+//! What the build step reads back from its output (header, sections, program headers and
+//! dynamic symbols), through the one checked ELF32 reader, `hexrpc_drivers::elf`.
 
-use core::fmt;
-
-use zerocopy::little_endian::{U16, U32};
-use zerocopy::{FromBytes, Immutable, KnownLayout};
-
-/// Why bytes could not be parsed as an ELF32 little-endian file.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ElfError {
-    /// Shorter than a header or a table it points to.
-    Truncated,
-    /// No `\x7fELF` magic.
-    NotElf,
-    /// Not ELFCLASS32 / ELFDATA2LSB.
-    NotElf32Le,
-    /// A section or symbol table entry size is not the ELF32 one.
-    BadEntrySize,
-    /// A name points outside its string table.
-    BadName,
-}
-
-impl fmt::Display for ElfError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            ElfError::Truncated => "truncated",
-            ElfError::NotElf => "no ELF magic",
-            ElfError::NotElf32Le => "not 32-bit little-endian",
-            ElfError::BadEntrySize => "unexpected table entry size",
-            ElfError::BadName => "a name lies outside its string table",
-        })
-    }
-}
-
-impl core::error::Error for ElfError {}
+pub use hexrpc_drivers::elf::ElfError;
+use hexrpc_drivers::elf::{Elf, SHF_ALLOC, SHT_DYNSYM};
 
 /// One section of a parsed library.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -88,129 +57,27 @@ pub struct ElfSummary {
     pub weak_imports: Vec<String>,
 }
 
-#[repr(C)]
-#[derive(FromBytes, KnownLayout, Immutable)]
-struct Elf32Ehdr {
-    e_ident: [u8; 16],
-    e_type: U16,
-    e_machine: U16,
-    e_version: U32,
-    e_entry: U32,
-    e_phoff: U32,
-    e_shoff: U32,
-    e_flags: U32,
-    e_ehsize: U16,
-    e_phentsize: U16,
-    e_phnum: U16,
-    e_shentsize: U16,
-    e_shnum: U16,
-    e_shstrndx: U16,
-}
-
-#[repr(C)]
-#[derive(FromBytes, KnownLayout, Immutable)]
-struct Elf32Shdr {
-    sh_name: U32,
-    sh_type: U32,
-    sh_flags: U32,
-    sh_addr: U32,
-    sh_offset: U32,
-    sh_size: U32,
-    sh_link: U32,
-    sh_info: U32,
-    sh_addralign: U32,
-    sh_entsize: U32,
-}
-
-#[repr(C)]
-#[derive(FromBytes, KnownLayout, Immutable)]
-struct Elf32Phdr {
-    p_type: U32,
-    p_offset: U32,
-    p_vaddr: U32,
-    p_paddr: U32,
-    p_filesz: U32,
-    p_memsz: U32,
-    p_flags: U32,
-    p_align: U32,
-}
-
-#[repr(C)]
-#[derive(FromBytes, KnownLayout, Immutable)]
-struct Elf32Sym {
-    st_name: U32,
-    st_value: U32,
-    st_size: U32,
-    st_info: u8,
-    st_other: u8,
-    st_shndx: U16,
-}
-
-const _: () = {
-    assert!(core::mem::size_of::<Elf32Ehdr>() == 52);
-    assert!(core::mem::size_of::<Elf32Shdr>() == 40);
-    assert!(core::mem::size_of::<Elf32Phdr>() == 32);
-    assert!(core::mem::size_of::<Elf32Sym>() == 16);
-};
-
-const SHF_ALLOC: u32 = 2;
-const SHT_DYNSYM: u32 = 11;
-
-fn table<T: FromBytes + KnownLayout + Immutable>(bytes: &[u8], off: u32, count: u16, entsize: u16) -> Result<Vec<&T>, ElfError> {
-    if count > 0 && entsize as usize != core::mem::size_of::<T>() {
-        return Err(ElfError::BadEntrySize);
-    }
-    (0..count as usize)
-        .map(|i| {
-            let start = (off as usize).checked_add(i * core::mem::size_of::<T>()).ok_or(ElfError::Truncated)?;
-            let b = bytes.get(start..).ok_or(ElfError::Truncated)?;
-            T::ref_from_prefix(b).map(|(t, _)| t).map_err(|_| ElfError::Truncated)
-        })
-        .collect()
-}
-
-fn section_bytes<'b>(bytes: &'b [u8], s: &Elf32Shdr) -> Result<&'b [u8], ElfError> {
-    let start = s.sh_offset.get() as usize;
-    let end = start.checked_add(s.sh_size.get() as usize).ok_or(ElfError::Truncated)?;
-    bytes.get(start..end).ok_or(ElfError::Truncated)
-}
-
 fn c_name(strtab: &[u8], at: u32) -> Result<String, ElfError> {
-    let rest = strtab.get(at as usize..).ok_or(ElfError::BadName)?;
-    let end = rest.iter().position(|&b| b == 0).ok_or(ElfError::BadName)?;
-    Ok(String::from_utf8_lossy(&rest[..end]).into_owned())
+    hexrpc_drivers::elf::string_at(strtab, at).map(|n| String::from_utf8_lossy(n).into_owned())
 }
 
 /// Parses an ELF32 little-endian file's header, sections, program headers and dynamic symbols
-/// (bounds-checked; the bytes are not trusted).
+/// with the checked reader of `hexrpc_drivers::elf` (the bytes are not trusted), into what the
+/// build step checks.
 pub fn parse_elf(bytes: &[u8]) -> Result<ElfSummary, ElfError> {
-    let (h, _) = Elf32Ehdr::ref_from_prefix(bytes).map_err(|_| ElfError::Truncated)?;
-    if h.e_ident[..4] != *b"\x7fELF" {
-        return Err(ElfError::NotElf);
-    }
-    if h.e_ident[4] != 1 || h.e_ident[5] != 1 {
-        return Err(ElfError::NotElf32Le);
-    }
-    let shdrs: Vec<&Elf32Shdr> = table(bytes, h.e_shoff.get(), h.e_shnum.get(), h.e_shentsize.get())?;
-    let phdrs: Vec<&Elf32Phdr> = table(bytes, h.e_phoff.get(), h.e_phnum.get(), h.e_phentsize.get())?;
-    let shstr = match shdrs.get(h.e_shstrndx.get() as usize) {
-        Some(s) => section_bytes(bytes, s)?,
-        None => &[],
-    };
+    let elf = Elf::parse(bytes)?;
     let mut sections = Vec::new();
     let (mut exports, mut imports, mut weak_imports) = (Vec::new(), Vec::new(), Vec::new());
-    for s in &shdrs {
+    for s in elf.section_headers() {
         sections.push(SectionInfo {
-            name: if shstr.is_empty() { String::new() } else { c_name(shstr, s.sh_name.get())? },
+            name: String::from_utf8_lossy(elf.section_name(s)?).into_owned(),
             addr: s.sh_addr.get().into(),
             size: s.sh_size.get().into(),
             align: s.sh_addralign.get().into(),
             alloc: s.sh_flags.get() & SHF_ALLOC != 0,
         });
         if s.sh_type.get() == SHT_DYNSYM {
-            let strtab = section_bytes(bytes, shdrs.get(s.sh_link.get() as usize).ok_or(ElfError::Truncated)?)?;
-            let count = u16::try_from(s.sh_size.get() / 16).map_err(|_| ElfError::Truncated)?;
-            let syms: Vec<&Elf32Sym> = table(bytes, s.sh_offset.get(), count, s.sh_entsize.get() as u16)?;
+            let (syms, strtab) = elf.symbols(s)?;
             for sym in syms.iter().skip(1) {
                 let name = c_name(strtab, sym.st_name.get())?;
                 let bind = sym.st_info >> 4;
@@ -224,7 +91,8 @@ pub fn parse_elf(bytes: &[u8]) -> Result<ElfSummary, ElfError> {
             }
         }
     }
-    let segments = phdrs
+    let segments = elf
+        .program_headers()
         .iter()
         .map(|p| SegmentInfo {
             kind: p.p_type.get(),
@@ -235,7 +103,7 @@ pub fn parse_elf(bytes: &[u8]) -> Result<ElfSummary, ElfError> {
             align: p.p_align.get().into(),
         })
         .collect();
-    Ok(ElfSummary { machine: h.e_machine.get(), elf_type: h.e_type.get(), sections, segments, exports, imports, weak_imports })
+    Ok(ElfSummary { machine: elf.machine(), elf_type: elf.elf_type(), sections, segments, exports, imports, weak_imports })
 }
 
 #[cfg(test)]
@@ -256,7 +124,7 @@ mod tests {
         h[32] = 52;
         h[46] = 40;
         h[48] = 1;
-        assert_eq!(parse_elf(&h), Err(ElfError::Truncated));
+        assert_eq!(parse_elf(&h), Err(ElfError::OutOfBounds));
         h[46] = 39;
         assert_eq!(parse_elf(&h), Err(ElfError::BadEntrySize));
     }

@@ -76,10 +76,7 @@ pub const HEXAGON_CFLAGS: &[&str] = &[
 pub const ENTRY_CFLAGS: &[&str] = &["-Wall", "-Werror"];
 /// Alignment of every allocated output section (and the linker's page size).
 pub const SECTION_ALIGN: u64 = 4096;
-/// `EM_HEXAGON`.
-pub const EM_HEXAGON: u16 = 164;
-/// `ET_DYN`.
-pub const ET_DYN: u16 = 3;
+pub use hexrpc_drivers::elf::{EM_HEXAGON, ET_DYN};
 /// How to install the tools when they are missing (Debian / Ubuntu).
 pub const INSTALL_HINT: &str = "apt-get install clang-19 lld-19";
 /// The file that marks a work directory as made by this build step (and so safe to replace).

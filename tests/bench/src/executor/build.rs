@@ -89,7 +89,7 @@ fn elf_machine(p: &Path) -> Option<u16> {
     use std::io::Read;
     let mut h = [0u8; 20];
     std::fs::File::open(p).ok()?.read_exact(&mut h).ok()?;
-    (h[..4] == *b"\x7fELF").then(|| u16::from_le_bytes([h[18], h[19]]))
+    hexrpc_drivers::elf::machine_of(&h).ok()
 }
 
 fn host_machine() -> Option<u16> {
@@ -156,16 +156,10 @@ impl std::error::Error for BuildError {}
 /// Hexagon shared object (`ET_DYN`) with a `PT_DYNAMIC` program header (bounds-checked; the
 /// shell's loader checks everything else and names what it refuses).
 pub fn is_shared_library(image: &[u8]) -> bool {
-    let u16_at = |at: usize| image.get(at..at + 2).map(|b| u16::from_le_bytes([b[0], b[1]]));
-    let u32_at = |at: usize| image.get(at..at + 4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
-    if image.len() < 52 || image[..4] != *b"\x7fELF" || image[4] != 1 || image[5] != 1 {
-        return false;
-    }
-    if u16_at(16) != Some(3) || u16_at(18) != Some(crate::elf::EM_HEXAGON) || u16_at(42) != Some(32) {
-        return false;
-    }
-    let (Some(phoff), Some(phnum)) = (u32_at(28), u16_at(44)) else { return false };
-    (0..phnum as usize).any(|i| u32_at((phoff as usize).saturating_add(32 * i)) == Some(2))
+    use hexrpc_drivers::elf::{Elf, EM_HEXAGON, ET_DYN, PT_DYNAMIC};
+    Elf::parse(image).is_ok_and(|elf| {
+        elf.elf_type() == ET_DYN && elf.machine() == EM_HEXAGON && elf.program_headers().iter().any(|p| p.p_type.get() == PT_DYNAMIC)
+    })
 }
 
 fn fnv(h: &mut u64, bytes: &[u8]) {
