@@ -498,7 +498,7 @@ fn load(sh: &Shared, job: &Job, uri: &str) -> Result<u32, (i32, String)> {
     // A registered Rust model stands for the library's code: found by the name the DSP was
     // asked to load, or by the tag inside the image it fetched (elf::library_image), as a real
     // DSP runs the code it fetched whatever the file was called. Otherwise a real Hexagon
-    // shared object is loaded by the process's executor shell (issue 11).
+    // shared object is loaded by the process's executor shell.
     let registered = {
         let st = sh.lock();
         st.libraries.get(&name).or_else(|| elf::model_tag(&image).and_then(|t| st.libraries.get(t))).cloned()
@@ -695,7 +695,7 @@ fn library(sh: &Shared, job: &Job, mut outs: Vec<Vec<u8>>) -> CtxResult {
     let Some((name, model)) = lib else { return result(aee::AEE_EINVHANDLE, outs) };
     // The process's release waits for this call to return (interrupted or not).
     let _running = Running::start(sh, job.pid);
-    // Executor hook (issue 8).
+    // Executor hook.
     if let Some((exec, lib)) = model.exec.clone() {
         return crate::executor::invoke(sh, job, &name, &exec, lib, outs);
     }

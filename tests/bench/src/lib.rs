@@ -1,9 +1,9 @@
 //! The isolated bench: a simulated kernel (msm ION 4.9 + downstream adsprpc, or dma-heap +
 //! upstream fastrpc, chosen by the board) and a simulated DSP process behind hexrpc's syscall
 //! seam ([`hexrpc_drivers::Syscalls`]), so that everything above
-//! the raw layer (HAL, runtime, CLI) can be proven without a device (design card:
-//! `shared/spec/bench.md`; driver facts: `kernel-abi.md`; protocol: `reverse-rpc.md`; entry
-//! contracts: `entry-abi.md`).
+//! the raw layer (HAL, runtime, CLI) can be proven without a device (docs/bench.md; driver
+//! facts: docs/kernel-abi.md and docs/kernel-rules.md; protocol: docs/reverse-rpc.md; entry
+//! contracts: docs/entry-abi.md).
 //!
 //! This crate is the simulator only: it depends on the drivers and the board descriptions, never
 //! on the HAL or the runtime. Workloads that run through the whole stack on it (the model

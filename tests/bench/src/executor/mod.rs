@@ -1,6 +1,5 @@
 //! The bench **with executor**: real generated entries and real kernels, compiled for Hexagon,
-//! run under qemu-hexagon against the bench's own buffers (bench.md, "Library entries ... With
-//! executor"; issue 8).
+//! run under qemu-hexagon against the bench's own buffers (docs/bench.md, the executor).
 //!
 //! # How it fits
 //!
@@ -57,7 +56,7 @@
 //!   resolves the fds of the current invoke's handle arguments. The shell's exports are listed
 //!   in `hrx_dsp.c` (`hrx_exports`); a real `fastrpc_shell` exports far more, so a library that
 //!   imports something else is refused here by name although a device might load it.
-//! * A library's `fopen` (issue 13) goes up the pipe during the invoke; the bench sends apps_std
+//! * A library's `fopen` goes up the pipe during the invoke; the bench sends apps_std
 //!   `fopen_with_env` through the session's listener exactly as a DSP's C library does, then
 //!   `fclose`s the FILE at once and answers opened / refused: the shell has no `fread`, so a
 //!   library learns only whether the host's file service allowed the path (enough for the

@@ -58,7 +58,7 @@ pub const MAX_PATH: usize = 64;
 pub const ARENA: usize = 1 << 20;
 /// Most HAP events one invoke reports (more are counted in one [`HapEvent::Dropped`]).
 pub const MAX_EVENTS: usize = 128;
-/// A library's `fopen`, sent by the shell during an invoke (issue 13).
+/// A library's `fopen`, sent by the shell during an invoke.
 pub const RVQ_MAGIC: u32 = 0x5156_5248;
 /// The bench's answer to it.
 pub const RVA_MAGIC: u32 = 0x4156_5248;
