@@ -131,7 +131,7 @@ pub fn run(scale: u32) -> Result<Figures, String> {
     drop(served);
 
     // 3. The reverse file service streaming a library image.
-    let t = crate::throughput::stream_throughput(checks::bench(), 4 << 20, 64 * 1024, 10 * scale).map_err(|e| e.to_string())?;
+    let t = hexrpc_scenarios::throughput::stream_throughput(checks::bench(), 4 << 20, 64 * 1024, 10 * scale).map_err(|e| e.to_string())?;
     f.reverse_stream_mib_s = t.reverse_stream_mib_s;
     f.memcpy_mib_s = t.memcpy_mib_s;
 

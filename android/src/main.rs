@@ -28,8 +28,6 @@ mod progress;
 mod replay;
 mod report;
 mod selftest;
-#[cfg(feature = "bench")]
-mod throughput;
 mod verdict;
 
 use std::process::ExitCode;

@@ -21,6 +21,7 @@ pub mod catalogue;
 pub mod netmodel;
 pub mod stack;
 pub mod suite;
+pub mod throughput;
 
 pub use netmodel::{
     measure, run_model, BatchModelReport, LatencyDistribution, ModelError, ModelOptions, ModelReport, NetFigures, NodeReport, WayFigures,

@@ -1,15 +1,12 @@
 //! Throughput of the reverse file service: a 4 MiB in-memory library image streamed through
 //! apps_std fread requests of 64 KiB via the dispatcher, against a plain memcpy of the same
-//! bytes. `cargo bench -p hexrpc-runtime --bench reverse`.
+//! bytes. `cargo bench -p hexrpc-scenarios --bench reverse`.
 //!
 //! The image is served from memory, so the seam is never called: a seam that refuses every call
 //! is enough (and proves no file is touched).
 
 use hexrpc_bench::measure::NullSys;
-#[path = "support/throughput.rs"]
-mod throughput;
-
-use throughput::{stream_throughput, StreamBench};
+use hexrpc_scenarios::throughput::{stream_throughput, StreamBench};
 
 const IMAGE: usize = 4 << 20;
 const CHUNK: u32 = 64 << 10;
