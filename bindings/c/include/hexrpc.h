@@ -172,9 +172,11 @@ enum hexrpc_status hexrpc_session_open_bench(uint32_t flags, struct hexrpc_sessi
 enum hexrpc_status hexrpc_session_close(struct hexrpc_session *session);
 
 // Rebuilds the DSP side after `HEXRPC_ERR_RECOVERABLE` (a DSP restart or a passed deadline) and
-// re-opens every library; handles stay valid. One attempt: if it fails the session is unusable
-// (`HEXRPC_ERR_FAILED` afterwards). Does nothing on a healthy session. Thread-safe; waits for
-// calls in flight.
+// re-opens every library; handles stay valid. Retries within the board's recovery budget; if
+// that is spent (the DSP stays down), calls return `HEXRPC_ERR_FAILED` until a further
+// `hexrpc_session_recover`, which starts with a fresh budget, succeeds. Does nothing on a
+// healthy session. Thread-safe (concurrent callers share one recovery); waits for calls in
+// flight.
 enum hexrpc_status hexrpc_session_recover(struct hexrpc_session *session);
 
 // Writes 1 to `healthy` while calls can be made, 0 while the session needs

@@ -345,9 +345,11 @@ pub extern "C" fn hexrpc_session_close(session: *mut hexrpc_session) -> hexrpc_s
 }
 
 /// Rebuilds the DSP side after `HEXRPC_ERR_RECOVERABLE` (a DSP restart or a passed deadline) and
-/// re-opens every library; handles stay valid. One attempt: if it fails the session is unusable
-/// (`HEXRPC_ERR_FAILED` afterwards). Does nothing on a healthy session. Thread-safe; waits for
-/// calls in flight.
+/// re-opens every library; handles stay valid. Retries within the board's recovery budget; if
+/// that is spent (the DSP stays down), calls return `HEXRPC_ERR_FAILED` until a further
+/// `hexrpc_session_recover`, which starts with a fresh budget, succeeds. Does nothing on a
+/// healthy session. Thread-safe (concurrent callers share one recovery); waits for calls in
+/// flight.
 #[no_mangle]
 pub extern "C" fn hexrpc_session_recover(session: *mut hexrpc_session) -> hexrpc_status {
     run(|| table::session(handle_value(session))?.recover())
