@@ -152,9 +152,12 @@ section aligned to 4 KiB, and records the signature and ABI version in it (a
 
 Checks: the kernel function exists and matches the signature (it is compiled
 against a prototype generated from SIG), every symbol the library imports is
-one the DSP provides (others are named), -o is not the kernel source, and the
-kernel is a file. Each build starts from a fresh LIB.so.build/ work directory,
-where the intermediate files stay. Needs clang-19 and ld.lld-19
+one the DSP provides (others are named), every allocated section is on its own
+page, -o is not the kernel source nor a link or device, and the kernel is a
+file. The library is linked and checked in a fresh LIB.so.build/ work directory,
+where the intermediate files stay, and only then put at -o (a temporary file in
+its directory renamed over it): a failed build leaves no file at -o and a file
+already there as it was. Needs clang-19 and ld.lld-19
 (apt-get install clang-19 lld-19).
 
 SIGNATURE:

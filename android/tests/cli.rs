@@ -1050,3 +1050,46 @@ fn run_capture_records_the_library_fetch_and_reverse_replay_accepts_it() {
     assert!(String::from_utf8_lossy(&run.stderr).contains("FIFO"), "{run:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A build that fails a check after the link (here: a `.ctors` section, which the linker script
+/// does not place on its own page) leaves nothing at `-o`, and leaves a file already there as it
+/// was: the library is put in place only once every check passed.
+#[test]
+fn a_failed_build_leaves_no_library_at_the_output_and_keeps_a_previous_one() {
+    let have_tools =
+        Command::new("clang-19").arg("--version").output().is_ok() && Command::new("ld.lld-19").arg("--version").output().is_ok();
+    if !have_tools || !cfg!(target_arch = "x86_64") {
+        eprintln!("SKIPPED: clang-19 / ld.lld-19 not runnable here");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("hexrpc-cli-ctors-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("ctor.c"),
+        "static int ready;\nstatic void init(void) { ready = 1; }\n\
+         __attribute__((section(\".ctors\"), used)) static void (*const init_ctor)(void) = init;\n\
+         void ctor(unsigned char *in, unsigned char *out) { out[0] = in[0] + ready; }\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("good.c"), "void good(unsigned char *in, unsigned char *out) { out[0] = in[0]; }\n").unwrap();
+    let o = hexrpc_in(&dir, &["build-lib", "--signature", "buf,buf", "-o", "libctor.so", "ctor.c"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr_of(&o));
+    assert!(stderr_of(&o).contains(".ctors"), "the failed check is named: {}", stderr_of(&o));
+    assert!(std::fs::symlink_metadata(dir.join("libctor.so")).is_err(), "no library at -o after a failed build");
+    // A previous library at -o stays as it was.
+    let o = hexrpc_in(&dir, &["build-lib", "--signature", "buf,buf", "-o", "libprev.so", "good.c"]);
+    assert!(o.status.success(), "{}", stderr_of(&o));
+    let before = std::fs::read(dir.join("libprev.so")).unwrap();
+    let o = hexrpc_in(&dir, &["build-lib", "--signature", "buf,buf", "--kernel", "ctor", "-o", "libprev.so", "ctor.c"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr_of(&o));
+    assert_eq!(std::fs::read(dir.join("libprev.so")).unwrap(), before, "the previous library is untouched");
+    // No temporary file is left next to the output.
+    let stray: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.') || n.ends_with(".tmp"))
+        .collect();
+    assert!(stray.is_empty(), "{stray:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
