@@ -204,7 +204,9 @@ ARGUMENTS:
                     out=FILE (written after the last launch), size=BYTES (default:
                     the size of in), offset=BYTES (the view's offset inside its own
                     lease, default 0). Each buffer gets its own lease of
-                    offset+size bytes rounded up to a page.
+                    offset+size bytes rounded up to a page. Each key at most
+                    once; an out= file must not be the library, an in= file or
+                    another out= file (however spelled, links included).
     scalar          the literal value (23, -1.5), parsed by the signature's type
 
 OPTIONS:
@@ -221,7 +223,8 @@ OPTIONS:
                       \"dsp_us\": {\"p50\", \"p99\"}, \"round_trip_us\": {\"p50\", \"p99\"},
                       \"outputs\": [{\"arg\", \"file\", \"bytes\"}]}
     --capture DIR     Record the session's reverse-RPC requests into DIR as
-                      `hexrpc capture` does (written even when the launch fails)
+                      `hexrpc capture` does (written even when the launch fails);
+                      DIR must be new or empty, not a symbolic link
     -h, --help        Print this help
 
 Prints the DSP-reported time around the kernel and the host round trip. On the
@@ -286,7 +289,9 @@ scalars word and the status the service answered. Replay them on a desk with
 `hexrpc reverse-replay DIR/*.hxrq`.
 
 OPTIONS:
-    --dir DIR       Where to write the files (created; must not hold .hxrq files)
+    --dir DIR       Where to write the files: a new directory (created) or an
+                    empty one; a non-empty directory or a symbolic link is
+                    refused (exit 2) before the session starts
     --device        Capture on the device (the default)
     --bench         Capture on the bench (simulated kernel and DSP)
     --board NAME    Board facts (default: detected)
