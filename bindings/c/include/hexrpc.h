@@ -114,13 +114,15 @@ typedef struct hexrpc_view {
 
 // A scalar argument: its type (`HEXRPC_SCALAR_*`) and its bits (the value's little-endian bits
 // zero-extended; `f32`/`f64` as their IEEE bits). The header's `hexrpc_scalar_*` helpers build
-// one.
+// one. A launch refuses (`HEXRPC_ERR_INVALID`, the last error naming the scalar's index and
+// field) an unknown `kind`, a non-zero `reserved`, and `bits` wider than the kind (a negative
+// `int8_t` sign-extended to 64 bits, a `uint32_t` value above 2^32 - 1): nothing is truncated.
 typedef struct hexrpc_scalar {
   // One of `HEXRPC_SCALAR_*`.
   uint32_t kind;
-  // Zero.
+  // Zero (anything else is refused).
   uint32_t reserved;
-  // The value's bits.
+  // The value's bits, zero-extended: at most 8, 16, 32 or 64 significant bits by the kind.
   uint64_t bits;
 } hexrpc_scalar;
 
