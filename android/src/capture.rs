@@ -55,17 +55,11 @@ impl RequestTap for Recorder {
 }
 
 impl Recorder {
-    /// Writes every record into `dir` (created if missing; existing `.hxrq` files there are
-    /// refused rather than mixed in) and returns how many were written.
+    /// Writes every record into `dir` (created if missing; an existing directory must be empty,
+    /// and a symbolic link is refused: see [`crate::io::make_empty_dir`]) and returns how many
+    /// were written.
     pub fn write(&self, dir: &std::path::Path) -> Result<(usize, u64), String> {
-        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        let existing = std::fs::read_dir(dir)
-            .map_err(|e| format!("{}: {e}", dir.display()))?
-            .filter_map(|e| e.ok())
-            .any(|e| e.path().extension().is_some_and(|x| x == "hxrq"));
-        if existing {
-            return Err(format!("{} already holds request files: use an empty directory", dir.display()));
-        }
+        let dir = crate::io::make_empty_dir(dir).map_err(|e| format!("{} {e}", crate::io::escape(&dir.to_string_lossy())))?;
         let records = self.records.lock().unwrap_or_else(|p| p.into_inner());
         let mut index = String::from("{\"requests\": [");
         for (i, r) in records.iter().enumerate() {

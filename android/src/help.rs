@@ -152,9 +152,12 @@ section aligned to 4 KiB, and records the signature and ABI version in it (a
 
 Checks: the kernel function exists and matches the signature (it is compiled
 against a prototype generated from SIG), every symbol the library imports is
-one the DSP provides (others are named), -o is not the kernel source, and the
-kernel is a file. Each build starts from a fresh LIB.so.build/ work directory,
-where the intermediate files stay. Needs clang-19 and ld.lld-19
+one the DSP provides (others are named), every allocated section is on its own
+page, -o is not the kernel source nor a link or device, and the kernel is a
+file. The library is linked and checked in a fresh LIB.so.build/ work directory,
+where the intermediate files stay, and only then put at -o (a temporary file in
+its directory renamed over it): a failed build leaves no file at -o and a file
+already there as it was. Needs clang-19 and ld.lld-19
 (apt-get install clang-19 lld-19).
 
 SIGNATURE:
@@ -201,7 +204,9 @@ ARGUMENTS:
                     out=FILE (written after the last launch), size=BYTES (default:
                     the size of in), offset=BYTES (the view's offset inside its own
                     lease, default 0). Each buffer gets its own lease of
-                    offset+size bytes rounded up to a page.
+                    offset+size bytes rounded up to a page. Each key at most
+                    once; an out= file must not be the library, an in= file or
+                    another out= file (however spelled, links included).
     scalar          the literal value (23, -1.5), parsed by the signature's type
 
 OPTIONS:
@@ -218,7 +223,8 @@ OPTIONS:
                       \"dsp_us\": {\"p50\", \"p99\"}, \"round_trip_us\": {\"p50\", \"p99\"},
                       \"outputs\": [{\"arg\", \"file\", \"bytes\"}]}
     --capture DIR     Record the session's reverse-RPC requests into DIR as
-                      `hexrpc capture` does (written even when the launch fails)
+                      `hexrpc capture` does (written even when the launch fails);
+                      DIR must be new or empty, not a symbolic link
     -h, --help        Print this help
 
 Prints the DSP-reported time around the kernel and the host round trip. On the
@@ -283,7 +289,9 @@ scalars word and the status the service answered. Replay them on a desk with
 `hexrpc reverse-replay DIR/*.hxrq`.
 
 OPTIONS:
-    --dir DIR       Where to write the files (created; must not hold .hxrq files)
+    --dir DIR       Where to write the files: a new directory (created) or an
+                    empty one; a non-empty directory or a symbolic link is
+                    refused (exit 2) before the session starts
     --device        Capture on the device (the default)
     --bench         Capture on the bench (simulated kernel and DSP)
     --board NAME    Board facts (default: detected)

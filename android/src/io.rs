@@ -10,6 +10,11 @@
 //!   An existing target must be a regular file: a symbolic link, a device node, a FIFO or a
 //!   directory is refused (rename would replace the link itself, never its target, but a report
 //!   is not allowed to turn `/dev/full` or a link into something else). `-` means stdout.
+//! * [`check_empty_dir`] and [`make_empty_dir`] take a directory for a command's output files
+//!   (`capture --dir`, `run --capture`): new or empty, and never a symbolic link (the same rule
+//!   as for output files: a link is refused, not followed).
+//! * [`same_file`] tells whether two paths name the same file (device and inode once it
+//!   exists, the resolved path before), so an output never overwrites an input.
 //! * [`escape`] makes names from the command line or from files safe to print on a terminal.
 
 use std::io::{Read as _, Write as _};
@@ -63,6 +68,8 @@ fn kind(ft: std::fs::FileType) -> &'static str {
         "a socket"
     } else if ft.is_symlink() {
         "a symbolic link"
+    } else if ft.is_file() {
+        "a regular file"
     } else {
         "not a regular file"
     }
@@ -182,6 +189,91 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), OutputError> {
     r
 }
 
+/// Why a directory cannot take a command's output files.
+#[derive(Debug)]
+pub enum DirError {
+    /// It is a symbolic link (refused, never followed).
+    Link,
+    /// It exists and is not a directory (what it is).
+    NotDirectory(&'static str),
+    /// It holds files already (of another run: they would be mixed in or overwritten).
+    NotEmpty,
+    /// Inspecting or creating it failed (the step).
+    Io(&'static str, std::io::Error),
+}
+
+impl std::fmt::Display for DirError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DirError::Link => f.write_str("is a symbolic link; refused (name the directory itself)"),
+            DirError::NotDirectory(what) => write!(f, "is {what}, not a directory"),
+            DirError::NotEmpty => {
+                f.write_str("is not empty (its files would be mixed with this run's or overwritten); choose an empty or new directory")
+            }
+            DirError::Io(step, e) => write!(f, "{step}: {e}"),
+        }
+    }
+}
+
+/// Checks, without changing anything, that `dir` can take a command's output files: it does
+/// not exist yet, or it is an empty directory; a symbolic link is refused (also when written
+/// with a trailing `/`, which would resolve it). Returns the path as checked (trailing `/` and
+/// `.` components dropped), which is the one to write under.
+pub fn check_empty_dir(dir: &Path) -> Result<PathBuf, DirError> {
+    let path: PathBuf = dir.components().collect();
+    if path.as_os_str().is_empty() {
+        return Err(DirError::Io("no directory named", std::io::Error::from(std::io::ErrorKind::InvalidInput)));
+    }
+    match std::fs::symlink_metadata(&path) {
+        Ok(m) if m.file_type().is_symlink() => Err(DirError::Link),
+        Ok(m) if !m.is_dir() => Err(DirError::NotDirectory(kind(m.file_type()))),
+        Ok(_) => match std::fs::read_dir(&path).map_err(|e| DirError::Io("listing it", e))?.next() {
+            None => Ok(path),
+            Some(_) => Err(DirError::NotEmpty),
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(path),
+        Err(e) => Err(DirError::Io("inspecting it", e)),
+    }
+}
+
+/// [`check_empty_dir`], then creates the directory (and its parents) if it does not exist.
+/// Returns the path to write under.
+pub fn make_empty_dir(dir: &Path) -> Result<PathBuf, DirError> {
+    let path = check_empty_dir(dir)?;
+    std::fs::create_dir_all(&path).map_err(|e| DirError::Io("creating it", e))?;
+    // Checked again: it must be a real directory now, and still empty.
+    check_empty_dir(&path)
+}
+
+/// What a path names, to tell whether two paths are the same file: the device and inode of an
+/// existing file (links resolved), else the path with its directory resolved.
+#[derive(Debug, PartialEq, Eq)]
+pub enum FileId {
+    /// An existing file: device and inode.
+    Inode(u64, u64),
+    /// A file that does not exist yet: its resolved directory and its name.
+    Path(PathBuf),
+}
+
+/// The [`FileId`] of `path`.
+pub fn file_id(path: &Path) -> FileId {
+    use std::os::unix::fs::MetadataExt as _;
+    if let Ok(m) = std::fs::metadata(path) {
+        return FileId::Inode(m.dev(), m.ino());
+    }
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    match (std::fs::canonicalize(dir), path.file_name()) {
+        (Ok(d), Some(name)) => FileId::Path(d.join(name)),
+        _ => FileId::Path(path.components().collect()),
+    }
+}
+
+/// True if `a` and `b` name the same file (however spelled, through links or hard links), or
+/// the same not-yet-existing path.
+pub fn same_file(a: &Path, b: &Path) -> bool {
+    file_id(a) == file_id(b)
+}
+
 fn nonce() -> u64 {
     use std::hash::{BuildHasher as _, Hasher as _};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
@@ -289,6 +381,44 @@ mod tests {
         assert!(matches!(write_atomic(&d, b"x"), Err(OutputError::NotRegular("a directory"))));
         let left: Vec<_> = std::fs::read_dir(&d).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(left.len(), 3, "no temporary file left behind: {left:?}");
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn output_directories_are_new_or_empty_and_never_links() {
+        let d = scratch("dirs");
+        let fresh = d.join("new/sub");
+        assert_eq!(make_empty_dir(&fresh).unwrap(), fresh);
+        assert!(fresh.is_dir());
+        assert_eq!(check_empty_dir(&fresh).unwrap(), fresh, "an empty directory is taken");
+        std::fs::write(fresh.join("index.json"), b"{}").unwrap();
+        assert!(matches!(check_empty_dir(&fresh), Err(DirError::NotEmpty)));
+        assert!(matches!(make_empty_dir(&fresh), Err(DirError::NotEmpty)));
+        let empty = d.join("empty");
+        std::fs::create_dir(&empty).unwrap();
+        let link = d.join("link");
+        std::os::unix::fs::symlink(&empty, &link).unwrap();
+        assert!(matches!(check_empty_dir(&link), Err(DirError::Link)));
+        let slash = PathBuf::from(format!("{}/", link.display()));
+        assert!(matches!(make_empty_dir(&slash), Err(DirError::Link)), "a trailing / does not resolve the link");
+        assert!(matches!(check_empty_dir(&d.join("new/sub/index.json")), Err(DirError::NotDirectory("a regular file"))));
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn same_file_sees_through_spellings_links_and_hard_links() {
+        let d = scratch("same");
+        let a = d.join("a.bin");
+        std::fs::write(&a, b"a").unwrap();
+        std::fs::hard_link(&a, d.join("hard.bin")).unwrap();
+        std::os::unix::fs::symlink(&a, d.join("soft.bin")).unwrap();
+        std::fs::create_dir(d.join("sub")).unwrap();
+        assert!(same_file(&a, &d.join("sub/../a.bin")));
+        assert!(same_file(&a, &d.join("hard.bin")));
+        assert!(same_file(&a, &d.join("soft.bin")));
+        assert!(!same_file(&a, &d.join("b.bin")));
+        assert!(same_file(&d.join("new.bin"), &d.join("sub/../new.bin")), "not-yet-existing files compare by resolved path");
+        assert!(!same_file(&d.join("new.bin"), &d.join("sub/new.bin")));
         let _ = std::fs::remove_dir_all(&d);
     }
 

@@ -687,8 +687,11 @@ fn capture_then_reverse_replay_round_trip() {
     let (rec, rep) = recorded.iter().zip(replayed).rfind(|(r, _)| r["file"].as_str().unwrap().ends_with("-m19.hxrq")).unwrap();
     assert_eq!(rec["status"], 0);
     assert_eq!(rep["status"], 0, "the allowlisted fopen replays as served: {rep}");
-    // A directory that already holds request files is refused.
-    assert_eq!(hexrpc(&["capture", "--bench", "--dir", dir.to_str().unwrap()]).status.code(), Some(1));
+    // A directory that already holds request files is refused before the session (a usage
+    // error), and its index is left as it was.
+    let index_before = std::fs::read(dir.join("index.json")).unwrap();
+    assert_eq!(hexrpc(&["capture", "--bench", "--dir", dir.to_str().unwrap()]).status.code(), Some(2));
+    assert_eq!(std::fs::read(dir.join("index.json")).unwrap(), index_before);
     assert_eq!(hexrpc(&["capture", "--bench"]).status.code(), Some(2), "--dir is required");
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -1048,5 +1051,108 @@ fn run_capture_records_the_library_fetch_and_reverse_replay_accepts_it() {
     );
     assert_eq!(run.status.code(), Some(1), "{run:?}");
     assert!(String::from_utf8_lossy(&run.stderr).contains("FIFO"), "{run:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A build that fails a check after the link (here: a `.ctors` section, which the linker script
+/// does not place on its own page) leaves nothing at `-o`, and leaves a file already there as it
+/// was: the library is put in place only once every check passed.
+#[test]
+fn a_failed_build_leaves_no_library_at_the_output_and_keeps_a_previous_one() {
+    let have_tools =
+        Command::new("clang-19").arg("--version").output().is_ok() && Command::new("ld.lld-19").arg("--version").output().is_ok();
+    if !have_tools || !cfg!(target_arch = "x86_64") {
+        eprintln!("SKIPPED: clang-19 / ld.lld-19 not runnable here");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("hexrpc-cli-ctors-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("ctor.c"),
+        "static int ready;\nstatic void init(void) { ready = 1; }\n\
+         __attribute__((section(\".ctors\"), used)) static void (*const init_ctor)(void) = init;\n\
+         void ctor(unsigned char *in, unsigned char *out) { out[0] = in[0] + ready; }\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("good.c"), "void good(unsigned char *in, unsigned char *out) { out[0] = in[0]; }\n").unwrap();
+    let o = hexrpc_in(&dir, &["build-lib", "--signature", "buf,buf", "-o", "libctor.so", "ctor.c"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr_of(&o));
+    assert!(stderr_of(&o).contains(".ctors"), "the failed check is named: {}", stderr_of(&o));
+    assert!(std::fs::symlink_metadata(dir.join("libctor.so")).is_err(), "no library at -o after a failed build");
+    // A previous library at -o stays as it was.
+    let o = hexrpc_in(&dir, &["build-lib", "--signature", "buf,buf", "-o", "libprev.so", "good.c"]);
+    assert!(o.status.success(), "{}", stderr_of(&o));
+    let before = std::fs::read(dir.join("libprev.so")).unwrap();
+    let o = hexrpc_in(&dir, &["build-lib", "--signature", "buf,buf", "--kernel", "ctor", "-o", "libprev.so", "ctor.c"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr_of(&o));
+    assert_eq!(std::fs::read(dir.join("libprev.so")).unwrap(), before, "the previous library is untouched");
+    // No temporary file is left next to the output.
+    let stray: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.') || n.ends_with(".tmp"))
+        .collect();
+    assert!(stray.is_empty(), "{stray:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `run` refuses an `out=` that is the library, an `in=` file or another `out=` file (however
+/// spelled: another path, a hard link, a symbolic link, a file not made yet) and a key given twice
+/// in one `--arg`; `capture --dir` and `run --capture` refuse a non-empty directory and a
+/// symbolic link to one. All of it before any session starts (exit 2), with nothing written.
+#[test]
+fn run_and_capture_refuse_aliased_outputs_duplicate_keys_and_unusable_directories() {
+    let dir = std::env::temp_dir().join(format!("hexrpc-cli-alias-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("sub")).unwrap();
+    let lib = b"\x7fELF not really a library";
+    std::fs::write(dir.join("lib.so"), lib).unwrap();
+    std::fs::write(dir.join("a.bin"), [1u8; 8]).unwrap();
+    std::fs::hard_link(dir.join("a.bin"), dir.join("hard.bin")).unwrap();
+    std::os::unix::fs::symlink(dir.join("lib.so"), dir.join("soft.so")).unwrap();
+    let run = |sig: &str, specs: &[&str], extra: &[&str]| {
+        let mut args = vec!["run", "lib.so", "--signature", sig, "--bench"];
+        for s in specs {
+            args.extend(["--arg", s]);
+        }
+        args.extend_from_slice(extra);
+        hexrpc_in(&dir, &args)
+    };
+    for (sig, specs, needle) in [
+        ("buf", &["size=8,out=lib.so"][..], "the same file as the library"),
+        ("buf", &["size=8,out=sub/../lib.so"][..], "the same file as the library"),
+        ("buf", &["size=8,out=soft.so"][..], "the same file as the library"),
+        ("buf", &["in=a.bin,out=a.bin"][..], "the same file as --arg 1's in=a.bin"),
+        ("buf", &["in=a.bin,out=hard.bin"][..], "the same file as --arg 1's in=a.bin"),
+        ("buf,buf", &["in=a.bin", "size=8,out=./a.bin"][..], "--arg 2: out=./a.bin is the same file as --arg 1's in=a.bin"),
+        ("buf,buf", &["size=8,out=new.bin", "size=8,out=sub/../new.bin"][..], "the same file as --arg 1's out=new.bin"),
+        ("buf", &["size=64,size=128"][..], "the key \"size\" is given twice"),
+        ("buf", &["in=a.bin,in=hard.bin"][..], "the key \"in\" is given twice"),
+    ] {
+        let o = run(sig, specs, &[]);
+        assert_eq!(o.status.code(), Some(2), "{specs:?}: {}", stderr_of(&o));
+        assert!(stderr_of(&o).contains(needle), "{specs:?}: {}", stderr_of(&o));
+    }
+    assert_eq!(std::fs::read(dir.join("lib.so")).unwrap(), lib, "the library is untouched");
+    assert_eq!(std::fs::read(dir.join("a.bin")).unwrap(), [1u8; 8]);
+    assert!(!dir.join("new.bin").exists());
+    // Capture directories: a non-empty one, and a link to an empty one.
+    let used = dir.join("used");
+    std::fs::create_dir(&used).unwrap();
+    std::fs::write(used.join("index.json"), b"{\"requests\": []}").unwrap();
+    let empty = dir.join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    std::os::unix::fs::symlink(&empty, dir.join("link")).unwrap();
+    for (target, needle) in [("used", "choose an empty or new directory"), ("link", "symbolic link"), ("link/", "symbolic link")] {
+        let o = hexrpc_in(&dir, &["capture", "--bench", "--dir", target]);
+        assert_eq!(o.status.code(), Some(2), "capture --dir {target}: {}", stderr_of(&o));
+        assert!(stderr_of(&o).contains(needle), "capture --dir {target}: {}", stderr_of(&o));
+        let o = run("buf", &["size=8"], &["--capture", target]);
+        assert_eq!(o.status.code(), Some(2), "run --capture {target}: {}", stderr_of(&o));
+        assert!(stderr_of(&o).contains(needle), "run --capture {target}: {}", stderr_of(&o));
+    }
+    assert_eq!(std::fs::read(used.join("index.json")).unwrap(), b"{\"requests\": []}", "the earlier index is untouched");
+    assert_eq!(std::fs::read_dir(&empty).unwrap().count(), 0, "nothing was written through the link");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -61,7 +61,7 @@ pub enum Cause {
     Timeout,
     /// The session needs recovery before it can be used.
     NeedsRecovery,
-    /// Recovery failed; the session cannot be used any more.
+    /// Recovery spent its budget; calls fail until a further `recover()` succeeds.
     Failed,
     /// The shell file is not a usable ELF (too short, not ELF, not Hexagon).
     BadShell,
@@ -277,7 +277,7 @@ impl fmt::Display for HalError {
             Cause::DspRestart => write!(f, "the DSP restarted; recover() the session"),
             Cause::Timeout => write!(f, "the call passed its deadline and was interrupted; recover() the session"),
             Cause::NeedsRecovery => write!(f, "the session needs recover() first"),
-            Cause::Failed => write!(f, "recovery failed; the session is unusable"),
+            Cause::Failed => write!(f, "recovery failed; recover() again once the DSP is back"),
             Cause::BadShell => write!(f, "the DSP shell is not a Hexagon ELF file"),
             Cause::TooLarge => write!(f, "size beyond the board's or the ABI's limit"),
             Cause::Invalid => write!(f, "invalid argument"),

@@ -35,6 +35,12 @@ fn bench_capture(_: Option<&std::path::Path>, _: &'static capture::Recorder, _: 
 
 /// Runs a session with the tap installed and writes what the DSP requested into `dir`.
 pub fn capture(dir: std::path::PathBuf, bench: bool, board: Option<String>, library: Option<std::path::PathBuf>) -> ExitCode {
+    // The directory is checked before the session runs (it is made only when the files are
+    // written): a new or empty directory, not a symbolic link.
+    if let Err(e) = crate::io::check_empty_dir(&dir) {
+        crate::io::error(&format!("capture: --dir {} {e}", crate::io::escape(&dir.to_string_lossy())));
+        return ExitCode::from(2);
+    }
     // The tap lives as long as the service, which needs it for 'static: leaked once per process.
     let recorder: &'static capture::Recorder = Box::leak(Box::default());
     let given = library.is_some();

@@ -8,8 +8,9 @@
 //! One `--arg` per parameter of SIG, in order. A `buf` parameter's SPEC is comma-separated
 //! `in=FILE`, `out=FILE`, `size=BYTES` (default: the size of `in`), `offset=BYTES` (the view's
 //! offset inside its own lease, default 0); each buffer gets its own lease of `offset + size`
-//! bytes rounded up to a page. A scalar's SPEC is its literal value, parsed by the signature's
-//! type. Everything is checked before the session starts: the arguments against the signature,
+//! bytes rounded up to a page. Each key is given at most once, and an `out=` file must not be
+//! the library, an `in=` file or another `out=` file. A scalar's SPEC is its literal value,
+//! parsed by the signature's type. Everything is checked before the session starts: the arguments against the signature,
 //! the library's build record (when it has one) against `--signature` and `--abi`, and v1 with
 //! a non-zero offset is refused (v1 entries map the view at file offset 0).
 //!
@@ -94,8 +95,13 @@ fn parse_bytes(key: &str, v: &str) -> Result<u64, Failure> {
 
 fn parse_buf(i: usize, spec: &str) -> Result<BufSpec, Failure> {
     let mut b = BufSpec { input: None, output: None, size: None, offset: 0 };
+    let mut seen: Vec<&str> = Vec::new();
     for part in spec.split(',').filter(|p| !p.is_empty()) {
         let (k, v) = part.split_once('=').ok_or_else(|| usage(format!("--arg {} ({spec:?}): {part:?} is not key=value", i + 1)))?;
+        if seen.contains(&k) {
+            return Err(usage(format!("--arg {} ({spec:?}): the key {k:?} is given twice; give each key once", i + 1)));
+        }
+        seen.push(k);
         match k {
             "in" if !v.is_empty() => b.input = Some(PathBuf::from(v)),
             "out" if !v.is_empty() => b.output = Some(PathBuf::from(v)),
@@ -196,48 +202,58 @@ fn check(a: RunArgs) -> Result<Plan, Failure> {
             _ => return Err(usage(format!("--deadline-ms {d:?}: a positive number of milliseconds"))),
         },
     };
+    check_outputs(&library, &args)?;
+    if let Some(dir) = &a.capture {
+        crate::io::check_empty_dir(dir).map_err(|e| usage(format!("--capture {} {e}", crate::io::escape(&dir.to_string_lossy()))))?;
+    }
     // The tap lives as long as the service, which needs it for 'static: one per process.
     let tap = a.capture.as_ref().map(|_| &*Box::leak(Box::<crate::capture::Recorder>::default()));
     Ok(Plan { library, sig, abi, mode: a.mode, args, repeat, deadline, json: a.json, capture: a.capture, tap })
+}
+
+/// Refuses an `out=` file that is the library, an `in=` file or another `out=` file (however
+/// spelled: the same device and inode once it exists, the same resolved path before), since
+/// writing it would overwrite what the run reads or another output.
+fn check_outputs(library: &Path, args: &[ArgSpec]) -> Result<(), Failure> {
+    let bufs: Vec<(usize, &BufSpec)> = args
+        .iter()
+        .enumerate()
+        .filter_map(|(i, a)| match a {
+            ArgSpec::Buf(b) => Some((i, b)),
+            ArgSpec::Scalar(_) => None,
+        })
+        .collect();
+    let shown = |p: &Path| crate::io::escape(&p.to_string_lossy());
+    for (k, &(i, b)) in bufs.iter().enumerate() {
+        let Some(out) = &b.output else { continue };
+        let clash = |what: String| {
+            usage(format!(
+                "--arg {}: out={} is the same file as {what}; it would be overwritten: choose another output file",
+                i + 1,
+                shown(out)
+            ))
+        };
+        if crate::io::same_file(out, library) {
+            return Err(clash(format!("the library {}", shown(library))));
+        }
+        for &(j, other) in &bufs {
+            if let Some(input) = other.input.as_deref().filter(|p| crate::io::same_file(out, p)) {
+                return Err(clash(format!("--arg {}'s in={}", j + 1, shown(input))));
+            }
+        }
+        for &(j, other) in &bufs[..k] {
+            if let Some(prev) = other.output.as_deref().filter(|p| crate::io::same_file(out, p)) {
+                return Err(clash(format!("--arg {}'s out={}", j + 1, shown(prev))));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Reads at most `max` bytes of a regular file; anything else (a FIFO, a device, a directory)
 /// is refused before reading (the CLI's hardened reader: non-blocking open, fstat, bounded read).
 fn read_bounded(path: &Path, max: u64, what: &str) -> Result<Vec<u8>, Failure> {
     crate::io::read_bounded(path, max).map_err(|e| refused(format!("{what} {}: {e}", crate::io::escape(&path.to_string_lossy()))))
-}
-
-/// Writes `bytes` to `path` through a unique temporary file in the same directory (created with
-/// O_EXCL, never following a symlink) and a rename.
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), String> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    if let Ok(m) = std::fs::symlink_metadata(path) {
-        if !m.is_file() {
-            return Err(format!("{}: exists and is not a regular file", path.display()));
-        }
-    }
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let name = path.file_name().ok_or_else(|| format!("{}: not a file name", path.display()))?;
-    for n in 0..100u32 {
-        let mut tmp_name = std::ffi::OsString::from(".");
-        tmp_name.push(name);
-        tmp_name.push(format!(".hexrpc-{}-{n}", std::process::id()));
-        let tmp = dir.join(tmp_name);
-        // O_CREAT | O_EXCL: never follows a symlink, never reuses an existing file.
-        let f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o644).open(&tmp);
-        let mut f = match f {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(format!("{}: {e}", tmp.display())),
-        };
-        let done = f.write_all(bytes).and_then(|_| f.sync_all()).and_then(|_| std::fs::rename(&tmp, path));
-        return done.map_err(|e| {
-            let _ = std::fs::remove_file(&tmp);
-            format!("{}: {e}", path.display())
-        });
-    }
-    Err(format!("{}: no free temporary name", path.display()))
 }
 
 fn abi_name(v: AbiVersion) -> &'static str {
@@ -347,7 +363,8 @@ fn launch<S: Syscalls + Clone + Send + Sync + 'static>(
         if let Some(out) = &b.output {
             let mut bytes = vec![0u8; v.len()];
             v.read(&mut bytes).map_err(|e| refused(format!("--arg {}: reading the output: {e}", i + 1)))?;
-            write_atomic(out, &bytes).map_err(|e| refused(format!("--arg {}: out={e}", i + 1)))?;
+            crate::io::write_atomic(out, &bytes)
+                .map_err(|e| refused(format!("--arg {}: out={}: {e}", i + 1, crate::io::escape(&out.to_string_lossy()))))?;
             m.outputs.push((*i, out.clone(), bytes.len()));
         }
     }
@@ -505,7 +522,7 @@ fn execute(plan: Plan) -> Result<String, Failure> {
     // What was recorded is written whether the launch worked or not (a failure is the case
     // worth replaying).
     if let (Some(dir), Some(tap)) = (&plan.capture, plan.tap) {
-        let (n, _) = tap.write(dir).map_err(|e| refused(format!("--capture: {e}")))?;
+        let (n, _) = tap.write(dir).map_err(|e| refused(format!("--capture {e}")))?;
         log::info!("captured {n} reverse requests into {}", dir.display());
     }
     let measured = measured?;
@@ -562,6 +579,9 @@ mod tests {
             ("buf", &["size=x"][..]),
             ("buf", &["color=red"][..]),
             ("buf", &["out=o.bin"][..]),
+            ("buf", &["size=64,size=128"][..]),
+            ("buf", &["in=a.bin,out=a.bin"][..]),
+            ("buf,buf", &["size=4,out=o.bin", "size=4,out=./o.bin"][..]),
             ("buf,u8", &["size=4", "256"][..]),
             ("buf,u8", &["size=4"][..]),
             ("i32", &["1.5"][..]),

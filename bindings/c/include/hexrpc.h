@@ -114,13 +114,15 @@ typedef struct hexrpc_view {
 
 // A scalar argument: its type (`HEXRPC_SCALAR_*`) and its bits (the value's little-endian bits
 // zero-extended; `f32`/`f64` as their IEEE bits). The header's `hexrpc_scalar_*` helpers build
-// one.
+// one. A launch refuses (`HEXRPC_ERR_INVALID`, the last error naming the scalar's index and
+// field) an unknown `kind`, a non-zero `reserved`, and `bits` wider than the kind (a negative
+// `int8_t` sign-extended to 64 bits, a `uint32_t` value above 2^32 - 1): nothing is truncated.
 typedef struct hexrpc_scalar {
   // One of `HEXRPC_SCALAR_*`.
   uint32_t kind;
-  // Zero.
+  // Zero (anything else is refused).
   uint32_t reserved;
-  // The value's bits.
+  // The value's bits, zero-extended: at most 8, 16, 32 or 64 significant bits by the kind.
   uint64_t bits;
 } hexrpc_scalar;
 
@@ -172,9 +174,11 @@ enum hexrpc_status hexrpc_session_open_bench(uint32_t flags, struct hexrpc_sessi
 enum hexrpc_status hexrpc_session_close(struct hexrpc_session *session);
 
 // Rebuilds the DSP side after `HEXRPC_ERR_RECOVERABLE` (a DSP restart or a passed deadline) and
-// re-opens every library; handles stay valid. One attempt: if it fails the session is unusable
-// (`HEXRPC_ERR_FAILED` afterwards). Does nothing on a healthy session. Thread-safe; waits for
-// calls in flight.
+// re-opens every library; handles stay valid. Retries within the board's recovery budget; if
+// that is spent (the DSP stays down), calls return `HEXRPC_ERR_FAILED` until a further
+// `hexrpc_session_recover`, which starts with a fresh budget, succeeds. Does nothing on a
+// healthy session. Thread-safe (concurrent callers share one recovery); waits for calls in
+// flight.
 enum hexrpc_status hexrpc_session_recover(struct hexrpc_session *session);
 
 // Writes 1 to `healthy` while calls can be made, 0 while the session needs

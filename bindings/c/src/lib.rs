@@ -80,15 +80,17 @@ pub struct hexrpc_view {
 
 /// A scalar argument: its type (`HEXRPC_SCALAR_*`) and its bits (the value's little-endian bits
 /// zero-extended; `f32`/`f64` as their IEEE bits). The header's `hexrpc_scalar_*` helpers build
-/// one.
+/// one. A launch refuses (`HEXRPC_ERR_INVALID`, the last error naming the scalar's index and
+/// field) an unknown `kind`, a non-zero `reserved`, and `bits` wider than the kind (a negative
+/// `int8_t` sign-extended to 64 bits, a `uint32_t` value above 2^32 - 1): nothing is truncated.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct hexrpc_scalar {
     /// One of `HEXRPC_SCALAR_*`.
     pub kind: u32,
-    /// Zero.
+    /// Zero (anything else is refused).
     pub reserved: u32,
-    /// The value's bits.
+    /// The value's bits, zero-extended: at most 8, 16, 32 or 64 significant bits by the kind.
     pub bits: u64,
 }
 
@@ -240,6 +242,30 @@ fn scalar_type(kind: u32) -> Option<ScalarType> {
     })
 }
 
+/// Scalar `i` of a launch, checked field by field: a known kind, `reserved` zero, and bits that
+/// fit the kind's width (zero-extended, as the header's helpers build them); never truncated.
+fn scalar_arg(i: usize, s: &hexrpc_scalar) -> Result<Scalar, Failure> {
+    let bad = |detail: String| Failure::invalid("launch-pack", format!("scalar {i}: {detail}"));
+    let ty = scalar_type(s.kind).ok_or_else(|| bad(format!("kind: unknown type {}", s.kind)))?;
+    if s.reserved != 0 {
+        return Err(bad(format!("reserved: {:#x}, must be 0", s.reserved)));
+    }
+    let width = match ty {
+        ScalarType::I8 | ScalarType::U8 => 8,
+        ScalarType::I16 | ScalarType::U16 | ScalarType::F16 => 16,
+        ScalarType::I32 | ScalarType::U32 | ScalarType::F32 => 32,
+        ScalarType::I64 | ScalarType::U64 | ScalarType::F64 => 64,
+    };
+    if width < 64 && s.bits >> width != 0 {
+        return Err(bad(format!(
+            "bits: {:#x} does not fit {} ({width} bits, zero-extended: use the hexrpc_scalar_* helpers)",
+            s.bits,
+            ty.name()
+        )));
+    }
+    Ok(scalar_from_bits(ty, s.bits))
+}
+
 /// The library's version, a static string. Thread-safe.
 #[no_mangle]
 pub extern "C" fn hexrpc_version() -> *const c_char {
@@ -345,9 +371,11 @@ pub extern "C" fn hexrpc_session_close(session: *mut hexrpc_session) -> hexrpc_s
 }
 
 /// Rebuilds the DSP side after `HEXRPC_ERR_RECOVERABLE` (a DSP restart or a passed deadline) and
-/// re-opens every library; handles stay valid. One attempt: if it fails the session is unusable
-/// (`HEXRPC_ERR_FAILED` afterwards). Does nothing on a healthy session. Thread-safe; waits for
-/// calls in flight.
+/// re-opens every library; handles stay valid. Retries within the board's recovery budget; if
+/// that is spent (the DSP stays down), calls return `HEXRPC_ERR_FAILED` until a further
+/// `hexrpc_session_recover`, which starts with a fresh budget, succeeds. Does nothing on a
+/// healthy session. Thread-safe (concurrent callers share one recovery); waits for calls in
+/// flight.
 #[no_mangle]
 pub extern "C" fn hexrpc_session_recover(session: *mut hexrpc_session) -> hexrpc_status {
     run(|| table::session(handle_value(session))?.recover())
@@ -560,8 +588,7 @@ pub unsafe extern "C" fn hexrpc_launch(
         };
         let mut sc: heapless::Vec<Scalar, { hexrpc_runtime::launch::Signature::MAX_PARAMS }> = heapless::Vec::new();
         for (i, s) in scalars.iter().enumerate() {
-            let ty = scalar_type(s.kind).ok_or_else(|| Failure::invalid("launch-pack", format!("scalar {i}: unknown type {}", s.kind)))?;
-            let _ = sc.push(scalar_from_bits(ty, s.bits));
+            let _ = sc.push(scalar_arg(i, s)?);
         }
         let (kernel, leases, index) =
             table::kernel_and_leases::<MAX_BUFFERS>(handle_value(library), views.iter().map(|v| handle_value(v.lease)))?;

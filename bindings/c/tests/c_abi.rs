@@ -130,3 +130,47 @@ fn closing_while_other_threads_launch_is_safe() {
     let total: u32 = threads.into_iter().map(|t| t.join().expect("no panic")).sum();
     assert!(total > 0, "some launches ran before the close");
 }
+
+/// Every field of a scalar is checked before anything is sent: the kind, `reserved` (zero, as
+/// the header says), and bits that fit the kind (nothing truncated); the last error names the
+/// scalar's index and the field.
+#[test]
+fn malformed_scalars_are_refused_naming_the_scalar_and_the_field() {
+    let f = fixture();
+    let views = [hexrpc_view { lease: f.lease, offset: 100, length: 50 }, hexrpc_view { lease: f.lease, offset: 4096 + 7, length: 50 }];
+    let launch_with = |s: hexrpc_scalar| {
+        let sc = [s];
+        // SAFETY: arrays valid for their lengths.
+        unsafe { hexrpc_launch(f.library, views.as_ptr(), 2, sc.as_ptr(), 1, 0, null_mut()) }
+    };
+    let u32_of = |bits: u64| hexrpc_scalar { kind: HEXRPC_SCALAR_U32, reserved: 0, bits };
+    for (s, needle) in [
+        (hexrpc_scalar { kind: HEXRPC_SCALAR_U32, reserved: 1, bits: 1 }, "scalar 0: reserved: 0x1, must be 0"),
+        (u32_of(1 << 32), "scalar 0: bits: 0x100000000 does not fit u32"),
+        (u32_of(u64::MAX), "scalar 0: bits: 0xffffffffffffffff does not fit u32"),
+        (hexrpc_scalar { kind: 99, reserved: 0, bits: 1 }, "scalar 0: kind: unknown type 99"),
+    ] {
+        assert_eq!(launch_with(s), hexrpc_status::HEXRPC_ERR_INVALID, "{s:?}");
+        assert!(last().starts_with("launch-pack: ") && last().contains(needle), "{s:?}: {}", last());
+    }
+    for i in 0..50 {
+        // SAFETY: the lease's memory is 8192 bytes, mapped while the lease lives; no launch runs.
+        unsafe { f.mem.add(100 + i).write(i as u8 + 1) };
+    }
+    // Nothing was launched: the output view is still zero.
+    // SAFETY: as above.
+    assert!((0..50).all(|i| unsafe { f.mem.add(4096 + 7 + i).read() } == 0));
+    // The widest value that fits is taken as it is (2^32 - 1 added to each byte: minus one).
+    ok(launch_with(u32_of(u64::from(u32::MAX))));
+    for i in 0..50 {
+        // SAFETY: as above; the launch has returned.
+        assert_eq!(unsafe { f.mem.add(4096 + 7 + i).read() }, i as u8, "byte {i}");
+    }
+    // A later scalar's index is named.
+    let two = [u32_of(1), hexrpc_scalar { kind: HEXRPC_SCALAR_I8, reserved: 0, bits: (-1i64) as u64 }];
+    // SAFETY: arrays valid for their lengths.
+    let st = unsafe { hexrpc_launch(f.library, views.as_ptr(), 2, two.as_ptr(), 2, 0, null_mut()) };
+    assert_eq!(st, hexrpc_status::HEXRPC_ERR_INVALID);
+    assert!(last().contains("scalar 1: bits: 0xffffffffffffffff does not fit i8"), "{}", last());
+    ok(hexrpc_session_close(f.session));
+}

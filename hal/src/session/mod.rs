@@ -77,7 +77,8 @@ pub enum Health {
     /// [`Session::recover`] must run; the error says why.
     NeedsRecovery(HalError),
     /// Recovery spent its budget ([`RecoveryPolicy`](hexrpc_bsp::RecoveryPolicy)); the error is
-    /// the last attempt's. The session is unusable.
+    /// the last attempt's. Calls fail with [`Cause::Failed`] until a further
+    /// [`Session::recover`] (with a fresh budget) succeeds.
     Failed(HalError),
 }
 

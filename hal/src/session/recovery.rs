@@ -61,19 +61,20 @@ impl<S: Syscalls + Clone> Session<S> {
     /// ([`RecoveryPolicy`](hexrpc_bsp::RecoveryPolicy): attempts, delays, total budget; without
     /// `std` there is no clock, and attempts follow each other at once). The session is marked
     /// failed only once the budget is spent; the error then carries the last attempt's cause,
-    /// and [`health`](Session::health) keeps it.
+    /// and [`health`](Session::health) keeps it. Failed is not final: a later `recover()`
+    /// starts again with a fresh budget (a long-running service retries once the DSP is back),
+    /// and calls fail with [`Cause::Failed`] until one succeeds.
     ///
     /// Single flight: a caller that arrives while another thread recovers waits for that
-    /// recovery (a blocking wait) and returns its outcome. Calls in flight on the old channel
+    /// recovery (a blocking wait) and returns its outcome; only a caller that arrives after a
+    /// recovery ended starts another. Calls in flight on the old channel
     /// finish first. Library re-opens need the reverse-RPC listener to serve the new channel
     /// (`hexrpc-runtime`'s `ServedSession` runs one).
     pub fn recover(&self) -> Result<(), HalError> {
         let mut ctl = self.recovery.lock();
         loop {
-            match self.health.load(Ordering::Acquire) {
-                HEALTHY => return Ok(()),
-                FAILED => return Err(ctl.failure.unwrap_or(HalError::new(Stage::Recover, Cause::Failed))),
-                _ => {}
+            if self.health.load(Ordering::Acquire) == HEALTHY {
+                return Ok(());
             }
             if !ctl.running {
                 break;
@@ -94,7 +95,10 @@ impl<S: Syscalls + Clone> Session<S> {
         ctl.round += 1;
         ctl.last = outcome;
         match outcome {
-            Ok(()) => ctl.pending = None,
+            Ok(()) => {
+                ctl.pending = None;
+                ctl.failure = None;
+            }
             Err(e) => {
                 // Under the lock, so that nobody sees `Failed` without its reason.
                 ctl.failure = Some(e);
@@ -144,7 +148,7 @@ impl<S: Syscalls + Clone> Session<S> {
             let spent = clock.elapsed();
             if failed >= policy.attempts.max(1) || spent.saturating_add(delay) >= budget {
                 let e = HalError::new(Stage::Recover, e.cause);
-                log::error!("recovery failed for good after {failed} attempts in {} ms: {e}", spent.as_millis());
+                log::error!("recovery gave up after {failed} attempts in {} ms: {e}", spent.as_millis());
                 return Err(e);
             }
             log::warn!("recovery attempt {failed} failed ({e}); retrying in {} ms", delay.as_millis());

@@ -162,7 +162,7 @@ fn a_second_restart_during_recovery_is_reported_and_leaks_nothing(board: &'stati
         assert!(t0.elapsed() < Duration::from_millis(u64::from(policy.budget_ms) + 500), "bounded: {:?}", t0.elapsed());
         assert_eq!(err.stage, Stage::Recover);
         assert_eq!(err.cause, Cause::Os(hexrpc_scenarios::stack::dsp_down_errno(board)), "{err}");
-        assert_eq!(rig.session().recover().unwrap_err(), err, "failed for good, with the reason kept");
+        assert_eq!(rig.session().recover().unwrap_err(), err, "a further recover() fails too while the DSP is down, with the reason kept");
         assert_eq!(rig.session().health(), hexrpc_hal::Health::Failed(err));
         assert_eq!(launch_add_u8(&lib, &a, &b, 1, None).unwrap_err().cause, Cause::Failed);
         bench.set_dsp_available(true);

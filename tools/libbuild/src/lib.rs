@@ -13,12 +13,13 @@
 //!          (kernel.c = #include "KERNEL.c" + the prototype generated from the signature)
 //! clang-19 --target=hexagon -c -- record.s -o record.o                  (the build record)
 //! ld.lld-19 -shared --hash-style=sysv -z max-page-size=4096 -soname NAME -T link.ld
-//!           -o OUT entry.o kernel0.o record.o
+//!           -o OUT.build/linked.so entry.o kernel0.o record.o
 //! ```
 //!
 //! What is checked, each failure a [`BuildError`] naming the cause:
 //! * before anything runs: the kernel source is a regular file, not a directory; the output is
-//!   not the kernel source itself (same file, however spelled) and not a directory;
+//!   not the kernel source itself (same file, however spelled), and if it exists it is a regular
+//!   file (not a directory, a symbolic link or a device);
 //! * the kernel function exists in the source, is defined there, has one parameter per
 //!   signature parameter, a pointer for every `buf` and exactly the signature's C type for
 //!   every scalar (read from clang's JSON AST dump, a machine-readable format, not the text
@@ -28,6 +29,12 @@
 //!   non-empty section at a 4 KiB-aligned address, `entry` exported, every undefined symbol one
 //!   the DSP provides ([`DSP_PROVIDED_SYMBOLS`]; the others are named), and the build record
 //!   ([`hexrpc_runtime::launch::record`]: signature and ABI version) reads back as written.
+//!
+//! The library is linked inside the work directory and checked there; only a library that passed
+//! every check is put at the output path, atomically: its bytes go to a new file in the output's
+//! directory (created `O_CREAT | O_EXCL | O_NOFOLLOW` under a unique name, synced), which is then
+//! renamed over the output. A failed build leaves nothing at the output path, and a file that
+//! was there before is left as it was.
 //!
 //! Every build runs in a fresh work directory `OUT.build/` (a previous one made by this step,
 //! recognised by its marker file, is removed first; any other directory there is left alone and
@@ -272,6 +279,8 @@ pub enum BuildError {
     OutputIsInput(PathBuf),
     /// The output is a directory.
     OutputIsDirectory(PathBuf),
+    /// The output exists and is not a regular file (a symbolic link, a device, a FIFO).
+    OutputNotRegular(PathBuf),
     /// The work directory exists and was not made by this build step.
     WorkDirInUse(PathBuf),
     /// The kernel function is not defined in the source.
@@ -327,6 +336,9 @@ impl fmt::Display for BuildError {
             BuildError::KernelNotFile(p) => write!(f, "{}: the kernel source is a directory or not a regular file", p.display()),
             BuildError::OutputIsInput(p) => write!(f, "-o {}: the output would overwrite the kernel source", p.display()),
             BuildError::OutputIsDirectory(p) => write!(f, "-o {}: the output is a directory", p.display()),
+            BuildError::OutputNotRegular(p) => {
+                write!(f, "-o {}: the output exists and is not a regular file (a symbolic link or a device); refused", p.display())
+            }
             BuildError::WorkDirInUse(p) => {
                 write!(
                     f,
@@ -456,6 +468,42 @@ fn same_file(a: &Path, b: &Path) -> bool {
         (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
         _ => false,
     }
+}
+
+/// Puts the checked library at `out` atomically: a new file under a unique name in `out`'s
+/// directory (`O_CREAT | O_EXCL | O_NOFOLLOW`: no existing file or link is written through),
+/// written and synced, then renamed over `out`. On any failure the temporary file is removed and
+/// `out` is left as it was (absent, or the previous file).
+fn install_output(out: &Path, bytes: &[u8]) -> Result<(), BuildError> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let name = out.file_name().ok_or_else(|| BuildError::OutputIsDirectory(out.to_path_buf()))?;
+    let dir = out.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let nofollow = rustix::fs::OFlags::NOFOLLOW.bits() as i32;
+    let mut attempt = 0u32;
+    let (tmp, mut file) = loop {
+        let mut tmp_name = OsString::from(".");
+        tmp_name.push(name);
+        tmp_name.push(format!(".{}.{attempt}.tmp", std::process::id()));
+        let tmp = dir.join(tmp_name);
+        match std::fs::OpenOptions::new().write(true).create_new(true).mode(0o755).custom_flags(nofollow).open(&tmp) {
+            Ok(f) => break (tmp, f),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && attempt < 64 => attempt += 1,
+            Err(error) => return Err(BuildError::Io { path: tmp, error }),
+        }
+    };
+    let r = file.write_all(bytes).and_then(|()| file.sync_all()).map_err(io_err(&tmp)).and_then(|()| {
+        // Checked again just before the rename: a link or node put at `out` meanwhile is refused
+        // (rename would replace the link itself, never follow it, but it is not ours to replace).
+        if std::fs::symlink_metadata(out).is_ok_and(|m| !m.is_file()) {
+            return Err(BuildError::OutputNotRegular(out.to_path_buf()));
+        }
+        std::fs::rename(&tmp, out).map_err(io_err(out))
+    });
+    if r.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    r
 }
 
 /// Makes a fresh work directory: a previous one of ours (with the marker) is removed first.
@@ -609,8 +657,11 @@ fn build_kernels(kernels: &[KernelSpec<'_>], out: &Path, opts: &BuildOptions, ta
             return Err(BuildError::OutputIsInput(out.to_path_buf()));
         }
     }
-    if std::fs::metadata(out).is_ok_and(|m| m.is_dir()) {
+    if std::fs::metadata(out).is_ok_and(|m| m.is_dir()) || out.file_name().is_none() {
         return Err(BuildError::OutputIsDirectory(out.to_path_buf()));
+    }
+    if std::fs::symlink_metadata(out).is_ok_and(|m| !m.is_file()) {
+        return Err(BuildError::OutputNotRegular(out.to_path_buf()));
     }
     let work = match &opts.work_dir {
         Some(w) => w.clone(),
@@ -702,6 +753,8 @@ fn build_kernels(kernels: &[KernelSpec<'_>], out: &Path, opts: &BuildOptions, ta
     run(&opts.clang, &["--target=hexagon".into(), "-o".into(), operand(&record_obj), "-c".into(), "--".into(), operand(&record_source)])?;
 
     let soname = out.file_name().map(OsString::from).unwrap_or_else(|| OsString::from("lib.so"));
+    // Linked and checked in the work directory; put at `out` only once every check passed.
+    let linked = work.join("linked.so");
     let mut link_args: Vec<OsString> = std::vec![
         "-shared".into(),
         "--hash-style=sysv".into(),
@@ -712,14 +765,14 @@ fn build_kernels(kernels: &[KernelSpec<'_>], out: &Path, opts: &BuildOptions, ta
         "-T".into(),
         operand(&linker_script),
         "-o".into(),
-        operand(out),
+        operand(&linked),
         operand(&entry_obj),
     ];
     link_args.extend(objects.iter().map(|o| operand(o)));
     link_args.push(operand(&record_obj));
     run(&opts.lld, &link_args)?;
 
-    let bytes = std::fs::read(out).map_err(io_err(out))?;
+    let bytes = std::fs::read(&linked).map_err(io_err(&linked))?;
     let elf = parse_elf(&bytes).map_err(BuildError::Elf)?;
     check_library(&elf)?;
     // The record must read back as written.
@@ -730,6 +783,7 @@ fn build_kernels(kernels: &[KernelSpec<'_>], out: &Path, opts: &BuildOptions, ta
     if !back_ok {
         return Err(BuildError::Record(RecordError::Mismatch));
     }
+    install_output(out, &bytes)?;
     Ok(BuildReport {
         library: out.to_path_buf(),
         kernel_name: first.name.clone(),
@@ -777,6 +831,28 @@ mod tests {
             assert!(s.contains(&format!("  {name} : ALIGN(4096) {{")), "{name} in\n{s}");
         }
         assert!(s.contains(".bss : ALIGN(4096) { *(.bss .bss.* .sbss .sbss.*) *(COMMON) }"), "{s}");
+    }
+
+    #[test]
+    fn the_output_is_replaced_atomically_and_never_through_a_link() {
+        let d = std::env::temp_dir().join(format!("hexrpc-libbuild-install-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        let out = d.join("lib.so");
+        install_output(&out, b"one").unwrap();
+        install_output(&out, b"two").unwrap();
+        assert_eq!(std::fs::read(&out).unwrap(), b"two");
+        let victim = d.join("victim");
+        std::fs::write(&victim, b"keep").unwrap();
+        let link = d.join("link.so");
+        std::os::unix::fs::symlink(&victim, &link).unwrap();
+        assert!(matches!(install_output(&link, b"x"), Err(BuildError::OutputNotRegular(_))));
+        assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
+        assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink(), "the link itself is left alone");
+        let mut left: Vec<String> = std::fs::read_dir(&d).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        left.sort();
+        assert_eq!(left, ["lib.so", "link.so", "victim"], "no temporary file left behind");
+        let _ = std::fs::remove_dir_all(&d);
     }
 
     #[test]
