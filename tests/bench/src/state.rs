@@ -377,6 +377,11 @@ impl State {
     pub fn kill_process(&mut self, pid: u64) {
         let Some(p) = self.procs.get_mut(&pid) else { return };
         p.alive = false;
+        // The shell ends with its process, even while a call of it still runs (that call's
+        // worker holds a reference and would otherwise keep it alive until its deadline).
+        if let Some(shell) = p.shell.take() {
+            shell.kill();
+        }
         p.libs.clear();
         p.hap.clear();
         p.queue.clear();

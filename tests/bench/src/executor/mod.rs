@@ -75,11 +75,12 @@
 //! Callers print the reason and skip.
 
 pub mod build;
+pub mod confine;
 pub mod process;
 pub mod reference;
 pub mod wire;
 
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 use std::sync::Arc;
 
 use hexrpc_drivers::aee;
@@ -221,7 +222,7 @@ pub(crate) fn invoke(sh: &Shared, job: &Job, library: &str, exec: &ExecProcess, 
         let pv = rec.buf().pv;
         bufs.push(job.copies.iter().find(|c| c.0 == pv).map_or(&[][..], |c| &c.1[..]));
     }
-    let me = std::process::id();
+    let mut files = Vec::new();
     let handles: Vec<wire::HandleArg> = job
         .wire
         .iter()
@@ -229,11 +230,14 @@ pub(crate) fn invoke(sh: &Shared, job: &Job, library: &str, exec: &ExecProcess, 
         .map(|rec| {
             let d = rec.dma();
             let found = job.handles.iter().find(|h| h.fd == d.fd);
+            if let Some(h) = found {
+                files.push(h.memfd.as_fd());
+            }
             wire::HandleArg {
                 fd: d.fd,
                 offset: d.offset,
                 size: found.map_or(0, |h| u32::try_from(h.len).unwrap_or(u32::MAX)),
-                path: found.map_or(String::new(), |h| format!("/proc/{me}/fd/{}", h.memfd.as_raw_fd())),
+                passed: found.is_some(),
             }
         })
         .collect();
@@ -241,7 +245,7 @@ pub(crate) fn invoke(sh: &Shared, job: &Job, library: &str, exec: &ExecProcess, 
     // A library's fopen goes to the host's reverse file service through the listener, as a real
     // DSP's C library sends it.
     let mut fopen = |path: &[u8], mode: &[u8]| crate::dsp::library_fopen(sh, job, path, mode);
-    let resp = match exec.invoke(lib, job.sc, job.handle, &bufs, &handles, sh.cfg.executor_timeout, &mut fopen) {
+    let resp = match exec.invoke(lib, job.sc, job.handle, &bufs, &handles, &files, sh.cfg.executor_timeout, &mut fopen) {
         Ok(r) => r,
         Err(ExecFailure::TooLarge) => return fail(aee::AEE_ENOMEMORY),
         Err(e) => {
