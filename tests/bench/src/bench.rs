@@ -1195,6 +1195,12 @@ pub(crate) fn release_file<'a>(sh: &'a Shared, mut st: MutexGuard<'a, State>, fi
             _ => Some(start),
         };
         let pids: Vec<u64> = target.into_iter().chain(own).collect();
+        // The process is being torn down: no caller can take an answer from its executor shell
+        // any more (a call still running there was abandoned), so the shell ends now instead
+        // of holding the release until the executor timeout.
+        if let Some(shell) = target.and_then(|t| st.procs.get(&t)).and_then(|p| p.shell.clone()) {
+            shell.kill();
+        }
         loop {
             let answered = match hold_until {
                 Some(t) => Instant::now() >= t,

@@ -21,8 +21,9 @@
 //!   text, which the HAL turns into a typed error. Closing the library unloads it in the shell.
 //! * Each invoke on that library's handle is sent to the shell ([`wire`]): the in/out buffer
 //!   copies the kernel driver made, and for every handle argument the fd number plus
-//!   `/proc/<bench pid>/fd/<memfd>`, which the shell opens and `mmap2`s `MAP_SHARED`, so the
-//!   kernel reads and writes the bench's memfds, the very bytes the host's ION mappings show.
+//!   the buffer's memfd itself (passed over the shell's stdin socket), which the shell
+//!   `mmap2`s `MAP_SHARED`, so the kernel reads and writes the bench's memfds, the very bytes
+//!   the host's ION mappings show.
 //!   The shell builds the 32-bit remote_arg view, calls the library's `entry(handle, sc, pra)`
 //!   and answers with the return value, the out-buffers and its HAP events, which go into the
 //!   bench ledger.
@@ -30,8 +31,10 @@
 //!   protocol break or a hang (bounded by
 //!   [`BenchConfig::executor_timeout`](crate::BenchConfig::executor_timeout); the process is
 //!   killed) is a **DSP restart**: the call in flight returns +104 / `ECONNRESET` and the HAL
-//!   session needs `recover()`, as after a real DSP subsystem restart. A non-zero return of the
-//!   entry is returned as the AEE code, as on a device.
+//!   session needs `recover()`, as after a real DSP subsystem restart. A shell the bench ends
+//!   itself because its DSP process is torn down (a release, a restart: [`ExecProcess::kill`])
+//!   is no restart of its own. A non-zero return of the entry is returned as the AEE code, as on
+//!   a device.
 //! * [`reference`](mod@reference) holds the Rust references of the kernel suite and the
 //!   comparison rules; the workloads that run through the whole stack (the model network, the
 //!   suite against the references) live in hexrpc-scenarios.
@@ -175,6 +178,7 @@ pub(crate) fn load_library(
             aee::AEE_EBADSIZE,
             format!("{name}: {} bytes or the symbol name exceed the DSP shell's limits ({} bytes)", image.len(), wire::MAX_IMAGE),
         )),
+        Err(e) if shell.was_killed() => Err((aee::AEE_EBADSTATE, format!("{name}: the process ended during the load ({e})"))),
         Err(e) => {
             log::warn!("bench DSP shell while loading {name}: {e}; the DSP restarts");
             restart(sh);
@@ -189,6 +193,7 @@ pub(crate) fn close_library(sh: &Shared, name: &str, shell: &ExecProcess, lib: u
     match shell.close(lib, sh.cfg.executor_timeout) {
         Ok(a) if a.status == 0 => {}
         Ok(a) => log::warn!("bench DSP shell refused to close {name}: {} {}", a.status, a.text),
+        Err(_) if shell.was_killed() => {}
         Err(e) => {
             log::warn!("bench DSP shell while closing {name}: {e}; the DSP restarts");
             restart(sh);
@@ -248,6 +253,8 @@ pub(crate) fn invoke(sh: &Shared, job: &Job, library: &str, exec: &ExecProcess, 
     let resp = match exec.invoke(lib, job.sc, job.handle, &bufs, &handles, &files, sh.cfg.executor_timeout, &mut fopen) {
         Ok(r) => r,
         Err(ExecFailure::TooLarge) => return fail(aee::AEE_ENOMEMORY),
+        // Its process was torn down under it (a release, a restart): no DSP crash of its own.
+        Err(_) if exec.was_killed() => return fail(aee::AEE_EBADSTATE),
         Err(e) => {
             log::warn!("bench executor for {library}: {e}; the DSP restarts");
             restart(sh);

@@ -105,6 +105,7 @@ pub struct ExecProcess {
     pidfd: Option<OwnedFd>,
     key: u64,
     seq: AtomicU32,
+    killed: std::sync::atomic::AtomicBool,
     io: Mutex<Option<Io>>,
     stderr: Arc<Mutex<String>>,
     stats: Mutex<ExecStats>,
@@ -334,6 +335,7 @@ impl ExecProcess {
             pidfd,
             key: random_key(),
             seq: AtomicU32::new(0),
+            killed: std::sync::atomic::AtomicBool::new(false),
             io: Mutex::new(Some(Io { child, stdin, rx })),
             stderr,
             stats: Mutex::new(ExecStats::default()),
@@ -343,6 +345,7 @@ impl ExecProcess {
     /// Ends the shell now (SIGKILL through its pidfd), even while a call is in flight: that
     /// call's wait then ends as a death. Harmless once the shell has ended.
     pub fn kill(&self) {
+        self.killed.store(true, Ordering::SeqCst);
         match &self.pidfd {
             Some(fd) => {
                 let _ = rustix::process::pidfd_send_signal(fd, rustix::process::Signal::KILL);
@@ -357,6 +360,12 @@ impl ExecProcess {
                 }
             }
         }
+    }
+
+    /// Whether [`kill`](Self::kill) ended (or is ending) the shell: a call that fails then
+    /// failed because its process was torn down, not because the DSP crashed.
+    pub fn was_killed(&self) -> bool {
+        self.killed.load(Ordering::SeqCst)
     }
 
     /// The tag of the next request.
