@@ -289,14 +289,23 @@ impl Bench {
         self.lock().munmap_log.clone()
     }
 
-    /// The HAP ledger.
+    /// The HAP ledger: its first [`LOG_CAPACITY`](crate::LOG_CAPACITY) entries since the last
+    /// clear (later ones are counted in [`Bench::log_overflow`], mismatches among them still in
+    /// [`Bench::ledger_mismatches`]).
     pub fn ledger(&self) -> Vec<LedgerEntry> {
         self.lock().ledger.clone()
     }
 
     /// Ledger entries that show a broken contract.
     pub fn ledger_mismatches(&self) -> usize {
-        self.lock().ledger.iter().filter(|e| e.event.is_mismatch()).count()
+        self.lock().ledger_mismatches
+    }
+
+    /// Ledger entries and latency samples not kept since the last clear because their log was
+    /// full (the logs are bounded so that a long run's memory does not grow per launch).
+    pub fn log_overflow(&self) -> (u64, u64) {
+        let st = self.lock();
+        (st.ledger_dropped, st.latencies_dropped)
     }
 
     /// Empties every log the bench keeps for inspection (ledger, latencies, open, reverse and
@@ -305,7 +314,10 @@ impl Bench {
     pub fn clear_logs(&self) {
         let mut st = self.lock();
         st.ledger.clear();
+        st.ledger_mismatches = 0;
+        st.ledger_dropped = 0;
         st.latencies.clear();
+        st.latencies_dropped = 0;
         st.open_log.clear();
         st.reverse_log.clear();
         st.munmap_log.clear();
@@ -320,7 +332,10 @@ impl Bench {
 
     /// Empties the ledger.
     pub fn clear_ledger(&self) {
-        self.lock().ledger.clear();
+        let mut st = self.lock();
+        st.ledger.clear();
+        st.ledger_mismatches = 0;
+        st.ledger_dropped = 0;
     }
 
     /// Every reverse request the DSP sent, with the host's result.
@@ -328,7 +343,8 @@ impl Bench {
         self.lock().reverse_log.clone()
     }
 
-    /// Simulated latency samples (one per ioctl).
+    /// Simulated latency samples (one per ioctl; the first [`LOG_CAPACITY`](crate::LOG_CAPACITY)
+    /// since the last clear).
     pub fn latencies(&self) -> Vec<LatencySample> {
         self.lock().latencies.clone()
     }
@@ -562,7 +578,7 @@ impl Bench {
     fn finish_cost(&self, kind: CallKind) {
         let (bytes, sim) = rpc::COPIED.with(|c| c.replace((0, Duration::ZERO)));
         let cost = self.sh.cfg.cost.cost(bytes).saturating_add(sim);
-        self.lock().latencies.push(LatencySample { kind, simulated: cost });
+        self.lock().record_latency(LatencySample { kind, simulated: cost });
         if self.sh.cfg.cost.sleep && !cost.is_zero() {
             std::thread::sleep(cost);
         }

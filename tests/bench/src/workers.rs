@@ -1,16 +1,21 @@
 //! The simulated DSP's worker threads: every invoke runs on one of them (named `bench-dsp`).
 //!
 //! A worker that finishes a job waits for the next one instead of ending, so a steady load runs
-//! on a constant set of threads (the soak checks the process's thread count after its warm-up).
-//! A job may block for long (a hung kernel, a reverse call waiting for the listener), so there is
-//! no fixed size: when every worker is busy a new one starts. Workers never end; their number is
-//! the highest concurrency the process has seen. They also outlive every bench, which matters to
-//! the executor: a DSP shell is started from the thread that loads its first library, and the
-//! shells' parent-death signal is tied to the thread that spawned them
-//! ([`executor::process`](crate::executor::process) spawns from its own long-lived thread anyway).
+//! on a constant set of threads: a launch costs no thread (the soak checks how many threads
+//! started and that the process's thread count is back after the run). A job may block for long
+//! (a hung kernel, a reverse call waiting for the listener, which itself needs a worker for its
+//! next call), so there is no fixed size: when every worker is busy a new one starts. A worker
+//! idle for [`KEEP_ALIVE`] ends, so a burst does not leave its threads behind. (DSP shells are
+//! not tied to these threads: the executor forks them from its own long-lived thread, see
+//! [`executor::process`](crate::executor::process).)
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, OnceLock};
+use std::time::Duration;
+
+/// How long an idle worker waits for a job before it ends.
+pub const KEEP_ALIVE: Duration = Duration::from_secs(1);
 
 type Task = Box<dyn FnOnce() + Send + 'static>;
 
@@ -40,8 +45,13 @@ fn worker(pool: &'static Pool) {
                     break t;
                 }
                 q.idle += 1;
-                q = pool.cv.wait(q).unwrap_or_else(|e| e.into_inner());
+                let (guard, waited) = pool.cv.wait_timeout(q, KEEP_ALIVE).unwrap_or_else(|e| e.into_inner());
+                q = guard;
                 q.idle -= 1;
+                if waited.timed_out() && q.tasks.is_empty() {
+                    LIVE.fetch_sub(1, Ordering::Relaxed);
+                    return;
+                }
             }
         };
         task();
@@ -62,7 +72,8 @@ pub(crate) fn run(job: impl FnOnce() + Send + 'static) -> std::io::Result<()> {
     // whether it started, so on failure the task at the back is still ours.
     match std::thread::Builder::new().name("bench-dsp".into()).spawn(move || worker(pool)) {
         Ok(_) => {
-            COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            STARTED.fetch_add(1, Ordering::Relaxed);
+            LIVE.fetch_add(1, Ordering::Relaxed);
             Ok(())
         }
         Err(e) => {
@@ -72,9 +83,15 @@ pub(crate) fn run(job: impl FnOnce() + Send + 'static) -> std::io::Result<()> {
     }
 }
 
-/// How many workers exist (busy or idle).
-pub fn count() -> usize {
-    COUNT.load(std::sync::atomic::Ordering::Relaxed)
+/// How many workers exist now (busy or idle).
+pub fn live() -> usize {
+    LIVE.load(Ordering::Relaxed)
 }
 
-static COUNT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+/// How many workers this process has started in all.
+pub fn started() -> usize {
+    STARTED.load(Ordering::Relaxed)
+}
+
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+static STARTED: AtomicUsize = AtomicUsize::new(0);

@@ -272,7 +272,7 @@ pub(crate) fn invoke(sh: &Shared, job: &Job, library: &str, exec: &ExecProcess, 
         for e in &resp.events {
             let wire::HapEvent::Ledger(event) = e else { continue };
             let event = event.clone();
-            st.ledger.push(LedgerEntry { pid: job.pid, library: library.to_string(), event });
+            st.record_ledger(LedgerEntry { pid: job.pid, library: library.to_string(), event });
         }
     }
     let fdlist = crate::dsp::fdlist(sh, job, resp.retval);
