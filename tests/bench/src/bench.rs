@@ -289,9 +289,8 @@ impl Bench {
         self.lock().munmap_log.clone()
     }
 
-    /// The HAP ledger: its first [`LOG_CAPACITY`](crate::LOG_CAPACITY) entries since the last
-    /// clear (later ones are counted in [`Bench::log_overflow`], mismatches among them still in
-    /// [`Bench::ledger_mismatches`]).
+    /// The HAP ledger (since the last clear, at most
+    /// [`BenchConfig::log_capacity`](crate::BenchConfig::log_capacity) entries).
     pub fn ledger(&self) -> Vec<LedgerEntry> {
         self.lock().ledger.clone()
     }
@@ -343,8 +342,8 @@ impl Bench {
         self.lock().reverse_log.clone()
     }
 
-    /// Simulated latency samples (one per ioctl; the first [`LOG_CAPACITY`](crate::LOG_CAPACITY)
-    /// since the last clear).
+    /// Simulated latency samples (one per ioctl; since the last clear, at most
+    /// [`BenchConfig::log_capacity`](crate::BenchConfig::log_capacity)).
     pub fn latencies(&self) -> Vec<LatencySample> {
         self.lock().latencies.clone()
     }
@@ -578,7 +577,7 @@ impl Bench {
     fn finish_cost(&self, kind: CallKind) {
         let (bytes, sim) = rpc::COPIED.with(|c| c.replace((0, Duration::ZERO)));
         let cost = self.sh.cfg.cost.cost(bytes).saturating_add(sim);
-        self.lock().record_latency(LatencySample { kind, simulated: cost });
+        self.lock().record_latency(LatencySample { kind, simulated: cost }, self.sh.cfg.log_capacity);
         if self.sh.cfg.cost.sleep && !cost.is_zero() {
             std::thread::sleep(cost);
         }

@@ -139,10 +139,6 @@ pub mod user;
 pub mod wire;
 pub mod workers;
 
-/// Most entries the bench keeps in its per-launch logs (HAP ledger, latency samples) between
-/// clears: a launch adds a few, so without a bound a long run's memory would grow per launch.
-pub const LOG_CAPACITY: usize = 8192;
-
 pub use account::{
     CallCounts, CallKind, DspCallKind, Fault, FaultTarget, LatencySample, LatencySummary, LedgerEntry, LedgerEvent, MunmapRecord,
     OpenRecord, ReverseRecord, Snapshot,

@@ -378,22 +378,23 @@ impl State {
 
     /// Kills a DSP process: its libraries, HAP mappings and reverse requests go away, and every
     /// DSP job waiting for it wakes up.
-    /// Records a HAP ledger entry (kept while the ledger holds fewer than
-    /// [`LOG_CAPACITY`](crate::LOG_CAPACITY) entries; a mismatch is counted either way).
-    pub fn record_ledger(&mut self, e: LedgerEntry) {
+    /// Records a HAP ledger entry (kept while the ledger holds fewer than `capacity` entries,
+    /// [`BenchConfig::log_capacity`](crate::BenchConfig::log_capacity); a mismatch is counted
+    /// either way).
+    pub fn record_ledger(&mut self, e: LedgerEntry, capacity: usize) {
         if e.event.is_mismatch() {
             self.ledger_mismatches += 1;
         }
-        if self.ledger.len() < crate::LOG_CAPACITY {
+        if self.ledger.len() < capacity {
             self.ledger.push(e);
         } else {
             self.ledger_dropped += 1;
         }
     }
 
-    /// Records a latency sample (kept while fewer than [`LOG_CAPACITY`](crate::LOG_CAPACITY)).
-    pub fn record_latency(&mut self, l: LatencySample) {
-        if self.latencies.len() < crate::LOG_CAPACITY {
+    /// Records a latency sample (kept while fewer than `capacity`).
+    pub fn record_latency(&mut self, l: LatencySample, capacity: usize) {
+        if self.latencies.len() < capacity {
             self.latencies.push(l);
         } else {
             self.latencies_dropped += 1;

@@ -35,6 +35,9 @@
 //!   itself because its DSP process is torn down (a release, a restart: [`ExecProcess::kill`])
 //!   is no restart of its own. A non-zero return of the entry is returned as the AEE code, as on
 //!   a device.
+//! * The shell runs untrusted code and is confined ([`confine`]: Landlock, no host writes, no
+//!   TCP); on a kernel without Landlock it is not started unless `HEXRPC_EXEC_UNCONFINED=1`.
+//!   It ends with its DSP process and with the bench's process ([`process`]).
 //! * [`reference`](mod@reference) holds the Rust references of the kernel suite and the
 //!   comparison rules; the workloads that run through the whole stack (the model network, the
 //!   suite against the references) live in hexrpc-scenarios.
@@ -46,7 +49,7 @@
 //!   no VTCM, no L2/cache behaviour and no prefetch. Nothing measured here is DSP time: latency
 //!   figures are the bench's *simulated* crossing cost, or host wall time of an emulated run, and
 //!   are labelled so.
-//! * Memory is shared through `/proc/<pid>/fd/<n>` and host `mmap`: there is no SMMU, no cache
+//! * Memory is shared through the memfds passed to the shell and host `mmap`: there is no SMMU, no cache
 //!   maintenance is needed or checked. qemu-hexagon emulates 64 KiB pages (a cDSP maps 4 KiB
 //!   pages), so each `HAP_mmap` is rounded up to 64 KiB and followed by a 64 KiB `PROT_NONE`
 //!   guard: running past the rounded mapping faults deterministically (a DSP restart), while an
@@ -60,7 +63,7 @@
 //!   resolves the fds of the current invoke's handle arguments. The shell's exports are listed
 //!   in `hrx_dsp.c` (`hrx_exports`); a real `fastrpc_shell` exports far more, so a library that
 //!   imports something else is refused here by name although a device might load it.
-//! * A library's `fopen` (issue 13) goes up the pipe during the invoke; the bench sends apps_std
+//! * A library's `fopen` goes up the shell's stdout during the invoke; the bench sends apps_std
 //!   `fopen_with_env` through the session's listener exactly as a DSP's C library does, then
 //!   `fclose`s the FILE at once and answers opened / refused: the shell has no `fread`, so a
 //!   library learns only whether the host's file service allowed the path (enough for the
@@ -272,7 +275,7 @@ pub(crate) fn invoke(sh: &Shared, job: &Job, library: &str, exec: &ExecProcess, 
         for e in &resp.events {
             let wire::HapEvent::Ledger(event) = e else { continue };
             let event = event.clone();
-            st.record_ledger(LedgerEntry { pid: job.pid, library: library.to_string(), event });
+            st.record_ledger(LedgerEntry { pid: job.pid, library: library.to_string(), event }, sh.cfg.log_capacity);
         }
     }
     let fdlist = crate::dsp::fdlist(sh, job, resp.retval);

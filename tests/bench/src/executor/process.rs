@@ -1,5 +1,6 @@
 //! One executor: a qemu-hexagon process running the DSP shell built by [`build`](super::build)
-//! (one per simulated DSP process), spoken to over its stdin/stdout pipes ([`super::wire`]):
+//! (one per simulated DSP process), spoken to over its stdin (a UNIX socket, so buffers' memfds
+//! can travel with a request) and stdout (a pipe) ([`super::wire`]):
 //! it loads libraries, invokes their entries and unloads them.
 //!
 //! A reader thread turns the shell's stdout into messages on a channel, so every wait has a

@@ -1,4 +1,4 @@
-//! The pipe protocol between the bench and the DSP-side runtime (`tests/hexagon/runtime/hrx_dsp.c`).
+//! The stream protocol between the bench and the DSP-side runtime (`tests/hexagon/runtime/hrx_dsp.c`).
 //!
 //! Every word is a little-endian `u32` (Hexagon and the hosts we run on are little-endian).
 //!
