@@ -1156,3 +1156,71 @@ fn run_and_capture_refuse_aliased_outputs_duplicate_keys_and_unusable_directorie
     assert_eq!(std::fs::read_dir(&empty).unwrap().count(), 0, "nothing was written through the link");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A kernel that makes Hexagon Linux-user system calls itself (`trap0`): qemu-hexagon would serve
+/// them on the host.
+const TRAP0_KERNELS: &str = "static long sys(long n, long a, long b, long c, long d) {\n\
+  register long r0 __asm__(\"r0\") = a;\n\
+  register long r1 __asm__(\"r1\") = b;\n\
+  register long r2 __asm__(\"r2\") = c;\n\
+  register long r3 __asm__(\"r3\") = d;\n\
+  register long r6 __asm__(\"r6\") = n;\n\
+  __asm__ volatile(\"trap0(#1)\" : \"+r\"(r0) : \"r\"(r1), \"r\"(r2), \"r\"(r3), \"r\"(r6) : \"memory\");\n\
+  return r0;\n\
+}\n\
+void escape(unsigned char *io, unsigned int mode) {\n\
+  long fd = sys(56, -100, (long)io, mode == 0 ? (01 | 0100 | 01000) : 01, 0644);\n\
+  if (fd >= 0) { sys(64, fd, (long)\"escaped\", 7, 0); sys(57, fd, 0, 0, 0); }\n\
+  sys(35, -100, (long)io + 256, 0, 0);\n\
+}\n\
+void forge(unsigned char *io, unsigned int mode) {\n\
+  static const unsigned int fake[7] = {0x53525848u, 0x5eed5eedu, 0, 0, 0, 0, 0};\n\
+  io[0] = 1;\n\
+  if (mode != 0) sys(64, 1, (long)fake, sizeof fake, 0);\n\
+}\n";
+
+/// `hexrpc run --bench` is not a way out of the emulator: a library that creates, writes and
+/// unlinks host files through qemu-hexagon's system calls changes nothing on the host, and a
+/// library that forges the shell's answer on its stdout makes the run fail (the DSP restarted)
+/// instead of reporting made-up outputs and times.
+#[test]
+fn run_on_the_bench_confines_the_library_and_refuses_forged_answers() {
+    if let Err(e) = hexrpc_bench::executor::tools_available() {
+        println!("SKIPPED: {e}");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("hexrpc-cli-confine-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = dir.join("hostile.c");
+    std::fs::write(&src, TRAP0_KERNELS).unwrap();
+    let (created, victim) = (dir.join("created"), dir.join("victim"));
+    std::fs::write(&victim, b"keep").unwrap();
+    let mut io = vec![0u8; 512];
+    io[..created.to_str().unwrap().len()].copy_from_slice(created.to_str().unwrap().as_bytes());
+    io[256..256 + victim.to_str().unwrap().len()].copy_from_slice(victim.to_str().unwrap().as_bytes());
+    let io_file = dir.join("io.bin");
+    std::fs::write(&io_file, &io).unwrap();
+    let arg_io = format!("in={}", io_file.display());
+    for kernel in ["escape", "forge"] {
+        let lib = dir.join(format!("{kernel}.so"));
+        let built =
+            hexrpc(&["build-lib", src.to_str().unwrap(), "--kernel", kernel, "--signature", "buf,u32", "-o", lib.to_str().unwrap()]);
+        assert!(built.status.success(), "build-lib {kernel}: {}", stderr_of(&built));
+    }
+    let escape = dir.join("escape.so");
+    let out = hexrpc(&["run", escape.to_str().unwrap(), "--signature", "buf,u32", "--bench", "--arg", &arg_io, "--arg", "0"]);
+    assert!(!created.exists(), "the library created a host file (run: {:?}, {})", out.status, stderr_of(&out));
+    assert_eq!(std::fs::read(&victim).unwrap(), b"keep", "the library changed or removed a host file");
+    let out = hexrpc(&["run", escape.to_str().unwrap(), "--signature", "buf,u32", "--bench", "--arg", &arg_io, "--arg", "1"]);
+    assert!(!created.exists());
+    assert_eq!(std::fs::read(&victim).unwrap(), b"keep", "{}", stderr_of(&out));
+
+    let forge = dir.join("forge.so");
+    let honest = hexrpc(&["run", forge.to_str().unwrap(), "--signature", "buf,u32", "--bench", "--arg", &arg_io, "--arg", "0"]);
+    assert_eq!(honest.status.code(), Some(0), "{}", stderr_of(&honest));
+    let forged = hexrpc(&["run", forge.to_str().unwrap(), "--signature", "buf,u32", "--bench", "--arg", &arg_io, "--arg", "1"]);
+    assert_eq!(forged.status.code(), Some(1), "a forged answer must fail the run: {}", String::from_utf8_lossy(&forged.stdout));
+    assert!(stderr_of(&forged).contains("DSP"), "{}", stderr_of(&forged));
+    let _ = std::fs::remove_dir_all(&dir);
+}

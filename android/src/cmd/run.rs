@@ -355,6 +355,10 @@ fn launch<S: Syscalls + Clone + Send + Sync + 'static>(
             (r, t0.elapsed())
         };
         r.map_err(|e| refused(format!("launch {} of {}: {e}", n + 1, plan.repeat)))?;
+        // A launch that "succeeded" on a DSP that restarted under it proves nothing.
+        if !session.is_healthy() {
+            return Err(refused(format!("launch {} of {}: the DSP restarted during the run; no result is reported", n + 1, plan.repeat)));
+        }
         m.round_trip.push(rt);
         m.dsp_us.push(packed.dsp_micros());
     }

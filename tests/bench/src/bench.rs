@@ -289,14 +289,22 @@ impl Bench {
         self.lock().munmap_log.clone()
     }
 
-    /// The HAP ledger.
+    /// The HAP ledger (since the last clear, at most
+    /// [`BenchConfig::log_capacity`](crate::BenchConfig::log_capacity) entries).
     pub fn ledger(&self) -> Vec<LedgerEntry> {
         self.lock().ledger.clone()
     }
 
     /// Ledger entries that show a broken contract.
     pub fn ledger_mismatches(&self) -> usize {
-        self.lock().ledger.iter().filter(|e| e.event.is_mismatch()).count()
+        self.lock().ledger_mismatches
+    }
+
+    /// Ledger entries and latency samples not kept since the last clear because their log was
+    /// full (the logs are bounded so that a long run's memory does not grow per launch).
+    pub fn log_overflow(&self) -> (u64, u64) {
+        let st = self.lock();
+        (st.ledger_dropped, st.latencies_dropped)
     }
 
     /// Empties every log the bench keeps for inspection (ledger, latencies, open, reverse and
@@ -305,7 +313,10 @@ impl Bench {
     pub fn clear_logs(&self) {
         let mut st = self.lock();
         st.ledger.clear();
+        st.ledger_mismatches = 0;
+        st.ledger_dropped = 0;
         st.latencies.clear();
+        st.latencies_dropped = 0;
         st.open_log.clear();
         st.reverse_log.clear();
         st.munmap_log.clear();
@@ -320,7 +331,10 @@ impl Bench {
 
     /// Empties the ledger.
     pub fn clear_ledger(&self) {
-        self.lock().ledger.clear();
+        let mut st = self.lock();
+        st.ledger.clear();
+        st.ledger_mismatches = 0;
+        st.ledger_dropped = 0;
     }
 
     /// Every reverse request the DSP sent, with the host's result.
@@ -328,7 +342,8 @@ impl Bench {
         self.lock().reverse_log.clone()
     }
 
-    /// Simulated latency samples (one per ioctl).
+    /// Simulated latency samples (one per ioctl; since the last clear, at most
+    /// [`BenchConfig::log_capacity`](crate::BenchConfig::log_capacity)).
     pub fn latencies(&self) -> Vec<LatencySample> {
         self.lock().latencies.clone()
     }
@@ -562,7 +577,7 @@ impl Bench {
     fn finish_cost(&self, kind: CallKind) {
         let (bytes, sim) = rpc::COPIED.with(|c| c.replace((0, Duration::ZERO)));
         let cost = self.sh.cfg.cost.cost(bytes).saturating_add(sim);
-        self.lock().latencies.push(LatencySample { kind, simulated: cost });
+        self.lock().record_latency(LatencySample { kind, simulated: cost }, self.sh.cfg.log_capacity);
         if self.sh.cfg.cost.sleep && !cost.is_zero() {
             std::thread::sleep(cost);
         }
@@ -1195,6 +1210,12 @@ pub(crate) fn release_file<'a>(sh: &'a Shared, mut st: MutexGuard<'a, State>, fi
             _ => Some(start),
         };
         let pids: Vec<u64> = target.into_iter().chain(own).collect();
+        // The process is being torn down: no caller can take an answer from its executor shell
+        // any more (a call still running there was abandoned), so the shell ends now instead
+        // of holding the release until the executor timeout.
+        if let Some(shell) = target.and_then(|t| st.procs.get(&t)).and_then(|p| p.shell.clone()) {
+            shell.kill();
+        }
         loop {
             let answered = match hold_until {
                 Some(t) => Instant::now() >= t,

@@ -57,6 +57,12 @@ pub struct BenchConfig {
     /// load or close a library (constructors included) or to answer one invoke; past it the
     /// process is killed and the DSP restarts.
     pub executor_timeout: Duration,
+    /// Most entries kept in each per-launch log (HAP ledger, latency samples) between clears;
+    /// later ones are only counted ([`Bench::log_overflow`](crate::Bench::log_overflow)), HAP
+    /// mismatches among them still in
+    /// [`Bench::ledger_mismatches`](crate::Bench::ledger_mismatches). Unbounded by default (a
+    /// test reads its whole log); a long run bounds it so its memory does not grow per launch.
+    pub log_capacity: usize,
 }
 
 impl BenchConfig {
@@ -87,6 +93,7 @@ impl Default for BenchConfig {
             executor_timeout: Duration::from_secs(10),
             kernel_call_timeout: Duration::from_secs(hexrpc_drivers::upstream::KERNEL_CALL_TIMEOUT_S as u64),
             upstream_secure_channel: true,
+            log_capacity: usize::MAX,
         }
     }
 }

@@ -489,7 +489,7 @@ impl EntryEnv<'_> {
         }
         let mut st = self.sh.lock();
         for e in self.events.drain(..) {
-            st.ledger.push(LedgerEntry { pid: self.pid, library: self.library.clone(), event: e });
+            st.record_ledger(LedgerEntry { pid: self.pid, library: self.library.clone(), event: e }, self.sh.cfg.log_capacity);
         }
     }
 }

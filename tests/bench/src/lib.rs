@@ -137,6 +137,7 @@ mod state;
 pub mod upstream;
 pub mod user;
 pub mod wire;
+pub mod workers;
 
 pub use account::{
     CallCounts, CallKind, DspCallKind, Fault, FaultTarget, LatencySample, LatencySummary, LedgerEntry, LedgerEvent, MunmapRecord,

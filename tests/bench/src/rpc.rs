@@ -710,7 +710,7 @@ unsafe fn invoke<'a>(
     }
     let job = Job { ctx: ctx_id, pid, epoch: st.epoch, handle: inv.handle, sc: inv.sc, wire: bufwire, copies, handles, pre };
     let sh2 = sh.clone();
-    if std::thread::Builder::new().name("bench-dsp".into()).spawn(move || dsp::run_job(sh2, job)).is_err() {
+    if crate::workers::run(move || dsp::run_job(sh2, job)).is_err() {
         st.ctxs.remove(&ctx_id);
         rollback(&mut st, &taken);
         return (st, Err(Errno::ENOMEM));

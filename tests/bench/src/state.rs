@@ -289,7 +289,11 @@ pub(crate) struct State {
     pub faults: Vec<FaultRule>,
     pub counts: CallCounts,
     pub ledger: Vec<LedgerEntry>,
+    /// Mismatches recorded since the last clear (kept or not).
+    pub ledger_mismatches: usize,
+    pub ledger_dropped: u64,
     pub latencies: Vec<LatencySample>,
+    pub latencies_dropped: u64,
     pub libraries: HashMap<String, Arc<LibraryModel>>,
     pub next_id: u64,
     /// Next DSP address handed out by MMAP, across every channel (so an address names one map).
@@ -374,9 +378,37 @@ impl State {
 
     /// Kills a DSP process: its libraries, HAP mappings and reverse requests go away, and every
     /// DSP job waiting for it wakes up.
+    /// Records a HAP ledger entry (kept while the ledger holds fewer than `capacity` entries,
+    /// [`BenchConfig::log_capacity`](crate::BenchConfig::log_capacity); a mismatch is counted
+    /// either way).
+    pub fn record_ledger(&mut self, e: LedgerEntry, capacity: usize) {
+        if e.event.is_mismatch() {
+            self.ledger_mismatches += 1;
+        }
+        if self.ledger.len() < capacity {
+            self.ledger.push(e);
+        } else {
+            self.ledger_dropped += 1;
+        }
+    }
+
+    /// Records a latency sample (kept while fewer than `capacity`).
+    pub fn record_latency(&mut self, l: LatencySample, capacity: usize) {
+        if self.latencies.len() < capacity {
+            self.latencies.push(l);
+        } else {
+            self.latencies_dropped += 1;
+        }
+    }
+
     pub fn kill_process(&mut self, pid: u64) {
         let Some(p) = self.procs.get_mut(&pid) else { return };
         p.alive = false;
+        // The shell ends with its process, even while a call of it still runs (that call's
+        // worker holds a reference and would otherwise keep it alive until its deadline).
+        if let Some(shell) = p.shell.take() {
+            shell.kill();
+        }
         p.libs.clear();
         p.hap.clear();
         p.queue.clear();

@@ -15,8 +15,9 @@
  *  - memset / memcpy / memmove, the compiler's Hexagon runtime helpers and a small libm
  *    (hrx_libc.c);
  *  - HAP_mmap / HAP_munmap over mmap2 / munmap of the bench's buffers, which are host memfds
- *    opened through /proc/<host pid>/fd/<n> (paths sent with each invoke; a handle without a
- *    path is one the bench could not resolve, and HAP_mmap refuses its fd). Every mapping is
+ *    received with each invoke's header (SCM_RIGHTS over the stdin socket, closed after the
+ *    invoke; a handle without one is one the bench could not resolve, and HAP_mmap refuses its
+ *    fd). Every mapping is
  *    rounded up to qemu's 64 KiB target page and followed by one inaccessible 64 KiB guard, so
  *    a kernel that runs past the rounded mapping faults deterministically. A table holds the
  *    live mappings: HAP_munmap unmaps only an exact (address, length) match of a live mapping,
@@ -45,7 +46,7 @@
 #define HRX_RVQ_MAGIC 0x51565248u   /* "HRVQ": a library's fopen, to the host's file service */
 #define HRX_RVA_MAGIC 0x41565248u   /* "HRVA": its answer */
 #define HRX_MAX_FOPEN 256u
-#define HRX_PROTOCOL 2u
+#define HRX_PROTOCOL 3u
 #define HRX_OP_INVOKE 1u
 #define HRX_OP_QUIT 2u
 #define HRX_OP_LOAD 3u
@@ -84,6 +85,7 @@ static long hrx_sys(long n, long a, long b, long c, long d, long e, long f) {
 #define SYS_OPENAT 56
 #define SYS_CLOSE 57
 #define SYS_READ 63
+#define SYS_RECVMSG 212
 #define SYS_WRITE 64
 #define SYS_EXIT 93
 #define SYS_CLOCK_GETTIME 113
@@ -117,7 +119,7 @@ struct hrx_handle {
   int fd;
   hrx_u32 offset;
   hrx_u32 size;
-  char path[HRX_MAX_PATH];
+  int file; /* the received memfd, or -1 */
 };
 
 struct hrx_live {
@@ -187,7 +189,7 @@ void *HAP_mmap(void *addr, unsigned int len, int prot, int flags, int fd, long o
   (void)flags;
   const struct hrx_handle *h = 0;
   for (hrx_u32 i = 0; i < nhandles; i++)
-    if (handles[i].fd == fd && handles[i].path[0] != 0) h = &handles[i];
+    if (handles[i].fd == fd && handles[i].file >= 0) h = &handles[i];
   if (h == 0) return hrx_map_fail(fd, len, HRX_MF_UNKNOWN_FD);
   if (len == 0) return hrx_map_fail(fd, len, HRX_MF_ZERO_LEN);
   if (offset < 0 || (unsigned long)offset > h->size || len > h->size - (unsigned long)offset)
@@ -197,13 +199,11 @@ void *HAP_mmap(void *addr, unsigned int len, int prot, int flags, int fd, long o
   if (len > 0xffffffffu - 2u * GUARD) return hrx_map_fail(fd, len, HRX_MF_BEYOND);
   const hrx_u32 pages = (len + GUARD - 1u) & ~(GUARD - 1u);
   const hrx_u32 span = pages + GUARD;
-  long file = hrx_sys(SYS_OPENAT, AT_FDCWD, (long)h->path, O_RDWR | O_CLOEXEC, 0, 0, 0);
-  if (hrx_failed(file)) return hrx_map_fail(fd, len, HRX_MF_OPEN);
+  const long file = h->file;
   /* One guard unit more than needed (possibly past the end of the file, never accessed), then
    * that unit is made inaccessible. (qemu-hexagon 7.2 refuses MAP_FIXED over a reserved range,
    * so the guard is carved out of the file mapping instead.) */
   long p = hrx_sys(SYS_MMAP2, 0, span, prot, MAP_SHARED, file, offset / (long)PAGE);
-  hrx_sys(SYS_CLOSE, file, 0, 0, 0, 0, 0);
   if (hrx_failed(p)) return hrx_map_fail(fd, len, HRX_MF_MMAP);
   if (hrx_failed(hrx_sys(SYS_MPROTECT, p + (long)pages, GUARD, PROT_NONE, 0, 0, 0))) {
     hrx_sys(SYS_MUNMAP, p, span, 0, 0, 0, 0);
@@ -782,6 +782,46 @@ static void hrx_read_all(void *dst, hrx_u32 n) {
   }
 }
 
+/* The request header, and the memfds that come with it (SCM_RIGHTS on the stdin socket). */
+struct hrx_iovec {
+  void *base;
+  hrx_u32 len;
+};
+struct hrx_msghdr {
+  void *name;
+  hrx_u32 namelen;
+  struct hrx_iovec *iov;
+  hrx_u32 iovlen;
+  void *control;
+  hrx_u32 controllen;
+  int flags;
+};
+static int received[HRX_MAX_HANDLES];
+static hrx_u32 nreceived;
+
+static void hrx_read_header(hrx_u32 *hdr, hrx_u32 n) {
+  hrx_u32 control[3 + HRX_MAX_HANDLES]; /* cmsghdr (len, level, type), then the fds */
+  struct hrx_iovec iov = {hdr, n};
+  struct hrx_msghdr m = {0, 0, &iov, 1, control, (hrx_u32)sizeof control, 0};
+  const long r = hrx_sys(SYS_RECVMSG, 0, (long)&m, 0, 0, 0, 0);
+  if (r == 0) hrx_exit(0); /* the bench closed the socket: normal end */
+  if (hrx_failed(r)) hrx_exit(HRX_EXIT_PROTOCOL);
+  nreceived = 0;
+  if (m.flags & 8 /* MSG_CTRUNC */) hrx_exit(HRX_EXIT_PROTOCOL);
+  if (m.controllen >= 12u && control[1] == 1u /* SOL_SOCKET */ && control[2] == 1u /* SCM_RIGHTS */) {
+    const hrx_u32 k = (control[0] - 12u) / 4u;
+    if (k > HRX_MAX_HANDLES) hrx_exit(HRX_EXIT_PROTOCOL);
+    for (hrx_u32 i = 0; i < k; i++) received[i] = (int)control[3 + i];
+    nreceived = k;
+  }
+  if ((hrx_u32)r < n) hrx_read_all((unsigned char *)hdr + r, n - (hrx_u32)r);
+}
+
+static void hrx_close_received(void) {
+  for (hrx_u32 i = 0; i < nreceived; i++) hrx_sys(SYS_CLOSE, received[i], 0, 0, 0, 0, 0);
+  nreceived = 0;
+}
+
 static void hrx_write_all(const void *src, hrx_u32 n) {
   const unsigned char *p = (const unsigned char *)src;
   while (n > 0) {
@@ -802,6 +842,10 @@ static hrx_u32 pad4(hrx_u32 n) { return (n + 3u) & ~3u; }
  * token (not NULL) when it did, NULL when it refused. */
 static char hrx_file_token;
 
+/* The tag of the request being served: repeated in every frame sent while serving it, so the
+ * bench can tell the shell's frames from bytes a library writes to fd 1 itself. */
+static hrx_u32 hrx_tag;
+
 static hrx_u32 hrx_cstrlen(const char *s, hrx_u32 max) {
   hrx_u32 n = 0;
   while (n < max && s[n] != 0) n++;
@@ -812,7 +856,7 @@ void *fopen(const char *path, const char *mode) {
   static const char zero[4] = {0, 0, 0, 0};
   const hrx_u32 plen = hrx_cstrlen(path, HRX_MAX_FOPEN), mlen = hrx_cstrlen(mode, 8u);
   if (plen == HRX_MAX_FOPEN) return 0;
-  const hrx_u32 hdr[3] = {HRX_RVQ_MAGIC, plen, mlen};
+  const hrx_u32 hdr[4] = {HRX_RVQ_MAGIC, hrx_tag, plen, mlen};
   hrx_write_all(hdr, sizeof hdr);
   hrx_write_all(path, plen);
   hrx_write_all(zero, pad4(plen) - plen);
@@ -829,7 +873,7 @@ int fclose(void *file) { return file == (void *)&hrx_file_token ? 0 : -1; }
 /* Load / close answer: magic, status, library id, text length, text padded to 4. */
 static void hrx_answer(int status, hrx_u32 id) {
   const hrx_u32 n = status == 0 ? 0u : ntext;
-  hrx_u32 rsp[4] = {HRX_LOD_MAGIC, (hrx_u32)status, id, n};
+  hrx_u32 rsp[5] = {HRX_LOD_MAGIC, hrx_tag, (hrx_u32)status, id, n};
   hrx_write_all(rsp, sizeof rsp);
   static const char zero[4] = {0, 0, 0, 0};
   hrx_write_all(text, n);
@@ -863,9 +907,11 @@ static void hrx_serve_load(hrx_u32 symlen, hrx_u32 data_len) {
 }
 
 static void hrx_serve(void) {
-  hrx_u32 hdr[8];
-  hrx_read_all(hdr, sizeof hdr);
+  hrx_u32 hdr[9];
+  hrx_read_header(hdr, sizeof hdr);
+  if (nreceived != 0 && hdr[1] != HRX_OP_INVOKE) hrx_exit(HRX_EXIT_PROTOCOL);
   if (hdr[0] != HRX_REQ_MAGIC) hrx_exit(HRX_EXIT_PROTOCOL);
+  hrx_tag = hdr[8];
   const hrx_u32 op = hdr[1], sc = hdr[2], handle = hdr[3], lib = hdr[4], nbufs = hdr[5], nh = hdr[6], data_len = hdr[7];
   if (op == HRX_OP_QUIT) hrx_exit(0);
   if (op == HRX_OP_LOAD) {
@@ -891,15 +937,14 @@ static void hrx_serve(void) {
     at += pad8(lens[i]);
   }
   nhandles = nh;
+  hrx_u32 next_file = 0;
   for (hrx_u32 i = 0; i < nh; i++) {
-    const hrx_u32 plen = htab[i][3];
-    if (plen >= HRX_MAX_PATH || pad4(plen) > data_len - at) hrx_exit(HRX_EXIT_PROTOCOL);
+    const hrx_u32 passed = htab[i][3];
+    if (passed > 1u || next_file + passed > nreceived) hrx_exit(HRX_EXIT_PROTOCOL);
     handles[i].fd = (int)htab[i][0];
     handles[i].offset = htab[i][1];
     handles[i].size = htab[i][2];
-    memcpy(handles[i].path, arena + at, plen);
-    handles[i].path[plen] = 0;
-    at += pad4(plen);
+    handles[i].file = passed ? received[next_file++] : -1;
     pra[nbufs + i].dma.fd = (int)htab[i][0];
     pra[nbufs + i].dma.offset = htab[i][1];
   }
@@ -909,12 +954,15 @@ static void hrx_serve(void) {
   /* An unknown library id is the DSP framework's "invalid handle"; the bench never sends one. */
   const int rv = (lib == 0 || lib > HRX_MAX_LIBS || !libs[lib - 1].used) ? AEE_EINVHANDLE : libs[lib - 1].entry(handle, sc, pra);
 
+  /* Live mappings keep their memory; the descriptors are not needed after the call. */
+  hrx_close_received();
+  nhandles = 0;
   if (dropped != 0) hrx_event(HRX_EV_DROPPED, 0, 0, 0, dropped);
   const hrx_u32 nin = (sc >> 16) & 0xffu;
   const hrx_u32 nout = nbufs > nin ? nbufs - nin : 0u;
   hrx_u32 out_len = 0;
   for (hrx_u32 j = 0; j < nout; j++) out_len += pad8(lens[nin + j]);
-  hrx_u32 rsp[6] = {HRX_RSP_MAGIC, (hrx_u32)rv, nout, nevents, nlive, out_len};
+  hrx_u32 rsp[7] = {HRX_RSP_MAGIC, hrx_tag, (hrx_u32)rv, nout, nevents, nlive, out_len};
   hrx_write_all(rsp, sizeof rsp);
   hrx_write_all(lens + nin, nout * 4u);
   for (hrx_u32 j = 0; j < nout; j++) hrx_write_all(pra[nin + j].buf.pv, pad8(lens[nin + j]));

@@ -23,7 +23,8 @@ hexrpc_bench::on_both_kernels!(
     model_runs_through_the_stack_with_numerics_and_latency,
     v2_handles_offset_views_where_v1_shows_the_seed_defect,
     executor_faults_become_dsp_errors_and_recover,
-    hap_power_set_is_accepted_and_recorded
+    hap_power_set_is_accepted_and_recorded,
+    abandoned_shells_end_with_their_process
 );
 
 fn tools() -> Option<Toolchain> {
@@ -587,4 +588,120 @@ fn hap_power_set_is_accepted_and_recorded(board: &'static Board) {
     let e = executor::executors(&bench).into_iter().find(|e| e.library.starts_with("relu_tg")).unwrap();
     assert_eq!(e.stats.power_requests, vec![7]);
     assert_eq!(bench.ledger_mismatches(), 0, "v1 with offset-0 views keeps the contract");
+}
+
+/// Whether host process `pid` still runs (a zombie has ended).
+fn running(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => {
+            let state = stat.rsplit_once(") ").and_then(|(_, rest)| rest.chars().next());
+            !matches!(state, Some('Z' | 'X'))
+        }
+        Err(_) => false,
+    }
+}
+
+/// Waits up to `within` for `pid` to end.
+fn ends_within(pid: u32, within: Duration) -> bool {
+    let t0 = Instant::now();
+    while t0.elapsed() < within {
+        if !running(pid) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    !running(pid)
+}
+
+/// The work directories of process `pid`'s shells that exist now.
+fn work_dirs_of(pid: u32) -> Vec<String> {
+    let mine = format!("hexrpc-exec-{pid}");
+    std::fs::read_dir(std::env::temp_dir())
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n == &mine || n.starts_with(&format!("{mine}-")))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A launch abandoned at its deadline does not leave its shell running: recovery, closing the
+/// session and dropping the bench end every shell at once (long before the executor timeout,
+/// which would otherwise keep the hung call and its qemu-hexagon alive), and no work directory
+/// is left behind.
+fn abandoned_shells_end_with_their_process(board: &'static Board) {
+    let Some(tc) = tools() else { return };
+    let bench = Bench::with_config(BenchConfig { executor_timeout: Duration::from_secs(120), ..BenchConfig::for_board(board) });
+    let stack = Stack::start(bench.clone()).expect("stack");
+    let sig = Signature::parse("buf,u32").unwrap();
+    let spin = stack.open("spin", build_image(&tc, "spin_u32", "buf,u32", EntryOptions::V2, Flavour::Scalar).unwrap()).unwrap();
+    let lease = stack.session().alloc(4096).unwrap();
+    let out = lease.view(8, 4).unwrap();
+    stack::launch(&spin, &sig, &[&out], &[Scalar::U32(10)]).expect("spin 10");
+    let first = executor::executors(&bench).iter().find(|e| e.library.starts_with("spin")).unwrap().os_pid;
+    assert!(running(first));
+
+    // Abandoned at its deadline: the kernel spins forever.
+    let bufs = [BufferRef::of(&out)];
+    let mut packed = PackedLaunch::new(AbiVersion::V2, &sig, &bufs, &[Scalar::U32(0)]).unwrap();
+    let err = spin.invoke_with_deadline(&mut packed.invoke_args().unwrap(), Duration::from_millis(300)).expect_err("deadline");
+    assert!(!stack.session().is_healthy(), "{err}");
+    stack.session().recover().expect("recover");
+    assert!(ends_within(first, Duration::from_secs(5)), "the abandoned launch's shell {first} still runs after recover()");
+
+    stack::launch(&spin, &sig, &[&out], &[Scalar::U32(3)]).expect("after recovery");
+    let second = executor::executors(&bench).iter().find(|e| e.library.starts_with("spin") && e.alive).unwrap().os_pid;
+    assert_ne!(second, first);
+    // Abandon again, then close everything without recovering.
+    let mut packed = PackedLaunch::new(AbiVersion::V2, &sig, &bufs, &[Scalar::U32(0)]).unwrap();
+    spin.invoke_with_deadline(&mut packed.invoke_args().unwrap(), Duration::from_millis(300)).expect_err("deadline");
+    drop(lease);
+    drop(spin);
+    drop(stack);
+    drop(bench);
+    assert!(ends_within(second, Duration::from_secs(5)), "shell {second} still runs after the session closed");
+    // Shells of tests running in parallel may be starting: their directories live for
+    // milliseconds only.
+    let me = std::process::id();
+    let t0 = Instant::now();
+    while !work_dirs_of(me).is_empty() && t0.elapsed() < Duration::from_secs(3) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(work_dirs_of(me).is_empty(), "left behind: {:?}", work_dirs_of(me));
+}
+
+/// A shell dies with the process that started it, even when that process ends without any
+/// cleanup (its parent-death signal), and leaves no work directory behind. The test runs itself
+/// as a child process that starts a shell and exits at once.
+#[test]
+fn shells_die_with_their_host_process() {
+    const ROLE: &str = "HEXRPC_TEST_SHELL_HOST";
+    let Some(tc) = tools() else { return };
+    let shell = executor::build_shell(&tc).unwrap();
+    if std::env::var_os(ROLE).is_some() {
+        // Started from a short-lived thread: the shell must survive the thread, not the process.
+        let qemu = tc.qemu.to_string_lossy().into_owned();
+        let p = std::thread::spawn(move || executor::ExecProcess::spawn(&qemu, &shell, Duration::from_secs(30)).expect("spawn"))
+            .join()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        println!("SHELL {} {} {}", p.pid(), running(p.pid()), std::process::id());
+        use std::io::Write;
+        std::io::stdout().flush().unwrap();
+        std::mem::forget(p);
+        std::process::exit(0);
+    }
+    let child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["shells_die_with_their_host_process", "--exact", "--nocapture", "--test-threads=1"])
+        .env(ROLE, "1")
+        .output()
+        .expect("run the test binary as the shell's host");
+    let text = String::from_utf8_lossy(&child.stdout);
+    let line = text.lines().find_map(|l| l.split_once("SHELL ").map(|(_, rest)| rest)).unwrap_or_else(|| panic!("child said: {text}"));
+    let words: Vec<&str> = line.split(' ').collect();
+    let (pid, alive, host): (u32, &str, u32) = (words[0].parse().unwrap(), words[1], words[2].parse().unwrap());
+    assert_eq!(alive, "true", "the shell must outlive the thread that started it");
+    assert!(ends_within(pid, Duration::from_secs(5)), "shell {pid} outlived its host process");
+    assert!(work_dirs_of(host).is_empty(), "the host process left its work directory: {:?}", work_dirs_of(host));
 }

@@ -30,7 +30,9 @@ hexrpc_bench::on_both_kernels!(
     a_loader_fault_is_a_dsp_restart_and_recovery_works,
     shell_libm_and_division_helpers_meet_their_stated_bounds,
     read_only_segments_are_protected,
-    a_hanging_constructor_is_bounded
+    a_hanging_constructor_is_bounded,
+    a_library_cannot_touch_host_files_through_the_emulator,
+    a_forged_answer_header_is_a_dsp_restart
 );
 
 fn tools() -> Option<Toolchain> {
@@ -738,4 +740,119 @@ fn a_hanging_constructor_is_bounded(board: &'static Board) {
     assert!(took >= std::time::Duration::from_millis(1400) && took < std::time::Duration::from_secs(10), "{took:?}");
     stack.session().recover().expect("recover");
     drop(stack.open("good", good).expect("a good library after the hang"));
+}
+
+/// Kernel code that makes Hexagon Linux-user system calls itself (`trap0`), which qemu-hexagon
+/// would serve on the host as its own.
+const TRAP0: &str = "static long sys(long n, long a, long b, long c, long d) {\n\
+  register long r0 __asm__(\"r0\") = a;\n\
+  register long r1 __asm__(\"r1\") = b;\n\
+  register long r2 __asm__(\"r2\") = c;\n\
+  register long r3 __asm__(\"r3\") = d;\n\
+  register long r6 __asm__(\"r6\") = n;\n\
+  __asm__ volatile(\"trap0(#1)\" : \"+r\"(r0) : \"r\"(r1), \"r\"(r2), \"r\"(r3), \"r\"(r6) : \"memory\");\n\
+  return r0;\n\
+}\n";
+
+fn build_trap0_library(tc: &Toolchain, dir: &Path, name: &str, body: &str) -> &'static [u8] {
+    let src = dir.join(format!("{name}.c"));
+    std::fs::write(&src, format!("{TRAP0}{body}")).unwrap();
+    let out = dir.join(format!("{name}.so"));
+    let opts = BuildOptions { clang: tc.clang.clone(), lld: tc.lld.clone(), ..BuildOptions::default() };
+    build_library(&src, &Signature::parse("buf,u32").unwrap(), &out, &opts).expect("build-lib");
+    leak(std::fs::read(&out).unwrap())
+}
+
+/// The executor is a sandbox: a library that opens, writes and unlinks host files through
+/// qemu-hexagon's system calls gets errors, and nothing on the host changes.
+fn a_library_cannot_touch_host_files_through_the_emulator(board: &'static Board) {
+    let Some(tc) = tools() else { return };
+    let dir = work(&format!("escape-{}", board.name));
+    // mode 0: openat(AT_FDCWD, path, O_WRONLY|O_CREAT|O_TRUNC, 0644) + write; mode 1: unlinkat.
+    let image = build_trap0_library(
+        &tc,
+        &dir,
+        "escape",
+        "void escape(unsigned char *io, unsigned int mode) {\n\
+           const char *path = (const char *)io;\n\
+           long *res = (long *)(io + 512);\n\
+           if (mode == 0) {\n\
+             long fd = sys(56, -100, (long)path, 01 | 0100 | 01000, 0644);\n\
+             res[0] = fd;\n\
+             res[1] = fd >= 0 ? sys(64, fd, (long)\"escaped\", 7, 0) : 0;\n\
+             if (fd >= 0) sys(57, fd, 0, 0, 0);\n\
+           } else {\n\
+             res[0] = sys(35, -100, (long)path, 0, 0);\n\
+           }\n\
+         }\n",
+    );
+    let bench = Bench::for_board(board);
+    let stack = Stack::start(bench.clone()).expect("stack");
+    let lib = stack.open("escape", image).unwrap();
+    let mut lease = stack.session().alloc(4096).unwrap();
+    let sig = Signature::parse("buf,u32").unwrap();
+    let mut run = |path: &Path, mode: u32| -> i32 {
+        let mut buf = vec![0u8; 1024];
+        let p = path.to_str().unwrap().as_bytes();
+        buf[..p.len()].copy_from_slice(p);
+        lease.write_at(0, &buf).unwrap();
+        let v = lease.view(0, 1024).unwrap();
+        stack::launch(&lib, &sig, &[&v], &[Scalar::U32(mode)]).expect("the launch itself completes");
+        v.read(&mut buf).unwrap();
+        i32::from_le_bytes(buf[512..516].try_into().unwrap())
+    };
+    let created = dir.join("created-by-the-dsp");
+    let rc = run(&created, 0);
+    assert!(rc < 0, "openat for writing must be refused, got fd {rc}");
+    assert!(!created.exists(), "the library created {}", created.display());
+    let victim = dir.join("victim");
+    std::fs::write(&victim, b"keep").unwrap();
+    let rc = run(&victim, 1);
+    assert!(rc < 0, "unlinkat must be refused, got {rc}");
+    assert_eq!(std::fs::read(&victim).unwrap(), b"keep", "the library removed or changed {}", victim.display());
+    let rc = run(&victim, 0);
+    assert!(rc < 0, "truncating an existing file must be refused, got fd {rc}");
+    assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A library that writes a well-formed answer header to the shell's stdout (fd 1) cannot pass it
+/// off as the shell's answer: its tag is wrong, so the bench treats the stream as broken and the
+/// DSP restarts; the caller gets an error, not made-up outputs.
+fn a_forged_answer_header_is_a_dsp_restart(board: &'static Board) {
+    let Some(tc) = tools() else { return };
+    let dir = work(&format!("forge-{}", board.name));
+    let (rsp, lod) = (executor::wire::RSP_MAGIC, executor::wire::LOD_MAGIC);
+    let image = build_trap0_library(
+        &tc,
+        &dir,
+        "forge",
+        &format!(
+            "void forge(unsigned char *io, unsigned int mode) {{\n\
+               io[0] = 1;\n\
+               if (mode == 0) return;\n\
+               /* an invoke answer (any tag), then a load answer: both as the shell would frame them */\n\
+               static const unsigned int fake[7] = {{{rsp}u, 0x5eed5eedu, 0, 0, 0, 0, 0}};\n\
+               static const unsigned int fake2[5] = {{{lod}u, 0u, 0, 0, 0}};\n\
+               sys(64, 1, (long)(mode == 1 ? fake : fake2), mode == 1 ? sizeof fake : sizeof fake2, 0);\n\
+             }}\n"
+        ),
+    );
+    let bench = Bench::for_board(board);
+    let stack = Stack::start(bench.clone()).expect("stack");
+    let lib = stack.open("forge", image).unwrap();
+    let lease = stack.session().alloc(4096).unwrap();
+    let v = lease.view(0, 16).unwrap();
+    let sig = Signature::parse("buf,u32").unwrap();
+    stack::launch(&lib, &sig, &[&v], &[Scalar::U32(0)]).expect("an honest launch");
+    for mode in [1u32, 2] {
+        match stack::launch(&lib, &sig, &[&v], &[Scalar::U32(mode)]) {
+            Err(ModelError::Hal(e)) => assert_eq!(e.cause, Cause::DspRestart, "mode {mode}: {e}"),
+            other => panic!("mode {mode}: a forged answer must be a DSP restart, got {other:?}"),
+        }
+        assert!(!stack.session().is_healthy());
+        stack.session().recover().expect("recover");
+        stack::launch(&lib, &sig, &[&v], &[Scalar::U32(0)]).expect("an honest launch after recovery");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

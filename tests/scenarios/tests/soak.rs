@@ -2,7 +2,9 @@
 //! and 8 launching threads (some with deadlines), for a bounded time. Afterwards the bench's
 //! accounting is back at its start, no MUNMAP reached another channel, no old answer reached a
 //! new channel, the HAP ledger has no mismatch, and the process's descriptors and buffer
-//! mappings are back at their start values while RSS grew less than [`RSS_GROWTH_BOUND_KIB`].
+//! mappings are back at their start values while RSS grew less than [`RSS_GROWTH_BOUND_KIB`],
+//! and the process runs as many threads as after the warm-up (the simulated DSP reuses its
+//! workers: a few dozen threads started for some hundred thousand launches, none per call).
 //!
 //! Duration: `HEXRPC_SOAK_SECS` (default 3 s in the plain test suite; CI's soak step runs 60 s);
 //! `HEXRPC_SOAK_LONG=1` runs an hour. The figures are printed with `--nocapture`.
@@ -14,7 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use hexrpc_bench::measure::ProcessFootprint;
-use hexrpc_bench::{wire, Bench, CallKind, DspCallKind, Fault, FaultTarget, ReverseRequest};
+use hexrpc_bench::{wire, Bench, BenchConfig, CallKind, DspCallKind, Fault, FaultTarget, ReverseRequest};
 use hexrpc_drivers::{adsprpc, aee, listener, Errno, Scalars};
 use hexrpc_hal::internal::ListenerPlumbing;
 use hexrpc_hal::{ErrorKind, Health};
@@ -23,9 +25,12 @@ use hexrpc_scenarios::catalogue::{self, image, ADD_U8};
 use hexrpc_scenarios::stack::launch_add_u8;
 
 /// Most RSS growth accepted over a soak after its warm-up, in KiB (the bench keeps no logs
-/// across its periodic clears; what remains is allocator slack).
-const RSS_GROWTH_BOUND_KIB: u64 = 32 * 1024;
+/// across its periodic clears and no per-launch state; what remains is allocator slack). A
+/// 60 s soak makes some hundred thousand launches: a leak of even a few bytes per launch shows.
+const RSS_GROWTH_BOUND_KIB: u64 = 2 * 1024;
 const THREADS: u8 = 8;
+/// The bench's per-launch log bound in the soak.
+const LOG_CAPACITY: usize = 8192;
 
 #[derive(Default)]
 struct Figures {
@@ -42,7 +47,27 @@ struct Figures {
     ledger_mismatches: AtomicU64,
     munmaps: AtomicU64,
     munmaps_elsewhere: AtomicU64,
+    log_overflow: AtomicU64,
 }
+
+/// Threads of this process now.
+fn threads() -> usize {
+    std::fs::read_dir("/proc/self/task").map(|d| d.count()).unwrap_or(0)
+}
+
+/// Threads of this process once the DSP's idle workers have ended (up to `within`).
+fn settled_threads(within: Duration) -> usize {
+    let t0 = Instant::now();
+    while hexrpc_bench::workers::live() > 0 && t0.elapsed() < within {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    threads()
+}
+
+/// Most DSP worker threads a soak may start, however long it runs (one per concurrent call at
+/// the peak, and again after an idle second: not one per launch).
+const WORKERS_STARTED_BOUND: usize = 256;
 
 fn duration() -> Duration {
     if std::env::var_os("HEXRPC_SOAK_LONG").is_some_and(|v| v == "1") {
@@ -104,6 +129,8 @@ fn drain_logs(bench: &Bench, f: &Figures) {
         eprintln!("soak: ledger mismatches: {:?}", bench.ledger().iter().filter(|e| e.event.is_mismatch()).collect::<Vec<_>>());
     }
     f.ledger_mismatches.fetch_add(mismatches, Ordering::Relaxed);
+    let (ledger, latencies) = bench.log_overflow();
+    f.log_overflow.fetch_add(ledger + latencies, Ordering::Relaxed);
     bench.clear_logs();
 }
 
@@ -258,7 +285,8 @@ fn phase(bench: &Bench, length: Duration, seed: u64, f: &Figures) {
 #[test]
 fn soak_restarts_faults_and_8_threads_leak_nothing() {
     let length = duration();
-    let bench = Bench::new();
+    // The logs are drained every 2 s; bounded in between, they reach their size in the warm-up.
+    let bench = Bench::with_config(BenchConfig { log_capacity: LOG_CAPACITY, ..BenchConfig::default() });
     catalogue::register(&bench, &ADD_U8);
     let start = bench.snapshot();
     // Warm-up: thread stacks, malloc arenas and the bench's tables reach their working size.
@@ -266,19 +294,37 @@ fn soak_restarts_faults_and_8_threads_leak_nothing() {
     phase(&bench, Duration::from_millis(1500), 1, &warm);
     assert_eq!(bench.settle(&start, Duration::from_secs(5)), start, "after the warm-up");
     let before = ProcessFootprint::settled(Duration::from_secs(2));
+    let (threads_before, workers_before) = (settled_threads(Duration::from_secs(10)), hexrpc_bench::workers::started());
+    let mut threads_during = 0;
     let f = Figures::default();
     let t0 = Instant::now();
-    phase(&bench, length, 0x5EED, &f);
+    std::thread::scope(|s| {
+        let sampler = s.spawn(|| {
+            // The largest thread count seen while the soak runs (8 launchers, the listener, the
+            // DSP's workers, this sampler).
+            let mut most = 0;
+            while t0.elapsed() < length {
+                most = most.max(threads());
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            most
+        });
+        phase(&bench, length, 0x5EED, &f);
+        threads_during = sampler.join().unwrap();
+    });
     let ran = t0.elapsed();
     let settled = bench.settle(&start, Duration::from_secs(5));
     let after = ProcessFootprint::settled(Duration::from_secs(2));
+    let threads_after = settled_threads(Duration::from_secs(10));
+    let workers_after = hexrpc_bench::workers::started();
     let stray = bench.counts().stray_answers;
     let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
     println!(
         "soak (bench, simulated DSP): {:.1} s, {} launches ({} with a deadline, {} timed out), {} restarts, {} faults injected, \
          {} fault errors seen, {} recoverable errors, {} failed recoveries, {} DSP maps, {} library open/close cycles, {} MUNMAPs \
          ({} to another channel), {} stray answers, {} ledger mismatches; fds {} -> {}, buffer maps {} -> {}, maps {} -> {}, \
-         RSS {} -> {} KiB (bound +{} KiB{})",
+         RSS {} -> {} KiB (bound +{} KiB{}), threads {} -> {} (at most {} while running), DSP worker threads started {} -> {}; {} log entries \
+         over the bench's log bound",
         ran.as_secs_f64(),
         load(&f.launches),
         load(&f.deadline_launches),
@@ -304,6 +350,12 @@ fn soak_restarts_faults_and_8_threads_leak_nothing() {
         after.rss_kib,
         RSS_GROWTH_BOUND_KIB,
         if after.emulated { "; emulated: the emulator's RSS, not checked" } else { "" },
+        threads_before,
+        threads_after,
+        threads_during,
+        workers_before,
+        workers_after,
+        load(&f.log_overflow),
     );
     assert_eq!(settled, start, "bench accounting back at the start");
     assert!(load(&f.launches) > 0 && load(&f.restarts) > 0 && load(&f.faults_injected) > 0);
@@ -317,4 +369,8 @@ fn soak_restarts_faults_and_8_threads_leak_nothing() {
     assert!(after.maps <= before.maps + 16, "process mappings {} -> {}", before.maps, after.maps);
     // Under qemu-user the figure is the emulator's (its translation caches grow): not checked.
     assert!(after.emulated || after.rss_kib <= before.rss_kib + RSS_GROWTH_BOUND_KIB, "RSS {} -> {} KiB", before.rss_kib, after.rss_kib);
+    // No thread per call: the soak ends with the threads the warm-up left.
+    assert_eq!(threads_after, threads_before, "process threads after the warm-up vs after the soak");
+    assert!(workers_after - workers_before <= WORKERS_STARTED_BOUND, "DSP worker threads started: {}", workers_after - workers_before);
+    assert!(threads_during <= 64, "threads while running: {threads_during}");
 }

@@ -20,8 +20,9 @@
 //!   text, which the HAL turns into a typed error. Closing the library unloads it in the shell.
 //! * Each invoke on that library's handle is sent to the shell ([`wire`]): the in/out buffer
 //!   copies the kernel driver made, and for every handle argument the fd number plus
-//!   `/proc/<bench pid>/fd/<memfd>`, which the shell opens and `mmap2`s `MAP_SHARED`, so the
-//!   kernel reads and writes the bench's memfds, the very bytes the host's ION mappings show.
+//!   the buffer's memfd itself (passed over the shell's stdin socket), which the shell
+//!   `mmap2`s `MAP_SHARED`, so the kernel reads and writes the bench's memfds, the very bytes
+//!   the host's ION mappings show.
 //!   The shell builds the 32-bit remote_arg view, calls the library's `entry(handle, sc, pra)`
 //!   and answers with the return value, the out-buffers and its HAP events, which go into the
 //!   bench ledger.
@@ -29,8 +30,13 @@
 //!   protocol break or a hang (bounded by
 //!   [`BenchConfig::executor_timeout`](crate::BenchConfig::executor_timeout); the process is
 //!   killed) is a **DSP restart**: the call in flight returns +104 / `ECONNRESET` and the HAL
-//!   session needs `recover()`, as after a real DSP subsystem restart. A non-zero return of the
-//!   entry is returned as the AEE code, as on a device.
+//!   session needs `recover()`, as after a real DSP subsystem restart. A shell the bench ends
+//!   itself because its DSP process is torn down (a release, a restart: [`ExecProcess::kill`])
+//!   is no restart of its own. A non-zero return of the entry is returned as the AEE code, as on
+//!   a device.
+//! * The shell runs untrusted code and is confined ([`confine`]: Landlock, no host writes, no
+//!   TCP); on a kernel without Landlock it is not started unless `HEXRPC_EXEC_UNCONFINED=1`.
+//!   It ends with its DSP process and with the bench's process ([`process`]).
 //! * [`reference`](mod@reference) holds the Rust references of the kernel suite and the
 //!   comparison rules; the workloads that run through the whole stack (the model network, the
 //!   suite against the references) live in hexrpc-scenarios.
@@ -42,7 +48,7 @@
 //!   no VTCM, no L2/cache behaviour and no prefetch. Nothing measured here is DSP time: latency
 //!   figures are the bench's *simulated* crossing cost, or host wall time of an emulated run, and
 //!   are labelled so.
-//! * Memory is shared through `/proc/<pid>/fd/<n>` and host `mmap`: there is no SMMU, no cache
+//! * Memory is shared through the memfds passed to the shell and host `mmap`: there is no SMMU, no cache
 //!   maintenance is needed or checked. qemu-hexagon emulates 64 KiB pages (a cDSP maps 4 KiB
 //!   pages), so each `HAP_mmap` is rounded up to 64 KiB and followed by a 64 KiB `PROT_NONE`
 //!   guard: running past the rounded mapping faults deterministically (a DSP restart), while an
@@ -56,7 +62,7 @@
 //!   resolves the fds of the current invoke's handle arguments. The shell's exports are listed
 //!   in `hrx_dsp.c` (`hrx_exports`); a real `fastrpc_shell` exports far more, so a library that
 //!   imports something else is refused here by name although a device might load it.
-//! * A library's `fopen` goes up the pipe during the invoke; the bench sends apps_std
+//! * A library's `fopen` goes up the shell's stdout during the invoke; the bench sends apps_std
 //!   `fopen_with_env` through the session's listener exactly as a DSP's C library does, then
 //!   `fclose`s the FILE at once and answers opened / refused: the shell has no `fread`, so a
 //!   library learns only whether the host's file service allowed the path (enough for the
@@ -74,11 +80,12 @@
 //! Callers print the reason and skip.
 
 pub mod build;
+pub mod confine;
 pub mod process;
 pub mod reference;
 pub mod wire;
 
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 use std::sync::Arc;
 
 use hexrpc_drivers::aee;
@@ -173,6 +180,7 @@ pub(crate) fn load_library(
             aee::AEE_EBADSIZE,
             format!("{name}: {} bytes or the symbol name exceed the DSP shell's limits ({} bytes)", image.len(), wire::MAX_IMAGE),
         )),
+        Err(e) if shell.was_killed() => Err((aee::AEE_EBADSTATE, format!("{name}: the process ended during the load ({e})"))),
         Err(e) => {
             log::warn!("bench DSP shell while loading {name}: {e}; the DSP restarts");
             restart(sh);
@@ -187,6 +195,7 @@ pub(crate) fn close_library(sh: &Shared, name: &str, shell: &ExecProcess, lib: u
     match shell.close(lib, sh.cfg.executor_timeout) {
         Ok(a) if a.status == 0 => {}
         Ok(a) => log::warn!("bench DSP shell refused to close {name}: {} {}", a.status, a.text),
+        Err(_) if shell.was_killed() => {}
         Err(e) => {
             log::warn!("bench DSP shell while closing {name}: {e}; the DSP restarts");
             restart(sh);
@@ -220,7 +229,7 @@ pub(crate) fn invoke(sh: &Shared, job: &Job, library: &str, exec: &ExecProcess, 
         let pv = rec.buf().pv;
         bufs.push(job.copies.iter().find(|c| c.0 == pv).map_or(&[][..], |c| &c.1[..]));
     }
-    let me = std::process::id();
+    let mut files = Vec::new();
     let handles: Vec<wire::HandleArg> = job
         .wire
         .iter()
@@ -228,11 +237,14 @@ pub(crate) fn invoke(sh: &Shared, job: &Job, library: &str, exec: &ExecProcess, 
         .map(|rec| {
             let d = rec.dma();
             let found = job.handles.iter().find(|h| h.fd == d.fd);
+            if let Some(h) = found {
+                files.push(h.memfd.as_fd());
+            }
             wire::HandleArg {
                 fd: d.fd,
                 offset: d.offset,
                 size: found.map_or(0, |h| u32::try_from(h.len).unwrap_or(u32::MAX)),
-                path: found.map_or(String::new(), |h| format!("/proc/{me}/fd/{}", h.memfd.as_raw_fd())),
+                passed: found.is_some(),
             }
         })
         .collect();
@@ -240,9 +252,11 @@ pub(crate) fn invoke(sh: &Shared, job: &Job, library: &str, exec: &ExecProcess, 
     // A library's fopen goes to the host's reverse file service through the listener, as a real
     // DSP's C library sends it.
     let mut fopen = |path: &[u8], mode: &[u8]| crate::dsp::library_fopen(sh, job, path, mode);
-    let resp = match exec.invoke(lib, job.sc, job.handle, &bufs, &handles, sh.cfg.executor_timeout, &mut fopen) {
+    let resp = match exec.invoke(lib, job.sc, job.handle, &bufs, &handles, &files, sh.cfg.executor_timeout, &mut fopen) {
         Ok(r) => r,
         Err(ExecFailure::TooLarge) => return fail(aee::AEE_ENOMEMORY),
+        // Its process was torn down under it (a release, a restart): no DSP crash of its own.
+        Err(_) if exec.was_killed() => return fail(aee::AEE_EBADSTATE),
         Err(e) => {
             log::warn!("bench executor for {library}: {e}; the DSP restarts");
             restart(sh);
@@ -260,7 +274,7 @@ pub(crate) fn invoke(sh: &Shared, job: &Job, library: &str, exec: &ExecProcess, 
         for e in &resp.events {
             let wire::HapEvent::Ledger(event) = e else { continue };
             let event = event.clone();
-            st.ledger.push(LedgerEntry { pid: job.pid, library: library.to_string(), event });
+            st.record_ledger(LedgerEntry { pid: job.pid, library: library.to_string(), event }, sh.cfg.log_capacity);
         }
     }
     let fdlist = crate::dsp::fdlist(sh, job, resp.retval);

@@ -1,20 +1,42 @@
 //! One executor: a qemu-hexagon process running the DSP shell built by [`build`](super::build)
-//! (one per simulated DSP process), spoken to over its stdin/stdout pipes ([`super::wire`]):
+//! (one per simulated DSP process), spoken to over its stdin (a UNIX socket, so buffers' memfds
+//! can travel with a request) and stdout (a pipe) ([`super::wire`]):
 //! it loads libraries, invokes their entries and unloads them.
 //!
 //! A reader thread turns the shell's stdout into messages on a channel, so every wait has a
 //! bound ([`BenchConfig::executor_timeout`](crate::BenchConfig::executor_timeout)): a hung kernel
 //! or constructor, a crashed or exited shell, or a protocol break ends the wait with an
-//! [`ExecFailure`] and the process is killed (by its own pid, through
-//! [`std::process::Child::kill`]). Core dumps of a crashing guest are disabled (RLIMIT_CORE 0) and
-//! the process runs in a private temporary directory.
+//! [`ExecFailure`] and the process is killed. Every frame the shell sends carries the tag of the
+//! request it serves ([`super::wire`]); a frame with another tag is a protocol break.
+//!
+//! # Lifetime of a shell
+//!
+//! A shell never outlives its use: [`ExecProcess::kill`] (through a pidfd, so it cannot hit a
+//! reused pid, and without waiting for a call in flight) ends it when the DSP restarts, when its
+//! DSP process ends (a close, a recovery, an abandoned call's process being torn down) and when
+//! the last reference is dropped. It dies with the bench's process too: the child sets its
+//! parent-death signal to SIGKILL before `exec`. That signal fires when the *thread* that forked
+//! the child ends, so every shell is forked by one dedicated thread (`hexrpc-exec-spawn`) that
+//! lives as long as the process; the child checks its parent once the signal is set (the bench
+//! may have died in between) and refuses to start if it changed.
+//!
+//! Core dumps of a crashing guest are disabled (RLIMIT_CORE 0). The shell starts in a private,
+//! empty directory (`hexrpc-exec-<pid>-<n>` under the temporary directory) which is removed as
+//! soon as the shell runs in it, so nothing is left behind however the bench ends. The shell
+//! runs confined ([`super::confine`]).
 
 use std::io::{Read, Write};
+use std::os::fd::BorrowedFd;
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
-use std::sync::{Arc, Mutex};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
+
+use super::confine;
 
 use super::wire::{self, HandleArg, Response};
 
@@ -49,9 +71,7 @@ impl std::error::Error for ExecFailure {}
 
 enum Msg {
     Hello(Result<(), String>),
-    Response(Response),
-    Load(wire::LoadAnswer),
-    Fopen(Vec<u8>, Vec<u8>),
+    Frame(u32, wire::Message),
     Gone(String),
 }
 
@@ -60,7 +80,8 @@ pub type FopenHandler<'a> = &'a mut dyn FnMut(&[u8], &[u8]) -> i32;
 
 struct Io {
     child: Child,
-    stdin: ChildStdin,
+    /// The shell's stdin: a UNIX stream socket, so memfds can travel with a request.
+    stdin: UnixStream,
     rx: Receiver<Msg>,
 }
 
@@ -82,15 +103,56 @@ pub struct ExecStats {
 /// A running executor (killed when dropped).
 pub struct ExecProcess {
     pid: u32,
+    pidfd: Option<OwnedFd>,
+    key: u64,
+    seq: AtomicU32,
+    killed: std::sync::atomic::AtomicBool,
     io: Mutex<Option<Io>>,
     stderr: Arc<Mutex<String>>,
     stats: Mutex<ExecStats>,
 }
 
+/// A new private directory for one shell to start in (removed once the shell runs in it).
 fn temp_dir() -> std::io::Result<PathBuf> {
-    let dir = std::env::temp_dir().join(format!("hexrpc-exec-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("hexrpc-exec-{}-{n}", std::process::id()));
+    std::fs::create_dir(&dir)?;
     Ok(dir)
+}
+
+type SpawnRequest = (Command, Sender<std::io::Result<Child>>);
+
+/// Forks `cmd` on the process's one spawning thread (see the module's "Lifetime of a shell").
+fn spawn_from_long_lived_thread(cmd: Command) -> std::io::Result<Child> {
+    static SPAWNER: OnceLock<Option<Mutex<Sender<SpawnRequest>>>> = OnceLock::new();
+    let spawner = SPAWNER.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<SpawnRequest>();
+        let started = std::thread::Builder::new().name("hexrpc-exec-spawn".into()).spawn(move || {
+            for (mut cmd, back) in rx {
+                let _ = back.send(cmd.spawn());
+            }
+        });
+        started.ok().map(|_| Mutex::new(tx))
+    });
+    let Some(spawner) = spawner else {
+        return Err(std::io::Error::other("the executor's spawning thread could not be started"));
+    };
+    let (back, answer) = mpsc::channel();
+    spawner
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .send((cmd, back))
+        .map_err(|_| std::io::Error::other("the executor's spawning thread ended"))?;
+    answer.recv().map_err(|_| std::io::Error::other("the executor's spawning thread ended"))?
+}
+
+/// A random key per shell for the request tags.
+fn random_key() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(std::process::id().into());
+    h.finish()
 }
 
 fn describe(child: &mut Child, stderr: &Mutex<String>) -> String {
@@ -123,28 +185,69 @@ fn describe(child: &mut Child, stderr: &Mutex<String>) -> String {
 impl ExecProcess {
     /// Starts `qemu` on the shell executable at `shell` and waits (at most `timeout`) for its
     /// greeting.
+    ///
+    /// The shell runs confined ([`confine`]); on a kernel without Landlock this fails unless
+    /// [`confine::UNCONFINED_ENV`] is `1`.
     pub fn spawn(qemu: &str, shell: &std::path::Path, timeout: Duration) -> Result<ExecProcess, ExecFailure> {
+        let ruleset = match confine::Ruleset::for_shell(std::path::Path::new(qemu), shell) {
+            Ok(r) => Some(r),
+            Err(e) if confine::unconfined_allowed() => {
+                log::warn!("executor: {e}; running libraries unconfined ({}=1)", confine::UNCONFINED_ENV);
+                None
+            }
+            Err(e) => {
+                return Err(ExecFailure::Spawn(format!(
+                    "the DSP shell cannot be confined: {e}; libraries are untrusted code and are not run unconfined \
+                     unless {}=1",
+                    confine::UNCONFINED_ENV
+                )))
+            }
+        };
         let dir = temp_dir().map_err(|e| ExecFailure::Spawn(e.to_string()))?;
-        Self::start(qemu, shell, &dir, timeout)
+        let started = Self::start(qemu, shell, &dir, ruleset.as_ref(), timeout);
+        // The shell (if it started) runs in the directory already; nothing needs it any more.
+        let _ = std::fs::remove_dir(&dir);
+        started
     }
 
-    fn start(qemu: &str, path: &std::path::Path, dir: &std::path::Path, timeout: Duration) -> Result<ExecProcess, ExecFailure> {
+    fn start(
+        qemu: &str,
+        path: &std::path::Path,
+        dir: &std::path::Path,
+        ruleset: Option<&confine::Ruleset>,
+        timeout: Duration,
+    ) -> Result<ExecProcess, ExecFailure> {
         use std::os::unix::process::CommandExt;
         let mut cmd = Command::new(qemu);
-        cmd.arg(path).current_dir(dir).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
-        // SAFETY: the closure runs in the forked child before exec and only makes one raw
-        // setrlimit system call (async-signal-safe, no allocation, no lock).
+        let (stdin, theirs) = UnixStream::pair().map_err(|e| ExecFailure::Spawn(format!("socketpair: {e}")))?;
+        cmd.arg(path).current_dir(dir).stdin(Stdio::from(OwnedFd::from(theirs))).stdout(Stdio::piped()).stderr(Stdio::piped());
+        let parent = rustix::process::getpid();
+        let ruleset = ruleset.map(confine::Ruleset::raw);
+        // SAFETY: the closure runs in the forked child before exec and only makes raw system
+        // calls (setrlimit, prctl, getppid, landlock_restrict_self: async-signal-safe, no
+        // allocation, no lock). The ruleset descriptor stays open in the bench until `spawn`
+        // has returned.
         unsafe {
-            cmd.pre_exec(|| {
+            cmd.pre_exec(move || {
                 let zero = rustix::process::Rlimit { current: Some(0), maximum: Some(0) };
                 let _ = rustix::process::setrlimit(rustix::process::Resource::Core, zero);
+                rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))?;
+                if rustix::process::getppid() != Some(parent) {
+                    return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+                }
+                if let Some(fd) = ruleset {
+                    confine::apply(fd)?;
+                }
                 Ok(())
             });
         }
-        let mut child = cmd.spawn().map_err(|e| ExecFailure::Spawn(format!("{qemu}: {e}")))?;
+        let mut child = spawn_from_long_lived_thread(cmd).map_err(|e| ExecFailure::Spawn(format!("{qemu}: {e}")))?;
         let pid = child.id();
-        let (stdin, stdout, stderr_pipe) = match (child.stdin.take(), child.stdout.take(), child.stderr.take()) {
-            (Some(i), Some(o), Some(e)) => (i, o, e),
+        // The child is not reaped before `child.wait()`, so its pid names it here.
+        let pidfd = rustix::process::Pid::from_raw(pid as i32)
+            .and_then(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok());
+        let (stdout, stderr_pipe) = match (child.stdout.take(), child.stderr.take()) {
+            (Some(o), Some(e)) => (o, e),
             _ => {
                 let _ = child.kill();
                 let _ = child.wait();
@@ -188,14 +291,9 @@ impl ExecProcess {
                     return;
                 }
                 loop {
-                    match wire::read_message(&mut out) {
-                        Ok(m) => {
-                            let msg = match m {
-                                wire::Message::Invoke(r) => Msg::Response(r),
-                                wire::Message::Load(a) => Msg::Load(a),
-                                wire::Message::Fopen { path, mode } => Msg::Fopen(path, mode),
-                            };
-                            if tx.send(msg).is_err() {
+                    match wire::read_tagged(&mut out) {
+                        Ok(t) => {
+                            if tx.send(Msg::Frame(t.tag, t.message)).is_err() {
                                 return;
                             }
                         }
@@ -222,7 +320,7 @@ impl ExecProcess {
                 let how = describe(&mut child, &stderr);
                 return Err(ExecFailure::Spawn(format!("{e} ({how})")));
             }
-            Ok(Msg::Response(_) | Msg::Load(_) | Msg::Fopen(..)) => {
+            Ok(Msg::Frame(..)) => {
                 let _ = child.kill();
                 let _ = child.wait();
                 return Err(ExecFailure::Protocol("response before greeting".into()));
@@ -233,7 +331,48 @@ impl ExecProcess {
                 return Err(ExecFailure::Spawn("no greeting within the timeout".into()));
             }
         }
-        Ok(ExecProcess { pid, io: Mutex::new(Some(Io { child, stdin, rx })), stderr, stats: Mutex::new(ExecStats::default()) })
+        Ok(ExecProcess {
+            pid,
+            pidfd,
+            key: random_key(),
+            seq: AtomicU32::new(0),
+            killed: std::sync::atomic::AtomicBool::new(false),
+            io: Mutex::new(Some(Io { child, stdin, rx })),
+            stderr,
+            stats: Mutex::new(ExecStats::default()),
+        })
+    }
+
+    /// Ends the shell now (SIGKILL through its pidfd), even while a call is in flight: that
+    /// call's wait then ends as a death. Harmless once the shell has ended.
+    pub fn kill(&self) {
+        self.killed.store(true, Ordering::SeqCst);
+        match &self.pidfd {
+            Some(fd) => {
+                let _ = rustix::process::pidfd_send_signal(fd, rustix::process::Signal::KILL);
+            }
+            None => {
+                // No pidfd (an old kernel): kill only when no call holds the process, so the
+                // pid cannot have been reaped and reused.
+                if let Ok(mut io) = self.io.try_lock() {
+                    if let Some(io) = io.as_mut() {
+                        let _ = io.child.kill();
+                    }
+                }
+            }
+        }
+    }
+
+    /// Whether [`kill`](Self::kill) ended (or is ending) the shell: a call that fails then
+    /// failed because its process was torn down, not because the DSP crashed.
+    pub fn was_killed(&self) -> bool {
+        self.killed.load(Ordering::SeqCst)
+    }
+
+    /// The tag of the next request.
+    fn next_tag(&self) -> u32 {
+        let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+        ((self.key ^ u64::from(seq)).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as u32
     }
 
     /// The host pid of the qemu-hexagon process.
@@ -266,30 +405,47 @@ impl ExecProcess {
 
     /// Sends `msg` and waits (at most `timeout`) for the next message; a library's `fopen` on the
     /// way is answered through `fopen` (a load or close answers it with `AEE_EUNSUPPORTED`).
-    fn exchange(&self, msg: &[u8], timeout: Duration) -> Result<Msg, ExecFailure> {
-        self.exchange_serving(msg, timeout, &mut |_, _| hexrpc_drivers::aee::AEE_EUNSUPPORTED)
+    fn exchange(&self, tag: u32, msg: &[u8], timeout: Duration) -> Result<wire::Message, ExecFailure> {
+        self.exchange_serving(tag, msg, &[], timeout, &mut |_, _| hexrpc_drivers::aee::AEE_EUNSUPPORTED)
     }
 
-    fn exchange_serving(&self, msg: &[u8], timeout: Duration, fopen: FopenHandler<'_>) -> Result<Msg, ExecFailure> {
+    /// Sends `msg` (whose tag is `tag`) and waits for the answer; any frame with another tag is
+    /// a protocol break.
+    fn exchange_serving(
+        &self,
+        tag: u32,
+        msg: &[u8],
+        files: &[BorrowedFd<'_>],
+        timeout: Duration,
+        fopen: FopenHandler<'_>,
+    ) -> Result<wire::Message, ExecFailure> {
         let mut guard = self.io.lock().unwrap_or_else(|e| e.into_inner());
         let Some(io) = guard.as_mut() else {
             return Err(ExecFailure::Died(self.stats().ended.unwrap_or_else(|| "stopped".into())));
         };
-        if io.stdin.write_all(msg).and_then(|_| io.stdin.flush()).is_err() {
+        if send_with_files(&mut io.stdin, msg, files).is_err() {
             return Err(self.end(&mut guard, ExecFailure::Died(String::new())));
         }
         let deadline = std::time::Instant::now() + timeout;
         let mut next = io.rx.recv_timeout(timeout);
-        while let Ok(Msg::Fopen(path, mode)) = &next {
-            let status = fopen(path, mode);
-            if io.stdin.write_all(&wire::encode_fopen_answer(status)).and_then(|_| io.stdin.flush()).is_err() {
-                return Err(self.end(&mut guard, ExecFailure::Died(String::new())));
+        loop {
+            match &next {
+                Ok(Msg::Frame(t, _)) if *t != tag => {
+                    let what = format!("a frame tagged {t:08x} while serving request {tag:08x} (forged or out of step)");
+                    return Err(self.end(&mut guard, ExecFailure::Protocol(what)));
+                }
+                Ok(Msg::Frame(_, wire::Message::Fopen { path, mode })) => {
+                    let status = fopen(path, mode);
+                    if io.stdin.write_all(&wire::encode_fopen_answer(status)).and_then(|_| io.stdin.flush()).is_err() {
+                        return Err(self.end(&mut guard, ExecFailure::Died(String::new())));
+                    }
+                    next = io.rx.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now()));
+                }
+                _ => break,
             }
-            next = io.rx.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now()));
         }
         match next {
-            Ok(Msg::Fopen(..)) => unreachable!("answered in the loop above"),
-            Ok(m @ (Msg::Response(_) | Msg::Load(_))) => Ok(m),
+            Ok(Msg::Frame(_, m)) => Ok(m),
             Ok(Msg::Gone(_)) | Err(RecvTimeoutError::Disconnected) => Err(self.end(&mut guard, ExecFailure::Died(String::new()))),
             Ok(Msg::Hello(_)) => Err(self.end(&mut guard, ExecFailure::Protocol("second greeting".into()))),
             Err(RecvTimeoutError::Timeout) => Err(self.end(&mut guard, ExecFailure::Hang)),
@@ -299,9 +455,10 @@ impl ExecProcess {
     /// Loads a library (its bytes as the DSP fetched them) and looks up `symbol`. The answer's
     /// status is 0 and its `lib` the id, or an AEE code with the loader's reason.
     pub fn load(&self, symbol: &str, image: &[u8], timeout: Duration) -> Result<wire::LoadAnswer, ExecFailure> {
-        let msg = wire::encode_load(symbol, image).map_err(|_| ExecFailure::TooLarge)?;
-        match self.exchange(&msg, timeout)? {
-            Msg::Load(a) => {
+        let tag = self.next_tag();
+        let msg = wire::encode_load(tag, symbol, image).map_err(|_| ExecFailure::TooLarge)?;
+        match self.exchange(tag, &msg, timeout)? {
+            wire::Message::Load(a) => {
                 if a.status == 0 {
                     if let Ok(mut s) = self.stats.lock() {
                         s.libraries += 1;
@@ -315,8 +472,9 @@ impl ExecProcess {
 
     /// Unloads library `lib` (its destructors run).
     pub fn close(&self, lib: u32, timeout: Duration) -> Result<wire::LoadAnswer, ExecFailure> {
-        match self.exchange(&wire::encode_close(lib), timeout)? {
-            Msg::Load(a) => {
+        let tag = self.next_tag();
+        match self.exchange(tag, &wire::encode_close(tag, lib), timeout)? {
+            wire::Message::Load(a) => {
                 if a.status == 0 {
                     if let Ok(mut s) = self.stats.lock() {
                         s.libraries = s.libraries.saturating_sub(1);
@@ -334,8 +492,9 @@ impl ExecProcess {
     }
 
     /// Runs one invoke of library `lib`: `bufs` are the in-buffers then the out-buffers (their
-    /// current bytes), `handles` the handle arguments; `fopen` answers the library's `fopen`s
-    /// while it runs. One message at a time per process.
+    /// current bytes), `handles` the handle arguments and `files` the memfds of those whose
+    /// `passed` is set, in order; `fopen` answers the library's `fopen`s while it runs. One
+    /// message at a time per process.
     // The request's own fields, its deadline and the service of its fopens.
     #[allow(clippy::too_many_arguments)]
     pub fn invoke(
@@ -345,12 +504,17 @@ impl ExecProcess {
         handle: u32,
         bufs: &[&[u8]],
         handles: &[HandleArg],
+        files: &[BorrowedFd<'_>],
         timeout: Duration,
         fopen: FopenHandler<'_>,
     ) -> Result<Response, ExecFailure> {
-        let msg = wire::encode_request(lib, sc, handle, bufs, handles).map_err(|_| ExecFailure::TooLarge)?;
-        match self.exchange_serving(&msg, timeout, fopen)? {
-            Msg::Response(r) => {
+        if files.len() != handles.iter().filter(|h| h.passed).count() {
+            return Err(ExecFailure::TooLarge);
+        }
+        let tag = self.next_tag();
+        let msg = wire::encode_request(tag, lib, sc, handle, bufs, handles).map_err(|_| ExecFailure::TooLarge)?;
+        match self.exchange_serving(tag, &msg, files, timeout, fopen)? {
+            wire::Message::Invoke(r) => {
                 if let Ok(mut s) = self.stats.lock() {
                     s.invokes += 1;
                     s.live_mappings = r.live_mappings;
@@ -365,6 +529,25 @@ impl ExecProcess {
             _ => Err(self.fail_protocol("a load answer to an invoke")),
         }
     }
+}
+
+/// Writes `msg` to the shell, with `files` attached to its first bytes.
+fn send_with_files(sock: &mut UnixStream, msg: &[u8], files: &[BorrowedFd<'_>]) -> std::io::Result<()> {
+    use rustix::net::{sendmsg, SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
+    let mut sent = 0;
+    if !files.is_empty() {
+        let mut space = vec![std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(files.len()))];
+        let mut control = SendAncillaryBuffer::new(&mut space);
+        if !control.push(SendAncillaryMessage::ScmRights(files)) {
+            return Err(std::io::Error::other("ancillary buffer too small"));
+        }
+        sent = sendmsg(&*sock, &[std::io::IoSlice::new(msg)], &mut control, SendFlags::NOSIGNAL)?;
+        if sent == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+    }
+    sock.write_all(&msg[sent..])?;
+    sock.flush()
 }
 
 impl Drop for ExecProcess {

@@ -1,21 +1,29 @@
-//! The pipe protocol between the bench and the DSP-side runtime (`tests/hexagon/runtime/hrx_dsp.c`).
+//! The stream protocol between the bench and the DSP-side runtime (`tests/hexagon/runtime/hrx_dsp.c`).
 //!
 //! Every word is a little-endian `u32` (Hexagon and the hosts we run on are little-endian).
 //!
 //! * **Hello** (shell -> bench, once at start): `HELLO_MAGIC, PROTOCOL, arena bytes, max events`.
 //! * **Request** (bench -> shell): header `REQ_MAGIC, op, sc, handle, lib, nbufs, nhandles,
-//!   data_len`.
+//!   data_len, tag`. The **tag** is fresh for every request (a per-shell random key mixed with a
+//!   sequence number) and the shell repeats it in the header of every frame it sends while
+//!   serving that request: a frame whose tag differs (a library writing a forged header to the
+//!   shell's stdout, or an answer left over from an earlier request) is a protocol break, hence a
+//!   DSP restart. A library shares the shell's address space, so it could read the tag; the tag
+//!   stops blind forgeries and desynchronised streams, not a library that hunts for it.
 //!   * [`OP_INVOKE`]: calls library `lib`'s entry; then `nbufs` buffer lengths (in-buffers then
-//!     out-buffers, as in `sc`); then `nhandles` records `fd, offset, file size, path length`;
-//!     then `data_len` bytes: every buffer's bytes padded to 8, then every handle's path
-//!     (`/proc/<pid>/fd/<n>` of the buffer's memfd) padded to 4.
+//!     out-buffers, as in `sc`); then `nhandles` records `fd, offset, file size, passed`; then
+//!     `data_len` bytes: every buffer's bytes padded to 8. The buffers' memfds themselves travel
+//!     with the header as `SCM_RIGHTS` (the shell's stdin is a UNIX socket), one per handle
+//!     whose `passed` is 1, in handle order: the confined shell cannot open the bench's
+//!     `/proc/<pid>/fd` (Landlock forbids ptrace-class access to a process outside its domain).
 //!   * [`OP_LOAD`]: loads a library; `sc` is the length of the symbol to look up (`entry`), the
 //!     data is that symbol padded to 4, then the library's bytes (at most [`MAX_IMAGE`]).
 //!   * [`OP_CLOSE`]: unloads library `lib`. [`OP_QUIT`] ends the shell.
-//! * **Invoke response** (shell -> bench): `RSP_MAGIC, entry's return value, nout, nevents, live
-//!   mappings, out_len`; `nout` lengths; the out-buffers padded to 8; `nevents` records of five
+//! * **Invoke response** (shell -> bench): `RSP_MAGIC, tag, entry's return value, nout, nevents,
+//!   live mappings, out_len`; `nout` lengths; the out-buffers padded to 8; `nevents` records of five
 //!   words `kind, fd, addr, len, arg`.
-//! * **Load / close response**: `LOD_MAGIC, status (0 or an AEE code), library id, text length`,
+//! * **Load / close response**: `LOD_MAGIC, tag, status (0 or an AEE code), library id, text
+//!   length`,
 //!   then the loader's reason for a refusal (ASCII, at most [`MAX_TEXT`] bytes) padded to 4.
 //!
 //! The constants are written twice (here and as `#define`s in the C file); a test compares them.
@@ -31,7 +39,7 @@ pub const RSP_MAGIC: u32 = 0x5352_5848;
 /// First word of a load or close answer.
 pub const LOD_MAGIC: u32 = 0x4C52_5848;
 /// Protocol version in the greeting.
-pub const PROTOCOL: u32 = 2;
+pub const PROTOCOL: u32 = 3;
 /// Request: run a library's entry.
 pub const OP_INVOKE: u32 = 1;
 /// Request: exit.
@@ -64,6 +72,8 @@ pub const RVQ_MAGIC: u32 = 0x5156_5248;
 pub const RVA_MAGIC: u32 = 0x4156_5248;
 /// Longest path a library's `fopen` sends.
 pub const MAX_FOPEN: usize = 256;
+/// Bytes of a request header.
+pub const HEADER: usize = 36;
 /// Exit code of the runtime when a message breaks the protocol.
 pub const EXIT_PROTOCOL: i32 = 3;
 
@@ -106,9 +116,9 @@ pub struct HandleArg {
     pub offset: u32,
     /// Size of the buffer behind the fd (maps beyond it are refused).
     pub size: u32,
-    /// Where the runtime opens the buffer: `/proc/<bench pid>/fd/<memfd>`; empty if the bench
-    /// could not resolve the fd (the runtime's `HAP_mmap` then refuses it).
-    pub path: String,
+    /// Whether the buffer's memfd is passed with the request; false if the bench could not
+    /// resolve the fd (the runtime's `HAP_mmap` then refuses it).
+    pub passed: bool,
 }
 
 /// A HAP call the runtime recorded during one invoke.
@@ -187,23 +197,23 @@ fn push(out: &mut Vec<u8>, w: u32) {
 }
 
 /// Encodes one invoke request of library `lib`.
-pub fn encode_request(lib: u32, sc: u32, handle: u32, bufs: &[&[u8]], handles: &[HandleArg]) -> Result<Vec<u8>, WireError> {
-    if bufs.len() > MAX_BUFS || handles.len() > MAX_HANDLES || handles.iter().any(|h| h.path.len() >= MAX_PATH) {
+pub fn encode_request(tag: u32, lib: u32, sc: u32, handle: u32, bufs: &[&[u8]], handles: &[HandleArg]) -> Result<Vec<u8>, WireError> {
+    if bufs.len() > MAX_BUFS || handles.len() > MAX_HANDLES {
         return Err(WireError::TooLarge);
     }
-    let data_len: usize = bufs.iter().map(|b| pad(b.len(), 8)).sum::<usize>() + handles.iter().map(|h| pad(h.path.len(), 4)).sum::<usize>();
+    let data_len: usize = bufs.iter().map(|b| pad(b.len(), 8)).sum::<usize>();
     if data_len > ARENA {
         return Err(WireError::TooLarge);
     }
-    let mut out = Vec::with_capacity(32 + 4 * bufs.len() + 16 * handles.len() + data_len);
-    for w in [REQ_MAGIC, OP_INVOKE, sc, handle, lib, bufs.len() as u32, handles.len() as u32, data_len as u32] {
+    let mut out = Vec::with_capacity(HEADER + 4 * bufs.len() + 16 * handles.len() + data_len);
+    for w in [REQ_MAGIC, OP_INVOKE, sc, handle, lib, bufs.len() as u32, handles.len() as u32, data_len as u32, tag] {
         push(&mut out, w);
     }
     for b in bufs {
         push(&mut out, b.len() as u32);
     }
     for h in handles {
-        for w in [h.fd as u32, h.offset, h.size, h.path.len() as u32] {
+        for w in [h.fd as u32, h.offset, h.size, u32::from(h.passed)] {
             push(&mut out, w);
         }
     }
@@ -211,30 +221,26 @@ pub fn encode_request(lib: u32, sc: u32, handle: u32, bufs: &[&[u8]], handles: &
         out.extend_from_slice(b);
         out.resize(out.len() + pad(b.len(), 8) - b.len(), 0);
     }
-    for h in handles {
-        out.extend_from_slice(h.path.as_bytes());
-        out.resize(out.len() + pad(h.path.len(), 4) - h.path.len(), 0);
-    }
     Ok(out)
 }
 
 /// The quit request.
 pub fn encode_quit() -> Vec<u8> {
-    let mut out = Vec::with_capacity(32);
-    for w in [REQ_MAGIC, OP_QUIT, 0, 0, 0, 0, 0, 0] {
+    let mut out = Vec::with_capacity(HEADER);
+    for w in [REQ_MAGIC, OP_QUIT, 0, 0, 0, 0, 0, 0, 0] {
         push(&mut out, w);
     }
     out
 }
 
 /// A load request: look up `symbol` in `image` once it is loaded.
-pub fn encode_load(symbol: &str, image: &[u8]) -> Result<Vec<u8>, WireError> {
+pub fn encode_load(tag: u32, symbol: &str, image: &[u8]) -> Result<Vec<u8>, WireError> {
     if symbol.is_empty() || symbol.len() > MAX_SYMBOL || image.len() > MAX_IMAGE {
         return Err(WireError::TooLarge);
     }
     let data_len = pad(symbol.len(), 4) + image.len();
-    let mut out = Vec::with_capacity(32 + data_len);
-    for w in [REQ_MAGIC, OP_LOAD, symbol.len() as u32, 0, 0, 0, 0, data_len as u32] {
+    let mut out = Vec::with_capacity(HEADER + data_len);
+    for w in [REQ_MAGIC, OP_LOAD, symbol.len() as u32, 0, 0, 0, 0, data_len as u32, tag] {
         push(&mut out, w);
     }
     out.extend_from_slice(symbol.as_bytes());
@@ -244,9 +250,9 @@ pub fn encode_load(symbol: &str, image: &[u8]) -> Result<Vec<u8>, WireError> {
 }
 
 /// A close request for library `lib`.
-pub fn encode_close(lib: u32) -> Vec<u8> {
-    let mut out = Vec::with_capacity(32);
-    for w in [REQ_MAGIC, OP_CLOSE, 0, 0, lib, 0, 0, 0] {
+pub fn encode_close(tag: u32, lib: u32) -> Vec<u8> {
+    let mut out = Vec::with_capacity(HEADER);
+    for w in [REQ_MAGIC, OP_CLOSE, 0, 0, lib, 0, 0, 0, tag] {
         push(&mut out, w);
     }
     out
@@ -261,6 +267,15 @@ pub struct LoadAnswer {
     pub lib: u32,
     /// The loader's reason for a refusal.
     pub text: String,
+}
+
+/// Any message from the shell after its greeting, with the tag its header carried.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Tagged {
+    /// The tag of the request the shell says it is serving.
+    pub tag: u32,
+    /// The message.
+    pub message: Message,
 }
 
 /// Any message from the shell after its greeting.
@@ -289,11 +304,13 @@ pub fn encode_fopen_answer(status: i32) -> Vec<u8> {
     out
 }
 
-/// Reads one message (either kind) from the shell.
-pub fn read_message<R: std::io::Read>(r: &mut R) -> Result<Message, ReadError> {
-    let mut magic = [0u8; 4];
-    r.read_exact(&mut magic).map_err(ReadError::Io)?;
-    match u32::from_le_bytes(magic) {
+/// Reads one message (either kind) from the shell, with its tag.
+pub fn read_tagged<R: std::io::Read>(r: &mut R) -> Result<Tagged, ReadError> {
+    let mut head = [0u8; 8];
+    r.read_exact(&mut head).map_err(ReadError::Io)?;
+    let magic = u32::from_le_bytes([head[0], head[1], head[2], head[3]]);
+    let tag = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
+    let message = match magic {
         RSP_MAGIC => read_response_body(r).map(Message::Invoke),
         LOD_MAGIC => {
             let mut hdr = [0u8; 12];
@@ -327,7 +344,13 @@ pub fn read_message<R: std::io::Read>(r: &mut R) -> Result<Message, ReadError> {
             Ok(Message::Fopen { path, mode })
         }
         _ => Err(ReadError::Wire(WireError::Malformed)),
-    }
+    }?;
+    Ok(Tagged { tag, message })
+}
+
+/// Reads one message (either kind) from the shell, whatever its tag.
+pub fn read_message<R: std::io::Read>(r: &mut R) -> Result<Message, ReadError> {
+    read_tagged(r).map(|t| t.message)
 }
 
 /// A decoded response.
@@ -426,29 +449,32 @@ mod tests {
 
     #[test]
     fn request_layout_and_response_roundtrip() {
-        let h = HandleArg { fd: 7, offset: 0, size: 4096, path: "/proc/1/fd/9".into() };
-        let m = encode_request(5, 0x0202_0101, 0x30, &[b"abc", b"12345678"], &[h]).unwrap();
+        let h = HandleArg { fd: 7, offset: 0, size: 4096, passed: true };
+        let m = encode_request(0xA5, 5, 0x0202_0101, 0x30, &[b"abc", b"12345678"], &[h]).unwrap();
         let w = |i: usize| u32::from_le_bytes(m[4 * i..4 * i + 4].try_into().unwrap());
-        assert_eq!((w(0), w(1), w(2), w(3), w(4), w(5), w(6), w(7)), (REQ_MAGIC, OP_INVOKE, 0x0202_0101, 0x30, 5, 2, 1, 8 + 8 + 12));
-        assert_eq!((w(8), w(9)), (3, 8));
-        assert_eq!((w(10), w(11), w(12), w(13)), (7, 0, 4096, 12));
-        assert_eq!(&m[56..59], b"abc");
-        assert_eq!(m.len(), 56 + 28);
-        let long = HandleArg { fd: 7, offset: 0, size: 1, path: "x".repeat(MAX_PATH) };
-        assert_eq!(encode_request(1, 0, 0, &[], &[long]), Err(WireError::TooLarge));
-        let l = encode_load("entry", b"\x7fELF").unwrap();
-        assert_eq!(l.len(), 32 + 8 + 4);
-        assert_eq!(&l[32..37], b"entry");
-        assert_eq!(encode_load("", b""), Err(WireError::TooLarge));
+        assert_eq!((w(0), w(1), w(2), w(3), w(4), w(5), w(6), w(7)), (REQ_MAGIC, OP_INVOKE, 0x0202_0101, 0x30, 5, 2, 1, 8 + 8));
+        assert_eq!(w(8), 0xA5);
+        assert_eq!((w(9), w(10)), (3, 8));
+        assert_eq!((w(11), w(12), w(13), w(14)), (7, 0, 4096, 1));
+        assert_eq!(&m[60..63], b"abc");
+        assert_eq!(m.len(), 60 + 16);
+        let many = vec![HandleArg { fd: 7, offset: 0, size: 1, passed: false }; MAX_HANDLES + 1];
+        assert_eq!(encode_request(1, 1, 0, 0, &[], &many), Err(WireError::TooLarge));
+        let l = encode_load(9, "entry", b"\x7fELF").unwrap();
+        assert_eq!(l.len(), HEADER + 8 + 4);
+        assert_eq!(&l[HEADER..HEADER + 5], b"entry");
+        assert_eq!(encode_load(9, "", b""), Err(WireError::TooLarge));
         let mut ans = Vec::new();
-        for x in [LOD_MAGIC, 0x42, 0, 5] {
+        for x in [LOD_MAGIC, 77, 0x42, 0, 5] {
             push(&mut ans, x);
         }
         ans.extend_from_slice(b"nope\0\0\0\0");
-        assert_eq!(read_message(&mut &ans[..]).unwrap(), Message::Load(LoadAnswer { status: 0x42, lib: 0, text: "nope\0".into() }));
+        let t = read_tagged(&mut &ans[..]).unwrap();
+        assert_eq!(t.tag, 77);
+        assert_eq!(t.message, Message::Load(LoadAnswer { status: 0x42, lib: 0, text: "nope\0".into() }));
 
         let mut rsp = Vec::new();
-        for x in [RSP_MAGIC, 0, 1, 2, 1, 8] {
+        for x in [RSP_MAGIC, 3, 0, 1, 2, 1, 8] {
             push(&mut rsp, x);
         }
         push(&mut rsp, 5);
