@@ -200,13 +200,17 @@ impl Batch {
     }
 
     /// Runs every record in order in one FastRPC call; returns the DSP microseconds summed over
-    /// the kernels. `deadline_ms`: abandoned after that long (`NeedsRecovery`). A kernel that reports a
+    /// the kernels. `deadline_ms`: abandoned after that long (`NeedsRecovery`); as for
+    /// `Library.launch`, it must be positive (`None`: no deadline). A kernel that reports a
     /// failure stops the batch (`Failed`, naming the record). A closed lease in any record
     /// raises `HandleError`, as a launch does. Runs the records as they are when it is called
     /// (see the module's "Threads").
     #[pyo3(signature = (deadline_ms = None))]
     fn run(&self, py: Python<'_>, deadline_ms: Option<u32>) -> PyResult<u64> {
         let kobj = kernel_of(&self.cell)?;
+        if deadline_ms == Some(0) {
+            return Err(py_err(Failure::invalid("launch-pack", "deadline_ms must be positive (None: no deadline)")));
+        }
         let snapshot = lock(&self.records).clone();
         let recs = resolve(&snapshot)?;
         let deadline = deadline_ms.map(|ms| Duration::from_millis(u64::from(ms)));

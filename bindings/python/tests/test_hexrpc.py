@@ -320,3 +320,15 @@ def test_batch_refuses_a_closed_lease_like_a_launch(sess):
         bt.push(0, [view], [1])
     lib.close()
 
+
+def test_batch_and_launch_refuse_a_zero_deadline_alike(sess):
+    lease = sess.alloc(4096)
+    lib, bt = _sleep_batch(sess, lease, 1)
+    with pytest.raises(hexrpc.InvalidArgument) as launch_err:
+        lib.launch([lease.view(0, 4)], [1], deadline_ms=0)
+    with pytest.raises(hexrpc.InvalidArgument) as batch_err:
+        bt.run(deadline_ms=0)
+    assert str(batch_err.value) == str(launch_err.value)
+    assert sess.healthy
+    assert bt.run(deadline_ms=5000) >= 0 and bt.run(deadline_ms=None) >= 0
+    lib.close()
