@@ -164,8 +164,11 @@ impl<L: KernelLibrary> Kernel<L> {
 
     /// [`launch`](Self::launch) with a deadline: a call still running after `timeout` is
     /// abandoned, the error's cause is [`Cause::Timeout`] and the session needs `recover()`.
+    /// A zero `timeout` is refused before any system call ([`PackError::ZeroDeadline`], as
+    /// [`Batch::run_with_deadline`](crate::launch::Batch::run_with_deadline) refuses it).
     #[cfg(feature = "std")]
     pub fn launch_with_deadline(&self, views: &[&BufferView<'_>], scalars: &[Scalar], timeout: core::time::Duration) -> Result<u64, Error> {
+        check_deadline(timeout)?;
         self.run(views, scalars, |args| self.library.invoke_args_with_deadline(args, timeout))
     }
 
@@ -185,7 +188,8 @@ impl<L: KernelLibrary> Kernel<L> {
 
     /// [`launch`](Self::launch) on buffer records (for callers that keep their own leases,
     /// such as language bindings); `deadline` as in
-    /// [`launch_with_deadline`](Self::launch_with_deadline) (ignored without std).
+    /// [`launch_with_deadline`](Self::launch_with_deadline) (ignored without std; `Some(0)` is
+    /// refused).
     pub fn launch_buffers(
         &self,
         buffers: &[BufferRef<'_>],
@@ -194,6 +198,7 @@ impl<L: KernelLibrary> Kernel<L> {
     ) -> Result<u64, Error> {
         #[cfg(feature = "std")]
         if let Some(t) = deadline {
+            check_deadline(t)?;
             return self.packed(buffers, scalars, |args| self.library.invoke_args_with_deadline(args, t));
         }
         #[cfg(not(feature = "std"))]
@@ -312,4 +317,14 @@ mod served {
             self.library.session()
         }
     }
+}
+
+#[cfg(feature = "std")]
+/// The one rule for deadline values, for single launches and batches: `None` is no deadline, a
+/// zero deadline is refused before any system call.
+pub(crate) fn check_deadline(timeout: core::time::Duration) -> Result<(), Error> {
+    if timeout.is_zero() {
+        return Err(Error::Pack(PackError::ZeroDeadline));
+    }
+    Ok(())
 }

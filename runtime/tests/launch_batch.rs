@@ -25,7 +25,8 @@ hexrpc_bench::on_both_kernels!(
     a_hostile_record_is_refused_on_the_dsp_before_anything_is_mapped,
     a_failing_kernel_stops_the_batch_and_every_mapping_is_released,
     a_dsp_restart_in_the_middle_of_a_batch_is_recovered,
-    a_batch_past_its_deadline_is_abandoned_and_the_session_recovers
+    a_batch_past_its_deadline_is_abandoned_and_the_session_recovers,
+    a_zero_deadline_is_refused_alike_by_a_launch_and_a_batch_before_any_ioctl
 );
 
 /// What a launch is counted as on `board`'s driver.
@@ -357,6 +358,38 @@ fn a_batch_past_its_deadline_is_abandoned_and_the_session_recovers(board: &'stat
     assert_eq!(batch.run_with_deadline(&lib, Duration::from_secs(5)).map(|r| r.launches), Ok(2));
     assert_eq!(read(&x), vec![6; 8]);
     drop(lib);
+    drop(lease);
+    served.stop().unwrap();
+}
+
+fn a_zero_deadline_is_refused_alike_by_a_launch_and_a_batch_before_any_ioctl(board: &'static Board) {
+    use hexrpc_runtime::launch::AbiVersion;
+    use hexrpc_runtime::Kernel;
+    let bench = Bench::for_board(board);
+    bench.register_library("table", table());
+    let served = serve(&bench);
+    let sigs = signatures();
+    let kernel = Kernel::new(served.open_library("table", image("table")).unwrap(), sigs[0], AbiVersion::V2);
+    let mut lease = served.session().alloc(8192).unwrap();
+    lease.fill(0, 8192, 1).unwrap();
+    let (a, b, out, x) = (lease.view(0, 8).unwrap(), lease.view(8, 8).unwrap(), lease.view(16, 8).unwrap(), lease.view(32, 8).unwrap());
+    let mut batch = Batch::new(&sigs).unwrap();
+    batch.push(1, &[BufferRef::of(&x)], &[Scalar::U32(2)]).unwrap();
+    let invokes = bench.counts().of(invoke_kind(board));
+    let refused = Error::Pack(PackError::ZeroDeadline);
+    assert_eq!(kernel.launch_with_deadline(&[&a, &b, &out], &[Scalar::U32(1)], Duration::ZERO), Err(refused));
+    let bufs = [BufferRef::of(&a), BufferRef::of(&b), BufferRef::of(&out)];
+    assert_eq!(kernel.launch_buffers(&bufs, &[Scalar::U32(1)], Some(Duration::ZERO)), Err(refused));
+    assert_eq!(batch.run_with_deadline(kernel.library(), Duration::ZERO), Err(refused));
+    assert_eq!(refused.stage(), "launch-pack");
+    assert!(refused.is_refusal(), "{refused:?}");
+    assert_eq!(bench.counts().of(invoke_kind(board)), invokes, "a zero deadline reached the driver");
+    // Nothing needs recovery; a positive deadline runs both.
+    assert_eq!(kernel.launch_with_deadline(&[&a, &b, &out], &[Scalar::U32(1)], Duration::from_secs(5)).map(|_| ()), Ok(()));
+    assert_eq!(read(&out), vec![3; 8]);
+    assert_eq!(batch.run_with_deadline(kernel.library(), Duration::from_secs(5)).map(|r| r.launches), Ok(1));
+    assert_eq!(read(&x), vec![2; 8]);
+    drop(kernel);
     drop(lease);
     served.stop().unwrap();
 }

@@ -3,7 +3,8 @@
 //!
 //! Without the executor, the bench's DSP runs a Rust model of a library, chosen by a tag in the
 //! image ([`model_image`]); every binding bench knows the models of
-//! [`hexrpc_scenarios::catalogue`] (`scale_f32`, `add_u8`, `sleep_ms`).
+//! [`hexrpc_scenarios::catalogue`] (`scale_f32`, `add_u8`, `sleep_ms`), each also as a library
+//! with a one-kernel table (`sleep_ms_table`, ...) that runs batches.
 //!
 //! With the executor (clang-19, ld.lld-19 and qemu-hexagon present), [`kernel_image`] builds an
 //! image of a kernel of the suite (`tests/hexagon/kernels`) with a generated entry, which runs as
@@ -27,13 +28,21 @@ pub fn bench_with_models() -> Bench {
     let cost = hexrpc_scenarios::ModelOptions::default().cost;
     let bench = Bench::with_config(BenchConfig { cost, ..BenchConfig::default() });
     catalogue::register_all(&bench);
+    for m in catalogue::MODELS {
+        bench.register_library(&format!("{}{TABLE}", m.name), m.table_model());
+    }
     bench
 }
 
+/// The suffix of a catalogue model's one-kernel-table library (`sleep_ms_table`): the same
+/// kernel, also answering batches.
+const TABLE: &str = "_table";
+
 /// The image of catalogue model `name`, built once per process.
 pub fn model_image(name: &str) -> Result<&'static [u8], Failure> {
-    match catalogue::find(name) {
-        Some(m) => Ok(catalogue::image(m.name)),
+    let base = name.strip_suffix(TABLE).unwrap_or(name);
+    match catalogue::find(base) {
+        Some(_) => Ok(catalogue::image(name)),
         None => {
             let known: Vec<&str> = catalogue::MODELS.iter().map(|m| m.name).collect();
             Err(Failure::invalid("bench-image", format!("no bench model named {name:?} (known: {})", known.join(", "))))

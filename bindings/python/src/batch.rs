@@ -9,11 +9,22 @@
 //! batch.set_scalar(r, 0, 4); batch.run()
 //! ```
 //!
-//! The Python object keeps the records (kernel, leases and ranges, scalars); every `run` packs
-//! them into the runtime's fixed-capacity batch (leases deduplicated, every field checked as a
-//! single v2 launch is) and makes one `FASTRPC_IOCTL_INVOKE_ATTRS` on the library. `push`
+//! The Python object keeps the records (kernel, lease handles and ranges, scalars); every `run`
+//! packs them into the runtime's fixed-capacity batch (leases deduplicated, every field checked
+//! as a single v2 launch is) and makes one `FASTRPC_IOCTL_INVOKE_ATTRS` on the library. `push`
 //! checks the new record against the batch's capacity at once, so a batch that cannot run is
 //! refused when it is built, not when it runs. The GIL is released during the call.
+//!
+//! Leases: a record holds the lease's handle (as a `View` does), not the lease itself: once the
+//! lease is closed its memory is released as after any close, and `run` raises `HandleError`
+//! as a launch on a view of it does.
+//!
+//! Threads: the records' lock is only ever taken with the GIL held and never held across a
+//! release of the GIL or a call into Python code, so no thread can wait for it while another
+//! holds it without the GIL. `run` takes a snapshot of the records (and the leases they name)
+//! before releasing the GIL and runs that snapshot: `len`, `push`, `set_scalar` and other `run`s
+//! go on while it runs (several runs of one batch are several independent calls on the
+//! library), and a change made during a run applies from the next run on.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -26,12 +37,41 @@ use hexrpc_runtime::KernelLibrary;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 
-use crate::{closed, lock, py_err, scalar, Lease, Library, View};
+use crate::{closed, lock, py_err, scalar, Lease, LeaseCell, Library, View};
 
+/// A record as the batch keeps it: lease handles, checked at every run.
+#[derive(Clone)]
 struct Record {
+    kernel: usize,
+    views: Vec<(Arc<LeaseCell>, usize, usize)>,
+    scalars: Vec<Scalar>,
+}
+
+/// A record as one run sends it: the open leases it names.
+struct Resolved {
     kernel: usize,
     views: Vec<(Arc<LeaseObj>, usize, usize)>,
     scalars: Vec<Scalar>,
+}
+
+/// The open lease behind `cell`, or `HandleError` as a launch raises for a closed one.
+fn open_lease(cell: &LeaseCell) -> PyResult<Arc<LeaseObj>> {
+    let st = lock(cell);
+    match (&st.obj, st.closed) {
+        (Some(o), false) => Ok(o.clone()),
+        _ => Err(closed("lease")),
+    }
+}
+
+/// `records` with their leases, all of which must be open.
+fn resolve(records: &[Record]) -> PyResult<Vec<Resolved>> {
+    records
+        .iter()
+        .map(|r| {
+            let views = r.views.iter().map(|(c, off, len)| Ok((open_lease(c)?, *off, *len))).collect::<PyResult<_>>()?;
+            Ok(Resolved { kernel: r.kernel, views, scalars: r.scalars.clone() })
+        })
+        .collect()
 }
 
 /// Launches of a library's kernel table, run together in one FastRPC call.
@@ -43,7 +83,11 @@ pub struct Batch {
 }
 
 /// Packs `records` into a runtime batch over `kernels` and hands it to `f`.
-fn with_packed<R>(kernels: &[Signature], records: &[Record], f: impl FnOnce(&mut RtBatch<'_>) -> Result<R, Failure>) -> Result<R, Failure> {
+fn with_packed<R>(
+    kernels: &[Signature],
+    records: &[Resolved],
+    f: impl FnOnce(&mut RtBatch<'_>) -> Result<R, Failure>,
+) -> Result<R, Failure> {
     let mut views: Vec<BufferView<'_>> = Vec::new();
     for r in records {
         for (lease, off, len) in &r.views {
@@ -98,26 +142,25 @@ impl Batch {
             .get(kernel)
             .ok_or_else(|| py_err(Failure::refused(format!("kernel {kernel} is not in the table of {}", self.kernels.len()))))?;
         let mut vs = Vec::new();
+        let mut opened = Vec::new();
         for (n, item) in views.try_iter()?.enumerate() {
             let item = item?;
-            let entry = if let Ok(v) = item.cast::<View>() {
+            let (cell, off, len) = if let Ok(v) = item.cast::<View>() {
                 let v = v.get();
-                let st = lock(&v.cell);
-                match (&st.obj, st.closed) {
-                    (Some(o), false) => (o.clone(), v.offset, v.length),
-                    _ => return Err(closed("lease")),
-                }
+                (v.cell.clone(), v.offset, v.length)
             } else if let Ok(l) = item.cast::<Lease>() {
-                let o = l.get().get()?;
-                let len = o.memory().1;
-                (o, 0, len)
+                let cell = l.get().cell.clone();
+                let len = open_lease(&cell)?.memory().1;
+                (cell, 0, len)
             } else {
                 return Err(PyTypeError::new_err(format!("views[{n}] is not a hexrpc.View or hexrpc.Lease")));
             };
-            if !Arc::ptr_eq(entry.0.session(), kobj.session()) {
+            let lease = open_lease(&cell)?;
+            if !Arc::ptr_eq(lease.session(), kobj.session()) {
                 return Err(py_err(Failure::invalid("launch-pack", format!("buffer {n}: its lease belongs to another session"))));
             }
-            vs.push(entry);
+            vs.push((cell, off, len));
+            opened.push((lease, off, len));
         }
         let types: Vec<_> = sig.scalar_types().collect();
         let mut sc = Vec::new();
@@ -129,37 +172,50 @@ impl Batch {
                 sc.push(scalar(ty, &v?, i)?);
             }
         }
+        // Capacity check on the records as they are now plus the new one (lock held briefly,
+        // no Python code under it).
+        let record = Record { kernel, views: vs, scalars: sc };
+        let mut all = resolve(&lock(&self.records).clone())?;
+        all.push(Resolved { kernel, views: opened, scalars: record.scalars.clone() });
+        with_packed(&self.kernels, &all, |_| Ok(())).map_err(py_err)?;
         let mut records = lock(&self.records);
-        records.push(Record { kernel, views: vs, scalars: sc });
-        if let Err(e) = with_packed(&self.kernels, &records, |_| Ok(())) {
-            records.pop();
-            return Err(py_err(e));
-        }
+        records.push(record);
         Ok(records.len() - 1)
     }
 
     /// Sets scalar `index` of record `record` to `value` (converted to the kernel's type).
     fn set_scalar(&self, record: usize, index: usize, value: &Bound<'_, PyAny>) -> PyResult<()> {
-        let mut records = lock(&self.records);
-        let r = records.get_mut(record).ok_or_else(|| py_err(Failure::refused(format!("no record {record}"))))?;
-        let ty = self.kernels[r.kernel]
+        let kernel = lock(&self.records).get(record).map(|r| r.kernel);
+        let kernel = kernel.ok_or_else(|| py_err(Failure::refused(format!("no record {record}"))))?;
+        let ty = self.kernels[kernel]
             .scalar_types()
             .nth(index)
             .ok_or_else(|| py_err(Failure::refused(format!("record {record} has no scalar {index}"))))?;
-        r.scalars[index] = scalar(ty, value, index)?;
+        // Converted before the lock is taken: the conversion may run Python code.
+        let v = scalar(ty, value, index)?;
+        if let Some(r) = lock(&self.records).get_mut(record) {
+            r.scalars[index] = v;
+        }
         Ok(())
     }
 
     /// Runs every record in order in one FastRPC call; returns the DSP microseconds summed over
-    /// the kernels. `deadline_ms`: abandoned after that long (`NeedsRecovery`). A kernel that
-    /// reports a failure stops the batch (`Failed`, naming the record).
+    /// the kernels. `deadline_ms`: abandoned after that long (`NeedsRecovery`); as for
+    /// `Library.launch`, it must be positive (`None`: no deadline). A kernel that reports a
+    /// failure stops the batch (`Failed`, naming the record). A closed lease in any record
+    /// raises `HandleError`, as a launch does. Runs the records as they are when it is called
+    /// (see the module's "Threads").
     #[pyo3(signature = (deadline_ms = None))]
     fn run(&self, py: Python<'_>, deadline_ms: Option<u32>) -> PyResult<u64> {
         let kobj = kernel_of(&self.cell)?;
-        let records = lock(&self.records);
+        if deadline_ms == Some(0) {
+            return Err(py_err(Failure::invalid("launch-pack", "deadline_ms must be positive (None: no deadline)")));
+        }
+        let snapshot = lock(&self.records).clone();
+        let recs = resolve(&snapshot)?;
         let deadline = deadline_ms.map(|ms| Duration::from_millis(u64::from(ms)));
         let kernels = &self.kernels;
-        let recs: &[Record] = &records;
+        let recs: &[Resolved] = &recs;
         py.detach(|| {
             with_packed(kernels, recs, |batch| {
                 if batch.is_empty() {
@@ -183,5 +239,9 @@ impl Batch {
     /// Number of records.
     fn __len__(&self) -> usize {
         lock(&self.records).len()
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<hexrpc.Batch kernels={} records={}>", self.kernels.len(), lock(&self.records).len())
     }
 }

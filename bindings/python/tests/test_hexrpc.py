@@ -237,3 +237,98 @@ def test_executor_build_lib_record_gives_the_signature(tmp_path):
         lib.launch([lease.view(x_off, 4 * n), lease.view(y_off, 4 * n)], [n, 0.5])
         np.testing.assert_array_equal(y, 1.0 + np.float32(0.5) * x)
         del f, x, y
+
+
+def _sleep_batch(sess, lease, ms):
+    lib = sess.open_library(hexrpc.bench_model_image("sleep_ms_table"), signature="buf,u32")
+    bt = hexrpc.Batch(lib, ["buf,u32"])
+    bt.push(0, [lease.view(0, 4)], [ms])
+    return lib, bt
+
+
+def test_batch_calls_during_a_run_do_not_freeze(sess):
+    """While one thread is in a 2 s `run()` (GIL released), every other call on the batch
+    completes: none waits, with the GIL held, for a lock the running thread keeps."""
+    import threading
+
+    lease = sess.alloc(4096)
+    other = sess.alloc(4096)
+    lib, bt = _sleep_batch(sess, lease, 2000)
+    started = threading.Event()
+    results = {}
+
+    def long_run():
+        started.set()
+        results["long"] = bt.run(deadline_ms=20000)
+
+    def the_rest():
+        started.wait()
+        import time
+
+        time.sleep(0.3)  # the long run is in the DSP by now
+        t0 = time.monotonic()
+        results["len"] = len(bt)
+        results["push"] = bt.push(0, [other.view(0, 4)], [1])
+        bt.set_scalar(results["push"], 0, 2)
+        results["repr"] = repr(bt)
+        results["run"] = bt.run()
+        results["elapsed"] = time.monotonic() - t0
+
+    import faulthandler
+
+    # A regression kills the test process (with every thread's traceback) instead of hanging CI:
+    # the main thread cannot even return from join() while another thread holds the GIL.
+    faulthandler.dump_traceback_later(30, exit=True)
+    try:
+        a = threading.Thread(target=long_run)
+        b = threading.Thread(target=the_rest)
+        a.start()
+        b.start()
+        b.join(10)
+        assert not b.is_alive(), "calls on the batch blocked during its run"
+        a.join(10)
+        assert not a.is_alive()
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+    assert results["len"] == 1
+    assert results["push"] == 1
+    assert "records=" in results["repr"]
+    # The second run ran both records (the 2 ms one and the 2 s one) on its own snapshot.
+    assert results["elapsed"] < 10
+    assert "long" in results
+    words = np.frombuffer(lease, dtype=np.uint32)
+    assert words[0] == 2000
+    assert np.frombuffer(other, dtype=np.uint32)[0] == 2
+    lib.close()
+
+
+def test_batch_refuses_a_closed_lease_like_a_launch(sess):
+    lease = sess.alloc(4096)
+    lib, bt = _sleep_batch(sess, lease, 1)
+    assert bt.run() >= 0
+    assert np.frombuffer(lease, dtype=np.uint32)[0] == 1
+    view = lease.view(0, 4)
+    lease.close()
+    with pytest.raises(hexrpc.HandleError) as launch_err:
+        lib.launch([view], [1])
+    with pytest.raises(hexrpc.HandleError) as batch_err:
+        bt.run()
+    assert str(batch_err.value) == str(launch_err.value)
+    assert batch_err.value.stage == launch_err.value.stage
+    # A push naming the closed lease is refused as well.
+    with pytest.raises(hexrpc.HandleError):
+        bt.push(0, [view], [1])
+    lib.close()
+
+
+def test_batch_and_launch_refuse_a_zero_deadline_alike(sess):
+    lease = sess.alloc(4096)
+    lib, bt = _sleep_batch(sess, lease, 1)
+    with pytest.raises(hexrpc.InvalidArgument) as launch_err:
+        lib.launch([lease.view(0, 4)], [1], deadline_ms=0)
+    with pytest.raises(hexrpc.InvalidArgument) as batch_err:
+        bt.run(deadline_ms=0)
+    assert str(batch_err.value) == str(launch_err.value)
+    assert sess.healthy
+    assert bt.run(deadline_ms=5000) >= 0 and bt.run(deadline_ms=None) >= 0
+    lib.close()

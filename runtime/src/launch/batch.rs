@@ -449,13 +449,16 @@ impl<'a> Batch<'a> {
         self.outcome()
     }
 
-    /// [`run`](Self::run) with a deadline (see `Library::invoke_with_deadline`).
+    /// [`run`](Self::run) with a deadline (see `Library::invoke_with_deadline`). A zero
+    /// `timeout` is refused before any system call, as a single launch's
+    /// ([`PackError::ZeroDeadline`](crate::launch::PackError::ZeroDeadline)).
     #[cfg(feature = "std")]
     pub fn run_with_deadline<S: Syscalls + Clone + Sync>(
         &mut self,
         lib: &Library<'_, S>,
         timeout: core::time::Duration,
     ) -> Result<BatchRun, Error> {
+        crate::kernel::check_deadline(timeout)?;
         if self.count == 0 {
             return Err(BatchRefusal::Empty.into());
         }

@@ -148,6 +148,9 @@ pub enum PackError {
         /// Buffer index.
         buffer: usize,
     },
+    /// A deadline of zero: a launch or batch would be interrupted before it could run and leave
+    /// the session needing recovery. No deadline is `None` (`launch`, `Batch::run`), never 0.
+    ZeroDeadline,
 }
 
 impl fmt::Display for PackError {
@@ -165,6 +168,7 @@ impl fmt::Display for PackError {
             PackError::LeaseTooLong { buffer, len, max } => write!(f, "buffer {buffer}: lease of {len} bytes exceeds {max}"),
             PackError::ViewOutsideLease { buffer } => write!(f, "buffer {buffer}: view extends past its lease"),
             PackError::NoFd { buffer } => write!(f, "buffer {buffer} has no share fd"),
+            PackError::ZeroDeadline => f.write_str("a deadline must be positive (no deadline: launch without one)"),
         }
     }
 }

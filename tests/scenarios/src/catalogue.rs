@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
-use hexrpc_bench::{elf, Bench, EntryVersion, KernelCall, LibraryModel};
+use hexrpc_bench::{elf, Bench, EntryVersion, KernelCall, LibraryModel, TableKernel};
 
 /// One library model of the catalogue.
 #[derive(Clone, Copy, Debug)]
@@ -34,6 +34,12 @@ impl Model {
     /// A v2-entry [`LibraryModel`] running this model's kernel.
     pub fn library_model(&self) -> LibraryModel {
         LibraryModel::new(EntryVersion::V2, self.buffers, self.scalars, self.kernel)
+    }
+
+    /// A v2 library with a one-kernel table running this model's kernel: method 2 launches it,
+    /// method 3 runs batches of it (registered by the bindings' bench as `<name>_table`).
+    pub fn table_model(&self) -> LibraryModel {
+        LibraryModel::table(vec![TableKernel::new(self.buffers, self.scalars, self.kernel)])
     }
 }
 
