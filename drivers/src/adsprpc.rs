@@ -794,10 +794,10 @@ impl core::fmt::Display for ArgsError {
 impl core::error::Error for ArgsError {}
 
 /// The method and the per-kind counts of an argument list under construction (both drivers'
-/// `InvokeArgs`): the ABI order, the scalars word's limits and the list's capacity are checked
-/// here, once.
+/// `InvokeArgs`, and the HAL's driver-neutral call): the ABI order, the scalars word's limits
+/// and the list's capacity are checked here, once.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct ArgCounts {
+pub struct ArgCounts {
     method: u8,
     /// In-buffers, out-buffers, in-handles, out-handles.
     counts: [u8; 4],
@@ -806,7 +806,7 @@ pub(crate) struct ArgCounts {
 impl ArgCounts {
     /// No argument yet, for `method` (0..=31).
     #[inline(always)]
-    pub(crate) const fn new(method: u8) -> Result<Self, ArgsError> {
+    pub const fn new(method: u8) -> Result<Self, ArgsError> {
         if method > Scalars::MAX_METHOD {
             return Err(ArgsError::Method);
         }
@@ -816,7 +816,7 @@ impl ArgCounts {
     /// Counts one more argument of `kind` (0..4, the ABI order) in a list of capacity `cap` and
     /// returns its index, or why it cannot be added (then nothing is counted).
     #[inline]
-    pub(crate) fn add(&mut self, kind: usize, cap: usize) -> Result<usize, ArgsError> {
+    pub fn add(&mut self, kind: usize, cap: usize) -> Result<usize, ArgsError> {
         if self.counts[kind + 1..].iter().any(|&c| c != 0) {
             return Err(ArgsError::Order);
         }
@@ -834,12 +834,24 @@ impl ArgCounts {
 
     /// Arguments counted (`REMOTE_SCALARS_LENGTH`).
     #[inline]
-    pub(crate) fn len(&self) -> usize {
+    pub fn len(&self) -> usize {
         self.counts.iter().map(|&c| c as usize).sum()
     }
 
+    /// True if nothing was counted.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The method index.
+    #[inline]
+    pub const fn method(&self) -> u8 {
+        self.method
+    }
+
     /// The scalars word.
-    pub(crate) fn scalars(&self) -> Scalars {
+    pub fn scalars(&self) -> Scalars {
         match Scalars::new(self.method, self.counts[0], self.counts[1], self.counts[2], self.counts[3]) {
             Some(sc) => sc,
             // Unreachable: `new` and `add` keep every count within its field.

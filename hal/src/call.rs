@@ -19,7 +19,7 @@
 
 use core::fmt;
 
-use hexrpc_drivers::adsprpc::{self, ArgsError};
+use hexrpc_drivers::adsprpc::{self, ArgCounts, ArgsError};
 use hexrpc_drivers::{upstream, Fd, Scalars};
 
 /// A buffer handle argument: a dma-buf the driver maps for the DSP.
@@ -85,8 +85,7 @@ enum Arg<'a> {
 /// assert_eq!(call.to_downstream().unwrap().fds(), &[-1, -1, 7]);
 /// ```
 pub struct Call<'a, const CAP: usize> {
-    method: u8,
-    counts: [u8; 4],
+    counts: ArgCounts,
     args: [Arg<'a>; CAP],
 }
 
@@ -94,27 +93,13 @@ impl<'a, const CAP: usize> Call<'a, CAP> {
     /// An empty call of `method` (0..=31).
     #[inline(always)]
     pub fn new(method: u8) -> Result<Self, ArgsError> {
-        if method > Scalars::MAX_METHOD {
-            return Err(ArgsError::Method);
-        }
-        Ok(Call { method, counts: [0; 4], args: [const { Arg::Unused }; CAP] })
+        Ok(Call { counts: ArgCounts::new(method)?, args: [const { Arg::Unused }; CAP] })
     }
 
     #[inline]
     fn push(&mut self, kind: usize, arg: Arg<'a>) -> Result<&mut Self, ArgsError> {
-        if self.counts[kind + 1..].iter().any(|&c| c != 0) {
-            return Err(ArgsError::Order);
-        }
-        let max = if kind < 2 { Scalars::MAX_BUFS } else { Scalars::MAX_HANDLES };
-        if self.counts[kind] >= max {
-            return Err(ArgsError::TooMany);
-        }
-        let i = self.len();
-        if i >= CAP {
-            return Err(ArgsError::Full);
-        }
+        let i = self.counts.add(kind, CAP)?;
         self.args[i] = arg;
-        self.counts[kind] += 1;
         Ok(self)
     }
 
@@ -172,13 +157,13 @@ impl<'a, const CAP: usize> Call<'a, CAP> {
 
     /// The method index.
     pub fn method(&self) -> u8 {
-        self.method
+        self.counts.method()
     }
 
     /// Number of arguments (`REMOTE_SCALARS_LENGTH`).
     #[inline]
     pub fn len(&self) -> usize {
-        self.counts.iter().map(|&c| c as usize).sum()
+        self.counts.len()
     }
 
     /// True if no argument was added.
@@ -188,11 +173,7 @@ impl<'a, const CAP: usize> Call<'a, CAP> {
 
     /// The scalars word describing the call.
     pub fn scalars(&self) -> Scalars {
-        match Scalars::new(self.method, self.counts[0], self.counts[1], self.counts[2], self.counts[3]) {
-            Some(sc) => sc,
-            // Unreachable: `new` and `push` keep every count within its field.
-            None => Scalars::from_raw(0),
-        }
+        self.counts.scalars()
     }
 
     /// The buffer handles, in argument order (in-handles first).
@@ -209,7 +190,7 @@ impl<'a, const CAP: usize> Call<'a, CAP> {
     /// handle length).
     #[inline]
     pub fn to_downstream(&mut self) -> Result<adsprpc::InvokeArgs<'_, CAP>, ArgsError> {
-        let mut down = adsprpc::InvokeArgs::new(self.method)?;
+        let mut down = adsprpc::InvokeArgs::new(self.counts.method())?;
         self.fill_downstream(&mut down)?;
         Ok(down)
     }
@@ -219,7 +200,7 @@ impl<'a, const CAP: usize> Call<'a, CAP> {
     #[inline(always)]
     pub fn with_downstream<R>(&mut self, f: impl FnOnce(&mut adsprpc::InvokeArgs<'_, CAP>) -> R) -> Result<R, ArgsError> {
         // Used where it was built (a borrow of the Result, not a move out of it).
-        let mut down = adsprpc::InvokeArgs::new(self.method);
+        let mut down = adsprpc::InvokeArgs::new(self.counts.method());
         let down = down.as_mut().map_err(|e| *e)?;
         self.fill_downstream(down)?;
         Ok(f(down))
@@ -247,7 +228,7 @@ impl<'a, const CAP: usize> Call<'a, CAP> {
     /// is 0 (see the module docs).
     #[inline]
     pub fn to_upstream(&mut self) -> Result<upstream::InvokeArgs<'_, CAP>, ArgsError> {
-        let mut up = upstream::InvokeArgs::new(self.method)?;
+        let mut up = upstream::InvokeArgs::new(self.counts.method())?;
         self.fill_upstream(&mut up)?;
         Ok(up)
     }
@@ -255,7 +236,7 @@ impl<'a, const CAP: usize> Call<'a, CAP> {
     /// Runs `f` on [`to_upstream`](Self::to_upstream)'s argument list, built in place.
     #[inline(always)]
     pub fn with_upstream<R>(&mut self, f: impl FnOnce(&mut upstream::InvokeArgs<'_, CAP>) -> R) -> Result<R, ArgsError> {
-        let mut up = upstream::InvokeArgs::new(self.method);
+        let mut up = upstream::InvokeArgs::new(self.counts.method());
         let up = up.as_mut().map_err(|e| *e)?;
         self.fill_upstream(up)?;
         Ok(f(up))
