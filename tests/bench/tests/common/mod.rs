@@ -47,6 +47,19 @@ impl Buf {
         b.close_raw(fd).expect("close share fd");
         ion::free(b, ion_fd, handle).expect("ION free");
     }
+
+    /// Releases a buffer whose number went to channel `rpc` as a handle: first drops the
+    /// driver's maps of that number (MUNMAP_FD until it fails, as hexrpc does), because the
+    /// driver keeps them after the call and the next buffer to get the number would otherwise be
+    /// served from this one (docs/kernel-rules.md, R1 and R8).
+    pub fn release_after_calls(self, b: &Bench, ion_fd: Fd, rpc: Fd) {
+        let mut dropped = 0;
+        while adsprpc::munmap_fd(b, rpc, self.fd, 0, 0).is_ok() {
+            dropped += 1;
+            assert!(dropped <= 1024, "MUNMAP_FD never ran out of maps of fd {}", self.fd.0);
+        }
+        self.release(b, ion_fd);
+    }
 }
 
 pub struct Session {
