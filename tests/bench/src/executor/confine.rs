@@ -60,7 +60,7 @@ fn fs_rights(abi: i64) -> u64 {
     }
 }
 
-/// A ruleset ready to be applied in the child ([`Ruleset::apply`]).
+/// A ruleset ready to be applied in the child ([`apply`]).
 pub struct Ruleset {
     fd: OwnedFd,
 }
