@@ -244,8 +244,7 @@ impl ExecProcess {
         let mut child = spawn_from_long_lived_thread(cmd).map_err(|e| ExecFailure::Spawn(format!("{qemu}: {e}")))?;
         let pid = child.id();
         // The child is not reaped before `child.wait()`, so its pid names it here.
-        let pidfd = rustix::process::Pid::from_raw(pid as i32)
-            .and_then(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok());
+        let pidfd = open_pidfd(pid);
         let (stdout, stderr_pipe) = match (child.stdout.take(), child.stderr.take()) {
             (Some(o), Some(e)) => (o, e),
             _ => {
@@ -348,9 +347,7 @@ impl ExecProcess {
     pub fn kill(&self) {
         self.killed.store(true, Ordering::SeqCst);
         match &self.pidfd {
-            Some(fd) => {
-                let _ = rustix::process::pidfd_send_signal(fd, rustix::process::Signal::KILL);
-            }
+            Some(fd) => kill_through(fd),
             None => {
                 // No pidfd (an old kernel): kill only when no call holds the process, so the
                 // pid cannot have been reaped and reused.
@@ -570,3 +567,24 @@ impl Drop for ExecProcess {
         }
     }
 }
+
+/// A pidfd for the (not yet reaped) child `pid`, where the OS has them (Linux); elsewhere, or on
+/// a kernel without `pidfd_open`, `None`, and [`ExecProcess::kill`] falls back to a plain kill.
+#[cfg(target_os = "linux")]
+fn open_pidfd(pid: u32) -> Option<OwnedFd> {
+    rustix::process::Pid::from_raw(pid as i32).and_then(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok())
+}
+
+#[cfg(not(target_os = "linux"))]
+fn open_pidfd(_pid: u32) -> Option<OwnedFd> {
+    None
+}
+
+/// SIGKILL through a pidfd.
+#[cfg(target_os = "linux")]
+fn kill_through(fd: &OwnedFd) {
+    let _ = rustix::process::pidfd_send_signal(fd, rustix::process::Signal::KILL);
+}
+
+#[cfg(not(target_os = "linux"))]
+fn kill_through(_fd: &OwnedFd) {}
