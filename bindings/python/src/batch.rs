@@ -32,7 +32,7 @@ use std::time::Duration;
 use hexrpc::objects::{KernelObj, LeaseObj};
 use hexrpc::Failure;
 use hexrpc_hal::BufferView;
-use hexrpc_runtime::launch::{Batch as RtBatch, BatchRefusal, BufferRef, Scalar, Signature, MAX_BATCH_KERNELS};
+use hexrpc_runtime::launch::{Batch as RtBatch, BatchRefusal, BufferRef, Scalar, Signature, MAX_BATCH_KERNELS, MAX_BATCH_LEASES};
 use hexrpc_runtime::KernelLibrary;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
@@ -104,6 +104,45 @@ fn with_packed<R>(
     f(&mut batch)
 }
 
+/// A record's view entry from a `View` or a whole `Lease` (argument `n`), whose lease is open
+/// and belongs to the session of `kobj`.
+fn view_entry(item: &Bound<'_, PyAny>, n: usize, kobj: &KernelObj) -> PyResult<(Arc<LeaseCell>, usize, usize, Arc<LeaseObj>)> {
+    let (cell, off, len) = if let Ok(v) = item.cast::<View>() {
+        let v = v.get();
+        (v.cell.clone(), v.offset, v.length)
+    } else if let Ok(l) = item.cast::<Lease>() {
+        let cell = l.get().cell.clone();
+        let len = open_lease(&cell)?.memory().1;
+        (cell, 0, len)
+    } else {
+        return Err(PyTypeError::new_err(format!("views[{n}] is not a hexrpc.View or hexrpc.Lease")));
+    };
+    let lease = open_lease(&cell)?;
+    if !Arc::ptr_eq(lease.session(), kobj.session()) {
+        return Err(py_err(Failure::invalid("launch-pack", format!("buffer {n}: its lease belongs to another session"))));
+    }
+    Ok((cell, off, len, lease))
+}
+
+/// Distinct leases `records` name, with view `index` of record `at` replaced by `with`; stops
+/// counting past `MAX_BATCH_LEASES`.
+fn distinct_leases(records: &[Record], at: usize, index: usize, with: &Arc<LeaseCell>) -> usize {
+    let mut seen: Vec<*const LeaseCell> = Vec::with_capacity(MAX_BATCH_LEASES + 1);
+    for (r, rec) in records.iter().enumerate() {
+        for (i, (cell, _, _)) in rec.views.iter().enumerate() {
+            let c = if r == at && i == index { with } else { cell };
+            let p = Arc::as_ptr(c);
+            if !seen.contains(&p) {
+                seen.push(p);
+                if seen.len() > MAX_BATCH_LEASES {
+                    return seen.len();
+                }
+            }
+        }
+    }
+    seen.len()
+}
+
 fn kernel_of(cell: &crate::KernelCell) -> PyResult<Arc<KernelObj>> {
     lock(cell).clone().ok_or_else(|| closed("library"))
 }
@@ -144,21 +183,7 @@ impl Batch {
         let mut vs = Vec::new();
         let mut opened = Vec::new();
         for (n, item) in views.try_iter()?.enumerate() {
-            let item = item?;
-            let (cell, off, len) = if let Ok(v) = item.cast::<View>() {
-                let v = v.get();
-                (v.cell.clone(), v.offset, v.length)
-            } else if let Ok(l) = item.cast::<Lease>() {
-                let cell = l.get().cell.clone();
-                let len = open_lease(&cell)?.memory().1;
-                (cell, 0, len)
-            } else {
-                return Err(PyTypeError::new_err(format!("views[{n}] is not a hexrpc.View or hexrpc.Lease")));
-            };
-            let lease = open_lease(&cell)?;
-            if !Arc::ptr_eq(lease.session(), kobj.session()) {
-                return Err(py_err(Failure::invalid("launch-pack", format!("buffer {n}: its lease belongs to another session"))));
-            }
+            let (cell, off, len, lease) = view_entry(&item?, n, &kobj)?;
             vs.push((cell, off, len));
             opened.push((lease, off, len));
         }
@@ -199,6 +224,30 @@ impl Batch {
         Ok(())
     }
 
+    /// Replaces buffer `index` of record `record` with `view` (a View, or a Lease for all of
+    /// it), in place: the record keeps its kernel and scalars, and the next `run` sends the new
+    /// view. The view is checked as `push` checks it (open lease of this session); a lease that
+    /// would bring the batch beyond its distinct-lease capacity is refused (`LaunchRefused`) and
+    /// the record is left as it was. What a graph uses when an input buffer changes between
+    /// runs: nothing is rebuilt.
+    fn set_view(&self, record: usize, index: usize, view: &Bound<'_, PyAny>) -> PyResult<()> {
+        let kobj = kernel_of(&self.cell)?;
+        let (cell, off, len, lease) = view_entry(view, index, &kobj)?;
+        drop(lease);
+        let mut records = lock(&self.records);
+        let nviews = records.get(record).map(|r| r.views.len());
+        match nviews {
+            None => return Err(py_err(Failure::refused(format!("no record {record}")))),
+            Some(n) if index >= n => return Err(py_err(Failure::refused(format!("record {record} has no buffer {index} (it has {n})")))),
+            Some(_) => {}
+        }
+        if distinct_leases(&records, record, index, &cell) > MAX_BATCH_LEASES {
+            return Err(py_err(Failure::runtime(BatchRefusal::TooManyLeases { capacity: MAX_BATCH_LEASES }.into())));
+        }
+        records[record].views[index] = (cell, off, len);
+        Ok(())
+    }
+
     /// Runs every record in order in one FastRPC call; returns the DSP microseconds summed over
     /// the kernels. `deadline_ms`: abandoned after that long (`NeedsRecovery`); as for
     /// `Library.launch`, it must be positive (`None`: no deadline). A kernel that reports a
@@ -234,6 +283,7 @@ impl Batch {
             })
         })
         .map_err(py_err)
+        .inspect(|_| crate::logs::flush(py))
     }
 
     /// Number of records.

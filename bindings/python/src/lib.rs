@@ -33,6 +33,7 @@ use pyo3::types::{PyByteArray, PyBytes};
 use pyo3::{create_exception, ffi};
 
 mod batch;
+mod logs;
 mod probe;
 
 create_exception!(hexrpc, Error, PyException, "Base class of every hexrpc error; carries `stage`, `cause` and `status`.");
@@ -72,6 +73,8 @@ fn py_err(f: Failure) -> PyErr {
         _ => Failed::new_err(msg),
     };
     Python::attach(|py| {
+        // The records that explain the failure reach `logging` before the exception does.
+        logs::flush(py);
         let v = err.value(py);
         let _ = v.setattr("stage", f.stage);
         let _ = v.setattr("cause", f.cause.as_str());
@@ -213,7 +216,9 @@ impl Session {
     /// Rebuilds the DSP side after `NeedsRecovery` and re-opens every library (once).
     fn recover(&self, py: Python<'_>) -> PyResult<()> {
         let s = self.get()?;
-        py.detach(|| s.recover()).map_err(py_err)
+        py.detach(|| s.recover()).map_err(py_err)?;
+        logs::flush(py);
+        Ok(())
     }
 
     /// True while calls can be made.
@@ -496,6 +501,7 @@ impl Library {
             kernel.launch(&flat, &sc, deadline)
         })
         .map_err(py_err)
+        .inspect(|_| logs::flush(py))
     }
 
     /// The kernel's signature.
@@ -617,6 +623,12 @@ fn _hexrpc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(bench_build_library, m)?)?;
     m.add_function(wrap_pyfunction!(probe::detect_board, m)?)?;
     m.add_function(wrap_pyfunction!(probe::bench_counters, m)?)?;
+    m.add_function(wrap_pyfunction!(logs::flush_logs, m)?)?;
+    m.add_function(wrap_pyfunction!(logs::set_log_level, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("MAX_LIBRARIES", hexrpc_hal::MAX_LIBRARIES)?;
+    if let Some(msg) = logs::install() {
+        py.import("warnings")?.call_method1("warn", (msg,))?;
+    }
     Ok(())
 }

@@ -13,7 +13,18 @@
         del x                                         # release the exported buffer before closing
 
 Errors are subclasses of ``hexrpc.Error`` and carry ``stage``, ``cause`` and ``status``.
+
+Logs: hexrpc's Rust log records (why the bench ended a DSP process, why a recovery ran, what
+the reverse file service refused) go to Python's ``logging``, on the logger ``hexrpc`` and its
+children (``hexrpc.bench.executor``, ``hexrpc.hal.session``, ...). ``HEXRPC_LOG`` (``off``,
+``error``, ``warn``, ``info``, ``debug``, ``trace``; default ``info``) or
+:func:`set_log_level` choose which records are made; ``logging``'s configuration what is shown.
+Records arrive before the exception they explain, and otherwise within a fraction of a second
+(:func:`flush_logs` moves them at once).
 """
+
+import threading as _threading
+import time as _time
 
 from ._hexrpc import (
     Batch,
@@ -28,6 +39,7 @@ from ._hexrpc import (
     NeedsRecovery,
     Session,
     Unavailable,
+    MAX_LIBRARIES,
     View,
     __version__,
     bench_build_library,
@@ -35,6 +47,8 @@ from ._hexrpc import (
     bench_counters,
     bench_model_image,
     detect_board,
+    flush_logs,
+    set_log_level,
 )
 
 __all__ = [
@@ -50,6 +64,7 @@ __all__ = [
     "NeedsRecovery",
     "Session",
     "Unavailable",
+    "MAX_LIBRARIES",
     "View",
     "__version__",
     "bench_build_library",
@@ -57,4 +72,17 @@ __all__ = [
     "bench_counters",
     "bench_model_image",
     "detect_board",
+    "flush_logs",
+    "set_log_level",
 ]
+
+
+def _pump_logs(period_s: float = 0.2) -> None:
+    """Moves Rust log records made on other threads into ``logging`` a few times a second (a
+    daemon thread; it sleeps in Python, so interpreter shutdown stops it cleanly)."""
+    while True:
+        _time.sleep(period_s)
+        flush_logs()
+
+
+_threading.Thread(target=_pump_logs, name="hexrpc-logs", daemon=True).start()

@@ -38,8 +38,21 @@ The pieces
     * :class:`HEXRPCGraph`: runs the kernels of a ``TinyJit`` capture as one batch, one FastRPC
       call per jit run (``HEXRPC_GRAPH=0``: kernel by kernel).
 
-After ``hexrpc.NeedsRecovery`` (DSP restart, missed deadline, ``HEXRPC_DEADLINE_MS``) call
-``Device["HEXRPC"].recover()``.
+One session per process
+    Every ``HEXRPC:n`` device of a process runs on one hexrpc session: the FastRPC drivers give a
+    host process one DSP process, so a second session could not have its own. Buffers of
+    ``HEXRPC:0`` and ``HEXRPC:1`` are leases of that session, and a jit or a graph may mix them.
+    Each device keeps its own :class:`DeviceStats`.
+
+Recovery without the caller
+    After a DSP restart (a kernel that faulted, the bench's per-call limit
+    ``HEXRPC_BENCH_CALL_LIMIT_MS``) or a missed deadline (``HEXRPC_DEADLINE_MS``), the device
+    recovers the session by itself: the kernel whose call failed raises :class:`DSPRestartError`
+    (saying why, when hexrpc knows), the session is rebuilt and its libraries reopened, and the
+    next op runs. A session found unhealthy before a launch is recovered first, without failing
+    that launch. At most :data:`AUTO_RECOVERIES` recoveries per :data:`AUTO_RECOVERY_WINDOW_S`
+    seconds: past that the error says so and ``Device["HEXRPC"].recover()`` is left to the
+    caller. Each recovery is logged (logger ``hexrpc.tinygrad``).
 
 Memory shared with the DSP changes under the host while a kernel runs; tinygrad only reads a
 buffer after the launch that writes it has returned (every launch here is synchronous).
@@ -48,13 +61,16 @@ buffer after the launch that writes it has returned (every launch here is synchr
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
+import threading
+import time
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,6 +84,9 @@ from tinygrad.renderer.cstyle import ClangRenderer
 from tinygrad.runtime.ops_dsp import DSPRenderer
 
 __all__ = [
+    "AUTO_RECOVERIES",
+    "AUTO_RECOVERY_WINDOW_S",
+    "DSPRestartError",
     "DeviceStats",
     "HEXRPCAllocator",
     "HEXRPCBuffer",
@@ -364,53 +383,157 @@ def signature_of(obj: TinyELF) -> tuple[str, int]:
 
 
 class LibraryCache:
-    """The libraries open on the device's session. A hexrpc session holds at most
-    ``MAX_OPEN_LIBRARIES`` libraries (the HAL's fixed table) and tinygrad keeps a program for
-    every kernel it ever compiled, so single-kernel libraries are kept open least-recently-used
-    first and reopened on demand; graph libraries are pinned while their graph lives."""
+    """The libraries open on the process's session. The HAL holds at most
+    ``hexrpc.MAX_LIBRARIES`` libraries (its fixed table) and tinygrad keeps a program for every
+    kernel it ever compiled, so single-kernel libraries are kept open least-recently-used first
+    and reopened on demand only past that; graph libraries are pinned while their graph lives.
+    ``opens`` counts every open, ``reopens`` the opens of a kernel whose library this cache had
+    closed to make room (0 in a steady state that fits the table)."""
 
     #: hexrpc-hal's ``MAX_LIBRARIES``.
-    MAX_OPEN_LIBRARIES = 16
+    MAX_OPEN_LIBRARIES = hexrpc.MAX_LIBRARIES
 
-    def __init__(self, dev: HEXRPCDevice):
-        self.dev = dev
+    def __init__(self, hub: _SessionHub):
+        self.hub = hub
         self.lru: OrderedDict[int, Any] = OrderedDict()
         self.pinned = 0
+        self.evicted: set[int] = set()
+        self.opens = 0
+        self.reopens = 0
 
     def _make_room(self, slots: int) -> None:
         while self.lru and len(self.lru) + self.pinned + slots > self.MAX_OPEN_LIBRARIES:
-            _, old = self.lru.popitem(last=False)
+            key, old = self.lru.popitem(last=False)
+            self.evicted.add(key)
             old.close()
         if self.pinned + slots > self.MAX_OPEN_LIBRARIES:
             raise RuntimeError(f"HEXRPC: more than {self.MAX_OPEN_LIBRARIES} graph libraries open at once")
 
-    def get(self, key: int, image: bytes, signature: str):
+    def get(self, key: int, image: bytes, signature: str, stats: DeviceStats):
         """The open library for ``key``, opened from ``image`` if it is not."""
         lib = self.lru.get(key)
         if lib is not None:
             self.lru.move_to_end(key)
             return lib
         self._make_room(1)
-        lib = self.dev.session.open_library(image, signature=signature, abi="v2")
-        self.dev.stats.library_opens += 1
+        lib = self.hub.session.open_library(image, signature=signature, abi="v2")
+        self.opens += 1
+        stats.library_opens += 1
+        if key in self.evicted:
+            self.evicted.discard(key)
+            self.reopens += 1
+            stats.library_reopens += 1
         self.lru[key] = lib
         return lib
 
     def drop(self, key: int) -> None:
+        self.evicted.discard(key)
         if (lib := self.lru.pop(key, None)) is not None:
             lib.close()
 
-    def open_pinned(self, open_fn):
+    def open_pinned(self, open_fn, stats: DeviceStats):
         """Opens a library that stays open until :meth:`unpin`."""
         self._make_room(1)
         lib = open_fn()
-        self.dev.stats.library_opens += 1
+        self.opens += 1
+        stats.library_opens += 1
         self.pinned += 1
         return lib
 
     def unpin(self, lib) -> None:
         self.pinned -= 1
         lib.close()
+
+
+#: Automatic recoveries allowed per :data:`AUTO_RECOVERY_WINDOW_S` seconds before the device
+#: stops recovering by itself (a kernel that restarts the DSP every time it runs would otherwise
+#: loop: each recovery costs a new DSP process).
+AUTO_RECOVERIES = 8
+AUTO_RECOVERY_WINDOW_S = 60.0
+
+_log = logging.getLogger("hexrpc.tinygrad")
+
+
+class DSPRestartError(RuntimeError):
+    """A kernel's call failed because the DSP restarted or its deadline passed. ``kernel`` names
+    it, ``reason`` says why (when hexrpc knows), ``recovered`` whether the device recovered (then
+    later ops run); ``__cause__`` is the hexrpc error."""
+
+    def __init__(self, kernel: str, reason: str, recovered: bool):
+        self.kernel, self.reason, self.recovered = kernel, reason, recovered
+        then = "the device recovered; later ops run" if recovered else "the device did not recover (see the message)"
+        super().__init__(f"HEXRPC: {kernel}: {reason}; {then}")
+
+
+def restart_reason(session, err: BaseException) -> str:
+    """Why the call that raised ``err`` failed: a missed deadline (from the error), the bench's
+    account of why it ended the DSP process (per-call limit, fault, requested restart), else the
+    error itself."""
+    cause = str(getattr(err, "cause", "") or "")
+    if "deadline" in cause or "deadline" in str(err):
+        return f"the call passed its deadline ({err})"
+    why = getattr(session, "last_restart", None)
+    if why:
+        return f"the DSP restarted: {why}"
+    return f"the DSP restarted ({err})"
+
+
+class _SessionHub:
+    """The process's one hexrpc session, its library cache and its recovery policy, shared by
+    every ``HEXRPC:n`` device."""
+
+    _lock = threading.Lock()
+    _hub: _SessionHub | None = None
+
+    def __init__(self):
+        self.session = open_session()
+        self.libraries = LibraryCache(self)
+        self.recoveries: deque[float] = deque()
+        self.recovery_count = 0
+
+    @classmethod
+    def get(cls) -> _SessionHub:
+        with cls._lock:
+            if cls._hub is None:
+                cls._hub = _SessionHub()
+            return cls._hub
+
+    def _budget_left(self) -> bool:
+        now = time.monotonic()
+        while self.recoveries and now - self.recoveries[0] > AUTO_RECOVERY_WINDOW_S:
+            self.recoveries.popleft()
+        return len(self.recoveries) < AUTO_RECOVERIES
+
+    def recover(self, why: str) -> None:
+        """Rebuilds the session (libraries reopened by hexrpc) and counts it; raises the hexrpc
+        error if that fails."""
+        _log.warning("HEXRPC: recovering the session: %s", why)
+        self.session.recover()
+        self.recoveries.append(time.monotonic())
+        self.recovery_count += 1
+
+    def ensure_healthy(self) -> None:
+        """Recovers a session that is already known to need it (a failure elsewhere), before a
+        launch that has not failed."""
+        if not self.session.healthy and self._budget_left():
+            self.recover("the session needed recovery before a launch")
+
+    def failed(self, kernel: str, err: BaseException) -> DSPRestartError:
+        """The error to raise for ``kernel`` whose call failed with ``err`` (``NeedsRecovery``),
+        after recovering the session when the budget allows."""
+        reason = restart_reason(self.session, err)
+        if not self._budget_left():
+            return DSPRestartError(
+                kernel,
+                f"{reason}; {AUTO_RECOVERIES} recoveries in {AUTO_RECOVERY_WINDOW_S:.0f} s, no more automatic ones: "
+                'call Device["HEXRPC"].recover() to go on',
+                recovered=False,
+            )
+        try:
+            self.recover(f"{kernel}: {reason}")
+        except hexrpc.Error as e:
+            return DSPRestartError(kernel, f"{reason}; recovery failed: {e}", recovered=False)
+        return DSPRestartError(kernel, reason, recovered=True)
 
 
 class HEXRPCProgram(Program["HEXRPCDevice"]):
@@ -421,13 +544,19 @@ class HEXRPCProgram(Program["HEXRPCDevice"]):
     def __init__(self, dev: HEXRPCDevice, obj: TinyELF):
         self.dev, self.name, self.lib, self.tiny_signature = dev, obj.name, obj.lib, obj.signature
         self.hexrpc_signature, self.nbufs = signature_of(obj)
-        dev.libraries.get(id(self), self.lib, self.hexrpc_signature)
+        dev.hub.ensure_healthy()
+        dev.libraries.get(id(self), self.lib, self.hexrpc_signature, dev.stats)
 
     def __call__(self, *bufs: HEXRPCBuffer, global_size=(1, 1, 1), local_size=(1, 1, 1), vals: tuple[int, ...] = (), wait=False, **kw):
         if len(bufs) != self.nbufs:
             raise RuntimeError(f"HEXRPC: {self.name} takes {self.nbufs} buffers, got {len(bufs)}")
-        library = self.dev.libraries.get(id(self), self.lib, self.hexrpc_signature)
-        us = library.launch([b.view for b in bufs], list(vals), deadline_ms=self.dev.deadline_ms)
+        hub = self.dev.hub
+        hub.ensure_healthy()
+        library = self.dev.libraries.get(id(self), self.lib, self.hexrpc_signature, self.dev.stats)
+        try:
+            us = library.launch([b.view for b in bufs], list(vals), deadline_ms=self.dev.deadline_ms)
+        except hexrpc.NeedsRecovery as e:
+            raise hub.failed(self.name, e) from e
         self.dev.stats.launches += 1
         self.dev.stats.nonzero_offset_views += sum(1 for b in bufs if b.offset)
         return us / 1e6
@@ -442,14 +571,21 @@ class HEXRPCProgram(Program["HEXRPCDevice"]):
 class DeviceStats:
     """What the device did, for tests and reports: single launches and how many of their views were
     at a non-zero offset; batch runs (one FastRPC call each), the launches they carried and the
-    non-zero-offset views of the batches built; libraries opened on the session."""
+    non-zero-offset views of the batches built; libraries opened on the session and how many of
+    those reopened a library closed to make room; graph steps, how many rebuilt their batches
+    (rather than updating them in place), and the host nanoseconds the graph spent per step
+    outside its FastRPC calls (``graph_host_ns``, summed)."""
 
     launches: int = 0
     nonzero_offset_views: int = 0
     batch_runs: int = 0
     batched_launches: int = 0
     library_opens: int = 0
+    library_reopens: int = 0
     batched_nonzero_offset_views: int = 0
+    graph_steps: int = 0
+    graph_rebuilds: int = 0
+    graph_host_ns: int = 0
 
 
 class HEXRPCDevice(Compiled):
@@ -457,18 +593,20 @@ class HEXRPCDevice(Compiled):
 
     def __init__(self, device: str = ""):
         self.stats = DeviceStats()
-        self.session = open_session()
-        self.libraries = LibraryCache(self)
+        self.hub = _SessionHub.get()
+        self.session = self.hub.session
+        self.libraries = self.hub.libraries
         deadline = os.environ.get("HEXRPC_DEADLINE_MS")
         self.deadline_ms: int | None = int(deadline) if deadline else None
         graph = HEXRPCGraph if os.environ.get("HEXRPC_GRAPH", "1") != "0" else None
         super().__init__(device, HEXRPCAllocator(self), [HEXRPCRenderer], HEXRPCProgram, graph=graph)
 
     def recover(self) -> None:
-        """After ``hexrpc.NeedsRecovery`` (a DSP restart or a missed deadline): rebuilds the
-        session once. Leases keep their memory; hexrpc reopens the open libraries (single kernels
-        and graphs) on the new DSP process, so tinygrad's programs and jits keep working."""
-        self.session.recover()
+        """Rebuilds the session now (the device also does this by itself after a failed call, see
+        the module documentation). Leases keep their memory; hexrpc reopens the open libraries
+        (single kernels and graphs) on the new DSP process, so tinygrad's programs and jits keep
+        working."""
+        self.hub.recover("requested by Device.recover()")
 
 
 # -------------------------------------------------------------------------------------------------
@@ -530,8 +668,9 @@ class HEXRPCGraph(GraphRunner):
     the batch's kernel sources (a kernel table), and per jit run one FastRPC call, unless the
     capture exceeds what one batch holds (15 distinct leases, 64 launches, 8 KiB of records, 64
     kernels in a table): then the launches are split, in order, into as few batches (calls) as
-    fit. Input buffers that change between runs rebuild the records (host only); bound Variables
-    update the scalars in place."""
+    fit. Input buffers that change between runs and bound Variables update the built records in
+    place (``Batch.set_view``, ``Batch.set_scalar``); a batch is rebuilt only when a new input
+    does not fit it (more distinct leases than it holds)."""
 
     def __init__(self, linear, input_uops=()):
         super().__init__(linear, input_uops)
@@ -556,15 +695,21 @@ class HEXRPCGraph(GraphRunner):
             seg.calls.append(j)
             seg.kernel_of[j] = table[prg.key]
         self._close_segment(sources)
-        self._bound: tuple | None = None
         self._batches: list[tuple[list[int], Any]] = []
         self._vals: list[tuple[int, ...]] = []
+        self._var_calls: list[int] = []
+        self._inputs: dict[int, HEXRPCBuffer] = {}
+        self._input_slots: dict[int, list[tuple[Any, int, int]]] = {}
+        self._record_of: dict[int, tuple[Any, int]] = {}
 
     def _close_segment(self, sources: list[tuple[str, KernelRecord]]) -> None:
         seg = self.segments[-1]
         seg.signatures = [rec.signature for _, rec in sources]
         image = build_batch_library(sources)
-        seg.library = self.dev.libraries.open_pinned(lambda: self.dev.session.open_library(image, signature=seg.signatures[0], abi="v2"))
+        self.dev.hub.ensure_healthy()
+        seg.library = self.dev.libraries.open_pinned(
+            lambda: self.dev.session.open_library(image, signature=seg.signatures[0], abi="v2"), self.dev.stats
+        )
 
     def _buffers(self, j: int, input_uops) -> list[HEXRPCBuffer]:
         bufs = [b._buf for b in self.calls[j][2]]
@@ -573,40 +718,78 @@ class HEXRPCGraph(GraphRunner):
         return bufs
 
     def _build(self, bufs: list[list[HEXRPCBuffer]], vals: list[tuple[int, ...]]) -> None:
+        """Builds the batches from scratch and records where each input and each call's
+        scalars live in them (so later steps update records in place)."""
         self._batches = []
+        where: dict[int, tuple[Any, int]] = {}
         for seg in self.segments:
             for chunk in chunk_calls([(seg.kernel_of[j], bufs[j], len(vals[j])) for j in seg.calls]):
                 batch = hexrpc.Batch(seg.library, seg.signatures)
                 calls = [seg.calls[i] for i in chunk]
                 for j in calls:
-                    batch.push(seg.kernel_of[j], [b.view for b in bufs[j]], list(vals[j]))
+                    r = batch.push(seg.kernel_of[j], [b.view for b in bufs[j]], list(vals[j]))
+                    where[j] = (batch, r)
                     self.dev.stats.batched_nonzero_offset_views += sum(1 for b in bufs[j] if b.offset)
                 self._batches.append((calls, batch))
+        # input index -> every (batch, record, position) that names it
+        self._input_slots = {}
+        for j, uses in enumerate(self.uop_replace):
+            for pos, iidx in uses:
+                self._input_slots.setdefault(iidx, []).append((*where[j], pos))
+        self._record_of = where
+        self.dev.stats.graph_rebuilds += 1
+
+    def _update_inputs(self, input_uops) -> bool:
+        """Points the records at this step's input buffers, in place; False when a new input
+        does not fit its batch (then the caller rebuilds)."""
+        for iidx, slots in self._input_slots.items():
+            buf = input_uops[iidx].buffer._buf
+            if buf is self._inputs.get(iidx):
+                continue
+            view = buf.view
+            try:
+                for batch, r, pos in slots:
+                    batch.set_view(r, pos, view)
+            except hexrpc.LaunchRefused:
+                return False
+            self._inputs[iidx] = buf
+        return True
 
     def __call__(self, input_uops, var_vals: dict[str, int], wait=False):
-        bufs = [self._buffers(j, input_uops) for j in range(len(self.calls))]
-        vals = [tuple(prg.arg.vals({**var_vals, **dv})) for _, prg, _, dv in self.calls]
-        # The lease objects themselves (compared by identity), not their ids: holding them keeps
-        # an id from being reused by a new lease while the old batch still names the old one.
-        bound = tuple((b.lease, b.offset, b.size) for bs in bufs for b in bs)
-        if self._bound is None or len(bound) != len(self._bound) or any(
-            x[0] is not y[0] or x[1:] != y[1:] for x, y in zip(bound, self._bound)
-        ):
-            # Views are part of a batch's records: new input buffers mean new records.
+        t0 = time.perf_counter_ns()
+        if not self._batches or not self._update_inputs(input_uops):
+            bufs = [self._buffers(j, input_uops) for j in range(len(self.calls))]
+            vals = [tuple(prg.arg.vals({**var_vals, **dv})) for _, prg, _, dv in self.calls]
             self._build(bufs, vals)
-            self._bound, self._vals = bound, vals
-        elif vals != self._vals:
-            for calls, batch in self._batches:
-                for r, j in enumerate(calls):
-                    for i, (old, new) in enumerate(zip(self._vals[j], vals[j])):
-                        if old != new:
-                            batch.set_scalar(r, i, new)
+            self._inputs = {iidx: input_uops[iidx].buffer._buf for iidx in self._input_slots}
             self._vals = vals
-        us = 0
+            # Calls whose scalars can change between steps: those with scalars at all.
+            self._var_calls = [j for j, v in enumerate(vals) if v]
+        elif self._var_calls:
+            for j in self._var_calls:
+                _, prg, _, dv = self.calls[j]
+                new = tuple(prg.arg.vals({**var_vals, **dv}))
+                old = self._vals[j]
+                if new != old:
+                    batch, r = self._record_of[j]
+                    for i, (a, b) in enumerate(zip(old, new)):
+                        if a != b:
+                            batch.set_scalar(r, i, b)
+                    self._vals[j] = new
+        us, run_ns = 0, 0
+        hub = self.dev.hub
         for calls, batch in self._batches:
-            us += batch.run(deadline_ms=self.dev.deadline_ms)
+            t = time.perf_counter_ns()
+            try:
+                us += batch.run(deadline_ms=self.dev.deadline_ms)
+            except hexrpc.NeedsRecovery as e:
+                raise hub.failed(f"graph of {len(self.calls)} kernels", e) from e
+            finally:
+                run_ns += time.perf_counter_ns() - t
             self.dev.stats.batch_runs += 1
             self.dev.stats.batched_launches += len(calls)
+        self.dev.stats.graph_steps += 1
+        self.dev.stats.graph_host_ns += time.perf_counter_ns() - t0 - run_ns
         return us / 1e6
 
     def __del__(self):
