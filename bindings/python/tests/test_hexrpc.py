@@ -332,3 +332,62 @@ def test_batch_and_launch_refuse_a_zero_deadline_alike(sess):
     assert sess.healthy
     assert bt.run(deadline_ms=5000) >= 0 and bt.run(deadline_ms=None) >= 0
     lib.close()
+
+
+def test_rust_warnings_reach_python_logging(sess, caplog):
+    """The HAL's warning about a DSP restart (a Rust `log::warn!`) is a record of Python's
+    `logging`, on a child of the logger `hexrpc`, before the exception it explains is raised."""
+    import logging
+
+    lib = sess.open_library(hexrpc.bench_model_image("add_u8"), signature="buf,buf,u32")
+    lease = sess.alloc(4096)
+    views = [lease.view(0, 16), lease.view(1024, 16)]
+    lib.launch(views, [1])
+    with caplog.at_level(logging.DEBUG, logger="hexrpc"):
+        sess.restart_dsp()
+        with pytest.raises(hexrpc.NeedsRecovery):
+            lib.launch(views, [1])
+        hexrpc.flush_logs()
+    rust = [r for r in caplog.records if r.name.startswith("hexrpc.") and r.levelno == logging.WARNING]
+    assert rust, [(r.name, r.getMessage()) for r in caplog.records]
+    assert any("restart" in r.getMessage() for r in rust), [r.getMessage() for r in rust]
+    sess.recover()
+
+
+def test_log_level_names():
+    hexrpc.set_log_level("debug")
+    hexrpc.set_log_level("INFO")
+    with pytest.raises(hexrpc.InvalidArgument):
+        hexrpc.set_log_level("verbose")
+
+
+def test_batch_set_view_updates_a_record_in_place(sess):
+    """`set_view` points one buffer of a built record at another view (another lease too); the
+    next run uses it; a record, index or lease count the batch cannot take is refused and leaves
+    the record as it was."""
+    a, b = sess.alloc(4096), sess.alloc(4096)
+    lib, bt = _sleep_batch(sess, a, 1)
+    bt.run()
+    assert np.frombuffer(a, dtype=np.uint32)[0] == 1
+    bt.set_view(0, 0, b.view(64, 4))
+    bt.set_scalar(0, 0, 3)
+    bt.run()
+    assert np.frombuffer(b, dtype=np.uint32)[16] == 3
+    assert np.frombuffer(a, dtype=np.uint32)[0] == 1  # the old view is no longer written
+    with pytest.raises(hexrpc.LaunchRefused):
+        bt.set_view(1, 0, a.view(0, 4))  # no record 1
+    with pytest.raises(hexrpc.LaunchRefused):
+        bt.set_view(0, 1, a.view(0, 4))  # the kernel has one buffer
+    # Fill the batch to its distinct-lease capacity (b and 14 more; b named twice), then try to
+    # bring in one more lease in place of one of b's views.
+    leases = [sess.alloc(4096) for _ in range(14)]
+    for lease in leases:
+        bt.push(0, [lease.view(0, 4)], [1])
+    bt.push(0, [b.view(128, 4)], [1])
+    extra = sess.alloc(4096)
+    with pytest.raises(hexrpc.LaunchRefused):
+        bt.set_view(0, 0, extra.view(0, 4))
+    bt.set_view(0, 0, leases[0].view(8, 4))  # an already-named lease fits
+    bt.run()
+    assert np.frombuffer(leases[0], dtype=np.uint32)[2] == 3
+    lib.close()

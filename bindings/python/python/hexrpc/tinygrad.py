@@ -653,6 +653,10 @@ def chunk_calls(calls: list[tuple[int, list[HEXRPCBuffer], int]]) -> list[list[i
     return chunks
 
 
+#: Input UOps whose tinygrad ``Buffer`` a graph remembers (see ``HEXRPCGraph._input_buffer``).
+INPUT_CACHE = 64
+
+
 @dataclass
 class _Segment:
     """Consecutive launches of a graph whose kernels share one kernel-table library."""
@@ -701,6 +705,7 @@ class HEXRPCGraph(GraphRunner):
         self._inputs: dict[int, HEXRPCBuffer] = {}
         self._input_slots: dict[int, list[tuple[Any, int, int]]] = {}
         self._record_of: dict[int, tuple[Any, int]] = {}
+        self._uop_buffers: OrderedDict[int, tuple[Any, Any]] = OrderedDict()
 
     def _close_segment(self, sources: list[tuple[str, KernelRecord]]) -> None:
         seg = self.segments[-1]
@@ -739,11 +744,24 @@ class HEXRPCGraph(GraphRunner):
         self._record_of = where
         self.dev.stats.graph_rebuilds += 1
 
+    def _input_buffer(self, uop) -> HEXRPCBuffer:
+        """The device buffer behind input ``uop``. tinygrad's ``UOp.buffer`` costs microseconds
+        (it walks views and looks the UOp up), so the tinygrad ``Buffer`` of each input UOp seen
+        is kept, by identity, for the most recent :data:`INPUT_CACHE` UOps; the device buffer is
+        read from it every step (a reallocated ``Buffer`` gives its new one)."""
+        hit = self._uop_buffers.get(id(uop))
+        if hit is None or hit[0] is not uop:
+            hit = (uop, uop.buffer)
+            self._uop_buffers[id(uop)] = hit
+            if len(self._uop_buffers) > INPUT_CACHE:
+                self._uop_buffers.popitem(last=False)
+        return hit[1]._buf
+
     def _update_inputs(self, input_uops) -> bool:
         """Points the records at this step's input buffers, in place; False when a new input
         does not fit its batch (then the caller rebuilds)."""
         for iidx, slots in self._input_slots.items():
-            buf = input_uops[iidx].buffer._buf
+            buf = self._input_buffer(input_uops[iidx])
             if buf is self._inputs.get(iidx):
                 continue
             view = buf.view
