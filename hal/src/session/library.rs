@@ -13,8 +13,34 @@ use crate::driver;
 use crate::error::{Cause, HalError, Stage};
 use crate::image::LibraryImage;
 
-/// Most libraries open at once on one session.
-pub const MAX_LIBRARIES: usize = 16;
+/// Most libraries open at once on one session: 256, so that a model with hundreds of distinct
+/// kernels (one library each, plus its batch libraries) keeps every library open instead of
+/// reopening them in turn. The table is a fixed array inside the [`Session`] (no allocation):
+/// each slot is about 72 bytes, about 18 KiB in all; a further open fails with [`Cause::Full`].
+/// The runtime's reverse file service holds one image per open library and follows this figure
+/// (`hexrpc_runtime::reverse::policy::MAX_IMAGES`).
+///
+/// # What bounds the count on a device
+///
+/// Nothing we could read limits the number of libraries (remote handles) one DSP process has
+/// open; the figure here is hexrpc's own.
+///
+/// * The kernel driver keeps no table of remote handles. In the downstream driver
+///   (`drivers/char/adsprpc.c`, the comma three's sdm845 kernel, commaai/agnos-kernel-sdm845)
+///   the invoke's handle is a 32-bit value passed to the DSP in the message;
+///   `FASTRPC_STATIC_HANDLE_MAX` (20) only separates static handles for the profiling counters,
+///   and the fixed tables are per channel or global, not per library: `FASTRPC_CTX_MAX` (256
+///   calls in flight across all processes), `NUM_SESSIONS` (9 context banks), `M_FDLIST` (16).
+/// * The FastRPC user library (quic/fastrpc `src/fastrpc_apps_user.c`) keeps its open handles
+///   in a linked list (`struct handle_info` nodes allocated per open), with no count limit.
+/// * On the DSP each loaded library takes memory in the user process: its image is loaded into
+///   the process's heap, which starts from the memory donated at INIT (downstream:
+///   `max(3 MiB, 4 x shell size)` rounded to 1 MiB; quic/fastrpc: `MIN_PD_INITMEM_SIZE` 3 MiB
+///   to `MAX_PD_INITMEM_SIZE` 200 MiB) and grows through the reverse `apps_mem` service. A
+///   tinygrad kernel library is a few KiB to a few tens of KiB, so hundreds fit. The DSP's
+///   loader is closed source; any table limit of its own is not known, and would show up as a
+///   refused open ([`Cause::Refused`], typically `AEE_EOUTOFHANDLES` or `AEE_ENOMEMORY`).
+pub const MAX_LIBRARIES: usize = 256;
 /// Longest library name (the unique name the DSP fetches, `NAME-SEQ`).
 pub const MAX_NAME: usize = 48;
 /// Bytes of DSP error text kept from a failed library open.
@@ -34,6 +60,9 @@ pub(super) struct LibSlot {
     pub(super) name: heapless::String<MAX_NAME>,
     pub(super) remote: u32,
 }
+
+// The table lives inside every `Session` (and is moved with it): it must stay small.
+const _: () = assert!(core::mem::size_of::<[Option<LibSlot>; MAX_LIBRARIES]>() <= 20 * 1024);
 
 static NAME_SEQ: AtomicU32 = AtomicU32::new(1);
 

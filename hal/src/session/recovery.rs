@@ -7,7 +7,7 @@ use core::time::Duration;
 use hexrpc_drivers::{FdCell, Syscalls};
 
 use super::library::remotectl_open;
-use super::{ms, pack_channel, ChannelState, Kept, Session, FAILED, HEALTHY, MAX_LIBRARIES, MAX_NAME};
+use super::{ms, pack_channel, ChannelState, Kept, Session, FAILED, HEALTHY, MAX_LIBRARIES};
 use crate::error::{Cause, HalError, Stage};
 use crate::stages;
 use crate::sync;
@@ -202,9 +202,11 @@ impl<S: Syscalls + Clone> Session<S> {
         self.published.store(pack_channel(i, generation), Ordering::Release);
         self.notify();
         let lease = self.cells[i].lease().ok_or(busy)?;
-        let names: heapless::Vec<(usize, heapless::String<MAX_NAME>), MAX_LIBRARIES> =
-            self.libs.lock().iter().enumerate().filter_map(|(i, l)| l.as_ref().map(|l| (i, l.name.clone()))).collect();
-        for (slot, name) in names {
+        // One slot at a time: only the name being reopened is copied (a copy of every name
+        // would put MAX_LIBRARIES names on the stack). The table cannot change meanwhile: opens
+        // and closes hold `chan` shared, and recovery holds it exclusively.
+        for slot in 0..MAX_LIBRARIES {
+            let Some(name) = self.libs.lock()[slot].as_ref().map(|l| l.name.clone()) else { continue };
             let remote = remotectl_open(&self.sys, self.board, lease.raw(), &name)?;
             if let Some(l) = self.libs.lock()[slot].as_mut() {
                 l.remote = remote;

@@ -49,8 +49,9 @@ pub const MAX_DIRS: usize = 8;
 pub const MAX_DIR_LEN: usize = 128;
 /// Longest DSP-supplied path, in bytes, without the NUL.
 pub const MAX_NAME_LEN: usize = 255;
-/// Most registered library images.
-pub const MAX_IMAGES: usize = 16;
+/// Most registered library images: one per library a HAL session can hold open
+/// ([`hexrpc_hal::MAX_LIBRARIES`]), since each open library keeps its image registered.
+pub const MAX_IMAGES: usize = hexrpc_hal::MAX_LIBRARIES;
 /// Longest image name, in bytes.
 pub const MAX_IMAGE_NAME: usize = 64;
 /// Most virtual file handles, whatever the limits say.

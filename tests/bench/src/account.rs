@@ -197,6 +197,12 @@ pub struct CallCounts {
     /// `next2` answers (`prevCtx`) for a request the receiving process never sent or had
     /// withdrawn: an answer of an old channel generation reaching a new one shows up here.
     pub stray_answers: u64,
+    /// remotectl opens that loaded a library into a DSP process (refused opens are not
+    /// counted; [`DspCallKind::RemotectlOpen`] counts every attempt).
+    pub libraries_opened: u64,
+    /// remotectl closes that unloaded a library (libraries that end with their process are
+    /// not counted).
+    pub libraries_closed: u64,
 }
 
 /// One FastRPC `MUNMAP` / `MUNMAP_64` ioctl as the bench saw it: which descriptor it was sent on,

@@ -377,8 +377,10 @@ impl Bench {
     /// with `ECONNRESET`. Upstream: calls in flight and every later call on an fd opened before
     /// fail with `EPIPE`. Fresh fds work (the DSP is back at once unless
     /// [`set_dsp_available`](Self::set_dsp_available) says otherwise).
+    /// The restart is recorded as [`RestartReason::Requested`](crate::RestartReason::Requested)
+    /// ([`Bench::last_restart`]).
     pub fn restart_dsp(&self) {
-        restart_dsp(&self.sh);
+        restart_dsp(&self.sh, crate::RestartReason::Requested);
     }
 
     /// While false, the DSP is down after a restart: downstream INIT fails with `ENOTCONN`; the
@@ -1244,9 +1246,11 @@ pub(crate) fn release_file<'a>(sh: &'a Shared, mut st: MutexGuard<'a, State>, fi
     st
 }
 
-/// [`Bench::restart_dsp`] on the shared state (also what a DSP model does when a kernel crashes).
-pub(crate) fn restart_dsp(sh: &Shared) {
+/// [`Bench::restart_dsp`] on the shared state (also what a DSP model does when a kernel crashes),
+/// recorded with its reason.
+pub(crate) fn restart_dsp(sh: &Shared, reason: crate::RestartReason) {
     let mut st = sh.lock();
+    st.restarts.record(reason);
     st.epoch += 1;
     let pids: Vec<u64> = st.procs.keys().copied().collect();
     for p in pids {

@@ -53,9 +53,13 @@ pub struct BenchConfig {
     /// Upstream driver: the CDSP channel is secure (no `qcom,non-secure-domain` in the device
     /// tree), so INIT_CREATE from the non-secure node needs `FASTRPC_MODE_UNSIGNED_MODULE`.
     pub upstream_secure_channel: bool,
-    /// Executor mode (issues 8, 11): longest wait for the DSP shell (qemu-hexagon) to start, to
-    /// load or close a library (constructors included) or to answer one invoke; past it the
-    /// process is killed and the DSP restarts.
+    /// Executor mode: the bench's per-call limit, the longest wait for the DSP shell
+    /// (qemu-hexagon) to start, to load or close a library (constructors included) or to answer
+    /// one invoke; past it the process is killed and the DSP restarts
+    /// ([`RestartReason::CallLimit`](crate::RestartReason::CallLimit)). Default 10 s;
+    /// [`BenchConfig::from_env`] / [`BenchConfig::with_env`] take it from
+    /// `HEXRPC_BENCH_CALL_LIMIT_MS` ([`CALL_LIMIT_ENV`]). qemu-hexagon runs kernels far slower
+    /// than a cDSP, so a large model's kernels may need more.
     pub executor_timeout: Duration,
     /// Most entries kept in each per-launch log (HAP ledger, latency samples) between clears;
     /// later ones are only counted ([`Bench::log_overflow`](crate::Bench::log_overflow)), HAP
@@ -65,11 +69,90 @@ pub struct BenchConfig {
     pub log_capacity: usize,
 }
 
+/// The environment variable that sets [`BenchConfig::executor_timeout`], the bench's per-call
+/// limit, in milliseconds (read by [`BenchConfig::from_env`] and [`BenchConfig::with_env`]).
+pub const CALL_LIMIT_ENV: &str = "HEXRPC_BENCH_CALL_LIMIT_MS";
+
+/// Largest per-call limit [`CALL_LIMIT_ENV`] may set: one day, in milliseconds.
+pub const MAX_CALL_LIMIT_MS: u64 = 24 * 60 * 60 * 1000;
+
+/// A bench setting in the environment that cannot be used. The text names the variable, the
+/// value and what is accepted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BenchEnvError {
+    /// [`CALL_LIMIT_ENV`] is set to something that is not a whole number of milliseconds from
+    /// 1 to [`MAX_CALL_LIMIT_MS`].
+    CallLimit {
+        /// The value as set (lossily decoded if it is not UTF-8).
+        value: String,
+        /// What is wrong with it.
+        problem: &'static str,
+    },
+}
+
+impl core::fmt::Display for BenchEnvError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            BenchEnvError::CallLimit { value, problem } => write!(
+                f,
+                "{CALL_LIMIT_ENV}={value:?} cannot be used: {problem}; set it to the bench's per-call limit in \
+                 milliseconds, a whole number from 1 to {MAX_CALL_LIMIT_MS} (or unset it for the default 10000)"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for BenchEnvError {}
+
+/// Parses a value of [`CALL_LIMIT_ENV`]: a whole number of milliseconds from 1 to
+/// [`MAX_CALL_LIMIT_MS`], surrounding whitespace allowed; anything else is refused.
+pub fn parse_call_limit(value: &str) -> Result<Duration, BenchEnvError> {
+    let refuse = |problem| BenchEnvError::CallLimit { value: value.to_string(), problem };
+    let digits = value.trim();
+    if digits.is_empty() {
+        return Err(refuse("it is empty"));
+    }
+    if !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(refuse("it is not a whole number of milliseconds (digits only, no unit, sign or fraction)"));
+    }
+    let ms: u64 = digits.parse().map_err(|_| refuse("it is too large"))?;
+    match ms {
+        0 => Err(refuse("0 would fail every call")),
+        ms if ms > MAX_CALL_LIMIT_MS => Err(refuse("it is larger than one day")),
+        ms => Ok(Duration::from_millis(ms)),
+    }
+}
+
 impl BenchConfig {
     /// The default configuration on `board` (a bench board: [`hexrpc_bsp::BENCH`] or
     /// [`hexrpc_bsp::BENCH_UPSTREAM`]).
     pub fn for_board(board: &'static Board) -> BenchConfig {
         BenchConfig { board, ..BenchConfig::default() }
+    }
+
+    /// The default configuration with the settings of the environment applied
+    /// ([`with_env`](Self::with_env)). [`Default`] never reads the environment (a test's
+    /// configuration stays what it says); tools and bindings that make a bench for a user call
+    /// this instead.
+    pub fn from_env() -> Result<BenchConfig, BenchEnvError> {
+        BenchConfig::default().with_env()
+    }
+
+    /// This configuration with the settings of the environment applied: [`CALL_LIMIT_ENV`]
+    /// (`HEXRPC_BENCH_CALL_LIMIT_MS`) sets [`executor_timeout`](Self::executor_timeout). An
+    /// unset variable changes nothing; a value that cannot be used is an error, never ignored.
+    pub fn with_env(self) -> Result<BenchConfig, BenchEnvError> {
+        self.with_call_limit_var(std::env::var_os(CALL_LIMIT_ENV).as_deref())
+    }
+
+    /// [`with_env`](Self::with_env) for a given value of [`CALL_LIMIT_ENV`] (`None`: unset).
+    pub fn with_call_limit_var(mut self, value: Option<&std::ffi::OsStr>) -> Result<BenchConfig, BenchEnvError> {
+        let Some(value) = value else { return Ok(self) };
+        let Some(text) = value.to_str() else {
+            return Err(BenchEnvError::CallLimit { value: value.to_string_lossy().into_owned(), problem: "it is not UTF-8" });
+        };
+        self.executor_timeout = parse_call_limit(text)?;
+        Ok(self)
     }
 }
 
@@ -130,5 +213,56 @@ impl CostModel {
     pub fn cost(&self, bytes: u64) -> Duration {
         let kib = u32::try_from(bytes.div_ceil(1024)).unwrap_or(u32::MAX);
         self.per_crossing.saturating_add(self.per_kib_copied.saturating_mul(kib))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::OsStr;
+
+    #[test]
+    fn call_limits_are_whole_milliseconds_in_range() {
+        assert_eq!(parse_call_limit("1"), Ok(Duration::from_millis(1)));
+        assert_eq!(parse_call_limit("250"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_call_limit(" 60000\n"), Ok(Duration::from_secs(60)));
+        assert_eq!(parse_call_limit("86400000"), Ok(Duration::from_secs(86_400)));
+        for (bad, why) in [
+            ("", "it is empty"),
+            ("  ", "it is empty"),
+            ("0", "0 would fail every call"),
+            ("000", "0 would fail every call"),
+            ("-5", "digits only"),
+            ("+5", "digits only"),
+            ("1.5", "digits only"),
+            ("10s", "digits only"),
+            ("1e3", "digits only"),
+            ("ten", "digits only"),
+            ("86400001", "larger than one day"),
+            ("99999999999999999999999", "too large"),
+        ] {
+            let e = parse_call_limit(bad).expect_err(bad);
+            let text = e.to_string();
+            assert!(text.contains(why), "{bad:?}: {text}");
+            assert!(text.starts_with("HEXRPC_BENCH_CALL_LIMIT_MS="), "{text}");
+        }
+    }
+
+    #[test]
+    fn the_variable_sets_the_field_and_unset_keeps_it() {
+        let c = BenchConfig::default().with_call_limit_var(Some(OsStr::new("1500"))).unwrap();
+        assert_eq!(c.executor_timeout, Duration::from_millis(1500));
+        let c = BenchConfig { executor_timeout: Duration::from_millis(7), ..BenchConfig::default() }.with_call_limit_var(None).unwrap();
+        assert_eq!(c.executor_timeout, Duration::from_millis(7));
+        assert_eq!(BenchConfig::default().executor_timeout, Duration::from_secs(10));
+        let e = BenchConfig::default().with_call_limit_var(Some(OsStr::new("soon"))).unwrap_err();
+        let problem = "it is not a whole number of milliseconds (digits only, no unit, sign or fraction)";
+        assert_eq!(e, BenchEnvError::CallLimit { value: "soon".into(), problem });
+        #[cfg(unix)]
+        {
+            use std::os::unix::ffi::OsStrExt;
+            let e = BenchConfig::default().with_call_limit_var(Some(OsStr::from_bytes(b"1\xff"))).unwrap_err();
+            assert!(e.to_string().contains("not UTF-8"), "{e}");
+        }
     }
 }

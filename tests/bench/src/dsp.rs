@@ -264,6 +264,9 @@ fn remotectl_close(sh: &Shared, job: &Job, ins: &[Vec<u8>], outs: &mut [Vec<u8>]
     }
     let mut st = sh.lock();
     let removed = st.procs.get_mut(&job.pid).and_then(|p| p.libs.remove(&handle));
+    if removed.is_some() {
+        st.counts.libraries_closed += 1;
+    }
     drop(st);
     let found = removed.is_some();
     // A real library is unloaded in the process's shell (its destructors run there).
@@ -528,6 +531,7 @@ fn load(sh: &Shared, job: &Job, uri: &str) -> Result<u32, (i32, String)> {
     let h = p.next_lib;
     p.next_lib += 0x10;
     p.libs.insert(h, LoadedLib { name, model });
+    st.counts.libraries_opened += 1;
     Ok(h)
 }
 

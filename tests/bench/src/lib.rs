@@ -37,7 +37,7 @@
 //!   `next2`), 3 (the listener: init2, next2, get_in_bufs2), 4 (exit), and library handles whose
 //!   `entry` is a Rust model of the v1 or v2 generated entry ([`entry`]) with a HAP ledger.
 //! * **Faults, accounting, cost**: [`Bench::inject`], [`Bench::restart_dsp`], virtual paths made
-//!   missing or unreadable; [`Bench::snapshot`] / [`Bench::counts`] / [`Bench::ledger`]; a
+//!   missing or unreadable; every restart's reason ([`Bench::last_restart`], [`RestartReason`]); [`Bench::snapshot`] / [`Bench::counts`] / [`Bench::ledger`]; a
 //!   [`CostModel`] whose figures are always labelled *simulated*.
 //!
 //! # API overview
@@ -132,6 +132,7 @@ pub mod entry;
 pub mod executor;
 pub mod ion;
 pub mod measure;
+mod restart;
 pub mod rpc;
 mod state;
 pub mod upstream;
@@ -146,9 +147,10 @@ pub use account::{
 pub use bench::{
     Bench, BufferId, DriverMap, DriverMapKind, DspProcessInfo, ReverseReply, ReverseRequest, ReverseTicket, WeakBench, DEFAULT_SHELL_LEN,
 };
-pub use config::{BenchConfig, CostModel, FdlistPolicy};
+pub use config::{parse_call_limit, BenchConfig, BenchEnvError, CostModel, FdlistPolicy, CALL_LIMIT_ENV, MAX_CALL_LIMIT_MS};
 pub use dsp::{ReverseError, STALE_BYTE};
 pub use entry::{AccessError, EntryVersion, KernelCall, KernelFn, LibraryModel, TableKernel, BATCH_MAGIC, V2_MAGIC};
+pub use restart::{RestartKind, RestartReason, ShellFault, ShellStep};
 
 /// The two bench kernels: [`hexrpc_bsp::BENCH`] (msm ION 4.9 + downstream adsprpc) and
 /// [`hexrpc_bsp::BENCH_UPSTREAM`] (dma-heap + upstream fastrpc).

@@ -308,6 +308,8 @@ pub(crate) struct State {
     /// Library calls running on the DSP, per process id (kept after the process is gone): the
     /// release of a process waits for them.
     pub lib_running: HashMap<u64, u32>,
+    /// Every DSP restart: how many, and why the last one happened.
+    pub restarts: crate::restart::RestartLog,
 }
 
 impl State {

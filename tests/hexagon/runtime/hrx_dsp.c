@@ -51,7 +51,7 @@
 #define HRX_OP_QUIT 2u
 #define HRX_OP_LOAD 3u
 #define HRX_OP_CLOSE 4u
-#define HRX_MAX_LIBS 16u
+#define HRX_MAX_LIBS 256u
 #define HRX_MAX_IMAGE 16777216u
 #define HRX_MAX_TEXT 200u
 #define HRX_MAX_BUFS 16u

@@ -32,8 +32,10 @@
 //!   killed) is a **DSP restart**: the call in flight returns +104 / `ECONNRESET` and the HAL
 //!   session needs `recover()`, as after a real DSP subsystem restart. A shell the bench ends
 //!   itself because its DSP process is torn down (a release, a restart: [`ExecProcess::kill`])
-//!   is no restart of its own. A non-zero return of the entry is returned as the AEE code, as on
-//!   a device.
+//!   is no restart of its own. Every such restart is recorded with its reason
+//!   ([`RestartReason`](crate::RestartReason): the per-call limit, a fault with the shell's exit
+//!   status or signal and what it printed last, a failed load; [`Bench::last_restart`]). A
+//!   non-zero return of the entry is returned as the AEE code, as on a device.
 //! * The shell runs untrusted code and is confined ([`confine`]: Landlock, no host writes, no
 //!   TCP); on a kernel without Landlock it is not started unless `HEXRPC_EXEC_UNCONFINED=1`.
 //!   It ends with its DSP process and with the bench's process ([`process`]).
@@ -92,11 +94,12 @@ use hexrpc_drivers::aee;
 use hexrpc_drivers::Scalars;
 
 pub use build::{build_library, build_shell, is_shared_library, tools_available, BuildError, Flavour, LibrarySources, Toolchain};
-pub use process::{ExecFailure, ExecProcess, ExecStats};
+pub use process::{ExecFailure, ExecProcess, ExecStats, ShellEnd, ShellStatus, LAST_OUTPUT};
 
 use crate::account::LedgerEntry;
 use crate::dsp::Job;
 use crate::entry::LibraryModel;
+use crate::restart::{RestartReason, ShellFault, ShellStep};
 use crate::state::{CtxResult, Shared};
 use crate::Bench;
 
@@ -183,8 +186,10 @@ pub(crate) fn load_library(
         Err(e) if shell.was_killed() => Err((aee::AEE_EBADSTATE, format!("{name}: the process ended during the load ({e})"))),
         Err(e) => {
             log::warn!("bench DSP shell while loading {name}: {e}; the DSP restarts");
-            restart(sh);
-            Err((aee::AEE_EUNABLETOLOAD, format!("{name}: the DSP shell died while loading: {e}")))
+            let reason = reason(sh, name, ShellStep::Load, e);
+            let text = format!("{name}: the DSP shell died while loading: {reason}");
+            restart(sh, reason);
+            Err((aee::AEE_EUNABLETOLOAD, text))
         }
     }
 }
@@ -198,14 +203,32 @@ pub(crate) fn close_library(sh: &Shared, name: &str, shell: &ExecProcess, lib: u
         Err(_) if shell.was_killed() => {}
         Err(e) => {
             log::warn!("bench DSP shell while closing {name}: {e}; the DSP restarts");
-            restart(sh);
+            restart(sh, reason(sh, name, ShellStep::Close, e));
         }
     }
 }
 
-/// The DSP restart an executor failure stands for (what [`Bench::restart_dsp`] does).
-fn restart(sh: &Shared) {
+/// Why a failure of the shell while it did `step` for `library` restarts the DSP.
+fn reason(sh: &Shared, library: &str, step: ShellStep, failure: ExecFailure) -> RestartReason {
+    let fault = match failure {
+        ExecFailure::Hang => return RestartReason::CallLimit { limit: sh.cfg.executor_timeout, library: library.to_string(), step },
+        ExecFailure::Died(end) => ShellFault::Ended(end),
+        ExecFailure::Protocol(detail) => ShellFault::Protocol(detail),
+        // Neither comes back from a load, an invoke or a close of a running shell (a spawn
+        // failure is a refused load, an oversized request a refused call): kept as text.
+        other @ (ExecFailure::Spawn(_) | ExecFailure::TooLarge) => ShellFault::Protocol(other.to_string()),
+    };
+    match step {
+        ShellStep::Load => RestartReason::LoadFailure { library: library.to_string(), fault },
+        step => RestartReason::Fault { library: library.to_string(), step, fault },
+    }
+}
+
+/// The DSP restart an executor failure stands for (what [`Bench::restart_dsp`] does), recorded
+/// with its reason ([`Bench::last_restart`]).
+fn restart(sh: &Shared, reason: RestartReason) {
     let mut st = sh.lock();
+    st.restarts.record(reason);
     st.epoch += 1;
     let pids: Vec<u64> = st.procs.keys().copied().collect();
     for p in pids {
@@ -259,7 +282,7 @@ pub(crate) fn invoke(sh: &Shared, job: &Job, library: &str, exec: &ExecProcess, 
         Err(_) if exec.was_killed() => return fail(aee::AEE_EBADSTATE),
         Err(e) => {
             log::warn!("bench executor for {library}: {e}; the DSP restarts");
-            restart(sh);
+            restart(sh, reason(sh, library, ShellStep::Invoke, e));
             return fail(-1);
         }
     };

@@ -40,6 +40,81 @@ use super::confine;
 
 use super::wire::{self, HandleArg, Response};
 
+/// How a shell process ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ShellStatus {
+    /// It exited with this status (the shell's own exits: 3 is a protocol break on its side).
+    Exit(i32),
+    /// It was ended by this signal: a guest fault, which qemu-hexagon re-raises on itself
+    /// (`SIGSEGV`, `SIGBUS`, `SIGILL`, ...), or the bench's `SIGKILL`.
+    Signal(i32),
+    /// Its status could not be read (the text says why).
+    Unknown(String),
+}
+
+impl core::fmt::Display for ShellStatus {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            ShellStatus::Exit(c) => write!(f, "exit status {c}"),
+            ShellStatus::Signal(s) => match signal_name(*s) {
+                Some(n) => write!(f, "signal {s} ({n})"),
+                None => write!(f, "signal {s}"),
+            },
+            ShellStatus::Unknown(why) => write!(f, "an unknown status ({why})"),
+        }
+    }
+}
+
+fn signal_name(s: i32) -> Option<&'static str> {
+    Some(match s {
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGILL => "SIGILL",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGTRAP => "SIGTRAP",
+        _ => return None,
+    })
+}
+
+/// Most bytes of the shell's last output kept in a [`ShellEnd`].
+pub const LAST_OUTPUT: usize = 1024;
+
+/// Bytes of the shell's stderr the bench keeps while it runs (the latest ones).
+const STDERR_TAIL: usize = 4096;
+
+/// How a shell ended and what it printed last on stderr (qemu-hexagon's own message for a
+/// guest fault, e.g. `qemu: uncaught target signal 11 (Segmentation fault)`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShellEnd {
+    /// Exit status or signal.
+    pub status: ShellStatus,
+    /// The end of its stderr, trimmed, at most [`LAST_OUTPUT`] bytes (empty if it printed
+    /// nothing).
+    pub last_output: String,
+}
+
+impl core::fmt::Display for ShellEnd {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        if self.last_output.is_empty() {
+            write!(f, "{}", self.status)
+        } else {
+            write!(f, "{}: {}", self.status, self.last_output)
+        }
+    }
+}
+
+/// The last `max` bytes of `s` (cut at a character boundary).
+fn tail(s: &str, max: usize) -> &str {
+    let mut start = s.len().saturating_sub(max);
+    while !s.is_char_boundary(start) {
+        start += 1;
+    }
+    &s[start..]
+}
+
 /// Why an executor call did not produce a response.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ExecFailure {
@@ -47,8 +122,8 @@ pub enum ExecFailure {
     Spawn(String),
     /// No answer within the timeout (the process was killed).
     Hang,
-    /// The process ended: how (exit status or signal) and what it printed on stderr.
-    Died(String),
+    /// The process ended: how (exit status or signal) and what it printed last on stderr.
+    Died(ShellEnd),
     /// The runtime broke the protocol.
     Protocol(String),
     /// The request does not fit the runtime's limits.
@@ -97,7 +172,7 @@ pub struct ExecStats {
     /// Libraries loaded in the shell now.
     pub libraries: u32,
     /// How the process ended, once it has.
-    pub ended: Option<String>,
+    pub ended: Option<ShellEnd>,
 }
 
 /// A running executor (killed when dropped).
@@ -155,31 +230,27 @@ fn random_key() -> u64 {
     h.finish()
 }
 
-fn describe(child: &mut Child, stderr: &Mutex<String>) -> String {
+fn describe(child: &mut Child, stderr: &Mutex<String>) -> ShellEnd {
     let status = match child.try_wait() {
-        Ok(Some(s)) => s,
+        Ok(Some(s)) => Ok(s),
         _ => {
             let _ = child.kill();
-            match child.wait() {
-                Ok(s) => s,
-                Err(e) => return format!("wait failed: {e}"),
-            }
+            child.wait()
         }
     };
     use std::os::unix::process::ExitStatusExt;
-    let how = match (status.code(), status.signal()) {
-        (Some(c), _) => format!("exit status {c}"),
-        (None, Some(s)) => format!("signal {s}"),
-        _ => "unknown status".to_string(),
+    let status = match status {
+        Ok(s) => match (s.code(), s.signal()) {
+            (Some(c), _) => ShellStatus::Exit(c),
+            (None, Some(s)) => ShellStatus::Signal(s),
+            _ => ShellStatus::Unknown("neither an exit status nor a signal".into()),
+        },
+        Err(e) => ShellStatus::Unknown(format!("wait failed: {e}")),
     };
     // Give the stderr thread a moment to drain what qemu printed before it died.
     std::thread::sleep(Duration::from_millis(5));
-    let err = stderr.lock().map(|s| s.trim().to_string()).unwrap_or_default();
-    if err.is_empty() {
-        how
-    } else {
-        format!("{how}: {err}")
-    }
+    let last_output = stderr.lock().map(|s| tail(s.trim(), LAST_OUTPUT).to_string()).unwrap_or_default();
+    ShellEnd { status, last_output }
 }
 
 impl ExecProcess {
@@ -263,8 +334,12 @@ impl ExecProcess {
                     break;
                 }
                 if let Ok(mut s) = sink.lock() {
-                    if s.len() < 4096 {
-                        s.push_str(&String::from_utf8_lossy(&buf[..n]));
+                    // Keep the latest bytes: what qemu printed last is what explains an end.
+                    s.push_str(&String::from_utf8_lossy(&buf[..n]));
+                    if s.len() > 2 * STDERR_TAIL {
+                        let keep = tail(&s, STDERR_TAIL).len();
+                        let cut = s.len() - keep;
+                        s.drain(..cut);
                     }
                 }
             }
@@ -387,17 +462,25 @@ impl ExecProcess {
         self.io.lock().map(|io| io.is_some()).unwrap_or(false)
     }
 
-    fn end(&self, io: &mut Option<Io>, failure: ExecFailure) -> ExecFailure {
-        if let Some(mut dead) = io.take() {
-            let how = describe(&mut dead.child, &self.stderr);
-            if let Ok(mut s) = self.stats.lock() {
-                s.ended = Some(how.clone());
+    /// Ends the process (if it still runs) and records how it ended; returns `failure`, or the
+    /// way it ended when `failure` is `None` (it died).
+    fn end(&self, io: &mut Option<Io>, failure: Option<ExecFailure>) -> ExecFailure {
+        let how = match io.take() {
+            Some(mut dead) => {
+                let how = describe(&mut dead.child, &self.stderr);
+                if let Ok(mut s) = self.stats.lock() {
+                    s.ended = Some(how.clone());
+                }
+                how
             }
-            if let ExecFailure::Died(_) = failure {
-                return ExecFailure::Died(how);
-            }
-        }
-        failure
+            None => self.ended(),
+        };
+        failure.unwrap_or(ExecFailure::Died(how))
+    }
+
+    /// How the process ended, as recorded (a shell stopped without a record: unknown).
+    fn ended(&self) -> ShellEnd {
+        self.stats().ended.unwrap_or(ShellEnd { status: ShellStatus::Unknown("stopped".into()), last_output: String::new() })
     }
 
     /// Sends `msg` and waits (at most `timeout`) for the next message; a library's `fopen` on the
@@ -418,34 +501,36 @@ impl ExecProcess {
     ) -> Result<wire::Message, ExecFailure> {
         let mut guard = self.io.lock().unwrap_or_else(|e| e.into_inner());
         let Some(io) = guard.as_mut() else {
-            return Err(ExecFailure::Died(self.stats().ended.unwrap_or_else(|| "stopped".into())));
+            return Err(ExecFailure::Died(self.ended()));
         };
         if send_with_files(&mut io.stdin, msg, files).is_err() {
-            return Err(self.end(&mut guard, ExecFailure::Died(String::new())));
+            return Err(self.end(&mut guard, None));
         }
-        let deadline = std::time::Instant::now() + timeout;
+        // A limit too far away to be a point in time waits without one.
+        let deadline = std::time::Instant::now().checked_add(timeout);
         let mut next = io.rx.recv_timeout(timeout);
         loop {
             match &next {
                 Ok(Msg::Frame(t, _)) if *t != tag => {
                     let what = format!("a frame tagged {t:08x} while serving request {tag:08x} (forged or out of step)");
-                    return Err(self.end(&mut guard, ExecFailure::Protocol(what)));
+                    return Err(self.end(&mut guard, Some(ExecFailure::Protocol(what))));
                 }
                 Ok(Msg::Frame(_, wire::Message::Fopen { path, mode })) => {
                     let status = fopen(path, mode);
                     if io.stdin.write_all(&wire::encode_fopen_answer(status)).and_then(|_| io.stdin.flush()).is_err() {
-                        return Err(self.end(&mut guard, ExecFailure::Died(String::new())));
+                        return Err(self.end(&mut guard, None));
                     }
-                    next = io.rx.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now()));
+                    let left = deadline.map_or(timeout, |d| d.saturating_duration_since(std::time::Instant::now()));
+                    next = io.rx.recv_timeout(left);
                 }
                 _ => break,
             }
         }
         match next {
             Ok(Msg::Frame(_, m)) => Ok(m),
-            Ok(Msg::Gone(_)) | Err(RecvTimeoutError::Disconnected) => Err(self.end(&mut guard, ExecFailure::Died(String::new()))),
-            Ok(Msg::Hello(_)) => Err(self.end(&mut guard, ExecFailure::Protocol("second greeting".into()))),
-            Err(RecvTimeoutError::Timeout) => Err(self.end(&mut guard, ExecFailure::Hang)),
+            Ok(Msg::Gone(_)) | Err(RecvTimeoutError::Disconnected) => Err(self.end(&mut guard, None)),
+            Ok(Msg::Hello(_)) => Err(self.end(&mut guard, Some(ExecFailure::Protocol("second greeting".into())))),
+            Err(RecvTimeoutError::Timeout) => Err(self.end(&mut guard, Some(ExecFailure::Hang))),
         }
     }
 
@@ -485,7 +570,7 @@ impl ExecProcess {
 
     fn fail_protocol(&self, what: &str) -> ExecFailure {
         let mut guard = self.io.lock().unwrap_or_else(|e| e.into_inner());
-        self.end(&mut guard, ExecFailure::Protocol(what.into()))
+        self.end(&mut guard, Some(ExecFailure::Protocol(what.into())))
     }
 
     /// Runs one invoke of library `lib`: `bufs` are the in-buffers then the out-buffers (their
@@ -588,3 +673,26 @@ fn kill_through(fd: &OwnedFd) {
 
 #[cfg(not(target_os = "linux"))]
 fn kill_through(_fd: &OwnedFd) {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tails_keep_the_last_bytes_at_a_character_boundary() {
+        assert_eq!(tail("abcdef", 3), "def");
+        assert_eq!(tail("ab", 3), "ab");
+        // "é" is two bytes: a cut inside it moves past it.
+        assert_eq!(tail("xé1", 2), "1");
+        assert_eq!(tail("xé1", 3), "é1");
+    }
+
+    #[test]
+    fn ends_read_as_a_status_and_the_last_output() {
+        let end = ShellEnd { status: ShellStatus::Signal(libc::SIGBUS), last_output: String::new() };
+        assert_eq!(end.to_string(), "signal 7 (SIGBUS)");
+        let end = ShellEnd { status: ShellStatus::Exit(3), last_output: "hrx: protocol".into() };
+        assert_eq!(end.to_string(), "exit status 3: hrx: protocol");
+        assert_eq!(ShellStatus::Signal(64).to_string(), "signal 64");
+    }
+}
