@@ -23,15 +23,22 @@ use crate::error::Failure;
 
 /// A bench whose DSP knows every model of the catalogue. Every crossing is costed with the
 /// executor model's cost model (60 us per crossing + 2 us per KiB copied; recorded, not slept),
-/// so the bench's latency samples carry a *simulated* latency.
-pub fn bench_with_models() -> Bench {
+/// so the bench's latency samples carry a *simulated* latency. The executor's per-call limit is
+/// `call_limit` when given, else `HEXRPC_BENCH_CALL_LIMIT_MS` when set (a value that is not a
+/// whole number of milliseconds in range is refused), else the bench's default.
+pub fn bench_with_models(call_limit: Option<std::time::Duration>) -> Result<Bench, Failure> {
     let cost = hexrpc_scenarios::ModelOptions::default().cost;
-    let bench = Bench::with_config(BenchConfig { cost, ..BenchConfig::default() });
+    let mut config = BenchConfig::from_env().map_err(|e| Failure::invalid("session-start", e.to_string()))?;
+    config.cost = cost;
+    if let Some(limit) = call_limit {
+        config.executor_timeout = limit;
+    }
+    let bench = Bench::with_config(config);
     catalogue::register_all(&bench);
     for m in catalogue::MODELS {
         bench.register_library(&format!("{}{TABLE}", m.name), m.table_model());
     }
-    bench
+    Ok(bench)
 }
 
 /// The suffix of a catalogue model's one-kernel-table library (`sleep_ms_table`): the same

@@ -44,11 +44,18 @@ impl SessionObj {
     /// (a measuring instrument; see [`Seam::Returning`]).
     #[cfg(feature = "bench")]
     pub fn open_bench(executor: bool, returning: bool) -> Result<SessionObj, Failure> {
+        Self::open_bench_with(executor, returning, None)
+    }
+
+    /// [`open_bench`](Self::open_bench) with the executor's per-call limit `call_limit` (else
+    /// `HEXRPC_BENCH_CALL_LIMIT_MS`, else the bench's default).
+    #[cfg(feature = "bench")]
+    pub fn open_bench_with(executor: bool, returning: bool, call_limit: Option<std::time::Duration>) -> Result<SessionObj, Failure> {
         if executor {
             hexrpc_bench::executor::tools_available()
                 .map_err(|why| Failure::unavailable("session-start", format!("the bench executor: {why}")))?;
         }
-        let bench = crate::bench::bench_with_models();
+        let bench = crate::bench::bench_with_models(call_limit)?;
         let seam = if returning { Seam::Returning(bench, Arc::new(hexrpc_bench::measure::NullSys::new())) } else { Seam::Bench(bench) };
         Self::start(seam, DeviceAccess::for_bench())
     }

@@ -147,17 +147,23 @@ impl Session {
     /// clang-19, ld.lld-19 and qemu-hexagon (else `Unavailable`, naming the missing tool) and
     /// runs executor images as Hexagon code. `returning_launches=True` makes launches return at
     /// once without reaching the DSP (a measuring instrument; outputs are not written).
+    /// `call_limit_ms`: the executor's limit per DSP call (a kernel still running after it is
+    /// ended, which is a DSP restart); default `HEXRPC_BENCH_CALL_LIMIT_MS`, else 10000.
     #[staticmethod]
-    #[pyo3(signature = (executor = false, returning_launches = false))]
-    fn bench(py: Python<'_>, executor: bool, returning_launches: bool) -> PyResult<Session> {
+    #[pyo3(signature = (executor = false, returning_launches = false, call_limit_ms = None))]
+    fn bench(py: Python<'_>, executor: bool, returning_launches: bool, call_limit_ms: Option<u32>) -> PyResult<Session> {
         #[cfg(feature = "bench")]
         {
-            let obj = py.detach(|| SessionObj::open_bench(executor, returning_launches)).map_err(py_err)?;
+            if call_limit_ms == Some(0) {
+                return Err(py_err(Failure::invalid("session-start", "call_limit_ms must be positive (None: the default)")));
+            }
+            let limit = call_limit_ms.map(|ms| Duration::from_millis(u64::from(ms)));
+            let obj = py.detach(|| SessionObj::open_bench_with(executor, returning_launches, limit)).map_err(py_err)?;
             Ok(Session::new(obj))
         }
         #[cfg(not(feature = "bench"))]
         {
-            let _ = (py, executor, returning_launches);
+            let _ = (py, executor, returning_launches, call_limit_ms);
             Err(py_err(Failure::unavailable("session-start", "this build of hexrpc has no bench")))
         }
     }
@@ -231,6 +237,20 @@ impl Session {
     #[getter]
     fn closed(&self) -> bool {
         lock(&self.inner).is_none()
+    }
+
+    /// Why the DSP restarted last, as the bench recorded it (a kernel past the per-call limit, a
+    /// fault, a failed load, a requested restart), or `None`: no restart yet, or a device
+    /// session (a device's driver does not say why its DSP restarted).
+    #[getter]
+    fn last_restart(&self) -> PyResult<Option<String>> {
+        let s = self.get()?;
+        #[cfg(feature = "bench")]
+        if let Some(bench) = s.bench() {
+            return Ok(bench.last_restart().map(|r| r.to_string()));
+        }
+        drop(s);
+        Ok(None)
     }
 
     /// Bench sessions only: simulates a DSP subsystem restart.

@@ -391,3 +391,41 @@ def test_batch_set_view_updates_a_record_in_place(sess):
     bt.run()
     assert np.frombuffer(leases[0], dtype=np.uint32)[2] == 3
     lib.close()
+
+
+def test_executor_call_limit_is_settable_and_the_restart_says_why(tmp_path):
+    """A kernel still running past `call_limit_ms` is ended by the bench's executor: the launch
+    raises NeedsRecovery, `last_restart` names the limit, and after recover() the same library
+    runs a short call."""
+    try:
+        sess = hexrpc.Session.bench(executor=True, call_limit_ms=300)
+    except hexrpc.Unavailable as e:
+        pytest.skip(f"executor unavailable: {e.cause}")
+    src = tmp_path / "spin.c"
+    src.write_text("void spin(unsigned int *out, unsigned int n) {\n"
+                   "  volatile unsigned int x = 0;\n"
+                   "  for (unsigned int i = 0; i < n; i++) x += i;\n  out[0] = x;\n}\n")
+    so = hexrpc.bench_build_library(src, "buf,u32", tmp_path / "spin.so")
+    with sess:
+        assert sess.last_restart is None
+        lib = sess.open_library(so)
+        lease = sess.alloc(4096)
+        with pytest.raises(hexrpc.NeedsRecovery):
+            lib.launch([lease.view(0, 4)], [4_000_000_000])
+        why = sess.last_restart
+        assert why is not None and "per-call limit of 300 ms" in why and "HEXRPC_BENCH_CALL_LIMIT_MS" in why, why
+        sess.recover()
+        lib.launch([lease.view(0, 4)], [10])
+        assert np.frombuffer(lease, dtype=np.uint32)[0] == 45
+    with pytest.raises(hexrpc.InvalidArgument):
+        hexrpc.Session.bench(call_limit_ms=0)
+
+
+def test_bench_call_limit_from_the_environment_is_checked(monkeypatch):
+    monkeypatch.setenv("HEXRPC_BENCH_CALL_LIMIT_MS", "soon")
+    with pytest.raises(hexrpc.InvalidArgument) as e:
+        hexrpc.Session.bench()
+    assert "HEXRPC_BENCH_CALL_LIMIT_MS" in str(e.value), e.value
+    monkeypatch.setenv("HEXRPC_BENCH_CALL_LIMIT_MS", "2500")
+    with hexrpc.Session.bench() as s:
+        assert s.healthy

@@ -409,14 +409,15 @@ class LibraryCache:
         if self.pinned + slots > self.MAX_OPEN_LIBRARIES:
             raise RuntimeError(f"HEXRPC: more than {self.MAX_OPEN_LIBRARIES} graph libraries open at once")
 
-    def get(self, key: int, image: bytes, signature: str, stats: DeviceStats):
-        """The open library for ``key``, opened from ``image`` if it is not."""
+    def get(self, key: int, image: bytes, signature: str, stats: DeviceStats, name: str = "kernel"):
+        """The open library for ``key``, opened from ``image`` if it is not (``name`` is what
+        hexrpc's logs and errors call it)."""
         lib = self.lru.get(key)
         if lib is not None:
             self.lru.move_to_end(key)
             return lib
         self._make_room(1)
-        lib = self.hub.session.open_library(image, signature=signature, abi="v2")
+        lib = self.hub.session.open_library(image, signature=signature, abi="v2", name=name)
         self.opens += 1
         stats.library_opens += 1
         if key in self.evicted:
@@ -545,14 +546,14 @@ class HEXRPCProgram(Program["HEXRPCDevice"]):
         self.dev, self.name, self.lib, self.tiny_signature = dev, obj.name, obj.lib, obj.signature
         self.hexrpc_signature, self.nbufs = signature_of(obj)
         dev.hub.ensure_healthy()
-        dev.libraries.get(id(self), self.lib, self.hexrpc_signature, dev.stats)
+        dev.libraries.get(id(self), self.lib, self.hexrpc_signature, dev.stats, self.name)
 
     def __call__(self, *bufs: HEXRPCBuffer, global_size=(1, 1, 1), local_size=(1, 1, 1), vals: tuple[int, ...] = (), wait=False, **kw):
         if len(bufs) != self.nbufs:
             raise RuntimeError(f"HEXRPC: {self.name} takes {self.nbufs} buffers, got {len(bufs)}")
         hub = self.dev.hub
         hub.ensure_healthy()
-        library = self.dev.libraries.get(id(self), self.lib, self.hexrpc_signature, self.dev.stats)
+        library = self.dev.libraries.get(id(self), self.lib, self.hexrpc_signature, self.dev.stats, self.name)
         try:
             us = library.launch([b.view for b in bufs], list(vals), deadline_ms=self.dev.deadline_ms)
         except hexrpc.NeedsRecovery as e:
@@ -713,7 +714,7 @@ class HEXRPCGraph(GraphRunner):
         image = build_batch_library(sources)
         self.dev.hub.ensure_healthy()
         seg.library = self.dev.libraries.open_pinned(
-            lambda: self.dev.session.open_library(image, signature=seg.signatures[0], abi="v2"), self.dev.stats
+            lambda: self.dev.session.open_library(image, signature=seg.signatures[0], abi="v2", name="graph"), self.dev.stats
         )
 
     def _buffers(self, j: int, input_uops) -> list[HEXRPCBuffer]:
