@@ -6,15 +6,24 @@
 //!
 //! ```text
 //! clang-19 --target=hexagon -mcpu=hexagonv65 -mhvx=v65 -mhvx-length=128b -O2 -fPIC
-//!          -ffreestanding -fno-builtin -nostdlib -fsyntax-only -Xclang -ast-dump=json
-//!          -Xclang -ast-dump-filter -Xclang KERNEL -- KERNEL.c          (find the kernel)
+//!          -ffreestanding -fno-builtin -nostdlib -nostdlibinc -isystem OUT.build/include
+//!          -fsyntax-only -Xclang -ast-dump=json -Xclang -ast-dump-filter -Xclang KERNEL
+//!          -- KERNEL.c                                                   (find the kernel)
 //! clang-19 (flags) -Wall -Werror -c -- entry.c -o entry.o
-//! clang-19 (flags, plus BuildOptions::kernel_cflags) -c -- kernel.c -o kernel.o
+//! clang-19 (flags, plus BuildOptions::kernel_cflags) -isystem OUT.build/include
+//!          -c -- kernel.c -o kernel.o
 //!          (kernel.c = #include "KERNEL.c" + the prototype generated from the signature)
+//! clang-19 (flags) -Wall -Werror -DHRX_NEED___truncsfhf2=1 ... -c -- helpers.c -o helpers.o
+//!          (only if the kernel objects call a helper the library carries, see below)
 //! clang-19 --target=hexagon -c -- record.s -o record.o                  (the build record)
 //! ld.lld-19 -shared --hash-style=sysv -z max-page-size=4096 -soname NAME -T link.ld
-//!           -o OUT.build/linked.so entry.o kernel0.o record.o
+//!           -o OUT.build/linked.so entry.o kernel0.o [helpers.o] record.o
 //! ```
+//!
+//! The kernel sees our own headers (`math.h`, `string.h`) and clang's freestanding ones
+//! (`stdint.h`, `stddef.h`, `stdbool.h`, `float.h`, ...), never the host's `/usr/include`; a
+//! library carries the half-precision conversion helpers its kernels call, hidden (see the
+//! [`freestanding`] module).
 //!
 //! What is checked, each failure a [`BuildError`] naming the cause:
 //! * before anything runs: the kernel source is a regular file, not a directory; the output is
@@ -46,8 +55,9 @@
 #![deny(missing_docs)]
 
 mod elf;
+pub mod freestanding;
 
-pub use elf::{parse_elf, ElfError, ElfSummary, SectionInfo, SegmentInfo};
+pub use elf::{object_undefined, parse_elf, ElfError, ElfSummary, SectionInfo, SegmentInfo};
 
 use core::fmt;
 use std::ffi::OsString;
@@ -78,6 +88,7 @@ pub const HEXAGON_CFLAGS: &[&str] = &[
     "-ffreestanding",
     "-fno-builtin",
     "-nostdlib",
+    "-nostdlibinc",
 ];
 /// Extra flags for the generated entry: it must compile warning-free.
 pub const ENTRY_CFLAGS: &[&str] = &["-Wall", "-Werror"];
@@ -94,7 +105,9 @@ pub const WORK_MARKER: &str = ".hexrpc-build";
 /// service, as a DSP's C library does), the C library functions and compiler runtime helpers
 /// clang emits for Hexagon under `-nostdlib`, and the libm subset kernels call). This is the
 /// export list of the bench's DSP shell; a real `fastrpc_shell` exports more, so the list is
-/// conservative: a library that passes here loads on the bench and on a device.
+/// conservative: a library that passes here loads on the bench and on a device. Helpers not on
+/// this list that a library needs are carried in it instead
+/// ([`freestanding::CARRIED_HELPERS`]); our `math.h` and `string.h` declare only names from it.
 pub const DSP_PROVIDED_SYMBOLS: &[&str] = &[
     "HAP_mmap",
     "HAP_munmap",
@@ -220,6 +233,8 @@ pub struct BuildReport {
     pub linker_script: PathBuf,
     /// The library as parsed back.
     pub elf: ElfSummary,
+    /// The compiler helpers linked into the library, hidden ([`freestanding::CARRIED_HELPERS`]).
+    pub carried_helpers: Vec<&'static str>,
 }
 
 /// Why a build failed.
@@ -675,6 +690,8 @@ fn build_kernels(kernels: &[KernelSpec<'_>], out: &Path, opts: &BuildOptions, ta
         return Err(BuildError::WorkDirInUse(work));
     }
     fresh_work_dir(&work)?;
+    let include_dir = freestanding::write_include_dir(&work).map_err(io_err(&work))?;
+    let include = freestanding::include_flags(&include_dir);
 
     let mut script = String::new();
     write_linker_script(&mut script).map_err(|_| BuildError::Entry(EntryError::Format))?;
@@ -689,6 +706,7 @@ fn build_kernels(kernels: &[KernelSpec<'_>], out: &Path, opts: &BuildOptions, ta
     for k in kernels {
         let mut args: Vec<OsString> = HEXAGON_CFLAGS.iter().map(OsString::from).collect();
         args.extend(opts.kernel_cflags.iter().cloned());
+        args.extend(include.iter().cloned());
         args.extend(["-fsyntax-only", "-Xclang", "-ast-dump=json", "-Xclang", "-ast-dump-filter", "-Xclang"].map(OsString::from));
         args.push(OsString::from(&k.name));
         args.extend(["--".into(), operand(k.source)]);
@@ -723,7 +741,25 @@ fn build_kernels(kernels: &[KernelSpec<'_>], out: &Path, opts: &BuildOptions, ta
         let checked = work.join(format!("kernel{n}.c"));
         std::fs::write(&checked, text).map_err(io_err(&checked))?;
         let obj = work.join(format!("kernel{n}.o"));
-        compile_hexagon(&opts.clang, &checked, &obj, &opts.kernel_cflags)?;
+        let mut flags = opts.kernel_cflags.clone();
+        flags.extend(include.iter().cloned());
+        compile_hexagon(&opts.clang, &checked, &obj, &flags)?;
+        objects.push(obj);
+    }
+    // The helpers the kernel objects call that the library carries itself: only those.
+    let mut undefined = Vec::new();
+    for obj in &objects {
+        let bytes = std::fs::read(obj).map_err(io_err(obj))?;
+        undefined.extend(object_undefined(&bytes).map_err(BuildError::Elf)?);
+    }
+    let carried_helpers = freestanding::helpers_needed(undefined.iter().map(String::as_str));
+    if !carried_helpers.is_empty() {
+        let source = work.join("helpers.c");
+        std::fs::write(&source, freestanding::HALF_SOURCE).map_err(io_err(&source))?;
+        let obj = work.join("helpers.o");
+        let mut flags: Vec<OsString> = ENTRY_CFLAGS.iter().map(OsString::from).collect();
+        flags.extend(freestanding::helper_defines(&carried_helpers));
+        compile_hexagon(&opts.clang, &source, &obj, &flags)?;
         objects.push(obj);
     }
     let mut entry_text = String::new();
@@ -792,6 +828,7 @@ fn build_kernels(kernels: &[KernelSpec<'_>], out: &Path, opts: &BuildOptions, ta
         entry_source,
         linker_script,
         elf,
+        carried_helpers,
     })
 }
 
