@@ -323,6 +323,16 @@ pub enum BuildError {
     },
     /// The library imports symbols the DSP does not provide.
     UnresolvedImports(Vec<String>),
+    /// The kernel converts a `short` or `unsigned short` to `__fp16`. clang-19 compiles that
+    /// for Hexagon as a copy of the integer's bits, not a conversion (its half conversions take
+    /// the half's 16-bit storage type, and a 16-bit integer is taken for one): the library would
+    /// compute wrong results, so it is not built.
+    ShortToHalf {
+        /// The kernel function.
+        kernel: String,
+        /// The source lines of the conversions, where clang's AST dump names them.
+        lines: Vec<u64>,
+    },
     /// The build record could not be written or does not read back.
     Record(RecordError),
 }
@@ -374,9 +384,23 @@ impl fmt::Display for BuildError {
             BuildError::UnresolvedImports(names) => write!(
                 f,
                 "the library imports symbols the DSP does not provide: {} (provided: HAP_*, memcpy/memset/memmove/memcmp, fopen/fclose, the \
-                 __hexagon_* integer and double-arithmetic helpers and a float libm subset)",
-                names.join(", ")
+                 __hexagon_* integer and double-arithmetic helpers and a float libm subset; carried in the library: the half-precision \
+                 conversions {})",
+                names.join(", "),
+                freestanding::CARRIED_HELPERS.join("/")
             ),
+            BuildError::ShortToHalf { kernel, lines } => {
+                write!(f, "the kernel `{kernel}` converts a short or unsigned short to __fp16")?;
+                if !lines.is_empty() {
+                    let lines: Vec<String> = lines.iter().map(u64::to_string).collect();
+                    write!(f, " (line {})", lines.join(", "))?;
+                }
+                write!(
+                    f,
+                    ": clang-19 compiles that for Hexagon as a copy of the integer's bits, not a conversion, so the library would compute \
+                     wrong results; convert through int: (__fp16)(int)x"
+                )
+            }
             BuildError::Record(e) => write!(f, "build record: {e}"),
         }
     }
@@ -591,6 +615,44 @@ fn kernel_params(dump: &[u8], name: &str) -> Result<KernelLookup, String> {
     Ok(found)
 }
 
+/// Every conversion from `short` / `unsigned short` to `__fp16` (however spelled through
+/// typedefs) in the definition of `name` in clang's JSON AST dump, each with its source line
+/// where the dump gives one. (The JSON dump omits a location's line when it equals the previous
+/// one printed, so the last line seen in document order is the cast's.)
+fn short_to_half_casts(dump: &[u8], name: &str) -> Result<Vec<Option<u64>>, String> {
+    fn walk(node: &Value, line: &mut Option<u64>, found: &mut Vec<Option<u64>>) {
+        for loc in [node.get("loc"), node.get("range").and_then(|r| r.get("begin"))].into_iter().flatten() {
+            // A location inside a macro expansion has its line under "spellingLoc"/"expansionLoc".
+            let l = loc.get("line").or_else(|| loc.get("expansionLoc").and_then(|e| e.get("line")));
+            if let Some(l) = l.and_then(Value::as_u64) {
+                *line = Some(l);
+            }
+        }
+        let is_cast = matches!(node.get("kind").and_then(Value::as_str), Some("ImplicitCastExpr" | "CStyleCastExpr"));
+        if is_cast && node.get("castKind").and_then(Value::as_str) == Some("IntegralToFloating") {
+            let to_half = json_type(node).is_some_and(|(_, c)| strip_qualifiers(&c) == "__fp16");
+            let from = node.get("inner").and_then(Value::as_array).and_then(|i| i.first()).and_then(json_type);
+            if to_half && from.is_some_and(|(_, c)| matches!(strip_qualifiers(&c), "short" | "unsigned short")) {
+                found.push(*line);
+            }
+        }
+        if let Some(end) = node.get("range").and_then(|r| r.get("end")).and_then(|e| e.get("line")).and_then(Value::as_u64) {
+            *line = Some(end);
+        }
+        for child in node.get("inner").and_then(Value::as_array).map_or(&[][..], Vec::as_slice) {
+            walk(child, line, found);
+        }
+    }
+    let mut found = Vec::new();
+    for decl in serde_json::Deserializer::from_slice(dump).into_iter::<Value>() {
+        let decl = decl.map_err(|e| format!("clang's JSON AST dump does not parse: {e}"))?;
+        if decl.get("kind").and_then(Value::as_str) == Some("FunctionDecl") && decl.get("name").and_then(Value::as_str) == Some(name) {
+            walk(&decl, &mut None, &mut found);
+        }
+    }
+    Ok(found)
+}
+
 fn strip_qualifiers(t: &str) -> &str {
     let mut t = t.trim();
     loop {
@@ -718,6 +780,11 @@ fn build_kernels(kernels: &[KernelSpec<'_>], out: &Path, opts: &BuildOptions, ta
             Ok(KernelLookup::Missing) => return Err(missing(false)),
             Err(detail) => return Err(BuildError::AstDump { source: k.source.to_path_buf(), detail }),
         };
+        match short_to_half_casts(&dump, &k.name) {
+            Ok(lines) if lines.is_empty() => {}
+            Ok(lines) => return Err(BuildError::ShortToHalf { kernel: k.name.clone(), lines: lines.into_iter().flatten().collect() }),
+            Err(detail) => return Err(BuildError::AstDump { source: k.source.to_path_buf(), detail }),
+        }
         let (proto, returns) = check_params(k, &params, &ret, table)?;
         protos.push(proto);
         status.push(returns);
@@ -919,5 +986,24 @@ mod tests {
         assert_eq!(kernel_params(b"", "k"), Ok(KernelLookup::Missing));
         assert!(kernel_params(b"Dumping k:\nFunctionDecl 0x1 <k.c:1:1> k 'void ()'", "k").unwrap_err().contains("does not parse"));
         assert!(kernel_params(br#"{"kind": "FunctionDecl", "name": "k"}"#, "k").unwrap_err().contains("no type"));
+    }
+
+    #[test]
+    fn short_to_half_conversions_are_found_with_their_lines() {
+        // The shape clang-19 writes (trimmed) for `typedef __fp16 half; void k(half *o, short s,
+        // int i) { o[0] = s; o[1] = i; }`: line 2 once, then omitted while it does not change.
+        let dump = br#"{"kind": "FunctionDecl", "name": "k", "loc": {"line": 1}, "type": {"qualType": "void (half *, short, int)"},
+              "inner": [{"kind": "CompoundStmt", "range": {"begin": {"line": 2}, "end": {}}, "inner": [
+                {"kind": "BinaryOperator", "inner": [
+                  {"kind": "ImplicitCastExpr", "castKind": "IntegralToFloating", "type": {"qualType": "half", "desugaredQualType": "__fp16"},
+                   "inner": [{"kind": "ImplicitCastExpr", "castKind": "LValueToRValue", "type": {"qualType": "short"}}]}]},
+                {"kind": "BinaryOperator", "range": {"begin": {"line": 3}}, "inner": [
+                  {"kind": "ImplicitCastExpr", "castKind": "IntegralToFloating", "type": {"qualType": "half", "desugaredQualType": "__fp16"},
+                   "inner": [{"kind": "ImplicitCastExpr", "type": {"qualType": "int"}}]},
+                  {"kind": "CStyleCastExpr", "castKind": "IntegralToFloating", "type": {"qualType": "const __fp16"},
+                   "inner": [{"kind": "DeclRefExpr", "type": {"qualType": "u16", "desugaredQualType": "unsigned short"}}]}]}]}]}"#;
+        assert_eq!(short_to_half_casts(dump, "k"), Ok(vec![Some(2), Some(3)]));
+        assert_eq!(short_to_half_casts(dump, "other"), Ok(vec![]));
+        assert!(short_to_half_casts(b"{", "k").is_err());
     }
 }

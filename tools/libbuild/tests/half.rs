@@ -556,3 +556,51 @@ fn kernels_see_our_headers_and_never_the_hosts() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+// ------------------------------------------------------------------------------------------------
+// A clang-19 defect: `(__fp16)` of a 16-bit integer copies its bits.
+
+#[test]
+fn short_to_half_is_refused_and_through_int_is_exact() {
+    if !tools() {
+        return;
+    }
+    let dir = work_dir("short");
+    let sig = Signature::parse("buf,buf,u32").unwrap();
+    for (name, body) in [
+        ("direct", "o[i] = (__fp16)s[i];"),
+        ("implicit", "o[i] = s[i];"),
+        ("aliased", "i16 t = s[i];\n    o[i] = (half)t;"),
+        ("from_unsigned", "o[i] = (unsigned short)s[i];"),
+    ] {
+        let src = format!(
+            "typedef short i16;\ntypedef __fp16 half;\nvoid {name}(const short *s, __fp16 *o, unsigned int n) {{\n  for (unsigned int i = 0; i < n; i++) {{\n    {body}\n  }}\n}}\n"
+        );
+        let path = dir.join(format!("{name}.c"));
+        std::fs::write(&path, src).unwrap();
+        match build_library(&path, &sig, &dir.join(format!("{name}.so")), &BuildOptions::default()) {
+            Err(e @ BuildError::ShortToHalf { .. }) => {
+                let BuildError::ShortToHalf { ref lines, .. } = e else { unreachable!() };
+                let want = if name == "aliased" { 6 } else { 5 };
+                assert_eq!(lines, &[want], "{name}: {e}");
+                assert!(e.to_string().contains("(__fp16)(int)x") && e.to_string().contains(&format!("line {want}")), "{e}");
+            }
+            other => panic!("{name}: {other:?}"),
+        }
+        assert!(!dir.join(format!("{name}.so")).exists());
+    }
+    // Through int (or any wider type), the conversion is a conversion: every short, exactly
+    // rounded.
+    let src =
+        "void via_int(const short *s, __fp16 *o, unsigned int n) {\n  for (unsigned int i = 0; i < n; i++) o[i] = (__fp16)(int)s[i];\n}\n";
+    let (_, image) = build(&dir, "via_int", src, "buf,buf,u32");
+    let bench = Bench::new();
+    let served = serve(&bench);
+    let shorts: Vec<u16> = (0..=0xffffu16).collect();
+    let out = run(&served, image, &[bytes16(&shorts)], &[2 * shorts.len()], &[Scalar::U32(shorts.len() as u32)]);
+    for (s, got) in shorts.iter().zip(words::<2>(&out[0])) {
+        let v = f64::from(*s as i16);
+        assert_eq!(u16::from_le_bytes(got), half_of(v), "(__fp16)(int){v}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
