@@ -34,6 +34,8 @@
 //!   every scalar (read from clang's JSON AST dump, a machine-readable format, not the text
 //!   dump meant for people); the kernel is then compiled together with a prototype generated
 //!   from the signature, so clang itself rejects a definition of another type;
+//! * the kernel's definition has no conversion from a 16-bit integer to `__fp16`, which clang-19
+//!   miscompiles for Hexagon ([`BuildError::ShortToHalf`]);
 //! * the result: ELF32 little-endian, `ET_DYN`, `e_machine` 164 (Hexagon), every allocated
 //!   non-empty section at a 4 KiB-aligned address, `entry` exported, every undefined symbol one
 //!   the DSP provides ([`DSP_PROVIDED_SYMBOLS`]; the others are named), and the build record
