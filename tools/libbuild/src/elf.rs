@@ -106,6 +106,23 @@ pub fn parse_elf(bytes: &[u8]) -> Result<ElfSummary, ElfError> {
     Ok(ElfSummary { machine: elf.machine(), elf_type: elf.elf_type(), sections, segments, exports, imports, weak_imports })
 }
 
+/// `SHT_SYMTAB`: the static symbol table of a relocatable object.
+const SHT_SYMTAB: u32 = 2;
+
+/// The undefined global (and weak) symbols of a relocatable object's `.symtab`: what the object
+/// needs from the rest of the link.
+pub fn object_undefined(bytes: &[u8]) -> Result<Vec<String>, ElfError> {
+    let elf = Elf::parse(bytes)?;
+    let mut out = Vec::new();
+    for s in elf.section_headers().iter().filter(|s| s.sh_type.get() == SHT_SYMTAB) {
+        let (syms, strtab) = elf.symbols(s)?;
+        for sym in syms.iter().skip(1).filter(|sym| sym.st_shndx.get() == 0 && sym.st_info >> 4 != 0) {
+            out.push(c_name(strtab, sym.st_name.get())?);
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

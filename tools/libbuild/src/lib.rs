@@ -6,15 +6,24 @@
 //!
 //! ```text
 //! clang-19 --target=hexagon -mcpu=hexagonv65 -mhvx=v65 -mhvx-length=128b -O2 -fPIC
-//!          -ffreestanding -fno-builtin -nostdlib -fsyntax-only -Xclang -ast-dump=json
-//!          -Xclang -ast-dump-filter -Xclang KERNEL -- KERNEL.c          (find the kernel)
+//!          -ffreestanding -fno-builtin -nostdlib -nostdlibinc -isystem OUT.build/include
+//!          -fsyntax-only -Xclang -ast-dump=json -Xclang -ast-dump-filter -Xclang KERNEL
+//!          -- KERNEL.c                                                   (find the kernel)
 //! clang-19 (flags) -Wall -Werror -c -- entry.c -o entry.o
-//! clang-19 (flags, plus BuildOptions::kernel_cflags) -c -- kernel.c -o kernel.o
+//! clang-19 (flags, plus BuildOptions::kernel_cflags) -isystem OUT.build/include
+//!          -c -- kernel.c -o kernel.o
 //!          (kernel.c = #include "KERNEL.c" + the prototype generated from the signature)
+//! clang-19 (flags) -Wall -Werror -DHRX_NEED___truncsfhf2=1 ... -c -- helpers.c -o helpers.o
+//!          (only if the kernel objects call a helper the library carries, see below)
 //! clang-19 --target=hexagon -c -- record.s -o record.o                  (the build record)
 //! ld.lld-19 -shared --hash-style=sysv -z max-page-size=4096 -soname NAME -T link.ld
-//!           -o OUT.build/linked.so entry.o kernel0.o record.o
+//!           -o OUT.build/linked.so entry.o kernel0.o [helpers.o] record.o
 //! ```
+//!
+//! The kernel sees our own headers (`math.h`, `string.h`) and clang's freestanding ones
+//! (`stdint.h`, `stddef.h`, `stdbool.h`, `float.h`, ...), never the host's `/usr/include`; a
+//! library carries the half-precision conversion helpers its kernels call, hidden (see the
+//! [`freestanding`] module).
 //!
 //! What is checked, each failure a [`BuildError`] naming the cause:
 //! * before anything runs: the kernel source is a regular file, not a directory; the output is
@@ -25,6 +34,8 @@
 //!   every scalar (read from clang's JSON AST dump, a machine-readable format, not the text
 //!   dump meant for people); the kernel is then compiled together with a prototype generated
 //!   from the signature, so clang itself rejects a definition of another type;
+//! * the kernel's definition has no conversion from a 16-bit integer to `__fp16`, which clang-19
+//!   miscompiles for Hexagon ([`BuildError::ShortToHalf`]);
 //! * the result: ELF32 little-endian, `ET_DYN`, `e_machine` 164 (Hexagon), every allocated
 //!   non-empty section at a 4 KiB-aligned address, `entry` exported, every undefined symbol one
 //!   the DSP provides ([`DSP_PROVIDED_SYMBOLS`]; the others are named), and the build record
@@ -46,8 +57,9 @@
 #![deny(missing_docs)]
 
 mod elf;
+pub mod freestanding;
 
-pub use elf::{parse_elf, ElfError, ElfSummary, SectionInfo, SegmentInfo};
+pub use elf::{object_undefined, parse_elf, ElfError, ElfSummary, SectionInfo, SegmentInfo};
 
 use core::fmt;
 use std::ffi::OsString;
@@ -78,6 +90,7 @@ pub const HEXAGON_CFLAGS: &[&str] = &[
     "-ffreestanding",
     "-fno-builtin",
     "-nostdlib",
+    "-nostdlibinc",
 ];
 /// Extra flags for the generated entry: it must compile warning-free.
 pub const ENTRY_CFLAGS: &[&str] = &["-Wall", "-Werror"];
@@ -94,7 +107,9 @@ pub const WORK_MARKER: &str = ".hexrpc-build";
 /// service, as a DSP's C library does), the C library functions and compiler runtime helpers
 /// clang emits for Hexagon under `-nostdlib`, and the libm subset kernels call). This is the
 /// export list of the bench's DSP shell; a real `fastrpc_shell` exports more, so the list is
-/// conservative: a library that passes here loads on the bench and on a device.
+/// conservative: a library that passes here loads on the bench and on a device. Helpers not on
+/// this list that a library needs are carried in it instead
+/// ([`freestanding::CARRIED_HELPERS`]); our `math.h` and `string.h` declare only names from it.
 pub const DSP_PROVIDED_SYMBOLS: &[&str] = &[
     "HAP_mmap",
     "HAP_munmap",
@@ -220,6 +235,8 @@ pub struct BuildReport {
     pub linker_script: PathBuf,
     /// The library as parsed back.
     pub elf: ElfSummary,
+    /// The compiler helpers linked into the library, hidden ([`freestanding::CARRIED_HELPERS`]).
+    pub carried_helpers: Vec<&'static str>,
 }
 
 /// Why a build failed.
@@ -308,6 +325,16 @@ pub enum BuildError {
     },
     /// The library imports symbols the DSP does not provide.
     UnresolvedImports(Vec<String>),
+    /// The kernel converts a `short` or `unsigned short` to `__fp16`. clang-19 compiles that
+    /// for Hexagon as a copy of the integer's bits, not a conversion (its half conversions take
+    /// the half's 16-bit storage type, and a 16-bit integer is taken for one): the library would
+    /// compute wrong results, so it is not built.
+    ShortToHalf {
+        /// The kernel function.
+        kernel: String,
+        /// The source lines of the conversions, where clang's AST dump names them.
+        lines: Vec<u64>,
+    },
     /// The build record could not be written or does not read back.
     Record(RecordError),
 }
@@ -359,9 +386,23 @@ impl fmt::Display for BuildError {
             BuildError::UnresolvedImports(names) => write!(
                 f,
                 "the library imports symbols the DSP does not provide: {} (provided: HAP_*, memcpy/memset/memmove/memcmp, fopen/fclose, the \
-                 __hexagon_* integer and double-arithmetic helpers and a float libm subset)",
-                names.join(", ")
+                 __hexagon_* integer and double-arithmetic helpers and a float libm subset; carried in the library: the half-precision \
+                 conversions {})",
+                names.join(", "),
+                freestanding::CARRIED_HELPERS.join("/")
             ),
+            BuildError::ShortToHalf { kernel, lines } => {
+                write!(f, "the kernel `{kernel}` converts a short or unsigned short to __fp16")?;
+                if !lines.is_empty() {
+                    let lines: Vec<String> = lines.iter().map(u64::to_string).collect();
+                    write!(f, " (line {})", lines.join(", "))?;
+                }
+                write!(
+                    f,
+                    ": clang-19 compiles that for Hexagon as a copy of the integer's bits, not a conversion, so the library would compute \
+                     wrong results; convert through int: (__fp16)(int)x"
+                )
+            }
             BuildError::Record(e) => write!(f, "build record: {e}"),
         }
     }
@@ -576,6 +617,44 @@ fn kernel_params(dump: &[u8], name: &str) -> Result<KernelLookup, String> {
     Ok(found)
 }
 
+/// Every conversion from `short` / `unsigned short` to `__fp16` (however spelled through
+/// typedefs) in the definition of `name` in clang's JSON AST dump, each with its source line
+/// where the dump gives one. (The JSON dump omits a location's line when it equals the previous
+/// one printed, so the last line seen in document order is the cast's.)
+fn short_to_half_casts(dump: &[u8], name: &str) -> Result<Vec<Option<u64>>, String> {
+    fn walk(node: &Value, line: &mut Option<u64>, found: &mut Vec<Option<u64>>) {
+        for loc in [node.get("loc"), node.get("range").and_then(|r| r.get("begin"))].into_iter().flatten() {
+            // A location inside a macro expansion has its line under "spellingLoc"/"expansionLoc".
+            let l = loc.get("line").or_else(|| loc.get("expansionLoc").and_then(|e| e.get("line")));
+            if let Some(l) = l.and_then(Value::as_u64) {
+                *line = Some(l);
+            }
+        }
+        let is_cast = matches!(node.get("kind").and_then(Value::as_str), Some("ImplicitCastExpr" | "CStyleCastExpr"));
+        if is_cast && node.get("castKind").and_then(Value::as_str) == Some("IntegralToFloating") {
+            let to_half = json_type(node).is_some_and(|(_, c)| strip_qualifiers(&c) == "__fp16");
+            let from = node.get("inner").and_then(Value::as_array).and_then(|i| i.first()).and_then(json_type);
+            if to_half && from.is_some_and(|(_, c)| matches!(strip_qualifiers(&c), "short" | "unsigned short")) {
+                found.push(*line);
+            }
+        }
+        if let Some(end) = node.get("range").and_then(|r| r.get("end")).and_then(|e| e.get("line")).and_then(Value::as_u64) {
+            *line = Some(end);
+        }
+        for child in node.get("inner").and_then(Value::as_array).map_or(&[][..], Vec::as_slice) {
+            walk(child, line, found);
+        }
+    }
+    let mut found = Vec::new();
+    for decl in serde_json::Deserializer::from_slice(dump).into_iter::<Value>() {
+        let decl = decl.map_err(|e| format!("clang's JSON AST dump does not parse: {e}"))?;
+        if decl.get("kind").and_then(Value::as_str) == Some("FunctionDecl") && decl.get("name").and_then(Value::as_str) == Some(name) {
+            walk(&decl, &mut None, &mut found);
+        }
+    }
+    Ok(found)
+}
+
 fn strip_qualifiers(t: &str) -> &str {
     let mut t = t.trim();
     loop {
@@ -675,6 +754,8 @@ fn build_kernels(kernels: &[KernelSpec<'_>], out: &Path, opts: &BuildOptions, ta
         return Err(BuildError::WorkDirInUse(work));
     }
     fresh_work_dir(&work)?;
+    let include_dir = freestanding::write_include_dir(&work).map_err(io_err(&work))?;
+    let include = freestanding::include_flags(&include_dir);
 
     let mut script = String::new();
     write_linker_script(&mut script).map_err(|_| BuildError::Entry(EntryError::Format))?;
@@ -689,6 +770,7 @@ fn build_kernels(kernels: &[KernelSpec<'_>], out: &Path, opts: &BuildOptions, ta
     for k in kernels {
         let mut args: Vec<OsString> = HEXAGON_CFLAGS.iter().map(OsString::from).collect();
         args.extend(opts.kernel_cflags.iter().cloned());
+        args.extend(include.iter().cloned());
         args.extend(["-fsyntax-only", "-Xclang", "-ast-dump=json", "-Xclang", "-ast-dump-filter", "-Xclang"].map(OsString::from));
         args.push(OsString::from(&k.name));
         args.extend(["--".into(), operand(k.source)]);
@@ -700,6 +782,11 @@ fn build_kernels(kernels: &[KernelSpec<'_>], out: &Path, opts: &BuildOptions, ta
             Ok(KernelLookup::Missing) => return Err(missing(false)),
             Err(detail) => return Err(BuildError::AstDump { source: k.source.to_path_buf(), detail }),
         };
+        match short_to_half_casts(&dump, &k.name) {
+            Ok(lines) if lines.is_empty() => {}
+            Ok(lines) => return Err(BuildError::ShortToHalf { kernel: k.name.clone(), lines: lines.into_iter().flatten().collect() }),
+            Err(detail) => return Err(BuildError::AstDump { source: k.source.to_path_buf(), detail }),
+        }
         let (proto, returns) = check_params(k, &params, &ret, table)?;
         protos.push(proto);
         status.push(returns);
@@ -723,7 +810,25 @@ fn build_kernels(kernels: &[KernelSpec<'_>], out: &Path, opts: &BuildOptions, ta
         let checked = work.join(format!("kernel{n}.c"));
         std::fs::write(&checked, text).map_err(io_err(&checked))?;
         let obj = work.join(format!("kernel{n}.o"));
-        compile_hexagon(&opts.clang, &checked, &obj, &opts.kernel_cflags)?;
+        let mut flags = opts.kernel_cflags.clone();
+        flags.extend(include.iter().cloned());
+        compile_hexagon(&opts.clang, &checked, &obj, &flags)?;
+        objects.push(obj);
+    }
+    // The helpers the kernel objects call that the library carries itself: only those.
+    let mut undefined = Vec::new();
+    for obj in &objects {
+        let bytes = std::fs::read(obj).map_err(io_err(obj))?;
+        undefined.extend(object_undefined(&bytes).map_err(BuildError::Elf)?);
+    }
+    let carried_helpers = freestanding::helpers_needed(undefined.iter().map(String::as_str));
+    if !carried_helpers.is_empty() {
+        let source = work.join("helpers.c");
+        std::fs::write(&source, freestanding::HALF_SOURCE).map_err(io_err(&source))?;
+        let obj = work.join("helpers.o");
+        let mut flags: Vec<OsString> = ENTRY_CFLAGS.iter().map(OsString::from).collect();
+        flags.extend(freestanding::helper_defines(&carried_helpers));
+        compile_hexagon(&opts.clang, &source, &obj, &flags)?;
         objects.push(obj);
     }
     let mut entry_text = String::new();
@@ -792,6 +897,7 @@ fn build_kernels(kernels: &[KernelSpec<'_>], out: &Path, opts: &BuildOptions, ta
         entry_source,
         linker_script,
         elf,
+        carried_helpers,
     })
 }
 
@@ -882,5 +988,24 @@ mod tests {
         assert_eq!(kernel_params(b"", "k"), Ok(KernelLookup::Missing));
         assert!(kernel_params(b"Dumping k:\nFunctionDecl 0x1 <k.c:1:1> k 'void ()'", "k").unwrap_err().contains("does not parse"));
         assert!(kernel_params(br#"{"kind": "FunctionDecl", "name": "k"}"#, "k").unwrap_err().contains("no type"));
+    }
+
+    #[test]
+    fn short_to_half_conversions_are_found_with_their_lines() {
+        // The shape clang-19 writes (trimmed) for `typedef __fp16 half; void k(half *o, short s,
+        // int i) { o[0] = s; o[1] = i; }`: line 2 once, then omitted while it does not change.
+        let dump = br#"{"kind": "FunctionDecl", "name": "k", "loc": {"line": 1}, "type": {"qualType": "void (half *, short, int)"},
+              "inner": [{"kind": "CompoundStmt", "range": {"begin": {"line": 2}, "end": {}}, "inner": [
+                {"kind": "BinaryOperator", "inner": [
+                  {"kind": "ImplicitCastExpr", "castKind": "IntegralToFloating", "type": {"qualType": "half", "desugaredQualType": "__fp16"},
+                   "inner": [{"kind": "ImplicitCastExpr", "castKind": "LValueToRValue", "type": {"qualType": "short"}}]}]},
+                {"kind": "BinaryOperator", "range": {"begin": {"line": 3}}, "inner": [
+                  {"kind": "ImplicitCastExpr", "castKind": "IntegralToFloating", "type": {"qualType": "half", "desugaredQualType": "__fp16"},
+                   "inner": [{"kind": "ImplicitCastExpr", "type": {"qualType": "int"}}]},
+                  {"kind": "CStyleCastExpr", "castKind": "IntegralToFloating", "type": {"qualType": "const __fp16"},
+                   "inner": [{"kind": "DeclRefExpr", "type": {"qualType": "u16", "desugaredQualType": "unsigned short"}}]}]}]}]}"#;
+        assert_eq!(short_to_half_casts(dump, "k"), Ok(vec![Some(2), Some(3)]));
+        assert_eq!(short_to_half_casts(dump, "other"), Ok(vec![]));
+        assert!(short_to_half_casts(b"{", "k").is_err());
     }
 }
