@@ -165,3 +165,23 @@ def test_cast_half_to_int():
     cpu, hex_ = both(lambda t: t.cast(dtypes.half).cast(dtypes.int32), x)
     np.testing.assert_array_equal(hex_, cpu)
     np.testing.assert_array_equal(hex_, np.trunc(x.astype(np.float16).astype(np.float64)).astype(np.int32))
+
+
+def test_short_to_half_casts_and_half_math():
+    """16-bit integers to half, and half sqrt / sin / exp2 / log2 (whose tinygrad decompositions
+    cast 16-bit integers to half): the renderer widens such a cast to int first, which clang-19
+    converts (it copies the bits of a direct short -> __fp16 cast on Hexagon, and build-lib refuses
+    that). Integer casts are exact; sin, exp2 and log2 equal CPU's; sqrt within one half ulp (the
+    DSP kernel uses tinygrad's polynomial, the CPU clang's sqrtf)."""
+    s = np.concatenate([np.arange(-2048, 2048, 7, dtype=np.int16), np.array([-32768, 32767, -1, 0, 1], np.int16)])
+    cpu, hex_ = both(lambda t: t.cast(dtypes.half), s)
+    assert_same_bits(hex_, cpu)
+    u = np.array([0, 1, 2047, 2048, 2049, 65504 // 32, 65535], np.uint16)
+    cpu, hex_ = both(lambda t: t.cast(dtypes.half), u)
+    assert_same_bits(hex_, cpu)
+    x = f16(500, lo=0.01, hi=8.0)
+    for fn in (lambda t: t.sin(), lambda t: t.exp2(), lambda t: t.log2()):
+        cpu, hex_ = both(fn, x)
+        assert_same_bits(hex_, cpu)
+    cpu, hex_ = both(lambda t: t.sqrt(), x)
+    np.testing.assert_allclose(hex_.astype(np.float32), cpu.astype(np.float32), rtol=HALF_EPS, atol=0)

@@ -77,11 +77,12 @@ from typing import Any
 
 import hexrpc
 from tinygrad.device import BufferSpec, Compiled, CompileError, Compiler, LRUAllocator, Program, TinyELF
-from tinygrad.dtype import AddrSpace
+from tinygrad.dtype import AddrSpace, dtypes
 from tinygrad.engine.jit import GraphRunner
 from tinygrad.helpers import Target
 from tinygrad.renderer.cstyle import ClangRenderer
 from tinygrad.runtime.ops_dsp import DSPRenderer
+from tinygrad.uop.ops import PatternMatcher, UPat
 
 __all__ = [
     "AUTO_RECOVERIES",
@@ -176,6 +177,14 @@ class KernelRecord:
 class HEXRPCRenderer(DSPRenderer):
     """tinygrad's DSP renderer for the kernel function; the entry is hexrpc's (v2), generated at
     build time from the record this renderer appends."""
+
+    #: clang-19 for Hexagon compiles a 16-bit integer -> ``__fp16`` cast as a copy of the bits
+    #: (``hexrpc build-lib`` refuses such a kernel, docs/build-lib.md): widen to int first, which
+    #: converts. tinygrad's half ``sqrt``/``sin`` contain such casts.
+    extra_matcher = (
+        PatternMatcher([(UPat.var("x", (dtypes.int16, dtypes.uint16)).cast(dtypes.half), lambda x: x.cast(dtypes.int32).cast(dtypes.half))])
+        + DSPRenderer.extra_matcher
+    )
 
     def __init__(self, target: Target):
         self.target, self.compiler = target, HEXRPCCompiler()
