@@ -4,7 +4,11 @@
 #   launch_overhead_ns, rust_kernel_launch_overhead_ns   (cargo example `overhead`)
 #   c_launch_overhead_ns                                  (a C program linked to libhexrpc.so)
 #   python_launch_overhead_ns                             (the hexrpc wheel; needs PYTHON with it installed)
-# All are host CPU time per launch on this machine, release profile; never device figures.
+#   graph_step_host_ns                                    (hexrpc.tinygrad's graph per jit step, 10 kernels,
+#                                                          inputs changing every step; also needs tinygrad
+#                                                          in PYTHON and the executor's tools)
+# All are host time on this machine with a release build (install the wheel built with
+# `maturin build --release`); never device figures.
 # Usage: PYTHON=/path/to/venv/bin/python bash bindings/bench.sh
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -17,9 +21,16 @@ cc -std=c11 -O2 -Wall -Wextra -Werror -DHEXRPC_BENCH -Ibindings/c/include bindin
 rust="$(target/release/examples/overhead)"
 c="$(LD_LIBRARY_PATH=target/release "$out/launch_overhead")"
 py='{}'
+graph='{}'
 if [ -n "${PYTHON:-}" ]; then
   py="$("$PYTHON" bindings/python/bench/launch_overhead.py)"
+  if "$PYTHON" -c 'import tinygrad' 2>/dev/null && command -v qemu-hexagon >/dev/null; then
+    cargo build --locked -q -p hexrpc-android
+    graph="$(HEXRPC_CLI="$root/target/debug/hexrpc" CC=clang-19 "$PYTHON" bindings/python/bench/graph_step.py)"
+  else
+    echo "bench.sh: no tinygrad in PYTHON or no qemu-hexagon; graph_step_host_ns skipped" >&2
+  fi
 else
-  echo "bench.sh: PYTHON not set; python_launch_overhead_ns skipped" >&2
+  echo "bench.sh: PYTHON not set; python_launch_overhead_ns and graph_step_host_ns skipped" >&2
 fi
-python3 -c 'import json,sys; d={}; [d.update(json.loads(a)) for a in sys.argv[1:]]; d.pop("launches", None); print(json.dumps(d, indent=1))' "$rust" "$c" "$py"
+python3 -c 'import json,sys; d={}; [d.update(json.loads(a)) for a in sys.argv[1:]]; d.pop("launches", None); d.pop("steps", None); print(json.dumps(d, indent=1))' "$rust" "$c" "$py" "$graph"
