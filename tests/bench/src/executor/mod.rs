@@ -33,7 +33,7 @@
 //!   session needs `recover()`, as after a real DSP subsystem restart. A shell the bench ends
 //!   itself because its DSP process is torn down (a release, a restart: [`ExecProcess::kill`])
 //!   is no restart of its own. Every such restart is recorded with its reason
-//!   ([`RestartReason`](crate::RestartReason): the per-call limit, a fault with the shell's exit
+//!   ([`RestartReason`]: the per-call limit, a fault with the shell's exit
 //!   status or signal and what it printed last, a failed load; [`Bench::last_restart`]). A
 //!   non-zero return of the entry is returned as the AEE code, as on a device.
 //! * The shell runs untrusted code and is confined ([`confine`]: Landlock, no host writes, no
