@@ -27,9 +27,9 @@ pub struct SessionObj {
 impl SessionObj {
     /// Starts a session on the device board named `board` (`comma-three`, `msm-android`).
     pub fn open_device(board: &str) -> Result<SessionObj, Failure> {
-        let b = hexrpc_bsp::by_name(board)
-            .filter(|b| b.name != hexrpc_bsp::BENCH.name)
-            .ok_or_else(|| Failure::invalid("session-start", format!("no device board named {board:?} (comma-three, msm-android)")))?;
+        let b = hexrpc_bsp::by_name(board).filter(|b| !is_bench_board(b)).ok_or_else(|| {
+            Failure::invalid("session-start", format!("no device board named {board:?} (known: {})", device_board_names()))
+        })?;
         Self::start(Seam::Device(hexrpc_drivers::RustixSys), DeviceAccess::for_device(b))
     }
 
@@ -153,6 +153,16 @@ pub fn library_name(name: &str) -> String {
         n.push_str("lib");
     }
     n
+}
+
+/// True for the bench's boards (their device nodes are the simulator's `/bench/...` paths).
+fn is_bench_board(b: &hexrpc_bsp::Board) -> bool {
+    b.rpc_path.to_bytes().starts_with(b"/bench/")
+}
+
+/// The names of hexrpc's device boards (every board but the bench's), comma-separated.
+pub fn device_board_names() -> String {
+    hexrpc_bsp::BOARDS.iter().filter(|b| !is_bench_board(b)).map(|b| b.name).collect::<Vec<_>>().join(", ")
 }
 
 /// An lease holding a share of its session.

@@ -74,7 +74,20 @@ fn resolve(records: &[Record]) -> PyResult<Vec<Resolved>> {
         .collect()
 }
 
-/// Launches of a library's kernel table, run together in one FastRPC call.
+/// Batch(library, kernels): launches of a library's kernel table, run together in one FastRPC
+/// call.
+///
+/// `library` is a `Library` opened from a library built with a kernel table (`hexrpc build-lib
+/// --table=...`, or tinygrad's graph libraries); `kernels` is the list of the table's kernel
+/// *signatures* (strings such as "buf,buf,u32"), in table order: `push(k, ...)` launches kernel
+/// `k` with signature `kernels[k]`. The library must have been opened with `kernels[0]`'s
+/// signature. Refused at once (`InvalidArgument`): an empty or too long table (at most 64), a
+/// signature that does not parse, a `kernels[0]` other than the library's signature. A library
+/// without a table is only found out by `run()` (its entry does not answer batches).
+///
+/// `push(kernel, views, scalars)` appends a record and returns its index; `set_scalar(record,
+/// index, value)` and `set_view(record, index, view)` change a record in place; `run(deadline_ms=
+/// None)` sends every record in one call and returns the DSP microseconds.
 #[pyclass(module = "hexrpc", frozen)]
 pub struct Batch {
     cell: Arc<crate::KernelCell>,

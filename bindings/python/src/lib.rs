@@ -136,7 +136,8 @@ impl Session {
 
 #[pymethods]
 impl Session {
-    /// Starts a session on the device board `board` ("comma-three", "msm-android").
+    /// Starts a session on the device board `board` ("comma-three", "msm-android", "qcom-rb5",
+    /// "upstream"; `hexrpc.detect_board` picks one from the device-tree model).
     #[staticmethod]
     fn open(py: Python<'_>, board: &str) -> PyResult<Session> {
         let obj = py.detach(|| SessionObj::open_device(board)).map_err(py_err)?;
@@ -361,37 +362,13 @@ impl Lease {
     /// # Safety
     /// Called by Python with a `Py_buffer` to fill.
     unsafe fn __getbuffer__(slf: Bound<'_, Self>, view: *mut ffi::Py_buffer, flags: c_int) -> PyResult<()> {
-        if view.is_null() {
-            return Err(PyBufferError::new_err("NULL Py_buffer"));
-        }
-        let this = slf.get();
-        let mut st = lock(&this.cell);
-        let Some(obj) = st.obj.as_ref().filter(|_| !st.closed) else {
-            return Err(PyBufferError::new_err("the lease is closed"));
-        };
-        let (addr, len) = obj.memory();
-        let len = isize::try_from(len).map_err(|_| PyBufferError::new_err("lease too large"))?;
-        // SAFETY: `view` is the non-null Py_buffer Python passed us; the memory at `addr` is the
-        // lease's mapping of `len` writable bytes, which stays mapped until `exports` is back to
-        // 0 (`close` defers the release while buffers are exported, and `__releasebuffer__`
-        // decrements it); `slf` is the exporting object, which PyBuffer_FillInfo takes a
-        // reference to.
-        let rc = unsafe { ffi::PyBuffer_FillInfo(view, slf.as_ptr(), std::ptr::with_exposed_provenance_mut(addr), len, 0, flags) };
-        if rc != 0 {
-            return Err(PyErr::fetch(slf.py()));
-        }
-        st.exports += 1;
-        Ok(())
+        let cell = slf.get().cell.clone();
+        // SAFETY: forwarded as received: `view` is the Py_buffer Python passed, `slf` its exporter.
+        unsafe { export(slf.as_any(), &cell, None, view, flags) }
     }
 
-    /// # Safety
-    /// Called by Python when a buffer of this lease is released.
     unsafe fn __releasebuffer__(&self, _view: *mut ffi::Py_buffer) {
-        let mut st = lock(&self.cell);
-        st.exports = st.exports.saturating_sub(1);
-        if st.closed && st.exports == 0 {
-            st.obj = None;
-        }
+        release_export(&self.cell);
     }
 
     fn __repr__(&self) -> String {
@@ -403,7 +380,58 @@ impl Lease {
     }
 }
 
-/// `length` bytes at `offset` of a lease: a buffer argument of a launch.
+/// Fills `view` for `exporter` with the bytes of the lease in `cell` (all of them, or `range` =
+/// (offset, length)) and counts the export on the lease, so `close()` defers releasing the
+/// memory until the last export is released.
+///
+/// # Safety
+/// `view` is the `Py_buffer` Python passed to `__getbuffer__` of `exporter` (or null).
+unsafe fn export(
+    exporter: &Bound<'_, PyAny>,
+    cell: &LeaseCell,
+    range: Option<(usize, usize)>,
+    view: *mut ffi::Py_buffer,
+    flags: c_int,
+) -> PyResult<()> {
+    if view.is_null() {
+        return Err(PyBufferError::new_err("NULL Py_buffer"));
+    }
+    let mut st = lock(cell);
+    let Some(obj) = st.obj.as_ref().filter(|_| !st.closed) else {
+        return Err(PyBufferError::new_err("the lease is closed"));
+    };
+    let (base, size) = obj.memory();
+    let (off, len) = range.unwrap_or((0, size));
+    // A View's range was checked against its lease when it was made; checked again here.
+    if off.checked_add(len).is_none_or(|end| end > size) {
+        return Err(PyBufferError::new_err("the view is outside its lease"));
+    }
+    let len = isize::try_from(len).map_err(|_| PyBufferError::new_err("lease too large"))?;
+    // SAFETY: `view` is the non-null Py_buffer Python passed us; `base + off .. + len` lies in
+    // the lease's mapping of `size` writable bytes (checked above), which stays mapped until
+    // `exports` is back to 0 (`close` defers the release while buffers are exported, and
+    // `release_export` decrements it); `exporter` is the exporting object, which
+    // PyBuffer_FillInfo takes a reference to.
+    let rc = unsafe { ffi::PyBuffer_FillInfo(view, exporter.as_ptr(), std::ptr::with_exposed_provenance_mut(base + off), len, 0, flags) };
+    if rc != 0 {
+        return Err(PyErr::fetch(exporter.py()));
+    }
+    st.exports += 1;
+    Ok(())
+}
+
+/// The release of one export made by [`export`].
+fn release_export(cell: &LeaseCell) {
+    let mut st = lock(cell);
+    st.exports = st.exports.saturating_sub(1);
+    if st.closed && st.exports == 0 {
+        st.obj = None;
+    }
+}
+
+/// `length` bytes at `offset` of a lease: a buffer argument of a launch. Supports the buffer
+/// protocol: `memoryview(view)` and `numpy.frombuffer(view, dtype)` are zero-copy views of
+/// exactly these bytes of the lease's mapping (see `hexrpc.array`).
 #[pyclass(module = "hexrpc", frozen)]
 struct View {
     cell: Arc<LeaseCell>,
@@ -426,8 +454,24 @@ impl View {
     fn __len__(&self) -> usize {
         self.length
     }
+    /// The lease this is a view of.
+    #[getter]
+    fn lease(&self) -> Lease {
+        Lease { cell: self.cell.clone() }
+    }
     fn __repr__(&self) -> String {
         format!("<hexrpc.View offset={} length={}>", self.offset, self.length)
+    }
+
+    unsafe fn __getbuffer__(slf: Bound<'_, Self>, view: *mut ffi::Py_buffer, flags: c_int) -> PyResult<()> {
+        let this = slf.get();
+        let (cell, range) = (this.cell.clone(), (this.offset, this.length));
+        // SAFETY: forwarded as received: `view` is the Py_buffer Python passed, `slf` its exporter.
+        unsafe { export(slf.as_any(), &cell, Some(range), view, flags) }
+    }
+
+    unsafe fn __releasebuffer__(&self, _view: *mut ffi::Py_buffer) {
+        release_export(&self.cell);
     }
 }
 
@@ -569,9 +613,6 @@ fn bench_model_image<'py>(py: Python<'py>, model: &str) -> PyResult<Bound<'py, P
     }
 }
 
-/// Bench builds with the executor: an image of kernel `kernel` of the suite with an entry for
-/// `signature` and `abi`, run as Hexagon code under qemu-hexagon (`Unavailable` without the
-/// tools).
 /// Bench builds with the executor: `hexrpc build-lib` as a function. Builds kernel `kernel_name`
 /// (default: the file's stem) of the C file `kernel_c` with an entry for `signature` and `abi`
 /// into the shared object `out` (with its build record); returns `out`.
@@ -602,6 +643,9 @@ fn bench_build_library(
     }
 }
 
+/// Bench builds with the executor: an image of kernel `kernel` of the suite with an entry for
+/// `signature` and `abi`, run as Hexagon code under qemu-hexagon (`Unavailable` without the
+/// tools).
 #[pyfunction]
 #[pyo3(signature = (kernel, signature, abi = "v2"))]
 fn bench_kernel_image<'py>(py: Python<'py>, kernel: &str, signature: &str, abi: &str) -> PyResult<Bound<'py, PyBytes>> {

@@ -429,3 +429,40 @@ def test_bench_call_limit_from_the_environment_is_checked(monkeypatch):
     monkeypatch.setenv("HEXRPC_BENCH_CALL_LIMIT_MS", "2500")
     with hexrpc.Session.bench() as s:
         assert s.healthy
+
+
+def test_view_exports_exactly_its_range_and_names_its_lease(sess):
+    """A View supports the buffer protocol (its bytes of the lease, zero-copy) and `.lease`;
+    `hexrpc.array` is a typed numpy view in one call; an exported view keeps the memory alive
+    after close() as a lease export does."""
+    lease = sess.alloc(8192)
+    whole = hexrpc.array(lease, np.uint8)
+    whole[:] = np.arange(8192, dtype=np.uint32).astype(np.uint8)
+    v = lease.view(4096, 64)
+    mv = memoryview(v)
+    assert mv.nbytes == 64 and bytes(mv) == bytes(whole[4096:4160])
+    f = hexrpc.array(v, np.float32, shape=(4, 4))
+    assert f.shape == (4, 4)
+    f[0, 0] = 1.5
+    assert np.frombuffer(lease, dtype=np.float32)[1024] == 1.5
+    assert v.lease.size == lease.size and len(v.lease) == 8192
+    lib = sess.open_library(hexrpc.bench_model_image("add_u8"), signature="buf,buf,u32")
+    lib.launch([v.lease.view(0, 16), v.lease.view(1024, 16)], [1])
+    with pytest.raises(ValueError):
+        hexrpc.array(lease.view(0, 6), np.float32)  # 6 bytes are not whole float32s
+    del whole, mv
+    lease.close()
+    f[1, 1] = 2.0  # still mapped: the array holds an export
+    assert f[1, 1] == 2.0
+    with pytest.raises(BufferError):
+        memoryview(v)  # no new exports of a closed lease
+    del f
+    lib.close()
+
+
+def test_unknown_board_lists_the_device_boards():
+    with pytest.raises(hexrpc.InvalidArgument) as e:
+        hexrpc.Session.open(board="nope")
+    for name in ("comma-three", "msm-android", "qcom-rb5", "upstream"):
+        assert name in str(e.value), e.value
+    assert "bench" not in str(e.value)

@@ -71,10 +71,26 @@ __all__ = [
     "bench_kernel_image",
     "bench_counters",
     "bench_model_image",
+    "array",
     "detect_board",
     "flush_logs",
     "set_log_level",
 ]
+
+
+def array(buf: "Lease | View", dtype: object = "uint8", shape: "int | tuple[int, ...] | None" = None):
+    """A numpy array over the bytes of ``buf`` (a :class:`Lease`, all of it, or a :class:`View`,
+    its range), zero-copy: writes through it are the DSP's input, and after a launch has returned
+    it shows the DSP's output. ``dtype``: any numpy dtype; ``shape``: default one dimension of
+    as many elements as fit (the byte length must be a multiple of the item size).
+
+    Like ``numpy.frombuffer(buf, dtype).reshape(shape)`` (which works too): the array holds an
+    export of the lease, so closing the lease releases its memory only when the array is gone.
+    """
+    import numpy as np
+
+    a = np.frombuffer(buf, dtype=dtype)
+    return a if shape is None else a.reshape(shape)
 
 
 def _pump_logs(period_s: float = 0.2) -> None:
