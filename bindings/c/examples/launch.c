@@ -4,7 +4,7 @@
  * handles, a DSP restart and recovery, deadlines, and closing. With --executor it also runs a
  * real Hexagon kernel under qemu-hexagon (skipped, with the reason, when the tools are absent).
  *
- * Build (see .ci/test): cc -std=c11 -Wall -Wextra -Werror -DHEXRPC_BENCH -Ibindings/c/include \
+ * Build (see .ci/bindings): cc -std=c11 -Wall -Wextra -Werror -DHEXRPC_BENCH -DHEXRPC_BUILD_LIB -Ibindings/c/include \
  *   bindings/c/examples/launch.c -Ltarget/debug -lhexrpc -o launch
  * On a device: hexrpc_session_open("comma-three", &s) and the bytes of a `hexrpc build-lib` .so.
  */
@@ -200,7 +200,7 @@ static int executor(void) {
   FILE *f = fopen(src, "w");
   CHECK(f != NULL && fputs(kernel_src, f) >= 0, "write kernel");
   fclose(f);
-  OK(hexrpc_bench_build_library(src, NULL, "buf,buf,u32,f32", HEXRPC_ABI_V2, so));
+  OK(hexrpc_build_library(src, NULL, "buf,buf,u32,f32", HEXRPC_ABI_V2, so));
   hexrpc_library *scale;
   EXPECT(hexrpc_library_open_path(s, so, "buf,buf,u32", HEXRPC_ABI_V2, &scale), HEXRPC_ERR_INVALID); /* not what it was built for */
   OK(hexrpc_library_open_path(s, so, NULL, HEXRPC_ABI_RECORDED, &scale));

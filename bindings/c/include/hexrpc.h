@@ -6,7 +6,9 @@
  * hexrpc_last_error_message() on the same thread names the stage and the cause. Handles are
  * opaque; NULL, freed, closed or forged handles return HEXRPC_ERR_HANDLE, never undefined
  * behaviour. Every function is thread-safe. Bench functions exist when HEXRPC_BENCH is defined
- * (builds with the bench feature, the default for CI builds; never on device images).
+ * (builds with the bench feature, the default for CI builds; never on device images);
+ * hexrpc_build_library when HEXRPC_BUILD_LIB is defined (the build-lib feature: desk and CI
+ * builds; it needs clang-19 and ld.lld-19 where it runs).
  */
 
 #ifndef HEXRPC_H
@@ -298,16 +300,29 @@ enum hexrpc_status hexrpc_bench_kernel_image(const char *kernel,
                                              size_t *length);
 #endif
 
-#if defined(HEXRPC_BENCH)
-// Bench builds with the executor only: `hexrpc build-lib` as a function. Compiles kernel
-// `kernel_name` (NULL: the file's stem) of the C file `kernel_c` with an entry for `signature`
-// and `abi` into the Hexagon shared object `out` (with its build record), checked as
-// `build-lib` checks it. `HEXRPC_ERR_UNAVAILABLE` names a missing tool; a refusal names its
-// cause. Thread-safe (builds run one at a time).
+#if defined(HEXRPC_BUILD_LIB)
+// `hexrpc build-lib` as a function (builds with the `build-lib` feature, the default; also
+// without the bench). Compiles kernel `kernel_name` (NULL: the file's stem) of the C file
+// `kernel_c` with an entry for `signature` and `abi` into the Hexagon shared object `out` (with
+// its build record), checked as `build-lib` checks it. Needs clang-19 and ld.lld-19:
+// `HEXRPC_ERR_UNAVAILABLE` names a missing tool; a refusal names its cause. Thread-safe (builds
+// run one at a time).
 //
 // # Safety
 // `kernel_c`, `signature` and `out` are NULL or NUL-terminated; `kernel_name` is NULL or
 // NUL-terminated.
+enum hexrpc_status hexrpc_build_library(const char *kernel_c,
+                                        const char *kernel_name,
+                                        const char *signature,
+                                        uint32_t abi,
+                                        const char *out);
+#endif
+
+#if defined(HEXRPC_BENCH)
+// The name `hexrpc_build_library` had when it needed the bench: the same function.
+//
+// # Safety
+// As [`hexrpc_build_library`].
 enum hexrpc_status hexrpc_bench_build_library(const char *kernel_c,
                                               const char *kernel_name,
                                               const char *signature,

@@ -11,12 +11,10 @@
 //! real Hexagon code under qemu-hexagon. Bench figures are host time of a simulated or emulated
 //! DSP, never device figures.
 
-use std::path::Path;
 use std::sync::Mutex;
 
 use hexrpc_bench::{Bench, BenchConfig};
-use hexrpc_libbuild::{self as build, BuildOptions};
-use hexrpc_runtime::launch::{AbiVersion, EntryOptions, Signature};
+use hexrpc_runtime::launch::{AbiVersion, EntryOptions};
 use hexrpc_scenarios::catalogue;
 
 use crate::error::Failure;
@@ -68,21 +66,4 @@ pub fn kernel_image(kernel: &str, signature: &str, abi: AbiVersion) -> Result<&'
     let opts = EntryOptions { version: abi, power_request: None };
     hexrpc_scenarios::suite::build_image(&tc, kernel, signature, opts, hexrpc_bench::executor::Flavour::Scalar)
         .map_err(|e| Failure::invalid("bench-image", format!("building {kernel} for {signature:?}: {e}")))
-}
-
-/// `hexrpc build-lib` as a function: kernel `kernel_name` (default: the file's stem) of
-/// `kernel_c`, with an entry for `signature` and `abi`, into the shared object `out` (with its
-/// build record). Needs clang-19 and ld.lld-19 (and qemu-hexagon to run it on the bench).
-pub fn build_library(kernel_c: &Path, kernel_name: Option<&str>, signature: &str, abi: AbiVersion, out: &Path) -> Result<(), Failure> {
-    static BUILDING: Mutex<()> = Mutex::new(());
-    hexrpc_bench::executor::tools_available().map_err(|why| Failure::unavailable("build-lib", format!("the bench executor: {why}")))?;
-    let sig = Signature::parse(signature).map_err(|e| Failure::invalid("build-lib", format!("signature {signature:?}: {e}")))?;
-    let opts = BuildOptions {
-        entry: EntryOptions { version: abi, power_request: None },
-        kernel_name: kernel_name.map(str::to_string),
-        ..BuildOptions::default()
-    };
-    let _one = BUILDING.lock().unwrap_or_else(|p| p.into_inner());
-    build::build_library(kernel_c, &sig, out, &opts).map_err(|e| Failure::invalid("build-lib", e.to_string()))?;
-    Ok(())
 }

@@ -34,6 +34,8 @@
 
 #[cfg(feature = "bench")]
 pub mod bench;
+#[cfg(feature = "build-lib")]
+pub mod build;
 pub mod error;
 pub mod objects;
 pub mod seam;
@@ -662,18 +664,19 @@ pub unsafe extern "C" fn hexrpc_bench_kernel_image(
     })
 }
 
-/// Bench builds with the executor only: `hexrpc build-lib` as a function. Compiles kernel
-/// `kernel_name` (NULL: the file's stem) of the C file `kernel_c` with an entry for `signature`
-/// and `abi` into the Hexagon shared object `out` (with its build record), checked as
-/// `build-lib` checks it. `HEXRPC_ERR_UNAVAILABLE` names a missing tool; a refusal names its
-/// cause. Thread-safe (builds run one at a time).
+/// `hexrpc build-lib` as a function (builds with the `build-lib` feature, the default; also
+/// without the bench). Compiles kernel `kernel_name` (NULL: the file's stem) of the C file
+/// `kernel_c` with an entry for `signature` and `abi` into the Hexagon shared object `out` (with
+/// its build record), checked as `build-lib` checks it. Needs clang-19 and ld.lld-19:
+/// `HEXRPC_ERR_UNAVAILABLE` names a missing tool; a refusal names its cause. Thread-safe (builds
+/// run one at a time).
 ///
 /// # Safety
 /// `kernel_c`, `signature` and `out` are NULL or NUL-terminated; `kernel_name` is NULL or
 /// NUL-terminated.
-#[cfg(feature = "bench")]
+#[cfg(feature = "build-lib")]
 #[no_mangle]
-pub unsafe extern "C" fn hexrpc_bench_build_library(
+pub unsafe extern "C" fn hexrpc_build_library(
     kernel_c: *const c_char,
     kernel_name: *const c_char,
     signature: *const c_char,
@@ -686,6 +689,23 @@ pub unsafe extern "C" fn hexrpc_bench_build_library(
             unsafe { (str_arg(kernel_c, "kernel_c")?, str_arg(signature, "signature")?, str_arg(out, "out")?) };
         // SAFETY: the caller's contract.
         let kernel_name = unsafe { opt_str_arg(kernel_name, "kernel_name") }?;
-        bench::build_library(std::path::Path::new(kernel_c), kernel_name, signature, abi_arg(abi)?, std::path::Path::new(out))
+        build::build_library(std::path::Path::new(kernel_c), kernel_name, signature, abi_arg(abi)?, std::path::Path::new(out))
     })
+}
+
+/// The name `hexrpc_build_library` had when it needed the bench: the same function.
+///
+/// # Safety
+/// As [`hexrpc_build_library`].
+#[cfg(feature = "bench")]
+#[no_mangle]
+pub unsafe extern "C" fn hexrpc_bench_build_library(
+    kernel_c: *const c_char,
+    kernel_name: *const c_char,
+    signature: *const c_char,
+    abi: u32,
+    out: *const c_char,
+) -> hexrpc_status {
+    // SAFETY: the same contract.
+    unsafe { hexrpc_build_library(kernel_c, kernel_name, signature, abi, out) }
 }

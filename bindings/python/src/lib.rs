@@ -613,9 +613,38 @@ fn bench_model_image<'py>(py: Python<'py>, model: &str) -> PyResult<Bound<'py, P
     }
 }
 
-/// Bench builds with the executor: `hexrpc build-lib` as a function. Builds kernel `kernel_name`
-/// (default: the file's stem) of the C file `kernel_c` with an entry for `signature` and `abi`
-/// into the shared object `out` (with its build record); returns `out`.
+/// `hexrpc build-lib` as a function: builds kernel `kernel_name` (default: the file's stem) of
+/// the C file `kernel_c` with an entry for `signature` and `abi` into the Hexagon shared object
+/// `out` (with its build record, so `Session.open_library(out)` needs no signature); returns
+/// `out`. Needs clang-19 and ld.lld-19 (`Unavailable` names a missing tool), not the bench.
+#[pyfunction]
+#[pyo3(signature = (kernel_c, signature, out, abi = "v2", kernel_name = None))]
+fn build_library(
+    py: Python<'_>,
+    kernel_c: PathBuf,
+    signature: &str,
+    out: PathBuf,
+    abi: &str,
+    kernel_name: Option<&str>,
+) -> PyResult<PathBuf> {
+    #[cfg(feature = "build-lib")]
+    {
+        let abi = match abi {
+            "v1" => AbiVersion::V1,
+            "v2" => AbiVersion::V2,
+            other => return Err(py_err(Failure::invalid("build-lib", format!("abi {other:?}: use \"v1\" or \"v2\"")))),
+        };
+        py.detach(|| hexrpc::build::build_library(&kernel_c, kernel_name, signature, abi, &out)).map_err(py_err)?;
+        Ok(out)
+    }
+    #[cfg(not(feature = "build-lib"))]
+    {
+        let _ = (py, kernel_c, signature, out, abi, kernel_name);
+        Err(py_err(Failure::unavailable("build-lib", "this build of hexrpc has no library builder (feature build-lib)")))
+    }
+}
+
+/// The name `build_library` had when it needed the bench: the same function.
 #[pyfunction]
 #[pyo3(signature = (kernel_c, signature, out, abi = "v2", kernel_name = None))]
 fn bench_build_library(
@@ -626,21 +655,7 @@ fn bench_build_library(
     abi: &str,
     kernel_name: Option<&str>,
 ) -> PyResult<PathBuf> {
-    #[cfg(feature = "bench")]
-    {
-        let abi = match abi {
-            "v1" => AbiVersion::V1,
-            "v2" => AbiVersion::V2,
-            other => return Err(py_err(Failure::invalid("build-lib", format!("abi {other:?}")))),
-        };
-        py.detach(|| hexrpc::bench::build_library(&kernel_c, kernel_name, signature, abi, &out)).map_err(py_err)?;
-        Ok(out)
-    }
-    #[cfg(not(feature = "bench"))]
-    {
-        let _ = (py, kernel_c, signature, out, abi, kernel_name);
-        Err(py_err(Failure::unavailable("build-lib", "this build of hexrpc has no bench")))
-    }
+    build_library(py, kernel_c, signature, out, abi, kernel_name)
 }
 
 /// Bench builds with the executor: an image of kernel `kernel` of the suite with an entry for
@@ -685,6 +700,7 @@ fn _hexrpc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(bench_model_image, m)?)?;
     m.add_function(wrap_pyfunction!(bench_kernel_image, m)?)?;
     m.add_function(wrap_pyfunction!(bench_build_library, m)?)?;
+    m.add_function(wrap_pyfunction!(build_library, m)?)?;
     m.add_function(wrap_pyfunction!(probe::detect_board, m)?)?;
     m.add_function(wrap_pyfunction!(probe::bench_counters, m)?)?;
     m.add_function(wrap_pyfunction!(logs::flush_logs, m)?)?;

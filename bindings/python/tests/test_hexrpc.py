@@ -405,7 +405,7 @@ def test_executor_call_limit_is_settable_and_the_restart_says_why(tmp_path):
     src.write_text("void spin(unsigned int *out, unsigned int n) {\n"
                    "  volatile unsigned int x = 0;\n"
                    "  for (unsigned int i = 0; i < n; i++) x += i;\n  out[0] = x;\n}\n")
-    so = hexrpc.bench_build_library(src, "buf,u32", tmp_path / "spin.so")
+    so = hexrpc.build_library(src, "buf,u32", tmp_path / "spin.so")
     with sess:
         assert sess.last_restart is None
         lib = sess.open_library(so)

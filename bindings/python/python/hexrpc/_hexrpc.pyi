@@ -107,6 +107,13 @@ def bench_build_library(
     abi: Literal["v1", "v2"] = "v2",
     kernel_name: str | None = None,
 ) -> os.PathLike[str]: ...
+def build_library(
+    kernel_c: str | os.PathLike[str],
+    signature: str,
+    out: str | os.PathLike[str],
+    abi: Literal["v1", "v2"] = "v2",
+    kernel_name: str | None = None,
+) -> os.PathLike[str]: ...
 
 class Batch:
     """Launches of a library's kernel table, run together in one FastRPC call. ``kernels``: the
