@@ -339,6 +339,12 @@ enum hexrpc_status hexrpc_bench_build_library(const char *kernel_c,
 /* Scalar constructors (static inline, C and C++); cbindgen places this after the main guard. */
 #ifndef HEXRPC_SCALAR_HELPERS_H
 #define HEXRPC_SCALAR_HELPERS_H
+/* A value conversion without an old-style cast in C++ (clean under -Wold-style-cast). */
+#ifdef __cplusplus
+#define HEXRPC_AS(T, v) static_cast<T>(v)
+#else
+#define HEXRPC_AS(T, v) ((T)(v))
+#endif
 static inline hexrpc_scalar hexrpc_scalar_bits(uint32_t kind, uint64_t bits) {
   hexrpc_scalar s;
   s.kind = kind;
@@ -346,13 +352,13 @@ static inline hexrpc_scalar hexrpc_scalar_bits(uint32_t kind, uint64_t bits) {
   s.bits = bits;
   return s;
 }
-static inline hexrpc_scalar hexrpc_scalar_i8(int8_t v) { return hexrpc_scalar_bits(HEXRPC_SCALAR_I8, (uint8_t)v); }
+static inline hexrpc_scalar hexrpc_scalar_i8(int8_t v) { return hexrpc_scalar_bits(HEXRPC_SCALAR_I8, HEXRPC_AS(uint8_t, v)); }
 static inline hexrpc_scalar hexrpc_scalar_u8(uint8_t v) { return hexrpc_scalar_bits(HEXRPC_SCALAR_U8, v); }
-static inline hexrpc_scalar hexrpc_scalar_i16(int16_t v) { return hexrpc_scalar_bits(HEXRPC_SCALAR_I16, (uint16_t)v); }
+static inline hexrpc_scalar hexrpc_scalar_i16(int16_t v) { return hexrpc_scalar_bits(HEXRPC_SCALAR_I16, HEXRPC_AS(uint16_t, v)); }
 static inline hexrpc_scalar hexrpc_scalar_u16(uint16_t v) { return hexrpc_scalar_bits(HEXRPC_SCALAR_U16, v); }
-static inline hexrpc_scalar hexrpc_scalar_i32(int32_t v) { return hexrpc_scalar_bits(HEXRPC_SCALAR_I32, (uint32_t)v); }
+static inline hexrpc_scalar hexrpc_scalar_i32(int32_t v) { return hexrpc_scalar_bits(HEXRPC_SCALAR_I32, HEXRPC_AS(uint32_t, v)); }
 static inline hexrpc_scalar hexrpc_scalar_u32(uint32_t v) { return hexrpc_scalar_bits(HEXRPC_SCALAR_U32, v); }
-static inline hexrpc_scalar hexrpc_scalar_i64(int64_t v) { return hexrpc_scalar_bits(HEXRPC_SCALAR_I64, (uint64_t)v); }
+static inline hexrpc_scalar hexrpc_scalar_i64(int64_t v) { return hexrpc_scalar_bits(HEXRPC_SCALAR_I64, HEXRPC_AS(uint64_t, v)); }
 static inline hexrpc_scalar hexrpc_scalar_u64(uint64_t v) { return hexrpc_scalar_bits(HEXRPC_SCALAR_U64, v); }
 static inline hexrpc_scalar hexrpc_scalar_f16_bits(uint16_t v) { return hexrpc_scalar_bits(HEXRPC_SCALAR_F16, v); }
 static inline hexrpc_scalar hexrpc_scalar_f32(float v) {
