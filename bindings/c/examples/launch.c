@@ -216,8 +216,19 @@ static int executor(void) {
 
 int main(int argc, char **argv) {
   printf("libhexrpc %s\n", hexrpc_version());
+  OK(HEXRPC_VERSION_CHECK()); /* the library serves the header this program was built with */
+  CHECK(hexrpc_version_number() == HEXRPC_VERSION, "library %u, header %u", hexrpc_version_number(), HEXRPC_VERSION);
+  EXPECT(hexrpc_version_check(HEXRPC_VERSION + 100), HEXRPC_ERR_UNAVAILABLE); /* another 0.x minor */
   hexrpc_session *s;
   EXPECT(hexrpc_session_open("no-such-board", &s), HEXRPC_ERR_INVALID);
+  if (access("/proc/device-tree/model", F_OK) != 0 && access("/sys/firmware/devicetree/base/model", F_OK) != 0) {
+    /* no device tree here: a NULL board (detect it) fails naming the stage and the way out */
+    const char *detected = NULL;
+    EXPECT(hexrpc_detect_board(&detected), HEXRPC_ERR_UNAVAILABLE);
+    CHECK(detected == NULL && strstr(hexrpc_last_error_message(), "pass a board by name") != NULL, "%s", hexrpc_last_error_message());
+    EXPECT(hexrpc_session_open(NULL, &s), HEXRPC_ERR_UNAVAILABLE);
+    CHECK(strcmp(hexrpc_last_error_stage(), "board") == 0, "stage %s", hexrpc_last_error_stage());
+  }
   if (access("/dev/ion", F_OK) != 0) { /* no device here: the failure names the stage */
     EXPECT(hexrpc_session_open("comma-three", &s), HEXRPC_ERR_UNAVAILABLE);
     CHECK(strcmp(hexrpc_last_error_stage(), "heap-open") == 0, "stage %s", hexrpc_last_error_stage());

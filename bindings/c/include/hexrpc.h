@@ -70,6 +70,19 @@
 // (a measuring instrument for what hexrpc adds per launch; outputs are not written).
 #define HEXRPC_BENCH_RETURNING_LAUNCHES 2
 
+// The major version of this hexrpc.h (and of the library it was generated with).
+#define HEXRPC_VERSION_MAJOR 0
+
+// The minor version of this hexrpc.h.
+#define HEXRPC_VERSION_MINOR 1
+
+// The patch version of this hexrpc.h.
+#define HEXRPC_VERSION_PATCH 0
+
+// This hexrpc.h's version as one number, `MAJOR * 10000 + MINOR * 100 + PATCH`: what a program
+// passes to [`hexrpc_version_check`] (`HEXRPC_VERSION_CHECK()` does).
+#define HEXRPC_VERSION 100
+
 // What a call returns: `HEXRPC_OK` or the class of failure. The message of the last failure on
 // the calling thread names the stage and the cause (`hexrpc_last_error_message`).
 typedef enum hexrpc_status {
@@ -132,8 +145,20 @@ typedef struct hexrpc_scalar {
 extern "C" {
 #endif // __cplusplus
 
-// The library's version, a static string. Thread-safe.
+// The library's version, a static string ("0.1.0"). Thread-safe.
 const char *hexrpc_version(void);
+
+// The library's version as one number (`MAJOR * 10000 + MINOR * 100 + PATCH`; compare with the
+// header's `HEXRPC_VERSION`). Thread-safe.
+uint32_t hexrpc_version_number(void);
+
+// Whether this library serves a program compiled against the hexrpc.h of version `header`
+// (pass `HEXRPC_VERSION`, or call `HEXRPC_VERSION_CHECK()`): `HEXRPC_OK` when the majors are
+// equal and the library's minor is at least the header's (for major 0, the minors must be
+// equal: 0.x releases may change the ABI); otherwise `HEXRPC_ERR_UNAVAILABLE`, and
+// `hexrpc_last_error_message()` names both versions. Call it once at start-up, before anything
+// else. Thread-safe.
+enum hexrpc_status hexrpc_version_check(uint32_t header);
 
 // The message of the last failure on this thread (`"STAGE: CAUSE"`), or `""` if none. The
 // pointer stays valid until the next failing call on this thread. Thread-safe (per thread).
@@ -150,13 +175,24 @@ enum hexrpc_status hexrpc_last_error_status(void);
 // Thread-safe.
 const char *hexrpc_status_name(int32_t status);
 
-// Starts a session on the device board named `board` (`"comma-three"`, `"msm-android"`): ION,
-// DSP shell, FastRPC channel, DSP process, reverse-RPC listener (a thread serving the DSP's file
-// requests). On failure nothing is left open and the message names the stage. Thread-safe.
+// Starts a session on the device board named `board` (`"comma-three"`, `"msm-android"`,
+// `"qcom-rb5"`, `"upstream"`), or, with `board` NULL, on the board this machine's device-tree
+// model names (as [`hexrpc_detect_board`] finds it): ION, DSP shell, FastRPC channel, DSP
+// process, reverse-RPC listener (a thread serving the DSP's file requests). On failure nothing
+// is left open and the message names the stage. Thread-safe.
 //
 // # Safety
 // `board` is NULL or a NUL-terminated string; `out` is NULL or valid for one write.
 enum hexrpc_status hexrpc_session_open(const char *board, struct hexrpc_session **out);
+
+// The device board this machine's device-tree model (`/proc/device-tree/model`) names, by
+// hexrpc's board table: `*name` is set to a static string (`"comma-three"`, ...). When the model
+// is unreadable or no board claims it: `HEXRPC_ERR_UNAVAILABLE`, and the message quotes the
+// model and lists the boards to pass by name. Thread-safe.
+//
+// # Safety
+// `name` is NULL or valid for one write.
+enum hexrpc_status hexrpc_detect_board(const char **name);
 
 #if defined(HEXRPC_BENCH)
 // Starts a session on the isolated bench (simulated kernel and DSP; builds with the `bench`
@@ -339,6 +375,8 @@ enum hexrpc_status hexrpc_bench_build_library(const char *kernel_c,
 /* Scalar constructors (static inline, C and C++); cbindgen places this after the main guard. */
 #ifndef HEXRPC_SCALAR_HELPERS_H
 #define HEXRPC_SCALAR_HELPERS_H
+/* Checks, once at start-up, that the libhexrpc loaded serves this header (see hexrpc_version_check). */
+#define HEXRPC_VERSION_CHECK() hexrpc_version_check(HEXRPC_VERSION)
 /* A value conversion without an old-style cast in C++ (clean under -Wold-style-cast). */
 #ifdef __cplusplus
 #define HEXRPC_AS(T, v) static_cast<T>(v)

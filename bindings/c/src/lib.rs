@@ -268,10 +268,54 @@ fn scalar_arg(i: usize, s: &hexrpc_scalar) -> Result<Scalar, Failure> {
     Ok(scalar_from_bits(ty, s.bits))
 }
 
-/// The library's version, a static string. Thread-safe.
+/// The major version of this hexrpc.h (and of the library it was generated with).
+pub const HEXRPC_VERSION_MAJOR: u32 = 0;
+/// The minor version of this hexrpc.h.
+pub const HEXRPC_VERSION_MINOR: u32 = 1;
+/// The patch version of this hexrpc.h.
+pub const HEXRPC_VERSION_PATCH: u32 = 0;
+/// This hexrpc.h's version as one number, `MAJOR * 10000 + MINOR * 100 + PATCH`: what a program
+/// passes to [`hexrpc_version_check`] (`HEXRPC_VERSION_CHECK()` does).
+pub const HEXRPC_VERSION: u32 = 100;
+
+/// The library's version, a static string ("0.1.0"). Thread-safe.
 #[no_mangle]
 pub extern "C" fn hexrpc_version() -> *const c_char {
     concat!(env!("CARGO_PKG_VERSION"), "\0").as_ptr().cast()
+}
+
+/// The library's version as one number (`MAJOR * 10000 + MINOR * 100 + PATCH`; compare with the
+/// header's `HEXRPC_VERSION`). Thread-safe.
+#[no_mangle]
+pub extern "C" fn hexrpc_version_number() -> u32 {
+    HEXRPC_VERSION
+}
+
+/// Whether this library serves a program compiled against the hexrpc.h of version `header`
+/// (pass `HEXRPC_VERSION`, or call `HEXRPC_VERSION_CHECK()`): `HEXRPC_OK` when the majors are
+/// equal and the library's minor is at least the header's (for major 0, the minors must be
+/// equal: 0.x releases may change the ABI); otherwise `HEXRPC_ERR_UNAVAILABLE`, and
+/// `hexrpc_last_error_message()` names both versions. Call it once at start-up, before anything
+/// else. Thread-safe.
+#[no_mangle]
+pub extern "C" fn hexrpc_version_check(header: u32) -> hexrpc_status {
+    run(|| version_compatible(header, HEXRPC_VERSION))
+}
+
+fn version_compatible(header: u32, library: u32) -> Result<(), Failure> {
+    let parts = |v: u32| (v / 10000, v / 100 % 100, v % 100);
+    let ((hmaj, hmin, hpat), (lmaj, lmin, lpat)) = (parts(header), parts(library));
+    let ok = hmaj == lmaj && if hmaj == 0 { hmin == lmin } else { lmin >= hmin };
+    if ok {
+        return Ok(());
+    }
+    Err(Failure::unavailable(
+        "version",
+        format!(
+            "the program was compiled against hexrpc.h {hmaj}.{hmin}.{hpat}, this libhexrpc is {lmaj}.{lmin}.{lpat}: \
+             rebuild the program against this library's header, or install the library it was built for"
+        ),
+    ))
 }
 
 /// The message of the last failure on this thread (`"STAGE: CAUSE"`), or `""` if none. The
@@ -314,17 +358,23 @@ pub extern "C" fn hexrpc_status_name(status: i32) -> *const c_char {
     s.as_ptr()
 }
 
-/// Starts a session on the device board named `board` (`"comma-three"`, `"msm-android"`): ION,
-/// DSP shell, FastRPC channel, DSP process, reverse-RPC listener (a thread serving the DSP's file
-/// requests). On failure nothing is left open and the message names the stage. Thread-safe.
+/// Starts a session on the device board named `board` (`"comma-three"`, `"msm-android"`,
+/// `"qcom-rb5"`, `"upstream"`), or, with `board` NULL, on the board this machine's device-tree
+/// model names (as [`hexrpc_detect_board`] finds it): ION, DSP shell, FastRPC channel, DSP
+/// process, reverse-RPC listener (a thread serving the DSP's file requests). On failure nothing
+/// is left open and the message names the stage. Thread-safe.
 ///
 /// # Safety
 /// `board` is NULL or a NUL-terminated string; `out` is NULL or valid for one write.
 #[no_mangle]
 pub unsafe extern "C" fn hexrpc_session_open(board: *const c_char, out: *mut *mut hexrpc_session) -> hexrpc_status {
     run(|| {
-        // SAFETY: the caller's contract.
-        let board = unsafe { str_arg(board, "board") }?;
+        let board = if board.is_null() {
+            objects::detect_board()?
+        } else {
+            // SAFETY: the caller's contract.
+            unsafe { str_arg(board, "board") }?
+        };
         if out.is_null() {
             return Err(Failure::null("out"));
         }
@@ -332,6 +382,26 @@ pub unsafe extern "C" fn hexrpc_session_open(board: *const c_char, out: *mut *mu
         let h = table::insert(Obj::Session(Arc::new(s)))?;
         // SAFETY: `out` is non-null and valid for one write (the caller's contract).
         unsafe { write_out(out, handle_ptr(h), "out") }
+    })
+}
+
+/// The device board this machine's device-tree model (`/proc/device-tree/model`) names, by
+/// hexrpc's board table: `*name` is set to a static string (`"comma-three"`, ...). When the model
+/// is unreadable or no board claims it: `HEXRPC_ERR_UNAVAILABLE`, and the message quotes the
+/// model and lists the boards to pass by name. Thread-safe.
+///
+/// # Safety
+/// `name` is NULL or valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn hexrpc_detect_board(name: *mut *const c_char) -> hexrpc_status {
+    run(|| {
+        // The board names as NUL-terminated strings, made once and kept for the process.
+        static C_NAMES: std::sync::OnceLock<Vec<(&'static str, CString)>> = std::sync::OnceLock::new();
+        let names = C_NAMES.get_or_init(|| hexrpc_bsp::BOARDS.iter().filter_map(|b| Some((b.name, CString::new(b.name).ok()?))).collect());
+        let board = objects::detect_board()?;
+        let c = names.iter().find(|(n, _)| *n == board).map(|(_, c)| c.as_ptr()).ok_or_else(|| Failure::invalid("board", board))?;
+        // SAFETY: `name` is NULL (refused by write_out) or valid for one write.
+        unsafe { write_out(name, c, "name") }
     })
 }
 
@@ -708,4 +778,30 @@ pub unsafe extern "C" fn hexrpc_bench_build_library(
 ) -> hexrpc_status {
     // SAFETY: the same contract.
     unsafe { hexrpc_build_library(kernel_c, kernel_name, signature, abi, out) }
+}
+
+#[cfg(test)]
+mod version_tests {
+    use super::*;
+
+    #[test]
+    fn header_constants_are_the_crate_version() {
+        let v: Vec<u32> = env!("CARGO_PKG_VERSION").split('.').map(|p| p.parse().unwrap()).collect();
+        assert_eq!((HEXRPC_VERSION_MAJOR, HEXRPC_VERSION_MINOR, HEXRPC_VERSION_PATCH), (v[0], v[1], v[2]));
+        assert_eq!(HEXRPC_VERSION, v[0] * 10000 + v[1] * 100 + v[2]);
+        assert_eq!(hexrpc_version_number(), HEXRPC_VERSION);
+    }
+
+    #[test]
+    fn compatibility_rules() {
+        assert!(version_compatible(100, 100).is_ok());
+        assert!(version_compatible(100, 105).is_ok(), "a patch release serves");
+        assert!(version_compatible(200, 100).is_err(), "0.x: another minor does not");
+        assert!(version_compatible(100, 200).is_err());
+        assert!(version_compatible(10100, 10300).is_ok(), "1.x: a newer minor serves");
+        assert!(version_compatible(10300, 10100).is_err(), "1.x: an older minor does not");
+        assert!(version_compatible(20000, 10000).is_err());
+        assert_eq!(hexrpc_version_check(HEXRPC_VERSION), hexrpc_status::HEXRPC_OK);
+        assert_eq!(hexrpc_version_check(HEXRPC_VERSION + 100), hexrpc_status::HEXRPC_ERR_UNAVAILABLE);
+    }
 }

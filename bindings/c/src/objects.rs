@@ -155,6 +155,39 @@ pub fn library_name(name: &str) -> String {
     n
 }
 
+/// The device board this machine's device-tree model names (hexrpc's board table), or
+/// `Unavailable` quoting the model (or why it could not be read) and listing the boards.
+pub fn detect_board() -> Result<&'static str, Failure> {
+    let mut why = String::new();
+    for path in ["/proc/device-tree/model", "/sys/firmware/devicetree/base/model"] {
+        match std::fs::read(path) {
+            Ok(bytes) => {
+                let model = String::from_utf8_lossy(&bytes).trim_end_matches('\0').to_string();
+                return match hexrpc_bsp::detect(&model).filter(|b| !is_bench_board(b)) {
+                    Some(b) => Ok(b.name),
+                    None => Err(Failure::unavailable(
+                        "board",
+                        format!(
+                            "no hexrpc board claims the device-tree model {model:?} ({path}); pass a board by name ({})",
+                            device_board_names()
+                        ),
+                    )),
+                };
+            }
+            Err(e) => {
+                if !why.is_empty() {
+                    why.push_str(", ");
+                }
+                why.push_str(&format!("{path}: {e}"));
+            }
+        }
+    }
+    Err(Failure::unavailable(
+        "board",
+        format!("no device-tree model to detect the board from ({why}); pass a board by name ({})", device_board_names()),
+    ))
+}
+
 /// True for the bench's boards (their device nodes are the simulator's `/bench/...` paths).
 fn is_bench_board(b: &hexrpc_bsp::Board) -> bool {
     b.rpc_path.to_bytes().starts_with(b"/bench/")

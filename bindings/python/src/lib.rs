@@ -137,10 +137,20 @@ impl Session {
 #[pymethods]
 impl Session {
     /// Starts a session on the device board `board` ("comma-three", "msm-android", "qcom-rb5",
-    /// "upstream"; `hexrpc.detect_board` picks one from the device-tree model).
+    /// "upstream"); `None` (the default): the board this machine's device-tree model names
+    /// (`Unavailable`, quoting the model and listing the boards, when none does).
     #[staticmethod]
-    fn open(py: Python<'_>, board: &str) -> PyResult<Session> {
-        let obj = py.detach(|| SessionObj::open_device(board)).map_err(py_err)?;
+    #[pyo3(signature = (board = None))]
+    fn open(py: Python<'_>, board: Option<&str>) -> PyResult<Session> {
+        let obj = py
+            .detach(|| {
+                let board = match board {
+                    Some(b) => b,
+                    None => hexrpc::objects::detect_board()?,
+                };
+                SessionObj::open_device(board)
+            })
+            .map_err(py_err)?;
         Ok(Session::new(obj))
     }
 

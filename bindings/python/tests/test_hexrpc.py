@@ -466,3 +466,11 @@ def test_unknown_board_lists_the_device_boards():
     for name in ("comma-three", "msm-android", "qcom-rb5", "upstream"):
         assert name in str(e.value), e.value
     assert "bench" not in str(e.value)
+
+
+@pytest.mark.skipif(os.path.exists("/proc/device-tree/model"), reason="this machine has a device tree")
+def test_open_without_a_board_detects_it_or_says_what_to_pass():
+    with pytest.raises(hexrpc.Unavailable) as e:
+        hexrpc.Session.open()
+    assert e.value.stage == "board" and "pass a board by name" in str(e.value), e.value
+    assert "comma-three" in str(e.value)
