@@ -369,15 +369,15 @@ pub extern "C" fn hexrpc_status_name(status: i32) -> *const c_char {
 #[no_mangle]
 pub unsafe extern "C" fn hexrpc_session_open(board: *const c_char, out: *mut *mut hexrpc_session) -> hexrpc_status {
     run(|| {
+        if out.is_null() {
+            return Err(Failure::null("out"));
+        }
         let board = if board.is_null() {
             objects::detect_board()?
         } else {
             // SAFETY: the caller's contract.
             unsafe { str_arg(board, "board") }?
         };
-        if out.is_null() {
-            return Err(Failure::null("out"));
-        }
         let s = objects::SessionObj::open_device(board)?;
         let h = table::insert(Obj::Session(Arc::new(s)))?;
         // SAFETY: `out` is non-null and valid for one write (the caller's contract).

@@ -84,7 +84,7 @@ fn misuse_is_a_status_never_undefined_behaviour() {
     assert_eq!(unsafe { hexrpc_lease_alloc(f.session, 64, null_mut()) }, hexrpc_status::HEXRPC_ERR_NULL);
     // SAFETY: NULL views with a non-zero count are reported.
     assert_eq!(unsafe { hexrpc_launch(f.library, null(), 2, null(), 0, 0, null_mut()) }, hexrpc_status::HEXRPC_ERR_NULL);
-    // SAFETY: NULL strings are reported.
+    // SAFETY: a NULL out pointer is reported (a NULL board means "detect it").
     assert_eq!(unsafe { hexrpc_session_open(null(), null_mut()) }, hexrpc_status::HEXRPC_ERR_NULL);
     // Refusals name the stage.
     let bad = [hexrpc_scalar { kind: 99, reserved: 0, bits: 0 }];
