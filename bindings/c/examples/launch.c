@@ -18,6 +18,17 @@
 
 static int failures = 0;
 
+/* hexrpc's log records, counted (the callback may run on any thread). */
+#include <stdatomic.h>
+static atomic_int warnings_seen;
+static atomic_int restart_mentions;
+static void on_log(void *user, uint32_t level, const char *target, const char *message) {
+  (void)user;
+  (void)target;
+  if (level <= HEXRPC_LOG_WARN) atomic_fetch_add(&warnings_seen, 1);
+  if (strstr(message, "restart") != NULL) atomic_fetch_add(&restart_mentions, 1);
+}
+
 #define CHECK(cond, ...)                                  \
   do {                                                    \
     if (!(cond)) {                                        \
@@ -89,7 +100,10 @@ static void scale_launches(hexrpc_session *s) {
   CHECK(strstr(hexrpc_last_error_message(), "v2") != NULL, "v1 message: %s", hexrpc_last_error_message());
   OK(hexrpc_library_close(v1));
 
-  /* A DSP restart: the launch reports it, recovery rebuilds, launches work again. */
+  /* A DSP restart: the launch reports it, recovery rebuilds, launches work again; hexrpc's
+     warnings about it reach the log callback. */
+  OK(hexrpc_set_log_callback(on_log, NULL, HEXRPC_LOG_INFO));
+  EXPECT(hexrpc_set_log_callback(on_log, NULL, 9), HEXRPC_ERR_INVALID);
   OK(hexrpc_bench_restart_dsp(s));
   EXPECT(hexrpc_launch(scale, views, 2, two, 1, 0, NULL), HEXRPC_ERR_RECOVERABLE);
   uint32_t healthy = 1;
@@ -100,6 +114,9 @@ static void scale_launches(hexrpc_session *s) {
   CHECK(healthy == 1, "not healthy after recovery");
   OK(hexrpc_launch(scale, views, 2, two, 1, 0, NULL));
   CHECK(y[7] == 2.0f * x[7], "after recovery y[7] = %f", y[7]);
+  CHECK(atomic_load(&warnings_seen) > 0 && atomic_load(&restart_mentions) > 0, "log callback: %d warnings, %d about the restart",
+        atomic_load(&warnings_seen), atomic_load(&restart_mentions));
+  OK(hexrpc_set_log_callback(NULL, NULL, HEXRPC_LOG_OFF));
 
   /* Misuse: closed and freed handles, NULL, kinds mixed up. */
   OK(hexrpc_library_close(scale));

@@ -83,6 +83,24 @@
 // passes to [`hexrpc_version_check`] (`HEXRPC_VERSION_CHECK()` does).
 #define HEXRPC_VERSION 100
 
+// Log level: no records.
+#define HEXRPC_LOG_OFF 0
+
+// Log level: errors.
+#define HEXRPC_LOG_ERROR 1
+
+// Log level: warnings (and errors).
+#define HEXRPC_LOG_WARN 2
+
+// Log level: information (and above).
+#define HEXRPC_LOG_INFO 3
+
+// Log level: debugging detail (and above).
+#define HEXRPC_LOG_DEBUG 4
+
+// Log level: everything.
+#define HEXRPC_LOG_TRACE 5
+
 // What a call returns: `HEXRPC_OK` or the class of failure. The message of the last failure on
 // the calling thread names the stage and the cause (`hexrpc_last_error_message`).
 typedef enum hexrpc_status {
@@ -116,6 +134,11 @@ typedef struct hexrpc_library hexrpc_library;
 
 // A session: the DSP process, its channel, the ION device and the reverse file service.
 typedef struct hexrpc_session hexrpc_session;
+
+// A log callback: `level` is one of `HEXRPC_LOG_ERROR` .. `HEXRPC_LOG_TRACE`, `target` the
+// module that logged (`"hexrpc_hal::session"`), `message` the text; both strings are valid only
+// during the call.
+typedef void (*hexrpc_log_fn)(void *user, uint32_t level, const char *target, const char *message);
 
 // A buffer argument: `length` bytes at `offset` of `lease`.
 typedef struct hexrpc_view {
@@ -184,6 +207,18 @@ const char *hexrpc_status_name(int32_t status);
 // # Safety
 // `board` is NULL or a NUL-terminated string; `out` is NULL or valid for one write.
 enum hexrpc_status hexrpc_session_open(const char *board, struct hexrpc_session **out);
+
+// Hands hexrpc's log records of `max_level` (`HEXRPC_LOG_ERROR` .. `HEXRPC_LOG_TRACE`) and
+// above to `f(user, level, target, message)`, on the thread that made each record (several
+// threads may call it at once; it must not call into hexrpc). `f` NULL removes the callback
+// (records are dropped, as before any call). Calling again replaces it; the previous callback is
+// not called after this returns. `HEXRPC_ERR_UNAVAILABLE` when the process already has another
+// logger of Rust's `log` facade (it keeps receiving the records). Thread-safe.
+//
+// # Safety
+// `f`, if not NULL, is a function safe to call from any thread with `user` until it is replaced
+// or removed.
+enum hexrpc_status hexrpc_set_log_callback(hexrpc_log_fn f, void *user, uint32_t max_level);
 
 // The device board this machine's device-tree model (`/proc/device-tree/model`) names, by
 // hexrpc's board table: `*name` is set to a static string (`"comma-three"`, ...). When the model

@@ -37,6 +37,7 @@ pub mod bench;
 #[cfg(feature = "build-lib")]
 pub mod build;
 pub mod error;
+mod logcb;
 pub mod objects;
 pub mod seam;
 mod table;
@@ -383,6 +384,23 @@ pub unsafe extern "C" fn hexrpc_session_open(board: *const c_char, out: *mut *mu
         // SAFETY: `out` is non-null and valid for one write (the caller's contract).
         unsafe { write_out(out, handle_ptr(h), "out") }
     })
+}
+
+pub use logcb::{hexrpc_log_fn, HEXRPC_LOG_DEBUG, HEXRPC_LOG_ERROR, HEXRPC_LOG_INFO, HEXRPC_LOG_OFF, HEXRPC_LOG_TRACE, HEXRPC_LOG_WARN};
+
+/// Hands hexrpc's log records of `max_level` (`HEXRPC_LOG_ERROR` .. `HEXRPC_LOG_TRACE`) and
+/// above to `f(user, level, target, message)`, on the thread that made each record (several
+/// threads may call it at once; it must not call into hexrpc). `f` NULL removes the callback
+/// (records are dropped, as before any call). Calling again replaces it; the previous callback is
+/// not called after this returns. `HEXRPC_ERR_UNAVAILABLE` when the process already has another
+/// logger of Rust's `log` facade (it keeps receiving the records). Thread-safe.
+///
+/// # Safety
+/// `f`, if not NULL, is a function safe to call from any thread with `user` until it is replaced
+/// or removed.
+#[no_mangle]
+pub unsafe extern "C" fn hexrpc_set_log_callback(f: hexrpc_log_fn, user: *mut c_void, max_level: u32) -> hexrpc_status {
+    run(|| logcb::set(f, user, max_level))
 }
 
 /// The device board this machine's device-tree model (`/proc/device-tree/model`) names, by
