@@ -179,6 +179,62 @@ static void path_and_deadline(hexrpc_session *s) {
   /* Leases and libraries left open: closing the session releases them. */
 }
 
+static void batches(hexrpc_session *s) {
+  /* A library with a one-kernel table (add_u8): three launches in one FastRPC call. */
+  const uint8_t *image;
+  size_t image_len;
+  OK(hexrpc_bench_model_image("add_u8_table", &image, &image_len));
+  hexrpc_library *lib;
+  OK(hexrpc_library_open(s, "add-table", image, image_len, "buf,buf,u32", HEXRPC_ABI_V2, &lib));
+  const char *kernels[1] = {"buf,buf,u32"};
+  hexrpc_batch *b;
+  const char *wrong[1] = {"buf,u32"};
+  EXPECT(hexrpc_batch_new(lib, wrong, 1, &b), HEXRPC_ERR_INVALID); /* not the library's kernel 0 */
+  EXPECT(hexrpc_batch_new(lib, kernels, 0, &b), HEXRPC_ERR_INVALID);
+  OK(hexrpc_batch_new(lib, kernels, 1, &b));
+  hexrpc_lease *in, *out, *other;
+  OK(hexrpc_lease_alloc(s, 4096, &in));
+  OK(hexrpc_lease_alloc(s, 4096, &out));
+  OK(hexrpc_lease_alloc(s, 4096, &other));
+  uint8_t *pin, *pout, *pother;
+  OK(hexrpc_lease_memory(in, (void **)&pin, NULL));
+  OK(hexrpc_lease_memory(out, (void **)&pout, NULL));
+  OK(hexrpc_lease_memory(other, (void **)&pother, NULL));
+  for (int i = 0; i < 256; i++) pin[i] = (uint8_t)i;
+  size_t rec[3];
+  for (int r = 0; r < 3; r++) {
+    hexrpc_view v[2] = {{in, (size_t)(64 * r), 64}, {out, (size_t)(1000 + 64 * r), 64}};
+    hexrpc_scalar k[1] = {hexrpc_scalar_u32((uint32_t)(r + 1))};
+    OK(hexrpc_batch_push(b, 0, v, 2, k, 1, &rec[r]));
+    CHECK(rec[r] == (size_t)r, "record %zu", rec[r]);
+  }
+  hexrpc_view v0[2] = {{in, 0, 64}, {out, 0, 64}};
+  hexrpc_scalar k1[1] = {hexrpc_scalar_u32(1)};
+  EXPECT(hexrpc_batch_push(b, 1, v0, 2, k1, 1, NULL), HEXRPC_ERR_REFUSED); /* no kernel 1 */
+  hexrpc_scalar bad[1] = {hexrpc_scalar_f32(1.0f)};
+  EXPECT(hexrpc_batch_push(b, 0, v0, 2, bad, 1, NULL), HEXRPC_ERR_REFUSED); /* not a u32 */
+  uint64_t us = 0;
+  OK(hexrpc_batch_run(b, 0, &us));
+  for (int r = 0; r < 3; r++)
+    for (int i = 0; i < 64; i++)
+      CHECK(pout[1000 + 64 * r + i] == (uint8_t)(64 * r + i + r + 1), "batch out r%d[%d] = %u", r, i, pout[1000 + 64 * r + i]);
+  /* In place: record 1 adds 10 and writes to another lease. */
+  OK(hexrpc_batch_set_scalar(b, rec[1], 0, hexrpc_scalar_u32(10)));
+  EXPECT(hexrpc_batch_set_scalar(b, rec[1], 0, hexrpc_scalar_i32(10)), HEXRPC_ERR_REFUSED);
+  hexrpc_view to_other = {other, 512, 64};
+  OK(hexrpc_batch_set_view(b, rec[1], 1, to_other));
+  EXPECT(hexrpc_batch_set_view(b, 9, 1, to_other), HEXRPC_ERR_REFUSED);
+  hexrpc_view outside = {other, 4090, 64};
+  EXPECT(hexrpc_batch_set_view(b, rec[1], 1, outside), HEXRPC_ERR_INVALID);
+  OK(hexrpc_batch_run(b, 1000, NULL));
+  for (int i = 0; i < 64; i++) CHECK(pother[512 + i] == (uint8_t)(64 + i + 10), "set_view out[%d] = %u", i, pother[512 + i]);
+  OK(hexrpc_batch_free(b));
+  EXPECT(hexrpc_batch_run(b, 0, NULL), HEXRPC_ERR_HANDLE);
+  EXPECT(hexrpc_batch_free(b), HEXRPC_ERR_HANDLE);
+  OK(hexrpc_library_close(lib));
+  printf("batch: 3 launches in one call, a scalar and a view changed in place, refusals as expected\n");
+}
+
 static int executor(void) {
   hexrpc_session *s;
   hexrpc_status st = hexrpc_session_open_bench(HEXRPC_BENCH_EXECUTOR, &s);
@@ -253,6 +309,7 @@ int main(int argc, char **argv) {
   OK(hexrpc_session_open_bench(0, &s));
   scale_launches(s);
   path_and_deadline(s);
+  batches(s);
   hexrpc_lease *stray;
   OK(hexrpc_lease_alloc(s, 4096, &stray));
   OK(hexrpc_session_close(s));

@@ -126,6 +126,9 @@ typedef enum hexrpc_status {
   HEXRPC_ERR_PANIC = 9,
 } hexrpc_status;
 
+// Launches of one library's kernel table, run together in one FastRPC call.
+typedef struct hexrpc_batch hexrpc_batch;
+
 // An ION buffer shared with the DSP.
 typedef struct hexrpc_lease hexrpc_lease;
 
@@ -400,6 +403,68 @@ enum hexrpc_status hexrpc_bench_build_library(const char *kernel_c,
                                               uint32_t abi,
                                               const char *out);
 #endif
+
+// Starts a batch on `library`, a library built with a kernel table (`hexrpc build-lib --table`):
+// `kernels` are the table's kernel signatures (`"buf,buf,u32"`), `nkernels` of them (1..=64), in
+// table order; the library must have been opened with `kernels[0]`'s signature. A batch holds
+// up to 64 launches, 15 distinct leases and 8 KiB of records, checked as they are pushed; it
+// keeps its leases mapped (a freed lease's memory is released when the batch is freed or no
+// longer names it) and is freed with its session. Thread-safe.
+//
+// # Safety
+// `kernels` is NULL or valid for reading `nkernels` NUL-terminated strings; `out` is NULL or
+// valid for one write.
+enum hexrpc_status hexrpc_batch_new(struct hexrpc_library *library,
+                                    const char *const *kernels,
+                                    size_t nkernels,
+                                    struct hexrpc_batch **out);
+
+// Appends a launch of kernel `kernel` of the table on `nviews` views and `nscalars` scalars
+// (checked as `hexrpc_launch` checks them, and against the batch's capacity with the records
+// already there: a batch that could not run is refused now, `HEXRPC_ERR_REFUSED`); writes the
+// record's index to `record` (may be NULL). Thread-safe.
+//
+// # Safety
+// `views`/`scalars` are NULL (with a 0 count) or valid for their counts; `record` is NULL or
+// valid for one write.
+enum hexrpc_status hexrpc_batch_push(struct hexrpc_batch *batch,
+                                     uint32_t kernel,
+                                     const struct hexrpc_view *views,
+                                     size_t nviews,
+                                     const struct hexrpc_scalar *scalars,
+                                     size_t nscalars,
+                                     size_t *record);
+
+// Sets scalar `index` of record `record` to `value` (its kind must be the signature's), in
+// place: the next run sends it. Thread-safe.
+enum hexrpc_status hexrpc_batch_set_scalar(struct hexrpc_batch *batch,
+                                           size_t record,
+                                           size_t index,
+                                           struct hexrpc_scalar value);
+
+// Points buffer `index` of record `record` at `view`, in place (a graph whose input changed):
+// checked as a push checks it; refused, leaving the record as it was, if the batch would exceed
+// its distinct leases. Thread-safe.
+enum hexrpc_status hexrpc_batch_set_view(struct hexrpc_batch *batch,
+                                         size_t record,
+                                         size_t index,
+                                         struct hexrpc_view view);
+
+// Runs every record in order in one FastRPC call; writes the DSP microseconds summed over the
+// kernels to `dsp_us` (may be NULL). `deadline_ms` as for `hexrpc_launch` (0: none). A kernel that
+// reports a failure stops the batch (`HEXRPC_ERR_FAILED`, naming the record). Runs the records
+// as they are when it is called; pushes and changes from other threads apply from the next
+// run. Thread-safe.
+//
+// # Safety
+// `dsp_us` is NULL or valid for one write.
+enum hexrpc_status hexrpc_batch_run(struct hexrpc_batch *batch,
+                                    uint32_t deadline_ms,
+                                    uint64_t *dsp_us);
+
+// Frees a batch (its records and the leases only it kept alive). Thread-safe; a freed handle
+// is `HEXRPC_ERR_HANDLE` afterwards.
+enum hexrpc_status hexrpc_batch_free(struct hexrpc_batch *batch);
 
 #ifdef __cplusplus
 }  // extern "C"

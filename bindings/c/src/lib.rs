@@ -32,6 +32,7 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 #![allow(non_camel_case_types)]
 
+pub mod batch;
 #[cfg(feature = "bench")]
 pub mod bench;
 #[cfg(feature = "build-lib")]
@@ -66,6 +67,11 @@ pub struct hexrpc_lease {
 
 /// An open library together with its kernel's signature and launch ABI.
 pub struct hexrpc_library {
+    _opaque: [u8; 0],
+}
+
+/// Launches of one library's kernel table, run together in one FastRPC call.
+pub struct hexrpc_batch {
     _opaque: [u8; 0],
 }
 
@@ -796,6 +802,180 @@ pub unsafe extern "C" fn hexrpc_bench_build_library(
 ) -> hexrpc_status {
     // SAFETY: the same contract.
     unsafe { hexrpc_build_library(kernel_c, kernel_name, signature, abi, out) }
+}
+
+/// The views of a C call as (lease, offset, length) with their leases looked up.
+///
+/// # Safety
+/// `views` is NULL (with `nviews` 0) or valid for reading `nviews` views.
+unsafe fn view_args(views: *const hexrpc_view, nviews: usize) -> Result<Vec<(Arc<objects::LeaseObj>, usize, usize)>, Failure> {
+    if views.is_null() && nviews != 0 {
+        return Err(Failure::null("views"));
+    }
+    if nviews > MAX_BUFFERS {
+        return Err(Failure::refused(format!("{nviews} buffers: a launch carries at most {MAX_BUFFERS}")));
+    }
+    let views: &[hexrpc_view] = if nviews == 0 {
+        &[]
+    } else {
+        // SAFETY: non-null and valid for `nviews` reads (the caller's contract).
+        unsafe { std::slice::from_raw_parts(views, nviews) }
+    };
+    views
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let l = table::lease(handle_value(v.lease)).map_err(|_| {
+                Failure::new(error::hexrpc_status::HEXRPC_ERR_HANDLE, "handle", format!("buffer {i}: not a live lease handle"))
+            })?;
+            Ok((l, v.offset, v.length))
+        })
+        .collect()
+}
+
+/// Starts a batch on `library`, a library built with a kernel table (`hexrpc build-lib --table`):
+/// `kernels` are the table's kernel signatures (`"buf,buf,u32"`), `nkernels` of them (1..=64), in
+/// table order; the library must have been opened with `kernels[0]`'s signature. A batch holds
+/// up to 64 launches, 15 distinct leases and 8 KiB of records, checked as they are pushed; it
+/// keeps its leases mapped (a freed lease's memory is released when the batch is freed or no
+/// longer names it) and is freed with its session. Thread-safe.
+///
+/// # Safety
+/// `kernels` is NULL or valid for reading `nkernels` NUL-terminated strings; `out` is NULL or
+/// valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn hexrpc_batch_new(
+    library: *mut hexrpc_library,
+    kernels: *const *const c_char,
+    nkernels: usize,
+    out: *mut *mut hexrpc_batch,
+) -> hexrpc_status {
+    run(|| {
+        if out.is_null() {
+            return Err(Failure::null("out"));
+        }
+        if kernels.is_null() {
+            return Err(Failure::null("kernels"));
+        }
+        if nkernels > hexrpc_runtime::launch::MAX_BATCH_KERNELS {
+            return Err(Failure::invalid(
+                "batch",
+                format!("{nkernels} kernels: a table holds 1..={}", hexrpc_runtime::launch::MAX_BATCH_KERNELS),
+            ));
+        }
+        // SAFETY: non-null and valid for `nkernels` reads (the caller's contract).
+        let ptrs = unsafe { std::slice::from_raw_parts(kernels, nkernels) };
+        let mut sigs = Vec::with_capacity(nkernels);
+        for &p in ptrs {
+            // SAFETY: each is NULL or NUL-terminated (the caller's contract).
+            sigs.push(unsafe { str_arg(p, "kernels[i]") }?);
+        }
+        let kernel = table::kernel(handle_value(library))?;
+        let b = batch::BatchObj::new(kernel, &sigs)?;
+        let h = table::insert(Obj::Batch(Arc::new(b)))?;
+        // SAFETY: `out` is non-null and valid for one write (the caller's contract).
+        unsafe { write_out(out, handle_ptr(h), "out") }
+    })
+}
+
+/// Appends a launch of kernel `kernel` of the table on `nviews` views and `nscalars` scalars
+/// (checked as `hexrpc_launch` checks them, and against the batch's capacity with the records
+/// already there: a batch that could not run is refused now, `HEXRPC_ERR_REFUSED`); writes the
+/// record's index to `record` (may be NULL). Thread-safe.
+///
+/// # Safety
+/// `views`/`scalars` are NULL (with a 0 count) or valid for their counts; `record` is NULL or
+/// valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn hexrpc_batch_push(
+    batch: *mut hexrpc_batch,
+    kernel: u32,
+    views: *const hexrpc_view,
+    nviews: usize,
+    scalars: *const hexrpc_scalar,
+    nscalars: usize,
+    record: *mut usize,
+) -> hexrpc_status {
+    run(|| {
+        let b = table::batch(handle_value(batch))?;
+        // SAFETY: the caller's contract.
+        let views = unsafe { view_args(views, nviews) }?;
+        if scalars.is_null() && nscalars != 0 {
+            return Err(Failure::null("scalars"));
+        }
+        if nscalars > hexrpc_runtime::launch::Signature::MAX_PARAMS {
+            return Err(Failure::refused(format!("{nscalars} scalars: too many")));
+        }
+        let scalars: &[hexrpc_scalar] = if nscalars == 0 {
+            &[]
+        } else {
+            // SAFETY: non-null and valid for `nscalars` reads (the caller's contract).
+            unsafe { std::slice::from_raw_parts(scalars, nscalars) }
+        };
+        let sc = scalars.iter().enumerate().map(|(i, s)| scalar_arg(i, s)).collect::<Result<Vec<_>, _>>()?;
+        let r = b.push(kernel as usize, views, sc)?;
+        if !record.is_null() {
+            // SAFETY: the caller's contract.
+            unsafe { write_out(record, r, "record") }?;
+        }
+        Ok(())
+    })
+}
+
+/// Sets scalar `index` of record `record` to `value` (its kind must be the signature's), in
+/// place: the next run sends it. Thread-safe.
+#[no_mangle]
+pub extern "C" fn hexrpc_batch_set_scalar(batch: *mut hexrpc_batch, record: usize, index: usize, value: hexrpc_scalar) -> hexrpc_status {
+    run(|| {
+        let b = table::batch(handle_value(batch))?;
+        b.set_scalar(record, index, scalar_arg(index, &value)?)
+    })
+}
+
+/// Points buffer `index` of record `record` at `view`, in place (a graph whose input changed):
+/// checked as a push checks it; refused, leaving the record as it was, if the batch would exceed
+/// its distinct leases. Thread-safe.
+#[no_mangle]
+pub extern "C" fn hexrpc_batch_set_view(batch: *mut hexrpc_batch, record: usize, index: usize, view: hexrpc_view) -> hexrpc_status {
+    run(|| {
+        let b = table::batch(handle_value(batch))?;
+        // SAFETY: one view read from a local.
+        let mut v = unsafe { view_args(&view, 1) }?;
+        let Some(v) = v.pop() else { return Err(Failure::other("batch", "view lookup")) };
+        b.set_view(record, index, v)
+    })
+}
+
+/// Runs every record in order in one FastRPC call; writes the DSP microseconds summed over the
+/// kernels to `dsp_us` (may be NULL). `deadline_ms` as for `hexrpc_launch` (0: none). A kernel that
+/// reports a failure stops the batch (`HEXRPC_ERR_FAILED`, naming the record). Runs the records
+/// as they are when it is called; pushes and changes from other threads apply from the next
+/// run. Thread-safe.
+///
+/// # Safety
+/// `dsp_us` is NULL or valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn hexrpc_batch_run(batch: *mut hexrpc_batch, deadline_ms: u32, dsp_us: *mut u64) -> hexrpc_status {
+    run(|| {
+        let b = table::batch(handle_value(batch))?;
+        let deadline = (deadline_ms != 0).then(|| Duration::from_millis(u64::from(deadline_ms)));
+        let us = b.run(deadline)?;
+        if !dsp_us.is_null() {
+            // SAFETY: the caller's contract.
+            unsafe { write_out(dsp_us, us, "dsp_us") }?;
+        }
+        Ok(())
+    })
+}
+
+/// Frees a batch (its records and the leases only it kept alive). Thread-safe; a freed handle
+/// is `HEXRPC_ERR_HANDLE` afterwards.
+#[no_mangle]
+pub extern "C" fn hexrpc_batch_free(batch: *mut hexrpc_batch) -> hexrpc_status {
+    run(|| {
+        drop(table::remove(handle_value(batch), |o| matches!(o, Obj::Batch(_)), "batch")?);
+        Ok(())
+    })
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@
 
 use std::sync::{Arc, RwLock};
 
+use crate::batch::BatchObj;
 use crate::error::Failure;
 use crate::objects::{KernelObj, LeaseObj, SessionObj};
 
@@ -18,6 +19,8 @@ pub enum Obj {
     Lease(Arc<LeaseObj>),
     /// A library with its kernel's signature.
     Kernel(Arc<KernelObj>),
+    /// A batch of launches of a library's kernel table.
+    Batch(Arc<BatchObj>),
 }
 
 struct Entry<T> {
@@ -143,6 +146,22 @@ pub fn lease(h: u64) -> Result<Arc<LeaseObj>, Failure> {
     }
 }
 
+/// The batch named by `h`.
+pub fn batch(h: u64) -> Result<Arc<BatchObj>, Failure> {
+    match read().get(h) {
+        Some(Obj::Batch(b)) => Ok(b.clone()),
+        _ => Err(Failure::handle("batch")),
+    }
+}
+
+/// The library named by `h`.
+pub fn kernel(h: u64) -> Result<Arc<KernelObj>, Failure> {
+    match read().get(h) {
+        Some(Obj::Kernel(k)) => Ok(k.clone()),
+        _ => Err(Failure::handle("library")),
+    }
+}
+
 /// The library named by `h`, and the leases named by `leases` (one lock for all of them). A lease
 /// named several times is looked up once: `index[i]` is where view `i`'s lease is in the list.
 #[allow(clippy::type_complexity)]
@@ -195,6 +214,7 @@ pub fn remove(h: u64, is_kind: fn(&Obj) -> bool, what: &'static str) -> Result<V
         Obj::Session(s) => t.remove_all(|o| match o {
             Obj::Lease(l) => Arc::ptr_eq(l.session(), s),
             Obj::Kernel(k) => Arc::ptr_eq(k.session(), s),
+            Obj::Batch(b) => Arc::ptr_eq(b.kernel().session(), s),
             Obj::Session(_) => false,
         }),
         _ => Vec::new(),
@@ -202,9 +222,10 @@ pub fn remove(h: u64, is_kind: fn(&Obj) -> bool, what: &'static str) -> Result<V
     removed.push(taken);
     drop(t);
     removed.sort_by_key(|o| match o {
-        Obj::Kernel(_) => 0,
-        Obj::Lease(_) => 1,
-        Obj::Session(_) => 2,
+        Obj::Batch(_) => 0,
+        Obj::Kernel(_) => 1,
+        Obj::Lease(_) => 2,
+        Obj::Session(_) => 3,
     });
     Ok(removed)
 }

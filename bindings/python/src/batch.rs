@@ -29,11 +29,10 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use hexrpc::batch::{self as shared, BatchRecord as Resolved};
 use hexrpc::objects::{KernelObj, LeaseObj};
 use hexrpc::Failure;
-use hexrpc_hal::BufferView;
-use hexrpc_runtime::launch::{Batch as RtBatch, BatchRefusal, BufferRef, Scalar, Signature, MAX_BATCH_KERNELS, MAX_BATCH_LEASES};
-use hexrpc_runtime::KernelLibrary;
+use hexrpc_runtime::launch::{Scalar, Signature, MAX_BATCH_LEASES};
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 
@@ -44,13 +43,6 @@ use crate::{closed, lock, py_err, scalar, Lease, LeaseCell, Library, View};
 struct Record {
     kernel: usize,
     views: Vec<(Arc<LeaseCell>, usize, usize)>,
-    scalars: Vec<Scalar>,
-}
-
-/// A record as one run sends it: the open leases it names.
-struct Resolved {
-    kernel: usize,
-    views: Vec<(Arc<LeaseObj>, usize, usize)>,
     scalars: Vec<Scalar>,
 }
 
@@ -95,28 +87,6 @@ pub struct Batch {
     records: Mutex<Vec<Record>>,
 }
 
-/// Packs `records` into a runtime batch over `kernels` and hands it to `f`.
-fn with_packed<R>(
-    kernels: &[Signature],
-    records: &[Resolved],
-    f: impl FnOnce(&mut RtBatch<'_>) -> Result<R, Failure>,
-) -> Result<R, Failure> {
-    let mut views: Vec<BufferView<'_>> = Vec::new();
-    for r in records {
-        for (lease, off, len) in &r.views {
-            views.push(lease.view(*off, *len)?);
-        }
-    }
-    let mut batch = RtBatch::new(kernels).map_err(Failure::runtime)?;
-    let mut at = 0;
-    for r in records {
-        let refs: Vec<BufferRef<'_>> = views[at..at + r.views.len()].iter().map(BufferRef::of).collect();
-        at += r.views.len();
-        batch.push(r.kernel, &refs, &r.scalars).map_err(Failure::runtime)?;
-    }
-    f(&mut batch)
-}
-
 /// A record's view entry from a `View` or a whole `Lease` (argument `n`), whose lease is open
 /// and belongs to the session of `kobj`.
 fn view_entry(item: &Bound<'_, PyAny>, n: usize, kobj: &KernelObj) -> PyResult<(Arc<LeaseCell>, usize, usize, Arc<LeaseObj>)> {
@@ -137,25 +107,6 @@ fn view_entry(item: &Bound<'_, PyAny>, n: usize, kobj: &KernelObj) -> PyResult<(
     Ok((cell, off, len, lease))
 }
 
-/// Distinct leases `records` name, with view `index` of record `at` replaced by `with`; stops
-/// counting past `MAX_BATCH_LEASES`.
-fn distinct_leases(records: &[Record], at: usize, index: usize, with: &Arc<LeaseCell>) -> usize {
-    let mut seen: Vec<*const LeaseCell> = Vec::with_capacity(MAX_BATCH_LEASES + 1);
-    for (r, rec) in records.iter().enumerate() {
-        for (i, (cell, _, _)) in rec.views.iter().enumerate() {
-            let c = if r == at && i == index { with } else { cell };
-            let p = Arc::as_ptr(c);
-            if !seen.contains(&p) {
-                seen.push(p);
-                if seen.len() > MAX_BATCH_LEASES {
-                    return seen.len();
-                }
-            }
-        }
-    }
-    seen.len()
-}
-
 fn kernel_of(cell: &crate::KernelCell) -> PyResult<Arc<KernelObj>> {
     lock(cell).clone().ok_or_else(|| closed("library"))
 }
@@ -167,19 +118,7 @@ impl Batch {
     #[new]
     fn new(library: &Library, kernels: Vec<String>) -> PyResult<Batch> {
         let kobj = kernel_of(&library.cell)?;
-        if kernels.is_empty() || kernels.len() > MAX_BATCH_KERNELS {
-            return Err(py_err(Failure::invalid("batch", format!("{} kernels: a table holds 1..={MAX_BATCH_KERNELS}", kernels.len()))));
-        }
-        let mut sigs = Vec::with_capacity(kernels.len());
-        for (i, s) in kernels.iter().enumerate() {
-            sigs.push(Signature::parse(s).map_err(|e| py_err(Failure::invalid("batch", format!("kernel {i}: signature {s:?}: {e}"))))?);
-        }
-        if sigs[0] != *kobj.kernel().signature() {
-            return Err(py_err(Failure::invalid(
-                "batch",
-                format!("kernel 0 is {:?} but the library was opened for {:?}", kernels[0], kobj.kernel().signature().to_string()),
-            )));
-        }
+        let sigs = shared::parse_kernels(&kobj, &kernels).map_err(py_err)?;
         Ok(Batch { cell: library.cell.clone(), kernels: sigs, records: Mutex::new(Vec::new()) })
     }
 
@@ -215,7 +154,7 @@ impl Batch {
         let record = Record { kernel, views: vs, scalars: sc };
         let mut all = resolve(&lock(&self.records).clone())?;
         all.push(Resolved { kernel, views: opened, scalars: record.scalars.clone() });
-        with_packed(&self.kernels, &all, |_| Ok(())).map_err(py_err)?;
+        shared::with_packed(&self.kernels, &all, |_| Ok(())).map_err(py_err)?;
         let mut records = lock(&self.records);
         records.push(record);
         Ok(records.len() - 1)
@@ -254,8 +193,9 @@ impl Batch {
             Some(n) if index >= n => return Err(py_err(Failure::refused(format!("record {record} has no buffer {index} (it has {n})")))),
             Some(_) => {}
         }
-        if distinct_leases(&records, record, index, &cell) > MAX_BATCH_LEASES {
-            return Err(py_err(Failure::runtime(BatchRefusal::TooManyLeases { capacity: MAX_BATCH_LEASES }.into())));
+        let ptrs = records.iter().map(|r| r.views.iter().map(|v| Arc::as_ptr(&v.0)));
+        if shared::distinct_leases(ptrs, record, index, Arc::as_ptr(&cell)) > MAX_BATCH_LEASES {
+            return Err(py_err(shared::too_many_leases()));
         }
         records[record].views[index] = (cell, off, len);
         Ok(())
@@ -277,26 +217,7 @@ impl Batch {
         let recs = resolve(&snapshot)?;
         let deadline = deadline_ms.map(|ms| Duration::from_millis(u64::from(ms)));
         let kernels = &self.kernels;
-        let recs: &[Resolved] = &recs;
-        py.detach(|| {
-            with_packed(kernels, recs, |batch| {
-                if batch.is_empty() {
-                    return Err(Failure::runtime(BatchRefusal::Empty.into()));
-                }
-                let lib = kobj.kernel().library();
-                {
-                    let mut args = batch.invoke_args().map_err(|e| Failure::refused(format!("{e:?}")))?;
-                    match deadline {
-                        Some(t) => lib.invoke_args_with_deadline(&mut args, t),
-                        None => lib.invoke_args(&mut args),
-                    }
-                    .map_err(Failure::hal)?;
-                }
-                batch.outcome().map(|run| run.dsp_micros).map_err(Failure::runtime)
-            })
-        })
-        .map_err(py_err)
-        .inspect(|_| crate::logs::flush(py))
+        py.detach(|| shared::run(&kobj, kernels, &recs, deadline)).map_err(py_err).inspect(|_| crate::logs::flush(py))
     }
 
     /// Number of records.

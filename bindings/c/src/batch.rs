@@ -1,0 +1,219 @@
+//! Batches for the bindings: many launches of one library's kernel table in one FastRPC call
+//! (the runtime's [`Batch`](hexrpc_runtime::launch::Batch), launch ABI method 3), shared by the C
+//! ABI (`hexrpc_batch_*`, [`BatchObj`]) and the Python package (`hexrpc.Batch`, which keeps its
+//! own records and runs them with [`run`]).
+//!
+//! Records hold their leases ([`Arc<LeaseObj>`]); every run packs them into the runtime's
+//! fixed-capacity batch (leases deduplicated, every field checked as a single v2 launch is) and
+//! makes one `FASTRPC_IOCTL_INVOKE_ATTRS`. A push or a change is checked against the batch's
+//! capacity at once, so a batch that cannot run is refused when it is built.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use hexrpc_hal::BufferView;
+use hexrpc_runtime::launch::{Batch, BatchRefusal, BufferRef, Scalar, Signature, MAX_BATCH_KERNELS, MAX_BATCH_LEASES};
+use hexrpc_runtime::KernelLibrary;
+
+use crate::error::Failure;
+use crate::objects::{KernelObj, LeaseObj};
+
+/// One launch of a batch: kernel index, views (lease, offset, length), scalars.
+#[derive(Clone)]
+pub struct BatchRecord {
+    /// Index in the kernel table.
+    pub kernel: usize,
+    /// The buffers.
+    pub views: Vec<(Arc<LeaseObj>, usize, usize)>,
+    /// The scalars, typed per the kernel's signature.
+    pub scalars: Vec<Scalar>,
+}
+
+/// The table's signatures, checked against the library (`kernels[0]` is the signature it was
+/// opened with; 1..=`MAX_BATCH_KERNELS` of them, each parsing).
+pub fn parse_kernels<S: AsRef<str>>(kobj: &KernelObj, kernels: &[S]) -> Result<Vec<Signature>, Failure> {
+    if kernels.is_empty() || kernels.len() > MAX_BATCH_KERNELS {
+        return Err(Failure::invalid("batch", format!("{} kernels: a table holds 1..={MAX_BATCH_KERNELS}", kernels.len())));
+    }
+    let mut sigs = Vec::with_capacity(kernels.len());
+    for (i, s) in kernels.iter().enumerate() {
+        let s = s.as_ref();
+        sigs.push(Signature::parse(s).map_err(|e| Failure::invalid("batch", format!("kernel {i}: signature {s:?}: {e}")))?);
+    }
+    if sigs[0] != *kobj.kernel().signature() {
+        return Err(Failure::invalid(
+            "batch",
+            format!("kernel 0 is {:?} but the library was opened for {:?}", kernels[0].as_ref(), kobj.kernel().signature().to_string()),
+        ));
+    }
+    Ok(sigs)
+}
+
+/// Packs `records` into a runtime batch over `kernels` and hands it to `f`.
+pub fn with_packed<R>(
+    kernels: &[Signature],
+    records: &[BatchRecord],
+    f: impl FnOnce(&mut Batch<'_>) -> Result<R, Failure>,
+) -> Result<R, Failure> {
+    let mut views: Vec<BufferView<'_>> = Vec::new();
+    for r in records {
+        for (lease, off, len) in &r.views {
+            views.push(lease.view(*off, *len)?);
+        }
+    }
+    let mut batch = Batch::new(kernels).map_err(Failure::runtime)?;
+    let mut at = 0;
+    for r in records {
+        let refs: Vec<BufferRef<'_>> = views[at..at + r.views.len()].iter().map(BufferRef::of).collect();
+        at += r.views.len();
+        batch.push(r.kernel, &refs, &r.scalars).map_err(Failure::runtime)?;
+    }
+    f(&mut batch)
+}
+
+/// Runs `records` on `kobj` in one FastRPC call; returns the DSP microseconds summed over the
+/// kernels. A kernel that reports a failure stops the batch (the error names the record).
+pub fn run(kobj: &KernelObj, kernels: &[Signature], records: &[BatchRecord], deadline: Option<Duration>) -> Result<u64, Failure> {
+    with_packed(kernels, records, |batch| {
+        if batch.is_empty() {
+            return Err(Failure::runtime(BatchRefusal::Empty.into()));
+        }
+        let lib = kobj.kernel().library();
+        {
+            let mut args = batch.invoke_args().map_err(|e| Failure::refused(format!("{e:?}")))?;
+            match deadline {
+                Some(t) => lib.invoke_args_with_deadline(&mut args, t),
+                None => lib.invoke_args(&mut args),
+            }
+            .map_err(Failure::hal)?;
+        }
+        batch.outcome().map(|run| run.dsp_micros).map_err(Failure::runtime)
+    })
+}
+
+/// Distinct leases `records` name (by identity), with view `index` of record `at` replaced by
+/// `with`; stops counting past `MAX_BATCH_LEASES`.
+pub fn distinct_leases<T, R, I>(records: R, at: usize, index: usize, with: *const T) -> usize
+where
+    R: IntoIterator<Item = I>,
+    I: IntoIterator<Item = *const T>,
+{
+    let mut seen: heapless::Vec<*const T, { MAX_BATCH_LEASES + 1 }> = heapless::Vec::new();
+    for (r, rec) in records.into_iter().enumerate() {
+        for (i, p) in rec.into_iter().enumerate() {
+            let p = if r == at && i == index { with } else { p };
+            if !seen.contains(&p) {
+                if seen.push(p).is_err() {
+                    return MAX_BATCH_LEASES + 1;
+                }
+                if seen.len() > MAX_BATCH_LEASES {
+                    return seen.len();
+                }
+            }
+        }
+    }
+    seen.len()
+}
+
+/// The refusal of a change that would bring a batch beyond its distinct leases.
+pub fn too_many_leases() -> Failure {
+    Failure::runtime(BatchRefusal::TooManyLeases { capacity: MAX_BATCH_LEASES }.into())
+}
+
+/// A batch of the C ABI: its library, the table's signatures and the records.
+pub struct BatchObj {
+    kernel: Arc<KernelObj>,
+    kernels: Vec<Signature>,
+    records: Mutex<Vec<BatchRecord>>,
+}
+
+impl BatchObj {
+    /// A batch on `kernel` (a library built for a kernel table) whose table has `kernels`.
+    pub fn new<S: AsRef<str>>(kernel: Arc<KernelObj>, kernels: &[S]) -> Result<BatchObj, Failure> {
+        let kernels = parse_kernels(&kernel, kernels)?;
+        Ok(BatchObj { kernel, kernels, records: Mutex::new(Vec::new()) })
+    }
+
+    /// The library the batch runs on.
+    pub fn kernel(&self) -> &Arc<KernelObj> {
+        &self.kernel
+    }
+
+    fn records(&self) -> MutexGuard<'_, Vec<BatchRecord>> {
+        self.records.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn check_session(&self, views: &[(Arc<LeaseObj>, usize, usize)]) -> Result<(), Failure> {
+        for (n, (lease, _, _)) in views.iter().enumerate() {
+            if !Arc::ptr_eq(lease.session(), self.kernel.session()) {
+                return Err(Failure::invalid("launch-pack", format!("buffer {n}: its lease belongs to another session")));
+            }
+        }
+        Ok(())
+    }
+
+    /// Appends a launch of kernel `kernel`; returns its record index. Checked against the
+    /// kernel's signature and the batch's capacity with the records already there.
+    pub fn push(&self, kernel: usize, views: Vec<(Arc<LeaseObj>, usize, usize)>, scalars: Vec<Scalar>) -> Result<usize, Failure> {
+        if kernel >= self.kernels.len() {
+            return Err(Failure::refused(format!("kernel {kernel} is not in the table of {}", self.kernels.len())));
+        }
+        self.check_session(&views)?;
+        let mut records = self.records();
+        records.push(BatchRecord { kernel, views, scalars });
+        if let Err(e) = with_packed(&self.kernels, &records, |_| Ok(())) {
+            records.pop();
+            return Err(e);
+        }
+        Ok(records.len() - 1)
+    }
+
+    /// Sets scalar `index` of record `record` (its type must be the signature's).
+    pub fn set_scalar(&self, record: usize, index: usize, value: Scalar) -> Result<(), Failure> {
+        let mut records = self.records();
+        let r = records.get_mut(record).ok_or_else(|| Failure::refused(format!("no record {record}")))?;
+        let ty = self.kernels[r.kernel]
+            .scalar_types()
+            .nth(index)
+            .ok_or_else(|| Failure::refused(format!("record {record} has no scalar {index}")))?;
+        if value.ty() != ty {
+            return Err(Failure::refused(format!("record {record} scalar {index} is {ty}, not {}", value.ty())));
+        }
+        r.scalars[index] = value;
+        Ok(())
+    }
+
+    /// Replaces buffer `index` of record `record` with `view`, checked as a push checks it;
+    /// refused (record unchanged) if the batch would exceed its distinct leases.
+    pub fn set_view(&self, record: usize, index: usize, view: (Arc<LeaseObj>, usize, usize)) -> Result<(), Failure> {
+        self.check_session(std::slice::from_ref(&view))?;
+        view.0.view(view.1, view.2)?;
+        let mut records = self.records();
+        let n = records.get(record).map(|r| r.views.len()).ok_or_else(|| Failure::refused(format!("no record {record}")))?;
+        if index >= n {
+            return Err(Failure::refused(format!("record {record} has no buffer {index} (it has {n})")));
+        }
+        let ptrs = records.iter().map(|r| r.views.iter().map(|v| Arc::as_ptr(&v.0)));
+        if distinct_leases(ptrs, record, index, Arc::as_ptr(&view.0)) > MAX_BATCH_LEASES {
+            return Err(too_many_leases());
+        }
+        records[record].views[index] = view;
+        Ok(())
+    }
+
+    /// Runs the records as they are now in one call (the records' lock is not held during it).
+    pub fn run(&self, deadline: Option<Duration>) -> Result<u64, Failure> {
+        let snapshot = self.records().clone();
+        run(&self.kernel, &self.kernels, &snapshot, deadline)
+    }
+
+    /// Number of records.
+    pub fn len(&self) -> usize {
+        self.records().len()
+    }
+
+    /// True without records.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
