@@ -852,6 +852,27 @@ fn run_launches_a_build_lib_library_on_the_bench() {
         assert_eq!(nodsp.status.code(), Some(1));
         assert!(stderr_of(&nodsp).contains("add --bench"), "{}", stderr_of(&nodsp));
     }
+    if !std::path::Path::new("/dev/ion").exists() {
+        // --device on a machine without the nodes: the failure names the node and the next step.
+        let nodev = hexrpc(&[
+            "run",
+            lib_s,
+            "--signature",
+            "buf,buf,buf,u32",
+            "--device",
+            "--arg",
+            &arg_a,
+            "--arg",
+            &arg_b,
+            "--arg",
+            &arg_o,
+            "--arg",
+            "64",
+        ]);
+        assert_eq!(nodev.status.code(), Some(1));
+        let err = stderr_of(&nodev);
+        assert!(err.contains("/dev/ion does not exist") && err.contains("hexrpc probe") && !err.contains("HalError"), "{err}");
+    }
     // --bench without the executor's tools names the missing one.
     let no_tools = Command::new(env!("CARGO_BIN_EXE_hexrpc"))
         .args(with(&common, &["--arg", &arg_a, "--arg", &arg_b, "--arg", &arg_o, "--arg", "64"]))

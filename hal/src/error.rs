@@ -340,3 +340,48 @@ mod tests {
         assert_eq!(Refusal::new(1, b"").reason(), "");
     }
 }
+
+/// What a failure to start a session means on `board` and what to do next: the node that could
+/// not be opened and the step that usually fixes it, for every front end (the `hexrpc` tool, the
+/// C ABI, Python, tinygrad) to print after the error. `Display` writes nothing for failures that
+/// are not about opening the board's nodes.
+///
+/// ```
+/// # use hexrpc_hal::{HalError, Stage, Cause, OpenAdvice};
+/// # use hexrpc_drivers::Errno;
+/// let e = HalError { stage: Stage::HeapOpen, cause: Cause::Os(Errno::ENOENT) };
+/// let text = OpenAdvice { error: &e, board: &hexrpc_bsp::COMMA_THREE }.to_string();
+/// assert!(text.contains("/dev/ion") && text.contains("hexrpc probe"));
+/// ```
+pub struct OpenAdvice<'a> {
+    /// The failure.
+    pub error: &'a HalError,
+    /// The board the session was started for.
+    pub board: &'a hexrpc_bsp::Board,
+}
+
+impl fmt::Display for OpenAdvice<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let node = match self.error.stage {
+            Stage::HeapOpen => self.board.ion_path,
+            Stage::ChannelOpen => self.board.rpc_path,
+            _ => return Ok(()),
+        };
+        let node = node.to_str().unwrap_or("?");
+        match self.error.cause {
+            Cause::Os(Errno::ENOENT) => write!(
+                f,
+                "{node} does not exist: this is not a {} kernel with its DSP drivers (another board? `hexrpc probe` names it; \
+                 a machine without a DSP runs on the bench: `hexrpc selftest --bench`, HEXRPC_BENCH=1, Session.bench())",
+                self.board.name
+            ),
+            Cause::Os(Errno::EACCES) | Cause::Os(Errno::EPERM) => write!(
+                f,
+                "{node} exists but this process may not open it: run as a member of the node's group (`ls -l {node}`; \
+                 AGNOS: the `comma` user is in `gpu`), and check SELinux (`dmesg | grep avc`); `hexrpc probe` shows both"
+            ),
+            Cause::Os(_) => write!(f, "opening {node} failed: see `dmesg | grep -i -e adsprpc -e fastrpc -e ion` and `hexrpc probe`"),
+            _ => Ok(()),
+        }
+    }
+}

@@ -108,7 +108,7 @@ pub mod internal {
 }
 
 pub use call::{Call, HandleArg};
-pub use error::{Cause, ErrorKind, HalError, Refusal, ShellSearch, Stage, REFUSAL_TEXT};
+pub use error::{Cause, ErrorKind, HalError, OpenAdvice, Refusal, ShellSearch, Stage, REFUSAL_TEXT};
 pub use fd::OwnedFd;
 pub use hexrpc_drivers::adsprpc::ArgsError;
 pub use image::LibraryImage;

@@ -446,10 +446,12 @@ fn report(plan: &Plan, mode: Mode, m: &Measured) -> String {
 fn bench_launch(plan: &Plan, image: &'static [u8], inputs: &[Option<Vec<u8>>]) -> Result<Measured, Failure> {
     hexrpc_bench::executor::tools_available()
         .map_err(|e| refused(format!("--bench needs the Hexagon executor (clang-19, ld.lld-19, qemu-hexagon): {e}")))?;
-    let bench = hexrpc_bench::Bench::new();
+    // The executor's per-call limit from HEXRPC_BENCH_CALL_LIMIT_MS, refused if malformed.
+    let config = hexrpc_bench::BenchConfig::from_env().map_err(|e| usage(e.to_string()))?;
+    let bench = hexrpc_bench::Bench::with_config(config);
     let policy = FilePolicy::for_board(bench.board()).map_err(|e| refused(format!("bench file policy: {e:?}")))?;
     let served = ServedSession::start(bench, &hexrpc_bsp::DeviceAccess::for_bench(), policy)
-        .map_err(|e| refused(format!("starting the bench session: {e:?}")))?;
+        .map_err(|e| refused(format!("starting the bench session: {e}")))?;
     launch(&served, plan, image, inputs)
 }
 
@@ -518,8 +520,11 @@ fn execute(plan: Plan) -> Result<String, Failure> {
             let policy = FilePolicy::for_board(board).map_err(|e| refused(format!("file policy of {}: {e:?}", board.name)))?;
             // The one place this command decides to touch the device.
             let access = hexrpc_bsp::DeviceAccess::for_device(board);
-            let served = ServedSession::start(hexrpc_drivers::RustixSys, &access, policy)
-                .map_err(|e| refused(format!("starting the DSP session: {e:?}")))?;
+            let served = ServedSession::start(hexrpc_drivers::RustixSys, &access, policy).map_err(|e| {
+                // The node that could not be opened and the next step, as `probe` says them.
+                let advice = e.hal().map(|h| format!(": {}", hexrpc_hal::OpenAdvice { error: &h, board })).unwrap_or_default();
+                refused(format!("starting the DSP session: {e}{advice}"))
+            })?;
             launch(&served, &plan, image, &inputs)
         }
     })();

@@ -305,6 +305,7 @@ int main(int argc, char **argv) {
   if (access("/dev/ion", F_OK) != 0) { /* no device here: the failure names the stage */
     EXPECT(hexrpc_session_open("comma-three", &s), HEXRPC_ERR_UNAVAILABLE);
     CHECK(strcmp(hexrpc_last_error_stage(), "heap-open") == 0, "stage %s", hexrpc_last_error_stage());
+    CHECK(strstr(hexrpc_last_error_message(), "/dev/ion does not exist") != NULL, "names the node: %s", hexrpc_last_error_message());
   }
   OK(hexrpc_session_open_bench(0, &s));
   scale_launches(s);

@@ -35,7 +35,15 @@ impl SessionObj {
 
     fn start(seam: Seam, access: DeviceAccess) -> Result<SessionObj, Failure> {
         let policy = FilePolicy::for_board(access.board()).map_err(|e| Failure::invalid("session-start", format!("file policy: {e}")))?;
-        let served = ServedSession::start(seam, &access, policy)?;
+        let served = ServedSession::start(seam, &access, policy).map_err(|e| {
+            // A node that could not be opened: say which and what to do next.
+            let advice = e.hal().map(|h| hexrpc_hal::OpenAdvice { error: &h, board: access.board() }.to_string()).unwrap_or_default();
+            let mut f = Failure::from(e);
+            if !advice.is_empty() {
+                f.cause = format!("{}: {advice}", f.cause);
+            }
+            f
+        })?;
         Ok(SessionObj { served })
     }
 

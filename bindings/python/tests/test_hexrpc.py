@@ -193,6 +193,8 @@ def test_device_session_names_the_missing_node():
     with pytest.raises(hexrpc.Unavailable) as e:
         hexrpc.Session.open(board="comma-three")
     assert e.value.stage == "heap-open" and e.value.status == "unavailable"
+    # It names the node and the next step.
+    assert "/dev/ion does not exist" in str(e.value) and "hexrpc probe" in str(e.value), e.value
 
 
 def test_executor_relu_at_offsets():
