@@ -319,28 +319,6 @@ impl core::error::Error for HalError {}
 
 const _: () = assert!(core::mem::size_of::<HalError>() <= 128, "HalError stays small enough to return by value");
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn refusal_keeps_the_reason_bounded_and_printable() {
-        let code = (aee::DSP_AEE_EOFFSET + aee::AEE_ENOSUCHSYMBOL as u32) as i32;
-        let r = Refusal::new(code, b"lib-3: unresolved symbol frobnicate\0garbage");
-        assert_eq!(r.code(), aee::AEE_ENOSUCHSYMBOL);
-        assert_eq!(r.reason(), "lib-3: unresolved symbol frobnicate");
-        let e = HalError::new(Stage::LibraryOpen, Cause::Refused(r));
-        let mut text = heapless::String::<256>::new();
-        core::fmt::Write::write_fmt(&mut text, format_args!("{e}")).unwrap();
-        assert!(text.contains("AEE_ENOSUCHSYMBOL") && text.contains("frobnicate"), "{text}");
-        assert_eq!(e.kind(), ErrorKind::Remote);
-        let long = [b'x'; 400];
-        assert_eq!(Refusal::new(1, &long).reason().len(), REFUSAL_TEXT);
-        assert_eq!(Refusal::new(1, b"a\nb\xff").reason(), "a?b");
-        assert_eq!(Refusal::new(1, b"").reason(), "");
-    }
-}
-
 /// What a failure to start a session means on `board` and what to do next: the node that could
 /// not be opened and the step that usually fixes it, for every front end (the `hexrpc` tool, the
 /// C ABI, Python, tinygrad) to print after the error. `Display` writes nothing for failures that
@@ -383,5 +361,27 @@ impl fmt::Display for OpenAdvice<'_> {
             Cause::Os(_) => write!(f, "opening {node} failed: see `dmesg | grep -i -e adsprpc -e fastrpc -e ion` and `hexrpc probe`"),
             _ => Ok(()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusal_keeps_the_reason_bounded_and_printable() {
+        let code = (aee::DSP_AEE_EOFFSET + aee::AEE_ENOSUCHSYMBOL as u32) as i32;
+        let r = Refusal::new(code, b"lib-3: unresolved symbol frobnicate\0garbage");
+        assert_eq!(r.code(), aee::AEE_ENOSUCHSYMBOL);
+        assert_eq!(r.reason(), "lib-3: unresolved symbol frobnicate");
+        let e = HalError::new(Stage::LibraryOpen, Cause::Refused(r));
+        let mut text = heapless::String::<256>::new();
+        core::fmt::Write::write_fmt(&mut text, format_args!("{e}")).unwrap();
+        assert!(text.contains("AEE_ENOSUCHSYMBOL") && text.contains("frobnicate"), "{text}");
+        assert_eq!(e.kind(), ErrorKind::Remote);
+        let long = [b'x'; 400];
+        assert_eq!(Refusal::new(1, &long).reason().len(), REFUSAL_TEXT);
+        assert_eq!(Refusal::new(1, b"a\nb\xff").reason(), "a?b");
+        assert_eq!(Refusal::new(1, b"").reason(), "");
     }
 }
