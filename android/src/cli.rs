@@ -200,8 +200,8 @@ pub fn parse(args: Vec<std::ffi::OsString>) -> Result<(i32, Command), Usage> {
             Command::BuildLib(bl)
         }
         "run" => {
-            if ra.library.is_none() || ra.signature.is_none() {
-                return Err(Usage("run needs LIBRARY.so and --signature SIG (try 'hexrpc run --help')".into()));
+            if ra.library.is_none() {
+                return Err(Usage("run needs LIBRARY.so (try 'hexrpc run --help')".into()));
             }
             Command::Run(ra)
         }

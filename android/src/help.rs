@@ -190,14 +190,15 @@ pub const RUN_HELP: &str = "\
 hexrpc run - launch a library on the device or on the bench
 
 USAGE:
-    hexrpc run LIBRARY.so --signature SIG [--abi v1|v2] [--bench | --device]
+    hexrpc run LIBRARY.so [--signature SIG] [--abi v1|v2] [--bench | --device]
                [--arg SPEC]... [--repeat N] [--deadline-ms MS] [--json]
                [--capture DIR]
 
 Opens LIBRARY.so on the DSP (served through the reverse file service), launches
 its entry N times with one --arg per parameter of SIG, in order, and writes the
-output buffers. The library's build record (from build-lib) must agree with
---signature and --abi; libraries built elsewhere are taken as described.
+output buffers. A library from build-lib carries its signature and ABI in its
+build record: without --signature (and --abi) they come from there, and given
+ones must agree with it; a library built elsewhere needs --signature.
 
 ARGUMENTS:
     buf parameter   comma-separated key=value: in=FILE (initial contents),
@@ -210,9 +211,11 @@ ARGUMENTS:
     scalar          the literal value (23, -1.5), parsed by the signature's type
 
 OPTIONS:
-    --signature SIG   The kernel's parameters, as for build-lib (required)
-    --abi v1|v2       The launch ABI of the library's entry (default v2); v1 with a
-                      non-zero offset is refused before anything is sent
+    --signature SIG   The kernel's parameters, as for build-lib (default: from the
+                      library's build record; required without one)
+    --abi v1|v2       The launch ABI of the library's entry (default: the build
+                      record's, else v2); v1 with a non-zero offset is refused
+                      before anything is sent
     --bench           Run on the bench: the library runs under qemu-hexagon
                       (needs clang-19, ld.lld-19 and qemu-hexagon)
     --device          Run on the device (the default when /dev/adsprpc-smd exists)

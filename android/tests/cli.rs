@@ -818,6 +818,19 @@ fn run_launches_a_build_lib_library_on_the_bench() {
     let got: Vec<f32> = std::fs::read(&fo).unwrap().chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
     assert_eq!(got, a.iter().zip(&b).map(|(x, y)| x + y).collect::<Vec<_>>());
 
+    // Without --signature: the build record gives the signature and the ABI.
+    std::fs::remove_file(&fo).unwrap();
+    let recorded = hexrpc(&["run", lib_s, "--bench", "--arg", &arg_a, "--arg", &arg_b, "--arg", &arg_o, "--arg", "64", "--json"]);
+    assert_eq!(recorded.status.code(), Some(0), "{}", stderr_of(&recorded));
+    let got: Vec<f32> = std::fs::read(&fo).unwrap().chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
+    assert_eq!(got, a.iter().zip(&b).map(|(x, y)| x + y).collect::<Vec<_>>());
+    // A file without a build record needs --signature (exit 2, saying so).
+    let foreign = dir.join("foreign.so");
+    std::fs::write(&foreign, b"\x7fELF not a library").unwrap();
+    let no_record = hexrpc(&["run", foreign.to_str().unwrap(), "--bench", "--arg", "64"]);
+    assert_ne!(no_record.status.code(), Some(0), "{}", stderr_of(&no_record));
+    assert!(stderr_of(&no_record).contains("foreign.so"), "{}", stderr_of(&no_record));
+
     // The text report says what the figures are.
     let text = hexrpc(&with(&common, &["--arg", &arg_a, "--arg", &arg_b, "--arg", &arg_o, "--arg", "64", "--deadline-ms", "20000"]));
     assert_eq!(text.status.code(), Some(0), "{}", stderr_of(&text));

@@ -1,7 +1,7 @@
 //! `hexrpc run`: launch any library on the device or on the bench.
 //!
 //! ```text
-//! hexrpc run LIBRARY.so --signature SIG [--abi v1|v2] [--bench | --device] [--arg SPEC]...
+//! hexrpc run LIBRARY.so [--signature SIG] [--abi v1|v2] [--bench | --device] [--arg SPEC]...
 //!            [--repeat N] [--deadline-ms MS] [--json]
 //! ```
 //!
@@ -171,10 +171,15 @@ fn parse_scalar(i: usize, t: ScalarType, v: &str) -> Result<Scalar, Failure> {
 
 fn check(a: RunArgs) -> Result<Plan, Failure> {
     let library = a.library.ok_or_else(|| usage("run needs LIBRARY.so (try 'hexrpc run --help')"))?;
-    let sig_text = a.signature.ok_or_else(|| usage("run needs --signature SIG"))?;
+    let (sig_text, recorded_abi) = match a.signature {
+        Some(s) => (s, None),
+        // No --signature: the library's build record gives it (and the ABI, unless --abi does).
+        None => recorded(&library)?,
+    };
     let sig = Signature::parse(&sig_text).map_err(|e| usage(format!("--signature {sig_text:?}: {e}")))?;
     let abi = match a.abi.as_deref() {
-        None | Some("v2") => AbiVersion::V2,
+        None => recorded_abi.unwrap_or(AbiVersion::V2),
+        Some("v2") => AbiVersion::V2,
         Some("v1") => AbiVersion::V1,
         Some(other) => return Err(usage(format!("--abi {other:?}: use v1 or v2"))),
     };
@@ -209,6 +214,21 @@ fn check(a: RunArgs) -> Result<Plan, Failure> {
     // The tap lives as long as the service, which needs it for 'static: one per process.
     let tap = a.capture.as_ref().map(|_| &*Box::leak(Box::<crate::capture::Recorder>::default()));
     Ok(Plan { library, sig, abi, mode: a.mode, args, repeat, deadline, json: a.json, capture: a.capture, tap })
+}
+
+/// The signature and ABI of `library`'s build record (its first kernel), for a run without
+/// `--signature`; a library without a record (built elsewhere) needs `--signature`.
+fn recorded(library: &Path) -> Result<(String, Option<AbiVersion>), Failure> {
+    let image = read_bounded(library, crate::io::MAX_LIBRARY_FILE, "library")?;
+    let shown = crate::io::escape(&library.to_string_lossy());
+    match LibraryRecord::find(&image) {
+        Ok(Some(rec)) => {
+            log::info!("{shown}: signature {} and ABI {} from its build record", rec.signature(), abi_name(rec.abi()));
+            Ok((rec.signature().to_string(), Some(rec.abi())))
+        }
+        Ok(None) => Err(usage(format!("{shown} carries no hexrpc build record (built elsewhere): pass --signature SIG"))),
+        Err(e) => Err(refused(format!("{shown}: {e}"))),
+    }
 }
 
 /// Refuses an `out=` file that is the library, an `in=` file or another `out=` file (however
