@@ -313,8 +313,8 @@ USAGE:
 
 Writes a tar archive holding:
     probe.json      `hexrpc probe --json` on this machine
-    selftest.json   `hexrpc selftest --json` (device when /dev/adsprpc-smd exists,
-                    else the bench, as its \"platform\" says)
+    selftest.json   `hexrpc selftest --device --json` on this machine (never the
+                    bench: without the DSP nodes its checks fail, naming them)
     kernel.txt      /proc/version
     dmesg.txt       kernel log lines about adsprpc, fastrpc, ION, the CDSP, SMMU and
                     SELinux denials (from /dev/kmsg; says so when unreadable)
