@@ -121,7 +121,18 @@ pub fn parse(args: Vec<std::ffi::OsString>) -> Result<(i32, Command), Usage> {
     let mut probe_bench = false;
     let mut seam_bench = false;
     let mut ra = RunArgs::default();
+    // --bench and --device name where a command runs: giving both is a mistake, not "the last wins".
+    let mut place: Option<&'static str> = None;
     while let Some(arg) = p.next()? {
+        if let Long(flag @ ("bench" | "device")) = arg {
+            if matches!(command.as_str(), "capture" | "probe" | "run" | "selftest") {
+                let flag: &'static str = if flag == "bench" { "bench" } else { "device" };
+                if place.is_some_and(|prev| prev != flag) {
+                    return Err(Usage(format!("--bench and --device exclude each other (try 'hexrpc {command} --help')")));
+                }
+                place = Some(flag);
+            }
+        }
         match arg {
             Short('h') | Long("help") => return Ok((verbosity, Command::Help(Some(command)))),
             Short('v') | Long("verbose") => verbosity += 1,

@@ -42,7 +42,11 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    logging::init(logging::level(verbosity, std::env::var("HEXRPC_LOG").ok().as_deref()));
+    let env_level = std::env::var("HEXRPC_LOG").ok();
+    logging::init(logging::level(verbosity, env_level.as_deref()));
+    if let Some(bad) = env_level.as_deref().filter(|v| logging::parse_level(v).is_none()) {
+        log::warn!("HEXRPC_LOG={bad:?} is not a level (off, error, warn, info, debug, trace); using the default");
+    }
     match command {
         Command::Help(topic) => match cli::help(topic.as_deref()) {
             Ok(text) => io::print(text),

@@ -1264,3 +1264,39 @@ fn run_on_the_bench_confines_the_library_and_refuses_forged_answers() {
     assert!(stderr_of(&forged).contains("DSP"), "{}", stderr_of(&forged));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Like [`hexrpc`], with one environment variable set.
+fn hexrpc_env(args: &[&str], key: &str, value: &str) -> std::process::Output {
+    let bin = env!("CARGO_BIN_EXE_hexrpc");
+    let direct = Command::new(bin).args(args).env(key, value).output();
+    if cfg!(target_arch = "aarch64") && exec_failed(&direct) {
+        return Command::new("qemu-aarch64").args(["-L", "/usr/aarch64-linux-gnu", bin]).args(args).env(key, value).output().unwrap();
+    }
+    direct.unwrap()
+}
+
+/// Flags and exit codes agree across commands: --bench with --device is a usage error (not
+/// "the last wins"), a --library that cannot be read exits 2 everywhere (never a silent fall-back
+/// to the bench's model), and an HEXRPC_LOG that is not a level is said.
+#[test]
+fn flags_and_exit_codes_are_consistent() {
+    for cmd in [vec!["selftest", "--bench", "--device"], vec!["probe", "--device", "--bench"], vec!["run", "x.so", "--bench", "--device"]] {
+        let o = hexrpc(&cmd);
+        assert_eq!(o.status.code(), Some(2), "{cmd:?}: {}", stderr_of(&o));
+        assert!(stderr_of(&o).contains("--bench and --device exclude each other"), "{cmd:?}: {}", stderr_of(&o));
+    }
+    for cmd in [
+        vec!["selftest", "--bench", "--library", "/nonexistent/lib.so"],
+        vec!["probe", "--bench", "--library", "/nonexistent/lib.so"],
+        vec!["report", "--library", "/nonexistent/lib.so", "-o", "-"],
+    ] {
+        let o = hexrpc(&cmd);
+        assert_eq!(o.status.code(), Some(2), "{cmd:?}: {}", stderr_of(&o));
+        assert!(stderr_of(&o).contains("/nonexistent/lib.so"), "{cmd:?}: {}", stderr_of(&o));
+    }
+    let o = hexrpc_env(&["abi"], "HEXRPC_LOG", "verbose");
+    assert_eq!(o.status.code(), Some(0));
+    assert!(stderr_of(&o).contains("HEXRPC_LOG=\"verbose\" is not a level"), "{}", stderr_of(&o));
+    let o = hexrpc_env(&["abi"], "HEXRPC_LOG", "debug");
+    assert!(!stderr_of(&o).contains("is not a level"), "{}", stderr_of(&o));
+}

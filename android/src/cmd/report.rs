@@ -16,6 +16,12 @@ pub fn report(output: Option<std::path::PathBuf>, board: Option<String>, library
             return ExitCode::from(2);
         }
     };
+    if let Some(p) = library.as_deref() {
+        if let Err(e) = crate::io::read_bounded(p, crate::io::MAX_LIBRARY_FILE) {
+            crate::io::error(&format!("--library {}: {e}", crate::io::escape(&p.to_string_lossy())));
+            return ExitCode::from(2);
+        }
+    }
     let mut progress = crate::progress::Progress::new();
     progress.step("probe");
     let access = hexrpc_bsp::DeviceAccess::for_device(b);

@@ -58,6 +58,14 @@ pub fn selftest(
             }
         }
     };
+    // A --library that cannot be read is the caller's mistake (exit 2, as probe and run say),
+    // never a silent fall-back to the bench's model.
+    if let Some(p) = library.as_deref() {
+        if let Err(e) = crate::io::read_bounded(p, crate::io::MAX_LIBRARY_FILE) {
+            crate::io::error(&format!("--library {}: {e}", crate::io::escape(&p.to_string_lossy())));
+            return ExitCode::from(2);
+        }
+    }
     let library = match (platform, seam_bench, library.as_deref()) {
         // On the bench the built library is used only when given; otherwise the checks fall
         // back to the scripted model of the same kernel.
