@@ -9,7 +9,7 @@ USAGE:
 
 COMMANDS:
     probe       Health check of the device: nodes, ION, shell, channel, DSP process, listener
-    selftest    Run the acceptance report (on the bench when no DSP is present)
+    selftest    Run the acceptance report (desk builds: on the bench when no DSP is present)
     bench       Measure launch overhead, crossings and allocations per launch, and the
                 reverse file service's throughput
     abi         Print the kernel ABI (structs, ioctl numbers, constants) of this build
@@ -77,12 +77,13 @@ OPTIONS:
                       default) or bench-upstream (dma-heap + upstream fastrpc)
     --library FILE    The device test library (default: /usr/lib/hexrpc/ or
                       /vendor/etc/hexrpc/libhexrpc_selftest.so)
-    --json            Print {\"platform\": \"bench\"|\"device\", \"checks\": [{\"name\",
+    --json            Print {\"platform\": \"bench\"|\"device\", \"board\", \"checks\": [{\"name\",
                       \"stage\", \"status\": \"pass\"|\"fail\"|\"skip\", \"figure\", \"detail\"}]}
     -h, --help        Print this help
 
 Without --bench or --device, the device is used when /dev/adsprpc-smd exists,
-the bench otherwise; the first line of the report says which.
+the bench otherwise (device packages have no bench: there it is always the
+device); the first line of the report says which.
 
 EXIT STATUS: 0 when no check failed, 1 when one failed, 2 on usage errors.
 ";

@@ -8,7 +8,7 @@
 
 use std::ffi::CStr;
 
-use hexrpc_bsp::{Board, DeviceAccess};
+use hexrpc_bsp::{Board, DeviceAccess, KernelAbi};
 use hexrpc_drivers::{elf, Errno, FileStat, OpenFlags, Syscalls};
 use hexrpc_hal::{Cause, HalError, HeapOpened};
 
@@ -136,21 +136,31 @@ struct NodeFacts {
     stat: Option<FileStat>,
 }
 
-fn node<S: Syscalls>(sys: &S, host: Host, path: &CStr, what: &str, steps: &mut Vec<Step>, name: &'static str) -> NodeFacts {
+fn node<S: Syscalls>(sys: &S, host: Host, abi: KernelAbi, path: &CStr, what: &str, steps: &mut Vec<Step>, name: &'static str) -> NodeFacts {
     let p = path.to_string_lossy();
     let st = match sys.stat(path, true) {
         Ok(st) => st,
         Err(Errno::ENOENT) => {
-            let upstream = ["/dev/fastrpc-cdsp", "/dev/fastrpc-cdsp-secure", "/dev/fastrpc-adsp"]
-                .iter()
-                .find(|n| host == Host::Real && std::path::Path::new(n).exists());
-            let hint = match upstream {
-                Some(n) => format!(
-                    "{n} exists: this kernel runs the upstream fastrpc driver (dma-heap buffers), which hexrpc does not support yet \
-                     (only the downstream msm ABI); {BENCH_HINT}"
+            // The other driver family's node, if this kernel has it: then the board is wrong.
+            let other: &[&str] = match abi {
+                KernelAbi::DownstreamMsm => &["/dev/fastrpc-cdsp", "/dev/fastrpc-cdsp-secure", "/dev/fastrpc-adsp"],
+                KernelAbi::Upstream => &["/dev/adsprpc-smd"],
+            };
+            let found = other.iter().find(|n| host == Host::Real && std::path::Path::new(n).exists());
+            let hint = match (found, abi) {
+                (Some(n), KernelAbi::DownstreamMsm) => format!(
+                    "{n} exists: this kernel runs the upstream fastrpc driver (dma-heap buffers): pass --board upstream \
+                     (or qcom-rb5); {BENCH_HINT}"
                 ),
-                None => format!(
+                (Some(n), KernelAbi::Upstream) => {
+                    format!("{n} exists: this kernel runs the downstream msm adsprpc/ION drivers: pass --board comma-three or msm-android")
+                }
+                (None, KernelAbi::DownstreamMsm) => format!(
                     "this kernel does not expose {p}: it is not a Snapdragon kernel with the downstream adsprpc/ION drivers; {BENCH_HINT}"
+                ),
+                (None, KernelAbi::Upstream) => format!(
+                    "this kernel does not expose {p}: it is not a kernel with the upstream fastrpc driver and the system dma-heap \
+                     (CONFIG_QCOM_FASTRPC, CONFIG_DMABUF_HEAPS_SYSTEM); {BENCH_HINT}"
                 ),
             };
             push(steps, name, Err((format!("missing {p} ({what})"), hint)));
@@ -318,8 +328,8 @@ pub fn run<S: Syscalls + Clone + Send + Sync + 'static>(
         hexrpc_bsp::Allocator::Ion49 => "the ION allocator",
         hexrpc_bsp::Allocator::DmaHeap => "the dma-buf heap",
     };
-    let ion = node(&sys, host, board.ion_path, alloc_what, &mut steps, "ion-node");
-    let rpc = node(&sys, host, board.rpc_path, "the FastRPC driver", &mut steps, "rpc-node");
+    let ion = node(&sys, host, board.abi, board.ion_path, alloc_what, &mut steps, "ion-node");
+    let rpc = node(&sys, host, board.abi, board.rpc_path, "the FastRPC driver", &mut steps, "rpc-node");
     groups(host, &[&ion, &rpc], &mut steps);
     selinux(host, &mut steps);
     shell_file(&sys, board, &mut steps);

@@ -370,13 +370,16 @@ fn executor() -> Vec<Check> {
 }
 
 /// The `--json` document.
-pub fn to_json(platform: Platform, checks: &[Check]) -> String {
+pub fn to_json(platform: Platform, device_board: Option<&str>, checks: &[Check]) -> String {
     let mut out = String::new();
     let mut top = json::Object::new(&mut out);
     top.str("platform", platform.name());
     #[cfg(feature = "bench")]
     if platform == Platform::Bench {
         top.str("board", crate::checks::board().name);
+    }
+    if let (Platform::Device, Some(b)) = (platform, device_board) {
+        top.str("board", b);
     }
     top.raw("checks", |o| {
         o.push('[');

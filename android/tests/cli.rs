@@ -300,6 +300,7 @@ fn selftest_device_without_nodes_fails_and_names_them() {
     assert_eq!(json.status.code(), Some(1));
     let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
     assert_eq!(v["platform"], "device");
+    assert_eq!(v["board"], "comma-three", "the device report names its board");
     assert!(v["checks"].as_array().unwrap().iter().all(|c| c["status"] != "pass" || c["stage"] == "parameter layout"), "{v}");
 }
 
@@ -555,6 +556,15 @@ fn probe_device_names_the_missing_node() {
     assert!(ion.starts_with("FAIL") && ion.contains("missing /dev/ion"), "{text}");
     assert!(text.lines().any(|l| l.contains("what to do:")), "{text}");
     assert!(text.lines().last().unwrap().starts_with("probe: ") && text.lines().last().unwrap().contains("failed"), "summary line: {text}");
+    // An upstream board's hints speak of the upstream driver and dma-heap, not of downstream ION.
+    if !std::path::Path::new("/dev/fastrpc-cdsp").exists() {
+        let out = hexrpc(&["probe", "--device", "--board", "qcom-rb5"]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        let hints: Vec<&str> = text.lines().filter(|l| l.contains("what to do:")).collect();
+        assert!(!hints.is_empty(), "{text}");
+        assert!(hints.iter().all(|h| !h.contains("downstream")), "{text}");
+        assert!(hints.iter().filter(|h| h.contains("upstream fastrpc driver")).count() >= 2, "{text}");
+    }
 }
 
 /// Runs the binary with a time limit: a hang (a FIFO read) is a failure, not a stuck test.

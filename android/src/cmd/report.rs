@@ -41,7 +41,7 @@ pub fn report(output: Option<std::path::PathBuf>, board: Option<String>, library
     progress.step("kernel log");
     let members = [
         ("hexrpc-report/probe.json", probe::to_json(&probe_report).into_bytes()),
-        ("hexrpc-report/selftest.json", selftest::to_json(platform, &checks).into_bytes()),
+        ("hexrpc-report/selftest.json", selftest::to_json(platform, Some(b.name), &checks).into_bytes()),
         ("hexrpc-report/kernel.txt", std::fs::read("/proc/version").unwrap_or_else(|e| format!("/proc/version: {e}\n").into_bytes())),
         ("hexrpc-report/dmesg.txt", report::dmesg_lines().into_bytes()),
         ("hexrpc-report/versions.txt", report::versions().into_bytes()),

@@ -41,6 +41,7 @@ pub fn selftest(
             }
         }
     }
+    let mut device_board = None;
     let (seam, header) = if seam_bench || platform == Platform::Bench {
         #[cfg(not(feature = "bench"))]
         unreachable!("refused above");
@@ -51,7 +52,10 @@ pub fn selftest(
         )
     } else {
         match super::device_board(board.as_deref()) {
-            Ok((b, source)) => (selftest::DeviceSeam::Real(b, source), format!(" (board {})", b.name)),
+            Ok((b, source)) => {
+                device_board = Some(b.name);
+                (selftest::DeviceSeam::Real(b, source), format!(" (board {})", b.name))
+            }
             Err(Usage(msg)) => {
                 crate::io::error(&msg);
                 return ExitCode::from(2);
@@ -85,7 +89,11 @@ pub fn selftest(
     };
     log::set_max_level(level);
     let failed = checks.iter().any(|c| c.status == Status::Fail);
-    let code = crate::io::print(&if json { selftest::to_json(platform, &checks) } else { selftest::to_text(platform, &header, &checks) });
+    let code = crate::io::print(&if json {
+        selftest::to_json(platform, device_board, &checks)
+    } else {
+        selftest::to_text(platform, &header, &checks)
+    });
     if failed {
         ExitCode::from(1)
     } else {
