@@ -79,15 +79,47 @@ impl<E: std::fmt::Display> From<E> for Usage {
 pub enum Command {
     Help(Option<String>),
     Version,
-    Abi { json: bool },
-    Probe { json: bool, board: Option<String>, output: Option<std::path::PathBuf>, bench: bool, library: Option<std::path::PathBuf> },
+    Abi {
+        json: bool,
+    },
+    Probe {
+        json: bool,
+        board: Option<String>,
+        output: Option<std::path::PathBuf>,
+        bench: bool,
+        seam_bench: bool,
+        library: Option<std::path::PathBuf>,
+        root: Option<std::path::PathBuf>,
+    },
     BuildLib(BuildLibArgs),
-    Replay { json: bool, policy: Option<std::path::PathBuf>, files: Vec<std::path::PathBuf> },
-    Bench { json: bool, long: bool },
-    Capture { dir: Option<std::path::PathBuf>, bench: bool, board: Option<String>, library: Option<std::path::PathBuf> },
-    Report { output: Option<std::path::PathBuf>, board: Option<String>, library: Option<std::path::PathBuf> },
+    Replay {
+        json: bool,
+        policy: Option<std::path::PathBuf>,
+        files: Vec<std::path::PathBuf>,
+    },
+    Bench {
+        json: bool,
+        long: bool,
+    },
+    Capture {
+        dir: Option<std::path::PathBuf>,
+        bench: bool,
+        board: Option<String>,
+        library: Option<std::path::PathBuf>,
+    },
+    Report {
+        output: Option<std::path::PathBuf>,
+        board: Option<String>,
+        library: Option<std::path::PathBuf>,
+    },
     Run(RunArgs),
-    Selftest { json: bool, platform: Option<Platform>, seam_bench: bool, board: Option<String>, library: Option<std::path::PathBuf> },
+    Selftest {
+        json: bool,
+        platform: Option<Platform>,
+        seam_bench: bool,
+        board: Option<String>,
+        library: Option<std::path::PathBuf>,
+    },
 }
 
 /// Parses the arguments after the program name: the verbosity (`-v` minus `-q`) and the command.
@@ -120,6 +152,7 @@ pub fn parse(args: Vec<std::ffi::OsString>) -> Result<(i32, Command), Usage> {
     let mut library = None;
     let mut probe_bench = false;
     let mut seam_bench = false;
+    let mut root: Option<std::path::PathBuf> = None;
     let mut ra = RunArgs::default();
     // --bench and --device name where a command runs: giving both is a mistake, not "the last wins".
     let mut place: Option<&'static str> = None;
@@ -147,7 +180,8 @@ pub fn parse(args: Vec<std::ffi::OsString>) -> Result<(i32, Command), Usage> {
             Long("bench") if command == "capture" => probe_bench = true,
             Long("device") if command == "capture" => probe_bench = false,
             Short('o') | Long("output") if command == "report" => output = Some(p.value()?.into()),
-            Long("seam") if command == "selftest" => match p.value()?.string()?.as_str() {
+            Long("root") if command == "probe" => root = Some(p.value()?.into()),
+            Long("seam") if matches!(command.as_str(), "selftest" | "probe") => match p.value()?.string()?.as_str() {
                 "bench" => seam_bench = true,
                 other => return Err(Usage(format!("--seam {other:?}: the only test seam is 'bench'"))),
             },
@@ -184,7 +218,14 @@ pub fn parse(args: Vec<std::ffi::OsString>) -> Result<(i32, Command), Usage> {
     let cmd = match command.as_str() {
         "help" => Command::Help(topic),
         "abi" => Command::Abi { json },
-        "probe" => Command::Probe { json, board, output, bench: probe_bench, library },
+        "probe" => {
+            if seam_bench && probe_bench {
+                return Err(Usage(
+                    "--seam bench goes with the device probe (it substitutes the bench for the device nodes), not --bench".into(),
+                ));
+            }
+            Command::Probe { json, board, output, bench: probe_bench, seam_bench, library, root }
+        }
         "bench" => Command::Bench { json, long },
         "reverse-replay" => {
             if files.is_empty() {

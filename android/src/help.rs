@@ -92,8 +92,8 @@ pub const PROBE_HELP: &str = "\
 hexrpc probe - step-by-step health check of the DSP prerequisites
 
 USAGE:
-    hexrpc probe [--device | --bench] [--board NAME] [--library LIB.so] [--json]
-                 [--output FILE]
+    hexrpc probe [--device [--seam bench] | --bench] [--board NAME]
+                 [--library LIB.so] [--root DIR] [--json] [--output FILE]
 
 Checks every prerequisite, even after one failed, and says what to do about
 each failure:
@@ -114,8 +114,10 @@ then the session chain as far as it can go:
     channel       GETINFO on the compute DSP channel (SMMU flag), CONTROL kalloc
     process       creating the user process on the DSP (INIT)
     listener      registering the reverse-RPC listener (handle 3)
-    library       loading a library through the reverse file service (with
-                  --library; on the bench a built-in test library)
+    library       loading a library through the reverse file service: --library,
+                  else the shipped device test library (installed by the .deb
+                  at /usr/lib/hexrpc/, by the vendor module at /vendor/etc/hexrpc/;
+                  the boot check uses it); on the bench a built-in test library
 and ends with a summary line. Everything acquired is released before it exits.
 
 OPTIONS:
@@ -126,6 +128,11 @@ OPTIONS:
                     from the kernel's nodes); with --bench: bench (downstream
                     kernel, the default) or bench-upstream
     --library FILE  A Hexagon library (from `hexrpc build-lib`) for the library step
+                    (default: the shipped device test library, if installed)
+    --root DIR      Look for the installed device test library under DIR (an image
+                    root, as `dpkg --root` installs into) instead of /
+    --seam bench    Test seam for the device probe: the bench stands in for the
+                    nodes, and the library runs under qemu-hexagon (desk builds)
     --json          Print {\"board\", \"board_source\", \"steps\": [{\"name\", \"status\":
                     \"pass\"|\"fail\"|\"skip\", \"detail\", \"hint\"}], \"summary\"}
     --output FILE   Write the report to FILE instead of stdout: a new file in the

@@ -61,7 +61,9 @@ fn main() -> ExitCode {
         Command::Run(args) => cmd::run::run(args),
         Command::Bench { json, long } => cmd::bench::bench(json, long),
         Command::Replay { json, policy, files } => cmd::replay::replay(json, policy, &files),
-        Command::Probe { json, board, output, bench, library } => cmd::probe::probe(json, board, output, bench, library),
+        Command::Probe { json, board, output, bench, seam_bench, library, root } => {
+            cmd::probe::probe(cmd::probe::ProbeArgs { json, board, output, bench, seam_bench, library, root })
+        }
         Command::Selftest { json, platform, seam_bench, board, library } => {
             cmd::selftest::selftest(json, platform, seam_bench, board, library)
         }

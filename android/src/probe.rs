@@ -349,7 +349,10 @@ pub fn run<S: Syscalls + Clone + Send + Sync + 'static>(
             } else if let Some(failed) = chain_failed {
                 format!("not run: needs {failed}, which failed")
             } else {
-                "not run: pass --library LIB.so (a library built with `hexrpc build-lib`) to load one".to_string()
+                format!(
+                    "not run: no device test library (installed at {}) and no --library LIB.so (a library built with `hexrpc build-lib`)",
+                    crate::device::INSTALLED.join(" or ")
+                )
             };
             steps.push(Step { name, status: Status::Skip, detail, hint: String::new() });
         }

@@ -1310,3 +1310,43 @@ fn flags_and_exit_codes_are_consistent() {
     let o = hexrpc_env(&["abi"], "HEXRPC_LOG", "debug");
     assert!(!stderr_of(&o).contains("is not a level"), "{}", stderr_of(&o));
 }
+
+/// `hexrpc probe` with its default arguments on an installed root loads the shipped device test
+/// library in its library step (through the bench seam: the bench stands in for the nodes and
+/// the library runs under qemu-hexagon); with nothing installed the step says where it looked.
+#[test]
+fn probe_loads_the_shipped_device_test_library_by_default() {
+    let have_tools = ["clang-19", "ld.lld-19", "qemu-hexagon"].iter().all(|t| Command::new(t).arg("--version").output().is_ok());
+    if !have_tools || !cfg!(target_arch = "x86_64") {
+        eprintln!("SKIPPED: the Hexagon executor is not runnable here");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("hexrpc-cli-probe-root-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let lib_dir = dir.join("usr/lib/hexrpc");
+    std::fs::create_dir_all(&lib_dir).unwrap();
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/devicelib/hexrpc_selftest.c");
+    let so = lib_dir.join("libhexrpc_selftest.so");
+    let built =
+        hexrpc(&["build-lib", src, "--kernel", "hexrpc_selftest", "--signature", "buf,buf,u32,u32,u32", "-o", so.to_str().unwrap()]);
+    assert!(built.status.success(), "{built:?}");
+    let empty = dir.join("empty-root");
+    std::fs::create_dir_all(&empty).unwrap();
+
+    let installed = hexrpc(&["probe", "--seam", "bench", "--root", dir.to_str().unwrap(), "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&installed.stdout).unwrap_or_else(|e| panic!("{e}: {installed:?}"));
+    let step = |v: &serde_json::Value, name: &str| v["steps"].as_array().unwrap().iter().find(|s| s["name"] == name).cloned().unwrap();
+    let lib = step(&v, "library");
+    assert_eq!(lib["status"], "pass", "{v}");
+    assert!(lib["detail"].as_str().unwrap().contains("loaded"), "{lib}");
+    assert_eq!(installed.status.code(), Some(0), "{}", stderr_of(&installed));
+
+    let bare = hexrpc(&["probe", "--seam", "bench", "--root", empty.to_str().unwrap(), "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&bare.stdout).unwrap();
+    let lib = step(&v, "library");
+    assert_eq!(lib["status"], "skip", "{v}");
+    assert!(lib["detail"].as_str().unwrap().contains("/usr/lib/hexrpc/libhexrpc_selftest.so"), "{lib}");
+    // --seam bench is the device probe's seam, not the bench's.
+    assert_eq!(hexrpc(&["probe", "--bench", "--seam", "bench"]).status.code(), Some(2));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -65,14 +65,24 @@ pub fn bench_board(name: Option<&str>) -> Result<&'static hexrpc_bsp::Board, Usa
 
 /// The device test library: `--library`, else the first installed path that exists.
 pub fn device_library(path: Option<&std::path::Path>) -> LibraryChoice {
+    device_library_in(None, path)
+}
+
+/// [`device_library`] with the installed paths looked up under `root` (an image root, as
+/// `dpkg --root` installs into) when given.
+pub fn device_library_in(root: Option<&std::path::Path>, path: Option<&std::path::Path>) -> LibraryChoice {
+    let installed = |p: &str| match root {
+        Some(r) => r.join(p.trim_start_matches('/')),
+        None => std::path::PathBuf::from(p),
+    };
     let candidates: Vec<std::path::PathBuf> = match path {
         Some(p) => vec![p.to_path_buf()],
-        None => device::INSTALLED.iter().map(std::path::PathBuf::from).collect(),
+        None => device::INSTALLED.iter().map(|p| installed(p)).collect(),
     };
     let Some(found) = candidates.iter().find(|p| path.is_some() || p.exists()) else {
         return Err(format!(
             "device test library not found at {} (installed by the hexrpc .deb / vendor module; or pass --library, built with `hexrpc build-lib android/devicelib/hexrpc_selftest.c --kernel {} --signature {} -o libhexrpc_selftest.so`)",
-            device::INSTALLED.join(" or "),
+            candidates.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(" or "),
             device::KERNEL,
             device::SIGNATURE
         ));

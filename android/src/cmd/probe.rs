@@ -44,43 +44,105 @@ fn bench_probe(_: Option<&str>, _: Option<probe::ProbeLibrary>) -> Result<probe:
     Err(super::no_bench())
 }
 
+/// What `hexrpc probe` was asked.
+pub struct ProbeArgs {
+    /// `--json`.
+    pub json: bool,
+    /// `--board`.
+    pub board: Option<String>,
+    /// `--output`.
+    pub output: Option<std::path::PathBuf>,
+    /// `--bench`: probe the isolated bench.
+    pub bench: bool,
+    /// `--seam bench`: the device probe with the bench standing in for the nodes (a test seam).
+    pub seam_bench: bool,
+    /// `--library`.
+    pub library: Option<std::path::PathBuf>,
+    /// `--root`: where the installed device test library is looked for.
+    pub root: Option<std::path::PathBuf>,
+}
+
+/// The library the device probe loads: `--library`, else the shipped device test library
+/// (installed by the .deb or the vendor module), else none (the step says where it looked).
+fn device_probe_library(a: &ProbeArgs, given: Option<probe::ProbeLibrary>) -> Result<Option<probe::ProbeLibrary>, String> {
+    if given.is_some() {
+        return Ok(given);
+    }
+    match super::device_library_in(a.root.as_deref(), None) {
+        Ok(lib) => {
+            log::info!("library step: the shipped device test library {}", lib.origin);
+            Ok(Some(probe::ProbeLibrary { name: crate::device::NAME.into(), image: lib.image }))
+        }
+        Err(why) => {
+            log::info!("library step not run: {why}");
+            Ok(None)
+        }
+    }
+}
+
 /// Runs the probe on the device or the bench and writes its report.
-pub fn probe(
-    json: bool,
-    board: Option<String>,
-    output: Option<std::path::PathBuf>,
-    bench: bool,
-    library: Option<std::path::PathBuf>,
-) -> ExitCode {
-    let library = match library.map(|p| load_library(&p)).transpose() {
+pub fn probe(a: ProbeArgs) -> ExitCode {
+    let given = match a.library.as_deref().map(load_library).transpose() {
         Ok(l) => l,
         Err(msg) => {
             crate::io::error(&msg);
             return ExitCode::from(2);
         }
     };
-    let report = if bench {
-        match bench_probe(board.as_deref(), library) {
+    let report = if a.bench {
+        match bench_probe(a.board.as_deref(), given) {
             Ok(r) => r,
             Err(code) => return code,
         }
     } else {
-        let (board, source) = match super::device_board(board.as_deref()) {
-            Ok(b) => b,
-            Err(Usage(msg)) => {
+        let library = match device_probe_library(&a, given) {
+            Ok(l) => l,
+            Err(msg) => {
                 crate::io::error(&msg);
                 return ExitCode::from(2);
             }
         };
-        // The one place this program decides to touch the device.
-        let access = hexrpc_bsp::DeviceAccess::for_device(board);
-        probe::run(hexrpc_drivers::RustixSys, &access, source, probe::Host::Real, library.as_ref())
+        if a.seam_bench {
+            match seam_probe(library) {
+                Ok(r) => r,
+                Err(code) => return code,
+            }
+        } else {
+            let (board, source) = match super::device_board(a.board.as_deref()) {
+                Ok(b) => b,
+                Err(Usage(msg)) => {
+                    crate::io::error(&msg);
+                    return ExitCode::from(2);
+                }
+            };
+            // The one place this program decides to touch the device.
+            let access = hexrpc_bsp::DeviceAccess::for_device(board);
+            probe::run(hexrpc_drivers::RustixSys, &access, source, probe::Host::Real, library.as_ref())
+        }
     };
-    let text = if json { probe::to_json(&report) } else { probe::to_text(&report) };
-    let code = crate::io::emit(&output.map(crate::io::Output::from_arg).unwrap_or(crate::io::Output::Stdout), text.as_bytes());
+    let text = if a.json { probe::to_json(&report) } else { probe::to_text(&report) };
+    let code = crate::io::emit(&a.output.map(crate::io::Output::from_arg).unwrap_or(crate::io::Output::Stdout), text.as_bytes());
     if report.failed() {
         ExitCode::from(1)
     } else {
         code
     }
+}
+
+/// `probe --seam bench`: the device probe's steps, the bench standing in for the nodes; the
+/// library (the shipped or given device test library) runs as Hexagon code under the bench's
+/// executor.
+#[cfg(feature = "bench")]
+fn seam_probe(library: Option<probe::ProbeLibrary>) -> Result<probe::Report, ExitCode> {
+    let choice = match &library {
+        Some(l) => Ok(crate::device::DeviceLibrary { image: l.image, origin: l.name.clone() }),
+        None => Err("no device test library".to_string()),
+    };
+    let (target, _) = checks::bench_device_setup(choice);
+    Ok(probe::run((target.make)(), &target.access, probe::BoardSource::Bench, probe::Host::Bench, library.as_ref()))
+}
+
+#[cfg(not(feature = "bench"))]
+fn seam_probe(_: Option<probe::ProbeLibrary>) -> Result<probe::Report, ExitCode> {
+    Err(super::no_bench())
 }
