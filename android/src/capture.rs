@@ -12,6 +12,8 @@ use hexrpc_runtime::reverse::{Module, RequestTap};
 
 /// Most requests kept (later ones are counted, not kept).
 pub const MAX_RECORDS: usize = 10_000;
+/// Most library image bytes kept (images beyond are named in the log, not kept).
+pub const MAX_IMAGE_BYTES: usize = 128 << 20;
 
 /// One recorded request.
 #[derive(Debug)]
@@ -33,6 +35,8 @@ pub struct Record {
 pub struct Recorder {
     records: Mutex<Vec<Record>>,
     dropped: std::sync::atomic::AtomicU64,
+    /// The library images the DSP opened, by the name it opened (once each).
+    images: Mutex<Vec<(String, Vec<u8>)>>,
 }
 
 impl RequestTap for Recorder {
@@ -52,6 +56,27 @@ impl RequestTap for Recorder {
         }
         records.push(Record { bytes, module: name, handle, sc: sc.raw(), status });
     }
+
+    fn image_opened(&self, name: &[u8], image: &[u8]) {
+        let name = String::from_utf8_lossy(name).into_owned();
+        let mut images = self.images.lock().unwrap_or_else(|p| p.into_inner());
+        if images.iter().any(|(n, _)| *n == name) {
+            return;
+        }
+        let kept: usize = images.iter().map(|(_, b)| b.len()).sum();
+        if kept + image.len() > MAX_IMAGE_BYTES {
+            log::warn!("capture: library image {name:?} not kept ({} bytes beyond the {MAX_IMAGE_BYTES}-byte limit)", image.len());
+            return;
+        }
+        images.push((name, image.to_vec()));
+    }
+}
+
+/// The file name a captured image is written under: its name with anything but `[A-Za-z0-9._-]`
+/// replaced, never starting with a dot, prefixed by its index (unique).
+fn image_file(i: usize, name: &str) -> String {
+    let safe: String = name.chars().map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') { c } else { '_' }).collect();
+    format!("images/{:02}-{}", i + 1, safe.trim_start_matches('.'))
 }
 
 impl Recorder {
@@ -75,6 +100,21 @@ impl Recorder {
             o.end();
         }
         let dropped = self.dropped.load(std::sync::atomic::Ordering::Relaxed);
+        index.push_str("], \"images\": [");
+        let images = self.images.lock().unwrap_or_else(|p| p.into_inner());
+        if !images.is_empty() {
+            std::fs::create_dir(dir.join("images")).map_err(|e| format!("images/: {e}"))?;
+        }
+        for (i, (name, bytes)) in images.iter().enumerate() {
+            let file = image_file(i, name);
+            crate::io::write_atomic(&dir.join(&file), bytes).map_err(|e| format!("{file}: {e}"))?;
+            if i > 0 {
+                index.push_str(", ");
+            }
+            let mut o = crate::json::Object::new(&mut index);
+            o.str("name", name).str("file", &file);
+            o.end();
+        }
         index.push_str(&format!("], \"dropped\": {dropped}}}\n"));
         crate::io::write_atomic(&dir.join("index.json"), index.as_bytes()).map_err(|e| format!("index.json: {e}"))?;
         Ok((records.len(), dropped))

@@ -261,6 +261,11 @@ run. All files run in one service session, in order. Only regular files are read
 (a device, FIFO or directory is refused before reading), each at most 1 MiB +
 512 bytes; file names are printed with control characters escaped.
 
+Files from `hexrpc capture` (an index.json beside them): the library images the
+capture kept (DIR/images/) are served again, so the library fetches replay as
+recorded, and each status is compared with the one recorded; every difference
+is printed (\"differs from its capture\") and makes the exit status 1.
+
 REQUEST FILE FORMAT (little-endian):
     4 bytes   \"HXRQ\"
     u8        length of the module name, then that many bytes: apps_std, apps_mem,
@@ -274,13 +279,15 @@ POLICY FILE: lines of `dir /absolute/dir`, `max_request N`, `max_file_bytes N`,
 `max_handles N`, `max_map_bytes N`; `#` starts a comment.
 
 OPTIONS:
-    --json          Print {\"results\": [{\"file\", \"status\", \"reply_len\", \"error\"}]}
-                    (status null for a malformed file)
+    --json          Print {\"results\": [{\"file\", \"status\", \"reply_len\", \"error\"}],
+                    \"metrics\", \"differences_from_capture\"} (status null for a
+                    malformed file)
     --policy FILE   The file policy to apply instead of the board's default
     -h, --help      Print this help
 
-EXIT STATUS: 0 when every file was read, well-formed and answered; 1 when any
-file could not be used (missing, not a regular file, too large, malformed) or the
+EXIT STATUS: 0 when every file was read, well-formed and answered (and, for a
+capture, answered as recorded); 1 when any file could not be used (missing, not a
+regular file, too large, malformed), a status differs from its capture, or the
 service failed; 2 on usage errors (no files, unreadable or invalid policy).
 ";
 
@@ -296,8 +303,9 @@ service) and, for the device test library (the default), runs one launch that
 makes the library fopen a forbidden and an allowlisted path. Every request the
 DSP sent is written to DIR as NNNN-MODULE-mMETHOD.hxrq (the request file format
 of `hexrpc reverse-replay`), with DIR/index.json listing file, module, handle,
-scalars word and the status the service answered. Replay them on a desk with
-`hexrpc reverse-replay DIR/*.hxrq`.
+scalars word and the status the service answered, and the library images the
+service served from memory in DIR/images/ (so a replay serves the same bytes).
+Replay them on a desk with `hexrpc reverse-replay DIR/*.hxrq`.
 
 OPTIONS:
     --dir DIR       Where to write the files: a new directory (created) or an

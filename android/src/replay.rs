@@ -87,6 +87,78 @@ pub fn build_request_file(module: &str, handle: u32, sc: Scalars, payload: &[u8]
     Some(v)
 }
 
+/// The text after the next `"key"` and its colon (whitespace allowed around it), and where the
+/// key starts.
+fn value_of<'t>(text: &'t str, key: &str) -> Option<(usize, &'t str)> {
+    let quoted = format!("\"{key}\"");
+    let mut from = 0;
+    while let Some(at) = text[from..].find(&quoted) {
+        let start = from + at;
+        let rest = text[start + quoted.len()..].trim_start();
+        if let Some(v) = rest.strip_prefix(':') {
+            return Some((start, v.trim_start()));
+        }
+        from = start + quoted.len();
+    }
+    None
+}
+
+/// The string value right at the start of `v` (our own names: no escapes), and what follows it.
+fn string_at(v: &str) -> Option<(&str, &str)> {
+    let v = v.strip_prefix('"')?;
+    let end = v.find('"')?;
+    let s = &v[..end];
+    (!s.contains('\\')).then_some((s, &v[end + 1..]))
+}
+
+/// The library images a capture's `index.json` lists: (name the DSP opened, file relative to
+/// the capture directory). Empty for an index without images; `None` when malformed.
+pub fn recorded_images(index: &str) -> Option<Vec<(String, String)>> {
+    let Some((_, list)) = value_of(index, "images") else { return Some(Vec::new()) };
+    let list = &list[..list.find(']')?];
+    let mut out = Vec::new();
+    let mut rest = list;
+    while let Some((_, v)) = value_of(rest, "name") {
+        let (name, after) = string_at(v)?;
+        let (_, f) = value_of(after, "file")?;
+        let (file, after) = string_at(f)?;
+        // Only our own layout: images/NAME, no way out of the capture directory.
+        if !file.starts_with("images/") || file.contains("..") || file[7..].contains('/') {
+            return None;
+        }
+        out.push((name.to_string(), file.to_string()));
+        rest = after;
+    }
+    Some(out)
+}
+
+/// The statuses a capture's `index.json` (written by `hexrpc capture`) recorded, by request
+/// file name; `None` when the text is not such an index.
+pub fn recorded_statuses(index: &str) -> Option<Vec<(String, i32)>> {
+    let body = index.trim_start().strip_prefix('{')?;
+    // The requests only: the images list after them names files too.
+    let mut rest = match value_of(body, "images") {
+        Some((at, _)) => &body[..at],
+        None => body,
+    };
+    let mut out = Vec::new();
+    while let Some((_, v)) = value_of(rest, "file") {
+        let v = v.strip_prefix('"')?;
+        let end = v.find('"')?;
+        let name = v[..end].to_string();
+        let after = &v[end + 1..];
+        let (st_at, st) = value_of(after, "status")?;
+        // The status belongs to this entry: no other entry may start before it.
+        if value_of(&after[..st_at], "file").is_some() {
+            return None;
+        }
+        let len = st.find(|c: char| !(c == '-' || c.is_ascii_digit())).unwrap_or(st.len());
+        out.push((name, st[..len].parse().ok()?));
+        rest = &st[len..];
+    }
+    Some(out)
+}
+
 /// What replaying one file gave.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReplayResult {
@@ -260,19 +332,21 @@ pub fn results_json(results: &[(String, ReplayResult)]) -> String {
     out
 }
 
+/// The name of a reverse-RPC status: "ok" for 0, the AEE code's name, else "unknown".
+pub fn status_name(s: i32) -> &'static str {
+    if s == 0 {
+        "ok"
+    } else {
+        hexrpc_drivers::aee::name(s).unwrap_or("unknown")
+    }
+}
+
 /// One line per file: `FILE: status S (NAME), reply N bytes[: error]`.
 pub fn results_text(results: &[(String, ReplayResult)]) -> String {
     let mut out = String::new();
     for (file, r) in results {
         let _ = match r.status {
-            Some(s) => write!(
-                out,
-                "{}: status {} ({}), reply {} bytes",
-                file,
-                s,
-                if s == 0 { "ok" } else { hexrpc_drivers::aee::name(s).unwrap_or("unknown") },
-                r.reply_len
-            ),
+            Some(s) => write!(out, "{}: status {} ({}), reply {} bytes", file, s, status_name(s), r.reply_len),
             None => write!(out, "{file}: not sent"),
         };
         if let Some(e) = &r.error {
@@ -286,6 +360,32 @@ pub fn results_text(results: &[(String, ReplayResult)]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn capture_indexes_parse() {
+        let idx = "{\"requests\": [{\"file\": \"0001-apps_remotectl-m0.hxrq\", \"module\": \"apps_remotectl\", \"handle\": 0, \"sc\": 33685760, \"status\": 0}, \
+                   {\"file\": \"0002-apps_std-m3.hxrq\", \"module\": \"apps_std\", \"handle\": 5, \"sc\": 1, \"status\": -43}], \"dropped\": 0}\n";
+        assert_eq!(
+            recorded_statuses(idx),
+            Some(vec![("0001-apps_remotectl-m0.hxrq".to_string(), 0), ("0002-apps_std-m3.hxrq".to_string(), -43)])
+        );
+        assert_eq!(recorded_statuses("{\"requests\": [], \"dropped\": 0}"), Some(vec![]));
+        // As `hexrpc capture` writes it (no space after the colons).
+        assert_eq!(
+            recorded_statuses("{\"requests\": [{\"file\":\"0001-x.hxrq\",\"module\":\"apps_std\",\"status\":79}], \"dropped\": 0}"),
+            Some(vec![("0001-x.hxrq".to_string(), 79)])
+        );
+        assert_eq!(recorded_statuses("not json"), None);
+        // With the images a capture kept: the statuses are the requests'.
+        let with_images = "{\"requests\": [{\"file\":\"0001-x.hxrq\",\"status\":0}], \"images\": [{\"name\":\"lib-1.so\",\"file\":\"images/01-lib-1.so\"}], \"dropped\": 0}";
+        assert_eq!(recorded_statuses(with_images), Some(vec![("0001-x.hxrq".to_string(), 0)]));
+        assert_eq!(recorded_images(with_images), Some(vec![("lib-1.so".to_string(), "images/01-lib-1.so".to_string())]));
+        assert_eq!(recorded_images(idx), Some(vec![]));
+        assert_eq!(recorded_images("{\"images\": [{\"name\":\"a\",\"file\":\"../etc/passwd\"}]}"), None);
+        assert_eq!(recorded_images("{\"images\": [{\"name\":\"a\",\"file\":\"images/x/y\"}]}"), None);
+        assert_eq!(recorded_statuses("{\"requests\": [{\"file\": \"a\", \"file\": \"b\", \"status\": 1}]}"), None);
+        assert_eq!(recorded_statuses("{\"requests\": [{\"file\": \"a\", \"status\": x}]}"), None);
+    }
 
     #[test]
     fn request_files_parse_and_never_panic() {

@@ -692,6 +692,27 @@ fn capture_then_reverse_replay_round_trip() {
         }
     }
     assert_eq!(refusals, 1, "one forbidden fopen captured: {index}");
+    // The capture kept the library image its session served, so the replay reproduces it: every
+    // status as recorded (the library fetch included).
+    assert!(index["images"].as_array().is_some_and(|i| !i.is_empty()), "{index}");
+    assert_eq!(v["differences_from_capture"], 0, "{v}");
+    for (rec, rep) in recorded.iter().zip(replayed) {
+        assert_eq!(rec["status"], rep["status"], "{rec} -> {rep}");
+    }
+    // A replay that does not reproduce its capture says where and exits 1: the index altered to
+    // claim the forbidden fopen was served.
+    let text = std::fs::read_to_string(dir.join("index.json")).unwrap();
+    let altered = text.replacen("\"status\":43", "\"status\":0", 1);
+    assert_ne!(altered, text);
+    std::fs::write(dir.join("index.json"), altered).unwrap();
+    let out = hexrpc(&args);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr_of(&out));
+    assert!(
+        stderr_of(&out).contains("differs from its capture: recorded status 0 (ok), replayed 43 (AEE_ENOTALLOWED)"),
+        "{}",
+        stderr_of(&out)
+    );
+    std::fs::write(dir.join("index.json"), text).unwrap();
     // The library's last fopen (apps_std method 19) is the allowlisted one: served again. (FILE
     // handles are per session, with generations: a recorded fclose of one does not replay.)
     let (rec, rep) = recorded.iter().zip(replayed).rfind(|(r, _)| r["file"].as_str().unwrap().ends_with("-m19.hxrq")).unwrap();

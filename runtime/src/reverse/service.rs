@@ -141,6 +141,13 @@ pub trait RequestTap: Sync {
     /// `module` is the module the handle named (`None`: no such module), `handle`, `sc` and
     /// `payload` the request exactly as received, `status` the answer (0 or an AEE code).
     fn request(&self, module: Option<Module>, handle: u32, sc: Scalars, payload: &[u8], status: i32);
+
+    /// The DSP opened `name`, which the service serves from a registered library image `image`
+    /// (not from the host's files): a capture keeps it so a replay can serve the same bytes.
+    /// Called before the open's answer; the default does nothing.
+    fn image_opened(&self, name: &[u8], image: &[u8]) {
+        let _ = (name, image);
+    }
 }
 
 #[repr(C)]
@@ -540,7 +547,12 @@ impl<'img, S: Syscalls> ReverseService<'img, S> {
     }
 
     fn open_source(&self, name: &[u8]) -> Result<Source<'img>, RequestError> {
-        if let Some(bytes) = self.images.lock().find(name) {
+        // The table's lock is released before the tap runs.
+        let found = self.images.lock().find(name);
+        if let Some(bytes) = found {
+            if let Some(tap) = self.tap.get() {
+                tap.image_opened(name, &bytes);
+            }
             return Ok(Source::Image(bytes));
         }
         let (fd, st) = self.policy.open_host(&self.sys, name)?;
