@@ -1046,19 +1046,14 @@ fn the_device_test_library_builds_and_only_weak_imports_may_be_missing() {
 
 #[test]
 fn run_capture_records_the_library_fetch_and_reverse_replay_accepts_it() {
-    let have_tools = ["clang-19", "ld.lld-19", "qemu-hexagon"].iter().all(|t| Command::new(t).arg("--version").output().is_ok());
-    if !have_tools || !cfg!(target_arch = "x86_64") {
-        eprintln!("SKIPPED: the Hexagon executor is not runnable here");
+    if !executor_runnable() {
         return;
     }
     let dir = std::env::temp_dir().join(format!("hexrpc-cli-run-capture-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let so = dir.join("libhexrpc_selftest.so");
-    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/devicelib/hexrpc_selftest.c");
-    let built =
-        hexrpc(&["build-lib", src, "--kernel", "hexrpc_selftest", "--signature", "buf,buf,u32,u32,u32", "-o", so.to_str().unwrap()]);
-    assert!(built.status.success(), "{built:?}");
+    build_device_library(&so);
     let input = dir.join("in.bin");
     std::fs::write(&input, (0..64u8).collect::<Vec<_>>()).unwrap();
     let (out, cap) = (dir.join("out.bin"), dir.join("cap"));
@@ -1337,20 +1332,14 @@ fn flags_and_exit_codes_are_consistent() {
 /// the library runs under qemu-hexagon); with nothing installed the step says where it looked.
 #[test]
 fn probe_loads_the_shipped_device_test_library_by_default() {
-    let have_tools = ["clang-19", "ld.lld-19", "qemu-hexagon"].iter().all(|t| Command::new(t).arg("--version").output().is_ok());
-    if !have_tools || !cfg!(target_arch = "x86_64") {
-        eprintln!("SKIPPED: the Hexagon executor is not runnable here");
+    if !executor_runnable() {
         return;
     }
     let dir = std::env::temp_dir().join(format!("hexrpc-cli-probe-root-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let lib_dir = dir.join("usr/lib/hexrpc");
     std::fs::create_dir_all(&lib_dir).unwrap();
-    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/devicelib/hexrpc_selftest.c");
-    let so = lib_dir.join("libhexrpc_selftest.so");
-    let built =
-        hexrpc(&["build-lib", src, "--kernel", "hexrpc_selftest", "--signature", "buf,buf,u32,u32,u32", "-o", so.to_str().unwrap()]);
-    assert!(built.status.success(), "{built:?}");
+    build_device_library(&lib_dir.join("libhexrpc_selftest.so"));
     let empty = dir.join("empty-root");
     std::fs::create_dir_all(&empty).unwrap();
 
@@ -1370,4 +1359,22 @@ fn probe_loads_the_shipped_device_test_library_by_default() {
     // --seam bench is the device probe's seam, not the bench's.
     assert_eq!(hexrpc(&["probe", "--bench", "--seam", "bench"]).status.code(), Some(2));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// True when the Hexagon executor's tools run here (x86-64 desk); otherwise says SKIPPED.
+fn executor_runnable() -> bool {
+    let have_tools = ["clang-19", "ld.lld-19", "qemu-hexagon"].iter().all(|t| Command::new(t).arg("--version").output().is_ok());
+    let ok = have_tools && cfg!(target_arch = "x86_64");
+    if !ok {
+        eprintln!("SKIPPED: the Hexagon executor is not runnable here");
+    }
+    ok
+}
+
+/// Builds the device test library (android/devicelib) into `out` with `hexrpc build-lib`.
+fn build_device_library(out: &std::path::Path) {
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/devicelib/hexrpc_selftest.c");
+    let built =
+        hexrpc(&["build-lib", src, "--kernel", "hexrpc_selftest", "--signature", "buf,buf,u32,u32,u32", "-o", out.to_str().unwrap()]);
+    assert!(built.status.success(), "{built:?}");
 }

@@ -16,24 +16,13 @@ qemu-hexagon) or the ``hexrpc`` tool are missing.
 
 from __future__ import annotations
 
-import os
-import shutil
 
 import numpy as np
 import pytest
 
-# tinygrad's CPU device compiles with $CC (default `clang`, which Debian names clang-19).
-os.environ.setdefault("CC", "clang-19")
-os.environ.setdefault("HEXRPC_BENCH", "1")
+from tinygrad_bench import require_executor  # noqa: E402
 
-_missing = [t for t in ("clang-19", "ld.lld-19", "qemu-hexagon") if shutil.which(t) is None]
-_cli = os.environ.get("HEXRPC_CLI") or shutil.which("hexrpc")
-if _missing:
-    pytest.skip(f"the bench executor needs {', '.join(_missing)} (not found on PATH)", allow_module_level=True)
-if not _cli:
-    pytest.skip("the hexrpc tool was not found (set HEXRPC_CLI or put `hexrpc` on PATH)", allow_module_level=True)
-
-tinygrad = pytest.importorskip("tinygrad")
+tinygrad = require_executor()
 
 import hexrpc.tinygrad as hexrpc_tinygrad  # noqa: E402  (registers the device)
 from tinygrad import Device, Tensor, TinyJit, Variable, dtypes  # noqa: E402

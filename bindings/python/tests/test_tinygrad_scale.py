@@ -5,21 +5,12 @@ tools or the ``hexrpc`` tool."""
 
 from __future__ import annotations
 
-import os
-import shutil
 
 import numpy as np
-import pytest
 
-os.environ.setdefault("CC", "clang-19")
-os.environ.setdefault("HEXRPC_BENCH", "1")
+from tinygrad_bench import require_executor  # noqa: E402
 
-_missing = [t for t in ("clang-19", "ld.lld-19", "qemu-hexagon") if shutil.which(t) is None]
-if _missing:
-    pytest.skip(f"the bench executor needs {', '.join(_missing)} (not found on PATH)", allow_module_level=True)
-if not (os.environ.get("HEXRPC_CLI") or shutil.which("hexrpc")):
-    pytest.skip("the hexrpc tool was not found (set HEXRPC_CLI or put `hexrpc` on PATH)", allow_module_level=True)
-pytest.importorskip("tinygrad")
+require_executor()
 
 import hexrpc  # noqa: E402
 import hexrpc.tinygrad  # noqa: E402,F401  (registers the device)

@@ -100,13 +100,6 @@ class Library:
 
 def bench_model_image(model: str) -> bytes: ...
 def bench_kernel_image(kernel: str, signature: str, abi: Literal["v1", "v2"] = "v2") -> bytes: ...
-def bench_build_library(
-    kernel_c: str | os.PathLike[str],
-    signature: str,
-    out: str | os.PathLike[str],
-    abi: Literal["v1", "v2"] = "v2",
-    kernel_name: str | None = None,
-) -> os.PathLike[str]: ...
 def build_library(
     kernel_c: str | os.PathLike[str],
     signature: str,
@@ -114,6 +107,8 @@ def build_library(
     abi: Literal["v1", "v2"] = "v2",
     kernel_name: str | None = None,
 ) -> os.PathLike[str]: ...
+
+bench_build_library = build_library
 
 class Batch:
     """Launches of a library's kernel table, run together in one FastRPC call. ``kernels``: the
