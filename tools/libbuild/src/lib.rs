@@ -587,13 +587,43 @@ fn json_type(node: &Value) -> Option<(String, String)> {
     Some((written, canonical))
 }
 
+/// Stack for reading clang's JSON AST dumps: the dump nests one object per expression level,
+/// and a kernel with a long expression (tinygrad's losses) nests hundreds of levels deep, past
+/// serde_json's default limit of 128. The dump is read without that limit on a thread of this
+/// much (virtual, committed as used) stack, where parsing, walking and dropping the tree
+/// recurse.
+const AST_STACK: usize = 256 << 20;
+
+/// Runs `f` on a thread with [`AST_STACK`] bytes of stack.
+fn on_ast_stack<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    let f = std::sync::Mutex::new(Some(f));
+    let take = || f.lock().unwrap_or_else(|p| p.into_inner()).take();
+    let spawned = std::thread::scope(|s| {
+        let h = std::thread::Builder::new().name("ast".into()).stack_size(AST_STACK).spawn_scoped(s, || take().map(|f| f()));
+        h.ok().map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+    });
+    match spawned.flatten() {
+        Some(t) => t,
+        // No thread could start: read it here, as deep as this thread's stack allows.
+        None => take().map(|f| f()).expect("the closure runs once"),
+    }
+}
+
+/// The top-level JSON objects of a dump, without serde_json's nesting limit (see
+/// [`AST_STACK`]; call on that stack).
+fn dump_objects(dump: &[u8]) -> impl Iterator<Item = Result<Value, String>> + '_ {
+    let mut de = serde_json::Deserializer::from_slice(dump);
+    de.disable_recursion_limit();
+    de.into_iter::<Value>().map(|r| r.map_err(|e| format!("clang's JSON AST dump does not parse: {e}")))
+}
+
 /// Reads clang's JSON AST dump (`-ast-dump=json -ast-dump-filter NAME`: a sequence of JSON
 /// objects, one per top-level declaration whose name contains NAME) for function `name`. An
 /// error is a dump that is not a sequence of JSON objects of the expected shape.
 fn kernel_params(dump: &[u8], name: &str) -> Result<KernelLookup, String> {
     let mut found = KernelLookup::Missing;
-    for decl in serde_json::Deserializer::from_slice(dump).into_iter::<Value>() {
-        let decl = decl.map_err(|e| format!("clang's JSON AST dump does not parse: {e}"))?;
+    for decl in dump_objects(dump) {
+        let decl = decl?;
         if decl.get("kind").and_then(Value::as_str) != Some("FunctionDecl") || decl.get("name").and_then(Value::as_str) != Some(name) {
             continue;
         }
@@ -646,8 +676,8 @@ fn short_to_half_casts(dump: &[u8], name: &str) -> Result<Vec<Option<u64>>, Stri
         }
     }
     let mut found = Vec::new();
-    for decl in serde_json::Deserializer::from_slice(dump).into_iter::<Value>() {
-        let decl = decl.map_err(|e| format!("clang's JSON AST dump does not parse: {e}"))?;
+    for decl in dump_objects(dump) {
+        let decl = decl?;
         if decl.get("kind").and_then(Value::as_str) == Some("FunctionDecl") && decl.get("name").and_then(Value::as_str) == Some(name) {
             walk(&decl, &mut None, &mut found);
         }
@@ -776,13 +806,14 @@ fn build_kernels(kernels: &[KernelSpec<'_>], out: &Path, opts: &BuildOptions, ta
         args.extend(["--".into(), operand(k.source)]);
         let dump = run_output(&opts.clang, &args)?;
         let missing = |declared| BuildError::KernelMissing { kernel: k.name.clone(), source: k.source.to_path_buf(), declared };
-        let (params, ret) = match kernel_params(&dump, &k.name) {
+        let (lookup, casts) = on_ast_stack(|| (kernel_params(&dump, &k.name), short_to_half_casts(&dump, &k.name)));
+        let (params, ret) = match lookup {
             Ok(KernelLookup::Defined(params, ret)) => (params, ret),
             Ok(KernelLookup::Declared) => return Err(missing(true)),
             Ok(KernelLookup::Missing) => return Err(missing(false)),
             Err(detail) => return Err(BuildError::AstDump { source: k.source.to_path_buf(), detail }),
         };
-        match short_to_half_casts(&dump, &k.name) {
+        match casts {
             Ok(lines) if lines.is_empty() => {}
             Ok(lines) => return Err(BuildError::ShortToHalf { kernel: k.name.clone(), lines: lines.into_iter().flatten().collect() }),
             Err(detail) => return Err(BuildError::AstDump { source: k.source.to_path_buf(), detail }),
@@ -987,6 +1018,25 @@ mod tests {
         assert_eq!(kernel_params(br#"{"kind": "VarDecl", "name": "k", "type": {"qualType": "int"}}"#, "k"), Ok(KernelLookup::Missing));
         assert_eq!(kernel_params(b"", "k"), Ok(KernelLookup::Missing));
         assert!(kernel_params(b"Dumping k:\nFunctionDecl 0x1 <k.c:1:1> k 'void ()'", "k").unwrap_err().contains("does not parse"));
+        // An expression nested 5000 levels deep (tinygrad's losses nest hundreds): read on the
+        // AST stack without serde_json's 128-level limit.
+        let mut deep = String::from(
+            r#"{"kind": "FunctionDecl", "name": "k", "type": {"qualType": "void (float *)"}, "inner": [{"kind": "ParmVarDecl", "type": {"qualType": "float *"}}, {"kind": "CompoundStmt", "inner": ["#,
+        );
+        for _ in 0..5000 {
+            deep.push_str(r#"{"kind": "ParenExpr", "inner": ["#);
+        }
+        deep.push_str(r#"{"kind": "IntegerLiteral"}"#);
+        for _ in 0..5000 {
+            deep.push_str("]}");
+        }
+        deep.push_str("]}]}");
+        let (lookup, casts) = on_ast_stack(|| (kernel_params(deep.as_bytes(), "k"), short_to_half_casts(deep.as_bytes(), "k")));
+        assert_eq!(
+            lookup,
+            Ok(KernelLookup::Defined(vec![ParamType { written: "float *".into(), canonical: "float *".into() }], "void".into()))
+        );
+        assert_eq!(casts, Ok(vec![]));
         assert!(kernel_params(br#"{"kind": "FunctionDecl", "name": "k"}"#, "k").unwrap_err().contains("no type"));
     }
 
