@@ -78,13 +78,15 @@ pub mod upstream;
 
 #[cfg(feature = "rustix")]
 mod rustix_sys;
+#[cfg(feature = "std")]
+pub mod watchdog;
 
 pub use errno::Errno;
 pub use error::Error;
 pub use fdcell::{FdCell, FdLease};
 pub use mapping::{Mapping, RangeError};
 #[cfg(feature = "rustix")]
-pub use rustix_sys::{interrupt_signal, use_interrupt_signal, RustixSys};
+pub use rustix_sys::{interrupt_signal, use_interrupt_signal, NullDevice, RustixSys};
 pub use scalars::Scalars;
 pub use sys::{BorrowedFd, Fd, FileStat, OpenAt, OpenFlags, OwnedFd, Prot, RefusingSys, SeamHooks, Syscalls};
 

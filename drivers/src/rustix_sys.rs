@@ -182,6 +182,48 @@ unsafe impl Syscalls for RustixSys {
     }
 }
 
+/// `/dev/null`, opened for measuring the cost of one system call: a file whose driver has no
+/// ioctl, so the kernel answers every request with `ENOTTY` without reading or writing the
+/// argument. [`invoke_attrs_raw`](Self::invoke_attrs_raw) is one `FASTRPC_IOCTL_INVOKE_ATTRS`
+/// straight through rustix (no seam, no argument list): the baseline that a launch through
+/// [`RustixSys`] on [`fd`](Self::fd) is compared with (`hexrpc bench`, `raw_ioctl_ns`).
+#[derive(Debug)]
+pub struct NullDevice {
+    fd: OwnedFd,
+}
+
+impl NullDevice {
+    /// Opens `/dev/null` read-only and checks that it is the null character device (1:3).
+    pub fn open() -> Result<NullDevice, Errno> {
+        let fd = fs::open(c"/dev/null", OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()).map_err(errno)?;
+        let st = fs::fstat(&fd).map_err(errno)?;
+        let rdev = st.st_rdev as u64;
+        let is_char = (st.st_mode as u32) & FileStat::S_IFMT == FileStat::S_IFCHR;
+        if !is_char || fs::major(rdev as _) != 1 || fs::minor(rdev as _) != 3 {
+            return Err(Errno::ENODEV);
+        }
+        Ok(NullDevice { fd })
+    }
+
+    /// The descriptor's number (owned by `self`), for a launch through the seam.
+    pub fn fd(&self) -> Fd {
+        use rustix::fd::AsRawFd;
+        Fd(self.fd.as_raw_fd())
+    }
+
+    /// One raw `ioctl(fd, FASTRPC_IOCTL_INVOKE_ATTRS, arg)`: `Err(ENOTTY)`, and `arg` is left
+    /// as it was.
+    pub fn invoke_attrs_raw(&self, arg: &mut crate::adsprpc::fastrpc_ioctl_invoke_attrs) -> Result<i32, Errno> {
+        let request = crate::adsprpc::ioctl::FASTRPC_IOCTL_INVOKE_ATTRS.raw();
+        let arg = (arg as *mut crate::adsprpc::fastrpc_ioctl_invoke_attrs).cast();
+        // SAFETY: the descriptor is the null device (checked in `open`, owned by `self`), which
+        // has no ioctl handler, and no request the VFS answers itself has this number: the
+        // kernel returns ENOTTY without touching `arg`, which is a live, exclusive struct of the
+        // request's size in any case.
+        unsafe { rustix::ioctl::ioctl(&self.fd, RawIoctl { request, arg }) }.map_err(errno)
+    }
+}
+
 /// The signal [`RustixSys::interrupt`] sends, claimed at first use: a **dedicated real-time
 /// signal**, the highest one from `SIGRTMAX` down to `SIGRTMIN` whose disposition is still the
 /// default (no handler, not ignored), with a handler that does nothing, installed without
@@ -317,6 +359,19 @@ fn claim(sig: i32) -> Result<(), Errno> {
 mod tests {
     extern crate std;
     use super::*;
+
+    #[test]
+    fn the_null_device_refuses_invoke_attrs_and_leaves_the_argument() {
+        let null = NullDevice::open().expect("open /dev/null");
+        let mut arg = crate::adsprpc::fastrpc_ioctl_invoke_attrs::default();
+        arg.inv.handle = 21;
+        let before = arg;
+        let r = null.invoke_attrs_raw(&mut arg);
+        // ENOTTY on a real kernel; qemu-user answers ENOSYS for ioctls it does not know.
+        assert!(matches!(r, Err(Errno::ENOTTY) | Err(Errno::ENOSYS)), "{r:?}");
+        assert_eq!(arg, before);
+        assert!(RustixSys.fstat(null.fd()).unwrap().is_char_device());
+    }
 
     #[test]
     fn unknown_ioctl_on_a_real_fd_fails_cleanly() {
