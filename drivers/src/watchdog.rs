@@ -5,10 +5,10 @@
 //!
 //! Arming and disarming are a few field writes under one mutex (no thread is started per call,
 //! no system call in the common case): the deadlines are a small unsorted array, scanned by the
-//! watchdog when it wakes. The watchdog sleeps until the earliest deadline it knows of; a new
-//! deadline earlier than that wakes it (one futex wake), a later one does not, so a stream of
-//! calls with the same timeout costs the watchdog about one wake-up per timeout, not one per
-//! call. A timerfd would need a system call per arm and per disarm; a wheel is not needed for
+//! watchdog when it wakes. The watchdog sleeps until the earliest deadline it knows of (and,
+//! with nothing armed, until the time it had planned); a new deadline earlier than that wakes it
+//! (one futex wake), a later one does not, so a stream of calls with the same timeout costs the
+//! watchdog about two wake-ups per timeout, not one per call. A timerfd would need a system call per arm and per disarm; a wheel is not needed for
 //! the handful of calls a process has in flight at once.
 //!
 //! The action is borrowed from the caller's stack: [`scoped`] does not return (not even by
@@ -136,7 +136,15 @@ fn watch() {
             DONE.notify_all();
             continue;
         }
-        let next = st.armed.iter().map(|a| a.at).min();
+        // The earliest deadline armed; with none, the time already planned (if still ahead), so
+        // that calls arming and disarming in a stream find the watchdog asleep until a time no
+        // later than theirs and need not wake it (it sleeps without a limit only after a
+        // planned wake found nothing).
+        let planned = st.wakes_at.filter(|&w| w > now);
+        let next = match (st.armed.iter().map(|a| a.at).min(), planned) {
+            (Some(a), Some(p)) => Some(a.min(p)),
+            (a, p) => a.or(p),
+        };
         st.wakes_at = next;
         st = match next {
             Some(at) => WAKE.wait_timeout(st, at.saturating_duration_since(now)).unwrap_or_else(PoisonError::into_inner).0,
