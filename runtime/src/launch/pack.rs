@@ -5,7 +5,7 @@ use core::fmt;
 use core::marker::PhantomData;
 
 use heapless::Vec;
-use hexrpc_drivers::adsprpc::{invoke_attrs, ArgsError};
+use hexrpc_drivers::adsprpc::{invoke_attrs, ArgsError, InvokeArgs};
 use hexrpc_drivers::{Error, Fd, Scalars, Syscalls};
 use hexrpc_hal::Call;
 
@@ -230,7 +230,7 @@ fn put_u32(bytes: &mut [u8], at: usize, v: u32) {
 
 impl<'a> PackedLaunch<'a> {
     /// [`pack`](Self::pack) with the default capacity ([`DEFAULT_SLOTS`]).
-    #[inline]
+    #[inline(always)]
     pub fn new(version: AbiVersion, sig: &Signature, buffers: &[BufferRef<'a>], scalars: &[Scalar]) -> Result<Self, PackError> {
         Self::pack(version, sig, buffers, scalars)
     }
@@ -285,7 +285,7 @@ fn check<const SLOTS: usize>(
 
 impl<'a, const SLOTS: usize> PackedLaunch<'a, SLOTS> {
     /// Packs a launch of a kernel with signature `sig` on `buffers` and `scalars` for `version`.
-    #[inline]
+    #[inline(always)]
     pub fn pack(version: AbiVersion, sig: &Signature, buffers: &[BufferRef<'a>], scalars: &[Scalar]) -> Result<Self, PackError> {
         let layout = version.layout();
         check::<SLOTS>(layout, sig, buffers, scalars)?;
@@ -419,14 +419,20 @@ impl<'a, const SLOTS: usize> PackedLaunch<'a, SLOTS> {
 
     /// Sends the launch with `FASTRPC_IOCTL_INVOKE_ATTRS` to library `handle` on the adsprpc fd
     /// `dev`, and returns the DSP microseconds the entry measured around the kernel call.
-    /// One ioctl; nothing is allocated.
+    /// One ioctl; nothing is allocated. The downstream argument list is built straight from the
+    /// packed storage (the same list [`invoke_args`](Self::invoke_args) translates to), in place.
+    #[inline]
     pub fn launch<S: Syscalls + ?Sized>(&mut self, sys: &S, dev: Fd, handle: u32) -> Result<u64, Error> {
         self.timer = [0; 8];
-        // Used in place (a borrow of the Result): with the release profile's `opt-level = "z"`,
-        // each move of the argument list is a memcpy that costs as much as translating it.
-        let mut call = self.invoke_args();
-        let call = call.as_mut().map_err(|_| Error::Invalid)?;
-        call.with_downstream(|args| invoke_attrs(sys, dev, handle, args)).map_err(|_| Error::Invalid)??;
+        let layout = self.layout;
+        let mut args = InvokeArgs::<'_, MAX_ARGS>::new(layout.method);
+        let args = args.as_mut().map_err(|_| Error::Invalid)?;
+        let (pra0, pra1, timer) = (self.slots.as_flattened(), &self.views[..], &mut self.timer[..layout.timer_len]);
+        args.input(pra0).and_then(|a| a.input(pra1)).and_then(|a| a.output(timer)).map_err(|_| Error::Invalid)?;
+        for fd in &self.fds {
+            args.out_handle_at(*fd, 0, layout.handle_attr).map_err(|_| Error::Invalid)?;
+        }
+        invoke_attrs(sys, dev, handle, args)?;
         Ok(self.dsp_micros())
     }
 
