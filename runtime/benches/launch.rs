@@ -1,12 +1,15 @@
 //! What hexrpc itself adds per kernel launch, for 3 buffers and 2 scalars (v2): packing, and
 //! packing plus one `FASTRPC_IOCTL_INVOKE_ATTRS` through a syscall seam whose ioctl returns at
-//! once (no kernel, no DSP); and the model network as one batch (building it, running it). Run
-//! with `cargo bench -p hexrpc-runtime --bench launch`.
+//! once (no kernel, no DSP); the same launch through the real seam (`RustixSys`) on /dev/null
+//! (whose ioctl fails at once with ENOTTY) beside one raw ioctl of the same request there, with
+//! and without a deadline; and the model network as one batch (building it, running it). Run
+//! with `cargo bench -p hexrpc-runtime --bench launch`. Host figures on this machine.
 
 use divan::{black_box, Bencher};
 use hexrpc_bench::measure::NullSys;
-use hexrpc_drivers::Fd;
-use hexrpc_runtime::launch::{AbiVersion, BufferRef, PackedLaunch, Scalar, Signature};
+use hexrpc_drivers::adsprpc::{fastrpc_ioctl_invoke, fastrpc_ioctl_invoke_attrs};
+use hexrpc_drivers::{Fd, NullDevice, RustixSys};
+use hexrpc_runtime::launch::{AbiVersion, Batch, BufferRef, PackedLaunch, Scalar, Signature};
 
 fn main() {
     divan::main();
@@ -43,6 +46,76 @@ fn pack_and_invoke_3_buffers(bencher: Bencher) {
         let mut p = PackedLaunch::new(AbiVersion::V2, black_box(&sig), black_box(&bufs), black_box(&scalars)).unwrap();
         p.launch(&sys, Fd(3), black_box(21)).unwrap()
     });
+}
+
+/// One raw INVOKE_ATTRS on /dev/null straight through rustix (ENOTTY): the floor of a launch.
+#[divan::bench]
+fn raw_ioctl_devnull(bencher: Bencher) {
+    let null = NullDevice::open().unwrap();
+    let (mut pra, mut fds, mut attrs) = ([0u64; 12], [-1i32, -1, -1, 5, 6, 7], [0u32, 0, 0, 1, 1, 1]);
+    let mut arg = fastrpc_ioctl_invoke_attrs {
+        inv: fastrpc_ioctl_invoke { handle: 21, sc: 0x0202_0103, pra: pra.as_mut_ptr() as u64 },
+        fds: fds.as_mut_ptr() as u64,
+        attrs: attrs.as_mut_ptr() as u64,
+    };
+    bencher.bench_local(|| null.invoke_attrs_raw(black_box(&mut arg)).is_err());
+}
+
+/// Packing plus the same ioctl through the drivers' real seam, as a driver sends a launch.
+#[divan::bench]
+fn pack_and_launch_devnull(bencher: Bencher) {
+    let lease = Lease;
+    let (sig, bufs, scalars) = three_buffers(&lease);
+    let null = NullDevice::open().unwrap();
+    bencher.bench_local(|| {
+        let mut p = PackedLaunch::new(AbiVersion::V2, black_box(&sig), black_box(&bufs), black_box(&scalars)).unwrap();
+        p.launch(&RustixSys, null.fd(), black_box(21)).is_err()
+    });
+}
+
+/// [`pack_and_launch_devnull`] packing in place ([`PackedLaunch::repack`]).
+#[divan::bench]
+fn repack_and_launch_devnull(bencher: Bencher) {
+    let lease = Lease;
+    let (sig, bufs, scalars) = three_buffers(&lease);
+    let null = NullDevice::open().unwrap();
+    let mut p = PackedLaunch::new(AbiVersion::V2, &sig, &bufs, &scalars).unwrap();
+    bencher.bench_local(|| {
+        p.repack(AbiVersion::V2, black_box(&sig), black_box(&bufs), black_box(&scalars)).unwrap();
+        p.launch(&RustixSys, null.fd(), black_box(21)).is_err()
+    });
+}
+
+/// [`pack_and_launch_devnull`] with a deadline, as every deadline launch runs
+/// (`hexrpc_hal::deadline::run`: the process's watchdog armed and disarmed around the call).
+#[divan::bench]
+fn pack_and_launch_devnull_with_deadline(bencher: Bencher) {
+    let lease = Lease;
+    let (sig, bufs, scalars) = three_buffers(&lease);
+    let null = NullDevice::open().unwrap();
+    bencher.bench_local(|| {
+        hexrpc_hal::deadline::run(&RustixSys, std::time::Duration::from_secs(10), |_fired| {
+            let mut p = PackedLaunch::new(AbiVersion::V2, black_box(&sig), black_box(&bufs), black_box(&scalars)).unwrap();
+            black_box(p.launch(&RustixSys, null.fd(), black_box(21)).is_err());
+            Ok(())
+        })
+    });
+}
+
+/// An empty batch.
+#[divan::bench]
+fn batch_new(bencher: Bencher) {
+    let sigs = model_batch_parts(&Lease).0;
+    bencher.bench_local(|| Batch::new(black_box(&sigs)).map(|b| black_box(&b).is_empty()));
+}
+
+/// Building the model's batch (5 records): the time per record is this over 5, less
+/// [`batch_new`] / 5.
+#[divan::bench(counters = [divan::counter::ItemsCount::new(5usize)])]
+fn batch_build_ns_per_record(bencher: Bencher) {
+    let lease = Lease;
+    let (sigs, views) = model_batch_parts(&lease);
+    bencher.bench_local(|| model_batch(black_box(&sigs), black_box(&views)).len());
 }
 
 /// The model network's five launches as one batch (conv, relu, pool, dense, softmax on two
