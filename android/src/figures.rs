@@ -31,7 +31,8 @@ pub struct Figures {
     pub allocations_per_launch: f64,
     /// One raw `FASTRPC_IOCTL_INVOKE_ATTRS` on /dev/null (ENOTTY), straight through rustix.
     pub raw_ioctl_ns: f64,
-    /// Packing the 3-buffer launch plus the same ioctl through the real seam (`RustixSys`).
+    /// Packing the 3-buffer launch (in place, as `Kernel::launch` does) plus the same ioctl
+    /// through the real seam (`RustixSys`).
     pub seam_launch_ns: f64,
     /// `seam_launch_ns / raw_ioctl_ns`, measured interleaved in the same run.
     pub launch_vs_ioctl: f64,
@@ -129,9 +130,10 @@ fn seam_figures(f: &mut Figures, scale: u32, sig: &Signature, bufs: &[BufferRef<
         attrs: attrs.as_mut_ptr() as u64,
     };
     let raw = || null.invoke_attrs_raw(std::hint::black_box(&mut raw_arg)).is_err();
-    let seam = || match PackedLaunch::new(AbiVersion::V2, sig, bufs, scalars) {
-        Ok(mut p) => refused(p.launch(&RustixSys, null.fd(), std::hint::black_box(0x100))),
-        Err(_) => false,
+    // Packed as `Kernel::launch` packs: declared in place, then packed into.
+    let seam = || {
+        let mut p = PackedLaunch::empty(AbiVersion::V2);
+        p.repack(AbiVersion::V2, sig, bufs, scalars).is_ok() && refused(p.launch(&RustixSys, null.fd(), std::hint::black_box(0x100)))
     };
     let (raw_ns, seam_ns) = interleaved(30 * scale, 2000, raw, seam)?;
     f.raw_ioctl_ns = raw_ns;

@@ -37,6 +37,19 @@ fn pack_3_buffers(bencher: Bencher) {
     });
 }
 
+/// [`pack_3_buffers`] in place ([`PackedLaunch::repack`]): the packing without the move of the
+/// value.
+#[divan::bench]
+fn repack_3_buffers(bencher: Bencher) {
+    let lease = Lease;
+    let (sig, bufs, scalars) = three_buffers(&lease);
+    let mut p = PackedLaunch::new(AbiVersion::V2, &sig, &bufs, &scalars).unwrap();
+    bencher.bench_local(|| {
+        p.repack(AbiVersion::V2, black_box(&sig), black_box(&bufs), black_box(&scalars)).unwrap();
+        black_box(&p).buffer_count()
+    });
+}
+
 #[divan::bench]
 fn pack_and_invoke_3_buffers(bencher: Bencher) {
     let lease = Lease;
@@ -73,7 +86,21 @@ fn pack_and_launch_devnull(bencher: Bencher) {
     });
 }
 
-/// [`pack_and_launch_devnull`] packing in place ([`PackedLaunch::repack`]).
+/// [`pack_and_launch_devnull`] as `Kernel::launch` packs: an empty launch declared in place,
+/// packed into ([`PackedLaunch::empty`], [`PackedLaunch::repack`]).
+#[divan::bench]
+fn pack_in_place_and_launch_devnull(bencher: Bencher) {
+    let lease = Lease;
+    let (sig, bufs, scalars) = three_buffers(&lease);
+    let null = NullDevice::open().unwrap();
+    bencher.bench_local(|| {
+        let mut p = PackedLaunch::empty(AbiVersion::V2);
+        p.repack(AbiVersion::V2, black_box(&sig), black_box(&bufs), black_box(&scalars)).unwrap();
+        p.launch(&RustixSys, null.fd(), black_box(21)).is_err()
+    });
+}
+
+/// [`pack_and_launch_devnull`] repacking one value ([`PackedLaunch::repack`]).
 #[divan::bench]
 fn repack_and_launch_devnull(bencher: Bencher) {
     let lease = Lease;
@@ -95,7 +122,8 @@ fn pack_and_launch_devnull_with_deadline(bencher: Bencher) {
     let null = NullDevice::open().unwrap();
     bencher.bench_local(|| {
         hexrpc_hal::deadline::run(&RustixSys, std::time::Duration::from_secs(10), |_fired| {
-            let mut p = PackedLaunch::new(AbiVersion::V2, black_box(&sig), black_box(&bufs), black_box(&scalars)).unwrap();
+            let mut p = PackedLaunch::empty(AbiVersion::V2);
+            p.repack(AbiVersion::V2, black_box(&sig), black_box(&bufs), black_box(&scalars)).unwrap();
             black_box(p.launch(&RustixSys, null.fd(), black_box(21)).is_err());
             Ok(())
         })
@@ -155,4 +183,17 @@ fn run_model_batch(bencher: Bencher) {
     // The returning seam writes no status: the run is refused as "not run" after its one ioctl,
     // which is the cost being measured (packing is done once, outside).
     bencher.bench_local(|| black_box(batch.launch(&sys, Fd(3), black_box(21))).is_err());
+}
+
+/// Arming and disarming a deadline around nothing (the process's watchdog), with the clock read
+/// and the thread id it needs.
+#[divan::bench]
+fn deadline_arm_disarm(bencher: Bencher) {
+    use hexrpc_drivers::Syscalls;
+    let action = || {};
+    bencher.bench_local(|| {
+        let _tid = black_box(RustixSys.thread_id());
+        let at = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        hexrpc_drivers::watchdog::scoped(at, std::time::Duration::from_millis(2), &action, || black_box(1))
+    });
 }

@@ -234,6 +234,16 @@ impl<'a> PackedLaunch<'a> {
     pub fn new(version: AbiVersion, sig: &Signature, buffers: &[BufferRef<'a>], scalars: &[Scalar]) -> Result<Self, PackError> {
         Self::pack(version, sig, buffers, scalars)
     }
+
+    /// The launch of a kernel without parameters for `version` (what [`pack`](Self::pack) gives
+    /// for the empty signature): storage to [`repack`](Self::repack) into. A hot path declares
+    /// it and repacks it in place, `let mut p = PackedLaunch::empty(v); p.repack(..)?;`, which
+    /// builds the value where it lives; the `Result` of `pack` is moved out of (the whole
+    /// capacity is copied, about 1 KiB).
+    #[inline(always)]
+    pub fn empty(version: AbiVersion) -> Self {
+        Self::blank(version)
+    }
 }
 
 /// Checks a launch against its signature and the version's limits (every refusal of the packer).
@@ -289,6 +299,13 @@ impl<'a, const SLOTS: usize> PackedLaunch<'a, SLOTS> {
     pub fn pack(version: AbiVersion, sig: &Signature, buffers: &[BufferRef<'a>], scalars: &[Scalar]) -> Result<Self, PackError> {
         let layout = version.layout();
         check::<SLOTS>(layout, sig, buffers, scalars)?;
+        let mut p = Self::blank(version);
+        p.fill(layout, buffers, scalars);
+        Ok(p)
+    }
+
+    fn blank(version: AbiVersion) -> Self {
+        let layout = version.layout();
         let mut p = PackedLaunch {
             layout,
             scalars: 0,
@@ -299,8 +316,8 @@ impl<'a, const SLOTS: usize> PackedLaunch<'a, SLOTS> {
             lease_lens: Vec::new(),
             _buffers: PhantomData,
         };
-        p.fill(layout, buffers, scalars);
-        Ok(p)
+        p.fill(layout, &[], &[]);
+        p
     }
 
     /// Packs another launch into this value, as [`pack`](Self::pack) does, without moving the
@@ -530,6 +547,16 @@ mod tests {
         p.repack(AbiVersion::V2, &s_big, &big, &[Scalar::I32(-3), Scalar::F32(2.0)]).unwrap();
         let again = PackedLaunch::new(AbiVersion::V2, &s_big, &big, &[Scalar::I32(-3), Scalar::F32(2.0)]).unwrap();
         assert_eq!((p.pra0(), p.pra1(), p.fds()), (again.pra0(), again.pra1(), again.fds()));
+    }
+
+    #[test]
+    fn empty_is_the_launch_of_the_empty_signature() {
+        for v in [AbiVersion::V1, AbiVersion::V2] {
+            let e = PackedLaunch::empty(v);
+            let p = PackedLaunch::new(v, &sig(""), &[], &[]).unwrap();
+            assert_eq!((e.pra0(), e.pra1(), e.fds(), e.scalars_word()), (p.pra0(), p.pra1(), p.fds(), p.scalars_word()));
+        }
+        assert_eq!(PackedLaunch::empty(AbiVersion::V2).pra0(), &[0x48, 0x52, 0x58, 0x32, 0, 0, 0, 0]);
     }
 
     #[test]
