@@ -49,7 +49,8 @@
 //!
 //! [`RustixSys::interrupt`] ends a blocked ioctl with a signal on a dedicated real-time signal
 //! ([`interrupt_signal`]) that had no handler; the application's own signal handlers are never
-//! replaced.
+//! replaced. With the `std` feature, `watchdog` is the process's one watchdog thread that
+//! sends those interrupts when a call's deadline passes (arming a deadline starts no thread).
 #![no_std]
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
