@@ -227,6 +227,13 @@ fn put_u32(bytes: &mut [u8], at: usize, v: u32) {
     bytes[at..at + 4].copy_from_slice(&v.to_le_bytes());
 }
 
+/// `v` placed at byte `offset` of a little-endian 16-byte word (a record's fields: every offset
+/// plus its width is within 12 bytes, checked by the table's asserts).
+#[inline(always)]
+fn word(offset: usize, v: u64) -> u128 {
+    u128::from(v) << (8 * (offset & 15))
+}
+
 impl<'a> Batch<'a> {
     /// An empty batch for a library whose kernel table is `kernels` (index = kernel index).
     #[inline]
@@ -293,30 +300,27 @@ impl<'a> Batch<'a> {
         }
 
         // Commit: the record, written once, in order (every push below fits: checked above).
+        // Each field group is composed as one little-endian word and stored whole (composing it
+        // byte by byte and reading it back stalls store forwarding).
         let at = self.pra0.len();
-        let mut head = [0u8; 8];
-        put_u32(&mut head, BATCH.kernel_at, kernel as u32);
-        head[BATCH.views_at..BATCH.views_at + 2].copy_from_slice(&(buffers.len() as u16).to_le_bytes());
-        head[BATCH.scalars_at..BATCH.scalars_at + 2].copy_from_slice(&(scalars.len() as u16).to_le_bytes());
-        let _ = self.pra0.extend_from_slice(&head[..BATCH.record_header_len]);
+        let head = word(BATCH.kernel_at, kernel as u64)
+            | word(BATCH.views_at, buffers.len() as u64)
+            | word(BATCH.scalars_at, scalars.len() as u64);
+        let _ = self.pra0.extend_from_slice(&head.to_le_bytes()[..BATCH.record_header_len]);
         for (v, b) in buffers.iter().enumerate() {
             // Checked above against the v2 limits (u32).
-            let mut e = [0u8; 12];
-            put_u32(&mut e, BATCH.view_lease_at, u32::from(index[v]));
-            put_u32(&mut e, BATCH.view_offset_at, b.view_offset() as u32);
-            put_u32(&mut e, BATCH.view_len_at, b.view_len() as u32);
-            let _ = self.pra0.extend_from_slice(&e[..BATCH.view_size]);
+            let e = word(BATCH.view_lease_at, u64::from(index[v]))
+                | word(BATCH.view_offset_at, b.view_offset() & 0xffff_ffff)
+                | word(BATCH.view_len_at, b.view_len() & 0xffff_ffff);
+            let _ = self.pra0.extend_from_slice(&e.to_le_bytes()[..BATCH.view_size]);
         }
         for s in scalars {
-            let mut slot = [0u8; 8];
-            slot[..s.ty().size()].copy_from_slice(&s.to_le_bytes()[..s.ty().size()]);
-            let _ = self.pra0.extend_from_slice(&slot[..BATCH.slot_size]);
+            // `bits` is the value zero-extended from its width: the rest of the slot is zero.
+            let _ = self.pra0.extend_from_slice(&s.bits().to_le_bytes()[..BATCH.slot_size]);
         }
         for len in &self.lease_lens[leases_before..] {
-            let mut e = [0u8; 8];
-            put_u32(&mut e, BATCH.lease_len_at, *len as u32);
-            put_u32(&mut e, BATCH.lease_reserved_at, 0);
-            let _ = self.pra1.extend_from_slice(&e[..BATCH.lease_entry_size]);
+            let e = word(BATCH.lease_len_at, *len & 0xffff_ffff) | word(BATCH.lease_reserved_at, 0);
+            let _ = self.pra1.extend_from_slice(&e.to_le_bytes()[..BATCH.lease_entry_size]);
         }
         let _ = self.records.push(RecordInfo { at: at as u16, kernel: kernel as u8 });
         let (count, leases) = (self.records.len() as u32, self.fds.len() as u32);

@@ -224,8 +224,11 @@ pub struct PackedLaunch<'a, const SLOTS: usize = DEFAULT_SLOTS> {
 const VIEW_RECORD_CAP: usize = 8;
 const _: () = assert!(super::abi::V1.view_record_size <= VIEW_RECORD_CAP && super::abi::V2.view_record_size <= VIEW_RECORD_CAP);
 
-fn put_u32(bytes: &mut [u8], at: usize, v: u32) {
-    bytes[at..at + 4].copy_from_slice(&v.to_le_bytes());
+/// `v` placed at byte `offset` of a little-endian 8-byte word (the layout's offsets inside a
+/// slot or record: a 4-byte field at 0 or 4, a scalar at 0; checked by the table's asserts).
+#[inline(always)]
+fn at(offset: usize, v: u64) -> u64 {
+    v << (8 * (offset & 7))
 }
 
 impl<'a> PackedLaunch<'a> {
@@ -343,34 +346,30 @@ impl<'a, const SLOTS: usize> PackedLaunch<'a, SLOTS> {
         self.fds.clear();
         self.lease_lens.clear();
         // `check` bounded every count by the capacities, so no push below can fail; a failure
-        // would leave a shorter (and so refused by the DSP) launch, never a panic.
+        // would leave a shorter (and so refused by the DSP) launch, never a panic. Each slot and
+        // record is composed as one little-endian word and stored whole (composing it byte by
+        // byte in memory and reading it back stalls store forwarding on every slot).
         for _ in 0..layout.header_slots {
-            let mut slot = [0u8; SLOT_SIZE];
-            if let Some(magic) = layout.magic {
-                put_u32(&mut slot, layout.magic_at, magic);
-                put_u32(&mut slot, layout.count_at, n as u32);
-            }
-            let _ = self.slots.push(slot);
+            let word = match layout.magic {
+                Some(magic) => at(layout.magic_at, u64::from(magic)) | at(layout.count_at, n as u64),
+                None => 0,
+            };
+            let _ = self.slots.push(word.to_le_bytes());
         }
         for b in buffers {
             // Checked against max_view_len / max_lease_len, both <= u32::MAX.
-            let mut slot = [0u8; SLOT_SIZE];
-            put_u32(&mut slot, layout.buffer_len_at, b.len as u32);
-            let _ = self.slots.push(slot);
-            let mut record = [0u8; VIEW_RECORD_CAP];
-            put_u32(&mut record, layout.view_offset_at, b.offset as u32);
-            if let Some(at) = layout.lease_len_at {
-                put_u32(&mut record, at, b.lease_len as u32);
+            let _ = self.slots.push(at(layout.buffer_len_at, b.len & 0xffff_ffff).to_le_bytes());
+            let mut record = at(layout.view_offset_at, b.offset & 0xffff_ffff);
+            if let Some(lease_at) = layout.lease_len_at {
+                record |= at(lease_at, b.lease_len & 0xffff_ffff);
             }
-            let _ = self.views.extend_from_slice(&record[..layout.view_record_size]);
+            let _ = self.views.extend_from_slice(&record.to_le_bytes()[..layout.view_record_size]);
             let _ = self.fds.push(b.fd);
             let _ = self.lease_lens.push(b.lease_len);
         }
         for s in scalars {
-            let mut slot = [0u8; SLOT_SIZE];
-            let size = s.ty().size();
-            slot[layout.scalar_at..layout.scalar_at + size].copy_from_slice(&s.to_le_bytes()[..size]);
-            let _ = self.slots.push(slot);
+            // `bits` is the value zero-extended from its width: the rest of the slot is zero.
+            let _ = self.slots.push(at(layout.scalar_at, s.bits()).to_le_bytes());
         }
     }
 
