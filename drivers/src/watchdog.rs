@@ -3,9 +3,11 @@
 //! `repeat` until the call returns. This is how a deadline ends a FastRPC invoke, which has no
 //! timeout of its own (the action interrupts the blocked thread through the seam).
 //!
-//! Arming and disarming are a few field writes under one mutex (no thread is started per call,
-//! no system call in the common case): the deadlines are a small unsorted array, scanned by the
-//! watchdog when it wakes. The watchdog sleeps until the earliest deadline it knows of (and,
+//! Arming and disarming are a few field writes under one spin lock (no thread is started per
+//! call, no system call in the common case; its unlock is a plain store, where a blocking
+//! mutex's is a locked exchange): the deadlines are a small unsorted array, scanned by the
+//! watchdog when it wakes. Every holder keeps the lock for a few instructions (the watchdog
+//! calls actions and sleeps outside it), and a waiter yields its time slice between attempts. The watchdog sleeps until the earliest deadline it knows of (and,
 //! with nothing armed, until the time it had planned); a new deadline earlier than that wakes it
 //! (one futex wake), a later one does not, so a stream of calls with the same timeout costs the
 //! watchdog about two wake-ups per timeout, not one per call. A timerfd would need a system call per arm and per disarm; a wheel is not needed for
@@ -18,7 +20,7 @@
 extern crate std;
 
 use core::time::Duration;
-use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Condvar, Mutex, OnceLock, PoisonError};
 use std::time::Instant;
 use std::vec::Vec;
 
@@ -40,7 +42,6 @@ struct State {
     next_id: u64,
     /// When the watchdog looks next (`None`: it sleeps until woken).
     wakes_at: Option<Instant>,
-    started: bool,
 }
 
 // SAFETY: the raw action pointers are only dereferenced by the watchdog thread while the
@@ -48,16 +49,21 @@ struct State {
 // `Sync`, so calling them from another thread is allowed.
 unsafe impl Send for State {}
 
-static STATE: Mutex<State> = Mutex::new(State { armed: Vec::new(), running: None, next_id: 0, wakes_at: None, started: false });
-/// The watchdog waits on it for a new earliest deadline.
-static WAKE: Condvar = Condvar::new();
-/// Disarming callers wait on it for a running action to end.
-static DONE: Condvar = Condvar::new();
+type Lock<T> = spin::mutex::SpinMutex<T, spin::relax::Yield>;
 
-fn lock() -> MutexGuard<'static, State> {
-    // The lock is never held across a call that can panic; a poisoned lock still holds a
-    // consistent state.
-    STATE.lock().unwrap_or_else(PoisonError::into_inner)
+static STATE: Lock<State> = Lock::new(State { armed: Vec::new(), running: None, next_id: 0, wakes_at: None });
+/// Bumped (then `WAKE` notified) when a deadline earlier than the watchdog's planned wake is
+/// armed; the watchdog sleeps only if it is unchanged since before its last scan, so no wake is
+/// lost between its scan and its sleep.
+static WAKES: Mutex<u64> = Mutex::new(0);
+/// The watchdog waits on it (with `WAKES`).
+static WAKE: Condvar = Condvar::new();
+/// Whether the watchdog thread could be started (tried once).
+static STARTED: OnceLock<bool> = OnceLock::new();
+
+fn wake_watchdog() {
+    *WAKES.lock().unwrap_or_else(PoisonError::into_inner) += 1;
+    WAKE.notify_one();
 }
 
 /// Runs `body` on this thread. If it has not returned at `deadline`, the process's watchdog
@@ -73,28 +79,30 @@ pub fn scoped<R>(deadline: Instant, repeat: Duration, action: &(dyn Fn() + Sync)
     // entry's pointer only after finding the entry armed and setting `running` under the same
     // lock. So the pointer is never used after the borrow of `action` ends.
     let erased: Action = unsafe { core::mem::transmute::<&(dyn Fn() + Sync), &'static (dyn Fn() + Sync + 'static)>(action) };
-    let id = {
-        let mut st = lock();
-        if !st.started {
-            let spawned = std::thread::Builder::new().name("hexrpc-watchdog".into()).spawn(watch);
-            match spawned {
-                Ok(_) => st.started = true,
-                Err(e) => {
-                    drop(st);
-                    log::error!("cannot start the watchdog thread ({e}); watching this call on a thread of its own");
-                    return scoped_thread(deadline, repeat, action, body);
-                }
-            }
+    let started = *STARTED.get_or_init(|| match std::thread::Builder::new().name("hexrpc-watchdog".into()).spawn(watch) {
+        Ok(_) => true,
+        Err(e) => {
+            log::error!("cannot start the watchdog thread ({e}); deadlines are watched by a thread per call");
+            false
         }
+    });
+    if !started {
+        return scoped_thread(deadline, repeat, action, body);
+    }
+    let (id, wake) = {
+        let mut st = STATE.lock();
         let id = st.next_id;
         st.next_id += 1;
         st.armed.push(Armed { id, at: deadline, repeat, action: erased });
-        if st.wakes_at.is_none_or(|w| deadline < w) {
+        let wake = st.wakes_at.is_none_or(|w| deadline < w);
+        if wake {
             st.wakes_at = Some(deadline);
-            WAKE.notify_one();
         }
-        id
+        (id, wake)
     };
+    if wake {
+        wake_watchdog();
+    }
     let _disarm = Disarm(id);
     body()
 }
@@ -104,21 +112,28 @@ struct Disarm(u64);
 
 impl Drop for Disarm {
     fn drop(&mut self) {
-        let mut st = lock();
-        if let Some(i) = st.armed.iter().position(|a| a.id == self.0) {
-            st.armed.swap_remove(i);
-        }
-        while st.running == Some(self.0) {
-            st = DONE.wait(st).unwrap_or_else(PoisonError::into_inner);
+        loop {
+            {
+                let mut st = STATE.lock();
+                if let Some(i) = st.armed.iter().position(|a| a.id == self.0) {
+                    st.armed.swap_remove(i);
+                }
+                if st.running != Some(self.0) {
+                    return;
+                }
+            }
+            // The watchdog is calling this entry's action (an interrupt: microseconds).
+            std::thread::yield_now();
         }
     }
 }
 
 /// The watchdog thread: calls every action whose time has come, then sleeps until the next.
 fn watch() {
-    let mut st = lock();
     loop {
+        let wakes = *WAKES.lock().unwrap_or_else(PoisonError::into_inner);
         let now = Instant::now();
+        let mut st = STATE.lock();
         if let Some(a) = st.armed.iter_mut().find(|a| a.at <= now) {
             a.at = now + a.repeat;
             let (id, action) = (a.id, a.action);
@@ -131,9 +146,7 @@ fn watch() {
             if std::panic::catch_unwind(std::panic::AssertUnwindSafe(action)).is_err() {
                 log::error!("a deadline action panicked");
             }
-            st = lock();
-            st.running = None;
-            DONE.notify_all();
+            STATE.lock().running = None;
             continue;
         }
         // The earliest deadline armed; with none, the time already planned (if still ahead), so
@@ -146,10 +159,15 @@ fn watch() {
             (a, p) => a.or(p),
         };
         st.wakes_at = next;
-        st = match next {
-            Some(at) => WAKE.wait_timeout(st, at.saturating_duration_since(now)).unwrap_or_else(PoisonError::into_inner).0,
-            None => WAKE.wait(st).unwrap_or_else(PoisonError::into_inner),
-        };
+        drop(st);
+        let g = WAKES.lock().unwrap_or_else(PoisonError::into_inner);
+        if *g != wakes {
+            continue;
+        }
+        drop(match next {
+            Some(at) => WAKE.wait_timeout(g, at.saturating_duration_since(now)).unwrap_or_else(PoisonError::into_inner).0,
+            None => WAKE.wait(g).unwrap_or_else(PoisonError::into_inner),
+        });
     }
 }
 
@@ -184,7 +202,7 @@ fn scoped_thread<R>(deadline: Instant, repeat: Duration, action: &(dyn Fn() + Sy
 
 /// Deadlines armed now (for tests: 0 once every [`scoped`] call has returned).
 pub fn armed() -> usize {
-    lock().armed.len()
+    STATE.lock().armed.len()
 }
 
 #[cfg(test)]
@@ -268,6 +286,6 @@ mod tests {
         let mark = Duration::from_nanos(1_234_567);
         let r = std::panic::catch_unwind(|| scoped(Instant::now() + Duration::from_secs(60), mark, &action, || panic!("boom")));
         assert!(r.is_err());
-        assert!(!lock().armed.iter().any(|a| a.repeat == mark), "the entry outlived its scoped call");
+        assert!(!STATE.lock().armed.iter().any(|a| a.repeat == mark), "the entry outlived its scoped call");
     }
 }
