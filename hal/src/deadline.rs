@@ -1,7 +1,7 @@
 //! Deadlines for invokes (std): the downstream driver waits forever, so the process's watchdog
 //! thread ([`hexrpc_drivers::watchdog`]) interrupts the blocked thread (a signal through the
 //! seam) when the deadline passes. Arming and disarming a deadline is a few writes under one
-//! mutex: no thread is started per call.
+//! lock: no thread is started per call.
 
 extern crate std;
 
