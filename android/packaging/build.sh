@@ -31,11 +31,13 @@ fi
 export SOURCE_DATE_EPOCH
 export LC_ALL=C TZ=UTC
 
-echo "==> hexrpc $version: release binaries without the bench (SOURCE_DATE_EPOCH=$SOURCE_DATE_EPOCH)"
-cargo build --locked --release -p hexrpc-android --no-default-features --target aarch64-unknown-linux-musl
-cargo build --locked --release -p hexrpc-android --no-default-features --target aarch64-unknown-linux-gnu
-install -m 0755 target/aarch64-unknown-linux-musl/release/hexrpc "$out/hexrpc-aarch64-musl"
-install -m 0755 target/aarch64-unknown-linux-gnu/release/hexrpc "$out/hexrpc-aarch64-gnu"
+# The shipped CLI uses the `device` profile (Cargo.toml: `release` at opt-level "z", for size,
+# dependencies included); the C library and the host tool below use `release` (opt-level 3).
+echo "==> hexrpc $version: device binaries without the bench (SOURCE_DATE_EPOCH=$SOURCE_DATE_EPOCH)"
+cargo build --locked --profile device -p hexrpc-android --no-default-features --target aarch64-unknown-linux-musl
+cargo build --locked --profile device -p hexrpc-android --no-default-features --target aarch64-unknown-linux-gnu
+install -m 0755 target/aarch64-unknown-linux-musl/device/hexrpc "$out/hexrpc-aarch64-musl"
+install -m 0755 target/aarch64-unknown-linux-gnu/device/hexrpc "$out/hexrpc-aarch64-gnu"
 
 echo "==> libhexrpc (the C ABI, bindings/c) for aarch64-unknown-linux-gnu, without the bench"
 cargo build --locked --release -p hexrpc-ffi --no-default-features --lib --target aarch64-unknown-linux-gnu

@@ -6,8 +6,9 @@ use std::time::Instant;
 
 use hexrpc_bench::measure::{CountingAlloc, NullSys};
 use hexrpc_bench::CallKind;
-use hexrpc_drivers::{adsprpc, Fd};
-use hexrpc_runtime::launch::{AbiVersion, BufferRef, PackedLaunch, Scalar, Signature};
+use hexrpc_drivers::adsprpc::{self, fastrpc_ioctl_invoke, fastrpc_ioctl_invoke_attrs};
+use hexrpc_drivers::{Fd, NullDevice, RustixSys};
+use hexrpc_runtime::launch::{AbiVersion, Batch, BufferRef, PackedLaunch, Scalar, Signature};
 
 use crate::checks;
 use crate::json;
@@ -28,10 +29,26 @@ pub struct Figures {
     /// Heap allocations per steady-state launch by the launching thread (hexrpc's own path,
     /// null seam).
     pub allocations_per_launch: f64,
+    /// One raw `FASTRPC_IOCTL_INVOKE_ATTRS` on /dev/null (ENOTTY), straight through rustix.
+    pub raw_ioctl_ns: f64,
+    /// Packing the 3-buffer launch (in place, as `Kernel::launch` does) plus the same ioctl
+    /// through the real seam (`RustixSys`).
+    pub seam_launch_ns: f64,
+    /// `seam_launch_ns / raw_ioctl_ns`, measured interleaved in the same run.
+    pub launch_vs_ioctl: f64,
+    /// The same seam launch with a deadline (`hexrpc_hal::deadline::run`, the path of every
+    /// deadline launch) over it without one, interleaved in the same run.
+    pub deadline_launch_ratio: f64,
+    /// An empty `Batch::new`.
+    pub batch_new_ns: f64,
+    /// Building the model's 5-record batch, less an empty `Batch::new`, per record.
+    pub batch_build_ns_per_record: f64,
     /// Streaming a 4 MiB image through 64 KiB freads of the reverse service.
     pub reverse_stream_mib_s: f64,
-    /// A plain memcpy of the same bytes, in the same run.
+    /// A memcpy of the same bytes in the same pattern (64 KiB chunks into one reused buffer).
     pub memcpy_mib_s: f64,
+    /// `reverse_stream_mib_s / memcpy_mib_s`.
+    pub reverse_stream_vs_memcpy: f64,
     /// Launches measured for the per-launch figures.
     pub launches: u64,
     /// The model network (5 nodes) on the bench's DSP model, per kernel and as one batch.
@@ -49,6 +66,115 @@ pub const MODEL_COST: hexrpc_bench::CostModel = hexrpc_bench::CostModel {
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// The calling thread's CPU time (time it was descheduled on a busy machine is not counted).
+fn cpu_ns() -> f64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    t.tv_sec as f64 * 1e9 + t.tv_nsec as f64
+}
+
+/// Medians of the CPU time per call of `a` and of `b`, measured in alternating batches of
+/// `per_batch` calls (after one warm-up batch of each). A call returns false if it failed.
+fn interleaved(batches: u32, per_batch: u32, mut a: impl FnMut() -> bool, mut b: impl FnMut() -> bool) -> Result<(f64, f64), String> {
+    let mut ok = true;
+    for _ in 0..per_batch {
+        ok &= a();
+        ok &= b();
+    }
+    let (mut va, mut vb) = (Vec::with_capacity(batches as usize), Vec::with_capacity(batches as usize));
+    for _ in 0..batches {
+        let t = cpu_ns();
+        for _ in 0..per_batch {
+            ok &= a();
+        }
+        va.push((cpu_ns() - t) / f64::from(per_batch));
+        let t = cpu_ns();
+        for _ in 0..per_batch {
+            ok &= b();
+        }
+        vb.push((cpu_ns() - t) / f64::from(per_batch));
+    }
+    if !ok {
+        return Err("a measured call failed".into());
+    }
+    Ok((median(va), median(vb)))
+}
+
+/// Pushes the model network's five launches (conv, relu, pool, dense, softmax) on two leases
+/// into `b`, as `cargo bench -p hexrpc-runtime --bench launch` builds its batch.
+fn push_model<'a>(b: &mut Batch<'a>, v: &[BufferRef<'a>; 10]) -> Result<(), hexrpc_runtime::Error> {
+    let u = Scalar::U32;
+    b.push(0, &[v[4], v[0], v[1], v[5]], &[u(1), u(12), u(12), u(4)])?;
+    b.push(1, &[v[5], v[6]], &[u(400)])?;
+    b.push(2, &[v[6], v[7]], &[u(4), u(10), u(10)])?;
+    b.push(3, &[v[7], v[2], v[3], v[8]], &[u(100), u(10)])?;
+    b.push(4, &[v[8], v[9]], &[u(1), u(10)])?;
+    Ok(())
+}
+
+/// `raw_ioctl_ns`, `seam_launch_ns`, `launch_vs_ioctl`, `deadline_launch_ratio`: the real seam on
+/// /dev/null, whose ioctl fails at once with ENOTTY (qemu-user: ENOSYS).
+fn seam_figures(f: &mut Figures, scale: u32, sig: &Signature, bufs: &[BufferRef<'_>], scalars: &[Scalar]) -> Result<(), String> {
+    let null = NullDevice::open().map_err(|e| format!("/dev/null: {e}"))?;
+    let refused = |r: Result<u64, hexrpc_drivers::Error>| matches!(r, Err(hexrpc_drivers::Error::Os(_)));
+    // A valid-looking argument: a 3-buffer launch's scalars word and real arrays behind it.
+    let mut pra = [0u64; 2 * 6];
+    let mut fds = [-1i32, -1, -1, 10, 11, 12];
+    let mut attrs = [0u32, 0, 0, 1, 1, 1];
+    let sc = PackedLaunch::new(AbiVersion::V2, sig, bufs, scalars).map_err(|e| e.to_string())?.scalars_word().raw();
+    let mut raw_arg = fastrpc_ioctl_invoke_attrs {
+        inv: fastrpc_ioctl_invoke { handle: 0x100, sc, pra: pra.as_mut_ptr() as u64 },
+        fds: fds.as_mut_ptr() as u64,
+        attrs: attrs.as_mut_ptr() as u64,
+    };
+    let raw = || null.invoke_attrs_raw(std::hint::black_box(&mut raw_arg)).is_err();
+    // Packed as `Kernel::launch` packs: declared in place, then packed into.
+    let seam = || {
+        let mut p = PackedLaunch::empty(AbiVersion::V2);
+        p.repack(AbiVersion::V2, sig, bufs, scalars).is_ok() && refused(p.launch(&RustixSys, null.fd(), std::hint::black_box(0x100)))
+    };
+    let (raw_ns, seam_ns) = interleaved(30 * scale, 2000, raw, seam)?;
+    f.raw_ioctl_ns = raw_ns;
+    f.seam_launch_ns = seam_ns;
+    f.launch_vs_ioctl = seam_ns / raw_ns;
+
+    let deadline = || {
+        let r = hexrpc_hal::deadline::run(&RustixSys, std::time::Duration::from_secs(10), |_fired| {
+            if seam() {
+                Ok(())
+            } else {
+                Err(hexrpc_hal::HalError { stage: hexrpc_hal::Stage::Invoke, cause: hexrpc_hal::Cause::Invalid })
+            }
+        });
+        r.is_ok()
+    };
+    let (plain_ns, deadline_ns) = interleaved(30 * scale, 2000, seam, deadline)?;
+    f.deadline_launch_ratio = deadline_ns / plain_ns;
+    Ok(())
+}
+
+/// `batch_new_ns` and `batch_build_ns_per_record`.
+fn batch_figures(f: &mut Figures, scale: u32) -> Result<(), String> {
+    let sigs = ["buf,buf,buf,buf,u32,u32,u32,u32", "buf,buf,u32", "buf,buf,u32,u32,u32", "buf,buf,buf,buf,u32,u32", "buf,buf,u32,u32"]
+        .map(|s| Signature::parse(s).map_err(|e| e.to_string()));
+    let sigs: [Signature; 5] = match sigs {
+        [Ok(a), Ok(b), Ok(c), Ok(d), Ok(e)] => [a, b, c, d, e],
+        _ => return Err("model signatures".into()),
+    };
+    let owner = ();
+    let v = |fd, off| BufferRef::borrowing(&owner, Fd(fd), 1 << 16, off, 1024);
+    let views = [v(5, 64), v(5, 2048), v(5, 4096), v(5, 8192), v(6, 128), v(6, 2048), v(6, 4096), v(6, 8192), v(6, 12288), v(6, 16384)];
+    let empty = || Batch::new(std::hint::black_box(&sigs)).map(|b| std::hint::black_box(&b).is_empty()).unwrap_or(false);
+    // Both batches stay where they were declared (a returned batch would be copied whole).
+    let full = || match Batch::new(std::hint::black_box(&sigs)) {
+        Ok(mut b) => push_model(&mut b, std::hint::black_box(&views)).is_ok() && std::hint::black_box(&b).len() == 5,
+        Err(_) => false,
+    };
+    let (new_ns, build_ns) = interleaved(30 * scale, 2000, empty, full)?;
+    f.batch_new_ns = new_ns;
+    f.batch_build_ns_per_record = (build_ns - new_ns) / 5.0;
+    Ok(())
 }
 
 /// Runs every measurement; `scale` (1 normally) multiplies the repetitions.
@@ -91,6 +217,8 @@ pub fn run(scale: u32) -> Result<Figures, String> {
     f.allocations_per_launch = (CountingAlloc::thread_allocations() - allocs0) as f64 / launches as f64;
     let null_crossings = (null.ioctls() - ioctls0) as f64 / launches as f64;
     f.launches = launches;
+    seam_figures(&mut f, scale, &sig, &bufs, &scalars)?;
+    batch_figures(&mut f, scale)?;
 
     // 2. A whole launch on the bench: HAL library invoke, driver model, DSP entry model.
     let bench = checks::bench();
@@ -134,6 +262,7 @@ pub fn run(scale: u32) -> Result<Figures, String> {
     let t = hexrpc_scenarios::throughput::stream_throughput(checks::bench(), 4 << 20, 64 * 1024, 10 * scale).map_err(|e| e.to_string())?;
     f.reverse_stream_mib_s = t.reverse_stream_mib_s;
     f.memcpy_mib_s = t.memcpy_mib_s;
+    f.reverse_stream_vs_memcpy = t.ratio();
 
     // 4. The model network: five launches vs one batch (crossings, maps, packing, simulated latency).
     f.model = hexrpc_scenarios::netmodel::measure(MODEL_COST, (100 * scale) as usize)?;
@@ -148,8 +277,15 @@ pub fn to_json(f: &Figures) -> String {
         .float("bench_round_trip_ns", f.bench_round_trip_ns)
         .float("crossings_per_launch", f.crossings_per_launch)
         .float("allocations_per_launch", f.allocations_per_launch)
+        .float("raw_ioctl_ns", f.raw_ioctl_ns)
+        .float("seam_launch_ns", f.seam_launch_ns)
+        .float("launch_vs_ioctl", f.launch_vs_ioctl)
+        .float("deadline_launch_ratio", f.deadline_launch_ratio)
+        .float("batch_new_ns", f.batch_new_ns)
+        .float("batch_build_ns_per_record", f.batch_build_ns_per_record)
         .float("reverse_stream_mib_s", f.reverse_stream_mib_s)
         .float("memcpy_mib_s", f.memcpy_mib_s)
+        .float("reverse_stream_vs_memcpy", f.reverse_stream_vs_memcpy)
         .num("launches", f.launches)
         .float("batch_crossings_per_model", f.model.batch.crossings)
         .float("batch_maps_per_model", f.model.batch.maps)
@@ -180,8 +316,13 @@ pub fn to_text(f: &Figures) -> String {
          bench round trip (whole launch, simulated DSP)           {:>12.1} ns   [simulated]\n\
          kernel crossings per launch                              {:>12.2}\n\
          heap allocations per launch                              {:>12.2}\n\
+         raw INVOKE_ATTRS ioctl on /dev/null (ENOTTY)             {:>12.1} ns\n\
+         pack 3 buffers + the same ioctl through RustixSys        {:>12.1} ns   ({:.2}x the raw ioctl)\n\
+         the same launch with a deadline / without                {:>12.2}x\n\
+         empty Batch::new                                         {:>12.1} ns\n\
+         building a batch, per record                             {:>12.1} ns\n\
          reverse service: 4 MiB in 64 KiB freads                  {:>12.0} MiB/s\n\
-         memcpy of the same bytes                                 {:>12.0} MiB/s   ({:.0}% of memcpy)\n\
+         memcpy, 64 KiB chunks into one reused buffer             {:>12.0} MiB/s   ({:.2}x memcpy)\n\
          model network (5 nodes), per kernel: crossings / maps     {:>6.0} / {:<6.0}\n\
          model network as one batch: crossings / maps             {:>6.0} / {:<6.0} ({} distinct leases)\n\
          packing the model's batch (5 records)                    {:>12.1} ns\n\
@@ -190,9 +331,15 @@ pub fn to_text(f: &Figures) -> String {
         f.bench_round_trip_ns,
         f.crossings_per_launch,
         f.allocations_per_launch,
+        f.raw_ioctl_ns,
+        f.seam_launch_ns,
+        f.launch_vs_ioctl,
+        f.deadline_launch_ratio,
+        f.batch_new_ns,
+        f.batch_build_ns_per_record,
         f.reverse_stream_mib_s,
         f.memcpy_mib_s,
-        100.0 * f.reverse_stream_mib_s / f.memcpy_mib_s,
+        f.reverse_stream_vs_memcpy,
         f.model.per_kernel.crossings,
         f.model.per_kernel.maps,
         f.model.batch.crossings,

@@ -359,15 +359,28 @@ Measures, on this machine:
                             kernel and DSP; median of 2000)
     crossings_per_launch    kernel crossings (ioctls) per steady-state launch
     allocations_per_launch  heap allocations per steady-state launch
+    raw_ioctl_ns            one raw FASTRPC_IOCTL_INVOKE_ATTRS on /dev/null (ENOTTY),
+                            straight through rustix (no seam)
+    seam_launch_ns          packing the 3-buffer launch plus the same ioctl through
+                            the real seam (RustixSys), as a driver sends it
+    launch_vs_ioctl         seam_launch_ns / raw_ioctl_ns (interleaved, same run)
+    deadline_launch_ratio   the same seam launch with a deadline over it without one
+    batch_new_ns            an empty Batch::new
+    batch_build_ns_per_record  building the model's 5-record batch, less an empty
+                            Batch::new, per record
     reverse_stream_mib_s    a 4 MiB library image streamed through 64 KiB freads of
                             the reverse file service
-    memcpy_mib_s            a plain memcpy of the same bytes in the same run
+    memcpy_mib_s            a memcpy of the same bytes in the same pattern: 64 KiB
+                            chunks into one reused buffer, in the same run
+    reverse_stream_vs_memcpy    reverse_stream_mib_s / memcpy_mib_s
     batch_crossings_per_model   the model network (5 nodes) as one batch: ioctls per run
     batch_maps_per_model        HAP_mmaps per batched run (one per distinct lease)
     batch_pack_ns               building the model's batch (5 records), host time
     model_latency_us            {batch, per_kernel}: simulated latency per model run on
                                 the bench's cost model (60 us/crossing + 2 us/KiB)
-Bench figures are host time of a simulated kernel and DSP, never device figures.
+The *_ns and ratio figures are medians of the thread's CPU time over batches; all
+are host figures on this machine. Bench figures are host time of a simulated kernel
+and DSP, never device figures.
 
 OPTIONS:
     --json      Print an object of the figures above plus \"launches\",

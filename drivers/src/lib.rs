@@ -49,7 +49,8 @@
 //!
 //! [`RustixSys::interrupt`] ends a blocked ioctl with a signal on a dedicated real-time signal
 //! ([`interrupt_signal`]) that had no handler; the application's own signal handlers are never
-//! replaced.
+//! replaced. With the `std` feature, `watchdog` is the process's one watchdog thread that
+//! sends those interrupts when a call's deadline passes (arming a deadline starts no thread).
 #![no_std]
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -78,13 +79,15 @@ pub mod upstream;
 
 #[cfg(feature = "rustix")]
 mod rustix_sys;
+#[cfg(feature = "std")]
+pub mod watchdog;
 
 pub use errno::Errno;
 pub use error::Error;
 pub use fdcell::{FdCell, FdLease};
 pub use mapping::{Mapping, RangeError};
 #[cfg(feature = "rustix")]
-pub use rustix_sys::{interrupt_signal, use_interrupt_signal, RustixSys};
+pub use rustix_sys::{interrupt_signal, use_interrupt_signal, NullDevice, RustixSys};
 pub use scalars::Scalars;
 pub use sys::{BorrowedFd, Fd, FileStat, OpenAt, OpenFlags, OwnedFd, Prot, RefusingSys, SeamHooks, Syscalls};
 

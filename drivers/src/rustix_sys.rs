@@ -159,7 +159,7 @@ unsafe impl Syscalls for RustixSys {
     }
 
     fn thread_id(&self) -> i32 {
-        rustix::thread::gettid().as_raw_nonzero().get()
+        thread_id()
     }
 
     fn interrupt(&self, tid: i32) -> Result<(), Errno> {
@@ -179,6 +179,96 @@ unsafe impl Syscalls for RustixSys {
         // forked in between would inherit only /dev/null). dup3's flag is not on every target.
         io::dup2(&null, &mut target).map_err(errno)?;
         io::fcntl_setfd(&*target, io::FdFlags::CLOEXEC).map_err(errno)
+    }
+}
+
+/// `gettid()`, a system call on every C library; with std, remembered per thread (a deadline
+/// asks for it on every call) and asked again in a child after `fork`, whose thread has a new id.
+#[cfg(not(feature = "std"))]
+fn thread_id() -> i32 {
+    rustix::thread::gettid().as_raw_nonzero().get()
+}
+
+#[cfg(feature = "std")]
+fn thread_id() -> i32 {
+    extern crate std;
+    use core::cell::Cell;
+
+    /// Bumped in the child of every `fork` (a `pthread_atfork` handler), so a remembered id of
+    /// the parent's thread is never used there.
+    static FORKS: AtomicI32 = AtomicI32::new(0);
+    static HANDLER: std::sync::Once = std::sync::Once::new();
+    static REMEMBER: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+    std::thread_local! {
+        /// (FORKS when it was asked, the id); the id 0 is never a thread's.
+        static TID: Cell<(i32, i32)> = const { Cell::new((0, 0)) };
+    }
+    extern "C" fn in_child() {
+        FORKS.fetch_add(1, Ordering::Relaxed);
+    }
+    HANDLER.call_once(|| {
+        // SAFETY: registers a child handler that only increments an atomic (async-signal-safe,
+        // as a handler run in the child of a multi-threaded fork must be).
+        let rc = unsafe { libc::pthread_atfork(None, None, Some(in_child)) };
+        if rc == 0 {
+            REMEMBER.store(true, Ordering::Release);
+        } else {
+            log::error!("pthread_atfork failed ({rc}): thread ids are not remembered");
+        }
+    });
+    let forks = FORKS.load(Ordering::Relaxed);
+    TID.with(|c| match c.get() {
+        (f, tid) if f == forks && tid != 0 => tid,
+        _ => {
+            let tid = rustix::thread::gettid().as_raw_nonzero().get();
+            // Remembered only if the fork handler is in place.
+            if REMEMBER.load(Ordering::Acquire) {
+                c.set((forks, tid));
+            }
+            tid
+        }
+    })
+}
+
+/// `/dev/null`, opened for measuring the cost of one system call: a file whose driver has no
+/// ioctl, so the kernel answers every request with `ENOTTY` without reading or writing the
+/// argument. [`invoke_attrs_raw`](Self::invoke_attrs_raw) is one `FASTRPC_IOCTL_INVOKE_ATTRS`
+/// straight through rustix (no seam, no argument list): the baseline that a launch through
+/// [`RustixSys`] on [`fd`](Self::fd) is compared with (`hexrpc bench`, `raw_ioctl_ns`).
+#[derive(Debug)]
+pub struct NullDevice {
+    fd: OwnedFd,
+}
+
+impl NullDevice {
+    /// Opens `/dev/null` read-only and checks that it is the null character device (1:3).
+    pub fn open() -> Result<NullDevice, Errno> {
+        let fd = fs::open(c"/dev/null", OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()).map_err(errno)?;
+        let st = fs::fstat(&fd).map_err(errno)?;
+        let rdev = st.st_rdev as u64;
+        let is_char = (st.st_mode as u32) & FileStat::S_IFMT == FileStat::S_IFCHR;
+        if !is_char || fs::major(rdev as _) != 1 || fs::minor(rdev as _) != 3 {
+            return Err(Errno::ENODEV);
+        }
+        Ok(NullDevice { fd })
+    }
+
+    /// The descriptor's number (owned by `self`), for a launch through the seam.
+    pub fn fd(&self) -> Fd {
+        use rustix::fd::AsRawFd;
+        Fd(self.fd.as_raw_fd())
+    }
+
+    /// One raw `ioctl(fd, FASTRPC_IOCTL_INVOKE_ATTRS, arg)`: `Err(ENOTTY)`, and `arg` is left
+    /// as it was.
+    pub fn invoke_attrs_raw(&self, arg: &mut crate::adsprpc::fastrpc_ioctl_invoke_attrs) -> Result<i32, Errno> {
+        let request = crate::adsprpc::ioctl::FASTRPC_IOCTL_INVOKE_ATTRS.raw();
+        let arg = (arg as *mut crate::adsprpc::fastrpc_ioctl_invoke_attrs).cast();
+        // SAFETY: the descriptor is the null device (checked in `open`, owned by `self`), which
+        // has no ioctl handler, and no request the VFS answers itself has this number: the
+        // kernel returns ENOTTY without touching `arg`, which is a live, exclusive struct of the
+        // request's size in any case.
+        unsafe { rustix::ioctl::ioctl(&self.fd, RawIoctl { request, arg }) }.map_err(errno)
     }
 }
 
@@ -317,6 +407,42 @@ fn claim(sig: i32) -> Result<(), Errno> {
 mod tests {
     extern crate std;
     use super::*;
+
+    #[test]
+    fn thread_ids_are_the_kernels_per_thread_and_after_fork() {
+        let me = RustixSys.thread_id();
+        assert_eq!(me, rustix::thread::gettid().as_raw_nonzero().get());
+        assert_eq!(RustixSys.thread_id(), me, "asked twice");
+        let other = std::thread::spawn(|| (RustixSys.thread_id(), rustix::thread::gettid().as_raw_nonzero().get())).join().unwrap();
+        assert_eq!(other.0, other.1);
+        assert_ne!(other.0, me);
+        // SAFETY: the child only makes system calls, touches this thread's thread-local and
+        // atomics, and leaves with _exit (no destructors, no allocation).
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            let ok = RustixSys.thread_id() == rustix::thread::gettid().as_raw_nonzero().get();
+            // SAFETY: ends the child without running anything of the parent's.
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for our own child; `status` is a live int.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "the child saw its parent's thread id: {status:#x}");
+    }
+
+    #[test]
+    fn the_null_device_refuses_invoke_attrs_and_leaves_the_argument() {
+        let null = NullDevice::open().expect("open /dev/null");
+        let mut arg = crate::adsprpc::fastrpc_ioctl_invoke_attrs::default();
+        arg.inv.handle = 21;
+        let before = arg;
+        let r = null.invoke_attrs_raw(&mut arg);
+        // ENOTTY on a real kernel; qemu-user answers ENOSYS for ioctls it does not know.
+        assert!(matches!(r, Err(Errno::ENOTTY) | Err(Errno::ENOSYS)), "{r:?}");
+        assert_eq!(arg, before);
+        assert!(RustixSys.fstat(null.fd()).unwrap().is_char_device());
+    }
 
     #[test]
     fn unknown_ioctl_on_a_real_fd_fails_cleanly() {

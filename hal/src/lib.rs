@@ -87,7 +87,7 @@
 
 mod call;
 #[cfg(feature = "std")]
-mod deadline;
+pub mod deadline;
 mod driver;
 mod error;
 mod fd;

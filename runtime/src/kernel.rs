@@ -229,7 +229,9 @@ impl<L: KernelLibrary> Kernel<L> {
         scalars: &[Scalar],
         call: impl FnOnce(&mut Call<'_, MAX_ARGS>) -> Result<(), HalError>,
     ) -> Result<u64, Error> {
-        let mut packed = PackedLaunch::new(self.abi, &self.signature, buffers, scalars)?;
+        // Built where it lives and packed in place (no move of the ~1 KiB value).
+        let mut packed = PackedLaunch::empty(self.abi);
+        packed.repack(self.abi, &self.signature, buffers, scalars)?;
         {
             let mut args = packed.invoke_args();
             call(args.as_mut().map_err(|_| Error::Hal(HalError { stage: Stage::Invoke, cause: Cause::Invalid }))?)?;

@@ -17,6 +17,7 @@
 use core::fmt;
 use core::marker::PhantomData;
 
+use heapless::Vec;
 use hexrpc_drivers::adsprpc::{invoke_attrs, ArgsError};
 use hexrpc_drivers::{Error as DriverError, Fd, Scalars, Syscalls};
 use hexrpc_hal::{Call, Cause, HalError, Library, Stage};
@@ -208,50 +209,60 @@ pub struct BatchRun {
 #[derive(Clone)]
 pub struct Batch<'a> {
     kernels: &'a [Signature],
-    pra0: [u8; PRA0_CAP],
-    pra1: [u8; 8 * MAX_BATCH_LEASES],
+    /// pra 0: the header, then the records; grows as launches are pushed (nothing beyond the
+    /// records is ever written).
+    pra0: Vec<u8, PRA0_CAP>,
+    /// pra 1: one entry per lease.
+    pra1: Vec<u8, { 8 * MAX_BATCH_LEASES }>,
     status: [u8; 24],
-    fds: [Fd; MAX_BATCH_LEASES],
-    lease_lens: [u64; MAX_BATCH_LEASES],
-    leases: usize,
-    records: [RecordInfo; MAX_BATCH_LAUNCHES],
-    count: usize,
-    used: usize,
+    fds: Vec<Fd, MAX_BATCH_LEASES>,
+    lease_lens: Vec<u64, MAX_BATCH_LEASES>,
+    records: Vec<RecordInfo, MAX_BATCH_LAUNCHES>,
     _buffers: PhantomData<&'a ()>,
 }
+
+const _: () = assert!(BATCH.lease_entry_size == 8 && BATCH.header_len == 16 && BATCH.slot_size <= 8);
 
 fn put_u32(bytes: &mut [u8], at: usize, v: u32) {
     bytes[at..at + 4].copy_from_slice(&v.to_le_bytes());
 }
 
+/// `v` placed at byte `offset` of a little-endian 16-byte word (a record's fields: every offset
+/// plus its width is within 12 bytes, checked by the table's asserts).
+#[inline(always)]
+fn word(offset: usize, v: u64) -> u128 {
+    u128::from(v) << (8 * (offset & 15))
+}
+
 impl<'a> Batch<'a> {
     /// An empty batch for a library whose kernel table is `kernels` (index = kernel index).
+    #[inline]
     pub fn new(kernels: &'a [Signature]) -> Result<Self, Error> {
         if kernels.len() > MAX_BATCH_KERNELS {
             return Err(BatchRefusal::TooManyKernels { count: kernels.len() }.into());
         }
-        let mut b = Batch {
+        let mut header = [0u8; 16];
+        put_u32(&mut header, BATCH.magic_at, BATCH.magic);
+        let mut pra0 = Vec::new();
+        // The header always fits (PRA0_CAP = 16 + record bytes).
+        let _ = pra0.extend_from_slice(&header);
+        Ok(Batch {
             kernels,
-            pra0: [0; PRA0_CAP],
-            pra1: [0; 8 * MAX_BATCH_LEASES],
+            pra0,
+            pra1: Vec::new(),
             status: [0; 24],
-            fds: [Fd(-1); MAX_BATCH_LEASES],
-            lease_lens: [0; MAX_BATCH_LEASES],
-            leases: 0,
-            records: [RecordInfo::default(); MAX_BATCH_LAUNCHES],
-            count: 0,
-            used: 0,
+            fds: Vec::new(),
+            lease_lens: Vec::new(),
+            records: Vec::new(),
             _buffers: PhantomData,
-        };
-        put_u32(&mut b.pra0, BATCH.magic_at, BATCH.magic);
-        Ok(b)
+        })
     }
 
     /// Appends a launch of kernel `kernel` on `buffers` and `scalars`; returns its record index.
     /// Checked as a single v2 launch is, then against the batch's capacity; on any refusal the
     /// batch is unchanged.
     pub fn push(&mut self, kernel: usize, buffers: &[BufferRef<'a>], scalars: &[Scalar]) -> Result<usize, Error> {
-        let record = self.count;
+        let record = self.records.len();
         let sig = self.kernels.get(kernel).ok_or(BatchRefusal::NoSuchKernel { kernel, kernels: self.kernels.len() })?;
         let refuse = |error| Error::Batch(BatchRefusal::Launch { record, error });
         if buffers.len() != sig.buffers() {
@@ -268,9 +279,61 @@ impl<'a> Batch<'a> {
         if record >= MAX_BATCH_LAUNCHES {
             return Err(BatchRefusal::TooManyLaunches { capacity: MAX_BATCH_LAUNCHES }.into());
         }
-        // Lease indices, with the new leases this launch adds (not committed yet).
+        // Lease indices, with the leases this launch adds appended tentatively: a refusal below
+        // truncates them away again.
+        let leases_before = self.fds.len();
         let mut index = [0u8; MAX_BATCH_LEASES];
-        let (mut fds, mut lens, mut leases) = (self.fds, self.lease_lens, self.leases);
+        let found = self.lease_indices(record, buffers, &mut index);
+        let len = BATCH.record_len(buffers.len(), scalars.len());
+        let used = self.pra0.len() - BATCH.header_len;
+        let needed = used + len;
+        let found = found.and_then(|()| {
+            if needed > MAX_BATCH_RECORD_BYTES {
+                return Err(BatchRefusal::RecordBytes { needed, capacity: MAX_BATCH_RECORD_BYTES }.into());
+            }
+            Ok(())
+        });
+        if let Err(e) = found {
+            self.fds.truncate(leases_before);
+            self.lease_lens.truncate(leases_before);
+            return Err(e);
+        }
+
+        // Commit: the record, written once, in order (every push below fits: checked above).
+        // Each field group is composed as one little-endian word and stored whole (composing it
+        // byte by byte and reading it back stalls store forwarding).
+        let at = self.pra0.len();
+        let head = word(BATCH.kernel_at, kernel as u64)
+            | word(BATCH.views_at, buffers.len() as u64)
+            | word(BATCH.scalars_at, scalars.len() as u64);
+        let _ = self.pra0.extend_from_slice(&head.to_le_bytes()[..BATCH.record_header_len]);
+        for (v, b) in buffers.iter().enumerate() {
+            // Checked above against the v2 limits (u32).
+            let e = word(BATCH.view_lease_at, u64::from(index[v]))
+                | word(BATCH.view_offset_at, b.view_offset() & 0xffff_ffff)
+                | word(BATCH.view_len_at, b.view_len() & 0xffff_ffff);
+            let _ = self.pra0.extend_from_slice(&e.to_le_bytes()[..BATCH.view_size]);
+        }
+        for s in scalars {
+            // `bits` is the value zero-extended from its width: the rest of the slot is zero.
+            let _ = self.pra0.extend_from_slice(&s.bits().to_le_bytes()[..BATCH.slot_size]);
+        }
+        for len in &self.lease_lens[leases_before..] {
+            let e = word(BATCH.lease_len_at, *len & 0xffff_ffff) | word(BATCH.lease_reserved_at, 0);
+            let _ = self.pra1.extend_from_slice(&e.to_le_bytes()[..BATCH.lease_entry_size]);
+        }
+        let _ = self.records.push(RecordInfo { at: at as u16, kernel: kernel as u8 });
+        let (count, leases) = (self.records.len() as u32, self.fds.len() as u32);
+        put_u32(&mut self.pra0, BATCH.count_at, count);
+        put_u32(&mut self.pra0, BATCH.leases_at, leases);
+        put_u32(&mut self.pra0, BATCH.bytes_at, needed as u32);
+        Ok(record)
+    }
+
+    /// Checks every buffer of a launch and finds its lease index, appending the leases not yet
+    /// in the batch to `fds` / `lease_lens` (the caller truncates them away on a refusal).
+    fn lease_indices(&mut self, record: usize, buffers: &[BufferRef<'a>], index: &mut [u8; MAX_BATCH_LEASES]) -> Result<(), Error> {
+        let refuse = |error| Error::Batch(BatchRefusal::Launch { record, error });
         for (buffer, b) in buffers.iter().enumerate() {
             let (fd, lease, off, len) = (b.share_fd(), b.lease_len(), b.view_offset(), b.view_len());
             if fd.0 <= 0 {
@@ -289,63 +352,28 @@ impl<'a> Batch<'a> {
             if lease == 0 {
                 return Err(refuse(PackError::ViewOutsideLease { buffer }));
             }
-            index[buffer] = match fds[..leases].iter().position(|f| *f == fd) {
-                Some(l) if lens[l] == lease => l as u8,
+            // A launch has at most MAX_BUFFERS (= MAX_BATCH_LEASES) buffers: checked against
+            // the signature, whose buffers are bounded the same way.
+            let slot = index.get_mut(buffer).ok_or(refuse(PackError::TooManyBuffers { count: buffers.len() }))?;
+            *slot = match self.fds.iter().position(|f| *f == fd) {
+                Some(l) if self.lease_lens[l] == lease => l as u8,
                 Some(_) => return Err(BatchRefusal::LeaseMismatch { record, buffer }.into()),
-                None if leases == MAX_BATCH_LEASES => return Err(BatchRefusal::TooManyLeases { capacity: MAX_BATCH_LEASES }.into()),
                 None => {
-                    fds[leases] = fd;
-                    lens[leases] = lease;
-                    leases += 1;
-                    (leases - 1) as u8
+                    let l = self.fds.len();
+                    if self.fds.push(fd).is_err() || self.lease_lens.push(lease).is_err() {
+                        return Err(BatchRefusal::TooManyLeases { capacity: MAX_BATCH_LEASES }.into());
+                    }
+                    l as u8
                 }
             };
         }
-        let len = BATCH.record_len(buffers.len(), scalars.len());
-        let needed = self.used + len;
-        if needed > MAX_BATCH_RECORD_BYTES {
-            return Err(BatchRefusal::RecordBytes { needed, capacity: MAX_BATCH_RECORD_BYTES }.into());
-        }
-
-        // Commit.
-        let at = BATCH.header_len + self.used;
-        let rec = &mut self.pra0[at..at + len];
-        rec.fill(0);
-        put_u32(rec, BATCH.kernel_at, kernel as u32);
-        rec[BATCH.views_at..BATCH.views_at + 2].copy_from_slice(&(buffers.len() as u16).to_le_bytes());
-        rec[BATCH.scalars_at..BATCH.scalars_at + 2].copy_from_slice(&(scalars.len() as u16).to_le_bytes());
-        for (v, b) in buffers.iter().enumerate() {
-            let e = BATCH.view_at(v);
-            // Checked above against the v2 limits (u32).
-            put_u32(rec, e + BATCH.view_lease_at, u32::from(index[v]));
-            put_u32(rec, e + BATCH.view_offset_at, b.view_offset() as u32);
-            put_u32(rec, e + BATCH.view_len_at, b.view_len() as u32);
-        }
-        for (j, s) in scalars.iter().enumerate() {
-            let e = BATCH.scalar_at(buffers.len(), j);
-            rec[e..e + s.ty().size()].copy_from_slice(&s.to_le_bytes()[..s.ty().size()]);
-        }
-        for (l, len) in lens.iter().enumerate().take(leases).skip(self.leases) {
-            let e = l * BATCH.lease_entry_size;
-            put_u32(&mut self.pra1, e + BATCH.lease_len_at, *len as u32);
-            put_u32(&mut self.pra1, e + BATCH.lease_reserved_at, 0);
-        }
-        self.fds = fds;
-        self.lease_lens = lens;
-        self.leases = leases;
-        self.records[record] = RecordInfo { at: at as u16, kernel: kernel as u8 };
-        self.count += 1;
-        self.used = needed;
-        put_u32(&mut self.pra0, BATCH.count_at, self.count as u32);
-        put_u32(&mut self.pra0, BATCH.leases_at, self.leases as u32);
-        put_u32(&mut self.pra0, BATCH.bytes_at, self.used as u32);
-        Ok(record)
+        Ok(())
     }
 
     /// Replaces scalar `index` of record `record` (same type as the kernel's signature says).
     pub fn set_scalar(&mut self, record: usize, index: usize, value: Scalar) -> Result<(), Error> {
         let missing = BatchRefusal::NoSuchScalar { record, index };
-        let info = *self.records[..self.count].get(record).ok_or(missing)?;
+        let info = *self.records.get(record).ok_or(missing)?;
         let sig = self.kernels.get(info.kernel as usize).ok_or(missing)?;
         let expected = sig.scalar_type(index).ok_or(missing)?;
         if value.ty() != expected {
@@ -359,40 +387,40 @@ impl<'a> Batch<'a> {
 
     /// Records in the batch.
     pub fn len(&self) -> usize {
-        self.count
+        self.records.len()
     }
     /// True if the batch holds no record.
     pub fn is_empty(&self) -> bool {
-        self.count == 0
+        self.records.is_empty()
     }
     /// Distinct leases (handle arguments, DSP maps per call).
     pub fn lease_count(&self) -> usize {
-        self.leases
+        self.fds.len()
     }
     /// Record bytes used.
     pub fn record_bytes(&self) -> usize {
-        self.used
+        self.pra0.len() - BATCH.header_len
     }
     /// The kernel index of record `record`.
     pub fn kernel_of(&self, record: usize) -> Option<usize> {
-        self.records[..self.count].get(record).map(|r| r.kernel as usize)
+        self.records.get(record).map(|r| r.kernel as usize)
     }
     /// The scalars word the batch is sent with.
     pub fn scalars_word(&self) -> Scalars {
         // `leases` never exceeds MAX_BATCH_LEASES.
-        BATCH.scalars(self.leases).unwrap_or(Scalars::from_raw(0))
+        BATCH.scalars(self.fds.len()).unwrap_or(Scalars::from_raw(0))
     }
     /// The bytes of pra 0 (header and records), as sent.
     pub fn pra0(&self) -> &[u8] {
-        &self.pra0[..BATCH.pra0_len(self.used)]
+        &self.pra0
     }
     /// The bytes of pra 1 (lease table), as sent.
     pub fn pra1(&self) -> &[u8] {
-        &self.pra1[..BATCH.pra1_len(self.leases)]
+        &self.pra1
     }
     /// The leases' share fds, in handle order.
     pub fn fds(&self) -> &[Fd] {
-        &self.fds[..self.leases]
+        &self.fds
     }
     /// The status of the last call (`None` never: all zeros before a call).
     pub fn status(&self) -> Option<BatchStatus> {
@@ -407,10 +435,10 @@ impl<'a> Batch<'a> {
         // Filled where it was built and returned as it is (no moves of the list).
         let mut call = Call::new(BATCH.method);
         if let Ok(args) = call.as_mut() {
-            args.input(&self.pra0[..BATCH.pra0_len(self.used)])?;
-            args.input(&self.pra1[..BATCH.pra1_len(self.leases)])?;
+            args.input(&self.pra0)?;
+            args.input(&self.pra1)?;
             args.output(&mut self.status)?;
-            for (fd, len) in self.fds[..self.leases].iter().zip(&self.lease_lens[..self.leases]) {
+            for (fd, len) in self.fds.iter().zip(&self.lease_lens) {
                 args.out_handle_sized(*fd, BATCH.handle_attr, *len)?;
             }
         }
@@ -425,7 +453,7 @@ impl<'a> Batch<'a> {
         }
         let done = status.done as usize;
         if status.failed == NO_FAILED_RECORD {
-            if done != self.count {
+            if done != self.records.len() {
                 return Err(BatchFailure::BadStatus { status }.into());
             }
             return Ok(BatchRun { launches: done, dsp_micros: status.micros });
@@ -441,7 +469,7 @@ impl<'a> Batch<'a> {
 
     /// Sends the batch to `lib` (one `FASTRPC_IOCTL_INVOKE_ATTRS`) and checks its status.
     pub fn run<S: Syscalls + Clone>(&mut self, lib: &Library<'_, S>) -> Result<BatchRun, Error> {
-        if self.count == 0 {
+        if self.records.is_empty() {
             return Err(BatchRefusal::Empty.into());
         }
         let mut args = self.invoke_args();
@@ -459,7 +487,7 @@ impl<'a> Batch<'a> {
         timeout: core::time::Duration,
     ) -> Result<BatchRun, Error> {
         crate::kernel::check_deadline(timeout)?;
-        if self.count == 0 {
+        if self.records.is_empty() {
             return Err(BatchRefusal::Empty.into());
         }
         let mut args = self.invoke_args();
@@ -470,7 +498,7 @@ impl<'a> Batch<'a> {
     /// Sends the batch to library `handle` on the adsprpc fd `dev` (one ioctl) and checks its
     /// status.
     pub fn launch<S: Syscalls + ?Sized>(&mut self, sys: &S, dev: Fd, handle: u32) -> Result<BatchRun, Error> {
-        if self.count == 0 {
+        if self.records.is_empty() {
             return Err(BatchRefusal::Empty.into());
         }
         let mut call = self.invoke_args();
@@ -483,9 +511,9 @@ impl<'a> Batch<'a> {
 impl fmt::Debug for Batch<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Batch")
-            .field("launches", &self.count)
+            .field("launches", &self.records.len())
             .field("leases", &self.fds())
-            .field("record_bytes", &self.used)
+            .field("record_bytes", &self.record_bytes())
             .field("sc", &self.scalars_word())
             .finish()
     }

@@ -4,7 +4,8 @@
 use core::fmt;
 use core::marker::PhantomData;
 
-use hexrpc_drivers::adsprpc::{invoke_attrs, ArgsError};
+use heapless::Vec;
+use hexrpc_drivers::adsprpc::{invoke_attrs, ArgsError, InvokeArgs};
 use hexrpc_drivers::{Error, Fd, Scalars, Syscalls};
 use hexrpc_hal::Call;
 
@@ -181,6 +182,11 @@ pub const DEFAULT_SLOTS: usize = 64;
 /// One packed kernel launch: pra 0 (header, buffer lengths, scalars), pra 1 (view records),
 /// pra 2 (the timer), and the buffers' fds, in fixed capacity (`SLOTS` slots of pra 0).
 ///
+/// Only what the launch uses is written: the storage is a set of fixed-capacity vectors (no
+/// heap) that grow as the launch is packed, so a launch of two buffers writes two buffer slots
+/// and two view records, never the unused capacity. [`repack`](Self::repack) packs another
+/// launch into the same value (no move of the storage).
+///
 /// It borrows every buffer it references for `'a`, and [`invoke_args`](Self::invoke_args)
 /// borrows the packed storage for as long as the [`Call`] lives, so neither a lease nor
 /// the argument bytes can go away before the ioctl that uses them has returned:
@@ -201,102 +207,170 @@ pub const DEFAULT_SLOTS: usize = 64;
 #[derive(Clone)]
 pub struct PackedLaunch<'a, const SLOTS: usize = DEFAULT_SLOTS> {
     layout: &'static LaunchLayout,
-    buffers: u8,
     scalars: u8,
-    slots: [[u8; SLOT_SIZE]; SLOTS],
-    views: [[u8; 8]; MAX_BUFFERS],
+    /// pra 0, one slot at a time (header slots, buffer slots, scalar slots).
+    slots: Vec<[u8; SLOT_SIZE], SLOTS>,
+    /// pra 1: the view records, `layout.view_record_size` bytes each.
+    views: Vec<u8, { VIEW_RECORD_CAP * MAX_BUFFERS }>,
     timer: [u8; 8],
-    fds: [Fd; MAX_BUFFERS],
+    /// The buffers' share fds.
+    fds: Vec<Fd, MAX_BUFFERS>,
     /// Each buffer's lease length (the upstream driver maps a handle with its length).
-    lease_lens: [u64; MAX_BUFFERS],
+    lease_lens: Vec<u64, MAX_BUFFERS>,
     _buffers: PhantomData<&'a ()>,
 }
 
-fn put_u32(bytes: &mut [u8], at: usize, v: u32) {
-    bytes[at..at + 4].copy_from_slice(&v.to_le_bytes());
+/// The largest pra 1 record of any version (v2's: view offset and lease length).
+const VIEW_RECORD_CAP: usize = 8;
+const _: () = assert!(super::abi::V1.view_record_size <= VIEW_RECORD_CAP && super::abi::V2.view_record_size <= VIEW_RECORD_CAP);
+
+/// `v` placed at byte `offset` of a little-endian 8-byte word (the layout's offsets inside a
+/// slot or record: a 4-byte field at 0 or 4, a scalar at 0; checked by the table's asserts).
+#[inline(always)]
+fn at(offset: usize, v: u64) -> u64 {
+    v << (8 * (offset & 7))
 }
 
 impl<'a> PackedLaunch<'a> {
     /// [`pack`](Self::pack) with the default capacity ([`DEFAULT_SLOTS`]).
+    #[inline(always)]
     pub fn new(version: AbiVersion, sig: &Signature, buffers: &[BufferRef<'a>], scalars: &[Scalar]) -> Result<Self, PackError> {
         Self::pack(version, sig, buffers, scalars)
     }
+
+    /// The launch of a kernel without parameters for `version` (what [`pack`](Self::pack) gives
+    /// for the empty signature): storage to [`repack`](Self::repack) into. A hot path declares
+    /// it and repacks it in place, `let mut p = PackedLaunch::empty(v); p.repack(..)?;`, which
+    /// builds the value where it lives; the `Result` of `pack` is moved out of (the whole
+    /// capacity is copied, about 1 KiB).
+    #[inline(always)]
+    pub fn empty(version: AbiVersion) -> Self {
+        Self::blank(version)
+    }
+}
+
+/// Checks a launch against its signature and the version's limits (every refusal of the packer).
+fn check<const SLOTS: usize>(
+    layout: &LaunchLayout,
+    sig: &Signature,
+    buffers: &[BufferRef<'_>],
+    scalars: &[Scalar],
+) -> Result<(), PackError> {
+    let n = buffers.len();
+    if n > layout.max_buffers {
+        return Err(PackError::TooManyBuffers { count: n });
+    }
+    if n != sig.buffers() {
+        return Err(PackError::BufferCount { expected: sig.buffers(), got: n });
+    }
+    if scalars.len() != sig.scalars() {
+        return Err(PackError::ScalarCount { expected: sig.scalars(), got: scalars.len() });
+    }
+    let slots = layout.slots(n, scalars.len());
+    if slots > SLOTS {
+        return Err(PackError::TooManyScalars { slots, capacity: SLOTS });
+    }
+    for (index, (s, expected)) in scalars.iter().zip(sig.scalar_types()).enumerate() {
+        if s.ty() != expected {
+            return Err(PackError::ScalarType { index, expected, got: s.ty() });
+        }
+    }
+    for (buffer, b) in buffers.iter().enumerate() {
+        if b.fd.0 <= 0 {
+            return Err(PackError::NoFd { buffer });
+        }
+        if b.offset != 0 && !layout.allows_view_offset {
+            return Err(PackError::V1NonZeroOffset { buffer, offset: b.offset });
+        }
+        if b.len > layout.max_view_len {
+            return Err(PackError::ViewTooLong { buffer, len: b.len, max: layout.max_view_len });
+        }
+        match b.offset.checked_add(b.len) {
+            Some(end) if end <= b.lease_len => {}
+            _ => return Err(PackError::ViewOutsideLease { buffer }),
+        }
+        if layout.lease_len_at.is_some() && b.lease_len > layout.max_lease_len {
+            return Err(PackError::LeaseTooLong { buffer, len: b.lease_len, max: layout.max_lease_len });
+        }
+    }
+    Ok(())
 }
 
 impl<'a, const SLOTS: usize> PackedLaunch<'a, SLOTS> {
     /// Packs a launch of a kernel with signature `sig` on `buffers` and `scalars` for `version`.
+    #[inline(always)]
     pub fn pack(version: AbiVersion, sig: &Signature, buffers: &[BufferRef<'a>], scalars: &[Scalar]) -> Result<Self, PackError> {
         let layout = version.layout();
-        let n = buffers.len();
-        if n > layout.max_buffers {
-            return Err(PackError::TooManyBuffers { count: n });
-        }
-        if n != sig.buffers() {
-            return Err(PackError::BufferCount { expected: sig.buffers(), got: n });
-        }
-        if scalars.len() != sig.scalars() {
-            return Err(PackError::ScalarCount { expected: sig.scalars(), got: scalars.len() });
-        }
-        let slots = layout.slots(n, scalars.len());
-        if slots > SLOTS {
-            return Err(PackError::TooManyScalars { slots, capacity: SLOTS });
-        }
-        for (index, (s, expected)) in scalars.iter().zip(sig.scalar_types()).enumerate() {
-            if s.ty() != expected {
-                return Err(PackError::ScalarType { index, expected, got: s.ty() });
-            }
-        }
-        for (buffer, b) in buffers.iter().enumerate() {
-            if b.fd.0 <= 0 {
-                return Err(PackError::NoFd { buffer });
-            }
-            if b.offset != 0 && !layout.allows_view_offset {
-                return Err(PackError::V1NonZeroOffset { buffer, offset: b.offset });
-            }
-            if b.len > layout.max_view_len {
-                return Err(PackError::ViewTooLong { buffer, len: b.len, max: layout.max_view_len });
-            }
-            match b.offset.checked_add(b.len) {
-                Some(end) if end <= b.lease_len => {}
-                _ => return Err(PackError::ViewOutsideLease { buffer }),
-            }
-            if layout.lease_len_at.is_some() && b.lease_len > layout.max_lease_len {
-                return Err(PackError::LeaseTooLong { buffer, len: b.lease_len, max: layout.max_lease_len });
-            }
-        }
+        check::<SLOTS>(layout, sig, buffers, scalars)?;
+        let mut p = Self::blank(version);
+        p.fill(layout, buffers, scalars);
+        Ok(p)
+    }
 
+    fn blank(version: AbiVersion) -> Self {
+        let layout = version.layout();
         let mut p = PackedLaunch {
             layout,
-            buffers: n as u8,
-            scalars: scalars.len() as u8,
-            slots: [[0; SLOT_SIZE]; SLOTS],
-            views: [[0; 8]; MAX_BUFFERS],
+            scalars: 0,
+            slots: Vec::new(),
+            views: Vec::new(),
             timer: [0; 8],
-            fds: [Fd(-1); MAX_BUFFERS],
-            lease_lens: [0; MAX_BUFFERS],
+            fds: Vec::new(),
+            lease_lens: Vec::new(),
             _buffers: PhantomData,
         };
-        let pra0 = p.slots.as_flattened_mut();
-        if let Some(magic) = layout.magic {
-            put_u32(pra0, layout.magic_offset(), magic);
-            put_u32(pra0, layout.count_offset(), n as u32);
+        p.fill(layout, &[], &[]);
+        p
+    }
+
+    /// Packs another launch into this value, as [`pack`](Self::pack) does, without moving the
+    /// storage (what a caller that launches in a loop uses). On a refusal the value is left as
+    /// it was.
+    #[inline]
+    pub fn repack(&mut self, version: AbiVersion, sig: &Signature, buffers: &[BufferRef<'a>], scalars: &[Scalar]) -> Result<(), PackError> {
+        let layout = version.layout();
+        check::<SLOTS>(layout, sig, buffers, scalars)?;
+        self.fill(layout, buffers, scalars);
+        Ok(())
+    }
+
+    /// Writes a checked launch: exactly the slots, view records and handles it uses.
+    #[inline]
+    fn fill(&mut self, layout: &'static LaunchLayout, buffers: &[BufferRef<'a>], scalars: &[Scalar]) {
+        let n = buffers.len();
+        self.layout = layout;
+        self.scalars = scalars.len() as u8;
+        self.timer = [0; 8];
+        self.slots.clear();
+        self.views.clear();
+        self.fds.clear();
+        self.lease_lens.clear();
+        // `check` bounded every count by the capacities, so no push below can fail; a failure
+        // would leave a shorter (and so refused by the DSP) launch, never a panic. Each slot and
+        // record is composed as one little-endian word and stored whole (composing it byte by
+        // byte in memory and reading it back stalls store forwarding on every slot).
+        for _ in 0..layout.header_slots {
+            let word = match layout.magic {
+                Some(magic) => at(layout.magic_at, u64::from(magic)) | at(layout.count_at, n as u64),
+                None => 0,
+            };
+            let _ = self.slots.push(word.to_le_bytes());
         }
-        let pra1 = p.views.as_flattened_mut();
-        for (i, b) in buffers.iter().enumerate() {
-            // Checked above against max_view_len / max_lease_len, both <= u32::MAX.
-            put_u32(pra0, layout.buffer_len_offset(i), b.len as u32);
-            put_u32(pra1, layout.view_offset_offset(i), b.offset as u32);
-            if let Some(at) = layout.lease_len_offset(i) {
-                put_u32(pra1, at, b.lease_len as u32);
+        for b in buffers {
+            // Checked against max_view_len / max_lease_len, both <= u32::MAX.
+            let _ = self.slots.push(at(layout.buffer_len_at, b.len & 0xffff_ffff).to_le_bytes());
+            let mut record = at(layout.view_offset_at, b.offset & 0xffff_ffff);
+            if let Some(lease_at) = layout.lease_len_at {
+                record |= at(lease_at, b.lease_len & 0xffff_ffff);
             }
-            p.fds[i] = b.fd;
-            p.lease_lens[i] = b.lease_len;
+            let _ = self.views.extend_from_slice(&record.to_le_bytes()[..layout.view_record_size]);
+            let _ = self.fds.push(b.fd);
+            let _ = self.lease_lens.push(b.lease_len);
         }
-        for (j, s) in scalars.iter().enumerate() {
-            let at = layout.scalar_offset(n, j);
-            pra0[at..at + s.ty().size()].copy_from_slice(&s.to_le_bytes()[..s.ty().size()]);
+        for s in scalars {
+            // `bits` is the value zero-extended from its width: the rest of the slot is zero.
+            let _ = self.slots.push(at(layout.scalar_at, s.bits()).to_le_bytes());
         }
-        Ok(p)
     }
 
     /// The version this launch was packed for.
@@ -309,7 +383,7 @@ impl<'a, const SLOTS: usize> PackedLaunch<'a, SLOTS> {
     }
     /// Number of buffers.
     pub fn buffer_count(&self) -> usize {
-        self.buffers as usize
+        self.fds.len()
     }
     /// Number of scalars.
     pub fn scalar_count(&self) -> usize {
@@ -325,11 +399,11 @@ impl<'a, const SLOTS: usize> PackedLaunch<'a, SLOTS> {
     }
     /// The bytes of pra 0, as sent.
     pub fn pra0(&self) -> &[u8] {
-        &self.slots.as_flattened()[..self.layout.pra0_len(self.buffer_count(), self.scalar_count())]
+        self.slots.as_flattened()
     }
     /// The bytes of pra 1, as sent.
     pub fn pra1(&self) -> &[u8] {
-        &self.views.as_flattened()[..self.layout.pra1_len(self.buffer_count())]
+        &self.views
     }
     /// The bytes of pra 2 (the timer the DSP writes back).
     pub fn pra2(&self) -> &[u8] {
@@ -337,7 +411,7 @@ impl<'a, const SLOTS: usize> PackedLaunch<'a, SLOTS> {
     }
     /// The buffers' share fds, in handle order.
     pub fn fds(&self) -> &[Fd] {
-        &self.fds[..self.buffer_count()]
+        &self.fds
     }
 
     /// The call (driver-neutral, for [`Library::invoke`](hexrpc_hal::Library::invoke)): pra 0
@@ -345,14 +419,14 @@ impl<'a, const SLOTS: usize> PackedLaunch<'a, SLOTS> {
     /// handle with `FASTRPC_ATTR_NOVA` and its lease length (which only the upstream driver
     /// sends). It borrows this launch (and so, through `'a`, every buffer) until it is dropped.
     pub fn invoke_args(&mut self) -> Result<Call<'_, MAX_ARGS>, ArgsError> {
-        let (n, s, layout) = (self.buffer_count(), self.scalar_count(), self.layout);
+        let layout = self.layout;
         // Filled where it was built and returned as it is (no moves of the list).
         let mut call = Call::new(layout.method);
         if let Ok(args) = call.as_mut() {
-            args.input(&self.slots.as_flattened()[..layout.pra0_len(n, s)])?;
-            args.input(&self.views.as_flattened()[..layout.pra1_len(n)])?;
+            args.input(self.slots.as_flattened())?;
+            args.input(&self.views)?;
             args.output(&mut self.timer[..layout.timer_len])?;
-            for (fd, len) in self.fds[..n].iter().zip(&self.lease_lens[..n]) {
+            for (fd, len) in self.fds.iter().zip(&self.lease_lens) {
                 args.out_handle_sized(*fd, layout.handle_attr, *len)?;
             }
         }
@@ -361,14 +435,20 @@ impl<'a, const SLOTS: usize> PackedLaunch<'a, SLOTS> {
 
     /// Sends the launch with `FASTRPC_IOCTL_INVOKE_ATTRS` to library `handle` on the adsprpc fd
     /// `dev`, and returns the DSP microseconds the entry measured around the kernel call.
-    /// One ioctl; nothing is allocated.
+    /// One ioctl; nothing is allocated. The downstream argument list is built straight from the
+    /// packed storage (the same list [`invoke_args`](Self::invoke_args) translates to), in place.
+    #[inline]
     pub fn launch<S: Syscalls + ?Sized>(&mut self, sys: &S, dev: Fd, handle: u32) -> Result<u64, Error> {
         self.timer = [0; 8];
-        // Used in place (a borrow of the Result): with the release profile's `opt-level = "z"`,
-        // each move of the argument list is a memcpy that costs as much as translating it.
-        let mut call = self.invoke_args();
-        let call = call.as_mut().map_err(|_| Error::Invalid)?;
-        call.with_downstream(|args| invoke_attrs(sys, dev, handle, args)).map_err(|_| Error::Invalid)??;
+        let layout = self.layout;
+        let mut args = InvokeArgs::<'_, MAX_ARGS>::new(layout.method);
+        let args = args.as_mut().map_err(|_| Error::Invalid)?;
+        let (pra0, pra1, timer) = (self.slots.as_flattened(), &self.views[..], &mut self.timer[..layout.timer_len]);
+        args.input(pra0).and_then(|a| a.input(pra1)).and_then(|a| a.output(timer)).map_err(|_| Error::Invalid)?;
+        for fd in &self.fds {
+            args.out_handle_at(*fd, 0, layout.handle_attr).map_err(|_| Error::Invalid)?;
+        }
+        invoke_attrs(sys, dev, handle, args)?;
         Ok(self.dsp_micros())
     }
 
@@ -444,6 +524,38 @@ mod tests {
         assert_eq!(p.pra1(), &[0, 0, 0, 0]);
         assert_eq!(V1.buffer_len(p.pra0(), 0), Some(256));
         assert_eq!(p.fds(), &[Fd(3)]);
+    }
+
+    #[test]
+    fn repack_writes_the_same_bytes_as_pack_and_a_refusal_changes_nothing() {
+        let owner = ();
+        let big = [BufferRef::borrowing(&owner, Fd(7), 8192, 4096, 100), BufferRef::borrowing(&owner, Fd(8), 64, 0, 64)];
+        let small = [BufferRef::borrowing(&owner, Fd(3), 256, 0, 256)];
+        let s_big = sig("buf,buf,i32,f32");
+        let s_small = sig("buf,u8");
+        let mut p = PackedLaunch::new(AbiVersion::V2, &s_big, &big, &[Scalar::I32(-3), Scalar::F32(2.0)]).unwrap();
+        p.repack(AbiVersion::V1, &s_small, &small, &[Scalar::U8(9)]).unwrap();
+        let fresh = PackedLaunch::new(AbiVersion::V1, &s_small, &small, &[Scalar::U8(9)]).unwrap();
+        assert_eq!((p.pra0(), p.pra1(), p.fds(), p.version()), (fresh.pra0(), fresh.pra1(), fresh.fds(), AbiVersion::V1));
+        assert_eq!(p.scalars_word(), fresh.scalars_word());
+        let before = (p.pra0().to_vec(), p.pra1().to_vec(), p.fds().to_vec());
+        let offset = [BufferRef::borrowing(&owner, Fd(3), 256, 8, 8)];
+        assert_eq!(p.repack(AbiVersion::V1, &s_small, &offset, &[Scalar::U8(1)]), Err(PackError::V1NonZeroOffset { buffer: 0, offset: 8 }));
+        assert_eq!((p.pra0().to_vec(), p.pra1().to_vec(), p.fds().to_vec()), before);
+        // Back to the larger launch: every byte of it is written again.
+        p.repack(AbiVersion::V2, &s_big, &big, &[Scalar::I32(-3), Scalar::F32(2.0)]).unwrap();
+        let again = PackedLaunch::new(AbiVersion::V2, &s_big, &big, &[Scalar::I32(-3), Scalar::F32(2.0)]).unwrap();
+        assert_eq!((p.pra0(), p.pra1(), p.fds()), (again.pra0(), again.pra1(), again.fds()));
+    }
+
+    #[test]
+    fn empty_is_the_launch_of_the_empty_signature() {
+        for v in [AbiVersion::V1, AbiVersion::V2] {
+            let e = PackedLaunch::empty(v);
+            let p = PackedLaunch::new(v, &sig(""), &[], &[]).unwrap();
+            assert_eq!((e.pra0(), e.pra1(), e.fds(), e.scalars_word()), (p.pra0(), p.pra1(), p.fds(), p.scalars_word()));
+        }
+        assert_eq!(PackedLaunch::empty(AbiVersion::V2).pra0(), &[0x48, 0x52, 0x58, 0x32, 0, 0, 0, 0]);
     }
 
     #[test]

@@ -269,7 +269,8 @@ impl Signature {
     }
     /// The scalar parameters' types, in order.
     pub fn scalar_types(&self) -> impl Iterator<Item = ScalarType> + '_ {
-        self.params().iter().filter_map(|p| match p {
+        // Buffers come first (`push` refuses a buffer after a scalar): only the tail is scanned.
+        self.params()[self.buffers()..].iter().filter_map(|p| match p {
             ParamKind::Scalar(t) => Some(*t),
             ParamKind::Buffer => None,
         })
