@@ -99,17 +99,31 @@ pub fn build_lib(bl: BuildLibArgs) -> ExitCode {
     let opts = build_options(entry, bl.kernel_name, bl.power, bl.cflags, bl.clang, bl.lld);
     let built = with_progress(|| build::build_library(&kernel, &sig, &out, &opts));
     match built {
-        Ok(report) => crate::io::print(&format!(
-            "built {} (Hexagon shared object, kernel {}, entry {:?}); intermediates: {}\n",
-            report.library.display(),
-            report.kernel_name,
-            opts.entry.version,
-            report.entry_source.parent().map(|p| p.display().to_string()).unwrap_or_default()
-        )),
+        Ok(report) => {
+            warn_scalar(&report.scalar_kernels);
+            crate::io::print(&format!(
+                "built {} (Hexagon shared object, kernel {}, entry {:?}); intermediates: {}\n",
+                report.library.display(),
+                report.kernel_name,
+                opts.entry.version,
+                report.entry_source.parent().map(|p| p.display().to_string()).unwrap_or_default()
+            ))
+        }
         Err(e) => {
             eprintln!("hexrpc: build-lib: {e}");
             ExitCode::from(1)
         }
+    }
+}
+
+/// Says which kernels clang-19 could only compile without HVX (correct, not vectorised).
+#[cfg(feature = "build-lib")]
+fn warn_scalar(kernels: &[String]) {
+    if !kernels.is_empty() {
+        log::warn!(
+            "build-lib: clang-19's Hexagon backend cannot select HVX instructions for {}: compiled without HVX (same results, not vectorised)",
+            kernels.join(", ")
+        );
     }
 }
 
@@ -134,6 +148,7 @@ fn build_table(bl: BuildLibArgs) -> ExitCode {
     let built = with_progress(|| build::build_table_library(&table, &out, &opts));
     match built {
         Ok(report) => {
+            warn_scalar(&report.scalar_kernels);
             let kernels: Vec<String> = report
                 .kernels
                 .iter()

@@ -448,3 +448,21 @@ def test_dsp_time_reaches_tinygrad():
     (a @ b).realize()
     assert GlobalCounters.kernel_count >= 1
     assert 0 < GlobalCounters.time_sum_s < 60
+
+
+def test_one_hot_and_losses_with_deep_expressions():
+    """Kernels that were refused before: ``one_hot`` (clang-19's Hexagon backend cannot select
+    HVX instructions for it; build-lib compiles it without HVX) and cross-entropy / NLL losses
+    (their kernels nest expressions hundreds deep in clang's AST dump). Equal to CPU (one_hot),
+    within float32 reduction bounds (losses)."""
+    labels = rng.integers(0, 10, size=(32,), dtype=np.int32)
+    cpu, hex_ = both(lambda t: t.one_hot(10), labels)
+    np.testing.assert_array_equal(hex_, cpu)
+    logits = f32(32, 10)
+    for reduction in ("mean", "sum", "none"):
+        cpu, hex_ = both(lambda x, y: x.sparse_categorical_crossentropy(y, reduction=reduction), logits, labels)
+        np.testing.assert_allclose(hex_, cpu, rtol=1e-5, atol=1e-5)
+    probs = rng.uniform(0, 1, size=(32, 10)).astype(np.float32)
+    probs /= probs.sum(axis=1, keepdims=True)
+    cpu, hex_ = both(lambda x, p: x.cross_entropy(p), logits, probs)
+    np.testing.assert_allclose(hex_, cpu, rtol=1e-5, atol=1e-5)

@@ -237,6 +237,9 @@ pub struct BuildReport {
     pub elf: ElfSummary,
     /// The compiler helpers linked into the library, hidden ([`freestanding::CARRIED_HELPERS`]).
     pub carried_helpers: Vec<&'static str>,
+    /// Kernels compiled without HVX code generation because clang-19's Hexagon backend cannot
+    /// select instructions for them with HVX (see [`compile_kernel`]): correct, not vectorised.
+    pub scalar_kernels: Vec<String>,
 }
 
 /// Why a build failed.
@@ -455,6 +458,28 @@ pub fn compile_hexagon(clang: &Path, source: &Path, object: &Path, extra: &[OsSt
     args.extend(extra.iter().cloned());
     args.extend(["-o".into(), operand(object), "-c".into(), "--".into(), operand(source)]);
     run(clang, &args)
+}
+
+/// What clang-19's Hexagon backend says when it cannot select HVX instructions for some vector
+/// code (seen for tinygrad's `one_hot`: compares of an int vector selecting 0/1, an HVX
+/// predicate bitcast): a compiler defect, not a fault of the kernel.
+const HVX_SELECT_FAILURE: &str = "error in backend: Cannot select";
+
+/// Compiles a kernel; if clang-19's backend fails to select HVX instructions for it
+/// ([`HVX_SELECT_FAILURE`]), compiles it again without HVX code generation (the kernel's vector
+/// types are generic vector extensions, lowered to scalar Hexagon code: the same results,
+/// slower). Returns true when it fell back.
+fn compile_kernel(clang: &Path, source: &Path, object: &Path, extra: &[OsString]) -> Result<bool, BuildError> {
+    match compile_hexagon(clang, source, object, extra) {
+        Err(BuildError::ToolFailed { stderr, .. }) if stderr.contains(HVX_SELECT_FAILURE) => {
+            let mut args: Vec<OsString> = HEXAGON_CFLAGS.iter().filter(|f| !f.starts_with("-mhvx")).map(OsString::from).collect();
+            args.extend(extra.iter().cloned());
+            args.extend(["-o".into(), operand(object), "-c".into(), "--".into(), operand(source)]);
+            run(clang, &args)?;
+            Ok(true)
+        }
+        r => r.map(|()| false),
+    }
 }
 
 /// One kernel of a build: its source, its C function name and its signature. (A library holds
@@ -795,6 +820,7 @@ fn build_kernels(kernels: &[KernelSpec<'_>], out: &Path, opts: &BuildOptions, ta
     // Each kernel: found and matched against its signature; each source is then compiled once,
     // with the prototypes of every kernel it defines.
     let mut objects = Vec::new();
+    let mut scalar_kernels = Vec::new();
     let mut protos: Vec<String> = Vec::with_capacity(kernels.len());
     let mut status: Vec<bool> = Vec::with_capacity(kernels.len());
     for k in kernels {
@@ -843,7 +869,9 @@ fn build_kernels(kernels: &[KernelSpec<'_>], out: &Path, opts: &BuildOptions, ta
         let obj = work.join(format!("kernel{n}.o"));
         let mut flags = opts.kernel_cflags.clone();
         flags.extend(include.iter().cloned());
-        compile_hexagon(&opts.clang, &checked, &obj, &flags)?;
+        if compile_kernel(&opts.clang, &checked, &obj, &flags)? {
+            scalar_kernels.push(k.name.clone());
+        }
         objects.push(obj);
     }
     // The helpers the kernel objects call that the library carries itself: only those.
@@ -929,6 +957,7 @@ fn build_kernels(kernels: &[KernelSpec<'_>], out: &Path, opts: &BuildOptions, ta
         linker_script,
         elf,
         carried_helpers,
+        scalar_kernels,
     })
 }
 

@@ -109,3 +109,44 @@ fn table_refusals_are_typed() {
     assert!(e.contains("returns `int`"), "{e}");
     assert!(!out.exists());
 }
+
+/// tinygrad's `one_hot` kernel (an int vector compared and selected to 0/1, stored as int4):
+/// clang-19's Hexagon backend cannot select HVX instructions for it ("Cannot select ... V2Q").
+/// build-lib compiles such a kernel without HVX and says so in its report; a kernel clang
+/// compiles with HVX is not in that list.
+#[test]
+fn a_kernel_clang_cannot_select_with_hvx_builds_without_it() {
+    if !tools() {
+        return;
+    }
+    let dir = work_dir("no-hvx");
+    let c = dir.join("one_hot.c");
+    let mut k = String::from(
+        "typedef int int2 __attribute__((aligned(8),ext_vector_type(2)));\n\
+         typedef int int4 __attribute__((aligned(16),ext_vector_type(4)));\n\
+         void E_6_3(int* restrict __attribute__((align_value(128))) out, int* restrict __attribute__((align_value(128))) in) {\n\
+         int val0 = in[2];\n  int2 val1 = *((int2*)(in + 0));\n",
+    );
+    let lanes = ["val1[0]", "val1[1]", "val0"];
+    for (j, lane) in lanes.iter().enumerate() {
+        for v in 0..6 {
+            k.push_str(&format!("  int alu{} = (({lane}!={v})?0:1);\n", j * 6 + v));
+        }
+    }
+    k.push_str(
+        "  *((int4*)(out+0)) = (int4){alu0,alu1,alu2,alu3};\n  *((int4*)(out+4)) = (int4){alu4,alu5,alu6,alu7};\n\
+         *((int4*)(out+8)) = (int4){alu8,alu9,alu10,alu11};\n  *((int4*)(out+12)) = (int4){alu12,alu13,alu14,alu15};\n\
+         *((int2*)(out+16)) = (int2){alu16,alu17};\n}\n",
+    );
+    std::fs::write(&c, k).unwrap();
+    let opts = BuildOptions { kernel_name: Some("E_6_3".into()), ..BuildOptions::default() };
+    let report = build_library(&c, &Signature::parse("buf,buf").unwrap(), &dir.join("one_hot.so"), &opts)
+        .unwrap_or_else(|e| panic!("one_hot builds: {e}"));
+    assert_eq!(report.scalar_kernels, vec!["E_6_3".to_string()]);
+    let plain = dir.join("scale.c");
+    std::fs::write(&plain, ONE_FILE).unwrap();
+    let opts = BuildOptions { kernel_name: Some("scale".into()), ..BuildOptions::default() };
+    let report = build_library(&plain, &Signature::parse("buf,u32,f32").unwrap(), &dir.join("scale.so"), &opts).unwrap();
+    assert!(report.scalar_kernels.is_empty());
+    let _ = std::fs::remove_dir_all(&dir);
+}
