@@ -91,9 +91,9 @@ pub fn run(kobj: &KernelObj, kernels: &[Signature], records: &[BatchRecord], dea
     })
 }
 
-/// Distinct leases `records` name (by identity), with view `index` of record `at` replaced by
-/// `with`; stops counting past `MAX_BATCH_LEASES`.
-pub fn distinct_leases<T, R, I>(records: R, at: usize, index: usize, with: *const T) -> usize
+/// Distinct leases `records` name (by identity), with view `i` of record `r` replaced by
+/// `replace(r, i)` where that is `Some`; stops counting past `MAX_BATCH_LEASES`.
+pub fn distinct_leases<T, R, I>(records: R, replace: impl Fn(usize, usize) -> Option<*const T>) -> usize
 where
     R: IntoIterator<Item = I>,
     I: IntoIterator<Item = *const T>,
@@ -101,7 +101,7 @@ where
     let mut seen: heapless::Vec<*const T, { MAX_BATCH_LEASES + 1 }> = heapless::Vec::new();
     for (r, rec) in records.into_iter().enumerate() {
         for (i, p) in rec.into_iter().enumerate() {
-            let p = if r == at && i == index { with } else { p };
+            let p = replace(r, i).unwrap_or(p);
             if !seen.contains(&p) {
                 if seen.push(p).is_err() {
                     return MAX_BATCH_LEASES + 1;
@@ -194,7 +194,8 @@ impl BatchObj {
             return Err(Failure::refused(format!("record {record} has no buffer {index} (it has {n})")));
         }
         let ptrs = records.iter().map(|r| r.views.iter().map(|v| Arc::as_ptr(&v.0)));
-        if distinct_leases(ptrs, record, index, Arc::as_ptr(&view.0)) > MAX_BATCH_LEASES {
+        let with = Arc::as_ptr(&view.0);
+        if distinct_leases(ptrs, |r, i| (r == record && i == index).then_some(with)) > MAX_BATCH_LEASES {
             return Err(too_many_leases());
         }
         records[record].views[index] = view;

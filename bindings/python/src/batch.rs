@@ -194,10 +194,39 @@ impl Batch {
             Some(_) => {}
         }
         let ptrs = records.iter().map(|r| r.views.iter().map(|v| Arc::as_ptr(&v.0)));
-        if shared::distinct_leases(ptrs, record, index, Arc::as_ptr(&cell)) > MAX_BATCH_LEASES {
+        let with = Arc::as_ptr(&cell);
+        if shared::distinct_leases(ptrs, |r, i| (r == record && i == index).then_some(with)) > MAX_BATCH_LEASES {
             return Err(py_err(shared::too_many_leases()));
         }
         records[record].views[index] = (cell, off, len);
+        Ok(())
+    }
+
+    /// `set_view` for several places at once: buffer `index` of record `record` for every
+    /// `(record, index)` in `places` becomes `view`, all or none (checked as `set_view` checks
+    /// one). What a graph calls when an input buffer that several launches read changes.
+    fn set_views(&self, places: Vec<(usize, usize)>, view: &Bound<'_, PyAny>) -> PyResult<()> {
+        let kobj = kernel_of(&self.cell)?;
+        let (cell, off, len, lease) = view_entry(view, 0, &kobj)?;
+        drop(lease);
+        let mut records = lock(&self.records);
+        for &(record, index) in &places {
+            match records.get(record).map(|r| r.views.len()) {
+                None => return Err(py_err(Failure::refused(format!("no record {record}")))),
+                Some(n) if index >= n => {
+                    return Err(py_err(Failure::refused(format!("record {record} has no buffer {index} (it has {n})"))))
+                }
+                Some(_) => {}
+            }
+        }
+        let ptrs = records.iter().map(|r| r.views.iter().map(|v| Arc::as_ptr(&v.0)));
+        let with = Arc::as_ptr(&cell);
+        if shared::distinct_leases(ptrs, |r, i| places.contains(&(r, i)).then_some(with)) > MAX_BATCH_LEASES {
+            return Err(py_err(shared::too_many_leases()));
+        }
+        for (record, index) in places {
+            records[record].views[index] = (cell.clone(), off, len);
+        }
         Ok(())
     }
 

@@ -713,7 +713,7 @@ class HEXRPCGraph(GraphRunner):
         self._vals: list[tuple[int, ...]] = []
         self._var_calls: list[int] = []
         self._inputs: dict[int, HEXRPCBuffer] = {}
-        self._input_slots: dict[int, list[tuple[Any, int, int]]] = {}
+        self._input_slots: dict[int, list[tuple[Any, list[tuple[int, int]]]]] = {}
         self._record_of: dict[int, tuple[Any, int]] = {}
         self._uop_buffers: OrderedDict[int, tuple[Any, Any]] = OrderedDict()
 
@@ -746,11 +746,13 @@ class HEXRPCGraph(GraphRunner):
                     where[j] = (batch, r)
                     self.dev.stats.batched_nonzero_offset_views += sum(1 for b in bufs[j] if b.offset)
                 self._batches.append((calls, batch))
-        # input index -> every (batch, record, position) that names it
-        self._input_slots = {}
+        # input index -> for each batch that reads it, the (record, position) places naming it
+        slots: dict[int, dict[int, tuple[Any, list[tuple[int, int]]]]] = {}
         for j, uses in enumerate(self.uop_replace):
+            batch, r = where[j]
             for pos, iidx in uses:
-                self._input_slots.setdefault(iidx, []).append((*where[j], pos))
+                slots.setdefault(iidx, {}).setdefault(id(batch), (batch, []))[1].append((r, pos))
+        self._input_slots = {iidx: list(by_batch.values()) for iidx, by_batch in slots.items()}
         self._record_of = where
         self.dev.stats.graph_rebuilds += 1
 
@@ -776,8 +778,8 @@ class HEXRPCGraph(GraphRunner):
                 continue
             view = buf.view
             try:
-                for batch, r, pos in slots:
-                    batch.set_view(r, pos, view)
+                for batch, places in slots:
+                    batch.set_views(places, view)
             except hexrpc.LaunchRefused:
                 return False
             self._inputs[iidx] = buf
