@@ -392,6 +392,16 @@ def test_batch_set_view_updates_a_record_in_place(sess):
     bt.set_view(0, 0, leases[0].view(8, 4))  # an already-named lease fits
     bt.run()
     assert np.frombuffer(leases[0], dtype=np.uint32)[2] == 3
+    # set_views: several places at once, all or none.
+    with pytest.raises(hexrpc.LaunchRefused):
+        bt.set_views([(0, 0), (99, 0)], b.view(256, 4))
+    bt.set_scalar(0, 0, 5)
+    bt.run()
+    assert np.frombuffer(leases[0], dtype=np.uint32)[2] == 5, "a refused set_views changed nothing"
+    bt.set_views([(0, 0), (1, 0)], b.view(256, 4))
+    bt.set_scalar(1, 0, 6)
+    bt.run()
+    assert np.frombuffer(b, dtype=np.uint32)[64] == 6
     lib.close()
 
 
