@@ -1,5 +1,5 @@
 //! Batches for the bindings: many launches of one library's kernel table in one FastRPC call
-//! (the runtime's [`Batch`](hexrpc_runtime::launch::Batch), launch ABI method 3), shared by the C
+//! (the runtime's [`Batch`], launch ABI method 3), shared by the C
 //! ABI (`hexrpc_batch_*`, [`BatchObj`]) and the Python package (`hexrpc.Batch`, which keeps its
 //! own records and runs them with [`run`]).
 //!

@@ -238,7 +238,7 @@ pub struct BuildReport {
     /// The compiler helpers linked into the library, hidden ([`freestanding::CARRIED_HELPERS`]).
     pub carried_helpers: Vec<&'static str>,
     /// Kernels compiled without HVX code generation because clang-19's Hexagon backend cannot
-    /// select instructions for them with HVX (see [`compile_kernel`]): correct, not vectorised.
+    /// select instructions for them with HVX (the build retries them without HVX): correct, not vectorised.
     pub scalar_kernels: Vec<String>,
 }
 
