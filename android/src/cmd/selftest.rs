@@ -41,21 +41,18 @@ pub fn selftest(
             }
         }
     }
-    let mut device_board = None;
-    let (seam, header) = if seam_bench || platform == Platform::Bench {
+    let (seam, header, device_board) = if seam_bench || platform == Platform::Bench {
         #[cfg(not(feature = "bench"))]
         unreachable!("refused above");
         #[cfg(feature = "bench")]
         (
             selftest::DeviceSeam::Bench,
             " through the BENCH SEAM (test: the bench stands in for the nodes; simulated kernel and DSP, not device figures)".to_string(),
+            None,
         )
     } else {
         match super::device_board(board.as_deref()) {
-            Ok((b, source)) => {
-                device_board = Some(b.name);
-                (selftest::DeviceSeam::Real(b, source), format!(" (board {})", b.name))
-            }
+            Ok((b, source)) => (selftest::DeviceSeam::Real(b, source), format!(" (board {})", b.name), Some(b.name)),
             Err(Usage(msg)) => {
                 crate::io::error(&msg);
                 return ExitCode::from(2);
