@@ -49,8 +49,9 @@ Recovery without the caller
     ``HEXRPC_BENCH_CALL_LIMIT_MS``) or a missed deadline (``HEXRPC_DEADLINE_MS``), the device
     recovers the session by itself: the kernel whose call failed raises :class:`DSPRestartError`
     (saying why, when hexrpc knows), the session is rebuilt and its libraries reopened, and the
-    next op runs. A session found unhealthy before a launch is recovered first, without failing
-    that launch. At most :data:`AUTO_RECOVERIES` recoveries per :data:`AUTO_RECOVERY_WINDOW_S`
+    next op runs. A launch that hexrpc refused without sending it, because the session already
+    needed recovery (a restart noticed elsewhere), is sent again once the session is recovered,
+    without failing. At most :data:`AUTO_RECOVERIES` recoveries per :data:`AUTO_RECOVERY_WINDOW_S`
     seconds: past that the error says so and ``Device["HEXRPC"].recover()`` is left to the
     caller. Each recovery is logged (logger ``hexrpc.tinygrad``).
 
@@ -463,6 +464,11 @@ AUTO_RECOVERY_WINDOW_S = 60.0
 
 _log = logging.getLogger("hexrpc.tinygrad")
 
+#: The cause hexrpc gives a call it refused without sending it because the session needs
+#: recovery first (the HAL's ``Cause::NeedsRecovery``): nothing reached the DSP, so the call can
+#: be sent again after recovery.
+_REFUSED_UNSENT = "the session needs recover() first"
+
 
 class DSPRestartError(RuntimeError):
     """A kernel's call failed because the DSP restarted or its deadline passed. ``kernel`` names
@@ -523,10 +529,23 @@ class _SessionHub:
         self.recovery_count += 1
 
     def ensure_healthy(self) -> None:
-        """Recovers a session that is already known to need it (a failure elsewhere), before a
-        launch that has not failed."""
+        """Recovers a session that is already known to need it (a failure elsewhere), before
+        opening a library (not per launch: see :meth:`recovered_unsent`)."""
         if not self.session.healthy and self._budget_left():
             self.recover("the session needed recovery before a launch")
+
+    def recovered_unsent(self, err: BaseException) -> bool:
+        """True when ``err`` says the call was refused before it was sent because the session
+        already needed recovery (a restart noticed elsewhere, e.g. by the listener), and the
+        session has now been recovered: the caller sends the call again, once. The launch path
+        thus asks nothing of the session until a call fails."""
+        if _REFUSED_UNSENT not in str(getattr(err, "cause", "")) or not self._budget_left():
+            return False
+        try:
+            self.recover("the session needed recovery before a launch")
+        except hexrpc.Error:
+            return False
+        return True
 
     def failed(self, kernel: str, err: BaseException) -> DSPRestartError:
         """The error to raise for ``kernel`` whose call failed with ``err`` (``NeedsRecovery``),
@@ -561,10 +580,15 @@ class HEXRPCProgram(Program["HEXRPCDevice"]):
         if len(bufs) != self.nbufs:
             raise RuntimeError(f"HEXRPC: {self.name} takes {self.nbufs} buffers, got {len(bufs)}")
         hub = self.dev.hub
-        hub.ensure_healthy()
         library = self.dev.libraries.get(id(self), self.lib, self.hexrpc_signature, self.dev.stats, self.name)
+        views, scalars = [b.view for b in bufs], list(vals)
         try:
-            us = library.launch([b.view for b in bufs], list(vals), deadline_ms=self.dev.deadline_ms)
+            try:
+                us = library.launch(views, scalars, deadline_ms=self.dev.deadline_ms)
+            except hexrpc.NeedsRecovery as e:
+                if not hub.recovered_unsent(e):
+                    raise
+                us = library.launch(views, scalars, deadline_ms=self.dev.deadline_ms)
         except hexrpc.NeedsRecovery as e:
             raise hub.failed(self.name, e) from e
         self.dev.stats.launches += 1
@@ -811,7 +835,12 @@ class HEXRPCGraph(GraphRunner):
         for calls, batch in self._batches:
             t = time.perf_counter_ns()
             try:
-                us += batch.run(deadline_ms=self.dev.deadline_ms)
+                try:
+                    us += batch.run(deadline_ms=self.dev.deadline_ms)
+                except hexrpc.NeedsRecovery as e:
+                    if not hub.recovered_unsent(e):
+                        raise
+                    us += batch.run(deadline_ms=self.dev.deadline_ms)
             except hexrpc.NeedsRecovery as e:
                 raise hub.failed(f"graph of {len(self.calls)} kernels", e) from e
             finally:
