@@ -658,30 +658,16 @@ pub unsafe extern "C" fn hexrpc_launch(
     dsp_us: *mut u64,
 ) -> hexrpc_status {
     run(|| {
-        if views.is_null() && nviews != 0 {
-            return Err(Failure::null("views"));
-        }
-        if scalars.is_null() && nscalars != 0 {
-            return Err(Failure::null("scalars"));
-        }
+        // SAFETY: the caller's contract.
+        let views = unsafe { c_slice(views, nviews, "views") }?;
+        // SAFETY: the caller's contract.
+        let scalars = unsafe { c_slice(scalars, nscalars, "scalars") }?;
         if nviews > MAX_BUFFERS {
             return Err(Failure::refused(format!("{nviews} buffers: a launch carries at most {MAX_BUFFERS}")));
         }
         if nscalars > hexrpc_runtime::launch::Signature::MAX_PARAMS {
             return Err(Failure::refused(format!("{nscalars} scalars: too many")));
         }
-        let views: &[hexrpc_view] = if nviews == 0 {
-            &[]
-        } else {
-            // SAFETY: non-null and valid for `nviews` reads (the caller's contract).
-            unsafe { std::slice::from_raw_parts(views, nviews) }
-        };
-        let scalars: &[hexrpc_scalar] = if nscalars == 0 {
-            &[]
-        } else {
-            // SAFETY: non-null and valid for `nscalars` reads (the caller's contract).
-            unsafe { std::slice::from_raw_parts(scalars, nscalars) }
-        };
         let mut sc: heapless::Vec<Scalar, { hexrpc_runtime::launch::Signature::MAX_PARAMS }> = heapless::Vec::new();
         for (i, s) in scalars.iter().enumerate() {
             let _ = sc.push(scalar_arg(i, s)?);
@@ -804,23 +790,32 @@ pub unsafe extern "C" fn hexrpc_bench_build_library(
     unsafe { hexrpc_build_library(kernel_c, kernel_name, signature, abi, out) }
 }
 
+/// The array `p` of `n` elements a C caller passed: empty for `n` 0 (any `p`), NULL with `n` > 0
+/// refused as `HEXRPC_ERR_NULL` naming `what`.
+///
+/// # Safety
+/// `p` is NULL or valid for reading `n` elements for `'a`.
+unsafe fn c_slice<'a, T>(p: *const T, n: usize, what: &'static str) -> Result<&'a [T], Failure> {
+    if n == 0 {
+        return Ok(&[]);
+    }
+    if p.is_null() {
+        return Err(Failure::null(what));
+    }
+    // SAFETY: non-null and valid for `n` reads (the caller's contract).
+    Ok(unsafe { std::slice::from_raw_parts(p, n) })
+}
+
 /// The views of a C call as (lease, offset, length) with their leases looked up.
 ///
 /// # Safety
 /// `views` is NULL (with `nviews` 0) or valid for reading `nviews` views.
 unsafe fn view_args(views: *const hexrpc_view, nviews: usize) -> Result<Vec<(Arc<objects::LeaseObj>, usize, usize)>, Failure> {
-    if views.is_null() && nviews != 0 {
-        return Err(Failure::null("views"));
-    }
+    // SAFETY: the caller's contract.
+    let views = unsafe { c_slice(views, nviews, "views") }?;
     if nviews > MAX_BUFFERS {
         return Err(Failure::refused(format!("{nviews} buffers: a launch carries at most {MAX_BUFFERS}")));
     }
-    let views: &[hexrpc_view] = if nviews == 0 {
-        &[]
-    } else {
-        // SAFETY: non-null and valid for `nviews` reads (the caller's contract).
-        unsafe { std::slice::from_raw_parts(views, nviews) }
-    };
     views
         .iter()
         .enumerate()
@@ -900,18 +895,11 @@ pub unsafe extern "C" fn hexrpc_batch_push(
         let b = table::batch(handle_value(batch))?;
         // SAFETY: the caller's contract.
         let views = unsafe { view_args(views, nviews) }?;
-        if scalars.is_null() && nscalars != 0 {
-            return Err(Failure::null("scalars"));
-        }
+        // SAFETY: the caller's contract.
+        let scalars = unsafe { c_slice(scalars, nscalars, "scalars") }?;
         if nscalars > hexrpc_runtime::launch::Signature::MAX_PARAMS {
             return Err(Failure::refused(format!("{nscalars} scalars: too many")));
         }
-        let scalars: &[hexrpc_scalar] = if nscalars == 0 {
-            &[]
-        } else {
-            // SAFETY: non-null and valid for `nscalars` reads (the caller's contract).
-            unsafe { std::slice::from_raw_parts(scalars, nscalars) }
-        };
         let sc = scalars.iter().enumerate().map(|(i, s)| scalar_arg(i, s)).collect::<Result<Vec<_>, _>>()?;
         let r = b.push(kernel as usize, views, sc)?;
         if !record.is_null() {
