@@ -319,7 +319,7 @@ fn selftest_device_checks_run_through_the_bench_seam_and_pass() {
     assert_eq!(check("reverse-file-permissions")["figure"], "3 refused");
     // Where clang-19, ld.lld-19 and qemu-hexagon run, the library is the one build-lib makes and
     // its code runs under the executor; otherwise the line says why not.
-    let tools = ["clang-19", "ld.lld-19", "qemu-hexagon"].iter().all(|t| Command::new(t).arg("--version").output().is_ok());
+    let tools = tools_run(&["clang-19", "ld.lld-19", "qemu-hexagon"]);
     let detail = check("view-offsets")["detail"].as_str().unwrap().to_string();
     if tools && cfg!(target_arch = "x86_64") {
         assert!(detail.contains("built by build-lib") && detail.contains("executor"), "{detail}");
@@ -347,8 +347,7 @@ fn build_lib_makes_a_hexagon_library_or_says_why_not() {
     let out = dir.join("libscale.so");
     let args = ["build-lib", kernel.to_str().unwrap(), "--signature", "buf,buf,f32", "-o", out.to_str().unwrap()];
     let run = hexrpc(&args);
-    let have_tools =
-        Command::new("clang-19").arg("--version").output().is_ok() && Command::new("ld.lld-19").arg("--version").output().is_ok();
+    let have_tools = tools_run(&["clang-19", "ld.lld-19"]);
     if !have_tools {
         assert_eq!(run.status.code(), Some(1), "a missing toolchain is a build failure, not a crash");
         eprintln!("SKIPPED: clang-19 / ld.lld-19 not installed; the failure path was checked instead");
@@ -394,8 +393,7 @@ fn build_lib_table_makes_one_library_of_several_kernels() {
     let (ta, tb) = (format!("{sa}:check:buf"), format!("{sb}:zero:buf"));
     let args = ["build-lib", sa, sb, "--table", "scale:buf,f32", "--table", &ta, "--table", &tb, "-o", so];
     let run = hexrpc(&args);
-    let have_tools =
-        Command::new("clang-19").arg("--version").output().is_ok() && Command::new("ld.lld-19").arg("--version").output().is_ok();
+    let have_tools = tools_run(&["clang-19", "ld.lld-19"]);
     // Usage errors first (no tools needed): no --signature with --table, a bad entry, several sources without --table.
     assert_eq!(hexrpc(&["build-lib", sa, "--table", "scale:buf,f32", "--signature", "buf", "-o", so]).status.code(), Some(2));
     assert_eq!(hexrpc(&["build-lib", sa, "--table", "scale", "-o", so]).status.code(), Some(2));
@@ -954,8 +952,7 @@ fn run_launches_a_build_lib_library_on_the_bench() {
 /// build-lib's refusals as the CLI shows them, and operands that start with `-`.
 #[test]
 fn build_lib_cli_refusals_and_dash_operands() {
-    let have_tools =
-        Command::new("clang-19").arg("--version").output().is_ok() && Command::new("ld.lld-19").arg("--version").output().is_ok();
+    let have_tools = tools_run(&["clang-19", "ld.lld-19"]);
     let dir = std::env::temp_dir().join(format!("hexrpc-cli-refuse-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
@@ -1006,8 +1003,7 @@ fn build_lib_cli_refusals_and_dash_operands() {
 
 #[test]
 fn the_device_test_library_builds_and_only_weak_imports_may_be_missing() {
-    let have_tools =
-        Command::new("clang-19").arg("--version").output().is_ok() && Command::new("ld.lld-19").arg("--version").output().is_ok();
+    let have_tools = tools_run(&["clang-19", "ld.lld-19"]);
     if !have_tools || !cfg!(target_arch = "x86_64") {
         eprintln!("SKIPPED: clang-19 / ld.lld-19 not runnable here");
         return;
@@ -1125,8 +1121,7 @@ fn run_capture_records_the_library_fetch_and_reverse_replay_accepts_it() {
 /// was: the library is put in place only once every check passed.
 #[test]
 fn a_failed_build_leaves_no_library_at_the_output_and_keeps_a_previous_one() {
-    let have_tools =
-        Command::new("clang-19").arg("--version").output().is_ok() && Command::new("ld.lld-19").arg("--version").output().is_ok();
+    let have_tools = tools_run(&["clang-19", "ld.lld-19"]);
     if !have_tools || !cfg!(target_arch = "x86_64") {
         eprintln!("SKIPPED: clang-19 / ld.lld-19 not runnable here");
         return;
@@ -1223,18 +1218,9 @@ fn run_and_capture_refuse_aliased_outputs_duplicate_keys_and_unusable_directorie
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A kernel that makes Hexagon Linux-user system calls itself (`trap0`): qemu-hexagon would serve
-/// them on the host.
-const TRAP0_KERNELS: &str = "static long sys(long n, long a, long b, long c, long d) {\n\
-  register long r0 __asm__(\"r0\") = a;\n\
-  register long r1 __asm__(\"r1\") = b;\n\
-  register long r2 __asm__(\"r2\") = c;\n\
-  register long r3 __asm__(\"r3\") = d;\n\
-  register long r6 __asm__(\"r6\") = n;\n\
-  __asm__ volatile(\"trap0(#1)\" : \"+r\"(r0) : \"r\"(r1), \"r\"(r2), \"r\"(r3), \"r\"(r6) : \"memory\");\n\
-  return r0;\n\
-}\n\
-void escape(unsigned char *io, unsigned int mode) {\n\
+/// Kernels that make Hexagon Linux-user system calls themselves through `sys` (after
+/// `hexrpc_scenarios::suite::TRAP0_SYSCALL_C`): qemu-hexagon would serve them on the host.
+const TRAP0_KERNELS: &str = "void escape(unsigned char *io, unsigned int mode) {\n\
   long fd = sys(56, -100, (long)io, mode == 0 ? (01 | 0100 | 01000) : 01, 0644);\n\
   if (fd >= 0) { sys(64, fd, (long)\"escaped\", 7, 0); sys(57, fd, 0, 0, 0); }\n\
   sys(35, -100, (long)io + 256, 0, 0);\n\
@@ -1259,7 +1245,7 @@ fn run_on_the_bench_confines_the_library_and_refuses_forged_answers() {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let src = dir.join("hostile.c");
-    std::fs::write(&src, TRAP0_KERNELS).unwrap();
+    std::fs::write(&src, format!("{}{TRAP0_KERNELS}", hexrpc_scenarios::suite::TRAP0_SYSCALL_C)).unwrap();
     let (created, victim) = (dir.join("created"), dir.join("victim"));
     std::fs::write(&victim, b"keep").unwrap();
     let mut io = vec![0u8; 512];
@@ -1361,10 +1347,14 @@ fn probe_loads_the_shipped_device_test_library_by_default() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// True when every one of `tools` starts here (`TOOL --version`).
+fn tools_run(tools: &[&str]) -> bool {
+    tools.iter().all(|t| Command::new(t).arg("--version").output().is_ok())
+}
+
 /// True when the Hexagon executor's tools run here (x86-64 desk); otherwise says SKIPPED.
 fn executor_runnable() -> bool {
-    let have_tools = ["clang-19", "ld.lld-19", "qemu-hexagon"].iter().all(|t| Command::new(t).arg("--version").output().is_ok());
-    let ok = have_tools && cfg!(target_arch = "x86_64");
+    let ok = tools_run(&["clang-19", "ld.lld-19", "qemu-hexagon"]) && cfg!(target_arch = "x86_64");
     if !ok {
         eprintln!("SKIPPED: the Hexagon executor is not runnable here");
     }

@@ -10,6 +10,19 @@ use hexrpc_bench::executor::{build_library, BuildError, Flavour, LibrarySources,
 use hexrpc_libbuild::write_linker_script;
 use hexrpc_runtime::launch::{write_batch_entry, write_entry, EntryOptions, KernelSpec, Signature};
 
+/// C for kernels that make Hexagon Linux-user system calls themselves (`trap0`): a function
+/// `long sys(long n, long a, long b, long c, long d)`, which qemu-hexagon would serve on the host
+/// as its own. Tests of the executor's confinement append kernels that call it.
+pub const TRAP0_SYSCALL_C: &str = "static long sys(long n, long a, long b, long c, long d) {\n\
+  register long r0 __asm__(\"r0\") = a;\n\
+  register long r1 __asm__(\"r1\") = b;\n\
+  register long r2 __asm__(\"r2\") = c;\n\
+  register long r3 __asm__(\"r3\") = d;\n\
+  register long r6 __asm__(\"r6\") = n;\n\
+  __asm__ volatile(\"trap0(#1)\" : \"+r\"(r0) : \"r\"(r1), \"r\"(r2), \"r\"(r3), \"r\"(r6) : \"memory\");\n\
+  return r0;\n\
+}\n";
+
 /// `hexrpc build-lib`'s linker script (every section on its own 4 KiB page).
 pub fn linker_script() -> Result<&'static str, BuildError> {
     static SCRIPT: OnceLock<Result<String, BuildError>> = OnceLock::new();

@@ -742,17 +742,8 @@ fn a_hanging_constructor_is_bounded(board: &'static Board) {
     drop(stack.open("good", good).expect("a good library after the hang"));
 }
 
-/// Kernel code that makes Hexagon Linux-user system calls itself (`trap0`), which qemu-hexagon
-/// would serve on the host as its own.
-const TRAP0: &str = "static long sys(long n, long a, long b, long c, long d) {\n\
-  register long r0 __asm__(\"r0\") = a;\n\
-  register long r1 __asm__(\"r1\") = b;\n\
-  register long r2 __asm__(\"r2\") = c;\n\
-  register long r3 __asm__(\"r3\") = d;\n\
-  register long r6 __asm__(\"r6\") = n;\n\
-  __asm__ volatile(\"trap0(#1)\" : \"+r\"(r0) : \"r\"(r1), \"r\"(r2), \"r\"(r3), \"r\"(r6) : \"memory\");\n\
-  return r0;\n\
-}\n";
+/// Kernel code that makes Hexagon Linux-user system calls itself (`trap0`).
+const TRAP0: &str = hexrpc_scenarios::suite::TRAP0_SYSCALL_C;
 
 fn build_trap0_library(tc: &Toolchain, dir: &Path, name: &str, body: &str) -> &'static [u8] {
     let src = dir.join(format!("{name}.c"));
