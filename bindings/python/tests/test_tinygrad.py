@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tinygrad_bench import require_executor  # noqa: E402
+from tinygrad_bench import both, require_executor  # noqa: E402
 
 tinygrad = require_executor()
 
@@ -31,15 +31,6 @@ from tinygrad import Device, Tensor, TinyJit, Variable, dtypes  # noqa: E402
 @pytest.fixture(scope="module")
 def dev():
     return Device["HEXRPC"]
-
-
-def both(fn, *arrays: np.ndarray):
-    """Runs ``fn`` on tensors made from ``arrays`` on CPU and on HEXRPC; returns both results."""
-    out = []
-    for device in ("CPU", "HEXRPC"):
-        ts = [Tensor(a, device=device) for a in arrays]
-        out.append(fn(*ts).numpy())
-    return out[0], out[1]
 
 
 rng = np.random.default_rng(16)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tinygrad_bench import require_executor  # noqa: E402
+from tinygrad_bench import both, require_executor  # noqa: E402
 
 tinygrad = require_executor()
 
@@ -33,15 +33,6 @@ from tinygrad import Tensor, dtypes  # noqa: E402
 HALF_EPS = 2.0**-10  # the spacing of halves in [1, 2)
 
 rng = np.random.default_rng(1616)
-
-
-def both(fn, *arrays: np.ndarray):
-    """Runs ``fn`` on tensors made from ``arrays`` on CPU and on HEXRPC; returns both results."""
-    out = []
-    for device in ("CPU", "HEXRPC"):
-        ts = [Tensor(a, device=device) for a in arrays]
-        out.append(fn(*ts).numpy())
-    return out[0], out[1]
 
 
 def f16(*shape, lo=-4.0, hi=4.0):

@@ -22,3 +22,15 @@ def require_executor():
     if not (os.environ.get("HEXRPC_CLI") or shutil.which("hexrpc")):
         pytest.skip("the hexrpc tool was not found (set HEXRPC_CLI or put `hexrpc` on PATH)", allow_module_level=True)
     return pytest.importorskip("tinygrad")
+
+
+def both(fn, *arrays):
+    """Runs ``fn`` on tensors made from ``arrays`` on CPU and on HEXRPC; returns both results
+    (numpy arrays), CPU's first."""
+    from tinygrad import Tensor
+
+    out = []
+    for device in ("CPU", "HEXRPC"):
+        ts = [Tensor(a, device=device) for a in arrays]
+        out.append(fn(*ts).numpy())
+    return out[0], out[1]
