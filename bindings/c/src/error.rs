@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use hexrpc_hal::{ErrorKind, HalError};
+use hexrpc_hal::{Cause, ErrorKind, HalError};
 use hexrpc_runtime::Error;
 
 /// What a call returns: `HEXRPC_OK` or the class of failure. The message of the last failure on
@@ -46,12 +46,16 @@ pub struct Failure {
     pub cause: String,
     /// The errno closest to the failure, if any.
     pub errno: Option<i32>,
+    /// True when the call was refused without being sent because the session needed recovery
+    /// first (the HAL's `Cause::NeedsRecovery`): nothing reached the DSP, so the same call can be
+    /// made again once the session is recovered.
+    pub unsent: bool,
 }
 
 impl Failure {
     /// A failure of class `status`.
     pub fn new(status: hexrpc_status, stage: &'static str, cause: impl Into<String>) -> Failure {
-        Failure { status, stage, cause: cause.into(), errno: None }
+        Failure { status, stage, cause: cause.into(), errno: None, unsent: false }
     }
     /// An invalid argument.
     pub fn invalid(stage: &'static str, cause: impl Into<String>) -> Failure {
@@ -75,7 +79,7 @@ impl Failure {
             Some(2 | 13 | 19 | 1) => hexrpc_status::HEXRPC_ERR_UNAVAILABLE,
             _ => hexrpc_status::HEXRPC_ERR_FAILED,
         };
-        Failure { status, stage, cause: cause.into(), errno }
+        Failure { status, stage, cause: cause.into(), errno, unsent: false }
     }
     /// A handle that is not live.
     pub fn handle(what: &'static str) -> Failure {
@@ -101,7 +105,7 @@ impl Failure {
         };
         let text = e.to_string();
         let cause = text.split_once(": ").map_or(text.as_str(), |(_, c)| c).to_string();
-        Failure { status, stage: e.stage.name(), cause, errno: Some(e.errno().0) }
+        Failure { status, stage: e.stage.name(), cause, errno: Some(e.errno().0), unsent: e.cause == Cause::NeedsRecovery }
     }
 
     /// An error of the runtime's launch path: a HAL error as [`hal`](Self::hal); a launch or
@@ -127,7 +131,7 @@ impl Failure {
         let stage = e.stage();
         let text = e.to_string();
         let cause = text.strip_prefix(stage).and_then(|t| t.strip_prefix(": ")).unwrap_or(&text).to_string();
-        Failure { status, stage, cause, errno: None }
+        Failure { status, stage, cause, errno: None, unsent: false }
     }
 }
 

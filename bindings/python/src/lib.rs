@@ -36,7 +36,12 @@ mod batch;
 mod logs;
 mod probe;
 
-create_exception!(hexrpc, Error, PyException, "Base class of every hexrpc error; carries `stage`, `cause` and `status`.");
+create_exception!(
+    hexrpc,
+    Error,
+    PyException,
+    "Base class of every hexrpc error; carries `stage`, `cause`, `status` and `unsent` (True when the call was refused without being sent because the session needed recovery first)."
+);
 create_exception!(hexrpc, HandleError, Error, "The session, lease, view or library was closed (or never opened).");
 create_exception!(hexrpc, InvalidArgument, Error, "An argument is invalid: a range outside its lease, a bad signature or name.");
 create_exception!(hexrpc, LaunchRefused, Error, "The launch does not fit the kernel's signature or ABI; nothing was sent.");
@@ -79,6 +84,7 @@ fn py_err(f: Failure) -> PyErr {
         let _ = v.setattr("stage", f.stage);
         let _ = v.setattr("cause", f.cause.as_str());
         let _ = v.setattr("status", status_name(f.status));
+        let _ = v.setattr("unsent", f.unsent);
     });
     err
 }

@@ -136,6 +136,10 @@ def test_restart_and_recovery(sess):
         lib.launch(views, [1])
     assert e.value.status == "recoverable"
     assert not sess.healthy
+    # Once the session is known to need recovery, a call is refused without being sent.
+    with pytest.raises(hexrpc.NeedsRecovery) as again:
+        lib.launch(views, [1])
+    assert again.value.unsent, again.value.cause
     sess.recover()
     assert sess.healthy
     lib.launch(views, [2])

@@ -17,6 +17,9 @@ class Error(Exception):
     """The cause, readable."""
     status: str
     """The class: "handle", "invalid", "refused", "unavailable", "recoverable", "dsp", "failed"."""
+    unsent: bool
+    """True when the call was refused without being sent because the session needed recovery
+    first: nothing reached the DSP, and the same call can be made again after ``recover()``."""
 
 class HandleError(Error): ...
 class InvalidArgument(Error): ...

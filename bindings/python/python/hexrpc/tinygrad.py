@@ -464,10 +464,7 @@ AUTO_RECOVERY_WINDOW_S = 60.0
 
 _log = logging.getLogger("hexrpc.tinygrad")
 
-#: The cause hexrpc gives a call it refused without sending it because the session needs
-#: recovery first (the HAL's ``Cause::NeedsRecovery``): nothing reached the DSP, so the call can
-#: be sent again after recovery.
-_REFUSED_UNSENT = "the session needs recover() first"
+
 
 
 class DSPRestartError(RuntimeError):
@@ -539,7 +536,7 @@ class _SessionHub:
         already needed recovery (a restart noticed elsewhere, e.g. by the listener), and the
         session has now been recovered: the caller sends the call again, once. The launch path
         thus asks nothing of the session until a call fails."""
-        if _REFUSED_UNSENT not in str(getattr(err, "cause", "")) or not self._budget_left():
+        if not getattr(err, "unsent", False) or not self._budget_left():
             return False
         try:
             self.recover("the session needed recovery before a launch")
