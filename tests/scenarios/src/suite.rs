@@ -23,6 +23,18 @@ pub const TRAP0_SYSCALL_C: &str = "static long sys(long n, long a, long b, long 
   return r0;\n\
 }\n";
 
+/// The executor's toolchain, or `None` after printing `SKIPPED: <why>` (clang-19, ld.lld-19 or
+/// qemu-hexagon missing): what every executor test starts with.
+pub fn tools_or_skip() -> Option<Toolchain> {
+    match hexrpc_bench::executor::tools_available() {
+        Ok(t) => Some(t),
+        Err(e) => {
+            println!("SKIPPED: {e}");
+            None
+        }
+    }
+}
+
 /// `hexrpc build-lib`'s linker script (every section on its own 4 KiB page).
 pub fn linker_script() -> Result<&'static str, BuildError> {
     static SCRIPT: OnceLock<Result<String, BuildError>> = OnceLock::new();

@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use hexrpc_bench::executor::reference::{self as r, f32_bytes, f32s_of, Rng};
-use hexrpc_bench::executor::{self, tools_available, Flavour, Toolchain};
+use hexrpc_bench::executor::{self, Flavour, Toolchain};
 use hexrpc_bench::{Bench, BenchConfig, LedgerEvent};
 use hexrpc_bsp::Board;
 use hexrpc_drivers::adsprpc::FASTRPC_ATTR_NOVA;
@@ -28,13 +28,7 @@ hexrpc_bench::on_both_kernels!(
 );
 
 fn tools() -> Option<Toolchain> {
-    match tools_available() {
-        Ok(t) => Some(t),
-        Err(e) => {
-            println!("SKIPPED: {e}");
-            None
-        }
-    }
+    hexrpc_scenarios::suite::tools_or_skip()
 }
 
 /// How an output is compared.

@@ -9,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use hexrpc_bench::executor::{self, tools_available, Flavour, Toolchain};
+use hexrpc_bench::executor::{self, Flavour, Toolchain};
 use hexrpc_bench::{Bench, BenchConfig, CallKind, LedgerEvent};
 use hexrpc_bsp::Board;
 use hexrpc_hal::{BufferView, Call, Cause};
@@ -34,13 +34,7 @@ fn invoke_kind(board: &Board) -> CallKind {
 }
 
 fn tools() -> Option<Toolchain> {
-    match tools_available() {
-        Ok(tc) => Some(tc),
-        Err(why) => {
-            eprintln!("SKIPPED: executor unavailable: {why}");
-            None
-        }
-    }
+    hexrpc_scenarios::suite::tools_or_skip()
 }
 
 /// The table: 0 bump_u8 (a[i] += 1), 1 check_u32 (status), 2 spin_u32, 3 relu_f32.

@@ -13,7 +13,7 @@ use std::process::Command;
 use std::time::Instant;
 
 use hexrpc_bench::executor::reference::{f32_bytes, f32s_of};
-use hexrpc_bench::executor::{self, tools_available, Toolchain};
+use hexrpc_bench::executor::{self, Toolchain};
 use hexrpc_bench::Bench;
 use hexrpc_bsp::Board;
 use hexrpc_drivers::aee;
@@ -36,13 +36,7 @@ hexrpc_bench::on_both_kernels!(
 );
 
 fn tools() -> Option<Toolchain> {
-    match tools_available() {
-        Ok(t) => Some(t),
-        Err(e) => {
-            println!("SKIPPED: {e}");
-            None
-        }
-    }
+    hexrpc_scenarios::suite::tools_or_skip()
 }
 
 fn work(name: &str) -> PathBuf {

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use hexrpc_bench::executor::{tools_available, Flavour, ShellEnd, ShellStatus, Toolchain};
+use hexrpc_bench::executor::{Flavour, ShellEnd, ShellStatus, Toolchain};
 use hexrpc_bench::{Bench, BenchConfig, EntryVersion, LibraryModel, RestartKind, RestartReason, ShellFault, ShellStep};
 use hexrpc_bsp::Board;
 use hexrpc_hal::Cause;
@@ -31,13 +31,7 @@ hexrpc_bench::on_both_kernels!(
 );
 
 fn tools() -> Option<Toolchain> {
-    match tools_available() {
-        Ok(t) => Some(t),
-        Err(e) => {
-            println!("SKIPPED: {e}");
-            None
-        }
-    }
+    hexrpc_scenarios::suite::tools_or_skip()
 }
 
 fn restarted<T>(r: Result<T, ModelError>) {
