@@ -435,6 +435,11 @@ pub fn generic_board(k: &KernelDetection) -> Option<&'static Board> {
     }
 }
 
+/// The boards of real devices: every board of [`BOARDS`] but the bench's ([`BENCH_BOARDS`]).
+pub fn device_boards() -> impl Iterator<Item = &'static Board> {
+    BOARDS.iter().filter(|b| !BENCH_BOARDS.contains(b))
+}
+
 /// Finds a board by its short name.
 pub fn by_name(name: &str) -> Option<&'static Board> {
     BOARDS.iter().find(|b| b.name == name)

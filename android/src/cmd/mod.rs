@@ -26,7 +26,10 @@ pub fn device_board(name: Option<&str>) -> Result<(&'static hexrpc_bsp::Board, B
     if let Some(n) = name {
         return match hexrpc_bsp::by_name(n) {
             Some(b) if !hexrpc_bsp::BENCH_BOARDS.contains(&b) => Ok((b, BoardSource::Given)),
-            _ => Err(Usage(format!("unknown board '{n}' (known: comma-three, msm-android, qcom-rb5, upstream)"))),
+            _ => Err(Usage(format!(
+                "unknown board '{n}' (known: {})",
+                hexrpc_bsp::device_boards().map(|b| b.name).collect::<Vec<_>>().join(", ")
+            ))),
         };
     }
     let model = crate::probe::device_tree_model();

@@ -27,7 +27,7 @@ pub struct SessionObj {
 impl SessionObj {
     /// Starts a session on the device board named `board` (`comma-three`, `msm-android`).
     pub fn open_device(board: &str) -> Result<SessionObj, Failure> {
-        let b = hexrpc_bsp::by_name(board).filter(|b| !is_bench_board(b)).ok_or_else(|| {
+        let b = hexrpc_bsp::by_name(board).filter(|b| !hexrpc_bsp::BENCH_BOARDS.contains(b)).ok_or_else(|| {
             Failure::invalid("session-start", format!("no device board named {board:?} (known: {})", device_board_names()))
         })?;
         Self::start(Seam::Device(hexrpc_drivers::RustixSys), DeviceAccess::for_device(b))
@@ -171,7 +171,7 @@ pub fn detect_board() -> Result<&'static str, Failure> {
         match std::fs::read(path) {
             Ok(bytes) => {
                 let model = String::from_utf8_lossy(&bytes).trim_end_matches('\0').to_string();
-                return match hexrpc_bsp::detect(&model).filter(|b| !is_bench_board(b)) {
+                return match hexrpc_bsp::detect(&model).filter(|b| !hexrpc_bsp::BENCH_BOARDS.contains(b)) {
                     Some(b) => Ok(b.name),
                     None => Err(Failure::unavailable(
                         "board",
@@ -196,14 +196,9 @@ pub fn detect_board() -> Result<&'static str, Failure> {
     ))
 }
 
-/// True for the bench's boards (their device nodes are the simulator's `/bench/...` paths).
-fn is_bench_board(b: &hexrpc_bsp::Board) -> bool {
-    b.rpc_path.to_bytes().starts_with(b"/bench/")
-}
-
 /// The names of hexrpc's device boards (every board but the bench's), comma-separated.
 pub fn device_board_names() -> String {
-    hexrpc_bsp::BOARDS.iter().filter(|b| !is_bench_board(b)).map(|b| b.name).collect::<Vec<_>>().join(", ")
+    hexrpc_bsp::device_boards().map(|b| b.name).collect::<Vec<_>>().join(", ")
 }
 
 /// An lease holding a share of its session.
