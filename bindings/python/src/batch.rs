@@ -183,51 +183,14 @@ impl Batch {
     /// the record is left as it was. What a graph uses when an input buffer changes between
     /// runs: nothing is rebuilt.
     fn set_view(&self, record: usize, index: usize, view: &Bound<'_, PyAny>) -> PyResult<()> {
-        let kobj = kernel_of(&self.cell)?;
-        let (cell, off, len, lease) = view_entry(view, index, &kobj)?;
-        drop(lease);
-        let mut records = lock(&self.records);
-        let nviews = records.get(record).map(|r| r.views.len());
-        match nviews {
-            None => return Err(py_err(Failure::refused(format!("no record {record}")))),
-            Some(n) if index >= n => return Err(py_err(Failure::refused(format!("record {record} has no buffer {index} (it has {n})")))),
-            Some(_) => {}
-        }
-        let ptrs = records.iter().map(|r| r.views.iter().map(|v| Arc::as_ptr(&v.0)));
-        let with = Arc::as_ptr(&cell);
-        if shared::distinct_leases(ptrs, |r, i| (r == record && i == index).then_some(with)) > MAX_BATCH_LEASES {
-            return Err(py_err(shared::too_many_leases()));
-        }
-        records[record].views[index] = (cell, off, len);
-        Ok(())
+        self.replace_views(&[(record, index)], view)
     }
 
     /// `set_view` for several places at once: buffer `index` of record `record` for every
     /// `(record, index)` in `places` becomes `view`, all or none (checked as `set_view` checks
     /// one). What a graph calls when an input buffer that several launches read changes.
     fn set_views(&self, places: Vec<(usize, usize)>, view: &Bound<'_, PyAny>) -> PyResult<()> {
-        let kobj = kernel_of(&self.cell)?;
-        let (cell, off, len, lease) = view_entry(view, 0, &kobj)?;
-        drop(lease);
-        let mut records = lock(&self.records);
-        for &(record, index) in &places {
-            match records.get(record).map(|r| r.views.len()) {
-                None => return Err(py_err(Failure::refused(format!("no record {record}")))),
-                Some(n) if index >= n => {
-                    return Err(py_err(Failure::refused(format!("record {record} has no buffer {index} (it has {n})"))))
-                }
-                Some(_) => {}
-            }
-        }
-        let ptrs = records.iter().map(|r| r.views.iter().map(|v| Arc::as_ptr(&v.0)));
-        let with = Arc::as_ptr(&cell);
-        if shared::distinct_leases(ptrs, |r, i| places.contains(&(r, i)).then_some(with)) > MAX_BATCH_LEASES {
-            return Err(py_err(shared::too_many_leases()));
-        }
-        for (record, index) in places {
-            records[record].views[index] = (cell.clone(), off, len);
-        }
-        Ok(())
+        self.replace_views(&places, view)
     }
 
     /// Runs every record in order in one FastRPC call; returns the DSP microseconds summed over
@@ -256,5 +219,34 @@ impl Batch {
 
     fn __repr__(&self) -> String {
         format!("<hexrpc.Batch kernels={} records={}>", self.kernels.len(), lock(&self.records).len())
+    }
+}
+
+impl Batch {
+    /// Points buffer `index` of record `record`, for every `(record, index)` of `places`, at
+    /// `view`: all or none (a missing place or a lease beyond the capacity refuses them all).
+    fn replace_views(&self, places: &[(usize, usize)], view: &Bound<'_, PyAny>) -> PyResult<()> {
+        let kobj = kernel_of(&self.cell)?;
+        let (cell, off, len, lease) = view_entry(view, places.first().map_or(0, |p| p.1), &kobj)?;
+        drop(lease);
+        let mut records = lock(&self.records);
+        for &(record, index) in places {
+            match records.get(record).map(|r| r.views.len()) {
+                None => return Err(py_err(Failure::refused(format!("no record {record}")))),
+                Some(n) if index >= n => {
+                    return Err(py_err(Failure::refused(format!("record {record} has no buffer {index} (it has {n})"))))
+                }
+                Some(_) => {}
+            }
+        }
+        let ptrs = records.iter().map(|r| r.views.iter().map(|v| Arc::as_ptr(&v.0)));
+        let with = Arc::as_ptr(&cell);
+        if shared::distinct_leases(ptrs, |r, i| places.contains(&(r, i)).then_some(with)) > MAX_BATCH_LEASES {
+            return Err(py_err(shared::too_many_leases()));
+        }
+        for &(record, index) in places {
+            records[record].views[index] = (cell.clone(), off, len);
+        }
+        Ok(())
     }
 }
