@@ -25,6 +25,7 @@
 #![allow(non_camel_case_types)]
 
 use core::marker::PhantomData;
+use core::mem::MaybeUninit;
 
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
@@ -832,6 +833,34 @@ impl ArgCounts {
         Ok(i)
     }
 
+    /// Checks that `n` more arguments of `kind` fit (as `n` calls of [`add`](Self::add) would)
+    /// and returns the index of the first, counting nothing: [`commit`](Self::commit) counts them
+    /// once they are written.
+    #[inline]
+    pub fn add_many(&self, kind: usize, n: usize, cap: usize) -> Result<usize, ArgsError> {
+        if n == 0 {
+            return Ok(self.len());
+        }
+        if self.counts[kind + 1..].iter().any(|&c| c != 0) {
+            return Err(ArgsError::Order);
+        }
+        let max = if kind < 2 { Scalars::MAX_BUFS } else { Scalars::MAX_HANDLES };
+        if self.counts[kind] as usize + n > max as usize {
+            return Err(ArgsError::TooMany);
+        }
+        let i = self.len();
+        if i + n > cap {
+            return Err(ArgsError::Full);
+        }
+        Ok(i)
+    }
+
+    /// Counts `n` arguments of `kind` that [`add_many`](Self::add_many) accepted.
+    #[inline]
+    pub fn commit(&mut self, kind: usize, n: usize) {
+        self.counts[kind] += n as u8;
+    }
+
     /// Arguments counted (`REMOTE_SCALARS_LENGTH`).
     #[inline]
     pub fn len(&self) -> usize {
@@ -867,10 +896,14 @@ impl ArgCounts {
 /// only read by the driver, an output buffer is written back when the DSP returned 0. Arguments
 /// must be added in ABI order (in-buffers, out-buffers, in-handles, out-handles); buffers carry
 /// fd -1 (the driver copies them), handles carry their fd and attribute.
+///
+/// Entries are written as arguments are added and only the first [`len`](Self::len) are ever
+/// read (by the accessors and by the driver, which reads `REMOTE_SCALARS_LENGTH(sc)` entries), so
+/// the unused capacity is never initialised: an empty list costs nothing to make.
 pub struct InvokeArgs<'a, const CAP: usize> {
-    pra: [remote_arg; CAP],
-    fds: [i32; CAP],
-    attrs: [u32; CAP],
+    pra: [MaybeUninit<remote_arg>; CAP],
+    fds: [MaybeUninit<i32>; CAP],
+    attrs: [MaybeUninit<u32>; CAP],
     counts: ArgCounts,
     _borrow: PhantomData<&'a mut [u8]>,
 }
@@ -880,21 +913,44 @@ impl<'a, const CAP: usize> InvokeArgs<'a, CAP> {
     #[inline(always)]
     pub fn new(method: u8) -> Result<Self, ArgsError> {
         Ok(InvokeArgs {
-            pra: [const { remote_arg::from_buf(remote_buf { pv: 0, len: 0 }) }; CAP],
-            fds: [-1; CAP],
-            attrs: [0; CAP],
+            pra: [const { MaybeUninit::uninit() }; CAP],
+            fds: [const { MaybeUninit::uninit() }; CAP],
+            attrs: [const { MaybeUninit::uninit() }; CAP],
             counts: ArgCounts::new(method)?,
             _borrow: PhantomData,
         })
     }
 
+    /// Writes entry `i` (`i < CAP`: the index `ArgCounts::add` returned, which is also the
+    /// current length, so the initialised entries stay exactly `0..len`).
+    #[inline(always)]
+    fn write(&mut self, i: usize, arg: remote_arg, fd: i32, attr: u32) {
+        self.pra[i] = MaybeUninit::new(arg);
+        self.fds[i] = MaybeUninit::new(fd);
+        self.attrs[i] = MaybeUninit::new(attr);
+    }
+
     #[inline]
     fn push(&mut self, kind: usize, arg: remote_arg, fd: i32, attr: u32) -> Result<(), ArgsError> {
         let i = self.counts.add(kind, CAP)?;
-        self.pra[i] = arg;
-        self.fds[i] = fd;
-        self.attrs[i] = attr;
+        self.write(i, arg, fd, attr);
         Ok(())
+    }
+
+    /// Adds one output handle per fd in `fds`, each at offset 0 with attribute `attr` (what a
+    /// kernel launch's buffers are): [`out_handle`](Self::out_handle) in a loop, with the order
+    /// and capacity checked once. On an error nothing is added.
+    #[inline]
+    pub fn out_handles(&mut self, fds: &[Fd], attr: u32) -> Result<&mut Self, ArgsError> {
+        let first = self.counts.add_many(3, fds.len(), CAP)?;
+        if fds.iter().any(|fd| fd.0 <= 0) {
+            return Err(ArgsError::NoFd);
+        }
+        for (k, fd) in fds.iter().enumerate() {
+            self.write(first + k, remote_arg::from_buf(remote_buf { pv: 0, len: 0 }), fd.0, attr);
+        }
+        self.counts.commit(3, fds.len());
+        Ok(self)
     }
 
     /// Adds an input buffer (copied to the DSP).
@@ -964,15 +1020,19 @@ impl<'a, const CAP: usize> InvokeArgs<'a, CAP> {
 
     /// The `remote_arg` entries.
     pub fn pra(&self) -> &[remote_arg] {
-        &self.pra[..self.len()]
+        // SAFETY: entries 0..len were written (`write` is the only writer and fills the entry
+        // at the current length before the count grows); MaybeUninit<T> has T's layout.
+        unsafe { core::slice::from_raw_parts(self.pra.as_ptr().cast::<remote_arg>(), self.len()) }
     }
     /// The `fds` entries.
     pub fn fds(&self) -> &[i32] {
-        &self.fds[..self.len()]
+        // SAFETY: as in `pra`.
+        unsafe { core::slice::from_raw_parts(self.fds.as_ptr().cast::<i32>(), self.len()) }
     }
     /// The `attrs` entries.
     pub fn attrs(&self) -> &[u32] {
-        &self.attrs[..self.len()]
+        // SAFETY: as in `pra`.
+        unsafe { core::slice::from_raw_parts(self.attrs.as_ptr().cast::<u32>(), self.len()) }
     }
 
     fn invoke_struct(&mut self, handle: u32) -> fastrpc_ioctl_invoke {
@@ -1236,5 +1296,40 @@ mod tests {
         at.in_handle_at(Fd(4), 64, 0).unwrap().out_handle_at(Fd(5), 0, FASTRPC_ATTR_NOVA).unwrap();
         assert_eq!((at.pra()[0].buf(), at.pra()[1].buf()), (remote_buf { pv: 64, len: 0 }, remote_buf::default()));
         assert_eq!(at.in_handle_at(Fd(0), 0, 0).err(), Some(ArgsError::NoFd));
+    }
+
+    /// `out_handles` adds what the same `out_handle` calls would, and on any refusal nothing.
+    #[test]
+    fn out_handles_is_out_handle_in_a_loop_or_nothing() {
+        let input = [1u8; 8];
+        let mut one = InvokeArgs::<'_, 8>::new(2).unwrap();
+        one.input(&input).unwrap();
+        for fd in [5, 6, 7] {
+            one.out_handle(Fd(fd), FASTRPC_ATTR_NOVA).unwrap();
+        }
+        let mut bulk = InvokeArgs::<'_, 8>::new(2).unwrap();
+        bulk.input(&input).unwrap();
+        bulk.out_handles(&[Fd(5), Fd(6), Fd(7)], FASTRPC_ATTR_NOVA).unwrap();
+        assert_eq!((bulk.fds(), bulk.attrs(), bulk.scalars()), (one.fds(), one.attrs(), one.scalars()));
+        let bufs = |a: &InvokeArgs<'_, 8>| {
+            a.pra().iter().map(|r| (r.buf().pv, r.buf().len)).fold([(0, 0); 4], |mut acc, x| {
+                acc.rotate_left(1);
+                acc[3] = x;
+                acc
+            })
+        };
+        assert_eq!(bufs(&bulk), bufs(&one));
+
+        let mut refused = InvokeArgs::<'_, 4>::new(2).unwrap();
+        refused.input(&input).unwrap();
+        assert_eq!(refused.out_handles(&[Fd(5), Fd(0)], 0).err(), Some(ArgsError::NoFd));
+        assert_eq!(refused.out_handles(&[Fd(5), Fd(6), Fd(7), Fd(8)], 0).err(), Some(ArgsError::Full));
+        assert_eq!((refused.len(), refused.fds()), (1, &[-1][..]), "nothing added on a refusal");
+        refused.out_handles(&[Fd(9)], 0).unwrap();
+        assert_eq!(refused.input(&input).err(), Some(ArgsError::Order));
+        let mut wide = InvokeArgs::<'_, 20>::new(0).unwrap();
+        assert_eq!(wide.out_handles(&[Fd(3); 16], 0).err(), Some(ArgsError::TooMany));
+        wide.out_handles(&[Fd(3); 15], 0).unwrap();
+        assert_eq!(wide.scalars().raw() & 0xf, 15);
     }
 }

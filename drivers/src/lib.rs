@@ -68,6 +68,7 @@ pub mod elf;
 mod errno;
 mod error;
 mod fdcell;
+pub mod fixed;
 pub mod ioc;
 pub mod ion;
 pub mod layout;

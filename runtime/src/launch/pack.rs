@@ -4,8 +4,8 @@
 use core::fmt;
 use core::marker::PhantomData;
 
-use heapless::Vec;
 use hexrpc_drivers::adsprpc::{invoke_attrs, ArgsError, InvokeArgs};
+use hexrpc_drivers::fixed::FixedVec as Vec;
 use hexrpc_drivers::{Error, Fd, Scalars, Syscalls};
 use hexrpc_hal::Call;
 
@@ -250,6 +250,7 @@ impl<'a> PackedLaunch<'a> {
 }
 
 /// Checks a launch against its signature and the version's limits (every refusal of the packer).
+#[inline(always)]
 fn check<const SLOTS: usize>(
     layout: &LaunchLayout,
     sig: &Signature,
@@ -300,27 +301,45 @@ impl<'a, const SLOTS: usize> PackedLaunch<'a, SLOTS> {
     /// Packs a launch of a kernel with signature `sig` on `buffers` and `scalars` for `version`.
     #[inline(always)]
     pub fn pack(version: AbiVersion, sig: &Signature, buffers: &[BufferRef<'a>], scalars: &[Scalar]) -> Result<Self, PackError> {
-        let layout = version.layout();
-        check::<SLOTS>(layout, sig, buffers, scalars)?;
         let mut p = Self::blank(version);
-        p.fill(layout, buffers, scalars);
+        p.repack(version, sig, buffers, scalars)?;
         Ok(p)
     }
 
+    /// The launch of the empty signature, built as one value (no local that is filled and then
+    /// moved: that move would copy the whole capacity).
+    #[inline(always)]
     fn blank(version: AbiVersion) -> Self {
         let layout = version.layout();
-        let mut p = PackedLaunch {
+        PackedLaunch {
             layout,
             scalars: 0,
-            slots: Vec::new(),
+            slots: Self::header_of(layout, 0),
             views: Vec::new(),
             timer: [0; 8],
             fds: Vec::new(),
             lease_lens: Vec::new(),
             _buffers: PhantomData,
-        };
-        p.fill(layout, &[], &[]);
-        p
+        }
+    }
+
+    /// pra 0 holding only the header slots of a launch of `n` buffers.
+    #[inline(always)]
+    fn header_of(layout: &LaunchLayout, n: usize) -> Vec<[u8; SLOT_SIZE], SLOTS> {
+        let mut slots = Vec::new();
+        for _ in 0..layout.header_slots {
+            let _ = slots.push(Self::header_word(layout, n).to_le_bytes());
+        }
+        slots
+    }
+
+    /// One header slot of a launch of `n` buffers.
+    #[inline(always)]
+    fn header_word(layout: &LaunchLayout, n: usize) -> u64 {
+        match layout.magic {
+            Some(magic) => at(layout.magic_at, u64::from(magic)) | at(layout.count_at, n as u64),
+            None => 0,
+        }
     }
 
     /// Packs another launch into this value, as [`pack`](Self::pack) does, without moving the
@@ -328,14 +347,25 @@ impl<'a, const SLOTS: usize> PackedLaunch<'a, SLOTS> {
     /// it was.
     #[inline]
     pub fn repack(&mut self, version: AbiVersion, sig: &Signature, buffers: &[BufferRef<'a>], scalars: &[Scalar]) -> Result<(), PackError> {
-        let layout = version.layout();
+        // One body per version, with its layout a constant: every offset and limit folds into
+        // the code (the hot path is a few stores per slot).
+        match version {
+            AbiVersion::V1 => self.repack_with::<false>(sig, buffers, scalars),
+            AbiVersion::V2 => self.repack_with::<true>(sig, buffers, scalars),
+        }
+    }
+
+    /// `V2`: the layout as a compile-time choice, so each instantiation reads constants.
+    #[inline(always)]
+    fn repack_with<const V2: bool>(&mut self, sig: &Signature, buffers: &[BufferRef<'a>], scalars: &[Scalar]) -> Result<(), PackError> {
+        let layout: &'static LaunchLayout = if V2 { &super::abi::V2 } else { &super::abi::V1 };
         check::<SLOTS>(layout, sig, buffers, scalars)?;
         self.fill(layout, buffers, scalars);
         Ok(())
     }
 
     /// Writes a checked launch: exactly the slots, view records and handles it uses.
-    #[inline]
+    #[inline(always)]
     fn fill(&mut self, layout: &'static LaunchLayout, buffers: &[BufferRef<'a>], scalars: &[Scalar]) {
         let n = buffers.len();
         self.layout = layout;
@@ -350,11 +380,7 @@ impl<'a, const SLOTS: usize> PackedLaunch<'a, SLOTS> {
         // record is composed as one little-endian word and stored whole (composing it byte by
         // byte in memory and reading it back stalls store forwarding on every slot).
         for _ in 0..layout.header_slots {
-            let word = match layout.magic {
-                Some(magic) => at(layout.magic_at, u64::from(magic)) | at(layout.count_at, n as u64),
-                None => 0,
-            };
-            let _ = self.slots.push(word.to_le_bytes());
+            let _ = self.slots.push(Self::header_word(layout, n).to_le_bytes());
         }
         for b in buffers {
             // Checked against max_view_len / max_lease_len, both <= u32::MAX.
@@ -444,10 +470,11 @@ impl<'a, const SLOTS: usize> PackedLaunch<'a, SLOTS> {
         let mut args = InvokeArgs::<'_, MAX_ARGS>::new(layout.method);
         let args = args.as_mut().map_err(|_| Error::Invalid)?;
         let (pra0, pra1, timer) = (self.slots.as_flattened(), &self.views[..], &mut self.timer[..layout.timer_len]);
-        args.input(pra0).and_then(|a| a.input(pra1)).and_then(|a| a.output(timer)).map_err(|_| Error::Invalid)?;
-        for fd in &self.fds {
-            args.out_handle_at(*fd, 0, layout.handle_attr).map_err(|_| Error::Invalid)?;
-        }
+        args.input(pra0)
+            .and_then(|a| a.input(pra1))
+            .and_then(|a| a.output(timer))
+            .and_then(|a| a.out_handles(&self.fds, layout.handle_attr))
+            .map_err(|_| Error::Invalid)?;
         invoke_attrs(sys, dev, handle, args)?;
         Ok(self.dsp_micros())
     }

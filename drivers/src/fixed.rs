@@ -1,0 +1,151 @@
+//! [`FixedVec`]: a vector of `Copy` values in fixed inline capacity whose unused capacity is never
+//! written, for argument lists that are built on every call.
+//!
+//! `heapless::Vec::new()` is a `const fn`; a struct built from several of them is folded into one
+//! constant by the compiler and materialised whole on every construction (a memset or memcpy of
+//! the full capacity, uninitialised bytes included). A launch builds such a struct per call, so
+//! its storage is this type instead, whose constructor leaves the buffer uninitialised.
+
+use core::fmt;
+use core::mem::MaybeUninit;
+use core::ops::Deref;
+
+/// The values do not fit in the remaining capacity.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Full;
+
+impl fmt::Display for Full {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("the fixed capacity is used up")
+    }
+}
+
+/// A vector of at most `N` `Copy` values stored inline. Only the first [`len`](Deref) entries are
+/// ever initialised or read.
+pub struct FixedVec<T: Copy, const N: usize> {
+    len: usize,
+    buf: [MaybeUninit<T>; N],
+}
+
+impl<T: Copy, const N: usize> FixedVec<T, N> {
+    /// An empty vector. Nothing of the capacity is written.
+    #[inline(always)]
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        FixedVec { len: 0, buf: uninit_array() }
+    }
+
+    /// The capacity, `N`.
+    pub const fn capacity(&self) -> usize {
+        N
+    }
+
+    /// Appends `v`, or gives it back if the vector is full.
+    #[inline(always)]
+    pub fn push(&mut self, v: T) -> Result<(), T> {
+        match self.buf.get_mut(self.len) {
+            Some(slot) => {
+                *slot = MaybeUninit::new(v);
+                self.len += 1;
+                Ok(())
+            }
+            None => Err(v),
+        }
+    }
+
+    /// Appends every value of `s`, or nothing if they do not all fit.
+    #[inline(always)]
+    pub fn extend_from_slice(&mut self, s: &[T]) -> Result<(), Full> {
+        let end = self.len.checked_add(s.len()).ok_or(Full)?;
+        let dst = self.buf.get_mut(self.len..end).ok_or(Full)?;
+        // SAFETY: `dst` and `s` have the same length (`end - len == s.len()`), `dst` is exclusively
+        // borrowed from `self.buf` and `s` is a shared slice, so they do not overlap;
+        // `MaybeUninit<T>` has the layout of `T`, and `T: Copy` has no drop to skip.
+        unsafe { core::ptr::copy_nonoverlapping(s.as_ptr(), dst.as_mut_ptr().cast::<T>(), s.len()) };
+        self.len = end;
+        Ok(())
+    }
+
+    /// Removes every value (nothing is written).
+    #[inline(always)]
+    pub fn clear(&mut self) {
+        self.len = 0;
+    }
+
+    /// The values.
+    #[inline(always)]
+    pub fn as_slice(&self) -> &[T] {
+        // SAFETY: `len <= N` (only `push` and `extend_from_slice` grow it, each after writing the
+        // entries it covers), so entries `0..len` are initialised; `MaybeUninit<T>` has the
+        // layout of `T`.
+        unsafe { core::slice::from_raw_parts(self.buf.as_ptr().cast::<T>(), self.len) }
+    }
+}
+
+#[inline(always)]
+fn uninit_array<T, const N: usize>() -> [MaybeUninit<T>; N] {
+    // SAFETY: an array of `MaybeUninit` needs no initialisation: every bit pattern, including
+    // uninitialised memory, is a valid `[MaybeUninit<T>; N]`.
+    unsafe { MaybeUninit::<[MaybeUninit<T>; N]>::uninit().assume_init() }
+}
+
+impl<T: Copy, const N: usize> Deref for FixedVec<T, N> {
+    type Target = [T];
+    #[inline(always)]
+    fn deref(&self) -> &[T] {
+        self.as_slice()
+    }
+}
+
+impl<'v, T: Copy, const N: usize> IntoIterator for &'v FixedVec<T, N> {
+    type Item = &'v T;
+    type IntoIter = core::slice::Iter<'v, T>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.as_slice().iter()
+    }
+}
+
+impl<T: Copy, const N: usize> Clone for FixedVec<T, N> {
+    fn clone(&self) -> Self {
+        let mut v = FixedVec::new();
+        // The same capacity: it fits.
+        let _ = v.extend_from_slice(self.as_slice());
+        v
+    }
+}
+
+impl<T: Copy + fmt::Debug, const N: usize> fmt::Debug for FixedVec<T, N> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.as_slice()).finish()
+    }
+}
+
+impl<T: Copy + PartialEq, const N: usize> PartialEq for FixedVec<T, N> {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_slice() == other.as_slice()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pushes_up_to_capacity_and_refuses_past_it() {
+        let mut v = FixedVec::<u32, 3>::new();
+        assert!(v.is_empty());
+        assert_eq!(v.push(1), Ok(()));
+        assert_eq!(v.extend_from_slice(&[2, 3]), Ok(()));
+        assert_eq!(v.push(4), Err(4));
+        assert_eq!(v.extend_from_slice(&[5]), Err(Full));
+        assert_eq!(&v[..], &[1, 2, 3]);
+        let c = v.clone();
+        v.clear();
+        assert!(v.is_empty());
+        assert_eq!(c.as_slice(), &[1, 2, 3]);
+        assert_eq!(v.extend_from_slice(&[7, 8, 9, 10]), Err(Full), "all or nothing");
+        assert!(v.is_empty());
+        extern crate std;
+        assert_eq!(std::format!("{c:?}"), "[1, 2, 3]");
+    }
+}
