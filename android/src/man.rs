@@ -87,11 +87,8 @@ fn body(text: &str, top: bool, out: &mut String) {
         }
         let indented = line.starts_with(' ');
         match (&mode, indented) {
-            (Mode::NoFill, true) => {
-                if blank {
-                    out.push_str(".sp\n");
-                }
-            }
+            (Mode::NoFill, true) if blank => out.push_str(".sp\n"),
+            (Mode::NoFill, true) => {}
             (Mode::NoFill, false) => out.push_str(".fi\n.RE\n.PP\n"),
             (_, true) => {
                 if mode == Mode::Fill || blank {
