@@ -10,6 +10,9 @@
 #                              copyright and changelog (AGNOS; see docs/agnos.md),
 #                              /usr/lib/hexrpc/libhexrpc.so (stripped; private directory: no
 #                              SONAME, so not a public shared library) + /usr/include/hexrpc.h
+#                              + hexrpc.pc (pkg-config, bindings/c/gen-pc.sh), the manual page
+#                              hexrpc.1 (`hexrpc help --man`: made from the help texts)
+#   hexrpc.1                   that manual page (roff)
 #   MANIFEST                   sha256 and size of each file
 # Reproducible: every timestamp is SOURCE_DATE_EPOCH (default: the last commit's time), files are
 # owned by root in the archive (dpkg-deb --root-owner-group, no fakeroot needed), modes and order
@@ -51,6 +54,10 @@ target/release/hexrpc -q build-lib android/devicelib/hexrpc_selftest.c --kernel 
     --signature buf,buf,u32,u32,u32 -o "$stage/libhexrpc_selftest.so" >/dev/null
 install -m 0644 "$stage/libhexrpc_selftest.so" "$out/libhexrpc_selftest.so"
 
+echo "==> manual page (hexrpc help --man: the help texts as roff; no date in it)"
+target/release/hexrpc help --man > "$stage/hexrpc.1"
+install -m 0644 "$stage/hexrpc.1" "$out/hexrpc.1"
+
 echo "==> Debian package"
 deb="$stage/deb"
 install -D -m 0755 "$out/hexrpc-aarch64-musl" "$deb/usr/bin/hexrpc"
@@ -58,6 +65,12 @@ install -D -m 0644 "$out/libhexrpc_selftest.so" "$deb/usr/lib/hexrpc/libhexrpc_s
 install -D -m 0644 target/aarch64-unknown-linux-gnu/release/libhexrpc.so "$deb/usr/lib/hexrpc/libhexrpc.so"
 aarch64-linux-gnu-strip --strip-unneeded --remove-section=.comment "$deb/usr/lib/hexrpc/libhexrpc.so"
 install -D -m 0644 bindings/c/include/hexrpc.h "$deb/usr/include/hexrpc.h"
+# pkg-config's directory for arm64 (multiarch), where a native or cross pkg-config looks.
+bash bindings/c/gen-pc.sh /usr/lib/hexrpc /usr/include > "$stage/hexrpc.pc"
+install -D -m 0644 "$stage/hexrpc.pc" "$deb/usr/lib/aarch64-linux-gnu/pkgconfig/hexrpc.pc"
+install -d -m 0755 "$deb/usr/share/man/man1"
+gzip -9n < "$out/hexrpc.1" > "$deb/usr/share/man/man1/hexrpc.1.gz"
+chmod 0644 "$deb/usr/share/man/man1/hexrpc.1.gz"
 install -D -m 0644 "$here/agnos/hexrpc-probe.service" "$deb/usr/lib/systemd/system/hexrpc-probe.service"
 install -D -m 0644 "$here/agnos/sysusers.conf" "$deb/usr/lib/sysusers.d/hexrpc.conf"
 install -D -m 0644 "$here/agnos/tmpfiles.conf" "$deb/usr/lib/tmpfiles.d/hexrpc.conf"
@@ -76,7 +89,7 @@ find "$deb" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} +
 dpkg-deb --build --root-owner-group -Zxz "$deb" "$out/hexrpc_${version}_arm64.deb" >/dev/null
 
 echo "==> MANIFEST"
-(cd "$out" && for f in hexrpc-aarch64-musl hexrpc-aarch64-gnu libhexrpc_selftest.so "hexrpc_${version}_arm64.deb"; do
+(cd "$out" && for f in hexrpc-aarch64-musl hexrpc-aarch64-gnu libhexrpc_selftest.so hexrpc.1 "hexrpc_${version}_arm64.deb"; do
     printf '%s  %s  %s\n' "$(sha256sum "$f" | cut -d' ' -f1)" "$(stat -c %s "$f")" "$f"
 done) > "$out/MANIFEST"
 cat "$out/MANIFEST"

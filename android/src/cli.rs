@@ -78,6 +78,8 @@ impl<E: std::fmt::Display> From<E> for Usage {
 /// What to do, as parsed from the command line.
 pub enum Command {
     Help(Option<String>),
+    /// `hexrpc help --man`: the manual page.
+    Man,
     Version,
     Abi {
         json: bool,
@@ -143,6 +145,7 @@ pub fn parse(args: Vec<std::ffi::OsString>) -> Result<(i32, Command), Usage> {
     let mut json = false;
     let mut platform = None;
     let mut topic = None;
+    let mut man = false;
     let mut board = None;
     let mut output = None;
     let mut bl = BuildLibArgs::default();
@@ -212,10 +215,17 @@ pub fn parse(args: Vec<std::ffi::OsString>) -> Result<(i32, Command), Usage> {
             Long("bench") if command == "selftest" => platform = Some(Platform::Bench),
             Long("device") if command == "selftest" => platform = Some(Platform::Device),
             Value(v) if command == "help" && topic.is_none() => topic = Some(v.string()?),
+            Long("man") if command == "help" => man = true,
             arg => return Err(Usage(format!("{} (for '{command}')", arg.unexpected()))),
         }
     }
     let cmd = match command.as_str() {
+        "help" if man => {
+            if topic.is_some() {
+                return Err(Usage("help --man prints the whole manual page: no COMMAND with it".into()));
+            }
+            Command::Man
+        }
         "help" => Command::Help(topic),
         "abi" => Command::Abi { json },
         "probe" => {
@@ -313,5 +323,8 @@ mod tests {
         assert!(parse(args(&["frobnicate"])).is_err());
         assert!(parse(args(&[])).is_err());
         assert!(help(Some("nope")).is_err());
+        assert!(matches!(parse(args(&["help", "--man"])), Ok((_, Command::Man))));
+        assert!(parse(args(&["help", "run", "--man"])).is_err());
+        assert!(parse(args(&["run", "--man"])).is_err());
     }
 }

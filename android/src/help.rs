@@ -19,7 +19,9 @@ COMMANDS:
                 Feed recorded DSP reverse requests through the hardened file service
     capture     Record a session's reverse-RPC requests as files reverse-replay reads
     report      Probe + selftest + kernel version + DSP kernel log + versions in one tar
-    help        Print this help, or a command's help: hexrpc help <COMMAND>
+    help        Print this help, or a command's help: hexrpc help <COMMAND>;
+                hexrpc help --man prints the manual page hexrpc(1) (roff), made
+                from these help texts
 
 GLOBAL OPTIONS:
     -v, --verbose   More log output (repeat for more: info, debug, trace)
@@ -43,7 +45,8 @@ the library builder are part of desk builds only: in the device packages, bench,
 reverse-replay, build-lib and every --bench option exit with status 2 and say so.
 
 SEE ALSO:
-    hexrpc help <COMMAND> for each command's options, output and exit status.
+    hexrpc help <COMMAND> for each command's options, output and exit status;
+    man hexrpc for all of them in one page.
 ";
 
 pub const SELFTEST_HELP: &str = "\

@@ -23,6 +23,7 @@ mod human;
 mod io;
 mod json;
 mod logging;
+mod man;
 mod probe;
 mod progress;
 mod replay;
@@ -55,6 +56,7 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
+        Command::Man => io::print(&man::page()),
         Command::Version => io::print(concat!("hexrpc ", env!("CARGO_PKG_VERSION"), "\n")),
         Command::Abi { json } => cmd::abi::abi(json),
         Command::BuildLib(args) => cmd::build_lib::build_lib(args),

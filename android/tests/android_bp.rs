@@ -1,5 +1,6 @@
-//! `android/Android.bp` must describe the crates as Cargo builds them: one module per crate with
-//! its real crate name, edition and source root.
+//! `Android.bp` (the checkout's only one, at its root) must describe the crates as Cargo builds
+//! them: one module per crate with its real crate name, edition and source root; every path it
+//! names exists relative to its own directory, and no module name repeats.
 
 use std::path::Path;
 
@@ -52,7 +53,7 @@ fn modules(bp: &str) -> Vec<(String, Vec<(String, String)>)> {
 
 #[test]
 fn every_crate_is_described_with_its_real_name_edition_and_root() {
-    let bp = std::fs::read_to_string(root().join("android/Android.bp")).expect("read Android.bp");
+    let bp = std::fs::read_to_string(root().join("Android.bp")).expect("read Android.bp");
     let mods = modules(&bp);
     let root_toml = std::fs::read_to_string(root().join("Cargo.toml")).unwrap();
     let edition = toml_value(&root_toml, "workspace.package", "edition").expect("workspace edition");
@@ -88,7 +89,14 @@ fn every_crate_is_described_with_its_real_name_edition_and_root() {
         let expected = if is_bin { "\"hexrpc\"".to_string() } else { format!("\"lib{crate_name}\"") };
         assert_eq!(name, expected, "{crate_name} module name");
         if is_ffi {
-            assert_eq!(get("export_include_dirs"), "[\"bindings/c/include\"]");
+            // The header goes through a cc_library_headers module (every Soong has it; rust_ffi's
+            // own export_include_dirs only newer Soong).
+            assert_eq!(get("export_include_dirs"), "", "rust_ffi's export_include_dirs needs a newer Soong");
+            let headers = mods
+                .iter()
+                .find(|(t, p)| t == "cc_library_headers" && p.iter().any(|(k, v)| k == "name" && v == "\"libhexrpc_headers\""))
+                .expect("the libhexrpc_headers module");
+            assert!(headers.1.iter().any(|(k, v)| k == "export_include_dirs" && v == "[\"bindings/c/include\"]"));
             assert!(root().join("bindings/c/include/hexrpc.h").exists());
         }
         if is_bin {
@@ -100,7 +108,7 @@ fn every_crate_is_described_with_its_real_name_edition_and_root() {
 
 #[test]
 fn the_vendor_binary_has_no_simulator_and_ships_the_device_test_library() {
-    let bp = std::fs::read_to_string(root().join("android/Android.bp")).expect("read Android.bp");
+    let bp = std::fs::read_to_string(root().join("Android.bp")).expect("read Android.bp");
     let mods = modules(&bp);
     let bin = mods.iter().find(|(kind, _)| kind == "rust_binary").expect("the binary");
     let get = |m: &(String, Vec<(String, String)>), k: &str| m.1.iter().find(|(kk, _)| kk == k).map(|(_, v)| v.clone()).unwrap_or_default();
@@ -136,4 +144,75 @@ fn the_vendor_binary_has_no_simulator_and_ships_the_device_test_library() {
         }
         assert!(contexts.lines().any(|l| l.split_whitespace().next() == Some(prop)), "{prop} has no property_contexts entry");
     }
+}
+
+/// Every Android.bp under `dir`, skipping build outputs and VCS metadata.
+fn android_bps(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = e.path();
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        let ty = e.file_type().unwrap();
+        if ty.is_dir() && !ty.is_symlink() {
+            if !matches!(name.as_ref(), ".git" | "target" | "out" | "node_modules") && !name.starts_with('.') {
+                android_bps(&path, out);
+            }
+        } else if name == "Android.bp" || name == "Android.mk" {
+            out.push(path);
+        }
+    }
+}
+
+/// The quoted strings of a property's value (`["a", "b"]` or `"a"`).
+fn strings(value: &str) -> Vec<String> {
+    value.split('"').skip(1).step_by(2).map(str::to_string).collect()
+}
+
+#[test]
+fn one_android_bp_at_the_root_whose_paths_exist_and_whose_names_are_unique() {
+    let mut found = Vec::new();
+    android_bps(root(), &mut found);
+    let found: Vec<String> = found.iter().map(|p| p.strip_prefix(root()).unwrap().display().to_string()).collect();
+    assert_eq!(found, ["Android.bp"], "Soong would read every one of these: the checkout has exactly one, at its root");
+    let bp = std::fs::read_to_string(root().join("Android.bp")).unwrap();
+    let mods = modules(&bp);
+    assert!(mods.len() >= 8, "{} modules", mods.len());
+    let mut names = std::collections::BTreeSet::new();
+    for (kind, props) in &mods {
+        let name = props.iter().find(|(k, _)| k == "name").map(|(_, v)| v.clone()).unwrap_or_else(|| panic!("a {kind} without a name"));
+        assert!(names.insert(name.clone()), "module {name} is defined twice");
+        for (k, v) in props {
+            if !matches!(k.as_str(), "srcs" | "src" | "init_rc" | "export_include_dirs") {
+                continue;
+            }
+            for path in strings(v) {
+                assert!(
+                    !path.starts_with('/') && !path.split('/').any(|c| c == ".."),
+                    "{name}: {k} {path:?} leaves the module's directory"
+                );
+                // The device test library is built by android/packaging/build.sh into out/ (Soong
+                // has no Hexagon toolchain): it exists once that ran, as docs/android.md says.
+                if path.starts_with("out/") {
+                    assert_eq!(path, "out/libhexrpc_selftest.so");
+                    let build = std::fs::read_to_string(root().join("android/packaging/build.sh")).unwrap();
+                    assert!(build.contains("${1:-$root/out}") && build.contains("\"$out/libhexrpc_selftest.so\""));
+                    continue;
+                }
+                assert!(root().join(&path).exists(), "{name}: {k} {path:?} does not exist relative to Android.bp");
+            }
+        }
+    }
+    // The docs say the same layout.
+    let doc = std::fs::read_to_string(root().join("docs/android.md")).unwrap();
+    assert!(
+        !doc.contains("android/Android.bp") && !doc.to_lowercase().contains("copy or link"),
+        "docs/android.md still describes another layout"
+    );
+    assert!(doc.contains("qdsp_device") && doc.contains("adsprpcd_file"), "docs/android.md must name the Qualcomm policy types");
+    // The policy that uses Qualcomm's types says so.
+    let te = std::fs::read_to_string(root().join("android/packaging/android/sepolicy/hexrpc.te")).unwrap();
+    for ty in ["qdsp_device", "adsprpcd_file"] {
+        assert!(te.contains(ty), "hexrpc.te no longer uses {ty}: update docs/android.md");
+    }
+    assert!(te.contains("Depends on Qualcomm's device policy"), "hexrpc.te must say it depends on Qualcomm's device policy");
 }

@@ -16,7 +16,7 @@ use hexrpc_runtime::launch::{Batch, BatchRefusal, BufferRef, Scalar, Signature, 
 use hexrpc_runtime::KernelLibrary;
 
 use crate::error::Failure;
-use crate::objects::{KernelObj, LeaseObj};
+use crate::objects::{KernelObj, KernelTable, LeaseObj};
 
 /// One launch of a batch: kernel index, views (lease, offset, length), scalars.
 #[derive(Clone)]
@@ -30,7 +30,9 @@ pub struct BatchRecord {
 }
 
 /// The table's signatures, checked against the library (`kernels[0]` is the signature it was
-/// opened with; 1..=`MAX_BATCH_KERNELS` of them, each parsing).
+/// opened with; 1..=`MAX_BATCH_KERNELS` of them, each parsing) and against its build record: a
+/// library whose record says its entry runs no batches is refused, and so is a table other than
+/// the recorded one (a library without a record, built elsewhere, is found out by a run).
 pub fn parse_kernels<S: AsRef<str>>(kobj: &KernelObj, kernels: &[S]) -> Result<Vec<Signature>, Failure> {
     if kernels.is_empty() || kernels.len() > MAX_BATCH_KERNELS {
         return Err(Failure::invalid("batch", format!("{} kernels: a table holds 1..={MAX_BATCH_KERNELS}", kernels.len())));
@@ -39,6 +41,22 @@ pub fn parse_kernels<S: AsRef<str>>(kobj: &KernelObj, kernels: &[S]) -> Result<V
     for (i, s) in kernels.iter().enumerate() {
         let s = s.as_ref();
         sigs.push(Signature::parse(s).map_err(|e| Failure::invalid("batch", format!("kernel {i}: signature {s:?}: {e}")))?);
+    }
+    match kobj.table() {
+        KernelTable::None => {
+            return Err(Failure::invalid(
+                "batch",
+                "the library has no kernel table (its build record names a single-kernel entry, which runs no batches): build it with `hexrpc build-lib --table`",
+            ))
+        }
+        KernelTable::Recorded(table) if *table != sigs => {
+            let text = |s: &[Signature]| s.iter().map(|s| format!("{:?}", s.to_string())).collect::<Vec<_>>().join(", ");
+            return Err(Failure::invalid(
+                "batch",
+                format!("the kernels [{}] are not the library's kernel table [{}] (its build record)", text(&sigs), text(table)),
+            ));
+        }
+        _ => {}
     }
     if sigs[0] != *kobj.kernel().signature() {
         return Err(Failure::invalid(

@@ -9,7 +9,7 @@ use std::time::Duration;
 use hexrpc_bsp::DeviceAccess;
 use hexrpc_drivers::Fd;
 use hexrpc_hal::{BufferView, LibraryImage, SharedLease, SharedLibrary};
-use hexrpc_runtime::launch::{AbiVersion, BufferRef, Scalar, ScalarType, Signature, MAX_BUFFERS};
+use hexrpc_runtime::launch::{AbiVersion, BufferRef, LibraryRecord, Scalar, ScalarType, Signature, MAX_BUFFERS};
 use hexrpc_runtime::reverse::FilePolicy;
 use hexrpc_runtime::{Kernel, ServedSession};
 
@@ -113,13 +113,15 @@ impl SessionObj {
             None => None,
         };
         let name = library_name(name);
+        let image = image.into();
+        let table = KernelTable::of(image.bytes());
         let kernel = self.served.open_kernel_shared(&name, image, launch)?;
         if signature.is_none() {
             if let Some(want) = abi.filter(|a| *a != kernel.abi()) {
                 return Err(Failure::invalid("library-open", format!("the build record names {:?}, not {want:?}", kernel.abi())));
             }
         }
-        Ok(KernelObj { kernel, session: self.clone() })
+        Ok(KernelObj { kernel, table, session: self.clone() })
     }
 
     /// Opens a library from a file (at most [`MAX_LIBRARY_FILE`] bytes); its name is the file's
@@ -236,7 +238,35 @@ impl LeaseObj {
 pub struct KernelObj {
     // Field order is release order: the library before the session.
     kernel: Kernel<SharedLibrary<Seam>>,
+    table: KernelTable,
     session: Arc<SessionObj>,
+}
+
+/// What a library's build record says about its kernel table, read when the library is opened
+/// (the record is not kept past the open), so a batch on a library whose entry does not run
+/// batches is refused when the batch is made, not when it runs.
+#[derive(Clone, Debug, PartialEq)]
+pub enum KernelTable {
+    /// The build record lists these kernels as the entry's table (`hexrpc build-lib --table`).
+    Recorded(Vec<Signature>),
+    /// The build record says the entry launches one kernel and runs no batches.
+    None,
+    /// No (readable) build record: a library built elsewhere; only a run can tell.
+    Unknown,
+}
+
+impl KernelTable {
+    /// The table an image's build record describes.
+    pub fn of(image: &[u8]) -> KernelTable {
+        match LibraryRecord::find(image) {
+            Ok(Some(rec)) if rec.batches() => match rec.kernels().map(|k| k.parse_signature()).collect::<Result<Vec<_>, _>>() {
+                Ok(sigs) => KernelTable::Recorded(sigs),
+                Err(_) => KernelTable::Unknown,
+            },
+            Ok(Some(_)) => KernelTable::None,
+            _ => KernelTable::Unknown,
+        }
+    }
 }
 
 /// One buffer argument of a launch: a lease and a range of it.
@@ -250,6 +280,11 @@ pub struct ViewArg<'a> {
 }
 
 impl KernelObj {
+    /// The kernel table its build record names, read at the open.
+    pub fn table(&self) -> &KernelTable {
+        &self.table
+    }
+
     /// The kernel.
     pub fn kernel(&self) -> &Kernel<SharedLibrary<Seam>> {
         &self.kernel

@@ -174,3 +174,111 @@ fn malformed_scalars_are_refused_naming_the_scalar_and_the_field() {
     assert!(last().contains("scalar 1: bits: 0xffffffffffffffff does not fit i8"), "{}", last());
     ok(hexrpc_session_close(f.session));
 }
+
+/// `image` with a build record appended as a note section (what `hexrpc build-lib` writes):
+/// `kernels` as (name, signature), `batches` whether the entry runs batches over them.
+fn with_record(image: &[u8], kernels: &[(&str, &str)], batches: bool) -> Vec<u8> {
+    use hexrpc_runtime::launch::{record::write_record_asm, AbiVersion, Signature};
+    let sigs: Vec<Signature> = kernels.iter().map(|(_, s)| Signature::parse(s).unwrap()).collect();
+    let listed: Vec<(&str, &Signature)> = kernels.iter().map(|(n, _)| *n).zip(&sigs).collect();
+    let mut asm = String::new();
+    write_record_asm(&mut asm, AbiVersion::V2, &listed, batches).unwrap();
+    // The `.byte` lines, assembled.
+    let note: Vec<u8> = asm
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix(".byte "))
+        .flat_map(|l| l.split(", ").map(|b| b.parse::<u8>().unwrap()).collect::<Vec<_>>())
+        .collect();
+    let mut img = image.to_vec();
+    while !img.len().is_multiple_of(4) {
+        img.push(0);
+    }
+    let note_off = img.len();
+    img.extend_from_slice(&note);
+    let shoff = img.len();
+    // Section table: the null section and one SHT_NOTE.
+    img[32..36].copy_from_slice(&(shoff as u32).to_le_bytes());
+    img[46..48].copy_from_slice(&40u16.to_le_bytes());
+    img[48..50].copy_from_slice(&2u16.to_le_bytes());
+    img.extend_from_slice(&[0u8; 40]);
+    let mut sh = [0u8; 40];
+    sh[4..8].copy_from_slice(&hexrpc_drivers::elf::SHT_NOTE.to_le_bytes());
+    sh[16..20].copy_from_slice(&(note_off as u32).to_le_bytes());
+    sh[20..24].copy_from_slice(&(note.len() as u32).to_le_bytes());
+    img.extend_from_slice(&sh);
+    img
+}
+
+fn model(name: &std::ffi::CStr) -> &'static [u8] {
+    let (mut image, mut len) = (null(), 0usize);
+    // SAFETY: NUL-terminated model name, out pointers valid.
+    ok(unsafe { hexrpc_bench_model_image(name.as_ptr(), &mut image, &mut len) });
+    // SAFETY: the bench's model images live as long as the process.
+    unsafe { std::slice::from_raw_parts(image, len) }
+}
+
+fn open(session: *mut hexrpc_session, image: &[u8]) -> *mut hexrpc_library {
+    let mut library = null_mut();
+    // SAFETY: strings NUL-terminated, image valid for its length, out pointer valid.
+    ok(unsafe { hexrpc_library_open(session, c"lib".as_ptr(), image.as_ptr(), image.len(), null(), HEXRPC_ABI_RECORDED, &mut library) });
+    library
+}
+
+fn batch_new(library: *mut hexrpc_library, kernels: &[&std::ffi::CStr]) -> (hexrpc_status, *mut hexrpc_batch) {
+    let ptrs: Vec<*const std::ffi::c_char> = kernels.iter().map(|k| k.as_ptr()).collect();
+    let mut b = null_mut();
+    // SAFETY: `ptrs` holds `kernels.len()` NUL-terminated strings; out pointer valid.
+    let st = unsafe { hexrpc_batch_new(library, ptrs.as_ptr(), ptrs.len(), &mut b) };
+    (st, b)
+}
+
+#[test]
+fn a_batch_on_a_library_without_a_kernel_table_is_refused_when_it_is_made() {
+    let mut session = null_mut();
+    // SAFETY: out pointer valid.
+    ok(unsafe { hexrpc_session_open_bench(0, &mut session) });
+    // A single-kernel library (its build record says so): refused at hexrpc_batch_new, before
+    // any record is pushed or anything is sent.
+    let single = open(session, &with_record(model(c"add_u8"), &[("add_u8", "buf,buf,u32")], false));
+    let (st, b) = batch_new(single, &[c"buf,buf,u32"]);
+    assert_eq!(st, hexrpc_status::HEXRPC_ERR_INVALID);
+    assert!(b.is_null());
+    assert!(last().contains("no kernel table") && last().contains("--table"), "{}", last());
+    // The same model as a one-kernel table (its record says the entry runs batches): accepted,
+    // and it runs.
+    let table = open(session, &with_record(model(c"add_u8_table"), &[("add_u8", "buf,buf,u32")], true));
+    // Another table than the recorded one: refused at once too.
+    let (st, _) = batch_new(table, &[c"buf,buf,u32", c"buf,u32"]);
+    assert_eq!(st, hexrpc_status::HEXRPC_ERR_INVALID);
+    assert!(last().contains("not the library's kernel table"), "{}", last());
+    let (st, b) = batch_new(table, &[c"buf,buf,u32"]);
+    ok(st);
+    let mut lease = null_mut();
+    // SAFETY: out pointer valid.
+    ok(unsafe { hexrpc_lease_alloc(session, 8192, &mut lease) });
+    let views = [hexrpc_view { lease, offset: 1, length: 16 }, hexrpc_view { lease, offset: 4097, length: 16 }];
+    let sc = [hexrpc_scalar { kind: HEXRPC_SCALAR_U32, reserved: 0, bits: 5 }];
+    let mut rec = 0;
+    // SAFETY: arrays valid for their lengths, out pointer valid.
+    ok(unsafe { hexrpc_batch_push(b, 0, views.as_ptr(), 2, sc.as_ptr(), 1, &mut rec) });
+    let mut us = 0;
+    // SAFETY: out pointer valid.
+    ok(unsafe { hexrpc_batch_run(b, 0, &mut us) });
+    // A library without a build record (built elsewhere, as the bench's models are) cannot be
+    // judged at the open: accepted here, as before.
+    let unrecorded = open_with(session, model(c"add_u8_table"), c"buf,buf,u32");
+    let (st, b2) = batch_new(unrecorded, &[c"buf,buf,u32"]);
+    ok(st);
+    ok(hexrpc_batch_free(b2));
+    ok(hexrpc_batch_free(b));
+    ok(hexrpc_session_close(session));
+}
+
+fn open_with(session: *mut hexrpc_session, image: &[u8], signature: &std::ffi::CStr) -> *mut hexrpc_library {
+    let mut library = null_mut();
+    // SAFETY: strings NUL-terminated, image valid for its length, out pointer valid.
+    ok(unsafe {
+        hexrpc_library_open(session, c"lib".as_ptr(), image.as_ptr(), image.len(), signature.as_ptr(), HEXRPC_ABI_V2, &mut library)
+    });
+    library
+}

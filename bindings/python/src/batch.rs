@@ -74,8 +74,11 @@ fn resolve(records: &[Record]) -> PyResult<Vec<Resolved>> {
 /// *signatures* (strings such as "buf,buf,u32"), in table order: `push(k, ...)` launches kernel
 /// `k` with signature `kernels[k]`. The library must have been opened with `kernels[0]`'s
 /// signature. Refused at once (`InvalidArgument`): an empty or too long table (at most 64), a
-/// signature that does not parse, a `kernels[0]` other than the library's signature. A library
-/// without a table is only found out by `run()` (its entry does not answer batches).
+/// signature that does not parse, a `kernels[0]` other than the library's signature, a library
+/// whose build record (`hexrpc build-lib`) says its entry runs no batches (built without
+/// `--table`), and a `kernels` list other than the table its build record names. Only a library
+/// without a build record (built elsewhere) is found out by `run()` if its entry does not answer
+/// batches.
 ///
 /// `push(kernel, views, scalars)` appends a record and returns its index; `set_scalar(record,
 /// index, value)` and `set_view(record, index, view)` change a record in place; `run(deadline_ms=

@@ -490,3 +490,45 @@ def test_open_without_a_board_detects_it_or_says_what_to_pass():
         hexrpc.Session.open()
     assert e.value.stage == "board" and "pass a board by name" in str(e.value), e.value
     assert "comma-three" in str(e.value)
+
+
+def test_batch_refuses_a_library_without_a_kernel_table_when_it_is_made(tmp_path):
+    """`Batch(library, kernels)` reads the library's build record (kept from its open): a library
+    built without a kernel table, or a `kernels` list other than its table, is refused by the
+    constructor with `InvalidArgument`, not by `run()`."""
+    import subprocess
+
+    try:
+        sess = hexrpc.Session.bench(executor=True)
+    except hexrpc.Unavailable as e:
+        pytest.skip(f"executor unavailable: {e.cause}")
+    src = tmp_path / "bump_u8.c"
+    src.write_text("void bump_u8(unsigned char *p, unsigned int n) {\n"
+                   "  for (unsigned int i = 0; i < n; i++) p[i] += 1;\n}\n")
+    try:
+        single = hexrpc.build_library(src, "buf,u32", tmp_path / "single.so")
+    except hexrpc.Unavailable as e:
+        pytest.skip(f"library builder unavailable: {e.cause}")
+    cli = os.environ.get("HEXRPC_CLI")
+    if not cli:
+        pytest.skip("HEXRPC_CLI (the hexrpc binary that builds kernel tables) is not set")
+    table = tmp_path / "table.so"
+    subprocess.run([cli, "-q", "build-lib", str(src), "--table", "bump_u8:buf,u32", "-o", str(table)], check=True)
+    with sess:
+        lib = sess.open_library(single)
+        with pytest.raises(hexrpc.InvalidArgument) as e:
+            hexrpc.Batch(lib, ["buf,u32"])
+        assert "no kernel table" in e.value.cause and "--table" in e.value.cause, e.value.cause
+        tlib = sess.open_library(table)
+        with pytest.raises(hexrpc.InvalidArgument) as e:
+            hexrpc.Batch(tlib, ["buf,u32", "buf,u32"])
+        assert "not the library's kernel table" in e.value.cause, e.value.cause
+        bt = hexrpc.Batch(tlib, ["buf,u32"])
+        lease = sess.alloc(4096)
+        mem = np.frombuffer(lease, dtype=np.uint8)
+        mem[5:21] = 7
+        bt.push(0, [lease.view(5, 16)], [16])
+        bt.push(0, [lease.view(5, 16)], [16])
+        bt.run(deadline_ms=60000)
+        assert (mem[5:21] == 9).all() and mem[4] == 0 and mem[21] == 0
+        del mem

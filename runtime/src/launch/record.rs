@@ -9,10 +9,16 @@
 //!
 //! ```text
 //! namesz = 7, descsz, type = NOTE_TYPE ("HXR1"), name "hexrpc\0" padded to 8, desc:
-//!   u32 format (FORMAT = 1), u32 ABI version (1 or 2), u32 kernel count (>= 1),
+//!   u32 format (FORMAT = 2), u32 ABI version (1 or 2), u32 kernel count (>= 1),
+//!   u32 entry flags (bit 0, FLAG_BATCHES: the entry runs batches over the kernel table;
+//!   other bits zero),
 //!   per kernel: u16 name length, u16 signature length, name bytes, signature bytes,
 //!   padded with zeros to a multiple of 4
 //! ```
+//!
+//! Format 1 (older builds) has no flags word; the reader takes it as a table library exactly
+//! when it lists more than one kernel (a single-kernel build listed one), so a one-kernel table
+//! built then reads as a single entry: rebuild it.
 //!
 //! All integers little-endian (Hexagon is). Names are C identifiers, signatures use the grammar
 //! of [`Signature::parse`](super::Signature::parse). A library may carry several kernels (the
@@ -35,8 +41,11 @@ pub const NOTE_NAME: &str = "hexrpc";
 pub const NOTE_TYPE: u32 = u32::from_le_bytes(*b"HXR1");
 /// The section the build step puts the note in.
 pub const NOTE_SECTION: &str = ".note.hexrpc";
-/// The record format this module writes and reads.
-pub const FORMAT: u32 = 1;
+/// The record format this module writes (it reads this one and format 1).
+pub const FORMAT: u32 = 2;
+/// The entry-flags bit of a library whose entry runs batches over its kernel table (launch ABI
+/// method 3; `hexrpc build-lib --table`).
+pub const FLAG_BATCHES: u32 = 1;
 /// Most kernels one record describes.
 pub const MAX_KERNELS: usize = 64;
 
@@ -56,6 +65,8 @@ pub enum RecordError {
     KernelCount(u32),
     /// A name or signature that is not UTF-8.
     NotUtf8,
+    /// Entry flags this build does not know.
+    UnknownFlags(u32),
     /// More than one hexrpc note.
     Duplicate,
     /// The writer's sink failed, or a name or signature is longer than 65535 bytes.
@@ -73,6 +84,7 @@ impl fmt::Display for RecordError {
             RecordError::UnknownAbi(v) => write!(f, "the hexrpc build record names ABI version {v} (known: 1, 2)"),
             RecordError::KernelCount(n) => write!(f, "the hexrpc build record lists {n} kernels (1..={MAX_KERNELS} allowed)"),
             RecordError::NotUtf8 => f.write_str("a name or signature in the hexrpc build record is not UTF-8"),
+            RecordError::UnknownFlags(v) => write!(f, "the hexrpc build record has entry flags {v:#x} this build does not know"),
             RecordError::Duplicate => f.write_str("the library carries more than one hexrpc build record"),
             RecordError::Write => f.write_str("the build record could not be written"),
             RecordError::Mismatch => f.write_str("the build record read back from the library differs from the one written"),
@@ -103,6 +115,7 @@ impl RecordedKernel<'_> {
 pub struct LibraryRecord<'a> {
     abi: AbiVersion,
     count: u32,
+    batches: bool,
     kernels: &'a [u8],
 }
 
@@ -141,7 +154,7 @@ impl<'a> LibraryRecord<'a> {
     /// Parses a record's note descriptor.
     pub fn parse(desc: &'a [u8]) -> Result<LibraryRecord<'a>, RecordError> {
         let format = le32(desc, 0).ok_or(RecordError::Truncated)?;
-        if format != FORMAT {
+        if format != FORMAT && format != 1 {
             return Err(RecordError::UnknownFormat(format));
         }
         let abi = match le32(desc, 4).ok_or(RecordError::Truncated)? {
@@ -153,14 +166,23 @@ impl<'a> LibraryRecord<'a> {
         if count == 0 || count as usize > MAX_KERNELS {
             return Err(RecordError::KernelCount(count));
         }
-        let record = LibraryRecord { abi, count, kernels: &desc[12..] };
+        let (batches, header) = if format == 1 {
+            (count > 1, 12)
+        } else {
+            match le32(desc, 12).ok_or(RecordError::Truncated)? {
+                0 => (false, 16),
+                FLAG_BATCHES => (true, 16),
+                v => return Err(RecordError::UnknownFlags(v)),
+            }
+        };
+        let record = LibraryRecord { abi, count, batches, kernels: &desc[header..] };
         // Validate every entry now, so the accessors cannot fail later.
         let mut at = 0usize;
         for _ in 0..count {
             let (_, next) = record.entry(at)?;
             at = next;
         }
-        if desc[12 + at..].iter().any(|&b| b != 0) || desc.len() - 12 - at >= 4 {
+        if desc[header + at..].iter().any(|&b| b != 0) || desc.len() - header - at >= 4 {
             return Err(RecordError::Truncated);
         }
         Ok(record)
@@ -180,6 +202,13 @@ impl<'a> LibraryRecord<'a> {
     /// The launch ABI version the library's entry was generated for.
     pub fn abi(&self) -> AbiVersion {
         self.abi
+    }
+
+    /// True if the library's entry runs batches over its kernel table ([`kernels`](Self::kernels),
+    /// in table order): a library from `hexrpc build-lib --table`. A batch on any other library
+    /// is refused before anything is sent.
+    pub fn batches(&self) -> bool {
+        self.batches
     }
 
     /// The first (today: the only) kernel.
@@ -211,8 +240,14 @@ impl<'a> LibraryRecord<'a> {
 }
 
 /// Writes the record as assembler source for the target (a `.section` directive and `.byte`
-/// lines), which the build step assembles into the library; no heap.
-pub fn write_record_asm<W: fmt::Write + ?Sized>(out: &mut W, abi: AbiVersion, kernels: &[(&str, &Signature)]) -> Result<(), RecordError> {
+/// lines), which the build step assembles into the library; no heap. `batches`: the entry runs
+/// batches over `kernels` as its kernel table ([`FLAG_BATCHES`]).
+pub fn write_record_asm<W: fmt::Write + ?Sized>(
+    out: &mut W,
+    abi: AbiVersion,
+    kernels: &[(&str, &Signature)],
+    batches: bool,
+) -> Result<(), RecordError> {
     if kernels.is_empty() || kernels.len() > MAX_KERNELS {
         return Err(RecordError::KernelCount(kernels.len() as u32));
     }
@@ -230,7 +265,7 @@ pub fn write_record_asm<W: fmt::Write + ?Sized>(out: &mut W, abi: AbiVersion, ke
             Ok(())
         }
     }
-    let mut desc_len = 12usize;
+    let mut desc_len = 16usize;
     for (name, sig) in kernels {
         let mut c = Count(0);
         fmt::Write::write_fmt(&mut c, format_args!("{}", Sig(sig))).map_err(|_| RecordError::Write)?;
@@ -292,6 +327,7 @@ pub fn write_record_asm<W: fmt::Write + ?Sized>(out: &mut W, abi: AbiVersion, ke
         b.all(&FORMAT.to_le_bytes())?;
         b.all(&abi_word.to_le_bytes())?;
         b.all(&(kernels.len() as u32).to_le_bytes())?;
+        b.all(&(if batches { FLAG_BATCHES } else { 0 }).to_le_bytes())?;
         for (name, sig) in kernels {
             let mut c = Count(0);
             fmt::Write::write_fmt(&mut c, format_args!("{}", Sig(sig)))?;
@@ -348,11 +384,12 @@ mod tests {
         let sig = Signature::parse("buf,buf,u32,f32").unwrap();
         let sig2 = Signature::parse("buf").unwrap();
         let mut asm = String::new();
-        write_record_asm(&mut asm, AbiVersion::V2, &[("add_f32", &sig), ("zero", &sig2)]).unwrap();
+        write_record_asm(&mut asm, AbiVersion::V2, &[("add_f32", &sig), ("zero", &sig2)], true).unwrap();
         assert!(asm.contains(".section .note.hexrpc,\"\",@note"), "{asm}");
         let img = image_with(&bytes_of(&asm));
         let rec = LibraryRecord::find(&img).unwrap().expect("found");
         assert_eq!(rec.abi(), AbiVersion::V2);
+        assert!(rec.batches());
         assert_eq!(rec.kernel(), RecordedKernel { name: "add_f32", signature: "buf,buf,u32,f32" });
         assert_eq!(rec.signature(), "buf,buf,u32,f32");
         let all: Vec<_> = rec.kernels().collect();
@@ -361,16 +398,24 @@ mod tests {
         assert!(rec.matches(&sig, AbiVersion::V2));
         assert!(!rec.matches(&sig, AbiVersion::V1) && !rec.matches(&sig2, AbiVersion::V2));
         let mut asm1 = String::new();
-        write_record_asm(&mut asm1, AbiVersion::V1, &[("k", &sig2)]).unwrap();
-        assert_eq!(LibraryRecord::find(&image_with(&bytes_of(&asm1))).unwrap().unwrap().abi(), AbiVersion::V1);
-        assert_eq!(write_record_asm(&mut String::new(), AbiVersion::V2, &[]), Err(RecordError::KernelCount(0)));
+        write_record_asm(&mut asm1, AbiVersion::V1, &[("k", &sig2)], false).unwrap();
+        let img1 = image_with(&bytes_of(&asm1));
+        let rec1 = LibraryRecord::find(&img1).unwrap().unwrap();
+        assert_eq!(rec1.abi(), AbiVersion::V1);
+        assert!(!rec1.batches());
+        // A one-kernel table says so (its count alone could not).
+        let mut asm_t = String::new();
+        write_record_asm(&mut asm_t, AbiVersion::V2, &[("k", &sig2)], true).unwrap();
+        let img_t = image_with(&bytes_of(&asm_t));
+        assert!(LibraryRecord::find(&img_t).unwrap().unwrap().batches());
+        assert_eq!(write_record_asm(&mut String::new(), AbiVersion::V2, &[], false), Err(RecordError::KernelCount(0)));
     }
 
     #[test]
     fn reader_refuses_malformed_records_without_panicking() {
         let sig = Signature::parse("buf,u32").unwrap();
         let mut asm = String::new();
-        write_record_asm(&mut asm, AbiVersion::V2, &[("bump_u8", &sig)]).unwrap();
+        write_record_asm(&mut asm, AbiVersion::V2, &[("bump_u8", &sig)], false).unwrap();
         let note = bytes_of(&asm);
         // No notes at all: Ok(None). Not ELF: an error.
         assert_eq!(LibraryRecord::find(&image_with(&[])), Ok(None));
@@ -393,6 +438,38 @@ mod tests {
         let mut bad = note.clone();
         bad[24] = 3; // ABI word
         assert_eq!(LibraryRecord::find(&image_with(&bad)), Err(RecordError::UnknownAbi(3)));
+        let mut bad = note.clone();
+        bad[32] = 6; // entry flags word
+        assert_eq!(LibraryRecord::find(&image_with(&bad)), Err(RecordError::UnknownFlags(6)));
+        // Format 1 (no flags word): a table exactly when it lists more than one kernel.
+        let v1 = |kernels: &[(&str, &str)]| {
+            let mut desc = std::vec::Vec::new();
+            desc.extend_from_slice(&1u32.to_le_bytes());
+            desc.extend_from_slice(&2u32.to_le_bytes());
+            desc.extend_from_slice(&(kernels.len() as u32).to_le_bytes());
+            for (n, sg) in kernels {
+                desc.extend_from_slice(&(n.len() as u16).to_le_bytes());
+                desc.extend_from_slice(&(sg.len() as u16).to_le_bytes());
+                desc.extend_from_slice(n.as_bytes());
+                desc.extend_from_slice(sg.as_bytes());
+            }
+            while !desc.len().is_multiple_of(4) {
+                desc.push(0);
+            }
+            let mut n = std::vec::Vec::new();
+            n.extend_from_slice(&7u32.to_le_bytes());
+            n.extend_from_slice(&(desc.len() as u32).to_le_bytes());
+            n.extend_from_slice(&NOTE_TYPE.to_le_bytes());
+            n.extend_from_slice(b"hexrpc\0\0");
+            n.extend_from_slice(&desc);
+            n
+        };
+        let img_one = image_with(&v1(&[("a", "buf")]));
+        let one = LibraryRecord::find(&img_one).unwrap().unwrap();
+        assert!(!one.batches() && one.signature() == "buf");
+        let img_two = image_with(&v1(&[("a", "buf"), ("b", "buf,u32")]));
+        let two_k = LibraryRecord::find(&img_two).unwrap().unwrap();
+        assert!(two_k.batches() && two_k.kernels().count() == 2);
         let mut two = note.clone();
         two.extend_from_slice(&note);
         assert_eq!(LibraryRecord::find(&image_with(&two)), Err(RecordError::Duplicate));

@@ -910,7 +910,7 @@ fn build_kernels(kernels: &[KernelSpec<'_>], out: &Path, opts: &BuildOptions, ta
     // The build record, assembled into its own object.
     let listed: Vec<(&str, &Signature)> = kernels.iter().map(|k| (k.name.as_str(), k.sig)).collect();
     let mut record = String::new();
-    write_record_asm(&mut record, opts.entry.version, &listed).map_err(BuildError::Record)?;
+    write_record_asm(&mut record, opts.entry.version, &listed, table).map_err(BuildError::Record)?;
     let record_source = work.join("record.s");
     std::fs::write(&record_source, &record).map_err(io_err(&record_source))?;
     let record_obj = work.join("record.o");

@@ -65,6 +65,7 @@ fn a_table_library_from_one_source_with_several_functions() {
     let rec = LibraryRecord::find(&bytes).unwrap().unwrap();
     let names: Vec<&str> = rec.kernels().map(|k| k.name).collect();
     assert_eq!(names, ["add", "scale", "check"]);
+    assert!(rec.batches(), "a table library's record says its entry runs batches");
 }
 
 #[test]

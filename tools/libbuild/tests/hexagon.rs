@@ -262,6 +262,7 @@ fn build_lib_refuses_what_it_cannot_build_correctly() {
     let bytes = std::fs::read(&out).unwrap();
     let rec = LibraryRecord::find(&bytes).unwrap().expect("record");
     assert_eq!((rec.signature(), rec.abi(), rec.kernel().name), ("buf,buf,i32,f32", AbiVersion::V2, "scale"));
+    assert!(!rec.batches(), "a single-kernel library's record says its entry runs no batches");
     let v1 = BuildOptions { entry: EntryOptions::V1, ..opts.clone() };
     build_library(&kernel, &sig, &d.join("libscale1.so"), &v1).unwrap();
     let bytes1 = std::fs::read(d.join("libscale1.so")).unwrap();

@@ -115,7 +115,9 @@ bench_build_library = build_library
 
 class Batch:
     """Launches of a library's kernel table, run together in one FastRPC call. ``kernels``: the
-    table's kernel signatures (e.g. ``"buf,buf,u32"``), in table order."""
+    table's kernel signatures (e.g. ``"buf,buf,u32"``), in table order. Raises
+    ``InvalidArgument`` at once for a library whose build record says it has no kernel table
+    (built without ``hexrpc build-lib --table``) or names another table."""
     def __init__(self, library: Library, kernels: Sequence[str]) -> None: ...
     def push(self, kernel: int, views: Sequence[View | Lease], scalars: Iterable[int | float] | None = None) -> int: ...
     def set_scalar(self, record: int, index: int, value: int | float) -> None: ...
