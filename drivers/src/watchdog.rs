@@ -46,9 +46,10 @@
 //! unaccumulated time (a fixed phase, since the accumulation is in whole ticks) plus the time
 //! since the last tick (measured here: 2 to 6 ms behind with a 4 ms tick, so one tick of
 //! margin is not enough). A [`scoped_for`] deadline is therefore the coarse reading + the
-//! timeout + two ticks: the action runs no sooner than the timeout after the call (unless the
-//! kernel's ticks are late by more than the rest of the margin, e.g. a descheduled virtual
-//! CPU), and at most two ticks (plus the watchdog's wake-up latency) after.
+//! timeout + three ticks (one more than that bound, for ticks that come late): the action runs
+//! no sooner than the timeout after the call unless the kernel's ticks are more than a whole
+//! tick late (e.g. a long-descheduled virtual CPU), and at most three ticks (plus the
+//! watchdog's wake-up latency) after.
 //! Without the coarse clock (no `rustix` feature, not Linux), [`scoped_for`] reads [`Instant`].
 //!
 //! # Soundness
@@ -234,8 +235,8 @@ pub fn scoped<R>(deadline: Instant, repeat: Duration, action: &(dyn Fn() + Sync)
 }
 
 /// [`scoped`] with the deadline `timeout` from now, read from the coarse monotonic clock: the
-/// action runs no sooner than `timeout` after this call and at most two clock ticks (2 to 20
-/// ms: twice the coarse clock's resolution) plus the watchdog's wake-up latency later. A deadline
+/// action runs no sooner than `timeout` after this call and at most three clock ticks (3 to 30
+/// ms: three times the coarse clock's resolution) plus the watchdog's wake-up latency later. A deadline
 /// beyond the clock's range never passes. This is the cheap way to arm a timeout (see the
 /// module's "Clocks").
 pub fn scoped_for<R>(timeout: Duration, repeat: Duration, action: &(dyn Fn() + Sync), body: impl FnOnce() -> R) -> R {
@@ -423,7 +424,8 @@ struct Os {
     raw: u64,
     /// How long reading `base` took (ns): `base` is at most this after `raw`.
     skew: u64,
-    /// How far the coarse clock may be behind the precise one (ns): two of its ticks.
+    /// The margin added to coarse deadlines (ns): three of its ticks (it is behind the precise
+    /// clock by less than two while ticks come on time; the third absorbs a late tick).
     lag: u64,
 }
 
@@ -437,7 +439,7 @@ impl Clock {
             else {
                 return Clock { base: Instant::now(), os: None };
             };
-            let os = Os { raw: before, skew: after.saturating_sub(before), lag: tick.saturating_mul(2) };
+            let os = Os { raw: before, skew: after.saturating_sub(before), lag: tick.saturating_mul(3) };
             if best.is_none_or(|(_, b)| os.skew < b.skew) {
                 best = Some((base, os));
             }
@@ -580,7 +582,7 @@ mod tests {
     #[test]
     fn a_timeout_on_the_coarse_clock_never_fires_early() {
         // Timeouts shorter than a tick, several within one tick of the coarse clock: without
-        // the margin (two ticks), its lag (up to two ticks) would fire most of these early.
+        // the margin (three ticks), its lag (up to two ticks) would fire most of these early.
         for k in 0..if cfg!(miri) { 2 } else { 20 } {
             let timeout = Duration::from_micros(300 + 97 * k);
             let first = std::sync::Mutex::new(None::<Instant>);

@@ -3,7 +3,7 @@
 //! seam) when the deadline passes. Arming and disarming a deadline is a coarse clock read, one
 //! atomic exchange and one compare-exchange on a slot of the calling thread's: no lock, no
 //! thread started per call. The timeout is measured on the coarse monotonic clock: never short,
-//! at most two clock ticks (a few ms) long ([`watchdog::scoped_for`]).
+//! at most three clock ticks (a few ms) long ([`watchdog::scoped_for`]).
 
 use core::sync::atomic::{AtomicBool, Ordering};
 use core::time::Duration;
