@@ -3,67 +3,222 @@
 //! `repeat` until the call returns. This is how a deadline ends a FastRPC invoke, which has no
 //! timeout of its own (the action interrupts the blocked thread through the seam).
 //!
-//! Arming and disarming are a few field writes under one spin lock (no thread is started per
-//! call, no system call in the common case; its unlock is a plain store, where a blocking
-//! mutex's is a locked exchange): the deadlines are a small unsorted array, scanned by the
-//! watchdog when it wakes. Every holder keeps the lock for a few instructions (the watchdog
-//! calls actions and sleeps outside it), and a waiter yields its time slice between attempts. The watchdog sleeps until the earliest deadline it knows of (and,
-//! with nothing armed, until the time it had planned); a new deadline earlier than that wakes it
-//! (one futex wake), a later one does not, so a stream of calls with the same timeout costs the
-//! watchdog about two wake-ups per timeout, not one per call. A timerfd would need a system call per arm and per disarm; a wheel is not needed for
-//! the handful of calls a process has in flight at once.
+//! # Slots
+//!
+//! A thread arming a deadline uses a slot of its own: claimed at its first deadline, handed
+//! back when the thread exits and reused by a later one (a deadline armed inside another's body
+//! on the same thread, or while the thread exits, claims a spare slot for its duration). The
+//! slots form a list that only grows, to the most threads that ever had deadlines at once; the
+//! watchdog scans it when it wakes. A slot's state is one word holding the deadline and a state
+//! (`IDLE`, `ARMED`, `FIRING`) together:
+//!
+//! * arming writes the action into the slot and stores `deadline | ARMED`;
+//! * disarming is one compare-exchange `ARMED -> IDLE`;
+//! * the watchdog fires a slot with a compare-exchange `ARMED -> FIRING`, calls the action, and
+//!   stores `next deadline | ARMED`. A disarm that finds `FIRING` waits (yielding) for that
+//!   store: the only wait, and only while an action (an interrupt: microseconds) runs.
+//!
+//! No lock, no system call, no allocation in the common case (one atomic exchange to arm, one
+//! compare-exchange to disarm).
+//!
+//! # Waking the watchdog
+//!
+//! The watchdog publishes when it will look next (`WAKE_AT`); an arm whose deadline is earlier
+//! lowers it to that deadline and wakes the watchdog (a mutex and a condition variable), a later
+//! one does not, so a stream of calls with
+//! the same timeout costs the watchdog about two wake-ups per timeout, not one per call: with
+//! nothing armed it sleeps until the time it had planned, then without a limit. The arm's store
+//! and its read of `WAKE_AT` are sequentially consistent with the watchdog's publication and
+//! its second look at the slots, so an arm is either seen by the watchdog before it sleeps or
+//! wakes it. A timerfd would need a system call per arm and per disarm; a wheel is not needed
+//! for the handful of calls a process has in flight at once.
+//!
+//! # Clocks
+//!
+//! Deadlines are nanoseconds of the monotonic clock (`CLOCK_MONOTONIC`, the clock of
+//! [`Instant`]) since the watchdog started, and the watchdog compares them with that clock read
+//! precisely. [`scoped`] takes an [`Instant`]: exact (late by the tens of nanoseconds between
+//! two clock reads at start-up). [`scoped_for`] takes a timeout and reads the coarse monotonic
+//! clock (`CLOCK_MONOTONIC_COARSE`, a few nanoseconds where a precise read costs tens): the
+//! monotonic clock as the kernel last accumulated it, in whole ticks (the coarse clock's
+//! resolution, `clock_getres`: 1 to 10 ms) at every tick. It is never ahead of the precise
+//! clock, and behind it by less than two ticks while ticks come on time: under one tick of
+//! unaccumulated time (a fixed phase, since the accumulation is in whole ticks) plus the time
+//! since the last tick (measured here: 2 to 6 ms behind with a 4 ms tick, so one tick of
+//! margin is not enough). A [`scoped_for`] deadline is therefore the coarse reading + the
+//! timeout + three ticks (one more than that bound, for ticks that come late): the action runs
+//! no sooner than the timeout after the call unless the kernel's ticks are more than a whole
+//! tick late (e.g. a long-descheduled virtual CPU), and at most three ticks (plus the
+//! watchdog's wake-up latency) after.
+//! Without the coarse clock (no `rustix` feature, not Linux), [`scoped_for`] reads [`Instant`].
+//!
+//! # Soundness
 //!
 //! The action is borrowed from the caller's stack: [`scoped`] does not return (not even by
-//! unwinding) before the action's registration is gone and no call of it is running, so the
-//! watchdog never calls an action whose borrows have ended.
+//! unwinding) before the slot is `IDLE`, which it cannot be while the watchdog calls the action
+//! (`FIRING`), and the watchdog reads a slot's action only while it holds the slot `FIRING`,
+//! so it never calls an action whose borrows have ended.
 
 extern crate std;
 
+use core::cell::{Cell, UnsafeCell};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use core::time::Duration;
+use std::boxed::Box;
 use std::sync::{Condvar, Mutex, OnceLock, PoisonError};
 use std::time::Instant;
-use std::vec::Vec;
 
 /// An action as the watchdog stores it: borrowed from the stack of a [`scoped`] call, its
-/// lifetime erased (see the safety argument in [`scoped`]).
+/// lifetime erased (see the safety argument in [`arm`]).
 type Action = *const (dyn Fn() + Sync + 'static);
 
-struct Armed {
-    id: u64,
-    at: Instant,
-    repeat: Duration,
-    action: Action,
+/// The low two bits of a slot's word; the deadline (nanoseconds) is the rest.
+const STATE: u64 = 0b11;
+/// No deadline armed: only the slot's owner writes the slot.
+const IDLE: u64 = 0;
+/// A deadline armed: the watchdog may take the slot to `FIRING` once it has passed.
+const ARMED: u64 = 1;
+/// The watchdog is calling the slot's action; only the watchdog changes the word.
+const FIRING: u64 = 2;
+/// The latest deadline a word holds (146 years): later ones are not armed (they never pass).
+const NEVER: u64 = u64::MAX >> 2;
+
+/// One thread's deadline. Aligned so that arming one thread's slot does not touch the cache
+/// line of another's.
+#[repr(align(128))]
+struct Slot {
+    /// `deadline << 2 | state`.
+    word: AtomicU64,
+    /// The action and its repeat (ns). Written by the slot's owner only while the slot is
+    /// `IDLE`; read by the watchdog only while it holds the slot `FIRING`.
+    call: UnsafeCell<(Action, u64)>,
+    /// Claimed by a thread (its slot) or by a nested call (a spare).
+    owned: AtomicBool,
+    /// The next slot in the list, set before this one is published and never changed after.
+    next: AtomicPtr<Slot>,
 }
 
-struct State {
-    armed: Vec<Armed>,
-    /// The entry whose action the watchdog is calling now (outside the lock).
-    running: Option<u64>,
-    next_id: u64,
-    /// When the watchdog looks next (`None`: it sleeps until woken).
-    wakes_at: Option<Instant>,
+// SAFETY: `call` is the only field that is not itself `Sync`. It is written only by the thread
+// that owns the slot while the word is `IDLE` (the watchdog cannot be reading it: it reads it
+// only after moving the word `ARMED -> FIRING`, and a word leaves `FIRING` only by the
+// watchdog's release store after its last read, which the owner's acquiring compare-exchange
+// to `IDLE` observes before any later write), and read by the watchdog only while it holds
+// the slot `FIRING` (after an acquiring compare-exchange that observes the owner's releasing
+// arm, which follows the write). The raw action pointer is dereferenced only under that same
+// protocol, and its pointee is `Sync`, so calling it from the watchdog thread is allowed.
+unsafe impl Sync for Slot {}
+
+/// The head of the list of slots (each leaked, never freed).
+static SLOTS: AtomicPtr<Slot> = AtomicPtr::new(core::ptr::null_mut());
+
+/// Every slot, newest first.
+fn slots() -> impl Iterator<Item = &'static Slot> {
+    let mut p = SLOTS.load(Ordering::SeqCst);
+    core::iter::from_fn(move || {
+        // SAFETY: every pointer in the list comes from `Box::leak` (never freed) and was
+        // initialised, `next` included, before the exchange that published it; loading the head
+        // (sequentially consistent, so acquiring) orders those writes before this read, and each
+        // `next` points at a slot published before its predecessor was.
+        let s = unsafe { p.as_ref() }?;
+        p = s.next.load(Ordering::Relaxed);
+        Some(s)
+    })
 }
 
-// SAFETY: the raw action pointers are only dereferenced by the watchdog thread while the
-// `scoped` call that registered them cannot have returned (see `scoped`); the pointees are
-// `Sync`, so calling them from another thread is allowed.
-unsafe impl Send for State {}
+fn noop() {}
 
-type Lock<T> = spin::mutex::SpinMutex<T, spin::relax::Yield>;
+/// An idle slot owned by the caller: a free one from the list, or a new one.
+fn claim_spare() -> &'static Slot {
+    for s in slots() {
+        if !s.owned.load(Ordering::Relaxed) && s.owned.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+            return s;
+        }
+    }
+    let action: &'static (dyn Fn() + Sync) = &noop;
+    let s: &'static Slot = Box::leak(Box::new(Slot {
+        word: AtomicU64::new(IDLE),
+        call: UnsafeCell::new((action, 0)),
+        owned: AtomicBool::new(true),
+        next: AtomicPtr::new(core::ptr::null_mut()),
+    }));
+    let mut head = SLOTS.load(Ordering::SeqCst);
+    loop {
+        s.next.store(head, Ordering::Relaxed);
+        // Sequentially consistent: the watchdog's second look (see `watch`) sees this slot if
+        // the arm that follows did not see its publication.
+        match SLOTS.compare_exchange_weak(head, core::ptr::from_ref(s).cast_mut(), Ordering::SeqCst, Ordering::SeqCst) {
+            Ok(_) => return s,
+            Err(h) => head = h,
+        }
+    }
+}
 
-static STATE: Lock<State> = Lock::new(State { armed: Vec::new(), running: None, next_id: 0, wakes_at: None });
-/// Bumped (then `WAKE` notified) when a deadline earlier than the watchdog's planned wake is
-/// armed; the watchdog sleeps only if it is unchanged since before its last scan, so no wake is
-/// lost between its scan and its sleep.
+/// This thread's slot, handed back when the thread exits.
+struct Mine(Cell<Option<&'static Slot>>);
+
+impl Drop for Mine {
+    fn drop(&mut self) {
+        if let Some(s) = self.0.get() {
+            // Idle unless a deadline is armed on it, which cannot be while the thread exits
+            // (a slot left armed stays owned: it is never reused).
+            if s.word.load(Ordering::Relaxed) & STATE == IDLE {
+                s.owned.store(false, Ordering::Release);
+            }
+        }
+    }
+}
+
+std::thread_local! {
+    static MINE: Mine = const { Mine(Cell::new(None)) };
+}
+
+/// An idle slot for one deadline: this thread's, or a spare (`true`) when this thread's is
+/// armed (a nested deadline) or gone (the thread is exiting).
+fn claim() -> (&'static Slot, bool) {
+    let mine = MINE.try_with(|m| match m.0.get() {
+        Some(s) => s,
+        None => {
+            let s = claim_spare();
+            m.0.set(Some(s));
+            s
+        }
+    });
+    match mine {
+        // Only this thread arms its slot, so its own last store is what it reads.
+        Ok(s) if s.word.load(Ordering::Relaxed) & STATE == IDLE => (s, false),
+        _ => (claim_spare(), true),
+    }
+}
+
+/// When the watchdog looks next (ns on the watchdog's clock; `NEVER`: when woken).
+static WAKE_AT: AtomicU64 = AtomicU64::new(NEVER);
+/// Bumped (then `WAKE` notified) when a deadline earlier than `WAKE_AT` is armed; the watchdog
+/// sleeps only if it is unchanged since before its last scan, so no wake is lost between its
+/// scan and its sleep.
 static WAKES: Mutex<u64> = Mutex::new(0);
 /// The watchdog waits on it (with `WAKES`).
 static WAKE: Condvar = Condvar::new();
-/// Whether the watchdog thread could be started (tried once).
-static STARTED: OnceLock<bool> = OnceLock::new();
+/// The watchdog's clock, once its thread is started (`None`: it could not be).
+static WATCHDOG: OnceLock<Option<Clock>> = OnceLock::new();
 
 fn wake_watchdog() {
     *WAKES.lock().unwrap_or_else(PoisonError::into_inner) += 1;
     WAKE.notify_one();
+}
+
+fn watchdog() -> Option<&'static Clock> {
+    WATCHDOG
+        .get_or_init(|| {
+            let clock = Clock::new();
+            match std::thread::Builder::new().name("hexrpc-watchdog".into()).spawn(move || watch(clock)) {
+                Ok(_) => Some(clock),
+                Err(e) => {
+                    log::error!("cannot start the watchdog thread ({e}); deadlines are watched by a thread per call");
+                    None
+                }
+            }
+        })
+        .as_ref()
 }
 
 /// Runs `body` on this thread. If it has not returned at `deadline`, the process's watchdog
@@ -73,107 +228,152 @@ fn wake_watchdog() {
 /// If the watchdog thread cannot be started, a thread of its own watches this one call (as
 /// before a watchdog existed), with the same guarantees.
 pub fn scoped<R>(deadline: Instant, repeat: Duration, action: &(dyn Fn() + Sync), body: impl FnOnce() -> R) -> R {
-    // SAFETY: only the lifetime is erased (same pointee, same vtable). The pointer is stored in
-    // an entry that `Disarm` below removes before `scoped` returns or unwinds, and `Disarm`
-    // then waits until the watchdog is not calling it (`running`); the watchdog dereferences an
-    // entry's pointer only after finding the entry armed and setting `running` under the same
-    // lock. So the pointer is never used after the borrow of `action` ends.
-    let erased: Action = unsafe { core::mem::transmute::<&(dyn Fn() + Sync), &'static (dyn Fn() + Sync + 'static)>(action) };
-    let started = *STARTED.get_or_init(|| match std::thread::Builder::new().name("hexrpc-watchdog".into()).spawn(watch) {
-        Ok(_) => true,
-        Err(e) => {
-            log::error!("cannot start the watchdog thread ({e}); deadlines are watched by a thread per call");
-            false
-        }
-    });
-    if !started {
-        return scoped_thread(deadline, repeat, action, body);
+    match watchdog() {
+        Some(clock) => arm(clock.at(deadline), repeat, action, body),
+        None => scoped_thread(deadline, repeat, action, body),
     }
-    let (id, wake) = {
-        let mut st = STATE.lock();
-        let id = st.next_id;
-        st.next_id += 1;
-        st.armed.push(Armed { id, at: deadline, repeat, action: erased });
-        let wake = st.wakes_at.is_none_or(|w| deadline < w);
-        if wake {
-            st.wakes_at = Some(deadline);
-        }
-        (id, wake)
-    };
-    if wake {
+}
+
+/// [`scoped`] with the deadline `timeout` from now, read from the coarse monotonic clock: the
+/// action runs no sooner than `timeout` after this call and at most three clock ticks (3 to 30
+/// ms: three times the coarse clock's resolution) plus the watchdog's wake-up latency later. A deadline
+/// beyond the clock's range never passes. This is the cheap way to arm a timeout (see the
+/// module's "Clocks").
+pub fn scoped_for<R>(timeout: Duration, repeat: Duration, action: &(dyn Fn() + Sync), body: impl FnOnce() -> R) -> R {
+    match watchdog() {
+        Some(clock) => arm(clock.after(timeout), repeat, action, body),
+        None => match Instant::now().checked_add(timeout) {
+            Some(deadline) => scoped_thread(deadline, repeat, action, body),
+            None => body(),
+        },
+    }
+}
+
+/// Arms `action` at `deadline` (ns on the watchdog's clock) in a slot of this thread's, runs
+/// `body`, disarms.
+#[inline]
+fn arm<R>(deadline: u64, repeat: Duration, action: &(dyn Fn() + Sync), body: impl FnOnce() -> R) -> R {
+    if deadline >= NEVER {
+        return body();
+    }
+    // SAFETY: only the lifetime is erased (same pointee, same vtable). The pointer is stored in
+    // a slot that `Disarm` below takes back to `IDLE` before `arm` returns or unwinds, which it
+    // can do only while the watchdog is not calling the action (`FIRING`), and the watchdog
+    // dereferences a slot's pointer only while it holds the slot `FIRING`. So the pointer is
+    // never used after the borrow of `action` ends.
+    let erased: Action = unsafe { core::mem::transmute::<&(dyn Fn() + Sync), &'static (dyn Fn() + Sync + 'static)>(action) };
+    let (slot, spare) = claim();
+    // SAFETY: the slot is `IDLE` and this call alone uses it (its thread's, not armed, or a
+    // spare claimed through `owned`); see the `Sync` impl of `Slot`.
+    unsafe { *slot.call.get() = (erased, nanos(repeat)) };
+    let armed = deadline << 2 | ARMED;
+    // Sequentially consistent with the read of `WAKE_AT` below (see `watch`).
+    slot.word.store(armed, Ordering::SeqCst);
+    let _disarm = Disarm { slot, armed, spare };
+    if deadline < WAKE_AT.load(Ordering::SeqCst) {
+        // The watchdog plans to look no later than this deadline (see `watch`), so the calls
+        // after this one with later deadlines need not wake it.
+        WAKE_AT.fetch_min(deadline, Ordering::SeqCst);
         wake_watchdog();
     }
-    let _disarm = Disarm(id);
     body()
 }
 
-/// Removes entry `id` and waits until its action is not running (on return and on unwind).
-struct Disarm(u64);
+/// Takes a slot back to `IDLE`, waiting while its action runs (on return and on unwind).
+struct Disarm {
+    slot: &'static Slot,
+    /// The word the slot was armed with.
+    armed: u64,
+    /// Hand the slot back after (a spare).
+    spare: bool,
+}
 
 impl Drop for Disarm {
     fn drop(&mut self) {
+        let word = &self.slot.word;
+        let mut w = self.armed;
         loop {
-            {
-                let mut st = STATE.lock();
-                if let Some(i) = st.armed.iter().position(|a| a.id == self.0) {
-                    st.armed.swap_remove(i);
-                }
-                if st.running != Some(self.0) {
-                    return;
-                }
+            if w & STATE == FIRING {
+                // The watchdog is calling this slot's action (an interrupt: microseconds).
+                std::thread::yield_now();
+                w = word.load(Ordering::Relaxed);
+                continue;
             }
-            // The watchdog is calling this entry's action (an interrupt: microseconds).
-            std::thread::yield_now();
+            // Acquiring: the watchdog's store after its last call of the action (if any) comes
+            // before this returns.
+            match word.compare_exchange(w, IDLE, Ordering::Acquire, Ordering::Relaxed) {
+                Ok(_) => break,
+                Err(now) => w = now,
+            }
+        }
+        if self.spare {
+            self.slot.owned.store(false, Ordering::Release);
         }
     }
 }
 
 /// The watchdog thread: calls every action whose time has come, then sleeps until the next.
-fn watch() {
+fn watch(clock: Clock) {
     loop {
         let wakes = *WAKES.lock().unwrap_or_else(PoisonError::into_inner);
-        let now = Instant::now();
-        let mut st = STATE.lock();
-        if let Some(a) = st.armed.iter_mut().find(|a| a.at <= now) {
-            a.at = now + a.repeat;
-            let (id, action) = (a.id, a.action);
-            st.running = Some(id);
-            drop(st);
-            // SAFETY: the entry was armed under the lock when `running` was set to its id, so
-            // its `scoped` call is still inside `body` or waiting in `Disarm` for `running` to
-            // change: the borrow behind the pointer is alive until we reset `running` below.
-            let action = unsafe { &*action };
-            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(action)).is_err() {
-                log::error!("a deadline action panicked");
+        let now = clock.now();
+        // What this thread published last, or an earlier deadline an arm lowered it to.
+        let planned = WAKE_AT.load(Ordering::SeqCst);
+        let mut earliest = NEVER;
+        for s in slots() {
+            let mut w = s.word.load(Ordering::Acquire);
+            if w & STATE == ARMED
+                && w >> 2 <= now
+                && s.word.compare_exchange(w, w & !STATE | FIRING, Ordering::Acquire, Ordering::Relaxed).is_ok()
+            {
+                // SAFETY: the slot is `FIRING` (this thread moved it from `ARMED`, observing the
+                // owner's arm after its write of `call`): its owner does not write `call`, and
+                // its `scoped` call is still inside `body` or waiting in `Disarm` for the word to
+                // leave `FIRING`, so the borrow behind the action is alive until the store below.
+                let (action, repeat) = unsafe { *s.call.get() };
+                // SAFETY: as above.
+                let action = unsafe { &*action };
+                if std::panic::catch_unwind(std::panic::AssertUnwindSafe(action)).is_err() {
+                    log::error!("a deadline action panicked");
+                }
+                w = clock.now().saturating_add(repeat).min(NEVER - 1) << 2 | ARMED;
+                s.word.store(w, Ordering::Release);
             }
-            STATE.lock().running = None;
-            continue;
+            if w & STATE == ARMED {
+                earliest = earliest.min(w >> 2);
+            }
         }
         // The earliest deadline armed; with none, the time already planned (if still ahead), so
         // that calls arming and disarming in a stream find the watchdog asleep until a time no
         // later than theirs and need not wake it (it sleeps without a limit only after a
         // planned wake found nothing).
-        let planned = st.wakes_at.filter(|&w| w > now);
-        let next = match (st.armed.iter().map(|a| a.at).min(), planned) {
-            (Some(a), Some(p)) => Some(a.min(p)),
-            (a, p) => a.or(p),
-        };
-        st.wakes_at = next;
-        drop(st);
+        let next = if planned > now { earliest.min(planned) } else { earliest };
+        // (An arm lowering `WAKE_AT` between the load above and this store also bumps `WAKES`:
+        // this thread then looks again before sleeping.)
+        WAKE_AT.store(next, Ordering::SeqCst);
+        // A second look, after publishing: an arm that read the old `WAKE_AT` (and so did not
+        // wake this thread) is seen here.
+        if slots().any(|s| {
+            let w = s.word.load(Ordering::SeqCst);
+            w & STATE == ARMED && w >> 2 < next
+        }) {
+            continue;
+        }
         let g = WAKES.lock().unwrap_or_else(PoisonError::into_inner);
         if *g != wakes {
             continue;
         }
-        drop(match next {
-            Some(at) => WAKE.wait_timeout(g, at.saturating_duration_since(now)).unwrap_or_else(PoisonError::into_inner).0,
-            None => WAKE.wait(g).unwrap_or_else(PoisonError::into_inner),
+        drop(if next == NEVER {
+            WAKE.wait(g).unwrap_or_else(PoisonError::into_inner)
+        } else {
+            let left = Duration::from_nanos(next.saturating_sub(clock.now()));
+            WAKE.wait_timeout(g, left).unwrap_or_else(PoisonError::into_inner).0
         });
     }
 }
 
 /// [`scoped`] with a thread of its own (when the watchdog thread cannot be started).
 fn scoped_thread<R>(deadline: Instant, repeat: Duration, action: &(dyn Fn() + Sync), body: impl FnOnce() -> R) -> R {
-    use core::sync::atomic::{AtomicBool, Ordering};
     let done = AtomicBool::new(false);
     std::thread::scope(|s| {
         let watcher = s.spawn(|| {
@@ -202,13 +402,145 @@ fn scoped_thread<R>(deadline: Instant, repeat: Duration, action: &(dyn Fn() + Sy
 
 /// Deadlines armed now (for tests: 0 once every [`scoped`] call has returned).
 pub fn armed() -> usize {
-    STATE.lock().armed.len()
+    slots().filter(|s| s.word.load(Ordering::SeqCst) & STATE != IDLE).count()
+}
+
+fn nanos(d: Duration) -> u64 {
+    d.as_secs().saturating_mul(1_000_000_000).saturating_add(u64::from(d.subsec_nanos()))
+}
+
+/// The watchdog's clock: nanoseconds of the monotonic clock since the watchdog started.
+#[derive(Clone, Copy)]
+struct Clock {
+    /// [`Instant`] at the start.
+    base: Instant,
+    /// The monotonic clock read by the system (see [`os`]), when there is one.
+    os: Option<Os>,
+}
+
+#[derive(Clone, Copy)]
+struct Os {
+    /// `CLOCK_MONOTONIC` (ns) read just before `base`.
+    raw: u64,
+    /// How long reading `base` took (ns): `base` is at most this after `raw`.
+    skew: u64,
+    /// The margin added to coarse deadlines (ns): three of its ticks (it is behind the precise
+    /// clock by less than two while ticks come on time; the third absorbs a late tick).
+    lag: u64,
+}
+
+impl Clock {
+    fn new() -> Self {
+        let mut best: Option<(Instant, Os)> = None;
+        // The tightest of a few (raw, base, raw) brackets: a preemption inside one only makes
+        // `skew` (the lateness of `scoped` deadlines) larger.
+        for _ in 0..8 {
+            let (Some(before), base, Some(after), Some(tick)) = (os::monotonic(), Instant::now(), os::monotonic(), os::coarse_tick())
+            else {
+                return Clock { base: Instant::now(), os: None };
+            };
+            let os = Os { raw: before, skew: after.saturating_sub(before), lag: tick.saturating_mul(3) };
+            if best.is_none_or(|(_, b)| os.skew < b.skew) {
+                best = Some((base, os));
+            }
+            if os.skew < 10_000 {
+                break;
+            }
+        }
+        let (base, os) = best.map_or((Instant::now(), None), |(b, o)| (b, Some(o)));
+        Clock { base, os }
+    }
+
+    /// Now, precisely.
+    fn now(&self) -> u64 {
+        match self.os {
+            // A failed read (never, with a valid clock id) counts as the start: late, never early.
+            Some(os) => os::monotonic().map_or(0, |t| t.saturating_sub(os.raw)),
+            None => nanos(Instant::now().saturating_duration_since(self.base)),
+        }
+    }
+
+    /// `deadline` on this clock, never earlier than it.
+    #[inline]
+    fn at(&self, deadline: Instant) -> u64 {
+        let skew = self.os.map_or(0, |os| os.skew);
+        nanos(deadline.saturating_duration_since(self.base)).saturating_add(skew)
+    }
+
+    /// `timeout` from now on this clock, never earlier (the coarse clock when there is one).
+    #[inline]
+    fn after(&self, timeout: Duration) -> u64 {
+        let start = match self.os.and_then(|os| Some(os::coarse()?.saturating_sub(os.raw).saturating_add(os.lag))) {
+            Some(start) => start,
+            None => self.at(Instant::now()),
+        };
+        start.saturating_add(nanos(timeout))
+    }
+}
+
+/// The system's monotonic clocks (ns).
+#[cfg(all(feature = "rustix", any(target_os = "linux", target_os = "android")))]
+mod os {
+    fn read(id: libc::clockid_t) -> Option<u64> {
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: `ts` is a valid, writable timespec for the duration of the call.
+        let rc = unsafe { libc::clock_gettime(id, &mut ts) };
+        let (s, ns) = (u64::try_from(ts.tv_sec).ok()?, u64::try_from(ts.tv_nsec).ok()?);
+        (rc == 0).then(|| s.saturating_mul(1_000_000_000).saturating_add(ns))
+    }
+
+    /// `CLOCK_MONOTONIC`, the clock of `Instant`.
+    pub(super) fn monotonic() -> Option<u64> {
+        read(libc::CLOCK_MONOTONIC)
+    }
+
+    /// `CLOCK_MONOTONIC_COARSE`: `CLOCK_MONOTONIC` as of the last tick.
+    #[inline]
+    pub(super) fn coarse() -> Option<u64> {
+        read(libc::CLOCK_MONOTONIC_COARSE)
+    }
+
+    /// The resolution of [`coarse`] (ns), if it can be read.
+    #[cfg(not(miri))]
+    pub(super) fn coarse_tick() -> Option<u64> {
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: `ts` is a valid, writable timespec for the duration of the call.
+        let rc = unsafe { libc::clock_getres(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+        let (s, ns) = (u64::try_from(ts.tv_sec).ok()?, u64::try_from(ts.tv_nsec).ok()?);
+        (rc == 0 && coarse().is_some()).then(|| s.saturating_mul(1_000_000_000).saturating_add(ns))
+    }
+
+    /// Miri has no `clock_getres`; its coarse clock is its precise one, so any tick is a margin.
+    #[cfg(miri)]
+    pub(super) fn coarse_tick() -> Option<u64> {
+        coarse().map(|_| 1_000_000)
+    }
+}
+
+/// No system clocks: the watchdog reads [`Instant`] only.
+#[cfg(not(all(feature = "rustix", any(target_os = "linux", target_os = "android"))))]
+mod os {
+    pub(super) fn monotonic() -> Option<u64> {
+        None
+    }
+    pub(super) fn coarse() -> Option<u64> {
+        None
+    }
+    pub(super) fn coarse_tick() -> Option<u64> {
+        None
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use core::sync::atomic::{AtomicU32, Ordering};
+    use core::sync::atomic::AtomicU32;
+    use std::vec::Vec;
+
+    /// Whether this thread's own slot is idle (it has one once it armed a deadline).
+    fn my_slot_is_idle() -> bool {
+        MINE.with(|m| m.0.get().is_none_or(|s| s.word.load(Ordering::SeqCst) & STATE == IDLE))
+    }
 
     #[test]
     fn a_call_that_returns_in_time_never_sees_the_action() {
@@ -216,12 +548,17 @@ mod tests {
         let action = || {
             calls.fetch_add(1, Ordering::SeqCst);
         };
-        for _ in 0..1000 {
-            let r = scoped(Instant::now() + Duration::from_secs(5), Duration::from_millis(2), &action, || 7);
+        for i in 0..1000 {
+            let r = if i % 2 == 0 {
+                scoped(Instant::now() + Duration::from_secs(5), Duration::from_millis(2), &action, || 7)
+            } else {
+                scoped_for(Duration::from_secs(5), Duration::from_millis(2), &action, || 7)
+            };
             assert_eq!(r, 7);
         }
         std::thread::sleep(Duration::from_millis(20));
         assert_eq!(calls.load(Ordering::SeqCst), 0);
+        assert!(my_slot_is_idle());
     }
 
     #[test]
@@ -240,6 +577,28 @@ mod tests {
         let after = calls.load(Ordering::SeqCst);
         std::thread::sleep(Duration::from_millis(20));
         assert_eq!(calls.load(Ordering::SeqCst), after, "no call after scoped returned");
+    }
+
+    #[test]
+    fn a_timeout_on_the_coarse_clock_never_fires_early() {
+        // Timeouts shorter than a tick, several within one tick of the coarse clock: without
+        // the margin (three ticks), its lag (up to two ticks) would fire most of these early.
+        for k in 0..if cfg!(miri) { 2 } else { 20 } {
+            let timeout = Duration::from_micros(300 + 97 * k);
+            let first = std::sync::Mutex::new(None::<Instant>);
+            let action = || {
+                first.lock().unwrap().get_or_insert_with(Instant::now);
+            };
+            let start = Instant::now();
+            scoped_for(timeout, Duration::from_millis(1), &action, || {
+                while first.lock().unwrap().is_none() {
+                    assert!(start.elapsed() < Duration::from_secs(10), "the deadline never passed");
+                    std::thread::sleep(Duration::from_micros(100));
+                }
+            });
+            let at = first.lock().unwrap().unwrap();
+            assert!(at >= start + timeout, "fired {:?} after the call, before its timeout {timeout:?}", at - start);
+        }
     }
 
     #[test]
@@ -263,12 +622,17 @@ mod tests {
                         hits.fetch_add(1, Ordering::SeqCst);
                     };
                     let start = Instant::now();
-                    scoped(start + Duration::from_millis(5 + k), Duration::from_millis(2), &action, || {
+                    let body = || {
                         while hits.load(Ordering::SeqCst) == 0 {
                             assert!(start.elapsed() < Duration::from_secs(5), "the watchdog did not wake for an earlier deadline");
                             std::thread::sleep(Duration::from_millis(1));
                         }
-                    });
+                    };
+                    if k % 2 == 0 {
+                        scoped(start + Duration::from_millis(5 + k), Duration::from_millis(2), &action, body);
+                    } else {
+                        scoped_for(Duration::from_millis(5 + k), Duration::from_millis(2), &action, body);
+                    }
                 })
             })
             .collect();
@@ -280,12 +644,114 @@ mod tests {
     }
 
     #[test]
+    fn nested_deadlines_on_one_thread_are_each_watched() {
+        let (outer, inner) = (AtomicU32::new(0), AtomicU32::new(0));
+        let outer_action = || {
+            outer.fetch_add(1, Ordering::SeqCst);
+        };
+        let inner_action = || {
+            inner.fetch_add(1, Ordering::SeqCst);
+        };
+        let start = Instant::now();
+        // The inner deadline passes first, then the outer one while the inner body still runs.
+        scoped(start + Duration::from_millis(30), Duration::from_millis(2), &outer_action, || {
+            scoped(start + Duration::from_millis(5), Duration::from_millis(2), &inner_action, || {
+                while outer.load(Ordering::SeqCst) == 0 {
+                    assert!(start.elapsed() < Duration::from_secs(10), "the outer deadline was not watched");
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                assert!(inner.load(Ordering::SeqCst) > 0, "the inner deadline was not watched");
+            });
+            assert!(!my_slot_is_idle(), "the outer deadline is still armed");
+        });
+        assert!(my_slot_is_idle());
+        let (o, i) = (outer.load(Ordering::SeqCst), inner.load(Ordering::SeqCst));
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!((outer.load(Ordering::SeqCst), inner.load(Ordering::SeqCst)), (o, i), "no call after scoped returned");
+    }
+
+    #[test]
     fn a_panicking_body_is_disarmed() {
+        static CALLS: AtomicU32 = AtomicU32::new(0);
+        let action = || {
+            CALLS.fetch_add(1, Ordering::SeqCst);
+        };
+        for nested in [false, true] {
+            let r = std::panic::catch_unwind(|| {
+                let armed = || scoped(Instant::now() + Duration::from_millis(5), Duration::from_millis(1), &action, || panic!("boom"));
+                if nested {
+                    scoped_for(Duration::from_secs(60), Duration::from_millis(1), &action, armed)
+                } else {
+                    armed()
+                }
+            });
+            assert!(r.is_err());
+            assert!(my_slot_is_idle(), "the deadline outlived its scoped call");
+        }
+        // The panic hook (a backtrace) may outlast the deadline: calls until then are allowed.
+        let calls = CALLS.load(Ordering::SeqCst);
+        std::thread::sleep(Duration::from_millis(30));
+        assert_eq!(CALLS.load(Ordering::SeqCst), calls, "an action ran after its scoped call unwound");
+    }
+
+    /// Many threads whose calls return right around their deadlines, the watchdog firing some
+    /// of them as they disarm (a slow action widens the window): an action never runs after
+    /// its `scoped` call returned, nor before its deadline.
+    #[test]
+    fn an_action_never_runs_after_scoped_returns_even_at_the_deadline() {
+        let (threads, rounds) = if cfg!(miri) { (3, 20) } else { (8, 1500) };
+        let fired = std::sync::Arc::new(AtomicU32::new(0));
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                let fired = fired.clone();
+                std::thread::spawn(move || {
+                    // The round whose scoped call is running (a late call sees a later one).
+                    let current = AtomicU32::new(0);
+                    let (late, early) = (AtomicU32::new(0), AtomicU32::new(0));
+                    for round in 0..rounds {
+                        let start = Instant::now();
+                        let deadline = start + Duration::from_micros(((round + t) % 7) * 20);
+                        current.store(round as u32, Ordering::SeqCst);
+                        let action = || {
+                            if current.load(Ordering::SeqCst) != round as u32 {
+                                late.fetch_add(1, Ordering::SeqCst);
+                            }
+                            if Instant::now() < deadline {
+                                early.fetch_add(1, Ordering::SeqCst);
+                            }
+                            fired.fetch_add(1, Ordering::SeqCst);
+                            let spin = Instant::now();
+                            while spin.elapsed() < Duration::from_micros(3) {
+                                core::hint::spin_loop();
+                            }
+                        };
+                        let runs = Duration::from_micros((round % 10) * 25);
+                        scoped(deadline, Duration::from_micros(5), &action, || {
+                            while start.elapsed() < runs {
+                                core::hint::spin_loop();
+                            }
+                        });
+                        current.store(u32::MAX, Ordering::SeqCst);
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                    (late.load(Ordering::SeqCst), early.load(Ordering::SeqCst))
+                })
+            })
+            .collect();
+        for w in workers {
+            assert_eq!(w.join().unwrap(), (0, 0), "(calls after scoped returned, calls before the deadline)");
+        }
+        assert!(fired.load(Ordering::SeqCst) > 0, "no deadline passed: the race was not exercised");
+    }
+
+    #[test]
+    fn slots_are_handed_back_by_exiting_threads() {
         let action = || {};
-        // A repeat no other test uses marks this test's entry.
-        let mark = Duration::from_nanos(1_234_567);
-        let r = std::panic::catch_unwind(|| scoped(Instant::now() + Duration::from_secs(60), mark, &action, || panic!("boom")));
-        assert!(r.is_err());
-        assert!(!STATE.lock().armed.iter().any(|a| a.repeat == mark), "the entry outlived its scoped call");
+        for _ in 0..if cfg!(miri) { 10 } else { 200 } {
+            std::thread::spawn(move || scoped_for(Duration::from_secs(60), Duration::from_millis(1), &action, || ())).join().unwrap();
+        }
+        // Other tests run at once, but far fewer than 200 threads of them.
+        let slots = slots().count();
+        assert!(slots < 100, "{slots} slots: exited threads' slots are not reused");
     }
 }

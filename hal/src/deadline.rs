@@ -1,13 +1,12 @@
 //! Deadlines for invokes (std): the downstream driver waits forever, so the process's watchdog
 //! thread ([`hexrpc_drivers::watchdog`]) interrupts the blocked thread (a signal through the
-//! seam) when the deadline passes. Arming and disarming a deadline is a few writes under one
-//! lock: no thread is started per call.
-
-extern crate std;
+//! seam) when the deadline passes. Arming and disarming a deadline is a coarse clock read, one
+//! atomic exchange and one compare-exchange on a slot of the calling thread's: no lock, no
+//! thread started per call. The timeout is measured on the coarse monotonic clock: never short while the kernel's ticks come on time,
+//! at most three clock ticks (a few ms) long ([`watchdog::scoped_for`]).
 
 use core::sync::atomic::{AtomicBool, Ordering};
 use core::time::Duration;
-use std::time::Instant;
 
 use hexrpc_drivers::{watchdog, Syscalls};
 
@@ -24,7 +23,6 @@ pub const REPEAT: Duration = Duration::from_millis(2);
 /// does; public for callers that send their own requests on a descriptor they own).
 pub fn run<S: Syscalls + Sync>(sys: &S, timeout: Duration, call: impl FnOnce(&AtomicBool) -> Result<(), HalError>) -> Result<(), HalError> {
     let tid = sys.thread_id();
-    let deadline = Instant::now().checked_add(timeout);
     let fired = AtomicBool::new(false);
     let interrupt = || {
         fired.store(true, Ordering::Release);
@@ -32,9 +30,6 @@ pub fn run<S: Syscalls + Sync>(sys: &S, timeout: Duration, call: impl FnOnce(&At
             log::error!("cannot interrupt thread {tid} at its deadline: {e}");
         }
     };
-    match deadline {
-        Some(at) => watchdog::scoped(at, REPEAT, &interrupt, || call(&fired)),
-        // A deadline beyond the clock's range never passes.
-        None => call(&fired),
-    }
+    // A deadline beyond the clock's range never passes.
+    watchdog::scoped_for(timeout, REPEAT, &interrupt, || call(&fired))
 }
