@@ -2,8 +2,9 @@
 //! thread ([`hexrpc_drivers::watchdog`]) interrupts the blocked thread (a signal through the
 //! seam) when the deadline passes. Arming and disarming a deadline is a coarse clock read, one
 //! atomic exchange and one compare-exchange on a slot of the calling thread's: no lock, no
-//! thread started per call. The timeout is measured on the coarse monotonic clock: never short while the kernel's ticks come on time,
-//! at most three clock ticks (a few ms) long ([`watchdog::scoped_for`]).
+//! thread started per call. The timeout is measured on the coarse monotonic clock: never short
+//! while the kernel's ticks come on time, at most three clock ticks (a few ms) long
+//! ([`watchdog::scoped_for`]).
 
 use core::sync::atomic::{AtomicBool, Ordering};
 use core::time::Duration;
