@@ -27,6 +27,13 @@ use hexrpc_scenarios::catalogue::image;
 use hexrpc_scenarios::stack::{back_to, start as start_rig, Rig};
 
 const WAIT: Duration = Duration::from_secs(5);
+
+/// The tests of this file, one at a time: they assert which fd numbers the process hands out
+/// (the lowest free one), and a test running beside them would take those numbers first.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
 const LIB: &str = "rules_kernel";
 const SIG: &str = "buf,buf,u32";
 /// The kernel's scalar that asks for a late write: sleep this many ms, then write `LATE_BYTE`.
@@ -200,26 +207,32 @@ fn a_reused_number_after(board: &'static Board, before: Before) {
 }
 
 fn a_reused_number_after_a_successful_launch_names_the_new_lease(board: &'static Board) {
+    let _serial = serial();
     a_reused_number_after(board, Before::Success);
 }
 
 fn a_reused_number_after_a_failed_launch_names_the_new_lease(board: &'static Board) {
+    let _serial = serial();
     a_reused_number_after(board, Before::Failure);
 }
 
 fn a_reused_number_after_a_batch_names_the_new_lease(board: &'static Board) {
+    let _serial = serial();
     a_reused_number_after(board, Before::Batch);
 }
 
 fn a_reused_number_after_a_deadline_names_the_new_lease(board: &'static Board) {
+    let _serial = serial();
     a_reused_number_after(board, Before::Deadline);
 }
 
 fn a_reused_number_after_a_recovery_names_the_new_lease(board: &'static Board) {
+    let _serial = serial();
     a_reused_number_after(board, Before::Recovery);
 }
 
 fn an_abandoned_kernel_writing_late_never_reaches_another_lease(board: &'static Board) {
+    let _serial = serial();
     let bench = bench_for(board);
     let start = bench.snapshot();
     {
@@ -272,6 +285,7 @@ fn words(ws: &[u32]) -> Vec<u8> {
 }
 
 fn apps_mem_request_map64_works_without_vaddrout(board: &'static Board) {
+    let _serial = serial();
     let bench = bench_for(board);
     assert!(board.abi == KernelAbi::Upstream || !bench.config().mmap_writes_vaddrout, "the comma three's kernel");
     let start = bench.snapshot();
@@ -298,6 +312,7 @@ fn apps_mem_request_map64_works_without_vaddrout(board: &'static Board) {
 }
 
 fn two_sessions_in_one_process_both_work_or_the_second_is_refused_by_name(board: &'static Board) {
+    let _serial = serial();
     let bench = bench_for(board);
     let start = bench.snapshot();
     {
@@ -351,6 +366,7 @@ fn two_sessions_in_one_process_both_work_or_the_second_is_refused_by_name(board:
 }
 
 fn recover_and_drop_return_within_the_budget_when_the_dsp_never_answers_the_exit(board: &'static Board) {
+    let _serial = serial();
     if board.abi != KernelAbi::Upstream {
         // Downstream the release waits for the DSP without a limit (a wedged DSP wedges the
         // close itself); the bounded wait is the same code, checked upstream.
