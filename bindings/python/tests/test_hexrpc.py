@@ -16,6 +16,15 @@ def sess():
         yield s
 
 
+
+def executor_session():
+    """A bench session whose DSP runs kernels under the executor (qemu-hexagon), or a skip of the
+    calling test naming what is missing."""
+    try:
+        return hexrpc.Session.bench(executor=True)
+    except hexrpc.Unavailable as e:
+        pytest.skip(f"executor unavailable: {e.cause}")
+
 def test_scale_at_nonzero_offsets_zero_copy(sess):
     lib = sess.open_library(hexrpc.bench_model_image("scale_f32"), signature="buf,buf,f32", name="scale")
     lease = sess.alloc(64 * 1024)
@@ -220,10 +229,7 @@ def test_executor_relu_at_offsets():
 
 
 def test_executor_build_lib_record_gives_the_signature(tmp_path):
-    try:
-        sess = hexrpc.Session.bench(executor=True)
-    except hexrpc.Unavailable as e:
-        pytest.skip(f"executor unavailable: {e.cause}")
+    sess = executor_session()
     src = tmp_path / "axpy_f32.c"
     src.write_text("void axpy_f32(const float *x, float *y, unsigned int n, float a) {\n"
                    "  for (unsigned int i = 0; i < n; i++) y[i] += a * x[i];\n}\n")
@@ -498,10 +504,7 @@ def test_batch_refuses_a_library_without_a_kernel_table_when_it_is_made(tmp_path
     constructor with `InvalidArgument`, not by `run()`."""
     import subprocess
 
-    try:
-        sess = hexrpc.Session.bench(executor=True)
-    except hexrpc.Unavailable as e:
-        pytest.skip(f"executor unavailable: {e.cause}")
+    sess = executor_session()
     src = tmp_path / "bump_u8.c"
     src.write_text("void bump_u8(unsigned char *p, unsigned int n) {\n"
                    "  for (unsigned int i = 0; i < n; i++) p[i] += 1;\n}\n")
