@@ -66,6 +66,15 @@ impl<T: Copy, const N: usize> FixedVec<T, N> {
         Ok(())
     }
 
+    /// Empties the vector and returns a [`Writer`] that appends to it: the length is kept in the
+    /// writer (a register, where a loop of [`push`](Self::push)es reloads and stores it for
+    /// every value) and stored back when the writer is dropped.
+    #[inline(always)]
+    pub fn rewrite(&mut self) -> Writer<'_, T, N> {
+        self.len = 0;
+        Writer { buf: &mut self.buf, len: &mut self.len, at: 0 }
+    }
+
     /// Removes every value (nothing is written).
     #[inline(always)]
     pub fn clear(&mut self) {
@@ -79,6 +88,37 @@ impl<T: Copy, const N: usize> FixedVec<T, N> {
         // entries it covers), so entries `0..len` are initialised; `MaybeUninit<T>` has the
         // layout of `T`.
         unsafe { core::slice::from_raw_parts(self.buf.as_ptr().cast::<T>(), self.len) }
+    }
+}
+
+/// Appends to a [`FixedVec`] (see [`FixedVec::rewrite`]); the values pushed are the vector's
+/// when the writer is dropped.
+pub struct Writer<'v, T: Copy, const N: usize> {
+    buf: &'v mut [MaybeUninit<T>; N],
+    len: &'v mut usize,
+    at: usize,
+}
+
+impl<T: Copy, const N: usize> Writer<'_, T, N> {
+    /// Appends `v`, or gives it back if the vector is full.
+    #[inline(always)]
+    pub fn push(&mut self, v: T) -> Result<(), T> {
+        match self.buf.get_mut(self.at) {
+            Some(slot) => {
+                *slot = MaybeUninit::new(v);
+                self.at += 1;
+                Ok(())
+            }
+            None => Err(v),
+        }
+    }
+}
+
+impl<T: Copy, const N: usize> Drop for Writer<'_, T, N> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        // Entries `0..at` were written by `push` (which never passes `N`).
+        *self.len = self.at;
     }
 }
 
@@ -144,6 +184,14 @@ mod tests {
         assert!(v.is_empty());
         assert_eq!(c.as_slice(), &[1, 2, 3]);
         assert_eq!(v.extend_from_slice(&[7, 8, 9, 10]), Err(Full), "all or nothing");
+        let mut full = c.clone();
+        {
+            let mut w = full.rewrite();
+            assert_eq!((w.push(4), w.push(5), w.push(6), w.push(7)), (Ok(()), Ok(()), Ok(()), Err(7)));
+        }
+        assert_eq!(full.as_slice(), &[4, 5, 6], "the writer's values, its length stored on drop");
+        drop(full.rewrite());
+        assert!(full.is_empty());
         assert!(v.is_empty());
         extern crate std;
         assert_eq!(std::format!("{c:?}"), "[1, 2, 3]");

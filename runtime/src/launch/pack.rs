@@ -371,31 +371,31 @@ impl<'a, const SLOTS: usize> PackedLaunch<'a, SLOTS> {
         self.layout = layout;
         self.scalars = scalars.len() as u8;
         self.timer = [0; 8];
-        self.slots.clear();
+        let mut slots = self.slots.rewrite();
+        let mut fds = self.fds.rewrite();
+        let mut lease_lens = self.lease_lens.rewrite();
         self.views.clear();
-        self.fds.clear();
-        self.lease_lens.clear();
         // `check` bounded every count by the capacities, so no push below can fail; a failure
         // would leave a shorter (and so refused by the DSP) launch, never a panic. Each slot and
         // record is composed as one little-endian word and stored whole (composing it byte by
         // byte in memory and reading it back stalls store forwarding on every slot).
         for _ in 0..layout.header_slots {
-            let _ = self.slots.push(Self::header_word(layout, n).to_le_bytes());
+            let _ = slots.push(Self::header_word(layout, n).to_le_bytes());
         }
         for b in buffers {
             // Checked against max_view_len / max_lease_len, both <= u32::MAX.
-            let _ = self.slots.push(at(layout.buffer_len_at, b.len & 0xffff_ffff).to_le_bytes());
+            let _ = slots.push(at(layout.buffer_len_at, b.len & 0xffff_ffff).to_le_bytes());
             let mut record = at(layout.view_offset_at, b.offset & 0xffff_ffff);
             if let Some(lease_at) = layout.lease_len_at {
                 record |= at(lease_at, b.lease_len & 0xffff_ffff);
             }
             let _ = self.views.extend_from_slice(&record.to_le_bytes()[..layout.view_record_size]);
-            let _ = self.fds.push(b.fd);
-            let _ = self.lease_lens.push(b.lease_len);
+            let _ = fds.push(b.fd);
+            let _ = lease_lens.push(b.lease_len);
         }
         for s in scalars {
             // `bits` is the value zero-extended from its width: the rest of the slot is zero.
-            let _ = self.slots.push(at(layout.scalar_at, s.bits()).to_le_bytes());
+            let _ = slots.push(at(layout.scalar_at, s.bits()).to_le_bytes());
         }
     }
 
