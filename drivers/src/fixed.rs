@@ -75,6 +75,19 @@ impl<T: Copy, const N: usize> FixedVec<T, N> {
         Writer { buf: &mut self.buf, len: &mut self.len, at: 0 }
     }
 
+    /// Keeps the first `n` values (all of them if there are fewer).
+    #[inline(always)]
+    pub fn truncate(&mut self, n: usize) {
+        self.len = self.len.min(n);
+    }
+
+    /// The values, to change in place.
+    #[inline(always)]
+    pub fn as_mut_slice(&mut self) -> &mut [T] {
+        // SAFETY: as in `as_slice`; the borrow of `self` is exclusive.
+        unsafe { core::slice::from_raw_parts_mut(self.buf.as_mut_ptr().cast::<T>(), self.len) }
+    }
+
     /// Removes every value (nothing is written).
     #[inline(always)]
     pub fn clear(&mut self) {
@@ -137,6 +150,13 @@ impl<T: Copy, const N: usize> Deref for FixedVec<T, N> {
     }
 }
 
+impl<T: Copy, const N: usize> core::ops::DerefMut for FixedVec<T, N> {
+    #[inline(always)]
+    fn deref_mut(&mut self) -> &mut [T] {
+        self.as_mut_slice()
+    }
+}
+
 impl<'v, T: Copy, const N: usize> IntoIterator for &'v FixedVec<T, N> {
     type Item = &'v T;
     type IntoIter = core::slice::Iter<'v, T>;
@@ -190,6 +210,13 @@ mod tests {
             assert_eq!((w.push(4), w.push(5), w.push(6), w.push(7)), (Ok(()), Ok(()), Ok(()), Err(7)));
         }
         assert_eq!(full.as_slice(), &[4, 5, 6], "the writer's values, its length stored on drop");
+        full.as_mut_slice()[1] = 50;
+        full[2] += 1;
+        assert_eq!(full.as_slice(), &[4, 50, 7]);
+        full.truncate(9);
+        assert_eq!(full.len(), 3, "truncating past the end keeps everything");
+        full.truncate(1);
+        assert_eq!(full.as_slice(), &[4]);
         drop(full.rewrite());
         assert!(full.is_empty());
         assert!(v.is_empty());

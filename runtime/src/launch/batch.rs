@@ -17,8 +17,8 @@
 use core::fmt;
 use core::marker::PhantomData;
 
-use heapless::Vec;
 use hexrpc_drivers::adsprpc::{invoke_attrs, ArgsError};
+use hexrpc_drivers::fixed::FixedVec as Vec;
 use hexrpc_drivers::{Error as DriverError, Fd, Scalars, Syscalls};
 use hexrpc_hal::{Call, Cause, HalError, Library, Stage};
 
