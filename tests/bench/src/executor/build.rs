@@ -17,8 +17,8 @@
 //!
 //! HVX flavour flags: `-mhvx=v65 -mhvx-length=128b -mllvm -hexagon-autohvx=true`. Sources are
 //! compiled in from `tests/hexagon/` (so the build does not depend on the working directory);
-//! outputs are cached in `$TMPDIR/hexrpc-exec-build-<hash of sources and flags>/` and in memory,
-//! so each test binary builds each artefact at most once.
+//! outputs are cached in `<cache root>/<hash of sources and flags>/` (see [`cache_root`]) and in
+//! memory, so each test binary builds each artefact at most once.
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -188,7 +188,7 @@ fn cache(tc: &Toolchain) -> Result<&'static Mutex<Cache>, BuildError> {
                 fnv(&mut h, f.as_bytes());
             }
             fnv(&mut h, tc.clang.as_os_str().as_encoded_bytes());
-            let dir = std::env::temp_dir().join(format!("hexrpc-exec-build-{h:016x}"));
+            let dir = cache_root().join(format!("{h:016x}"));
             std::fs::create_dir_all(&dir).map_err(|e| BuildError::Io(format!("{}: {e}", dir.display())))?;
             for (name, text) in [
                 ("hrx_dsp.c", RUNTIME_C),
@@ -351,4 +351,24 @@ pub fn build_library(tc: &Toolchain, sources: &LibrarySources<'_>) -> Result<&'s
 /// The directory holding the cached artefacts (for inspection, e.g. disassembly in a test).
 pub fn cache_dir(tc: &Toolchain) -> Result<PathBuf, BuildError> {
     Ok(cache(tc)?.lock().unwrap_or_else(|e| e.into_inner()).dir.clone())
+}
+
+/// Where built artefacts are kept between processes: `HEXRPC_EXEC_CACHE` if set; beside a test
+/// binary in a Cargo target directory (`target/<profile>/hexrpc-exec-build`, removed with the
+/// build); else the user's cache directory (`$XDG_CACHE_HOME` or `~/.cache`, `hexrpc/exec-build`).
+/// The shared temporary directory only when neither is set (a cache there outlives everything
+/// that made it).
+pub fn cache_root() -> PathBuf {
+    if let Some(dir) = std::env::var_os("HEXRPC_EXEC_CACHE") {
+        return PathBuf::from(dir);
+    }
+    let exe = std::env::current_exe().ok();
+    if let Some(profile) = exe.as_deref().and_then(Path::parent).filter(|d| d.ends_with("deps")).and_then(Path::parent) {
+        return profile.join("hexrpc-exec-build");
+    }
+    let home_cache = std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache"));
+    match std::env::var_os("XDG_CACHE_HOME").map(PathBuf::from).or(home_cache) {
+        Some(cache) => cache.join("hexrpc").join("exec-build"),
+        None => std::env::temp_dir().join("hexrpc-exec-build"),
+    }
 }
