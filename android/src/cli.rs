@@ -288,18 +288,12 @@ pub fn parse(args: Vec<std::ffi::OsString>) -> Result<(i32, Command), Usage> {
 /// The help text for `topic` (`None`: the program's).
 pub fn help(topic: Option<&str>) -> Result<&'static str, Usage> {
     match topic {
-        None => Ok(help::USAGE),
-        Some("selftest") => Ok(help::SELFTEST_HELP),
-        Some("abi") => Ok(help::ABI_HELP),
-        Some("probe") => Ok(help::PROBE_HELP),
-        Some("build-lib") => Ok(help::BUILD_LIB_HELP),
-        Some("bench") => Ok(help::BENCH_HELP),
-        Some("reverse-replay") => Ok(help::REPLAY_HELP),
-        Some("capture") => Ok(help::CAPTURE_HELP),
-        Some("report") => Ok(help::REPORT_HELP),
-        Some("run") => Ok(help::RUN_HELP),
-        Some("help") => Ok(help::USAGE),
-        Some(t) => Err(Usage(format!("no help for unknown command '{t}'"))),
+        None | Some("help") => Ok(help::USAGE),
+        Some(t) => help::COMMANDS
+            .iter()
+            .find(|(name, _)| *name == t)
+            .map(|(_, text)| *text)
+            .ok_or_else(|| Usage(format!("no help for unknown command '{t}'"))),
     }
 }
 

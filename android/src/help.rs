@@ -413,3 +413,17 @@ OPTIONS:
 
 EXIT STATUS: 0 on success, 1 if the output cannot be written, 2 on usage errors.
 ";
+
+/// Every command's help text, by name, in the manual page's order (`hexrpc help COMMAND`,
+/// `hexrpc COMMAND --help` and `hexrpc.1` all read this table).
+pub const COMMANDS: &[(&str, &str)] = &[
+    ("probe", PROBE_HELP),
+    ("selftest", SELFTEST_HELP),
+    ("run", RUN_HELP),
+    ("build-lib", BUILD_LIB_HELP),
+    ("capture", CAPTURE_HELP),
+    ("reverse-replay", REPLAY_HELP),
+    ("report", REPORT_HELP),
+    ("bench", BENCH_HELP),
+    ("abi", ABI_HELP),
+];

@@ -11,19 +11,6 @@
 
 use crate::help;
 
-/// Every help text, in the page's order: the program's, then one per command (its name).
-pub const PAGES: &[(&str, &str)] = &[
-    ("probe", help::PROBE_HELP),
-    ("selftest", help::SELFTEST_HELP),
-    ("run", help::RUN_HELP),
-    ("build-lib", help::BUILD_LIB_HELP),
-    ("capture", help::CAPTURE_HELP),
-    ("reverse-replay", help::REPLAY_HELP),
-    ("report", help::REPORT_HELP),
-    ("bench", help::BENCH_HELP),
-    ("abi", help::ABI_HELP),
-];
-
 /// Escapes text for roff: backslashes, hyphens as minus signs (options are typed with them),
 /// and a leading `.` or `'` (which would start a request).
 fn escape(text: &str) -> String {
@@ -133,7 +120,7 @@ pub fn page() -> String {
     // The program's sections, with the commands' sections before its SEE ALSO.
     let (main, see_also) = help::USAGE.split_once("\nSEE ALSO:").map_or((help::USAGE, None), |(m, s)| (m, Some(s)));
     body(main, true, &mut out);
-    for (command, text) in PAGES {
+    for (command, text) in help::COMMANDS {
         let first = text.lines().next().unwrap_or_default();
         let summary = first.split_once(" - ").map_or(first, |(_, s)| s);
         out.push_str(&format!(".SH \"HEXRPC {}\"\n", escape(&command.to_uppercase())));
@@ -185,7 +172,7 @@ mod tests {
             if c == "help" {
                 continue;
             }
-            assert!(PAGES.iter().any(|(name, _)| name == c), "{c} is listed but has no section in the page");
+            assert!(help::COMMANDS.iter().any(|(name, _)| name == c), "{c} is listed but has no section in the page");
             let text = crate::cli::help(Some(c)).unwrap_or_else(|_| panic!("no help for {c}"));
             assert!(page.contains(&format!(".SH \"HEXRPC {}\"\n", escape(&c.to_uppercase()))), "no section for {c}");
             for flag in long_flags(text) {
@@ -193,7 +180,7 @@ mod tests {
             }
         }
         // And no command has a section without being listed.
-        for (name, _) in PAGES {
+        for (name, _) in help::COMMANDS {
             assert!(commands.iter().any(|c| c == name), "{name} has a section but is not listed");
         }
         for flag in long_flags(help::USAGE) {
