@@ -10,6 +10,7 @@ use crate::Errno;
 /// owning wrappers live in the HAL.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[repr(transparent)]
 pub struct Fd(pub i32);
 
 impl Fd {

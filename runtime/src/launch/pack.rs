@@ -4,12 +4,12 @@
 use core::fmt;
 use core::marker::PhantomData;
 
-use hexrpc_drivers::adsprpc::{invoke_attrs, ArgsError, InvokeArgs};
+use hexrpc_drivers::adsprpc::{ArgsError, LaunchFrame};
 use hexrpc_drivers::fixed::FixedVec as Vec;
 use hexrpc_drivers::{Error, Fd, Scalars, Syscalls};
 use hexrpc_hal::Call;
 
-use super::abi::{AbiVersion, LaunchLayout, MAX_ARGS, MAX_BUFFERS, SLOT_SIZE};
+use super::abi::{AbiVersion, LaunchLayout, FIRST_HANDLE, MAX_ARGS, MAX_BUFFERS, SLOT_SIZE};
 use super::scalar::Scalar;
 use super::signature::{ScalarType, Signature};
 
@@ -213,8 +213,9 @@ pub struct PackedLaunch<'a, const SLOTS: usize = DEFAULT_SLOTS> {
     /// pra 1: the view records, `layout.view_record_size` bytes each.
     views: Vec<u8, { VIEW_RECORD_CAP * MAX_BUFFERS }>,
     timer: [u8; 8],
-    /// The buffers' share fds.
-    fds: Vec<Fd, MAX_BUFFERS>,
+    /// The ioctl's argument arrays, holding the buffers' share fds as output handles (written
+    /// when the launch is packed; the buffer entries are written at each [`launch`](Self::launch)).
+    frame: LaunchFrame<FIRST_HANDLE, MAX_ARGS>,
     /// Each buffer's lease length (the upstream driver maps a handle with its length).
     lease_lens: Vec<u64, MAX_BUFFERS>,
     _buffers: PhantomData<&'a ()>,
@@ -317,7 +318,7 @@ impl<'a, const SLOTS: usize> PackedLaunch<'a, SLOTS> {
             slots: Self::header_of(layout, 0),
             views: Vec::new(),
             timer: [0; 8],
-            fds: Vec::new(),
+            frame: LaunchFrame::new(),
             lease_lens: Vec::new(),
             _buffers: PhantomData,
         }
@@ -372,7 +373,7 @@ impl<'a, const SLOTS: usize> PackedLaunch<'a, SLOTS> {
         self.scalars = scalars.len() as u8;
         self.timer = [0; 8];
         let mut slots = self.slots.rewrite();
-        let mut fds = self.fds.rewrite();
+        let mut handles = self.frame.handles();
         let mut lease_lens = self.lease_lens.rewrite();
         self.views.clear();
         // `check` bounded every count by the capacities, so no push below can fail; a failure
@@ -390,7 +391,7 @@ impl<'a, const SLOTS: usize> PackedLaunch<'a, SLOTS> {
                 record |= at(lease_at, b.lease_len & 0xffff_ffff);
             }
             let _ = self.views.extend_from_slice(&record.to_le_bytes()[..layout.view_record_size]);
-            let _ = fds.push(b.fd);
+            let _ = handles.push(b.fd, layout.handle_attr);
             let _ = lease_lens.push(b.lease_len);
         }
         for s in scalars {
@@ -409,7 +410,7 @@ impl<'a, const SLOTS: usize> PackedLaunch<'a, SLOTS> {
     }
     /// Number of buffers.
     pub fn buffer_count(&self) -> usize {
-        self.fds.len()
+        self.frame.handle_count()
     }
     /// Number of scalars.
     pub fn scalar_count(&self) -> usize {
@@ -437,7 +438,7 @@ impl<'a, const SLOTS: usize> PackedLaunch<'a, SLOTS> {
     }
     /// The buffers' share fds, in handle order.
     pub fn fds(&self) -> &[Fd] {
-        &self.fds
+        self.frame.handle_fds()
     }
 
     /// The call (driver-neutral, for [`Library::invoke`](hexrpc_hal::Library::invoke)): pra 0
@@ -452,7 +453,7 @@ impl<'a, const SLOTS: usize> PackedLaunch<'a, SLOTS> {
             args.input(self.slots.as_flattened())?;
             args.input(&self.views)?;
             args.output(&mut self.timer[..layout.timer_len])?;
-            for (fd, len) in self.fds.iter().zip(&self.lease_lens) {
+            for (fd, len) in self.frame.handle_fds().iter().zip(&self.lease_lens) {
                 args.out_handle_sized(*fd, layout.handle_attr, *len)?;
             }
         }
@@ -461,21 +462,14 @@ impl<'a, const SLOTS: usize> PackedLaunch<'a, SLOTS> {
 
     /// Sends the launch with `FASTRPC_IOCTL_INVOKE_ATTRS` to library `handle` on the adsprpc fd
     /// `dev`, and returns the DSP microseconds the entry measured around the kernel call.
-    /// One ioctl; nothing is allocated. The downstream argument list is built straight from the
-    /// packed storage (the same list [`invoke_args`](Self::invoke_args) translates to), in place.
+    /// One ioctl; nothing is allocated. The handle entries of the argument arrays were written
+    /// when the launch was packed; only the three buffer entries are written here.
     #[inline]
     pub fn launch<S: Syscalls + ?Sized>(&mut self, sys: &S, dev: Fd, handle: u32) -> Result<u64, Error> {
         self.timer = [0; 8];
         let layout = self.layout;
-        let mut args = InvokeArgs::<'_, MAX_ARGS>::new(layout.method);
-        let args = args.as_mut().map_err(|_| Error::Invalid)?;
-        let (pra0, pra1, timer) = (self.slots.as_flattened(), &self.views[..], &mut self.timer[..layout.timer_len]);
-        args.input(pra0)
-            .and_then(|a| a.input(pra1))
-            .and_then(|a| a.output(timer))
-            .and_then(|a| a.out_handles(&self.fds, layout.handle_attr))
-            .map_err(|_| Error::Invalid)?;
-        invoke_attrs(sys, dev, handle, args)?;
+        let ins = [self.slots.as_flattened(), &self.views[..]];
+        self.frame.invoke_attrs(sys, dev, handle, layout.method, ins, [&mut self.timer[..layout.timer_len]])?;
         Ok(self.dsp_micros())
     }
 
