@@ -9,17 +9,29 @@
 //! back when the thread exits and reused by a later one (a deadline armed inside another's body
 //! on the same thread, or while the thread exits, claims a spare slot for its duration). The
 //! slots form a list that only grows, to the most threads that ever had deadlines at once; the
-//! watchdog scans it when it wakes. A slot's state is one word holding the deadline and a state
-//! (`IDLE`, `ARMED`, `FIRING`) together:
+//! watchdog scans it when it wakes. A slot holds one word, the deadline and a state (`IDLE`,
+//! `ARMED`) together, and a `busy` flag the watchdog raises while it decides on the slot:
 //!
 //! * arming writes the action into the slot and stores `deadline | ARMED`;
-//! * disarming is one compare-exchange `ARMED -> IDLE`;
-//! * the watchdog fires a slot with a compare-exchange `ARMED -> FIRING`, calls the action, and
-//!   stores `next deadline | ARMED`. A disarm that finds `FIRING` waits (yielding) for that
-//!   store: the only wait, and only while an action (an interrupt: microseconds) runs.
+//! * disarming stores `IDLE`, then waits (yielding) while `busy` is up: the only wait, and only
+//!   while the watchdog checks the slot or calls its action (an interrupt: microseconds);
+//! * the watchdog fires a slot whose deadline has passed by raising `busy`, reading the word
+//!   again, and only if it is still the same armed word calling the action and moving the word
+//!   to `next deadline | ARMED` (a compare-exchange, which loses to a disarm), then lowering
+//!   `busy`.
 //!
-//! No lock, no system call, no allocation in the common case (one atomic exchange to arm, one
-//! compare-exchange to disarm).
+//! Each side stores, then reads what the other side stores (the owner: its word, then `busy`;
+//! the watchdog: `busy`, then the word), so at least one of them sees the other's store: a
+//! disarm either is seen by the watchdog, which then leaves the slot alone, or sees `busy` and
+//! waits. That needs a full barrier between each side's store and its load. The owner's side is
+//! the hot one (every deadline launch), so where the kernel offers it
+//! (`membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)`, Linux 4.14 and later) the barrier is
+//! asymmetric: the owner's is only a compiler fence, and the watchdog, the rare side, makes
+//! every thread of the process pass a full barrier with one `membarrier` call. Without it (older
+//! kernels such as the comma three's 4.9, qemu-user, Miri) both sides use a sequentially
+//! consistent fence. No lock, no system call, no allocation on the owner's side in the common
+//! case: with `membarrier`, arming and disarming are plain stores and loads (no atomic
+//! read-modify-write, no fence instruction).
 //!
 //! # Waking the watchdog
 //!
@@ -30,7 +42,8 @@
 //! nothing armed it sleeps until the time it had planned, then without a limit. The arm's store
 //! and its read of `WAKE_AT` are sequentially consistent with the watchdog's publication and
 //! its second look at the slots, so an arm is either seen by the watchdog before it sleeps or
-//! wakes it. A timerfd would need a system call per arm and per disarm; a wheel is not needed
+//! wakes it (the same store-then-load handshake, with the same barriers). A timerfd would need a
+//! system call per arm and per disarm; a wheel is not needed
 //! for the handful of calls a process has in flight at once.
 //!
 //! # Clocks
@@ -55,9 +68,9 @@
 //! # Soundness
 //!
 //! The action is borrowed from the caller's stack: [`scoped`] does not return (not even by
-//! unwinding) before the slot is `IDLE`, which it cannot be while the watchdog calls the action
-//! (`FIRING`), and the watchdog reads a slot's action only while it holds the slot `FIRING`,
-//! so it never calls an action whose borrows have ended.
+//! unwinding) before it has stored `IDLE` and then seen `busy` down, and the watchdog reads a
+//! slot's action only with `busy` up and after seeing the slot's armed word again behind a full
+//! barrier (see "Slots"), so it never calls an action whose borrows have ended.
 
 extern crate std;
 
@@ -76,10 +89,8 @@ type Action = *const (dyn Fn() + Sync + 'static);
 const STATE: u64 = 0b11;
 /// No deadline armed: only the slot's owner writes the slot.
 const IDLE: u64 = 0;
-/// A deadline armed: the watchdog may take the slot to `FIRING` once it has passed.
+/// A deadline armed: the watchdog may call the slot's action once it has passed.
 const ARMED: u64 = 1;
-/// The watchdog is calling the slot's action; only the watchdog changes the word.
-const FIRING: u64 = 2;
 /// The latest deadline a word holds (146 years): later ones are not armed (they never pass).
 const NEVER: u64 = u64::MAX >> 2;
 
@@ -90,8 +101,11 @@ struct Slot {
     /// `deadline << 2 | state`.
     word: AtomicU64,
     /// The action and its repeat (ns). Written by the slot's owner only while the slot is
-    /// `IDLE`; read by the watchdog only while it holds the slot `FIRING`.
+    /// `IDLE` and its last disarm has seen `busy` down; read by the watchdog only with `busy`
+    /// up, after seeing an armed word that the owner stored after writing it.
     call: UnsafeCell<(Action, u64)>,
+    /// Raised by the watchdog while it checks the slot again and calls its action.
+    busy: AtomicBool,
     /// Claimed by a thread (its slot) or by a nested call (a spare).
     owned: AtomicBool,
     /// The next slot in the list, set before this one is published and never changed after.
@@ -99,13 +113,14 @@ struct Slot {
 }
 
 // SAFETY: `call` is the only field that is not itself `Sync`. It is written only by the thread
-// that owns the slot while the word is `IDLE` (the watchdog cannot be reading it: it reads it
-// only after moving the word `ARMED -> FIRING`, and a word leaves `FIRING` only by the
-// watchdog's release store after its last read, which the owner's acquiring compare-exchange
-// to `IDLE` observes before any later write), and read by the watchdog only while it holds
-// the slot `FIRING` (after an acquiring compare-exchange that observes the owner's releasing
-// arm, which follows the write). The raw action pointer is dereferenced only under that same
-// protocol, and its pointee is `Sync`, so calling it from the watchdog thread is allowed.
+// that owns the slot, while the word is `IDLE` and after its last disarm saw `busy` down
+// (acquiring the watchdog's releasing store that ended its last read), and read by the
+// watchdog only with `busy` up and after an acquiring load of an armed word, which the owner
+// stored (releasing) after its write. A write and a read cannot overlap: a write follows a
+// disarm, and a disarm that does not wait for `busy` is one the watchdog's second look sees
+// (the store-then-load handshake of "Slots"), after which it does not read `call`. The raw
+// action pointer is dereferenced only under that same protocol, and its pointee is `Sync`, so
+// calling it from the watchdog thread is allowed.
 unsafe impl Sync for Slot {}
 
 /// The head of the list of slots (each leaked, never freed).
@@ -138,6 +153,7 @@ fn claim_spare() -> &'static Slot {
     let s: &'static Slot = Box::leak(Box::new(Slot {
         word: AtomicU64::new(IDLE),
         call: UnsafeCell::new((action, 0)),
+        busy: AtomicBool::new(false),
         owned: AtomicBool::new(true),
         next: AtomicPtr::new(core::ptr::null_mut()),
     }));
@@ -198,20 +214,98 @@ static WAKE_AT: AtomicU64 = AtomicU64::new(NEVER);
 static WAKES: Mutex<u64> = Mutex::new(0);
 /// The watchdog waits on it (with `WAKES`).
 static WAKE: Condvar = Condvar::new();
-/// The watchdog's clock, once its thread is started (`None`: it could not be).
-static WATCHDOG: OnceLock<Option<Clock>> = OnceLock::new();
+/// The watchdog's clock and barriers, once its thread is started (`None`: it could not be).
+static WATCHDOG: OnceLock<Option<Watchdog>> = OnceLock::new();
+/// Set by [`use_fences_only`] before the watchdog starts.
+static FENCES_ONLY: AtomicBool = AtomicBool::new(false);
+
+/// What a started watchdog gives the threads that arm deadlines.
+#[derive(Clone, Copy)]
+struct Watchdog {
+    clock: Clock,
+    barrier: Barrier,
+}
+
+/// The full barrier between a side's store and its load in the handshakes of "Slots" and
+/// "Waking the watchdog", chosen once, before the watchdog thread starts (both sides must use
+/// the same kind for the whole life of the process).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Barrier {
+    /// The owner's side is a compiler fence; the watchdog's side is
+    /// `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)`, which makes every running thread of the
+    /// process pass a full barrier (a thread that is not running passed one when it was switched
+    /// out).
+    Membarrier,
+    /// A sequentially consistent fence on both sides.
+    Fences,
+}
+
+impl Barrier {
+    /// The kind this process can use: `membarrier` if the kernel has the private expedited
+    /// command and registering for it works, else fences.
+    fn choose() -> Barrier {
+        if FENCES_ONLY.load(Ordering::SeqCst) {
+            return Barrier::Fences;
+        }
+        if os::private_membarrier() {
+            Barrier::Membarrier
+        } else {
+            Barrier::Fences
+        }
+    }
+
+    /// The owner's side (the hot path).
+    #[inline(always)]
+    fn light(self) {
+        match self {
+            Barrier::Membarrier => core::sync::atomic::compiler_fence(Ordering::SeqCst),
+            Barrier::Fences => core::sync::atomic::fence(Ordering::SeqCst),
+        }
+    }
+
+    /// The watchdog's side. A `membarrier` that fails after a successful registration (which
+    /// the kernel does not do) is retried: going on without the barrier could call an action
+    /// whose borrows have ended, while waiting only delays deadlines.
+    fn heavy(self) {
+        core::sync::atomic::fence(Ordering::SeqCst);
+        if self == Barrier::Membarrier {
+            let mut failures = 0u32;
+            while let Err(e) = os::membarrier() {
+                if failures == 0 {
+                    log::error!("membarrier failed ({e}); the watchdog waits for it");
+                }
+                failures = failures.saturating_add(1);
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    }
+}
+
+/// Makes this process's watchdog use sequentially consistent fences on both sides even where
+/// `membarrier` is available (what it does without it). Only before the watchdog starts (the
+/// first deadline armed): returns whether the choice was applied. For tests of that path.
+pub fn use_fences_only() -> bool {
+    FENCES_ONLY.store(true, Ordering::SeqCst);
+    WATCHDOG.get().is_none()
+}
+
+/// Whether this process's watchdog uses `membarrier` (`Some(true)`), fences (`Some(false)`),
+/// or has not started (`None`).
+pub fn uses_membarrier() -> Option<bool> {
+    WATCHDOG.get().map(|w| w.is_some_and(|w| w.barrier == Barrier::Membarrier))
+}
 
 fn wake_watchdog() {
     *WAKES.lock().unwrap_or_else(PoisonError::into_inner) += 1;
     WAKE.notify_one();
 }
 
-fn watchdog() -> Option<&'static Clock> {
+fn watchdog() -> Option<&'static Watchdog> {
     WATCHDOG
         .get_or_init(|| {
-            let clock = Clock::new();
-            match std::thread::Builder::new().name("hexrpc-watchdog".into()).spawn(move || watch(clock)) {
-                Ok(_) => Some(clock),
+            let w = Watchdog { clock: Clock::new(), barrier: Barrier::choose() };
+            match std::thread::Builder::new().name("hexrpc-watchdog".into()).spawn(move || watch(w)) {
+                Ok(_) => Some(w),
                 Err(e) => {
                     log::error!("cannot start the watchdog thread ({e}); deadlines are watched by a thread per call");
                     None
@@ -229,7 +323,7 @@ fn watchdog() -> Option<&'static Clock> {
 /// before a watchdog existed), with the same guarantees.
 pub fn scoped<R>(deadline: Instant, repeat: Duration, action: &(dyn Fn() + Sync), body: impl FnOnce() -> R) -> R {
     match watchdog() {
-        Some(clock) => arm(clock.at(deadline), repeat, action, body),
+        Some(w) => arm(w.barrier, w.clock.at(deadline), repeat, action, body),
         None => scoped_thread(deadline, repeat, action, body),
     }
 }
@@ -241,7 +335,7 @@ pub fn scoped<R>(deadline: Instant, repeat: Duration, action: &(dyn Fn() + Sync)
 /// module's "Clocks").
 pub fn scoped_for<R>(timeout: Duration, repeat: Duration, action: &(dyn Fn() + Sync), body: impl FnOnce() -> R) -> R {
     match watchdog() {
-        Some(clock) => arm(clock.after(timeout), repeat, action, body),
+        Some(w) => arm(w.barrier, w.clock.after(timeout), repeat, action, body),
         None => match Instant::now().checked_add(timeout) {
             Some(deadline) => scoped_thread(deadline, repeat, action, body),
             None => body(),
@@ -252,25 +346,27 @@ pub fn scoped_for<R>(timeout: Duration, repeat: Duration, action: &(dyn Fn() + S
 /// Arms `action` at `deadline` (ns on the watchdog's clock) in a slot of this thread's, runs
 /// `body`, disarms.
 #[inline]
-fn arm<R>(deadline: u64, repeat: Duration, action: &(dyn Fn() + Sync), body: impl FnOnce() -> R) -> R {
+fn arm<R>(barrier: Barrier, deadline: u64, repeat: Duration, action: &(dyn Fn() + Sync), body: impl FnOnce() -> R) -> R {
     if deadline >= NEVER {
         return body();
     }
     // SAFETY: only the lifetime is erased (same pointee, same vtable). The pointer is stored in
-    // a slot that `Disarm` below takes back to `IDLE` before `arm` returns or unwinds, which it
-    // can do only while the watchdog is not calling the action (`FIRING`), and the watchdog
-    // dereferences a slot's pointer only while it holds the slot `FIRING`. So the pointer is
+    // a slot that `Disarm` below takes back to `IDLE`, and then waits until the watchdog is not
+    // deciding on it (`busy` down), before `arm` returns or unwinds; the watchdog dereferences
+    // a slot's pointer only with `busy` up and after seeing the armed word again behind a full
+    // barrier, which it cannot after a disarm that did not wait (see "Slots"). So the pointer is
     // never used after the borrow of `action` ends.
     let erased: Action = unsafe { core::mem::transmute::<&(dyn Fn() + Sync), &'static (dyn Fn() + Sync + 'static)>(action) };
     let (slot, spare) = claim();
     // SAFETY: the slot is `IDLE` and this call alone uses it (its thread's, not armed, or a
     // spare claimed through `owned`); see the `Sync` impl of `Slot`.
     unsafe { *slot.call.get() = (erased, nanos(repeat)) };
-    let armed = deadline << 2 | ARMED;
-    // Sequentially consistent with the read of `WAKE_AT` below (see `watch`).
-    slot.word.store(armed, Ordering::SeqCst);
-    let _disarm = Disarm { slot, armed, spare };
-    if deadline < WAKE_AT.load(Ordering::SeqCst) {
+    // Releasing: the watchdog's acquiring load of this word sees the write of `call` above.
+    slot.word.store(deadline << 2 | ARMED, Ordering::Release);
+    let _disarm = Disarm { slot, spare, barrier };
+    // The store above, then the read of `WAKE_AT` (the watchdog: `WAKE_AT`, then the words).
+    barrier.light();
+    if deadline < WAKE_AT.load(Ordering::Relaxed) {
         // The watchdog plans to look no later than this deadline (see `watch`), so the calls
         // after this one with later deadlines need not wake it.
         WAKE_AT.fetch_min(deadline, Ordering::SeqCst);
@@ -279,32 +375,29 @@ fn arm<R>(deadline: u64, repeat: Duration, action: &(dyn Fn() + Sync), body: imp
     body()
 }
 
-/// Takes a slot back to `IDLE`, waiting while its action runs (on return and on unwind).
+/// Takes a slot back to `IDLE`, then waits while the watchdog decides on it or calls its
+/// action (on return and on unwind).
 struct Disarm {
     slot: &'static Slot,
-    /// The word the slot was armed with.
-    armed: u64,
     /// Hand the slot back after (a spare).
     spare: bool,
+    barrier: Barrier,
 }
 
 impl Drop for Disarm {
+    #[inline]
     fn drop(&mut self) {
-        let word = &self.slot.word;
-        let mut w = self.armed;
-        loop {
-            if w & STATE == FIRING {
-                // The watchdog is calling this slot's action (an interrupt: microseconds).
-                std::thread::yield_now();
-                w = word.load(Ordering::Relaxed);
-                continue;
-            }
-            // Acquiring: the watchdog's store after its last call of the action (if any) comes
-            // before this returns.
-            match word.compare_exchange(w, IDLE, Ordering::Acquire, Ordering::Relaxed) {
-                Ok(_) => break,
-                Err(now) => w = now,
-            }
+        // Whatever the word holds (this arm's, or the watchdog's next deadline after a call of
+        // the action): the watchdog's compare-exchange from the word it saw loses to this store.
+        self.slot.word.store(IDLE, Ordering::Release);
+        // The store above, then the read of `busy` (the watchdog: `busy`, then the word).
+        self.barrier.light();
+        // Acquiring: the watchdog's last read of `call` and its last call of the action come
+        // before this returns.
+        while self.slot.busy.load(Ordering::Acquire) {
+            // The watchdog is checking this slot or calling its action (an interrupt:
+            // microseconds).
+            std::thread::yield_now();
         }
         if self.spare {
             self.slot.owned.store(false, Ordering::Release);
@@ -313,7 +406,8 @@ impl Drop for Disarm {
 }
 
 /// The watchdog thread: calls every action whose time has come, then sleeps until the next.
-fn watch(clock: Clock) {
+fn watch(w: Watchdog) {
+    let Watchdog { clock, barrier } = w;
     loop {
         let wakes = *WAKES.lock().unwrap_or_else(PoisonError::into_inner);
         let now = clock.now();
@@ -322,22 +416,8 @@ fn watch(clock: Clock) {
         let mut earliest = NEVER;
         for s in slots() {
             let mut w = s.word.load(Ordering::Acquire);
-            if w & STATE == ARMED
-                && w >> 2 <= now
-                && s.word.compare_exchange(w, w & !STATE | FIRING, Ordering::Acquire, Ordering::Relaxed).is_ok()
-            {
-                // SAFETY: the slot is `FIRING` (this thread moved it from `ARMED`, observing the
-                // owner's arm after its write of `call`): its owner does not write `call`, and
-                // its `scoped` call is still inside `body` or waiting in `Disarm` for the word to
-                // leave `FIRING`, so the borrow behind the action is alive until the store below.
-                let (action, repeat) = unsafe { *s.call.get() };
-                // SAFETY: as above.
-                let action = unsafe { &*action };
-                if std::panic::catch_unwind(std::panic::AssertUnwindSafe(action)).is_err() {
-                    log::error!("a deadline action panicked");
-                }
-                w = clock.now().saturating_add(repeat).min(NEVER - 1) << 2 | ARMED;
-                s.word.store(w, Ordering::Release);
+            if w & STATE == ARMED && w >> 2 <= now {
+                w = fire(barrier, &clock, s, w);
             }
             if w & STATE == ARMED {
                 earliest = earliest.min(w >> 2);
@@ -351,10 +431,11 @@ fn watch(clock: Clock) {
         // (An arm lowering `WAKE_AT` between the load above and this store also bumps `WAKES`:
         // this thread then looks again before sleeping.)
         WAKE_AT.store(next, Ordering::SeqCst);
-        // A second look, after publishing: an arm that read the old `WAKE_AT` (and so did not
-        // wake this thread) is seen here.
+        // The store above, then a second look at the words (an arm: its word, then `WAKE_AT`):
+        // an arm that read the old `WAKE_AT` (and so did not wake this thread) is seen here.
+        barrier.heavy();
         if slots().any(|s| {
-            let w = s.word.load(Ordering::SeqCst);
+            let w = s.word.load(Ordering::Relaxed);
             w & STATE == ARMED && w >> 2 < next
         }) {
             continue;
@@ -370,6 +451,41 @@ fn watch(clock: Clock) {
             WAKE.wait_timeout(g, left).unwrap_or_else(PoisonError::into_inner).0
         });
     }
+}
+
+/// Calls the action of slot `s`, whose word `w` the watchdog read armed with a deadline that has
+/// passed, if it is still armed with that word, and arms the slot for the next call; returns
+/// the slot's word as this leaves it (for the earliest deadline).
+fn fire(barrier: Barrier, clock: &Clock, s: &Slot, w: u64) -> u64 {
+    s.busy.store(true, Ordering::Relaxed);
+    // `busy`, then the word again (the owner's disarm: the word, then `busy`).
+    barrier.heavy();
+    let again = s.word.load(Ordering::Acquire);
+    let left = if again == w {
+        // SAFETY: `busy` is up and, behind the full barrier, the word is still the armed word
+        // the owner stored (releasing) after writing `call`: its `scoped` call is inside `body`
+        // or waiting in `Disarm` for `busy` to go down, and it writes `call` again only after
+        // that, so the borrow behind the action is alive and `call` unchanged until `busy` is
+        // lowered below.
+        let (action, repeat) = unsafe { *s.call.get() };
+        // SAFETY: as above.
+        let action = unsafe { &*action };
+        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(action)).is_err() {
+            log::error!("a deadline action panicked");
+        }
+        let next = clock.now().saturating_add(repeat).min(NEVER - 1) << 2 | ARMED;
+        // Loses to a disarm that stored `IDLE` meanwhile.
+        match s.word.compare_exchange(w, next, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => next,
+            Err(now) => now,
+        }
+    } else {
+        again
+    };
+    // Releasing: this thread's reads of `call` and the action's effects come before a disarm
+    // that sees `busy` down.
+    s.busy.store(false, Ordering::Release);
+    left
 }
 
 /// [`scoped`] with a thread of its own (when the watchdog thread cannot be started).
@@ -515,6 +631,29 @@ mod os {
     pub(super) fn coarse_tick() -> Option<u64> {
         coarse().map(|_| 1_000_000)
     }
+
+    /// Whether `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)` works for this process: the kernel
+    /// has the command (Linux 4.14 and later), the process registered for it, and one call
+    /// succeeded. Not under Miri, which has no `membarrier` and checks the fence path.
+    #[cfg(not(miri))]
+    pub(super) fn private_membarrier() -> bool {
+        use rustix::thread::{membarrier, membarrier_query, MembarrierCommand};
+        let q = membarrier_query();
+        q.contains_command(MembarrierCommand::PrivateExpedited)
+            && q.contains_command(MembarrierCommand::RegisterPrivateExpedited)
+            && membarrier(MembarrierCommand::RegisterPrivateExpedited).is_ok()
+            && membarrier(MembarrierCommand::PrivateExpedited).is_ok()
+    }
+
+    #[cfg(miri)]
+    pub(super) fn private_membarrier() -> bool {
+        false
+    }
+
+    /// A full barrier on every running thread of the process (after [`private_membarrier`]).
+    pub(super) fn membarrier() -> Result<(), rustix::io::Errno> {
+        rustix::thread::membarrier(rustix::thread::MembarrierCommand::PrivateExpedited)
+    }
 }
 
 /// No system clocks: the watchdog reads [`Instant`] only.
@@ -528,6 +667,12 @@ mod os {
     }
     pub(super) fn coarse_tick() -> Option<u64> {
         None
+    }
+    pub(super) fn private_membarrier() -> bool {
+        false
+    }
+    pub(super) fn membarrier() -> Result<(), core::convert::Infallible> {
+        Ok(())
     }
 }
 
@@ -742,6 +887,16 @@ mod tests {
             assert_eq!(w.join().unwrap(), (0, 0), "(calls after scoped returned, calls before the deadline)");
         }
         assert!(fired.load(Ordering::SeqCst) > 0, "no deadline passed: the race was not exercised");
+    }
+
+    /// The barrier kind is the one the kernel offers (`membarrier` where it works), fixed at the
+    /// first deadline; the fence path is raced in `tests/watchdog_fences.rs`.
+    #[test]
+    fn the_barrier_is_membarrier_where_the_kernel_has_it() {
+        scoped_for(Duration::from_secs(5), Duration::from_millis(2), &|| {}, || ());
+        assert_eq!(uses_membarrier(), Some(os::private_membarrier()));
+        assert!(!use_fences_only(), "too late once the watchdog runs");
+        FENCES_ONLY.store(false, Ordering::SeqCst);
     }
 
     #[test]

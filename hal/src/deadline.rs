@@ -1,8 +1,8 @@
 //! Deadlines for invokes (std): the downstream driver waits forever, so the process's watchdog
 //! thread ([`hexrpc_drivers::watchdog`]) interrupts the blocked thread (a signal through the
-//! seam) when the deadline passes. Arming and disarming a deadline is a coarse clock read, one
-//! atomic exchange and one compare-exchange on a slot of the calling thread's: no lock, no
-//! thread started per call. The timeout is measured on the coarse monotonic clock: never short
+//! seam) when the deadline passes. Arming and disarming a deadline is a coarse clock read and a
+//! few plain stores and loads on a slot of the calling thread's (with `membarrier`; a fence on
+//! each side without it): no lock, no atomic read-modify-write, no thread started per call. The timeout is measured on the coarse monotonic clock: never short
 //! while the kernel's ticks come on time, at most three clock ticks (a few ms) long
 //! ([`watchdog::scoped_for`]).
 
