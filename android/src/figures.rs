@@ -113,11 +113,28 @@ fn push_model<'a>(b: &mut Batch<'a>, v: &[BufferRef<'a>; 10]) -> Result<(), hexr
     Ok(())
 }
 
+/// One raw INVOKE_ATTRS on /dev/null (a call, as a service makes it).
+#[inline(never)]
+fn raw_call(null: &NullDevice, arg: &mut fastrpc_ioctl_invoke_attrs) -> bool {
+    null.invoke_attrs_raw(std::hint::black_box(arg)).is_err()
+}
+
+/// Packing a launch and sending it through the real seam on /dev/null (a call, as a service
+/// makes it), packed as `Kernel::launch` packs: declared in place, then packed into.
+#[inline(never)]
+fn seam_call(sig: &Signature, bufs: &[BufferRef<'_>], scalars: &[Scalar], null: &NullDevice) -> bool {
+    let mut p = PackedLaunch::empty(AbiVersion::V2);
+    p.repack(AbiVersion::V2, sig, bufs, scalars).is_ok()
+        && matches!(p.launch(&RustixSys, null.fd(), std::hint::black_box(0x100)), Err(hexrpc_drivers::Error::Os(_)))
+}
+
 /// `raw_ioctl_ns`, `seam_launch_ns`, `launch_vs_ioctl`, `deadline_launch_ratio`: the real seam on
-/// /dev/null, whose ioctl fails at once with ENOTTY (qemu-user: ENOSYS).
+/// /dev/null, whose ioctl fails at once with ENOTTY (qemu-user: ENOSYS). Each side is measured
+/// as a function call that is not inlined into the timing loop ([`raw_call`], [`seam_call`]), as
+/// a service calls either: inlined, the launch's ~1.3 KiB of stack storage and its code would
+/// share the loop's frame and the comparison would measure that layout rather than the work.
 fn seam_figures(f: &mut Figures, scale: u32, sig: &Signature, bufs: &[BufferRef<'_>], scalars: &[Scalar]) -> Result<(), String> {
     let null = NullDevice::open().map_err(|e| format!("/dev/null: {e}"))?;
-    let refused = |r: Result<u64, hexrpc_drivers::Error>| matches!(r, Err(hexrpc_drivers::Error::Os(_)));
     // A valid-looking argument: a 3-buffer launch's scalars word and real arrays behind it.
     let mut pra = [0u64; 2 * 6];
     let mut fds = [-1i32, -1, -1, 10, 11, 12];
@@ -128,12 +145,8 @@ fn seam_figures(f: &mut Figures, scale: u32, sig: &Signature, bufs: &[BufferRef<
         fds: fds.as_mut_ptr() as u64,
         attrs: attrs.as_mut_ptr() as u64,
     };
-    let raw = || null.invoke_attrs_raw(std::hint::black_box(&mut raw_arg)).is_err();
-    // Packed as `Kernel::launch` packs: declared in place, then packed into.
-    let seam = || {
-        let mut p = PackedLaunch::empty(AbiVersion::V2);
-        p.repack(AbiVersion::V2, sig, bufs, scalars).is_ok() && refused(p.launch(&RustixSys, null.fd(), std::hint::black_box(0x100)))
-    };
+    let raw = || raw_call(&null, &mut raw_arg);
+    let seam = || seam_call(sig, bufs, scalars, &null);
     let (raw_ns, seam_ns) = interleaved(30 * scale, 2000, raw, seam)?;
     f.raw_ioctl_ns = raw_ns;
     f.seam_launch_ns = seam_ns;
