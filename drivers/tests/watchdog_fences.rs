@@ -8,6 +8,11 @@ use std::time::{Duration, Instant};
 
 use hexrpc_drivers::watchdog::{armed, scoped, scoped_for, use_fences_only, uses_membarrier};
 
+mod race {
+    use hexrpc_drivers::watchdog::scoped;
+    include!("../src/watchdog_race.rs");
+}
+
 /// One test function: the choice is per process and must come before any deadline.
 #[test]
 fn the_fence_path_fires_late_calls_and_never_after_return() {
@@ -37,46 +42,9 @@ fn the_fence_path_fires_late_calls_and_never_after_return() {
     std::thread::sleep(Duration::from_millis(20));
     assert_eq!(calls.load(Ordering::SeqCst), after, "no call after scoped returned");
 
-    // Many threads whose deadlines pass while their calls return: an action that runs after
-    // its call returned, or before its deadline, is counted.
-    let fired = AtomicU32::new(0);
-    std::thread::scope(|s| {
-        let workers: Vec<_> = (0..6u32)
-            .map(|t| {
-                let fired = &fired;
-                s.spawn(move || {
-                    let current = AtomicU32::new(0);
-                    let (late, early) = (AtomicU32::new(0), AtomicU32::new(0));
-                    for round in 0..1000u32 {
-                        let start = Instant::now();
-                        let deadline = start + Duration::from_micros(u64::from((round + t) % 7) * 20);
-                        current.store(round, Ordering::SeqCst);
-                        let action = || {
-                            if current.load(Ordering::SeqCst) != round {
-                                late.fetch_add(1, Ordering::SeqCst);
-                            }
-                            if Instant::now() < deadline {
-                                early.fetch_add(1, Ordering::SeqCst);
-                            }
-                            fired.fetch_add(1, Ordering::SeqCst);
-                        };
-                        let runs = Duration::from_micros(u64::from(round % 10) * 25);
-                        scoped(deadline, Duration::from_micros(5), &action, || {
-                            while start.elapsed() < runs {
-                                std::hint::spin_loop();
-                            }
-                        });
-                        current.store(u32::MAX, Ordering::SeqCst);
-                    }
-                    std::thread::sleep(Duration::from_millis(10));
-                    (late.load(Ordering::SeqCst), early.load(Ordering::SeqCst))
-                })
-            })
-            .collect();
-        for w in workers {
-            assert_eq!(w.join().unwrap(), (0, 0), "(calls after scoped returned, calls before the deadline)");
-        }
-    });
-    assert!(fired.load(Ordering::SeqCst) > 0, "no deadline passed: the race was not exercised");
+    // Many threads whose deadlines pass while their calls return (the unit tests' race).
+    let (late, early, fired) = race::race(6, 1000);
+    assert_eq!((late, early), (0, 0), "(calls after scoped returned, calls before the deadline)");
+    assert!(fired > 0, "no deadline passed: the race was not exercised");
     assert_eq!(armed(), 0);
 }
