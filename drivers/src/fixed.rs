@@ -43,14 +43,8 @@ impl<T: Copy, const N: usize> FixedVec<T, N> {
     /// Appends `v`, or gives it back if the vector is full.
     #[inline(always)]
     pub fn push(&mut self, v: T) -> Result<(), T> {
-        match self.buf.get_mut(self.len) {
-            Some(slot) => {
-                *slot = MaybeUninit::new(v);
-                self.len += 1;
-                Ok(())
-            }
-            None => Err(v),
-        }
+        self.len = put(&mut self.buf, self.len, v)?;
+        Ok(())
     }
 
     /// Appends every value of `s`, or nothing if they do not all fit.
@@ -116,14 +110,20 @@ impl<T: Copy, const N: usize> Writer<'_, T, N> {
     /// Appends `v`, or gives it back if the vector is full.
     #[inline(always)]
     pub fn push(&mut self, v: T) -> Result<(), T> {
-        match self.buf.get_mut(self.at) {
-            Some(slot) => {
-                *slot = MaybeUninit::new(v);
-                self.at += 1;
-                Ok(())
-            }
-            None => Err(v),
+        self.at = put(self.buf, self.at, v)?;
+        Ok(())
+    }
+}
+
+/// Writes `v` at entry `at` of `buf` and returns the next entry, or gives `v` back at the end.
+#[inline(always)]
+fn put<T: Copy, const N: usize>(buf: &mut [MaybeUninit<T>; N], at: usize, v: T) -> Result<usize, T> {
+    match buf.get_mut(at) {
+        Some(slot) => {
+            *slot = MaybeUninit::new(v);
+            Ok(at + 1)
         }
+        None => Err(v),
     }
 }
 
