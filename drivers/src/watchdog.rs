@@ -30,8 +30,9 @@
 //! every thread of the process pass a full barrier with one `membarrier` call. Without it (older
 //! kernels such as the comma three's 4.9, qemu-user, Miri) both sides use a sequentially
 //! consistent fence. No lock, no system call, no allocation on the owner's side in the common
-//! case: with `membarrier`, arming and disarming are plain stores and loads (no atomic
-//! read-modify-write, no fence instruction).
+//! case: with `membarrier`, arming and disarming are release stores and acquire or relaxed
+//! loads (no atomic read-modify-write, no fence instruction); only an arm whose deadline is
+//! earlier than the watchdog's plan lowers it (`fetch_min`) and wakes it (a mutex).
 //!
 //! # Waking the watchdog
 //!
@@ -102,7 +103,8 @@ struct Slot {
     word: AtomicU64,
     /// The action and its repeat (ns). Written by the slot's owner only while the slot is
     /// `IDLE` and its last disarm has seen `busy` down; read by the watchdog only with `busy`
-    /// up, after seeing an armed word that the owner stored after writing it.
+    /// up, after seeing an armed word that the owner stored after writing it (or the
+    /// watchdog's own next deadline, a compare-exchange continuing that store).
     call: UnsafeCell<(Action, u64)>,
     /// Raised by the watchdog while it checks the slot again and calls its action.
     busy: AtomicBool,
@@ -116,7 +118,8 @@ struct Slot {
 // that owns the slot, while the word is `IDLE` and after its last disarm saw `busy` down
 // (acquiring the watchdog's releasing store that ended its last read), and read by the
 // watchdog only with `busy` up and after an acquiring load of an armed word, which the owner
-// stored (releasing) after its write. A write and a read cannot overlap: a write follows a
+// stored (releasing) after its write, or which the watchdog's compare-exchange wrote in the
+// release sequence headed by that store. A write and a read cannot overlap: a write follows a
 // disarm, and a disarm that does not wait for `busy` is one the watchdog's second look sees
 // (the store-then-load handshake of "Slots"), after which it does not read `call`. The raw
 // action pointer is dereferenced only under that same protocol, and its pointee is `Sync`, so
@@ -200,7 +203,9 @@ fn claim() -> (&'static Slot, bool) {
         }
     });
     match mine {
-        // Only this thread arms its slot, so its own last store is what it reads.
+        // Only this thread arms its slot; the watchdog writes the word only from an armed word
+        // to the next armed word, which loses to the disarm's `IDLE`. So after this thread's
+        // last disarm the word is `IDLE`, and it is armed only inside a `scoped` of this thread.
         Ok(s) if s.word.load(Ordering::Relaxed) & STATE == IDLE => (s, false),
         _ => (claim_spare(), true),
     }
@@ -263,27 +268,38 @@ impl Barrier {
         }
     }
 
-    /// The watchdog's side. A `membarrier` that fails after a successful registration (which
-    /// the kernel does not do) is retried: going on without the barrier could call an action
-    /// whose borrows have ended, while waiting only delays deadlines.
-    fn heavy(self) {
+    /// The watchdog's side; `false` if the barrier could not be made (`membarrier` can fail
+    /// even after a successful registration, e.g. `ENOMEM` for its CPU mask). The caller must
+    /// then not rely on the handshake: going on without the barrier could call an action whose
+    /// borrows have ended.
+    fn try_heavy(self) -> bool {
         core::sync::atomic::fence(Ordering::SeqCst);
-        if self == Barrier::Membarrier {
-            let mut failures = 0u32;
-            while let Err(e) = os::membarrier() {
-                if failures == 0 {
-                    log::error!("membarrier failed ({e}); the watchdog waits for it");
+        match self {
+            Barrier::Fences => true,
+            Barrier::Membarrier => match os::membarrier() {
+                Ok(()) => true,
+                Err(e) => {
+                    log::error!("membarrier failed ({e}); the watchdog retries in 1 ms");
+                    false
                 }
-                failures = failures.saturating_add(1);
-                std::thread::sleep(Duration::from_millis(1));
-            }
+            },
+        }
+    }
+
+    /// [`try_heavy`](Self::try_heavy) until it succeeds, sleeping 1 ms between tries (only where
+    /// the watchdog holds no slot `busy`, so that waiting delays deadlines and nothing else).
+    fn heavy(self) {
+        while !self.try_heavy() {
+            std::thread::sleep(Duration::from_millis(1));
         }
     }
 }
 
 /// Makes this process's watchdog use sequentially consistent fences on both sides even where
 /// `membarrier` is available (what it does without it). Only before the watchdog starts (the
-/// first deadline armed): returns whether the choice was applied. For tests of that path.
+/// first deadline armed): returns whether the watchdog had not started yet, which means the
+/// choice was applied only if no other thread was arming its first deadline at the same time.
+/// For tests of that path: call it before any other thread can arm a deadline.
 pub fn use_fences_only() -> bool {
     FENCES_ONLY.store(true, Ordering::SeqCst);
     WATCHDOG.get().is_none()
@@ -458,8 +474,14 @@ fn watch(w: Watchdog) {
 /// the slot's word as this leaves it (for the earliest deadline).
 fn fire(barrier: Barrier, clock: &Clock, s: &Slot, w: u64) -> u64 {
     s.busy.store(true, Ordering::Relaxed);
-    // `busy`, then the word again (the owner's disarm: the word, then `busy`).
-    barrier.heavy();
+    // `busy`, then the word again (the owner's disarm: the word, then `busy`). Without the
+    // barrier the word read again proves nothing: lower `busy` (the owner may be waiting for it)
+    // and leave the slot armed for a later look.
+    if !barrier.try_heavy() {
+        s.busy.store(false, Ordering::Release);
+        std::thread::sleep(Duration::from_millis(1));
+        return w;
+    }
     let again = s.word.load(Ordering::Acquire);
     let left = if again == w {
         // SAFETY: `busy` is up and, behind the full barrier, the word is still the armed word

@@ -1,8 +1,9 @@
 //! Deadlines for invokes (std): the downstream driver waits forever, so the process's watchdog
 //! thread ([`hexrpc_drivers::watchdog`]) interrupts the blocked thread (a signal through the
 //! seam) when the deadline passes. Arming and disarming a deadline is a coarse clock read and a
-//! few plain stores and loads on a slot of the calling thread's (with `membarrier`; a fence on
-//! each side without it): no lock, no atomic read-modify-write, no thread started per call. The timeout is measured on the coarse monotonic clock: never short
+//! few release stores and loads on a slot of the calling thread's (with `membarrier`; a fence
+//! on each side without it): in the common case no lock, no atomic read-modify-write, no
+//! thread started per call. The timeout is measured on the coarse monotonic clock: never short
 //! while the kernel's ticks come on time, at most three clock ticks (a few ms) long
 //! ([`watchdog::scoped_for`]).
 
