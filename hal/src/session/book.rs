@@ -73,6 +73,10 @@ pub(crate) struct Book<S: Syscalls> {
     quarantined: AtomicUsize,
     /// Bit `n`: fd number `n` was handed to a channel as a handle since its lease was made.
     passed: [AtomicU64; PASSED_WORDS],
+    /// Bit `n`: fd number `n` went to a library with the map cache since its lease was made (or
+    /// since the last recovery): the DSP may hold a mapping of it, which the lease's drop
+    /// releases first.
+    cached: [AtomicU64; PASSED_WORDS],
 }
 
 impl<S: Syscalls> Book<S> {
@@ -85,6 +89,7 @@ impl<S: Syscalls> Book<S> {
             }),
             quarantined: AtomicUsize::new(0),
             passed: [const { AtomicU64::new(0) }; PASSED_WORDS],
+            cached: [const { AtomicU64::new(0) }; PASSED_WORDS],
         }
     }
 
@@ -106,6 +111,29 @@ impl<S: Syscalls> Book<S> {
         match Self::bit(fd) {
             Some((w, b)) => self.passed[w].fetch_and(!b, Ordering::AcqRel) & b != 0,
             None => fd.0 >= 0,
+        }
+    }
+
+    pub(super) fn mark_cached(&self, fd: Fd) {
+        if let Some((w, b)) = Self::bit(fd) {
+            if self.cached[w].load(Ordering::Relaxed) & b == 0 {
+                self.cached[w].fetch_or(b, Ordering::AcqRel);
+            }
+        }
+    }
+
+    /// Clears and returns the "cached" mark of `fd` (true for numbers beyond the bitmap).
+    fn take_cached(&self, fd: Fd) -> bool {
+        match Self::bit(fd) {
+            Some((w, b)) => self.cached[w].fetch_and(!b, Ordering::AcqRel) & b != 0,
+            None => fd.0 >= 0,
+        }
+    }
+
+    /// A recovery replaced the DSP process: whatever it had mapped is gone with it.
+    pub(super) fn forget_cached(&self) {
+        for w in &self.cached {
+            w.store(0, Ordering::Release);
         }
     }
 
@@ -216,6 +244,10 @@ impl<S: Syscalls + Clone> Session<S> {
             log::warn!("quarantined lease (fd {}) dropped: kept until generation {generation} is released", fd.0);
             self.keep(generation, Kept::Lease(raw));
             return;
+        }
+        // The DSP's cached mapping goes first, while the number still names this lease.
+        if self.book.take_cached(fd) {
+            self.release_cached(&[raw.id()]);
         }
         if !self.book.take_passed(fd) {
             return drop(raw);
