@@ -245,9 +245,20 @@ impl<S: Syscalls + Clone> Session<S> {
             self.keep(generation, Kept::Lease(raw));
             return;
         }
-        // The DSP's cached mapping goes first, while the number still names this lease.
-        if self.book.take_cached(fd) {
-            self.release_cached(&[raw.id()]);
+        // The DSP's cached mapping goes first, while the number still names this lease. If it
+        // could not be released (the session needs recovery, the library refused), the lease is
+        // kept whole, memory and number, until every channel that may have run it is closed,
+        // which ends the DSP process that holds the mapping.
+        if self.book.take_cached(fd) && !self.release_cached(&[raw.id()]) {
+            if let Some(generation) = self.newest_live() {
+                log::warn!(
+                    "lease fd {} dropped with a DSP mapping that could not be released: kept until generation {generation} is closed",
+                    fd.0
+                );
+                let _ = self.book.take_passed(fd);
+                self.keep(generation, Kept::Lease(raw));
+                return;
+            }
         }
         if !self.book.take_passed(fd) {
             return drop(raw);

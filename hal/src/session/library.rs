@@ -202,15 +202,16 @@ impl<S: Syscalls + Clone> Session<S> {
     /// Releases the DSP mappings cached under `ids` in every open library with the map cache
     /// (called when a lease that went to one is dropped, before its fd is unmapped or retired).
     ///
-    /// A failure is logged and the caller goes on with the lease's own teardown: a call that
-    /// fails because the DSP process died or the session needs recovery has nothing left to
-    /// release (the process's mappings end with it, and recovery starts another); a library
-    /// that refuses it keeps a mapping that no launch can reach again, since its id is never
-    /// sent again, until the library is flushed at its close or its process ends.
-    pub(crate) fn release_cached(&self, ids: &[u32]) {
+    /// A failure is logged and never stops the lease's own teardown; the caller keeps the lease
+    /// whole until the channels that may have run it are closed (their DSP process, and every
+    /// mapping in it, then ends). What the device would do meanwhile: the mapping stays in the
+    /// DSP process under an id that is never sent again, so no launch reaches it; the kernel's
+    /// handle map of the kept number still pins the memory behind it.
+    /// Returns true if every library answered (false: the caller keeps the lease whole).
+    pub(crate) fn release_cached(&self, ids: &[u32]) -> bool {
         if !self.is_healthy() {
-            log::debug!("map cache release of {} lease id(s) skipped: the session needs recovery", ids.len());
-            return;
+            log::debug!("map cache release of {} lease id(s) not sent: the session needs recovery", ids.len());
+            return false;
         }
         let mut slots: heapless::Vec<usize, MAX_LIBRARIES> = heapless::Vec::new();
         {
@@ -222,13 +223,16 @@ impl<S: Syscalls + Clone> Session<S> {
                 }
             }
         }
+        let mut all = true;
         for slot in slots {
             for chunk in ids.chunks(MAP_CACHE_RELEASE_IDS) {
                 if let Err(e) = self.release_slot(slot, chunk) {
-                    log::warn!("map cache release on library slot {slot} failed ({e}); the lease's teardown goes on");
+                    log::warn!("map cache release on library slot {slot} failed ({e})");
+                    all = false;
                 }
             }
         }
+        all
     }
 }
 

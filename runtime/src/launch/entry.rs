@@ -466,7 +466,14 @@ fn write_map_cache<W: Write + ?Sized>(out: &mut W, l: &LaunchLayout) -> fmt::Res
     writeln!(out, "      if (hrx_cache[i].users == 0u && (hrx_free < 0 || hrx_cache[i].tick < hrx_cache[hrx_free].tick)) hrx_free = i;")?;
     writeln!(out, "    if (hrx_free >= 0) hrx_drop(&hrx_cache[hrx_free]);")?;
     writeln!(out, "  }}")?;
-    writeln!(out, "  void *const hrx_b = HAP_mmap((void *)0, len, {prot}, {flags}, fd, 0);")?;
+    writeln!(out, "  void *hrx_b = HAP_mmap((void *)0, len, {prot}, {flags}, fd, 0);")?;
+    writeln!(out, "  if (hrx_map_failed(hrx_b)) {{ /* out of DSP address space or mappings: give back every unused entry, once */")?;
+    writeln!(out, "    int hrx_gave = 0;")?;
+    writeln!(out, "    for (int i = 0; i < {cap}; i++)")?;
+    writeln!(out, "      if (hrx_cache[i].base != (void *)0 && hrx_cache[i].users == 0u) {{ hrx_drop(&hrx_cache[i]); hrx_gave = 1; }}")?;
+    writeln!(out, "    if (hrx_gave) hrx_b = HAP_mmap((void *)0, len, {prot}, {flags}, fd, 0);")?;
+    writeln!(out, "    if (hrx_free < 0) for (int i = 0; i < {cap}; i++) if (hrx_cache[i].base == (void *)0) {{ hrx_free = i; break; }}")?;
+    writeln!(out, "  }}")?;
     writeln!(out, "  if (hrx_free >= 0 && !hrx_map_failed(hrx_b)) {{")?;
     writeln!(out, "    hrx_cached *c = &hrx_cache[hrx_free];")?;
     writeln!(out, "    c->id = id;")?;
