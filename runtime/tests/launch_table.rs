@@ -52,7 +52,7 @@ fn packed_bytes_follow_the_card_for_every_buffer_count() {
                 })
                 .collect();
             // Lease ids: 0 (do not cache) for every third buffer, distinct ones otherwise.
-            let id = |i: usize| if i % 3 == 0 { 0 } else { 0xA000 + i as u32 };
+            let id = |i: usize| if i.is_multiple_of(3) { 0 } else { 0xA000 + i as u32 };
             let refs: Vec<BufferRef<'_>> = bufs
                 .iter()
                 .enumerate()

@@ -251,7 +251,6 @@ fn steady_state_batches_map_no_lease_with_the_map_cache(board: &'static Board) {
     let live =
         |b: &Bench| executor::executors(b).into_iter().find(|e| e.library.starts_with("table_cached")).map(|e| e.stats.live_mappings);
     assert_eq!(live(&bench), Some(2));
-    drop(batch);
     drop(views);
     drop(l1);
     assert_eq!(maps(&bench), (0, 1), "the dropped lease's mapping was released: {:?}", bench.ledger());

@@ -297,8 +297,7 @@ pub(crate) fn invoke(sh: &Shared, job: &Job, library: &str, exec: &ExecProcess, 
         // A launch or batch that ran and mapped nothing for a handle used a mapping its entry
         // kept from an earlier call (the map cache): it must have been made for the buffer the
         // handle's fd names now.
-        let mapped_now: Vec<i32> =
-            resp.events.iter().filter_map(|e| matches!(e, wire::HapEvent::Ledger(LedgerEvent::Map { .. })).then(|| map_fd(e))).collect();
+        let mapped_now: Vec<i32> = resp.events.iter().filter_map(map_fd).collect();
         if resp.retval == 0 && matches!(job.sc >> 24, 2 | 3) {
             let stale: Vec<LedgerEvent> = job
                 .handles
@@ -341,10 +340,10 @@ pub(crate) fn invoke(sh: &Shared, job: &Job, library: &str, exec: &ExecProcess, 
     CtxResult { retval: resp.retval, outs, fdlist, sim_dsp: hap }
 }
 
-/// The fd of a `Map` event (0 for any other).
-fn map_fd(e: &wire::HapEvent) -> i32 {
+/// The fd of a `Map` event.
+fn map_fd(e: &wire::HapEvent) -> Option<i32> {
     match e {
-        wire::HapEvent::Ledger(LedgerEvent::Map { fd, .. }) => *fd,
-        _ => 0,
+        wire::HapEvent::Ledger(LedgerEvent::Map { fd, .. }) => Some(*fd),
+        _ => None,
     }
 }
