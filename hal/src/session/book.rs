@@ -11,6 +11,10 @@
 //!
 //! So, when a lease whose fd went to a channel is dropped:
 //!
+//! * first, if it went to a library with the map cache, the DSP's kept mapping of it is
+//!   released (launch ABI method 4 on every such library, `docs/entry-abi.md` §2.3) while the
+//!   number still names this lease; if that cannot be done the lease is kept whole until every
+//!   channel that existed is closed;
 //! * downstream: `FASTRPC_IOCTL_MUNMAP_FD(fd, va 0, len 0)` on every live channel, repeated
 //!   until the driver says no map is left (it drops one reference per call, without a DSP
 //!   message), then the fd is closed: the number is clean;

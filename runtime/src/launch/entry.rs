@@ -61,6 +61,18 @@
 //! **v1** is tinygrad's entry: no validation, maps the view length at file offset 0, hands the
 //! kernel `base + off`, writes the timer unconditionally, unmaps `(base + off, len)`. It is
 //! correct only for offset 0, which is why the packer refuses anything else for v1.
+//!
+//! **The map cache** ([`EntryOptions::map_cache`], v2 and batches): the same checks, then each
+//! lease goes through `hrx_acquire` (a kept mapping with the same lease id, fd and lease length,
+//! or a new `HAP_mmap` kept in a free or least recently used unused entry of a static table of
+//! [`MAP_CACHE_SLOTS`]) and `hrx_put` (a kept mapping stays mapped); id 0 maps and unmaps per
+//! call as without the cache. The table is guarded by a spin lock of `__atomic` builtins (no C
+//! library call). Method [`RELEASE_METHOD`] unmaps the mappings of the ids it names (all for
+//! none); one in use is unmapped by its last user. See `docs/entry-abi.md` §2.3 for the host's
+//! side and for what is not verified on a device: that a `HAP_mmap` of a handle's fd outlives
+//! the call while the kernel keeps its map of the fd (downstream until MUNMAP_FD, which the host
+//! sends only after the release; upstream until the DSP lists the fd, which it should not while
+//! it holds a mapping of it).
 
 use core::fmt::{self, Write};
 
