@@ -12,7 +12,7 @@
 //! So, when a lease whose fd went to a channel is dropped:
 //!
 //! * first, if it went to a library with the map cache, the DSP's kept mapping of it is
-//!   released (launch ABI method 4 on every such library, `docs/entry-abi.md` §2.3) while the
+//!   released (launch ABI method 4 on each such library it went to, `docs/entry-abi.md` §2.3) while the
 //!   number still names this lease; if that cannot be done the lease is kept whole until every
 //!   channel that existed is closed;
 //! * downstream: `FASTRPC_IOCTL_MUNMAP_FD(fd, va 0, len 0)` on every live channel, repeated
@@ -42,6 +42,10 @@ use crate::sync;
 
 /// Fd numbers tracked exactly (one bit each); a larger number is assumed to have been passed.
 const PASSED_WORDS: usize = 64;
+/// Fd numbers tracked exactly per library with the map cache (below 256: a dropped lease's
+/// release goes only to the libraries it went to); a larger number's release goes to every
+/// library with the cache.
+const SLOT_FD_WORDS: usize = 4;
 /// Retired numbers kept for channels that are still open (4 bytes each).
 const KEPT_NUMBERS: usize = 1024;
 /// Whole leases kept for channels that are still open (shells, quarantined leases).
@@ -81,6 +85,9 @@ pub(crate) struct Book<S: Syscalls> {
     /// since the last recovery): the DSP may hold a mapping of it, which the lease's drop
     /// releases first.
     cached: [AtomicU64; PASSED_WORDS],
+    /// `slot_fds[s]` bit `n`: fd number `n` (< 64 * SLOT_FD_WORDS) went to library slot `s`
+    /// (a library with the map cache) since its lease was made; 8 KiB in all.
+    slot_fds: [[AtomicU64; SLOT_FD_WORDS]; super::MAX_LIBRARIES],
 }
 
 impl<S: Syscalls> Book<S> {
@@ -94,6 +101,7 @@ impl<S: Syscalls> Book<S> {
             quarantined: AtomicUsize::new(0),
             passed: [const { AtomicU64::new(0) }; PASSED_WORDS],
             cached: [const { AtomicU64::new(0) }; PASSED_WORDS],
+            slot_fds: [const { [const { AtomicU64::new(0) }; SLOT_FD_WORDS] }; super::MAX_LIBRARIES],
         }
     }
 
@@ -118,10 +126,34 @@ impl<S: Syscalls> Book<S> {
         }
     }
 
-    pub(super) fn mark_cached(&self, fd: Fd) {
+    /// `fd` went to library slot `slot`, a library with the map cache.
+    pub(super) fn mark_cached(&self, fd: Fd, slot: usize) {
         if let Some((w, b)) = Self::bit(fd) {
             if self.cached[w].load(Ordering::Relaxed) & b == 0 {
                 self.cached[w].fetch_or(b, Ordering::AcqRel);
+            }
+            if let Some(word) = self.slot_fds.get(slot).and_then(|s| s.get(w)) {
+                if word.load(Ordering::Relaxed) & b == 0 {
+                    word.fetch_or(b, Ordering::AcqRel);
+                }
+            }
+        }
+    }
+
+    /// Whether the library in `slot` may hold a mapping of `fd` (clearing the mark): exactly
+    /// for a number below 64 * SLOT_FD_WORDS, always above.
+    pub(super) fn take_slot_fd(&self, slot: usize, fd: Fd) -> bool {
+        match Self::bit(fd) {
+            Some((w, b)) if w < SLOT_FD_WORDS => self.slot_fds.get(slot).is_some_and(|s| s[w].fetch_and(!b, Ordering::AcqRel) & b != 0),
+            _ => true,
+        }
+    }
+
+    /// The library in `slot` closed: none of its marks is true any more.
+    pub(super) fn forget_slot(&self, slot: usize) {
+        if let Some(s) = self.slot_fds.get(slot) {
+            for w in s {
+                w.store(0, Ordering::Release);
             }
         }
     }
@@ -138,6 +170,11 @@ impl<S: Syscalls> Book<S> {
     pub(super) fn forget_cached(&self) {
         for w in &self.cached {
             w.store(0, Ordering::Release);
+        }
+        for s in &self.slot_fds {
+            for w in s {
+                w.store(0, Ordering::Release);
+            }
         }
     }
 
@@ -253,7 +290,7 @@ impl<S: Syscalls + Clone> Session<S> {
         // could not be released (the session needs recovery, the library refused), the lease is
         // kept whole, memory and number, until every channel that may have run it is closed,
         // which ends the DSP process that holds the mapping.
-        if self.book.take_cached(fd) && !self.release_cached(&[raw.id()]) {
+        if self.book.take_cached(fd) && !self.release_cached(&[raw.id()], fd) {
             if let Some(generation) = self.newest_live() {
                 log::warn!(
                     "lease fd {} dropped with a DSP mapping that could not be released: kept until generation {generation} is closed",

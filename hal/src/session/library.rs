@@ -169,6 +169,7 @@ impl<S: Syscalls + Clone> Session<S> {
             }
         }
         drop(chan);
+        self.book.forget_slot(slot);
         registry.withdraw(&lib.name);
     }
 
@@ -199,8 +200,10 @@ impl<S: Syscalls + Clone> Session<S> {
         self.invoke_slot(slot, &mut call, None)
     }
 
-    /// Releases the DSP mappings cached under `ids` in every open library with the map cache
-    /// (called when a lease that went to one is dropped, before its fd is unmapped or retired).
+    /// Releases the DSP mappings cached under `ids` (of leases whose share fd is `fd`) in every
+    /// open library with the map cache that may hold them: those `fd` went to (tracked exactly
+    /// for small numbers), or every one (called when a lease that went to one is dropped, before
+    /// its fd is unmapped or retired).
     ///
     /// A failure is logged and never stops the lease's own teardown; the caller keeps the lease
     /// whole until the channels that may have run it are closed (their DSP process, and every
@@ -208,7 +211,7 @@ impl<S: Syscalls + Clone> Session<S> {
     /// DSP process under an id that is never sent again, so no launch reaches it; the kernel's
     /// handle map of the kept number still pins the memory behind it.
     /// Returns true if every library answered (false: the caller keeps the lease whole).
-    pub(crate) fn release_cached(&self, ids: &[u32]) -> bool {
+    pub(crate) fn release_cached(&self, ids: &[u32], fd: Fd) -> bool {
         if !self.is_healthy() {
             log::debug!("map cache release of {} lease id(s) not sent: the session needs recovery", ids.len());
             return false;
@@ -217,7 +220,9 @@ impl<S: Syscalls + Clone> Session<S> {
         {
             let libs = self.libs.lock();
             for (i, l) in libs.iter().enumerate() {
-                if l.as_ref().is_some_and(|l| l.map_cache && l.remote != u32::MAX) {
+                // Every slot's mark is taken (cleared) here, whether the library is still open.
+                let went = self.book.take_slot_fd(i, fd);
+                if went && l.as_ref().is_some_and(|l| l.map_cache && l.remote != u32::MAX) {
                     // At most MAX_LIBRARIES slots: never full.
                     let _ = slots.push(i);
                 }

@@ -352,7 +352,7 @@ impl<S: Syscalls + Clone> Session<S> {
         self.admit_handles(args)?;
         if map_cache {
             for h in args.handles() {
-                self.book.mark_cached(h.fd);
+                self.book.mark_cached(h.fd, slot);
             }
         }
         let abandon = || fired.is_some_and(|f| f.load(Ordering::Acquire));

@@ -55,6 +55,7 @@ hexrpc_bench::on_both_kernels!(
     a_reused_number_after_a_cached_launch_and_a_deadline_names_the_new_lease,
     a_reused_number_after_a_cached_launch_and_a_recovery_names_the_new_lease,
     a_host_that_never_releases_a_cached_mapping_is_caught_by_the_bench,
+    a_dropped_lease_is_released_only_in_the_libraries_it_went_to,
     an_abandoned_kernel_writing_late_never_reaches_another_lease,
     apps_mem_request_map64_works_without_vaddrout,
     two_sessions_in_one_process_both_work_or_the_second_is_refused_by_name,
@@ -264,6 +265,40 @@ fn a_reused_number_after_a_cached_launch_and_a_deadline_names_the_new_lease(boar
 fn a_reused_number_after_a_cached_launch_and_a_recovery_names_the_new_lease(board: &'static Board) {
     let _serial = serial();
     a_reused_number_after_cached(board, Before::Recovery);
+}
+
+/// A dropped lease's release goes to the libraries with the map cache that it went to, not to
+/// every one: one call per such library, none for a lease that never went to one, and a library
+/// closed since was flushed at its close (no call to it).
+fn a_dropped_lease_is_released_only_in_the_libraries_it_went_to(board: &'static Board) {
+    let _serial = serial();
+    let bench = bench_for(board);
+    bench.register_library("rules_kernel_cached_2", LibraryModel::table(vec![TableKernel::new(2, 1, kernel)]).with_map_cache());
+    let rig = start_rig(&bench).unwrap();
+    let one = rig.open_library_with(LIB_CACHED, image(LIB_CACHED), true).unwrap();
+    let two = rig.open_library_with("rules_kernel_cached_2", image("rules_kernel_cached_2"), true).unwrap();
+    let plain = rig.open_library(LIB, image(LIB)).unwrap();
+    let invokes = |b: &Bench| b.counts().of(hexrpc_scenarios::stack::invoke_kind(board));
+    let out = rig.session().alloc(4096).unwrap();
+    for (went, want) in [(vec![&one], 1), (vec![&one, &two], 2), (vec![&plain], 0), (vec![], 0)] {
+        let a = rig.session().alloc(4096).unwrap();
+        for lib in &went {
+            launch(lib, &a.whole(), &out.whole(), 1, None).unwrap();
+        }
+        let before = invokes(&bench);
+        drop(a);
+        assert_eq!(invokes(&bench) - before, want, "a lease that went to {} libraries", went.len());
+    }
+    // A library closed after the lease went to it was flushed then: no release to it later.
+    let a = rig.session().alloc(4096).unwrap();
+    launch(&one, &a.whole(), &out.whole(), 1, None).unwrap();
+    launch(&two, &a.whole(), &out.whole(), 1, None).unwrap();
+    drop(two);
+    let before = invokes(&bench);
+    drop(a);
+    assert_eq!(invokes(&bench) - before, 1);
+    drop(out);
+    assert_eq!(bench.ledger_mismatches(), 0, "{:?}", bench.ledger());
 }
 
 /// The bench's map-cache rules can fail: a host that sends lease ids to a caching entry but
