@@ -35,6 +35,11 @@ fn bench_access() -> DeviceAccess {
     DeviceAccess::for_bench_board(board()).unwrap_or_else(DeviceAccess::for_bench)
 }
 
+/// [`bench_access`] for the measurements.
+pub fn bench_device_access() -> DeviceAccess {
+    bench_access()
+}
+
 /// The bench board the checks run on.
 pub fn board() -> &'static Board {
     BOARD.get().copied().unwrap_or(&hexrpc_bsp::BENCH)

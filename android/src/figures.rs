@@ -53,6 +53,25 @@ pub struct Figures {
     pub launches: u64,
     /// The model network (5 nodes) on the bench's DSP model, per kernel and as one batch.
     pub model: hexrpc_scenarios::netmodel::NetFigures,
+    /// The DSP map cache on the bench's DSP model (simulated).
+    pub maps: MapFigures,
+}
+
+/// What the DSP map cache saves, on the bench's DSP model (a 2-lease launch repeated on the
+/// same leases, after a warm-up). Simulated: counts from the model of the generated entry, and
+/// latencies from [`MODEL_COST`], never device figures.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct MapFigures {
+    /// `HAP_mmap`s per steady-state launch with the map cache (0 expected).
+    pub cached: f64,
+    /// The same without the cache (one per lease).
+    pub uncached: f64,
+    /// Leases per launch.
+    pub leases: u64,
+    /// Median simulated launch latency with the cache, in microseconds.
+    pub cached_latency_us: f64,
+    /// The same without the cache.
+    pub uncached_latency_us: f64,
 }
 
 /// The cost model the model-latency figures use (as the executor's model run): 60 us per
@@ -60,8 +79,16 @@ pub struct Figures {
 pub const MODEL_COST: hexrpc_bench::CostModel = hexrpc_bench::CostModel {
     per_crossing: std::time::Duration::from_micros(60),
     per_kib_copied: std::time::Duration::from_micros(2),
+    per_dsp_map: std::time::Duration::from_micros(MAP_US),
+    per_dsp_unmap: std::time::Duration::from_micros(UNMAP_US),
     sleep: false,
 };
+
+/// The simulated DSP cost of one `HAP_mmap` in [`MODEL_COST`] (not measured: a placeholder for
+/// the SMMU and page-table work a map costs on a device, to show what the map cache saves).
+pub const MAP_US: u64 = 20;
+/// The simulated DSP cost of one `HAP_munmap` in [`MODEL_COST`].
+pub const UNMAP_US: u64 = 10;
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -279,7 +306,48 @@ pub fn run(scale: u32) -> Result<Figures, String> {
 
     // 4. The model network: five launches vs one batch (crossings, maps, packing, simulated latency).
     f.model = hexrpc_scenarios::netmodel::measure(MODEL_COST, (100 * scale) as usize)?;
+
+    // 5. The DSP map cache: maps per steady-state launch with and without it.
+    f.maps = map_figures((200 * scale) as usize)?;
     Ok(f)
+}
+
+/// `dsp_maps_per_launch` and its companions ([`MapFigures`]): the selftest kernel's model as
+/// an entry with and without the map cache, `launches` launches of two leases after 10 of
+/// warm-up, on a bench that charges [`MODEL_COST`].
+pub fn map_figures(launches: usize) -> Result<MapFigures, String> {
+    use hexrpc_bench::{BenchConfig, LedgerEvent};
+    let cfg = BenchConfig { cost: MODEL_COST, ..BenchConfig::for_board(checks::board()) };
+    let bench = hexrpc_bench::Bench::with_config(cfg);
+    let model = &hexrpc_scenarios::catalogue::ADD_U8;
+    let (plain, cached) = ("maps-plain", "maps-cached");
+    bench.register_library(plain, model.library_model());
+    bench.register_library(cached, model.library_model().with_map_cache());
+    let policy = hexrpc_runtime::reverse::FilePolicy::for_board(bench.board()).map_err(|e| format!("{e:?}"))?;
+    let served = hexrpc_runtime::ServedSession::start(bench.clone(), &checks::bench_device_access(), policy).map_err(|e| e.to_string())?;
+    let sig = Signature::parse(model.signature).map_err(|e| e.to_string())?;
+    let input = served.session().alloc(64 * 1024).map_err(|e| e.to_string())?;
+    let output = served.session().alloc(64 * 1024).map_err(|e| e.to_string())?;
+    let (a, o) = (input.view(4096, 4096).map_err(|e| e.to_string())?, output.view(0, 4096).map_err(|e| e.to_string())?);
+    let mut per = [(0.0, 0.0); 2];
+    for (i, (name, cache)) in [(plain, false), (cached, true)].into_iter().enumerate() {
+        let lib = served.open_library_with(name, hexrpc_scenarios::catalogue::image(name), cache).map_err(|e| e.to_string())?;
+        let kernel = hexrpc_runtime::Kernel::new(lib, sig, AbiVersion::V2);
+        for _ in 0..10 {
+            kernel.launch(&[&a, &o], &[Scalar::U32(1)]).map_err(|e| e.to_string())?;
+        }
+        bench.clear_logs();
+        for _ in 0..launches {
+            kernel.launch(&[&a, &o], &[Scalar::U32(1)]).map_err(|e| e.to_string())?;
+        }
+        let maps = bench.ledger().iter().filter(|e| matches!(e.event, LedgerEvent::Map { .. })).count();
+        if bench.ledger_mismatches() != 0 {
+            return Err(format!("{name}: the DSP model recorded contract violations"));
+        }
+        let p50 = bench.latency_summary(CallKind::RpcInvokeAttrs).or_else(|| bench.latency_summary(CallKind::UpInvoke));
+        per[i] = (maps as f64 / launches as f64, p50.map_or(f64::NAN, |s| s.p50.as_secs_f64() * 1e6));
+    }
+    Ok(MapFigures { uncached: per[0].0, cached: per[1].0, leases: 2, uncached_latency_us: per[0].1, cached_latency_us: per[1].1 })
 }
 
 /// The flat JSON object.
@@ -306,6 +374,26 @@ pub fn to_json(f: &Figures) -> String {
         .float("batch_pack_ns", f.model.batch_pack_ns)
         .float("per_kernel_crossings_per_model", f.model.per_kernel.crossings)
         .float("per_kernel_maps_per_model", f.model.per_kernel.maps)
+        .float("dsp_maps_per_launch", f.maps.cached)
+        .float("dsp_maps_per_launch_uncached", f.maps.uncached)
+        .num("dsp_map_leases_per_launch", f.maps.leases)
+        .raw("dsp_map_cache", |o| {
+            let mut m = json::Object::new(o);
+            m.float("maps_per_launch", f.maps.cached)
+                .float("maps_per_launch_uncached", f.maps.uncached)
+                .float("launch_latency_us", f.maps.cached_latency_us)
+                .float("launch_latency_us_uncached", f.maps.uncached_latency_us)
+                .bool("simulated", true)
+                .str(
+                    "cost_model",
+                    &format!(
+                        "{} us/crossing + {} us/KiB + {MAP_US} us/HAP_mmap + {UNMAP_US} us/HAP_munmap",
+                        MODEL_COST.per_crossing.as_micros(),
+                        MODEL_COST.per_kib_copied.as_micros()
+                    ),
+                );
+            m.end();
+        })
         .raw("model_latency_us", |o| {
             let mut m = json::Object::new(o);
             m.float("batch", f.model.batch.latency_us).float("per_kernel", f.model.per_kernel.latency_us).bool("simulated", true).str(
@@ -339,7 +427,9 @@ pub fn to_text(f: &Figures) -> String {
          model network (5 nodes), per kernel: crossings / maps     {:>6.0} / {:<6.0}\n\
          model network as one batch: crossings / maps             {:>6.0} / {:<6.0} ({} distinct leases)\n\
          packing the model's batch (5 records)                    {:>12.1} ns\n\
-         model latency per kernel vs batch ({} us/crossing + {} us/KiB) {:>6.0} / {:.0} us   [simulated]\n",
+         model latency per kernel vs batch ({} us/crossing + {} us/KiB) {:>6.0} / {:.0} us   [simulated]\n\
+         DSP maps per launch, map cache / none ({} leases)         {:>6.2} / {:<6.2} [simulated]\n\
+         launch latency, map cache / none (+{} us/map, {} us/unmap) {:>6.0} / {:.0} us   [simulated]\n",
         f.launch_overhead_ns,
         f.bench_round_trip_ns,
         f.crossings_per_launch,
@@ -363,5 +453,12 @@ pub fn to_text(f: &Figures) -> String {
         MODEL_COST.per_kib_copied.as_micros(),
         f.model.per_kernel.latency_us,
         f.model.batch.latency_us,
+        f.maps.leases,
+        f.maps.cached,
+        f.maps.uncached,
+        MAP_US,
+        UNMAP_US,
+        f.maps.cached_latency_us,
+        f.maps.uncached_latency_us,
     )
 }

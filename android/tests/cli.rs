@@ -475,6 +475,13 @@ fn bench_json_reports_every_figure_labelled_simulated() {
     let lat = &v["model_latency_us"];
     assert_eq!(lat["simulated"], true, "{lat}");
     assert!(lat["batch"].as_f64().unwrap() < lat["per_kernel"].as_f64().unwrap(), "{lat}");
+    // The DSP map cache: no map per steady-state launch, one per lease without it, and the
+    // simulated launch is cheaper by the maps and unmaps it saves.
+    assert_eq!(v["dsp_maps_per_launch"].as_f64(), Some(0.0), "{v}");
+    assert_eq!(v["dsp_maps_per_launch_uncached"].as_f64(), v["dsp_map_leases_per_launch"].as_f64(), "{v}");
+    let cache = &v["dsp_map_cache"];
+    assert_eq!(cache["simulated"], true, "{cache}");
+    assert!(cache["launch_latency_us"].as_f64().unwrap() < cache["launch_latency_us_uncached"].as_f64().unwrap(), "{cache}");
 }
 
 #[test]

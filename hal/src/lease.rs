@@ -86,6 +86,22 @@ pub(crate) struct RawLease<S: Syscalls> {
     /// Clean after CPU writes and invalidate before CPU reads with the ION cache ioctls
     /// (cached ION on a board whose DSP is not I/O-coherent).
     ion_maint: bool,
+    /// The lease's identity for the DSP's map cache ([`next_lease_id`]).
+    id: u32,
+}
+
+/// The next lease id: non-zero, and unique among the leases of this process (so of every
+/// session in it) until the 32-bit counter wraps, after 2^32 - 1 allocations; the wrap skips 0.
+/// Unlike the fd number, which the next allocation reuses as soon as the lease is gone, an id
+/// names one lease only, so a DSP mapping cached under it can never be handed to another lease.
+fn next_lease_id() -> u32 {
+    static NEXT: core::sync::atomic::AtomicU32 = core::sync::atomic::AtomicU32::new(1);
+    loop {
+        let id = NEXT.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+        if id != 0 {
+            return id;
+        }
+    }
 }
 
 impl<S: Syscalls + Clone> RawLease<S> {
@@ -121,7 +137,7 @@ impl<S: Syscalls + Clone> RawLease<S> {
         let map = Mapping::map_shared(sys.clone(), share.raw(), rounded, Prot::ReadWrite).map_err(|e| HalError::os(stage, e))?;
         let sync = board.allocator == Allocator::DmaHeap && board.cached;
         let ion_maint = board.allocator == Allocator::Ion49 && board.cached && !board.dsp_coherent;
-        Ok(RawLease { map, share, handle, len: rounded, sync, ion_maint })
+        Ok(RawLease { map, share, handle, len: rounded, sync, ion_maint, id: next_lease_id() })
     }
 
     /// The ION cache ioctl `op` on `[offset, offset + len)` (non-coherent boards).
@@ -217,6 +233,11 @@ pub trait LeaseMemory {
     fn lease_len(&self) -> usize;
     /// Copies bytes out of the lease.
     fn read_at(&self, offset: usize, out: &mut [u8]) -> Result<(), HalError>;
+    /// The lease's identity for the DSP's map cache (non-zero, never reused; 0: none, never
+    /// cached).
+    fn lease_id(&self) -> u32 {
+        0
+    }
 }
 
 /// A buffer of a session: on ION 4.9 the handle, share fd and mapping of the whole buffer; on a
@@ -290,6 +311,18 @@ impl<'s, S: Syscalls + Clone> Lease<'s, S> {
     /// Total length (the allocation, rounded up to a page).
     pub fn len(&self) -> usize {
         self.raw.as_ref().map_or(0, |r| r.len)
+    }
+
+    /// The lease's identity (non-zero, never reused by another lease of this process): what a
+    /// launch on a library with the map cache sends with the lease, and what the session
+    /// releases on the DSP when the lease is dropped. A lease made before its session existed
+    /// ([`HeapOpened::alloc`](crate::HeapOpened::alloc)) has none (0: never cached), since no
+    /// session would release it.
+    pub fn lease_id(&self) -> u32 {
+        match self.owner {
+            Owner::Free => 0,
+            _ => self.raw.as_ref().map_or(0, |r| r.id),
+        }
     }
 
     /// Always false: leases have at least one page.
@@ -391,6 +424,9 @@ impl<S: Syscalls + Clone> LeaseMemory for Lease<'_, S> {
     fn read_at(&self, offset: usize, out: &mut [u8]) -> Result<(), HalError> {
         Lease::read_at(self, offset, out)
     }
+    fn lease_id(&self) -> u32 {
+        Lease::lease_id(self)
+    }
 }
 
 impl<S: Syscalls + Clone> core::fmt::Debug for Lease<'_, S> {
@@ -450,6 +486,11 @@ impl<'a> BufferView<'a> {
         self.lease.lease_len()
     }
 
+    /// The lease's identity for the DSP's map cache ([`Lease::lease_id`]; 0: never cached).
+    pub fn lease_id(&self) -> u32 {
+        self.lease.lease_id()
+    }
+
     /// Copies the view's bytes (or the first `out.len()` of them) out.
     pub fn read(&self, out: &mut [u8]) -> Result<(), HalError> {
         if out.len() > self.len {
@@ -473,5 +514,9 @@ impl core::fmt::Debug for BufferView<'_> {
 impl<S: Syscalls> RawLease<S> {
     pub(crate) fn share_fd(&self) -> Fd {
         self.share.raw()
+    }
+
+    pub(crate) fn id(&self) -> u32 {
+        self.id
     }
 }

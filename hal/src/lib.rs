@@ -113,7 +113,9 @@ pub use fd::OwnedFd;
 pub use hexrpc_drivers::adsprpc::ArgsError;
 pub use image::LibraryImage;
 pub use lease::{BufferView, Lease, LeaseMemory};
-pub use session::{Health, ImageRegistry, Library, Session, DLERROR_LEN, MAX_LIBRARIES, MAX_NAME};
+pub use session::{
+    Health, ImageRegistry, Library, Session, DLERROR_LEN, MAP_CACHE_RELEASE_IDS, MAP_CACHE_RELEASE_METHOD, MAX_LIBRARIES, MAX_NAME,
+};
 #[cfg(feature = "std")]
 pub use shared::{SharedLease, SharedLibrary};
 pub use stages::{ChannelOpened, HeapOpened, ProcessCreated, ShellStaged};

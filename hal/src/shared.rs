@@ -73,6 +73,11 @@ impl<S: Syscalls + Clone> SharedLibrary<S> {
         self.session.remote_handle(self.slot)
     }
 
+    /// True if the library was opened with the map cache (see `Library::map_cache`).
+    pub fn map_cache(&self) -> bool {
+        self.session.slot_map_cache(self.slot)
+    }
+
     /// Calls the library with `args` (see [`Library::invoke`](crate::Library::invoke)).
     pub fn invoke<const CAP: usize>(&self, args: &mut Call<'_, CAP>) -> Result<(), HalError> {
         self.session.invoke_slot(self.slot, args, None)
@@ -119,7 +124,19 @@ impl<S: Syscalls + Clone> Session<S> {
         name: &str,
         image: impl Into<LibraryImage>,
     ) -> Result<SharedLibrary<S>, HalError> {
-        let slot = self.open_library(&*registry, name, image)?.into_slot();
+        self.open_library_shared_with(registry, name, image, false)
+    }
+
+    /// [`open_library_shared`](Session::open_library_shared) with the map cache when `map_cache`
+    /// is true (see [`open_library_with`](Session::open_library_with)).
+    pub fn open_library_shared_with(
+        self: &Arc<Self>,
+        registry: Arc<dyn ImageRegistry + Send + Sync>,
+        name: &str,
+        image: impl Into<LibraryImage>,
+        map_cache: bool,
+    ) -> Result<SharedLibrary<S>, HalError> {
+        let slot = self.open_library_with(&*registry, name, image, map_cache)?.into_slot();
         Ok(SharedLibrary { slot, registry, session: self.clone() })
     }
 }

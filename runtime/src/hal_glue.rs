@@ -22,6 +22,9 @@ impl LaunchBuffer for BufferView<'_> {
     fn view_len(&self) -> u64 {
         self.len() as u64
     }
+    fn lease_id(&self) -> u32 {
+        BufferView::lease_id(self)
+    }
 }
 
 impl<S: Syscalls + Sync> ImageRegistry for ReverseService<'_, S> {

@@ -21,7 +21,8 @@ use hexrpc_drivers::{Fd, Syscalls};
 use hexrpc_hal::{BufferView, Call, Cause, HalError, Library, Stage};
 
 use crate::launch::{
-    AbiVersion, BufferRef, LibraryRecord, PackError, PackedLaunch, RecordError, Scalar, Signature, SignatureError, MAX_ARGS, MAX_BUFFERS,
+    AbiVersion, BufferRef, LaunchBuffer, LibraryRecord, PackError, PackedLaunch, RecordError, Scalar, Signature, SignatureError, MAX_ARGS,
+    MAX_BUFFERS,
 };
 use crate::Error;
 
@@ -34,11 +35,20 @@ pub trait KernelLibrary {
     /// not returned after `timeout`.
     #[cfg(feature = "std")]
     fn invoke_args_with_deadline(&self, args: &mut Call<'_, MAX_ARGS>, timeout: core::time::Duration) -> Result<(), HalError>;
+
+    /// True if the library keeps lease mappings across calls (opened with the map cache): only
+    /// then do launches carry the leases' ids (0 otherwise).
+    fn map_cache(&self) -> bool {
+        false
+    }
 }
 
 impl<S: Syscalls + Clone + Sync> KernelLibrary for Library<'_, S> {
     fn invoke_args(&self, args: &mut Call<'_, MAX_ARGS>) -> Result<(), HalError> {
         self.invoke(args)
+    }
+    fn map_cache(&self) -> bool {
+        Library::map_cache(self)
     }
     #[cfg(feature = "std")]
     fn invoke_args_with_deadline(&self, args: &mut Call<'_, MAX_ARGS>, timeout: core::time::Duration) -> Result<(), HalError> {
@@ -50,6 +60,9 @@ impl<S: Syscalls + Clone + Sync> KernelLibrary for Library<'_, S> {
 impl<S: Syscalls + Clone + Sync> KernelLibrary for hexrpc_hal::SharedLibrary<S> {
     fn invoke_args(&self, args: &mut Call<'_, MAX_ARGS>) -> Result<(), HalError> {
         self.invoke(args)
+    }
+    fn map_cache(&self) -> bool {
+        hexrpc_hal::SharedLibrary::map_cache(self)
     }
     fn invoke_args_with_deadline(&self, args: &mut Call<'_, MAX_ARGS>, timeout: core::time::Duration) -> Result<(), HalError> {
         self.invoke_with_deadline(args, timeout)
@@ -217,8 +230,9 @@ impl<L: KernelLibrary> Kernel<L> {
         }
         let owner = ();
         let mut refs = [BufferRef::borrowing(&owner, Fd(-1), 0, 0, 0); MAX_BUFFERS];
+        let cache = self.library.map_cache();
         for (r, v) in refs.iter_mut().zip(views) {
-            *r = BufferRef::of(*v);
+            *r = if cache { BufferRef::of(*v) } else { BufferRef::of(*v).with_lease_id(0) };
         }
         self.packed(&refs[..views.len()], scalars, call)
     }
@@ -229,6 +243,18 @@ impl<L: KernelLibrary> Kernel<L> {
         scalars: &[Scalar],
         call: impl FnOnce(&mut Call<'_, MAX_ARGS>) -> Result<(), HalError>,
     ) -> Result<u64, Error> {
+        // A library without the map cache is sent no lease ids (records that carry one are
+        // copied without it; the views path above never makes such records).
+        let owner = ();
+        let mut plain = [BufferRef::borrowing(&owner, Fd(-1), 0, 0, 0); MAX_BUFFERS];
+        let buffers = if buffers.len() <= MAX_BUFFERS && buffers.iter().any(|b| b.lease_id() != 0) && !self.library.map_cache() {
+            for (p, b) in plain.iter_mut().zip(buffers) {
+                *p = b.with_lease_id(0);
+            }
+            &plain[..buffers.len()]
+        } else {
+            buffers
+        };
         // Built where it lives and packed in place (no move of the ~1 KiB value).
         let mut packed = PackedLaunch::empty(self.abi);
         packed.repack(self.abi, &self.signature, buffers, scalars)?;
@@ -298,7 +324,8 @@ mod served {
         ) -> Result<Kernel<SharedLibrary<S>>, Error> {
             let image = image.into();
             let (signature, abi) = resolve_launch(image.bytes(), launch)?;
-            let library = self.session.open_library_shared(self.service.clone(), name, image)?;
+            let map_cache = crate::served::records_map_cache(image.bytes());
+            let library = self.session.open_library_shared_with(self.service.clone(), name, image, map_cache)?;
             Ok(Kernel::new(library, signature, abi))
         }
 

@@ -98,9 +98,20 @@ impl<S: Syscalls + Clone + Send + Sync + 'static> ServedSession<S> {
     }
 
     /// Opens a library whose image the service serves under a unique name (see
-    /// [`Session::open_library`]).
+    /// [`Session::open_library`]). A library whose build record carries
+    /// [`FLAG_MAP_CACHE`](crate::launch::record::FLAG_MAP_CACHE) is opened with the map cache
+    /// ([`Session::open_library_with`]).
     pub fn open_library(&self, name: &str, image: impl Into<LibraryImage>) -> Result<Library<'_, S>, Error> {
-        Ok(self.session.open_library(&*self.service, name, image)?)
+        let image = image.into();
+        let map_cache = records_map_cache(image.bytes());
+        Ok(self.session.open_library_with(&*self.service, name, image, map_cache)?)
+    }
+
+    /// [`open_library`](Self::open_library) with the map cache said explicitly, for a library
+    /// without a build record whose entry was generated with
+    /// [`EntryOptions::map_cache`](crate::launch::EntryOptions::map_cache).
+    pub fn open_library_with(&self, name: &str, image: impl Into<LibraryImage>, map_cache: bool) -> Result<Library<'_, S>, Error> {
+        Ok(self.session.open_library_with(&*self.service, name, image, map_cache)?)
     }
 
     /// Shuts the served session down (the DSP process exits, the listener releases what it
@@ -132,4 +143,10 @@ impl<S: Syscalls + Clone + Send + Sync + 'static> Drop for ServedSession<S> {
             }
         }
     }
+}
+
+/// True if `image`'s build record says its entry keeps lease mappings across calls (a v2 entry
+/// with [`FLAG_MAP_CACHE`](crate::launch::record::FLAG_MAP_CACHE)); false without a readable record.
+pub(crate) fn records_map_cache(image: &[u8]) -> bool {
+    matches!(crate::launch::LibraryRecord::find(image), Ok(Some(r)) if r.map_cache() && r.abi() == crate::launch::AbiVersion::V2)
 }

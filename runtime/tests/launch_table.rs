@@ -51,7 +51,13 @@ fn packed_bytes_follow_the_card_for_every_buffer_count() {
                     (3 + i as i32, 65536 + i as u64, off, 1000 + 7 * i as u64)
                 })
                 .collect();
-            let refs: Vec<BufferRef<'_>> = bufs.iter().map(|&(fd, l, o, n)| BufferRef::borrowing(&owner, Fd(fd), l, o, n)).collect();
+            // Lease ids: 0 (do not cache) for every third buffer, distinct ones otherwise.
+            let id = |i: usize| if i.is_multiple_of(3) { 0 } else { 0xA000 + i as u32 };
+            let refs: Vec<BufferRef<'_>> = bufs
+                .iter()
+                .enumerate()
+                .map(|(i, &(fd, l, o, n))| BufferRef::borrowing(&owner, Fd(fd), l, o, n).with_lease_id(id(i)))
+                .collect();
             let mut p = PackedLaunch::new(version, &sig, &refs, &scalars).unwrap();
             let (pra0, pra1) = (p.pra0().to_vec(), p.pra1().to_vec());
             // The card, by hand.
@@ -67,7 +73,10 @@ fn packed_bytes_follow_the_card_for_every_buffer_count() {
             }
             for (i, &(_, lease, off, len)) in bufs.iter().enumerate() {
                 assert_eq!(u32_at(&pra0, hdr + 8 * i), len as u32);
-                assert_eq!(u32_at(&pra0, hdr + 8 * i + 4), 0);
+                // v2: the slot's second word is the lease id; v1 has no such word.
+                let want_id = if version == AbiVersion::V2 { id(i) } else { 0 };
+                assert_eq!(u32_at(&pra0, hdr + 8 * i + 4), want_id, "{version:?} n={n} buffer {i}");
+                assert_eq!(version.layout().lease_id(&pra0, i), (version == AbiVersion::V2).then_some(want_id));
                 assert_eq!(u32_at(&pra1, rec * i), off as u32);
                 if version == AbiVersion::V2 {
                     assert_eq!(u32_at(&pra1, rec * i + 4), lease as u32);
@@ -165,4 +174,70 @@ fn table_limits_match_the_card() {
     assert_eq!(V1.magic, None);
     assert_eq!((V1.handle_attr, V2.handle_attr), (FASTRPC_ATTR_NOVA, FASTRPC_ATTR_NOVA));
     assert_eq!((V2.err_bad_param, V2.map_prot, V2.map_flags), (14, 3, 0));
+}
+
+#[test]
+fn map_cache_entry_reads_the_lease_ids_the_packer_writes() {
+    use hexrpc_runtime::launch::{write_batch_entry, KernelSpec, BATCH, MAP_CACHE_SLOTS, RELEASE_METHOD};
+    for n in [1usize, 2, 15] {
+        let (sig, _) = case(n);
+        let mut c = String::new();
+        write_entry(&mut c, &sig, "kern", &EntryOptions::V2_CACHED).unwrap();
+        for i in 0..n {
+            // Header slot (8) + buffer slot i, second word: by hand.
+            assert!(c.contains(&format!("hrx_id{i} = hrx_ld_u32(hrx_a0 + {});", 8 + 8 * i + 4)), "n={n} {i}\n{c}");
+            assert!(c.contains(&format!("hrx_acquire(hrx_id{i}, hrx_fd{i}, hrx_lease{i}, &hrx_slot{i})")), "{c}");
+            assert!(c.contains(&format!("hrx_put(hrx_slot{i}, hrx_base{i}, hrx_lease{i});")), "{c}");
+        }
+        assert!(c.contains(&format!("if ((sc >> 24) == {RELEASE_METHOD}u) return hrx_release(sc, pra);")), "{c}");
+        assert!(c.contains(&format!("static hrx_cached hrx_cache[{MAP_CACHE_SLOTS}];")), "{c}");
+        assert!(c.contains("__atomic_exchange_n(&hrx_cache_lock, 1, __ATOMIC_ACQUIRE)"), "{c}");
+        // The checks still come before any map.
+        assert!(c.find("return 14;").unwrap() < c.find("hrx_acquire(hrx_id0").unwrap());
+        // Without the cache: no id is read, every lease is mapped and unmapped per call.
+        let mut plain = String::new();
+        write_entry(&mut plain, &sig, "kern", &EntryOptions::V2).unwrap();
+        assert!(!plain.contains("hrx_id0") && !plain.contains("hrx_release") && plain.contains("HAP_mmap((void *)0, hrx_lease0"));
+    }
+    let (sig, _) = case(2);
+    let v1_cached = EntryOptions { map_cache: true, ..EntryOptions::V1 };
+    assert_eq!(write_entry(&mut String::new(), &sig, "kern", &v1_cached), Err(hexrpc_runtime::launch::EntryError::MapCacheNeedsV2));
+    // Batches: the lease entry's second word is the id (no longer required to be 0).
+    let k = [KernelSpec { name: "k", signature: sig, returns_status: false }];
+    let mut b = String::new();
+    write_batch_entry(&mut b, &k, &EntryOptions::V2_CACHED).unwrap();
+    assert!(b.contains(&format!("hrx_id[hrx_l] = hrx_ld_u32(hrx_a1 + 8u * hrx_l + {});", BATCH.lease_id_at)), "{b}");
+    assert!(b.contains("hrx_base[hrx_l] = hrx_acquire(hrx_id[hrx_l], hrx_fd[hrx_l], hrx_lease[hrx_l], &hrx_slot[hrx_l]);"), "{b}");
+    assert!(!b.contains(") != 0u) return 14;"), "{b}");
+    let mut plain = String::new();
+    write_batch_entry(&mut plain, &k, &EntryOptions::V2).unwrap();
+    assert!(plain.contains("hrx_ld_u32(hrx_a1 + 8u * hrx_l + 4) != 0u) return 14;"), "{plain}");
+}
+
+#[test]
+fn a_batch_sends_lease_ids_only_when_told() {
+    use hexrpc_runtime::launch::{Batch, BatchRefusal};
+    let owner = ();
+    let sigs = [Signature::parse("buf,buf").unwrap()];
+    let a = BufferRef::borrowing(&owner, Fd(5), 4096, 0, 64).with_lease_id(11);
+    let b = BufferRef::borrowing(&owner, Fd(6), 8192, 64, 64).with_lease_id(12);
+    let mut batch = Batch::new(&sigs).unwrap();
+    batch.push(0, &[a, b], &[]).unwrap();
+    // Off by default: a library without the map cache refuses a non-zero word.
+    assert_eq!((u32_at(batch.pra1(), 4), u32_at(batch.pra1(), 12)), (0, 0));
+    batch.send_lease_ids(true);
+    assert_eq!((u32_at(batch.pra1(), 4), u32_at(batch.pra1(), 12)), (11, 12));
+    assert_eq!((u32_at(batch.pra1(), 0), u32_at(batch.pra1(), 8)), (4096, 8192));
+    // A lease pushed while on carries its id at once.
+    let c = BufferRef::borrowing(&owner, Fd(7), 4096, 0, 64).with_lease_id(13);
+    batch.push(0, &[c, a], &[]).unwrap();
+    assert_eq!(u32_at(batch.pra1(), 20), 13);
+    batch.send_lease_ids(false);
+    assert!((0..3).all(|l| u32_at(batch.pra1(), 8 * l + 4) == 0));
+    // The same fd with another id is another lease: refused like another length.
+    let a_other = BufferRef::borrowing(&owner, Fd(5), 4096, 0, 64).with_lease_id(99);
+    assert!(matches!(
+        batch.push(0, &[a_other, b], &[]),
+        Err(hexrpc_runtime::Error::Batch(BatchRefusal::LeaseMismatch { record: 2, buffer: 0 }))
+    ));
 }

@@ -95,7 +95,7 @@ pub fn build_lib(bl: BuildLibArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let entry = if bl.v1 { EntryOptions::V1 } else { EntryOptions::V2 };
+    let entry = if bl.v1 { EntryOptions::V1 } else { EntryOptions::V2_CACHED };
     let opts = build_options(entry, bl.kernel_name, bl.power, bl.cflags, bl.clang, bl.lld);
     let built = with_progress(|| build::build_library(&kernel, &sig, &out, &opts));
     match built {

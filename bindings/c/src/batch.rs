@@ -97,6 +97,8 @@ pub fn run(kobj: &KernelObj, kernels: &[Signature], records: &[BatchRecord], dea
             return Err(Failure::runtime(BatchRefusal::Empty.into()));
         }
         let lib = kobj.kernel().library();
+        // Lease ids only to a library with the map cache (others refuse a non-zero id word).
+        batch.send_lease_ids(lib.map_cache());
         {
             let mut args = batch.invoke_args().map_err(|e| Failure::refused(format!("{e:?}")))?;
             match deadline {

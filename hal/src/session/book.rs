@@ -11,6 +11,10 @@
 //!
 //! So, when a lease whose fd went to a channel is dropped:
 //!
+//! * first, if it went to a library with the map cache, the DSP's kept mapping of it is
+//!   released (launch ABI method 4 on each such library it went to, `docs/entry-abi.md` §2.3) while the
+//!   number still names this lease; if that cannot be done the lease is kept whole until every
+//!   channel that existed is closed;
 //! * downstream: `FASTRPC_IOCTL_MUNMAP_FD(fd, va 0, len 0)` on every live channel, repeated
 //!   until the driver says no map is left (it drops one reference per call, without a DSP
 //!   message), then the fd is closed: the number is clean;
@@ -38,6 +42,10 @@ use crate::sync;
 
 /// Fd numbers tracked exactly (one bit each); a larger number is assumed to have been passed.
 const PASSED_WORDS: usize = 64;
+/// Fd numbers tracked exactly per library with the map cache (below 256: a dropped lease's
+/// release goes only to the libraries it went to); a larger number's release goes to every
+/// library with the cache.
+const SLOT_FD_WORDS: usize = 4;
 /// Retired numbers kept for channels that are still open (4 bytes each).
 const KEPT_NUMBERS: usize = 1024;
 /// Whole leases kept for channels that are still open (shells, quarantined leases).
@@ -73,6 +81,13 @@ pub(crate) struct Book<S: Syscalls> {
     quarantined: AtomicUsize,
     /// Bit `n`: fd number `n` was handed to a channel as a handle since its lease was made.
     passed: [AtomicU64; PASSED_WORDS],
+    /// Bit `n`: fd number `n` went to a library with the map cache since its lease was made (or
+    /// since the last recovery): the DSP may hold a mapping of it, which the lease's drop
+    /// releases first.
+    cached: [AtomicU64; PASSED_WORDS],
+    /// `slot_fds[s]` bit `n`: fd number `n` (< 64 * SLOT_FD_WORDS) went to library slot `s`
+    /// (a library with the map cache) since its lease was made; 8 KiB in all.
+    slot_fds: [[AtomicU64; SLOT_FD_WORDS]; super::MAX_LIBRARIES],
 }
 
 impl<S: Syscalls> Book<S> {
@@ -85,6 +100,8 @@ impl<S: Syscalls> Book<S> {
             }),
             quarantined: AtomicUsize::new(0),
             passed: [const { AtomicU64::new(0) }; PASSED_WORDS],
+            cached: [const { AtomicU64::new(0) }; PASSED_WORDS],
+            slot_fds: [const { [const { AtomicU64::new(0) }; SLOT_FD_WORDS] }; super::MAX_LIBRARIES],
         }
     }
 
@@ -106,6 +123,58 @@ impl<S: Syscalls> Book<S> {
         match Self::bit(fd) {
             Some((w, b)) => self.passed[w].fetch_and(!b, Ordering::AcqRel) & b != 0,
             None => fd.0 >= 0,
+        }
+    }
+
+    /// `fd` went to library slot `slot`, a library with the map cache.
+    pub(super) fn mark_cached(&self, fd: Fd, slot: usize) {
+        if let Some((w, b)) = Self::bit(fd) {
+            if self.cached[w].load(Ordering::Relaxed) & b == 0 {
+                self.cached[w].fetch_or(b, Ordering::AcqRel);
+            }
+            if let Some(word) = self.slot_fds.get(slot).and_then(|s| s.get(w)) {
+                if word.load(Ordering::Relaxed) & b == 0 {
+                    word.fetch_or(b, Ordering::AcqRel);
+                }
+            }
+        }
+    }
+
+    /// Whether the library in `slot` may hold a mapping of `fd` (clearing the mark): exactly
+    /// for a number below 64 * SLOT_FD_WORDS, always above.
+    pub(super) fn take_slot_fd(&self, slot: usize, fd: Fd) -> bool {
+        match Self::bit(fd) {
+            Some((w, b)) if w < SLOT_FD_WORDS => self.slot_fds.get(slot).is_some_and(|s| s[w].fetch_and(!b, Ordering::AcqRel) & b != 0),
+            _ => true,
+        }
+    }
+
+    /// The library in `slot` closed: none of its marks is true any more.
+    pub(super) fn forget_slot(&self, slot: usize) {
+        if let Some(s) = self.slot_fds.get(slot) {
+            for w in s {
+                w.store(0, Ordering::Release);
+            }
+        }
+    }
+
+    /// Clears and returns the "cached" mark of `fd` (true for numbers beyond the bitmap).
+    fn take_cached(&self, fd: Fd) -> bool {
+        match Self::bit(fd) {
+            Some((w, b)) => self.cached[w].fetch_and(!b, Ordering::AcqRel) & b != 0,
+            None => fd.0 >= 0,
+        }
+    }
+
+    /// A recovery replaced the DSP process: whatever it had mapped is gone with it.
+    pub(super) fn forget_cached(&self) {
+        for w in &self.cached {
+            w.store(0, Ordering::Release);
+        }
+        for s in &self.slot_fds {
+            for w in s {
+                w.store(0, Ordering::Release);
+            }
         }
     }
 
@@ -216,6 +285,21 @@ impl<S: Syscalls + Clone> Session<S> {
             log::warn!("quarantined lease (fd {}) dropped: kept until generation {generation} is released", fd.0);
             self.keep(generation, Kept::Lease(raw));
             return;
+        }
+        // The DSP's cached mapping goes first, while the number still names this lease. If it
+        // could not be released (the session needs recovery, the library refused), the lease is
+        // kept whole, memory and number, until every channel that may have run it is closed,
+        // which ends the DSP process that holds the mapping.
+        if self.book.take_cached(fd) && !self.release_cached(&[raw.id()], fd) {
+            if let Some(generation) = self.newest_live() {
+                log::warn!(
+                    "lease fd {} dropped with a DSP mapping that could not be released: kept until generation {generation} is closed",
+                    fd.0
+                );
+                let _ = self.book.take_passed(fd);
+                self.keep(generation, Kept::Lease(raw));
+                return;
+            }
         }
         if !self.book.take_passed(fd) {
             return drop(raw);

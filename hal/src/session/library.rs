@@ -59,7 +59,16 @@ pub trait ImageRegistry: Sync {
 pub(super) struct LibSlot {
     pub(super) name: heapless::String<MAX_NAME>,
     pub(super) remote: u32,
+    /// The library keeps lease mappings across calls (opened with the map cache).
+    pub(super) map_cache: bool,
 }
+
+/// The method a library built with the map cache answers with a release (launch ABI method 4,
+/// `docs/entry-abi.md`): pra 0 holds a u32 count C and C u32 lease ids; C = 0 releases every
+/// cached mapping. `hexrpc-runtime`'s launch ABI table asserts that it names the same method.
+pub const MAP_CACHE_RELEASE_METHOD: u8 = 4;
+/// Most lease ids one release names (the runtime's table asserts the same figure).
+pub const MAP_CACHE_RELEASE_IDS: usize = 64;
 
 // The table lives inside every `Session` (and is moved with it): it must stay small.
 const _: () = assert!(core::mem::size_of::<[Option<LibSlot>; MAX_LIBRARIES]>() <= 20 * 1024);
@@ -86,6 +95,23 @@ impl<S: Syscalls + Clone> Session<S> {
         name: &str,
         image: impl Into<LibraryImage>,
     ) -> Result<Library<'s, S>, HalError> {
+        self.open_library_with(registry, name, image, false)
+    }
+
+    /// [`open_library`](Self::open_library) for a library whose entry was built with the map
+    /// cache when `map_cache` is true (its build record says so: `FLAG_MAP_CACHE`): the session
+    /// then marks every lease launched on it, releases a marked lease's cached DSP mapping when
+    /// the lease is dropped (before its fd number is given up), and flushes the library's
+    /// cache before it is closed. Saying `true` for a library without the cache costs one
+    /// ignored call per dropped lease; saying `false` for one with it is never right (its
+    /// mappings would outlive their leases), so callers take the flag from the build record.
+    pub fn open_library_with<'s>(
+        &'s self,
+        registry: &'s dyn ImageRegistry,
+        name: &str,
+        image: impl Into<LibraryImage>,
+        map_cache: bool,
+    ) -> Result<Library<'s, S>, HalError> {
         let st = Stage::LibraryOpen;
         let image = image.into();
         if name.is_empty() || name.len() > 32 || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.') {
@@ -101,7 +127,7 @@ impl<S: Syscalls + Clone> Session<S> {
             let mut libs = self.libs.lock();
             let slot = libs.iter().position(|s| s.is_none()).ok_or(HalError::new(st, Cause::Full))?;
             // Reserved while the DSP loads it; recovery cannot run meanwhile (we hold `chan`).
-            libs[slot] = Some(LibSlot { name: unique.clone(), remote: u32::MAX });
+            libs[slot] = Some(LibSlot { name: unique.clone(), remote: u32::MAX, map_cache });
             slot
         };
         let opened = if registry.publish(&unique, image) {
@@ -115,7 +141,7 @@ impl<S: Syscalls + Clone> Session<S> {
         let mut libs = self.libs.lock();
         match opened {
             Ok(remote) => {
-                libs[slot] = Some(LibSlot { name: unique, remote });
+                libs[slot] = Some(LibSlot { name: unique, remote, map_cache });
                 Ok(Library { session: self, registry, slot })
             }
             Err(e) => {
@@ -126,6 +152,13 @@ impl<S: Syscalls + Clone> Session<S> {
     }
 
     pub(crate) fn close_slot(&self, registry: &dyn ImageRegistry, slot: usize) {
+        // The DSP process keeps a library's HAP_mmap mappings after the library is unloaded:
+        // its cache is flushed first (the process's end takes them otherwise).
+        if self.slot_map_cache(slot) && self.is_healthy() {
+            if let Err(e) = self.release_slot(slot, &[]) {
+                log::warn!("flushing the map cache of library slot {slot} before its close: {e}");
+            }
+        }
         let chan = self.chan.read();
         let Some(lib) = self.libs.lock()[slot].take() else { return };
         if self.is_healthy() {
@@ -136,11 +169,75 @@ impl<S: Syscalls + Clone> Session<S> {
             }
         }
         drop(chan);
+        self.book.forget_slot(slot);
         registry.withdraw(&lib.name);
     }
 
     pub(crate) fn remote_handle(&self, slot: usize) -> Option<u32> {
         self.libs.lock()[slot].as_ref().map(|l| l.remote)
+    }
+
+    /// The remote handle and the map-cache flag of `slot`.
+    pub(crate) fn slot_info(&self, slot: usize) -> Option<(u32, bool)> {
+        self.libs.lock()[slot].as_ref().map(|l| (l.remote, l.map_cache))
+    }
+
+    pub(crate) fn slot_map_cache(&self, slot: usize) -> bool {
+        self.slot_info(slot).is_some_and(|(_, c)| c)
+    }
+
+    /// One release call on `slot`: the DSP unmaps its cached mappings of `ids` (all of them for
+    /// an empty list). At most [`MAP_CACHE_RELEASE_IDS`] ids.
+    fn release_slot(&self, slot: usize, ids: &[u32]) -> Result<(), HalError> {
+        let mut msg = [0u8; 4 + 4 * MAP_CACHE_RELEASE_IDS];
+        let n = ids.len().min(MAP_CACHE_RELEASE_IDS);
+        msg[..4].copy_from_slice(&(n as u32).to_le_bytes());
+        for (k, id) in ids[..n].iter().enumerate() {
+            msg[4 + 4 * k..8 + 4 * k].copy_from_slice(&id.to_le_bytes());
+        }
+        let mut call = Call::<'_, 1>::new(MAP_CACHE_RELEASE_METHOD).map_err(|_| HalError::new(Stage::Invoke, Cause::Invalid))?;
+        call.input(&msg[..4 + 4 * n]).map_err(|_| HalError::new(Stage::Invoke, Cause::Invalid))?;
+        self.invoke_slot(slot, &mut call, None)
+    }
+
+    /// Releases the DSP mappings cached under `ids` (of leases whose share fd is `fd`) in every
+    /// open library with the map cache that may hold them: those `fd` went to (tracked exactly
+    /// for small numbers), or every one (called when a lease that went to one is dropped, before
+    /// its fd is unmapped or retired).
+    ///
+    /// A failure is logged and never stops the lease's own teardown; the caller keeps the lease
+    /// whole until the channels that may have run it are closed (their DSP process, and every
+    /// mapping in it, then ends). What the device would do meanwhile: the mapping stays in the
+    /// DSP process under an id that is never sent again, so no launch reaches it; the kernel's
+    /// handle map of the kept number still pins the memory behind it.
+    /// Returns true if every library answered (false: the caller keeps the lease whole).
+    pub(crate) fn release_cached(&self, ids: &[u32], fd: Fd) -> bool {
+        if !self.is_healthy() {
+            log::debug!("map cache release of {} lease id(s) not sent: the session needs recovery", ids.len());
+            return false;
+        }
+        let mut slots: heapless::Vec<usize, MAX_LIBRARIES> = heapless::Vec::new();
+        {
+            let libs = self.libs.lock();
+            for (i, l) in libs.iter().enumerate() {
+                // Every slot's mark is taken (cleared) here, whether the library is still open.
+                let went = self.book.take_slot_fd(i, fd);
+                if went && l.as_ref().is_some_and(|l| l.map_cache && l.remote != u32::MAX) {
+                    // At most MAX_LIBRARIES slots: never full.
+                    let _ = slots.push(i);
+                }
+            }
+        }
+        let mut all = true;
+        for slot in slots {
+            for chunk in ids.chunks(MAP_CACHE_RELEASE_IDS) {
+                if let Err(e) = self.release_slot(slot, chunk) {
+                    log::warn!("map cache release on library slot {slot} failed ({e})");
+                    all = false;
+                }
+            }
+        }
+        all
     }
 }
 
@@ -156,6 +253,12 @@ impl<S: Syscalls + Clone> Library<'_, S> {
     /// The DSP-side handle (changes after a recovery).
     pub fn remote_handle(&self) -> Option<u32> {
         self.session.remote_handle(self.slot)
+    }
+
+    /// True if the library was opened with the map cache
+    /// ([`Session::open_library_with`]): launches send lease ids to it.
+    pub fn map_cache(&self) -> bool {
+        self.session.slot_map_cache(self.slot)
     }
 
     /// Calls the library with `args`, a driver-neutral [`Call`] that the board's driver backend

@@ -14,7 +14,7 @@ mod library;
 mod listener;
 mod recovery;
 
-pub use library::{ImageRegistry, Library, DLERROR_LEN, MAX_LIBRARIES, MAX_NAME};
+pub use library::{ImageRegistry, Library, DLERROR_LEN, MAP_CACHE_RELEASE_IDS, MAP_CACHE_RELEASE_METHOD, MAX_LIBRARIES, MAX_NAME};
 pub use listener::{ListenerChannel, ListenerPlumbing};
 
 use core::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, AtomicU8, Ordering};
@@ -348,8 +348,13 @@ impl<S: Syscalls + Clone> Session<S> {
         let chan = self.chan.read();
         self.check_health(st)?;
         let lease = chan.current.and_then(|i| self.cells[i].lease()).ok_or(HalError::new(st, Cause::NeedsRecovery))?;
-        let remote = self.remote_handle(slot).ok_or(HalError::new(st, Cause::Invalid))?;
+        let (remote, map_cache) = self.slot_info(slot).ok_or(HalError::new(st, Cause::Invalid))?;
         self.admit_handles(args)?;
+        if map_cache {
+            for h in args.handles() {
+                self.book.mark_cached(h.fd, slot);
+            }
+        }
         let abandon = || fired.is_some_and(|f| f.load(Ordering::Acquire));
         match driver::invoke_handles(&self.sys, self.board, lease.fd(), remote, args, &abandon) {
             Err(hexrpc_drivers::Error::Os(hexrpc_drivers::Errno::EINTR)) => {

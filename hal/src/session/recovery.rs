@@ -197,6 +197,8 @@ impl<S: Syscalls + Clone> Session<S> {
             self.keep(generation, Kept::Lease(shell));
         }
         chan.current = Some(i);
+        // The old DSP process's mappings, cached ones included, end with it.
+        self.book.forget_cached();
         self.generation.store(generation, Ordering::Release);
         // The listener serves the new channel from here on; the libraries need it to load.
         self.published.store(pack_channel(i, generation), Ordering::Release);

@@ -6,12 +6,28 @@
 //!
 //! | pra | dir | v1 | v2 |
 //! |---|---|---|---|
-//! | 0 | in | N buffer slots (i32 view length) then scalar slots, 8 bytes each | header slot (u32 magic `HRX2`, u32 N), N buffer slots (u32 view length, u32 0), scalar slots |
+//! | 0 | in | N buffer slots (i32 view length) then scalar slots, 8 bytes each | header slot (u32 magic `HRX2`, u32 N), N buffer slots (u32 view length, u32 lease id), scalar slots |
 //! | 1 | in | N x u32 view offset | N x (u32 view offset, u32 lease length) |
 //! | 2 | out | u64 DSP microseconds | u64 DSP microseconds (written only if the slot is >= 8 bytes) |
 //! | 3 + i | handle | share fd of buffer i, `FASTRPC_ATTR_NOVA` | same |
 //!
 //! All multi-byte fields are little-endian (the host and the DSP both are).
+//!
+//! The v2 buffer slot's second word is the buffer's **lease id** (0: "do not cache"): a
+//! session-unique, never reused, non-zero number per lease ([`LaunchBuffer::lease_id`](super::LaunchBuffer::lease_id)).
+//! An entry built with the map cache ([`FLAG_MAP_CACHE`](super::record::FLAG_MAP_CACHE)) keeps
+//! the lease mapped across calls under that id; every other v2 entry never reads the word.
+//!
+//! # The map cache and its release (method [`RELEASE_METHOD`])
+//!
+//! A library whose build record carries `FLAG_MAP_CACHE` keeps up to [`MAP_CACHE_SLOTS`] lease
+//! mappings across calls, keyed by (lease id, fd, lease length), and answers method 4,
+//! *release*: pra 0 (in) holds a u32 count C then C u32 lease ids; the entry unmaps the
+//! mappings of those ids (one in use by another DSP thread is unmapped when that call ends).
+//! C = 0 releases every mapping (what the host sends before it closes the library). Scalars word:
+//! method 4, 1 in, 0 out, no handles. Any other shape is `AEE_EBADPARM`. Entries without the flag
+//! answer method 4 with 0 and do nothing (their method check), so the host sends it only to
+//! flagged libraries anyway.
 //!
 //! # Batches: many launches, one call ([`BATCH`])
 //!
@@ -23,7 +39,7 @@
 //! | pra | dir | batch (method 3) |
 //! |---|---|---|
 //! | 0 | in | header (u32 magic `HRXB`, u32 K records, u32 L leases, u32 R record bytes), then R bytes of K records |
-//! | 1 | in | L x (u32 lease length, u32 reserved 0) |
+//! | 1 | in | L x (u32 lease length, u32 lease id: 0 unless the library has the map cache) |
 //! | 2 | out | status, 24 bytes: u32 magic `HRXB` (the entry ran the batch), u32 records completed, u32 failed record (`u32::MAX`: none), i32 its code, u64 DSP microseconds summed over the kernels |
 //! | 3 + l | handle | share fd of lease l, `FASTRPC_ATTR_NOVA` |
 //!
@@ -84,6 +100,20 @@ pub const MAX_BATCH_RECORD_BYTES: usize = 8192;
 pub const MAX_BATCH_KERNELS: usize = 64;
 /// The status's "no record failed".
 pub const NO_FAILED_RECORD: u32 = u32::MAX;
+/// The FastRPC method index of a map-cache release (libraries built with the map cache only).
+pub const RELEASE_METHOD: u8 = 4;
+/// Most ids one release call carries (pra 0 is `4 + 4 * count` bytes).
+pub const MAX_RELEASE_IDS: usize = 64;
+/// Lease mappings a map-cache entry keeps per library (a fixed table on the DSP).
+pub const MAP_CACHE_SLOTS: usize = 16;
+
+/// The scalars word of a release (method 4, one in-buffer, nothing else).
+pub const fn release_scalars() -> Scalars {
+    match Scalars::new(RELEASE_METHOD, 1, 0, 0, 0) {
+        Some(sc) => sc,
+        None => panic!("method 4 with one in-buffer fits the scalars word"),
+    }
+}
 
 /// A version of the launch ABI.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -160,6 +190,9 @@ pub struct LaunchLayout {
     pub view_offset_at: usize,
     /// Offset of the u32 lease length in a pra 1 record (v2 only).
     pub lease_len_at: Option<usize>,
+    /// Offset of the u32 lease id in a buffer slot (v2 only; 0 = do not cache; read only by
+    /// entries built with the map cache).
+    pub lease_id_at: Option<usize>,
     /// Offset of a scalar's value (little-endian, its own width) in its slot; the rest is zero.
     pub scalar_at: usize,
     /// Size of the timer (pra 2).
@@ -213,6 +246,7 @@ pub const V1: LaunchLayout = LaunchLayout {
     view_record_size: 4,
     view_offset_at: 0,
     lease_len_at: None,
+    lease_id_at: None,
     scalar_at: 0,
     timer_len: 8,
     timer_len_checked: false,
@@ -250,6 +284,7 @@ pub const V2: LaunchLayout = LaunchLayout {
     view_record_size: 8,
     view_offset_at: 0,
     lease_len_at: Some(4),
+    lease_id_at: Some(4),
     scalar_at: 0,
     timer_len: 8,
     timer_len_checked: true,
@@ -277,6 +312,7 @@ const _: () = {
     assert!(V1.buffer_len_at + 4 <= SLOT_SIZE && V2.buffer_len_at + 4 <= SLOT_SIZE);
     assert!(V1.view_offset_at + 4 <= V1.view_record_size && V2.view_offset_at + 4 <= V2.view_record_size);
     assert!(V2.view_offset_at != 4 && 4 + 4 <= V2.view_record_size);
+    assert!(matches!(V2.lease_id_at, Some(4)) && V2.buffer_len_at == 0 && V1.lease_id_at.is_none());
     assert!(V1.timer_len == 8 && V2.timer_len == 8 && V1.scalar_at == 0 && V2.scalar_at == 0);
     assert!(V2_MAGIC == u32::from_le_bytes(*b"HRX2"));
 };
@@ -315,8 +351,11 @@ pub struct BatchLayout {
     pub lease_entry_size: usize,
     /// Offset of the u32 lease length in a lease entry.
     pub lease_len_at: usize,
-    /// Offset of the u32 reserved word (must be 0) in a lease entry.
+    /// Offset of the u32 reserved word in a lease entry: entries built without the map cache
+    /// require 0 there; the map cache reads it as the lease id ([`lease_id_at`](Self::lease_id_at)).
     pub lease_reserved_at: usize,
+    /// Offset of the u32 lease id in a lease entry (the reserved word; 0 = do not cache).
+    pub lease_id_at: usize,
     /// Length of a launch record's own header.
     pub record_header_len: usize,
     /// Offset of the u32 kernel index in a record.
@@ -385,6 +424,7 @@ pub const BATCH: BatchLayout = BatchLayout {
     lease_entry_size: 8,
     lease_len_at: 0,
     lease_reserved_at: 4,
+    lease_id_at: 4,
     record_header_len: 8,
     kernel_at: 0,
     views_at: 4,
@@ -418,7 +458,10 @@ const _: () = {
     assert!(MAX_BATCH_LEASES <= Scalars::MAX_HANDLES as usize);
     assert!(BATCH.bytes_at + 4 <= BATCH.header_len && BATCH.scalars_at + 2 <= BATCH.record_header_len);
     assert!(BATCH.view_len_at + 4 <= BATCH.view_size && BATCH.status_micros_at + 8 <= BATCH.status_len);
-    assert!(BATCH.lease_reserved_at + 4 <= BATCH.lease_entry_size);
+    assert!(BATCH.lease_reserved_at + 4 <= BATCH.lease_entry_size && BATCH.lease_id_at == BATCH.lease_reserved_at);
+    assert!(RELEASE_METHOD != BATCH_METHOD && RELEASE_METHOD != LAUNCH_METHOD);
+    // The HAL sends the release (when a lease is dropped, before a library is closed).
+    assert!(RELEASE_METHOD == hexrpc_hal::MAP_CACHE_RELEASE_METHOD && MAX_RELEASE_IDS == hexrpc_hal::MAP_CACHE_RELEASE_IDS);
     // Every count and offset fits the u16/u32 fields and the C entry's unsigned int arithmetic.
     assert!(MAX_BATCH_RECORD_BYTES + 16 < u16::MAX as usize * 4 && MAX_BATCH_LAUNCHES <= MAX_BATCH_RECORD_BYTES / 8);
 };
@@ -574,6 +617,18 @@ impl LaunchLayout {
             Some(at) => Some(i * self.view_record_size + at),
             None => None,
         }
+    }
+
+    /// Offset in pra 0 of buffer `i`'s lease id (v2).
+    pub const fn lease_id_offset(&self, i: usize) -> Option<usize> {
+        match self.lease_id_at {
+            Some(at) => Some((self.header_slots + i) * self.slot_size + at),
+            None => None,
+        }
+    }
+    /// Reads buffer `i`'s lease id from pra 0 (`None` for v1 or a short pra 0).
+    pub fn lease_id(&self, pra0: &[u8], i: usize) -> Option<u32> {
+        le_u32(pra0, self.lease_id_offset(i)?)
     }
 
     /// Reads the header `(magic, n)` from pra 0 (`None` for v1 or a short pra 0).

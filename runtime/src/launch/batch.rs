@@ -217,6 +217,11 @@ pub struct Batch<'a> {
     status: [u8; 24],
     fds: Vec<Fd, MAX_BATCH_LEASES>,
     lease_lens: Vec<u64, MAX_BATCH_LEASES>,
+    /// Each lease's id ([`LaunchBuffer::lease_id`](super::LaunchBuffer::lease_id)); written into
+    /// pra 1 only for a library built with the map cache (others require 0 there).
+    ids: Vec<u32, MAX_BATCH_LEASES>,
+    /// Whether pra 1 carries the ids now.
+    ids_sent: bool,
     records: Vec<RecordInfo, MAX_BATCH_LAUNCHES>,
     _buffers: PhantomData<&'a ()>,
 }
@@ -253,6 +258,8 @@ impl<'a> Batch<'a> {
             status: [0; 24],
             fds: Vec::new(),
             lease_lens: Vec::new(),
+            ids: Vec::new(),
+            ids_sent: false,
             records: Vec::new(),
             _buffers: PhantomData,
         })
@@ -296,6 +303,7 @@ impl<'a> Batch<'a> {
         if let Err(e) = found {
             self.fds.truncate(leases_before);
             self.lease_lens.truncate(leases_before);
+            self.ids.truncate(leases_before);
             return Err(e);
         }
 
@@ -318,8 +326,9 @@ impl<'a> Batch<'a> {
             // `bits` is the value zero-extended from its width: the rest of the slot is zero.
             let _ = self.pra0.extend_from_slice(&s.bits().to_le_bytes()[..BATCH.slot_size]);
         }
-        for len in &self.lease_lens[leases_before..] {
-            let e = word(BATCH.lease_len_at, *len & 0xffff_ffff) | word(BATCH.lease_reserved_at, 0);
+        for (len, id) in self.lease_lens[leases_before..].iter().zip(&self.ids[leases_before..]) {
+            let id = if self.ids_sent { *id } else { 0 };
+            let e = word(BATCH.lease_len_at, *len & 0xffff_ffff) | word(BATCH.lease_id_at, u64::from(id));
             let _ = self.pra1.extend_from_slice(&e.to_le_bytes()[..BATCH.lease_entry_size]);
         }
         let _ = self.records.push(RecordInfo { at: at as u16, kernel: kernel as u8 });
@@ -335,7 +344,7 @@ impl<'a> Batch<'a> {
     fn lease_indices(&mut self, record: usize, buffers: &[BufferRef<'a>], index: &mut [u8; MAX_BATCH_LEASES]) -> Result<(), Error> {
         let refuse = |error| Error::Batch(BatchRefusal::Launch { record, error });
         for (buffer, b) in buffers.iter().enumerate() {
-            let (fd, lease, off, len) = (b.share_fd(), b.lease_len(), b.view_offset(), b.view_len());
+            let (fd, lease, off, len, id) = (b.share_fd(), b.lease_len(), b.view_offset(), b.view_len(), b.lease_id());
             if fd.0 <= 0 {
                 return Err(refuse(PackError::NoFd { buffer }));
             }
@@ -356,11 +365,11 @@ impl<'a> Batch<'a> {
             // the signature, whose buffers are bounded the same way.
             let slot = index.get_mut(buffer).ok_or(refuse(PackError::TooManyBuffers { count: buffers.len() }))?;
             *slot = match self.fds.iter().position(|f| *f == fd) {
-                Some(l) if self.lease_lens[l] == lease => l as u8,
+                Some(l) if self.lease_lens[l] == lease && self.ids[l] == id => l as u8,
                 Some(_) => return Err(BatchRefusal::LeaseMismatch { record, buffer }.into()),
                 None => {
                     let l = self.fds.len();
-                    if self.fds.push(fd).is_err() || self.lease_lens.push(lease).is_err() {
+                    if self.fds.push(fd).is_err() || self.lease_lens.push(lease).is_err() || self.ids.push(id).is_err() {
                         return Err(BatchRefusal::TooManyLeases { capacity: MAX_BATCH_LEASES }.into());
                     }
                     l as u8
@@ -422,6 +431,22 @@ impl<'a> Batch<'a> {
     pub fn fds(&self) -> &[Fd] {
         &self.fds
     }
+    /// Writes the leases' ids into pra 1 (`on`: for a library built with the map cache, launch
+    /// ABI method 3) or zeros (every other library: its entry refuses a non-zero reserved
+    /// word). [`run`](Self::run) sets it from the library; a caller of
+    /// [`launch`](Self::launch) or [`invoke_args`](Self::invoke_args) on a raw handle says it
+    /// here (off by default).
+    pub fn send_lease_ids(&mut self, on: bool) {
+        if self.ids_sent == on {
+            return;
+        }
+        self.ids_sent = on;
+        for (l, id) in self.ids.iter().enumerate() {
+            let at = l * BATCH.lease_entry_size + BATCH.lease_id_at;
+            put_u32(&mut self.pra1, at, if on { *id } else { 0 });
+        }
+    }
+
     /// The status of the last call (`None` never: all zeros before a call).
     pub fn status(&self) -> Option<BatchStatus> {
         BATCH.status(&self.status)
@@ -472,6 +497,7 @@ impl<'a> Batch<'a> {
         if self.records.is_empty() {
             return Err(BatchRefusal::Empty.into());
         }
+        self.send_lease_ids(lib.map_cache());
         let mut args = self.invoke_args();
         lib.invoke(args.as_mut().map_err(|_| ARGS_INVALID)?)?;
         self.outcome()
@@ -490,6 +516,7 @@ impl<'a> Batch<'a> {
         if self.records.is_empty() {
             return Err(BatchRefusal::Empty.into());
         }
+        self.send_lease_ids(lib.map_cache());
         let mut args = self.invoke_args();
         lib.invoke_with_deadline(args.as_mut().map_err(|_| ARGS_INVALID)?, timeout)?;
         self.outcome()

@@ -61,10 +61,25 @@
 //! **v1** is tinygrad's entry: no validation, maps the view length at file offset 0, hands the
 //! kernel `base + off`, writes the timer unconditionally, unmaps `(base + off, len)`. It is
 //! correct only for offset 0, which is why the packer refuses anything else for v1.
+//!
+//! **The map cache** ([`EntryOptions::map_cache`], v2 and batches): the same checks, then each
+//! lease goes through `hrx_acquire` (a kept mapping with the same lease id, fd and lease length,
+//! or a new `HAP_mmap` kept in a free or least recently used unused entry of a static table of
+//! [`MAP_CACHE_SLOTS`]) and `hrx_put` (a kept mapping stays mapped); id 0 maps and unmaps per
+//! call as without the cache. The table is guarded by a spin lock of `__atomic` builtins (no C
+//! library call). Method [`RELEASE_METHOD`] unmaps the mappings of the ids it names (all for
+//! none); one in use is unmapped by its last user. See `docs/entry-abi.md` §2.3 for the host's
+//! side and for what is not verified on a device: that a `HAP_mmap` of a handle's fd outlives
+//! the call while the kernel keeps its map of the fd (downstream until MUNMAP_FD, which the host
+//! sends only after the release; upstream until the DSP lists the fd, which it should not while
+//! it holds a mapping of it).
 
 use core::fmt::{self, Write};
 
-use super::abi::{AbiVersion, BatchLayout, LaunchLayout, MapExtent, BATCH, ENTRY_SYMBOL, MAX_BATCH_KERNELS};
+use super::abi::{
+    AbiVersion, BatchLayout, LaunchLayout, MapExtent, BATCH, ENTRY_SYMBOL, MAP_CACHE_SLOTS, MAX_BATCH_KERNELS, MAX_RELEASE_IDS,
+    RELEASE_METHOD,
+};
 use super::signature::{ParamKind, ScalarType, Signature};
 
 /// tinygrad's power request (`HAP_power_set` with a `dcvs_v2` request), as an option.
@@ -106,15 +121,23 @@ pub struct EntryOptions {
     pub version: AbiVersion,
     /// Make this power request on every call, before the method check (tinygrad does).
     pub power_request: Option<PowerRequest>,
+    /// Keep lease mappings across calls (v2 only): a per-library table of
+    /// [`MAP_CACHE_SLOTS`] mappings keyed by (lease id, fd, lease length), and the release method
+    /// ([`RELEASE_METHOD`]). The build record must then carry
+    /// [`FLAG_MAP_CACHE`](super::record::FLAG_MAP_CACHE), so the host sends ids and releases.
+    pub map_cache: bool,
 }
 
 impl EntryOptions {
-    /// v2, no power request.
-    pub const V2: EntryOptions = EntryOptions { version: AbiVersion::V2, power_request: None };
+    /// v2, no power request, no map cache.
+    pub const V2: EntryOptions = EntryOptions { version: AbiVersion::V2, power_request: None, map_cache: false };
+    /// v2 with the map cache (what `hexrpc build-lib` generates for v2).
+    pub const V2_CACHED: EntryOptions = EntryOptions { version: AbiVersion::V2, power_request: None, map_cache: true };
     /// v1, no power request.
-    pub const V1: EntryOptions = EntryOptions { version: AbiVersion::V1, power_request: None };
+    pub const V1: EntryOptions = EntryOptions { version: AbiVersion::V1, power_request: None, map_cache: false };
     /// What tinygrad generates: v1 with its power request.
-    pub const TINYGRAD: EntryOptions = EntryOptions { version: AbiVersion::V1, power_request: Some(PowerRequest::TINYGRAD) };
+    pub const TINYGRAD: EntryOptions =
+        EntryOptions { version: AbiVersion::V1, power_request: Some(PowerRequest::TINYGRAD), map_cache: false };
 }
 
 impl Default for EntryOptions {
@@ -136,6 +159,8 @@ pub enum EntryError {
     DuplicateKernel,
     /// Batches exist for v2 entries only.
     BatchNeedsV2,
+    /// The map cache exists for v2 entries only (v1 carries no lease id).
+    MapCacheNeedsV2,
     /// The sink refused the text.
     Format,
 }
@@ -147,6 +172,7 @@ impl fmt::Display for EntryError {
             EntryError::KernelCount => write!(f, "a library carries 1 to {MAX_BATCH_KERNELS} kernels"),
             EntryError::DuplicateKernel => f.write_str("two kernels have the same name"),
             EntryError::BatchNeedsV2 => f.write_str("batched launches need the v2 entry"),
+            EntryError::MapCacheNeedsV2 => f.write_str("the map cache needs the v2 entry"),
             EntryError::Format => f.write_str("the output sink failed"),
         }
     }
@@ -222,6 +248,9 @@ pub fn check_kernel_name(name: &str) -> Result<(), EntryError> {
 /// separate translation unit (its buffer parameters may be any data pointer type).
 pub fn write_entry<W: Write + ?Sized>(out: &mut W, sig: &Signature, kernel: &str, opts: &EntryOptions) -> Result<(), EntryError> {
     check_kernel_name(kernel)?;
+    if opts.map_cache && opts.version != AbiVersion::V2 {
+        return Err(EntryError::MapCacheNeedsV2);
+    }
     let l = opts.version.layout();
     let k = [KernelSpec { name: kernel, signature: *sig, returns_status: false }];
     write_prelude(out, l, &k, false, opts)?;
@@ -260,7 +289,7 @@ pub fn write_batch_entry<W: Write + ?Sized>(out: &mut W, kernels: &[KernelSpec<'
     }
     let l = opts.version.layout();
     write_prelude(out, l, kernels, true, opts)?;
-    write_batch(out, &BATCH, kernels)?;
+    write_batch(out, &BATCH, kernels, opts.map_cache)?;
     write_body(out, l, &kernels[0], true, opts)?;
     Ok(())
 }
@@ -384,18 +413,142 @@ fn write_prelude<W: Write + ?Sized>(
         writeln!(out, ");")?;
     }
     writeln!(out, "int {ENTRY_SYMBOL}(unsigned long long handle, unsigned int sc, remote_arg *pra);")?;
-    write_helpers(out, l, kernels, batch)
+    write_helpers(out, l, kernels, batch, opts.map_cache)?;
+    if opts.map_cache {
+        write_map_cache(out, l)?;
+    }
+    Ok(())
+}
+
+/// The map cache: a fixed table of lease mappings kept across calls, keyed by (lease id, fd,
+/// lease length), under a spin lock made of `__atomic` builtins (no C library call; several DSP
+/// threads may call the entry at once), and the release method.
+fn write_map_cache<W: Write + ?Sized>(out: &mut W, l: &LaunchLayout) -> fmt::Result {
+    let (prot, flags) = (l.map_prot, l.map_flags);
+    let cap = MAP_CACHE_SLOTS;
+    writeln!(out, "/* The map cache: up to {cap} lease mappings kept across calls, keyed by (lease id, fd, lease length).")?;
+    writeln!(out, " * Id 0 is never cached. An entry in use by a call is never unmapped under it: a release or an")?;
+    writeln!(out, " * eviction of a busy entry marks it dead and the last user unmaps it. */")?;
+    writeln!(out, "typedef struct {{")?;
+    writeln!(out, "  unsigned int id, len, users, tick, dead;")?;
+    writeln!(out, "  int fd;")?;
+    writeln!(out, "  void *base;")?;
+    writeln!(out, "}} hrx_cached;")?;
+    writeln!(out, "static hrx_cached hrx_cache[{cap}];")?;
+    writeln!(out, "static int hrx_cache_lock;")?;
+    writeln!(out, "static unsigned int hrx_cache_tick;")?;
+    writeln!(out, "static void hrx_lock(void) {{")?;
+    writeln!(out, "  while (__atomic_exchange_n(&hrx_cache_lock, 1, __ATOMIC_ACQUIRE) != 0)")?;
+    writeln!(out, "    while (__atomic_load_n(&hrx_cache_lock, __ATOMIC_RELAXED) != 0) {{ }}")?;
+    writeln!(out, "}}")?;
+    writeln!(out, "static void hrx_unlock(void) {{ __atomic_store_n(&hrx_cache_lock, 0, __ATOMIC_RELEASE); }}")?;
+    writeln!(out, "/* Unmaps and frees entry c (the lock is held, nobody uses it). */")?;
+    writeln!(out, "static void hrx_drop(hrx_cached *c) {{")?;
+    writeln!(out, "  HAP_munmap(c->base, c->len);")?;
+    writeln!(out, "  c->base = (void *)0;")?;
+    writeln!(out, "  c->id = 0u;")?;
+    writeln!(out, "  c->dead = 0u;")?;
+    writeln!(out, "}}")?;
+    writeln!(out, "/* The mapping of lease (id, fd, len): a cached one, or a new one (cached if an entry is free or")?;
+    writeln!(out, " * unused). *hrx_slot: the entry held (give it back with hrx_put), or -1 for a mapping of this")?;
+    writeln!(out, " * call alone. NULL or (void *)-1 if HAP_mmap failed. */")?;
+    writeln!(out, "__attribute__((unused)) static void *hrx_acquire(unsigned int id, int fd, unsigned int len, int *hrx_slot) {{")?;
+    writeln!(out, "  *hrx_slot = -1;")?;
+    writeln!(out, "  if (id == 0u) return HAP_mmap((void *)0, len, {prot}, {flags}, fd, 0);")?;
+    writeln!(out, "  hrx_lock();")?;
+    writeln!(out, "  int hrx_free = -1;")?;
+    writeln!(out, "  for (int i = 0; i < {cap}; i++) {{")?;
+    writeln!(out, "    hrx_cached *c = &hrx_cache[i];")?;
+    writeln!(out, "    if (c->base != (void *)0 && c->id == id && c->dead == 0u) {{")?;
+    writeln!(out, "      if (c->fd == fd && c->len == len) {{")?;
+    writeln!(out, "        c->users++;")?;
+    writeln!(out, "        c->tick = ++hrx_cache_tick;")?;
+    writeln!(out, "        *hrx_slot = i;")?;
+    writeln!(out, "        void *const hrx_b = c->base;")?;
+    writeln!(out, "        hrx_unlock();")?;
+    writeln!(out, "        return hrx_b;")?;
+    writeln!(out, "      }}")?;
+    writeln!(out, "      /* The same id with another fd or length: that mapping is never right again. */")?;
+    writeln!(out, "      if (c->users == 0u) hrx_drop(c); else c->dead = 1u;")?;
+    writeln!(out, "    }}")?;
+    writeln!(out, "    if (c->base == (void *)0 && hrx_free < 0) hrx_free = i;")?;
+    writeln!(out, "  }}")?;
+    writeln!(out, "  if (hrx_free < 0) {{ /* full: evict the least recently used entry nobody uses */")?;
+    writeln!(out, "    for (int i = 0; i < {cap}; i++)")?;
+    writeln!(out, "      if (hrx_cache[i].users == 0u && (hrx_free < 0 || hrx_cache[i].tick < hrx_cache[hrx_free].tick)) hrx_free = i;")?;
+    writeln!(out, "    if (hrx_free >= 0) hrx_drop(&hrx_cache[hrx_free]);")?;
+    writeln!(out, "  }}")?;
+    writeln!(out, "  void *hrx_b = HAP_mmap((void *)0, len, {prot}, {flags}, fd, 0);")?;
+    writeln!(out, "  if (hrx_map_failed(hrx_b)) {{ /* out of DSP address space or mappings: give back every unused entry, once */")?;
+    writeln!(out, "    int hrx_gave = 0;")?;
+    writeln!(out, "    for (int i = 0; i < {cap}; i++)")?;
+    writeln!(out, "      if (hrx_cache[i].base != (void *)0 && hrx_cache[i].users == 0u) {{ hrx_drop(&hrx_cache[i]); hrx_gave = 1; }}")?;
+    writeln!(out, "    if (hrx_gave) hrx_b = HAP_mmap((void *)0, len, {prot}, {flags}, fd, 0);")?;
+    writeln!(out, "    if (hrx_free < 0) for (int i = 0; i < {cap}; i++) if (hrx_cache[i].base == (void *)0) {{ hrx_free = i; break; }}")?;
+    writeln!(out, "  }}")?;
+    writeln!(out, "  if (hrx_free >= 0 && !hrx_map_failed(hrx_b)) {{")?;
+    writeln!(out, "    hrx_cached *c = &hrx_cache[hrx_free];")?;
+    writeln!(out, "    c->id = id;")?;
+    writeln!(out, "    c->fd = fd;")?;
+    writeln!(out, "    c->len = len;")?;
+    writeln!(out, "    c->base = hrx_b;")?;
+    writeln!(out, "    c->users = 1u;")?;
+    writeln!(out, "    c->dead = 0u;")?;
+    writeln!(out, "    c->tick = ++hrx_cache_tick;")?;
+    writeln!(out, "    *hrx_slot = hrx_free;")?;
+    writeln!(out, "  }}")?;
+    writeln!(out, "  hrx_unlock();")?;
+    writeln!(out, "  return hrx_b;")?;
+    writeln!(out, "}}")?;
+    writeln!(out, "/* Gives back what hrx_acquire returned: unmaps a per-call mapping; a cached one stays mapped")?;
+    writeln!(out, " * unless it was released while in use and this was its last user. */")?;
+    writeln!(out, "__attribute__((unused)) static void hrx_put(int hrx_slot, void *base, unsigned int len) {{")?;
+    writeln!(out, "  if (hrx_slot < 0 || hrx_slot >= {cap}) {{")?;
+    writeln!(out, "    HAP_munmap(base, len);")?;
+    writeln!(out, "    return;")?;
+    writeln!(out, "  }}")?;
+    writeln!(out, "  hrx_lock();")?;
+    writeln!(out, "  hrx_cached *c = &hrx_cache[hrx_slot];")?;
+    writeln!(out, "  if (c->users > 0u) c->users--;")?;
+    writeln!(out, "  if (c->users == 0u && c->dead != 0u) hrx_drop(c);")?;
+    writeln!(out, "  hrx_unlock();")?;
+    writeln!(out, "}}")?;
+    let max = MAX_RELEASE_IDS;
+    writeln!(out, "/* Method {RELEASE_METHOD}, release: pra[0] = u32 count C, then C u32 lease ids (C = 0: every entry). */")?;
+    writeln!(out, "static int hrx_release(unsigned int sc, remote_arg *pra) {{")?;
+    writeln!(out, "  if ((sc & 0xffffffu) != 0x10000u) return {};", l.err_bad_param)?;
+    writeln!(out, "  const unsigned int hrx_n = pra[0].buf.len;")?;
+    writeln!(out, "  if (hrx_n < 4u) return {};", l.err_bad_param)?;
+    writeln!(out, "  const unsigned char *const hrx_a = (const unsigned char *)pra[0].buf.pv;")?;
+    writeln!(out, "  const unsigned int hrx_count = hrx_ld_u32(hrx_a);")?;
+    writeln!(out, "  if (hrx_count > {max}u || (hrx_n - 4u) / 4u < hrx_count) return {};", l.err_bad_param)?;
+    writeln!(out, "  unsigned int hrx_ids[{max}];")?;
+    writeln!(out, "  for (unsigned int k = 0; k < hrx_count; k++) hrx_ids[k] = hrx_ld_u32(hrx_a + 4u + 4u * k);")?;
+    writeln!(out, "  hrx_lock();")?;
+    writeln!(out, "  for (int i = 0; i < {cap}; i++) {{")?;
+    writeln!(out, "    hrx_cached *c = &hrx_cache[i];")?;
+    writeln!(out, "    if (c->base == (void *)0) continue;")?;
+    writeln!(out, "    int hrx_hit = hrx_count == 0u;")?;
+    writeln!(out, "    for (unsigned int k = 0; k < hrx_count && !hrx_hit; k++) hrx_hit = hrx_ids[k] == c->id;")?;
+    writeln!(out, "    if (!hrx_hit) continue;")?;
+    writeln!(out, "    if (c->users == 0u) hrx_drop(c); else c->dead = 1u;")?;
+    writeln!(out, "  }}")?;
+    writeln!(out, "  hrx_unlock();")?;
+    writeln!(out, "  return 0;")?;
+    writeln!(out, "}}")?;
+    writeln!(out)
 }
 
 /// Writes the load/store helpers the body uses, and only those (clang warns about unused
 /// `static inline` functions under `-Wall`).
-fn write_helpers<W: Write + ?Sized>(out: &mut W, l: &LaunchLayout, kernels: &[KernelSpec<'_>], batch: bool) -> fmt::Result {
+fn write_helpers<W: Write + ?Sized>(out: &mut W, l: &LaunchLayout, kernels: &[KernelSpec<'_>], batch: bool, cache: bool) -> fmt::Result {
     let n = kernels[0].signature.buffers();
     // The single path uses kernel 0's types; the batch path every kernel's.
     let used = if batch { kernels } else { &kernels[..1] };
     let uses = |ts: &[ScalarType]| used.iter().any(|k| k.signature.scalar_types().any(|t| ts.contains(&t)));
     let u64_ = uses(&[ScalarType::I64, ScalarType::U64, ScalarType::F64]);
-    let u32_ = batch || n > 0 || (l.validates && l.magic.is_some()) || u64_ || uses(&[ScalarType::I32, ScalarType::U32, ScalarType::F32]);
+    let u32_ =
+        batch || cache || n > 0 || (l.validates && l.magic.is_some()) || u64_ || uses(&[ScalarType::I32, ScalarType::U32, ScalarType::F32]);
     writeln!(out)?;
     if u32_ {
         out.write_str(concat!(
@@ -438,7 +591,7 @@ fn write_helpers<W: Write + ?Sized>(out: &mut W, l: &LaunchLayout, kernels: &[Ke
             "}\n",
         ))?;
     }
-    if batch || (l.unwinds && n > 0) {
+    if batch || cache || (l.unwinds && n > 0) {
         out.write_str("static inline int hrx_map_failed(const void *p) { return p == (const void *)0 || p == (const void *)-1; }\n")?;
     }
     writeln!(out)
@@ -460,7 +613,7 @@ fn scalar_load<W: Write + ?Sized>(out: &mut W, t: ScalarType, base: &str, at: us
 }
 
 /// The batch part: the record parser/validator, the kernel dispatcher and `hrx_batch`.
-fn write_batch<W: Write + ?Sized>(out: &mut W, b: &BatchLayout, kernels: &[KernelSpec<'_>]) -> fmt::Result {
+fn write_batch<W: Write + ?Sized>(out: &mut W, b: &BatchLayout, kernels: &[KernelSpec<'_>], cache: bool) -> fmt::Result {
     let bad = b.err_bad_param;
     let (rh, vs, ss) = (b.record_header_len, b.view_size, b.slot_size);
     writeln!(out, "/* Parses and validates the record at hrx_at (< hrx_end); with hrx_base set, also computes the kernel")?;
@@ -554,17 +707,30 @@ fn write_batch<W: Write + ?Sized>(out: &mut W, b: &BatchLayout, kernels: &[Kerne
     writeln!(out, "  const unsigned int hrx_end = {hl}u + hrx_bytes;")?;
     writeln!(out, "  unsigned int hrx_lease[{ml}];")?;
     writeln!(out, "  int hrx_fd[{ml}];")?;
+    if cache {
+        writeln!(out, "  unsigned int hrx_id[{ml}];")?;
+        writeln!(out, "  int hrx_slot[{ml}];")?;
+    }
     writeln!(out, "  void *hrx_base[{ml}];")?;
     writeln!(out, "  void *hrx_ptr[{ml}];")?;
     writeln!(out, "  const unsigned char *hrx_s = hrx_a0;")?;
     writeln!(out, "  unsigned int hrx_k = 0, hrx_at = {hl}u;")?;
     writeln!(out, "  for (unsigned int hrx_l = 0; hrx_l < hrx_nl; hrx_l++) {{")?;
     writeln!(out, "    hrx_lease[hrx_l] = hrx_ld_u32(hrx_a1 + {}u * hrx_l + {});", b.lease_entry_size, b.lease_len_at)?;
-    writeln!(
-        out,
-        "    if (hrx_lease[hrx_l] == 0u || hrx_ld_u32(hrx_a1 + {}u * hrx_l + {}) != 0u) return {bad};",
-        b.lease_entry_size, b.lease_reserved_at
-    )?;
+    if cache {
+        writeln!(
+            out,
+            "    hrx_id[hrx_l] = hrx_ld_u32(hrx_a1 + {}u * hrx_l + {}); /* the lease id (0: not cached) */",
+            b.lease_entry_size, b.lease_id_at
+        )?;
+        writeln!(out, "    if (hrx_lease[hrx_l] == 0u) return {bad};")?;
+    } else {
+        writeln!(
+            out,
+            "    if (hrx_lease[hrx_l] == 0u || hrx_ld_u32(hrx_a1 + {}u * hrx_l + {}) != 0u) return {bad};",
+            b.lease_entry_size, b.lease_reserved_at
+        )?;
+    }
     writeln!(out, "    hrx_fd[hrx_l] = pra[{} + hrx_l].dma.fd;", b.first_handle)?;
     writeln!(out, "  }}")?;
     writeln!(out, "  /* Validate every record before mapping anything. */")?;
@@ -576,9 +742,17 @@ fn write_batch<W: Write + ?Sized>(out: &mut W, b: &BatchLayout, kernels: &[Kerne
     writeln!(out, "  if (hrx_at != hrx_end) return {bad};")?;
     writeln!(out, "  /* Map each lease once for the whole call. */")?;
     writeln!(out, "  for (unsigned int hrx_l = 0; hrx_l < hrx_nl; hrx_l++) {{")?;
-    writeln!(out, "    hrx_base[hrx_l] = HAP_mmap((void *)0, hrx_lease[hrx_l], {}, {}, hrx_fd[hrx_l], 0);", b.map_prot, b.map_flags)?;
+    if cache {
+        writeln!(out, "    hrx_base[hrx_l] = hrx_acquire(hrx_id[hrx_l], hrx_fd[hrx_l], hrx_lease[hrx_l], &hrx_slot[hrx_l]);")?;
+    } else {
+        writeln!(out, "    hrx_base[hrx_l] = HAP_mmap((void *)0, hrx_lease[hrx_l], {}, {}, hrx_fd[hrx_l], 0);", b.map_prot, b.map_flags)?;
+    }
     writeln!(out, "    if (hrx_map_failed(hrx_base[hrx_l])) {{")?;
-    writeln!(out, "      while (hrx_l-- > 0u) HAP_munmap(hrx_base[hrx_l], hrx_lease[hrx_l]);")?;
+    if cache {
+        writeln!(out, "      while (hrx_l-- > 0u) hrx_put(hrx_slot[hrx_l], hrx_base[hrx_l], hrx_lease[hrx_l]);")?;
+    } else {
+        writeln!(out, "      while (hrx_l-- > 0u) HAP_munmap(hrx_base[hrx_l], hrx_lease[hrx_l]);")?;
+    }
     writeln!(out, "      return {};", b.err_map)?;
     writeln!(out, "    }}")?;
     writeln!(out, "  }}")?;
@@ -598,7 +772,11 @@ fn write_batch<W: Write + ?Sized>(out: &mut W, b: &BatchLayout, kernels: &[Kerne
     writeln!(out, "    if (hrx_code != 0) {{ hrx_failed = hrx_r; break; }}")?;
     writeln!(out, "    hrx_done++;")?;
     writeln!(out, "  }}")?;
-    writeln!(out, "  for (unsigned int hrx_l = hrx_nl; hrx_l-- > 0u;) HAP_munmap(hrx_base[hrx_l], hrx_lease[hrx_l]);")?;
+    if cache {
+        writeln!(out, "  for (unsigned int hrx_l = hrx_nl; hrx_l-- > 0u;) hrx_put(hrx_slot[hrx_l], hrx_base[hrx_l], hrx_lease[hrx_l]);")?;
+    } else {
+        writeln!(out, "  for (unsigned int hrx_l = hrx_nl; hrx_l-- > 0u;) HAP_munmap(hrx_base[hrx_l], hrx_lease[hrx_l]);")?;
+    }
     writeln!(out, "  if (hrx_rc != 0) return hrx_rc;")?;
     writeln!(out, "  unsigned char *const hrx_st = (unsigned char *)pra[{}].buf.pv;", b.pra_status)?;
     writeln!(out, "  hrx_st_u32(hrx_st + {}, {:#010x}u);", b.status_magic_at, b.magic)?;
@@ -640,6 +818,10 @@ fn write_body<W: Write + ?Sized>(out: &mut W, l: &LaunchLayout, k: &KernelSpec<'
     if batch {
         writeln!(out, "  if ((sc >> 24) == {}u) return hrx_batch(sc, pra); /* a batch over the kernel table */", BATCH.method)?;
     }
+    let cache = opts.map_cache && l.lease_id_at.is_some();
+    if cache {
+        writeln!(out, "  if ((sc >> 24) == {RELEASE_METHOD}u) return hrx_release(sc, pra); /* release cached lease mappings */")?;
+    }
     writeln!(out, "  if ((sc >> 24) != {}u) return 0; /* method {} only, attribute bits included */", l.method, l.method)?;
     if l.validates {
         writeln!(out, "  if ((sc & 0xffffffu) != {handle_bits:#x}u) return {bad};")?;
@@ -670,6 +852,9 @@ fn write_body<W: Write + ?Sized>(out: &mut W, l: &LaunchLayout, k: &KernelSpec<'
         if let Some(at) = l.lease_len_offset(i) {
             writeln!(out, "  const unsigned int hrx_lease{i} = hrx_ld_u32(hrx_a1 + {at});")?;
         }
+        if let (true, Some(at)) = (cache, l.lease_id_offset(i)) {
+            writeln!(out, "  const unsigned int hrx_id{i} = hrx_ld_u32(hrx_a0 + {at});")?;
+        }
         writeln!(out, "  const int hrx_fd{i} = pra[{}].dma.fd;", l.first_handle + i)?;
         if l.validates && l.lease_len_at.is_some() {
             writeln!(out, "  if (hrx_off{i} > hrx_lease{i} || hrx_len{i} > hrx_lease{i} - hrx_off{i}) return {bad};")?;
@@ -686,11 +871,20 @@ fn write_body<W: Write + ?Sized>(out: &mut W, l: &LaunchLayout, k: &KernelSpec<'
         MapExtent::ViewLength => "(unsigned int)hrx_len",
     };
     for i in 0..n {
-        writeln!(out, "  void *const hrx_base{i} = HAP_mmap((void *)0, {map_len}{i}, {}, {}, hrx_fd{i}, 0);", l.map_prot, l.map_flags)?;
+        if cache {
+            writeln!(out, "  int hrx_slot{i};")?;
+            writeln!(out, "  void *const hrx_base{i} = hrx_acquire(hrx_id{i}, hrx_fd{i}, {map_len}{i}, &hrx_slot{i});")?;
+        } else {
+            writeln!(out, "  void *const hrx_base{i} = HAP_mmap((void *)0, {map_len}{i}, {}, {}, hrx_fd{i}, 0);", l.map_prot, l.map_flags)?;
+        }
         if l.unwinds {
             write!(out, "  if (hrx_map_failed(hrx_base{i})) {{")?;
             for k in (0..i).rev() {
-                write!(out, " HAP_munmap(hrx_base{k}, {map_len}{k});")?;
+                if cache {
+                    write!(out, " hrx_put(hrx_slot{k}, hrx_base{k}, {map_len}{k});")?;
+                } else {
+                    write!(out, " HAP_munmap(hrx_base{k}, {map_len}{k});")?;
+                }
             }
             writeln!(out, " return {}; }}", l.err_map)?;
         }
@@ -720,7 +914,11 @@ fn write_body<W: Write + ?Sized>(out: &mut W, l: &LaunchLayout, k: &KernelSpec<'
     match l.map_extent {
         MapExtent::LeaseLength => {
             for i in (0..n).rev() {
-                writeln!(out, "  HAP_munmap(hrx_base{i}, hrx_lease{i});")?;
+                if cache {
+                    writeln!(out, "  hrx_put(hrx_slot{i}, hrx_base{i}, hrx_lease{i});")?;
+                } else {
+                    writeln!(out, "  HAP_munmap(hrx_base{i}, hrx_lease{i});")?;
+                }
             }
         }
         MapExtent::ViewLength => {

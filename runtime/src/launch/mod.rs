@@ -49,9 +49,9 @@ mod scalar;
 mod signature;
 
 pub use abi::{
-    AbiVersion, BatchLayout, BatchStatus, LaunchLayout, MapExtent, BATCH, BATCH_MAGIC, BATCH_METHOD, ENTRY_SYMBOL, FIRST_HANDLE, MAX_ARGS,
-    MAX_BATCH_KERNELS, MAX_BATCH_LAUNCHES, MAX_BATCH_LEASES, MAX_BATCH_RECORD_BYTES, MAX_BUFFERS, NO_FAILED_RECORD, SLOT_SIZE, V1, V2,
-    V2_MAGIC,
+    AbiVersion, BatchLayout, BatchStatus, LaunchLayout, MapExtent, BATCH, BATCH_MAGIC, BATCH_METHOD, ENTRY_SYMBOL, FIRST_HANDLE,
+    MAP_CACHE_SLOTS, MAX_ARGS, MAX_BATCH_KERNELS, MAX_BATCH_LAUNCHES, MAX_BATCH_LEASES, MAX_BATCH_RECORD_BYTES, MAX_BUFFERS,
+    MAX_RELEASE_IDS, NO_FAILED_RECORD, RELEASE_METHOD, SLOT_SIZE, V1, V2, V2_MAGIC,
 };
 pub use batch::{Batch, BatchFailure, BatchRefusal, BatchRun};
 pub use entry::{check_kernel_name, write_batch_entry, write_entry, EntryError, EntryOptions, KernelSpec, PowerRequest};

@@ -26,6 +26,12 @@ pub trait LaunchBuffer {
     fn view_offset(&self) -> u64;
     /// Length of the view.
     fn view_len(&self) -> u64;
+    /// The lease's session-unique identity for the DSP's map cache (launch ABI v2, the buffer
+    /// slot's second word): non-zero, never reused within the session, unlike the fd number.
+    /// 0 (the default) means "do not cache": the entry maps and unmaps the lease per call.
+    fn lease_id(&self) -> u32 {
+        0
+    }
 }
 
 /// A buffer view as the packer sees it, borrowing its owner (the view or lease object) for `'a`,
@@ -37,6 +43,7 @@ pub struct BufferRef<'a> {
     lease_len: u64,
     offset: u64,
     len: u64,
+    id: u32,
     _owner: PhantomData<&'a ()>,
 }
 
@@ -48,6 +55,7 @@ impl<'a> BufferRef<'a> {
             lease_len: buffer.lease_len(),
             offset: buffer.view_offset(),
             len: buffer.view_len(),
+            id: buffer.lease_id(),
             _owner: PhantomData,
         }
     }
@@ -55,7 +63,15 @@ impl<'a> BufferRef<'a> {
     /// A record made of raw parts, borrowing `owner` (whatever keeps the lease alive) for `'a`.
     /// Nothing is checked here; the packer checks the view against the lease and the version.
     pub fn borrowing<T: ?Sized>(_owner: &'a T, fd: Fd, lease_len: u64, offset: u64, len: u64) -> BufferRef<'a> {
-        BufferRef { fd, lease_len, offset, len, _owner: PhantomData }
+        BufferRef { fd, lease_len, offset, len, id: 0, _owner: PhantomData }
+    }
+
+    /// The same record with lease id `id` (0: do not cache). A caller sends a non-zero id only
+    /// to a library built with the map cache, and only an id that names this lease alone for
+    /// the life of the session (the HAL's leases have one: [`LaunchBuffer::lease_id`]).
+    pub fn with_lease_id(mut self, id: u32) -> BufferRef<'a> {
+        self.id = id;
+        self
     }
 }
 
@@ -71,6 +87,9 @@ impl LaunchBuffer for BufferRef<'_> {
     }
     fn view_len(&self) -> u64 {
         self.len
+    }
+    fn lease_id(&self) -> u32 {
+        self.id
     }
 }
 
@@ -385,7 +404,11 @@ impl<'a, const SLOTS: usize> PackedLaunch<'a, SLOTS> {
         }
         for b in buffers {
             // Checked against max_view_len / max_lease_len, both <= u32::MAX.
-            let _ = slots.push(at(layout.buffer_len_at, b.len & 0xffff_ffff).to_le_bytes());
+            let mut slot = at(layout.buffer_len_at, b.len & 0xffff_ffff);
+            if let Some(id_at) = layout.lease_id_at {
+                slot |= at(id_at, u64::from(b.id));
+            }
+            let _ = slots.push(slot.to_le_bytes());
             let mut record = at(layout.view_offset_at, b.offset & 0xffff_ffff);
             if let Some(lease_at) = layout.lease_len_at {
                 record |= at(lease_at, b.lease_len & 0xffff_ffff);

@@ -11,7 +11,8 @@
 //! namesz = 7, descsz, type = NOTE_TYPE ("HXR1"), name "hexrpc\0" padded to 8, desc:
 //!   u32 format (FORMAT = 2), u32 ABI version (1 or 2), u32 kernel count (>= 1),
 //!   u32 entry flags (bit 0, FLAG_BATCHES: the entry runs batches over the kernel table;
-//!   other bits zero),
+//!   bit 1, FLAG_MAP_CACHE: the entry keeps lease mappings across calls and answers the
+//!   release method; other bits zero),
 //!   per kernel: u16 name length, u16 signature length, name bytes, signature bytes,
 //!   padded with zeros to a multiple of 4
 //! ```
@@ -46,6 +47,14 @@ pub const FORMAT: u32 = 2;
 /// The entry-flags bit of a library whose entry runs batches over its kernel table (launch ABI
 /// method 3; `hexrpc build-lib --table`).
 pub const FLAG_BATCHES: u32 = 1;
+/// The entry-flags bit of a library whose entry keeps lease mappings across calls, keyed by the
+/// lease id the host sends, and answers the release method (launch ABI method 4; see
+/// [`abi`](super::abi)). Only such a library is sent non-zero lease ids in a batch, and the
+/// host releases its cached ids before a lease's fd is given up and flushes it before it is
+/// closed. A reader older than this bit refuses the record (`UnknownFlags`): rebuild with it.
+pub const FLAG_MAP_CACHE: u32 = 2;
+/// Every entry-flags bit this build knows.
+pub const KNOWN_FLAGS: u32 = FLAG_BATCHES | FLAG_MAP_CACHE;
 /// Most kernels one record describes.
 pub const MAX_KERNELS: usize = 64;
 
@@ -116,6 +125,7 @@ pub struct LibraryRecord<'a> {
     abi: AbiVersion,
     count: u32,
     batches: bool,
+    map_cache: bool,
     kernels: &'a [u8],
 }
 
@@ -166,16 +176,16 @@ impl<'a> LibraryRecord<'a> {
         if count == 0 || count as usize > MAX_KERNELS {
             return Err(RecordError::KernelCount(count));
         }
-        let (batches, header) = if format == 1 {
-            (count > 1, 12)
+        let (flags, header) = if format == 1 {
+            (if count > 1 { FLAG_BATCHES } else { 0 }, 12)
         } else {
             match le32(desc, 12).ok_or(RecordError::Truncated)? {
-                0 => (false, 16),
-                FLAG_BATCHES => (true, 16),
+                v if v & !KNOWN_FLAGS == 0 => (v, 16),
                 v => return Err(RecordError::UnknownFlags(v)),
             }
         };
-        let record = LibraryRecord { abi, count, batches, kernels: &desc[header..] };
+        let (batches, map_cache) = (flags & FLAG_BATCHES != 0, flags & FLAG_MAP_CACHE != 0);
+        let record = LibraryRecord { abi, count, batches, map_cache, kernels: &desc[header..] };
         // Validate every entry now, so the accessors cannot fail later.
         let mut at = 0usize;
         for _ in 0..count {
@@ -211,6 +221,13 @@ impl<'a> LibraryRecord<'a> {
         self.batches
     }
 
+    /// True if the library's entry keeps lease mappings across calls ([`FLAG_MAP_CACHE`]): the
+    /// host opens it with the map cache (lease ids sent, released on lease drop, flushed before
+    /// close).
+    pub fn map_cache(&self) -> bool {
+        self.map_cache
+    }
+
     /// The first (today: the only) kernel.
     pub fn kernel(&self) -> RecordedKernel<'a> {
         self.kernels().next().unwrap_or(RecordedKernel { name: "", signature: "" })
@@ -241,13 +258,28 @@ impl<'a> LibraryRecord<'a> {
 
 /// Writes the record as assembler source for the target (a `.section` directive and `.byte`
 /// lines), which the build step assembles into the library; no heap. `batches`: the entry runs
-/// batches over `kernels` as its kernel table ([`FLAG_BATCHES`]).
+/// batches over `kernels` as its kernel table ([`FLAG_BATCHES`]). No other flag is set (see
+/// [`write_record_asm_flags`]).
 pub fn write_record_asm<W: fmt::Write + ?Sized>(
     out: &mut W,
     abi: AbiVersion,
     kernels: &[(&str, &Signature)],
     batches: bool,
 ) -> Result<(), RecordError> {
+    write_record_asm_flags(out, abi, kernels, if batches { FLAG_BATCHES } else { 0 })
+}
+
+/// [`write_record_asm`] with the entry flags given as bits ([`FLAG_BATCHES`],
+/// [`FLAG_MAP_CACHE`]); an unknown bit is refused (`UnknownFlags`).
+pub fn write_record_asm_flags<W: fmt::Write + ?Sized>(
+    out: &mut W,
+    abi: AbiVersion,
+    kernels: &[(&str, &Signature)],
+    flags: u32,
+) -> Result<(), RecordError> {
+    if flags & !KNOWN_FLAGS != 0 {
+        return Err(RecordError::UnknownFlags(flags));
+    }
     if kernels.is_empty() || kernels.len() > MAX_KERNELS {
         return Err(RecordError::KernelCount(kernels.len() as u32));
     }
@@ -327,7 +359,7 @@ pub fn write_record_asm<W: fmt::Write + ?Sized>(
         b.all(&FORMAT.to_le_bytes())?;
         b.all(&abi_word.to_le_bytes())?;
         b.all(&(kernels.len() as u32).to_le_bytes())?;
-        b.all(&(if batches { FLAG_BATCHES } else { 0 }).to_le_bytes())?;
+        b.all(&flags.to_le_bytes())?;
         for (name, sig) in kernels {
             let mut c = Count(0);
             fmt::Write::write_fmt(&mut c, format_args!("{}", Sig(sig)))?;
@@ -409,6 +441,17 @@ mod tests {
         let img_t = image_with(&bytes_of(&asm_t));
         assert!(LibraryRecord::find(&img_t).unwrap().unwrap().batches());
         assert_eq!(write_record_asm(&mut String::new(), AbiVersion::V2, &[], false), Err(RecordError::KernelCount(0)));
+        assert!(!rec.map_cache() && !rec1.map_cache());
+        // The map-cache bit, alone and with the table bit; an unknown bit is refused.
+        for flags in [FLAG_MAP_CACHE, FLAG_MAP_CACHE | FLAG_BATCHES] {
+            let mut asm_c = String::new();
+            write_record_asm_flags(&mut asm_c, AbiVersion::V2, &[("k", &sig2)], flags).unwrap();
+            let img_c = image_with(&bytes_of(&asm_c));
+            let rec_c = LibraryRecord::find(&img_c).unwrap().unwrap();
+            assert!(rec_c.map_cache());
+            assert_eq!(rec_c.batches(), flags & FLAG_BATCHES != 0);
+        }
+        assert_eq!(write_record_asm_flags(&mut String::new(), AbiVersion::V2, &[("k", &sig2)], 4), Err(RecordError::UnknownFlags(4)));
     }
 
     #[test]

@@ -322,6 +322,29 @@ pub enum LedgerEvent {
         /// The AEE code returned.
         code: i32,
     },
+    /// A DSP mapping of a lease was still live when the lease lost `what` (its driver map
+    /// dropped, its fd closed or retired): a later call could reach memory that is no longer
+    /// the lease's (a contract violation of the map cache).
+    MappingOutlivesLease {
+        /// The handle fd the mapping was made through.
+        fd: i32,
+        /// Its DSP address and length.
+        addr: u32,
+        /// Its length.
+        len: u32,
+        /// What the lease lost.
+        what: &'static str,
+    },
+    /// A call used a DSP mapping kept from an earlier call for a handle whose fd now names a
+    /// different buffer (a cached mapping reached the wrong lease).
+    StaleMappingUsed {
+        /// The handle fd.
+        fd: i32,
+        /// The mapping's DSP address.
+        addr: u32,
+        /// Its length.
+        len: u32,
+    },
 }
 
 impl LedgerEvent {
@@ -334,6 +357,8 @@ impl LedgerEvent {
                 | LedgerEvent::ViewOutsideMapping { .. }
                 | LedgerEvent::AccessOutsideMapping { .. }
                 | LedgerEvent::ArgOutOfBounds { .. }
+                | LedgerEvent::MappingOutlivesLease { .. }
+                | LedgerEvent::StaleMappingUsed { .. }
         )
     }
 }

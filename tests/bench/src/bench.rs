@@ -172,7 +172,7 @@ impl Bench {
     /// A bench with `cfg`. The board's two device nodes exist, and its shell path holds a
     /// [`DEFAULT_SHELL_LEN`]-byte Hexagon ELF.
     pub fn with_config(cfg: BenchConfig) -> Bench {
-        let mut st = State::default();
+        let mut st = State { ledger_capacity: cfg.log_capacity, ..State::default() };
         let b = cfg.board;
         let s = |c: &CStr| c.to_string_lossy().into_owned();
         let alloc = match b.allocator {
@@ -514,7 +514,7 @@ impl Bench {
         let p = st.procs.get_mut(&pid)?;
         let h = p.next_lib;
         p.next_lib += 0x10;
-        p.libs.insert(h, crate::state::LoadedLib { name: name.to_string(), model });
+        p.libs.insert(h, crate::state::LoadedLib { name: name.to_string(), model, cache: Default::default() });
         Some(h)
     }
 
@@ -820,6 +820,9 @@ unsafe impl Syscalls for Bench {
             _ => None,
         };
         let r = if let Some(e) = st.fds.remove(&fd.0) {
+            if let FdObj::DmaBuf(b) = e.obj {
+                st.lease_fd_gone(fd.0, b);
+            }
             st = release_obj(&self.sh, st, e.obj);
             Ok(())
         } else if st.passthrough.remove(&fd.0) {
@@ -842,6 +845,9 @@ unsafe impl Syscalls for Bench {
         let old = st.fds.get_mut(&fd.0).map(|e| core::mem::replace(&mut e.obj, FdObj::Null));
         let r = match old {
             Some(old) => {
+                if let FdObj::DmaBuf(b) = old {
+                    st.lease_fd_gone(fd.0, b);
+                }
                 st = release_obj(&self.sh, st, old);
                 Ok(())
             }

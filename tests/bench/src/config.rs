@@ -204,6 +204,11 @@ pub struct CostModel {
     pub per_crossing: Duration,
     /// Extra cost per KiB copied between user and kernel.
     pub per_kib_copied: Duration,
+    /// DSP-side cost of one `HAP_mmap` an entry makes (added to the call's simulated DSP time;
+    /// what the map cache saves). Simulated.
+    pub per_dsp_map: Duration,
+    /// DSP-side cost of one `HAP_munmap` that unmapped something. Simulated.
+    pub per_dsp_unmap: Duration,
     /// Also sleep for the simulated cost (so deadlines see it); otherwise it is only recorded.
     pub sleep: bool,
 }
@@ -213,6 +218,24 @@ impl CostModel {
     pub fn cost(&self, bytes: u64) -> Duration {
         let kib = u32::try_from(bytes.div_ceil(1024)).unwrap_or(u32::MAX);
         self.per_crossing.saturating_add(self.per_kib_copied.saturating_mul(kib))
+    }
+
+    /// The simulated DSP cost of `maps` `HAP_mmap`s and `unmaps` `HAP_munmap`s in one call.
+    pub fn map_cost(&self, maps: u32, unmaps: u32) -> Duration {
+        self.per_dsp_map.saturating_mul(maps).saturating_add(self.per_dsp_unmap.saturating_mul(unmaps))
+    }
+
+    /// The cost of the HAP events of one call (maps and matched unmaps in `events`).
+    pub fn map_cost_of<'e>(&self, events: impl IntoIterator<Item = &'e crate::LedgerEvent>) -> Duration {
+        let (mut maps, mut unmaps) = (0u32, 0u32);
+        for e in events {
+            match e {
+                crate::LedgerEvent::Map { .. } => maps += 1,
+                crate::LedgerEvent::Unmap { matched: true, .. } => unmaps += 1,
+                _ => {}
+            }
+        }
+        self.map_cost(maps, unmaps)
     }
 }
 

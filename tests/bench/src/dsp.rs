@@ -530,7 +530,7 @@ fn load(sh: &Shared, job: &Job, uri: &str) -> Result<u32, (i32, String)> {
     let Some(p) = st.procs.get_mut(&job.pid).filter(|p| p.alive) else { return Err((aee::AEE_EBADSTATE, "process ended".into())) };
     let h = p.next_lib;
     p.next_lib += 0x10;
-    p.libs.insert(h, LoadedLib { name, model });
+    p.libs.insert(h, LoadedLib { name, model, cache: Default::default() });
     st.counts.libraries_opened += 1;
     Ok(h)
 }
@@ -694,9 +694,9 @@ impl Drop for Running<'_> {
 fn library(sh: &Shared, job: &Job, mut outs: Vec<Vec<u8>>) -> CtxResult {
     let lib = {
         let st = sh.lock();
-        st.procs.get(&job.pid).and_then(|p| p.libs.get(&job.handle)).map(|l| (l.name.clone(), l.model.clone()))
+        st.procs.get(&job.pid).and_then(|p| p.libs.get(&job.handle)).map(|l| (l.name.clone(), l.model.clone(), l.cache.clone()))
     };
-    let Some((name, model)) = lib else { return result(aee::AEE_EINVHANDLE, outs) };
+    let Some((name, model, cache)) = lib else { return result(aee::AEE_EINVHANDLE, outs) };
     // The process's release waits for this call to return (interrupted or not).
     let _running = Running::start(sh, job.pid);
     // Executor hook.
@@ -722,14 +722,18 @@ fn library(sh: &Shared, job: &Job, mut outs: Vec<Vec<u8>>) -> CtxResult {
             pra.push(remote_arg32::from_dma(remote_dma_handle32 { fd: d.fd, offset: d.offset }));
         }
     }
-    let handles = job.handles.iter().map(|h| HandleBuf { fd: h.fd, memfd: h.memfd.clone(), len: h.len }).collect();
+    let handles = job.handles.iter().map(|h| HandleBuf { fd: h.fd, memfd: h.memfd.clone(), len: h.len, buf: h.buf }).collect();
+    let cache = model.map_cache.then_some(cache);
     let mut env =
-        EntryEnv { sh, pid: job.pid, library: name, sc: job.sc, pra, regions, handles, events: Vec::new(), sim: None, gone: None };
+        EntryEnv { sh, pid: job.pid, library: name, sc: job.sc, pra, regions, handles, events: Vec::new(), sim: None, gone: None, cache };
     let rv = match model.version {
         EntryVersion::V1 => entry::run_v1(&mut env, &model),
+        EntryVersion::V2 if job.sc >> 24 == 4 && model.map_cache => entry::run_release(&mut env),
         EntryVersion::V2 if job.sc >> 24 == 3 && !model.table.is_empty() => entry::run_batch(&mut env, &model),
         EntryVersion::V2 => entry::run_v2(&mut env, &model),
     };
+    // The simulated DSP cost of the entry's maps and unmaps (the cost model's; zero by default).
+    let hap = sh.cfg.cost.map_cost_of(&env.events);
     env.flush();
     let nin = sc.inbufs() as usize;
     for (j, o) in outs.iter_mut().enumerate() {
@@ -739,14 +743,22 @@ fn library(sh: &Shared, job: &Job, mut outs: Vec<Vec<u8>>) -> CtxResult {
         }
     }
     let fdlist = fdlist(sh, job, rv);
-    CtxResult { retval: rv, outs, fdlist, sim_dsp: env.sim.unwrap_or_default() }
+    CtxResult { retval: rv, outs, fdlist, sim_dsp: env.sim.unwrap_or_default().saturating_add(hap) }
 }
 
 /// The fdlist the DSP writes for a library call that returned `rv`
 /// ([`BenchConfig::fdlist`](crate::BenchConfig::fdlist)); nothing after an error.
+///
+/// A DSP process lists no fd it still has mapped (an entry's map cache keeps a lease mapped
+/// across calls): the "Skip reference for DMA handles" patch says the DSP lists an fd when its
+/// own count of it reaches zero, and a listed fd whose mapping stayed would be a mapping without
+/// its driver map.
 pub(crate) fn fdlist(sh: &Shared, job: &Job, rv: i32) -> Vec<i32> {
     match sh.cfg.fdlist {
-        crate::FdlistPolicy::EveryHandle if rv == 0 => job.handles.iter().map(|h| h.fd).take(hexrpc_drivers::adsprpc::M_FDLIST).collect(),
+        crate::FdlistPolicy::EveryHandle if rv == 0 => {
+            let st = sh.lock();
+            job.handles.iter().map(|h| h.fd).filter(|fd| !st.fd_mapped_by(job.pid, *fd)).take(hexrpc_drivers::adsprpc::M_FDLIST).collect()
+        }
         _ => Vec::new(),
     }
 }

@@ -95,6 +95,8 @@ pub struct LibraryModel {
     /// library's real code, and the library's id in it; when set, invokes go there instead of
     /// to `kernel`.
     pub(crate) exec: Option<(Arc<crate::executor::ExecProcess>, u32)>,
+    /// The entry keeps lease mappings across calls (the runtime's map cache, v2 only).
+    pub(crate) map_cache: bool,
 }
 
 impl core::fmt::Debug for LibraryModel {
@@ -119,7 +121,16 @@ impl LibraryModel {
         scalars: usize,
         kernel: impl Fn(&mut KernelCall<'_>) + Send + Sync + 'static,
     ) -> Self {
-        LibraryModel { version, buffers, scalars, symbol: "entry".into(), kernel: Arc::new(kernel), table: Vec::new(), exec: None }
+        LibraryModel {
+            version,
+            buffers,
+            scalars,
+            symbol: "entry".into(),
+            kernel: Arc::new(kernel),
+            table: Vec::new(),
+            exec: None,
+            map_cache: false,
+        }
     }
 
     /// A v2 library generated for a kernel table (the runtime's `write_batch_entry`): method 2 is
@@ -129,7 +140,16 @@ impl LibraryModel {
             Some(k) => (k.buffers, k.scalars, k.kernel.clone()),
             None => (0, 0, Arc::new(|_: &mut KernelCall<'_>| {}) as KernelFn),
         };
-        LibraryModel { version: EntryVersion::V2, buffers, scalars, symbol: "entry".into(), kernel, table: kernels, exec: None }
+        LibraryModel {
+            version: EntryVersion::V2,
+            buffers,
+            scalars,
+            symbol: "entry".into(),
+            kernel,
+            table: kernels,
+            exec: None,
+            map_cache: false,
+        }
     }
 
     /// Kernels in the table (0 for a single-kernel library).
@@ -148,7 +168,22 @@ impl LibraryModel {
             kernel: Arc::new(|_| {}),
             table: Vec::new(),
             exec: Some((exec, lib)),
+            map_cache: false,
         }
+    }
+
+    /// An entry generated with the map cache (v2 only; the runtime's `EntryOptions::map_cache`):
+    /// it keeps up to 16 lease mappings across calls keyed by (lease id, fd, lease length), as
+    /// the generated C does, and answers method 4 (release). The host opens such a library with
+    /// the map cache (the build record's `FLAG_MAP_CACHE`, or `open_library_with`).
+    pub fn with_map_cache(mut self) -> Self {
+        self.map_cache = self.version == EntryVersion::V2;
+        self
+    }
+
+    /// True if the entry keeps lease mappings across calls.
+    pub fn map_cache(&self) -> bool {
+        self.map_cache
     }
 
     /// Names the entry symbol (default `entry`); the URI's symbol must match it.
@@ -308,6 +343,8 @@ pub(crate) struct HandleBuf {
     pub fd: i32,
     pub memfd: Arc<OwnedFd>,
     pub len: u64,
+    /// The bench's buffer behind the driver map the number names (what the DSP is handed).
+    pub buf: u64,
 }
 
 /// What the DSP framework hands a library entry.
@@ -326,6 +363,31 @@ pub(crate) struct EntryEnv<'a> {
     /// (unmapping, checking views) is not DSP behaviour and is not recorded, so a restart never
     /// shows up as a contract mismatch.
     pub gone: Option<usize>,
+    /// The library's map cache (a library with [`LibraryModel::with_map_cache`]).
+    pub cache: Option<Arc<std::sync::Mutex<ModelCache>>>,
+}
+
+/// Lease mappings a map-cache entry keeps (the generated C's `MAP_CACHE_SLOTS`).
+pub const MAP_CACHE_SLOTS: usize = 16;
+
+/// The map cache of one loaded library in one DSP process (the generated C's static table).
+#[derive(Default)]
+pub(crate) struct ModelCache {
+    slots: Vec<Cached>,
+    tick: u64,
+}
+
+struct Cached {
+    id: u32,
+    fd: i32,
+    len: u32,
+    addr: u32,
+    mem: Arc<HostMmap>,
+    /// The buffer the handle's fd named when the mapping was made.
+    buf: u64,
+    users: u32,
+    tick: u64,
+    dead: bool,
 }
 
 impl EntryEnv<'_> {
@@ -389,7 +451,7 @@ impl EntryEnv<'_> {
             return fail(self, "zero length");
         }
         let found = match self.handles.iter().find(|h| h.fd == fd) {
-            Some(h) => Some((h.memfd.clone(), h.len)),
+            Some(h) => Some((h.memfd.clone(), h.len, h.buf)),
             None => {
                 let st = self.sh.lock();
                 st.procs
@@ -397,11 +459,10 @@ impl EntryEnv<'_> {
                     .and_then(|p| st.rpc_files.get(&p.file))
                     .and_then(|f| f.maps.iter().find(|m| m.fd == fd && m.buf.is_some()))
                     .and_then(|m| m.buf)
-                    .and_then(|b| st.buffers.get(&b))
-                    .map(|b| (b.memfd.clone(), b.len))
+                    .and_then(|id| st.buffers.get(&id).map(|b| (b.memfd.clone(), b.len, id)))
             }
         };
-        let Some((memfd, buf_len)) = found else { return fail(self, "fd is not mapped for this process") };
+        let Some((memfd, buf_len, buf)) = found else { return fail(self, "fd is not mapped for this process") };
         if offset as u64 + len as u64 > buf_len {
             return fail(self, "range beyond the buffer");
         }
@@ -420,6 +481,7 @@ impl EntryEnv<'_> {
         let span = (len as u64).div_ceil(4096) * 4096 + 4096;
         p.next_dva = u32::try_from(addr as u64 + span).unwrap_or(0x1000_0000);
         p.hap.push(HapMap { dsp_addr: addr, len, _mem: mem.clone() });
+        st.lease_mapped(self.pid, &self.library, fd, buf, addr, len);
         drop(st);
         self.events.push(LedgerEvent::Map { fd, addr, len, offset });
         Some((addr, mem))
@@ -432,6 +494,7 @@ impl EntryEnv<'_> {
             Some(p) => match p.hap.iter().position(|m| m.dsp_addr == addr && m.len == len) {
                 Some(i) => {
                     p.hap.remove(i);
+                    st.lease_unmapped(self.pid, addr, len);
                     true
                 }
                 None => false,
@@ -445,6 +508,100 @@ impl EntryEnv<'_> {
         };
         drop(st);
         self.events.push(LedgerEvent::Unmap { addr, len, matched });
+    }
+
+    /// The generated C's `hrx_acquire`: the mapping of lease `(id, fd, len)` from the library's
+    /// cache (a hit: nothing is mapped; if the handle's fd now names another buffer than the one
+    /// mapped, [`LedgerEvent::StaleMappingUsed`] is recorded, and the stale mapping is used, as
+    /// the C would), or a new `HAP_mmap`, kept in the cache when an entry is free or unused.
+    /// Returns (address, memory, the cache entry held or -1).
+    fn map_lease(&mut self, id: u32, fd: i32, len: u32) -> Option<(u32, Arc<HostMmap>, i32)> {
+        let Some(cache) = self.cache.clone().filter(|_| id != 0) else {
+            return self.hap_mmap(fd, len, 0).map(|(a, m)| (a, m, -1));
+        };
+        let mut c = cache.lock().unwrap_or_else(|e| e.into_inner());
+        let now = self.handles.iter().find(|h| h.fd == fd).map(|h| h.buf);
+        let mut free = None;
+        for i in 0..c.slots.len() {
+            let e = &c.slots[i];
+            if e.id == id && !e.dead {
+                if e.fd == fd && e.len == len {
+                    let (addr, mem, buf) = (e.addr, e.mem.clone(), e.buf);
+                    c.tick += 1;
+                    let tick = c.tick;
+                    let e = &mut c.slots[i];
+                    e.users += 1;
+                    e.tick = tick;
+                    if now.is_some_and(|b| b != buf) {
+                        self.events.push(LedgerEvent::StaleMappingUsed { fd, addr, len });
+                    }
+                    return Some((addr, mem, i as i32));
+                }
+                if e.users == 0 {
+                    let (addr, l) = (e.addr, e.len);
+                    self.hap_munmap(addr, l);
+                    c.slots[i].dead = true;
+                    c.slots[i].id = 0;
+                } else {
+                    c.slots[i].dead = true;
+                }
+            }
+        }
+        // Free entries: the dead, unused ones (unmapped already), else room to grow.
+        if let Some(i) = c.slots.iter().position(|e| e.dead && e.users == 0 && e.id == 0) {
+            free = Some(i);
+        } else if c.slots.len() < MAP_CACHE_SLOTS {
+            free = Some(c.slots.len());
+        } else if let Some(i) = (0..c.slots.len()).filter(|&i| c.slots[i].users == 0).min_by_key(|&i| c.slots[i].tick) {
+            let (addr, l) = (c.slots[i].addr, c.slots[i].len);
+            self.hap_munmap(addr, l);
+            c.slots[i].dead = true;
+            c.slots[i].id = 0;
+            free = Some(i);
+        }
+        let (addr, mem) = match self.hap_mmap(fd, len, 0) {
+            Some(m) => m,
+            None => {
+                // As the C: give back every unused entry once and try again.
+                let unused: Vec<usize> = (0..c.slots.len()).filter(|&i| c.slots[i].id != 0 && c.slots[i].users == 0).collect();
+                if unused.is_empty() {
+                    return None;
+                }
+                for i in unused {
+                    let (addr, l) = (c.slots[i].addr, c.slots[i].len);
+                    self.hap_munmap(addr, l);
+                    c.slots[i].dead = true;
+                    c.slots[i].id = 0;
+                }
+                if free.is_none() {
+                    free = c.slots.iter().position(|e| e.dead && e.users == 0 && e.id == 0);
+                }
+                self.hap_mmap(fd, len, 0)?
+            }
+        };
+        let Some(i) = free else { return Some((addr, mem, -1)) };
+        c.tick += 1;
+        let e = Cached { id, fd, len, addr, mem: mem.clone(), buf: now.unwrap_or(0), users: 1, tick: c.tick, dead: false };
+        if i == c.slots.len() {
+            c.slots.push(e);
+        } else {
+            c.slots[i] = e;
+        }
+        Some((addr, mem, i as i32))
+    }
+
+    /// The generated C's `hrx_put`: unmaps a per-call mapping; a cached one stays mapped unless
+    /// it was released while in use and this was its last user.
+    fn put_lease(&mut self, slot: i32, addr: u32, len: u32) {
+        let Some(cache) = self.cache.clone().filter(|_| slot >= 0) else { return self.hap_munmap(addr, len) };
+        let mut c = cache.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(e) = c.slots.get_mut(slot as usize) else { return };
+        e.users = e.users.saturating_sub(1);
+        if e.users == 0 && e.dead && e.id != 0 {
+            let (addr, l) = (e.addr, e.len);
+            e.id = 0;
+            self.hap_munmap(addr, l);
+        }
     }
 
     fn run_kernel(&mut self, model: &LibraryModel, buffers: Vec<KernelBuffer>, scalars: Vec<[u8; 8]>) -> u64 {
@@ -585,19 +742,21 @@ pub(crate) fn run_v2(env: &mut EntryEnv<'_>, model: &LibraryModel) -> i32 {
         views.push((off, len, lease));
     }
     let scalars: Vec<[u8; 8]> = (0..k).map(|j| slot(env.arg_read(0, 8 * (1 + n + j) as u32, 8))).collect();
+    // The lease ids (the buffer slots' second words), read only by an entry with the map cache.
+    let ids: Vec<u32> = (0..n).map(|i| if env.cache.is_some() { u32_at(&env.arg_read(0, 8 * (1 + i) as u32 + 4, 4)) } else { 0 }).collect();
     let mut bufs = Vec::with_capacity(n);
-    let mut mapped: Vec<(u32, u32)> = Vec::with_capacity(n);
+    let mut mapped: Vec<(u32, u32, i32)> = Vec::with_capacity(n);
     for (i, &(off, len, lease)) in views.iter().enumerate() {
         let fd = env.handle_fd(3 + i);
-        match env.hap_mmap(fd, lease, 0) {
-            Some((base, mem)) => {
-                mapped.push((base, lease));
+        match env.map_lease(ids[i], fd, lease) {
+            Some((base, mem, slot)) => {
+                mapped.push((base, lease, slot));
                 bufs.push(KernelBuffer { ptr: base + off, len, map: Some((base, lease, mem)) });
             }
             None => {
                 drop(bufs);
-                for &(base, l) in mapped.iter().rev() {
-                    env.hap_munmap(base, l);
+                for &(base, l, slot) in mapped.iter().rev() {
+                    env.put_lease(slot, base, l);
                 }
                 return aee::AEE_EMMAP;
             }
@@ -608,8 +767,8 @@ pub(crate) fn run_v2(env: &mut EntryEnv<'_>, model: &LibraryModel) -> i32 {
         env.arg_write(2, 0, &micros.to_le_bytes());
         env.events.push(LedgerEvent::Timer { micros });
     }
-    for (base, l) in mapped {
-        env.hap_munmap(base, l);
+    for &(base, l, slot) in mapped.iter().rev() {
+        env.put_lease(slot, base, l);
     }
     0
 }
@@ -648,13 +807,16 @@ pub(crate) fn run_batch(env: &mut EntryEnv<'_>, model: &LibraryModel) -> i32 {
         return refuse(env);
     }
     let mut leases = Vec::with_capacity(nl);
+    let mut ids = Vec::with_capacity(nl);
     for i in 0..nl {
         let e = env.arg_read(1, 8 * i as u32, 8);
         let (len, reserved) = (u32_at(&e[0..]), u32_at(&e[4..]));
-        if len == 0 || reserved != 0 {
+        // With the map cache the reserved word is the lease id; without it, it must be 0.
+        if len == 0 || (reserved != 0 && env.cache.is_none()) {
             return refuse(env);
         }
         leases.push(len);
+        ids.push(reserved);
     }
     // Every record, validated before anything is mapped.
     let bytes = env.arg_read(0, 16, r);
@@ -686,14 +848,14 @@ pub(crate) fn run_batch(env: &mut EntryEnv<'_>, model: &LibraryModel) -> i32 {
         return refuse(env);
     }
     // Each lease mapped once for the whole call.
-    let mut mapped: Vec<(u32, u32, Arc<HostMmap>)> = Vec::with_capacity(nl);
+    let mut mapped: Vec<(u32, u32, Arc<HostMmap>, i32)> = Vec::with_capacity(nl);
     for (i, &lease) in leases.iter().enumerate() {
         let fd = env.handle_fd(3 + i);
-        match env.hap_mmap(fd, lease, 0) {
-            Some((base, mem)) => mapped.push((base, lease, mem)),
+        match env.map_lease(ids[i], fd, lease) {
+            Some((base, mem, slot)) => mapped.push((base, lease, mem, slot)),
             None => {
-                for &(base, len, _) in mapped.iter().rev() {
-                    env.hap_munmap(base, len);
+                for &(base, len, _, slot) in mapped.iter().rev() {
+                    env.put_lease(slot, base, len);
                 }
                 return aee::AEE_EMMAP;
             }
@@ -705,7 +867,7 @@ pub(crate) fn run_batch(env: &mut EntryEnv<'_>, model: &LibraryModel) -> i32 {
             .views
             .iter()
             .map(|&(li, off, n)| {
-                let (base, lease, mem) = &mapped[li];
+                let (base, lease, mem, _) = &mapped[li];
                 KernelBuffer { ptr: base + off, len: n, map: Some((*base, *lease, mem.clone())) }
             })
             .collect();
@@ -728,8 +890,8 @@ pub(crate) fn run_batch(env: &mut EntryEnv<'_>, model: &LibraryModel) -> i32 {
     if !env.process_alive() {
         return -1;
     }
-    for &(base, len, _) in mapped.iter().rev() {
-        env.hap_munmap(base, len);
+    for &(base, len, _, slot) in mapped.iter().rev() {
+        env.put_lease(slot, base, len);
     }
     let mut st = Vec::with_capacity(24);
     for w in [BATCH_MAGIC, done, failed, code as u32] {
@@ -738,5 +900,40 @@ pub(crate) fn run_batch(env: &mut EntryEnv<'_>, model: &LibraryModel) -> i32 {
     st.extend_from_slice(&micros.to_le_bytes());
     env.arg_write(2, 0, &st);
     env.events.push(LedgerEvent::Timer { micros });
+    0
+}
+
+/// Method 4 of an entry with the map cache (the generated C's `hrx_release`): pra 0 holds a u32
+/// count C then C u32 lease ids; the cached mappings of those ids (every one for C = 0) are
+/// unmapped, or marked to be unmapped by their last user when a call uses them.
+pub(crate) fn run_release(env: &mut EntryEnv<'_>) -> i32 {
+    let refuse = |env: &mut EntryEnv<'_>| {
+        env.events.push(LedgerEvent::Refused { code: aee::AEE_EBADPARM });
+        aee::AEE_EBADPARM
+    };
+    if env.sc & 0x00ff_ffff != 0x0001_0000 || env.arg_len(0) < 4 {
+        return refuse(env);
+    }
+    let count = u32_at(&env.arg_read(0, 0, 4));
+    if count > 64 || (env.arg_len(0) - 4) / 4 < count {
+        return refuse(env);
+    }
+    let ids: Vec<u32> = (0..count).map(|k| u32_at(&env.arg_read(0, 4 + 4 * k, 4))).collect();
+    let Some(cache) = env.cache.clone() else { return 0 };
+    let mut c = cache.lock().unwrap_or_else(|e| e.into_inner());
+    for i in 0..c.slots.len() {
+        let e = &mut c.slots[i];
+        if e.id == 0 || !(ids.is_empty() || ids.contains(&e.id)) {
+            continue;
+        }
+        if e.users == 0 {
+            let (addr, len) = (e.addr, e.len);
+            e.id = 0;
+            e.dead = true;
+            env.hap_munmap(addr, len);
+        } else {
+            e.dead = true;
+        }
+    }
     0
 }

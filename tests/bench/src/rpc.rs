@@ -373,6 +373,7 @@ pub(crate) fn new_process(st: &mut State, file: u64) -> u64 {
             apps_std: None,
             libs: Default::default(),
             hap: Vec::new(),
+            lease_maps: Vec::new(),
             queue: Default::default(),
             inflight: Default::default(),
             next_dva: 0x2000_0000,
@@ -508,6 +509,7 @@ unsafe fn munmap_fd(st: &mut State, file: u64, a: u64) -> Result<i32, Errno> {
     f.maps[idx].refs -= 1;
     if f.maps[idx].refs == 0 {
         let map = f.maps.remove(idx);
+        st.driver_map_gone(file, map.fd, map.buf);
         st.release_driver_map(map.buf);
     }
     Ok(0)
@@ -520,6 +522,7 @@ fn put_handle_map(st: &mut State, file: u64, fd: i32) {
         f.maps[i].refs -= 1;
         if f.maps[i].refs == 0 {
             let map = f.maps.remove(i);
+            st.driver_map_gone(file, map.fd, map.buf);
             st.release_driver_map(map.buf);
         }
     }
@@ -657,7 +660,7 @@ unsafe fn invoke<'a>(
             return (st, eperm());
         };
         let u = a.buf();
-        handles.push(HandleBuf { fd, memfd, len: blen });
+        handles.push(HandleBuf { fd, memfd, len: blen, buf: buf.unwrap_or(0) });
         wire.push(remote_arg64::from_dma(remote_dma_handle64 { fd, offset: u.pv as u32, len: u.len as u32 }));
     }
     if st.ctxs.len() >= FASTRPC_CTX_MAX {

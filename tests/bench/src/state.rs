@@ -219,6 +219,8 @@ pub(crate) struct HapMap {
 pub(crate) struct LoadedLib {
     pub name: String,
     pub model: Arc<LibraryModel>,
+    /// The entry's map cache (its static table: one per library loaded in a process).
+    pub cache: Arc<Mutex<crate::entry::ModelCache>>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -250,6 +252,8 @@ pub(crate) struct DspProcess {
     pub apps_std: Option<u32>,
     pub libs: HashMap<u32, LoadedLib>,
     pub hap: Vec<HapMap>,
+    /// The live mappings of handle fds (the model's and the executor's alike).
+    pub lease_maps: Vec<LeaseMap>,
     pub queue: VecDeque<u64>,
     pub inflight: HashMap<u32, u64>,
     pub next_dva: u32,
@@ -310,6 +314,19 @@ pub(crate) struct State {
     pub lib_running: HashMap<u64, u32>,
     /// Every DSP restart: how many, and why the last one happened.
     pub restarts: crate::restart::RestartLog,
+    /// [`BenchConfig::log_capacity`](crate::BenchConfig::log_capacity), for ledger entries
+    /// recorded outside a call (the map-cache rules below).
+    pub ledger_capacity: usize,
+}
+
+/// A live DSP mapping an entry made of a handle's fd (`HAP_mmap` of a lease), with the buffer
+/// the handle's fd named when it was made: what the map-cache rules check.
+pub(crate) struct LeaseMap {
+    pub addr: u32,
+    pub len: u32,
+    pub fd: i32,
+    pub buf: u64,
+    pub library: String,
 }
 
 impl State {
@@ -358,6 +375,63 @@ impl State {
                 self.ion_bytes = self.ion_bytes.saturating_sub(b.len);
             }
         }
+    }
+
+    /// Process `pid` mapped handle fd `fd` (buffer `buf`) at `(addr, len)`.
+    pub fn lease_mapped(&mut self, pid: u64, library: &str, fd: i32, buf: u64, addr: u32, len: u32) {
+        if let Some(p) = self.procs.get_mut(&pid).filter(|p| p.alive) {
+            p.lease_maps.push(LeaseMap { addr, len, fd, buf, library: library.to_string() });
+        }
+    }
+
+    /// Process `pid` unmapped `(addr, len)` (an exact match of a live mapping).
+    pub fn lease_unmapped(&mut self, pid: u64, addr: u32, len: u32) {
+        if let Some(p) = self.procs.get_mut(&pid) {
+            if let Some(i) = p.lease_maps.iter().position(|m| m.addr == addr && m.len == len) {
+                p.lease_maps.swap_remove(i);
+            }
+        }
+    }
+
+    /// Records a [`LedgerEvent::MappingOutlivesLease`] for every live DSP mapping of `(fd,
+    /// buf)` in a process of channel `file` (`None`: any process) whose lease just lost `what`.
+    fn lease_gone(&mut self, file: Option<u64>, fd: i32, buf: u64, what: &'static str) {
+        let mut found = Vec::new();
+        for (pid, p) in &self.procs {
+            if !p.alive || file.is_some_and(|f| f != p.file) {
+                continue;
+            }
+            for m in p.lease_maps.iter().filter(|m| m.fd == fd && m.buf == buf) {
+                found.push(LedgerEntry {
+                    pid: *pid,
+                    library: m.library.clone(),
+                    event: LedgerEvent::MappingOutlivesLease { fd, addr: m.addr, len: m.len, what },
+                });
+            }
+        }
+        let cap = self.ledger_capacity;
+        for e in found {
+            self.record_ledger(e, cap);
+        }
+    }
+
+    /// The last reference of channel `file`'s handle map of `fd` (buffer `buf`) went (MUNMAP_FD,
+    /// the fdlist): a DSP mapping made through it must be gone already.
+    pub fn driver_map_gone(&mut self, file: u64, fd: i32, buf: Option<u64>) {
+        if let Some(buf) = buf {
+            self.lease_gone(Some(file), fd, buf, "its driver map was dropped");
+        }
+    }
+
+    /// The host closed or retired its descriptor `fd` of buffer `buf`: no DSP mapping made for
+    /// that lease may still be live.
+    pub fn lease_fd_gone(&mut self, fd: i32, buf: u64) {
+        self.lease_gone(None, fd, buf, "its fd was closed or retired");
+    }
+
+    /// True if process `pid` has a live mapping of handle fd `fd`.
+    pub fn fd_mapped_by(&self, pid: u64, fd: i32) -> bool {
+        self.procs.get(&pid).is_some_and(|p| p.lease_maps.iter().any(|m| m.fd == fd))
     }
 
     /// Drops one driver-map reference on a buffer.

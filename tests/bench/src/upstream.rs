@@ -268,6 +268,7 @@ fn map_put(st: &mut State, file: u64, fd: i32) {
         f.maps[i].refs -= 1;
         if f.maps[i].refs == 0 {
             let m = f.maps.remove(i);
+            st.driver_map_gone(file, m.fd, m.buf);
             st.release_driver_map(m.buf);
         }
     }
@@ -394,7 +395,7 @@ unsafe fn invoke<'a>(sh: &'a Arc<Shared>, st: Guard<'a>, file: u64, a: u64, pre:
     for (i, x) in args.iter().enumerate().skip(nbuf) {
         if let Some((b, map_len)) = bufs[i] {
             if let Some(buf) = st.buffers.get(&b) {
-                handles.push(HandleBuf { fd: x.fd, memfd: buf.memfd.clone(), len: map_len.min(buf.len) });
+                handles.push(HandleBuf { fd: x.fd, memfd: buf.memfd.clone(), len: map_len.min(buf.len), buf: b });
             }
         }
         wire.push(remote_arg64::from_dma(remote_dma_handle64 { fd: x.fd, offset: x.ptr as u32, len: x.length as u32 }));

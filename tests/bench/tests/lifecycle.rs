@@ -316,7 +316,12 @@ fn a_fault_at_every_stage_leaves_nothing_behind() {
 
 #[test]
 fn simulated_cost_is_recorded_and_labelled() {
-    let cost = CostModel { per_crossing: Duration::from_micros(25), per_kib_copied: Duration::from_micros(1), sleep: false };
+    let cost = CostModel {
+        per_crossing: Duration::from_micros(25),
+        per_kib_copied: Duration::from_micros(1),
+        sleep: false,
+        ..CostModel::default()
+    };
     let b = Bench::with_config(BenchConfig { cost, ..Default::default() });
     let s = open_session(&b);
     let big = vec![1u8; 8192];

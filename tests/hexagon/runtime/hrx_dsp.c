@@ -59,7 +59,7 @@
 #define HRX_MAX_PATH 64u
 #define HRX_ARENA 1048576u
 #define HRX_MAX_EVENTS 128u
-#define HRX_MAX_LIVE 64u
+#define HRX_MAX_LIVE 4096u
 #define HRX_EV_MAP 1u
 #define HRX_EV_MAP_FAILED 2u
 #define HRX_EV_UNMAP 3u

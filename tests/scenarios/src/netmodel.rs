@@ -484,7 +484,12 @@ impl Default for ModelOptions {
     fn default() -> Self {
         ModelOptions {
             runs: 1000,
-            cost: CostModel { per_crossing: Duration::from_micros(60), per_kib_copied: Duration::from_micros(2), sleep: false },
+            cost: CostModel {
+                per_crossing: Duration::from_micros(60),
+                per_kib_copied: Duration::from_micros(2),
+                sleep: false,
+                ..CostModel::default()
+            },
             flavour: Flavour::Scalar,
             board: &hexrpc_bsp::BENCH,
         }

@@ -123,4 +123,10 @@ impl Stack {
     pub fn open(&self, name: &str, image: &'static [u8]) -> Result<Library<'_, Bench>, ModelError> {
         Ok(self.served.open_library(name, image)?)
     }
+
+    /// [`open`](Self::open) with the map cache said explicitly (an image built with
+    /// `EntryOptions::map_cache` has no build record to say it).
+    pub fn open_with(&self, name: &str, image: &'static [u8], map_cache: bool) -> Result<Library<'_, Bench>, ModelError> {
+        Ok(self.served.open_library_with(name, image, map_cache)?)
+    }
 }

@@ -69,6 +69,17 @@ pub fn build_image(
 /// with the entry `write_batch_entry` generates (v2 single launches of kernel 0, and batches);
 /// `flavour` picks the kernel objects. Kernels listed in [`STATUS_KERNELS`] return `int`.
 pub fn build_table_image(tc: &Toolchain, kernels: &[(&str, &str)], flavour: Flavour) -> Result<&'static [u8], BuildError> {
+    build_table_image_with(tc, kernels, flavour, &EntryOptions::V2)
+}
+
+/// [`build_table_image`] with the entry generated for `opts` (v2, with or without the map
+/// cache).
+pub fn build_table_image_with(
+    tc: &Toolchain,
+    kernels: &[(&str, &str)],
+    flavour: Flavour,
+    opts: &EntryOptions,
+) -> Result<&'static [u8], BuildError> {
     let sigs: Vec<Signature> = kernels
         .iter()
         .map(|(_, s)| Signature::parse(s).map_err(|e| BuildError::Entry(format!("{s:?}: {e:?}"))))
@@ -79,7 +90,7 @@ pub fn build_table_image(tc: &Toolchain, kernels: &[(&str, &str)], flavour: Flav
         .map(|((name, _), sig)| KernelSpec { name, signature: *sig, returns_status: STATUS_KERNELS.contains(name) })
         .collect();
     let mut entry = String::new();
-    write_batch_entry(&mut entry, &specs, &EntryOptions::V2).map_err(|e| BuildError::Entry(e.to_string()))?;
+    write_batch_entry(&mut entry, &specs, opts).map_err(|e| BuildError::Entry(e.to_string()))?;
     let names: Vec<&str> = kernels.iter().map(|(k, _)| *k).collect();
     build_library(tc, &LibrarySources { entry_c: &entry, linker_script: linker_script()?, kernels: &names, flavour })
 }

@@ -24,7 +24,8 @@ hexrpc_bench::on_both_kernels!(
     v2_handles_offset_views_where_v1_shows_the_seed_defect,
     executor_faults_become_dsp_errors_and_recover,
     hap_power_set_is_accepted_and_recorded,
-    abandoned_shells_end_with_their_process
+    abandoned_shells_end_with_their_process,
+    steady_state_launches_map_no_lease_with_the_map_cache
 );
 
 fn tools() -> Option<Toolchain> {
@@ -698,4 +699,82 @@ fn shells_die_with_their_host_process() {
     assert_eq!(alive, "true", "the shell must outlive the thread that started it");
     assert!(ends_within(pid, Duration::from_secs(5)), "shell {pid} outlived its host process");
     assert!(work_dirs_of(host).is_empty(), "the host process left its work directory: {:?}", work_dirs_of(host));
+}
+
+/// HAP events of the ledger: (maps, matched unmaps).
+fn hap_counts(bench: &Bench) -> (usize, usize) {
+    let ledger = bench.ledger();
+    let m = ledger.iter().filter(|e| matches!(e.event, LedgerEvent::Map { .. })).count();
+    let u = ledger.iter().filter(|e| matches!(e.event, LedgerEvent::Unmap { matched: true, .. })).count();
+    (m, u)
+}
+
+/// Live mappings in the shell that runs library `name`.
+fn live_in(bench: &Bench, name: &str) -> u32 {
+    executor::executors(bench).into_iter().find(|e| e.library.starts_with(name)).map_or(u32::MAX, |e| e.stats.live_mappings)
+}
+
+/// The map cache with the executor (the real generated entry under qemu-hexagon): launches on
+/// the same leases make no `HAP_mmap` in steady state, where the same kernel without the cache
+/// maps and unmaps each lease on every launch; dropping a lease releases its mapping in the
+/// shell before its number is given up, and a new lease under that number is mapped afresh and
+/// read with its own bytes.
+fn steady_state_launches_map_no_lease_with_the_map_cache(board: &'static Board) {
+    let Some(tc) = tools() else { return };
+    const LAUNCHES: usize = 5;
+    let bench = Bench::for_board(board);
+    let stack = Stack::start(bench.clone()).expect("stack");
+    let sig = Signature::parse("buf,buf,u32").unwrap();
+    let (n, in_off, out_off) = (64usize, 256usize, 512usize);
+    for cached in [false, true] {
+        let opts = if cached { EntryOptions::V2_CACHED } else { EntryOptions::V2 };
+        let name = if cached { "relu_cached" } else { "relu_plain" };
+        let image = build_image(&tc, "relu_f32", "buf,buf,u32", opts, Flavour::Scalar).unwrap();
+        let lib = stack.open_with(name, image, cached).unwrap();
+        assert_eq!(lib.map_cache(), cached);
+        let mut input = stack.session().alloc(8192).unwrap();
+        let output = stack.session().alloc(8192).unwrap();
+        let run = |input: &mut hexrpc_hal::Lease<'_, Bench>, round: usize| {
+            let xs: Vec<f32> = (0..n).map(|i| (i as f32 - 32.0) * (round + 1) as f32).collect();
+            input.write_at(in_off, &f32_bytes(&xs)).unwrap();
+            let (a, o) = (input.view(in_off, 4 * n).unwrap(), output.view(out_off, 4 * n).unwrap());
+            stack::launch(&lib, &sig, &[&a, &o], &[Scalar::U32(n as u32)]).expect("launch");
+            let mut got = vec![0u8; 4 * n];
+            o.read(&mut got).unwrap();
+            assert_eq!(f32s_of(&got), r::relu_f32(&xs), "cached={cached} round {round}");
+        };
+        run(&mut input, 0);
+        bench.clear_ledger();
+        for round in 1..=LAUNCHES {
+            run(&mut input, round);
+        }
+        let per_launch = if cached { 0 } else { 2 };
+        assert_eq!(hap_counts(&bench), (per_launch * LAUNCHES, per_launch * LAUNCHES), "cached={cached}: {:?}", bench.ledger());
+        assert_eq!(live_in(&bench, name), if cached { 2 } else { 0 }, "cached={cached}");
+        // Dropping a lease releases its mapping (cached) before its number is given up.
+        let fd = input.fd();
+        bench.clear_ledger();
+        drop(input);
+        assert_eq!(hap_counts(&bench), (0, usize::from(cached)), "cached={cached}: {:?}", bench.ledger());
+        assert_eq!(live_in(&bench, name), u32::from(cached), "cached={cached}");
+        // A new lease (downstream: under the same number) is mapped afresh, with its bytes.
+        // (Other tests of this binary allocate beside it: a few tries for the number.)
+        let mut spare = Vec::new();
+        let mut again = stack.session().alloc(8192).unwrap();
+        while again.fd() != fd && spare.len() < 16 {
+            spare.push(again);
+            again = stack.session().alloc(8192).unwrap();
+        }
+        drop(spare);
+        run(&mut again, 7);
+        assert!(
+            bench.ledger().iter().any(|e| matches!(e.event, LedgerEvent::Map { fd, .. } if fd == again.fd().0)),
+            "cached={cached}: {:?}",
+            bench.ledger()
+        );
+        drop(again);
+        drop(output);
+        assert_eq!(live_in(&bench, name), 0, "cached={cached}: every mapping released with its lease");
+        assert_eq!(bench.ledger_mismatches(), 0, "cached={cached}: {:?}", bench.ledger());
+    }
 }

@@ -13,16 +13,18 @@ use hexrpc_bench::executor::{self, Flavour, Toolchain};
 use hexrpc_bench::{Bench, BenchConfig, CallKind, LedgerEvent};
 use hexrpc_bsp::Board;
 use hexrpc_hal::{BufferView, Call, Cause};
+use hexrpc_runtime::launch::EntryOptions;
 use hexrpc_runtime::launch::{Batch, BatchFailure, BatchRefusal, BufferRef, Scalar, Signature, BATCH, MAX_ARGS, MAX_BATCH_LAUNCHES};
 use hexrpc_runtime::Error;
-use hexrpc_scenarios::suite::build_table_image;
+use hexrpc_scenarios::suite::{build_table_image, build_table_image_with};
 use hexrpc_scenarios::{stack, Stack};
 
 hexrpc_bench::on_both_kernels!(
     batches_of_1_to_64_real_kernels_cross_once_and_map_each_lease_once,
     a_hostile_record_is_refused_by_the_real_entry_before_anything_is_mapped,
     a_failing_kernel_mid_batch_is_reported_and_every_mapping_released,
-    the_dsp_dying_mid_batch_is_recovered
+    the_dsp_dying_mid_batch_is_recovered,
+    steady_state_batches_map_no_lease_with_the_map_cache
 );
 
 /// What a launch is counted as on `board`'s driver.
@@ -210,4 +212,49 @@ fn the_dsp_dying_mid_batch_is_recovered(board: &'static Board) {
     assert_eq!(batch.run(&lib).map(|r| r.launches), Ok(3));
     assert_eq!((read(&x), read(&y)), (vec![2; 8], vec![1; 8]));
     assert_eq!(u32::from_le_bytes(read(&spin).try_into().unwrap()), 100);
+}
+
+/// Batches on a table library with the map cache, with the executor: after the first batch,
+/// running it again on the same leases maps nothing in the shell (a single launch on them
+/// neither); each lease's drop releases its mapping, and nothing is left live.
+fn steady_state_batches_map_no_lease_with_the_map_cache(board: &'static Board) {
+    let Some(tc) = tools() else { return };
+    const RUNS: usize = 5;
+    let bench = Bench::for_board(board);
+    let stack = Stack::start(bench.clone()).expect("stack");
+    let image = build_table_image_with(&tc, &TABLE, Flavour::Scalar, &EntryOptions::V2_CACHED).expect("build");
+    let lib = stack.open_with("table_cached", image, true).expect("open");
+    let sigs = sigs();
+    let mut l1 = stack.session().alloc(64 * 1024).unwrap();
+    let mut l2 = stack.session().alloc(64 * 1024).unwrap();
+    l1.fill(0, 64 * 1024, 0).unwrap();
+    l2.fill(0, 64 * 1024, 0).unwrap();
+    let views: Vec<BufferView<'_>> =
+        (0..4).map(|v| if v % 2 == 0 { l1.view(100 + 1000 * v, 300).unwrap() } else { l2.view(7 + 999 * v, 300).unwrap() }).collect();
+    let mut batch = Batch::new(&sigs).unwrap();
+    for r in 0..8 {
+        batch.push(0, &[BufferRef::of(&views[r % 4])], &[Scalar::U32(300)]).unwrap();
+    }
+    assert_eq!(batch.run(&lib).map(|r| r.launches), Ok(8));
+    assert_eq!(maps(&bench), (2, 0), "the first batch maps each lease once and keeps it: {:?}", bench.ledger());
+    bench.clear_ledger();
+    for _ in 0..RUNS {
+        assert_eq!(batch.run(&lib).map(|r| r.launches), Ok(8));
+    }
+    assert_eq!(maps(&bench), (0, 0), "steady state: no map, no unmap: {:?}", bench.ledger());
+    for v in &views {
+        assert!(read(v).iter().all(|&b| b as usize == 2 * (RUNS + 1)), "every record ran on its lease's bytes");
+    }
+    // A single launch on one of those leases shares the batch's mapping.
+    stack::launch(&lib, &sigs[0], &[&views[0]], &[Scalar::U32(300)]).expect("single launch");
+    assert_eq!(maps(&bench), (0, 0), "{:?}", bench.ledger());
+    let live =
+        |b: &Bench| executor::executors(b).into_iter().find(|e| e.library.starts_with("table_cached")).map(|e| e.stats.live_mappings);
+    assert_eq!(live(&bench), Some(2));
+    drop(views);
+    drop(l1);
+    assert_eq!(maps(&bench), (0, 1), "the dropped lease's mapping was released: {:?}", bench.ledger());
+    drop(l2);
+    assert_eq!(live(&bench), Some(0));
+    assert_eq!(bench.ledger_mismatches(), 0, "{:?}", bench.ledger());
 }

@@ -16,7 +16,9 @@
 
 use std::time::{Duration, Instant};
 
-use hexrpc_bench::{wire, Bench, DriverMapKind, DspCallKind, Fault, FaultTarget, KernelCall, LibraryModel, ReverseRequest, TableKernel};
+use hexrpc_bench::{
+    wire, Bench, DriverMapKind, DspCallKind, Fault, FaultTarget, KernelCall, LedgerEvent, LibraryModel, ReverseRequest, TableKernel,
+};
 use hexrpc_bsp::{Board, KernelAbi};
 use hexrpc_drivers::{adsprpc, listener, Scalars};
 use hexrpc_hal::internal::ListenerPlumbing;
@@ -35,6 +37,8 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 const LIB: &str = "rules_kernel";
+/// The same kernel behind an entry with the map cache (opened with it).
+const LIB_CACHED: &str = "rules_kernel_cached";
 const SIG: &str = "buf,buf,u32";
 /// The kernel's scalar that asks for a late write: sleep this many ms, then write `LATE_BYTE`.
 const LATE_MS: u32 = 400;
@@ -46,6 +50,12 @@ hexrpc_bench::on_both_kernels!(
     a_reused_number_after_a_batch_names_the_new_lease,
     a_reused_number_after_a_deadline_names_the_new_lease,
     a_reused_number_after_a_recovery_names_the_new_lease,
+    a_reused_number_after_a_cached_launch_names_the_new_lease,
+    a_reused_number_after_a_cached_batch_names_the_new_lease,
+    a_reused_number_after_a_cached_launch_and_a_deadline_names_the_new_lease,
+    a_reused_number_after_a_cached_launch_and_a_recovery_names_the_new_lease,
+    a_host_that_never_releases_a_cached_mapping_is_caught_by_the_bench,
+    a_dropped_lease_is_released_only_in_the_libraries_it_went_to,
     an_abandoned_kernel_writing_late_never_reaches_another_lease,
     apps_mem_request_map64_works_without_vaddrout,
     two_sessions_in_one_process_both_work_or_the_second_is_refused_by_name,
@@ -73,7 +83,13 @@ fn bench_for(board: &'static Board) -> Bench {
     let bench = Bench::for_board(board);
     // A kernel table of one: single launches and batches.
     bench.register_library(LIB, LibraryModel::table(vec![TableKernel::new(2, 1, kernel)]));
+    bench.register_library(LIB_CACHED, LibraryModel::table(vec![TableKernel::new(2, 1, kernel)]).with_map_cache());
     bench
+}
+
+/// `HAP_mmap`s in the ledger.
+fn maps(bench: &Bench) -> usize {
+    bench.ledger().iter().filter(|e| matches!(e.event, LedgerEvent::Map { .. })).count()
 }
 
 fn launch(
@@ -229,6 +245,177 @@ fn a_reused_number_after_a_deadline_names_the_new_lease(board: &'static Board) {
 fn a_reused_number_after_a_recovery_names_the_new_lease(board: &'static Board) {
     let _serial = serial();
     a_reused_number_after(board, Before::Recovery);
+}
+
+fn a_reused_number_after_a_cached_launch_names_the_new_lease(board: &'static Board) {
+    let _serial = serial();
+    a_reused_number_after_cached(board, Before::Success);
+}
+
+fn a_reused_number_after_a_cached_batch_names_the_new_lease(board: &'static Board) {
+    let _serial = serial();
+    a_reused_number_after_cached(board, Before::Batch);
+}
+
+fn a_reused_number_after_a_cached_launch_and_a_deadline_names_the_new_lease(board: &'static Board) {
+    let _serial = serial();
+    a_reused_number_after_cached(board, Before::Deadline);
+}
+
+fn a_reused_number_after_a_cached_launch_and_a_recovery_names_the_new_lease(board: &'static Board) {
+    let _serial = serial();
+    a_reused_number_after_cached(board, Before::Recovery);
+}
+
+/// A dropped lease's release goes to the libraries with the map cache that it went to, not to
+/// every one: one call per such library, none for a lease that never went to one, and a library
+/// closed since was flushed at its close (no call to it).
+fn a_dropped_lease_is_released_only_in_the_libraries_it_went_to(board: &'static Board) {
+    let _serial = serial();
+    let bench = bench_for(board);
+    bench.register_library("rules_kernel_cached_2", LibraryModel::table(vec![TableKernel::new(2, 1, kernel)]).with_map_cache());
+    let rig = start_rig(&bench).unwrap();
+    let one = rig.open_library_with(LIB_CACHED, image(LIB_CACHED), true).unwrap();
+    let two = rig.open_library_with("rules_kernel_cached_2", image("rules_kernel_cached_2"), true).unwrap();
+    let plain = rig.open_library(LIB, image(LIB)).unwrap();
+    let invokes = |b: &Bench| b.counts().of(hexrpc_scenarios::stack::invoke_kind(board));
+    let out = rig.session().alloc(4096).unwrap();
+    for (went, want) in [(vec![&one], 1), (vec![&one, &two], 2), (vec![&plain], 0), (vec![], 0)] {
+        let a = rig.session().alloc(4096).unwrap();
+        for lib in &went {
+            launch(lib, &a.whole(), &out.whole(), 1, None).unwrap();
+        }
+        let before = invokes(&bench);
+        drop(a);
+        assert_eq!(invokes(&bench) - before, want, "a lease that went to {} libraries", went.len());
+    }
+    // A library closed after the lease went to it was flushed then: no release to it later.
+    let a = rig.session().alloc(4096).unwrap();
+    launch(&one, &a.whole(), &out.whole(), 1, None).unwrap();
+    launch(&two, &a.whole(), &out.whole(), 1, None).unwrap();
+    drop(two);
+    let before = invokes(&bench);
+    drop(a);
+    assert_eq!(invokes(&bench) - before, 1);
+    drop(out);
+    assert_eq!(bench.ledger_mismatches(), 0, "{:?}", bench.ledger());
+}
+
+/// The bench's map-cache rules can fail: a host that sends lease ids to a caching entry but
+/// never releases them (the library opened as if it had no cache) leaves a DSP mapping behind
+/// its lease's teardown, and a launch that reuses the id under the reused number is handed the
+/// old lease's pages.
+fn a_host_that_never_releases_a_cached_mapping_is_caught_by_the_bench(board: &'static Board) {
+    let _serial = serial();
+    let bench = bench_for(board);
+    let rig = start_rig(&bench).unwrap();
+    let lib = rig.open_library_with(LIB_CACHED, image(LIB_CACHED), false).unwrap();
+    assert!(!lib.map_cache());
+    let out = rig.session().alloc(4096).unwrap();
+    let mut a = rig.session().alloc(4096).unwrap();
+    a.fill(0, 4096, 10).unwrap();
+    let (a_fd, a_id) = (a.fd(), a.lease_id());
+    assert_ne!(a_id, 0);
+    launch(&lib, &a.whole(), &out.whole(), 1, None).unwrap();
+    assert_eq!(bench.ledger_mismatches(), 0);
+    drop(a);
+    let outlived = |b: &Bench| b.ledger().iter().filter(|e| matches!(e.event, LedgerEvent::MappingOutlivesLease { .. })).count();
+    assert!(outlived(&bench) >= 1, "the cached mapping outlived its lease's teardown: {:?}", bench.ledger());
+    if board.abi == KernelAbi::DownstreamMsm {
+        let mut b = rig.session().alloc(4096).unwrap();
+        assert_eq!(b.fd(), a_fd);
+        b.fill(0, 4096, 20).unwrap();
+        // The id of the old lease under the reused number: the entry's cache hits.
+        let sig = Signature::parse(SIG).unwrap();
+        let (bv, ov) = (b.whole(), out.whole());
+        let bufs = [BufferRef::of(&bv).with_lease_id(a_id), BufferRef::of(&ov)];
+        let mut packed = PackedLaunch::new(AbiVersion::V2, &sig, &bufs, &[Scalar::U32(1)]).unwrap();
+        lib.invoke(&mut packed.invoke_args().unwrap()).unwrap();
+        assert!(
+            bench.ledger().iter().any(|e| matches!(e.event, LedgerEvent::StaleMappingUsed { fd, .. } if fd == a_fd.0)),
+            "{:?}",
+            bench.ledger()
+        );
+        assert!(bytes(&out).iter().all(|&x| x == 11), "the DSP read a's pages, not b's");
+    }
+}
+
+/// [`a_reused_number_after`] on a library with the map cache: the lease stays mapped on the DSP
+/// across launches (a second launch maps nothing), its drop releases the mapping before the
+/// number is unmapped or retired, and the DSP never reaches the new lease through the old
+/// mapping (no contract violation in the ledger).
+fn a_reused_number_after_cached(board: &'static Board, before: Before) {
+    let bench = bench_for(board);
+    let start = bench.snapshot();
+    {
+        let rig = start_rig(&bench).unwrap();
+        let lib = rig.open_library_with(LIB_CACHED, image(LIB_CACHED), true).unwrap();
+        assert!(lib.map_cache());
+        let out = rig.session().alloc(4096).unwrap();
+        let mut a = rig.session().alloc(4096).unwrap();
+        a.fill(0, 4096, 10).unwrap();
+        let a_fd = a.fd();
+        // Steady state: the second launch on the same leases maps nothing.
+        launch(&lib, &a.whole(), &out.whole(), 1, None).unwrap();
+        bench.clear_ledger();
+        launch(&lib, &a.whole(), &out.whole(), 1, None).unwrap();
+        assert_eq!(maps(&bench), 0, "{before:?}: {:?}", bench.ledger());
+        assert!(bytes(&out).iter().all(|&b| b == 11));
+        match before {
+            Before::Success | Before::Failure => {}
+            Before::Batch => {
+                let sigs = [Signature::parse(SIG).unwrap()];
+                let mut batch = Batch::new(&sigs).unwrap();
+                let (av, ov) = (a.whole(), out.whole());
+                for _ in 0..3 {
+                    batch.push(0, &[BufferRef::of(&av), BufferRef::of(&ov)], &[Scalar::U32(2)]).unwrap();
+                }
+                assert_eq!(batch.run(&lib).unwrap().launches, 3);
+                assert_eq!(maps(&bench), 0, "the batch used the mappings the launches left");
+                assert!(bytes(&out).iter().all(|&b| b == 12));
+            }
+            Before::Deadline => {
+                let e = launch(&lib, &a.whole(), &out.whole(), LATE_MS, Some(Duration::from_millis(50))).unwrap_err();
+                assert_eq!(e.cause, Cause::Timeout, "{e}");
+                rig.session().recover().unwrap();
+                usable_again(&a);
+                usable_again(&out);
+            }
+            Before::Recovery => {
+                bench.restart_dsp();
+                let e = launch(&lib, &a.whole(), &out.whole(), 1, None).unwrap_err();
+                assert_eq!(e.kind(), ErrorKind::Recoverable, "{e}");
+                rig.session().recover().unwrap();
+                launch(&lib, &a.whole(), &out.whole(), 1, None).unwrap();
+            }
+        }
+        drop(a);
+        let mut spare = Vec::new();
+        let mut b = rig.session().alloc(4096).unwrap();
+        while b.fd() != a_fd && spare.len() < 16 {
+            spare.push(b);
+            b = rig.session().alloc(4096).unwrap();
+        }
+        if board.abi == KernelAbi::DownstreamMsm {
+            assert_eq!(b.fd(), a_fd, "{before:?}: a's number is handed out again");
+        }
+        drop(spare);
+        b.fill(0, 4096, 20).unwrap();
+        bench.clear_ledger();
+        launch(&lib, &b.whole(), &out.whole(), 1, None).unwrap();
+        assert!(bytes(&out).iter().all(|&x| x == 21), "{before:?}: the DSP read b's bytes");
+        assert!(
+            bench.ledger().iter().any(|e| matches!(e.event, LedgerEvent::Map { fd, .. } if fd == b.fd().0)),
+            "{before:?}: b was mapped afresh: {:?}",
+            bench.ledger()
+        );
+        drop(b);
+        drop(out);
+        drop(lib);
+        assert_eq!(bench.ledger_mismatches(), 0, "{before:?}: {:?}", bench.ledger());
+    }
+    assert_eq!(back_to(&bench, &start), start, "{before:?}: heap, maps and fds back to their start");
+    assert_eq!(bench.all_driver_maps(), vec![], "{before:?}");
 }
 
 fn an_abandoned_kernel_writing_late_never_reaches_another_lease(board: &'static Board) {

@@ -9,7 +9,12 @@ use hexrpc_scenarios::netmodel::measure;
 
 #[test]
 fn the_model_runs_as_one_batch_with_one_crossing_and_one_map_per_lease() {
-    let cost = CostModel { per_crossing: Duration::from_micros(60), per_kib_copied: Duration::from_micros(2), sleep: false };
+    let cost = CostModel {
+        per_crossing: Duration::from_micros(60),
+        per_kib_copied: Duration::from_micros(2),
+        sleep: false,
+        ..CostModel::default()
+    };
     let f = measure(cost, 20).unwrap();
     assert_eq!(f.runs, 20);
     assert_eq!(f.per_kernel.crossings, 5.0);

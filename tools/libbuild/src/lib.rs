@@ -69,7 +69,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
-use hexrpc_runtime::launch::record::write_record_asm;
+use hexrpc_runtime::launch::record::{write_record_asm_flags, FLAG_BATCHES, FLAG_MAP_CACHE};
 use hexrpc_runtime::launch::{
     check_kernel_name, write_batch_entry, write_entry, EntryError, EntryOptions, KernelSpec as TableEntry, LibraryRecord, ParamKind,
     RecordError, Signature, ENTRY_SYMBOL,
@@ -191,7 +191,8 @@ pub fn write_linker_script<W: fmt::Write + ?Sized>(out: &mut W) -> fmt::Result {
 /// How to build a library.
 #[derive(Clone, Debug)]
 pub struct BuildOptions {
-    /// The entry's version and power request.
+    /// The entry's version, power request and map cache (default: v2 with the map cache, whose
+    /// build record then carries `FLAG_MAP_CACHE`).
     pub entry: EntryOptions,
     /// The kernel's C function name; by default the kernel file's stem.
     pub kernel_name: Option<String>,
@@ -208,7 +209,7 @@ pub struct BuildOptions {
 impl Default for BuildOptions {
     fn default() -> Self {
         BuildOptions {
-            entry: EntryOptions::default(),
+            entry: EntryOptions::V2_CACHED,
             kernel_name: None,
             clang: PathBuf::from(DEFAULT_CLANG),
             lld: PathBuf::from(DEFAULT_LLD),
@@ -910,7 +911,8 @@ fn build_kernels(kernels: &[KernelSpec<'_>], out: &Path, opts: &BuildOptions, ta
     // The build record, assembled into its own object.
     let listed: Vec<(&str, &Signature)> = kernels.iter().map(|k| (k.name.as_str(), k.sig)).collect();
     let mut record = String::new();
-    write_record_asm(&mut record, opts.entry.version, &listed, table).map_err(BuildError::Record)?;
+    let flags = if table { FLAG_BATCHES } else { 0 } | if opts.entry.map_cache { FLAG_MAP_CACHE } else { 0 };
+    write_record_asm_flags(&mut record, opts.entry.version, &listed, flags).map_err(BuildError::Record)?;
     let record_source = work.join("record.s");
     std::fs::write(&record_source, &record).map_err(io_err(&record_source))?;
     let record_obj = work.join("record.o");
@@ -942,6 +944,7 @@ fn build_kernels(kernels: &[KernelSpec<'_>], out: &Path, opts: &BuildOptions, ta
     // The record must read back as written.
     let rec = LibraryRecord::find(&bytes).map_err(BuildError::Record)?.ok_or(BuildError::Record(RecordError::Mismatch))?;
     let back_ok = rec.abi() == opts.entry.version
+        && rec.map_cache() == opts.entry.map_cache
         && rec.kernels().count() == kernels.len()
         && rec.kernels().zip(kernels).all(|(r, k)| r.name == k.name && r.parse_signature().ok().as_ref() == Some(k.sig));
     if !back_ok {

@@ -96,7 +96,7 @@ use hexrpc_drivers::Scalars;
 pub use build::{build_library, build_shell, is_shared_library, tools_available, BuildError, Flavour, LibrarySources, Toolchain};
 pub use process::{ExecFailure, ExecProcess, ExecStats, ShellEnd, ShellStatus, LAST_OUTPUT};
 
-use crate::account::LedgerEntry;
+use crate::account::{LedgerEntry, LedgerEvent};
 use crate::dsp::Job;
 use crate::entry::LibraryModel;
 use crate::restart::{RestartReason, ShellFault, ShellStep};
@@ -294,12 +294,56 @@ pub(crate) fn invoke(sh: &Shared, job: &Job, library: &str, exec: &ExecProcess, 
     }
     {
         let mut st = sh.lock();
+        // A launch or batch that ran and mapped nothing for a handle used a mapping its entry
+        // kept from an earlier call (the map cache): it must have been made for the buffer the
+        // handle's fd names now.
+        let mapped_now: Vec<i32> = resp.events.iter().filter_map(map_fd).collect();
+        if resp.retval == 0 && matches!(job.sc >> 24, 2 | 3) {
+            let stale: Vec<LedgerEvent> = job
+                .handles
+                .iter()
+                .filter(|h| !mapped_now.contains(&h.fd))
+                .flat_map(|h| {
+                    st.procs.get(&job.pid).into_iter().flat_map(move |p| {
+                        p.lease_maps.iter().filter(move |m| m.fd == h.fd && m.buf != h.buf).map(|m| LedgerEvent::StaleMappingUsed {
+                            fd: m.fd,
+                            addr: m.addr,
+                            len: m.len,
+                        })
+                    })
+                })
+                .collect();
+            for event in stale {
+                st.record_ledger(LedgerEntry { pid: job.pid, library: library.to_string(), event }, sh.cfg.log_capacity);
+            }
+        }
         for e in &resp.events {
             let wire::HapEvent::Ledger(event) = e else { continue };
+            match *event {
+                LedgerEvent::Map { fd, addr, len, .. } => {
+                    if let Some(h) = job.handles.iter().find(|h| h.fd == fd) {
+                        st.lease_mapped(job.pid, library, fd, h.buf, addr, len);
+                    }
+                }
+                LedgerEvent::Unmap { addr, len, matched: true } => st.lease_unmapped(job.pid, addr, len),
+                _ => {}
+            }
             let event = event.clone();
             st.record_ledger(LedgerEntry { pid: job.pid, library: library.to_string(), event }, sh.cfg.log_capacity);
         }
     }
     let fdlist = crate::dsp::fdlist(sh, job, resp.retval);
-    CtxResult { retval: resp.retval, outs, fdlist, sim_dsp: std::time::Duration::ZERO }
+    let hap = sh.cfg.cost.map_cost_of(resp.events.iter().filter_map(|e| match e {
+        wire::HapEvent::Ledger(l) => Some(l),
+        _ => None,
+    }));
+    CtxResult { retval: resp.retval, outs, fdlist, sim_dsp: hap }
+}
+
+/// The fd of a `Map` event.
+fn map_fd(e: &wire::HapEvent) -> Option<i32> {
+    match e {
+        wire::HapEvent::Ledger(LedgerEvent::Map { fd, .. }) => Some(*fd),
+        _ => None,
+    }
 }
