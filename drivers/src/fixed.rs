@@ -50,13 +50,7 @@ impl<T: Copy, const N: usize> FixedVec<T, N> {
     /// Appends every value of `s`, or nothing if they do not all fit.
     #[inline(always)]
     pub fn extend_from_slice(&mut self, s: &[T]) -> Result<(), Full> {
-        let end = self.len.checked_add(s.len()).ok_or(Full)?;
-        let dst = self.buf.get_mut(self.len..end).ok_or(Full)?;
-        // SAFETY: `dst` and `s` have the same length (`end - len == s.len()`), `dst` is exclusively
-        // borrowed from `self.buf` and `s` is a shared slice, so they do not overlap;
-        // `MaybeUninit<T>` has the layout of `T`, and `T: Copy` has no drop to skip.
-        unsafe { core::ptr::copy_nonoverlapping(s.as_ptr(), dst.as_mut_ptr().cast::<T>(), s.len()) };
-        self.len = end;
+        self.len = put_all(&mut self.buf, self.len, s)?;
         Ok(())
     }
 
@@ -113,6 +107,28 @@ impl<T: Copy, const N: usize> Writer<'_, T, N> {
         self.at = put(self.buf, self.at, v)?;
         Ok(())
     }
+}
+
+impl<T: Copy, const N: usize> Writer<'_, T, N> {
+    /// Appends every value of `s`, or nothing if they do not all fit.
+    #[inline(always)]
+    pub fn extend_from_slice(&mut self, s: &[T]) -> Result<(), Full> {
+        self.at = put_all(self.buf, self.at, s)?;
+        Ok(())
+    }
+}
+
+/// Copies `s` to entries `at..` of `buf` and returns the entry after them, or `Full` (nothing
+/// written) if they do not all fit.
+#[inline(always)]
+fn put_all<T: Copy, const N: usize>(buf: &mut [MaybeUninit<T>; N], at: usize, s: &[T]) -> Result<usize, Full> {
+    let end = at.checked_add(s.len()).ok_or(Full)?;
+    let dst = buf.get_mut(at..end).ok_or(Full)?;
+    // SAFETY: `dst` and `s` have the same length (`end - at == s.len()`), `dst` is exclusively
+    // borrowed from `buf` and `s` is a shared slice, so they do not overlap; `MaybeUninit<T>`
+    // has the layout of `T`, and `T: Copy` has no drop to skip.
+    unsafe { core::ptr::copy_nonoverlapping(s.as_ptr(), dst.as_mut_ptr().cast::<T>(), s.len()) };
+    Ok(end)
 }
 
 /// Writes `v` at entry `at` of `buf` and returns the next entry, or gives `v` back at the end.

@@ -11,7 +11,7 @@ use hexrpc_hal::Call;
 
 use super::abi::{AbiVersion, LaunchLayout, FIRST_HANDLE, MAX_ARGS, MAX_BUFFERS, SLOT_SIZE};
 use super::scalar::Scalar;
-use super::signature::{ScalarType, Signature};
+use super::signature::{ParamKind, ScalarType, Signature};
 
 /// A buffer view a kernel can be launched on: a window of a lease (a shareable allocation).
 ///
@@ -291,8 +291,14 @@ fn check<const SLOTS: usize>(
     if slots > SLOTS {
         return Err(PackError::TooManyScalars { slots, capacity: SLOTS });
     }
-    for (index, (s, expected)) in scalars.iter().zip(sig.scalar_types()).enumerate() {
-        if s.ty() != expected {
+    // The signature's parameters after its buffers are its scalars (`Signature` keeps buffers
+    // first), one per scalar given (counted above).
+    for (index, (s, p)) in scalars.iter().zip(&sig.params()[n..]).enumerate() {
+        if *p != ParamKind::Scalar(s.ty()) {
+            let expected = match *p {
+                ParamKind::Scalar(t) => t,
+                ParamKind::Buffer => s.ty(),
+            };
             return Err(PackError::ScalarType { index, expected, got: s.ty() });
         }
     }
@@ -394,7 +400,7 @@ impl<'a, const SLOTS: usize> PackedLaunch<'a, SLOTS> {
         let mut slots = self.slots.rewrite();
         let mut handles = self.frame.handles();
         let mut lease_lens = self.lease_lens.rewrite();
-        self.views.clear();
+        let mut views = self.views.rewrite();
         // `check` bounded every count by the capacities, so no push below can fail; a failure
         // would leave a shorter (and so refused by the DSP) launch, never a panic. Each slot and
         // record is composed as one little-endian word and stored whole (composing it byte by
@@ -413,7 +419,7 @@ impl<'a, const SLOTS: usize> PackedLaunch<'a, SLOTS> {
             if let Some(lease_at) = layout.lease_len_at {
                 record |= at(lease_at, b.lease_len & 0xffff_ffff);
             }
-            let _ = self.views.extend_from_slice(&record.to_le_bytes()[..layout.view_record_size]);
+            let _ = views.extend_from_slice(&record.to_le_bytes()[..layout.view_record_size]);
             let _ = handles.push(b.fd, layout.handle_attr);
             let _ = lease_lens.push(b.lease_len);
         }
