@@ -63,6 +63,13 @@ impl<T: Copy, const N: usize> FixedVec<T, N> {
         Writer { buf: &mut self.buf, len: &mut self.len, at: 0 }
     }
 
+    /// A [`Writer`] that appends to the values already there (see [`rewrite`](Self::rewrite)).
+    #[inline(always)]
+    pub fn append(&mut self) -> Writer<'_, T, N> {
+        let at = self.len;
+        Writer { buf: &mut self.buf, len: &mut self.len, at }
+    }
+
     /// Keeps the first `n` values (all of them if there are fewer).
     #[inline(always)]
     pub fn truncate(&mut self, n: usize) {

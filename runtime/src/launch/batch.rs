@@ -278,10 +278,8 @@ impl<'a> Batch<'a> {
         if scalars.len() != sig.scalars() {
             return Err(refuse(PackError::ScalarCount { expected: sig.scalars(), got: scalars.len() }));
         }
-        for (index, (s, expected)) in scalars.iter().zip(sig.scalar_types()).enumerate() {
-            if s.ty() != expected {
-                return Err(refuse(PackError::ScalarType { index, expected, got: s.ty() }));
-            }
+        if let Err(error) = super::pack::check_scalar_types(sig, scalars) {
+            return Err(refuse(error));
         }
         if record >= MAX_BATCH_LAUNCHES {
             return Err(BatchRefusal::TooManyLaunches { capacity: MAX_BATCH_LAUNCHES }.into());
@@ -314,23 +312,28 @@ impl<'a> Batch<'a> {
         let head = word(BATCH.kernel_at, kernel as u64)
             | word(BATCH.views_at, buffers.len() as u64)
             | word(BATCH.scalars_at, scalars.len() as u64);
-        let _ = self.pra0.extend_from_slice(&head.to_le_bytes()[..BATCH.record_header_len]);
-        for (v, b) in buffers.iter().enumerate() {
+        // Appended through writers, which keep the length in a register until they are dropped.
+        let mut pra0 = self.pra0.append();
+        let _ = pra0.extend_from_slice(&head.to_le_bytes()[..BATCH.record_header_len]);
+        for (b, lease) in buffers.iter().zip(index) {
             // Checked above against the v2 limits (u32).
-            let e = word(BATCH.view_lease_at, u64::from(index[v]))
+            let e = word(BATCH.view_lease_at, u64::from(lease))
                 | word(BATCH.view_offset_at, b.view_offset() & 0xffff_ffff)
                 | word(BATCH.view_len_at, b.view_len() & 0xffff_ffff);
-            let _ = self.pra0.extend_from_slice(&e.to_le_bytes()[..BATCH.view_size]);
+            let _ = pra0.extend_from_slice(&e.to_le_bytes()[..BATCH.view_size]);
         }
         for s in scalars {
             // `bits` is the value zero-extended from its width: the rest of the slot is zero.
-            let _ = self.pra0.extend_from_slice(&s.bits().to_le_bytes()[..BATCH.slot_size]);
+            let _ = pra0.extend_from_slice(&s.bits().to_le_bytes()[..BATCH.slot_size]);
         }
+        drop(pra0);
+        let mut pra1 = self.pra1.append();
         for (len, id) in self.lease_lens[leases_before..].iter().zip(&self.ids[leases_before..]) {
             let id = if self.ids_sent { *id } else { 0 };
             let e = word(BATCH.lease_len_at, *len & 0xffff_ffff) | word(BATCH.lease_id_at, u64::from(id));
-            let _ = self.pra1.extend_from_slice(&e.to_le_bytes()[..BATCH.lease_entry_size]);
+            let _ = pra1.extend_from_slice(&e.to_le_bytes()[..BATCH.lease_entry_size]);
         }
+        drop(pra1);
         let _ = self.records.push(RecordInfo { at: at as u16, kernel: kernel as u8 });
         let (count, leases) = (self.records.len() as u32, self.fds.len() as u32);
         put_u32(&mut self.pra0, BATCH.count_at, count);

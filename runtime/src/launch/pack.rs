@@ -269,6 +269,25 @@ impl<'a> PackedLaunch<'a> {
     }
 }
 
+/// Checks each scalar's type against the signature's (the counts agree: checked before). The
+/// signature's parameters after its buffers are its scalars (`Signature` keeps buffers first),
+/// so they are compared directly, with no filtering iterator.
+#[inline(always)]
+pub(super) fn check_scalar_types(sig: &Signature, scalars: &[Scalar]) -> Result<(), PackError> {
+    let params = sig.params().get(sig.buffers()..).unwrap_or(&[]);
+    for (index, (s, p)) in scalars.iter().zip(params).enumerate() {
+        if *p != ParamKind::Scalar(s.ty()) {
+            let expected = match *p {
+                ParamKind::Scalar(t) => t,
+                // Not after the buffers (`Signature` keeps them first).
+                ParamKind::Buffer => s.ty(),
+            };
+            return Err(PackError::ScalarType { index, expected, got: s.ty() });
+        }
+    }
+    Ok(())
+}
+
 /// Checks a launch against its signature and the version's limits (every refusal of the packer).
 #[inline(always)]
 fn check<const SLOTS: usize>(
@@ -291,17 +310,7 @@ fn check<const SLOTS: usize>(
     if slots > SLOTS {
         return Err(PackError::TooManyScalars { slots, capacity: SLOTS });
     }
-    // The signature's parameters after its buffers are its scalars (`Signature` keeps buffers
-    // first), one per scalar given (counted above).
-    for (index, (s, p)) in scalars.iter().zip(&sig.params()[n..]).enumerate() {
-        if *p != ParamKind::Scalar(s.ty()) {
-            let expected = match *p {
-                ParamKind::Scalar(t) => t,
-                ParamKind::Buffer => s.ty(),
-            };
-            return Err(PackError::ScalarType { index, expected, got: s.ty() });
-        }
-    }
+    check_scalar_types(sig, scalars)?;
     for (buffer, b) in buffers.iter().enumerate() {
         if b.fd.0 <= 0 {
             return Err(PackError::NoFd { buffer });
