@@ -189,20 +189,16 @@ fn thread_id() -> i32 {
     rustix::thread::gettid().as_raw_nonzero().get()
 }
 
+/// The number of `fork`s this process descends through (bumped in the child of every `fork`
+/// by a `pthread_atfork` handler registered at the first call), or `None` if the handler could
+/// not be registered (a fork then goes unnoticed).
 #[cfg(feature = "std")]
-fn thread_id() -> i32 {
+pub(crate) fn fork_generation() -> Option<i32> {
     extern crate std;
-    use core::cell::Cell;
 
-    /// Bumped in the child of every `fork` (a `pthread_atfork` handler), so a remembered id of
-    /// the parent's thread is never used there.
     static FORKS: AtomicI32 = AtomicI32::new(0);
     static HANDLER: std::sync::Once = std::sync::Once::new();
-    static REMEMBER: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
-    std::thread_local! {
-        /// (FORKS when it was asked, the id); the id 0 is never a thread's.
-        static TID: Cell<(i32, i32)> = const { Cell::new((0, 0)) };
-    }
+    static REGISTERED: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
     extern "C" fn in_child() {
         FORKS.fetch_add(1, Ordering::Relaxed);
     }
@@ -211,19 +207,32 @@ fn thread_id() -> i32 {
         // as a handler run in the child of a multi-threaded fork must be).
         let rc = unsafe { libc::pthread_atfork(None, None, Some(in_child)) };
         if rc == 0 {
-            REMEMBER.store(true, Ordering::Release);
+            REGISTERED.store(true, Ordering::Release);
         } else {
-            log::error!("pthread_atfork failed ({rc}): thread ids are not remembered");
+            log::error!("pthread_atfork failed ({rc}): forks are not noticed (thread ids are not remembered)");
         }
     });
-    let forks = FORKS.load(Ordering::Relaxed);
-    TID.with(|c| match c.get() {
-        (f, tid) if f == forks && tid != 0 => tid,
+    REGISTERED.load(Ordering::Acquire).then(|| FORKS.load(Ordering::Relaxed))
+}
+
+#[cfg(feature = "std")]
+fn thread_id() -> i32 {
+    extern crate std;
+    use core::cell::Cell;
+
+    std::thread_local! {
+        /// (the fork generation when it was asked, the id); the id 0 is never a thread's.
+        static TID: Cell<(i32, i32)> = const { Cell::new((0, 0)) };
+    }
+    let forks = fork_generation();
+    TID.with(|c| match (c.get(), forks) {
+        // A remembered id of the parent's thread is never used in a child.
+        ((f, tid), Some(g)) if f == g && tid != 0 => tid,
         _ => {
             let tid = rustix::thread::gettid().as_raw_nonzero().get();
-            // Remembered only if the fork handler is in place.
-            if REMEMBER.load(Ordering::Acquire) {
-                c.set((forks, tid));
+            // Remembered only if forks are noticed.
+            if let Some(g) = forks {
+                c.set((g, tid));
             }
             tid
         }

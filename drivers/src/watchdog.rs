@@ -66,6 +66,14 @@
 //! watchdog's wake-up latency) after.
 //! Without the coarse clock (no `rustix` feature, not Linux), [`scoped_for`] reads [`Instant`].
 //!
+//! # Fork
+//!
+//! A child forked after the watchdog started has no watchdog thread (only the forking thread
+//! comes along) and inherits the slots as the parent's threads left them. A `pthread_atfork`
+//! handler counts forks (`rustix_sys::fork_generation`): in a child, every deadline is watched
+//! by a thread of its own for that one call, as when the watchdog thread cannot be started.
+//! (Without the handler, which only a failed registration leaves out, a fork goes unnoticed.)
+//!
 //! # Soundness
 //!
 //! The action is borrowed from the caller's stack: [`scoped`] does not return (not even by
@@ -229,6 +237,16 @@ static FENCES_ONLY: AtomicBool = AtomicBool::new(false);
 struct Watchdog {
     clock: Clock,
     barrier: Barrier,
+    /// The process's fork generation when the thread started (`None`: forks go unnoticed).
+    forks: Option<i32>,
+}
+
+/// The watchdog of this process: `None` if its thread could not be started, or if this process
+/// is a child forked after it started (the thread did not come along, and the slots may hold
+/// the parent's state).
+#[inline]
+fn running() -> Option<&'static Watchdog> {
+    watchdog().filter(|w| w.forks.is_none() || w.forks == os::fork_generation())
 }
 
 /// The full barrier between a side's store and its load in the handshakes of "Slots" and
@@ -319,7 +337,7 @@ fn wake_watchdog() {
 fn watchdog() -> Option<&'static Watchdog> {
     WATCHDOG
         .get_or_init(|| {
-            let w = Watchdog { clock: Clock::new(), barrier: Barrier::choose() };
+            let w = Watchdog { clock: Clock::new(), barrier: Barrier::choose(), forks: os::fork_generation() };
             match std::thread::Builder::new().name("hexrpc-watchdog".into()).spawn(move || watch(w)) {
                 Ok(_) => Some(w),
                 Err(e) => {
@@ -338,7 +356,7 @@ fn watchdog() -> Option<&'static Watchdog> {
 /// If the watchdog thread cannot be started, a thread of its own watches this one call (as
 /// before a watchdog existed), with the same guarantees.
 pub fn scoped<R>(deadline: Instant, repeat: Duration, action: &(dyn Fn() + Sync), body: impl FnOnce() -> R) -> R {
-    match watchdog() {
+    match running() {
         Some(w) => arm(w.barrier, w.clock.at(deadline), repeat, action, body),
         None => scoped_thread(deadline, repeat, action, body),
     }
@@ -350,7 +368,7 @@ pub fn scoped<R>(deadline: Instant, repeat: Duration, action: &(dyn Fn() + Sync)
 /// beyond the clock's range never passes. This is the cheap way to arm a timeout (see the
 /// module's "Clocks").
 pub fn scoped_for<R>(timeout: Duration, repeat: Duration, action: &(dyn Fn() + Sync), body: impl FnOnce() -> R) -> R {
-    match watchdog() {
+    match running() {
         Some(w) => arm(w.barrier, w.clock.after(timeout), repeat, action, body),
         None => match Instant::now().checked_add(timeout) {
             Some(deadline) => scoped_thread(deadline, repeat, action, body),
@@ -423,7 +441,7 @@ impl Drop for Disarm {
 
 /// The watchdog thread: calls every action whose time has come, then sleeps until the next.
 fn watch(w: Watchdog) {
-    let Watchdog { clock, barrier } = w;
+    let Watchdog { clock, barrier, .. } = w;
     loop {
         let wakes = *WAKES.lock().unwrap_or_else(PoisonError::into_inner);
         let now = clock.now();
@@ -676,6 +694,19 @@ mod os {
     pub(super) fn membarrier() -> Result<(), rustix::io::Errno> {
         rustix::thread::membarrier(rustix::thread::MembarrierCommand::PrivateExpedited)
     }
+
+    /// The process's fork generation (`None`: forks go unnoticed).
+    #[cfg(not(miri))]
+    #[inline]
+    pub(super) fn fork_generation() -> Option<i32> {
+        crate::rustix_sys::fork_generation()
+    }
+
+    /// Miri has no `pthread_atfork` (and no `fork`).
+    #[cfg(miri)]
+    pub(super) fn fork_generation() -> Option<i32> {
+        None
+    }
 }
 
 /// No system clocks: the watchdog reads [`Instant`] only.
@@ -695,6 +726,9 @@ mod os {
     }
     pub(super) fn membarrier() -> Result<(), core::convert::Infallible> {
         Ok(())
+    }
+    pub(super) fn fork_generation() -> Option<i32> {
+        None
     }
 }
 
