@@ -82,6 +82,12 @@ void *hx_bus_to_host(unsigned long long bus, unsigned long long len);
  * returns -ERESTARTSYS and 1 is returned; otherwise nothing happens and 0 is returned. */
 int hx_interrupt(int tid);
 void hx_counts(struct hx_instance *in, struct hx_counts *out);
+/* Waits until the shim's worker has run every queued work (the driver's deferred context puts),
+ * so that counts read afterwards include them. Must not be called from a host callback. */
+void hx_flush_work(void);
+/* Waits for answers being delivered to `in` right now (hx_receive calls in flight, whose
+ * callback may have woken a caller before queueing its deferred put), then hx_flush_work. */
+void hx_settle(struct hx_instance *in);
 /* The kernel version the driver was taken from (the Makefile's VERSION.PATCHLEVEL.SUBLEVEL). */
 const char *hx_kernel_version(void);
 
