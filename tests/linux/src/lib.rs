@@ -263,8 +263,16 @@ unsafe impl Send for File {}
 // SAFETY: as above.
 unsafe impl Sync for File {}
 
+impl File {
+    /// An identity for the open file (the driver's `struct file` address), stable until release.
+    pub fn id(&self) -> usize {
+        self.ptr as usize
+    }
+}
+
 impl Channel {
     /// Module init (once per process), then the rpmsg driver's probe of a new CDSP channel.
+    /// `Err(-EINVAL)` for a configuration outside 1..=13 sessions, else the probe's error.
     pub fn probe(host: Arc<dyn Host>, cfg: &Config) -> Result<Channel, i32> {
         let boxed: *mut HostBox = Box::into_raw(Box::new(host));
         let ops = HxHostOps {
@@ -324,6 +332,7 @@ impl Channel {
     /// against memory the caller does not own. `file` must come from this channel.
     pub unsafe fn ioctl(&self, file: &File, cmd: u32, arg: *mut c_void) -> i64 {
         // SAFETY: inst is live, file is an open file of it (caller), arg per the contract.
+        #[allow(clippy::useless_conversion)] // c_long is 32 bits on some targets
         i64::from(unsafe { hx_ioctl(self.inst, file.ptr, cmd, arg as c_ulong) })
     }
 
@@ -348,6 +357,7 @@ impl Channel {
         let mut c = HxCounts::default();
         // SAFETY: inst is live, c is a valid out struct.
         unsafe { hx_counts(self.inst, &mut c) };
+        #[allow(clippy::unnecessary_cast)] // c_long is 32 bits on some targets
         Counts {
             contexts: c.contexts as i64,
             attachments: c.attachments as i64,

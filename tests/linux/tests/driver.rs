@@ -359,6 +359,28 @@ fn versions_are_the_pinned_kernel() {
 }
 
 #[test]
+fn probe_checks_the_session_count() {
+    let (tx, _rx) = mpsc::channel();
+    for sessions in [0, 14] {
+        let host = Arc::new(TestHost { tx: Mutex::new(tx.clone()), state: Mutex::default() });
+        let r = Channel::probe(host, &Config { sessions, non_secure: false });
+        assert_eq!(r.err(), Some(-(EINVAL as i32)), "{sessions} sessions");
+    }
+    // a secure-only DSP still gets both CDSP nodes; 13 context banks probe
+    let _g = serial();
+    let host = Arc::new(TestHost { tx: Mutex::new(tx), state: Mutex::default() });
+    let ch = Channel::probe(host, &Config { sessions: 13, non_secure: false }).expect("13 sessions");
+    let files: Vec<_> = (0..13).map(|_| ch.open(SECURE_NODE).expect("one per session")).collect();
+    assert_eq!(ch.open(NODE).err(), Some(-16), "all 13 sessions are taken");
+    assert_eq!(ch.settled_counts().users, 13);
+    ch.remove(); // releases then cannot reach a DSP (none here): -EPIPE inside, no wait
+    for f in files {
+        assert_eq!(ch.release(f), 0);
+    }
+    assert_eq!(ch.settled_counts().users, 0);
+}
+
+#[test]
 fn open_and_release_both_nodes_free_everything() {
     let _g = serial();
     let rig = Rig::new(2);
