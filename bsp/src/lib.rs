@@ -359,6 +359,16 @@ pub const BENCH_UPSTREAM: Board = Board {
     recovery: RecoveryPolicy::DEFAULT,
 };
 
+/// The isolated bench with Linux's own upstream driver (`drivers/misc/fastrpc.c` run in user
+/// space by the bench's `linux` feature) behind the same simulated nodes as [`BENCH_UPSTREAM`].
+/// Only the bench's own tests use it: it is in neither [`BOARDS`] nor [`BENCH_BOARDS`], so no
+/// command offers it; [`DeviceAccess::for_bench_board`] accepts it.
+pub const BENCH_LINUX: Board = Board {
+    name: "bench-linux",
+    description: "isolated bench: Linux's own fastrpc.c (user-space harness) + simulated dma-heap and DSP (no hardware)",
+    ..BENCH_UPSTREAM
+};
+
 /// Every known board.
 pub const BOARDS: &[Board] = &[COMMA_THREE, GENERIC_MSM_ANDROID, QCOM_RB5, GENERIC_UPSTREAM, BENCH, BENCH_UPSTREAM];
 
@@ -468,9 +478,9 @@ impl DeviceAccess {
     }
 
     /// Authority over the simulated nodes of a bench board ([`BENCH_BOARDS`]: the downstream or
-    /// the upstream bench kernel); `None` for any other board.
+    /// the upstream bench kernel, or [`BENCH_LINUX`]); `None` for any other board.
     pub fn for_bench_board(board: &'static Board) -> Option<DeviceAccess> {
-        BENCH_BOARDS.contains(&board).then_some(DeviceAccess { board })
+        (BENCH_BOARDS.contains(&board) || *board == BENCH_LINUX).then_some(DeviceAccess { board })
     }
 
     /// Authority over a real board's nodes. Call it only in a binary or a service's `main`: it is

@@ -187,7 +187,20 @@ impl Bench {
         st.vfs.insert(s(b.rpc_path), VEntry { node: VNode::Device(rpc), access: Access::Present });
         st.vfs
             .insert(s(b.shell_path), VEntry { node: VNode::File(Arc::new(elf::hexagon_elf(DEFAULT_SHELL_LEN))), access: Access::Present });
-        Bench { sh: Arc::new(Shared { cfg, st: Mutex::new(st), cv: Condvar::new(), dsp_host_mmaps: Arc::new(AtomicUsize::new(0)) }) }
+        #[cfg(not(feature = "linux"))]
+        assert!(*b != hexrpc_bsp::BENCH_LINUX, "the bench-linux board needs hexrpc-bench's `linux` feature (Linux's own fastrpc.c)");
+        #[cfg(feature = "linux")]
+        let linux = (*b == hexrpc_bsp::BENCH_LINUX).then_some((cfg.upstream_secure_channel, cfg.sessions_per_channel));
+        Bench {
+            sh: Arc::new_cyclic(|_weak| Shared {
+                cfg,
+                st: Mutex::new(st),
+                cv: Condvar::new(),
+                dsp_host_mmaps: Arc::new(AtomicUsize::new(0)),
+                #[cfg(feature = "linux")]
+                linux: linux.map(|(secure, sessions)| crate::linux::LinuxKernel::probe(_weak.clone(), secure, sessions)),
+            }),
+        }
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
@@ -383,10 +396,34 @@ impl Bench {
         restart_dsp(&self.sh, crate::RestartReason::Requested);
     }
 
+    /// Every error Linux's own driver returned to an ioctl on a
+    /// [`BENCH_LINUX`](hexrpc_bsp::BENCH_LINUX) bench, in order: the request number and the
+    /// errno (`EINTR` for the driver's `-ERESTARTSYS`). Empty on the other boards.
+    #[cfg(feature = "linux")]
+    pub fn linux_errors(&self) -> Vec<(u32, Errno)> {
+        self.lock().linux_errors.clone()
+    }
+
+    /// What Linux's own driver holds now (contexts, maps' attachments, dma-buf references,
+    /// coherent buffers, files, allocations), read from the harness's bookkeeping; `None` on the
+    /// other boards.
+    #[cfg(feature = "linux")]
+    pub fn linux_counts(&self) -> Option<hexrpc_linux::Counts> {
+        self.sh.linux.as_ref().map(|k| k.chan.counts())
+    }
+
     /// While false, the DSP is down after a restart: downstream INIT fails with `ENOTCONN`; the
     /// upstream node does not exist (`ENOENT` on open, as the misc device is deregistered).
     pub fn set_dsp_available(&self, up: bool) {
         self.lock().dsp_down = !up;
+        #[cfg(feature = "linux")]
+        if let Some(kern) = self.sh.linux.as_ref() {
+            if up {
+                kern.reprobe();
+            } else {
+                kern.remove();
+            }
+        }
     }
 
     // ---- threads ----
@@ -617,6 +654,130 @@ impl Bench {
         }
     }
 
+    /// `open` of the FastRPC node of a [`BENCH_LINUX`](hexrpc_bsp::BENCH_LINUX) bench: the real
+    /// driver's `fastrpc_device_open` (called without the bench's lock: the driver may call back
+    /// into the bench). `None` for every other path and bench.
+    #[cfg(feature = "linux")]
+    fn open_linux(&self, path: &str) -> Option<Result<Fd, Errno>> {
+        let kern = self.sh.linux.as_ref()?;
+        {
+            let st = self.lock();
+            if !matches!(st.vfs.get(path).map(|e| &e.node), Some(VNode::Device(DeviceKind::Fastrpc))) {
+                return None;
+            }
+            if let Err(e) = self.vstat(&st, path) {
+                return Some(Err(e));
+            }
+            if st.vfs.get(path).is_some_and(|e| e.access == Access::Unreadable) {
+                return Some(Err(Errno::EACCES));
+            }
+        }
+        let node = path.rsplit('/').next().unwrap_or(path);
+        let file = match kern.open(node) {
+            Ok(f) => f,
+            Err(e) => return Some(Err(e)),
+        };
+        let mut st = self.lock();
+        let id = st.id();
+        let epoch = st.epoch;
+        st.rpc_files.insert(
+            id,
+            RpcFile {
+                upstream: true,
+                tgid: rustix::process::getpid().as_raw_nonzero().get(),
+                session_epoch: Some(epoch),
+                cid: Some(self.sh.cfg.board.channel),
+                // The driver keeps its own sessions.
+                session: false,
+                mode: 0,
+                profile: false,
+                kalloc: true,
+                proc_id: None,
+                channel_epoch: Some(epoch),
+                maps: Vec::new(),
+                parked: HashMap::new(),
+                in_ioctl: 0,
+                closed: false,
+                perf: HashMap::new(),
+            },
+        );
+        kern.adopt(id, file);
+        match reservation("hexrpc-bench-node") {
+            Ok(owned) => {
+                let n = owned.as_raw_fd();
+                st.fds.insert(n, FdEntry { _owned: owned, obj: FdObj::Rpc(id) });
+                Some(Ok(Fd(n)))
+            }
+            Err(e) => {
+                st.rpc_files.remove(&id);
+                drop(st);
+                kern.release(id);
+                Some(Err(e))
+            }
+        }
+    }
+
+    #[cfg(not(feature = "linux"))]
+    fn open_linux(&self, _: &str) -> Option<Result<Fd, Errno>> {
+        None
+    }
+
+    /// An ioctl on a FastRPC file of a [`BENCH_LINUX`](hexrpc_bsp::BENCH_LINUX) bench: into the
+    /// real driver's `fastrpc_device_ioctl`, without the bench's lock (the driver blocks this
+    /// thread and calls back into the bench). `Err` gives the lock back for any other file.
+    ///
+    /// # Safety
+    ///
+    /// `arg` must satisfy the request's contract, as for `ioctl(2)`.
+    #[cfg(feature = "linux")]
+    unsafe fn linux_ioctl<'a>(
+        &'a self,
+        mut st: MutexGuard<'a, State>,
+        file: u64,
+        request: u32,
+        arg: *mut core::ffi::c_void,
+        pre: Option<Fault>,
+    ) -> Result<(MutexGuard<'a, State>, Result<i32, Errno>), MutexGuard<'a, State>> {
+        let Some((kern, lf)) = self.sh.linux.as_ref().and_then(|k| k.file(file).map(|f| (k, f))) else { return Err(st) };
+        // An invoke's wait is interruptible ([`Bench::wait_until_blocked`]).
+        let tid = rustix::thread::gettid().as_raw_nonzero().get();
+        let invoke = request == hexrpc_drivers::upstream::FASTRPC_IOCTL_INVOKE;
+        if invoke {
+            st.blocked.insert(tid);
+        }
+        drop(st);
+        self.sh.cv.notify_all();
+        // SAFETY: passed on from our caller.
+        let r = unsafe { kern.ioctl(file, &lf, request, arg, pre) };
+        drop(lf);
+        let mut st = self.lock();
+        if invoke {
+            st.blocked.remove(&tid);
+            st.interrupts.remove(&tid);
+        }
+        if let Err(e) = r {
+            st.linux_errors.push((request, e));
+        }
+        Ok((st, r))
+    }
+
+    /// Without the `linux` feature every file is the models'.
+    ///
+    /// # Safety
+    ///
+    /// Nothing is done with `arg`.
+    #[cfg(not(feature = "linux"))]
+    unsafe fn linux_ioctl<'a>(
+        &'a self,
+        st: MutexGuard<'a, State>,
+        _: u64,
+        _: u32,
+        _: *mut core::ffi::c_void,
+        _: Option<Fault>,
+    ) -> Result<(MutexGuard<'a, State>, Result<i32, Errno>), MutexGuard<'a, State>> {
+        Err(st)
+    }
+
     fn open_virtual(&self, st: &mut State, path: &str, flags: OpenFlags) -> Result<Fd, Errno> {
         let stat = self.vstat(st, path)?;
         if st.vfs.get(path).is_some_and(|e| e.access == Access::Unreadable) {
@@ -731,8 +892,13 @@ unsafe impl Syscalls for Bench {
             Some(e) => Err(e),
             None => {
                 if simulated {
-                    let mut st = self.lock();
-                    self.open_virtual(&mut st, &p, flags)
+                    match self.open_linux(&p) {
+                        Some(r) => r,
+                        None => {
+                            let mut st = self.lock();
+                            self.open_virtual(&mut st, &p, flags)
+                        }
+                    }
                 } else {
                     let r = RustixSys.open(path, flags).map(SeamOwnedFd::into_raw);
                     if let Ok(fd) = r {
@@ -1037,12 +1203,14 @@ unsafe impl Syscalls for Bench {
                     Some(f) => f.in_ioctl += 1,
                     None => return Err(Errno::EBADF),
                 }
-                let (mut st, r) = if up {
+                // SAFETY: passed on from our caller.
+                let linux = unsafe { self.linux_ioctl(st, file, request, arg, pre) };
+                let (mut st, r) = match linux {
+                    Ok(done) => done,
                     // SAFETY: passed on from our caller.
-                    unsafe { upstream::ioctl(&self.sh, st, file, request, arg, pre) }
-                } else {
+                    Err(st) if up => unsafe { upstream::ioctl(&self.sh, st, file, request, arg, pre) },
                     // SAFETY: passed on from our caller.
-                    unsafe { rpc::ioctl(&self.sh, st, file, request, arg, pre) }
+                    Err(st) => unsafe { rpc::ioctl(&self.sh, st, file, request, arg, pre) },
                 };
                 let teardown = match st.rpc_files.get_mut(&file) {
                     Some(f) => {
@@ -1132,6 +1300,24 @@ unsafe impl Syscalls for Bench {
         if tid <= 0 {
             return Err(Errno(3)); // ESRCH
         }
+        #[cfg(feature = "linux")]
+        if self.sh.linux.is_some() {
+            // The driver's interruptible wait: a thread inside an invoke that has not reached
+            // it yet gets the signal when it does (as a pending signal would); one outside every
+            // invoke loses it.
+            let end = Instant::now() + Duration::from_secs(1);
+            loop {
+                if hexrpc_linux::interrupt(tid) {
+                    self.lock().counts.interrupts_delivered += 1;
+                    return Ok(());
+                }
+                if !self.lock().blocked.contains(&tid) || Instant::now() >= end {
+                    self.lock().counts.interrupts_lost += 1;
+                    return Ok(());
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
         let mut st = self.lock();
         if st.blocked.contains(&tid) {
             st.interrupts.insert(tid);
@@ -1201,6 +1387,15 @@ fn release_obj<'a>(sh: &'a Shared, mut st: MutexGuard<'a, State>, obj: FdObj) ->
 /// [`BenchConfig::kernel_call_timeout`](crate::BenchConfig::kernel_call_timeout) and then goes on.
 /// Only then are contexts, maps (and so the buffers they pin) and the session freed.
 pub(crate) fn release_file<'a>(sh: &'a Shared, mut st: MutexGuard<'a, State>, file: u64) -> MutexGuard<'a, State> {
+    #[cfg(feature = "linux")]
+    if let Some(kern) = sh.linux.as_ref().filter(|k| k.file(file).is_some()) {
+        // fastrpc_device_release: the driver sends the release message itself.
+        drop(st);
+        kern.release(file);
+        let mut st = sh.lock();
+        st.free_rpc_file(file);
+        return st;
+    }
     let Some(f) = st.rpc_files.get(&file) else { return st };
     let epoch = st.epoch;
     let sends = f.session_epoch == Some(epoch) && !st.dsp_down && (f.upstream || (f.cid.is_some() && st.channel_open == Some(epoch)));
@@ -1271,6 +1466,16 @@ pub(crate) fn restart_dsp(sh: &Shared, reason: crate::RestartReason) {
             c.result = Some(CtxResult { retval, outs: Vec::new(), fdlist: Vec::new(), sim_dsp: Duration::ZERO });
         }
     }
+    #[cfg(feature = "linux")]
+    let down = st.dsp_down;
     drop(st);
     sh.cv.notify_all();
+    #[cfg(feature = "linux")]
+    if let Some(kern) = sh.linux.as_ref() {
+        // fastrpc_rpmsg_remove (calls in flight end with EPIPE), then a new probe.
+        kern.remove();
+        if !down {
+            kern.reprobe();
+        }
+    }
 }

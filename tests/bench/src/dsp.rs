@@ -139,7 +139,7 @@ fn result(retval: i32, outs: Vec<Vec<u8>>) -> CtxResult {
     CtxResult { retval, outs, fdlist: Vec::new(), sim_dsp: Duration::ZERO }
 }
 
-fn execute(sh: &Shared, job: &Job) -> CtxResult {
+pub(crate) fn execute(sh: &Shared, job: &Job) -> CtxResult {
     let sc = Scalars::from_raw(job.sc);
     let nin = sc.inbufs() as usize;
     let ins: Vec<Vec<u8>> = job.copies[..nin.min(job.copies.len())].iter().map(|c| c.1.clone()).collect();

@@ -131,6 +131,8 @@ pub mod elf;
 pub mod entry;
 pub mod executor;
 pub mod ion;
+#[cfg(feature = "linux")]
+pub mod linux;
 pub mod measure;
 mod restart;
 pub mod rpc;
@@ -152,16 +154,50 @@ pub use dsp::{ReverseError, STALE_BYTE};
 pub use entry::{AccessError, EntryVersion, KernelCall, KernelFn, LibraryModel, TableKernel, BATCH_MAGIC, V2_MAGIC};
 pub use restart::{RestartKind, RestartReason, ShellFault, ShellStep};
 
-/// The two bench kernels: [`hexrpc_bsp::BENCH`] (msm ION 4.9 + downstream adsprpc) and
-/// [`hexrpc_bsp::BENCH_UPSTREAM`] (dma-heap + upstream fastrpc).
-pub const KERNELS: [&hexrpc_bsp::Board; 2] = [&hexrpc_bsp::BENCH, &hexrpc_bsp::BENCH_UPSTREAM];
+/// The bench kernels: [`hexrpc_bsp::BENCH`] (msm ION 4.9 + downstream adsprpc),
+/// [`hexrpc_bsp::BENCH_UPSTREAM`] (dma-heap + the upstream fastrpc model) and, with the `linux`
+/// feature, [`hexrpc_bsp::BENCH_LINUX`] (dma-heap + Linux's own `fastrpc.c`, [`linux`]).
+#[cfg(not(feature = "linux"))]
+pub const KERNELS: &[&hexrpc_bsp::Board] = &[&hexrpc_bsp::BENCH, &hexrpc_bsp::BENCH_UPSTREAM];
+/// The bench kernels: [`hexrpc_bsp::BENCH`] (msm ION 4.9 + downstream adsprpc),
+/// [`hexrpc_bsp::BENCH_UPSTREAM`] (dma-heap + the upstream fastrpc model) and, with the `linux`
+/// feature, [`hexrpc_bsp::BENCH_LINUX`] (dma-heap + Linux's own `fastrpc.c`, [`linux`]).
+#[cfg(feature = "linux")]
+pub const KERNELS: &[&hexrpc_bsp::Board] = &[&hexrpc_bsp::BENCH, &hexrpc_bsp::BENCH_UPSTREAM, &hexrpc_bsp::BENCH_LINUX];
 
-/// Runs test functions on both bench kernels: for each `fn name(board: &'static Board)` named,
+/// With the `linux` feature: the `linux::name` tests of [`on_both_kernels!`].
+#[cfg(feature = "linux")]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __on_the_linux_kernel {
+    ($($name:ident),*) => {
+        mod linux {
+            $(
+                #[test]
+                fn $name() {
+                    super::$name($crate::KERNELS[2])
+                }
+            )*
+        }
+    };
+}
+
+/// Without the `linux` feature there is no third kernel.
+#[cfg(not(feature = "linux"))]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __on_the_linux_kernel {
+    ($($name:ident),*) => {};
+}
+
+/// Runs test functions on every bench kernel: for each `fn name(board: &'static Board)` named,
 /// generates `downstream::name` and `upstream::name` `#[test]`s that call it with
-/// [`KERNELS`]`[0]` and [`KERNELS`]`[1]`. The suites are parametrized this way, not copied.
+/// [`KERNELS`]`[0]` and [`KERNELS`]`[1]`, and with the `linux` feature `linux::name` with
+/// [`KERNELS`]`[2]` (Linux's own driver). The suites are parametrized this way, not copied.
 #[macro_export]
 macro_rules! on_both_kernels {
     ($($name:ident),* $(,)?) => {
+        $crate::__on_the_linux_kernel!($($name),*);
         mod downstream {
             $(
                 #[test]

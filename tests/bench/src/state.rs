@@ -17,6 +17,9 @@ pub(crate) struct Shared {
     pub cv: Condvar,
     /// Live real mappings held for the DSP model ([`HostMmap`]).
     pub dsp_host_mmaps: Arc<AtomicUsize>,
+    /// The [`BENCH_LINUX`](hexrpc_bsp::BENCH_LINUX) board's kernel: Linux's own driver.
+    #[cfg(feature = "linux")]
+    pub linux: Option<crate::linux::LinuxKernel>,
 }
 
 impl Shared {
@@ -271,6 +274,10 @@ pub(crate) struct FaultRule {
 
 #[derive(Default)]
 pub(crate) struct State {
+    /// Every error Linux's own driver returned to an ioctl ([`crate::linux`]): the request and
+    /// the errno.
+    #[cfg(feature = "linux")]
+    pub linux_errors: Vec<(u32, hexrpc_drivers::Errno)>,
     pub vfs: HashMap<String, VEntry>,
     pub fds: HashMap<i32, FdEntry>,
     pub passthrough: HashSet<i32>,
