@@ -1,5 +1,6 @@
 //! Builds Linux's drivers/misc/fastrpc.c (taken from Debian's linux-source-6.1 tarball at build
-//! time, never committed) together with our kernel shim c/kshim.c.
+//! time, never committed) together with our kernel shim c/kshim.c. The driver is compiled once,
+//! through c/introspect.c, which includes it unchanged and adds read-only views of its lists.
 
 use std::env;
 use std::fs;
@@ -35,9 +36,10 @@ fn main() {
     println!("cargo:rustc-env=HEXRPC_LINUX_PACKAGE={package}");
 
     cc::Build::new()
-        .file(top.join("drivers/misc/fastrpc.c"))
+        .file("c/introspect.c")
         .file("c/kshim.c")
         .include("c")
+        .include(top.join("drivers/misc"))
         .include(top.join("include"))
         .define("HX_KERNEL_VERSION", format!("\"{kernel}\"").as_str())
         .warnings(false)

@@ -91,6 +91,49 @@ void hx_settle(struct hx_instance *in);
 /* The kernel version the driver was taken from (the Makefile's VERSION.PATCHLEVEL.SUBLEVEL). */
 const char *hx_kernel_version(void);
 
+/* ---- Introspection (c/introspect.c): read-only views of the driver's own lists ------------
+ * Each view walks the lists of one struct fastrpc_user under the driver's fl->lock (and the
+ * shim's imported-buffer table lock, to name each map's buffer without touching a freed one),
+ * copies what it finds, and calls the visitor with no lock held. */
+
+/* One entry of a user's fl->maps (struct fastrpc_map). */
+struct hx_map_info {
+	int fd;                  /* map->fd */
+	unsigned int attr;       /* map->attr */
+	int refs;                /* map->refcount (0: being freed right now) */
+	int has_key;             /* 1: map->buf is a live imported dma-buf and key is the host's key */
+	unsigned long long key;  /* the host's dma-buf key of map->buf (dmabuf_get), when has_key */
+	unsigned long long phys; /* map->phys (bus address, session id in bits 32..) */
+	unsigned long long va;   /* map->va (host address of the buffer's bytes) */
+	unsigned long long len;  /* map->len */
+	unsigned long long size; /* map->size */
+	unsigned long long raddr; /* map->raddr (the DSP address of a MEM_MAP, else 0) */
+};
+
+/* The lists of one struct fastrpc_user. */
+struct hx_user_info {
+	long pending; /* entries of fl->pending (invoke contexts still on the file) */
+	long mmaps;   /* entries of fl->mmaps (FASTRPC_IOCTL_MMAP buffers) */
+	long maps;    /* entries of fl->maps (all of them are passed to the visitor) */
+	int init_mem; /* 1: fl->init_mem is set (a process created by INIT_CREATE) */
+	int tgid;     /* fl->tgid */
+};
+
+/* Called with no lock held; the pointers are valid for the call only. */
+typedef void (*hx_user_visit)(void *arg, const struct hx_user_info *user, const struct hx_map_info *maps,
+			      long nmaps);
+
+/* The lists of an open file's user: 0 after one visit, -EBADF when the file has no user,
+ * -ENOMEM. */
+int hx_file_info(struct hx_instance *in, void *file, hx_user_visit visit, void *arg);
+/* Every user of `in` whose file was released (hx_release returned) but which the driver has not
+ * freed yet, oldest open first: one visit each; returns how many were visited, or -ENOMEM.
+ * Each user is pinned with a reference for its visit; a put that might be the last one runs on
+ * the shim's worker (hx_flush_work), so the driver's free never runs on the caller. */
+long hx_leaked(struct hx_instance *in, hx_user_visit visit, void *arg);
+/* How many users hx_leaked would visit (from the shim's bookkeeping, nothing dereferenced). */
+long hx_leaked_users(struct hx_instance *in);
+
 #ifdef __cplusplus
 }
 #endif

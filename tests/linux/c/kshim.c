@@ -245,14 +245,19 @@ int kref_put(struct kref *k, void (*release)(struct kref *))
 /* ------------------------------------------------------------------------------------------ */
 /* Allocation; the users table (fastrpc_user objects the driver has not freed yet)            */
 
+enum user_state { USER_OPEN, USER_RELEASING, USER_RELEASED };
+
 struct user_rec {
 	const void *fl;
 	struct hx_instance *in;
+	unsigned long serial;  /* open order, never reused */
+	enum user_state state; /* USER_RELEASED: hx_release returned, the driver still holds it */
 	struct user_rec *next;
 };
 
 static pthread_mutex_t g_users_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct user_rec *g_users;
+static struct user_rec *g_users; /* newest first */
+static unsigned long g_users_serial;
 
 static void users_track(const void *fl, struct hx_instance *in)
 {
@@ -262,7 +267,9 @@ static void users_track(const void *fl, struct hx_instance *in)
 		abort();
 	r->fl = fl;
 	r->in = in;
+	r->state = USER_OPEN;
 	pthread_mutex_lock(&g_users_lock);
+	r->serial = ++g_users_serial;
 	r->next = g_users;
 	g_users = r;
 	pthread_mutex_unlock(&g_users_lock);
@@ -286,6 +293,83 @@ static void users_forget(const void *p)
 		count(&r->in->users, -1);
 		free(r);
 	}
+}
+
+/* hx_release, before the driver's release: the record of `fl` is releasing; returns its serial
+ * (0: not tracked). The pointer is only compared, never dereferenced. */
+static unsigned long users_releasing(const void *fl)
+{
+	struct user_rec *r;
+	unsigned long serial = 0;
+
+	pthread_mutex_lock(&g_users_lock);
+	for (r = g_users; r; r = r->next) {
+		if (r->fl == fl && r->state == USER_OPEN) {
+			r->state = USER_RELEASING;
+			serial = r->serial;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&g_users_lock);
+	return serial;
+}
+
+/* hx_release, after the driver's release: the record (if the driver did not free the user) is
+ * released. Found by serial, so a new user at a reused address is never marked. */
+static void users_released(unsigned long serial)
+{
+	struct user_rec *r;
+
+	if (!serial)
+		return;
+	pthread_mutex_lock(&g_users_lock);
+	for (r = g_users; r; r = r->next) {
+		if (r->serial == serial) {
+			r->state = USER_RELEASED;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&g_users_lock);
+}
+
+void kshim_users_released(struct hx_instance *in, void (*fn)(void *fl, void *arg), void *arg)
+{
+	struct user_rec *r, **v = NULL;
+	size_t n = 0, cap = 0, k;
+
+	pthread_mutex_lock(&g_users_lock);
+	for (r = g_users; r; r = r->next) {
+		if (r->in != in || r->state != USER_RELEASED)
+			continue;
+		if (n == cap) {
+			size_t c = cap ? cap * 2 : 8;
+			struct user_rec **nv = realloc(v, c * sizeof(*nv));
+
+			if (!nv)
+				break;
+			v = nv;
+			cap = c;
+		}
+		v[n++] = r;
+	}
+	/* oldest first (the list is newest first) */
+	for (k = n; k-- > 0;)
+		fn((void *)v[k]->fl, arg);
+	pthread_mutex_unlock(&g_users_lock);
+	free(v);
+}
+
+long hx_leaked_users(struct hx_instance *in)
+{
+	struct user_rec *r;
+	long n = 0;
+
+	pthread_mutex_lock(&g_users_lock);
+	for (r = g_users; r; r = r->next)
+		if (r->in == in && r->state == USER_RELEASED)
+			n++;
+	pthread_mutex_unlock(&g_users_lock);
+	return n;
 }
 
 void *kzalloc(size_t n, gfp_t f)
@@ -1030,6 +1114,30 @@ struct kshim_attach {
 static pthread_mutex_t g_buf_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct dma_buf *g_bufs; /* imported buffers, one per (channel, key) */
 
+void kshim_bufs_lock(void)
+{
+	pthread_mutex_lock(&g_buf_lock);
+}
+
+void kshim_bufs_unlock(void)
+{
+	pthread_mutex_unlock(&g_buf_lock);
+}
+
+int kshim_imported_key(const struct dma_buf *b, u64 *key)
+{
+	struct dma_buf *x;
+
+	/* compare first: b is only dereferenced once it is known to be a live table entry */
+	for (x = g_bufs; x; x = x->kshim_next) {
+		if (x == b) {
+			*key = x->kshim_key;
+			return 1;
+		}
+	}
+	return 0;
+}
+
 struct dma_buf *dma_buf_get(int fd)
 {
 	struct hx_instance *in = t_cur;
@@ -1590,12 +1698,15 @@ int hx_release(struct hx_instance *in, void *file)
 {
 	struct hx_instance *prev = t_cur;
 	struct file *f = file;
+	unsigned long serial;
 	int r = 0;
 
+	serial = users_releasing(f->private_data);
 	t_cur = in;
 	if (f->kshim_fops->release)
 		r = f->kshim_fops->release(NULL, f);
 	t_cur = prev;
+	users_released(serial);
 	free(f);
 	return r;
 }

@@ -374,4 +374,17 @@ struct qcom_scm_vmperm {
 bool qcom_scm_is_available(void);
 int qcom_scm_assign_mem(u64 mem_addr, size_t mem_sz, unsigned int *src, const struct qcom_scm_vmperm *newvm,
 			unsigned int dest_cnt);
+
+/* Shim internals for c/introspect.c (never called by the driver). */
+/* fn(fl, arg) for every fastrpc_user of `in` whose file was released (hx_release returned) and
+ * which the driver has not freed, oldest open first, with the shim's users table locked: the
+ * user's memory is not freed during fn (its kfree waits for the table), but the driver may be
+ * tearing it down, so fn may only try to pin it (kref_get_unless_zero) and must not block. */
+void kshim_users_released(struct hx_instance *in, void (*fn)(void *fl, void *arg), void *arg);
+/* The imported dma-buf table's lock (taken after the driver's locks, never before). */
+void kshim_bufs_lock(void);
+void kshim_bufs_unlock(void);
+/* With the table locked: 1 and the host's key when b is a live imported buffer; b itself is
+ * only compared, so any pointer may be asked about. */
+int kshim_imported_key(const struct dma_buf *b, u64 *key);
 #endif

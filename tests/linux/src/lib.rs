@@ -22,6 +22,15 @@
 //! message the driver sends reaches [`Host::send`] and the answers come back through
 //! [`Channel::receive`] (that is where a simulated DSP plugs in).
 //!
+//! # Looking inside
+//! The driver's structures are private to its file, so `c/introspect.c` includes it and adds
+//! read-only views of its lists, walked under the driver's own `fl->lock`: an open file's
+//! `fl->maps`, `fl->pending`, `fl->mmaps` and `fl->init_mem` ([`Channel::file_state`],
+//! [`Channel::file_maps`], ...) and the users whose file was released but which the driver
+//! never freed ([`Channel::leaked`]; in 6.1 a context that was interrupted, timed out or in
+//! flight at `fastrpc_rpmsg_remove` keeps a reference on its user, so `fastrpc_user_free`
+//! never runs).
+//!
 //! # Not faithful
 //! * The driver's exported buffers cannot become descriptors of this process: `dma_buf_fd`
 //!   fails with `-ENFILE`, so `FASTRPC_IOCTL_ALLOC_DMA_BUFF` ends with the driver's `-EINVAL`
@@ -108,7 +117,53 @@ pub struct Counts {
     pub sent: i64,
     /// Answers the driver accepted.
     pub received: i64,
+    /// Users whose file was released but which the driver has not freed yet (right after a
+    /// release this includes users only the deferred context puts still hold: read it from
+    /// [`Channel::settled_counts`], or use [`Channel::leaked`]).
+    pub leaked_users: i64,
 }
+
+/// One entry of a user's `fl->maps` (the driver's `struct fastrpc_map`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MapInfo {
+    /// `map->fd`: the descriptor number the map was made for.
+    pub fd: i32,
+    /// The [`Host`]'s key ([`DmaBuf::key`]) of `map->buf`; `None` when the map holds no live
+    /// imported buffer (a map being freed right now, `refs == 0`).
+    pub key: Option<u64>,
+    /// `map->len`.
+    pub len: u64,
+    /// `map->size`.
+    pub size: u64,
+    /// `map->phys`: the bus address (session id in bits 32 and up).
+    pub phys: u64,
+    /// `map->va`: where the buffer's bytes are mapped for the kernel.
+    pub va: u64,
+    /// `map->raddr`: the DSP address of a `MEM_MAP`, else 0.
+    pub raddr: u64,
+    /// `map->refcount`.
+    pub refs: u32,
+    /// `map->attr`.
+    pub attr: u32,
+}
+
+/// The lists of one `struct fastrpc_user` (an open file's, or a leaked one's).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct UserState {
+    /// Entries of `fl->pending`: invoke contexts still on the file.
+    pub pending: usize,
+    /// `fl->maps`, in list order (oldest first).
+    pub maps: Vec<MapInfo>,
+    /// Entries of `fl->mmaps` (`FASTRPC_IOCTL_MMAP` buffers).
+    pub mmaps: usize,
+    /// `fl->init_mem` is set (a process made by `INIT_CREATE`).
+    pub init_mem: bool,
+    /// `fl->tgid`: the process that opened the file.
+    pub tgid: i32,
+}
+
+/// A user whose file was released but which the driver has not freed ([`Channel::leaked`]).
+pub type LeakedUser = UserState;
 
 #[repr(C)]
 struct HxHostOps {
@@ -139,6 +194,31 @@ struct HxCounts {
 }
 
 #[repr(C)]
+struct HxMapInfo {
+    fd: c_int,
+    attr: c_uint,
+    refs: c_int,
+    has_key: c_int,
+    key: c_ulonglong,
+    phys: c_ulonglong,
+    va: c_ulonglong,
+    len: c_ulonglong,
+    size: c_ulonglong,
+    raddr: c_ulonglong,
+}
+
+#[repr(C)]
+struct HxUserInfo {
+    pending: c_long,
+    mmaps: c_long,
+    maps: c_long,
+    init_mem: c_int,
+    tgid: c_int,
+}
+
+type HxUserVisit = unsafe extern "C" fn(*mut c_void, *const HxUserInfo, *const HxMapInfo, c_long);
+
+#[repr(C)]
 struct HxInstance {
     _opaque: [u8; 0],
 }
@@ -158,6 +238,9 @@ extern "C" {
     fn hx_flush_work();
     fn hx_settle(inst: *mut HxInstance);
     fn hx_kernel_version() -> *const c_char;
+    fn hx_file_info(inst: *mut HxInstance, file: *mut c_void, visit: HxUserVisit, arg: *mut c_void) -> c_int;
+    fn hx_leaked(inst: *mut HxInstance, visit: HxUserVisit, arg: *mut c_void) -> c_long;
+    fn hx_leaked_users(inst: *mut HxInstance) -> c_long;
 }
 
 type HostBox = Arc<dyn Host>;
@@ -237,6 +320,43 @@ unsafe extern "C" fn tr_vma_lookup(ctx: *mut c_void, addr: c_ulonglong, start: *
         }
         _ => 0,
     }
+}
+
+fn count(n: c_long) -> usize {
+    usize::try_from(n).unwrap_or(0)
+}
+
+/// The visitor of `hx_file_info`/`hx_leaked`: appends one [`UserState`] to the `Vec` at `arg`.
+unsafe extern "C" fn tr_visit(arg: *mut c_void, user: *const HxUserInfo, maps: *const HxMapInfo, n: c_long) {
+    // SAFETY: arg is the &mut Vec<UserState> the caller passed for this call only, and user is
+    // valid for the call.
+    let (out, u) = unsafe { (&mut *(arg as *mut Vec<UserState>), &*user) };
+    let maps: &[HxMapInfo] = if maps.is_null() || n <= 0 {
+        &[]
+    } else {
+        // SAFETY: the C side passes n initialized entries, valid for the call.
+        unsafe { std::slice::from_raw_parts(maps, count(n)) }
+    };
+    out.push(UserState {
+        pending: count(u.pending),
+        maps: maps
+            .iter()
+            .map(|m| MapInfo {
+                fd: m.fd,
+                key: (m.has_key != 0).then_some(m.key),
+                len: m.len,
+                size: m.size,
+                phys: m.phys,
+                va: m.va,
+                raddr: m.raddr,
+                refs: u32::try_from(m.refs).unwrap_or(0),
+                attr: m.attr,
+            })
+            .collect(),
+        mmaps: count(u.mmaps),
+        init_mem: u.init_mem != 0,
+        tgid: u.tgid,
+    });
 }
 
 /// One FastRPC channel (a probed CDSP rpmsg device) of the real driver.
@@ -367,7 +487,59 @@ impl Channel {
             allocations: c.allocations as i64,
             sent: c.sent as i64,
             received: c.received as i64,
+            // SAFETY: inst is live; a lookup in the shim's users table.
+            leaked_users: unsafe { hx_leaked_users(self.inst) } as i64,
         }
+    }
+
+    /// The driver's lists of an open file's `fastrpc_user`, read under its `fl->lock`.
+    /// Panics when the driver runs out of memory for the copy.
+    pub fn file_state(&self, file: &File) -> UserState {
+        let mut out: Vec<UserState> = Vec::with_capacity(1);
+        // SAFETY: inst is live, file an open file (its user lives until release, which takes
+        // the File by value); the visitor gets &mut out for this call only.
+        let r = unsafe { hx_file_info(self.inst, file.ptr, tr_visit, &mut out as *mut Vec<UserState> as *mut c_void) };
+        assert_eq!(r, 0, "hx_file_info");
+        out.pop().expect("one visit")
+    }
+
+    /// The file's `fl->maps` (oldest first).
+    pub fn file_maps(&self, file: &File) -> Vec<MapInfo> {
+        self.file_state(file).maps
+    }
+
+    /// How many invoke contexts are on the file's `fl->pending`.
+    pub fn file_pending(&self, file: &File) -> usize {
+        self.file_state(file).pending
+    }
+
+    /// How many buffers are on the file's `fl->mmaps`.
+    pub fn file_mmaps(&self, file: &File) -> usize {
+        self.file_state(file).mmaps
+    }
+
+    /// Whether the file's `fl->init_mem` is set.
+    pub fn file_has_init_mem(&self, file: &File) -> bool {
+        self.file_state(file).init_mem
+    }
+
+    /// The users of this channel whose file was released ([`Channel::release`] returned) but
+    /// which the driver has not freed, oldest open first, with what they still hold.
+    ///
+    /// Settles first, like [`Channel::settled_counts`]: a release's own last context put is
+    /// deferred to the shim's worker, and until it ran the user is still held; a user the
+    /// queued work would free is not a leak. Must not be called from a [`Host`] method.
+    /// Each user is pinned with a reference while it is read; should that turn out to be the
+    /// last one, the driver's free runs on the shim's worker ([`flush_work`]), never here.
+    /// Panics when the driver runs out of memory for the copy.
+    pub fn leaked(&self) -> Vec<LeakedUser> {
+        let mut out: Vec<UserState> = Vec::new();
+        // SAFETY: inst is live while self is.
+        unsafe { hx_settle(self.inst) };
+        // SAFETY: inst is live; the visitor gets &mut out for this call only.
+        let r = unsafe { hx_leaked(self.inst, tr_visit, &mut out as *mut Vec<UserState> as *mut c_void) };
+        assert!(r >= 0, "hx_leaked: {r}");
+        out
     }
 
     /// [`Channel::counts`] once the answers being delivered right now are through the driver's

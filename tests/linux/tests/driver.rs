@@ -4,7 +4,7 @@
 //!
 //! Tests run one at a time (`SERIAL`): `Counts::allocations` is process-wide.
 
-use hexrpc_linux::{bus_to_host, interrupt, Channel, Config, Counts, DmaBuf, Host};
+use hexrpc_linux::{bus_to_host, interrupt, Channel, Config, Counts, DmaBuf, Host, MapInfo};
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -409,6 +409,8 @@ fn open_and_release_both_nodes_free_everything() {
     }
     assert_eq!(end.sent, 2);
     assert_eq!(end.received, 2);
+    assert_eq!(end.leaked_users, 0);
+    assert!(rig.ch.leaked().is_empty(), "clean releases leave no user behind");
 }
 
 #[test]
@@ -605,6 +607,11 @@ fn remove_fails_calls_in_flight_and_reprobe_brings_the_nodes_back() {
     assert_eq!(&output, b"cba");
     assert_eq!(rig.ch.release(f), 0);
     assert_eq!(rig.counts().users, 1, "only the stranded user of the old channel is left");
+    // it is the released file of the removed channel: its failed context left fl->pending
+    let leaked = rig.ch.leaked();
+    assert_eq!(leaked.len(), 1);
+    assert_eq!((leaked[0].pending, leaked[0].maps.len(), leaked[0].mmaps), (0, 0, 0));
+    assert_eq!(rig.counts().leaked_users, 1);
 }
 
 #[test]
@@ -621,4 +628,132 @@ fn alloc_dma_buff_cannot_hand_out_a_descriptor_here() {
     assert_eq!(after.coherent, before.coherent, "the driver freed the buffer again");
     assert_eq!(after.allocations, before.allocations);
     assert_eq!(rig.ch.release(f), 0);
+}
+
+// ---- the driver's own lists (c/introspect.c) -------------------------------------------------
+
+/// What a handle map of `m` made on session 1 looks like.
+fn assert_handle_map(map: &MapInfo, m: &MemFd) {
+    assert_eq!(map.fd, m.fd);
+    assert_eq!(map.key, Some(m.key), "map->buf is the host's buffer");
+    assert_eq!((map.len, map.size), (m.len as u64, m.len as u64));
+    assert_eq!(map.refs, 1, "only the file's list holds a handle map after the call");
+    assert_eq!((map.attr, map.raddr), (0, 0));
+    assert_eq!(map.va, m.ptr as u64, "map->va is where the host mapped the buffer");
+    assert_eq!(map.phys >> 32, 1, "the session id (reg 1) above the bus address");
+    assert_eq!(bus_to_host(map.phys, map.len), Some(m.ptr), "map->phys is a live bus range of the buffer");
+}
+
+#[test]
+fn file_maps_show_every_handle_map_of_the_file() {
+    let _g = serial();
+    let rig = Rig::new(1);
+    let mut m = MemFd::new(8192);
+    m.bytes()[..16].copy_from_slice(b"dma-buf contents");
+    rig.share(&m);
+    let f = rig.ch.open(NODE).unwrap();
+    let st = rig.ch.file_state(&f);
+    assert_eq!((st.pending, st.maps.len(), st.mmaps, st.init_mem), (0, 0, 0, false));
+    assert_eq!(st.tgid as u32, std::process::id());
+
+    let mut out = [0u8; 16];
+    let handle = InvokeArgs { ptr: m.ptr as u64, length: m.len as u64, fd: m.fd, attr: 0 };
+    let mut args = [arg(&mut out, -1), handle];
+    assert_eq!(rig.invoke(&f, 5, scalars(PEEK, 0, 1, 1, 0), &mut args), 0);
+    let maps = rig.ch.file_maps(&f);
+    assert_eq!(maps.len(), 1, "{maps:?}");
+    assert_handle_map(&maps[0], &m);
+    assert_eq!(rig.ch.file_pending(&f), 0, "the finished call left fl->pending");
+
+    // a second call with the same fd: fastrpc_create_maps attaches handles without a lookup,
+    // so the file now has two maps of one fd, each with its own attachment and bus range
+    assert_eq!(rig.invoke(&f, 5, scalars(PEEK, 0, 1, 1, 0), &mut args), 0);
+    let maps = rig.ch.file_maps(&f);
+    assert_eq!(maps.len(), 2, "{maps:?}");
+    for map in &maps {
+        assert_handle_map(map, &m);
+    }
+    assert_ne!(maps[0].phys, maps[1].phys, "two attachments, two bus ranges");
+    assert_eq!(maps[0], rig.ch.file_maps(&f)[0], "the older map stays first");
+
+    // a buffer backed by the same fd finds the oldest map (fastrpc_map_lookup) and only borrows
+    // it for the call: no new map, the refcount is back to 1 once the context is freed (its
+    // last put is the deferred one the answer queued: settle first)
+    let mut small = [0u8; 4];
+    let input = InvokeArgs { ptr: m.ptr as u64, length: 4, fd: m.fd, attr: 0 };
+    let mut echo = [input, arg(&mut small, -1)];
+    assert_eq!(rig.invoke(&f, 5, scalars(ECHO, 1, 1, 0, 0), &mut echo), 0);
+    assert_eq!(&small, b"-amd");
+    assert_eq!(rig.counts().contexts, 0);
+    assert_eq!(rig.ch.file_maps(&f), maps, "the buffer reused the handle map");
+
+    // the DSP names the fd in the fdlist: the call adds a third map, then the driver drops the
+    // first map of that fd it finds, the oldest one
+    assert_eq!(rig.invoke(&f, 5, scalars(PEEK_AND_DROP, 0, 1, 1, 0), &mut args), 0);
+    let after = rig.ch.file_maps(&f);
+    assert_eq!(after.len(), 2, "{after:?}");
+    assert_eq!(after[0], maps[1], "the oldest map was dropped, the second is first now");
+    assert_handle_map(&after[1], &m);
+    assert!(after[1].phys != maps[0].phys && after[1].phys != maps[1].phys, "the third map is new");
+    assert_eq!(rig.counts().attachments, 2, "one attachment per listed map");
+
+    assert_eq!(rig.ch.release(f), 0);
+    assert!(rig.ch.leaked().is_empty(), "a clean release frees the user and its maps");
+    let c = rig.counts();
+    assert_eq!((c.users, c.leaked_users, c.attachments, c.dmabufs), (0, 0, 0, 0));
+}
+
+#[test]
+fn an_interrupted_call_leaves_a_leaked_user_with_its_context_and_maps() {
+    let _g = serial();
+    let rig = Rig::new(1);
+    let mut m = MemFd::new(4096);
+    m.bytes()[..16].copy_from_slice(b"held by the leak");
+    rig.share(&m);
+    let f = Arc::new(rig.ch.open(NODE).unwrap());
+    let mut out = [0u8; 16];
+    let handle = InvokeArgs { ptr: m.ptr as u64, length: m.len as u64, fd: m.fd, attr: 0 };
+    let mut args = [arg(&mut out, -1), handle];
+    assert_eq!(rig.invoke(&f, 5, scalars(PEEK, 0, 1, 1, 0), &mut args), 0);
+
+    // a silent call that also passes the handle: it makes a second map before it blocks
+    let (tid_tx, tid_rx) = mpsc::channel();
+    let (ch, f2, (ptr, len, fd)) = (rig.ch.clone(), f.clone(), (m.ptr as u64, m.len as u64, m.fd));
+    let caller = thread::spawn(move || {
+        tid_tx.send(gettid()).unwrap();
+        let mut v = [0u8; 8];
+        let mut args = [arg(&mut v, -1), InvokeArgs { ptr, length: len, fd, attr: 0 }];
+        let mut inv = Invoke { handle: 5, sc: scalars(SILENT, 1, 0, 1, 0), args: args.as_mut_ptr() as u64 };
+        // SAFETY: inv and args are valid for the call; the memfd outlives it (joined below).
+        unsafe { ch.ioctl(&f2, INVOKE, &mut inv as *mut Invoke as *mut c_void) }
+    });
+    let tid = tid_rx.recv().unwrap();
+    wait_until("the call to block", || rig.ch.file_pending(&f) == 1 && interrupt(tid));
+    assert_eq!(caller.join().unwrap(), -ERESTARTSYS);
+    assert_eq!(rig.ch.file_pending(&f), 1, "an interrupted context stays on fl->pending");
+    assert_eq!(rig.ch.file_maps(&f).len(), 2);
+    assert!(rig.ch.leaked().is_empty(), "an open file's user is not leaked");
+
+    let f = Arc::try_unwrap(f).unwrap();
+    assert_eq!(rig.ch.release(f), 0);
+    let leaked = rig.ch.leaked();
+    assert_eq!(leaked.len(), 1, "{leaked:?}");
+    let u = &leaked[0];
+    assert_eq!((u.pending, u.mmaps, u.init_mem), (1, 0, false));
+    assert_eq!(u.maps.len(), 2, "{u:?}");
+    for map in &u.maps {
+        assert_handle_map(map, &m);
+    }
+    let c = rig.counts();
+    assert_eq!((c.users, c.leaked_users, c.attachments, c.dmabufs), (1, 1, 2, 2));
+    assert_eq!(rig.host.state.lock().unwrap().refs[&m.key], 2, "the leak keeps both host references");
+
+    // a late answer drops the send's reference only: the context stays on the released user
+    let msg = rig.seen.lock().unwrap().iter().rev().find(|s| s.handle == 5).copied().unwrap();
+    let mut rsp = [0u8; 16];
+    rsp[..8].copy_from_slice(&msg.ctx.to_le_bytes());
+    assert_eq!(rig.ch.receive(&rsp), 0);
+    let c = rig.counts();
+    assert_eq!((c.contexts, c.users, c.leaked_users), (1, 1, 1));
+    assert_eq!(rig.ch.leaked(), leaked, "reading the leak changes nothing");
 }
