@@ -129,6 +129,22 @@ pub struct DriverMap {
     pub len: u64,
 }
 
+/// What the kernel keeps for good after the files that made it were released
+/// ([`Bench::kernel_leaks`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KernelLeaks {
+    /// Users (files) the driver never freed.
+    pub users: usize,
+    /// Their invoke contexts.
+    pub contexts: usize,
+    /// Their driver maps.
+    pub maps: usize,
+    /// The buffers those maps pin (memory the process can never get back).
+    pub buffers: Vec<BufferId>,
+    /// Their bytes.
+    pub bytes: u64,
+}
+
 /// A live simulated DSP process ([`Bench::dsp_processes`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DspProcessInfo {
@@ -190,15 +206,15 @@ impl Bench {
         #[cfg(not(feature = "linux"))]
         assert!(*b != hexrpc_bsp::BENCH_LINUX, "the bench-linux board needs hexrpc-bench's `linux` feature (Linux's own fastrpc.c)");
         #[cfg(feature = "linux")]
-        let linux = (*b == hexrpc_bsp::BENCH_LINUX).then_some((cfg.upstream_secure_channel, cfg.sessions_per_channel));
+        let linux = *b == hexrpc_bsp::BENCH_LINUX;
         Bench {
             sh: Arc::new_cyclic(|_weak| Shared {
+                #[cfg(feature = "linux")]
+                linux: linux.then(|| crate::linux::LinuxKernel::probe(_weak.clone(), &cfg)),
                 cfg,
                 st: Mutex::new(st),
                 cv: Condvar::new(),
                 dsp_host_mmaps: Arc::new(AtomicUsize::new(0)),
-                #[cfg(feature = "linux")]
-                linux: linux.map(|(secure, sessions)| crate::linux::LinuxKernel::probe(_weak.clone(), secure, sessions)),
             }),
         }
     }
@@ -275,7 +291,57 @@ impl Bench {
 
     /// Resource counts now.
     pub fn snapshot(&self) -> Snapshot {
+        #[cfg(feature = "linux")]
+        if let Some(kern) = self.sh.linux.as_ref() {
+            // The driver's lists, read before the bench's lock (the driver may be waiting for it).
+            let held = kern.held();
+            let mut s = self.lock().snapshot(self.sh.dsp_host_mmaps.load(Ordering::SeqCst));
+            s.dsp_maps = held.maps;
+            s.contexts = held.contexts;
+            s.parked = held.parked;
+            return s;
+        }
         self.lock().snapshot(self.sh.dsp_host_mmaps.load(Ordering::SeqCst))
+    }
+
+    /// What the kernel keeps for good after the files that made it were released: on
+    /// [`BENCH_LINUX`](hexrpc_bsp::BENCH_LINUX), the users Linux 6.1.192's `fastrpc.c` never
+    /// frees (a context that was interrupted, timed out or in flight at a restart holds a
+    /// reference on its user, so `fastrpc_user_free` never runs) with their contexts, maps and
+    /// the buffers those pin. Empty on the simulated kernels, which free everything at close.
+    pub fn kernel_leaks(&self) -> KernelLeaks {
+        #[cfg(feature = "linux")]
+        if let Some(kern) = self.sh.linux.as_ref() {
+            let leaked = kern.leaked();
+            let st = self.lock();
+            let mut l = KernelLeaks { users: leaked.len(), ..KernelLeaks::default() };
+            for u in &leaked {
+                l.contexts += u.pending;
+                l.maps += u.maps.len();
+                for k in u.maps.iter().filter_map(|m| m.key) {
+                    if !l.buffers.contains(&BufferId(k)) {
+                        l.buffers.push(BufferId(k));
+                        l.bytes += st.buffers.get(&k).map_or(0, |b| b.len);
+                    }
+                }
+            }
+            return l;
+        }
+        KernelLeaks::default()
+    }
+
+    /// `start` plus what the kernel now keeps for good ([`Bench::kernel_leaks`]): what a test
+    /// that drove the kernel into such a leak settles back to. Equal to `start` on the simulated
+    /// kernels.
+    pub fn with_kernel_leaks(&self, start: &Snapshot) -> Snapshot {
+        let l = self.kernel_leaks();
+        let mut s = *start;
+        s.ion_buffers += l.buffers.len();
+        s.ion_bytes += l.bytes;
+        s.dsp_maps += l.maps;
+        s.contexts += l.contexts;
+        s.parked += l.contexts;
+        s
     }
 
     /// Waits up to `timeout` for the snapshot to equal `want` (DSP worker threads finish
@@ -470,6 +536,15 @@ impl Bench {
     /// fd NUMBER: compare [`DriverMap::buffer`] with [`Bench::buffer_of`] of the same number to
     /// see a stale map.
     pub fn driver_maps(&self, rpc_fd: Fd) -> Option<Vec<DriverMap>> {
+        #[cfg(feature = "linux")]
+        if let Some(kern) = self.sh.linux.as_ref() {
+            // The real driver's own list (`fl->maps`), read without the bench's lock.
+            let file = match self.lock().fds.get(&rpc_fd.0) {
+                Some(FdEntry { obj: FdObj::Rpc(f), .. }) => *f,
+                _ => return None,
+            };
+            return kern.file_maps(file);
+        }
         let st = self.lock();
         let Some(FdEntry { obj: FdObj::Rpc(f), .. }) = st.fds.get(&rpc_fd.0) else { return None };
         let f = st.rpc_files.get(f)?;
@@ -494,6 +569,11 @@ impl Bench {
     /// The driver maps of every FastRPC file still known to the simulated kernel (closed files
     /// whose release is in progress included): the total a test compares with its start.
     pub fn all_driver_maps(&self) -> Vec<DriverMap> {
+        #[cfg(feature = "linux")]
+        if let Some(kern) = self.sh.linux.as_ref() {
+            // Every open file's list and those of users the driver never freed.
+            return kern.all_maps();
+        }
         let st = self.lock();
         let mut v = Vec::new();
         for f in st.rpc_files.values() {

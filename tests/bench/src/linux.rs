@@ -89,9 +89,14 @@ struct Caller {
 
 impl LinuxKernel {
     /// Probes the channel for a new bench (`sh` is the bench under construction).
-    pub fn probe(sh: Weak<Shared>, upstream_secure_channel: bool, sessions: u32) -> LinuxKernel {
+    pub fn probe(sh: Weak<Shared>, cfg: &crate::BenchConfig) -> LinuxKernel {
         let host: Arc<dyn Host> = Arc::new(BenchHost { sh });
-        let cfg = Config { sessions: sessions.clamp(1, 13), non_secure: !upstream_secure_channel };
+        let cfg = Config {
+            sessions: cfg.sessions_per_channel.clamp(1, 13),
+            non_secure: !cfg.upstream_secure_channel,
+            // The driver's 10 s kernel-message timeout lasts the bench's kernel-call timeout.
+            kernel_timeout: Some(cfg.kernel_call_timeout),
+        };
         let chan = Channel::probe(host, &cfg).unwrap_or_else(|e| panic!("the Linux fastrpc driver did not probe: {e}"));
         LinuxKernel { chan, side: Mutex::new(Side { probed: true, ..Side::default() }) }
     }
@@ -173,10 +178,68 @@ impl LinuxKernel {
         }
     }
 
+    /// The driver's map list of bench file `file_id`, as the bench reports driver maps.
+    pub fn file_maps(&self, file_id: u64) -> Option<Vec<crate::DriverMap>> {
+        let f = self.file(file_id)?;
+        Some(self.chan.file_maps(&f).iter().map(driver_map).collect())
+    }
+
+    /// Every map the driver holds: open files' and leaked users'.
+    pub fn all_maps(&self) -> Vec<crate::DriverMap> {
+        let files: Vec<Arc<File>> = self.side().files.values().cloned().collect();
+        let mut v: Vec<crate::DriverMap> = files.iter().flat_map(|f| self.chan.file_maps(f)).map(|m| driver_map(&m)).collect();
+        v.extend(self.chan.leaked().iter().flat_map(|u| u.maps.iter().map(driver_map)));
+        v
+    }
+
+    /// Users the driver never freed after their file's release ([`Channel::leaked`]).
+    pub fn leaked(&self) -> Vec<hexrpc_linux::LeakedUser> {
+        self.chan.leaked()
+    }
+
+    /// What the driver holds now, in the bench's snapshot terms: maps and contexts of open files
+    /// and leaked users; "parked" are contexts whose caller has returned (the file's pending
+    /// contexts less the invokes in progress on it, and every leaked user's).
+    pub fn held(&self) -> Held {
+        let (files, in_flight): (Vec<(u64, Arc<File>)>, HashMap<u64, usize>) = {
+            let side = self.side();
+            let mut busy = HashMap::new();
+            for c in side.callers.values() {
+                *busy.entry(c.file).or_insert(0) += 1;
+            }
+            (side.files.iter().map(|(&id, f)| (id, f.clone())).collect(), busy)
+        };
+        let mut h = Held::default();
+        for (id, f) in &files {
+            let s = self.chan.file_state(f);
+            h.maps += s.maps.len();
+            h.contexts += s.pending;
+            h.parked += s.pending.saturating_sub(in_flight.get(id).copied().unwrap_or(0));
+        }
+        for u in self.chan.leaked() {
+            h.maps += u.maps.len();
+            h.contexts += u.pending;
+            h.parked += u.pending;
+        }
+        h
+    }
+
     /// The buffer and kernel mapping behind bus address `bus` (a handle's page).
     fn buffer_at(&self, host: usize) -> Option<u64> {
         self.side().kmaps.iter().find(|(_, m)| host >= m.ptr && host < m.ptr + m.len).map(|(&b, _)| b)
     }
+}
+
+/// The driver's holdings in the bench's snapshot terms ([`LinuxKernel::held`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Held {
+    pub maps: usize,
+    pub contexts: usize,
+    pub parked: usize,
+}
+
+fn driver_map(m: &hexrpc_linux::MapInfo) -> crate::DriverMap {
+    crate::DriverMap { kind: crate::DriverMapKind::Handle, fd: m.fd, refs: m.refs, buffer: m.key.map(crate::BufferId), len: m.len }
 }
 
 /// The driver's view of the bench: dma-bufs, the caller's mappings, and the DSP.

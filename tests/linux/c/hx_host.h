@@ -40,6 +40,10 @@ struct hx_config {
 	unsigned int sessions;
 	/* 1: the CDSP node carries "qcom,non-secure-domain" */
 	int non_secure;
+	/* How many real milliseconds the driver's 10 s (10 * HZ jiffies) of an uninterruptible
+	 * kernel-message wait last on this channel; 0 means 10000 (real time). Only
+	 * wait_for_completion_timeout is scaled: it is the driver's one timed wait. */
+	unsigned int kernel_timeout_ms;
 };
 
 struct hx_instance;

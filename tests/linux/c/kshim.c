@@ -647,10 +647,15 @@ unsigned long wait_for_completion_timeout(struct completion *c, unsigned long ti
 	struct timespec now, dl;
 	unsigned long left = timeout;
 
+	/* The channel's clock for the driver's timed waits (hx_config.kernel_timeout_ms). */
+	unsigned long long scaled_ms = (unsigned long long)timeout * 1000ULL / HZ;
+
+	if (t_cur && t_cur->cfg.kernel_timeout_ms)
+		scaled_ms = scaled_ms * t_cur->cfg.kernel_timeout_ms / 10000ULL;
 	pthread_once(&g_cmp_once, cmp_init);
 	clock_gettime(CLOCK_MONOTONIC, &dl);
-	dl.tv_sec += (time_t)(timeout / HZ);
-	dl.tv_nsec += (long)(timeout % HZ) * (1000000000L / HZ);
+	dl.tv_sec += (time_t)(scaled_ms / 1000ULL);
+	dl.tv_nsec += (long)(scaled_ms % 1000ULL) * 1000000L;
 	if (dl.tv_nsec >= 1000000000L) {
 		dl.tv_sec++;
 		dl.tv_nsec -= 1000000000L;

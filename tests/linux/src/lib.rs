@@ -96,6 +96,10 @@ pub struct Config {
     pub sessions: u32,
     /// The CDSP node carries `qcom,non-secure-domain`.
     pub non_secure: bool,
+    /// How long the driver's 10 s kernel-message timeout (`wait_for_completion_timeout(..,
+    /// 10 * HZ)`) lasts in real time; `None`: 10 s. A test bench shortens it so that a hung
+    /// kernel message fails in milliseconds; the driver's logic is unchanged.
+    pub kernel_timeout: Option<std::time::Duration>,
 }
 
 /// What the driver holds right now (see `c/hx_host.h`).
@@ -178,6 +182,7 @@ struct HxHostOps {
 struct HxConfig {
     sessions: c_uint,
     non_secure: c_int,
+    kernel_timeout_ms: c_uint,
 }
 
 #[repr(C)]
@@ -402,7 +407,8 @@ impl Channel {
             dmabuf_put: tr_dmabuf_put,
             vma_lookup: tr_vma_lookup,
         };
-        let c = HxConfig { sessions: cfg.sessions, non_secure: c_int::from(cfg.non_secure) };
+        let kernel_timeout_ms = cfg.kernel_timeout.map_or(0, |d| c_uint::try_from(d.as_millis().max(1)).unwrap_or(c_uint::MAX));
+        let c = HxConfig { sessions: cfg.sessions, non_secure: c_int::from(cfg.non_secure), kernel_timeout_ms };
         let mut err: c_int = 0;
         // SAFETY: ops and cfg are valid for the call (the shim copies them); ops.ctx stays valid
         // until the Channel is dropped.

@@ -303,7 +303,7 @@ impl Rig {
     fn new(sessions: u32) -> Rig {
         let (tx, rx) = mpsc::channel();
         let host = Arc::new(TestHost { tx: Mutex::new(tx), state: Mutex::default() });
-        let ch = Arc::new(Channel::probe(host.clone(), &Config { sessions, non_secure: true }).expect("probe"));
+        let ch = Arc::new(Channel::probe(host.clone(), &Config { sessions, non_secure: true, kernel_timeout: None }).expect("probe"));
         let seen = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));
         let (w, s, st) = (Arc::downgrade(&ch), seen.clone(), stop.clone());
@@ -363,13 +363,13 @@ fn probe_checks_the_session_count() {
     let (tx, _rx) = mpsc::channel();
     for sessions in [0, 14] {
         let host = Arc::new(TestHost { tx: Mutex::new(tx.clone()), state: Mutex::default() });
-        let r = Channel::probe(host, &Config { sessions, non_secure: false });
+        let r = Channel::probe(host, &Config { sessions, non_secure: false, kernel_timeout: None });
         assert_eq!(r.err(), Some(-(EINVAL as i32)), "{sessions} sessions");
     }
     // a secure-only DSP still gets both CDSP nodes; 13 context banks probe
     let _g = serial();
     let host = Arc::new(TestHost { tx: Mutex::new(tx), state: Mutex::default() });
-    let ch = Channel::probe(host, &Config { sessions: 13, non_secure: false }).expect("13 sessions");
+    let ch = Channel::probe(host, &Config { sessions: 13, non_secure: false, kernel_timeout: None }).expect("13 sessions");
     let files: Vec<_> = (0..13).map(|_| ch.open(SECURE_NODE).expect("one per session")).collect();
     assert_eq!(ch.open(NODE).err(), Some(-16), "all 13 sessions are taken");
     assert_eq!(ch.settled_counts().users, 13);

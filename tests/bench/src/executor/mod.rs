@@ -224,23 +224,10 @@ fn reason(sh: &Shared, library: &str, step: ShellStep, failure: ExecFailure) -> 
     }
 }
 
-/// The DSP restart an executor failure stands for (what [`Bench::restart_dsp`] does), recorded
-/// with its reason ([`Bench::last_restart`]).
+/// The DSP restart an executor failure stands for ([`Bench::restart_dsp`](crate::Bench::restart_dsp)),
+/// recorded with its reason ([`Bench::last_restart`](crate::Bench::last_restart)).
 fn restart(sh: &Shared, reason: RestartReason) {
-    let mut st = sh.lock();
-    st.restarts.record(reason);
-    st.epoch += 1;
-    let pids: Vec<u64> = st.procs.keys().copied().collect();
-    for p in pids {
-        st.kill_process(p);
-    }
-    for c in st.ctxs.values_mut() {
-        if c.result.is_none() {
-            c.result = Some(CtxResult { retval: -1, outs: Vec::new(), fdlist: Vec::new(), sim_dsp: std::time::Duration::ZERO });
-        }
-    }
-    drop(st);
-    sh.cv.notify_all();
+    crate::bench::restart_dsp(sh, reason);
 }
 
 /// Hook for library invokes: runs `job` on the executor.
