@@ -181,15 +181,14 @@ impl LinuxKernel {
     /// The driver's map list of bench file `file_id`, as the bench reports driver maps.
     pub fn file_maps(&self, file_id: u64) -> Option<Vec<crate::DriverMap>> {
         let f = self.file(file_id)?;
-        Some(self.chan.file_maps(&f).iter().map(driver_map).collect())
+        Some(user_maps(&self.chan.file_state(&f)))
     }
 
-    /// Every map the driver holds: open files' and leaked users'.
+    /// Every map the driver holds for files not yet released (a released file's maps that the
+    /// driver keeps for good are [`Bench::kernel_leaks`](crate::Bench::kernel_leaks)).
     pub fn all_maps(&self) -> Vec<crate::DriverMap> {
         let files: Vec<Arc<File>> = self.side().files.values().cloned().collect();
-        let mut v: Vec<crate::DriverMap> = files.iter().flat_map(|f| self.chan.file_maps(f)).map(|m| driver_map(&m)).collect();
-        v.extend(self.chan.leaked().iter().flat_map(|u| u.maps.iter().map(driver_map)));
-        v
+        files.iter().flat_map(|f| user_maps(&self.chan.file_state(f))).collect()
     }
 
     /// Users the driver never freed after their file's release ([`Channel::leaked`]).
@@ -212,12 +211,12 @@ impl LinuxKernel {
         let mut h = Held::default();
         for (id, f) in &files {
             let s = self.chan.file_state(f);
-            h.maps += s.maps.len();
+            h.maps += s.maps.len() + s.mmaps;
             h.contexts += s.pending;
             h.parked += s.pending.saturating_sub(in_flight.get(id).copied().unwrap_or(0));
         }
         for u in self.chan.leaked() {
-            h.maps += u.maps.len();
+            h.maps += u.maps.len() + u.mmaps;
             h.contexts += u.pending;
             h.parked += u.pending;
         }
@@ -240,6 +239,14 @@ pub(crate) struct Held {
 
 fn driver_map(m: &hexrpc_linux::MapInfo) -> crate::DriverMap {
     crate::DriverMap { kind: crate::DriverMapKind::Handle, fd: m.fd, refs: m.refs, buffer: m.key.map(crate::BufferId), len: m.len }
+}
+
+/// A user's maps as the bench reports driver maps: `fl->maps` (dma-buf maps), then one
+/// ADD_PAGES entry per `fl->mmaps` buffer (fd -1, no buffer; the harness does not read their
+/// length, so `len` is 0).
+fn user_maps(u: &hexrpc_linux::UserState) -> Vec<crate::DriverMap> {
+    let pages = crate::DriverMap { kind: crate::DriverMapKind::AddPages, fd: -1, refs: 1, buffer: None, len: 0 };
+    u.maps.iter().map(driver_map).chain(std::iter::repeat_n(pages, u.mmaps)).collect()
 }
 
 /// The driver's view of the bench: dma-bufs, the caller's mappings, and the DSP.

