@@ -129,6 +129,19 @@ pub struct DriverMap {
     pub len: u64,
 }
 
+/// The simulated kernel's memory in this process ([`Bench::kernel_footprint`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KernelFootprint {
+    /// Coherent DMA buffers (each an anonymous mapping of its own).
+    pub coherent: usize,
+    /// Their bytes.
+    pub coherent_bytes: u64,
+    /// The kernel's shared mappings of dma-bufs (memfd mappings).
+    pub buffer_mappings: usize,
+    /// Their bytes.
+    pub buffer_bytes: u64,
+}
+
 /// What the kernel keeps for good after the files that made it were released
 /// ([`Bench::kernel_leaks`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -328,6 +341,20 @@ impl Bench {
             return l;
         }
         KernelLeaks::default()
+    }
+
+    /// The simulated kernel's own memory in this process (on
+    /// [`BENCH_LINUX`](hexrpc_bsp::BENCH_LINUX): the driver's coherent DMA buffers and its
+    /// mappings of dma-bufs; zero on the models, whose kernel memory is the bench's tables): what
+    /// a footprint measurement of hexrpc leaves out.
+    pub fn kernel_footprint(&self) -> KernelFootprint {
+        #[cfg(feature = "linux")]
+        if let Some(kern) = self.sh.linux.as_ref() {
+            let (coherent, coherent_bytes) = hexrpc_linux::coherent();
+            let (buffer_mappings, buffer_bytes) = kern.kernel_mappings();
+            return KernelFootprint { coherent, coherent_bytes, buffer_mappings, buffer_bytes };
+        }
+        KernelFootprint::default()
     }
 
     /// `now` less what the kernel keeps for good ([`Bench::kernel_leaks`]): what is left to
@@ -848,7 +875,7 @@ impl Bench {
         request: u32,
         arg: *mut core::ffi::c_void,
         pre: Option<Fault>,
-    ) -> Result<(MutexGuard<'a, State>, Result<i32, Errno>), MutexGuard<'a, State>> {
+    ) -> LinuxIoctl<'a> {
         let Some((kern, lf)) = self.sh.linux.as_ref().and_then(|k| k.file(file).map(|f| (k, f))) else { return Err(st) };
         // An invoke's wait is interruptible ([`Bench::wait_until_blocked`]).
         let tid = rustix::thread::gettid().as_raw_nonzero().get();
@@ -885,7 +912,7 @@ impl Bench {
         _: u32,
         _: *mut core::ffi::c_void,
         _: Option<Fault>,
-    ) -> Result<(MutexGuard<'a, State>, Result<i32, Errno>), MutexGuard<'a, State>> {
+    ) -> LinuxIoctl<'a> {
         Err(st)
     }
 
@@ -1441,6 +1468,9 @@ unsafe impl Syscalls for Bench {
         Ok(())
     }
 }
+
+/// [`Bench::linux_ioctl`]: the lock and the result, or the lock back for a file of the models.
+type LinuxIoctl<'a> = Result<(MutexGuard<'a, State>, Result<i32, Errno>), MutexGuard<'a, State>>;
 
 /// What [`Bench::at_target`] resolved.
 enum AtTarget {

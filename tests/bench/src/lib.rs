@@ -147,8 +147,8 @@ pub use account::{
     OpenRecord, ReverseRecord, Snapshot,
 };
 pub use bench::{
-    Bench, BufferId, DriverMap, DriverMapKind, DspProcessInfo, KernelLeaks, ReverseReply, ReverseRequest, ReverseTicket, WeakBench,
-    DEFAULT_SHELL_LEN,
+    Bench, BufferId, DriverMap, DriverMapKind, DspProcessInfo, KernelFootprint, KernelLeaks, ReverseReply, ReverseRequest, ReverseTicket,
+    WeakBench, DEFAULT_SHELL_LEN,
 };
 pub use config::{parse_call_limit, BenchConfig, BenchEnvError, CostModel, FdlistPolicy, CALL_LIMIT_ENV, MAX_CALL_LIMIT_MS};
 pub use dsp::{ReverseError, STALE_BYTE};

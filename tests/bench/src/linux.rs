@@ -191,6 +191,12 @@ impl LinuxKernel {
         files.iter().flat_map(|f| user_maps(&self.chan.file_state(f))).collect()
     }
 
+    /// The kernel's mappings of dma-bufs: how many, and their bytes.
+    pub fn kernel_mappings(&self) -> (usize, u64) {
+        let side = self.side();
+        (side.kmaps.len(), side.kmaps.values().map(|m| m.len as u64).sum())
+    }
+
     /// Users the driver never freed after their file's release ([`Channel::leaked`]).
     pub fn leaked(&self) -> Vec<hexrpc_linux::LeakedUser> {
         self.chan.leaked()
@@ -200,13 +206,13 @@ impl LinuxKernel {
     /// and leaked users; "parked" are contexts whose caller has returned (the file's pending
     /// contexts less the invokes in progress on it, and every leaked user's).
     pub fn held(&self) -> Held {
-        let (files, in_flight): (Vec<(u64, Arc<File>)>, HashMap<u64, usize>) = {
+        let mut in_flight: HashMap<u64, usize> = HashMap::new();
+        let files: Vec<(u64, Arc<File>)> = {
             let side = self.side();
-            let mut busy = HashMap::new();
             for c in side.callers.values() {
-                *busy.entry(c.file).or_insert(0) += 1;
+                *in_flight.entry(c.file).or_insert(0) += 1;
             }
-            (side.files.iter().map(|(&id, f)| (id, f.clone())).collect(), busy)
+            side.files.iter().map(|(&id, f)| (id, f.clone())).collect()
         };
         let mut h = Held::default();
         for (id, f) in &files {

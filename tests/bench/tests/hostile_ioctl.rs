@@ -265,11 +265,14 @@ fn os(e: Error) -> Errno {
     }
 }
 
+/// A corpus entry, the real driver's answer, the model's.
+type Difference = (&'static str, Result<i32, Errno>, Result<i32, Errno>);
+
 /// Where Linux 6.1.192 and the bench's upstream model answer a corpus entry differently: (entry,
 /// the real driver, the model). The model implements three requests this driver does not
 /// (docs/kernel-rules.md, "Linux's own driver"); hexrpc never sends them to an upstream kernel
 /// in its own paths.
-const KNOWN_DIFFERENCES: &[(&str, Result<i32, Errno>, Result<i32, Errno>)] = &[
+const KNOWN_DIFFERENCES: &[Difference] = &[
     // fastrpc_device_ioctl has no case for it.
     ("init_create_static (no handler on 6.1)", Err(Errno::ENOTTY), Ok(aee_ok_static())),
     // fastrpc_req_mmap: only ADSP_MMAP_ADD_PAGES.

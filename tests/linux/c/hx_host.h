@@ -86,6 +86,9 @@ void *hx_bus_to_host(unsigned long long bus, unsigned long long len);
  * returns -ERESTARTSYS and 1 is returned; otherwise nothing happens and 0 is returned. */
 int hx_interrupt(int tid);
 void hx_counts(struct hx_instance *in, struct hx_counts *out);
+/* Live dma_alloc_coherent buffers of every channel in the process (each an anonymous mapping
+ * of its own) and, in *bytes, their page-rounded size. */
+long hx_coherent(unsigned long long *bytes);
 /* Waits until the shim's worker has run every queued work (the driver's deferred context puts),
  * so that counts read afterwards include them. Must not be called from a host callback. */
 void hx_flush_work(void);

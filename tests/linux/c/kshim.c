@@ -42,6 +42,7 @@
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -94,9 +95,68 @@ struct hx_instance {
 	struct kshim_rpdev *rpdevs;  /* every rpmsg device made (the driver may keep pointers) */
 	struct kshim_pdev *pdevs;    /* every platform device made */
 	long contexts, attachments, dmabufs, coherent, users, sent, received;
+	/* The remove gate (see gate_enter): threads inside an entry point and not blocked in a
+	 * completion wait, and whether a remove is waiting for them. */
+	pthread_mutex_t gate_lock;
+	pthread_cond_t gate_cond;
+	int active;
+	int removing;
 };
 
 static __thread struct hx_instance *t_cur; /* the channel whose entry point this thread is in */
+static __thread struct hx_instance *t_gated; /* the channel this thread is counted active on */
+
+/*
+ * The remove gate. fastrpc_internal_invoke checks cctx->rpdev and fastrpc_invoke_send later
+ * dereferences cctx->rpdev->ept without the channel lock: a fastrpc_rpmsg_remove between the
+ * two (a DSP restart) is a NULL dereference in 6.1.192 (an oops on a device; a crash here). The
+ * harness does not model that race: a remove waits (up to 2 s) until every thread inside an
+ * entry point is blocked in a completion wait, and entry points wait while a remove runs. Every
+ * other interleaving of remove and calls is left as it is.
+ */
+static void gate_enter(struct hx_instance *in)
+{
+	pthread_mutex_lock(&in->gate_lock);
+	while (in->removing)
+		pthread_cond_wait(&in->gate_cond, &in->gate_lock);
+	in->active++;
+	pthread_mutex_unlock(&in->gate_lock);
+	t_gated = in;
+}
+
+static void gate_leave(struct hx_instance *in)
+{
+	t_gated = NULL;
+	pthread_mutex_lock(&in->gate_lock);
+	in->active--;
+	pthread_cond_broadcast(&in->gate_cond);
+	pthread_mutex_unlock(&in->gate_lock);
+}
+
+/* A gated thread about to block in a completion wait: it is past its send. */
+static struct hx_instance *gate_park(void)
+{
+	struct hx_instance *in = t_gated;
+
+	if (in) {
+		pthread_mutex_lock(&in->gate_lock);
+		in->active--;
+		pthread_cond_broadcast(&in->gate_cond);
+		pthread_mutex_unlock(&in->gate_lock);
+	}
+	return in;
+}
+
+static void gate_unpark(struct hx_instance *in)
+{
+	if (in) {
+		pthread_mutex_lock(&in->gate_lock);
+		while (in->removing)
+			pthread_cond_wait(&in->gate_cond, &in->gate_lock);
+		in->active++;
+		pthread_mutex_unlock(&in->gate_lock);
+	}
+}
 
 static long g_allocs;
 
@@ -618,6 +678,7 @@ void complete(struct completion *c)
 int wait_for_completion_interruptible(struct completion *c)
 {
 	struct waiter w = { .tid = gettid_now() }, **pp;
+	struct hx_instance *parked = gate_park();
 	int ret;
 
 	pthread_once(&g_cmp_once, cmp_init);
@@ -639,10 +700,22 @@ int wait_for_completion_interruptible(struct completion *c)
 		}
 	}
 	pthread_mutex_unlock(&g_cmp_lock);
+	gate_unpark(parked);
 	return ret;
 }
 
+static unsigned long wait_for_completion_timeout_gated(struct completion *c, unsigned long timeout);
+
 unsigned long wait_for_completion_timeout(struct completion *c, unsigned long timeout)
+{
+	struct hx_instance *parked = gate_park();
+	unsigned long left = wait_for_completion_timeout_gated(c, timeout);
+
+	gate_unpark(parked);
+	return left;
+}
+
+static unsigned long wait_for_completion_timeout_gated(struct completion *c, unsigned long timeout)
 {
 	struct timespec now, dl;
 	unsigned long left = timeout;
@@ -1010,26 +1083,45 @@ void *hx_bus_to_host(unsigned long long bus, unsigned long long len)
 /* ------------------------------------------------------------------------------------------ */
 /* DMA mapping                                                                                */
 
-void *dma_alloc_coherent(struct device *d, size_t size, dma_addr_t *handle, gfp_t f)
+/* Live coherent memory, process-wide: each allocation is an anonymous mapping of its own, so
+ * what the "kernel" holds is visible apart from the process's own memory (hx_coherent). */
+static long g_coherent_count;
+static long long g_coherent_bytes;
+
+static size_t coherent_len(size_t size)
 {
 	size_t len = (size + PAGE_SIZE - 1) & ~(PAGE_SIZE - 1);
+
+	return len ? len : PAGE_SIZE;
+}
+
+void *dma_alloc_coherent(struct device *d, size_t size, dma_addr_t *handle, gfp_t f)
+{
+	size_t len = coherent_len(size);
 	void *p;
 	u64 bus;
 
 	(void)f;
-	if (!len)
-		len = PAGE_SIZE;
-	p = aligned_alloc(PAGE_SIZE, len);
-	if (!p)
+	/* zeroed, as the kernel's coherent pages are */
+	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED)
 		return NULL;
-	memset(p, 0, len);
 	bus = bus_map(p, len, d ? d->kshim_owner : NULL, BUS_COHERENT);
 	if (!bus) {
-		free(p);
+		munmap(p, len);
 		return NULL;
 	}
+	__atomic_add_fetch(&g_coherent_count, 1, __ATOMIC_SEQ_CST);
+	__atomic_add_fetch(&g_coherent_bytes, (long long)len, __ATOMIC_SEQ_CST);
 	*handle = bus;
 	return p;
+}
+
+long hx_coherent(unsigned long long *bytes)
+{
+	if (bytes)
+		*bytes = (unsigned long long)__atomic_load_n(&g_coherent_bytes, __ATOMIC_SEQ_CST);
+	return __atomic_load_n(&g_coherent_count, __ATOMIC_SEQ_CST);
 }
 
 void dma_free_coherent(struct device *d, size_t size, void *cpu, dma_addr_t handle)
@@ -1037,11 +1129,12 @@ void dma_free_coherent(struct device *d, size_t size, void *cpu, dma_addr_t hand
 	void *host;
 
 	(void)d;
-	(void)size;
 	host = bus_unmap(handle);
 	if (host != cpu)
 		kshim_dev_log(d, "err", "dma_free_coherent: bus 0x%llx does not map %p", handle, cpu);
-	free(cpu);
+	munmap(cpu, coherent_len(size));
+	__atomic_sub_fetch(&g_coherent_count, 1, __ATOMIC_SEQ_CST);
+	__atomic_sub_fetch(&g_coherent_bytes, (long long)coherent_len(size), __ATOMIC_SEQ_CST);
 }
 
 int dma_get_sgtable(struct device *d, struct sg_table *t, void *cpu, dma_addr_t handle, size_t size)
@@ -1548,6 +1641,8 @@ struct hx_instance *hx_create(const struct hx_host_ops *ops, const struct hx_con
 	in->ops = *ops;
 	in->cfg = *cfg;
 	pthread_rwlock_init(&in->state, NULL);
+	pthread_mutex_init(&in->gate_lock, NULL);
+	pthread_cond_init(&in->gate_cond, NULL);
 	in->root.name = "fastrpc";
 	in->root.compatible = "qcom,fastrpc";
 	in->root.label = "cdsp";
@@ -1619,7 +1714,17 @@ int hx_probe(struct hx_instance *in)
 void hx_remove(struct hx_instance *in)
 {
 	struct hx_instance *prev = t_cur;
+	struct timespec dl;
 
+	/* Wait until no thread is between its rpdev check and its send (see gate_enter). */
+	clock_gettime(CLOCK_REALTIME, &dl);
+	dl.tv_sec += 2;
+	pthread_mutex_lock(&in->gate_lock);
+	in->removing++;
+	while (in->active > 0)
+		if (pthread_cond_timedwait(&in->gate_cond, &in->gate_lock, &dl) == ETIMEDOUT)
+			break;
+	pthread_mutex_unlock(&in->gate_lock);
 	pthread_rwlock_wrlock(&in->state);
 	if (in->rpdev) {
 		t_cur = in;
@@ -1629,6 +1734,10 @@ void hx_remove(struct hx_instance *in)
 		t_cur = prev;
 	}
 	pthread_rwlock_unlock(&in->state);
+	pthread_mutex_lock(&in->gate_lock);
+	in->removing--;
+	pthread_cond_broadcast(&in->gate_cond);
+	pthread_mutex_unlock(&in->gate_lock);
 }
 
 void hx_destroy(struct hx_instance *in)
@@ -1655,6 +1764,8 @@ void hx_destroy(struct hx_instance *in)
 		free(p);
 	}
 	pthread_rwlock_destroy(&in->state);
+	pthread_mutex_destroy(&in->gate_lock);
+	pthread_cond_destroy(&in->gate_cond);
 	free(in->cbs);
 	free(in);
 }
@@ -1707,10 +1818,12 @@ int hx_release(struct hx_instance *in, void *file)
 	int r = 0;
 
 	serial = users_releasing(f->private_data);
+	gate_enter(in);
 	t_cur = in;
 	if (f->kshim_fops->release)
 		r = f->kshim_fops->release(NULL, f);
 	t_cur = prev;
+	gate_leave(in);
 	users_released(serial);
 	free(f);
 	return r;
@@ -1724,9 +1837,11 @@ long hx_ioctl(struct hx_instance *in, void *file, unsigned int cmd, unsigned lon
 
 	if (!f->kshim_fops->unlocked_ioctl)
 		return -ENOTTY;
+	gate_enter(in);
 	t_cur = in;
 	r = f->kshim_fops->unlocked_ioctl(f, cmd, arg);
 	t_cur = prev;
+	gate_leave(in);
 	return r;
 }
 

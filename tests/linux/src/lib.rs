@@ -230,6 +230,7 @@ struct HxInstance {
 
 extern "C" {
     fn hx_create(ops: *const HxHostOps, cfg: *const HxConfig, err: *mut c_int) -> *mut HxInstance;
+    fn hx_coherent(bytes: *mut c_ulonglong) -> c_long;
     fn hx_remove(inst: *mut HxInstance);
     fn hx_probe(inst: *mut HxInstance) -> c_int;
     fn hx_destroy(inst: *mut HxInstance);
@@ -574,6 +575,17 @@ impl Drop for Channel {
         // else: the driver still holds objects that may call the host (a leaked context or
         // user of this kernel version); the host stays alive with them.
     }
+}
+
+/// Live coherent DMA buffers of every channel in this process (`dma_alloc_coherent`: invoke
+/// payloads, a process's init memory, MMAP pages, whatever leaked users still hold): their
+/// number and bytes. Each is an anonymous mapping of its own, so a footprint measurement can
+/// tell the simulated kernel's memory from the process's.
+pub fn coherent() -> (usize, u64) {
+    let mut bytes: c_ulonglong = 0;
+    // SAFETY: `bytes` is a live out-parameter; the call only reads counters.
+    let n = unsafe { hx_coherent(&mut bytes) };
+    (usize::try_from(n).unwrap_or(0), bytes)
 }
 
 /// The host address of bus range `[bus, bus + len)` (any DMA address the shim handed out; the
