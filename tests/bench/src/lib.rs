@@ -157,7 +157,8 @@ pub use restart::{RestartKind, RestartReason, ShellFault, ShellStep};
 
 /// The bench kernels: [`hexrpc_bsp::BENCH`] (msm ION 4.9 + downstream adsprpc),
 /// [`hexrpc_bsp::BENCH_UPSTREAM`] (dma-heap + the upstream fastrpc model) and, with the `linux`
-/// feature, [`hexrpc_bsp::BENCH_LINUX`] (dma-heap + Linux's own `fastrpc.c`, [`linux`]).
+/// feature, [`hexrpc_bsp::BENCH_LINUX`] (dma-heap + Linux's own `fastrpc.c`, the `linux`
+/// module).
 #[cfg(not(feature = "linux"))]
 pub const KERNELS: &[&hexrpc_bsp::Board] = &[&hexrpc_bsp::BENCH, &hexrpc_bsp::BENCH_UPSTREAM];
 /// The bench kernels: [`hexrpc_bsp::BENCH`] (msm ION 4.9 + downstream adsprpc),

@@ -4,7 +4,7 @@
 //! Everything a host program does on the FastRPC node goes into the real driver's file
 //! operations (`fastrpc_device_open`, `fastrpc_device_ioctl`, `fastrpc_device_release`); the
 //! dma-heap, the virtual files and the real filesystem stay the bench's. What the driver sends to
-//! the DSP (`rpmsg_send` of a `fastrpc_msg`) reaches [`on_message`], which reads the payload the
+//! the DSP (`rpmsg_send` of a `fastrpc_msg`) reaches `on_message`, which reads the payload the
 //! driver wrote (`fastrpc_get_args`: remote arguments, invoke buffers, physical pages, fdlist)
 //! through the shim's bus addresses, hands the call to the bench's DSP model (the same static
 //! handles, library models and executor shells the other two kernels use), writes the answer
