@@ -814,28 +814,9 @@ impl Bench {
         let mut st = self.lock();
         let id = st.id();
         let epoch = st.epoch;
-        st.rpc_files.insert(
-            id,
-            RpcFile {
-                upstream: true,
-                tgid: rustix::process::getpid().as_raw_nonzero().get(),
-                session_epoch: Some(epoch),
-                cid: Some(self.sh.cfg.board.channel),
-                // fastrpc_device_open took an SMMU session (the driver's own count refuses the
-                // ninth); the bench counts it too, for its snapshot.
-                session: true,
-                mode: 0,
-                profile: false,
-                kalloc: true,
-                proc_id: None,
-                channel_epoch: Some(epoch),
-                maps: Vec::new(),
-                parked: HashMap::new(),
-                in_ioctl: 0,
-                closed: false,
-                perf: HashMap::new(),
-            },
-        );
+        // fastrpc_device_open took an SMMU session (the driver's own count refuses the ninth);
+        // the bench counts it too, for its snapshot.
+        st.rpc_files.insert(id, RpcFile::upstream(epoch, self.sh.cfg.board.channel));
         kern.adopt(id, file);
         if let Some(n) = st.sessions.get_mut(self.sh.cfg.board.channel as usize) {
             *n += 1;

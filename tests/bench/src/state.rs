@@ -166,6 +166,30 @@ pub(crate) struct RpcFile {
     pub perf: HashMap<i32, [i64; 12]>,
 }
 
+impl RpcFile {
+    /// An upstream `/dev/fastrpc-*` file of this process, opened at restart epoch `epoch` on
+    /// channel `cid`: bound to its channel and holding an SMMU session from the open on.
+    pub fn upstream(epoch: u64, cid: u32) -> RpcFile {
+        RpcFile {
+            upstream: true,
+            tgid: rustix::process::getpid().as_raw_nonzero().get(),
+            session_epoch: Some(epoch),
+            cid: Some(cid),
+            session: true,
+            mode: 0,
+            profile: false,
+            kalloc: true,
+            proc_id: None,
+            channel_epoch: Some(epoch),
+            maps: Vec::new(),
+            parked: HashMap::new(),
+            in_ioctl: 0,
+            closed: false,
+            perf: HashMap::new(),
+        }
+    }
+}
+
 pub(crate) struct CtxResult {
     pub retval: i32,
     pub outs: Vec<Vec<u8>>,

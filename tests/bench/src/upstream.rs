@@ -51,7 +51,6 @@
 //! [`BenchConfig::kernel_call_timeout`]: crate::BenchConfig::kernel_call_timeout
 //! [`BenchConfig::upstream_secure_channel`]: crate::BenchConfig::upstream_secure_channel
 
-use std::collections::HashMap;
 use std::sync::{Arc, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -112,26 +111,7 @@ pub(crate) fn open_file(sh: &Shared, st: &mut State) -> Result<u64, Errno> {
     st.sessions[ch] += 1;
     let id = st.id();
     let epoch = st.epoch;
-    st.rpc_files.insert(
-        id,
-        RpcFile {
-            upstream: true,
-            tgid: rustix::process::getpid().as_raw_nonzero().get(),
-            session_epoch: Some(epoch),
-            cid: Some(ch as u32),
-            session: true,
-            mode: 0,
-            profile: false,
-            kalloc: true,
-            proc_id: None,
-            channel_epoch: Some(epoch),
-            maps: Vec::new(),
-            parked: HashMap::new(),
-            in_ioctl: 0,
-            closed: false,
-            perf: HashMap::new(),
-        },
-    );
+    st.rpc_files.insert(id, RpcFile::upstream(epoch, ch as u32));
     Ok(id)
 }
 

@@ -476,13 +476,19 @@ fn invoke_copies_buffers_both_ways() {
     assert_eq!((c.users, c.contexts, c.coherent), (0, 0, 0));
 }
 
+/// An 8 KiB dma-buf starting with "dma-buf contents", shared with the rig's host.
+fn shared_contents(rig: &Rig) -> MemFd {
+    let mut m = MemFd::new(8192);
+    m.bytes()[..16].copy_from_slice(b"dma-buf contents");
+    rig.share(&m);
+    m
+}
+
 #[test]
 fn handle_maps_outlive_the_call_until_fdlist_or_release() {
     let _g = serial();
     let rig = Rig::new(1);
-    let mut m = MemFd::new(8192);
-    m.bytes()[..16].copy_from_slice(b"dma-buf contents");
-    rig.share(&m);
+    let mut m = shared_contents(&rig);
     let f = rig.ch.open(NODE).unwrap();
     let mut out = [0u8; 16];
     let handle = InvokeArgs { ptr: m.ptr as u64, length: m.len as u64, fd: m.fd, attr: 0 };
@@ -648,9 +654,7 @@ fn assert_handle_map(map: &MapInfo, m: &MemFd) {
 fn file_maps_show_every_handle_map_of_the_file() {
     let _g = serial();
     let rig = Rig::new(1);
-    let mut m = MemFd::new(8192);
-    m.bytes()[..16].copy_from_slice(b"dma-buf contents");
-    rig.share(&m);
+    let m = shared_contents(&rig);
     let f = rig.ch.open(NODE).unwrap();
     let st = rig.ch.file_state(&f);
     assert_eq!((st.pending, st.maps.len(), st.mmaps, st.init_mem), (0, 0, 0, false));
