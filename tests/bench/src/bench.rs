@@ -1572,6 +1572,13 @@ pub(crate) fn release_file<'a>(sh: &'a Shared, mut st: MutexGuard<'a, State>, fi
 /// [`Bench::restart_dsp`] on the shared state (also what a DSP model does when a kernel crashes),
 /// recorded with its reason.
 pub(crate) fn restart_dsp(sh: &Shared, reason: crate::RestartReason) {
+    // Linux's own driver first loses its channel (fastrpc_rpmsg_remove: calls in flight end
+    // with EPIPE, nothing more is sent), so that no message reaches the DSP between the
+    // model's restart and the driver's.
+    #[cfg(feature = "linux")]
+    if let Some(kern) = sh.linux.as_ref() {
+        kern.remove();
+    }
     let mut st = sh.lock();
     st.restarts.record(reason);
     st.epoch += 1;
@@ -1594,8 +1601,7 @@ pub(crate) fn restart_dsp(sh: &Shared, reason: crate::RestartReason) {
     sh.cv.notify_all();
     #[cfg(feature = "linux")]
     if let Some(kern) = sh.linux.as_ref() {
-        // fastrpc_rpmsg_remove (calls in flight end with EPIPE), then a new probe.
-        kern.remove();
+        // The DSP is back: a new probe.
         if !down {
             kern.reprobe();
         }

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use hexrpc_bench::{Bench, CallKind, Snapshot};
+use hexrpc_bench::{Bench, CallKind, KernelFootprint, Snapshot};
 use hexrpc_bsp::{Board, DeviceAccess, KernelAbi};
 use hexrpc_drivers::{Errno, Syscalls};
 use hexrpc_hal::{BufferView, HalError, Library, Session};
@@ -57,6 +57,47 @@ pub fn back_to(bench: &Bench, start: &Snapshot) -> Snapshot {
         eprintln!("kernel leaks (kept by the driver after release): {leaks:?}");
     }
     s
+}
+
+/// The simulated kernel's share of this process at one moment ([`kernel_mark`]): its memory
+/// (coherent buffers, its mappings of dma-bufs) and the buffers it keeps for good, whose
+/// memfds stay open. All zero on the models.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct KernelMark {
+    footprint: KernelFootprint,
+    kept_buffers: usize,
+}
+
+/// What the simulated kernel added to the process between two [`KernelMark`]s: a footprint
+/// check of hexrpc (descriptors, mappings, RSS) allows exactly this much more.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KernelGrowth {
+    /// Descriptors: the kept buffers' memfds.
+    pub fds: usize,
+    /// Shared memfd mappings: the kernel's mappings of dma-bufs.
+    pub buffer_maps: usize,
+    /// Mappings of any kind: those plus its coherent buffers.
+    pub maps: usize,
+    /// Their bytes, in KiB.
+    pub kib: u64,
+}
+
+/// The kernel's share of the process now ([`Bench::kernel_footprint`], [`Bench::kernel_leaks`]).
+pub fn kernel_mark(bench: &Bench) -> KernelMark {
+    KernelMark { footprint: bench.kernel_footprint(), kept_buffers: bench.kernel_leaks().buffers.len() }
+}
+
+impl KernelMark {
+    /// What the kernel added since `earlier`.
+    pub fn growth_since(&self, earlier: &KernelMark) -> KernelGrowth {
+        let (a, b) = (&self.footprint, &earlier.footprint);
+        KernelGrowth {
+            fds: self.kept_buffers.saturating_sub(earlier.kept_buffers),
+            buffer_maps: a.buffer_mappings.saturating_sub(b.buffer_mappings),
+            maps: (a.coherent + a.buffer_mappings).saturating_sub(b.coherent + b.buffer_mappings),
+            kib: (a.coherent_bytes + a.buffer_bytes).saturating_sub(b.coherent_bytes + b.buffer_bytes) / 1024,
+        }
+    }
 }
 
 /// Packs a v2 launch of `signature` on `views` and `scalars` and invokes it on `lib`; returns

@@ -23,7 +23,7 @@ use hexrpc_hal::internal::ListenerPlumbing;
 use hexrpc_hal::{ErrorKind, Health};
 use hexrpc_runtime::ServedSession;
 use hexrpc_scenarios::catalogue::{self, image, ADD_U8};
-use hexrpc_scenarios::stack::launch_add_u8;
+use hexrpc_scenarios::stack::{kernel_mark, launch_add_u8};
 
 /// Most RSS growth accepted over a soak after its warm-up, in KiB (the bench keeps no logs
 /// across its periodic clears and no per-launch state; what remains is allocator slack). A
@@ -305,7 +305,11 @@ fn soak_on_linux_fastrpc() {
     soak(&hexrpc_bsp::BENCH_LINUX);
 }
 
+/// The soaks measure the whole process (descriptors, mappings, threads, RSS): one at a time.
+static ONE_SOAK_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn soak(board: &'static Board) {
+    let _alone = ONE_SOAK_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let length = duration();
     // The logs are drained every 2 s; bounded in between, they reach their size in the warm-up.
     // On Linux's own driver the DSP lists every handle it did not keep mapped in the fdlist:
@@ -321,9 +325,8 @@ fn soak(board: &'static Board) {
     let warm = Figures::default();
     phase(&bench, Duration::from_millis(1500), 1, &warm);
     assert_eq!(bench.settle_except_kernel_leaks(&start, Duration::from_secs(5)), start, "after the warm-up");
-    let warm_leaks = bench.kernel_leaks();
     let before = ProcessFootprint::settled(Duration::from_secs(2));
-    let kernel_before = bench.kernel_footprint();
+    let kernel_before = kernel_mark(&bench);
     let (threads_before, workers_before) = (settled_threads(Duration::from_secs(10)), hexrpc_bench::workers::started());
     let mut threads_during = 0;
     let f = Figures::default();
@@ -348,7 +351,7 @@ fn soak(board: &'static Board) {
     // resident in this process, which is not hexrpc's memory.
     let leaks = bench.kernel_leaks();
     let after = ProcessFootprint::settled(Duration::from_secs(2));
-    let kernel_after = bench.kernel_footprint();
+    let kernel_after = kernel_mark(&bench);
     let threads_after = settled_threads(Duration::from_secs(10));
     let workers_after = hexrpc_bench::workers::started();
     let stray = bench.counts().stray_answers;
@@ -394,12 +397,8 @@ fn soak(board: &'static Board) {
     );
     // What the simulated kernel's own memory grew by (coherent buffers and its mappings of
     // dma-bufs, all of it kept for good here): left out of hexrpc's footprint below.
-    let kernel_maps =
-        (kernel_after.coherent + kernel_after.buffer_mappings).saturating_sub(kernel_before.coherent + kernel_before.buffer_mappings);
-    let kernel_buffer_maps = kernel_after.buffer_mappings.saturating_sub(kernel_before.buffer_mappings);
-    let kernel_kib = (kernel_after.coherent_bytes + kernel_after.buffer_bytes)
-        .saturating_sub(kernel_before.coherent_bytes + kernel_before.buffer_bytes)
-        / 1024;
+    let k = kernel_after.growth_since(&kernel_before);
+    let (kernel_maps, kernel_buffer_maps, kernel_kib) = (k.maps, k.buffer_maps, k.kib);
     println!(
         "kernel keeps for good: {} files, {} contexts, {} maps, {} buffers ({} KiB); the kernel's memory grew by {} mappings, {} KiB; \
          driver maps of live files at the end: {}",
@@ -421,8 +420,7 @@ fn soak(board: &'static Board) {
     assert_eq!(load(&f.ledger_mismatches), 0);
     // No growth is no leak; a descriptor of the warm-up that closed late may make it shrink.
     // (A buffer the kernel keeps holds its memfd open.)
-    let kept = leaks.buffers.len().saturating_sub(warm_leaks.buffers.len());
-    assert!(after.fds <= before.fds + kept, "process descriptors {} -> {} (+{kept} kept by the kernel)", before.fds, after.fds);
+    assert!(after.fds <= before.fds + k.fds, "process descriptors {} -> {} (+{} kept by the kernel)", before.fds, after.fds, k.fds);
     assert_eq!(after.buffer_maps, before.buffer_maps + kernel_buffer_maps, "buffer mappings (+{kernel_buffer_maps} the kernel's)");
     assert!(
         after.maps <= before.maps + 16 + kernel_maps,
