@@ -331,7 +331,9 @@ fn a_dsp_restart_in_the_middle_of_a_batch_is_recovered(board: &'static Board) {
         drop(lease);
         served.stop().unwrap();
     }
-    assert_eq!(bench.settle(&start, Duration::from_secs(2)), start);
+    // (Linux's own driver keeps the file that had a call in flight at the restart for good:
+    // Bench::kernel_leaks; nothing on the models.)
+    assert_eq!(bench.settle_except_kernel_leaks(&start, Duration::from_secs(2)), start);
 }
 
 fn a_batch_past_its_deadline_is_abandoned_and_the_session_recovers(board: &'static Board) {

@@ -1572,16 +1572,19 @@ pub(crate) fn release_file<'a>(sh: &'a Shared, mut st: MutexGuard<'a, State>, fi
 /// [`Bench::restart_dsp`] on the shared state (also what a DSP model does when a kernel crashes),
 /// recorded with its reason.
 pub(crate) fn restart_dsp(sh: &Shared, reason: crate::RestartReason) {
-    // Linux's own driver first loses its channel (fastrpc_rpmsg_remove: calls in flight end
-    // with EPIPE, nothing more is sent), so that no message reaches the DSP between the
-    // model's restart and the driver's.
-    #[cfg(feature = "linux")]
-    if let Some(kern) = sh.linux.as_ref() {
-        kern.remove();
-    }
     let mut st = sh.lock();
     st.restarts.record(reason);
     st.epoch += 1;
+    // Linux's own driver loses its channel before the model's processes die
+    // (fastrpc_rpmsg_remove: calls in flight end with EPIPE, nothing more is sent), so that no
+    // message reaches a dead process between the two. (An answer to a message sent before the
+    // new epoch is never given: `linux::on_message`.)
+    #[cfg(feature = "linux")]
+    if let Some(kern) = sh.linux.as_ref() {
+        drop(st);
+        kern.remove();
+        st = sh.lock();
+    }
     let pids: Vec<u64> = st.procs.keys().copied().collect();
     for p in pids {
         st.kill_process(p);
