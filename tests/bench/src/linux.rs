@@ -62,6 +62,9 @@ const PAGE: u64 = 4096;
 pub(crate) struct LinuxKernel {
     pub chan: Channel,
     side: Mutex<Side>,
+    /// Held across a remove or a probe, so that two restarts (a test's and an executor's, say)
+    /// cannot interleave their removes and probes.
+    transition: Mutex<()>,
 }
 
 #[derive(Default)]
@@ -98,7 +101,7 @@ impl LinuxKernel {
             kernel_timeout: Some(cfg.kernel_call_timeout),
         };
         let chan = Channel::probe(host, &cfg).unwrap_or_else(|e| panic!("the Linux fastrpc driver did not probe: {e}"));
-        LinuxKernel { chan, side: Mutex::new(Side { probed: true, ..Side::default() }) }
+        LinuxKernel { chan, side: Mutex::new(Side { probed: true, ..Side::default() }), transition: Mutex::new(()) }
     }
 
     fn side(&self) -> MutexGuard<'_, Side> {
@@ -161,6 +164,7 @@ impl LinuxKernel {
 
     /// The DSP went away: `fastrpc_rpmsg_remove` (calls in flight end with `EPIPE`, the nodes go).
     pub fn remove(&self) {
+        let _one = self.transition.lock().unwrap_or_else(|e| e.into_inner());
         let was = core::mem::replace(&mut self.side().probed, false);
         if was {
             self.chan.remove();
@@ -169,6 +173,7 @@ impl LinuxKernel {
 
     /// The DSP is back: probe the channel again.
     pub fn reprobe(&self) {
+        let _one = self.transition.lock().unwrap_or_else(|e| e.into_inner());
         let was = core::mem::replace(&mut self.side().probed, true);
         if !was {
             if let Err(e) = self.chan.reprobe() {
