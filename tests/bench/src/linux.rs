@@ -149,8 +149,9 @@ impl LinuxKernel {
         self.side().callers.remove(&tid);
         match r {
             ERESTARTSYS => Err(Errno::EINTR),
-            r if r < 0 => Err(Errno(i32::try_from(-r).unwrap_or(i32::MAX))),
-            r => Ok(i32::try_from(r).unwrap_or(i32::MAX)),
+            // As the syscall returns it: -4095..-1 is an errno, anything else the value (the
+            // driver's int, e.g. a DSP result with the 0x80000400 offset, which is negative).
+            r => crate::rpc::as_result(r as i32),
         }
     }
 
