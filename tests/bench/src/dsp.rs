@@ -221,7 +221,8 @@ fn put(out: &mut [u8], at: usize, bytes: &[u8]) {
     }
 }
 
-fn u32_in(b: &[u8], at: usize) -> Option<u32> {
+/// The little-endian `u32` at `at` in `b`, if it is all there.
+pub(crate) fn u32_in(b: &[u8], at: usize) -> Option<u32> {
     b.get(at..at + 4).map(|s| u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
 }
 

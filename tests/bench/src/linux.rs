@@ -432,15 +432,11 @@ impl Payload {
     /// Writes the fdlist (`u64[16]` after the pages).
     fn set_fdlist(&self, fds: &[i32]) {
         let at = 40 * self.n;
-        for (i, &fd) in fds.iter().take(upstream_fdlist()).enumerate() {
+        for (i, &fd) in fds.iter().take(hexrpc_drivers::upstream::FASTRPC_MAX_FDLIST).enumerate() {
             // SAFETY: inside the payload's metadata (checked in `of`), see `bytes`.
             unsafe { core::ptr::write_unaligned(self.base.add(at + 8 * i).cast::<u64>(), fd as u64) };
         }
     }
-}
-
-fn upstream_fdlist() -> usize {
-    hexrpc_drivers::upstream::FASTRPC_MAX_FDLIST
 }
 
 /// Where a buffer argument's bytes are: its page's bus address plus `pv`'s offset in the page.
@@ -540,10 +536,6 @@ fn user_call(sh: &Arc<Shared>, kern: &LinuxKernel, m: &Msg, p: &Payload) -> i32 
     res.retval
 }
 
-fn u32_in(b: &[u8], at: usize) -> Option<u32> {
-    b.get(at..at + 4).map(|s| u32::from_le_bytes(s.try_into().unwrap_or_default()))
-}
-
 /// The DSP's side of a kernel message. `None`: no answer (a hang, or a restart meanwhile).
 fn kernel_message(sh: &Arc<Shared>, kern: &LinuxKernel, m: &Msg, p: &Payload) -> Option<i32> {
     let method = Scalars::from_raw(m.sc).method();
@@ -588,7 +580,7 @@ fn kernel_message(sh: &Arc<Shared>, kern: &LinuxKernel, m: &Msg, p: &Payload) ->
         }
     };
     let ins: Vec<&[u8]> = job.copies.iter().map(|c| c.1.as_slice()).collect();
-    let tgid = ins.first().and_then(|b| u32_in(b, 0)).map(|v| v as i32);
+    let tgid = ins.first().and_then(|b| dsp::u32_in(b, 0)).map(|v| v as i32);
     let out_at = |i: usize| args.get(i).and_then(buffer_host);
     let write_out = |i: usize, bytes: &[u8]| {
         if let (Some(a), Some(host)) = (args.get(i), out_at(i)) {

@@ -274,18 +274,13 @@ type Difference = (&'static str, Result<i32, Errno>, Result<i32, Errno>);
 /// in its own paths.
 const KNOWN_DIFFERENCES: &[Difference] = &[
     // fastrpc_device_ioctl has no case for it.
-    ("init_create_static (no handler on 6.1)", Err(Errno::ENOTTY), Ok(aee_ok_static())),
+    // (The model's answer: the DSP's AEE_EBADSTATE, this file already has a process.)
+    ("init_create_static (no handler on 6.1)", Err(Errno::ENOTTY), Ok(hexrpc_drivers::aee::AEE_EBADSTATE)),
     // fastrpc_req_mmap: only ADSP_MMAP_ADD_PAGES.
     ("mmap: REMOTE_HEAP_ADDR", Err(Errno::EINVAL), Ok(0)),
     // fastrpc_get_dsp_info: domain >= FASTRPC_DEV_MAX (4).
     ("get_dsp_info: domain 4 (FASTRPC_DEV_MAX)", Err(Errno::ECHRNG), Ok(1)),
 ];
-
-/// What the model's INIT_CREATE_STATIC returns on a file that already has a process (the
-/// DSP's `AEE_EBADSTATE`, a positive result).
-const fn aee_ok_static() -> i32 {
-    hexrpc_drivers::aee::AEE_EBADSTATE
-}
 
 #[test]
 fn malformed_requests_are_refused_by_the_real_driver_and_compared_with_the_model() {
