@@ -288,6 +288,15 @@ pub unsafe trait Syscalls {
         let _ = fd;
         Err(Errno::ENOSYS)
     }
+
+    /// Which kernel this seam's calls reach, for what the HAL must keep per kernel rather than
+    /// per seam value: the DSP identities this process's FastRPC channels hold (the DSP keys
+    /// processes by the caller's process id, docs/kernel-rules.md R3). A process has one
+    /// kernel, so the default is 0; a seam that simulates several kernels in one process (the
+    /// bench) returns a distinct value for each.
+    fn kernel_instance(&self) -> u64 {
+        0
+    }
 }
 
 /// A seam written as changes to another seam: `inner` names the seam every call goes to, and a
@@ -382,6 +391,10 @@ pub unsafe trait SeamHooks {
     fn retire(&self, fd: BorrowedFd<'_>) -> Result<(), Errno> {
         self.inner().retire(fd)
     }
+    /// [`Syscalls::kernel_instance`].
+    fn kernel_instance(&self) -> u64 {
+        self.inner().kernel_instance()
+    }
 }
 
 // SAFETY: every call goes to the hook of the same name, which keeps the contract (the
@@ -428,6 +441,9 @@ unsafe impl<H: SeamHooks + ?Sized> Syscalls for H {
     }
     fn retire(&self, fd: BorrowedFd<'_>) -> Result<(), Errno> {
         SeamHooks::retire(self, fd)
+    }
+    fn kernel_instance(&self) -> u64 {
+        SeamHooks::kernel_instance(self)
     }
 }
 
