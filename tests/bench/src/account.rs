@@ -178,6 +178,49 @@ pub struct Snapshot {
     pub pending_reverse: usize,
     /// Threads currently blocked in an interruptible bench wait.
     pub blocked_threads: usize,
+    /// Downstream: live driver-global heap maps (MMAP with `ADSP_MMAP_HEAP_ADDR` or
+    /// `ADSP_MMAP_REMOTE_HEAP_ADDR`, `fastrpc_mmap_add` on `gfa.maps`). No file owns them and no
+    /// close frees them: only a MUNMAP by DSP address (from any file) or an ADSP restart, which
+    /// the bench never makes, does.
+    pub global_maps: usize,
+    /// Kernel init-memory buffers alive: held by a file (`fl->init_mem`, one per INIT_CREATE
+    /// that got that far) or leaked for good (downstream `fastrpc_init_process` overwrites the
+    /// pointer on a second INIT of the same file; upstream `fastrpc_init_create_process` on a
+    /// second successful INIT_CREATE).
+    pub init_buffers: usize,
+    /// Downstream: references on the open CDSP channel (`kref`) that no live file will put back
+    /// (each extra INIT of a file takes one that its close never puts); 0 while the channel is
+    /// closed. Non-zero once every file is closed means the channel can never close again.
+    pub channel_refs: u32,
+    /// Kernel oopses and memory-safety violations a device would have suffered
+    /// ([`Bench::oopses`](crate::Bench::oopses)).
+    pub oopses: usize,
+}
+
+/// What kind of [`Oops`] the driver would have suffered on a device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum OopsKind {
+    /// A NULL pointer dereference: a kernel oops; the task dies in the ioctl holding the file's
+    /// locks.
+    NullDereference,
+    /// A read out of bounds of a kernel array (no fault, garbage read).
+    OutOfBoundsRead,
+    /// Memory freed while the DSP still maps it (the DSP may later write into memory the kernel
+    /// reuses).
+    FreedWhileDspMapped,
+}
+
+/// One kernel oops or memory-safety violation on a path the downstream driver's source shows
+/// unguarded ([`Bench::oopses`](crate::Bench::oopses)); the bench carries on where a device
+/// would not, and counts it in [`Snapshot::oopses`] so that a settle-to-start check fails.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Oops {
+    /// The ioctl that took the path.
+    pub request: CallKind,
+    /// What would have happened.
+    pub kind: OopsKind,
+    /// The driver path, in words (names the driver function).
+    pub what: &'static str,
 }
 
 /// Calls counted so far, per kind.
@@ -203,6 +246,17 @@ pub struct CallCounts {
     /// remotectl closes that unloaded a library (libraries that end with their process are
     /// not counted).
     pub libraries_closed: u64,
+    /// Every MMAP / MMAP_64 request whose argument the kernel read (downstream, upstream, and
+    /// the requests the bench hands to Linux's own driver), by its `flags` value.
+    pub mmap_flags: BTreeMap<u32, u64>,
+    /// Downstream channel opens (`fastrpc_channel_open` from INIT) that failed: the glink link
+    /// not up yet, or the port never connected ([`ChannelReopen`](crate::ChannelReopen)).
+    pub channel_open_failures: u64,
+    /// INVOKE*, MMAP* and MUNMAP* (not MUNMAP_FD) ioctls on a downstream file that has not done
+    /// both GETINFO and an INIT that returned 0; upstream (model and Linux's driver): INVOKE,
+    /// MMAP, MUNMAP, MEM_MAP and MEM_UNMAP before an INIT_* or ATTACH that returned 0. A stack
+    /// that never calls a file before it is set up keeps this at 0.
+    pub before_init: u64,
 }
 
 /// One FastRPC `MUNMAP` / `MUNMAP_64` ioctl as the bench saw it: which descriptor it was sent on,

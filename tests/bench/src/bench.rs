@@ -23,6 +23,10 @@ use crate::{dma_heap, elf, ion, rpc, upstream, wire};
 /// Size of the default shell image the bench serves at the board's shell path.
 pub const DEFAULT_SHELL_LEN: usize = 8192;
 
+/// The next bench's [`Syscalls::kernel_instance`]: never reused in a process, so a bench never
+/// inherits what the HAL keeps for an earlier one.
+static NEXT_INSTANCE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
 /// The isolated bench: a simulated msm ION 4.9 + downstream adsprpc kernel and a simulated DSP,
 /// implementing [`Syscalls`]. Cloning is cheap and every clone is the same bench, so it can be
 /// handed to the HAL by value (`Bench: Syscalls + Clone + Send + Sync + 'static`) and shared with
@@ -112,6 +116,10 @@ pub enum DriverMapKind {
     Mmap,
     /// MMAP with ADD_PAGES (kernel memory, no fd).
     AddPages,
+    /// An in/out buffer argument passed with a buffer fd that the downstream driver mapped
+    /// instead of copying (`get_args`): it lives for the call, or longer with
+    /// `FASTRPC_ATTR_KEEP_MAP`.
+    Buffer,
 }
 
 /// One map in a FastRPC file's driver map list.
@@ -125,8 +133,12 @@ pub struct DriverMap {
     pub refs: u32,
     /// The buffer it pins (`None` for ADD_PAGES).
     pub buffer: Option<BufferId>,
-    /// Its length in bytes.
+    /// Its length in bytes (downstream `map->len`, what MUNMAP_FD and MUNMAP match: 0 for a
+    /// handle map).
     pub len: u64,
+    /// The length the DSP was told (downstream `map->size`): the whole dma-buf for a map of an
+    /// fd, whatever length the caller named.
+    pub dsp_size: u64,
 }
 
 /// The simulated kernel's memory in this process ([`Bench::kernel_footprint`]).
@@ -156,6 +168,26 @@ pub struct KernelLeaks {
     pub buffers: Vec<BufferId>,
     /// Their bytes.
     pub bytes: u64,
+}
+
+/// A driver-global heap map of the downstream driver ([`Bench::global_heap_maps`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GlobalHeapMap {
+    /// The MMAP flags it was made with (`ADSP_MMAP_HEAP_ADDR` 4 or `ADSP_MMAP_REMOTE_HEAP_ADDR`
+    /// 8).
+    pub flags: u32,
+    /// The fd the caller passed: a lookup key only (never imported; any value, -1 included).
+    pub fd: i32,
+    /// The DSP address (what a MUNMAP must name; the comma three's MMAP never returns it).
+    pub raddr: u64,
+    /// Its length (what a MUNMAP must name).
+    pub len: u64,
+    /// References (a later MMAP with the same fd and a range inside the map's kernel address
+    /// takes one; MUNMAP needs exactly 1).
+    pub refs: u32,
+    /// The memory as the DSP finds it: never zeroed (`DMA_ATTR_SKIP_ZEROING`), so whatever the
+    /// region held before ([`STALE_BYTE`](crate::STALE_BYTE) on the bench).
+    pub contents: Vec<u8>,
 }
 
 /// A live simulated DSP process ([`Bench::dsp_processes`]).
@@ -228,6 +260,7 @@ impl Bench {
                 st: Mutex::new(st),
                 cv: Condvar::new(),
                 dsp_host_mmaps: Arc::new(AtomicUsize::new(0)),
+                instance: NEXT_INSTANCE.fetch_add(1, Ordering::Relaxed),
             }),
         }
     }
@@ -505,10 +538,21 @@ impl Bench {
     }
 
     /// Simulates a DSP subsystem restart: every DSP process ends (libraries, HAP mappings and
-    /// reverse requests with it). Downstream: calls in flight complete with -1 and return +104
-    /// (`ECONNRESET`), and every later call on a FastRPC fd whose channel was opened before fails
-    /// with `ECONNRESET`. Upstream: calls in flight and every later call on an fd opened before
-    /// fail with `EPIPE`. Fresh fds work (the DSP is back at once unless
+    /// reverse requests with it).
+    ///
+    /// Downstream this is a **CDSP** restart (`fastrpc_restart_notifier_cb`): the channel's
+    /// restart counter moves on and the channel goes (the kref is left as it is). A file whose
+    /// counter is older (it did its GETINFO or last INIT before) is stale: calls in flight and
+    /// every later INVOKE / INVOKE_FD / INVOKE_ATTRS / INVOKE_CRC return **+104** from the ioctl
+    /// with no errno (the tail of `fastrpc_internal_invoke`; nothing is sent), MMAP with
+    /// ADD_PAGES returns +104 too, MMAP of an fd or a heap and MUNMAP return -1 (`EPERM`);
+    /// GETINFO, SETMODE, CONTROL, GETPERF and MUNMAP_FD keep working; its close sends no release;
+    /// an INIT on it revives it. The channel reopens at the next INIT, as
+    /// [`set_channel_reopen`](Self::set_channel_reopen) says (at once by default). Driver-global
+    /// heap maps survive (only an ADSP restart drains them, which the bench never makes).
+    ///
+    /// Upstream: calls in flight and every later call on an fd opened before fail with `EPIPE`.
+    /// Fresh fds work (the DSP is back at once unless
     /// [`set_dsp_available`](Self::set_dsp_available) says otherwise).
     /// The restart is recorded as [`RestartReason::Requested`](crate::RestartReason::Requested)
     /// ([`Bench::last_restart`]).
@@ -544,6 +588,51 @@ impl Bench {
                 kern.remove();
             }
         }
+    }
+
+    /// Downstream: how the CDSP channel comes back after this and every later restart
+    /// ([`ChannelReopen`](crate::ChannelReopen); `Immediate` until changed). While the link is
+    /// not up, or once the port is stuck, every channel open (the INIT of a file while the
+    /// channel is closed) waits [`BenchConfig::port_connect_timeout`] holding the driver's
+    /// global mutex (a close's session free waits for it) and fails with -1 (`EPERM`), counted
+    /// in [`CallCounts::channel_open_failures`]. A reading of `fastrpc_channel_open`,
+    /// `fastrpc_glink_register` and `fastrpc_glink_open`, not the driver run.
+    pub fn set_channel_reopen(&self, reopen: crate::ChannelReopen) {
+        self.lock().reopen = reopen;
+    }
+
+    /// A reboot, as far as the downstream channel is concerned (test-only): the glink link is up
+    /// and a port left CONNECTING by [`ChannelReopen::Stuck`](crate::ChannelReopen::Stuck) is
+    /// DISCONNECTED again, so the next open works. Nothing else of the bench is reset.
+    pub fn reboot_channel(&self) {
+        let mut st = self.lock();
+        st.link_up_at = None;
+        st.port_stuck = false;
+        st.stuck_pending = false;
+        drop(st);
+        self.sh.cv.notify_all();
+    }
+
+    /// Every kernel oops or memory-safety violation the downstream driver would have suffered,
+    /// in order ([`Snapshot::oopses`] counts them): MMAP with ADD_PAGES on a file without
+    /// GETINFO (a NULL dereference in `fastrpc_buf_alloc`: the file is poisoned, every later
+    /// ioctl on it fails with `EIO`), an invoke or a heap MMAP before GETINFO (the tail of
+    /// `fastrpc_internal_invoke` reads `channel[-1]`), a remote-heap MMAP whose hyp-assign fails
+    /// after the DSP mapped the pages (`fastrpc_mmap_on_dsp`'s bail frees memory the DSP still
+    /// maps).
+    pub fn oopses(&self) -> Vec<Oops> {
+        self.lock().oopses.clone()
+    }
+
+    /// The downstream driver's global heap maps (`gfa.maps`, MMAP with `ADSP_MMAP_HEAP_ADDR` or
+    /// `ADSP_MMAP_REMOTE_HEAP_ADDR`), oldest first: owned by no file, freed only by a MUNMAP of
+    /// their DSP address and length from any file.
+    pub fn global_heap_maps(&self) -> Vec<GlobalHeapMap> {
+        let st = self.lock();
+        st.global_maps
+            .iter()
+            .map(|m| GlobalHeapMap { flags: m.flags, fd: m.fd, raddr: m.raddr, len: m.len, refs: m.refs, contents: m.mem.clone() })
+            .collect()
     }
 
     // ---- threads ----
@@ -610,11 +699,13 @@ impl Bench {
                         MapKind::Fd => DriverMapKind::Mmap,
                         MapKind::AddPages => DriverMapKind::AddPages,
                         MapKind::Handle => DriverMapKind::Handle,
+                        MapKind::Buffer => DriverMapKind::Buffer,
                     },
                     fd: m.fd,
                     refs: m.refs,
                     buffer: m.buf.map(BufferId),
                     len: m.len,
+                    dsp_size: m.size,
                 })
                 .collect(),
         )
@@ -636,8 +727,9 @@ impl Bench {
                     MapKind::Fd => DriverMapKind::Mmap,
                     MapKind::AddPages => DriverMapKind::AddPages,
                     MapKind::Handle => DriverMapKind::Handle,
+                    MapKind::Buffer => DriverMapKind::Buffer,
                 };
-                v.push(DriverMap { kind, fd: m.fd, refs: m.refs, buffer: m.buf.map(BufferId), len: m.len });
+                v.push(DriverMap { kind, fd: m.fd, refs: m.refs, buffer: m.buf.map(BufferId), len: m.len, dsp_size: m.size });
             }
         }
         v
@@ -929,6 +1021,10 @@ impl Bench {
                         in_ioctl: 0,
                         closed: false,
                         perf: HashMap::new(),
+                        holds_ref: false,
+                        init_mem: None,
+                        inited: false,
+                        poisoned: false,
                     },
                 );
                 FdObj::Rpc(id)
@@ -1124,6 +1220,12 @@ unsafe impl Syscalls for Bench {
         }
     }
 
+    /// Each bench is a kernel of its own: the HAL keeps the DSP identities its channels hold per
+    /// kernel, and tests run many benches in one process.
+    fn kernel_instance(&self) -> u64 {
+        self.sh.instance
+    }
+
     fn retire(&self, borrowed: BorrowedFd<'_>) -> Result<(), Errno> {
         let fd = borrowed.raw();
         let mut st = self.lock();
@@ -1307,6 +1409,10 @@ unsafe impl Syscalls for Bench {
             }
             None => None,
         };
+        if let Err(file) = obj {
+            // SAFETY: passed on from our caller (a struct of the request's size at `arg`).
+            unsafe { note_rpc_request(&mut st, file, kind, arg as usize as u64) };
+        }
         let r = match obj {
             Ok(client) => {
                 if !st.ion_clients.contains_key(&client) {
@@ -1333,6 +1439,19 @@ unsafe impl Syscalls for Bench {
                 };
                 let teardown = match st.rpc_files.get_mut(&file) {
                     Some(f) => {
+                        // An INIT that returned 0 (after a GETINFO downstream) sets the file up.
+                        let init = matches!(
+                            kind,
+                            CallKind::RpcInit
+                                | CallKind::RpcInitAttrs
+                                | CallKind::UpInitCreate
+                                | CallKind::UpInitCreateStatic
+                                | CallKind::UpInitAttach
+                                | CallKind::UpInitAttachSns
+                        );
+                        if init && r == Ok(0) && f.cid.is_some() {
+                            f.inited = true;
+                        }
                         f.in_ioctl -= 1;
                         f.closed && f.in_ioctl == 0
                     }
@@ -1468,6 +1587,34 @@ fn real_path(fd: Fd) -> String {
         .unwrap_or_else(|_| format!("fd {}", fd.0))
 }
 
+/// Accounting of a FastRPC request that reached the kernel: [`CallCounts::mmap_flags`] for
+/// MMAP / MMAP_64 (downstream and upstream, Linux's own driver included) and
+/// [`CallCounts::before_init`].
+///
+/// # Safety
+///
+/// `a` must satisfy the ioctl contract of the request (a struct of its size).
+unsafe fn note_rpc_request(st: &mut State, file: u64, kind: CallKind, a: u64) {
+    let Some(f) = st.rpc_files.get(&file) else { return };
+    let early = !f.inited
+        && match kind {
+            k if k.is_invoke() => true,
+            CallKind::RpcMmap | CallKind::RpcMmap64 | CallKind::RpcMunmap | CallKind::RpcMunmap64 => true,
+            CallKind::UpMmap | CallKind::UpMunmap | CallKind::UpMemMap | CallKind::UpMemUnmap => true,
+            _ => false,
+        };
+    if early {
+        st.counts.before_init += 1;
+    }
+    if matches!(kind, CallKind::RpcMmap | CallKind::RpcMmap64 | CallKind::UpMmap) {
+        // Both drivers' structs start with `int fd; u32 flags`.
+        // SAFETY: passed on from the caller.
+        if let Some(m) = unsafe { crate::user::read_struct::<adsprpc::fastrpc_ioctl_mmap>(a) } {
+            *st.counts.mmap_flags.entry(m.flags).or_insert(0) += 1;
+        }
+    }
+}
+
 /// Gives up what a descriptor referred to, as its last close does: ION clients and their
 /// handles, a FastRPC file (released once no thread is inside one of its ioctls, as Linux
 /// releases a file; the release may block, see [`release_file`]), a dma-buf reference.
@@ -1520,7 +1667,10 @@ pub(crate) fn release_file<'a>(sh: &'a Shared, mut st: MutexGuard<'a, State>, fi
     }
     let Some(f) = st.rpc_files.get(&file) else { return st };
     let epoch = st.epoch;
-    let sends = f.session_epoch == Some(epoch) && !st.dsp_down && (f.upstream || (f.cid.is_some() && st.channel_open == Some(epoch)));
+    // (The message is a kernel invoke: it needs the file's SMMU session, which a file whose
+    // GETINFO failed never got, `fastrpc_internal_invoke`.)
+    let sends =
+        f.session && f.session_epoch == Some(epoch) && !st.dsp_down && (f.upstream || (f.cid.is_some() && st.channel_open == Some(epoch)));
     if sends {
         let (identity, own, upstream) = (f.tgid, f.proc_id, f.upstream);
         let target = st.process_of_identity(identity);
@@ -1564,6 +1714,10 @@ pub(crate) fn release_file<'a>(sh: &'a Shared, mut st: MutexGuard<'a, State>, fi
             st.kill_process(t);
         }
     }
+    // fastrpc_session_free takes smd_mutex, which a channel open waiting for its port holds.
+    while st.smd_busy {
+        st = sh.wait(st);
+    }
     st.free_rpc_file(file);
     sh.cv.notify_all();
     st
@@ -1575,6 +1729,16 @@ pub(crate) fn restart_dsp(sh: &Shared, reason: crate::RestartReason) {
     let mut st = sh.lock();
     st.restarts.record(reason);
     st.epoch += 1;
+    // fastrpc_restart_notifier_cb: the channel goes (chan = NULL, the kref untouched; the
+    // epoch is the channel's ssrcount). The glink link comes back as set_channel_reopen says.
+    match st.reopen {
+        crate::ChannelReopen::Immediate => st.link_up_at = None,
+        crate::ChannelReopen::LinkUpAfter(d) => st.link_up_at = Some(Instant::now() + d),
+        crate::ChannelReopen::Stuck => {
+            st.link_up_at = None;
+            st.stuck_pending = true;
+        }
+    }
     // Linux's own driver loses its channel before the model's processes die
     // (fastrpc_rpmsg_remove: calls in flight end with EPIPE, nothing more is sent), so that no
     // message reaches a dead process between the two. (An answer to a message sent before the

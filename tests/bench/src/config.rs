@@ -17,12 +17,27 @@ pub struct BenchConfig {
     /// Simulated heap capacity: live ION bytes beyond this fail with ENOMEM (page shortage).
     pub ion_capacity: u64,
     /// SMMU sessions (context banks) per FastRPC channel; GETINFO fails with -1 when all are taken
-    /// (upstream: open fails with `EBUSY`). Default 8: the comma three's sdm845 device tree
-    /// declares 10 CDSP context banks, 9 probe (`NUM_SESSIONS`), 2 are secure, and GETINFO only
-    /// takes the 8 non-secure ones (`fastrpc_cb_probe`, `fastrpc_session_alloc_locked`).
+    /// (upstream: open fails with `EBUSY`). Default 8, from a reading of the comma three's
+    /// sources (commaai `agnos-kernel-sdm845`; not measured on a device): the sdm845 device tree
+    /// (`sdm845.dtsi`, node `qcom,msm_fastrpc`) declares 10 `cdsprpc-smd` context banks, cb1..cb10,
+    /// of which cb9 and cb10 are `qcom,secure-context-bank`; `fastrpc_cb_probe` (adsprpc.c)
+    /// refuses a bank once `NUM_SESSIONS` (9) have probed, in device-tree order, so cb10 never
+    /// probes and the CDSP has 9 sessions: 8 non-secure and 1 secure. GETINFO
+    /// (`fastrpc_get_info` → `fastrpc_session_alloc_locked`) takes non-secure ones only, so 8
+    /// files can hold one; the secure session is only taken for a secure ION buffer's map.
     pub sessions_per_channel: u32,
     /// Whether sessions have an SMMU (the GETINFO answer).
     pub smmu: bool,
+    /// Downstream: how long `fastrpc_channel_open` waits for the glink port's `GLINK_CONNECTED`
+    /// (`RPC_TIMEOUT`, 5 * HZ: 5 s on the comma three). The driver always waits, even after
+    /// `fastrpc_glink_open` failed, so a failed channel open costs this long
+    /// ([`ChannelReopen`](crate::ChannelReopen)).
+    pub port_connect_timeout: Duration,
+    /// Downstream: bytes of the region MMAP with `ADSP_MMAP_HEAP_ADDR` /
+    /// `ADSP_MMAP_REMOTE_HEAP_ADDR` allocates from (`dma_alloc_attrs` on the
+    /// `qcom,msm-adsprpc-mem` device, whose memory region is sdm845's `adsp_mem` CMA pool of
+    /// 16 MiB; the bench does not model other CMA users). An allocation beyond it fails (-1).
+    pub heap_region_bytes: u64,
     /// Downstream driver: whether MMAP writes `vaddrout` back. The comma three's adsprpc
     /// (`fastrpc_internal_mmap`) never assigns it and the ioctl copies the caller's own 32 bytes
     /// back, so the default is `false`; some newer CAF trees do write it (`true`). The upstream
@@ -165,6 +180,8 @@ impl Default for BenchConfig {
             ion_capacity: 1 << 30,
             sessions_per_channel: 8,
             smmu: true,
+            port_connect_timeout: Duration::from_secs(5),
+            heap_region_bytes: 16 << 20,
             mmap_writes_vaddrout: false,
             fdlist: FdlistPolicy::None,
             reverse_timeout: Duration::from_millis(1500),

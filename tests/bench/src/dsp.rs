@@ -21,7 +21,14 @@
 //! successful library call is [`BenchConfig::fdlist`](crate::BenchConfig::fdlist) (default:
 //! nothing, so handle maps stay until MUNMAP_FD or close; what the real framework lists is not
 //! known in detail); after an error nothing is listed (downstream skips put_args anyway).
+//!
+//! Buffer arguments reach the DSP as the kernel left them ([`arg_bytes`]): a slice of one of the
+//! kernel's copies (downstream one copy buffer for all copied arguments, so a library entry's
+//! regions share the bytes of overlapping arguments), or a downstream mapped dma-buf
+//! ([`MappedArg`]), read when the call starts on the DSP and written back in place when it ends,
+//! whatever it answers.
 
+use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -51,11 +58,90 @@ pub(crate) struct Job {
     pub sc: u32,
     /// The 64-bit records the kernel ships.
     pub wire: Vec<remote_arg64>,
-    /// Kernel copies of the buffers, keyed by the kernel address in `wire`.
+    /// The kernel's copies of the buffers, each at the kernel address it starts at: a buffer's
+    /// `wire` address lies inside one of them (downstream one copy buffer holds every copied
+    /// argument, overlapping arguments sharing bytes; upstream and Linux one copy per argument).
     pub copies: Vec<(u64, Vec<u8>)>,
     pub handles: Vec<HandleBuf>,
     /// A delay or hang injected on the invoke's call kind (applied on the DSP side).
     pub pre: Option<Fault>,
+    /// Per buffer argument: the dma-buf memory the kernel mapped for it instead of copying
+    /// (downstream `get_args` with a buffer fd); empty or `None`: copied.
+    pub mapped: Vec<Option<MappedArg>>,
+}
+
+/// A buffer argument the DSP reaches in place: `len` bytes of a dma-buf from `offset` (the page
+/// offset `get_args` computed plus the address's offset in its page). Bytes past the dma-buf's
+/// end (`buf_len`: the driver checks only that the first page lies inside) read as 0 and writes
+/// there are dropped (on a device: whatever the SMMU maps there, or a fault; not known).
+pub(crate) struct MappedArg {
+    pub memfd: Arc<OwnedFd>,
+    pub offset: u64,
+    pub len: u64,
+    pub buf_len: u64,
+}
+
+impl MappedArg {
+    /// The bytes the DSP sees now.
+    fn read(&self) -> Vec<u8> {
+        let mut v = vec![0u8; self.len as usize];
+        let n = self.buf_len.saturating_sub(self.offset).min(self.len) as usize;
+        let mut done = 0;
+        while done < n {
+            match rustix::io::pread(&*self.memfd, &mut v[done..n], self.offset + done as u64) {
+                Ok(0) | Err(_) => break,
+                Ok(k) => done += k,
+            }
+        }
+        v
+    }
+
+    /// Writes what the DSP changed (`now` against `before`, what it read) back in place.
+    fn write_back(&self, before: &[u8], now: &[u8]) {
+        if before == now {
+            return;
+        }
+        let n = self.buf_len.saturating_sub(self.offset).min(self.len).min(now.len() as u64) as usize;
+        let mut done = 0;
+        while done < n {
+            match rustix::io::pwrite(&*self.memfd, &now[done..n], self.offset + done as u64) {
+                Ok(0) | Err(_) => break,
+                Ok(k) => done += k,
+            }
+        }
+    }
+}
+
+/// The bytes buffer argument `i` of `job` holds as the DSP starts: a mapped buffer's memory, or
+/// its place in the kernel copy that contains its `wire` address (empty for length 0).
+pub(crate) fn arg_bytes(job: &Job, i: usize) -> Vec<u8> {
+    if let Some(Some(m)) = job.mapped.get(i) {
+        return m.read();
+    }
+    let Some(b) = job.wire.get(i).map(|r| r.buf()) else { return Vec::new() };
+    if b.len == 0 {
+        return Vec::new();
+    }
+    job.copies
+        .iter()
+        .find(|c| b.pv >= c.0 && b.pv - c.0 + b.len <= c.1.len() as u64)
+        .map(|c| c.1[(b.pv - c.0) as usize..(b.pv - c.0 + b.len) as usize].to_vec())
+        .unwrap_or_default()
+}
+
+/// The DSP wrote its mapped out-buffers in place (`before`: what they held when it started),
+/// whatever it answers, unless the DSP restarted under the call (a dead process writes nothing
+/// more).
+fn write_back_outs(sh: &Shared, job: &Job, before: &[Vec<u8>], now: &[Vec<u8>]) {
+    if job.mapped.iter().all(Option::is_none) || sh.lock().epoch != job.epoch {
+        return;
+    }
+    let nin = Scalars::from_raw(job.sc).inbufs() as usize;
+    for (j, (b, n)) in before.iter().zip(now).enumerate() {
+        if let Some(Some(m)) = job.mapped.get(nin + j) {
+            m.write_back(b, n);
+        }
+    }
 }
 
 /// Why a reverse request did not get a usable answer.
@@ -141,9 +227,9 @@ fn result(retval: i32, outs: Vec<Vec<u8>>) -> CtxResult {
 
 pub(crate) fn execute(sh: &Shared, job: &Job) -> CtxResult {
     let sc = Scalars::from_raw(job.sc);
-    let nin = sc.inbufs() as usize;
-    let ins: Vec<Vec<u8>> = job.copies[..nin.min(job.copies.len())].iter().map(|c| c.1.clone()).collect();
-    let mut outs: Vec<Vec<u8>> = job.copies[nin.min(job.copies.len())..].iter().map(|c| c.1.clone()).collect();
+    let (nin, nbuf) = (sc.inbufs() as usize, sc.buffers().min(job.wire.len()));
+    let ins: Vec<Vec<u8>> = (0..nin.min(nbuf)).map(|i| arg_bytes(job, i)).collect();
+    let mut outs: Vec<Vec<u8>> = (nin.min(nbuf)..nbuf).map(|i| arg_bytes(job, i)).collect();
     let (kind, fault) = {
         let mut st = sh.lock();
         let kind = classify(&st, job.pid, job.handle, job.sc);
@@ -167,6 +253,8 @@ pub(crate) fn execute(sh: &Shared, job: &Job) -> CtxResult {
             return result(-1, outs);
         }
     }
+    // What the mapped out-buffers held when the DSP started (what it changes is written back).
+    let before = outs.clone();
     let handles = sc.handles();
     if handles != 0 && !matches!(kind, DspCallKind::Library | DspCallKind::Unknown) {
         // Static interfaces take no handles (skel assertion).
@@ -212,6 +300,7 @@ pub(crate) fn execute(sh: &Shared, job: &Job) -> CtxResult {
         | DspCallKind::KernelMemUnmap
         | DspCallKind::DspInfo => aee::AEE_EUNSUPPORTED,
     };
+    write_back_outs(sh, job, &before, &outs);
     result(rv, outs)
 }
 
@@ -702,22 +791,55 @@ fn library(sh: &Shared, job: &Job, mut outs: Vec<Vec<u8>>) -> CtxResult {
     let _running = Running::start(sh, job.pid);
     // Executor hook.
     if let Some((exec, lib)) = model.exec.clone() {
-        return crate::executor::invoke(sh, job, &name, &exec, lib, outs);
+        let before = outs.clone();
+        let res = crate::executor::invoke(sh, job, &name, &exec, lib, outs);
+        write_back_outs(sh, job, &before, &res.outs);
+        return res;
     }
     let sc = Scalars::from_raw(job.sc);
     let nbuf = sc.buffers();
-    // The framework: 64-bit records -> 32-bit view; buffer copies get DSP addresses.
-    let mut regions = Vec::with_capacity(nbuf);
+    // The framework: 64-bit records -> 32-bit view. Each kernel copy gets one DSP region (so
+    // arguments that share bytes in it share them here too), each mapped buffer a region of
+    // its own, read from the dma-buf and written back after the entry (in place).
+    let mut regions: Vec<Region> = Vec::with_capacity(nbuf);
+    let mut chunk_region: Vec<Option<usize>> = vec![None; job.copies.len()];
+    let mut mapped_regions: Vec<(usize, usize, Vec<u8>)> = Vec::new();
     let mut pra = Vec::with_capacity(job.wire.len());
     let mut next = CALL_REGION_BASE;
+    let mut new_region = |regions: &mut Vec<Region>, data: Vec<u8>| {
+        let base = next;
+        next = next.wrapping_add(((data.len() as u32).div_ceil(4096) + 1) * 4096);
+        regions.push(Region { base, data });
+        regions.len() - 1
+    };
     for (i, rec) in job.wire.iter().enumerate() {
         if i < nbuf {
             let b = rec.buf();
-            let data = job.copies.iter().find(|c| c.0 == b.pv).map(|c| c.1.clone()).unwrap_or_default();
-            let base = next;
-            next = next.wrapping_add(((data.len() as u32).div_ceil(4096) + 1) * 4096);
-            pra.push(remote_arg32 { buf: remote_buf32 { pv: base, len: b.len as u32 } });
-            regions.push(Region { base, data });
+            let chunk = job.copies.iter().position(|c| b.len != 0 && b.pv >= c.0 && b.pv - c.0 + b.len <= c.1.len() as u64);
+            let pv = match (job.mapped.get(i), chunk) {
+                (Some(Some(m)), _) => {
+                    let data = m.read();
+                    let r = new_region(&mut regions, data.clone());
+                    mapped_regions.push((i, r, data));
+                    regions[r].base
+                }
+                (_, Some(c)) => {
+                    let r = match chunk_region[c] {
+                        Some(r) => r,
+                        None => {
+                            let r = new_region(&mut regions, job.copies[c].1.clone());
+                            chunk_region[c] = Some(r);
+                            r
+                        }
+                    };
+                    regions[r].base.wrapping_add((b.pv - job.copies[c].0) as u32)
+                }
+                _ => {
+                    let r = new_region(&mut regions, Vec::new());
+                    regions[r].base
+                }
+            };
+            pra.push(remote_arg32 { buf: remote_buf32 { pv, len: b.len as u32 } });
         } else {
             let d = rec.dma();
             pra.push(remote_arg32::from_dma(remote_dma_handle32 { fd: d.fd, offset: d.offset }));
@@ -738,9 +860,19 @@ fn library(sh: &Shared, job: &Job, mut outs: Vec<Vec<u8>>) -> CtxResult {
     env.flush();
     let nin = sc.inbufs() as usize;
     for (j, o) in outs.iter_mut().enumerate() {
-        if let Some(r) = env.regions.get(nin + j) {
-            let n = o.len().min(r.data.len());
-            o[..n].copy_from_slice(&r.data[..n]);
+        let Some(a) = env.pra.get(nin + j).map(|a| a.buf) else { continue };
+        let found = env.regions.iter().find(|r| a.pv >= r.base && (a.pv - r.base) as usize + o.len() <= r.data.len());
+        if let Some(r) = found {
+            let (at, n) = ((a.pv - r.base) as usize, o.len());
+            o.copy_from_slice(&r.data[at..at + n]);
+        }
+    }
+    // Mapped buffers were written in place, whatever the entry returns.
+    if sh.lock().epoch == job.epoch {
+        for (i, r, before) in &mapped_regions {
+            if let (Some(Some(m)), Some(r)) = (job.mapped.get(*i), env.regions.get(*r)) {
+                m.write_back(before, &r.data);
+            }
         }
     }
     let fdlist = fdlist(sh, job, rv);

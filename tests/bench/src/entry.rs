@@ -97,6 +97,8 @@ pub struct LibraryModel {
     pub(crate) exec: Option<(Arc<crate::executor::ExecProcess>, u32)>,
     /// The entry keeps lease mappings across calls (the runtime's map cache, v2 only).
     pub(crate) map_cache: bool,
+    /// A single launch returns the kernel's status ([`LibraryModel::returning_status`]).
+    pub(crate) returns_status: bool,
 }
 
 impl core::fmt::Debug for LibraryModel {
@@ -130,6 +132,7 @@ impl LibraryModel {
             table: Vec::new(),
             exec: None,
             map_cache: false,
+            returns_status: false,
         }
     }
 
@@ -149,6 +152,7 @@ impl LibraryModel {
             table: kernels,
             exec: None,
             map_cache: false,
+            returns_status: false,
         }
     }
 
@@ -169,6 +173,7 @@ impl LibraryModel {
             table: Vec::new(),
             exec: Some((exec, lib)),
             map_cache: false,
+            returns_status: false,
         }
     }
 
@@ -178,6 +183,15 @@ impl LibraryModel {
     /// the map cache (the build record's `FLAG_MAP_CACHE`, or `open_library_with`).
     pub fn with_map_cache(mut self) -> Self {
         self.map_cache = self.version == EntryVersion::V2;
+        self
+    }
+
+    /// A v2 entry whose single launch returns the kernel's status ([`KernelCall::fail`]) as the
+    /// call's result, after it wrote the timer: the shape of an entry generated for a kernel
+    /// whose `int` it passes on. hexrpc's generated entries ignore the status; the bench uses
+    /// this to make the DSP answer an error after it wrote an out-buffer (driver tests).
+    pub fn returning_status(mut self) -> Self {
+        self.returns_status = self.version == EntryVersion::V2;
         self
     }
 
@@ -604,12 +618,13 @@ impl EntryEnv<'_> {
         }
     }
 
-    fn run_kernel(&mut self, model: &LibraryModel, buffers: Vec<KernelBuffer>, scalars: Vec<[u8; 8]>) -> u64 {
-        let (micros, _, restart) = self.call_kernel(&model.kernel, None, buffers, scalars);
+    /// Runs the model's kernel; returns (microseconds for the timer, the kernel's status).
+    fn run_kernel(&mut self, model: &LibraryModel, buffers: Vec<KernelBuffer>, scalars: Vec<[u8; 8]>) -> (u64, i32) {
+        let (micros, status, restart) = self.call_kernel(&model.kernel, None, buffers, scalars);
         if restart {
             crate::bench::restart_dsp(self.sh, crate::RestartReason::ModelKernel { library: self.library.clone() });
         }
-        micros
+        (micros, status)
     }
 
     /// Runs `kernel`; returns (microseconds for the timer, its status, whether it restarted the
@@ -702,7 +717,7 @@ pub(crate) fn run_v1(env: &mut EntryEnv<'_>, model: &LibraryModel) -> i32 {
         bufs.push(KernelBuffer { ptr, len: size, map: mapped.map(|(a, m)| (a, size, m)) });
         unmaps.push((ptr, size));
     }
-    let micros = env.run_kernel(model, bufs, scalars);
+    let (micros, _) = env.run_kernel(model, bufs, scalars);
     // C: *(unsigned long long *)pra[2].pv = elapsed, whatever pra[2]'s length.
     env.arg_write(2, 0, &micros.to_le_bytes());
     env.events.push(LedgerEvent::Timer { micros });
@@ -762,7 +777,7 @@ pub(crate) fn run_v2(env: &mut EntryEnv<'_>, model: &LibraryModel) -> i32 {
             }
         }
     }
-    let micros = env.run_kernel(model, bufs, scalars);
+    let (micros, status) = env.run_kernel(model, bufs, scalars);
     if env.arg_len(2) >= 8 {
         env.arg_write(2, 0, &micros.to_le_bytes());
         env.events.push(LedgerEvent::Timer { micros });
@@ -770,7 +785,11 @@ pub(crate) fn run_v2(env: &mut EntryEnv<'_>, model: &LibraryModel) -> i32 {
     for &(base, l, slot) in mapped.iter().rev() {
         env.put_lease(slot, base, l);
     }
-    0
+    if model.returns_status {
+        status
+    } else {
+        0
+    }
 }
 
 fn u16_at(b: &[u8]) -> u16 {

@@ -143,17 +143,18 @@ pub mod wire;
 pub mod workers;
 
 pub use account::{
-    CallCounts, CallKind, DspCallKind, Fault, FaultTarget, LatencySample, LatencySummary, LedgerEntry, LedgerEvent, MunmapRecord,
-    OpenRecord, ReverseRecord, Snapshot,
+    CallCounts, CallKind, DspCallKind, Fault, FaultTarget, LatencySample, LatencySummary, LedgerEntry, LedgerEvent, MunmapRecord, Oops,
+    OopsKind, OpenRecord, ReverseRecord, Snapshot,
 };
 pub use bench::{
-    Bench, BufferId, DriverMap, DriverMapKind, DspProcessInfo, KernelFootprint, KernelLeaks, ReverseReply, ReverseRequest, ReverseTicket,
-    WeakBench, DEFAULT_SHELL_LEN,
+    Bench, BufferId, DriverMap, DriverMapKind, DspProcessInfo, GlobalHeapMap, KernelFootprint, KernelLeaks, ReverseReply, ReverseRequest,
+    ReverseTicket, WeakBench, DEFAULT_SHELL_LEN,
 };
 pub use config::{parse_call_limit, BenchConfig, BenchEnvError, CostModel, FdlistPolicy, CALL_LIMIT_ENV, MAX_CALL_LIMIT_MS};
 pub use dsp::{ReverseError, STALE_BYTE};
 pub use entry::{AccessError, EntryVersion, KernelCall, KernelFn, LibraryModel, TableKernel, BATCH_MAGIC, V2_MAGIC};
 pub use restart::{RestartKind, RestartReason, ShellFault, ShellStep};
+pub use state::ChannelReopen;
 
 /// The bench kernels: [`hexrpc_bsp::BENCH`] (msm ION 4.9 + downstream adsprpc),
 /// [`hexrpc_bsp::BENCH_UPSTREAM`] (dma-heap + the upstream fastrpc model) and, with the `linux`

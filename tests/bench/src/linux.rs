@@ -250,14 +250,21 @@ pub(crate) struct Held {
 }
 
 fn driver_map(m: &hexrpc_linux::MapInfo) -> crate::DriverMap {
-    crate::DriverMap { kind: crate::DriverMapKind::Handle, fd: m.fd, refs: m.refs, buffer: m.key.map(crate::BufferId), len: m.len }
+    crate::DriverMap {
+        kind: crate::DriverMapKind::Handle,
+        fd: m.fd,
+        refs: m.refs,
+        buffer: m.key.map(crate::BufferId),
+        len: m.len,
+        dsp_size: m.len,
+    }
 }
 
 /// A user's maps as the bench reports driver maps: `fl->maps` (dma-buf maps), then one
 /// ADD_PAGES entry per `fl->mmaps` buffer (fd -1, no buffer; the harness does not read their
 /// length, so `len` is 0).
 fn user_maps(u: &hexrpc_linux::UserState) -> Vec<crate::DriverMap> {
-    let pages = crate::DriverMap { kind: crate::DriverMapKind::AddPages, fd: -1, refs: 1, buffer: None, len: 0 };
+    let pages = crate::DriverMap { kind: crate::DriverMapKind::AddPages, fd: -1, refs: 1, buffer: None, len: 0, dsp_size: 0 };
     u.maps.iter().map(driver_map).chain(std::iter::repeat_n(pages, u.mmaps)).collect()
 }
 
@@ -504,7 +511,7 @@ fn job_of(kern: &LinuxKernel, st: &State, m: &Msg, p: &Payload, pid: u64, pre: O
         }
         args.push(a);
     }
-    Ok((Job { ctx: 0, pid, epoch: st.epoch, handle: m.handle, sc: m.sc, wire, copies, handles, pre }, args))
+    Ok((Job { ctx: 0, pid, epoch: st.epoch, handle: m.handle, sc: m.sc, wire, copies, handles, pre, mapped: Vec::new() }, args))
 }
 
 /// A call from a host thread to its DSP process.

@@ -17,6 +17,8 @@ pub(crate) struct Shared {
     pub cv: Condvar,
     /// Live real mappings held for the DSP model ([`HostMmap`]).
     pub dsp_host_mmaps: Arc<AtomicUsize>,
+    /// This bench's kernel instance (`Syscalls::kernel_instance`), unique in the process.
+    pub instance: u64,
     /// The [`BENCH_LINUX`](hexrpc_bsp::BENCH_LINUX) board's kernel: Linux's own driver.
     #[cfg(feature = "linux")]
     pub linux: Option<crate::linux::LinuxKernel>,
@@ -129,6 +131,8 @@ pub(crate) enum MapKind {
     AddPages,
     /// An invoke handle argument (va 0).
     Handle,
+    /// An in/out buffer argument with a buffer fd that `get_args` mapped instead of copying.
+    Buffer,
 }
 
 pub(crate) struct DspMap {
@@ -139,6 +143,16 @@ pub(crate) struct DspMap {
     pub len: u64,
     pub raddr: u64,
     pub refs: u32,
+    /// What the DSP is told the map's length is (`map->size` downstream): for a map of a
+    /// dma-buf, the whole buffer's IOVA length (`sg_dma_len` of its first entry, every comma
+    /// three CDSP bank having a context-bank number), whatever length the caller named.
+    pub size: u64,
+    /// The `FASTRPC_ATTR_*` word the map was created with (`map->attr`): `NOVA` makes a buffer
+    /// argument's page offset 0.
+    pub attr: u32,
+    /// A number naming this map for the call that made or found it as a buffer argument (it
+    /// puts that reference back when it ends, `context_free`); 0 for maps no call tracks.
+    pub id: u64,
 }
 
 pub(crate) struct RpcFile {
@@ -164,6 +178,19 @@ pub(crate) struct RpcFile {
     pub in_ioctl: u32,
     pub closed: bool,
     pub perf: HashMap<i32, [i64; 12]>,
+    /// Downstream `fl->refcount`: set by `fastrpc_channel_open` (every INIT, whether the open
+    /// then works or not); `fastrpc_file_free` puts the channel's kref once if it is set and
+    /// the file's restart counter ([`RpcFile::session_epoch`]) is current.
+    pub holds_ref: bool,
+    /// `fl->init_mem`: bytes of the init memory of the last INIT_CREATE (downstream
+    /// `fastrpc_init_process`, upstream `fastrpc_init_create_process`), freed with the file.
+    pub init_mem: Option<u64>,
+    /// A GETINFO (downstream) and an INIT / INIT_CREATE / ATTACH that returned 0 were done on
+    /// this file ([`CallCounts::before_init`]).
+    pub inited: bool,
+    /// The driver oopsed in an ioctl of this file ([`crate::Oops`]): the task died holding the
+    /// file's map mutex; the bench fails every later ioctl on it with `EIO`.
+    pub poisoned: bool,
 }
 
 impl RpcFile {
@@ -186,8 +213,29 @@ impl RpcFile {
             in_ioctl: 0,
             closed: false,
             perf: HashMap::new(),
+            holds_ref: false,
+            init_mem: None,
+            inited: false,
+            poisoned: false,
         }
     }
+}
+
+/// A driver-global heap map (downstream MMAP with `ADSP_MMAP_HEAP_ADDR` or
+/// `ADSP_MMAP_REMOTE_HEAP_ADDR`): on `gfa.maps`, owned by no file (`fastrpc_mmap_create`,
+/// `fastrpc_mmap_add`).
+pub(crate) struct GlobalMap {
+    /// The MMAP flags (4 or 8).
+    pub flags: u32,
+    /// The caller's fd, kept only as a lookup key (never imported).
+    pub fd: i32,
+    /// `map->va`: the kernel's DMA cookie, not a user address.
+    pub va: u64,
+    pub len: u64,
+    pub raddr: u64,
+    pub refs: u32,
+    /// The memory, as `dma_alloc_attrs(.., DMA_ATTR_SKIP_ZEROING)` left it.
+    pub mem: Vec<u8>,
 }
 
 pub(crate) struct CtxResult {
@@ -204,6 +252,9 @@ pub(crate) struct Ctx {
     pub crc: u64,
     pub result: Option<CtxResult>,
     pub parked: bool,
+    /// The buffer-argument maps the call made or referenced ([`DspMap::id`]): one reference
+    /// each, put back when the call ends, whatever its result (`put_args` / `context_free`).
+    pub buf_maps: Vec<u64>,
 }
 
 /// A real mapping made for the DSP model (a `HAP_mmap`), unmapped when the last holder drops it.
@@ -348,6 +399,49 @@ pub(crate) struct State {
     /// [`BenchConfig::log_capacity`](crate::BenchConfig::log_capacity), for ledger entries
     /// recorded outside a call (the map-cache rules below).
     pub ledger_capacity: usize,
+    /// Downstream: the driver-global heap maps (`gfa.maps`), newest last.
+    pub global_maps: Vec<GlobalMap>,
+    /// Bytes of the heap region (`adsp_mem`) the global maps use.
+    pub heap_bytes: u64,
+    /// Every kernel oops or memory-safety violation a device would have suffered.
+    pub oopses: Vec<crate::Oops>,
+    /// Downstream: the CDSP channel's `kref` (4.9 `atomic_t` arithmetic: it can go below 0).
+    pub chan_kref: i64,
+    /// Downstream init memory whose `fl->init_mem` pointer a second INIT overwrote: never freed.
+    pub init_leaked: usize,
+    /// Downstream: `smd_mutex` is held by a channel open waiting for the port (up to
+    /// [`BenchConfig::port_connect_timeout`]).
+    pub smd_busy: bool,
+    /// Downstream: the glink link is down until then (after a restart, [`ChannelReopen`]).
+    pub link_up_at: Option<std::time::Instant>,
+    /// Downstream: the next channel open connects the port but never hears `GLINK_CONNECTED`.
+    pub stuck_pending: bool,
+    /// Downstream: the port is left CONNECTING by a timed-out connect (every open fails until
+    /// [`crate::Bench::reboot_channel`]).
+    pub port_stuck: bool,
+    /// What every later restart does to the channel's reopen.
+    pub reopen: ChannelReopen,
+}
+
+/// How the downstream CDSP channel comes back after a DSP restart
+/// ([`Bench::set_channel_reopen`](crate::Bench::set_channel_reopen)): `fastrpc_channel_open` /
+/// `fastrpc_glink_open` need the glink link up (`fastrpc_link_state_handler`) and the port
+/// DISCONNECTED, and always wait for the port's `GLINK_CONNECTED` up to `RPC_TIMEOUT`
+/// ([`BenchConfig::port_connect_timeout`]). A reading of the source, not the driver run: when
+/// the link comes up after a real restart is not known.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ChannelReopen {
+    /// The link is up and the port connects at once (the default).
+    #[default]
+    Immediate,
+    /// The link comes up this long after the restart: until then every channel open (the INIT
+    /// of a file while the channel is closed) fails with -1 (`EPERM`) after waiting the port
+    /// timeout; then opens work.
+    LinkUpAfter(std::time::Duration),
+    /// The first open after the restart opens the port, which never connects: it times out
+    /// (-1 after the wait) and leaves the port CONNECTING, so every later open fails the same
+    /// way until [`Bench::reboot_channel`](crate::Bench::reboot_channel).
+    Stuck,
 }
 
 /// A live DSP mapping an entry made of a handle's fd (`HAP_mmap` of a lease), with the buffer
@@ -538,6 +632,15 @@ impl State {
     /// back.
     pub fn free_rpc_file(&mut self, file_id: u64) {
         let Some(f) = self.rpc_files.remove(&file_id) else { return };
+        // fastrpc_file_free: the kref is put once, only by a file whose restart counter is
+        // current (a stale file's reference was forgotten by the restart); at 0 the channel
+        // closes (fastrpc_channel_close).
+        if !f.upstream && f.session && f.holds_ref && f.session_epoch == Some(self.epoch) {
+            self.chan_kref -= 1;
+            if self.chan_kref == 0 {
+                self.channel_open = None;
+            }
+        }
         self.ctxs.retain(|_, c| c.file != file_id);
         for m in f.maps {
             self.release_driver_map(m.buf);
@@ -569,6 +672,28 @@ impl State {
             parked: self.ctxs.values().filter(|c| c.parked).count(),
             pending_reverse: self.tickets.values().filter(|t| matches!(t.state, TicketState::Queued | TicketState::Delivered)).count(),
             blocked_threads: self.blocked.len(),
+            global_maps: self.global_maps.len(),
+            init_buffers: self.rpc_files.values().filter(|f| f.init_mem.is_some()).count() + self.init_leaked,
+            channel_refs: self.channel_refs(),
+            oopses: self.oopses.len(),
         }
+    }
+
+    /// Downstream: references on the open channel that no live file will put back (the kref
+    /// minus the live files that hold one with a current restart counter); 0 while closed.
+    pub fn channel_refs(&self) -> u32 {
+        if self.channel_open != Some(self.epoch) {
+            return 0;
+        }
+        let epoch = self.epoch;
+        let holders =
+            self.rpc_files.values().filter(|f| !f.upstream && f.session && f.holds_ref && f.session_epoch == Some(epoch)).count() as i64;
+        u32::try_from((self.chan_kref - holders).max(0)).unwrap_or(u32::MAX)
+    }
+
+    /// Records an oops (or a memory-safety violation) of the driver.
+    pub fn oops(&mut self, request: CallKind, kind: crate::OopsKind, what: &'static str) {
+        log::error!("bench: the driver would oops on a device ({request:?}): {what}");
+        self.oopses.push(crate::Oops { request, kind, what });
     }
 }

@@ -25,7 +25,9 @@
 //! * INIT_CREATE: from the non-secure node of a secure channel
 //!   ([`BenchConfig::upstream_secure_channel`]) without `FASTRPC_MODE_UNSIGNED_MODULE`:
 //!   `ECONNREFUSED`; a shell over 2 MiB: `EINVAL`; the shell's fd is mapped and the map is kept
-//!   until close, as the driver keeps it;
+//!   until close, as the driver keeps it; the init memory (`fl->init_mem`,
+//!   [`Snapshot::init_buffers`](crate::Snapshot::init_buffers)) is kept until the release, freed
+//!   when the create fails, and a second INIT_CREATE on the file overwrites (leaks) the first's;
 //! * the DSP identity is the tgid (no SETMODE, no per-session `client_id`): a second create or
 //!   attach for a live identity is `AEE_EBADSTATE`, and every file's close releases the
 //!   identity's process; the release waits for the process's running library calls at most
@@ -234,7 +236,7 @@ fn map_create(st: &mut State, file: u64, fd: i32, len: u64, va: u64) -> Result<(
     dma_heap::note_dsp_use(st, buf);
     let raddr = st.alloc_raddr(file, len, false);
     let f = st.rpc_files.get_mut(&file).ok_or(Errno::EBADF)?;
-    f.maps.push(DspMap { kind: MapKind::Handle, fd, buf: Some(buf), va, len, raddr, refs: 1 });
+    f.maps.push(DspMap { kind: MapKind::Handle, fd, buf: Some(buf), va, len, raddr, refs: 1, size: len, attr: 0, id: 0 });
     if let Some(b) = st.buffers.get_mut(&buf) {
         b.driver_maps += 1;
     }
@@ -386,8 +388,8 @@ unsafe fn invoke<'a>(sh: &'a Arc<Shared>, st: Guard<'a>, file: u64, a: u64, pre:
     };
     COPIED.with(|c| c.set((total, Duration::ZERO)));
     let ctx_id = st.id();
-    st.ctxs.insert(ctx_id, Ctx { file, sc: inv.sc, out_ptrs, crc: 0, result: None, parked: false });
-    let job = Job { ctx: ctx_id, pid, epoch: st.epoch, handle: inv.handle, sc: inv.sc, wire, copies, handles, pre };
+    st.ctxs.insert(ctx_id, Ctx { file, sc: inv.sc, out_ptrs, crc: 0, result: None, parked: false, buf_maps: Vec::new() });
+    let job = Job { ctx: ctx_id, pid, epoch: st.epoch, handle: inv.handle, sc: inv.sc, wire, copies, handles, pre, mapped: Vec::new() };
     let sh2 = sh.clone();
     if crate::workers::run(move || dsp::run_job(sh2, job)).is_err() {
         st.ctxs.remove(&ctx_id);
@@ -489,6 +491,23 @@ unsafe fn init_create<'a>(sh: &'a Shared, st: Guard<'a>, file: u64, a: u64) -> (
     let image = match image {
         Ok(i) => i,
         Err(e) => return fail(st, Err(e)),
+    };
+    // The init memory (fastrpc_init_create_process: ALIGN(max(INIT_FILELEN_MAX, 4 * filelen),
+    // 1 MiB)) goes into fl->init_mem over whatever a previous INIT_CREATE left there, which is
+    // never freed; a failure from here on frees the new one and leaves fl->init_mem NULL
+    // (err_invoke), and the file's release frees what is left.
+    let memlen = u64::from(init.filelen.saturating_mul(4)).max(u64::from(INIT_FILELEN_MAX)).next_multiple_of(1 << 20);
+    let s = &mut *st;
+    if let Some(f) = s.rpc_files.get_mut(&file) {
+        if f.init_mem.replace(memlen).is_some() {
+            s.init_leaked += 1;
+        }
+    }
+    let fail = |mut st: Guard<'a>, e: Result<i32, Errno>| {
+        if let Some(f) = st.rpc_files.get_mut(&file) {
+            f.init_mem = None;
+        }
+        fail(st, e)
     };
     let (st2, r) = kernel_message(sh, st, file, DspCallKind::CreateProcess);
     st = st2;
@@ -594,7 +613,18 @@ unsafe fn mmap<'a>(sh: &'a Shared, st: Guard<'a>, file: u64, a: u64) -> (Guard<'
     }
     let raddr = alloc_raddr(&mut st, file, m.size);
     if let Some(f) = st.rpc_files.get_mut(&file) {
-        f.maps.push(DspMap { kind: MapKind::AddPages, fd: -1, buf: None, va: 0, len: m.size, raddr, refs: 1 });
+        f.maps.push(DspMap {
+            kind: MapKind::AddPages,
+            fd: -1,
+            buf: None,
+            va: 0,
+            len: m.size,
+            raddr,
+            refs: 1,
+            size: m.size,
+            attr: 0,
+            id: 0,
+        });
     }
     m.vaddrout = raddr;
     // SAFETY: passed on from the caller.

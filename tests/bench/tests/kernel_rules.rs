@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use hexrpc_bench::{
-    elf, on_both_kernels, Bench, BenchConfig, DriverMapKind, DspCallKind, EntryVersion, Fault, FaultTarget, FdlistPolicy, LibraryModel,
-    V2_MAGIC,
+    elf, on_both_kernels, Bench, BenchConfig, CallKind, DriverMapKind, DspCallKind, EntryVersion, Fault, FaultTarget, FdlistPolicy,
+    LibraryModel, OopsKind, Snapshot, V2_MAGIC,
 };
 use hexrpc_bsp::{Board, KernelAbi};
 use hexrpc_drivers::dma_heap::{self, HeapFd};
@@ -215,6 +215,10 @@ fn handle_map_outlives_the_call(board: &'static Board) {
     let node = allocator(&b);
     let (rpc, r, shell) = channel(&b, node, false);
     r.expect("INIT");
+    // The process's init memory (downstream fastrpc_init_process, upstream
+    // fastrpc_init_create_process) is held by the file until its close; Linux's own driver's is
+    // not in the bench's snapshot.
+    assert_eq!(b.snapshot().init_buffers, usize::from(!is_linux(board)), "one init buffer, the file's");
     let h = b.preload_library(rpc, "observe").expect("library");
     let a = lease(&b, node, 8192);
     let a_buf = b.buffer_of(a.fd).expect("a buffer");
@@ -376,6 +380,7 @@ fn mmap_vaddrout(board: &'static Board) {
         let v = up::mmap(&b, FastrpcFd::from_raw(rpc), up::ADSP_MMAP_ADD_PAGES, 4096).expect("MMAP");
         assert_ne!(v, 0, "upstream writes the DSP address");
         up::munmap(&b, FastrpcFd::from_raw(rpc), v, 4096).expect("MUNMAP");
+        assert_eq!(b.counts().mmap_flags.get(&up::ADSP_MMAP_ADD_PAGES), Some(&1), "counted by flags");
     } else {
         assert_eq!(adsprpc::mmap(&b, rpc, Fd(-1), adsprpc::ADSP_MMAP_ADD_PAGES, 0, 4096), Ok(0), "vaddrout is the input (0)");
         let mut m =
@@ -384,6 +389,7 @@ fn mmap_vaddrout(board: &'static Board) {
         let rc = unsafe { b.ioctl(rpc, adsprpc::FASTRPC_IOCTL_MMAP, (&mut m as *mut adsprpc::fastrpc_ioctl_mmap).cast()) };
         assert_eq!(rc, Ok(0));
         assert_eq!(m.vaddrout, 0x1234_5000, "a stale input is echoed back as if it were an address");
+        assert_eq!(b.counts().mmap_flags.get(&adsprpc::ADSP_MMAP_ADD_PAGES), Some(&2), "counted by flags");
         let on = Bench::with_config(BenchConfig { mmap_writes_vaddrout: true, ..config(board) });
         let node2 = allocator(&on);
         let (rpc2, r2, shell2) = channel(&on, node2, false);
@@ -559,6 +565,168 @@ fn eight_sessions(board: &'static Board) {
     }
 }
 
+/// One raw downstream MMAP: the ioctl's own result and the struct as the kernel left it.
+fn raw_mmap(b: &Bench, rpc: Fd, fd: i32, flags: u32, size: u64, vaddrout: u64) -> (Result<i32, Errno>, adsprpc::fastrpc_ioctl_mmap) {
+    let mut m = adsprpc::fastrpc_ioctl_mmap { fd, flags, vaddrin: 0, size, vaddrout };
+    // SAFETY: a live struct of the request's size; no pointers inside are dereferenced.
+    let rc = unsafe { b.ioctl(rpc, adsprpc::FASTRPC_IOCTL_MMAP, (&mut m as *mut adsprpc::fastrpc_ioctl_mmap).cast()) };
+    (rc, m)
+}
+
+/// Downstream heap maps (`fastrpc_internal_mmap`, `fastrpc_mmap_create`, `fastrpc_mmap_add`,
+/// `fastrpc_mmap_on_dsp`, `fastrpc_internal_munmap`): MMAP with `ADSP_MMAP_HEAP_ADDR` ignores
+/// the fd (-1 works), hands the DSP unzeroed memory, never returns `vaddrout`, and puts the map
+/// on a driver-global list no file owns: neither the close of the file that made it nor a CDSP
+/// restart frees it, a MUNMAP of its DSP address from another file does.
+/// `ADSP_MMAP_REMOTE_HEAP_ADDR`'s hyp-assign to sdm845's empty VM list fails after the DSP
+/// mapped the pages, and the driver frees them under the DSP: a violation the bench reports.
+#[test]
+fn heap_maps_are_global_unzeroed_and_outlive_their_file() {
+    let _n = numbers();
+    let b = Bench::with_config(config(&hexrpc_bsp::BENCH));
+    let start = b.snapshot();
+    let node = allocator(&b);
+    let (c1, r, s1) = channel(&b, node, false);
+    r.expect("INIT");
+    let (rc, m) = raw_mmap(&b, c1, -1, adsprpc::ADSP_MMAP_HEAP_ADDR, 8192, 0x1234_5000);
+    assert_eq!(rc, Ok(0), "fd -1 is fine: a heap map never imports its fd");
+    assert_eq!(m.vaddrout, 0x1234_5000, "vaddrout is the caller's own");
+    let maps = b.global_heap_maps();
+    assert_eq!(maps.len(), 1);
+    assert_eq!((maps[0].flags, maps[0].fd, maps[0].len, maps[0].refs), (adsprpc::ADSP_MMAP_HEAP_ADDR, -1, 8192, 1));
+    assert!(maps[0].contents.iter().all(|&x| x == hexrpc_bench::STALE_BYTE), "never zeroed");
+    assert!(b.driver_maps(c1).unwrap().is_empty(), "not on the file's list");
+    assert_eq!(b.snapshot().global_maps, 1);
+    b.close_raw(c1).unwrap();
+    s1.drop_lease(&b, node);
+    assert_eq!(b.snapshot().global_maps, 1, "the file's close leaves it");
+    b.restart_dsp();
+    assert_eq!(b.snapshot().global_maps, 1, "a CDSP restart leaves it");
+    let (c2, r, s2) = channel(&b, node, false);
+    r.expect("INIT after the restart");
+    assert_eq!(adsprpc::munmap(&b, c2, maps[0].raddr, 4096), Err(Error::Os(Errno::EPERM)), "the length must match");
+    assert_eq!(adsprpc::munmap(&b, c2, maps[0].raddr, 8192), Ok(()), "another file's MUNMAP frees it");
+    assert_eq!(b.snapshot().global_maps, 0);
+    assert!(b.oopses().is_empty());
+    let (rc, _) = raw_mmap(&b, c2, 12345, adsprpc::ADSP_MMAP_REMOTE_HEAP_ADDR, 4096, 0);
+    assert_eq!(rc, Err(Errno::EPERM));
+    assert_eq!(b.snapshot().global_maps, 0, "the bail path freed it");
+    let oopses = b.oopses();
+    assert_eq!(oopses.len(), 1, "{oopses:?}");
+    assert_eq!((oopses[0].request, oopses[0].kind), (CallKind::RpcMmap, OopsKind::FreedWhileDspMapped));
+    let flags = b.counts().mmap_flags;
+    assert_eq!((flags.get(&adsprpc::ADSP_MMAP_HEAP_ADDR), flags.get(&adsprpc::ADSP_MMAP_REMOTE_HEAP_ADDR)), (Some(&1), Some(&1)));
+    b.close_raw(c2).unwrap();
+    s2.drop_lease(&b, node);
+    b.close_raw(node).unwrap();
+    let now = b.settle(&start, Duration::from_secs(1));
+    assert_eq!(now.oopses, 1, "the violation stays counted");
+    assert_eq!(Snapshot { oopses: 0, ..now }, start);
+}
+
+/// `fastrpc_init_process` / `fastrpc_channel_open` / `fastrpc_file_free`: the kernel never
+/// refuses a second INIT on a file. It takes another channel reference (that the close never
+/// puts back, so the channel can never close) and CREATE allocates new init memory over
+/// `fl->init_mem`, leaking the first for good; the DSP refuses the create while the identity has
+/// a process. The HAL's identity fallback (SETMODE(SESSION), then INIT again on the same file)
+/// takes exactly this path. ATTACH sends its message and creates no process.
+#[test]
+fn a_second_init_on_a_file_leaks_a_channel_reference_and_init_memory() {
+    let _n = numbers();
+    let b = Bench::with_config(config(&hexrpc_bsp::BENCH));
+    let start = b.snapshot();
+    let node = allocator(&b);
+    let (c1, r, s1) = channel(&b, node, false);
+    r.expect("INIT");
+    assert_eq!((b.snapshot().init_buffers, b.snapshot().channel_refs), (1, 0));
+    let creates = b.counts().dsp_of(DspCallKind::CreateProcess);
+    let again = adsprpc::init(&b, c1, adsprpc::FASTRPC_INIT_CREATE, &s1.map, s1.fd, hexrpc_bench::DEFAULT_SHELL_LEN as u32);
+    assert_eq!(again, Err(Error::Returned(aee::AEE_EBADSTATE)), "the DSP refuses, not the kernel");
+    assert_eq!(b.counts().dsp_of(DspCallKind::CreateProcess), creates + 1, "the message went out");
+    assert_eq!((b.snapshot().init_buffers, b.snapshot().channel_refs), (2, 1), "the first init memory is lost, one reference extra");
+    // The identity fallback: refused, SETMODE(SESSION), INIT again on the same file.
+    let (c2, r, s2) = channel(&b, node, false);
+    assert_eq!(r, Err(Error::Returned(aee::AEE_EBADSTATE)));
+    adsprpc::setmode(&b, c2, adsprpc::FASTRPC_MODE_SESSION).unwrap();
+    adsprpc::init(&b, c2, adsprpc::FASTRPC_INIT_CREATE, &s2.map, s2.fd, hexrpc_bench::DEFAULT_SHELL_LEN as u32).expect("second identity");
+    assert_eq!(b.dsp_processes().len(), 2);
+    assert_eq!((b.snapshot().init_buffers, b.snapshot().channel_refs), (4, 2));
+    b.close_raw(c1).unwrap();
+    b.close_raw(c2).unwrap();
+    let now = b.settle(&start, Duration::from_millis(300));
+    assert_eq!((now.init_buffers, now.channel_refs, now.dsp_processes), (2, 2, 0), "kept for good: {now:?}");
+    // ATTACH: a message, no process.
+    let c3 = b.open_raw(b.board().rpc_path, OpenFlags::READ_WRITE).unwrap();
+    assert_eq!(adsprpc::getinfo(&b, c3, b.board().channel), Ok(1));
+    assert_eq!(adsprpc::init(&b, c3, adsprpc::FASTRPC_INIT_ATTACH, &s1.map, s1.fd, 0), Ok(()));
+    assert_eq!(b.counts().dsp_of(DspCallKind::CreateProcess), creates + 4);
+    assert!(b.dsp_processes().is_empty(), "ATTACH created no process");
+    b.close_raw(c3).unwrap();
+    s1.drop_lease(&b, node);
+    s2.drop_lease(&b, node);
+    b.close_raw(node).unwrap();
+    assert_eq!(Snapshot { init_buffers: 0, channel_refs: 0, ..b.settle(&start, Duration::from_millis(300)) }, start);
+}
+
+/// The driver's unguarded paths before GETINFO: MMAP(ADD_PAGES) dereferences `fl->sctx` NULL
+/// in `fastrpc_buf_alloc` (an oops: the task dies holding the file's map mutex; the bench
+/// poisons the file, `EIO` ever after, and returns `EFAULT`); an invoke reads `channel[-1]` in
+/// `fastrpc_internal_invoke`'s tail (-1 here). Both are recorded, and every INVOKE / MMAP /
+/// MUNMAP before GETINFO and INIT is counted in `before_init`.
+#[test]
+fn calls_before_getinfo_oops_and_are_counted() {
+    let _n = numbers();
+    let b = Bench::with_config(config(&hexrpc_bsp::BENCH));
+    let start = b.snapshot();
+    let r = b.open_raw(b.board().rpc_path, OpenFlags::READ_WRITE).unwrap();
+    assert_eq!(adsprpc::mmap(&b, r, Fd(-1), adsprpc::ADSP_MMAP_ADD_PAGES, 0, 0), Err(Error::Os(Errno::EPERM)), "size 0 is -1 first");
+    assert!(b.oopses().is_empty());
+    assert_eq!(adsprpc::mmap(&b, r, Fd(-1), adsprpc::ADSP_MMAP_ADD_PAGES, 0, 4096), Err(Error::Os(Errno::EFAULT)));
+    assert_eq!(
+        b.oopses(),
+        vec![hexrpc_bench::Oops { request: CallKind::RpcMmap, kind: OopsKind::NullDereference, what: b.oopses()[0].what }]
+    );
+    assert_eq!(adsprpc::getinfo(&b, r, b.board().channel), Err(Error::Os(Errno::EIO)), "the file is poisoned");
+    let r2 = b.open_raw(b.board().rpc_path, OpenFlags::READ_WRITE).unwrap();
+    let mut a = adsprpc::InvokeArgs::<'_, 1>::new(2).unwrap();
+    assert_eq!(adsprpc::invoke(&b, r2, adsprpc::CURRENT_PROCESS_HANDLE, &mut a), Err(Error::Os(Errno::EPERM)));
+    let oopses = b.oopses();
+    assert_eq!((oopses.len(), oopses[1].request, oopses[1].kind), (2, CallKind::RpcInvoke, OopsKind::OutOfBoundsRead));
+    // GETINFO but no INIT: no oops, still counted.
+    assert_eq!(adsprpc::getinfo(&b, r2, b.board().channel), Ok(1));
+    assert_eq!(adsprpc::mmap(&b, r2, Fd(-1), adsprpc::ADSP_MMAP_ADD_PAGES, 0, 4096), Err(Error::Os(Errno::EPERM)));
+    assert_eq!(b.oopses().len(), 2);
+    assert_eq!(b.counts().before_init, 4, "two MMAPs, one invoke and the GETINFO-less MMAP");
+    b.close_raw(r).unwrap();
+    b.close_raw(r2).unwrap();
+    let node = allocator(&b);
+    let (c, r3, shell) = channel(&b, node, false);
+    r3.expect("INIT");
+    assert_eq!(adsprpc::invoke(&b, c, adsprpc::CURRENT_PROCESS_HANDLE, &mut a), Ok(()));
+    assert_eq!(b.counts().before_init, 4, "a set-up file is not counted");
+    b.close_raw(c).unwrap();
+    shell.drop_lease(&b, node);
+    b.close_raw(node).unwrap();
+    let now = b.settle(&start, Duration::from_millis(300));
+    assert_eq!(now.oopses, 2, "every settle-to-start check fails after an oops");
+    assert_eq!(Snapshot { oopses: 0, ..now }, start);
+}
+
+/// Upstream: invokes and maps before INIT_CREATE are counted in `before_init` too (the model
+/// and Linux's own driver alike).
+#[test]
+fn upstream_calls_before_init_are_counted() {
+    let _n = numbers();
+    let b = Bench::with_config(config(&hexrpc_bsp::BENCH_UPSTREAM));
+    let rpc = b.open_raw(b.board().rpc_path, OpenFlags::READ_WRITE).unwrap();
+    let mut a = up::InvokeArgs::<'_, 1>::new(2).unwrap();
+    let _ = up::invoke(&b, FastrpcFd::from_raw(rpc), adsprpc::CURRENT_PROCESS_HANDLE, &mut a);
+    let _ = up::mmap(&b, FastrpcFd::from_raw(rpc), up::ADSP_MMAP_ADD_PAGES, 4096);
+    assert_eq!(b.counts().before_init, 2);
+    assert_eq!(b.counts().mmap_flags.get(&up::ADSP_MMAP_ADD_PAGES), Some(&1));
+    b.close_raw(rpc).unwrap();
+}
+
 on_both_kernels!(
     handle_map_outlives_the_call,
     fdlist_policy_every_handle_releases_at_once,
@@ -569,3 +737,417 @@ on_both_kernels!(
     release_on_close_is_a_kernel_message,
     eight_sessions,
 );
+
+// ==== Downstream driver details (commaai agnos-kernel-sdm845 `adsprpc.c`, read, not run) ====
+// Identity routing (`fastrpc_invoke_send`), buffer-argument maps (`get_args`,
+// `fastrpc_mmap_create`, `put_args`, `context_free`), `fastrpc_get_info`,
+// `fastrpc_internal_munmap_fd` and `context_build_overlap`. Raw ioctls on the `BENCH` board.
+
+/// One raw INVOKE_ATTRS: `args` are (pv, len) per argument (buffers first, then handles), with
+/// their `fds` and `attrs` words; returns the ioctl's value.
+fn ds_invoke_attrs(
+    b: &Bench,
+    rpc: Fd,
+    handle: u32,
+    sc: hexrpc_drivers::Scalars,
+    args: &[(u64, u64)],
+    fds: &[i32],
+    attrs: &[u32],
+) -> Result<i32, Errno> {
+    let pra: Vec<adsprpc::remote_arg> =
+        args.iter().map(|&(pv, len)| adsprpc::remote_arg::from_buf(adsprpc::remote_buf { pv, len })).collect();
+    let mut inv = adsprpc::fastrpc_ioctl_invoke_attrs {
+        inv: adsprpc::fastrpc_ioctl_invoke { handle, sc: sc.raw(), pra: pra.as_ptr() as u64 },
+        fds: fds.as_ptr() as u64,
+        attrs: attrs.as_ptr() as u64,
+    };
+    // SAFETY: a live struct of the request's size; its pointers name live tables of the length
+    // the scalars give, and every buffer named in `args` is live memory of that length (or
+    // lies in a dma-buf the driver maps, never touched by the host side).
+    unsafe { b.ioctl(rpc, adsprpc::FASTRPC_IOCTL_INVOKE_ATTRS, (&mut inv as *mut adsprpc::fastrpc_ioctl_invoke_attrs).cast()) }
+}
+
+/// The scalars of a one-lease v2 launch (2 in-buffers, the timer out-buffer, 1 out-handle).
+fn ds_v2_sc() -> hexrpc_drivers::Scalars {
+    hexrpc_drivers::Scalars::new(2, 2, 1, 0, 1).unwrap()
+}
+
+/// The two in-buffers of a one-lease v2 launch over a lease of `len` bytes.
+fn ds_v2_header(len: u32) -> ([u8; 16], [u8; 8]) {
+    let mut pra0 = [0u8; 16];
+    pra0[0..4].copy_from_slice(&V2_MAGIC.to_le_bytes());
+    pra0[4..8].copy_from_slice(&1u32.to_le_bytes());
+    pra0[8..12].copy_from_slice(&len.to_le_bytes());
+    let mut pra1 = [0u8; 8];
+    pra1[4..8].copy_from_slice(&len.to_le_bytes());
+    (pra0, pra1)
+}
+
+/// A one-lease v2 launch of `h` on `rpc` whose timer out-buffer is `(timer_pv, timer_len)` with
+/// buffer fd `timer_fd` and attributes `timer_attr`; the lease is the handle.
+fn ds_launch_timer_in(b: &Bench, rpc: Fd, h: u32, lease: &Lease, timer: (u64, u64), timer_fd: i32, timer_attr: u32) -> Result<i32, Errno> {
+    let (pra0, pra1) = ds_v2_header(lease.map.len() as u32);
+    let args = [(pra0.as_ptr() as u64, 16), (pra1.as_ptr() as u64, 8), timer, (0, 0)];
+    ds_invoke_attrs(b, rpc, h, ds_v2_sc(), &args, &[-1, -1, timer_fd, lease.fd.0], &[0, 0, timer_attr, adsprpc::FASTRPC_ATTR_NOVA])
+}
+
+/// A v2 library whose kernel fails with `AEE_EFAILED` and whose entry returns that status after
+/// writing the timer (`LibraryModel::returning_status`).
+fn ds_failing_library(b: &Bench) {
+    b.register_library("fails", LibraryModel::new(EntryVersion::V2, 1, 0, |k| k.fail(aee::AEE_EFAILED)).returning_status());
+}
+
+fn ds_rpc_with_session(b: &Bench) -> Fd {
+    let rpc = b.open_raw(b.board().rpc_path, OpenFlags::READ_WRITE).expect("open rpc");
+    assert_eq!(adsprpc::getinfo(b, rpc, b.board().channel), Ok(1));
+    rpc
+}
+
+/// R3 (`fastrpc_invoke_send`: `msg->pid = fl->tgid`, captured at open): a file with GETINFO but
+/// no INIT of its own sends its invokes once ANOTHER file has the channel open (-1 while no file
+/// has), and the DSP delivers them to the process that holds the file's identity; a file whose
+/// identity has no process (SETMODE(SESSION)) is answered `AEE_EBADSTATE` (the bench's choice).
+#[test]
+fn downstream_getinfo_only_file_reaches_the_process_of_its_identity() {
+    let _n = numbers();
+    let b = Bench::with_config(config(&hexrpc_bsp::BENCH));
+    let seen = observer(&b);
+    let node = allocator(&b);
+    let mut a = lease(&b, node, 4096);
+    a.fill(0x11);
+    let c0 = ds_rpc_with_session(&b);
+    assert_eq!(launch(&b, c0, 0x10, &[(a.fd, 4096)]), Err(Error::Os(Errno::EPERM)), "no file has the channel open: -1");
+    let (c1, r1, s1) = channel(&b, node, false);
+    r1.expect("INIT");
+    let h = b.preload_library(c1, "observe").expect("library");
+    assert_eq!(launch(&b, c0, h, &[(a.fd, 4096)]), Ok(()), "c0 has no process of its own, but its identity has one");
+    assert_eq!(last_seen(&seen), vec![0x11; 8], "c1's process ran the call");
+    let c2 = ds_rpc_with_session(&b);
+    adsprpc::setmode(&b, c2, adsprpc::FASTRPC_MODE_SESSION).expect("SETMODE");
+    assert_eq!(launch(&b, c2, h, &[(a.fd, 4096)]), Err(Error::Returned(aee::AEE_EBADSTATE)), "no process holds tgid|session");
+    b.close_raw(c2).unwrap();
+    assert!(b.dsp_pid(c1).is_some(), "c2's release named another identity");
+    b.close_raw(c0).unwrap();
+    assert!(b.dsp_pid(c1).is_none(), "c0's release names the tgid: c1's process");
+    b.close_raw(c1).unwrap();
+    a.drop_lease(&b, node);
+    s1.drop_lease(&b, node);
+    b.close_raw(node).unwrap();
+}
+
+/// R3 (SETMODE(SESSION) is accepted at any time and ORs bit 30 into `fl->tgid`): after INIT it
+/// re-targets the file's later calls, and its close's release, to the session-bit identity.
+#[test]
+fn downstream_setmode_session_after_init_retargets_the_files_calls() {
+    let _n = numbers();
+    let b = Bench::with_config(config(&hexrpc_bsp::BENCH));
+    let seen = observer(&b);
+    let node = allocator(&b);
+    let tgid = rustix::process::getpid().as_raw_nonzero().get();
+    let mut a = lease(&b, node, 4096);
+    a.fill(0x22);
+    let (c1, r1, s1) = channel(&b, node, false);
+    r1.expect("INIT");
+    let h1 = b.preload_library(c1, "observe").expect("library");
+    adsprpc::setmode(&b, c1, adsprpc::FASTRPC_MODE_SESSION).expect("SETMODE after INIT");
+    assert_eq!(launch(&b, c1, h1, &[(a.fd, 4096)]), Err(Error::Returned(aee::AEE_EBADSTATE)), "tgid|session has no process");
+    let (c2, r2, s2) = channel(&b, node, true);
+    r2.expect("INIT under the session bit");
+    let h2 = b.preload_library(c2, "observe").expect("library");
+    assert_eq!(launch(&b, c1, h2, &[(a.fd, 4096)]), Ok(()), "c1's calls now reach c2's process");
+    assert_eq!(last_seen(&seen), vec![0x22; 8]);
+    b.close_raw(c1).unwrap();
+    let left: Vec<i32> = b.dsp_processes().iter().map(|p| p.identity).collect();
+    assert_eq!(left, vec![tgid], "c1's release ended tgid|session (c2's process); its own stays on the DSP");
+    b.close_raw(c2).unwrap();
+    a.drop_lease(&b, node);
+    s1.drop_lease(&b, node);
+    s2.drop_lease(&b, node);
+    b.close_raw(node).unwrap();
+}
+
+/// Buffer fds (`get_args`, `fastrpc_mmap_create`, `put_args`): an out-buffer passed with its
+/// dma-buf fd is mapped, and the DSP writes it in place: the write is there after the DSP
+/// answered an error (no copy-back happens, none is needed). The same buffer with fd -1 is
+/// copied and stays as it was. The call's map goes with the call.
+#[test]
+fn downstream_mapped_out_buffer_writes_are_visible_after_a_dsp_error() {
+    let _n = numbers();
+    let b = Bench::with_config(config(&hexrpc_bsp::BENCH));
+    ds_failing_library(&b);
+    let node = allocator(&b);
+    let (rpc, r, shell) = channel(&b, node, false);
+    r.expect("INIT");
+    let h = b.preload_library(rpc, "fails").expect("library");
+    let a = lease(&b, node, 4096);
+    let mut t = lease(&b, node, 4096);
+    t.fill(0xEE);
+    let timer = (t.map.addr() as u64, 8);
+    assert_eq!(ds_launch_timer_in(&b, rpc, h, &a, timer, -1, 0), Ok(aee::AEE_EFAILED));
+    assert_eq!(t.read(8), vec![0xEE; 8], "a copied out-buffer is not copied back after an error");
+    assert_eq!(ds_launch_timer_in(&b, rpc, h, &a, timer, t.fd.0, 0), Ok(aee::AEE_EFAILED));
+    assert_ne!(t.read(8), vec![0xEE; 8], "the DSP wrote the mapped out-buffer in place");
+    assert!(b.driver_maps(rpc).unwrap().iter().all(|m| m.kind != DriverMapKind::Buffer), "the call's buffer map went with it");
+    b.close_raw(rpc).unwrap();
+    a.drop_lease(&b, node);
+    t.drop_lease(&b, node);
+    shell.drop_lease(&b, node);
+    b.close_raw(node).unwrap();
+}
+
+/// Buffer fds: a map that cannot be made (the fd is not a dma-buf: `ion_import_dma_buf_fd`
+/// fails) is ignored by `get_args` and the buffer is copied: after a DSP error nothing is
+/// written, and no map is left. (Today's copy-always model also passes the fallback half; the
+/// dma-buf half is what it lacked.)
+#[test]
+fn downstream_a_buffer_fd_that_is_not_a_dma_buf_falls_back_to_copy() {
+    let _n = numbers();
+    let b = Bench::with_config(config(&hexrpc_bsp::BENCH));
+    ds_failing_library(&b);
+    let node = allocator(&b);
+    let (rpc, r, shell) = channel(&b, node, false);
+    r.expect("INIT");
+    let h = b.preload_library(rpc, "fails").expect("library");
+    let a = lease(&b, node, 4096);
+    let mut t = lease(&b, node, 4096);
+    t.fill(0xEE);
+    let timer = (t.map.addr() as u64, 8);
+    // The ION client's descriptor and the FastRPC file's own are no dma-bufs.
+    for not_a_buf in [node.0, rpc.0] {
+        assert_eq!(ds_launch_timer_in(&b, rpc, h, &a, timer, not_a_buf, adsprpc::FASTRPC_ATTR_KEEP_MAP), Ok(aee::AEE_EFAILED));
+        assert_eq!(t.read(8), vec![0xEE; 8], "copied: no copy-back after the error");
+        assert!(b.driver_maps(rpc).unwrap().iter().all(|m| m.kind != DriverMapKind::Buffer), "no map, KEEP_MAP or not");
+    }
+    assert_eq!(ds_launch_timer_in(&b, rpc, h, &a, timer, t.fd.0, 0), Ok(aee::AEE_EFAILED));
+    assert_ne!(t.read(8), vec![0xEE; 8], "the real dma-buf is mapped and written in place");
+    b.close_raw(rpc).unwrap();
+    a.drop_lease(&b, node);
+    t.drop_lease(&b, node);
+    shell.drop_lease(&b, node);
+    b.close_raw(node).unwrap();
+}
+
+/// Buffer fds with `FASTRPC_ATTR_KEEP_MAP` (`fastrpc_mmap_create` creates the map with two
+/// references, the call puts one): the map outlives the call, a later call with the same range
+/// takes it again (one reference left after it), and MUNMAP_FD with its address and length, or
+/// the channel's close, removes it and the hold it has on the buffer. The DSP is told the whole
+/// dma-buf (`map->size`).
+#[test]
+fn downstream_keep_map_outlives_the_call_until_munmap_fd_or_close() {
+    let _n = numbers();
+    let b = Bench::with_config(config(&hexrpc_bsp::BENCH));
+    let _seen = observer(&b);
+    let node = allocator(&b);
+    let (rpc, r, shell) = channel(&b, node, false);
+    r.expect("INIT");
+    let h = b.preload_library(rpc, "observe").expect("library");
+    let a = lease(&b, node, 4096);
+    let t = lease(&b, node, 16384);
+    let t_buf = b.buffer_of(t.fd).unwrap();
+    let va = t.map.addr() as u64;
+    let keep = adsprpc::FASTRPC_ATTR_KEEP_MAP;
+    let kept = |b: &Bench| b.driver_maps(rpc).unwrap().into_iter().filter(|m| m.kind == DriverMapKind::Buffer).collect::<Vec<_>>();
+    assert_eq!(ds_launch_timer_in(&b, rpc, h, &a, (va, 8), t.fd.0, keep), Ok(0));
+    let m = kept(&b);
+    assert_eq!(m.iter().map(|m| (m.fd, m.refs, m.buffer, m.len, m.dsp_size)).collect::<Vec<_>>(), vec![(t.fd.0, 1, Some(t_buf), 8, 16384)]);
+    assert_eq!(ds_launch_timer_in(&b, rpc, h, &a, (va, 8), t.fd.0, keep), Ok(0));
+    assert_eq!(kept(&b).iter().map(|m| m.refs).collect::<Vec<_>>(), vec![1], "found again, put again");
+    assert_eq!(adsprpc::munmap_fd(&b, rpc, t.fd, va, 8), Ok(()));
+    assert!(kept(&b).is_empty());
+    assert_eq!(adsprpc::munmap_fd(&b, rpc, t.fd, va, 8), Err(Error::Os(Errno::EPERM)));
+    assert_eq!(ds_launch_timer_in(&b, rpc, h, &a, (va, 8), t.fd.0, keep), Ok(0));
+    assert_eq!(kept(&b).len(), 1);
+    t.drop_lease(&b, node);
+    assert!(b.buffer_alive(t_buf), "the kept map pins the buffer");
+    b.close_raw(rpc).unwrap();
+    assert!(!b.buffer_alive(t_buf), "close freed the kept map");
+    a.drop_lease(&b, node);
+    shell.drop_lease(&b, node);
+    b.close_raw(node).unwrap();
+}
+
+/// Buffer fds (`get_args`, "map ion buffers"): the page offset comes from the VMA that holds the
+/// map's creation address, and only `offset < map->size` is checked: a buffer that starts inside
+/// the dma-buf but runs past its end passes (the DSP writes what lies inside; the rest is
+/// dropped here, unknown on a device), one whose first page lies past the end is -1.
+#[test]
+fn downstream_a_mapped_buffer_is_checked_at_its_start_only() {
+    let _n = numbers();
+    let b = Bench::with_config(config(&hexrpc_bsp::BENCH));
+    ds_failing_library(&b);
+    let node = allocator(&b);
+    let (rpc, r, shell) = channel(&b, node, false);
+    r.expect("INIT");
+    let h = b.preload_library(rpc, "fails").expect("library");
+    let a = lease(&b, node, 4096);
+    let mut t = lease(&b, node, 4096);
+    t.fill(0xEE);
+    let va = t.map.addr() as u64;
+    let keep = adsprpc::FASTRPC_ATTR_KEEP_MAP;
+    // 8 KiB from the start of a 4 KiB dma-buf (only 4 KiB are mapped on the host: the copy-less
+    // path never touches the rest).
+    assert_eq!(ds_launch_timer_in(&b, rpc, h, &a, (va, 8192), t.fd.0, keep), Ok(aee::AEE_EFAILED), "the end is not checked");
+    assert_ne!(t.read(8), vec![0xEE; 8], "the DSP wrote the part inside the buffer in place");
+    let m: Vec<_> =
+        b.driver_maps(rpc).unwrap().into_iter().filter(|m| m.kind == DriverMapKind::Buffer).map(|m| (m.len, m.dsp_size)).collect();
+    assert_eq!(m, vec![(8192, 4096)], "the kept map covers 8 KiB of a 4 KiB buffer");
+    // The kept map covers va + 4096, but that page is past the buffer: offset 4096 >= size.
+    assert_eq!(ds_launch_timer_in(&b, rpc, h, &a, (va + 4096, 8), t.fd.0, 0), Err(Errno::EPERM), "a start past the end is -1");
+    b.close_raw(rpc).unwrap();
+    a.drop_lease(&b, node);
+    t.drop_lease(&b, node);
+    shell.drop_lease(&b, node);
+    b.close_raw(node).unwrap();
+}
+
+/// `context_free` puts buffer-argument maps only: after a call that failed (a handle at a later
+/// argument that is no dma-buf, or a send with no channel open), every handle already mapped
+/// keeps the reference the call took.
+#[test]
+fn downstream_handle_maps_of_a_failed_call_keep_their_references() {
+    let _n = numbers();
+    let b = Bench::with_config(config(&hexrpc_bsp::BENCH));
+    let node = allocator(&b);
+    let a = lease(&b, node, 4096);
+    // No channel open: get_args maps the handle, then fastrpc_invoke_send fails.
+    let c0 = ds_rpc_with_session(&b);
+    assert_eq!(launch(&b, c0, 0x10, &[(a.fd, 4096)]), Err(Error::Os(Errno::EPERM)));
+    let maps: Vec<_> = b.driver_maps(c0).unwrap().into_iter().map(|m| (m.kind, m.fd, m.refs)).collect();
+    assert_eq!(maps, vec![(DriverMapKind::Handle, a.fd.0, 1)], "the failed send left the handle's map");
+    let (rpc, r, shell) = channel(&b, node, false);
+    r.expect("INIT");
+    let (pra0, pra1) = ds_v2_header(4096);
+    let mut timer = [0u8; 8];
+    let args = [(pra0.as_ptr() as u64, 16), (pra1.as_ptr() as u64, 8), (timer.as_mut_ptr() as u64, 8), (0, 0), (0, 0)];
+    let sc = hexrpc_drivers::Scalars::new(2, 2, 1, 0, 2).unwrap();
+    let nova = adsprpc::FASTRPC_ATTR_NOVA;
+    assert_eq!(ds_invoke_attrs(&b, rpc, 0x10, sc, &args, &[-1, -1, -1, a.fd.0, node.0], &[0, 0, 0, nova, nova]), Err(Errno::EPERM));
+    let maps: Vec<_> = b.driver_maps(rpc).unwrap().into_iter().map(|m| (m.kind, m.fd, m.refs)).collect();
+    assert_eq!(maps, vec![(DriverMapKind::Handle, a.fd.0, 1)], "the first handle keeps its map after the second failed");
+    b.close_raw(c0).unwrap();
+    b.close_raw(rpc).unwrap();
+    a.drop_lease(&b, node);
+    shell.drop_lease(&b, node);
+    b.close_raw(node).unwrap();
+}
+
+/// `fastrpc_get_info` records `fl->cid` before it allocates the session: a GETINFO that found no
+/// free session fails on that file for good, even after a session was given back.
+#[test]
+fn downstream_a_failed_getinfo_is_sticky() {
+    let _n = numbers();
+    let b = Bench::with_config(config(&hexrpc_bsp::BENCH));
+    let fds: Vec<Fd> = (0..8).map(|_| ds_rpc_with_session(&b)).collect();
+    let late = b.open_raw(b.board().rpc_path, OpenFlags::READ_WRITE).unwrap();
+    assert_eq!(adsprpc::getinfo(&b, late, b.board().channel), Err(Error::Os(Errno::EPERM)));
+    b.close_raw(fds[0]).unwrap();
+    assert_eq!(b.snapshot().sessions, 7);
+    assert_eq!(adsprpc::getinfo(&b, late, b.board().channel), Err(Error::Os(Errno::EPERM)), "sticky: the file never gets a session");
+    let fresh = ds_rpc_with_session(&b);
+    b.close_raw(late).unwrap();
+    b.close_raw(fresh).unwrap();
+    for fd in &fds[1..] {
+        b.close_raw(*fd).unwrap();
+    }
+    assert_eq!(b.snapshot().sessions, 0);
+}
+
+/// `fastrpc_mmap_create` for an MMAP of a dma-buf tells the DSP the whole buffer
+/// (`sg_dma_len`), not the size asked for; `fastrpc_mmap_find` returns the NEWEST matching map
+/// (added at the list head): MUNMAP_FD over a range two maps cover takes the later one.
+#[test]
+fn downstream_mmap_tells_the_whole_buffer_and_lookups_take_the_newest_map() {
+    let _n = numbers();
+    let b = Bench::with_config(config(&hexrpc_bsp::BENCH));
+    let _seen = observer(&b);
+    let node = allocator(&b);
+    let (rpc, r, shell) = channel(&b, node, false);
+    r.expect("INIT");
+    let h = b.preload_library(rpc, "observe").expect("library");
+    let a = lease(&b, node, 4096);
+    let t = lease(&b, node, 16384);
+    let va = t.map.addr() as u64;
+    adsprpc::mmap(&b, rpc, t.fd, 0, va, 4096).expect("MMAP");
+    let m: Vec<_> =
+        b.driver_maps(rpc).unwrap().into_iter().filter(|m| m.kind == DriverMapKind::Mmap).map(|m| (m.len, m.dsp_size)).collect();
+    assert_eq!(m, vec![(4096, 16384)], "the DSP is told the whole dma-buf");
+    let keep = adsprpc::FASTRPC_ATTR_KEEP_MAP;
+    let bufs =
+        |b: &Bench| b.driver_maps(rpc).unwrap().into_iter().filter(|m| m.kind == DriverMapKind::Buffer).map(|m| m.len).collect::<Vec<_>>();
+    // A buffer inside the MMAP's range takes that map (any covering map of the fd).
+    assert_eq!(ds_launch_timer_in(&b, rpc, h, &a, (va, 8), t.fd.0, keep), Ok(0));
+    assert!(bufs(&b).is_empty(), "the MMAP map was found, none made");
+    // Two kept buffer maps of one fd past it: (va + 8K, 8), then (va + 8K, 64), which the first
+    // does not cover.
+    let at = va + 8192;
+    assert_eq!(ds_launch_timer_in(&b, rpc, h, &a, (at, 8), t.fd.0, keep), Ok(0));
+    assert_eq!(ds_launch_timer_in(&b, rpc, h, &a, (at, 64), t.fd.0, keep), Ok(0));
+    assert_eq!(bufs(&b), vec![8, 64]);
+    // (at, 8) lies in both; the newest, the 64-byte one, goes.
+    assert_eq!(adsprpc::munmap_fd(&b, rpc, t.fd, at, 8), Ok(()));
+    assert_eq!(bufs(&b), vec![8], "MUNMAP_FD took the newest covering map");
+    b.close_raw(rpc).unwrap();
+    a.drop_lease(&b, node);
+    t.drop_lease(&b, node);
+    shell.drop_lease(&b, node);
+    b.close_raw(node).unwrap();
+}
+
+/// A handle map has va 0 and len 0 (`get_args`: `fastrpc_mmap_create(fd, NOVA, 0, 0)`), so
+/// MUNMAP_FD(fd, 0, n > 0) never finds it (-1, the buffer stays pinned) and MUNMAP_FD(fd, 0, 0)
+/// frees it.
+#[test]
+fn downstream_a_handle_map_is_reached_by_munmap_fd_with_length_zero_only() {
+    let _n = numbers();
+    let b = Bench::with_config(config(&hexrpc_bsp::BENCH));
+    let _seen = observer(&b);
+    let node = allocator(&b);
+    let (rpc, r, shell) = channel(&b, node, false);
+    r.expect("INIT");
+    let h = b.preload_library(rpc, "observe").expect("library");
+    let a = lease(&b, node, 4096);
+    launch(&b, rpc, h, &[(a.fd, 4096)]).expect("launch");
+    let m: Vec<_> = b.driver_maps(rpc).unwrap().into_iter().filter(|m| m.fd == a.fd.0).map(|m| (m.kind, m.len, m.dsp_size)).collect();
+    assert_eq!(m, vec![(DriverMapKind::Handle, 0, 4096)]);
+    assert_eq!(adsprpc::munmap_fd(&b, rpc, a.fd, 0, 4096), Err(Error::Os(Errno::EPERM)), "(fd, 0, n) never matches a handle map");
+    assert_eq!(b.driver_maps(rpc).unwrap().len(), 1);
+    assert_eq!(adsprpc::munmap_fd(&b, rpc, a.fd, 0, 0), Ok(()));
+    assert!(b.driver_maps(rpc).unwrap().is_empty());
+    b.close_raw(rpc).unwrap();
+    a.drop_lease(&b, node);
+    shell.drop_lease(&b, node);
+    b.close_raw(node).unwrap();
+}
+
+/// `context_build_overlap`: an out-buffer that lies inside an in-buffer has no copy of its own;
+/// it is that in-buffer's bytes in the kernel's copy, so what the DSP leaves unwritten comes
+/// back as the in-buffer's bytes (not stale memory), and the DSP's write through one argument
+/// is the other's.
+#[test]
+fn downstream_overlapping_buffers_share_one_kernel_copy() {
+    let _n = numbers();
+    let b = Bench::with_config(config(&hexrpc_bsp::BENCH));
+    let _seen = observer(&b);
+    let node = allocator(&b);
+    let (rpc, r, shell) = channel(&b, node, false);
+    r.expect("INIT");
+    let h = b.preload_library(rpc, "observe").expect("library");
+    let a = lease(&b, node, 4096);
+    let (pra0, _) = ds_v2_header(4096);
+    // y[0..8]: the (offset, lease) pair pra1 carries; y[8..24]: the 16-byte timer out-buffer,
+    // inside pra1 = y[0..24].
+    let mut y = [0x77u8; 24];
+    y[0..4].copy_from_slice(&0u32.to_le_bytes());
+    y[4..8].copy_from_slice(&4096u32.to_le_bytes());
+    let base = y.as_mut_ptr() as u64;
+    let args = [(pra0.as_ptr() as u64, 16), (base, 24), (base + 8, 16), (0, 0)];
+    assert_eq!(ds_invoke_attrs(&b, rpc, h, ds_v2_sc(), &args, &[-1, -1, -1, a.fd.0], &[0, 0, 0, adsprpc::FASTRPC_ATTR_NOVA]), Ok(0));
+    // SAFETY: `y` is live; the kernel wrote it only during the call above.
+    let y = unsafe { core::ptr::read_volatile(&y) };
+    assert_eq!(&y[16..24], &[0x77; 8], "the timer's unwritten half is pra1's copied bytes, not stale memory");
+    b.close_raw(rpc).unwrap();
+    a.drop_lease(&b, node);
+    shell.drop_lease(&b, node);
+    b.close_raw(node).unwrap();
+}
+// ==== end of the downstream driver details ====

@@ -45,11 +45,36 @@ fn call_out(b: &Bench, rpc: Fd, h: u32, method: u8, out: &mut [u8; 8]) -> Result
     adsprpc::check(unsafe { b.ioctl(rpc, adsprpc::FASTRPC_IOCTL_INVOKE, (&mut inv as *mut adsprpc::fastrpc_ioctl_invoke).cast()) })
 }
 
+/// One raw INVOKE_* ioctl (`request`) of `h` method 7 with one 8-byte output: the ioctl's own
+/// result, so a positive return (the stale file's +104) is seen as it is.
+fn raw_invoke(b: &Bench, rpc: Fd, request: u32, h: u32, out: &mut [u8; 8]) -> Result<i32, Errno> {
+    let mut a = InvokeArgs::<'_, 1>::new(7).unwrap();
+    a.output(out).unwrap();
+    // INVOKE_CRC is the largest struct (40 bytes): {invoke (16), fds, attrs, crc}; zeroed
+    // pointers are "none", the smaller requests read only their prefix.
+    let mut raw = [0u64; 5];
+    raw[0] = u64::from(h) | (u64::from(a.scalars().raw()) << 32);
+    raw[1] = a.pra().as_ptr() as u64;
+    // SAFETY: a live 40-byte buffer, at least the request's size; `pra` names `a`'s live entry,
+    // which describes `out`; nothing is resumed into `out` later (the file is stale).
+    unsafe { b.ioctl(rpc, request, raw.as_mut_ptr().cast()) }
+}
+
+/// The comma three's stale-file rule (`fastrpc_internal_invoke`'s tail, `fastrpc_invoke_send`,
+/// `fastrpc_internal_mmap`, `fastrpc_internal_munmap`): after a CDSP restart a file that was
+/// set up before it gets +104 from every INVOKE variant (the call in flight included, nothing
+/// is sent, no errno), +104 from MMAP(ADD_PAGES), -1 from MMAP of an fd or a heap and from
+/// MUNMAP; GETINFO, SETMODE, CONTROL, GETPERF and MUNMAP_FD keep working; its close sends no
+/// release.
 #[test]
 fn restart_resets_calls_in_flight_and_stales_the_fd() {
     let b = bench();
     let start = b.snapshot();
     let (s, l, h) = setup_lib(&b, "restart");
+    // An fd map made before the restart, for MUNMAP_FD afterwards.
+    let buf = alloc(&b, s.ion, 4096);
+    let va = buf.map.addr() as u64;
+    assert_eq!(adsprpc::mmap(&b, s.rpc, buf.fd, 0, va, 4096), Ok(0));
     b.inject(FaultTarget::Dsp(DspCallKind::Library), 1, Fault::Hang);
     let tid = Arc::new(AtomicI32::new(0));
     let t = {
@@ -57,7 +82,7 @@ fn restart_resets_calls_in_flight_and_stales_the_fd() {
         std::thread::spawn(move || {
             tid.store(b.thread_id(), Ordering::SeqCst);
             let mut out = [0u8; 8];
-            let r = call_out(&b, rpc, h, 7, &mut out);
+            let r = raw_invoke(&b, rpc, adsprpc::FASTRPC_IOCTL_INVOKE, h, &mut out);
             (r, out)
         })
     };
@@ -68,23 +93,134 @@ fn restart_resets_calls_in_flight_and_stales_the_fd() {
     wait_dsp_calls(&b, 1);
     b.restart_dsp();
     let (r, out) = t.join().unwrap();
-    assert_eq!(r, Err(Error::Returned(104)), "in flight: -1 overwritten with +ECONNRESET");
-    assert!(r.unwrap_err().is_dsp_restart());
+    assert_eq!(r, Ok(104), "in flight: the ioctl returns +104, no errno");
+    assert!(adsprpc::check(r).unwrap_err().is_dsp_restart());
     assert_eq!(out, [0; 8], "no copy-back");
     // The listener's next2 was in flight too.
     assert_eq!(l.join().unwrap().exit, Some(Error::Returned(104)));
-    // Every later call on the old fd fails at send; the process and its library are gone.
-    let mut out = [0u8; 8];
-    assert_eq!(call_out(&b, s.rpc, h, 7, &mut out), Err(Error::Os(Errno::ECONNRESET)));
-    assert_eq!(adsprpc::mmap(&b, s.rpc, Fd(-1), adsprpc::ADSP_MMAP_ADD_PAGES, 0, 4096), Err(Error::Os(Errno::ECONNRESET)));
+    // Every later invoke on the old fd returns +104 and sends nothing.
+    let sent = b.counts().dsp_of(DspCallKind::Library);
+    for req in [
+        adsprpc::FASTRPC_IOCTL_INVOKE,
+        adsprpc::FASTRPC_IOCTL_INVOKE_FD,
+        adsprpc::FASTRPC_IOCTL_INVOKE_ATTRS,
+        adsprpc::FASTRPC_IOCTL_INVOKE_CRC,
+    ] {
+        let mut out = [0u8; 8];
+        assert_eq!(raw_invoke(&b, s.rpc, req, h, &mut out), Ok(104), "request {req:#x}");
+    }
+    assert_eq!(b.counts().dsp_of(DspCallKind::Library), sent, "nothing reached the DSP");
+    // MMAP: ADD_PAGES passes the +104 through (its buffer stays listed until close); an fd or
+    // a heap map and MUNMAP are -1.
+    let mut m = adsprpc::fastrpc_ioctl_mmap { fd: -1, flags: adsprpc::ADSP_MMAP_ADD_PAGES, vaddrin: 0, size: 4096, vaddrout: 0 };
+    // SAFETY: a live struct of the request's size; no pointers inside.
+    let rc = unsafe { b.ioctl(s.rpc, adsprpc::FASTRPC_IOCTL_MMAP, (&mut m as *mut adsprpc::fastrpc_ioctl_mmap).cast()) };
+    assert_eq!(rc, Ok(104));
+    assert!(b.driver_maps(s.rpc).unwrap().iter().any(|m| m.kind == hexrpc_bench::DriverMapKind::AddPages), "the buffer stays listed");
+    assert_eq!(adsprpc::mmap(&b, s.rpc, buf.fd, 0, va + 8192, 4096), Err(Error::Os(Errno::EPERM)), "an fd map");
+    assert_eq!(adsprpc::mmap(&b, s.rpc, Fd(-1), adsprpc::ADSP_MMAP_HEAP_ADDR, 0, 4096), Err(Error::Os(Errno::EPERM)), "a heap map");
+    assert_eq!(adsprpc::munmap(&b, s.rpc, 0xC000_0000, 4096), Err(Error::Os(Errno::EPERM)));
+    assert_eq!(b.snapshot().global_maps, 0, "the failed heap map was freed");
+    // What needs no DSP keeps working.
+    assert_eq!(adsprpc::getinfo(&b, s.rpc, b.board().channel), Ok(1));
+    assert_eq!(adsprpc::setmode(&b, s.rpc, adsprpc::FASTRPC_MODE_SERIAL), Ok(()));
+    assert_eq!(adsprpc::control_kalloc(&b, s.rpc), Ok(1));
+    let mut data = [0i64; adsprpc::PERF_KEYS];
+    let mut keys = [0u8; 128];
+    assert_eq!(adsprpc::getperf(&b, s.rpc, &mut data, &mut keys), Ok(12));
+    assert_eq!(adsprpc::munmap_fd(&b, s.rpc, buf.fd, va, 4096), Ok(()));
+    buf.release(&b, s.ion);
     let snap = b.snapshot();
     assert_eq!((snap.dsp_processes, snap.loaded_libraries, snap.hap_mappings), (0, 0, 0));
     // A new session works (the library handle from before does not exist there).
     let s2 = open_session(&b);
+    let mut out = [0u8; 8];
     assert_eq!(call_out(&b, s2.rpc, h, 7, &mut out), Err(Error::Returned(aee::AEE_EINVHANDLE)));
     s2.close(&b);
+    // The stale file's close sends no release.
+    let releases = b.counts().dsp_of(DspCallKind::ReleaseProcess);
     b.close_raw(s.rpc).unwrap();
+    assert_eq!(b.counts().dsp_of(DspCallKind::ReleaseProcess), releases, "no release from a stale file");
     b.close_raw(s.ion).unwrap();
+    assert_eq!(b.settle(&start, Duration::from_secs(2)), start);
+}
+
+/// `fastrpc_channel_open` refreshes the file's restart counter: an INIT on a file that went
+/// stale in a restart revives it (its invokes reach the DSP again and its close sends a
+/// release).
+#[test]
+fn init_on_a_stale_file_revives_it() {
+    let b = bench();
+    let start = b.snapshot();
+    let s = open_session(&b);
+    b.restart_dsp();
+    assert_eq!(
+        adsprpc::check(raw_invoke(&b, s.rpc, adsprpc::FASTRPC_IOCTL_INVOKE, adsprpc::CURRENT_PROCESS_HANDLE, &mut [0; 8])),
+        Err(Error::Returned(104))
+    );
+    init_shell(&b, s.ion, s.rpc).expect("INIT on the stale file");
+    assert_eq!(process_exit(&b, s.rpc), Ok(()), "the revived file reaches the DSP");
+    let releases = b.counts().dsp_of(DspCallKind::ReleaseProcess);
+    b.close_raw(s.rpc).unwrap();
+    assert_eq!(b.counts().dsp_of(DspCallKind::ReleaseProcess), releases + 1);
+    b.close_raw(s.ion).unwrap();
+    // The second INIT overwrote the first's init memory: the kernel keeps it for good.
+    let now = b.settle(&start, Duration::from_millis(200));
+    assert_eq!((now.init_buffers, now.channel_refs), (1, 0), "{now:?}");
+    assert_eq!(hexrpc_bench::Snapshot { init_buffers: 0, ..now }, start);
+}
+
+/// `fastrpc_channel_open` after a restart (`fastrpc_glink_register`, `fastrpc_glink_open`,
+/// `fastrpc_restart_notifier_cb`): before the glink link is up an open fails with -1 after the
+/// whole port-connect wait; a port whose connect timed out stays CONNECTING and every later open
+/// fails the same way until a reboot; while an open waits it holds the driver's mutex, so a
+/// close's session free waits too.
+#[test]
+fn channel_reopen_waits_for_the_link_and_a_stuck_port_needs_a_reboot() {
+    let timeout = Duration::from_millis(300);
+    let b = Bench::with_config(BenchConfig {
+        port_connect_timeout: timeout,
+        reverse_timeout: Duration::from_millis(600),
+        ..Default::default()
+    });
+    let start = b.snapshot();
+    let s = open_session(&b);
+    b.set_channel_reopen(hexrpc_bench::ChannelReopen::LinkUpAfter(Duration::from_millis(900)));
+    b.restart_dsp();
+    let restarted = std::time::Instant::now();
+    let r = b.open_raw(b.board().rpc_path, OpenFlags::READ_ONLY).unwrap();
+    assert_eq!(adsprpc::getinfo(&b, r, 3), Ok(1));
+    let t0 = std::time::Instant::now();
+    assert_eq!(init_shell(&b, s.ion, r), Err(Error::Os(Errno::EPERM)), "the link is not up yet");
+    assert!(t0.elapsed() >= timeout, "after the whole port wait: {:?}", t0.elapsed());
+    assert_eq!(b.counts().channel_open_failures, 1);
+    std::thread::sleep(Duration::from_millis(900).saturating_sub(restarted.elapsed()));
+    init_shell(&b, s.ion, r).expect("the link is up");
+    assert_eq!(process_exit(&b, r), Ok(()));
+    // A connect that never comes: the port stays CONNECTING.
+    b.set_channel_reopen(hexrpc_bench::ChannelReopen::Stuck);
+    b.restart_dsp();
+    let r2 = b.open_raw(b.board().rpc_path, OpenFlags::READ_ONLY).unwrap();
+    assert_eq!(adsprpc::getinfo(&b, r2, 3), Ok(1));
+    let idle = b.open_raw(b.board().rpc_path, OpenFlags::READ_ONLY).unwrap();
+    assert_eq!(adsprpc::getinfo(&b, idle, 3), Ok(1));
+    let opener = {
+        let (b, ion, r2) = (b.clone(), s.ion, r2);
+        std::thread::spawn(move || init_shell(&b, ion, r2))
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    let t0 = std::time::Instant::now();
+    b.close_raw(idle).unwrap();
+    assert!(t0.elapsed() >= Duration::from_millis(150), "the close waited for the open's mutex: {:?}", t0.elapsed());
+    assert_eq!(opener.join().unwrap(), Err(Error::Os(Errno::EPERM)));
+    assert_eq!(init_shell(&b, s.ion, r2), Err(Error::Os(Errno::EPERM)), "the port is still CONNECTING");
+    assert_eq!(b.counts().channel_open_failures, 3);
+    b.reboot_channel();
+    init_shell(&b, s.ion, r2).expect("after a reboot");
+    assert_eq!(process_exit(&b, r2), Ok(()));
+    for f in [r, r2, s.rpc, s.ion] {
+        b.close_raw(f).unwrap();
+    }
     assert_eq!(b.settle(&start, Duration::from_secs(2)), start);
 }
 

@@ -234,11 +234,8 @@ fn restart(sh: &Shared, reason: RestartReason) {
 pub(crate) fn invoke(sh: &Shared, job: &Job, library: &str, exec: &ExecProcess, lib: u32, mut outs: Vec<Vec<u8>>) -> CtxResult {
     let sc = Scalars::from_raw(job.sc);
     let nbuf = sc.buffers();
-    let mut bufs: Vec<&[u8]> = Vec::with_capacity(nbuf);
-    for rec in job.wire.iter().take(nbuf) {
-        let pv = rec.buf().pv;
-        bufs.push(job.copies.iter().find(|c| c.0 == pv).map_or(&[][..], |c| &c.1[..]));
-    }
+    let owned: Vec<Vec<u8>> = (0..nbuf.min(job.wire.len())).map(|i| crate::dsp::arg_bytes(job, i)).collect();
+    let bufs: Vec<&[u8]> = owned.iter().map(|v| &v[..]).collect();
     let mut files = Vec::new();
     let handles: Vec<wire::HandleArg> = job
         .wire
