@@ -391,8 +391,13 @@ fn gap13_dsp_maps_are_allowlisted_budgeted_tracked_and_released() {
     assert_eq!(svc.sys().ioctls.load(Ordering::SeqCst), 0, "refusals never reach the kernel");
     let (st, a) = map(0x1000, 2 << 20);
     assert_eq!(st, 0);
-    assert_eq!(map(0x4, 2 << 20).0, AEE_EBADSIZE, "budget counts live maps");
-    let (st, b) = map(0x4, 1 << 20);
+    for heap in [0x4, 0x8] {
+        let ioctls = svc.sys().ioctls.load(Ordering::SeqCst);
+        assert_eq!(map(heap, 4096).0, AEE_EUNSUPPORTED, "heap flag {heap:#x} is refused (kernel-rules.md R12)");
+        assert_eq!(svc.sys().ioctls.load(Ordering::SeqCst), ioctls, "and never reaches the kernel");
+    }
+    assert_eq!(map(0x1000, 2 << 20).0, AEE_EBADSIZE, "budget counts live maps");
+    let (st, b) = map(0x1000, 1 << 20);
     assert_eq!(st, 0);
     assert_eq!(unmap(a, 4096), AEE_ENOSUCHMAP, "exact match only");
     assert_eq!(unmap(0x1234, 1 << 20), AEE_ENOSUCHMAP);

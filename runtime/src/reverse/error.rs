@@ -44,11 +44,15 @@ pub enum RequestError {
     NoSuchMap,
     /// A module close names no open module.
     InvalidHandle,
+    /// An apps_mem map asked for a heap flag the service never forwards
+    /// ([`REFUSED_MAP_FLAGS`](super::REFUSED_MAP_FLAGS)): the driver would keep that memory
+    /// outside the session.
+    MapFlags,
 }
 
 impl RequestError {
     /// Number of variants (the size of per-kind metric arrays).
-    pub const COUNT: usize = 15;
+    pub const COUNT: usize = 16;
 
     /// Every variant, in [`index`](Self::index) order.
     pub const ALL: [RequestError; Self::COUNT] = [
@@ -67,6 +71,7 @@ impl RequestError {
         RequestError::Mmap,
         RequestError::NoSuchMap,
         RequestError::InvalidHandle,
+        RequestError::MapFlags,
     ];
 
     /// The AEE code (host form, no DSP offset) sent back as the result.
@@ -87,6 +92,7 @@ impl RequestError {
             RequestError::Mmap => aee::AEE_EMMAP,
             RequestError::NoSuchMap => aee::AEE_ENOSUCHMAP,
             RequestError::InvalidHandle => aee::AEE_EINVHANDLE,
+            RequestError::MapFlags => aee::AEE_EUNSUPPORTED,
         }
     }
 
@@ -113,6 +119,7 @@ impl RequestError {
             RequestError::Mmap => "mmap",
             RequestError::NoSuchMap => "no_such_map",
             RequestError::InvalidHandle => "invalid_handle",
+            RequestError::MapFlags => "map_flags",
         }
     }
 }

@@ -73,7 +73,9 @@ pub use listener::{
 };
 pub use metrics::{Metrics, MetricsSnapshot, APPS_MEM_METHODS, APPS_STD_METHODS, METHOD_SLOTS, REMOTECTL_METHODS};
 pub use policy::{FilePolicy, ImageBytes, ImageError, PolicyError};
-pub use service::{check_mode, Escaped, Released, RequestTap, Response, ReverseService, SessionCounts, StopSignal, ALLOWED_MAP_FLAGS};
+pub use service::{
+    check_mode, Escaped, Released, RequestTap, Response, ReverseService, SessionCounts, StopSignal, ALLOWED_MAP_FLAGS, REFUSED_MAP_FLAGS,
+};
 pub use session::{Module, FILE_HANDLE_BASE};
 #[cfg(feature = "std")]
 pub use thread::{OwnedBuffers, ServiceHandle, StopError, DEFAULT_REQUEST_CAPACITY, DEFAULT_STOP_TIMEOUT, REPLY_OVERHEAD};

@@ -18,8 +18,29 @@ use super::session::{FileTable, MapTable, Module, ModuleTable, Source, SourceVie
 use super::wire::{Reply, Request};
 use super::RequestError;
 
-/// rflags apps_mem `request_map64` may ask for: kernel-allocated memory only (fd -1).
-pub const ALLOWED_MAP_FLAGS: [u32; 3] = [ADSP_MMAP_HEAP_ADDR, ADSP_MMAP_REMOTE_HEAP_ADDR, ADSP_MMAP_ADD_PAGES];
+/// rflags apps_mem `request_map64` may ask for, on every kernel: kernel-allocated pages added
+/// to the requesting process's heap (`ADSP_MMAP_ADD_PAGES`, fd -1), owned by the session's
+/// FastRPC file and freed with it.
+///
+/// The heap flags are refused before the kernel is called ([`REFUSED_MAP_FLAGS`],
+/// docs/kernel-rules.md R12).
+pub const ALLOWED_MAP_FLAGS: [u32; 1] = [ADSP_MMAP_ADD_PAGES];
+
+/// rflags apps_mem `request_map64` refuses with [`RequestError::MapFlags`] (`AEE_EUNSUPPORTED`)
+/// without calling the kernel:
+///
+/// * `ADSP_MMAP_HEAP_ADDR` (4) and `ADSP_MMAP_REMOTE_HEAP_ADDR` (8) on the comma three's driver
+///   (`fastrpc_internal_mmap` → `fastrpc_mmap_create`) ignore the fd, take unzeroed memory
+///   from the global adsprpc-mem region shared with the ADSP and keep it on the driver-global
+///   map list with no owning file: no close frees it, only an unmap by DSP address (which the
+///   driver never tells the client, R2) or an ADSP restart. Flag 4 then asks TrustZone to
+///   protect the pages for the ADSP, flag 8 hyp-assigns them to the remote-heap VMs; when that
+///   fails, the driver frees pages the DSP still maps. Nothing a user process on the CDSP
+///   needs, and every use would leak or corrupt memory outside the session.
+/// * Linux 6.1's `fastrpc_req_mmap` refuses anything but `ADD_PAGES` (`EINVAL`); newer mainline
+///   hands `REMOTE_HEAP_ADDR` pages to the DSP's VMs (`qcom_scm_assign_mem`), which a user
+///   process has no use for either.
+pub const REFUSED_MAP_FLAGS: [u32; 2] = [ADSP_MMAP_HEAP_ADDR, ADSP_MMAP_REMOTE_HEAP_ADDR];
 
 /// The answer to one request: the status sent as `prevResult` and the reply length sent as
 /// `prevbufsLen` (0 whenever the status is not 0).
@@ -799,7 +820,12 @@ impl<'img, S: Syscalls> ReverseService<'img, S> {
                 let p: Map64In = prim(req, 0)?;
                 out_at_least(req, 0, 16)?;
                 let len = u64::try_from(p.len.get()).ok().filter(|&l| l != 0).ok_or(RequestError::BadParm)?;
-                if !ALLOWED_MAP_FLAGS.contains(&p.rflags.get()) {
+                let flags = p.rflags.get();
+                if REFUSED_MAP_FLAGS.contains(&flags) {
+                    log::warn!("reverse: apps_mem map with heap flag {flags:#x} refused (the driver would keep it outside the session)");
+                    return Err(RequestError::MapFlags);
+                }
+                if !ALLOWED_MAP_FLAGS.contains(&flags) {
                     return Err(RequestError::Unsupported);
                 }
                 let mut r = Reply::layout(req.out_lens(), reply)?;
