@@ -109,13 +109,26 @@ pub struct RecoveryPolicy {
     /// channel, in milliseconds, before it retires that channel under the listener (whose
     /// descriptor number then stays reserved until the listener lets go of it).
     pub listener_leave_ms: u32,
+    /// The longest one attempt's channel reopen can block in the kernel, in milliseconds: no
+    /// attempt starts unless this much of the budget is left. Downstream, opening the DSP's
+    /// channel after a restart waits for the port to connect for up to `RPC_TIMEOUT` (5 s),
+    /// even when the open already failed (`fastrpc_channel_open`); upstream a reopen does not
+    /// block.
+    pub reopen_wait_ms: u32,
 }
 
 impl RecoveryPolicy {
-    /// The default: up to 12 attempts, 5 ms doubling to 500 ms between them, 5 s in all; the
-    /// listener gets 250 ms to leave.
+    /// The default (upstream driver): up to 12 attempts, 5 ms doubling to 500 ms between them,
+    /// 5 s in all; the listener gets 250 ms to leave; a reopen does not block.
     pub const DEFAULT: RecoveryPolicy =
-        RecoveryPolicy { attempts: 12, first_delay_ms: 5, max_delay_ms: 500, budget_ms: 5_000, listener_leave_ms: 250 };
+        RecoveryPolicy { attempts: 12, first_delay_ms: 5, max_delay_ms: 500, budget_ms: 5_000, listener_leave_ms: 250, reopen_wait_ms: 0 };
+
+    /// The downstream driver (the comma three's `adsprpc`): as [`DEFAULT`](Self::DEFAULT), but
+    /// 20 s in all, because one reopen of the DSP's channel between the DSP's power-up and its
+    /// glink link coming up fails only after the driver's port-connect wait of 5 s
+    /// (`fastrpc_channel_open`, `RPC_TIMEOUT`): the budget holds three such waits and the next
+    /// attempt's.
+    pub const DOWNSTREAM: RecoveryPolicy = RecoveryPolicy { budget_ms: 20_000, reopen_wait_ms: 5_000, ..RecoveryPolicy::DEFAULT };
 
     /// The wait before attempt `n + 1` after `n` failed attempts (`n >= 1`).
     pub const fn delay_ms(&self, failed: u32) -> u32 {
@@ -235,7 +248,7 @@ pub const COMMA_THREE: Board = Board {
     dsp_dirs: &["/dsp/cdsp", "/dsp"],
     dt_models: &["comma tici", "comma tizi", "comma mici", "Qualcomm Technologies, Inc. SDM845"],
     limits: DEFAULT_LIMITS,
-    recovery: RecoveryPolicy::DEFAULT,
+    recovery: RecoveryPolicy::DOWNSTREAM,
 };
 
 /// A generic Android device on a downstream msm kernel (adsprpc + ION 4.9).
@@ -263,7 +276,7 @@ pub const GENERIC_MSM_ANDROID: Board = Board {
     dsp_dirs: &["/vendor/dsp/cdsp", "/vendor/dsp", "/vendor/lib/rfsa/adsp"],
     dt_models: &[],
     limits: DEFAULT_LIMITS,
-    recovery: RecoveryPolicy::DEFAULT,
+    recovery: RecoveryPolicy::DOWNSTREAM,
 };
 
 /// The isolated bench (crate `hexrpc-bench`): simulated nodes that no real device has.
@@ -291,7 +304,7 @@ pub const BENCH: Board = Board {
     dsp_dirs: &["/bench/dsp/cdsp"],
     dt_models: &[],
     limits: DEFAULT_LIMITS,
-    recovery: RecoveryPolicy::DEFAULT,
+    recovery: RecoveryPolicy::DOWNSTREAM,
 };
 
 /// Qualcomm Robotics RB5 (QRB5165, sm8250) on a mainline kernel (Qualcomm Linux / Linaro).

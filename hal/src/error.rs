@@ -91,6 +91,17 @@ pub enum Cause {
     /// downstream driver; a second process under a live identity is refused): close another
     /// session first.
     IdentityInUse,
+    /// After a DSP restart, recovery's every attempt to reopen the DSP's channel was refused by
+    /// the downstream driver (INIT: -1 after the driver's port-connect wait): on the comma
+    /// three's driver a channel connect that timed out leaves the port half-open, and the
+    /// channel cannot be reopened until the device reboots (`fastrpc_channel_open`,
+    /// `fastrpc_glink_open`; docs/kernel-rules.md R16). What was tried is kept.
+    ChannelStuck {
+        /// Process creates (INIT) sent and refused.
+        attempts: u16,
+        /// Milliseconds from the first attempt to the last refusal.
+        waited_ms: u32,
+    },
 }
 
 /// The shell paths a session tried (the board's list), for [`Cause::ShellNotFound`].
@@ -234,7 +245,7 @@ impl HalError {
             {
                 ErrorKind::Unavailable
             }
-            Cause::ShellNotFound(_) | Cause::IdentityInUse => ErrorKind::Unavailable,
+            Cause::ShellNotFound(_) | Cause::IdentityInUse | Cause::ChannelStuck { .. } => ErrorKind::Unavailable,
             Cause::DspRestart | Cause::Timeout | Cause::NeedsRecovery | Cause::ListenerStopped | Cause::Quarantined => {
                 ErrorKind::Recoverable
             }
@@ -261,6 +272,7 @@ impl HalError {
             Cause::ShellNotFound(_) => Errno::ENOENT,
             Cause::Quarantined => Errno::EBUSY,
             Cause::IdentityInUse => Errno::EBUSY,
+            Cause::ChannelStuck { .. } => Errno::EPERM,
         }
     }
 }
@@ -300,6 +312,13 @@ impl fmt::Display for HalError {
                 f,
                 "the DSP already runs a process under every identity this process can have (one per process id, \
                  two with the downstream session bit); end another session first"
+            ),
+            Cause::ChannelStuck { attempts, waited_ms } => write!(
+                f,
+                "the CDSP channel cannot be reopened until reboot: after the DSP restart the driver refused all \
+                 {attempts} process creates (INIT: EPERM after its port-connect wait) over {waited_ms} ms; on the \
+                 comma three's driver a channel connect that timed out leaves the port stuck until the device \
+                 reboots: reboot it"
             ),
             Cause::Refused(r) => {
                 write!(f, "the DSP refused to load the library: {}", r.code())?;

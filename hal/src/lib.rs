@@ -91,6 +91,7 @@ pub mod deadline;
 mod driver;
 mod error;
 mod fd;
+mod identity;
 mod image;
 pub mod lease;
 mod session;

@@ -15,6 +15,8 @@ use crate::driver;
 
 use crate::error::{Cause, HalError, ShellSearch, Stage};
 use crate::fd::OwnedFd;
+use crate::identity;
+pub(crate) use crate::identity::Identity;
 use crate::lease::RawLease;
 use crate::session::Session;
 
@@ -118,24 +120,17 @@ impl<S: Syscalls + Clone> ShellStaged<S> {
 
     /// Stage 3: opens the FastRPC node, binds it to the board's channel (GETINFO) and allows
     /// kernel allocations (CONTROL kalloc).
+    ///
+    /// The file is opened under the DSP identity no other channel of this process holds on this
+    /// kernel (the process id, else downstream the process id with the session bit; see
+    /// `identity`). If every identity is held, nothing is opened and the error is
+    /// [`Cause::IdentityInUse`].
     pub fn open_channel(self) -> Result<ChannelOpened<S>, HalError> {
-        let (rpc, info) = open_channel(&self.prev.sys, self.prev.board, Identity::Plain)?;
-        Ok(ChannelOpened { rpc, info, prev: self })
+        let sys = &self.prev.sys;
+        let identity = identity::choose(sys, self.prev.board).ok_or(HalError::new(Stage::ChannelOpen, Cause::IdentityInUse))?;
+        let (rpc, info) = open_channel(sys, self.prev.board, identity)?;
+        Ok(ChannelOpened { rpc, info, identity, prev: self })
     }
-}
-
-/// The identity a channel's DSP process is created under. The DSP keys user processes by the
-/// opener's process id (downstream `fastrpc_invoke_send` / `fastrpc_init_process`, upstream
-/// before per-session client ids) and refuses a second process under a live identity; the
-/// downstream driver gives a file a second identity, the process id with bit 30 set, after
-/// `SETMODE(FASTRPC_MODE_SESSION)`, which must precede INIT. The upstream driver has no
-/// session bit: one identity per process.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Identity {
-    /// The process id.
-    Plain,
-    /// The process id with the session bit (downstream only).
-    Session,
 }
 
 /// What the DSP answers to a process create for an identity that already has a live process
@@ -160,6 +155,8 @@ pub struct ChannelOpened<S: Syscalls + Clone> {
     // Field order is release order: the channel before the shell and the ION device.
     pub(crate) rpc: OwnedFd<S>,
     pub(crate) info: u32,
+    /// The identity the file was opened under.
+    pub(crate) identity: Identity,
     pub(crate) prev: ShellStaged<S>,
 }
 
@@ -175,10 +172,11 @@ impl<S: Syscalls + Clone> ChannelOpened<S> {
     /// (`fastrpc_init_create_process`), so the channel keeps the shell buffer, and its fd
     /// number, as long (a new buffer under the same number would be handed the shell's pages).
     pub fn create_process(self) -> Result<ProcessCreated<S>, HalError> {
-        let ChannelOpened { rpc, info, prev } = self;
+        let ChannelOpened { rpc, info, identity, prev } = self;
         let ShellStaged { shell, prev: ion } = prev;
         // The shell buffer goes before the ION device on both paths.
-        let created = create_process(&ion.sys, ion.board, rpc, Identity::Plain, true, shell);
+        let fallback = identity == Identity::Plain;
+        let created = create_process(&ion.sys, ion.board, rpc, identity, fallback, shell);
         match created {
             Ok(channel) => Ok(ProcessCreated { channel, info, prev: ion }),
             Err(e) => {
@@ -223,6 +221,8 @@ impl<S: Syscalls> Drop for Channel<S> {
                 }
             }
             drop(rpc);
+            // The kernel's release named the identity: it is free again.
+            identity::give_back(&self.sys, self.identity);
         }
         // After the close: the driver's map of the shell is gone with the channel.
         drop(self.shell.take());
@@ -230,14 +230,20 @@ impl<S: Syscalls> Drop for Channel<S> {
 }
 
 /// INIT from `shell` on `rpc` (opened for `identity`). The shell buffer is released unless the
-/// driver keeps a map of it (upstream, on success), in which case the channel keeps it.
+/// driver keeps a map of it (upstream, on success), in which case the channel keeps it. On
+/// success the channel holds `identity` in this process's table (`identity`) until its close.
 ///
-/// If the DSP refuses because `identity` has a live process (another session of this process
-/// holds it) and `fallback` allows, the same file is moved to the other identity
-/// (`SETMODE(FASTRPC_MODE_SESSION)`, downstream) and INIT is sent again. A file that stays
-/// refused is **not closed**: its close would send the kernel's release for its identity, which
-/// names only the identity and so would end the other session's DSP process
-/// (`fastrpc_file_free` / `fastrpc_device_release`). It is left open for good (logged), and the
+/// A file is INITed once, never again: on the comma three's driver a second INIT on a file takes
+/// the channel reference again and allocates new init memory over the first, both leaked for
+/// good (`fastrpc_init_process`, docs/kernel-rules.md R13).
+///
+/// If the DSP refuses because `identity` has a live process that is not one of ours (another
+/// FastRPC user in this process; our own channels' identities are avoided before INIT) and
+/// `fallback` allows, a **fresh** file is opened under the other identity
+/// (`SETMODE(FASTRPC_MODE_SESSION)` before its INIT, downstream) and INITed. A refused file is
+/// **not closed**: its close would send the kernel's release for its identity, which names only
+/// the identity and so would end the other user's DSP process (`fastrpc_file_free` /
+/// `fastrpc_device_release`). It is left open for good (logged). If no identity is left, the
 /// error is [`Cause::IdentityInUse`].
 pub(crate) fn create_process<S: Syscalls + Clone>(
     sys: &S,
@@ -248,6 +254,7 @@ pub(crate) fn create_process<S: Syscalls + Clone>(
     shell: (RawLease<S>, u32),
 ) -> Result<Channel<S>, HalError> {
     let (lease, len) = shell;
+    let mut rpc = rpc;
     let mut identity = identity;
     let mut fallback = fallback;
     loop {
@@ -256,31 +263,27 @@ pub(crate) fn create_process<S: Syscalls + Clone>(
         {
             Ok(()) => break,
             Err(e) if identity_in_use(&e) => {
-                let moved = match (identity, board.abi) {
-                    (Identity::Plain, KernelAbi::DownstreamMsm) if fallback => {
-                        adsprpc::setmode(sys, rpc.raw(), adsprpc::FASTRPC_MODE_SESSION).is_ok()
-                    }
-                    _ => false,
-                };
-                if moved {
-                    log::info!("the DSP has a live process under this process's id; this session takes the session-bit identity");
-                    identity = Identity::Session;
-                    fallback = false;
-                    continue;
-                }
                 let n = rpc.raw().0;
                 log::error!(
-                    "the DSP refused a process under identity {identity:?}, held by another session of this process; \
-                     FastRPC fd {n} is left open for good (closing it would end that session's DSP process)"
+                    "the DSP refused a process under identity {identity:?}, held by another FastRPC user of this process; \
+                     FastRPC fd {n} is left open for good (closing it would end that user's DSP process)"
                 );
                 if let Some(t) = rpc.into_token() {
                     let _ = t.into_raw();
                 }
-                return Err(HalError::new(Stage::ProcessCreate, Cause::IdentityInUse));
+                let other = match (identity, board.abi) {
+                    (Identity::Plain, KernelAbi::DownstreamMsm) if fallback && !identity::held(sys, Identity::Session) => Identity::Session,
+                    _ => return Err(HalError::new(Stage::ProcessCreate, Cause::IdentityInUse)),
+                };
+                log::info!("this session takes the session-bit identity on a fresh FastRPC file");
+                rpc = open_channel(sys, board, other).map_err(|e| HalError::new(Stage::ProcessCreate, e.cause))?.0;
+                identity = other;
+                fallback = false;
             }
             Err(e) => return Err(e),
         }
     }
+    identity::take(sys, identity);
     let shell = match board.abi {
         KernelAbi::Upstream => Some(lease),
         KernelAbi::DownstreamMsm => None,

@@ -413,28 +413,53 @@ impl<S: Syscalls + Clone> Session<S> {
         let identity = self.cell_ident[cell].load(Ordering::Acquire);
         #[cfg(feature = "std")]
         if let Some(ender) = self.ender.get() {
-            if let Some(done) = ender.close(fd) {
-                let waited = closer::wait(&done, bound);
-                if !waited {
-                    log::warn!("the release of channel generation {generation} is still running after {} ms; going on", bound.as_millis());
-                    let mut closing = self.closing.lock();
-                    closing.retain(|(_, _, d)| !d.load(Ordering::Acquire));
-                    if closing.push((generation, identity, done.clone())).is_err() {
-                        drop(closing);
-                        // No room to track it: wait for it, the safe side.
-                        closer::wait(&done, Duration::MAX);
+            match ender.close(fd) {
+                Some(done) => {
+                    if closer::wait(&done, bound) {
+                        crate::identity::give_back(&self.sys, crate::identity::Identity::from_index(identity));
+                    } else {
+                        log::warn!(
+                            "the release of channel generation {generation} is still running after {} ms; going on",
+                            bound.as_millis()
+                        );
+                        self.prune_closing();
+                        let mut closing = self.closing.lock();
+                        if closing.push((generation, identity, done.clone())).is_err() {
+                            drop(closing);
+                            // No room to track it: wait for it, the safe side.
+                            closer::wait(&done, Duration::MAX);
+                            crate::identity::give_back(&self.sys, crate::identity::Identity::from_index(identity));
+                        }
                     }
                 }
+                // Closed on this thread.
+                None => crate::identity::give_back(&self.sys, crate::identity::Identity::from_index(identity)),
             }
             self.settle();
             return;
         }
         let n = fd.raw().0;
-        let _ = (generation, identity, bound);
+        let _ = (generation, bound);
         if let Err(e) = self.sys.close(fd) {
             log::warn!("close of channel fd {n} failed: {e}");
         }
+        // The kernel's release named the identity (or the close failed and the number is gone
+        // all the same): the identity is free again.
+        crate::identity::give_back(&self.sys, crate::identity::Identity::from_index(identity));
         self.settle();
+    }
+
+    /// Forgets the final closes that have returned, giving their identities back.
+    #[cfg(feature = "std")]
+    fn prune_closing(&self) {
+        let mut closing = self.closing.lock();
+        closing.retain(|(_, i, d)| {
+            let done = d.load(Ordering::Acquire);
+            if done {
+                crate::identity::give_back(&self.sys, crate::identity::Identity::from_index(*i));
+            }
+            !done
+        });
     }
 
     /// Generations (with their identities) whose final close is still running (they count as
@@ -442,18 +467,19 @@ impl<S: Syscalls + Clone> Session<S> {
     fn closing_generations(&self) -> heapless::Vec<(u32, u8), 16> {
         #[cfg(feature = "std")]
         {
-            let mut closing = self.closing.lock();
-            closing.retain(|(_, _, d)| !d.load(Ordering::Acquire));
-            closing.iter().map(|(g, i, _)| (*g, *i)).collect()
+            self.prune_closing();
+            self.closing.lock().iter().map(|(g, i, _)| (*g, *i)).collect()
         }
         #[cfg(not(feature = "std"))]
         heapless::Vec::new()
     }
 
     /// The identities this session's own channels may still hold (open, retired under the
-    /// listener, or with a final close still running): `[plain, session bit]`.
+    /// listener, or with a final close still running), and those any other channel of this
+    /// process holds on the same kernel (`identity`): `[plain, session bit]`.
     fn held_identities(&self) -> [bool; 2] {
-        let mut held = [false; 2];
+        use crate::identity::{held as held_by_process, Identity};
+        let mut held = [held_by_process(&self.sys, Identity::Plain), held_by_process(&self.sys, Identity::Session)];
         for (c, i) in self.cells.iter().zip(&self.cell_ident) {
             if !c.is_empty() {
                 held[usize::from(i.load(Ordering::Acquire) & 1)] = true;
@@ -505,6 +531,9 @@ impl<S: Syscalls + Clone> Drop for Session<S> {
             for d in &pending {
                 closer::wait(d, budget.saturating_sub(clock.elapsed()));
             }
+            // A close still running keeps its identity held for good (its release may still
+            // name it).
+            self.prune_closing();
         }
         self.settle();
         self.book.forget_all();

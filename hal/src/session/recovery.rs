@@ -116,6 +116,11 @@ impl<S: Syscalls + Clone> Session<S> {
         let clock = sync::Clock::start();
         let budget = ms(policy.budget_ms);
         let mut failed = 0u32;
+        // Downstream, the attempts in a row (the last ones) whose process create the driver
+        // refused with -1 (EPERM): two or more, each after the driver's port-connect wait, and
+        // nothing else since, is a channel that cannot be reopened (R16). A subsystem still down
+        // (ENOTCONN) before them does not count against it.
+        let mut refused_in_a_row = 0u16;
         loop {
             let attempt = {
                 let mut chan = self.chan.write();
@@ -146,8 +151,23 @@ impl<S: Syscalls + Clone> Session<S> {
             failed += 1;
             let delay = ms(policy.delay_ms(failed));
             let spent = clock.elapsed();
-            if failed >= policy.attempts.max(1) || spent.saturating_add(delay) >= budget {
-                let e = HalError::new(Stage::Recover, e.cause);
+            if self.board.abi == hexrpc_bsp::KernelAbi::DownstreamMsm
+                && e.stage == Stage::ProcessCreate
+                && e.cause == Cause::Os(hexrpc_drivers::Errno::EPERM)
+            {
+                refused_in_a_row = refused_in_a_row.saturating_add(1);
+            } else {
+                refused_in_a_row = 0;
+            }
+            // No attempt starts unless the longest a reopen can block in the kernel still fits.
+            let next_ends = spent.saturating_add(delay).saturating_add(ms(policy.reopen_wait_ms));
+            if failed >= policy.attempts.max(1) || next_ends >= budget {
+                let cause = if refused_in_a_row >= 2 {
+                    Cause::ChannelStuck { attempts: refused_in_a_row, waited_ms: u32::try_from(spent.as_millis()).unwrap_or(u32::MAX) }
+                } else {
+                    e.cause
+                };
+                let e = HalError::new(Stage::Recover, cause);
                 log::error!("recovery gave up after {failed} attempts in {} ms: {e}", spent.as_millis());
                 return Err(e);
             }
@@ -191,6 +211,7 @@ impl<S: Syscalls + Clone> Session<S> {
         self.cell_ident[i].store(identity, Ordering::Release);
         if let Err(t) = self.cells[i].put(token) {
             let _ = self.sys.close(t);
+            crate::identity::give_back(&self.sys, stages::Identity::from_index(identity));
             return Err(busy);
         }
         if let Some(shell) = shell {
