@@ -518,18 +518,23 @@ fn two_sessions_in_one_process_both_work_or_the_second_is_refused_by_name(board:
                     launch(lib, &a.whole(), &o.whole(), 1, None).unwrap();
                     assert!(bytes(&o).iter().all(|&b| b == 6));
                 }
-                // A third has no identity left (its FastRPC file is left open: closing it would
-                // end a live session's DSP process).
+                // A third has no identity left: refused before anything is opened (no INIT is
+                // sent for an identity a channel of this process holds).
+                let rpc_files = bench.snapshot().rpc_files;
+                let inits = init_calls(&bench);
                 match start_rig(&bench) {
                     Err(RuntimeError::Hal(e)) => assert_eq!(e.cause, Cause::IdentityInUse, "{e}"),
                     Err(e) => panic!("third session: {e}"),
                     Ok(_) => panic!("a third session got a DSP process"),
                 }
                 assert_eq!(bench.dsp_processes().len(), 2, "both live sessions keep their process");
+                assert_eq!(init_calls(&bench), inits, "no INIT for a held identity");
+                assert_eq!(bench.snapshot().rpc_files, rpc_files, "no FastRPC file opened for it, none left open");
                 drop(lib2);
             }
             (KernelAbi::Upstream, Err(RuntimeError::Hal(e))) => {
                 assert_eq!(e.cause, Cause::IdentityInUse, "{e}");
+                assert_eq!(init_calls(&bench), 1, "no INIT for the identity the first session holds");
                 assert!(e.to_string().contains("identit"), "{e}");
                 assert_eq!(bench.dsp_processes().len(), 1, "the first session keeps its process");
             }
@@ -544,12 +549,18 @@ fn two_sessions_in_one_process_both_work_or_the_second_is_refused_by_name(board:
         assert!(bytes(&o).iter().all(|&b| b == 8));
         drop((a, o, lib1));
     }
-    // Everything is given back but the one refused FastRPC file, left open on purpose.
-    let mut expected = start;
-    expected.open_fds += 1;
-    expected.rpc_files += 1;
-    expected.sessions += 1;
-    assert_eq!(back_to(&bench, &expected), expected);
+    // Everything is given back: no FastRPC file was refused, none is left open.
+    assert_eq!(back_to(&bench, &start), start);
+}
+
+/// INITs (process creates) the kernel saw, on either driver.
+fn init_calls(bench: &Bench) -> u64 {
+    use hexrpc_bench::CallKind as K;
+    let c = bench.counts();
+    [K::RpcInit, K::RpcInitAttrs, K::UpInitCreate, K::UpInitCreateStatic, K::UpInitAttach]
+        .iter()
+        .map(|k| c.calls.get(k).copied().unwrap_or(0))
+        .sum()
 }
 
 fn recover_and_drop_return_within_the_budget_when_the_dsp_never_answers_the_exit(board: &'static Board) {
