@@ -623,18 +623,7 @@ unsafe fn mmap<'a>(sh: &'a Shared, st: Guard<'a>, file: u64, kind: CallKind, a: 
             st = st2;
             let raddr = if r.is_ok() { st.alloc_raddr(file, m.size, true) } else { 0 };
             if let Some(f) = st.rpc_files.get_mut(&file) {
-                f.maps.push(DspMap {
-                    kind: MapKind::AddPages,
-                    fd: -1,
-                    buf: None,
-                    va: 0,
-                    len: m.size,
-                    raddr,
-                    refs: 1,
-                    size: m.size,
-                    attr: 0,
-                    id: 0,
-                });
+                f.maps.push(DspMap::add_pages(m.size, raddr));
             }
             if let Err(v) = r {
                 return (st, as_result(v));

@@ -155,6 +155,14 @@ pub(crate) struct DspMap {
     pub id: u64,
 }
 
+impl DspMap {
+    /// A map of `size` kernel-allocated pages (MMAP with `ADSP_MMAP_ADD_PAGES`, no fd) at DSP
+    /// address `raddr`.
+    pub fn add_pages(size: u64, raddr: u64) -> DspMap {
+        DspMap { kind: MapKind::AddPages, fd: -1, buf: None, va: 0, len: size, raddr, refs: 1, size, attr: 0, id: 0 }
+    }
+}
+
 pub(crate) struct RpcFile {
     /// An upstream `/dev/fastrpc-*` file (the session and channel are bound at open).
     pub upstream: bool,

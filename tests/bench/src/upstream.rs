@@ -613,18 +613,7 @@ unsafe fn mmap<'a>(sh: &'a Shared, st: Guard<'a>, file: u64, a: u64) -> (Guard<'
     }
     let raddr = alloc_raddr(&mut st, file, m.size);
     if let Some(f) = st.rpc_files.get_mut(&file) {
-        f.maps.push(DspMap {
-            kind: MapKind::AddPages,
-            fd: -1,
-            buf: None,
-            va: 0,
-            len: m.size,
-            raddr,
-            refs: 1,
-            size: m.size,
-            attr: 0,
-            id: 0,
-        });
+        f.maps.push(DspMap::add_pages(m.size, raddr));
     }
     m.vaddrout = raddr;
     // SAFETY: passed on from the caller.

@@ -124,9 +124,22 @@ pub fn launch_add_u8<S: Syscalls + Clone + Send + Sync + 'static>(
     add: u8,
     deadline: Option<Duration>,
 ) -> Result<u64, HalError> {
-    let sig = Signature::parse(crate::catalogue::ADD_U8.signature).expect("the catalogue's signature");
+    launch_buf_buf_u32(lib, input, output, u32::from(add), deadline)
+}
+
+/// One launch of a `buf,buf,u32` kernel (the signature of
+/// [`ADD_U8`](crate::catalogue::ADD_U8) and of the tests' own table kernels) on two views with
+/// scalar `k`, with an optional deadline; returns the microseconds the entry measured.
+pub fn launch_buf_buf_u32<S: Syscalls + Clone + Send + Sync + 'static>(
+    lib: &Library<'_, S>,
+    input: &BufferView<'_>,
+    output: &BufferView<'_>,
+    k: u32,
+    deadline: Option<Duration>,
+) -> Result<u64, HalError> {
+    let sig = Signature::parse("buf,buf,u32").expect("a valid signature");
     let bufs = [BufferRef::of(input), BufferRef::of(output)];
-    let mut packed = PackedLaunch::new(AbiVersion::V2, &sig, &bufs, &[Scalar::U32(u32::from(add))]).expect("two views and a u32 pack");
+    let mut packed = PackedLaunch::new(AbiVersion::V2, &sig, &bufs, &[Scalar::U32(k)]).expect("two views and a u32 pack");
     let mut args = packed.invoke_args().expect("two views fit the argument list");
     match deadline {
         Some(d) => lib.invoke_with_deadline(&mut args, d)?,

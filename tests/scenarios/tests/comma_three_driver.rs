@@ -20,7 +20,7 @@ use hexrpc_bsp::{Board, KernelAbi};
 use hexrpc_drivers::{adsprpc, aee, listener, Error as SysError, Fd, Scalars};
 use hexrpc_hal::internal::ListenerPlumbing;
 use hexrpc_hal::{BufferView, Cause, ErrorKind, HalError, Library};
-use hexrpc_runtime::launch::{AbiVersion, Batch, BufferRef, PackedLaunch, Scalar, Signature};
+use hexrpc_runtime::launch::{Batch, BufferRef, Scalar, Signature};
 use hexrpc_scenarios::catalogue::image;
 use hexrpc_scenarios::stack::{back_to, start as start_rig};
 
@@ -67,14 +67,7 @@ fn launch(
     k: u32,
     deadline: Option<Duration>,
 ) -> Result<(), HalError> {
-    let sig = Signature::parse(SIG).unwrap();
-    let bufs = [BufferRef::of(input), BufferRef::of(out)];
-    let mut packed = PackedLaunch::new(AbiVersion::V2, &sig, &bufs, &[Scalar::U32(k)]).unwrap();
-    let mut args = packed.invoke_args().unwrap();
-    match deadline {
-        Some(d) => lib.invoke_with_deadline(&mut args, d),
-        None => lib.invoke(&mut args),
-    }
+    hexrpc_scenarios::stack::launch_buf_buf_u32(lib, input, out, k, deadline).map(drop)
 }
 
 fn words(ws: &[u32]) -> Vec<u8> {

@@ -99,14 +99,7 @@ fn launch(
     k: u32,
     deadline: Option<Duration>,
 ) -> Result<(), HalError> {
-    let sig = Signature::parse(SIG).unwrap();
-    let bufs = [BufferRef::of(input), BufferRef::of(out)];
-    let mut packed = PackedLaunch::new(AbiVersion::V2, &sig, &bufs, &[Scalar::U32(k)]).unwrap();
-    let mut args = packed.invoke_args().unwrap();
-    match deadline {
-        Some(d) => lib.invoke_with_deadline(&mut args, d),
-        None => lib.invoke(&mut args),
-    }
+    hexrpc_scenarios::stack::launch_buf_buf_u32(lib, input, out, k, deadline).map(drop)
 }
 
 fn bytes(lease: &Lease<'_, Bench>) -> Vec<u8> {
