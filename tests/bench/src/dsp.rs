@@ -22,10 +22,10 @@
 //! nothing, so handle maps stay until MUNMAP_FD or close; what the real framework lists is not
 //! known in detail); after an error nothing is listed (downstream skips put_args anyway).
 //!
-//! Buffer arguments reach the DSP as the kernel left them ([`arg_bytes`]): a slice of one of the
+//! Buffer arguments reach the DSP as the kernel left them (`arg_bytes`): a slice of one of the
 //! kernel's copies (downstream one copy buffer for all copied arguments, so a library entry's
 //! regions share the bytes of overlapping arguments), or a downstream mapped dma-buf
-//! ([`MappedArg`]), read when the call starts on the DSP and written back in place when it ends,
+//! (`MappedArg`), read when the call starts on the DSP and written back in place when it ends,
 //! whatever it answers.
 
 use std::os::fd::OwnedFd;

@@ -23,29 +23,29 @@
 //!   nothing); MMAP with ADD_PAGES +104, MMAP of an fd or a heap and MUNMAP -1 (`EPERM`, their
 //!   DSP message is under a VERIFY); GETINFO, SETMODE, CONTROL, GETPERF and MUNMAP_FD work; its
 //!   close sends no release; an INIT revives it.
-//! * **INIT** ([`init`]) opens or joins the channel first (`fastrpc_channel_open`, a reference
+//! * **INIT** (`init`) opens or joins the channel first (`fastrpc_channel_open`, a reference
 //!   counted `kref`, [`ChannelReopen`](crate::ChannelReopen) after a restart), is never refused
 //!   by the kernel when repeated (each repeat takes a channel reference that no close puts back,
 //!   and a repeated CREATE leaks its init memory), and ATTACH creates no process.
-//! * **MMAP with the heap flags** 4 / 8 ([`heap_mmap`]) allocates unzeroed memory kept on a
+//! * **MMAP with the heap flags** 4 / 8 (`heap_mmap`) allocates unzeroed memory kept on a
 //!   driver-global list that no file owns ([`Bench::global_heap_maps`](crate::Bench::global_heap_maps));
 //!   **MUNMAP** by DSP address reaches it from any file.
-//! * **Calls go by identity** ([`send_check`]): a user invoke carries the file's identity (the
+//! * **Calls go by identity** (`send_check`): a user invoke carries the file's identity (the
 //!   opener's tgid, bit 30 after SETMODE(SESSION) at any time, INIT or not) and reaches the DSP
 //!   process that holds it, whichever file created it; a file with GETINFO but no INIT sends once
 //!   any file has the channel open (-1 while none has); an identity without a process is
-//!   answered `AEE_EBADSTATE` (a choice, [`NO_PROCESS`]).
-//! * **Buffer arguments with a buffer fd** ([`map_buffer`], `get_args`) are mapped when the fd is
+//!   answered `AEE_EBADSTATE` (a choice, `NO_PROCESS`).
+//! * **Buffer arguments with a buffer fd** (`map_buffer`, `get_args`) are mapped when the fd is
 //!   a dma-buf (else silently copied): the DSP reads and writes them in place in the dma-buf's
 //!   memory (an out-buffer's writes are there after a DSP error), at the page offset from the VMA
 //!   holding the map's creation address, checked only at the start; `FASTRPC_ATTR_KEEP_MAP`
 //!   keeps the map after the call. fd 0 and -1 buffers are copied as before.
-//! * **Copies overlap** ([`build_overlap`]): one kernel copy buffer holds every copied argument;
+//! * **Copies overlap** (`build_overlap`): one kernel copy buffer holds every copied argument;
 //!   an argument inside another shares its bytes, a partial overlap copies only its tail.
 //! * **A failed call** puts its buffer maps back and nothing else (`context_free`): the handle
 //!   maps it made or referenced keep their references. Handle maps have va 0 and len 0: only
-//!   MUNMAP_FD(fd, 0, 0) reaches them ([`munmap_fd`], newest map first).
-//! * **GETINFO** ([`getinfo`]) that found no free session fails on that file for good.
+//!   MUNMAP_FD(fd, 0, 0) reaches them (`munmap_fd`, newest map first).
+//! * **GETINFO** (`getinfo`) that found no free session fails on that file for good.
 //! * **Oopses** ([`Bench::oopses`](crate::Bench::oopses)): MMAP(ADD_PAGES) before GETINFO is a
 //!   NULL dereference (the file is then poisoned: every later ioctl on it fails with `EIO`, where
 //!   a device's task died holding the file's map mutex and its close would hang), an invoke
