@@ -20,7 +20,7 @@
 //! environment or hands out a host fd (`fopen_fd`, `fopen_with_env_fd`, `fdopen_decrypt`) —
 //! answers `AEE_EUNSUPPORTED`. apps_mem serves `request_map64` (kernel-allocated pages,
 //! `ADSP_MMAP_ADD_PAGES` only: the heap flags are refused before the kernel, see
-//! [`REFUSED_MAP_FLAGS`]; within [`Limits::max_dsp_map_bytes`](hexrpc_bsp::Limits)) and `request_unmap64` (only maps it
+//! [`REFUSED_MAP_FLAGS`](crate::reverse::REFUSED_MAP_FLAGS); within [`Limits::max_dsp_map_bytes`](hexrpc_bsp::Limits)) and `request_unmap64` (only maps it
 //! made); both go through the drivers' typed `adsprpc::mmap` / `munmap`.
 //!
 //! Policy ([`FilePolicy`](crate::reverse::FilePolicy), see [`policy`](crate::reverse::policy) for the path rules and the resolution by descriptors):
