@@ -99,7 +99,7 @@ pub enum Cause {
     ChannelStuck {
         /// Process creates (INIT) sent and refused.
         attempts: u16,
-        /// Milliseconds from the first attempt to the last refusal.
+        /// Milliseconds from the start of the recovery to the last refusal.
         waited_ms: u32,
     },
 }

@@ -175,8 +175,7 @@ impl<S: Syscalls + Clone> ChannelOpened<S> {
         let ChannelOpened { rpc, info, identity, prev } = self;
         let ShellStaged { shell, prev: ion } = prev;
         // The shell buffer goes before the ION device on both paths.
-        let fallback = identity == Identity::Plain;
-        let created = create_process(&ion.sys, ion.board, rpc, identity, fallback, shell);
+        let created = create_process(&ion.sys, ion.board, rpc, identity, shell);
         match created {
             Ok(channel) => Ok(ProcessCreated { channel, info, prev: ion }),
             Err(e) => {
@@ -238,8 +237,8 @@ impl<S: Syscalls> Drop for Channel<S> {
 /// good (`fastrpc_init_process`, docs/kernel-rules.md R13).
 ///
 /// If the DSP refuses because `identity` has a live process that is not one of ours (another
-/// FastRPC user in this process; our own channels' identities are avoided before INIT) and
-/// `fallback` allows, a **fresh** file is opened under the other identity
+/// FastRPC user in this process; our own channels' identities are avoided before INIT), it is the
+/// process id, and no channel of ours holds the session bit, a **fresh** file is opened under it
 /// (`SETMODE(FASTRPC_MODE_SESSION)` before its INIT, downstream) and INITed. A refused file is
 /// **not closed**: its close would send the kernel's release for its identity, which names only
 /// the identity and so would end the other user's DSP process (`fastrpc_file_free` /
@@ -250,13 +249,11 @@ pub(crate) fn create_process<S: Syscalls + Clone>(
     board: &'static Board,
     rpc: OwnedFd<S>,
     identity: Identity,
-    fallback: bool,
     shell: (RawLease<S>, u32),
 ) -> Result<Channel<S>, HalError> {
     let (lease, len) = shell;
     let mut rpc = rpc;
     let mut identity = identity;
-    let mut fallback = fallback;
     loop {
         match driver::create_process(sys, board, rpc.raw(), lease.mapping(), lease_fd(&lease), len)
             .map_err(|e| HalError::sys(Stage::ProcessCreate, e))
@@ -272,13 +269,12 @@ pub(crate) fn create_process<S: Syscalls + Clone>(
                     let _ = t.into_raw();
                 }
                 let other = match (identity, board.abi) {
-                    (Identity::Plain, KernelAbi::DownstreamMsm) if fallback && !identity::held(sys, Identity::Session) => Identity::Session,
+                    (Identity::Plain, KernelAbi::DownstreamMsm) if !identity::held(sys, Identity::Session) => Identity::Session,
                     _ => return Err(HalError::new(Stage::ProcessCreate, Cause::IdentityInUse)),
                 };
                 log::info!("this session takes the session-bit identity on a fresh FastRPC file");
                 rpc = open_channel(sys, board, other).map_err(|e| HalError::new(Stage::ProcessCreate, e.cause))?.0;
                 identity = other;
-                fallback = false;
             }
             Err(e) => return Err(e),
         }

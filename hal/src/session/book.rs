@@ -254,7 +254,7 @@ impl<S: Syscalls + Clone> Session<S> {
             .zip(&self.cell_gen)
             .filter(|(c, _)| !c.is_empty())
             .map(|(_, g)| g.load(Ordering::Acquire))
-            .chain(closing.iter().map(|(g, _)| *g))
+            .chain(closing.iter().copied())
             .max()
     }
 
@@ -371,7 +371,7 @@ impl<S: Syscalls + Clone> Session<S> {
             .zip(&self.cell_gen)
             .filter(|(c, _)| !c.is_empty())
             .map(|(_, g)| g.load(Ordering::Acquire))
-            .chain(closing.iter().map(|(g, _)| *g))
+            .chain(closing.iter().copied())
             .min();
         let mut numbers: heapless::Vec<hexrpc_drivers::OwnedFd, KEPT_NUMBERS> = heapless::Vec::new();
         let mut leases: heapless::Vec<RawLease<S>, KEPT_LEASES> = heapless::Vec::new();

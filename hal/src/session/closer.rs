@@ -23,6 +23,7 @@ use hexrpc_drivers::{adsprpc, listener as calls, BorrowedFd, OwnedFd, Syscalls};
 
 use crate::call::Call;
 use crate::driver;
+use crate::identity::Identity;
 
 /// How often a bounded wait looks at a close running elsewhere.
 const POLL: Duration = Duration::from_millis(2);
@@ -36,8 +37,9 @@ pub(crate) struct ChannelEnder {
     /// Process exit (handle 4) on a channel, interrupted and abandoned after the bound.
     exit: Box<dyn Fn(BorrowedFd<'_>, Duration) + Send + Sync>,
     /// The final close, on a new thread; `None` if no thread could be started (then the
-    /// descriptor was closed on the caller's thread).
-    close: Box<dyn Fn(OwnedFd) -> Option<Closing> + Send + Sync>,
+    /// descriptor was closed on the caller's thread). Once the close has returned, the
+    /// channel's identity is given back to the process's table (`identity`).
+    close: Box<dyn Fn(OwnedFd, Identity) -> Option<Closing> + Send + Sync>,
 }
 
 impl ChannelEnder {
@@ -57,7 +59,7 @@ impl ChannelEnder {
                     log::debug!("process exit (handle 4) on teardown: {e}");
                 }
             }),
-            close: Box::new(move |fd| {
+            close: Box::new(move |fd, identity| {
                 let done: Closing = Arc::new(AtomicBool::new(false));
                 let flag = done.clone();
                 let sys = close_sys.clone();
@@ -71,6 +73,7 @@ impl ChannelEnder {
                         if let Err(e) = sys.close(fd) {
                             log::warn!("close of channel fd {n} failed: {e}");
                         }
+                        crate::identity::give_back(&sys, identity);
                     }
                     flag.store(true, Ordering::Release);
                 });
@@ -81,6 +84,7 @@ impl ChannelEnder {
                         let fd = slot.lock().ok().and_then(|mut g| g.take());
                         if let Some(fd) = fd {
                             let _ = close_sys.close(fd);
+                            crate::identity::give_back(&close_sys, identity);
                         }
                         None
                     }
@@ -94,9 +98,9 @@ impl ChannelEnder {
         (self.exit)(fd, bound)
     }
 
-    /// Starts the final close of `fd` on its own thread.
-    pub(crate) fn close(&self, fd: OwnedFd) -> Option<Closing> {
-        (self.close)(fd)
+    /// Starts the final close of `fd`, a channel that holds `identity`, on its own thread.
+    pub(crate) fn close(&self, fd: OwnedFd, identity: Identity) -> Option<Closing> {
+        (self.close)(fd, identity)
     }
 }
 

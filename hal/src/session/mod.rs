@@ -147,7 +147,7 @@ pub struct Session<S: Syscalls + Clone> {
     ender: std::sync::OnceLock<closer::ChannelEnder>,
     /// Final closes still running on their threads: (generation, done).
     #[cfg(feature = "std")]
-    closing: sync::Mutex<heapless::Vec<(u32, u8, closer::Closing), CLOSING>>,
+    closing: sync::Mutex<heapless::Vec<(u32, closer::Closing), CLOSING>>,
     pub(crate) ion: OwnedFd<S>,
     pub(crate) sys: S,
     pub(crate) board: &'static Board,
@@ -169,7 +169,7 @@ impl<S: Syscalls + Clone> Session<S> {
 
     pub(crate) fn from_parts(ion: HeapOpened<S>, channel: Channel<S>, info: u32) -> Self {
         let cells = [FdCell::new(), FdCell::new()];
-        let identity = u8::from(channel.identity == crate::stages::Identity::Session);
+        let identity = channel.identity.index() as u8;
         let (token, shell) = channel.into_parts();
         let current = match token.map(|t| cells[0].put(t)) {
             Some(Ok(())) => Some(0),
@@ -410,30 +410,21 @@ impl<S: Syscalls + Clone> Session<S> {
     /// every map), and its identity is free again.
     fn close_channel(&self, cell: usize, fd: hexrpc_drivers::OwnedFd, bound: Duration) {
         let generation = self.cell_gen[cell].load(Ordering::Acquire);
-        let identity = self.cell_ident[cell].load(Ordering::Acquire);
+        let identity = crate::identity::Identity::from_index(self.cell_ident[cell].load(Ordering::Acquire));
         #[cfg(feature = "std")]
         if let Some(ender) = self.ender.get() {
-            match ender.close(fd) {
-                Some(done) => {
-                    if closer::wait(&done, bound) {
-                        crate::identity::give_back(&self.sys, crate::identity::Identity::from_index(identity));
-                    } else {
-                        log::warn!(
-                            "the release of channel generation {generation} is still running after {} ms; going on",
-                            bound.as_millis()
-                        );
-                        self.prune_closing();
-                        let mut closing = self.closing.lock();
-                        if closing.push((generation, identity, done.clone())).is_err() {
-                            drop(closing);
-                            // No room to track it: wait for it, the safe side.
-                            closer::wait(&done, Duration::MAX);
-                            crate::identity::give_back(&self.sys, crate::identity::Identity::from_index(identity));
-                        }
+            // The closer gives the identity back once the close has returned.
+            if let Some(done) = ender.close(fd, identity) {
+                if !closer::wait(&done, bound) {
+                    log::warn!("the release of channel generation {generation} is still running after {} ms; going on", bound.as_millis());
+                    let mut closing = self.closing.lock();
+                    closing.retain(|(_, d)| !d.load(Ordering::Acquire));
+                    if closing.push((generation, done.clone())).is_err() {
+                        drop(closing);
+                        // No room to track it: wait for it, the safe side.
+                        closer::wait(&done, Duration::MAX);
                     }
                 }
-                // Closed on this thread.
-                None => crate::identity::give_back(&self.sys, crate::identity::Identity::from_index(identity)),
             }
             self.settle();
             return;
@@ -445,50 +436,21 @@ impl<S: Syscalls + Clone> Session<S> {
         }
         // The kernel's release named the identity (or the close failed and the number is gone
         // all the same): the identity is free again.
-        crate::identity::give_back(&self.sys, crate::identity::Identity::from_index(identity));
+        crate::identity::give_back(&self.sys, identity);
         self.settle();
     }
 
-    /// Forgets the final closes that have returned, giving their identities back.
-    #[cfg(feature = "std")]
-    fn prune_closing(&self) {
-        let mut closing = self.closing.lock();
-        closing.retain(|(_, i, d)| {
-            let done = d.load(Ordering::Acquire);
-            if done {
-                crate::identity::give_back(&self.sys, crate::identity::Identity::from_index(*i));
-            }
-            !done
-        });
-    }
-
-    /// Generations (with their identities) whose final close is still running (they count as
-    /// open).
-    fn closing_generations(&self) -> heapless::Vec<(u32, u8), 16> {
+    /// Generations whose final close is still running (they count as open). Their identities
+    /// stay held in the process's table (`identity`) until they return.
+    fn closing_generations(&self) -> heapless::Vec<u32, 16> {
         #[cfg(feature = "std")]
         {
-            self.prune_closing();
-            self.closing.lock().iter().map(|(g, i, _)| (*g, *i)).collect()
+            let mut closing = self.closing.lock();
+            closing.retain(|(_, d)| !d.load(Ordering::Acquire));
+            closing.iter().map(|(g, _)| *g).collect()
         }
         #[cfg(not(feature = "std"))]
         heapless::Vec::new()
-    }
-
-    /// The identities this session's own channels may still hold (open, retired under the
-    /// listener, or with a final close still running), and those any other channel of this
-    /// process holds on the same kernel (`identity`): `[plain, session bit]`.
-    fn held_identities(&self) -> [bool; 2] {
-        use crate::identity::{held as held_by_process, Identity};
-        let mut held = [held_by_process(&self.sys, Identity::Plain), held_by_process(&self.sys, Identity::Session)];
-        for (c, i) in self.cells.iter().zip(&self.cell_ident) {
-            if !c.is_empty() {
-                held[usize::from(i.load(Ordering::Acquire) & 1)] = true;
-            }
-        }
-        for (_, i) in self.closing_generations() {
-            held[usize::from(i & 1)] = true;
-        }
-        held
     }
 }
 
@@ -525,15 +487,12 @@ impl<S: Syscalls + Clone> Drop for Session<S> {
         // recovery budget, then keep for good (leak) what it may still map rather than free it.
         #[cfg(feature = "std")]
         {
-            let pending: heapless::Vec<closer::Closing, CLOSING> = self.closing.lock().iter().map(|(_, _, d)| d.clone()).collect();
+            let pending: heapless::Vec<closer::Closing, CLOSING> = self.closing.lock().iter().map(|(_, d)| d.clone()).collect();
             let clock = sync::Clock::start();
             let budget = ms(self.board.recovery.budget_ms);
             for d in &pending {
                 closer::wait(d, budget.saturating_sub(clock.elapsed()));
             }
-            // A close still running keeps its identity held for good (its release may still
-            // name it).
-            self.prune_closing();
         }
         self.settle();
         self.book.forget_all();

@@ -182,23 +182,16 @@ impl<S: Syscalls + Clone> Session<S> {
         self.reap();
         let shell = stages::stage_shell(&self.sys, self.ion.raw(), self.board)?;
         // The DSP refuses a second process under a live identity, and the old file's release
-        // names only its identity: the new process is created under an identity none of this
-        // session's old channels may still hold (retired under the listener, or a final close
-        // still running). Downstream that alternates the session bit between generations while
-        // an old one is being released (falling back to the other identity only if that one is
-        // not ours either: it may belong to another session of this process); upstream has one
-        // identity per process, so the attempt waits: it fails with `IdentityInUse` without
-        // opening anything, and recovery retries within its budget.
-        let held = self.held_identities();
-        let session_ok = self.board.abi == hexrpc_bsp::KernelAbi::DownstreamMsm && !held[1];
-        let (want, fallback) = match (held[0], session_ok) {
-            (false, _) => (stages::Identity::Plain, session_ok),
-            (true, true) => (stages::Identity::Session, false),
-            (true, false) => return Err(HalError::new(Stage::Recover, Cause::IdentityInUse)),
-        };
+        // names only its identity: the new process is created under an identity no channel of
+        // this process holds, this session's old ones included (retired under the listener, or a
+        // final close still running: they hold theirs until the close returns). Downstream that
+        // alternates the session bit between generations while an old one is being released;
+        // upstream has one identity per process, so the attempt waits: it fails with
+        // `IdentityInUse` without opening anything, and recovery retries within its budget.
+        let want = crate::identity::choose(&self.sys, self.board).ok_or(HalError::new(Stage::Recover, Cause::IdentityInUse))?;
         let (rpc, _) = stages::open_channel(&self.sys, self.board, want)?;
-        let ch = stages::create_process(&self.sys, self.board, rpc, want, fallback, shell)?;
-        let identity = u8::from(ch.identity == stages::Identity::Session);
+        let ch = stages::create_process(&self.sys, self.board, rpc, want, shell)?;
+        let identity = ch.identity.index() as u8;
         stages::attach_listener(&self.sys, &ch)?;
         let busy = HalError::new(Stage::Recover, Cause::Os(hexrpc_drivers::Errno::EBUSY));
         let i = self.cells.iter().position(FdCell::is_empty).ok_or(busy)?;
