@@ -75,6 +75,20 @@ impl CallKind {
     pub fn is_invoke(self) -> bool {
         matches!(self, CallKind::RpcInvoke | CallKind::RpcInvokeFd | CallKind::RpcInvokeAttrs | CallKind::RpcInvokeCrc | CallKind::UpInvoke)
     }
+
+    /// An INIT of either driver (downstream INIT / INIT_ATTRS, upstream INIT_CREATE,
+    /// INIT_CREATE_STATIC, INIT_ATTACH, INIT_ATTACH_SNS).
+    pub fn is_init(self) -> bool {
+        matches!(
+            self,
+            CallKind::RpcInit
+                | CallKind::RpcInitAttrs
+                | CallKind::UpInitCreate
+                | CallKind::UpInitCreateStatic
+                | CallKind::UpInitAttach
+                | CallKind::UpInitAttachSns
+        )
+    }
 }
 
 /// What the simulated DSP was asked to do (one per message that reached it).
@@ -288,6 +302,10 @@ impl CallCounts {
     /// Calls of one kind.
     pub fn of(&self, kind: CallKind) -> u64 {
         self.calls.get(&kind).copied().unwrap_or(0)
+    }
+    /// INIT requests of either driver ([`CallKind::is_init`]).
+    pub fn inits(&self) -> u64 {
+        self.calls.iter().filter(|(k, _)| k.is_init()).map(|(_, n)| n).sum()
     }
     /// DSP messages of one kind.
     pub fn dsp_of(&self, kind: DspCallKind) -> u64 {

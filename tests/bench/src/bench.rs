@@ -1,6 +1,5 @@
 //! [`Bench`]: the simulated kernel behind the syscall seam, and its control API.
 
-use std::collections::HashMap;
 use std::ffi::CStr;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::ptr::NonNull;
@@ -1002,31 +1001,7 @@ impl Bench {
             }
             Some(VNode::Device(DeviceKind::Rpc)) => {
                 let id = st.id();
-                let tgid = rustix::process::getpid().as_raw_nonzero().get();
-                st.rpc_files.insert(
-                    id,
-                    RpcFile {
-                        upstream: false,
-                        tgid,
-                        session_epoch: None,
-                        cid: None,
-                        session: false,
-                        mode: hexrpc_drivers::adsprpc::FASTRPC_MODE_SERIAL,
-                        profile: false,
-                        kalloc: false,
-                        proc_id: None,
-                        channel_epoch: None,
-                        maps: Vec::new(),
-                        parked: HashMap::new(),
-                        in_ioctl: 0,
-                        closed: false,
-                        perf: HashMap::new(),
-                        holds_ref: false,
-                        init_mem: None,
-                        inited: false,
-                        poisoned: false,
-                    },
-                );
+                st.rpc_files.insert(id, RpcFile::downstream());
                 FdObj::Rpc(id)
             }
             Some(VNode::Device(DeviceKind::DmaHeap)) => FdObj::Heap,
@@ -1440,16 +1415,7 @@ unsafe impl Syscalls for Bench {
                 let teardown = match st.rpc_files.get_mut(&file) {
                     Some(f) => {
                         // An INIT that returned 0 (after a GETINFO downstream) sets the file up.
-                        let init = matches!(
-                            kind,
-                            CallKind::RpcInit
-                                | CallKind::RpcInitAttrs
-                                | CallKind::UpInitCreate
-                                | CallKind::UpInitCreateStatic
-                                | CallKind::UpInitAttach
-                                | CallKind::UpInitAttachSns
-                        );
-                        if init && r == Ok(0) && f.cid.is_some() {
+                        if kind.is_init() && r == Ok(0) && f.cid.is_some() {
                             f.inited = true;
                         }
                         f.in_ioctl -= 1;

@@ -202,20 +202,41 @@ pub(crate) struct RpcFile {
 }
 
 impl RpcFile {
+    /// True if this downstream file's free puts a channel reference back (`fastrpc_file_free`:
+    /// it holds one and its restart counter is `epoch`, the current one).
+    pub fn puts_channel_ref(&self, epoch: u64) -> bool {
+        !self.upstream && self.session && self.holds_ref && self.session_epoch == Some(epoch)
+    }
+
     /// An upstream `/dev/fastrpc-*` file of this process, opened at restart epoch `epoch` on
     /// channel `cid`: bound to its channel and holding an SMMU session from the open on.
     pub fn upstream(epoch: u64, cid: u32) -> RpcFile {
         RpcFile {
             upstream: true,
-            tgid: rustix::process::getpid().as_raw_nonzero().get(),
             session_epoch: Some(epoch),
             cid: Some(cid),
             session: true,
             mode: 0,
-            profile: false,
             kalloc: true,
-            proc_id: None,
             channel_epoch: Some(epoch),
+            ..RpcFile::downstream()
+        }
+    }
+
+    /// A downstream `/dev/adsprpc-smd` file of this process as `fastrpc_device_open` leaves it:
+    /// the opener's tgid, serial mode, no channel, no session (GETINFO binds one).
+    pub fn downstream() -> RpcFile {
+        RpcFile {
+            upstream: false,
+            tgid: rustix::process::getpid().as_raw_nonzero().get(),
+            session_epoch: None,
+            cid: None,
+            session: false,
+            mode: hexrpc_drivers::adsprpc::FASTRPC_MODE_SERIAL,
+            profile: false,
+            kalloc: false,
+            proc_id: None,
+            channel_epoch: None,
             maps: Vec::new(),
             parked: HashMap::new(),
             in_ioctl: 0,
@@ -643,7 +664,7 @@ impl State {
         // fastrpc_file_free: the kref is put once, only by a file whose restart counter is
         // current (a stale file's reference was forgotten by the restart); at 0 the channel
         // closes (fastrpc_channel_close).
-        if !f.upstream && f.session && f.holds_ref && f.session_epoch == Some(self.epoch) {
+        if f.puts_channel_ref(self.epoch) {
             self.chan_kref -= 1;
             if self.chan_kref == 0 {
                 self.channel_open = None;
@@ -694,8 +715,7 @@ impl State {
             return 0;
         }
         let epoch = self.epoch;
-        let holders =
-            self.rpc_files.values().filter(|f| !f.upstream && f.session && f.holds_ref && f.session_epoch == Some(epoch)).count() as i64;
+        let holders = self.rpc_files.values().filter(|f| f.puts_channel_ref(epoch)).count() as i64;
         u32::try_from((self.chan_kref - holders).max(0)).unwrap_or(u32::MAX)
     }
 

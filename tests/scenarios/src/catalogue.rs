@@ -9,6 +9,7 @@
 //! | `add_u8` | `buf,buf,u32` | `out[i] = in[i] + k` (wrapping) over `min(len in, len out)` bytes |
 //! | `scale_f32` | `buf,buf,f32` | `y[i] = a * x[i]` over `min(len x, len y) / 4` floats |
 //! | `sleep_ms` | `buf,u32` | sleeps `k` ms, then writes `k` (u32 LE) at the start of the buffer |
+//! | `add_or_late` | `buf,buf,u32` | as `add_u8`; for `k >= LATE_MS` sleeps `k` ms, then fills `out` with `LATE_BYTE` (the whole-stack tests' deadline kernel, not in [`MODELS`]) |
 
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
@@ -76,7 +77,28 @@ pub const SCALE_F32: Model = Model { name: "scale_f32", signature: "buf,buf,f32"
 /// Sleeps `k` ms, then writes `k` (u32 LE) at the start of the buffer.
 pub const SLEEP_MS: Model = Model { name: "sleep_ms", signature: "buf,u32", buffers: 1, scalars: 1, kernel: sleep_ms };
 
-/// Every model of the catalogue.
+/// What [`ADD_OR_LATE`] sleeps at least, in ms, before its late write.
+pub const LATE_MS: u32 = 400;
+/// What [`ADD_OR_LATE`] fills its output with after the sleep.
+pub const LATE_BYTE: u8 = 0xAB;
+
+fn add_or_late(k: &mut KernelCall<'_>) {
+    let add = k.scalar_u32(0).unwrap_or(0);
+    if add >= LATE_MS {
+        std::thread::sleep(Duration::from_millis(u64::from(add)));
+        let _ = k.write(1, 0, &vec![LATE_BYTE; k.buffer_len(1)]);
+        return;
+    }
+    add_u8(k);
+}
+
+/// The whole-stack tests' kernel for deadlines: `out[i] = in[i] + k` as [`ADD_U8`], or, for
+/// `k >= LATE_MS`, sleeps `k` ms and then fills `out` with [`LATE_BYTE`] (a kernel that writes
+/// after its call was abandoned). A table kernel ([`Model::table_model`]); not served by the
+/// bindings' bench ([`MODELS`]).
+pub const ADD_OR_LATE: Model = Model { name: "add_or_late", signature: "buf,buf,u32", buffers: 2, scalars: 1, kernel: add_or_late };
+
+/// Every model of the catalogue the bindings' bench serves.
 pub const MODELS: &[Model] = &[SCALE_F32, ADD_U8, SLEEP_MS];
 
 /// The model named `name`.

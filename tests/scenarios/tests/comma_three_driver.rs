@@ -15,20 +15,18 @@
 
 use std::time::{Duration, Instant};
 
-use hexrpc_bench::{wire, Bench, BenchConfig, ChannelReopen, KernelCall, LibraryModel, ReverseRequest, TableKernel};
+use hexrpc_bench::{wire, Bench, BenchConfig, ChannelReopen, ReverseRequest};
 use hexrpc_bsp::{Board, KernelAbi};
 use hexrpc_drivers::{adsprpc, aee, listener, Error as SysError, Fd, Scalars};
 use hexrpc_hal::internal::ListenerPlumbing;
 use hexrpc_hal::{BufferView, Cause, ErrorKind, HalError, Library};
 use hexrpc_runtime::launch::{Batch, BufferRef, Scalar, Signature};
-use hexrpc_scenarios::catalogue::image;
-use hexrpc_scenarios::stack::{back_to, start as start_rig};
+use hexrpc_scenarios::catalogue::{image, ADD_OR_LATE, LATE_MS};
+use hexrpc_scenarios::stack::{back_to, start as start_rig, Rig};
 
 const WAIT: Duration = Duration::from_secs(5);
 const LIB: &str = "c3_kernel";
 const SIG: &str = "buf,buf,u32";
-/// The kernel's scalar that asks it to sleep this many ms before it writes.
-const SLOW_MS: u32 = 300;
 
 hexrpc_bench::on_both_kernels!(
     apps_mem_heap_flags_are_refused_before_the_kernel,
@@ -36,23 +34,9 @@ hexrpc_bench::on_both_kernels!(
     two_sessions_and_their_recoveries_leave_no_init_memory_or_channel_reference,
 );
 
-/// `out[i] = in[i] + k`; for `k >= SLOW_MS` it sleeps `k` ms first.
-fn kernel(k: &mut KernelCall<'_>) {
-    let add = k.scalar_u32(0).unwrap_or(0);
-    if add >= SLOW_MS {
-        std::thread::sleep(Duration::from_millis(u64::from(add)));
-    }
-    let n = k.buffer_len(0).min(k.buffer_len(1));
-    let mut v = vec![0u8; n];
-    if k.read(0, 0, &mut v).is_ok() {
-        v.iter_mut().for_each(|b| *b = b.wrapping_add(add as u8));
-        let _ = k.write(1, 0, &v);
-    }
-}
-
 fn bench_with(config: BenchConfig) -> Bench {
     let bench = Bench::with_config(config);
-    bench.register_library(LIB, LibraryModel::table(vec![TableKernel::new(2, 1, kernel)]));
+    bench.register_library(LIB, ADD_OR_LATE.table_model());
     bench
 }
 
@@ -146,7 +130,7 @@ fn no_call_reaches_a_file_before_its_getinfo_and_init(board: &'static Board) {
         let h = open_apps_mem(&bench, fd);
         assert_eq!(request_map64(&bench, fd, h, adsprpc::ADSP_MMAP_ADD_PAGES, 1 << 16), 0);
         assert_eq!(bench.counts().before_init, 0, "apps_mem map");
-        let e = launch(&lib, &a.whole(), &out.whole(), SLOW_MS, Some(Duration::from_millis(30))).unwrap_err();
+        let e = launch(&lib, &a.whole(), &out.whole(), LATE_MS, Some(Duration::from_millis(30))).unwrap_err();
         assert_eq!(e.cause, Cause::Timeout, "{e}");
         rig.session().recover().unwrap();
         assert_eq!(bench.counts().before_init, 0, "deadline and recovery");
@@ -200,7 +184,7 @@ fn two_sessions_and_their_recoveries_leave_no_init_memory_or_channel_reference(b
             assert_eq!(e.kind(), ErrorKind::Recoverable, "{e}");
             rig.session().recover().unwrap();
             launch(lib, &a.whole(), &o.whole(), 1, None).unwrap();
-            let e = launch(lib, &a.whole(), &o.whole(), SLOW_MS, Some(Duration::from_millis(30))).unwrap_err();
+            let e = launch(lib, &a.whole(), &o.whole(), LATE_MS, Some(Duration::from_millis(30))).unwrap_err();
             assert_eq!(e.cause, Cause::Timeout, "{e}");
             rig.session().recover().unwrap();
             drop((a, o));
@@ -211,12 +195,6 @@ fn two_sessions_and_their_recoveries_leave_no_init_memory_or_channel_reference(b
     let end = back_to(&bench, &start);
     assert_eq!((end.init_buffers, end.channel_refs), (0, 0), "no init memory or channel reference leaked");
     assert_eq!(end, start);
-}
-
-/// INITs the downstream kernel saw.
-fn inits(bench: &Bench) -> u64 {
-    let c = bench.counts();
-    c.of(hexrpc_bench::CallKind::RpcInit) + c.of(hexrpc_bench::CallKind::RpcInitAttrs)
 }
 
 /// The bench seen as a kernel of its own by the HAL's identity table: a session opened through
@@ -247,9 +225,9 @@ fn a_session_whose_identity_another_user_holds_takes_a_fresh_file() {
     let other = hexrpc_hal::Session::start(Foreign(bench.clone()), &access).expect("the other user's session");
     let before = bench.snapshot();
     {
-        let inits_before = inits(&bench);
+        let inits_before = bench.counts().inits();
         let rig = start_rig(&bench).unwrap();
-        assert_eq!(inits(&bench) - inits_before, 2, "one refused INIT, one on a fresh file");
+        assert_eq!(bench.counts().inits() - inits_before, 2, "one refused INIT, one on a fresh file");
         let procs = bench.dsp_processes();
         assert_eq!(procs.len(), 2, "the other user keeps its process");
         assert_ne!(procs[0].identity, procs[1].identity);
@@ -316,6 +294,23 @@ fn bench_with_port_wait(port_wait: Duration) -> Bench {
     bench_with(config)
 }
 
+/// A DSP restart whose channel reopens as `reopen` says: the next launch on `lib` is refused as
+/// recoverable, then `recover()` runs; its outcome and how long it took.
+fn restart_and_recover(
+    bench: &Bench,
+    rig: &Rig,
+    lib: &Library<'_, Bench>,
+    views: (&BufferView<'_>, &BufferView<'_>),
+    reopen: ChannelReopen,
+) -> (Result<(), HalError>, Duration) {
+    bench.set_channel_reopen(reopen);
+    bench.restart_dsp();
+    assert_eq!(launch(lib, views.0, views.1, 1, None).unwrap_err().kind(), ErrorKind::Recoverable);
+    let t0 = Instant::now();
+    let r = rig.session().recover();
+    (r, t0.elapsed())
+}
+
 /// R16: between the DSP's power-up and its glink link coming up, opening the channel fails (-1
 /// after the driver's port wait, 5 s as on the device); a restart whose reopen fails for 2 s is
 /// recovered: the first attempt's INIT fails only after the whole wait, and the next works.
@@ -329,12 +324,9 @@ fn a_channel_that_reopens_2_s_after_the_restart_is_recovered() {
         let mut a = rig.session().alloc(4096).unwrap();
         a.fill(0, 4096, 1).unwrap();
         let o = rig.session().alloc(4096).unwrap();
-        bench.set_channel_reopen(ChannelReopen::LinkUpAfter(Duration::from_secs(2)));
-        bench.restart_dsp();
-        assert_eq!(launch(&lib, &a.whole(), &o.whole(), 1, None).unwrap_err().kind(), ErrorKind::Recoverable);
-        let t0 = Instant::now();
-        rig.session().recover().expect("recovered once the link is up");
-        let took = t0.elapsed();
+        let (r, took) =
+            restart_and_recover(&bench, &rig, &lib, (&a.whole(), &o.whole()), ChannelReopen::LinkUpAfter(Duration::from_secs(2)));
+        r.expect("recovered once the link is up");
         assert!(took >= Duration::from_secs(2), "it waited for the link: {took:?}");
         assert!(took < Duration::from_millis(u64::from(bench.board().recovery.budget_ms)), "{took:?}");
         assert!(bench.counts().channel_open_failures >= 1, "opens failed while the link was down");
@@ -356,12 +348,8 @@ fn a_channel_that_cannot_be_reopened_is_reported_within_the_budget() {
         let lib = rig.open_library(LIB, image(LIB)).unwrap();
         let a = rig.session().alloc(4096).unwrap();
         let o = rig.session().alloc(4096).unwrap();
-        bench.set_channel_reopen(ChannelReopen::Stuck);
-        bench.restart_dsp();
-        assert_eq!(launch(&lib, &a.whole(), &o.whole(), 1, None).unwrap_err().kind(), ErrorKind::Recoverable);
-        let t0 = Instant::now();
-        let e = rig.session().recover().unwrap_err();
-        let took = t0.elapsed();
+        let (r, took) = restart_and_recover(&bench, &rig, &lib, (&a.whole(), &o.whole()), ChannelReopen::Stuck);
+        let e = r.unwrap_err();
         let budget = Duration::from_millis(u64::from(bench.board().recovery.budget_ms));
         assert!(took <= budget, "within the budget: {took:?}");
         let Cause::ChannelStuck { attempts, waited_ms } = e.cause else { panic!("{e}") };

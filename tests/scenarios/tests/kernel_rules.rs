@@ -16,16 +16,14 @@
 
 use std::time::{Duration, Instant};
 
-use hexrpc_bench::{
-    wire, Bench, DriverMapKind, DspCallKind, Fault, FaultTarget, KernelCall, LedgerEvent, LibraryModel, ReverseRequest, TableKernel,
-};
+use hexrpc_bench::{wire, Bench, DriverMapKind, DspCallKind, Fault, FaultTarget, LedgerEvent, ReverseRequest};
 use hexrpc_bsp::{Board, KernelAbi};
 use hexrpc_drivers::{adsprpc, listener, Scalars};
 use hexrpc_hal::internal::ListenerPlumbing;
 use hexrpc_hal::{BufferView, Cause, ErrorKind, HalError, Lease, Library};
 use hexrpc_runtime::launch::{AbiVersion, Batch, BufferRef, PackedLaunch, Scalar, Signature};
 use hexrpc_runtime::Error as RuntimeError;
-use hexrpc_scenarios::catalogue::image;
+use hexrpc_scenarios::catalogue::{image, ADD_OR_LATE, LATE_BYTE, LATE_MS};
 use hexrpc_scenarios::stack::{back_to, start as start_rig, Rig};
 
 const WAIT: Duration = Duration::from_secs(5);
@@ -40,9 +38,6 @@ const LIB: &str = "rules_kernel";
 /// The same kernel behind an entry with the map cache (opened with it).
 const LIB_CACHED: &str = "rules_kernel_cached";
 const SIG: &str = "buf,buf,u32";
-/// The kernel's scalar that asks for a late write: sleep this many ms, then write `LATE_BYTE`.
-const LATE_MS: u32 = 400;
-const LATE_BYTE: u8 = 0xAB;
 
 hexrpc_bench::on_both_kernels!(
     a_reused_number_after_a_successful_launch_names_the_new_lease,
@@ -62,28 +57,11 @@ hexrpc_bench::on_both_kernels!(
     recover_and_drop_return_within_the_budget_when_the_dsp_never_answers_the_exit,
 );
 
-/// `out[i] = in[i] + k`, or, for `k >= LATE_MS`, sleep `k` ms and then fill `out` with
-/// `LATE_BYTE`.
-fn kernel(k: &mut KernelCall<'_>) {
-    let add = k.scalar_u32(0).unwrap_or(0);
-    if add >= LATE_MS {
-        std::thread::sleep(Duration::from_millis(u64::from(add)));
-        let _ = k.write(1, 0, &vec![LATE_BYTE; k.buffer_len(1)]);
-        return;
-    }
-    let n = k.buffer_len(0).min(k.buffer_len(1));
-    let mut v = vec![0u8; n];
-    if k.read(0, 0, &mut v).is_ok() {
-        v.iter_mut().for_each(|b| *b = b.wrapping_add(add as u8));
-        let _ = k.write(1, 0, &v);
-    }
-}
-
 fn bench_for(board: &'static Board) -> Bench {
     let bench = Bench::for_board(board);
     // A kernel table of one: single launches and batches.
-    bench.register_library(LIB, LibraryModel::table(vec![TableKernel::new(2, 1, kernel)]));
-    bench.register_library(LIB_CACHED, LibraryModel::table(vec![TableKernel::new(2, 1, kernel)]).with_map_cache());
+    bench.register_library(LIB, ADD_OR_LATE.table_model());
+    bench.register_library(LIB_CACHED, ADD_OR_LATE.table_model().with_map_cache());
     bench
 }
 
@@ -266,7 +244,7 @@ fn a_reused_number_after_a_cached_launch_and_a_recovery_names_the_new_lease(boar
 fn a_dropped_lease_is_released_only_in_the_libraries_it_went_to(board: &'static Board) {
     let _serial = serial();
     let bench = bench_for(board);
-    bench.register_library("rules_kernel_cached_2", LibraryModel::table(vec![TableKernel::new(2, 1, kernel)]).with_map_cache());
+    bench.register_library("rules_kernel_cached_2", ADD_OR_LATE.table_model().with_map_cache());
     let rig = start_rig(&bench).unwrap();
     let one = rig.open_library_with(LIB_CACHED, image(LIB_CACHED), true).unwrap();
     let two = rig.open_library_with("rules_kernel_cached_2", image("rules_kernel_cached_2"), true).unwrap();
@@ -514,20 +492,20 @@ fn two_sessions_in_one_process_both_work_or_the_second_is_refused_by_name(board:
                 // A third has no identity left: refused before anything is opened (no INIT is
                 // sent for an identity a channel of this process holds).
                 let rpc_files = bench.snapshot().rpc_files;
-                let inits = init_calls(&bench);
+                let inits = bench.counts().inits();
                 match start_rig(&bench) {
                     Err(RuntimeError::Hal(e)) => assert_eq!(e.cause, Cause::IdentityInUse, "{e}"),
                     Err(e) => panic!("third session: {e}"),
                     Ok(_) => panic!("a third session got a DSP process"),
                 }
                 assert_eq!(bench.dsp_processes().len(), 2, "both live sessions keep their process");
-                assert_eq!(init_calls(&bench), inits, "no INIT for a held identity");
+                assert_eq!(bench.counts().inits(), inits, "no INIT for a held identity");
                 assert_eq!(bench.snapshot().rpc_files, rpc_files, "no FastRPC file opened for it, none left open");
                 drop(lib2);
             }
             (KernelAbi::Upstream, Err(RuntimeError::Hal(e))) => {
                 assert_eq!(e.cause, Cause::IdentityInUse, "{e}");
-                assert_eq!(init_calls(&bench), 1, "no INIT for the identity the first session holds");
+                assert_eq!(bench.counts().inits(), 1, "no INIT for the identity the first session holds");
                 assert!(e.to_string().contains("identit"), "{e}");
                 assert_eq!(bench.dsp_processes().len(), 1, "the first session keeps its process");
             }
@@ -544,16 +522,6 @@ fn two_sessions_in_one_process_both_work_or_the_second_is_refused_by_name(board:
     }
     // Everything is given back: no FastRPC file was refused, none is left open.
     assert_eq!(back_to(&bench, &start), start);
-}
-
-/// INITs (process creates) the kernel saw, on either driver.
-fn init_calls(bench: &Bench) -> u64 {
-    use hexrpc_bench::CallKind as K;
-    let c = bench.counts();
-    [K::RpcInit, K::RpcInitAttrs, K::UpInitCreate, K::UpInitCreateStatic, K::UpInitAttach]
-        .iter()
-        .map(|k| c.calls.get(k).copied().unwrap_or(0))
-        .sum()
 }
 
 fn recover_and_drop_return_within_the_budget_when_the_dsp_never_answers_the_exit(board: &'static Board) {
