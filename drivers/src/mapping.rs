@@ -27,9 +27,10 @@ pub struct Mapping<S: Syscalls> {
 // SAFETY: the mapping is plain shared memory owned by this value; moving it to another thread
 // moves the obligation to unmap it, which `S: Send` allows.
 unsafe impl<S: Syscalls + Send> Send for Mapping<S> {}
-// SAFETY: `&Mapping` only permits copies out of the mapping and address queries; the memory is
-// accessed with same-size atomic operations on every path (see `Words`), so concurrent accesses
-// through other mappings or threads are not data races.
+// SAFETY: `&Mapping` permits copies out of and into the mapping (`write_shared`,
+// `fill_shared`) and address queries; the memory is accessed with same-size atomic operations on
+// every path (see `Words`), so concurrent accesses through other mappings or threads are not
+// data races.
 unsafe impl<S: Syscalls + Sync> Sync for Mapping<S> {}
 
 /// A range that does not fit a mapping, or a write to a read-only mapping.
@@ -127,6 +128,36 @@ impl<S: Syscalls> Mapping<S> {
             return Err(RangeError { offset, len, mapped: self.len });
         }
         // SAFETY: the range is inside the live, writable, aligned mapping (checked above).
+        unsafe { self.words().write(offset, len, |_| byte) };
+        Ok(())
+    }
+
+    /// [`write_at`](Mapping::write_at) through a shared reference, for owners that hand
+    /// disjoint ranges of one mapping to several writers (an arena's sub-allocations). Writers of
+    /// overlapping ranges race like any two agents sharing the memory: the bytes are some mix,
+    /// whole per word, never undefined behaviour.
+    pub fn write_shared(&self, offset: usize, data: &[u8]) -> Result<(), RangeError> {
+        self.check(offset, data.len())?;
+        if self.prot == Prot::Read {
+            return Err(RangeError { offset, len: data.len(), mapped: self.len });
+        }
+        // SAFETY: the range is inside the live, writable, aligned mapping (checked above). The
+        // memory is DSP-shared memory that no Rust reference covers (none is ever formed, see the
+        // type docs); the same atomic word stores as `write_at` make concurrent copies through
+        // `&self` defined.
+        unsafe { self.words().write(offset, data.len(), |i| data[i]) };
+        Ok(())
+    }
+
+    /// [`fill`](Mapping::fill) through a shared reference (see
+    /// [`write_shared`](Mapping::write_shared)).
+    pub fn fill_shared(&self, offset: usize, len: usize, byte: u8) -> Result<(), RangeError> {
+        self.check(offset, len)?;
+        if self.prot == Prot::Read {
+            return Err(RangeError { offset, len, mapped: self.len });
+        }
+        // SAFETY: as in `write_shared`: inside the live, writable, aligned mapping, written with
+        // atomic word stores only.
         unsafe { self.words().write(offset, len, |_| byte) };
         Ok(())
     }

@@ -102,6 +102,21 @@ pub enum Cause {
         /// Milliseconds from the start of the recovery to the last refusal.
         waited_ms: u32,
     },
+    /// No free range of an [`Arena`](crate::Arena) fits the request (at its alignment): free
+    /// sub-allocations or use another arena.
+    ArenaFull {
+        /// The bytes asked for.
+        requested: u64,
+        /// The largest free range of the arena, in bytes (it may fit the length but not the
+        /// alignment).
+        largest_free: u64,
+    },
+    /// Every bookkeeping node of an [`Arena`](crate::Arena) is in use (one per block, free and
+    /// used): the arena holds too many sub-allocations.
+    ArenaBlocks {
+        /// The arena's node count ([`ARENA_BLOCKS`](crate::ARENA_BLOCKS)).
+        blocks: u32,
+    },
 }
 
 /// The shell paths a session tried (the board's list), for [`Cause::ShellNotFound`].
@@ -249,7 +264,7 @@ impl HalError {
             Cause::DspRestart | Cause::Timeout | Cause::NeedsRecovery | Cause::ListenerStopped | Cause::Quarantined => {
                 ErrorKind::Recoverable
             }
-            Cause::Invalid | Cause::TooLarge | Cause::Full => ErrorKind::Usage,
+            Cause::Invalid | Cause::TooLarge | Cause::Full | Cause::ArenaFull { .. } | Cause::ArenaBlocks { .. } => ErrorKind::Usage,
             Cause::Dsp(_) | Cause::Refused(_) => ErrorKind::Remote,
             _ => ErrorKind::Other,
         }
@@ -273,6 +288,8 @@ impl HalError {
             Cause::Quarantined => Errno::EBUSY,
             Cause::IdentityInUse => Errno::EBUSY,
             Cause::ChannelStuck { .. } => Errno::EPERM,
+            Cause::ArenaFull { .. } => Errno::ENOMEM,
+            Cause::ArenaBlocks { .. } => Errno::ENOSPC,
         }
     }
 }
@@ -319,6 +336,16 @@ impl fmt::Display for HalError {
                  {attempts} process creates (INIT: EPERM after its port-connect wait) over {waited_ms} ms; on the \
                  comma three's driver a channel connect that timed out leaves the port stuck until the device \
                  reboots: reboot it"
+            ),
+            Cause::ArenaFull { requested, largest_free } => write!(
+                f,
+                "the arena has no free range for {requested} bytes at the requested alignment (largest free range: \
+                 {largest_free} bytes); free sub-allocations or use another arena"
+            ),
+            Cause::ArenaBlocks { blocks } => write!(
+                f,
+                "all {blocks} bookkeeping blocks of the arena are in use (free and used ranges together); free \
+                 sub-allocations or use another arena"
             ),
             Cause::Refused(r) => {
                 write!(f, "the DSP refused to load the library: {}", r.code())?;

@@ -213,6 +213,22 @@ impl<S: Syscalls + Clone> RawLease<S> {
         self.written(offset, data.len())
     }
 
+    /// [`write_at`](Self::write_at) through `&self` (an arena's disjoint sub-allocations).
+    pub(crate) fn write_shared(&self, offset: usize, data: &[u8]) -> Result<(), HalError> {
+        self.cpu_access(dma_heap::DMA_BUF_SYNC_WRITE, |l| {
+            l.map.write_shared(offset, data).map_err(|_| HalError::new(Stage::Alloc, Cause::Invalid))
+        })?;
+        self.written(offset, data.len())
+    }
+
+    /// [`fill`](Self::fill) through `&self` (an arena's disjoint sub-allocations).
+    pub(crate) fn fill_shared(&self, offset: usize, len: usize, byte: u8) -> Result<(), HalError> {
+        self.cpu_access(dma_heap::DMA_BUF_SYNC_WRITE, |l| {
+            l.map.fill_shared(offset, len, byte).map_err(|_| HalError::new(Stage::Alloc, Cause::Invalid))
+        })?;
+        self.written(offset, len)
+    }
+
     /// Takes the share fd's ownership token out (the lease's memory then stays mapped until the
     /// rest is dropped, and the number is the caller's to retire and close).
     pub(crate) fn take_share(&mut self) -> Option<hexrpc_drivers::OwnedFd> {
@@ -362,6 +378,17 @@ impl<'s, S: Syscalls + Clone> Lease<'s, S> {
     /// Sets `len` bytes at `offset` to `byte`. Refused while the lease is quarantined.
     pub fn fill(&mut self, offset: usize, len: usize, byte: u8) -> Result<(), HalError> {
         self.usable_mut()?.fill(offset, len, byte)
+    }
+
+    /// [`write_at`](Self::write_at) through `&self`, for an arena whose sub-allocations are
+    /// disjoint ranges of the lease written by their own owners.
+    pub(crate) fn write_shared(&self, offset: usize, data: &[u8]) -> Result<(), HalError> {
+        self.usable()?.write_shared(offset, data)
+    }
+
+    /// [`fill`](Self::fill) through `&self` (see [`write_shared`](Self::write_shared)).
+    pub(crate) fn fill_shared(&self, offset: usize, len: usize, byte: u8) -> Result<(), HalError> {
+        self.usable()?.fill_shared(offset, len, byte)
     }
 
     /// Cache maintenance on `[offset, offset + len)`: the msm ION cache ioctls on ION 4.9; on a

@@ -22,6 +22,17 @@
 //!   `FASTRPC_IOCTL_MUNMAP_FD`; upstream the number stays occupied until the channel closes),
 //!   and a lease of a call abandoned at its deadline is refused ([`Cause::Quarantined`]) and
 //!   kept until the DSP process that ran the call is released.
+//! * **Arenas** ([`arena`]): a FastRPC call carries at most 15 leases, so memory for many
+//!   tensors comes from an [`Arena`]: one lease carved into [`ARENA_ALIGN`]-aligned
+//!   sub-allocations ([`ArenaBuf`]) by a two-level segregated-fit allocator
+//!   ([`OffsetAllocator`]) whose bookkeeping is a fixed pool of [`ARENA_BLOCKS`] nodes (no
+//!   heap; O(1) allocation in the common case and O(1) coalescing on free). A sub-allocation's
+//!   views are views of the arena's lease at its offset, so a launch passing many of them maps
+//!   one lease; a view borrows its buffer and a buffer its arena, so no range is freed or
+//!   reused under a launch. Dropping a buffer frees its range, dropping the arena its lease. A
+//!   full arena is [`Cause::ArenaFull`] (with the largest free range), exhausted bookkeeping
+//!   [`Cause::ArenaBlocks`]. [`SharedArena`] and [`SharedArenaBuf`] (std) own shares instead of
+//!   borrows, for bindings.
 //! * **DSP identities**: the DSP keys user processes by the opener's process id; the downstream
 //!   driver offers a second identity (the session bit), so two sessions in one process work
 //!   there and a third is refused ([`Cause::IdentityInUse`]); upstream a second one is refused.
@@ -85,6 +96,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod arena;
 mod call;
 #[cfg(feature = "std")]
 pub mod deadline;
@@ -108,6 +120,7 @@ pub mod internal {
     pub use crate::session::{ListenerChannel, ListenerPlumbing};
 }
 
+pub use arena::{Arena, ArenaBuf, ArenaError, ArenaStats, OffsetAllocator, ARENA_ALIGN, ARENA_BLOCKS};
 pub use call::{Call, HandleArg};
 pub use error::{Cause, ErrorKind, HalError, OpenAdvice, Refusal, ShellSearch, Stage, REFUSAL_TEXT};
 pub use fd::OwnedFd;
@@ -118,5 +131,5 @@ pub use session::{
     Health, ImageRegistry, Library, Session, DLERROR_LEN, MAP_CACHE_RELEASE_IDS, MAP_CACHE_RELEASE_METHOD, MAX_LIBRARIES, MAX_NAME,
 };
 #[cfg(feature = "std")]
-pub use shared::{SharedLease, SharedLibrary};
+pub use shared::{SharedArena, SharedArenaBuf, SharedLease, SharedLibrary};
 pub use stages::{ChannelOpened, HeapOpened, ProcessCreated, ShellStaged};

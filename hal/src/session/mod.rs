@@ -23,6 +23,7 @@ use core::time::Duration;
 use hexrpc_bsp::{Board, DeviceAccess};
 use hexrpc_drivers::{adsprpc, listener as calls, Fd, FdCell, Syscalls};
 
+use crate::arena::Arena;
 use crate::call::Call;
 use crate::driver;
 use crate::error::{Cause, HalError, Stage};
@@ -315,6 +316,12 @@ impl<S: Syscalls + Clone> Session<S> {
     pub fn alloc(&self, len: usize) -> Result<Lease<'_, S>, HalError> {
         let raw = RawLease::alloc(&self.sys, self.ion.raw(), self.board, len, Stage::Alloc)?;
         Ok(Lease::new(raw, self.sys.clone(), self.ion.raw(), Owner::Session(self)))
+    }
+
+    /// An [`Arena`] over a new lease of `len` bytes (rounded up to a page, as
+    /// [`alloc`](Session::alloc) does): many sub-allocations, one lease for the DSP.
+    pub fn arena(&self, len: usize) -> Result<Arena<'_, S>, HalError> {
+        Ok(Arena::new(self.alloc(len)?))
     }
 
     fn check_health(&self, stage: Stage) -> Result<(), HalError> {
