@@ -13,17 +13,18 @@
 //! clang-19 (flags, plus BuildOptions::kernel_cflags) -isystem OUT.build/include
 //!          -c -- kernel.c -o kernel.o
 //!          (kernel.c = #include "KERNEL.c" + the prototype generated from the signature)
-//! clang-19 (flags) -Wall -Werror -DHRX_NEED___truncsfhf2=1 ... -c -- helpers.c -o helpers.o
-//!          (only if the kernel objects call a helper the library carries, see below)
+//! clang-19 (flags) -Wall -Werror -DHRX_NEED___truncsfhf2=1 ... -c -- hrx_half.c -o hrx_half.o
+//! clang-19 (flags) -Wall -Werror -DHRX_NEED_trunc=1 -c -- hrx_libm.c -o hrx_libm.o
+//!          (each only if the kernel objects call a function it carries, see below)
 //! clang-19 --target=hexagon -c -- record.s -o record.o                  (the build record)
 //! ld.lld-19 -shared --hash-style=sysv -z max-page-size=4096 -soname NAME -T link.ld
-//!           -o OUT.build/linked.so entry.o kernel0.o [helpers.o] record.o
+//!           -o OUT.build/linked.so entry.o kernel0.o [hrx_half.o] [hrx_libm.o] record.o
 //! ```
 //!
 //! The kernel sees our own headers (`math.h`, `string.h`) and clang's freestanding ones
 //! (`stdint.h`, `stddef.h`, `stdbool.h`, `float.h`, ...), never the host's `/usr/include`; a
-//! library carries the half-precision conversion helpers its kernels call, hidden (see the
-//! [`freestanding`] module).
+//! library carries the half-precision conversion helpers and the double `trunc` its kernels call,
+//! hidden (see the [`freestanding`] module).
 //!
 //! What is checked, each failure a [`BuildError`] naming the cause:
 //! * before anything runs: the kernel source is a regular file, not a directory; the output is
@@ -109,7 +110,8 @@ pub const WORK_MARKER: &str = ".hexrpc-build";
 /// export list of the bench's DSP shell; a real `fastrpc_shell` exports more, so the list is
 /// conservative: a library that passes here loads on the bench and on a device. Helpers not on
 /// this list that a library needs are carried in it instead
-/// ([`freestanding::CARRIED_HELPERS`]); our `math.h` and `string.h` declare only names from it.
+/// ([`freestanding::CARRIED_HELPERS`]: the half conversions and the double `trunc`); our `math.h`
+/// and `string.h` declare only names from it and from that list.
 pub const DSP_PROVIDED_SYMBOLS: &[&str] = &[
     "HAP_mmap",
     "HAP_munmap",
@@ -236,7 +238,8 @@ pub struct BuildReport {
     pub linker_script: PathBuf,
     /// The library as parsed back.
     pub elf: ElfSummary,
-    /// The compiler helpers linked into the library, hidden ([`freestanding::CARRIED_HELPERS`]).
+    /// The helpers and libm functions linked into the library, hidden
+    /// ([`freestanding::CARRIED_HELPERS`]), in that table's order.
     pub carried_helpers: Vec<&'static str>,
     /// Kernels compiled without HVX code generation because clang-19's Hexagon backend cannot
     /// select instructions for them with HVX (the build retries them without HVX): correct, not vectorised.
@@ -390,8 +393,7 @@ impl fmt::Display for BuildError {
             BuildError::UnresolvedImports(names) => write!(
                 f,
                 "the library imports symbols the DSP does not provide: {} (provided: HAP_*, memcpy/memset/memmove/memcmp, fopen/fclose, the \
-                 __hexagon_* integer and double-arithmetic helpers and a float libm subset; carried in the library: the half-precision \
-                 conversions {})",
+                 __hexagon_* integer and double-arithmetic helpers and a float libm subset; carried in the library: {})",
                 names.join(", "),
                 freestanding::CARRIED_HELPERS.join("/")
             ),
@@ -875,19 +877,20 @@ fn build_kernels(kernels: &[KernelSpec<'_>], out: &Path, opts: &BuildOptions, ta
         }
         objects.push(obj);
     }
-    // The helpers the kernel objects call that the library carries itself: only those.
+    // The functions the kernel objects call that the library carries itself: only those, one
+    // translation unit per source that defines some.
     let mut undefined = Vec::new();
     for obj in &objects {
         let bytes = std::fs::read(obj).map_err(io_err(obj))?;
         undefined.extend(object_undefined(&bytes).map_err(BuildError::Elf)?);
     }
     let carried_helpers = freestanding::helpers_needed(undefined.iter().map(String::as_str));
-    if !carried_helpers.is_empty() {
-        let source = work.join("helpers.c");
-        std::fs::write(&source, freestanding::HALF_SOURCE).map_err(io_err(&source))?;
-        let obj = work.join("helpers.o");
+    for (carried, functions) in freestanding::sources_for(&carried_helpers) {
+        let source = work.join(carried.file);
+        std::fs::write(&source, carried.text).map_err(io_err(&source))?;
+        let obj = source.with_extension("o");
         let mut flags: Vec<OsString> = ENTRY_CFLAGS.iter().map(OsString::from).collect();
-        flags.extend(freestanding::helper_defines(&carried_helpers));
+        flags.extend(freestanding::helper_defines(&functions));
         compile_hexagon(&opts.clang, &source, &obj, &flags)?;
         objects.push(obj);
     }
@@ -1022,6 +1025,31 @@ mod tests {
         left.sort();
         assert_eq!(left, ["lib.so", "link.so", "victim"], "no temporary file left behind");
         let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn a_carried_function_is_linked_in_never_imported() {
+        let lib = |imports: &[&str]| ElfSummary {
+            machine: EM_HEXAGON,
+            elf_type: ET_DYN,
+            sections: vec![],
+            segments: vec![],
+            exports: vec![ENTRY_SYMBOL.to_owned()],
+            imports: imports.iter().map(|s| s.to_string()).collect(),
+            weak_imports: vec![],
+        };
+        assert!(check_library(&lib(&["HAP_mmap", "__hexagon_divdf3", "truncf"])).is_ok());
+        // `trunc` is carried: a library that imports it (it was not linked in) is refused, and
+        // so is every double libm function that is neither provided nor carried.
+        for name in ["trunc", "floor", "sqrt", "__extendhfsf2"] {
+            match check_library(&lib(&["HAP_mmap", name])) {
+                Err(e @ BuildError::UnresolvedImports(_)) => {
+                    assert!(e.to_string().contains(&format!("provide: {name} (")), "{e}");
+                    assert!(e.to_string().contains("carried in the library: __extendhfsf2/"), "{e}");
+                }
+                other => panic!("{name}: {other:?}"),
+            }
+        }
     }
 
     #[test]

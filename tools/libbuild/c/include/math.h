@@ -1,12 +1,14 @@
 /* hexrpc build-lib's <math.h> for Hexagon kernels (freestanding: the host's C library headers are
  * never searched).
  *
- * Declared functions are the ones the DSP side provides to a loaded library: each name below is
- * in hexrpc-libbuild's DSP_PROVIDED_SYMBOLS (the bench shell's export list) and a test keeps the
- * two lists equal. The static inline functions and the macros are resolved by the compiler (no
- * call remains). Anything else, the double-precision functions included, is not declared: a
- * kernel that calls one does not compile, and a library that imports one anyway (through
- * __builtin_sqrt, say) is refused by build-lib with the symbol named.
+ * Declared functions are the ones the DSP side provides to a loaded library (each name in
+ * hexrpc-libbuild's DSP_PROVIDED_SYMBOLS, the bench shell's export list), then the ones the
+ * library carries itself (in its CARRIED_HELPERS: build-lib compiles and links them, hidden, when
+ * a kernel calls them); a test keeps the header and both lists in step. The static inline
+ * functions and the macros are resolved by the compiler (no call remains). Anything else, the
+ * other double-precision functions included, is not declared: a kernel that calls one does not
+ * compile, and a library that imports one anyway (through __builtin_sqrt, say) is refused by
+ * build-lib with the symbol named.
  */
 #ifndef HEXRPC_MATH_H
 #define HEXRPC_MATH_H
@@ -66,6 +68,9 @@ float logf(float x);
 float log2f(float x);
 float sinf(float x);
 float cosf(float x);
+
+/* Carried in the library (hrx_libm.c, linked hidden when a kernel calls it): exact. */
+double trunc(double x);
 
 /* Resolved by the compiler: sign-bit operations, no call. */
 static inline double fabs(double x) { return __builtin_fabs(x); }
