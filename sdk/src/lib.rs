@@ -72,7 +72,10 @@ pub use hexrpc_runtime as runtime;
 
 pub use hexrpc_bsp::{Board, DeviceAccess};
 pub use hexrpc_drivers::{RustixSys, Syscalls};
-pub use hexrpc_hal::{BufferView, Lease, Library, LibraryImage, Session, SharedLease, SharedLibrary};
+pub use hexrpc_hal::{
+    Arena, ArenaBuf, BufferView, Lease, Library, LibraryImage, Session, SharedArena, SharedArenaBuf, SharedLease, SharedLibrary,
+    ARENA_ALIGN,
+};
 pub use hexrpc_runtime::launch::{AbiVersion, Batch, BatchRun, BufferRef, Scalar, ScalarType, Signature};
 pub use hexrpc_runtime::reverse::FilePolicy;
 pub use hexrpc_runtime::{Error, ErrorKind, Kernel, ServedSession};
@@ -81,8 +84,9 @@ pub use hexrpc_runtime::{Error, ErrorKind, Kernel, ServedSession};
 pub mod prelude {
     pub use crate::boards;
     pub use crate::{
-        AbiVersion, Batch, BatchRun, Board, BufferRef, BufferView, DeviceAccess, Error, ErrorKind, FilePolicy, Kernel, Lease, Library,
-        LibraryImage, RustixSys, Scalar, ScalarType, ServedSession, Session, SharedLease, SharedLibrary, Signature, Syscalls,
+        AbiVersion, Arena, ArenaBuf, Batch, BatchRun, Board, BufferRef, BufferView, DeviceAccess, Error, ErrorKind, FilePolicy, Kernel,
+        Lease, Library, LibraryImage, RustixSys, Scalar, ScalarType, ServedSession, Session, SharedArena, SharedArenaBuf, SharedLease,
+        SharedLibrary, Signature, Syscalls,
     };
 }
 

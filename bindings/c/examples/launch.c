@@ -235,6 +235,52 @@ static void batches(hexrpc_session *s) {
   printf("batch: 3 launches in one call, a scalar and a view changed in place, refusals as expected\n");
 }
 
+/* An arena: one lease carved into sub-allocations, each a hexrpc_lease of its own size; a batch
+ * counts every buffer of one arena as one of its 15 leases. */
+static void arenas(hexrpc_session *s) {
+  const uint8_t *image;
+  size_t image_len;
+  OK(hexrpc_bench_model_image("add_u8_table", &image, &image_len));
+  hexrpc_library *lib;
+  OK(hexrpc_library_open(s, "arena-table", image, image_len, "buf,buf,u32", HEXRPC_ABI_V2, &lib));
+  const char *kernels[1] = {"buf,buf,u32"};
+  hexrpc_batch *b;
+  OK(hexrpc_batch_new(lib, kernels, 1, &b));
+  hexrpc_arena *arena;
+  OK(hexrpc_arena_new(s, 1 << 20, &arena));
+  enum { BUFS = 32 }; /* more than a batch's 15 distinct leases */
+  hexrpc_lease *buf[BUFS];
+  uint8_t *mem[BUFS];
+  for (int i = 0; i < BUFS; i++) {
+    size_t len;
+    OK(hexrpc_arena_alloc(arena, 1000 + (size_t)i, 0, &buf[i]));
+    OK(hexrpc_lease_memory(buf[i], (void **)&mem[i], &len));
+    CHECK(len == 1000 + (size_t)i && (uintptr_t)mem[i] % HEXRPC_ARENA_ALIGN == 0, "sub-allocation %d: %zu bytes at %p", i, len, (void *)mem[i]);
+    memset(mem[i], i, len);
+  }
+  for (int i = 0; i + 1 < BUFS; i += 2) { /* buf[i + 1][8..72] = buf[i][0..64] + i */
+    hexrpc_view v[2] = {{buf[i], 0, 64}, {buf[i + 1], 8, 64}};
+    hexrpc_scalar k[1] = {hexrpc_scalar_u32((uint32_t)i)};
+    OK(hexrpc_batch_push(b, 0, v, 2, k, 1, NULL));
+  }
+  OK(hexrpc_batch_run(b, 0, NULL)); /* 16 launches, 32 buffers, one lease: one call */
+  for (int i = 0; i + 1 < BUFS; i += 2)
+    for (int j = 0; j < 64; j++) CHECK(mem[i + 1][8 + j] == (uint8_t)(2 * i), "arena out %d[%d] = %u", i + 1, j, mem[i + 1][8 + j]);
+  hexrpc_arena_stats st;
+  OK(hexrpc_arena_get_stats(arena, &st));
+  CHECK(st.live == BUFS && st.capacity == 1 << 20, "arena: %u live of %llu bytes", st.live, (unsigned long long)st.capacity);
+  hexrpc_lease *big;
+  EXPECT(hexrpc_arena_alloc(arena, 2 << 20, 0, &big), HEXRPC_ERR_INVALID); /* no free range fits */
+  CHECK(strstr(hexrpc_last_error_message(), "largest free range") != NULL, "%s", hexrpc_last_error_message());
+  OK(hexrpc_batch_free(b));
+  for (int i = 0; i < BUFS; i++) OK(hexrpc_lease_free(buf[i]));
+  OK(hexrpc_arena_get_stats(arena, &st));
+  CHECK(st.live == 0 && st.free == st.capacity, "arena after the frees: %u live, %llu free", st.live, (unsigned long long)st.free);
+  OK(hexrpc_arena_free(arena));
+  OK(hexrpc_library_close(lib));
+  printf("arena: %d sub-allocations of one lease in one batch call, checked and given back\n", BUFS);
+}
+
 static int executor(void) {
   hexrpc_session *s;
   hexrpc_status st = hexrpc_session_open_bench(HEXRPC_BENCH_EXECUTOR, &s);
@@ -311,6 +357,7 @@ int main(int argc, char **argv) {
   scale_launches(s);
   path_and_deadline(s);
   batches(s);
+  arenas(s);
   hexrpc_lease *stray;
   OK(hexrpc_lease_alloc(s, 4096, &stray));
   OK(hexrpc_session_close(s));

@@ -28,6 +28,12 @@
 // Launch ABI v2 (hexrpc's; views at any offset).
 #define HEXRPC_ABI_V2 2
 
+// The least alignment (and size granule) of an arena's sub-allocations: one HVX vector.
+#define HEXRPC_ARENA_ALIGN 128
+
+// Bookkeeping blocks of an arena (free and used ranges together).
+#define HEXRPC_ARENA_BLOCKS 1024
+
 // `int8_t`.
 #define HEXRPC_SCALAR_I8 1
 
@@ -126,10 +132,15 @@ typedef enum hexrpc_status {
   HEXRPC_ERR_PANIC = 9,
 } hexrpc_status;
 
+// An arena: one lease carved into aligned sub-allocations (`hexrpc_arena_alloc`), so that many
+// buffers are one lease for the DSP (a FastRPC call carries at most 15).
+typedef struct hexrpc_arena hexrpc_arena;
+
 // Launches of one library's kernel table, run together in one FastRPC call.
 typedef struct hexrpc_batch hexrpc_batch;
 
-// An ION buffer shared with the DSP.
+// An ION buffer shared with the DSP: a lease of its own (`hexrpc_lease_alloc`) or a
+// sub-allocation of an arena (`hexrpc_arena_alloc`), used alike.
 typedef struct hexrpc_lease hexrpc_lease;
 
 // An open library together with its kernel's signature and launch ABI.
@@ -142,6 +153,27 @@ typedef struct hexrpc_session hexrpc_session;
 // module that logged (`"hexrpc_hal::session"`), `message` the text; both strings are valid only
 // during the call.
 typedef void (*hexrpc_log_fn)(void *user, uint32_t level, const char *target, const char *message);
+
+// What `hexrpc_arena_get_stats` reports of an arena.
+typedef struct hexrpc_arena_stats {
+  // Bytes the arena manages (its lease's length, a multiple of the alignment).
+  uint64_t capacity;
+  // Bytes in live sub-allocations (each rounded up to the 128-byte granule).
+  uint64_t used;
+  // Bytes free (`capacity - used`).
+  uint64_t free;
+  // The largest free range in bytes: a sub-allocation up to this long fits (at the default
+  // alignment).
+  uint64_t largest_free;
+  // Live sub-allocations.
+  uint32_t live;
+  // Bookkeeping blocks in use (free and used ranges) and the arena's total (`HEXRPC_ARENA_BLOCKS`).
+  uint32_t blocks_in_use;
+  // The arena's bookkeeping blocks.
+  uint32_t blocks;
+  // Zero.
+  uint32_t reserved;
+} hexrpc_arena_stats;
 
 // A buffer argument: `length` bytes at `offset` of `lease`.
 typedef struct hexrpc_view {
@@ -244,7 +276,7 @@ enum hexrpc_status hexrpc_session_open_bench(uint32_t flags, struct hexrpc_sessi
 #endif
 
 // Closes a session and every lease and library made from it (all their handles become dead):
-// libraries are closed, leases freed, the listener stopped, the DSP process asked to exit, the
+// libraries are closed, leases and arenas freed, the listener stopped, the DSP process asked to exit, the
 // channel and ION device closed. Calls in flight on other threads finish first. Thread-safe; a
 // second close returns `HEXRPC_ERR_HANDLE`.
 enum hexrpc_status hexrpc_session_close(struct hexrpc_session *session);
@@ -290,6 +322,45 @@ enum hexrpc_status hexrpc_lease_memory(struct hexrpc_lease *lease, void **ptr, s
 // Frees a lease (its mapping, share fd and ION handle), once no launch in flight uses it.
 // Thread-safe; a second free returns `HEXRPC_ERR_HANDLE`.
 enum hexrpc_status hexrpc_lease_free(struct hexrpc_lease *lease);
+
+// Makes an arena over a new lease of at least `length` bytes (rounded up to a page): one ION
+// allocation, share and mapping, carved into sub-allocations by `hexrpc_arena_alloc`. The
+// arena's bookkeeping has a fixed size (`HEXRPC_ARENA_BLOCKS` ranges, free and used). Thread-safe.
+//
+// # Safety
+// `out` is NULL or valid for one write.
+enum hexrpc_status hexrpc_arena_new(struct hexrpc_session *session,
+                                    size_t length,
+                                    struct hexrpc_arena **out);
+
+// Carves `length` bytes out of `arena` at an offset that is a multiple of `align` (a power of
+// two; 0: 128, the HVX vector length, the least any sub-allocation gets) and returns them as
+// a lease handle: `hexrpc_lease_memory` gives its address and `length`, views take offsets
+// relative to it, and launches and batches pass the arena's lease (mapped whole by the DSP) at
+// the sub-allocation's offset, so any number of sub-allocations of one arena count as one
+// lease of a batch. `hexrpc_lease_free` gives the range back (once no launch in flight uses it).
+// `HEXRPC_ERR_INVALID` when no free range fits (the last error says the largest free range) or
+// the bookkeeping is full, for a zero `length` or an `align` that is not a power of two.
+// Thread-safe.
+//
+// # Safety
+// `out` is NULL or valid for one write.
+enum hexrpc_status hexrpc_arena_alloc(struct hexrpc_arena *arena,
+                                      size_t length,
+                                      size_t align,
+                                      struct hexrpc_lease **out);
+
+// Writes what the arena holds to `stats`. Thread-safe.
+//
+// # Safety
+// `stats` is NULL or valid for one write.
+enum hexrpc_status hexrpc_arena_get_stats(struct hexrpc_arena *arena,
+                                          struct hexrpc_arena_stats *stats);
+
+// Frees the arena handle. Its sub-allocations stay valid: the arena's lease is released when
+// the last of them is freed too (or the session is closed, which frees them all). Thread-safe;
+// a second free returns `HEXRPC_ERR_HANDLE`.
+enum hexrpc_status hexrpc_arena_free(struct hexrpc_arena *arena);
 
 // Opens a library from its bytes (copied; the caller may free them on return), for a kernel of
 // `signature` (e.g. `"buf,buf,f32"`) under `abi` (`HEXRPC_ABI_V2`). A library made by `hexrpc

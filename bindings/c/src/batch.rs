@@ -111,14 +111,16 @@ pub fn run(kobj: &KernelObj, kernels: &[Signature], records: &[BatchRecord], dea
     })
 }
 
-/// Distinct leases `records` name (by identity), with view `i` of record `r` replaced by
-/// `replace(r, i)` where that is `Some`; stops counting past `MAX_BATCH_LEASES`.
-pub fn distinct_leases<T, R, I>(records: R, replace: impl Fn(usize, usize) -> Option<*const T>) -> usize
+/// Distinct leases `records` name, by the key of the lease the DSP maps for each view (the
+/// lease id: every sub-allocation of one arena has its arena's), with view `i` of record `r`
+/// replaced by `replace(r, i)` where that is `Some`; stops counting past `MAX_BATCH_LEASES`.
+pub fn distinct_leases<K, R, I>(records: R, replace: impl Fn(usize, usize) -> Option<K>) -> usize
 where
+    K: Copy + PartialEq,
     R: IntoIterator<Item = I>,
-    I: IntoIterator<Item = *const T>,
+    I: IntoIterator<Item = K>,
 {
-    let mut seen: heapless::Vec<*const T, { MAX_BATCH_LEASES + 1 }> = heapless::Vec::new();
+    let mut seen: heapless::Vec<K, { MAX_BATCH_LEASES + 1 }> = heapless::Vec::new();
     for (r, rec) in records.into_iter().enumerate() {
         for (i, p) in rec.into_iter().enumerate() {
             let p = replace(r, i).unwrap_or(p);
@@ -213,9 +215,9 @@ impl BatchObj {
         if index >= n {
             return Err(Failure::refused(format!("record {record} has no buffer {index} (it has {n})")));
         }
-        let ptrs = records.iter().map(|r| r.views.iter().map(|v| Arc::as_ptr(&v.0)));
-        let with = Arc::as_ptr(&view.0);
-        if distinct_leases(ptrs, |r, i| (r == record && i == index).then_some(with)) > MAX_BATCH_LEASES {
+        let ids = records.iter().map(|r| r.views.iter().map(|v| v.0.lease_id()));
+        let with = view.0.lease_id();
+        if distinct_leases(ids, |r, i| (r == record && i == index).then_some(with)) > MAX_BATCH_LEASES {
             return Err(too_many_leases());
         }
         records[record].views[index] = view;

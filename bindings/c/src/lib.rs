@@ -60,9 +60,39 @@ pub struct hexrpc_session {
     _opaque: [u8; 0],
 }
 
-/// An ION buffer shared with the DSP.
+/// An ION buffer shared with the DSP: a lease of its own (`hexrpc_lease_alloc`) or a
+/// sub-allocation of an arena (`hexrpc_arena_alloc`), used alike.
 pub struct hexrpc_lease {
     _opaque: [u8; 0],
+}
+
+/// An arena: one lease carved into aligned sub-allocations (`hexrpc_arena_alloc`), so that many
+/// buffers are one lease for the DSP (a FastRPC call carries at most 15).
+pub struct hexrpc_arena {
+    _opaque: [u8; 0],
+}
+
+/// What `hexrpc_arena_get_stats` reports of an arena.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct hexrpc_arena_stats {
+    /// Bytes the arena manages (its lease's length, a multiple of the alignment).
+    pub capacity: u64,
+    /// Bytes in live sub-allocations (each rounded up to the 128-byte granule).
+    pub used: u64,
+    /// Bytes free (`capacity - used`).
+    pub free: u64,
+    /// The largest free range in bytes: a sub-allocation up to this long fits (at the default
+    /// alignment).
+    pub largest_free: u64,
+    /// Live sub-allocations.
+    pub live: u32,
+    /// Bookkeeping blocks in use (free and used ranges) and the arena's total (`HEXRPC_ARENA_BLOCKS`).
+    pub blocks_in_use: u32,
+    /// The arena's bookkeeping blocks.
+    pub blocks: u32,
+    /// Zero.
+    pub reserved: u32,
 }
 
 /// An open library together with its kernel's signature and launch ABI.
@@ -110,6 +140,12 @@ pub const HEXRPC_ABI_RECORDED: u32 = 0;
 pub const HEXRPC_ABI_V1: u32 = 1;
 /// Launch ABI v2 (hexrpc's; views at any offset).
 pub const HEXRPC_ABI_V2: u32 = 2;
+
+/// The least alignment (and size granule) of an arena's sub-allocations: one HVX vector.
+pub const HEXRPC_ARENA_ALIGN: usize = 128;
+/// Bookkeeping blocks of an arena (free and used ranges together).
+pub const HEXRPC_ARENA_BLOCKS: u32 = 1024;
+const _: () = assert!(HEXRPC_ARENA_ALIGN == hexrpc_hal::ARENA_ALIGN && HEXRPC_ARENA_BLOCKS as usize == hexrpc_hal::ARENA_BLOCKS);
 
 /// `int8_t`.
 pub const HEXRPC_SCALAR_I8: u32 = 1;
@@ -454,7 +490,7 @@ pub unsafe extern "C" fn hexrpc_session_open_bench(flags: u32, out: *mut *mut he
 }
 
 /// Closes a session and every lease and library made from it (all their handles become dead):
-/// libraries are closed, leases freed, the listener stopped, the DSP process asked to exit, the
+/// libraries are closed, leases and arenas freed, the listener stopped, the DSP process asked to exit, the
 /// channel and ION device closed. Calls in flight on other threads finish first. Thread-safe; a
 /// second close returns `HEXRPC_ERR_HANDLE`.
 #[no_mangle]
@@ -552,6 +588,92 @@ pub unsafe extern "C" fn hexrpc_lease_memory(lease: *mut hexrpc_lease, ptr: *mut
 pub extern "C" fn hexrpc_lease_free(lease: *mut hexrpc_lease) -> hexrpc_status {
     run(|| {
         drop(table::remove(handle_value(lease), |o| matches!(o, Obj::Lease(_)), "lease")?);
+        Ok(())
+    })
+}
+
+/// Makes an arena over a new lease of at least `length` bytes (rounded up to a page): one ION
+/// allocation, share and mapping, carved into sub-allocations by `hexrpc_arena_alloc`. The
+/// arena's bookkeeping has a fixed size (`HEXRPC_ARENA_BLOCKS` ranges, free and used). Thread-safe.
+///
+/// # Safety
+/// `out` is NULL or valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn hexrpc_arena_new(session: *mut hexrpc_session, length: usize, out: *mut *mut hexrpc_arena) -> hexrpc_status {
+    run(|| {
+        if out.is_null() {
+            return Err(Failure::null("out"));
+        }
+        let s = table::session(handle_value(session))?;
+        let arena = s.arena(length)?;
+        let h = table::insert(Obj::Arena(Arc::new(arena)))?;
+        // SAFETY: the caller's contract.
+        unsafe { write_out(out, handle_ptr(h), "out") }
+    })
+}
+
+/// Carves `length` bytes out of `arena` at an offset that is a multiple of `align` (a power of
+/// two; 0: 128, the HVX vector length, the least any sub-allocation gets) and returns them as
+/// a lease handle: `hexrpc_lease_memory` gives its address and `length`, views take offsets
+/// relative to it, and launches and batches pass the arena's lease (mapped whole by the DSP) at
+/// the sub-allocation's offset, so any number of sub-allocations of one arena count as one
+/// lease of a batch. `hexrpc_lease_free` gives the range back (once no launch in flight uses it).
+/// `HEXRPC_ERR_INVALID` when no free range fits (the last error says the largest free range) or
+/// the bookkeeping is full, for a zero `length` or an `align` that is not a power of two.
+/// Thread-safe.
+///
+/// # Safety
+/// `out` is NULL or valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn hexrpc_arena_alloc(
+    arena: *mut hexrpc_arena,
+    length: usize,
+    align: usize,
+    out: *mut *mut hexrpc_lease,
+) -> hexrpc_status {
+    run(|| {
+        if out.is_null() {
+            return Err(Failure::null("out"));
+        }
+        let a = table::arena(handle_value(arena))?;
+        let sub = a.alloc(length, align)?;
+        let h = table::insert(Obj::Lease(Arc::new(sub)))?;
+        // SAFETY: the caller's contract.
+        unsafe { write_out(out, handle_ptr(h), "out") }
+    })
+}
+
+/// Writes what the arena holds to `stats`. Thread-safe.
+///
+/// # Safety
+/// `stats` is NULL or valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn hexrpc_arena_get_stats(arena: *mut hexrpc_arena, stats: *mut hexrpc_arena_stats) -> hexrpc_status {
+    run(|| {
+        let a = table::arena(handle_value(arena))?;
+        let st = a.stats();
+        let out = hexrpc_arena_stats {
+            capacity: st.capacity,
+            used: st.used,
+            free: st.free,
+            largest_free: st.largest_free,
+            live: st.live_blocks,
+            blocks_in_use: st.nodes_in_use,
+            blocks: st.nodes,
+            reserved: 0,
+        };
+        // SAFETY: the caller's contract.
+        unsafe { write_out(stats, out, "stats") }
+    })
+}
+
+/// Frees the arena handle. Its sub-allocations stay valid: the arena's lease is released when
+/// the last of them is freed too (or the session is closed, which frees them all). Thread-safe;
+/// a second free returns `HEXRPC_ERR_HANDLE`.
+#[no_mangle]
+pub extern "C" fn hexrpc_arena_free(arena: *mut hexrpc_arena) -> hexrpc_status {
+    run(|| {
+        drop(table::remove(handle_value(arena), |o| matches!(o, Obj::Arena(_)), "arena")?);
         Ok(())
     })
 }

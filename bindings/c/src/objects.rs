@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use hexrpc_bsp::DeviceAccess;
 use hexrpc_drivers::Fd;
-use hexrpc_hal::{BufferView, LibraryImage, SharedLease, SharedLibrary};
+use hexrpc_hal::{ArenaStats, BufferView, Lease, LibraryImage, SharedArena, SharedArenaBuf, SharedLease, SharedLibrary};
 use hexrpc_runtime::launch::{AbiVersion, BufferRef, LibraryRecord, Scalar, ScalarType, Signature, MAX_BUFFERS};
 use hexrpc_runtime::reverse::FilePolicy;
 use hexrpc_runtime::{Kernel, ServedSession};
@@ -92,7 +92,13 @@ impl SessionObj {
     /// Allocates `len` bytes (rounded up to a page).
     pub fn alloc(self: &Arc<Self>, len: usize) -> Result<LeaseObj, Failure> {
         let lease = self.served.alloc_shared(len)?;
-        Ok(LeaseObj { lease, session: self.clone() })
+        Ok(LeaseObj { mem: Memory::Lease(lease), session: self.clone() })
+    }
+
+    /// An arena over a new lease of `len` bytes (rounded up to a page).
+    pub fn arena(self: &Arc<Self>, len: usize) -> Result<ArenaObj, Failure> {
+        let lease = self.served.alloc_shared(len)?;
+        Ok(ArenaObj { arena: SharedArena::new(lease), session: self.clone() })
     }
 
     /// Opens a library from its bytes, for a kernel of `signature` under `abi`; with
@@ -203,17 +209,62 @@ pub fn device_board_names() -> String {
     hexrpc_bsp::device_boards().map(|b| b.name).collect::<Vec<_>>().join(", ")
 }
 
-/// An lease holding a share of its session.
+/// What a lease handle names: a lease of its own, or a sub-allocation of an arena (a range of
+/// the arena's lease). Either way launches map the whole lease behind it ([`LeaseObj::base`]).
+enum Memory {
+    Lease(SharedLease<Seam>),
+    Sub(SharedArenaBuf<Seam>),
+}
+
+/// A lease holding a share of its session: a lease of its own or a sub-allocation of an arena
+/// ([`ArenaObj::alloc`]), which the bindings treat alike: its memory, views (offsets relative
+/// to it), launches and batches. Dropping it frees the lease, or gives the range back to the
+/// arena.
 pub struct LeaseObj {
-    // Field order is release order: the lease before the session.
-    lease: SharedLease<Seam>,
+    // Field order is release order: the lease (or range) before the session.
+    mem: Memory,
     session: Arc<SessionObj>,
 }
 
 impl LeaseObj {
-    /// The lease.
-    pub fn lease(&self) -> &SharedLease<Seam> {
-        &self.lease
+    /// The lease launches map: this one, or the arena's.
+    pub fn base(&self) -> &Lease<'static, Seam> {
+        match &self.mem {
+            Memory::Lease(l) => l.lease(),
+            Memory::Sub(b) => b.lease(),
+        }
+    }
+
+    /// Where this object's bytes start in [`base`](Self::base) (0 for a lease of its own).
+    pub fn base_offset(&self) -> usize {
+        match &self.mem {
+            Memory::Lease(_) => 0,
+            Memory::Sub(b) => b.offset(),
+        }
+    }
+
+    /// Its length: the lease's (rounded up to a page) or the sub-allocation's (as asked).
+    pub fn len(&self) -> usize {
+        match &self.mem {
+            Memory::Lease(l) => l.lease().len(),
+            Memory::Sub(b) => b.len(),
+        }
+    }
+
+    /// Never true: a lease has a page at least, a sub-allocation a byte.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The id of the lease launches map ([`hexrpc_hal::Lease::lease_id`]): equal for every
+    /// sub-allocation of one arena, which a batch counts as one lease.
+    pub fn lease_id(&self) -> u32 {
+        self.base().lease_id()
+    }
+
+    /// True for a sub-allocation of an arena.
+    pub fn is_sub(&self) -> bool {
+        matches!(self.mem, Memory::Sub(_))
     }
 
     /// The session it belongs to.
@@ -221,16 +272,74 @@ impl LeaseObj {
         &self.session
     }
 
-    /// The host address and length of the lease's mapping (shared with the DSP).
+    /// The host address and length of its memory (shared with the DSP).
     pub fn memory(&self) -> (usize, usize) {
-        (self.lease.lease().host_addr(), self.lease.lease().len())
+        (self.base().host_addr() + self.base_offset(), self.len())
     }
 
-    /// A checked view.
+    /// A checked view (`offset` relative to this object): a view of [`base`](Self::base).
     pub fn view(&self, offset: usize, len: usize) -> Result<BufferView<'_>, Failure> {
-        self.lease.view(offset, len).map_err(|_| {
-            Failure::invalid("view", format!("view {offset}+{len} does not fit a lease of {} bytes", self.lease.lease().len()))
+        let v = match &self.mem {
+            Memory::Lease(l) => l.view(offset, len),
+            Memory::Sub(b) => b.view(offset, len),
+        };
+        v.map_err(|e| match e.cause {
+            hexrpc_hal::Cause::Invalid => {
+                let what = if self.is_sub() { "an arena buffer" } else { "a lease" };
+                Failure::invalid("view", format!("view {offset}+{len} does not fit {what} of {} bytes", self.len()))
+            }
+            _ => Failure::hal(e),
         })
+    }
+}
+
+/// An arena holding a share of its session: one lease carved into sub-allocations
+/// ([`alloc`](Self::alloc)), each a [`LeaseObj`]. Its lease is released when the arena and every
+/// sub-allocation of it are gone.
+pub struct ArenaObj {
+    // Field order is release order: the arena before the session.
+    arena: Arc<SharedArena<Seam>>,
+    session: Arc<SessionObj>,
+}
+
+impl ArenaObj {
+    /// A sub-allocation of `len` bytes at an offset that is a multiple of `align` (0: the
+    /// arena's alignment, [`hexrpc_hal::ARENA_ALIGN`]).
+    pub fn alloc(&self, len: usize, align: usize) -> Result<LeaseObj, Failure> {
+        let align = if align == 0 { hexrpc_hal::ARENA_ALIGN } else { align };
+        let buf = self.arena.alloc_aligned(len, align).map_err(|e| match e.cause {
+            hexrpc_hal::Cause::Invalid => Failure::invalid(
+                "alloc",
+                format!("arena sub-allocation of {len} bytes at alignment {align}: the length must be non-zero and the alignment a power of two"),
+            ),
+            _ => Failure::hal(e),
+        })?;
+        Ok(LeaseObj { mem: Memory::Sub(buf), session: self.session.clone() })
+    }
+
+    /// Bytes, blocks and the largest free range.
+    pub fn stats(&self) -> ArenaStats {
+        self.arena.stats()
+    }
+
+    /// The arena's length (its lease's).
+    pub fn len(&self) -> usize {
+        self.arena.len()
+    }
+
+    /// Never true (a lease has a page at least).
+    pub fn is_empty(&self) -> bool {
+        self.arena.is_empty()
+    }
+
+    /// The id of the arena's lease (every sub-allocation's [`LeaseObj::lease_id`]).
+    pub fn lease_id(&self) -> u32 {
+        self.arena.lease().lease_id()
+    }
+
+    /// The session it belongs to.
+    pub fn session(&self) -> &Arc<SessionObj> {
+        &self.session
     }
 }
 
@@ -306,16 +415,19 @@ impl KernelObj {
             if !Arc::ptr_eq(&v.lease.session, &self.session) {
                 return Err(Failure::invalid("launch-pack", format!("buffer {i}: its lease belongs to another session")));
             }
-            let lease = v.lease.lease.lease();
-            let fits = v.offset.checked_add(v.len).is_some_and(|end| end <= lease.len());
+            let lease = v.lease.base();
+            let fits = v.offset.checked_add(v.len).is_some_and(|end| end <= v.lease.len());
             if !fits {
+                let what = if v.lease.is_sub() { "arena buffer" } else { "lease" };
                 return Err(Failure::invalid(
                     "launch-pack",
-                    format!("buffer {i}: view {}+{} does not fit its lease of {} bytes", v.offset, v.len, lease.len()),
+                    format!("buffer {i}: view {}+{} does not fit its {what} of {} bytes", v.offset, v.len, v.lease.len()),
                 ));
             }
-            // The record borrows the lease object, which the caller keeps alive for the call.
-            *r = BufferRef::borrowing(v.lease, lease.fd(), lease.len() as u64, v.offset as u64, v.len as u64);
+            // The record borrows the lease object, which the caller keeps alive for the call: a
+            // sub-allocation's view is a view of its arena's lease at the sub-allocation's offset.
+            let offset = (v.lease.base_offset() + v.offset) as u64;
+            *r = BufferRef::borrowing(v.lease, lease.fd(), lease.len() as u64, offset, v.len as u64);
         }
         self.kernel.launch_buffers(&refs[..views.len()], scalars, deadline).map_err(Failure::runtime)
     }

@@ -8,15 +8,17 @@ use std::sync::{Arc, RwLock};
 
 use crate::batch::BatchObj;
 use crate::error::Failure;
-use crate::objects::{KernelObj, LeaseObj, SessionObj};
+use crate::objects::{ArenaObj, KernelObj, LeaseObj, SessionObj};
 
 /// What a handle names.
 #[derive(Clone)]
 pub enum Obj {
     /// A session.
     Session(Arc<SessionObj>),
-    /// A lease.
+    /// A lease (of its own, or a sub-allocation of an arena).
     Lease(Arc<LeaseObj>),
+    /// An arena.
+    Arena(Arc<ArenaObj>),
     /// A library with its kernel's signature.
     Kernel(Arc<KernelObj>),
     /// A batch of launches of a library's kernel table.
@@ -146,6 +148,14 @@ pub fn lease(h: u64) -> Result<Arc<LeaseObj>, Failure> {
     }
 }
 
+/// The arena named by `h`.
+pub fn arena(h: u64) -> Result<Arc<ArenaObj>, Failure> {
+    match read().get(h) {
+        Some(Obj::Arena(a)) => Ok(a.clone()),
+        _ => Err(Failure::handle("arena")),
+    }
+}
+
 /// The batch named by `h`.
 pub fn batch(h: u64) -> Result<Arc<BatchObj>, Failure> {
     match read().get(h) {
@@ -205,14 +215,15 @@ pub fn kernel_and_leases<const N: usize>(
 }
 
 /// Removes the object `h` names if it is of the kind `is_kind` accepts (and, for a session,
-/// every lease and library of it), and returns what was removed, to be dropped by the caller
-/// outside the lock: libraries first, then leases, then the session.
+/// every lease, arena and library of it), and returns what was removed, to be dropped by the
+/// caller outside the lock: batches and libraries first, then leases, arenas, the session.
 pub fn remove(h: u64, is_kind: fn(&Obj) -> bool, what: &'static str) -> Result<Vec<Obj>, Failure> {
     let mut t = write();
     let Some(taken) = t.remove_if(h, is_kind) else { return Err(Failure::handle(what)) };
     let mut removed = match &taken {
         Obj::Session(s) => t.remove_all(|o| match o {
             Obj::Lease(l) => Arc::ptr_eq(l.session(), s),
+            Obj::Arena(a) => Arc::ptr_eq(a.session(), s),
             Obj::Kernel(k) => Arc::ptr_eq(k.session(), s),
             Obj::Batch(b) => Arc::ptr_eq(b.kernel().session(), s),
             Obj::Session(_) => false,
@@ -225,7 +236,8 @@ pub fn remove(h: u64, is_kind: fn(&Obj) -> bool, what: &'static str) -> Result<V
         Obj::Batch(_) => 0,
         Obj::Kernel(_) => 1,
         Obj::Lease(_) => 2,
-        Obj::Session(_) => 3,
+        Obj::Arena(_) => 3,
+        Obj::Session(_) => 4,
     });
     Ok(removed)
 }

@@ -282,3 +282,122 @@ fn open_with(session: *mut hexrpc_session, image: &[u8], signature: &std::ffi::C
     });
     library
 }
+
+fn arena_alloc(arena: *mut hexrpc_arena, len: usize, align: usize) -> (hexrpc_status, *mut hexrpc_lease) {
+    let mut sub = null_mut();
+    // SAFETY: out pointer valid.
+    let st = unsafe { hexrpc_arena_alloc(arena, len, align, &mut sub) };
+    (st, sub)
+}
+
+fn arena_stats(arena: *mut hexrpc_arena) -> hexrpc_arena_stats {
+    let mut st = hexrpc_arena_stats::default();
+    // SAFETY: out pointer valid.
+    ok(unsafe { hexrpc_arena_get_stats(arena, &mut st) });
+    st
+}
+
+#[test]
+fn arena_sub_allocations_are_leases_at_offsets_of_one_lease() {
+    let f = fixture();
+    let mut arena = null_mut();
+    // SAFETY: out pointer valid.
+    ok(unsafe { hexrpc_arena_new(f.session, 64 * 1024, &mut arena) });
+    let st = arena_stats(arena);
+    assert_eq!((st.capacity, st.used, st.live, st.blocks), (64 * 1024, 0, 0, HEXRPC_ARENA_BLOCKS));
+    let (s, a) = arena_alloc(arena, 300, 0);
+    ok(s);
+    let (s, b) = arena_alloc(arena, 8000, 4096);
+    ok(s);
+    let (mut pa, mut la, mut pb, mut lb) = (null_mut(), 0usize, null_mut(), 0usize);
+    // SAFETY: out pointers valid.
+    ok(unsafe { hexrpc_lease_memory(a, &mut pa, &mut la) });
+    // SAFETY: out pointers valid.
+    ok(unsafe { hexrpc_lease_memory(b, &mut pb, &mut lb) });
+    assert_eq!((la, lb), (300, 8000));
+    assert_eq!(pa as usize % HEXRPC_ARENA_ALIGN, 0);
+    assert_eq!(pb as usize % 4096, 0);
+    let (pa, pb) = (pa.cast::<u8>(), pb.cast::<u8>());
+    for i in 0..50 {
+        // SAFETY: `a`'s memory is 300 bytes, mapped while the arena lives; no launch runs.
+        unsafe { pa.add(100 + i).write(i as u8) };
+    }
+    // A launch whose views are offsets of two sub-allocations: add_u8 reads a[100..150] and
+    // writes b[4103..4153] (the fixture's view offsets 100 and 4096 + 7).
+    let views = [hexrpc_view { lease: a, offset: 100, length: 50 }, hexrpc_view { lease: b, offset: 4096 + 7, length: 50 }];
+    let sc = [hexrpc_scalar { kind: HEXRPC_SCALAR_U32, reserved: 0, bits: 9 }];
+    let mut us = 0;
+    // SAFETY: arrays valid for their lengths, out pointer valid.
+    ok(unsafe { hexrpc_launch(f.library, views.as_ptr(), 2, sc.as_ptr(), 1, 0, &mut us) });
+    for i in 0..50 {
+        // SAFETY: inside `b`'s 8000 bytes; the launch has returned.
+        assert_eq!(unsafe { pb.add(4103 + i).read() }, i as u8 + 9);
+    }
+    // Views are checked against the sub-allocation, not the arena.
+    let past = [hexrpc_view { lease: a, offset: 280, length: 50 }, hexrpc_view { lease: b, offset: 0, length: 50 }];
+    // SAFETY: arrays valid for their lengths, out pointer valid.
+    assert_eq!(unsafe { hexrpc_launch(f.library, past.as_ptr(), 2, sc.as_ptr(), 1, 0, &mut us) }, hexrpc_status::HEXRPC_ERR_INVALID);
+    assert!(last().contains("arena buffer of 300 bytes"), "{}", last());
+    // Typed refusals.
+    let (s, none) = arena_alloc(arena, 1 << 20, 0);
+    assert_eq!(s, hexrpc_status::HEXRPC_ERR_INVALID);
+    assert!(none.is_null() && last().contains("largest free range"), "{}", last());
+    assert_eq!(arena_alloc(arena, 0, 0).0, hexrpc_status::HEXRPC_ERR_INVALID);
+    assert_eq!(arena_alloc(arena, 64, 3).0, hexrpc_status::HEXRPC_ERR_INVALID);
+    // Freeing a sub-allocation gives its range back; the arena handle may go first.
+    ok(hexrpc_lease_free(a));
+    assert_eq!(arena_stats(arena).live, 1);
+    ok(hexrpc_arena_free(arena));
+    assert_eq!(hexrpc_arena_free(arena), hexrpc_status::HEXRPC_ERR_HANDLE);
+    assert_eq!(arena_alloc(arena, 64, 0).0, hexrpc_status::HEXRPC_ERR_HANDLE);
+    // `b` still works after its arena's handle is gone (the arena lives while a buffer does).
+    // SAFETY: arrays valid for their lengths, out pointer valid.
+    let views = [hexrpc_view { lease: b, offset: 0, length: 50 }, hexrpc_view { lease: b, offset: 4096 + 7, length: 50 }];
+    // SAFETY: arrays valid for their lengths, out pointer valid.
+    ok(unsafe { hexrpc_launch(f.library, views.as_ptr(), 2, sc.as_ptr(), 1, 0, &mut us) });
+    // An arena handle is not a lease handle, nor the reverse.
+    let mut arena2 = null_mut();
+    // SAFETY: out pointer valid.
+    ok(unsafe { hexrpc_arena_new(f.session, 4096, &mut arena2) });
+    assert_eq!(hexrpc_lease_free(arena2.cast()), hexrpc_status::HEXRPC_ERR_HANDLE);
+    assert_eq!(hexrpc_arena_free(b.cast()), hexrpc_status::HEXRPC_ERR_HANDLE);
+    // Closing the session frees the arena and its buffers.
+    ok(hexrpc_session_close(f.session));
+    assert_eq!(hexrpc_lease_free(b), hexrpc_status::HEXRPC_ERR_HANDLE);
+    assert_eq!(hexrpc_arena_free(arena2), hexrpc_status::HEXRPC_ERR_HANDLE);
+}
+
+#[test]
+fn a_batch_counts_the_buffers_of_one_arena_as_one_lease() {
+    let mut session = null_mut();
+    // SAFETY: out pointer valid.
+    ok(unsafe { hexrpc_session_open_bench(0, &mut session) });
+    let table = open(session, &with_record(model(c"add_u8_table"), &[("add_u8", "buf,buf,u32")], true));
+    let (st, b) = batch_new(table, &[c"buf,buf,u32"]);
+    ok(st);
+    let mut arena = null_mut();
+    // SAFETY: out pointer valid.
+    ok(unsafe { hexrpc_arena_new(session, 1 << 20, &mut arena) });
+    // 2 * 20 sub-allocations, far more than the batch's distinct leases: one lease.
+    let subs: Vec<_> = (0..40).map(|_| arena_alloc(arena, 256, 0)).map(|(s, l)| (ok(s), l).1).collect();
+    assert!(subs.len() > MAX_LEASES_OF_A_BATCH);
+    let sc = [hexrpc_scalar { kind: HEXRPC_SCALAR_U32, reserved: 0, bits: 1 }];
+    for pair in subs.chunks(2) {
+        let views = [hexrpc_view { lease: pair[0], offset: 0, length: 16 }, hexrpc_view { lease: pair[1], offset: 0, length: 16 }];
+        let mut rec = 0;
+        // SAFETY: arrays valid for their lengths, out pointer valid.
+        ok(unsafe { hexrpc_batch_push(b, 0, views.as_ptr(), 2, sc.as_ptr(), 1, &mut rec) });
+    }
+    let mut us = 0;
+    // SAFETY: out pointer valid.
+    ok(unsafe { hexrpc_batch_run(b, 0, &mut us) });
+    // set_view to another buffer of the arena keeps the count; to a lease of its own adds one.
+    let (s, extra) = arena_alloc(arena, 64, 0);
+    ok(s);
+    ok(hexrpc_batch_set_view(b, 0, 0, hexrpc_view { lease: extra, offset: 0, length: 16 }));
+    ok(hexrpc_batch_free(b));
+    ok(hexrpc_session_close(session));
+}
+
+/// hexrpc-runtime's MAX_BATCH_LEASES (the FastRPC limit of 15 in-handles).
+const MAX_LEASES_OF_A_BATCH: usize = 15;

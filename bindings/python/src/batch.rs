@@ -38,11 +38,13 @@ use pyo3::prelude::*;
 
 use crate::{closed, lock, py_err, scalar, Lease, LeaseCell, Library, View};
 
-/// A record as the batch keeps it: lease handles, checked at every run.
+/// A record as the batch keeps it: lease handles, checked at every run, each with the id of the
+/// lease the DSP maps for it (an arena's for its sub-allocations), which is what the batch's
+/// distinct leases are counted by.
 #[derive(Clone)]
 struct Record {
     kernel: usize,
-    views: Vec<(Arc<LeaseCell>, usize, usize)>,
+    views: Vec<(Arc<LeaseCell>, usize, usize, u32)>,
     scalars: Vec<Scalar>,
 }
 
@@ -60,7 +62,7 @@ fn resolve(records: &[Record]) -> PyResult<Vec<Resolved>> {
     records
         .iter()
         .map(|r| {
-            let views = r.views.iter().map(|(c, off, len)| Ok((open_lease(c)?, *off, *len))).collect::<PyResult<_>>()?;
+            let views = r.views.iter().map(|(c, off, len, _)| Ok((open_lease(c)?, *off, *len))).collect::<PyResult<_>>()?;
             Ok(Resolved { kernel: r.kernel, views, scalars: r.scalars.clone() })
         })
         .collect()
@@ -139,7 +141,7 @@ impl Batch {
         let mut opened = Vec::new();
         for (n, item) in views.try_iter()?.enumerate() {
             let (cell, off, len, lease) = view_entry(&item?, n, &kobj)?;
-            vs.push((cell, off, len));
+            vs.push((cell, off, len, lease.lease_id()));
             opened.push((lease, off, len));
         }
         let types: Vec<_> = sig.scalar_types().collect();
@@ -231,6 +233,7 @@ impl Batch {
     fn replace_views(&self, places: &[(usize, usize)], view: &Bound<'_, PyAny>) -> PyResult<()> {
         let kobj = kernel_of(&self.cell)?;
         let (cell, off, len, lease) = view_entry(view, places.first().map_or(0, |p| p.1), &kobj)?;
+        let id = lease.lease_id();
         drop(lease);
         let mut records = lock(&self.records);
         for &(record, index) in places {
@@ -242,13 +245,12 @@ impl Batch {
                 Some(_) => {}
             }
         }
-        let ptrs = records.iter().map(|r| r.views.iter().map(|v| Arc::as_ptr(&v.0)));
-        let with = Arc::as_ptr(&cell);
-        if shared::distinct_leases(ptrs, |r, i| places.contains(&(r, i)).then_some(with)) > MAX_BATCH_LEASES {
+        let ids = records.iter().map(|r| r.views.iter().map(|v| v.3));
+        if shared::distinct_leases(ids, |r, i| places.contains(&(r, i)).then_some(id)) > MAX_BATCH_LEASES {
             return Err(py_err(shared::too_many_leases()));
         }
         for &(record, index) in places {
-            records[record].views[index] = (cell.clone(), off, len);
+            records[record].views[index] = (cell.clone(), off, len, id);
         }
         Ok(())
     }

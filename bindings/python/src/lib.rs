@@ -24,7 +24,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
-use hexrpc::objects::{scalar_from_bits, KernelObj, LeaseObj, SessionObj, ViewArg};
+use hexrpc::objects::{scalar_from_bits, ArenaObj, KernelObj, LeaseObj, SessionObj, ViewArg};
 use hexrpc::{hexrpc_status, Failure};
 use hexrpc_runtime::launch::{AbiVersion, Scalar, ScalarType, MAX_BUFFERS};
 use pyo3::exceptions::{PyBufferError, PyException, PyTypeError};
@@ -115,11 +115,13 @@ impl LeaseState {
 
 type LeaseCell = Mutex<LeaseState>;
 type KernelCell = Mutex<Option<Arc<KernelObj>>>;
+type ArenaCell = Mutex<Option<Arc<ArenaObj>>>;
 
 #[derive(Default)]
 struct Children {
     leases: Vec<Weak<LeaseCell>>,
     kernels: Vec<Weak<KernelCell>>,
+    arenas: Vec<Weak<ArenaCell>>,
 }
 
 /// A session: the DSP process, its channel, the ION device and the reverse file service that
@@ -189,11 +191,23 @@ impl Session {
     fn alloc(&self, py: Python<'_>, size: usize) -> PyResult<Lease> {
         let s = self.get()?;
         let obj = py.detach(|| s.alloc(size)).map_err(py_err)?;
-        let cell = Arc::new(Mutex::new(LeaseState { obj: Some(Arc::new(obj)), closed: false, exports: 0 }));
-        let mut ch = lock(&self.children);
-        ch.leases.retain(|w| w.strong_count() > 0);
-        ch.leases.push(Arc::downgrade(&cell));
-        Ok(Lease { cell })
+        Ok(self.adopt(obj))
+    }
+
+    /// An arena: one ION buffer of at least `size` bytes (rounded up to a page) carved into
+    /// sub-allocations by `Arena.alloc`, each a `Lease` of its own for Python, all one lease
+    /// for the DSP (a batch counts them as one of its 15). Its bookkeeping has a fixed size
+    /// (`hexrpc.ARENA_BLOCKS` ranges). Closed with the session.
+    fn arena(slf: Bound<'_, Self>, size: usize) -> PyResult<Arena> {
+        let this = slf.get();
+        let s = this.get()?;
+        let obj = slf.py().detach(|| s.arena(size)).map_err(py_err)?;
+        let cell = Arc::new(Mutex::new(Some(Arc::new(obj))));
+        let mut ch = lock(&this.children);
+        ch.arenas.retain(|w| w.strong_count() > 0);
+        ch.arenas.push(Arc::downgrade(&cell));
+        drop(ch);
+        Ok(Arena { cell, session: slf.clone().unbind() })
     }
 
     /// Opens a library from a path (str or os.PathLike) or from bytes, for a kernel of
@@ -283,8 +297,8 @@ impl Session {
         Err(py_err(Failure::invalid("argument", "not a bench session")))
     }
 
-    /// Closes every library, then every lease (a lease with exported buffers is released when
-    /// its last buffer is), then the session. Closing twice is allowed.
+    /// Closes every library, then every lease and arena (a lease with exported buffers is
+    /// released when its last buffer is), then the session. Closing twice is allowed.
     fn close(&self, py: Python<'_>) {
         let children = std::mem::take(&mut *lock(&self.children));
         let session = lock(&self.inner).take();
@@ -294,6 +308,9 @@ impl Session {
             }
             for l in children.leases.iter().filter_map(Weak::upgrade) {
                 lock(&l).close();
+            }
+            for a in children.arenas.iter().filter_map(Weak::upgrade) {
+                drop(lock(&a).take());
             }
             drop(session);
         });
@@ -313,6 +330,121 @@ impl Session {
         match lock(&self.inner).as_ref() {
             Some(s) => format!("<hexrpc.Session board={} healthy={}>", s.served().session().board().name, s.is_healthy()),
             None => "<hexrpc.Session closed>".to_string(),
+        }
+    }
+}
+
+impl Session {
+    /// A Python `Lease` for `obj`, closed with this session.
+    fn adopt(&self, obj: LeaseObj) -> Lease {
+        let cell = Arc::new(Mutex::new(LeaseState { obj: Some(Arc::new(obj)), closed: false, exports: 0 }));
+        let mut ch = lock(&self.children);
+        ch.leases.retain(|w| w.strong_count() > 0);
+        ch.leases.push(Arc::downgrade(&cell));
+        Lease { cell }
+    }
+}
+
+/// An arena: one ION buffer carved into aligned sub-allocations (`alloc`), so that many buffers
+/// are one lease for the DSP. A sub-allocation is a `Lease` (buffer protocol, views with offsets
+/// relative to it, launches, batches); closing it gives its range back, and a launch or batch
+/// run that uses it holds it until the call returns. Closing the arena refuses further
+/// allocations; its memory is released when its last sub-allocation is closed too. A context
+/// manager; closed with its session.
+#[pyclass(module = "hexrpc", frozen)]
+struct Arena {
+    cell: Arc<ArenaCell>,
+    session: Py<Session>,
+}
+
+impl Arena {
+    fn get(&self) -> PyResult<Arc<ArenaObj>> {
+        lock(&self.cell).clone().ok_or_else(|| closed("arena"))
+    }
+}
+
+#[pymethods]
+impl Arena {
+    /// A sub-allocation of `size` bytes at an offset that is a multiple of `align` (a power of
+    /// two; 0: 128, the least every sub-allocation gets), as a `Lease` of exactly `size` bytes.
+    /// `InvalidArgument` when no free range fits (the message says the largest free range), the
+    /// bookkeeping is full, `size` is 0 or `align` not a power of two.
+    #[pyo3(signature = (size, align = 0))]
+    fn alloc(&self, size: usize, align: usize) -> PyResult<Lease> {
+        let a = self.get()?;
+        let obj = a.alloc(size, align).map_err(py_err)?;
+        Ok(self.session.get().adopt(obj))
+    }
+
+    /// The arena's length in bytes (its lease's, rounded up to a page).
+    #[getter]
+    fn size(&self) -> PyResult<usize> {
+        Ok(self.get()?.len())
+    }
+
+    fn __len__(&self) -> PyResult<usize> {
+        self.size()
+    }
+
+    /// Bytes in live sub-allocations (each rounded up to 128).
+    #[getter]
+    fn used(&self) -> PyResult<u64> {
+        Ok(self.get()?.stats().used)
+    }
+
+    /// Bytes free.
+    #[getter]
+    fn free(&self) -> PyResult<u64> {
+        Ok(self.get()?.stats().free)
+    }
+
+    /// The largest free range: a sub-allocation up to this long fits (at the default alignment).
+    #[getter]
+    fn largest_free(&self) -> PyResult<u64> {
+        Ok(self.get()?.stats().largest_free)
+    }
+
+    /// Live sub-allocations.
+    #[getter]
+    fn live(&self) -> PyResult<u32> {
+        Ok(self.get()?.stats().live_blocks)
+    }
+
+    /// The id of the arena's lease: every sub-allocation's `Lease.lease_id`.
+    #[getter]
+    fn lease_id(&self) -> PyResult<u32> {
+        Ok(self.get()?.lease_id())
+    }
+
+    /// True once closed (by `close()` or its session's).
+    #[getter]
+    fn closed(&self) -> bool {
+        lock(&self.cell).is_none()
+    }
+
+    /// Refuses further allocations; the memory goes when the last sub-allocation is closed.
+    /// Closing twice is allowed.
+    fn close(&self) {
+        drop(lock(&self.cell).take());
+    }
+
+    fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_args))]
+    fn __exit__(&self, _args: &Bound<'_, pyo3::types::PyTuple>) -> bool {
+        self.close();
+        false
+    }
+
+    fn __repr__(&self) -> String {
+        match lock(&self.cell).as_ref() {
+            Some(a) => {
+                let st = a.stats();
+                format!("<hexrpc.Arena size={} used={} live={}>", a.len(), st.used, st.live_blocks)
+            }
+            None => "<hexrpc.Arena closed>".to_string(),
         }
     }
 }
@@ -351,6 +483,19 @@ impl Lease {
 
     fn __len__(&self) -> PyResult<usize> {
         self.size()
+    }
+
+    /// The id of the lease the DSP maps for it: its own, or its arena's for a sub-allocation
+    /// (sub-allocations of one arena share it; a batch counts distinct ids).
+    #[getter]
+    fn lease_id(&self) -> PyResult<u32> {
+        Ok(self.get()?.lease_id())
+    }
+
+    /// True for a sub-allocation of an arena.
+    #[getter]
+    fn in_arena(&self) -> PyResult<bool> {
+        Ok(self.get()?.is_sub())
     }
 
     /// True once closed (by `close()` or its session's).
@@ -688,6 +833,7 @@ fn _hexrpc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add_class::<Session>()?;
     m.add_class::<Lease>()?;
+    m.add_class::<Arena>()?;
     m.add_class::<View>()?;
     m.add_class::<Library>()?;
     m.add_class::<batch::Batch>()?;
@@ -710,6 +856,12 @@ fn _hexrpc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(logs::set_log_level, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("MAX_LIBRARIES", hexrpc_hal::MAX_LIBRARIES)?;
+    m.add("ARENA_ALIGN", hexrpc_hal::ARENA_ALIGN)?;
+    m.add("ARENA_BLOCKS", hexrpc_hal::ARENA_BLOCKS)?;
+    m.add("MAX_BATCH_LAUNCHES", hexrpc_runtime::launch::MAX_BATCH_LAUNCHES)?;
+    m.add("MAX_BATCH_LEASES", hexrpc_runtime::launch::MAX_BATCH_LEASES)?;
+    m.add("MAX_BATCH_RECORD_BYTES", hexrpc_runtime::launch::MAX_BATCH_RECORD_BYTES)?;
+    m.add("MAX_BATCH_KERNELS", hexrpc_runtime::launch::MAX_BATCH_KERNELS)?;
     if let Some(msg) = logs::install() {
         py.import("warnings")?.call_method1("warn", (msg,))?;
     }

@@ -535,3 +535,75 @@ def test_batch_refuses_a_library_without_a_kernel_table_when_it_is_made(tmp_path
         bt.run(deadline_ms=60000)
         assert (mem[5:21] == 9).all() and mem[4] == 0 and mem[21] == 0
         del mem
+
+
+def test_arena_sub_allocations_launch_as_views_of_one_lease(sess):
+    """Sub-allocations of an arena are Leases of their own size for Python (buffer protocol,
+    views relative to them) and ranges of the arena's lease for the DSP: a launch on two of them
+    computes at the right bytes, both name the arena's lease id, and closing them gives their
+    ranges back."""
+    lib = sess.open_library(hexrpc.bench_model_image("scale_f32"), signature="buf,buf,f32")
+    with sess.arena(1 << 20) as arena:
+        assert arena.size == 1 << 20 and arena.used == 0 and arena.live == 0
+        x, y = arena.alloc(1000), arena.alloc(4096, align=4096)
+        assert (x.size, y.size) == (1000, 4096) and x.in_arena and y.in_arena
+        assert x.lease_id == y.lease_id == arena.lease_id
+        assert arena.live == 2 and arena.used == 1024 + 4096  # 1000 rounded up to the 128 granule
+        xs, ys = np.frombuffer(x, dtype=np.float32), np.frombuffer(y, dtype=np.float32)
+        xs[:] = np.arange(250, dtype=np.float32)
+        lib.launch([x.view(40, 800), y.view(400, 800)], [3.0])
+        np.testing.assert_array_equal(ys[100:300], 3.0 * xs[10:210])
+        assert (ys[:100] == 0).all() and (ys[300:] == 0).all(), "only the view's bytes were written"
+        # Views are checked against the sub-allocation, not the arena.
+        with pytest.raises(hexrpc.InvalidArgument):
+            x.view(900, 200)
+        del xs, ys
+        x.close()
+        assert arena.live == 1 and arena.used == 4096
+        # Refusals are typed and say why.
+        with pytest.raises(hexrpc.InvalidArgument, match="largest free"):
+            arena.alloc(2 << 20)
+        with pytest.raises(hexrpc.InvalidArgument):
+            arena.alloc(0)
+        with pytest.raises(hexrpc.InvalidArgument):
+            arena.alloc(64, align=100)
+        y.close()
+        assert arena.live == 0 and arena.largest_free == 1 << 20
+    assert arena.closed
+    with pytest.raises(hexrpc.HandleError):
+        arena.alloc(64)
+
+
+def test_arena_buffers_count_as_one_lease_of_a_batch(sess):
+    """A batch carries at most MAX_BATCH_LEASES distinct leases: sub-allocations of one arena are
+    one of them, so 40 buffers of one arena fit a batch where 40 leases of their own do not."""
+    arena = sess.arena(1 << 20)
+    bufs = [arena.alloc(64) for _ in range(40)]
+    lib = sess.open_library(hexrpc.bench_model_image("sleep_ms_table"), signature="buf,u32")
+    bt = hexrpc.Batch(lib, ["buf,u32"])
+    for i, b in enumerate(bufs):
+        bt.push(0, [b.view(0, 4)], [i % 3])
+    bt.run()
+    assert [int(np.frombuffer(b, dtype=np.uint32)[0]) for b in bufs] == [i % 3 for i in range(40)]
+    # set_view to another sub-allocation of the same arena keeps the count.
+    bt.set_view(0, 0, arena.alloc(64).view(0, 4))
+    own = [sess.alloc(4096) for _ in range(hexrpc.MAX_BATCH_LEASES)]
+    bt2 = hexrpc.Batch(lib, ["buf,u32"])
+    for lease in own[:-1]:
+        bt2.push(0, [lease.view(0, 4)], [1])
+    bt2.push(0, [bufs[0].view(0, 4)], [1])  # the arena is the 15th lease
+    with pytest.raises(hexrpc.LaunchRefused):
+        bt2.push(0, [own[-1].view(0, 4)], [1])
+    bt2.push(0, [bufs[1].view(0, 4)], [2])  # another buffer of the arena still fits
+    bt2.run()
+    lib.close()
+
+
+def test_session_close_closes_arenas_and_their_buffers():
+    s = hexrpc.Session.bench()
+    arena = s.arena(1 << 16)
+    buf = arena.alloc(256)
+    s.close()
+    assert arena.closed and buf.closed
+    with pytest.raises(hexrpc.HandleError):
+        buf.view(0, 4)

@@ -24,6 +24,7 @@ from tinygrad_bench import both, require_executor  # noqa: E402
 
 tinygrad = require_executor()
 
+import hexrpc  # noqa: E402
 import hexrpc.tinygrad as hexrpc_tinygrad  # noqa: E402  (registers the device)
 from tinygrad import Device, Tensor, TinyJit, Variable, dtypes  # noqa: E402
 
@@ -290,20 +291,37 @@ def test_signature_and_record_rules():
         hexrpc_tinygrad.KernelRecord.parse("void f(void) {}")
 
 
+class _FakeLease:
+    """What chunk_calls reads of a lease: the id of the lease the DSP maps."""
+
+    def __init__(self, i: int):
+        self.lease_id = i + 1
+
+
 def test_batches_split_at_capacity():
     """chunk_calls keeps launches in order and starts a new batch (another call) only when the
-    next launch would exceed 15 distinct leases, 64 launches or 8 KiB of records."""
-    B = hexrpc_tinygrad.HEXRPCBuffer
-    leases = [object() for _ in range(40)]
-    # 20 launches, each on two fresh leases: 7 launches (14 leases) fit one batch.
+    next launch would exceed the batch's distinct leases, launches or record bytes (the native
+    module's capacities); leases are told apart by ``lease_id`` (sub-allocations of one arena
+    share it)."""
+    B, T = hexrpc_tinygrad.HEXRPCBuffer, hexrpc_tinygrad
+    assert (T.BATCH_MAX_LAUNCHES, T.BATCH_MAX_LEASES) == (hexrpc.MAX_BATCH_LAUNCHES, hexrpc.MAX_BATCH_LEASES)
+    leases = [_FakeLease(i) for i in range(40)]
+    # 20 launches, each on two fresh leases: MAX_LEASES // 2 launches fit one batch.
     calls = [(0, [B(leases[2 * i], 0, 4, True), B(leases[2 * i + 1], 0, 4, True)], 0) for i in range(20)]
-    assert hexrpc_tinygrad.chunk_calls(calls) == [list(range(0, 7)), list(range(7, 14)), list(range(14, 20))]
-    # 100 launches on one lease: 64 per batch.
-    one = [(0, [B(leases[0], 64 * i, 64, False)], 1) for i in range(100)]
-    assert [len(c) for c in hexrpc_tinygrad.chunk_calls(one)] == [64, 36]
-    # Record bytes: 15 views + 40 scalars = 8 + 180 + 320 = 508 bytes; 16 such records fit 8 KiB.
-    big = [(0, [B(leases[0], 0, 4, False)] * 15, 40) for _ in range(20)]
-    assert [len(c) for c in hexrpc_tinygrad.chunk_calls(big)] == [16, 4]
+    per = T.BATCH_MAX_LEASES // 2
+    assert T.chunk_calls(calls) == [list(range(i, min(i + per, 20))) for i in range(0, 20, per)]
+    # Sub-allocations of one arena (one lease_id) count as one lease: all 20 fit.
+    shared = [(0, [B(_FakeLease(7), 0, 4, True), B(_FakeLease(7), 64, 4, True)], 0) for _ in range(20)]
+    assert T.chunk_calls(shared) == [list(range(20))]
+    # MAX_LAUNCHES + 36 launches on one lease: MAX_LAUNCHES per batch.
+    n = T.BATCH_MAX_LAUNCHES + 36
+    one = [(0, [B(leases[0], 64 * i, 64, False)], 1) for i in range(n)]
+    assert [len(c) for c in T.chunk_calls(one)] == [T.BATCH_MAX_LAUNCHES, 36]
+    # Record bytes: 15 views + 40 scalars = 8 + 180 + 320 = 508 bytes each.
+    fit = T.BATCH_MAX_RECORD_BYTES // 508
+    assert fit < T.BATCH_MAX_LAUNCHES
+    big = [(0, [B(leases[0], 0, 4, False)] * 15, 40) for _ in range(fit + 4)]
+    assert [len(c) for c in T.chunk_calls(big)] == [fit, 4]
 
 
 def test_dsp_restart_recovers_without_the_caller(dev, caplog):

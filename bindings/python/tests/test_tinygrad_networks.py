@@ -17,14 +17,16 @@ FastRPC calls per jit run. After the capture (run 1) a jit run is tinygrad's cap
 kernels, which tinygrad's jit cuts into graph batches (``JIT_BATCH_SIZE``: 32 kernels, then 64,
 128, ...; a batch of one kernel is launched on its own). ``HEXRPCGraph`` runs each graph batch
 as hexrpc batches, cutting the launches, in order, wherever the next launch would exceed one
-batch's capacity: 64 launches, 15 distinct leases (each weight of a network is its own lease,
-so in these networks the lease limit usually cuts first) or 8 KiB of records (8 bytes + 12 per
-view + 8 per scalar each). One hexrpc batch run is one FastRPC call. So the expected number of
-calls per run is computed here from the captured graphs themselves with that rule (the test's
-own count, not the device's) plus the kernels launched on their own, and it must equal both
-the device's counters (``stats.batch_runs`` + ``stats.launches`` deltas) and the bench's count
-of FastRPC invokes. With only the launch limit it would be ``ceil(kernels / 64)`` per graph; the
-test prints both. Times printed are the bench's cost model: *simulated*, not device figures.
+batch's capacity: ``hexrpc.MAX_BATCH_LAUNCHES`` launches, ``hexrpc.MAX_BATCH_LEASES`` distinct
+leases (buffers are sub-allocations of a few arenas, so distinct leases are the arenas a graph
+touches) or ``hexrpc.MAX_BATCH_RECORD_BYTES`` of records (8 bytes + 12 per view + 8 per scalar
+each). One hexrpc batch run is one FastRPC call. So the expected number of calls per run is
+computed here from the captured graphs themselves with that rule (the test's own count, not the
+device's) plus the kernels launched on their own, and it must equal both the device's counters
+(``stats.batch_runs`` + ``stats.launches`` deltas) and the bench's count of FastRPC invokes; and
+it is at most 2 per run (one per tinygrad graph batch: these networks are one or two). With only
+the launch limit it would be ``ceil(kernels / MAX_BATCH_LAUNCHES)`` per graph; the test prints
+both. Times printed are the bench's cost model: *simulated*, not device figures.
 """
 
 from __future__ import annotations
@@ -50,8 +52,9 @@ from tinygrad.nn.state import get_state_dict  # noqa: E402
 WIDTH = 16
 RUNS = 4
 
-# One hexrpc batch (runtime/src/launch/abi.rs): launches, distinct leases, record bytes.
-MAX_LAUNCHES, MAX_LEASES, MAX_RECORD_BYTES = 64, 15, 8192
+# One hexrpc batch (runtime/src/launch/abi.rs, as the native module reports it): launches,
+# distinct leases, record bytes.
+MAX_LAUNCHES, MAX_LEASES, MAX_RECORD_BYTES = hexrpc.MAX_BATCH_LAUNCHES, hexrpc.MAX_BATCH_LEASES, hexrpc.MAX_BATCH_RECORD_BYTES
 
 
 # -------------------------------------------------------------------------------------------------
@@ -145,13 +148,15 @@ def place(model, weights: dict[str, np.ndarray], device: str):
 
 def expected_calls(graph) -> tuple[int, list[int]]:
     """FastRPC calls one run of ``graph`` (an ``HEXRPCGraph``) takes, counted here from its
-    launches: a new call starts where the next launch would make more than 64 launches, 15
-    distinct leases or 8 KiB of records in the current one. Returns (calls, launches per call)."""
+    launches: a new call starts where the next launch would make more than MAX_LAUNCHES launches,
+    MAX_LEASES distinct leases (told apart by ``lease_id``: the sub-allocations of one arena are
+    one lease) or MAX_RECORD_BYTES of records in the current one. Returns (calls, launches per
+    call)."""
     assert not graph.vars, "these networks bind no Variables (no scalar slots)"
     sizes: list[int] = []
     n, leases, nbytes = 0, set(), 0
     for _, _, bufs, _ in graph.calls:
-        need = {id(b._buf.lease) for b in bufs}
+        need = {b._buf.lease.lease_id for b in bufs}
         rb = 8 + 12 * len(bufs)
         if n and (n == MAX_LAUNCHES or len(leases | need) > MAX_LEASES or nbytes + rb > MAX_RECORD_BYTES):
             sizes.append(n)
@@ -218,6 +223,8 @@ def check_calls(name: str, per_run: list[dict], graphs: list) -> None:
         assert r["batch_runs"] == want_batches, (r, counted)
         # One FastRPC call per batch and per kernel launched on its own, as the bench counts them.
         assert r["invokes"] == r["batch_runs"] + r["launches"], r
+        # No more calls than tinygrad's own graph split makes (these networks: one or two).
+        assert r["invokes"] <= 2, (r, [len(g.calls) for g in graphs])
     r = per_run[-1]
     kernels = r["batched_launches"] + r["launches"]
     launch_only = sum(math.ceil(len(g.calls) / MAX_LAUNCHES) for g in graphs) + r["launches"]
@@ -225,7 +232,7 @@ def check_calls(name: str, per_run: list[dict], graphs: list) -> None:
         f"\n{name}: {kernels} kernels per jit run ({len(graphs)} tinygrad graph batches of "
         f"{[len(g.calls) for g in graphs]} kernels, {r['launches']} on their own) -> "
         f"{r['invokes']} FastRPC calls per run (hexrpc batches of {[s for _, ss in counted for s in ss]} launches; "
-        f"{launch_only} if only the 64-launch limit applied); simulated DSP time "
+        f"{launch_only} if only the {MAX_LAUNCHES}-launch limit applied); simulated DSP time "
         f"{np.median([p['simulated_us'] for p in per_run[2:]]):.0f} us per run (bench cost model, simulated); "
         f"host wall {np.median([p['wall_s'] for p in per_run[2:]]):.2f} s per run"
     )

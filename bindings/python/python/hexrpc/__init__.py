@@ -12,6 +12,12 @@
         assert (x[8192:8448] == 2.0 * x[1024:1280]).all()
         del x                                         # release the exported buffer before closing
 
+Arenas: ``sess.arena(16 << 20)`` is one ION buffer carved into 128-byte aligned sub-allocations;
+``arena.alloc(n)`` returns a :class:`Lease` of ``n`` bytes (buffer protocol, views relative to it,
+launches, batches) that the DSP sees as a range of the arena's lease, so any number of them
+count as one of the 15 leases a batch (one FastRPC call) can carry. Closing the sub-allocation
+gives its range back once no call uses it.
+
 Errors are subclasses of ``hexrpc.Error`` and carry ``stage``, ``cause`` and ``status``.
 
 Logs: hexrpc's Rust log records (why the bench ended a DSP process, why a recovery ran, what
@@ -27,6 +33,13 @@ import threading as _threading
 import time as _time
 
 from ._hexrpc import (
+    ARENA_ALIGN,
+    ARENA_BLOCKS,
+    MAX_BATCH_KERNELS,
+    MAX_BATCH_LAUNCHES,
+    MAX_BATCH_LEASES,
+    MAX_BATCH_RECORD_BYTES,
+    Arena,
     Batch,
     DspError,
     Error,
@@ -53,6 +66,13 @@ from ._hexrpc import (
 )
 
 __all__ = [
+    "ARENA_ALIGN",
+    "ARENA_BLOCKS",
+    "MAX_BATCH_KERNELS",
+    "MAX_BATCH_LAUNCHES",
+    "MAX_BATCH_LEASES",
+    "MAX_BATCH_RECORD_BYTES",
+    "Arena",
     "Batch",
     "DspError",
     "Error",

@@ -31,8 +31,9 @@ The pieces
     * :class:`HEXRPCCompiler`: ``hexrpc build-lib`` with tinygrad's DSP flags (hexagonv65, HVX
       128 B, ``-O2 -Wall -Werror -fno-stack-protector``); results cached by tinygrad's disk cache
       under a key that names the hexrpc tool binary's digest.
-    * :class:`HEXRPCAllocator`: one lease per tinygrad buffer; ``_offset`` gives a view
-      (lease, offset, length) of the same lease; copies go through the lease's host mapping.
+    * :class:`HEXRPCAllocator`: sub-allocations of a few arenas (:class:`ArenaPool`, leases of
+      ``HEXRPC_ARENA_MIB`` MiB) per tinygrad buffer; ``_offset`` gives a view (lease, offset,
+      length) of the same lease; copies go through the lease's host mapping.
     * :class:`HEXRPCProgram`: one hexrpc launch (one FastRPC call) per kernel call; returns the DSP
       time in seconds.
     * :class:`HEXRPCGraph`: runs the kernels of a ``TinyJit`` capture as one batch, one FastRPC
@@ -323,13 +324,16 @@ def open_session():
 
 
 class HEXRPCBuffer:
-    """A tinygrad buffer on HEXRPC: a view (``offset``, ``size``) of one lease. The base buffer
-    owns the lease (``owner``); buffers made by ``_offset`` share it and do not free it."""
+    """A tinygrad buffer on HEXRPC: a view (``offset``, ``size``) of one hexrpc lease, which is a
+    sub-allocation of an arena (``arena``) or, with ``HEXRPC_ARENA_MIB=0``, a lease of its own.
+    The base buffer owns the lease (``owner``); buffers made by ``_offset`` share it and do not
+    free it."""
 
-    __slots__ = ("lease", "offset", "size", "owner", "_view")
+    __slots__ = ("lease", "offset", "size", "owner", "arena", "_view")
 
     def __init__(self, lease, offset: int, size: int, owner: bool):
         self.lease, self.offset, self.size, self.owner = lease, offset, size, owner
+        self.arena = None
         self._view = None
 
     @property
@@ -344,19 +348,82 @@ class HEXRPCBuffer:
         return memoryview(self.lease).cast("B")[self.offset : self.offset + self.size]
 
 
+#: Bytes of one arena: ``HEXRPC_ARENA_MIB`` MiB (default 16). A tensor larger than that gets an
+#: arena of its own, rounded up to a MiB.
+ARENA_BYTES = int(os.environ.get("HEXRPC_ARENA_MIB", "16") or "16") << 20
+
+
+class ArenaPool:
+    """The device memory of the process's session: arenas (one lease each, carved into 128-byte
+    aligned sub-allocations by hexrpc's allocator), so a model's tensors are a few leases, not one
+    each. A batch carries at most :data:`BATCH_MAX_LEASES` distinct leases per FastRPC call, and
+    the DSP maps a lease once per process (the entry's map cache), so few leases is what lets a
+    jit graph run in one call. ``HEXRPC_ARENA_MIB=0`` gives every buffer a lease of its own (the
+    old behaviour, for comparison).
+
+    The pool grows by whole arenas: an allocation takes the first arena (newest first) with a
+    free range that fits, else a new arena of :data:`ARENA_BYTES` (or the allocation's size,
+    rounded up to a MiB, when larger). An arena left with no live sub-allocation is closed,
+    unless it is the newest (kept for the next allocation). What a kernel is given is still a
+    view (lease, offset, length): the DSP maps the whole arena, and the entry checks the view
+    against the arena's length (docs/kernel-rules.md, "Arenas")."""
+
+    def __init__(self, session, arena_bytes: int = ARENA_BYTES):
+        self.session, self.arena_bytes = session, arena_bytes
+        self.arenas: list[Any] = []
+        self.live: dict[int, int] = {}
+        self.opened = 0
+
+    def alloc(self, size: int, stats: DeviceStats) -> HEXRPCBuffer:
+        if self.arena_bytes <= 0:
+            return HEXRPCBuffer(self.session.alloc(size), 0, size, owner=True)
+        for arena in reversed(self.arenas):
+            if arena.largest_free >= size:
+                try:
+                    return self._take(arena, arena.alloc(size))
+                except hexrpc.Error:
+                    continue  # fragmented past what largest_free said: try the next arena
+        mib = 1 << 20
+        arena = self.session.arena(max(self.arena_bytes, (size + mib - 1) // mib * mib))
+        self.arenas.append(arena)
+        self.live[id(arena)] = 0
+        self.opened += 1
+        stats.arenas_opened += 1
+        return self._take(arena, arena.alloc(size))
+
+    def _take(self, arena, lease) -> HEXRPCBuffer:
+        self.live[id(arena)] += 1
+        buf = HEXRPCBuffer(lease, 0, lease.size, owner=True)
+        buf.arena = arena
+        return buf
+
+    def free(self, buf: HEXRPCBuffer) -> None:
+        buf._view = None
+        buf.lease.close()
+        arena = buf.arena
+        if arena is None:
+            return
+        buf.arena = None
+        left = self.live[id(arena)] = self.live[id(arena)] - 1
+        if left == 0 and arena is not self.arenas[-1]:
+            self.arenas.remove(arena)
+            del self.live[id(arena)]
+            arena.close()
+
+
 class HEXRPCAllocator(LRUAllocator["HEXRPCDevice"]):
-    """leases from the device's hexrpc session. Freed buffers are kept for reuse by tinygrad's
-    LRU cache; a lease is returned to hexrpc when the cache is emptied or the device closes."""
+    """Sub-allocations of the session's arenas (:class:`ArenaPool`). Freed buffers are kept for
+    reuse by tinygrad's LRU cache; a sub-allocation is returned to its arena when the cache is
+    emptied or the device closes."""
 
     def _alloc(self, size: int, options: BufferSpec) -> HEXRPCBuffer:
         if options.external_ptr:
             raise RuntimeError("HEXRPC: external host pointers cannot be shared with the DSP (leases only)")
-        return HEXRPCBuffer(self.dev.session.alloc(size), 0, size, owner=True)
+        return self.dev.hub.arenas.alloc(size, self.dev.stats)
 
     def _free(self, opaque: HEXRPCBuffer, options: BufferSpec):
         if opaque.owner:
-            opaque._view = None
-            opaque.lease.close()
+            self.dev.hub.arenas.free(opaque)
 
     def _as_buffer(self, src: HEXRPCBuffer) -> memoryview:
         return src.host()
@@ -501,6 +568,7 @@ class _SessionHub:
     def __init__(self):
         self.session = open_session()
         self.libraries = LibraryCache(self)
+        self.arenas = ArenaPool(self.session)
         self.recoveries: deque[float] = deque()
         self.recovery_count = 0
 
@@ -605,7 +673,8 @@ class DeviceStats:
     non-zero-offset views of the batches built; libraries opened on the session and how many of
     those reopened a library closed to make room; graph steps, how many rebuilt their batches
     (rather than updating them in place), and the host nanoseconds the graph spent per step
-    outside its FastRPC calls (``graph_host_ns``, summed)."""
+    outside its FastRPC calls (``graph_host_ns``, summed); arenas opened for the process's buffers
+    (``arenas_opened``, counted on the device that asked)."""
 
     launches: int = 0
     nonzero_offset_views: int = 0
@@ -617,6 +686,7 @@ class DeviceStats:
     graph_steps: int = 0
     graph_rebuilds: int = 0
     graph_host_ns: int = 0
+    arenas_opened: int = 0
 
 
 class HEXRPCDevice(Compiled):
@@ -643,9 +713,14 @@ class HEXRPCDevice(Compiled):
 # -------------------------------------------------------------------------------------------------
 # Graph: a TinyJit capture as one batch
 
-#: Capacity of one batch (hexrpc's launch ABI table, runtime/src/launch/abi.rs): records, distinct
-#: leases, record bytes, kernels in one library's table.
-BATCH_MAX_LAUNCHES, BATCH_MAX_LEASES, BATCH_MAX_RECORD_BYTES, BATCH_MAX_KERNELS = 64, 15, 8192, 64
+#: Capacity of one batch (hexrpc's launch ABI table, runtime/src/launch/abi.rs, as the native
+#: module reports it): records, distinct leases, record bytes, kernels in one library's table.
+BATCH_MAX_LAUNCHES, BATCH_MAX_LEASES, BATCH_MAX_RECORD_BYTES, BATCH_MAX_KERNELS = (
+    hexrpc.MAX_BATCH_LAUNCHES,
+    hexrpc.MAX_BATCH_LEASES,
+    hexrpc.MAX_BATCH_RECORD_BYTES,
+    hexrpc.MAX_BATCH_KERNELS,
+)
 
 
 def batch_record_bytes(nviews: int, nscalars: int) -> int:
@@ -669,7 +744,7 @@ def chunk_calls(calls: list[tuple[int, list[HEXRPCBuffer], int]]) -> list[list[i
     leases: set[int] = set()
     nbytes = 0
     for j, (_, bufs, nscalars) in enumerate(calls):
-        need = {id(b.lease) for b in bufs}
+        need = {b.lease.lease_id for b in bufs}
         rb = batch_record_bytes(len(bufs), nscalars)
         if len(need) > BATCH_MAX_LEASES or rb > BATCH_MAX_RECORD_BYTES:
             raise RuntimeError(f"HEXRPC: launch {j} alone does not fit a batch ({len(need)} leases, {rb} record bytes)")
@@ -701,9 +776,11 @@ class _Segment:
 class HEXRPCGraph(GraphRunner):
     """Runs the kernels of one ``TinyJit`` graph batch as hexrpc batches: one library built from
     the batch's kernel sources (a kernel table), and per jit run one FastRPC call, unless the
-    capture exceeds what one batch holds (15 distinct leases, 64 launches, 8 KiB of records, 64
-    kernels in a table): then the launches are split, in order, into as few batches (calls) as
-    fit. Input buffers that change between runs and bound Variables update the built records in
+    capture exceeds what one batch holds (:data:`BATCH_MAX_LEASES` distinct leases,
+    :data:`BATCH_MAX_LAUNCHES` launches, :data:`BATCH_MAX_RECORD_BYTES` bytes of records,
+    :data:`BATCH_MAX_KERNELS` kernels in a table): then the launches are split, in order, into as
+    few batches (calls) as fit. Buffers are sub-allocations of a few arenas
+    (:class:`ArenaPool`), so the lease limit is seldom what splits a graph. Input buffers that change between runs and bound Variables update the built records in
     place (``Batch.set_view``, ``Batch.set_scalar``); a batch is rebuilt only when a new input
     does not fit it (more distinct leases than it holds)."""
 
