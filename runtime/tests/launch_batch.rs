@@ -12,17 +12,18 @@ use hexrpc_bsp::DeviceAccess;
 use hexrpc_drivers::aee;
 use hexrpc_hal::{BufferView, Call, Cause};
 use hexrpc_runtime::launch::{
-    Batch, BatchFailure, BatchRefusal, BatchRun, BufferRef, PackError, Scalar, Signature, BATCH, MAX_ARGS, MAX_BATCH_LAUNCHES,
-    MAX_BATCH_LEASES,
+    Batch, BatchFailure, BatchRefusal, BatchRun, BufferRef, PackError, Scalar, Signature, BATCH, MAX_ARGS, MAX_BATCH_KERNELS,
+    MAX_BATCH_LAUNCHES, MAX_BATCH_LEASES, MAX_BATCH_RECORD_BYTES,
 };
 use hexrpc_runtime::reverse::FilePolicy;
 use hexrpc_runtime::{Error, ServedSession};
 
 hexrpc_bench::on_both_kernels!(
-    batches_of_1_to_64_launches_over_shared_leases_cross_once_and_map_each_lease_once,
+    batches_of_1_to_the_capacity_over_shared_leases_cross_once_and_map_each_lease_once,
     a_batch_is_built_once_and_run_many_times_with_updated_scalars,
     a_batch_that_does_not_fit_is_refused_before_any_ioctl,
     a_hostile_record_is_refused_on_the_dsp_before_anything_is_mapped,
+    a_batch_one_past_a_capacity_is_refused_on_the_dsp_and_one_at_it_runs,
     a_failing_kernel_stops_the_batch_and_every_mapping_is_released,
     a_dsp_restart_in_the_middle_of_a_batch_is_recovered,
     a_batch_past_its_deadline_is_abandoned_and_the_session_recovers,
@@ -46,10 +47,18 @@ fn image(name: &str) -> &'static [u8] {
     Box::leak(elf::library_image(name, 4096).into_boxed_slice())
 }
 
+/// 14 buffers and 10 scalars: a 256-byte record, so MAX_BATCH_LAUNCHES of them are exactly
+/// MAX_BATCH_RECORD_BYTES (asserted where it is used).
+const WIDE: &str = "buf,buf,buf,buf,buf,buf,buf,buf,buf,buf,buf,buf,buf,buf,u32,u32,u32,u32,u32,u32,u32,u32,u32,u32";
+/// WIDE with one scalar more: a 264-byte record.
+const WIDER: &str = "buf,buf,buf,buf,buf,buf,buf,buf,buf,buf,buf,buf,buf,buf,u32,u32,u32,u32,u32,u32,u32,u32,u32,u32,u32";
+
 /// The kernel table: 0 `add` (out[i] = a[i] + b[i] + c), 1 `scale` (x[i] *= m), 2 `check`
-/// (returns its code), 3 `boom` (the DSP restarts while it runs).
+/// (returns its code), 3 `boom` (the DSP restarts while it runs), 4 `touch` (the u16 at x[0]
+/// += 1),
+/// 5 `wide` and 6 `wider` (do nothing; their records are 256 and 264 bytes).
 fn signatures() -> Vec<Signature> {
-    ["buf,buf,buf,u32", "buf,u32", "buf,i32", "buf"].iter().map(|s| Signature::parse(s).unwrap()).collect()
+    ["buf,buf,buf,u32", "buf,u32", "buf,i32", "buf", "buf", WIDE, WIDER].iter().map(|s| Signature::parse(s).unwrap()).collect()
 }
 
 fn table() -> LibraryModel {
@@ -73,6 +82,13 @@ fn table() -> LibraryModel {
             k.fail(code);
         }),
         TableKernel::new(1, 0, |k| k.restart_dsp()),
+        TableKernel::new(1, 0, |k| {
+            let x = k.read_all(0).unwrap_or_default();
+            let n = u16::from_le_bytes([x.first().copied().unwrap_or(0), x.get(1).copied().unwrap_or(0)]);
+            let _ = k.write(0, 0, &n.wrapping_add(1).to_le_bytes());
+        }),
+        TableKernel::new(14, 10, |_| {}),
+        TableKernel::new(14, 11, |_| {}),
     ])
 }
 
@@ -90,7 +106,20 @@ fn maps_unmaps(bench: &Bench) -> (usize, usize, usize) {
     (maps, unmaps, kernels)
 }
 
-fn batches_of_1_to_64_launches_over_shared_leases_cross_once_and_map_each_lease_once(board: &'static Board) {
+/// Batch sizes run by the sweep: every size up to 17, tinygrad's graph sizes (32, 64, 128 and
+/// the capacity, 256) with their neighbours, and the capacity itself.
+fn sweep() -> Vec<usize> {
+    let mut ks: Vec<usize> = (1..=17).collect();
+    for g in [32, 64, 128] {
+        ks.extend([g - 1, g, g + 1]);
+    }
+    ks.extend([MAX_BATCH_LAUNCHES - 1, MAX_BATCH_LAUNCHES]);
+    ks.retain(|&k| k <= MAX_BATCH_LAUNCHES);
+    ks.dedup();
+    ks
+}
+
+fn batches_of_1_to_the_capacity_over_shared_leases_cross_once_and_map_each_lease_once(board: &'static Board) {
     let bench = Bench::for_board(board);
     let start = bench.snapshot();
     {
@@ -99,11 +128,12 @@ fn batches_of_1_to_64_launches_over_shared_leases_cross_once_and_map_each_lease_
         let lib = served.open_library("table", image("table")).unwrap();
         let sigs = signatures();
         // Two leases, every view at a non-zero offset; both leases shared by many launches.
-        let mut weights = served.session().alloc(64 * 1024).unwrap();
-        let mut acts = served.session().alloc(64 * 1024).unwrap();
-        weights.fill(0, 64 * 1024, 3).unwrap();
-        for k in 1..=MAX_BATCH_LAUNCHES {
-            acts.fill(0, 64 * 1024, 1).unwrap();
+        let size = 512 * (MAX_BATCH_LAUNCHES + 2);
+        let mut weights = served.session().alloc(size).unwrap();
+        let mut acts = served.session().alloc(size).unwrap();
+        weights.fill(0, size, 3).unwrap();
+        for k in sweep() {
+            acts.fill(0, size, 1).unwrap();
             // Launch r: add(w[r], a[r], a[r + 1], r) then, every third, scale(a[r + 1], 2).
             let w: Vec<BufferView<'_>> = (0..k).map(|r| weights.view(64 + 512 * r, 256).unwrap()).collect();
             let a: Vec<BufferView<'_>> = (0..=k).map(|r| acts.view(32 + 512 * r, 256).unwrap()).collect();
@@ -193,21 +223,38 @@ fn a_batch_that_does_not_fit_is_refused_before_any_ioctl(board: &'static Board) 
     }
     assert_eq!(
         batch.push(1, &[BufferRef::of(&views[MAX_BATCH_LEASES])], &[Scalar::U32(1)]),
-        Err(Error::Batch(BatchRefusal::TooManyLeases { capacity: 15 }))
+        Err(Error::Batch(BatchRefusal::TooManyLeases { capacity: MAX_BATCH_LEASES }))
     );
     for _ in MAX_BATCH_LEASES..MAX_BATCH_LAUNCHES {
         batch.push(1, &[BufferRef::of(&views[0])], &[Scalar::U32(1)]).unwrap();
     }
     assert_eq!(
         batch.push(1, &[BufferRef::of(&views[0])], &[Scalar::U32(1)]),
-        Err(Error::Batch(BatchRefusal::TooManyLaunches { capacity: 64 }))
+        Err(Error::Batch(BatchRefusal::TooManyLaunches { capacity: MAX_BATCH_LAUNCHES }))
+    );
+    // A record past the record bytes: WIDER records (264 bytes) until the next one would not fit.
+    let wider = BATCH.record_len(14, 11);
+    let fit = MAX_BATCH_RECORD_BYTES / wider;
+    assert!(fit < MAX_BATCH_LAUNCHES, "the record bytes bind first");
+    let v14: Vec<BufferRef<'_>> = (0..14).map(|i| BufferRef::of(&views[i])).collect();
+    let sc11 = [Scalar::U32(0); 11];
+    let mut bytes = Batch::new(&sigs).unwrap();
+    for _ in 0..fit {
+        bytes.push(6, &v14, &sc11).unwrap();
+    }
+    assert_eq!(
+        bytes.push(6, &v14, &sc11),
+        Err(Error::Batch(BatchRefusal::RecordBytes { needed: (fit + 1) * wider, capacity: MAX_BATCH_RECORD_BYTES }))
     );
     let mut empty = Batch::new(&sigs).unwrap();
     assert_eq!(empty.run(&lib), Err(Error::Batch(BatchRefusal::Empty)));
     assert_eq!(bench.counts().calls.values().sum::<u64>(), calls, "no system call for any refusal");
-    // The full batch itself runs.
+    // The full batches themselves run.
     assert_eq!(batch.run(&lib).map(|r| r.launches), Ok(MAX_BATCH_LAUNCHES));
-    assert_eq!(maps_unmaps(&bench), (15, 15, 64));
+    assert_eq!(maps_unmaps(&bench), (MAX_BATCH_LEASES, MAX_BATCH_LEASES, MAX_BATCH_LAUNCHES));
+    bench.clear_ledger();
+    assert_eq!(bytes.run(&lib).map(|r| r.launches), Ok(fit));
+    assert_eq!(maps_unmaps(&bench), (14, 14, fit));
     drop(lib);
     drop(views);
     drop(leases);
@@ -255,6 +302,89 @@ fn a_hostile_record_is_refused_on_the_dsp_before_anything_is_mapped(board: &'sta
     }
     // The unaltered batch runs.
     assert_eq!(batch.run(&lib).map(|r| r.launches), Ok(2));
+    drop(lib);
+    drop(lease);
+    served.stop().unwrap();
+}
+
+/// Sends `pra0` / `pra1` as a batch with one out-handle per lease in `leases` and returns the
+/// call's result and the ledger it left.
+fn invoke_raw(
+    bench: &Bench,
+    lib: &hexrpc_hal::Library<'_, Bench>,
+    pra0: &[u8],
+    pra1: &[u8],
+    leases: &[&hexrpc_hal::Lease<'_, Bench>],
+) -> (Result<(), Cause>, Vec<LedgerEvent>) {
+    bench.clear_ledger();
+    let mut status = [0u8; 24];
+    let mut args = Call::<'_, MAX_ARGS>::new(BATCH.method).unwrap();
+    args.input(pra0).unwrap().input(pra1).unwrap().output(&mut status).unwrap();
+    for l in leases {
+        args.out_handle_sized(l.fd(), BATCH.handle_attr, l.len() as u64).unwrap();
+    }
+    let r = lib.invoke(&mut args).map(|_| ()).map_err(|e| e.cause);
+    (r, bench.ledger().into_iter().map(|e| e.event).collect())
+}
+
+/// The DSP's own checks of the capacities, each probed at its edge with a batch that is valid
+/// in every other respect: MAX_BATCH_LAUNCHES records (or MAX_BATCH_RECORD_BYTES bytes of
+/// them) run, one record (or 8 bytes) more is refused before anything is mapped. The packer
+/// cannot build the batches past the edge, so they are the packer's batches with one record
+/// added or widened.
+fn a_batch_one_past_a_capacity_is_refused_on_the_dsp_and_one_at_it_runs(board: &'static Board) {
+    let bench = Bench::for_board(board);
+    bench.register_library("table", table());
+    let served = serve(&bench);
+    let lib = served.open_library("table", image("table")).unwrap();
+    let sigs = signatures();
+    assert!(sigs.len() <= MAX_BATCH_KERNELS);
+    let mut lease = served.session().alloc(8192).unwrap();
+    lease.fill(0, 8192, 0).unwrap();
+    let x = lease.view(40, 8).unwrap();
+    let put = |v: &mut Vec<u8>, at: usize, n: u32| v[at..at + 4].copy_from_slice(&n.to_le_bytes());
+    let refused = (Err(Cause::Dsp(aee::AEE_EBADPARM)), vec![LedgerEvent::Refused { code: aee::AEE_EBADPARM }]);
+
+    // Records: MAX_BATCH_LAUNCHES `touch` records run; the same with one more record is refused.
+    let mut full = Batch::new(&sigs).unwrap();
+    for _ in 0..MAX_BATCH_LAUNCHES {
+        full.push(4, &[BufferRef::of(&x)], &[]).unwrap();
+    }
+    let (pra0, pra1) = (full.pra0().to_vec(), full.pra1().to_vec());
+    let (ok, ev) = invoke_raw(&bench, &lib, &pra0, &pra1, &[&lease]);
+    assert_eq!(ok, Ok(()));
+    assert_eq!(ev.iter().filter(|e| matches!(e, LedgerEvent::BatchKernel { .. })).count(), MAX_BATCH_LAUNCHES);
+    assert_eq!(u16::from_le_bytes([read(&x)[0], read(&x)[1]]), MAX_BATCH_LAUNCHES as u16, "every record ran once");
+    let one = BATCH.record_len(1, 0);
+    let mut more = pra0.clone();
+    more.extend_from_slice(&pra0[pra0.len() - one..]);
+    put(&mut more, BATCH.count_at, MAX_BATCH_LAUNCHES as u32 + 1);
+    put(&mut more, BATCH.bytes_at, ((MAX_BATCH_LAUNCHES + 1) * one) as u32);
+    assert_eq!(invoke_raw(&bench, &lib, &more, &pra1, &[&lease]), refused, "K = MAX_BATCH_LAUNCHES + 1");
+
+    // Record bytes: MAX_BATCH_LAUNCHES `wide` records fill them exactly and run; with the last
+    // one a `wider` record (8 bytes more, K unchanged) they are refused.
+    let wide = BATCH.record_len(14, 10);
+    assert_eq!(MAX_BATCH_LAUNCHES * wide, MAX_BATCH_RECORD_BYTES, "WIDE is sized for the capacity");
+    let v14: Vec<BufferView<'_>> = (0..14).map(|i| lease.view(64 * i, 64).unwrap()).collect();
+    let r14: Vec<BufferRef<'_>> = v14.iter().map(BufferRef::of).collect();
+    let mut full = Batch::new(&sigs).unwrap();
+    for _ in 0..MAX_BATCH_LAUNCHES {
+        full.push(5, &r14, &[Scalar::U32(1); 10]).unwrap();
+    }
+    assert_eq!(full.record_bytes(), MAX_BATCH_RECORD_BYTES);
+    let (pra0, pra1) = (full.pra0().to_vec(), full.pra1().to_vec());
+    let (ok, ev) = invoke_raw(&bench, &lib, &pra0, &pra1, &[&lease]);
+    assert_eq!(ok, Ok(()));
+    assert_eq!(ev.iter().filter(|e| matches!(e, LedgerEvent::BatchKernel { .. })).count(), MAX_BATCH_LAUNCHES);
+    let mut last = Batch::new(&sigs).unwrap();
+    last.push(6, &r14, &[Scalar::U32(1); 11]).unwrap();
+    let mut over = pra0[..pra0.len() - wide].to_vec();
+    over.extend_from_slice(&last.pra0()[BATCH.header_len..]);
+    put(&mut over, BATCH.bytes_at, (MAX_BATCH_RECORD_BYTES + 8) as u32);
+    assert_eq!(over.len(), BATCH.header_len + MAX_BATCH_RECORD_BYTES + 8);
+    assert_eq!(invoke_raw(&bench, &lib, &over, &pra1, &[&lease]), refused, "R = MAX_BATCH_RECORD_BYTES + 8");
+    drop(v14);
     drop(lib);
     drop(lease);
     served.stop().unwrap();

@@ -3,9 +3,10 @@
 //! 0..=15 and a mix of scalar types, in both versions, it must map, hand over and unmap exactly
 //! what the *inputs* describe (expectations are computed from the buffers and scalars given to
 //! the packer, not from the ABI table). Also: v2 validation, unwinding, the timer rule, v1's
-//! defect, the power request. Batches: a library with a kernel table runs 1..=64 records over
-//! shared leases, maps each lease once, refuses every hostile field before mapping anything,
-//! stops at a failing kernel and still unmaps everything.
+//! defect, the power request. Batches: a library with a kernel table runs 1..=MAX_BATCH_LAUNCHES
+//! records over shared leases, maps each lease once, runs a full table of MAX_BATCH_KERNELS
+//! kernels, runs a batch at each capacity and refuses one past it, refuses every hostile field
+//! before mapping anything, stops at a failing kernel and still unmaps everything.
 //!
 //! Skips (with a message) when no host C compiler is found (`HEXRPC_HOST_CC`, default `cc`).
 
@@ -17,7 +18,7 @@ use std::sync::OnceLock;
 use hexrpc_drivers::Fd;
 use hexrpc_runtime::launch::{
     write_batch_entry, write_entry, AbiVersion, Batch, BufferRef, EntryOptions, KernelSpec, PackError, PackedLaunch, ParamKind, Scalar,
-    ScalarType, Signature, BATCH, MAX_BATCH_KERNELS, MAX_BATCH_LAUNCHES, MAX_BATCH_LEASES, V1,
+    ScalarType, Signature, BATCH, MAX_BATCH_KERNELS, MAX_BATCH_LAUNCHES, MAX_BATCH_LEASES, MAX_BATCH_RECORD_BYTES, V1,
 };
 
 const HANDLE: u64 = 0x1234;
@@ -552,17 +553,7 @@ fn run_batch(
     launches: &[Launch],
     stop: Option<(usize, i32)>,
 ) -> (String, String) {
-    let owner = ();
-    let sigs: Vec<Signature> = kernels.iter().map(|k| k.signature).collect();
-    let mut batch = Batch::new(&sigs).unwrap();
-    for l in launches {
-        let refs: Vec<BufferRef<'_>> =
-            l.views.iter().map(|&(li, off, len)| BufferRef::borrowing(&owner, Fd(leases[li].0), leases[li].1, off, len)).collect();
-        batch.push(l.kernel, &refs, &l.scalars).unwrap();
-    }
-    // Leases are numbered in first-use order; the test lists them in that order.
-    assert_eq!(batch.fds(), leases.iter().map(|l| Fd(l.0)).collect::<Vec<_>>(), "lease order");
-    let view = DspView::of_batch(&mut batch, leases);
+    let view = batch_view(kernels, leases, launches);
     let got = run(exe, &view.input());
     let mut want = String::new();
     for (l, (fd, len)) in leases.iter().enumerate() {
@@ -589,6 +580,22 @@ fn run_batch(
     (got, want)
 }
 
+/// Packs `launches` over `leases` (fd, length) with the runtime's `Batch`: what the entry is
+/// handed.
+fn batch_view(kernels: &[KernelSpec<'_>], leases: &[(i32, u64)], launches: &[Launch]) -> DspView {
+    let owner = ();
+    let sigs: Vec<Signature> = kernels.iter().map(|k| k.signature).collect();
+    let mut batch = Batch::new(&sigs).unwrap();
+    for l in launches {
+        let refs: Vec<BufferRef<'_>> =
+            l.views.iter().map(|&(li, off, len)| BufferRef::borrowing(&owner, Fd(leases[li].0), leases[li].1, off, len)).collect();
+        batch.push(l.kernel, &refs, &l.scalars).unwrap();
+    }
+    // Leases are numbered in first-use order; the test lists them in that order.
+    assert_eq!(batch.fds(), leases.iter().map(|l| Fd(l.0)).collect::<Vec<_>>(), "lease order");
+    DspView::of_batch(&mut batch, leases)
+}
+
 fn four_kernels() -> Vec<KernelSpec<'static>> {
     vec![
         KernelSpec { name: "k_add", signature: Signature::parse("buf,buf,buf,u32").unwrap(), returns_status: false },
@@ -601,7 +608,7 @@ fn four_kernels() -> Vec<KernelSpec<'static>> {
 /// Launch `r` of a test batch over 3 leases: views at non-zero offsets, leases shared.
 fn sample_launch(kernels: &[KernelSpec<'_>], r: usize) -> Launch {
     let kernel = r % kernels.len();
-    let views = (0..kernels[kernel].signature.buffers()).map(|i| ((r + i) % 3, 64 * (r + i) as u64 + 8, 24 + i as u64)).collect();
+    let views = (0..kernels[kernel].signature.buffers()).map(|i| ((r + i) % 3, 64 * ((r + i) % 60) as u64 + 8, 24 + i as u64)).collect();
     let scalars = kernels[kernel]
         .signature
         .scalar_types()
@@ -614,10 +621,10 @@ fn sample_launch(kernels: &[KernelSpec<'_>], r: usize) -> Launch {
 const LEASES3: [(i32, u64); 3] = [(30, 8192), (31, 4096 + 64), (32, 3 * 4096)];
 
 #[test]
-fn batch_entry_runs_1_to_64_records_over_shared_leases_mapping_each_once() {
+fn batch_entry_runs_1_to_the_capacity_of_records_over_shared_leases_mapping_each_once() {
     let Some(cc) = host_cc() else { return };
     let kernels = four_kernels();
-    let exe = build_batch_harness(&cc, "batch-1-64", &kernels);
+    let exe = build_batch_harness(&cc, "batch-1-max", &kernels);
     for k in 1..=MAX_BATCH_LAUNCHES {
         let launches: Vec<Launch> = (0..k).map(|r| sample_launch(&kernels, r)).collect();
         // First-use order of the leases.
@@ -653,8 +660,9 @@ fn batch_entry_with_a_full_kernel_table_and_15_leases() {
         .collect();
     let exe = build_batch_harness(&cc, "batch-table", &kernels);
     let leases: Vec<(i32, u64)> = (0..MAX_BATCH_LEASES).map(|l| (50 + l as i32, 4096 + 128 * l as u64)).collect();
-    // Record r runs kernel 63 - r: every table entry once, the widest kernels use all 15 leases.
-    // Records are packed in lease first-use order: the first record is kernel 63 (15 buffers).
+    // Record r runs kernel MAX_BATCH_KERNELS - 1 - r: every table entry once, the widest kernels
+    // use all 15 leases. Records are packed in lease first-use order: the first record is the
+    // last kernel (15 buffers).
     let launches: Vec<Launch> = (0..MAX_BATCH_KERNELS)
         .map(|r| {
             let kernel = MAX_BATCH_KERNELS - 1 - r;
@@ -666,6 +674,59 @@ fn batch_entry_with_a_full_kernel_table_and_15_leases() {
     assert_eq!(launches[0].views.len(), 15);
     let (got, want) = run_batch(&exe, &kernels, &leases, &launches, None);
     assert_eq!(got, want);
+}
+
+/// 14 buffers and 10 scalars: a 256-byte record (MAX_BATCH_LAUNCHES of them are the record
+/// bytes exactly); WIDER has one scalar more (264 bytes).
+const WIDE: &str = "buf,buf,buf,buf,buf,buf,buf,buf,buf,buf,buf,buf,buf,buf,u32,u32,u32,u32,u32,u32,u32,u32,u32,u32";
+const WIDER: &str = "buf,buf,buf,buf,buf,buf,buf,buf,buf,buf,buf,buf,buf,buf,u32,u32,u32,u32,u32,u32,u32,u32,u32,u32,u32";
+
+#[test]
+fn batch_entry_runs_a_batch_at_each_capacity_and_refuses_one_past_it() {
+    let Some(cc) = host_cc() else { return };
+    let mut kernels = four_kernels();
+    kernels.push(KernelSpec { name: "k_wide", signature: Signature::parse(WIDE).unwrap(), returns_status: false });
+    kernels.push(KernelSpec { name: "k_wider", signature: Signature::parse(WIDER).unwrap(), returns_status: false });
+    let (wide, wider) = (kernels.len() - 2, kernels.len() - 1);
+    let exe = build_batch_harness(&cc, "batch-capacity", &kernels);
+    let put = |v: &mut Vec<u8>, at: usize, x: u32| v[at..at + 4].copy_from_slice(&x.to_le_bytes());
+    let refused = |v: &DspView| format!("rc 14\npra2 {}\nlive 0\n", "00".repeat(v.pra2_len));
+
+    // K: MAX_BATCH_LAUNCHES records of the kernel without parameters run; one more is refused
+    // (a valid record, the counts matching: only K is past its capacity).
+    let none: Vec<Launch> = (0..MAX_BATCH_LAUNCHES).map(|_| Launch { kernel: 3, views: vec![], scalars: vec![] }).collect();
+    let (got, want) = run_batch(&exe, &kernels, &[], &none, None);
+    assert_eq!(got, want, "K = MAX_BATCH_LAUNCHES");
+    let mut more = batch_view(&kernels, &[], &none);
+    let one = BATCH.record_len(0, 0);
+    let tail = more.pra0[more.pra0.len() - one..].to_vec();
+    more.pra0.extend_from_slice(&tail);
+    put(&mut more.pra0, BATCH.count_at, MAX_BATCH_LAUNCHES as u32 + 1);
+    put(&mut more.pra0, BATCH.bytes_at, ((MAX_BATCH_LAUNCHES + 1) * one) as u32);
+    assert_eq!(run(&exe, &more.input()), refused(&more), "K = MAX_BATCH_LAUNCHES + 1");
+
+    // R: MAX_BATCH_LAUNCHES records of 256 bytes fill the record bytes exactly and run (every
+    // view and scalar handed over); with the last one 8 bytes wider (K unchanged) the batch is
+    // refused before anything is mapped.
+    assert_eq!(MAX_BATCH_LAUNCHES * BATCH.record_len(14, 10), MAX_BATCH_RECORD_BYTES);
+    let leases: Vec<(i32, u64)> = (0..14).map(|l| (60 + l, 4096)).collect();
+    let launch = |kernel: usize, r: usize| Launch {
+        kernel,
+        views: (0..14).map(|i| (i, 8 * ((r + i) % 16) as u64, 64)).collect(),
+        scalars: (0..kernels[kernel].signature.scalars()).map(|j| Scalar::U32((1000 * r + j) as u32)).collect(),
+    };
+    let full: Vec<Launch> = (0..MAX_BATCH_LAUNCHES).map(|r| launch(wide, r)).collect();
+    let (got, want) = run_batch(&exe, &kernels, &leases, &full, None);
+    assert_eq!(got, want, "R = MAX_BATCH_RECORD_BYTES");
+    let view = batch_view(&kernels, &leases, &full);
+    assert_eq!(view.pra0.len(), BATCH.header_len + MAX_BATCH_RECORD_BYTES);
+    let last = batch_view(&kernels, &leases, &[launch(wider, MAX_BATCH_LAUNCHES - 1)]);
+    let mut over = view.clone();
+    over.pra0.truncate(view.pra0.len() - BATCH.record_len(14, 10));
+    over.pra0.extend_from_slice(&last.pra0[BATCH.header_len..]);
+    put(&mut over.pra0, BATCH.bytes_at, (MAX_BATCH_RECORD_BYTES + 8) as u32);
+    assert_eq!(over.pra0.len(), BATCH.header_len + MAX_BATCH_RECORD_BYTES + 8);
+    assert_eq!(run(&exe, &over.input()), refused(&over), "R = MAX_BATCH_RECORD_BYTES + 8");
 }
 
 #[test]
@@ -714,12 +775,13 @@ fn batch_entry_refuses_every_hostile_field_before_mapping_anything() {
     };
     case("magic", &|v| v.pra0[0] ^= 1);
     case("K = 0", &|v| put(&mut v.pra0, 4, 0));
-    case("K = 65", &|v| put(&mut v.pra0, 4, 65));
+    // (K and R past the capacities with the records to match: the capacity test below.)
+    case("K past the capacity", &|v| put(&mut v.pra0, 4, MAX_BATCH_LAUNCHES as u32 + 1));
     case("K beyond the records", &|v| put(&mut v.pra0, 4, 4));
     case("K short of R", &|v| put(&mut v.pra0, 4, 2));
     case("L differs from sc", &|v| put(&mut v.pra0, 8, 1));
     case("R beyond pra0", &|v| put(&mut v.pra0, 12, 141));
-    case("R beyond capacity", &|v| put(&mut v.pra0, 12, 8193));
+    case("R past the capacity", &|v| put(&mut v.pra0, 12, MAX_BATCH_RECORD_BYTES as u32 + 1));
     case("R huge", &|v| put(&mut v.pra0, 12, u32::MAX));
     case("kernel index", &|v| put(&mut v.pra0, last, 4));
     case("kernel index huge", &|v| put(&mut v.pra0, last, u32::MAX));

@@ -951,12 +951,12 @@ unsafe fn view_args(views: *const hexrpc_view, nviews: usize) -> Result<Vec<(Arc
 }
 
 /// Starts a batch on `library`, a library built with a kernel table (`hexrpc build-lib --table`):
-/// `kernels` are the table's kernel signatures (`"buf,buf,u32"`), `nkernels` of them (1..=64), in
+/// `kernels` are the table's kernel signatures (`"buf,buf,u32"`), `nkernels` of them (1..=256), in
 /// table order; the library must have been opened with `kernels[0]`'s signature. Refused here
 /// (`HEXRPC_ERR_INVALID`, before anything is sent): a library whose build record says it has no
 /// kernel table (built without `--table`) and `kernels` other than the table it records (a library
 /// without a build record is found out by its first run). A batch holds
-/// up to 64 launches, 15 distinct leases and 8 KiB of records, checked as they are pushed; it
+/// up to 256 launches, 15 distinct leases (every sub-allocation of one arena is one) and 64 KiB of records, checked as they are pushed; it
 /// keeps its leases mapped (a freed lease's memory is released when the batch is freed or no
 /// longer names it) and is freed with its session. Thread-safe.
 ///

@@ -75,7 +75,7 @@ fn resolve(records: &[Record]) -> PyResult<Vec<Resolved>> {
 /// --table=...`, or tinygrad's graph libraries); `kernels` is the list of the table's kernel
 /// *signatures* (strings such as "buf,buf,u32"), in table order: `push(k, ...)` launches kernel
 /// `k` with signature `kernels[k]`. The library must have been opened with `kernels[0]`'s
-/// signature. Refused at once (`InvalidArgument`): an empty or too long table (at most 64), a
+/// signature. Refused at once (`InvalidArgument`): an empty or too long table (at most 256), a
 /// signature that does not parse, a `kernels[0]` other than the library's signature, a library
 /// whose build record (`hexrpc build-lib`) says its entry runs no batches (built without
 /// `--table`), and a `kernels` list other than the table its build record names. Only a library

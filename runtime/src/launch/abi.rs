@@ -50,7 +50,12 @@
 //! Capacity (fixed, in the table): [`MAX_BATCH_LAUNCHES`] records, [`MAX_BATCH_LEASES`] leases
 //! (the out-handles nibble of the scalars word, as v2's buffers: FastRPC allows 15 handles of a
 //! kind per call), [`MAX_BATCH_RECORD_BYTES`] record bytes, [`MAX_BATCH_KERNELS`] kernels in a
-//! library's table.
+//! library's table. The launches and kernels are sized for tinygrad: its jit cuts a capture into
+//! graphs of 32, 64, 128 and 256 kernels (`JIT_BATCH_SIZE`, doubling), and every graph up to
+//! 256 launches, each launch possibly a kernel of its own, is one batch. The record bytes hold
+//! 256 records of 8 views and 4 scalars (8 + 96 + 32 = 136 bytes each, 34,816 in all), rounded
+//! up to a power of two. None of these sizes anything on the DSP stack: the entry reads the
+//! records where the framework put them and keeps per-lease arrays of [`MAX_BATCH_LEASES`].
 //!
 //! The entry validates everything before mapping anything (sc, pra lengths, header, every lease
 //! length non-zero with its reserved word 0, every record: kernel index in the table, V and S
@@ -90,14 +95,22 @@ pub const ENTRY_SYMBOL: &str = "entry";
 pub const BATCH_MAGIC: u32 = 0x4258_5248;
 /// The FastRPC method index of a batch.
 pub const BATCH_METHOD: u8 = 3;
-/// Most launch records in one batch.
-pub const MAX_BATCH_LAUNCHES: usize = 64;
+/// Most launch records in one batch: tinygrad's fourth jit graph (32, 64, 128, 256 kernels) in
+/// one call.
+pub const MAX_BATCH_LAUNCHES: usize = 256;
 /// Most distinct leases in one batch (one handle argument each, in the out-handles nibble).
 pub const MAX_BATCH_LEASES: usize = MAX_BUFFERS;
-/// Most record bytes in one batch (after the 16-byte header).
-pub const MAX_BATCH_RECORD_BYTES: usize = 8192;
-/// Most kernels in one library's kernel table.
-pub const MAX_BATCH_KERNELS: usize = 64;
+/// Most record bytes in one batch (after the 16-byte header): [`MAX_BATCH_LAUNCHES`] records
+/// of 8 views and 4 scalars (136 bytes each, 34,816 in all), rounded up to a power of two
+/// (64 KiB; 32 KiB would hold 240 of them).
+pub const MAX_BATCH_RECORD_BYTES: usize = 65536;
+/// Most kernels in one library's kernel table: a graph of [`MAX_BATCH_LAUNCHES`] launches may
+/// name as many distinct kernels (a tinygrad jit's kernels are mostly distinct programs).
+pub const MAX_BATCH_KERNELS: usize = 256;
+/// The views and scalars of the record [`MAX_BATCH_RECORD_BYTES`] is sized for (a full batch of
+/// such records fits; the compile-time assertions below check it).
+const BATCH_SIZING_VIEWS: usize = 8;
+const BATCH_SIZING_SCALARS: usize = 4;
 /// The status's "no record failed".
 pub const NO_FAILED_RECORD: u32 = u32::MAX;
 /// The FastRPC method index of a map-cache release (libraries built with the map cache only).
@@ -462,8 +475,21 @@ const _: () = {
     assert!(RELEASE_METHOD != BATCH_METHOD && RELEASE_METHOD != LAUNCH_METHOD);
     // The HAL sends the release (when a lease is dropped, before a library is closed).
     assert!(RELEASE_METHOD == hexrpc_hal::MAP_CACHE_RELEASE_METHOD && MAX_RELEASE_IDS == hexrpc_hal::MAP_CACHE_RELEASE_IDS);
-    // Every count and offset fits the u16/u32 fields and the C entry's unsigned int arithmetic.
-    assert!(MAX_BATCH_RECORD_BYTES + 16 < u16::MAX as usize * 4 && MAX_BATCH_LAUNCHES <= MAX_BATCH_RECORD_BYTES / 8);
+    // What the capacities are sized for: a full batch of MAX_BATCH_LAUNCHES records of
+    // BATCH_SIZING_VIEWS views and BATCH_SIZING_SCALARS scalars fits the record bytes, and the
+    // record bytes are the power of two just above it (not needlessly more).
+    assert!(MAX_BATCH_LAUNCHES * BATCH.record_len(BATCH_SIZING_VIEWS, BATCH_SIZING_SCALARS) <= MAX_BATCH_RECORD_BYTES);
+    assert!(MAX_BATCH_RECORD_BYTES.is_power_of_two());
+    assert!(MAX_BATCH_LAUNCHES * BATCH.record_len(BATCH_SIZING_VIEWS, BATCH_SIZING_SCALARS) > MAX_BATCH_RECORD_BYTES / 2);
+    assert!(BATCH_SIZING_VIEWS <= MAX_BUFFERS && MAX_BATCH_KERNELS >= MAX_BATCH_LAUNCHES);
+    // A full batch of the smallest records (no view, no scalar: 8 bytes) fits, so K's limit is
+    // reachable whatever the kernels.
+    assert!(MAX_BATCH_LAUNCHES * BATCH.record_header_len <= MAX_BATCH_RECORD_BYTES);
+    // Every count and offset fits the u32 header fields and the C entry's unsigned int
+    // arithmetic: the end of the records (16 + R) and the longest record a header can claim
+    // (8 + 12 * 65535 + 8 * 65535, both counts u16) stay far below 2^32.
+    assert!(BATCH.header_len + MAX_BATCH_RECORD_BYTES <= u32::MAX as usize / 2);
+    assert!(BATCH.record_header_len + (BATCH.view_size + BATCH.slot_size) * u16::MAX as usize <= u32::MAX as usize / 2);
 };
 
 /// The status a batch entry wrote (pra 2), decoded.
@@ -698,6 +724,9 @@ mod tests {
     #[test]
     fn batch_table_follows_the_card() {
         assert_eq!(&BATCH_MAGIC.to_le_bytes(), b"HRXB");
+        // Capacities: 256 records, 15 leases, 64 KiB of records, 256 kernels in a table.
+        assert_eq!((BATCH.max_launches, BATCH.max_leases, BATCH.max_record_bytes, BATCH.max_kernels), (256, 15, 65536, 256));
+        assert_eq!(256 * BATCH.record_len(8, 4), 34_816);
         let sc = BATCH.scalars(15).unwrap();
         assert_eq!(sc.raw(), 0x0302_010f);
         assert_eq!(sc.length(), 18);

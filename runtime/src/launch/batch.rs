@@ -7,7 +7,9 @@
 //! appends its record. Scalars can be changed between runs with
 //! [`set_scalar`](Batch::set_scalar); views are fixed. [`run`](Batch::run) (or
 //! [`launch`](Batch::launch) on a raw descriptor) is one ioctl. Everything lives in fixed
-//! capacity inside the value: no heap, in building or running.
+//! capacity inside the value: no heap, in building or running. That makes the value large
+//! ([`BATCH_VALUE_BYTES`], about 66 KiB: the 64 KiB of record bytes a batch of
+//! [`MAX_BATCH_LAUNCHES`] launches needs); see [`Batch`] for where to keep one.
 //!
 //! Every call returns the runtime's [`Error`]. Every refusal
 //! ([`Error::Batch`] with a [`BatchRefusal`]) happens before any system
@@ -174,11 +176,17 @@ const ARGS_INVALID: Error = Error::Hal(HalError { stage: Stage::Invoke, cause: C
 
 #[derive(Clone, Copy, Debug, Default)]
 struct RecordInfo {
-    at: u16,
-    kernel: u8,
+    /// Byte offset of the record in pra 0 (below `PRA0_CAP`).
+    at: u32,
+    /// Its kernel index (below `MAX_BATCH_KERNELS`).
+    kernel: u16,
 }
 
 const PRA0_CAP: usize = 16 + MAX_BATCH_RECORD_BYTES;
+
+// Every record offset and kernel index fits its field in `RecordInfo`; every lease index the u8
+// of the view entries' staging array.
+const _: () = assert!(PRA0_CAP <= u32::MAX as usize && MAX_BATCH_KERNELS <= u16::MAX as usize + 1 && MAX_BATCH_LEASES <= u8::MAX as usize);
 
 /// What a completed batch reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -191,6 +199,12 @@ pub struct BatchRun {
 }
 
 /// K launches of one library's kernels, packed once, sent in one call (see the module docs).
+///
+/// The value holds its pra 0 inline: [`BATCH_VALUE_BYTES`] bytes (about 66 KiB). Keep it where
+/// it is built (returning or moving a built batch copies all of it: about 2 µs, where building
+/// a 5-record batch in place takes a few hundred ns), on a thread with a stack of ordinary size
+/// (a Rust thread's 2 MiB, a process's main thread), or in a `Box`; not on a small stack (a
+/// thread created with 64 KiB, an embedded task).
 ///
 /// It borrows every buffer it references and the kernel table for `'a`, so no lease can be
 /// freed while the batch can still be sent:
@@ -227,6 +241,14 @@ pub struct Batch<'a> {
 }
 
 const _: () = assert!(BATCH.lease_entry_size == 8 && BATCH.header_len == 16 && BATCH.slot_size <= 8);
+
+/// Size of a [`Batch`] value: its pra 0 (16 + [`MAX_BATCH_RECORD_BYTES`] bytes) and a few KiB of
+/// per-record and per-lease state.
+pub const BATCH_VALUE_BYTES: usize = core::mem::size_of::<Batch<'static>>();
+
+// The records' bytes are nearly all of it: the per-record and per-lease state stays under 4 KiB
+// (a new field or capacity that would make the value much larger fails the build).
+const _: () = assert!(BATCH_VALUE_BYTES >= PRA0_CAP && BATCH_VALUE_BYTES <= PRA0_CAP + 4096);
 
 fn put_u32(bytes: &mut [u8], at: usize, v: u32) {
     bytes[at..at + 4].copy_from_slice(&v.to_le_bytes());
@@ -334,7 +356,7 @@ impl<'a> Batch<'a> {
             let _ = pra1.extend_from_slice(&e.to_le_bytes()[..BATCH.lease_entry_size]);
         }
         drop(pra1);
-        let _ = self.records.push(RecordInfo { at: at as u16, kernel: kernel as u8 });
+        let _ = self.records.push(RecordInfo { at: at as u32, kernel: kernel as u16 });
         let (count, leases) = (self.records.len() as u32, self.fds.len() as u32);
         put_u32(&mut self.pra0, BATCH.count_at, count);
         put_u32(&mut self.pra0, BATCH.leases_at, leases);
@@ -640,7 +662,12 @@ mod tests {
         );
         assert_eq!((b.pra0().to_vec(), b.pra1().to_vec(), b.fds().to_vec()), before);
         assert_eq!(b.len(), 1);
-        assert!(matches!(Batch::new(&[Signature::parse("").unwrap(); 65]), Err(Error::Batch(BatchRefusal::TooManyKernels { count: 65 }))));
+        let table = [Signature::parse("").unwrap(); MAX_BATCH_KERNELS + 1];
+        assert!(Batch::new(&table[..MAX_BATCH_KERNELS]).is_ok());
+        assert!(matches!(
+            Batch::new(&table),
+            Err(Error::Batch(BatchRefusal::TooManyKernels { count })) if count == MAX_BATCH_KERNELS + 1
+        ));
     }
 
     #[test]
@@ -650,26 +677,58 @@ mod tests {
         // Leases: 15 distinct fine, the 16th refused.
         let mut b = Batch::new(&k).unwrap();
         let leases: [BufferRef<'_>; 16] = core::array::from_fn(|i| BufferRef::borrowing(&o, Fd(10 + i as i32), 64, 0, 64));
-        for l in &leases[..15] {
+        for l in &leases[..MAX_BATCH_LEASES] {
             b.push(0, &[*l], &[]).unwrap();
         }
-        assert_eq!(b.push(0, &[leases[15]], &[]), Err(Error::Batch(BatchRefusal::TooManyLeases { capacity: 15 })));
-        assert_eq!(b.lease_count(), 15);
-        // Records: 64 fine, the 65th refused.
+        assert_eq!(b.push(0, &[leases[15]], &[]), Err(Error::Batch(BatchRefusal::TooManyLeases { capacity: MAX_BATCH_LEASES })));
+        assert_eq!(b.lease_count(), MAX_BATCH_LEASES);
+        // Records: MAX_BATCH_LAUNCHES fine, one more refused (and the batch unchanged).
         let mut b = Batch::new(&k).unwrap();
-        for _ in 0..64 {
-            b.push(0, &[leases[0]], &[]).unwrap();
+        for r in 0..MAX_BATCH_LAUNCHES {
+            assert_eq!(b.push(0, &[leases[r % 15]], &[]), Ok(r));
         }
-        assert_eq!(b.push(0, &[leases[0]], &[]), Err(Error::Batch(BatchRefusal::TooManyLaunches { capacity: 64 })));
-        // Record bytes: 8 + 15 * 12 + 20 * 8 = 348 bytes a record; the 24th needs 8352 > 8192.
+        let full = (b.pra0().to_vec(), b.pra1().to_vec());
+        assert_eq!(b.push(0, &[leases[0]], &[]), Err(Error::Batch(BatchRefusal::TooManyLaunches { capacity: MAX_BATCH_LAUNCHES })));
+        assert_eq!((b.len(), b.pra0().to_vec(), b.pra1().to_vec()), (MAX_BATCH_LAUNCHES, full.0, full.1));
+        assert_eq!(BATCH.header(b.pra0()).map(|h| h.1), Some(MAX_BATCH_LAUNCHES as u32));
+        assert_eq!(b.kernel_of(MAX_BATCH_LAUNCHES - 1), Some(0));
+        // Record bytes: 8 + 15 * 12 + 20 * 8 = 348 bytes a record; the record bytes bind before
+        // the launches do, and the first record past them is refused.
+        let len = BATCH.record_len(15, 20);
+        let fit = MAX_BATCH_RECORD_BYTES / len;
+        assert!(fit < MAX_BATCH_LAUNCHES && len == 348);
         let mut b = Batch::new(&k).unwrap();
         let views: [BufferRef<'_>; 15] = core::array::from_fn(|i| leases[i]);
         let sc = [Scalar::U64(1); 20];
-        for _ in 0..23 {
+        for _ in 0..fit {
             b.push(1, &views, &sc).unwrap();
         }
-        assert_eq!(b.push(1, &views, &sc), Err(Error::Batch(BatchRefusal::RecordBytes { needed: 24 * 348, capacity: 8192 })));
-        assert_eq!(b.record_bytes(), 23 * 348);
+        assert_eq!(
+            b.push(1, &views, &sc),
+            Err(Error::Batch(BatchRefusal::RecordBytes { needed: (fit + 1) * len, capacity: MAX_BATCH_RECORD_BYTES }))
+        );
+        assert_eq!(b.record_bytes(), fit * len);
+        // The last record sits past 64 KiB - 348: its offset and its scalars are still found.
+        b.set_scalar(fit - 1, 19, Scalar::U64(7)).unwrap();
+        assert_eq!(BATCH.scalar(b.pra0(), 16 + (fit - 1) * len, 15, 19, ScalarType::U64), Some(Scalar::U64(7)));
+        // A batch filled to the byte: MAX_BATCH_LAUNCHES records of 256 bytes (14 views and 10
+        // scalars) are exactly the record bytes, and the kernel index of a full table's last
+        // kernel travels in the record.
+        let per = MAX_BATCH_RECORD_BYTES / MAX_BATCH_LAUNCHES;
+        assert_eq!((per, BATCH.record_len(14, 10)), (256, 256));
+        let mut table = [Signature::parse("").unwrap(); MAX_BATCH_KERNELS];
+        table[MAX_BATCH_KERNELS - 1] =
+            Signature::parse("buf,buf,buf,buf,buf,buf,buf,buf,buf,buf,buf,buf,buf,buf,u32,u32,u32,u32,u32,u32,u32,u32,u32,u32").unwrap();
+        let mut b = Batch::new(&table).unwrap();
+        let sc = [Scalar::U32(3); 10];
+        for _ in 0..MAX_BATCH_LAUNCHES {
+            b.push(MAX_BATCH_KERNELS - 1, &views[..14], &sc).unwrap();
+        }
+        assert_eq!(b.record_bytes(), MAX_BATCH_RECORD_BYTES);
+        assert_eq!(b.pra0().len(), PRA0_CAP);
+        let last = 16 + (MAX_BATCH_LAUNCHES - 1) * per;
+        assert_eq!(BATCH.record(b.pra0(), last), Some(((MAX_BATCH_KERNELS - 1) as u32, 14, 10)));
+        assert_eq!(b.push(0, &[], &[]), Err(Error::Batch(BatchRefusal::TooManyLaunches { capacity: MAX_BATCH_LAUNCHES })));
     }
 
     #[test]

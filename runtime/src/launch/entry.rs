@@ -47,8 +47,9 @@
 //! method 2 exactly as the v2 entry of kernel 0 does, and method 3 with a batch (the [`BATCH`]
 //! layout): it checks the scalars word (2 in, 1 out, no in-handles, L out-handles), the lengths
 //! of pra 0, pra 1 and the 24-byte status, the header (magic, L equal to the handle count,
-//! 1 <= K <= 64, R <= 8192 and inside pra 0), every lease entry (length non-zero, reserved word
-//! 0) and every record (kernel index in the table, view and scalar counts equal to that
+//! 1 <= K <= [`MAX_BATCH_LAUNCHES`](super::MAX_BATCH_LAUNCHES) (256),
+//! R <= [`MAX_BATCH_RECORD_BYTES`](super::MAX_BATCH_RECORD_BYTES) (65536) and inside pra 0),
+//! every lease entry (length non-zero, reserved word 0) and every record (kernel index in the table, view and scalar counts equal to that
 //! kernel's, each view's lease index < L and `off <= lease && len <= lease - off`, the K records
 //! filling exactly R bytes) — all before the first `HAP_mmap`, answering `AEE_EBADPARM` and
 //! touching nothing otherwise. It maps each lease once (unwinding on failure, `AEE_EMMAP`),
@@ -56,7 +57,12 @@
 //! stops at the first kernel declared to return `int` that returns non-zero, unmaps every lease
 //! in reverse order, writes the status (magic, records done, failed record or `0xffffffff`, its
 //! code, summed microseconds) and returns 0, so the status reaches the host (the driver copies
-//! out-buffers only on 0). Per-call state is a few fixed arrays of 15 entries on the stack.
+//! out-buffers only on 0). Per-call state is a few fixed arrays of
+//! [`MAX_BATCH_LEASES`](super::MAX_BATCH_LEASES) (15) entries on the stack, sized by the lease
+//! capacity alone: the records are read where the framework put them (pra 0), never copied, so
+//! neither the record count, the record bytes nor the table's size reaches the DSP stack (a
+//! larger table only adds `case`s to the two `switch`es). The one other array is the release
+//! method's [`MAX_RELEASE_IDS`] ids.
 //!
 //! **v1** is tinygrad's entry: no validation, maps the view length at file offset 0, hands the
 //! kernel `base + off`, writes the timer unconditionally, unmaps `(base + off, len)`. It is
@@ -1002,7 +1008,8 @@ mod tests {
             "if ((sc & 0xfffff0u) != 0x20100u) return 14;",
             "if (pra[0].buf.len < 16u || pra[2].buf.len < 24u || pra[1].buf.len < 8u * hrx_nl) return 14;",
             "if (hrx_ld_u32(hrx_a0 + 0) != 0x42585248u || hrx_ld_u32(hrx_a0 + 8) != hrx_nl) return 14;",
-            "if (hrx_nk == 0u || hrx_nk > 64u || hrx_bytes > 8192u || hrx_bytes > pra[0].buf.len - 16u) return 14;",
+            "if (hrx_nk == 0u || hrx_nk > 256u || hrx_bytes > 65536u || hrx_bytes > pra[0].buf.len - 16u) return 14;",
+            " * At most 256 records, 15 leases, 65536 record bytes. */",
             "case 0u: hrx_wv = 2u; hrx_ws = 1u; break;",
             "case 1u: hrx_wv = 1u; hrx_ws = 1u; break;",
             "const unsigned int hrx_len = 8u + 12u * hrx_nv + 8u * hrx_ns;",
@@ -1020,10 +1027,53 @@ mod tests {
         let mut s = String::new();
         assert_eq!(write_batch_entry(&mut s, &[k("a")], &EntryOptions::V1), Err(EntryError::BatchNeedsV2));
         assert_eq!(write_batch_entry(&mut s, &[], &EntryOptions::V2), Err(EntryError::KernelCount));
-        assert_eq!(write_batch_entry(&mut s, &[k("a"); 65], &EntryOptions::V2), Err(EntryError::KernelCount));
+        assert_eq!(write_batch_entry(&mut s, &std::vec![k("a"); MAX_BATCH_KERNELS + 1], &EntryOptions::V2), Err(EntryError::KernelCount));
         assert_eq!(write_batch_entry(&mut s, &[k("a"), k("b"), k("a")], &EntryOptions::V2), Err(EntryError::DuplicateKernel));
         assert_eq!(write_batch_entry(&mut s, &[k("a"), k("entry")], &EntryOptions::V2), Err(EntryError::KernelName));
         assert!(s.is_empty());
+    }
+
+    #[test]
+    fn a_full_kernel_table_is_generated_and_sizes_nothing_on_the_stack_by_it() {
+        use crate::launch::MAX_BATCH_LEASES;
+        use std::format;
+        use std::vec::Vec;
+        let names: Vec<String> = (0..MAX_BATCH_KERNELS).map(|i| format!("k{i}")).collect();
+        let sig = Signature::parse("buf,buf,u32").unwrap();
+        let table: Vec<KernelSpec<'_>> = names.iter().map(|n| KernelSpec { name: n, signature: sig, returns_status: false }).collect();
+        let mut c = String::new();
+        write_batch_entry(&mut c, &table, &EntryOptions::V2_CACHED).unwrap();
+        let last = MAX_BATCH_KERNELS - 1;
+        for needle in [
+            format!("case {last}u: hrx_wv = 2u; hrx_ws = 1u; break;"),
+            format!("case {last}u: k{last}(hrx_p[0], hrx_p[1], hrx_ld_u32(hrx_s + 0)); return 0;"),
+        ] {
+            assert!(c.contains(&needle), "missing {needle:?}");
+        }
+        // Every array the entry declares, with its size: the per-lease ones (15), the release's
+        // ids and the static map cache; none is sized by the records, record bytes or kernels.
+        let mut sizes = Vec::new();
+        for line in c.lines() {
+            let t = line.trim_start();
+            if t.starts_with("//") || t.starts_with("/*") || t.starts_with('*') {
+                continue;
+            }
+            if let Some(open) = t.find('[') {
+                let decl = t.starts_with("unsigned int hrx_")
+                    || t.starts_with("int hrx_")
+                    || t.starts_with("void *hrx_")
+                    || t.starts_with("static ");
+                if decl && t.ends_with("];") {
+                    let n: usize = t[open + 1..t.len() - 2].parse().unwrap_or_else(|_| panic!("array size of {t:?}"));
+                    sizes.push((String::from(t.split('[').next().unwrap_or("")), n));
+                }
+            }
+        }
+        let allowed = [MAX_BATCH_LEASES, MAX_RELEASE_IDS, MAP_CACHE_SLOTS];
+        assert!(sizes.len() >= 5, "{sizes:?}");
+        for (decl, n) in &sizes {
+            assert!(allowed.contains(n), "{decl}[{n}]");
+        }
     }
 
     #[test]

@@ -53,7 +53,7 @@ pub use abi::{
     MAP_CACHE_SLOTS, MAX_ARGS, MAX_BATCH_KERNELS, MAX_BATCH_LAUNCHES, MAX_BATCH_LEASES, MAX_BATCH_RECORD_BYTES, MAX_BUFFERS,
     MAX_RELEASE_IDS, NO_FAILED_RECORD, RELEASE_METHOD, SLOT_SIZE, V1, V2, V2_MAGIC,
 };
-pub use batch::{Batch, BatchFailure, BatchRefusal, BatchRun};
+pub use batch::{Batch, BatchFailure, BatchRefusal, BatchRun, BATCH_VALUE_BYTES};
 pub use entry::{check_kernel_name, write_batch_entry, write_entry, EntryError, EntryOptions, KernelSpec, PowerRequest};
 pub use pack::{BufferRef, LaunchBuffer, PackError, PackedLaunch, DEFAULT_SLOTS};
 pub use record::{LibraryRecord, RecordError, RecordedKernel};

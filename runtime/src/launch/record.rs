@@ -55,8 +55,10 @@ pub const FLAG_BATCHES: u32 = 1;
 pub const FLAG_MAP_CACHE: u32 = 2;
 /// Every entry-flags bit this build knows.
 pub const KNOWN_FLAGS: u32 = FLAG_BATCHES | FLAG_MAP_CACHE;
-/// Most kernels one record describes.
-pub const MAX_KERNELS: usize = 64;
+/// Most kernels one record describes: a kernel table's capacity
+/// ([`MAX_BATCH_KERNELS`](super::MAX_BATCH_KERNELS)), so every table the entry generator takes
+/// can be recorded and read back.
+pub const MAX_KERNELS: usize = super::abi::MAX_BATCH_KERNELS;
 
 /// Why a record could not be read or written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -452,6 +454,28 @@ mod tests {
             assert_eq!(rec_c.batches(), flags & FLAG_BATCHES != 0);
         }
         assert_eq!(write_record_asm_flags(&mut String::new(), AbiVersion::V2, &[("k", &sig2)], 4), Err(RecordError::UnknownFlags(4)));
+    }
+
+    #[test]
+    fn a_full_kernel_table_is_recorded_and_one_more_is_refused() {
+        assert_eq!(MAX_KERNELS, crate::launch::MAX_BATCH_KERNELS);
+        let sig = Signature::parse("buf,buf,u32").unwrap();
+        let names: Vec<String> = (0..=MAX_KERNELS).map(|i| std::format!("k{i}")).collect();
+        let table: Vec<(&str, &Signature)> = names.iter().map(|n| (n.as_str(), &sig)).collect();
+        let mut asm = String::new();
+        write_record_asm(&mut asm, AbiVersion::V2, &table[..MAX_KERNELS], true).unwrap();
+        let note = bytes_of(&asm);
+        let img = image_with(&note);
+        let rec = LibraryRecord::find(&img).unwrap().unwrap();
+        assert_eq!(rec.kernels().count(), MAX_KERNELS);
+        assert_eq!(rec.kernels().last().map(|k| k.name), Some(names[MAX_KERNELS - 1].as_str()));
+        let over = MAX_KERNELS as u32 + 1;
+        assert_eq!(write_record_asm(&mut String::new(), AbiVersion::V2, &table, true), Err(RecordError::KernelCount(over)));
+        // A record that claims one kernel more than the table's capacity is refused on reading
+        // (the count word is at desc offset 8; the desc follows the 12-byte header and the name).
+        let mut bad = note.clone();
+        bad[20 + 8..20 + 12].copy_from_slice(&over.to_le_bytes());
+        assert_eq!(LibraryRecord::find(&image_with(&bad)), Err(RecordError::KernelCount(over)));
     }
 
     #[test]

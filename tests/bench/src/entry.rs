@@ -41,10 +41,11 @@ use crate::state::{HapMap, HostMmap, Shared};
 pub const V2_MAGIC: u32 = 0x3258_5248;
 /// The batch header and status magic, "HRXB" little-endian.
 pub const BATCH_MAGIC: u32 = 0x4258_5248;
-/// Most records a batch entry accepts.
-pub const BATCH_MAX_LAUNCHES: u32 = 64;
-/// Most record bytes a batch entry accepts.
-pub const BATCH_MAX_RECORD_BYTES: u32 = 8192;
+/// Most records a batch entry accepts (256: tinygrad's fourth jit graph in one call).
+pub const BATCH_MAX_LAUNCHES: u32 = 256;
+/// Most record bytes a batch entry accepts (64 KiB: 256 records of 8 views and 4 scalars,
+/// 136 bytes each, rounded up to a power of two).
+pub const BATCH_MAX_RECORD_BYTES: u32 = 65536;
 
 /// Which entry contract a library was generated for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -20,7 +20,7 @@ use hexrpc_scenarios::suite::{build_table_image, build_table_image_with};
 use hexrpc_scenarios::{stack, Stack};
 
 hexrpc_bench::on_both_kernels!(
-    batches_of_1_to_64_real_kernels_cross_once_and_map_each_lease_once,
+    batches_of_1_to_256_real_kernels_cross_once_and_map_each_lease_once,
     a_hostile_record_is_refused_by_the_real_entry_before_anything_is_mapped,
     a_failing_kernel_mid_batch_is_reported_and_every_mapping_released,
     the_dsp_dying_mid_batch_is_recovered,
@@ -59,7 +59,7 @@ fn read(v: &BufferView<'_>) -> Vec<u8> {
     b
 }
 
-fn batches_of_1_to_64_real_kernels_cross_once_and_map_each_lease_once(board: &'static Board) {
+fn batches_of_1_to_256_real_kernels_cross_once_and_map_each_lease_once(board: &'static Board) {
     let Some(tc) = tools() else { return };
     let bench = Bench::for_board(board);
     let stack = Stack::start(bench.clone()).expect("stack");
@@ -132,7 +132,7 @@ fn a_hostile_record_is_refused_by_the_real_entry_before_anything_is_mapped(board
         ("kernel index", second, 4u32),
         ("lease index", second + BATCH.view_at(1) + BATCH.view_lease_at, 1),
         ("view past lease", second + BATCH.view_at(1) + BATCH.view_offset_at, 8190),
-        ("record count", BATCH.count_at, 65),
+        ("record count", BATCH.count_at, MAX_BATCH_LAUNCHES as u32 + 1),
     ] {
         let mut pra0 = good.clone();
         pra0[at..at + 4].copy_from_slice(&x.to_le_bytes());
