@@ -426,11 +426,15 @@ def test_board_detection():
 def test_graph_split_when_a_batch_would_not_fit(dev, monkeypatch, limit):
     """With the table capacity (kernels per library) or the batch capacity (distinct leases per
     call) made small, the same model runs as several libraries / batches per jit run, in order,
-    with the same outputs; the number of invokes per run is the number of batches."""
+    with the same outputs; the number of invokes per run is the number of batches. For the
+    lease limit every buffer is a lease of its own (``HEXRPC_ARENA_MIB=0``'s allocation; in
+    arenas the whole model is one or two leases and nothing would split)."""
     if limit == "kernels":
         monkeypatch.setattr(hexrpc_tinygrad, "BATCH_MAX_KERNELS", 2)
     else:
         monkeypatch.setattr(hexrpc_tinygrad, "BATCH_MAX_LEASES", 4)
+        monkeypatch.setattr(dev.hub.arenas, "arena_bytes", 0)
+        dev.allocator.free_cache()  # cached buffers are arena sub-allocations
     inputs = model_inputs(5)
     cpu = run_jitted("CPU", inputs)
     net = TwoLayerConvNet("HEXRPC", model_weights())
@@ -444,6 +448,35 @@ def test_graph_split_when_a_batch_would_not_fit(dev, monkeypatch, limit):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     for invokes, batches in per_run[2:]:
         assert batches > 1 and invokes == batches, per_run
+
+
+def test_arena_pool_grows_by_whole_arenas_and_closes_empty_ones(dev):
+    """The device's buffers come from arenas: many small buffers share one arena (one lease id),
+    a buffer larger than an arena gets one of its own size, an arena left empty is closed unless
+    it is the newest, and a tensor's bytes survive the round trip through a sub-allocation."""
+    stats = hexrpc_tinygrad.DeviceStats()
+    pool = hexrpc_tinygrad.ArenaPool(dev.session, arena_bytes=1 << 20)
+    small = [pool.alloc(4000, stats) for _ in range(50)]
+    assert len({b.lease.lease_id for b in small}) == 1 and stats.arenas_opened == 1
+    assert all(b.lease.in_arena and b.lease.size == 4000 for b in small)
+    first = small[0].arena
+    big = pool.alloc(3 << 20, stats)
+    assert stats.arenas_opened == 2 and big.arena.size == 3 << 20 and big.lease.lease_id != small[0].lease.lease_id
+    # Sub-allocations never overlap: each keeps what was written to it.
+    mem = [np.frombuffer(b.host(), dtype=np.uint8) for b in small]
+    for i, m in enumerate(mem):
+        m[:] = i
+    assert all((m == i).all() for i, m in enumerate(mem)), "writes to one sub-allocation reached another"
+    del mem
+    for b in small:
+        pool.free(b)
+    assert first.closed and pool.arenas == [big.arena], "the empty older arena is closed"
+    kept = big.arena
+    pool.free(big)
+    assert pool.arenas == [kept] and not kept.closed, "the newest arena stays for the next buffer"
+    again = pool.alloc(4000, stats)
+    assert stats.arenas_opened == 2, "an allocation reuses the kept arena"
+    pool.free(again)
 
 
 def test_dsp_time_reaches_tinygrad():
