@@ -21,6 +21,7 @@ pub mod catalogue;
 pub mod netmodel;
 pub mod stack;
 pub mod suite;
+pub mod tensor_arenas;
 pub mod throughput;
 
 pub use netmodel::{

@@ -1,5 +1,8 @@
-//! The bench soak: a served session under DSP restarts, random injected faults, DSP-side maps
-//! and 8 launching threads (some with deadlines), for a bounded time. Afterwards the bench's
+//! The bench soak: a served session under DSP restarts, random injected faults, DSP-side maps,
+//! 8 launching threads (some with deadlines) and a tinygrad-style tensor worker
+//! ([`hexrpc_scenarios::tensor_arenas`]: tensors as sub-allocations of a few small arenas,
+//! launched on with views inside them, singly and in batches, freed in random order, every
+//! output and every placement checked), for a bounded time. Afterwards the bench's
 //! accounting is back at its start, no MUNMAP reached another channel, no old answer reached a
 //! new channel, the HAP ledger has no mismatch, and the process's descriptors and buffer
 //! mappings are back at their start values while RSS grew less than [`RSS_GROWTH_BOUND_KIB`],
@@ -24,6 +27,7 @@ use hexrpc_hal::{ErrorKind, Health};
 use hexrpc_runtime::ServedSession;
 use hexrpc_scenarios::catalogue::{self, image, ADD_U8};
 use hexrpc_scenarios::stack::{kernel_mark, launch_add_u8};
+use hexrpc_scenarios::tensor_arenas::{run_tensor_worker, TensorFigures, ADD_U8_TABLE};
 
 /// Most RSS growth accepted over a soak after its warm-up, in KiB (the bench keeps no logs
 /// across its periodic clears and no per-launch state; what remains is allocator slack). A
@@ -49,6 +53,8 @@ struct Figures {
     munmaps: AtomicU64,
     munmaps_elsewhere: AtomicU64,
     log_overflow: AtomicU64,
+    /// The tinygrad-style worker's.
+    tensors: TensorFigures,
 }
 
 /// Threads of this process now.
@@ -154,24 +160,29 @@ fn random_fault(rng: &mut Rng, board: &Board) -> (FaultTarget, Fault) {
     }
 }
 
+/// Recovers the session after a recoverable error (a single flight: other callers wait for the
+/// recovery in progress); a failure is counted and printed.
+fn recover(rig: &ServedSession<Bench>, f: &Figures, who: std::fmt::Arguments<'_>) {
+    if let Err(e) = rig.session().recover() {
+        f.recoveries_failed.fetch_add(1, Ordering::Relaxed);
+        eprintln!("soak: {who}: recovery failed: {e}");
+    }
+}
+
 /// One soak phase of `length` on a fresh served session, dropped at the end.
 fn phase(bench: &Bench, length: Duration, seed: u64, f: &Figures) {
     let rig = hexrpc_scenarios::stack::start(bench).unwrap();
     let lib = rig.open_library(ADD_U8.name, image(ADD_U8.name)).unwrap();
+    let table = rig.open_library(ADD_U8_TABLE, image(ADD_U8_TABLE)).unwrap();
     let running = AtomicBool::new(true);
     let end = Instant::now() + length;
     std::thread::scope(|s| {
+        s.spawn(|| run_tensor_worker(&rig, &lib, &table, &running, seed ^ 0xA5A5_5A5A_C3C3_3C3C, &f.tensors));
         for t in 0..THREADS {
             let (rig, lib, running) = (&rig, &lib, &running);
             s.spawn(move || {
                 let mut rng = Rng(seed ^ (u64::from(t) + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
-                let recover = || match rig.session().recover() {
-                    Ok(()) => {}
-                    Err(e) => {
-                        f.recoveries_failed.fetch_add(1, Ordering::Relaxed);
-                        eprintln!("soak: thread {t}: recovery failed: {e}");
-                    }
-                };
+                let recover = || recover(rig, f, format_args!("thread {t}"));
                 let mut iteration = 0u64;
                 while running.load(Ordering::Acquire) {
                     iteration += 1;
@@ -284,6 +295,7 @@ fn phase(bench: &Bench, length: Duration, seed: u64, f: &Figures) {
     assert!(ok >= 19, "launches after the soak: {ok} of 20");
     assert!(!matches!(rig.session().health(), Health::Failed(_)), "{:?}", rig.session().health());
     drop(lease);
+    drop(table);
     drop(lib);
     drop(rig);
     drain_logs(bench, f);
@@ -320,14 +332,17 @@ fn soak(board: &'static Board) {
     let fdlist = if *board == hexrpc_bsp::BENCH_LINUX { FdlistPolicy::EveryHandle } else { FdlistPolicy::None };
     let bench = Bench::with_config(BenchConfig { log_capacity: LOG_CAPACITY, fdlist, ..BenchConfig::for_board(board) });
     catalogue::register(&bench, &ADD_U8);
+    bench.register_library(ADD_U8_TABLE, ADD_U8.table_model());
     let start = bench.snapshot();
     // Warm-up: thread stacks, malloc arenas and the bench's tables reach their working size.
     let warm = Figures::default();
     phase(&bench, Duration::from_millis(1500), 1, &warm);
     assert_eq!(bench.settle_except_kernel_leaks(&start, Duration::from_secs(5)), start, "after the warm-up");
+    // The footprints are taken once the DSP's idle workers have ended (each live thread holds
+    // allocator caches of its own, which are not hexrpc's memory).
+    let (threads_before, workers_before) = (settled_threads(Duration::from_secs(10)), hexrpc_bench::workers::started());
     let before = ProcessFootprint::settled(Duration::from_secs(2));
     let kernel_before = kernel_mark(&bench);
-    let (threads_before, workers_before) = (settled_threads(Duration::from_secs(10)), hexrpc_bench::workers::started());
     let mut threads_during = 0;
     let f = Figures::default();
     let t0 = Instant::now();
@@ -350,9 +365,9 @@ fn soak(board: &'static Board) {
     // What the kernel keeps for good: its buffers stay mapped (once each, for the "kernel") and
     // resident in this process, which is not hexrpc's memory.
     let leaks = bench.kernel_leaks();
+    let threads_after = settled_threads(Duration::from_secs(10));
     let after = ProcessFootprint::settled(Duration::from_secs(2));
     let kernel_after = kernel_mark(&bench);
-    let threads_after = settled_threads(Duration::from_secs(10));
     let workers_after = hexrpc_bench::workers::started();
     let stray = bench.counts().stray_answers;
     let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
@@ -395,6 +410,7 @@ fn soak(board: &'static Board) {
         workers_after,
         load(&f.log_overflow),
     );
+    println!("soak ({}) tensor worker: {}", board.name, f.tensors);
     // What the simulated kernel's own memory grew by (coherent buffers and its mappings of
     // dma-bufs, all of it kept for good here): left out of hexrpc's footprint below.
     let k = kernel_after.growth_since(&kernel_before);
@@ -415,6 +431,20 @@ fn soak(board: &'static Board) {
     assert_eq!(bench.all_driver_maps(), vec![], "the driver's lists of live files are empty");
     assert!(load(&f.launches) > 0 && load(&f.restarts) > 0 && load(&f.faults_injected) > 0);
     assert_eq!(load(&f.recoveries_failed), 0, "the session never reached Failed");
+    // The tensor worker ran all of its pattern, and every arena and sub-allocation went back.
+    let (t, get) = (&f.tensors, TensorFigures::get);
+    assert!(
+        get(&t.arenas_opened) > 1
+            && get(&t.arenas_own) > 0
+            && get(&t.arenas_closed_empty) > 0
+            && get(&t.launches) > 0
+            && get(&t.batches) > 0
+            && get(&t.verified) > 0,
+        "the tensor worker's pattern: {t}"
+    );
+    assert_eq!(get(&t.arenas_closed), get(&t.arenas_opened), "every arena closed");
+    assert_eq!(get(&t.frees), get(&t.suballocs), "every sub-allocation freed");
+    assert_eq!(get(&t.recoveries_failed), 0, "the tensor worker's recoveries");
     assert_eq!(load(&f.munmaps_elsewhere), 0);
     assert_eq!(stray, 0);
     assert_eq!(load(&f.ledger_mismatches), 0);
