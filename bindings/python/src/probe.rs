@@ -1,5 +1,6 @@
 //! Small additions for callers that pick a board or read the bench's accounting (the tinygrad
-//! device, `hexrpc.tinygrad`): `detect_board(model)` and `bench_counters(session)`.
+//! device, `hexrpc.tinygrad`; the comparison tool, `hexrpc.compare`): `detect_board(model)` and
+//! `bench_counters(session)`.
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -13,9 +14,28 @@ pub fn detect_board(model: &str) -> Option<&'static str> {
     hexrpc_bsp::detect(model).map(|b| b.name)
 }
 
-/// What the bench behind `session` has counted so far: `invokes` (FastRPC INVOKE ioctls of
-/// every variant), `ioctls` (every ioctl on a simulated device), and `simulated_invoke_us`, the
-/// invokes' simulated latency summed by the bench's cost model (simulated, never a device figure).
+/// What the bench behind `session` has counted so far (totals since the session's bench was made;
+/// a caller takes differences around what it measures):
+///
+/// * `invokes`: FastRPC INVOKE ioctls of every variant;
+/// * `ioctls`: every ioctl on a simulated device;
+/// * `simulated_invoke_us`: the invokes' simulated latency summed by the bench's cost model
+///   (simulated, never a device figure);
+/// * `driver_maps`: FastRPC MMAP requests to the kernel driver (MMAP, MMAP_64, upstream MMAP and
+///   MEM_MAP ioctls);
+/// * `dsp_maps` / `dsp_unmaps`: `HAP_mmap` calls the DSP-side entries made, and `HAP_munmap`
+///   calls that unmapped something, from the bench's HAP ledger (what a map cache saves);
+/// * `copied_kib`: KiB copied between user and kernel by the invokes, each invoke's bytes rounded
+///   up to a whole KiB, as the cost model charges them. The bench does not keep a byte count; this
+///   is derived from the cost model: (`simulated_invoke_us` − invokes × per-crossing cost − the
+///   ledger's maps and unmaps × their costs) / per-KiB cost. Exact for executor kernels, whose
+///   simulated DSP time is only the map cost; a catalogue model that declares DSP time of its own
+///   counts that time as copies. `None` when the cost model charges nothing per KiB;
+/// * `ledger_dropped`, `latencies_dropped`: ledger entries and latency samples the bench's bounded
+///   logs did not keep (non-zero: `dsp_maps`, `dsp_unmaps`, `simulated_invoke_us` and `copied_kib`
+///   undercount).
+///
+/// Reading the ledger copies it: the cost grows with the number of maps recorded so far.
 /// Raises `hexrpc.InvalidArgument` for a session that does not run on the bench.
 #[pyfunction]
 pub fn bench_counters<'py>(py: Python<'py>, session: &Session) -> PyResult<Bound<'py, PyDict>> {
@@ -25,11 +45,23 @@ pub fn bench_counters<'py>(py: Python<'py>, session: &Session) -> PyResult<Bound
         let counts = bench.counts();
         let invokes: u64 = counts.calls.iter().filter(|(k, _)| k.is_invoke()).map(|(_, n)| n).sum();
         let ioctls: u64 = counts.calls.iter().filter(|(k, _)| is_ioctl(**k)).map(|(_, n)| n).sum();
-        let simulated: std::time::Duration = bench.latencies().iter().filter(|s| s.kind.is_invoke()).map(|s| s.simulated).sum();
+        let driver_maps: u64 = counts.calls.iter().filter(|(k, _)| is_driver_map(**k)).map(|(_, n)| n).sum();
+        let samples = bench.latencies();
+        let invoke_samples = samples.iter().filter(|s| s.kind.is_invoke()).count() as u64;
+        let simulated: std::time::Duration = samples.iter().filter(|s| s.kind.is_invoke()).map(|s| s.simulated).sum();
+        let (maps, unmaps) = hap_maps(&bench.ledger());
+        let (ledger_dropped, latencies_dropped) = bench.log_overflow();
+        let copied = copied_kib(&bench.config().cost, simulated, invoke_samples, maps, unmaps);
         let d = PyDict::new(py);
         d.set_item("invokes", invokes)?;
         d.set_item("ioctls", ioctls)?;
         d.set_item("simulated_invoke_us", simulated.as_secs_f64() * 1e6)?;
+        d.set_item("driver_maps", driver_maps)?;
+        d.set_item("dsp_maps", maps)?;
+        d.set_item("dsp_unmaps", unmaps)?;
+        d.set_item("copied_kib", copied)?;
+        d.set_item("ledger_dropped", ledger_dropped)?;
+        d.set_item("latencies_dropped", latencies_dropped)?;
         return Ok(d);
     }
     drop(obj);
@@ -41,4 +73,38 @@ pub fn bench_counters<'py>(py: Python<'py>, session: &Session) -> PyResult<Bound
 fn is_ioctl(k: hexrpc_bench::CallKind) -> bool {
     use hexrpc_bench::CallKind::*;
     !matches!(k, Open | Close | Pread | Fstat | Stat | Mmap | Munmap)
+}
+
+/// A request that makes a kernel-driver map of a buffer on the DSP (not the host's `mmap`).
+#[cfg(feature = "bench")]
+fn is_driver_map(k: hexrpc_bench::CallKind) -> bool {
+    use hexrpc_bench::CallKind::*;
+    matches!(k, RpcMmap | RpcMmap64 | UpMmap | UpMemMap)
+}
+
+/// (`HAP_mmap`s, `HAP_munmap`s that unmapped something) in `ledger`.
+#[cfg(feature = "bench")]
+fn hap_maps(ledger: &[hexrpc_bench::LedgerEntry]) -> (u64, u64) {
+    use hexrpc_bench::LedgerEvent;
+    ledger.iter().fold((0, 0), |(m, u), e| match e.event {
+        LedgerEvent::Map { .. } => (m + 1, u),
+        LedgerEvent::Unmap { matched: true, .. } => (m, u + 1),
+        _ => (m, u),
+    })
+}
+
+/// KiB the cost model charged for copies: what is left of `simulated` (the invokes' summed
+/// latency) after `invokes` crossings and the maps' and unmaps' DSP cost, in units of the per-KiB
+/// cost. `None` if the model charges nothing per KiB.
+#[cfg(feature = "bench")]
+fn copied_kib(cost: &hexrpc_bench::CostModel, simulated: std::time::Duration, invokes: u64, maps: u64, unmaps: u64) -> Option<u64> {
+    let per_kib = cost.per_kib_copied.as_nanos();
+    if per_kib == 0 {
+        return None;
+    }
+    let fixed = cost.per_crossing.as_nanos().saturating_mul(u128::from(invokes))
+        + cost.per_dsp_map.as_nanos().saturating_mul(u128::from(maps))
+        + cost.per_dsp_unmap.as_nanos().saturating_mul(u128::from(unmaps));
+    let left = simulated.as_nanos().saturating_sub(fixed);
+    Some(u64::try_from(left / per_kib).unwrap_or(u64::MAX))
 }

@@ -1,0 +1,741 @@
+"""``python -m hexrpc.compare``: an ONNX model on the HEXRPC tinygrad device beside a reference,
+node by node, then its full-model latency under ``TinyJit``.
+
+What it does
+    The model runs with tinygrad's ONNX runner (``tinygrad.nn.onnx.OnnxRunner``) on the device
+    under test (``HEXRPC``, see :mod:`hexrpc.tinygrad`) and on the reference, onnxruntime's CPU
+    provider or tinygrad's CPU device, on the same input: uniform in [-1, 1], drawn from a
+    generator seeded with ``--seed``. The outputs of the selected nodes are compared, in graph
+    order, and the first node past its tolerance is named: the node whose kernels went wrong
+    first (later nodes inherit its error). Then the model runs ``--runs`` times as one
+    ``TinyJit`` function on the device under test, and the host wall time of each run, with the
+    bench's counters, is summarised.
+
+How node values are exposed
+    onnxruntime: the selected nodes' outputs are added to the graph's outputs, and the session
+    runs with graph optimizations off. tinygrad: the runner's value of each selected node is
+    realized right after the node's op (a kernel boundary per node), see
+    :mod:`hexrpc.onnx_model`. ``Constant`` nodes are not compared: their values are the
+    model's bytes, and a wrong copy shows in their first consumer.
+
+What the tool changes in the model (a copy; see :mod:`hexrpc.onnx_model`)
+    Dynamic input dimensions (-1, ``?``, named) are pinned to ``--input``. Tensors with no
+    elements get an explicit empty ``raw_data``: tinygrad's ``OnnxPBParser._parse_TensorProto``
+    asserts exactly one data field and an empty tensor (the PP-OCRv4 detector's Resize ``roi``,
+    ``Constant`` nodes of dims ``[0]``) has none, so without this tinygrad stops while loading.
+
+Tolerance
+    A floating value is within tolerance when every element satisfies
+    ``|dut - ref| <= atol * max(1, S) + rtol * |ref|``, where ``S`` is the largest ``|ref|`` of
+    that node output, and NaN and infinity sit in the same places; integers and booleans must be
+    equal. So ``atol`` is absolute for outputs within [-1, 1] and relative to the output's scale
+    above: two float32 implementations summing in another order differ by a few ulp of the
+    terms, which grow with the output (random inputs drive the detector's deep layers to several
+    thousand, where tinygrad on CPU and onnxruntime differ by 6e-3), while a wrong kernel is off
+    by the order of ``S``. Defaults by the reference's dtype: float32 atol 1e-5, rtol 1e-3 (on
+    the two PP-OCR models the worst node uses 12 % and 27 % of it); float16 and bfloat16 atol
+    1e-2, rtol 1e-2; float64 atol 1e-7, rtol 1e-6. ``max rel`` is the largest
+    ``|dut - ref| / |ref|`` over elements with ``|ref| > atol`` (others have no meaningful
+    relative error); the JSON's ``tolerance_used`` is the largest error over its allowance.
+
+Latency (what each figure is)
+    Each figure is labelled: *emulated* is host wall time with the kernels run under
+    qemu-hexagon on the bench (a measure of the emulation, not of a DSP); *simulated* comes from
+    the bench's cost model or its simulated driver (``hexrpc.bench_counters``); *device* is
+    measured on a device. Off the bench, FastRPC calls are the device's own count (single
+    launches plus batch runs) and DSP maps and bytes copied are not known.
+
+Memory shared with the DSP changes under the host while a kernel runs; the tool reads a node's
+value only after the launches that write it have returned (every HEXRPC launch is synchronous).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import json
+import math
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from hexrpc.onnx_model import ModelError, NodeInfo, OrtRun, PreparedModel, TinygradRun, prepare, random_inputs
+
+__all__ = [
+    "DEFAULT_TOLERANCES",
+    "EXIT_PAST",
+    "EXIT_USAGE",
+    "EXIT_WITHIN",
+    "Latency",
+    "NodeRow",
+    "Options",
+    "Report",
+    "Tolerance",
+    "compare_values",
+    "main",
+    "parse_args",
+    "percentile",
+    "run",
+    "select_nodes",
+]
+
+EXIT_WITHIN, EXIT_PAST, EXIT_USAGE = 0, 1, 2
+
+#: tinygrad's jit runs a function plainly once, captures it on the second call and replays the
+#: capture from the third: the runs before the measured ones.
+WARMUP_RUNS = 2
+
+
+# -------------------------------------------------------------------------------------------------
+# Tolerance and comparison
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """``|dut - ref| <= atol * max(1, scale) + rtol * |ref|`` elementwise, where ``scale`` is the
+    largest ``|ref|`` of the value compared; (0, 0) is exact equality."""
+
+    atol: float
+    rtol: float
+
+    def allowed(self, ref_abs: np.ndarray, scale: float) -> np.ndarray:
+        return self.atol * max(1.0, scale) + self.rtol * ref_abs
+
+    def __str__(self) -> str:
+        return "exact" if self.atol == 0 and self.rtol == 0 else f"atol {self.atol:g} rtol {self.rtol:g}"
+
+
+#: Per reference dtype (see the module documentation); integers and booleans are exact.
+DEFAULT_TOLERANCES: dict[str, Tolerance] = {
+    "float32": Tolerance(1e-5, 1e-3),
+    "float16": Tolerance(1e-2, 1e-2),
+    "bfloat16": Tolerance(1e-2, 1e-2),
+    "float64": Tolerance(1e-7, 1e-6),
+}
+EXACT = Tolerance(0.0, 0.0)
+
+
+def tolerance_for(dtype: np.dtype, table: Mapping[str, Tolerance]) -> Tolerance:
+    return table.get(np.dtype(dtype).name, EXACT) if np.dtype(dtype).kind == "f" else EXACT
+
+
+@dataclass
+class NodeRow:
+    """One compared node output."""
+
+    index: int
+    op: str
+    output: str
+    shape: list[int] | None
+    dtype: str | None
+    max_abs: float | None
+    max_rel: float | None
+    atol: float
+    rtol: float
+    within: bool
+    note: str = ""
+    #: Largest |dut - ref| / allowed (see :class:`Tolerance`): 1 is the edge of the tolerance.
+    tolerance_used: float | None = None
+    #: Largest finite |ref| (the scale the tolerance's atol is relative to above 1).
+    ref_max_abs: float | None = None
+
+
+def compare_values(dut: np.ndarray | None, ref: np.ndarray | None, tol: Tolerance) -> tuple[float | None, float | None, bool, str]:
+    """(max abs error, max rel error, within, note) of ``dut`` against ``ref``."""
+    max_abs, max_rel, within, note, _ = compare_detail(dut, ref, tol)
+    return max_abs, max_rel, within, note
+
+
+def compare_detail(dut: np.ndarray | None, ref: np.ndarray | None, tol: Tolerance) -> tuple[float | None, float | None, bool, str, float | None]:
+    """:func:`compare_values` and the largest ``|dut - ref|`` over its allowance
+    (:meth:`Tolerance.allowed`) among the finite elements (how much of its tolerance the node uses; ``None`` for exact comparisons)."""
+    if ref is None and dut is None:
+        return None, None, True, "no value on either side", None
+    if ref is None or dut is None:
+        return None, None, False, "no value from the device" if dut is None else "no value from the reference", None
+    dut, ref = np.asarray(dut), np.asarray(ref)
+    if dut.shape != ref.shape:
+        return None, None, False, f"shape {list(dut.shape)} != reference {list(ref.shape)}", None
+    if dut.size == 0:
+        return 0.0, 0.0, True, "empty", None
+    if ref.dtype.kind in "fc" or dut.dtype.kind in "fc":
+        a, b = dut.astype(np.float64), ref.astype(np.float64)
+        notes = []
+        nan_ok = np.array_equal(np.isnan(a), np.isnan(b))
+        if not nan_ok:
+            notes.append("NaN in other places")
+        inf_a, inf_b = np.isinf(a), np.isinf(b)
+        inf_ok = np.array_equal(inf_a, inf_b) and np.array_equal(a[inf_a], b[inf_b])
+        if not inf_ok:
+            notes.append("infinities differ")
+        fin = np.isfinite(a) & np.isfinite(b)
+        err = np.abs(a[fin] - b[fin])
+        mag = np.abs(b[fin])
+        scale = float(mag.max()) if mag.size else 0.0
+        max_abs = float(err.max()) if err.size else 0.0
+        big = mag > max(tol.atol, np.finfo(np.float64).tiny)
+        max_rel = float((err[big] / mag[big]).max()) if big.any() else 0.0
+        allowed = tol.allowed(mag, scale)
+        close = bool(np.all(err <= allowed))
+        used = None
+        if err.size and allowed.min() > 0:
+            used = float((err / allowed).max())
+        return max_abs, max_rel, close and nan_ok and inf_ok, "; ".join(notes), used
+    a, b = dut.astype(np.int64) if dut.dtype.kind == "b" else dut, ref.astype(np.int64) if ref.dtype.kind == "b" else ref
+    diff = np.abs(a.astype(np.float64) - b.astype(np.float64))
+    max_abs = float(diff.max())
+    big = np.abs(b) > 0
+    max_rel = float((diff[big] / np.abs(b[big])).max()) if big.any() else 0.0
+    return max_abs, max_rel, bool(np.array_equal(a, b)), "", None
+
+
+# -------------------------------------------------------------------------------------------------
+# Options
+
+
+@dataclass
+class Options:
+    """What one comparison does (the command line, parsed)."""
+
+    model: str
+    shapes: dict[str | None, tuple[int, ...]]
+    reference: str = "onnxruntime"
+    device: str = "HEXRPC"
+    nodes: str = "all"
+    runs: int = 20
+    seed: int = 0
+    tolerances: dict[str, Tolerance] = field(default_factory=lambda: dict(DEFAULT_TOLERANCES))
+    json: bool = False
+
+
+def parse_shape(text: str) -> tuple[int, ...]:
+    try:
+        dims = tuple(int(d) for d in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"shape {text!r}: expected dimensions joined by x, e.g. 1x3x48x192") from None
+    if not dims or any(d <= 0 for d in dims):
+        raise argparse.ArgumentTypeError(f"shape {text!r}: every dimension must be a positive integer")
+    return dims
+
+
+def parse_input(text: str) -> tuple[str | None, tuple[int, ...]]:
+    name, sep, shape = text.rpartition("=")
+    return (name if sep else None), parse_shape(shape)
+
+
+def parse_tolerance(text: str) -> tuple[list[str], Tolerance]:
+    """``[DTYPE:]atol=A,rtol=R`` (either part may be left out: it keeps the default)."""
+    dtypes, _, spec = text.rpartition(":")
+    names = [d.strip() for d in dtypes.split("+")] if dtypes else [k for k in DEFAULT_TOLERANCES]
+    for n in names:
+        if n not in DEFAULT_TOLERANCES:
+            raise argparse.ArgumentTypeError(f"tolerance {text!r}: no floating dtype {n!r} (known: {', '.join(DEFAULT_TOLERANCES)})")
+    vals: dict[str, float] = {}
+    for part in spec.split(","):
+        key, eq, num = part.partition("=")
+        key = key.strip()
+        if not eq or key not in ("atol", "rtol"):
+            raise argparse.ArgumentTypeError(f"tolerance {text!r}: expected atol=A and/or rtol=R, comma-separated")
+        try:
+            v = float(num)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"tolerance {text!r}: {num!r} is not a number") from None
+        if not (v >= 0 and math.isfinite(v)):
+            raise argparse.ArgumentTypeError(f"tolerance {text!r}: {key} must be finite and >= 0")
+        vals[key] = v
+    return names, Tolerance(vals.get("atol", math.nan), vals.get("rtol", math.nan))
+
+
+def parse_nodes(text: str) -> str:
+    if text == "all":
+        return text
+    kind, _, num = text.rpartition(":")
+    if kind not in ("", "first") or not num.isdigit() or int(num) <= 0:
+        raise argparse.ArgumentTypeError(f"--nodes {text!r}: expected all, K or first:K (K a positive integer)")
+    return text
+
+
+HELP = """\
+DESCRIPTION
+  Runs MODEL with tinygrad's ONNX runner on the HEXRPC device and on a reference, on one seeded
+  random input, compares the output of every selected node (graph order), names the first node
+  past tolerance, then times the whole model as a TinyJit function on HEXRPC.
+
+  The input is uniform in [-1, 1] (floating inputs; integer inputs uniform in [0, 4)), drawn
+  from numpy's default generator seeded with --seed, input by input in graph order: the same
+  arrays on both sides.
+
+NODE SELECTION (--nodes)
+  all       every node except Constant nodes (their values are the model's bytes; a wrong copy
+            shows in their first consumer).
+  K         K of those nodes evenly spread over the graph (the first and the last included).
+  first:K   the first K of those nodes.
+  The model's outputs are always compared too (as their producing nodes).
+
+MODEL CHANGES (made to a copy; the file is not written)
+  Dynamic input dimensions (-1, ?, named) are pinned to --input; a fixed dimension that
+  disagrees is an error. Tensors with no elements (the PP-OCRv4 detector's Resize roi, Constant
+  nodes of dims [0]) carry no data field, and tinygrad 0.14's parser
+  (OnnxPBParser._parse_TensorProto: "only 1 data field is allowed") stops on them: they get an
+  explicit empty raw_data. The report lists both.
+
+TOLERANCE (--tolerance)
+  Floating values: within when every element has |dut - ref| <= atol * max(1, S) + rtol * |ref|,
+  S the largest |ref| of that output (atol is absolute up to 1, relative to the output's scale
+  above), and NaN and infinity sit in the same places. Integers and booleans: equal. Defaults by
+  the reference's dtype:
+    float32            atol 1e-5  rtol 1e-3
+    float16, bfloat16  atol 1e-2  rtol 1e-2
+    float64            atol 1e-7  rtol 1e-6
+  --tolerance [DTYPE[+DTYPE...]:]atol=A,rtol=R changes them (no DTYPE: every floating dtype);
+  repeat it for several. max rel is over elements with |ref| > atol.
+
+LATENCY
+  --runs N TinyJit runs of the whole model on HEXRPC, after %(warmup)d warm-up runs (tinygrad's jit runs
+  plainly, then captures, then replays): the input is copied to the device before each run and
+  the output left there. Host wall time p50, p99, p99.9 and max (nearest rank; with fewer than
+  1000 runs p99.9 is the maximum). On the bench (HEXRPC_BENCH=1), per run: the invokes'
+  simulated time, FastRPC calls (invokes), DSP maps (HAP_mmap calls of the DSP-side entries,
+  with the driver's MMAP requests) and KiB copied (derived from the bench's cost model). Labels:
+    emulated   host wall time; on the bench the kernels run under qemu-hexagon
+    simulated  the bench's cost model or its simulated driver's count
+    device     measured on a device (HEXRPC_BENCH unset)
+  --runs 0 skips the latency.
+
+OUTPUT
+  A table (node index, op type, output name, shape, max abs error, max rel error, tolerance,
+  within/PAST), the first node past tolerance, then the latency block. With --json: one JSON
+  document with the same content (keys: model, inputs, seed, reference, device, selection,
+  tolerances, prepared, nodes, first_past, latency, error, exit_status) and nothing else on
+  stdout. Progress goes to stderr.
+
+EXIT STATUS
+  0  every compared node within tolerance
+  1  some node past tolerance, or the device under test failed on a node (named first)
+  2  usage error, an unreadable or unsupported model, a missing package, the reference failed
+
+ENVIRONMENT
+  HEXRPC_BENCH=1  run on hexrpc's bench (kernels under qemu-hexagon); else on the device.
+  HEXRPC_CLI      the hexrpc tool that builds the kernels (else `hexrpc` on PATH).
+  CC              the C compiler of tinygrad's CPU device (--reference cpu), e.g. clang-19.
+
+EXAMPLES
+  HEXRPC_BENCH=1 python -m hexrpc.compare cls.onnx --input 1x3x48x192
+  python -m hexrpc.compare det.onnx --input x=1x3x64x64 --nodes 40 --runs 100 --json
+  python -m hexrpc.compare cls.onnx --input 1x3x48x192 --reference cpu --tolerance float32:atol=1e-5
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m hexrpc.compare",
+        description="Compare an ONNX model on HEXRPC with a reference, node by node, and time it under TinyJit.",
+        epilog=HELP % {"warmup": WARMUP_RUNS},
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("model", metavar="MODEL.onnx", help="the ONNX model (at most 2 GiB, no external data)")
+    p.add_argument(
+        "--input",
+        metavar="[NAME=]SHAPE",
+        action="append",
+        type=parse_input,
+        required=True,
+        help="shape of an input, dimensions joined by x (1x3x48x192); NAME= may be left out for a model with one input; "
+        "repeat for several inputs. Pins the model's dynamic dimensions.",
+    )
+    p.add_argument("--reference", choices=("onnxruntime", "cpu"), default="onnxruntime", help="onnxruntime's CPU provider (default) or tinygrad's CPU device")
+    p.add_argument("--device", default="HEXRPC", help="the tinygrad device under test (default HEXRPC)")
+    p.add_argument("--nodes", default="all", type=parse_nodes, metavar="all|K|first:K", help="which nodes to compare (default all; see NODE SELECTION)")
+    p.add_argument("--runs", type=int, default=20, metavar="N", help="TinyJit runs to time after the warm-up (default 20; 0: no latency)")
+    p.add_argument("--tolerance", action="append", type=parse_tolerance, default=[], metavar="[DTYPE:]atol=A,rtol=R", help="see TOLERANCE")
+    p.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the random input (default 0)")
+    p.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
+    return p
+
+
+def parse_args(argv: Sequence[str] | None = None) -> Options:
+    """The command line as :class:`Options` (argparse exits 2 on a usage error)."""
+    ns = build_parser().parse_args(argv)
+    if ns.runs < 0:
+        build_parser().error("--runs must be >= 0")
+    shapes: dict[str | None, tuple[int, ...]] = {}
+    for name, shape in ns.input:
+        if name in shapes:
+            build_parser().error(f"--input {name or '(the only input)'} given twice")
+        shapes[name] = shape
+    if None in shapes and len(shapes) > 1:
+        build_parser().error("--input without NAME= is only for a model with one input")
+    tols = dict(DEFAULT_TOLERANCES)
+    for names, t in ns.tolerance:
+        for n in names:
+            old = tols[n]
+            tols[n] = Tolerance(old.atol if math.isnan(t.atol) else t.atol, old.rtol if math.isnan(t.rtol) else t.rtol)
+    return Options(ns.model, shapes, ns.reference, ns.device, ns.nodes, ns.runs, ns.seed, tols, ns.json)
+
+
+# -------------------------------------------------------------------------------------------------
+# Selection
+
+
+def select_nodes(nodes: Sequence[NodeInfo], spec: str, outputs: Sequence[str] = ()) -> tuple[list[int], str]:
+    """(indices of the nodes to compare, in graph order; a sentence saying which). Constant nodes
+    are never selected; the producers of the graph's ``outputs`` always are."""
+    candidates = [n.index for n in nodes if n.op != "Constant"]
+    producers = {n.index for n in nodes for o in n.outputs if o and o in set(outputs)}
+    skipped = len(nodes) - len(candidates)
+    if spec == "all":
+        chosen, how = candidates, f"all {len(candidates)} nodes except {skipped} Constant nodes"
+    elif spec.startswith("first:"):
+        k = int(spec.split(":")[1])
+        chosen, how = candidates[:k], f"the first {min(k, len(candidates))} of {len(candidates)} non-Constant nodes"
+    else:
+        k = min(int(spec), len(candidates))
+        picks = sorted({round(x) for x in np.linspace(0, len(candidates) - 1, k)}) if k > 1 else [len(candidates) - 1]
+        chosen, how = [candidates[p] for p in picks], f"{len(picks)} of {len(candidates)} non-Constant nodes, evenly spread"
+    extra = sorted(producers - set(chosen))
+    if extra:
+        how += f", and the {len(extra)} producing the model's outputs"
+    return sorted(set(chosen) | producers), how
+
+
+# -------------------------------------------------------------------------------------------------
+# Latency
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile ``q`` (0 < q <= 100) of ``values``."""
+    v = sorted(values)
+    return v[max(0, math.ceil(q / 100 * len(v)) - 1)]
+
+
+def _summary(values: Sequence[float]) -> dict[str, float]:
+    return {"p50": percentile(values, 50), "p99": percentile(values, 99), "p99.9": percentile(values, 99.9), "max": max(values)}
+
+
+@dataclass
+class Latency:
+    """The latency block: per-run figures summarised, each with its label."""
+
+    runs: int
+    warmup_runs: int
+    on_bench: bool
+    figures: dict[str, dict[str, Any]]
+
+
+def _device_calls(dev) -> int:
+    s = getattr(dev, "stats", None)
+    return (s.launches + s.batch_runs) if s is not None else 0
+
+
+def measure_latency(model: PreparedModel, arrays: Mapping[str, np.ndarray], device: str, runs: int) -> Latency:
+    """``runs`` TinyJit runs of the whole model on ``device`` after :data:`WARMUP_RUNS`."""
+    from tinygrad import Device, Tensor, TinyJit
+
+    import hexrpc
+
+    tg = TinygradRun(model, device)
+    names = list(arrays)
+    dev = Device[device]
+    session = getattr(dev, "session", None)
+    counters: Callable[[], dict[str, Any]] | None = None
+    if session is not None:
+        try:
+            hexrpc.bench_counters(session)
+            counters = functools.partial(hexrpc.bench_counters, session)
+        except hexrpc.Error:
+            counters = None
+
+    def step(*xs):
+        outs = [o for o in tg.runner(dict(zip(names, xs))).values() if isinstance(o, Tensor)]
+        Tensor.realize(*outs)
+        return outs
+
+    jit = TinyJit(step)
+    wall: list[float] = []
+    per: dict[str, list[float]] = {}
+    from tinygrad.helpers import Context
+
+    with Context(DEV=device):
+        for i in range(WARMUP_RUNS + runs):
+            xs = [tg.inputs({k: arrays[k]})[k] for k in names]
+            c0, k0 = (counters() if counters else None), _device_calls(dev)
+            t0 = time.perf_counter()
+            jit(*xs)
+            t1 = time.perf_counter()
+            c1, k1 = (counters() if counters else None), _device_calls(dev)
+            if i < WARMUP_RUNS:
+                continue
+            wall.append(t1 - t0)
+            if c0 is not None and c1 is not None:
+                d = {k: (c1[k] - c0[k]) if c1.get(k) is not None and c0.get(k) is not None else None for k in c1}
+                for k, v in d.items():
+                    per.setdefault(k, []).append(v)
+            else:
+                per.setdefault("device_calls", []).append(k1 - k0)
+    on_bench = counters is not None
+    figs: dict[str, dict[str, Any]] = {
+        "host_wall_s": {"label": "emulated" if on_bench else "device", **_summary(wall),
+                        "what": "host wall time of one jit run" + (" (kernels under qemu-hexagon)" if on_bench else "")},
+    }
+    if on_bench:
+        def add(key, src, what, scale=1.0):
+            vals = per.get(src)
+            if not vals or any(v is None for v in vals):
+                figs[key] = {"label": "simulated", "what": what, "p50": None, "p99": None, "p99.9": None, "max": None}
+                return
+            figs[key] = {"label": "simulated", "what": what, **_summary([v * scale for v in vals])}
+
+        add("simulated_us", "simulated_invoke_us", "the invokes' latency by the bench's cost model")
+        add("fastrpc_calls", "invokes", "FastRPC INVOKE ioctls counted by the bench's driver")
+        add("dsp_maps", "dsp_maps", "HAP_mmap calls the DSP-side entries made (bench ledger)")
+        add("driver_maps", "driver_maps", "FastRPC MMAP requests to the driver")
+        add("copied_kib", "copied_kib", "KiB copied user<->kernel by the invokes (each rounded up to a KiB; from the cost model)")
+        dropped = [v for k in ("ledger_dropped", "latencies_dropped") for v in per.get(k, []) if v]
+        if dropped:
+            figs["note"] = {"label": "simulated", "what": "the bench's logs dropped entries: maps, time and copies undercount"}
+    else:
+        figs["fastrpc_calls"] = {"label": "device", "what": "single launches + batch runs counted by the device", **_summary(per["device_calls"])}
+        for key in ("dsp_maps", "copied_kib"):
+            figs[key] = {"label": "device", "what": "not known off the bench", "p50": None, "p99": None, "p99.9": None, "max": None}
+    return Latency(runs, WARMUP_RUNS, on_bench, figs)
+
+
+# -------------------------------------------------------------------------------------------------
+# Running
+
+
+@dataclass
+class Report:
+    """Everything the comparison found (what ``--json`` prints)."""
+
+    model: str
+    inputs: dict[str, list[int]]
+    seed: int
+    reference: str
+    device: str
+    selection: str
+    tolerances: dict[str, dict[str, float]]
+    prepared: dict[str, Any]
+    nodes: list[NodeRow]
+    first_past: NodeRow | None
+    latency: Latency | None
+    error: str | None = None
+
+    @property
+    def exit_status(self) -> int:
+        return EXIT_PAST if self.first_past is not None else EXIT_WITHIN
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["exit_status"] = self.exit_status
+        return d
+
+
+def _open_device(device: str) -> None:
+    from tinygrad import Device
+
+    if device.split(":")[0].upper() == "HEXRPC":
+        import hexrpc.tinygrad  # noqa: F401  (registers the device)
+    try:
+        Device[device]
+    except Exception as e:  # noqa: BLE001  (a device's constructor raises anything)
+        raise ModelError(f"the device {device} cannot be opened: {e}") from None
+
+
+def run(opts: Options, *, around_node: Callable[[int], AbstractContextManager[Any]] | None = None, log=None) -> Report:
+    """Runs one comparison. ``around_node`` is passed to the device under test's run (see
+    :meth:`hexrpc.onnx_model.TinygradRun.run`). Raises :class:`ModelError` (exit status 2)."""
+    log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    model = prepare(opts.model, opts.shapes)
+    arrays = random_inputs(model.inputs, opts.seed)
+    chosen, how = select_nodes(model.nodes, opts.nodes, model.outputs)
+    _open_device(opts.device)
+    log(f"compare: {opts.model}: {len(model.nodes)} nodes; comparing {how}")
+
+    if opts.reference == "onnxruntime":
+        _, ref_nodes = OrtRun(model, chosen).run(arrays)
+    else:
+        _open_device("CPU")
+        try:
+            _, ref_nodes = TinygradRun(model, "CPU").run(arrays, chosen)
+        except ModelError:
+            raise
+        except Exception as e:  # noqa: BLE001  (any failure of the reference is a usage error)
+            raise ModelError(f"the reference (tinygrad CPU) failed: {type(e).__name__}: {e}") from None
+    log(f"compare: reference ({opts.reference}) done; running on {opts.device}")
+
+    error, failed_at = None, -1
+    current = {"node": -1}
+
+    @contextlib.contextmanager
+    def track(i):
+        current["node"] = i
+        with around_node(i) if around_node else contextlib.nullcontext():
+            yield
+
+    t0 = time.perf_counter()
+    try:
+        _, dut_nodes = TinygradRun(model, opts.device).run(arrays, chosen, around_node=track)
+    except Exception as e:  # noqa: BLE001  (any failure of the device under test is a result)
+        error, failed_at, dut_nodes = f"{type(e).__name__}: {e}", current["node"], {}
+        log(f"compare: {opts.device} failed at node {failed_at}: {error}")
+    log(f"compare: {opts.device} node values in {time.perf_counter() - t0:.1f} s")
+
+    rows: list[NodeRow] = []
+    first = None
+    for i in chosen:
+        if error is not None and i >= failed_at:
+            break
+        node = model.nodes[i]
+        refs, duts = ref_nodes.get(i, []), dut_nodes.get(i, [])
+        for k, name in enumerate(node.outputs):
+            if not name:
+                continue
+            r = refs[k] if k < len(refs) else None
+            d = duts[k] if k < len(duts) else None
+            tol = tolerance_for(r.dtype if r is not None else np.float32, opts.tolerances)
+            max_abs, max_rel, within, note, used = compare_detail(d, r, tol)
+            shape = list(np.shape(r)) if r is not None else (list(np.shape(d)) if d is not None else None)
+            dt = str(r.dtype) if r is not None else None
+            if r is not None and d is not None and np.asarray(d).dtype != r.dtype:
+                note = "; ".join(x for x in (note, f"device dtype {np.asarray(d).dtype}") if x)
+            scale = None
+            if r is not None and r.dtype.kind in "fc" and r.size and np.isfinite(r).any():
+                scale = float(np.abs(r[np.isfinite(r)]).max())
+            row = NodeRow(i, node.op, name, shape, dt, _finite(max_abs), _finite(max_rel), tol.atol, tol.rtol, within, note, _finite(used), scale)
+            rows.append(row)
+            if not within and first is None:
+                first = row
+    if error is not None:
+        # The node the device was working on when it failed (selected or not); -1: before any.
+        node = model.nodes[failed_at] if failed_at >= 0 else NodeInfo(-1, "(model load)", "", ("",))
+        row = NodeRow(node.index, node.op, node.outputs[0] if node.outputs else "", None, None, None, None, 0.0, 0.0, False, f"the device failed: {error}")
+        rows.append(row)
+        first = first or row
+
+    latency = None
+    if opts.runs > 0 and error is None:
+        log(f"compare: {WARMUP_RUNS} warm-up + {opts.runs} TinyJit runs on {opts.device}")
+        latency = measure_latency(model, arrays, opts.device, opts.runs)
+    return Report(
+        model=opts.model,
+        inputs={k: list(v[0]) for k, v in model.inputs.items()},
+        seed=opts.seed,
+        reference=opts.reference,
+        device=opts.device,
+        selection=how,
+        tolerances={k: {"atol": t.atol, "rtol": t.rtol} for k, t in opts.tolerances.items()},
+        prepared={"pinned_inputs": {k: list(v) for k, v in model.pinned.items()}, "empty_tensors_filled": model.filled},
+        nodes=rows,
+        first_past=first,
+        latency=latency,
+        error=error,
+    )
+
+
+# -------------------------------------------------------------------------------------------------
+# Printing
+
+
+def _finite(v: float | None) -> float | None:
+    """``v``, or ``None`` when it is not finite (JSON has no infinity)."""
+    return v if v is None or math.isfinite(v) else None
+
+
+def _num(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3g}"
+
+
+def render(rep: Report) -> str:
+    """The report as text: prepared-model notes, the table, the first node past, the latency."""
+    out: list[str] = []
+    ins = ", ".join(f"{k} {'x'.join(map(str, v))}" for k, v in rep.inputs.items())
+    out.append(f"model {rep.model}: input {ins}, seed {rep.seed}; {rep.device} against {rep.reference}")
+    if rep.prepared["pinned_inputs"]:
+        out.append("pinned: " + ", ".join(f"{k} {v} -> {rep.inputs[k]}" for k, v in rep.prepared["pinned_inputs"].items()))
+    if rep.prepared["empty_tensors_filled"]:
+        out.append(f"empty tensors given an explicit empty raw_data (tinygrad's parser needs one data field): {len(rep.prepared['empty_tensors_filled'])}")
+    out.append(f"nodes: {rep.selection}")
+    out.append("tolerance: |dut - ref| <= atol * max(1, largest |ref| of the output) + rtol * |ref|; integers exact")
+    w_out = max([len("output")] + [min(len(r.output), 40) for r in rep.nodes])
+    w_op = max([len("op")] + [len(r.op) for r in rep.nodes])
+    hdr = f"{'#':>5}  {'op':<{w_op}}  {'output':<{w_out}}  {'shape':<16}  {'max abs':>9}  {'max rel':>9}  {'tolerance':<22}  result"
+    out.append(hdr)
+    for r in rep.nodes:
+        name = r.output if len(r.output) <= 40 else ".." + r.output[-38:]
+        shape = "x".join(map(str, r.shape)) if r.shape is not None else "-"
+        if r.shape == []:
+            shape = "scalar"
+        tol = str(Tolerance(r.atol, r.rtol))
+        res = "within" if r.within else "PAST"
+        line = f"{r.index:>5}  {r.op:<{w_op}}  {name:<{w_out}}  {shape:<16}  {_num(r.max_abs):>9}  {_num(r.max_rel):>9}  {tol:<22}  {res}"
+        if r.note:
+            line += f"  ({r.note})"
+        out.append(line)
+    past = sum(1 for r in rep.nodes if not r.within)
+    out.append(f"{len(rep.nodes)} node outputs compared: {len(rep.nodes) - past} within tolerance, {past} past")
+    used = [r for r in rep.nodes if r.tolerance_used is not None]
+    if used:
+        w = max(used, key=lambda r: r.tolerance_used)
+        out.append(f"closest to its tolerance: node {w.index} {w.op} ({w.output!r}) at {w.tolerance_used:.0%} of it")
+    if rep.first_past is not None:
+        f = rep.first_past
+        out.append(
+            f"FIRST PAST TOLERANCE: node {f.index} {f.op} (output {f.output!r}): max abs {_num(f.max_abs)}, max rel {_num(f.max_rel)}, "
+            f"tolerance {Tolerance(f.atol, f.rtol)}" + (f"; {f.note}" if f.note else "")
+        )
+    else:
+        out.append("every compared node is within tolerance")
+    if rep.latency is not None:
+        lat = rep.latency
+        out.append(
+            f"latency: {lat.runs} TinyJit runs on {rep.device} after {lat.warmup_runs} warm-up runs "
+            f"(input copied in before each run, output left on the device; p99.9 is the max below 1000 runs)"
+        )
+        for key, f in lat.figures.items():
+            if key == "note":
+                out.append(f"  note: {f['what']} [{f['label']}]")
+                continue
+            unit = {"host_wall_s": "s", "simulated_us": "us"}.get(key, "")
+            vals = "  ".join(f"{q} {_fmt(f[q], unit)}" for q in ("p50", "p99", "p99.9", "max"))
+            out.append(f"  {key:<14} {vals}  [{f['label']}: {f['what']}]")
+    return "\n".join(out)
+
+
+def _fmt(v, unit: str) -> str:
+    if v is None:
+        return "n/a"
+    if unit == "s":
+        return f"{v:.3f} s"
+    if unit == "us":
+        return f"{v:.0f} us"
+    return f"{v:g}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The command; returns its exit status."""
+    try:
+        opts = parse_args(argv)
+    except SystemExit as e:  # argparse: --help (0) or a usage error (2)
+        return int(e.code or 0)
+    try:
+        rep = run(opts)
+    except ModelError as e:
+        print(f"compare: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    if opts.json:
+        json.dump(rep.to_json(), sys.stdout, indent=1, allow_nan=False)
+        sys.stdout.write("\n")
+    else:
+        print(render(rep))
+    return rep.exit_status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,253 @@
+"""``hexrpc.compare`` (an ONNX model on HEXRPC beside onnxruntime, node by node) on the bench.
+
+* The PP-OCR mobile text-direction classifier that ``rapidocr_onnxruntime`` ships
+  (``ch_ppocr_mobile_v2.0_cls_infer.onnx``, input 1x3x48x192): every one of its 258 compared
+  nodes within the tool's float32 tolerance of onnxruntime, and the latency block with its
+  labelled figures.
+* A wrong kernel result: after the kernels of one chosen node have run on HEXRPC, their output
+  buffer (the lease) is overwritten, so the corruption reaches the tool through the device's copy
+  out and the later kernels that read it; the tool must name exactly that node first and exit 1.
+* The pieces without the device: the comparison rule, node selection, percentiles, the model
+  preparation (pinned dimensions, the empty TensorProto tinygrad's parser trips on), usage errors.
+
+The classifier's tests skip, saying so, when ``rapidocr_onnxruntime`` or ``onnxruntime`` is not
+installed (.ci/bindings installs both).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tinygrad_bench import require_executor
+
+require_executor()
+onnx = pytest.importorskip("onnx", reason="hexrpc.compare needs the onnx package (pip install 'hexrpc[onnx]')")
+
+import hexrpc.tinygrad as hexrpc_tinygrad  # noqa: E402  (registers the device)
+from hexrpc import compare  # noqa: E402
+from hexrpc.onnx_model import ModelError, fill_empty_tensors, pin_input_dims, prepare  # noqa: E402
+
+
+def rapidocr_model(name: str) -> Path:
+    for mod in ("rapidocr_onnxruntime", "onnxruntime"):
+        if importlib.util.find_spec(mod) is None:
+            pytest.skip(f"{mod} is not installed (pip install onnxruntime rapidocr-onnxruntime==1.4.4)")
+    spec = importlib.util.find_spec("rapidocr_onnxruntime")
+    path = Path(spec.origin).parent / "models" / name
+    if not path.is_file():
+        pytest.skip(f"rapidocr_onnxruntime has no {path}")
+    return path
+
+
+CLS = "ch_ppocr_mobile_v2.0_cls_infer.onnx"
+
+
+# -------------------------------------------------------------------------------------------------
+# The classifier on HEXRPC
+
+
+def test_classifier_every_node_within_tolerance_of_onnxruntime():
+    path = rapidocr_model(CLS)
+    opts = compare.parse_args([str(path), "--input", "1x3x48x192", "--runs", "3"])
+    rep = compare.run(opts)
+    assert rep.error is None
+    # 566 nodes, 308 of them Constant: 258 compared, every output of each.
+    assert len(rep.nodes) == 258
+    past = [(r.index, r.op, r.output, r.max_abs) for r in rep.nodes if not r.within]
+    assert not past, past
+    assert rep.first_past is None and rep.exit_status == compare.EXIT_WITHIN
+    # Not a comparison of zeros: the classifier's output is a softmax over two classes.
+    last = rep.nodes[-1]
+    assert last.op == "Identity" and last.shape == [1, 2]
+    assert all(r.tolerance_used is None or r.tolerance_used <= 1 for r in rep.nodes)
+    assert rep.prepared["pinned_inputs"] == {"x": [-1, 3, "?", "?"]}
+
+    lat = rep.latency
+    assert lat is not None and lat.runs == 3 and lat.on_bench
+    figs = lat.figures
+    assert figs["host_wall_s"]["label"] == "emulated"
+    for key in ("simulated_us", "fastrpc_calls", "dsp_maps", "driver_maps", "copied_kib"):
+        assert figs[key]["label"] == "simulated", key
+        assert figs[key]["p50"] is not None, key
+    # A replayed jit run is one or a few hexrpc batches: at least one FastRPC call, far fewer
+    # than the kernels it runs; each costs the bench's 60 us per crossing at least.
+    assert 1 <= figs["fastrpc_calls"]["max"] < 100
+    assert figs["simulated_us"]["p50"] >= 60 * figs["fastrpc_calls"]["p50"]
+    for key, f in figs.items():
+        if "p50" in f and f["p50"] is not None:
+            assert f["p50"] <= f["p99"] <= f["p99.9"] <= f["max"], key
+
+    text = compare.render(rep)
+    assert "every compared node is within tolerance" in text
+    assert "[emulated:" in text and "[simulated:" in text
+    doc = json.loads(json.dumps(rep.to_json(), allow_nan=False))
+    assert doc["exit_status"] == 0 and len(doc["nodes"]) == 258 and doc["latency"]["figures"]["fastrpc_calls"]["label"] == "simulated"
+
+
+def test_a_corrupted_kernel_result_is_named_first(monkeypatch):
+    path = rapidocr_model(CLS)
+    # The first 40 compared nodes; the rest of the model runs fused at the output.
+    opts = compare.parse_args([str(path), "--input", "1x3x48x192", "--runs", "0", "--nodes", "first:40"])
+    model = prepare(path, opts.shapes)
+    chosen, _ = compare.select_nodes(model.nodes, opts.nodes, model.outputs)
+    # A Conv in the middle of the selection: it runs kernels of its own (a Reshape would not).
+    target = next(i for i in chosen[15:] if model.nodes[i].op == "Conv")
+    current = {"node": None}
+    fired = []
+
+    @contextlib.contextmanager
+    def around(i):
+        current["node"] = i
+        try:
+            yield
+        finally:
+            current["node"] = None
+
+    real_call = hexrpc_tinygrad.HEXRPCProgram.__call__
+
+    def corrupting_call(self, *bufs, **kw):
+        t = real_call(self, *bufs, **kw)
+        if current["node"] == target:
+            # The kernel's output (tinygrad passes it first) in the lease, as the DSP left it.
+            out = np.frombuffer(bufs[0].host(), dtype=np.uint8).view(np.float32)
+            out += np.float32(0.5)
+            fired.append(self.name)
+        return t
+
+    monkeypatch.setattr(hexrpc_tinygrad.HEXRPCProgram, "__call__", corrupting_call)
+    rep = compare.run(opts, around_node=around)
+    assert fired, "no HEXRPC kernel ran while the target node was realized"
+    assert rep.first_past is not None and rep.first_past.index == target, (target, rep.first_past)
+    assert rep.exit_status == compare.EXIT_PAST
+    before = [r for r in rep.nodes if r.index < target]
+    assert before and all(r.within for r in before)
+    # The corruption travelled through the device: a later node that reads it is past too.
+    assert any(not r.within for r in rep.nodes if r.index > target)
+    assert f"FIRST PAST TOLERANCE: node {target} Conv" in compare.render(rep)
+
+
+# -------------------------------------------------------------------------------------------------
+# Without the device
+
+
+def test_comparison_rule():
+    tol = compare.Tolerance(1e-4, 1e-3)
+    # Outputs within [-1, 1]: atol is absolute, 1e-4 + 1e-3 * |ref| per element.
+    ref = np.array([0.5, -0.25, 0.0])
+    assert compare.compare_values(ref + [5.9e-4, -3.4e-4, 9e-5], ref, tol)[2]
+    assert not compare.compare_values(ref + [0.0, 0.0, 1.1e-4], ref, tol)[2]
+    assert not compare.compare_values(ref + [6.1e-4, 0.0, 0.0], ref, tol)[2]
+    # Above 1, atol scales with the output's largest |ref|: 1e-4 * 1000 for the zero here.
+    big = np.array([1000.0, 0.0])
+    max_abs, max_rel, within, _ = compare.compare_values(big + [0.0, 0.09], big, tol)
+    assert within and max_abs == pytest.approx(0.09) and max_rel == 0.0
+    assert not compare.compare_values(big + [0.0, 0.11], big, tol)[2]
+    _, _, _, _, used = compare.compare_detail(big + [0.0, 0.05], big, tol)
+    assert used == pytest.approx(0.5)
+    # NaN in the same places is equal; elsewhere it is not.
+    n = np.array([np.nan, 1.0], dtype=np.float32)
+    assert compare.compare_values(n, n.copy(), tol)[2]
+    assert not compare.compare_values(np.array([1.0, 1.0], dtype=np.float32), n, tol)[2]
+    assert not compare.compare_values(np.array([np.inf], np.float32), np.array([-np.inf], np.float32), tol)[2]
+    # Shapes must agree; integers are exact.
+    assert not compare.compare_values(np.zeros((2, 1)), np.zeros((1, 2)), tol)[2]
+    assert not compare.compare_values(np.array([3], np.int64), np.array([4], np.int64), tol)[2]
+    assert compare.compare_values(np.array([3], np.int32), np.array([3], np.int64), tol)[2]
+    assert compare.tolerance_for(np.dtype(np.int64), compare.DEFAULT_TOLERANCES) == compare.EXACT
+
+
+def test_node_selection():
+    from hexrpc.onnx_model import NodeInfo
+
+    nodes = [NodeInfo(i, "Constant" if i % 3 == 0 else "Add", f"n{i}", (f"o{i}",)) for i in range(30)]
+    computed = [n.index for n in nodes if n.op != "Constant"]
+    chosen, how = compare.select_nodes(nodes, "all", ["o29"])
+    assert chosen == computed and "10 Constant" in how
+    chosen, _ = compare.select_nodes(nodes, "5", ["o29"])
+    assert len(chosen) == 5 and chosen[0] == computed[0] and chosen[-1] == computed[-1]
+    chosen, how = compare.select_nodes(nodes, "first:3", ["o29"])
+    assert chosen == computed[:3] + [29] and "producing the model's outputs" in how
+
+
+def test_percentiles_nearest_rank():
+    v = list(range(1, 101))
+    assert compare.percentile(v, 50) == 50 and compare.percentile(v, 99) == 99 and compare.percentile(v, 99.9) == 100
+    assert compare.percentile([7.0], 99.9) == 7.0
+
+
+def _model(dims, empty_constant=False):
+    h = onnx.helper
+    x = h.make_tensor_value_info("x", onnx.TensorProto.FLOAT, dims)
+    y = h.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)
+    nodes = [h.make_node("Relu", ["x"], ["r"])]
+    if empty_constant:
+        nodes.append(h.make_node("Constant", [], ["roi"], value=h.make_tensor("roi_t", onnx.TensorProto.FLOAT, [0], [])))
+        nodes.append(h.make_node("Resize", ["r", "roi", "scales"], ["y"], mode="nearest"))
+        inits = [h.make_tensor("scales", onnx.TensorProto.FLOAT, [4], [1, 1, 2, 2])]
+    else:
+        nodes.append(h.make_node("Identity", ["r"], ["y"]))
+        inits = []
+    return h.make_model(h.make_graph(nodes, "g", [x], [y], inits), opset_imports=[h.make_opsetid("", 13)])
+
+
+def test_dynamic_dims_are_pinned_and_fixed_ones_checked():
+    m = _model([-1, 3, "h", "w"])
+    assert pin_input_dims(m, {None: (1, 3, 4, 5)}) == {"x": (-1, 3, "h", "w")}
+    assert [d.dim_value for d in m.graph.input[0].type.tensor_type.shape.dim] == [1, 3, 4, 5]
+    with pytest.raises(ModelError, match="fixed at 3"):
+        pin_input_dims(_model([-1, 3, 4, 5]), {None: (1, 2, 4, 5)})
+    with pytest.raises(ModelError, match="rank"):
+        pin_input_dims(_model([-1, 3]), {None: (1, 3, 4)})
+    with pytest.raises(ModelError, match="no graph input"):
+        pin_input_dims(_model([1, 3]), {"z": (1, 3)})
+
+
+def test_empty_tensorproto_trips_tinygrad_and_is_filled(tmp_path):
+    """tinygrad 0.14's parser asserts exactly one data field; a zero-element tensor has none."""
+    from tinygrad.nn.onnx import OnnxRunner
+
+    m = _model([1, 1, 2, 2], empty_constant=True)
+    raw = tmp_path / "raw.onnx"
+    raw.write_bytes(m.SerializeToString())
+    with pytest.raises(AssertionError, match="only 1 data field"):
+        OnnxRunner(raw)
+    assert fill_empty_tensors(m) == ["roi_t"]
+    fixed = tmp_path / "fixed.onnx"
+    fixed.write_bytes(m.SerializeToString())
+    from tinygrad import Tensor
+    from tinygrad.helpers import Context
+
+    with Context(DEV="CPU"):
+        out = OnnxRunner(fixed)({"x": Tensor(np.array([[[[1.0, -1.0], [2.0, 3.0]]]], dtype=np.float32))})["y"].numpy()
+    assert out.shape == (1, 1, 4, 4) and out[0, 0, 0, 0] == 1.0 and out[0, 0, 0, 2] == 0.0
+
+
+def test_usage_and_model_errors_exit_2(tmp_path, capsys):
+    assert compare.main(["m.onnx", "--input", "1xfoo"]) == compare.EXIT_USAGE
+    assert compare.main(["m.onnx"]) == compare.EXIT_USAGE  # --input is required
+    assert compare.main([str(tmp_path / "missing.onnx"), "--input", "1x3"]) == compare.EXIT_USAGE
+    junk = tmp_path / "junk.onnx"
+    junk.write_bytes(b"\xff\xff\xff not protobuf")
+    assert compare.main([str(junk), "--input", "1x3"]) == compare.EXIT_USAGE
+    bad_shape = tmp_path / "m.onnx"
+    bad_shape.write_bytes(_model([-1, 3, 4, 5]).SerializeToString())
+    assert compare.main([str(bad_shape), "--input", "1x2x4x5"]) == compare.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "missing.onnx" in err and "not an ONNX model" in err and "fixed at 3" in err
+    assert compare.main(["--help"]) == 0
+    out = capsys.readouterr().out
+    for section in ("NODE SELECTION", "TOLERANCE", "LATENCY", "EXIT STATUS", "ENVIRONMENT", "EXAMPLES"):
+        assert section in out
+
+
+def test_tolerance_option():
+    opts = compare.parse_args(["m.onnx", "--input", "1x3", "--tolerance", "float32:atol=1e-6", "--tolerance", "rtol=0.5"])
+    assert opts.tolerances["float32"] == compare.Tolerance(1e-6, 0.5)
+    assert opts.tolerances["float16"] == compare.Tolerance(1e-2, 0.5)
+    assert compare.main(["m.onnx", "--input", "1x3", "--tolerance", "int8:atol=1"]) == compare.EXIT_USAGE
