@@ -160,19 +160,27 @@ fn bump(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
 }
 
-/// xorshift64: the worker's choices, reproducible from its seed.
-struct Rng(u64);
+/// xorshift64: the soak's choices (this worker's and the soak's other threads'), reproducible
+/// from a seed (non-zero).
+pub struct Rng(pub u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    /// The next 64 bits.
+    pub fn bits(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
         self.0
     }
 
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
+    /// A number in `0..n` (0 for `n` 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.bits() % n.max(1)
+    }
+
+    /// An index in `0..n` (0 for `n` 0).
+    pub fn index(&mut self, n: usize) -> usize {
+        self.below(n as u64) as usize
     }
 }
 
@@ -258,13 +266,13 @@ fn held(len: usize) -> usize {
 /// A random tensor length: mostly small (scalars, biases, small activations), some of tens or
 /// hundreds of KiB, a few larger than an arena.
 fn tensor_len(rng: &mut Rng) -> usize {
-    let (lo, hi) = match rng.below(100) {
+    let (lo, hi) = match rng.index(100) {
         0..=49 => (4, 4096),
         50..=84 => (4096, 96 << 10),
         85..=96 => (96 << 10, 384 << 10),
         _ => (ARENA_BYTES + 1, ARENA_BYTES * 5 / 2),
     };
-    lo + rng.below(hi - lo)
+    lo + rng.index(hi - lo)
 }
 
 /// One tensor: a sub-allocation of the pool's arena `arena` holding the pattern of `seed`
@@ -332,11 +340,11 @@ impl TensorPool<'_, '_> {
     /// (random tensors are freed first), retried after a recovery.
     fn alloc(&mut self) {
         let len = tensor_len(&mut self.rng);
-        let seed = self.rng.next();
+        let seed = self.rng.bits();
         while !self.tensors.is_empty()
             && (self.tensors.len() >= LIVE_TENSORS || self.tensors.iter().map(|t| t.buf.len()).sum::<usize>() + len > LIVE_BYTES)
         {
-            let i = self.rng.below(self.tensors.len());
+            let i = self.rng.index(self.tensors.len());
             self.free(i);
         }
         for _ in 0..ATTEMPTS {
@@ -475,11 +483,11 @@ impl TensorPool<'_, '_> {
     fn pick(&mut self, count: usize) -> Option<Vec<usize>> {
         let clean_in = |id: u64| self.tensors.iter().filter(move |t| t.arena == id && !t.tainted).count();
         let arenas: Vec<u64> = self.arenas.iter().map(|(id, _)| *id).filter(|&id| clean_in(id) >= count).collect();
-        let arena = *arenas.get(self.rng.below(arenas.len()))?;
+        let arena = *arenas.get(self.rng.index(arenas.len()))?;
         let mut pick: Vec<usize> =
             (0..self.tensors.len()).filter(|&i| self.tensors[i].arena == arena && !self.tensors[i].tainted).collect();
         for j in 0..count {
-            let k = j + self.rng.below(pick.len() - j);
+            let k = j + self.rng.index(pick.len() - j);
             pick.swap(j, k);
         }
         pick.truncate(count);
@@ -490,8 +498,8 @@ impl TensorPool<'_, '_> {
     /// tensor into another, or from the first half of one into its second), more a batch whose
     /// records chain through distinct tensors.
     fn plan(&mut self, records: usize) -> Option<Chain> {
-        let ks = (0..records).map(|_| 1 + self.rng.below(255) as u32).collect();
-        let within_one = records == 1 && self.rng.below(4) == 0;
+        let ks = (0..records).map(|_| 1 + self.rng.index(255) as u32).collect();
+        let within_one = records == 1 && self.rng.index(4) == 0;
         let chain = match self.pick(if within_one { 1 } else { records + 1 }) {
             Some(chain) => chain,
             None if records == 1 => self.pick(1)?,
@@ -502,13 +510,13 @@ impl TensorPool<'_, '_> {
             if half == 0 {
                 return None;
             }
-            let n = 1 + self.rng.below(half.min(VIEW_MAX));
-            let offs = vec![self.rng.below(half - n + 1), half + self.rng.below(half - n + 1)];
+            let n = 1 + self.rng.index(half.min(VIEW_MAX));
+            let offs = vec![self.rng.index(half - n + 1), half + self.rng.index(half - n + 1)];
             return Some(Chain { chain: vec![i, i], offs, n, ks });
         }
         let shortest = chain.iter().map(|&i| self.tensors[i].buf.len()).min().unwrap_or(1);
-        let n = 1 + self.rng.below(shortest.min(VIEW_MAX));
-        let offs = chain.iter().map(|&i| self.rng.below(self.tensors[i].buf.len() - n + 1)).collect();
+        let n = 1 + self.rng.index(shortest.min(VIEW_MAX));
+        let offs = chain.iter().map(|&i| self.rng.index(self.tensors[i].buf.len() - n + 1)).collect();
         Some(Chain { chain, offs, n, ks })
     }
 
@@ -537,8 +545,8 @@ impl TensorPool<'_, '_> {
     /// outputs if it completed and taints them if not.
     fn launch(&mut self, records: usize) {
         let Some(c) = self.plan(records) else { return };
-        let deadline = (self.rng.below(4) == 0).then_some(DEADLINE);
-        let single_on = if self.rng.below(2) == 0 { self.lib } else { self.table };
+        let deadline = (self.rng.index(4) == 0).then_some(DEADLINE);
+        let single_on = if self.rng.index(2) == 0 { self.lib } else { self.table };
         let mut ran = false;
         for attempt in 0..ATTEMPTS {
             if attempt > 0 {
@@ -658,22 +666,22 @@ pub fn run_tensor_worker<'r>(
     };
     while running.load(Ordering::Acquire) && !matches!(rig.session().health(), Health::Failed(_)) {
         pool.rewrite_tainted();
-        match pool.rng.below(100) {
+        match pool.rng.index(100) {
             0..=39 => pool.alloc(),
             40..=64 if !pool.tensors.is_empty() => {
-                let i = pool.rng.below(pool.tensors.len());
+                let i = pool.rng.index(pool.tensors.len());
                 pool.free(i);
             }
             40..=64 => {}
             65..=87 => pool.launch(1),
             _ => {
-                let records = 2 + pool.rng.below(CHAIN_MAX - 1);
+                let records = 2 + pool.rng.index(CHAIN_MAX - 1);
                 pool.launch(records);
             }
         }
     }
     while !pool.tensors.is_empty() {
-        let i = pool.rng.below(pool.tensors.len());
+        let i = pool.rng.index(pool.tensors.len());
         pool.free(i);
     }
     f.arenas_closed.fetch_add(pool.arenas.len() as u64, Ordering::Relaxed);

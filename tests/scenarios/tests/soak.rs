@@ -27,7 +27,7 @@ use hexrpc_hal::{ErrorKind, Health};
 use hexrpc_runtime::ServedSession;
 use hexrpc_scenarios::catalogue::{self, image, ADD_U8};
 use hexrpc_scenarios::stack::{kernel_mark, launch_add_u8};
-use hexrpc_scenarios::tensor_arenas::{run_tensor_worker, TensorFigures, ADD_U8_TABLE};
+use hexrpc_scenarios::tensor_arenas::{run_tensor_worker, Rng, TensorFigures, ADD_U8_TABLE};
 
 /// Most RSS growth accepted over a soak after its warm-up, in KiB (the bench keeps no logs
 /// across its periodic clears and no per-launch state; what remains is allocator slack). A
@@ -82,20 +82,6 @@ fn duration() -> Duration {
     }
     let secs = std::env::var("HEXRPC_SOAK_SECS").ok().and_then(|v| v.parse::<u64>().ok()).unwrap_or(3);
     Duration::from_secs(secs.clamp(1, 24 * 3600))
-}
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
 }
 
 fn words(ws: &[u32]) -> Vec<u8> {
