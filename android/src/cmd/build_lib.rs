@@ -144,7 +144,7 @@ fn build_table(bl: BuildLibArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let opts = build_options(EntryOptions::V2, None, bl.power, bl.cflags, bl.clang, bl.lld);
+    let opts = build_options(EntryOptions::V2_CACHED, None, bl.power, bl.cflags, bl.clang, bl.lld);
     let built = with_progress(|| build::build_table_library(&table, &out, &opts));
     match built {
         Ok(report) => {
