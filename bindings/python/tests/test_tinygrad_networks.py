@@ -202,6 +202,7 @@ def run_net(model_cls, seed: int, inputs: list[np.ndarray], device: str, dev=Non
             per_run.append({
                 "invokes": c1["invokes"] - c0["invokes"],
                 "simulated_us": c1["simulated_invoke_us"] - c0["simulated_invoke_us"],
+                "dsp_maps": c1["dsp_maps"] - c0["dsp_maps"],
                 "batch_runs": dev.stats.batch_runs - s0[0],
                 "batched_launches": dev.stats.batched_launches - s0[1],
                 "launches": dev.stats.launches - s0[2],
@@ -225,6 +226,9 @@ def check_calls(name: str, per_run: list[dict], graphs: list) -> None:
         assert r["invokes"] == r["batch_runs"] + r["launches"], r
         # No more calls than tinygrad's own graph split makes (these networks: one or two).
         assert r["invokes"] <= 2, (r, [len(g.calls) for g in graphs])
+        # The graph libraries' entries keep their leases mapped (the map cache): nothing is
+        # mapped on the DSP once the jit runs in steady state.
+        assert r["dsp_maps"] == 0, r
     r = per_run[-1]
     kernels = r["batched_launches"] + r["launches"]
     launch_only = sum(math.ceil(len(g.calls) / MAX_LAUNCHES) for g in graphs) + r["launches"]
