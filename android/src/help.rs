@@ -168,8 +168,10 @@ page, -o is not the kernel source nor a link or device, and the kernel is a
 file. The library is linked and checked in a fresh LIB.so.build/ work directory,
 where the intermediate files stay, and only then put at -o (a temporary file in
 its directory renamed over it): a failed build leaves no file at -o and a file
-already there as it was. Needs clang-19 and ld.lld-19
-(apt-get install clang-19 lld-19).
+already there as it was. Builds to the same -o run one at a time (each holds a
+lock on LIB.so.build.lock, kept beside it): started together, they all succeed;
+a build killed at any point never blocks the next one. Needs clang-19 and
+ld.lld-19 (apt-get install clang-19 lld-19).
 
 SIGNATURE:
     Comma-separated parameter kinds, buffers first: buf, i8, u8, i16, u16, i32,
