@@ -336,8 +336,10 @@ static int executor(void) {
 int main(int argc, char **argv) {
   printf("libhexrpc %s\n", hexrpc_version());
   OK(HEXRPC_VERSION_CHECK()); /* the library serves the header this program was built with */
-  CHECK(hexrpc_version_number() == HEXRPC_VERSION, "library %u, header %u", hexrpc_version_number(), HEXRPC_VERSION);
-  EXPECT(hexrpc_version_check(HEXRPC_VERSION + 100), HEXRPC_ERR_UNAVAILABLE); /* another 0.x minor */
+  CHECK(hexrpc_version_number() == HEXRPC_VERSION, "library %#llx, header %#llx", (unsigned long long)hexrpc_version_number(),
+        HEXRPC_VERSION);
+  /* another 0.x minor: refused */
+  EXPECT(hexrpc_version_check(HEXRPC_VERSION_PACK(HEXRPC_VERSION_MAJOR, HEXRPC_VERSION_MINOR + 1, 0)), HEXRPC_ERR_UNAVAILABLE);
   hexrpc_session *s;
   EXPECT(hexrpc_session_open("no-such-board", &s), HEXRPC_ERR_INVALID);
   if (access("/proc/device-tree/model", F_OK) != 0 && access("/sys/firmware/devicetree/base/model", F_OK) != 0) {

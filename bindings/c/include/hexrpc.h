@@ -76,7 +76,9 @@
 // (a measuring instrument for what hexrpc adds per launch; outputs are not written).
 #define HEXRPC_BENCH_RETURNING_LAUNCHES 2
 
-// The major version of this hexrpc.h (and of the library it was generated with).
+// The major version of this hexrpc.h (and of the library it was generated with). Each of the
+// three parts fits 16 bits (a static assertion in the library's source), so `HEXRPC_VERSION`
+// cannot collide.
 #define HEXRPC_VERSION_MAJOR 0
 
 // The minor version of this hexrpc.h.
@@ -84,10 +86,6 @@
 
 // The patch version of this hexrpc.h.
 #define HEXRPC_VERSION_PATCH 0
-
-// This hexrpc.h's version as one number, `MAJOR * 10000 + MINOR * 100 + PATCH`: what a program
-// passes to [`hexrpc_version_check`] (`HEXRPC_VERSION_CHECK()` does).
-#define HEXRPC_VERSION 100
 
 // Log level: no records.
 #define HEXRPC_LOG_OFF 0
@@ -206,17 +204,18 @@ extern "C" {
 // The library's version, a static string ("0.1.0"). Thread-safe.
 const char *hexrpc_version(void);
 
-// The library's version as one number (`MAJOR * 10000 + MINOR * 100 + PATCH`; compare with the
-// header's `HEXRPC_VERSION`). Thread-safe.
-uint32_t hexrpc_version_number(void);
+// The library's version as one number, packed as the header's `HEXRPC_VERSION` is
+// (`MAJOR << 32 | MINOR << 16 | PATCH`, each part 16 bits; compare with `HEXRPC_VERSION`, or
+// `HEXRPC_VERSION_PACK(major, minor, patch)`). Thread-safe.
+uint64_t hexrpc_version_number(void);
 
 // Whether this library serves a program compiled against the hexrpc.h of version `header`
-// (pass `HEXRPC_VERSION`, or call `HEXRPC_VERSION_CHECK()`): `HEXRPC_OK` when the majors are
-// equal and the library's minor is at least the header's (for major 0, the minors must be
-// equal: 0.x releases may change the ABI); otherwise `HEXRPC_ERR_UNAVAILABLE`, and
-// `hexrpc_last_error_message()` names both versions. Call it once at start-up, before anything
-// else. Thread-safe.
-enum hexrpc_status hexrpc_version_check(uint32_t header);
+// (pass `HEXRPC_VERSION`, packed as `MAJOR << 32 | MINOR << 16 | PATCH`, or call
+// `HEXRPC_VERSION_CHECK()`): `HEXRPC_OK` when the majors are equal and the library's minor is
+// at least the header's (for major 0, the minors must be equal: 0.x releases may change the
+// ABI); otherwise `HEXRPC_ERR_UNAVAILABLE`, and `hexrpc_last_error_message()` names both
+// versions. Call it once at start-up, before anything else. Thread-safe.
+enum hexrpc_status hexrpc_version_check(uint64_t header);
 
 // The message of the last failure on this thread (`"STAGE: CAUSE"`), or `""` if none. The
 // pointer stays valid until the next failing call on this thread. Thread-safe (per thread).
@@ -546,9 +545,23 @@ enum hexrpc_status hexrpc_batch_free(struct hexrpc_batch *batch);
 
 #endif  /* HEXRPC_H */
 
-/* Scalar constructors (static inline, C and C++); cbindgen places this after the main guard. */
+/* Version macros and scalar constructors (static inline, C and C++); cbindgen places this after the main guard. */
 #ifndef HEXRPC_SCALAR_HELPERS_H
 #define HEXRPC_SCALAR_HELPERS_H
+/*
+ * Versions: compare them with HEXRPC_VERSION_AT_LEAST(major, minor, patch), which compares the
+ * three parts in order (1.99.0 < 1.100.0 < 2.0.0), in #if as in expressions:
+ *   #if HEXRPC_VERSION_AT_LEAST(0, 2, 0)
+ * HEXRPC_VERSION_CMP(a, b, c, x, y, z) is -1, 0 or 1 as a.b.c is before, equal to or after x.y.z.
+ * HEXRPC_VERSION_PACK(major, minor, patch) is the version as one unsigned long long,
+ * major << 32 | minor << 16 | patch (each part fits 16 bits, so no two versions pack to the same
+ * number, and the numbers are ordered as the versions are); HEXRPC_VERSION is this header's,
+ * hexrpc_version_number() the library's, packed the same way.
+ */
+#define HEXRPC_VERSION_CMP(a, b, c, x, y, z) ((a) != (x) ? ((a) < (x) ? -1 : 1) : (b) != (y) ? ((b) < (y) ? -1 : 1) : (c) != (z) ? ((c) < (z) ? -1 : 1) : 0)
+#define HEXRPC_VERSION_AT_LEAST(major, minor, patch) (HEXRPC_VERSION_CMP(HEXRPC_VERSION_MAJOR, HEXRPC_VERSION_MINOR, HEXRPC_VERSION_PATCH, major, minor, patch) >= 0)
+#define HEXRPC_VERSION_PACK(major, minor, patch) ((major) * 4294967296ULL + (minor) * 65536ULL + (patch))
+#define HEXRPC_VERSION HEXRPC_VERSION_PACK(HEXRPC_VERSION_MAJOR, HEXRPC_VERSION_MINOR, HEXRPC_VERSION_PATCH)
 /* Checks, once at start-up, that the libhexrpc loaded serves this header (see hexrpc_version_check). */
 #define HEXRPC_VERSION_CHECK() hexrpc_version_check(HEXRPC_VERSION)
 /* A value conversion without an old-style cast in C++ (clean under -Wold-style-cast). */
