@@ -3,11 +3,19 @@
 //! the C ABI (`hexrpc::objects`).
 //!
 //! * `Session.open(board=...)` / `Session.bench(executor=..., returning_launches=...)`: a served
-//!   session; a context manager; `close()` closes every library and lease made from it.
+//!   session; a context manager; `close()` closes every library and lease made from it and ends
+//!   the DSP process and the listener thread before it returns. While buffers of its leases are
+//!   exported (memoryviews, numpy arrays), `close()` raises `BufferError` naming how many and
+//!   closes nothing, so the session stays usable: release them, then close again. (An export
+//!   points into the lease's mapping, which needs the session: closing the session under it would
+//!   either unmap memory Python still points at or, as before, silently keep the DSP process and
+//!   its listener alive until the export went.) After `close()`, every export is refused with
+//!   `BufferError` saying the session is closed.
 //! * `Session.alloc(n)` → `Lease`: supports the buffer protocol (`numpy.frombuffer(lease, ...)`
 //!   and `memoryview(lease)` are zero-copy views of the ION mapping). A lease with exported
-//!   buffers cannot be freed under them: `close()` marks it closed (no new views, launches or
-//!   exports) and the memory is released when the last exported buffer is.
+//!   buffers cannot be freed under them: `Lease.close()` marks it closed (no new views, launches
+//!   or exports) and the memory is released when the last exported buffer is (its session cannot
+//!   close until then).
 //! * `Lease.view(offset, length)` → `View`; `Session.open_library(path_or_bytes, signature=...,
 //!   abi="v2")` → `Library`; `Library.launch([views], [scalars], deadline_ms=None)` → DSP µs
 //!   (the GIL is released during the call).
@@ -101,6 +109,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 struct LeaseState {
     obj: Option<Arc<LeaseObj>>,
     closed: bool,
+    /// Closed by its session's `close()` (which only closes a session with no export alive).
+    session_closed: bool,
     exports: usize,
 }
 
@@ -110,6 +120,15 @@ impl LeaseState {
         if self.exports == 0 {
             self.obj = None;
         }
+    }
+}
+
+/// "N exported buffer(s)".
+fn exported_buffers(n: usize) -> String {
+    if n == 1 {
+        "1 exported buffer".to_string()
+    } else {
+        format!("{n} exported buffers")
     }
 }
 
@@ -125,7 +144,9 @@ struct Children {
 }
 
 /// A session: the DSP process, its channel, the ION device and the reverse file service that
-/// answers the DSP. A context manager: leaving the `with` block closes it.
+/// answers the DSP (a listener thread). A context manager: leaving the `with` block closes it.
+/// `close()` raises `BufferError` while buffers of its leases are exported (memoryviews, numpy
+/// arrays), leaving the session open and usable; see `close`.
 #[pyclass(module = "hexrpc", frozen)]
 struct Session {
     inner: Mutex<Option<Arc<SessionObj>>>,
@@ -297,33 +318,77 @@ impl Session {
         Err(py_err(Failure::invalid("argument", "not a bench session")))
     }
 
-    /// Closes every library, then every lease and arena (a lease with exported buffers is
-    /// released when its last buffer is), then the session. Closing twice is allowed.
-    fn close(&self, py: Python<'_>) {
-        let children = std::mem::take(&mut *lock(&self.children));
+    /// Closes every library, then every lease and arena, then the session: the DSP process and
+    /// the listener thread have ended when it returns. Closing twice is allowed.
+    ///
+    /// Refused with `BufferError`, naming how many, while buffers of the session's leases are
+    /// exported (memoryviews, numpy arrays, `hexrpc.array`s of a `Lease` or `View`, also of a
+    /// lease already closed): they point into memory the session maps, so it cannot end under
+    /// them. Nothing is closed then and the session stays usable; release the exports (`del` the
+    /// arrays, `memoryview.release()`) and call `close()` again. After `close()`, new exports are
+    /// refused with `BufferError`.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        // Checked and marked with the GIL held throughout: exports are made and released only
+        // with the GIL (`__getbuffer__` / `__releasebuffer__`), so none appears between the
+        // count and the marking, and none can be made of a lease once it is marked.
+        let mut children = lock(&self.children);
+        if lock(&self.inner).is_none() {
+            return Ok(());
+        }
+        let leases: Vec<Arc<LeaseCell>> = children.leases.iter().filter_map(Weak::upgrade).collect();
+        let exported: usize = leases.iter().map(|l| lock(l).exports).sum();
+        if exported > 0 {
+            return Err(PyBufferError::new_err(format!(
+                "Session.close(): {} of the session's leases (memoryviews, numpy arrays) {} still alive; release them (del \
+                 the arrays, memoryview.release()) and call close() again: nothing was closed, the session is still open",
+                exported_buffers(exported),
+                if exported == 1 { "is" } else { "are" }
+            )));
+        }
+        let children = std::mem::take(&mut *children);
         let session = lock(&self.inner).take();
+        let kernels: Vec<_> = children.kernels.iter().filter_map(Weak::upgrade).map(|k| lock(&k).take()).collect();
+        let objs: Vec<_> = leases
+            .iter()
+            .map(|l| {
+                let mut st = lock(l);
+                st.closed = true;
+                st.session_closed = true;
+                st.obj.take()
+            })
+            .collect();
+        let arenas: Vec<_> = children.arenas.iter().filter_map(Weak::upgrade).map(|a| lock(&a).take()).collect();
+        // The release order as before: libraries (once launches in flight have returned), leases,
+        // arenas, then the session, without the GIL.
         py.detach(|| {
-            for k in children.kernels.iter().filter_map(Weak::upgrade) {
-                drop(lock(&k).take());
-            }
-            for l in children.leases.iter().filter_map(Weak::upgrade) {
-                lock(&l).close();
-            }
-            for a in children.arenas.iter().filter_map(Weak::upgrade) {
-                drop(lock(&a).take());
-            }
+            drop(kernels);
+            drop(objs);
+            drop(arenas);
             drop(session);
         });
+        Ok(())
     }
 
     fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
         slf
     }
 
-    #[pyo3(signature = (*_args))]
-    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, pyo3::types::PyTuple>) -> bool {
-        self.close(py);
-        false
+    /// Closes the session. Leaving the block normally with buffers still exported raises
+    /// `close()`'s `BufferError`; leaving it by an exception does not replace that exception: the
+    /// session is then left open (as the refused `close()` leaves it) with a `ResourceWarning`
+    /// naming how many buffers are exported, and `close()` can be called once they are released.
+    #[pyo3(signature = (*args))]
+    fn __exit__(&self, py: Python<'_>, args: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
+        let raised = args.get_item(0).is_ok_and(|t| !t.is_none());
+        match self.close(py) {
+            Err(e) if raised && e.is_instance_of::<PyBufferError>(py) => {
+                let msg = format!("{} (left open: the with block raised)", e.value(py));
+                let category = py.get_type::<pyo3::exceptions::PyResourceWarning>();
+                PyErr::warn(py, category.as_any(), &std::ffi::CString::new(msg).unwrap_or_default(), 1)?;
+                Ok(false)
+            }
+            r => r.map(|()| false),
+        }
     }
 
     fn __repr__(&self) -> String {
@@ -337,7 +402,7 @@ impl Session {
 impl Session {
     /// A Python `Lease` for `obj`, closed with this session.
     fn adopt(&self, obj: LeaseObj) -> Lease {
-        let cell = Arc::new(Mutex::new(LeaseState { obj: Some(Arc::new(obj)), closed: false, exports: 0 }));
+        let cell = Arc::new(Mutex::new(LeaseState { obj: Some(Arc::new(obj)), closed: false, session_closed: false, exports: 0 }));
         let mut ch = lock(&self.children);
         ch.leases.retain(|w| w.strong_count() > 0);
         ch.leases.push(Arc::downgrade(&cell));
@@ -505,7 +570,8 @@ impl Lease {
     }
 
     /// Frees the lease, or (while numpy arrays or memoryviews of it exist) marks it closed and
-    /// frees it when the last of them is released. Closing twice is allowed.
+    /// frees it when the last of them is released (its session's `close()` raises `BufferError`
+    /// until then). No buffer of a closed lease can be exported. Closing twice is allowed.
     fn close(&self) {
         lock(&self.cell).close();
     }
@@ -558,8 +624,15 @@ unsafe fn export(
         return Err(PyBufferError::new_err("NULL Py_buffer"));
     }
     let mut st = lock(cell);
+    if st.session_closed {
+        return Err(PyBufferError::new_err(
+            "the lease's session is closed (Session.close()): no buffer of it can be exported (memoryview, numpy.frombuffer, hexrpc.array)",
+        ));
+    }
     let Some(obj) = st.obj.as_ref().filter(|_| !st.closed) else {
-        return Err(PyBufferError::new_err("the lease is closed"));
+        return Err(PyBufferError::new_err(
+            "the lease is closed (Lease.close()): no new buffer of it can be exported (memoryview, numpy.frombuffer, hexrpc.array)",
+        ));
     };
     let (base, size) = obj.memory();
     let (off, len) = range.unwrap_or((0, size));
@@ -592,7 +665,9 @@ fn release_export(cell: &LeaseCell) {
 
 /// `length` bytes at `offset` of a lease: a buffer argument of a launch. Supports the buffer
 /// protocol: `memoryview(view)` and `numpy.frombuffer(view, dtype)` are zero-copy views of
-/// exactly these bytes of the lease's mapping (see `hexrpc.array`).
+/// exactly these bytes of the lease's mapping (see `hexrpc.array`). Such an export keeps the
+/// session from closing (`Session.close()` raises `BufferError`) until it is released; once
+/// the lease or its session is closed, exports raise `BufferError`.
 #[pyclass(module = "hexrpc", frozen)]
 struct View {
     cell: Arc<LeaseCell>,

@@ -12,6 +12,14 @@
         assert (x[8192:8448] == 2.0 * x[1024:1280]).all()
         del x                                         # release the exported buffer before closing
 
+Closing: ``Session.close()`` (and leaving its ``with`` block) closes every library, lease and
+arena made from the session and ends its DSP process and listener thread before it returns.
+While a buffer of one of its leases is exported (a memoryview, a numpy array, ``hexrpc.array``),
+it raises ``BufferError`` naming how many exports are alive and closes nothing: the session is
+still usable; release them (``del``, ``memoryview.release()``) and close again. (Leaving the
+``with`` block by an exception keeps that exception and leaves the session open, with a
+``ResourceWarning``.) After close, every export of its leases and views raises ``BufferError``.
+
 Arenas: ``sess.arena(16 << 20)`` is one ION buffer carved into 128-byte aligned sub-allocations;
 ``arena.alloc(n)`` returns a :class:`Lease` of ``n`` bytes (buffer protocol, views relative to it,
 launches, batches) that the DSP sees as a range of the arena's lease, so any number of them
@@ -107,7 +115,9 @@ def array(buf: "Lease | View", dtype: object = "uint8", shape: "int | tuple[int,
     as many elements as fit (the byte length must be a multiple of the item size).
 
     Like ``numpy.frombuffer(buf, dtype).reshape(shape)`` (which works too): the array holds an
-    export of the lease, so closing the lease releases its memory only when the array is gone.
+    export of the lease, so closing the lease releases its memory only when the array is gone,
+    and ``Session.close()`` raises ``BufferError`` while it is alive. Raises ``BufferError``
+    for a closed lease or a lease of a closed session.
     """
     import numpy as np
 

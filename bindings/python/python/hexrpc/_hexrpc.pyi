@@ -36,6 +36,10 @@ class DspError(Error): ...
 class Failed(Error): ...
 
 class Session:
+    """A session: the DSP process, its channel, the ION device and the reverse file service (a
+    listener thread) that answers the DSP. A context manager: leaving the ``with`` block closes
+    it."""
+
     @staticmethod
     def open(board: str | None = None) -> Session: ...
     @staticmethod
@@ -57,14 +61,29 @@ class Session:
     def closed(self) -> bool: ...
     @property
     def last_restart(self) -> str | None: ...
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Closes every library, lease and arena made from the session, then the session: the DSP
+        process and the listener thread have ended when it returns. Closing twice is allowed.
+
+        Raises ``BufferError`` (naming how many) while buffers of the session's leases are
+        exported: memoryviews, numpy arrays (:func:`hexrpc.array` too) of a :class:`Lease` or
+        :class:`View`, also of a lease already closed. Nothing is closed then and the session
+        stays usable: release the exports (``del`` the arrays, ``memoryview.release()``) and call
+        ``close()`` again. After ``close()``, every new export (``memoryview(view)``,
+        ``numpy.frombuffer(lease)``, ...) raises ``BufferError`` saying the session is closed."""
     def __enter__(self) -> Session: ...
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> bool: ...
+    ) -> bool:
+        """``close()``. Leaving the block normally while buffers are exported raises its
+        ``BufferError``; leaving it by an exception keeps that exception: the session is left
+        open with a ``ResourceWarning`` naming the exports, to be closed once they are released."""
 
 class Lease:
-    """An ION buffer shared with the DSP; supports the buffer protocol (writable bytes)."""
+    """An ION buffer shared with the DSP; supports the buffer protocol (writable bytes). An
+    export (memoryview, numpy array) keeps its memory mapped after ``close()``, and its session
+    cannot close until the export is released (``Session.close`` raises ``BufferError``); no
+    export can be made of a closed lease or of a lease of a closed session (``BufferError``)."""
 
     def view(self, offset: int, length: int) -> View: ...
     @property
@@ -111,7 +130,10 @@ class Arena:
     ) -> bool: ...
 
 class View:
-    """``length`` bytes at ``offset`` of a lease; supports the buffer protocol (exactly those bytes)."""
+    """``length`` bytes at ``offset`` of a lease; supports the buffer protocol (exactly those
+    bytes), with its lease's rules: an export holds the lease's memory and keeps its session from
+    closing (``Session.close`` raises ``BufferError``) until released; after the lease or its
+    session is closed, exports raise ``BufferError``."""
 
     @property
     def offset(self) -> int: ...
