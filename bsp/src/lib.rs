@@ -51,6 +51,44 @@ impl KernelAbi {
     }
 }
 
+/// How the board's FastRPC driver finds an existing map of a buffer passed by fd (upstream
+/// `fastrpc_map_lookup`), which decides when a freed lease's fd number may be given back.
+///
+/// The driver keeps a map of a handle argument after the call, until the DSP lists the fd in a
+/// call's fdlist or the channel's file is released (`fastrpc_put_args`, `fastrpc_user_free`).
+/// What a later call with the same *number* gets depends on the lookup:
+///
+/// * [`MapLookup::NumberAndBuffer`]: the lookup takes the dma-buf the number names now
+///   (`dma_buf_get(fd)`) and matches a map only if both the number and the buffer are the same
+///   (`map->fd != fd || map->buf != buf`), as Linux 6.1.192's `drivers/misc/fastrpc.c` reads and
+///   mainline has since the 2025 fix. A reused number names another buffer and never meets the
+///   old map, which holds its own reference to its buffer (`fastrpc_free_map` puts it): the
+///   number can be closed as soon as the DSP holds no mapping of it.
+/// * [`MapLookup::NumberOnly`]: older upstream drivers (and the bench's upstream model, which
+///   models them) match the number alone, so a reused number would hand the DSP the old map's
+///   pages. The number stays occupied until every channel that may map it is closed; the
+///   session bounds how many it keeps ([`Limits::kept_numbers`]) by replacing its channel.
+///
+/// Downstream boards use neither (`FASTRPC_IOCTL_MUNMAP_FD` drops the maps by number first).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum MapLookup {
+    /// The lookup matches the fd number only: a freed number is kept until its channels close.
+    NumberOnly,
+    /// The lookup matches the number and the dma-buf it names: a freed number is closed at once.
+    NumberAndBuffer,
+}
+
+impl MapLookup {
+    /// A short name for reports.
+    pub const fn name(self) -> &'static str {
+        match self {
+            MapLookup::NumberOnly => "by fd number",
+            MapLookup::NumberAndBuffer => "by fd number and dma-buf",
+        }
+    }
+}
+
 /// Where a board's shareable buffers come from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
@@ -87,6 +125,12 @@ pub struct Limits {
     pub max_reverse_handles: u16,
     /// Most bytes apps_mem may map for the DSP at once.
     pub max_dsp_map_bytes: u64,
+    /// Most freed fd numbers a session keeps occupied for channels that may still map them
+    /// (each is an open descriptor): on reaching it, the session replaces its channel (a
+    /// planned recovery), which releases them all. Upstream boards with
+    /// [`MapLookup::NumberOnly`] keep one per freed lease that went to the DSP; kept well under
+    /// the usual 1,024-descriptor soft limit. At most the session's table (1,024).
+    pub kept_numbers: u16,
 }
 
 /// How a session recovers after a DSP restart or an abandoned call: bounded retries with
@@ -151,6 +195,8 @@ pub struct Board {
     pub description: &'static str,
     /// The FastRPC driver.
     pub abi: KernelAbi,
+    /// How the upstream driver looks up a map by fd ([`MapLookup`]; downstream: unused).
+    pub map_lookup: MapLookup,
     /// The buffer allocator.
     pub allocator: Allocator,
     /// The allocator's device node: `/dev/ion` ([`Allocator::Ion49`]) or the heap node
@@ -221,6 +267,7 @@ const DEFAULT_LIMITS: Limits = Limits {
     max_reverse_file_bytes: 64 << 20,
     max_reverse_handles: 32,
     max_dsp_map_bytes: 64 << 20,
+    kept_numbers: 256,
 };
 
 /// comma three (sdm845) on AGNOS.
@@ -228,6 +275,7 @@ pub const COMMA_THREE: Board = Board {
     name: "comma-three",
     description: "comma three (Snapdragon 845) on AGNOS, downstream msm 4.9 kernel",
     abi: KernelAbi::DownstreamMsm,
+    map_lookup: MapLookup::NumberOnly,
     allocator: Allocator::Ion49,
     ion_path: c"/dev/ion",
     rpc_path: c"/dev/adsprpc-smd",
@@ -256,6 +304,7 @@ pub const GENERIC_MSM_ANDROID: Board = Board {
     name: "msm-android",
     description: "Android on a downstream msm kernel with /dev/adsprpc-smd and legacy ION",
     abi: KernelAbi::DownstreamMsm,
+    map_lookup: MapLookup::NumberOnly,
     allocator: Allocator::Ion49,
     ion_path: c"/dev/ion",
     rpc_path: c"/dev/adsprpc-smd",
@@ -284,6 +333,7 @@ pub const BENCH: Board = Board {
     name: "bench",
     description: "isolated bench: simulated msm ION 4.9 + adsprpc kernel and DSP (no hardware)",
     abi: KernelAbi::DownstreamMsm,
+    map_lookup: MapLookup::NumberOnly,
     allocator: Allocator::Ion49,
     ion_path: c"/bench/dev/ion",
     rpc_path: c"/bench/dev/adsprpc-smd",
@@ -312,6 +362,7 @@ pub const QCOM_RB5: Board = Board {
     name: "qcom-rb5",
     description: "Qualcomm Robotics RB5 (QRB5165) on a mainline kernel: upstream /dev/fastrpc-cdsp + /dev/dma_heap/system",
     abi: KernelAbi::Upstream,
+    map_lookup: MapLookup::NumberOnly,
     allocator: Allocator::DmaHeap,
     ion_path: c"/dev/dma_heap/system",
     rpc_path: c"/dev/fastrpc-cdsp",
@@ -349,6 +400,7 @@ pub const BENCH_UPSTREAM: Board = Board {
     name: "bench-upstream",
     description: "isolated bench: simulated dma-heap + upstream fastrpc kernel and DSP (no hardware)",
     abi: KernelAbi::Upstream,
+    map_lookup: MapLookup::NumberOnly,
     allocator: Allocator::DmaHeap,
     ion_path: c"/bench/dev/dma_heap/system",
     rpc_path: c"/bench/dev/fastrpc-cdsp",
@@ -379,6 +431,8 @@ pub const BENCH_UPSTREAM: Board = Board {
 pub const BENCH_LINUX: Board = Board {
     name: "bench-linux",
     description: "isolated bench: Linux's own fastrpc.c (user-space harness) + simulated dma-heap and DSP (no hardware)",
+    // Debian's 6.1.192 fastrpc.c, which the harness runs, matches the number and the dma-buf.
+    map_lookup: MapLookup::NumberAndBuffer,
     ..BENCH_UPSTREAM
 };
 

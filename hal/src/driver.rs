@@ -17,7 +17,7 @@
 //! | DSP restart | +`ECONNRESET` / `ECONNRESET` | `EPIPE`; the node is gone until the DSP is back |
 //! | interrupted call (deadline) | parked; resumable, so the fd is retired first | returns `EINTR`, never resumed |
 //! | kernel messages | no timeout | 10 s, then `ETIMEDOUT` |
-//! | handle maps after a call | kept (keyed by fd number) until fdlist, `MUNMAP_FD` or close; none released after a DSP error | kept until fdlist or close; no unmap by fd |
+//! | handle maps after a call | kept (keyed by fd number) until fdlist, `MUNMAP_FD` or close; none released after a DSP error | kept until fdlist or close; no unmap by fd; found again by number only, or by number and dma-buf (`MapLookup`) |
 //! | shell map of INIT | dropped at the end of INIT | kept until close |
 //! | release on close | waits for the DSP, no limit | waits up to 10 s |
 //! | second identity per process | `SETMODE(FASTRPC_MODE_SESSION)` before INIT | none |

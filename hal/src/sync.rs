@@ -24,6 +24,7 @@ mod imp {
     }
 
     pub(crate) struct RwLock<T>(std::sync::RwLock<T>);
+    pub(crate) type ReadGuard<'a, T> = RwLockReadGuard<'a, T>;
 
     impl<T> RwLock<T> {
         pub(crate) const fn new(v: T) -> Self {
@@ -31,6 +32,13 @@ mod imp {
         }
         pub(crate) fn read(&self) -> RwLockReadGuard<'_, T> {
             self.0.read().unwrap_or_else(PoisonError::into_inner)
+        }
+        pub(crate) fn try_read(&self) -> Option<RwLockReadGuard<'_, T>> {
+            match self.0.try_read() {
+                Ok(g) => Some(g),
+                Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
+                Err(std::sync::TryLockError::WouldBlock) => None,
+            }
         }
         pub(crate) fn write(&self) -> RwLockWriteGuard<'_, T> {
             self.0.write().unwrap_or_else(PoisonError::into_inner)
@@ -96,6 +104,7 @@ mod imp {
     }
 
     pub(crate) struct RwLock<T>(spin::RwLock<T>);
+    pub(crate) type ReadGuard<'a, T> = spin::RwLockReadGuard<'a, T>;
 
     impl<T> RwLock<T> {
         pub(crate) const fn new(v: T) -> Self {
@@ -103,6 +112,9 @@ mod imp {
         }
         pub(crate) fn read(&self) -> spin::RwLockReadGuard<'_, T> {
             self.0.read()
+        }
+        pub(crate) fn try_read(&self) -> Option<spin::RwLockReadGuard<'_, T>> {
+            self.0.try_read()
         }
         pub(crate) fn write(&self) -> spin::RwLockWriteGuard<'_, T> {
             self.0.write()

@@ -13,15 +13,29 @@
 //!
 //! * first, if it went to a library with the map cache, the DSP's kept mapping of it is
 //!   released (launch ABI method 4 on each such library it went to, `docs/entry-abi.md` §2.3) while the
-//!   number still names this lease; if that cannot be done the lease is kept whole until every
-//!   channel that existed is closed;
+//!   number still names this lease; if that cannot be done (the session needs recovery), the
+//!   number is retired and kept until every channel that existed is closed, and the memory and
+//!   host mapping go at once (the driver's map holds its own reference for the DSP);
 //! * downstream: `FASTRPC_IOCTL_MUNMAP_FD(fd, va 0, len 0)` on every live channel, repeated
 //!   until the driver says no map is left (it drops one reference per call, without a DSP
 //!   message), then the fd is closed: the number is clean;
-//! * upstream (no kernel-only unmap by fd: `MEM_UNMAP` needs a DSP address and a DSP answer):
-//!   the number is retired (`/dev/null` over it, which releases our reference to the dma-buf)
-//!   and kept open until every channel that existed at the drop is closed; the shell lease of a
-//!   channel is kept the same way, whole;
+//! * upstream whose lookup matches the dma-buf too ([`MapLookup::NumberAndBuffer`]: Linux
+//!   6.1.192's `fastrpc_map_lookup` compares `map->buf` with `dma_buf_get(fd)`): the fd is
+//!   closed at once. A reused number names another buffer and never meets the old map, which
+//!   holds its own reference to its buffer until the fdlist or the file's release
+//!   (`fastrpc_put_args`, `fastrpc_free_map`, `fastrpc_user_free`);
+//! * upstream whose lookup matches the number only ([`MapLookup::NumberOnly`]; there is no
+//!   kernel-only unmap by fd: `MEM_UNMAP` needs a DSP address and a DSP answer,
+//!   `fastrpc_req_mem_unmap_impl`): the number is retired (`/dev/null` over it, which releases
+//!   our reference to the dma-buf) and kept open until every channel that existed at the drop
+//!   is closed. The board bounds how many are kept ([`Limits::kept_numbers`]); at the bound the
+//!   session replaces its channel (a planned recovery), which releases them all. The shell lease
+//!   of a channel is kept whole until it closes;
+//! * nothing is leaked when a table is full: the channel that pins what is kept is ended
+//!   (replaced, or closed if the session needs recovery anyway) and final closes still running
+//!   are waited for; only a release that never returns leaves anything for good;
+//!
+//! [`Limits::kept_numbers`]: hexrpc_bsp::Limits::kept_numbers
 //! * a lease handed to a call abandoned at its deadline is quarantined: refused to its owner,
 //!   kept whole (memory and number) if dropped, until the channel of that call is closed, which
 //!   is when the kernel has released the DSP process that ran it.
@@ -31,7 +45,7 @@
 
 use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use hexrpc_bsp::KernelAbi;
+use hexrpc_bsp::{KernelAbi, MapLookup};
 use hexrpc_drivers::{adsprpc, Fd, Syscalls};
 
 use super::Session;
@@ -48,10 +62,12 @@ const PASSED_WORDS: usize = 64;
 const SLOT_FD_WORDS: usize = 4;
 /// Retired numbers kept for channels that are still open (4 bytes each).
 const KEPT_NUMBERS: usize = 1024;
-/// Whole leases kept for channels that are still open (shells, quarantined leases).
-const KEPT_LEASES: usize = 64;
 /// Fds of abandoned calls.
 const QUARANTINE: usize = 128;
+/// Whole leases kept for channels that are still open: a shell per channel (cells and final
+/// closes still running), every quarantined lease, and leases whose number could not be
+/// retired.
+const KEPT_LEASES: usize = QUARANTINE + 64;
 /// Most MUNMAP_FD calls for one fd on one channel (a driver that never says "no map" must not
 /// hang a drop).
 const MUNMAP_FD_LIMIT: u32 = 1 << 20;
@@ -79,6 +95,8 @@ pub(crate) struct Book<S: Syscalls> {
     inner: sync::Mutex<Inner<S>>,
     /// `quarantine.len()`, read without the lock on the hot paths.
     quarantined: AtomicUsize,
+    /// Things kept for good because no room could be made (a final close that never returned).
+    leaked: AtomicUsize,
     /// Bit `n`: fd number `n` was handed to a channel as a handle since its lease was made.
     passed: [AtomicU64; PASSED_WORDS],
     /// Bit `n`: fd number `n` went to a library with the map cache since its lease was made (or
@@ -99,6 +117,7 @@ impl<S: Syscalls> Book<S> {
                 quarantine: heapless::Vec::new(),
             }),
             quarantined: AtomicUsize::new(0),
+            leaked: AtomicUsize::new(0),
             passed: [const { AtomicU64::new(0) }; PASSED_WORDS],
             cached: [const { AtomicU64::new(0) }; PASSED_WORDS],
             slot_fds: [const { [const { AtomicU64::new(0) }; SLOT_FD_WORDS] }; super::MAX_LIBRARIES],
@@ -258,80 +277,191 @@ impl<S: Syscalls + Clone> Session<S> {
             .max()
     }
 
-    /// Keeps `what` until every channel of generation `generation` or older is closed.
-    pub(super) fn keep(&self, generation: u32, what: Kept<S>) {
+    /// Puts `what` in its table, or gives it back when the table is full.
+    fn try_keep(&self, generation: u32, what: Kept<S>) -> Result<usize, Kept<S>> {
         let mut inner = self.book.inner.lock();
-        let full = match what {
-            Kept::Number(t) => inner.numbers.push((generation, t)).err().map(|(_, t)| Kept::Number(t)),
-            Kept::Lease(l) => inner.leases.push((generation, l)).err().map(|(_, l)| Kept::Lease(l)),
-        };
-        drop(inner);
-        if let Some(what) = full {
-            // Leaking is the safe side: the number (and memory) stay taken for good.
-            log::error!("lease bookkeeping full: an fd number the driver may map stays open for good");
-            match what {
-                Kept::Number(t) => {
-                    let _ = t.into_raw();
+        match what {
+            Kept::Number(t) => match inner.numbers.push((generation, t)) {
+                Ok(()) => Ok(inner.numbers.len()),
+                Err((_, t)) => Err(Kept::Number(t)),
+            },
+            Kept::Lease(l) => match inner.leases.push((generation, l)) {
+                Ok(()) => Ok(0),
+                Err((_, l)) => Err(Kept::Lease(l)),
+            },
+        }
+    }
+
+    /// Whether nothing of generation `generation` can be mapped any more (every channel of it,
+    /// and older, is closed).
+    fn released(&self, generation: u32) -> bool {
+        self.oldest_live().is_none_or(|o| generation < o)
+    }
+
+    /// The oldest generation among the channels not released yet; `None`: every channel is
+    /// released.
+    fn oldest_live(&self) -> Option<u32> {
+        let closing = self.closing_generations();
+        self.cells
+            .iter()
+            .zip(&self.cell_gen)
+            .filter(|(c, _)| !c.is_empty())
+            .map(|(_, g)| g.load(Ordering::Acquire))
+            .chain(closing.iter().copied())
+            .min()
+    }
+
+    /// Keeps `what` until every channel of generation `generation` or older is closed.
+    ///
+    /// Never leaks: when a table is full, or the board's bound on kept numbers
+    /// ([`Limits::kept_numbers`](hexrpc_bsp::Limits::kept_numbers)) is reached, the session
+    /// ends the channel that pins what is kept ([`make_room`](Session::make_room): a healthy
+    /// session replaces it, one that needs recovery closes it now), which releases everything
+    /// of its generation, and waits for final closes still running; `what` itself is then
+    /// released if nothing can map it any more. Called with no lock of the session held (a
+    /// lease's drop); the recovery's own shell goes through [`keep_shell`](Session::keep_shell).
+    pub(super) fn keep(&self, generation: u32, what: Kept<S>) {
+        let bound = usize::from(self.board.limits.kept_numbers).clamp(1, KEPT_NUMBERS);
+        let mut what = what;
+        for _ in 0..3 {
+            match self.try_keep(generation, what) {
+                Ok(numbers) => {
+                    if numbers >= bound {
+                        log::info!("{numbers} fd numbers kept for channels that may map them (the board's bound): replacing the channel");
+                        self.make_room();
+                    }
+                    return;
                 }
-                Kept::Lease(l) => core::mem::forget(l),
+                Err(w) => what = w,
+            }
+            log::warn!("lease bookkeeping full: ending the channel that pins what is kept");
+            self.make_room();
+            if self.released(generation) {
+                return self.release_kept(what);
+            }
+        }
+        self.last_resort(what);
+    }
+
+    /// Keeps a new channel's shell lease (called by the recovery, which holds the channel lock:
+    /// no channel can be ended here). The table has room for a shell per channel cell and final
+    /// close beside every quarantined lease; if it is full anyway, the final closes still
+    /// running are waited for.
+    pub(super) fn keep_shell(&self, generation: u32, shell: RawLease<S>) {
+        match self.try_keep(generation, Kept::Lease(shell)) {
+            Ok(_) => {}
+            Err(what) => {
+                self.wait_for_closes();
+                self.settle();
+                if let Err(what) = self.try_keep(generation, what) {
+                    self.last_resort(what);
+                }
+            }
+        }
+    }
+
+    /// What the tables cannot hold even after the channels that pin them were ended (a final
+    /// close that never returns): leaking is the only safe side left, and it is logged.
+    fn last_resort(&self, what: Kept<S>) {
+        log::error!("lease bookkeeping full and no channel release returned: an fd number the driver may map stays open for good");
+        self.book.leaked.fetch_add(1, Ordering::Relaxed);
+        match what {
+            Kept::Number(t) => {
+                let _ = t.into_raw();
+            }
+            Kept::Lease(l) => core::mem::forget(l),
+        }
+    }
+
+    /// Releases `what` now (nothing can map it any more).
+    fn release_kept(&self, what: Kept<S>) {
+        match what {
+            Kept::Number(n) => {
+                let raw = n.raw().0;
+                if let Err(e) = self.sys.close(n) {
+                    log::warn!("close of retired lease fd {raw} failed: {e}");
+                }
+            }
+            Kept::Lease(l) => drop(l),
+        }
+    }
+
+    /// Retires `raw`'s number (`/dev/null` over it) and keeps only the number for `generation`,
+    /// releasing the memory and the host mapping now; keeps the whole lease if the number
+    /// cannot be retired.
+    fn keep_number_of(&self, generation: u32, mut raw: RawLease<S>) {
+        let fd = raw.share_fd();
+        let retired = raw.share_borrowed().map(|b| self.sys.retire(b));
+        match retired {
+            Some(Ok(())) => match raw.take_share() {
+                Some(number) => {
+                    drop(raw);
+                    self.keep(generation, Kept::Number(number));
+                }
+                None => drop(raw),
+            },
+            other => {
+                if let Some(Err(e)) = other {
+                    log::debug!("retiring lease fd {} failed ({e}); keeping the lease whole", fd.0);
+                }
+                self.keep(generation, Kept::Lease(raw));
             }
         }
     }
 
     /// A lease of this session was dropped (see the module docs).
-    pub(crate) fn lease_dropped(&self, mut raw: RawLease<S>) {
+    pub(crate) fn lease_dropped(&self, raw: RawLease<S>) {
         let fd = raw.share_fd();
         if let Some(generation) = self.still_quarantined(fd) {
+            // The DSP may still run the abandoned call in this memory: it is kept whole.
             log::warn!("quarantined lease (fd {}) dropped: kept until generation {generation} is released", fd.0);
             self.keep(generation, Kept::Lease(raw));
             return;
         }
         // The DSP's cached mapping goes first, while the number still names this lease. If it
-        // could not be released (the session needs recovery, the library refused), the lease is
-        // kept whole, memory and number, until every channel that may have run it is closed,
-        // which ends the DSP process that holds the mapping.
+        // could not be released (the session needs recovery, the library refused), the number
+        // is kept (retired) until every channel that may have run it is closed, which ends the
+        // DSP process that holds the mapping; the memory goes now (the driver's map of it holds
+        // its own reference, so the DSP's mapping stays valid until then).
         if self.book.take_cached(fd) && !self.release_cached(&[raw.id()], fd) {
             if let Some(generation) = self.newest_live() {
                 log::warn!(
-                    "lease fd {} dropped with a DSP mapping that could not be released: kept until generation {generation} is closed",
+                    "lease fd {} dropped with a DSP mapping that could not be released: its number is kept until generation {generation} is closed",
                     fd.0
                 );
                 let _ = self.book.take_passed(fd);
-                self.keep(generation, Kept::Lease(raw));
+                self.keep_number_of(generation, raw);
                 return;
             }
         }
         if !self.book.take_passed(fd) {
             return drop(raw);
         }
-        match self.board.abi {
-            KernelAbi::DownstreamMsm => {
+        match (self.board.abi, self.board.map_lookup) {
+            (KernelAbi::DownstreamMsm, _) => {
                 self.unmap_fd_everywhere(fd);
                 drop(raw);
             }
-            KernelAbi::Upstream => {
-                let Some(generation) = self.newest_live() else {
-                    // Every channel is closed: no map of the number is left anywhere.
-                    return drop(raw);
-                };
-                let retired = raw.share_borrowed().map(|b| self.sys.retire(b));
-                match retired {
-                    Some(Ok(())) => match raw.take_share() {
-                        Some(number) => {
-                            drop(raw);
-                            self.keep(generation, Kept::Number(number));
-                        }
-                        None => drop(raw),
-                    },
-                    other => {
-                        if let Some(Err(e)) = other {
-                            log::debug!("retiring lease fd {} failed ({e}); keeping the lease whole", fd.0);
-                        }
-                        self.keep(generation, Kept::Lease(raw));
-                    }
-                }
-            }
+            // `fastrpc_map_lookup` matches the dma-buf too: a reused number never meets the
+            // old map, which holds its own reference to the old buffer (MapLookup docs).
+            (KernelAbi::Upstream, MapLookup::NumberAndBuffer) => drop(raw),
+            (KernelAbi::Upstream, MapLookup::NumberOnly) => match self.newest_live() {
+                // Every channel is closed: no map of the number is left anywhere.
+                None => drop(raw),
+                Some(generation) => self.keep_number_of(generation, raw),
+            },
         }
+    }
+
+    /// Makes room in the tables by ending the channel that pins what is kept: a healthy session
+    /// replaces its channel ([`replace_channel`](Session::replace_channel)); one that needs
+    /// recovery (or failed) has its channel closed now, which its recovery would do first
+    /// anyway; a recovery already running is waited for. Then final closes still running are
+    /// waited for (within the recovery budget) and what they pinned is released.
+    fn make_room(&self) {
+        self.replace_channel();
+        self.wait_for_closes();
+        self.settle();
     }
 
     /// Downstream: drops every map the driver holds of `fd` on every open channel
@@ -364,15 +494,7 @@ impl<S: Syscalls + Clone> Session<S> {
     /// Releases what was kept for channels that are all closed now: closes retired numbers,
     /// frees kept leases, lifts quarantines. Called after every channel close.
     pub(super) fn settle(&self) {
-        let closing = self.closing_generations();
-        let oldest_live = self
-            .cells
-            .iter()
-            .zip(&self.cell_gen)
-            .filter(|(c, _)| !c.is_empty())
-            .map(|(_, g)| g.load(Ordering::Acquire))
-            .chain(closing.iter().copied())
-            .min();
+        let oldest_live = self.oldest_live();
         let mut numbers: heapless::Vec<hexrpc_drivers::OwnedFd, KEPT_NUMBERS> = heapless::Vec::new();
         let mut leases: heapless::Vec<RawLease<S>, KEPT_LEASES> = heapless::Vec::new();
         {

@@ -31,7 +31,7 @@ use crate::fd::OwnedFd;
 use crate::lease::{Lease, Owner, RawLease};
 use crate::stages::{Channel, HeapOpened};
 use crate::sync;
-use book::{Book, Kept};
+use book::Book;
 use library::{remotectl_close, LibSlot};
 
 const HEALTHY: u8 = 0;
@@ -41,6 +41,9 @@ const FAILED: u8 = 2;
 /// Descriptor cells a session rotates its channels through: the current channel's, and one
 /// for an old channel retired under a listener that has not let go of it yet.
 const CELLS: usize = 2;
+
+/// How long a call with a deadline sleeps between looks at a channel lock a recovery holds.
+const READ_POLL: Duration = Duration::from_micros(200);
 
 /// Final closes that may run on their own threads at once.
 #[cfg(feature = "std")]
@@ -102,9 +105,15 @@ pub enum Health {
 ///
 /// * A dropped lease comes back here: downstream the driver's maps of its fd are dropped on
 ///   every live channel (`FASTRPC_IOCTL_MUNMAP_FD` until none is left) before the fd is closed;
-///   upstream (no unmap by fd) its number is retired to `/dev/null` and closed only when every
-///   channel that may map it has closed, and a channel keeps its shell buffer as long. A launch
-///   only marks its handles' numbers (no extra ioctl).
+///   upstream, a driver whose map lookup checks the dma-buf gets the fd closed at once, and one
+///   that matches the number only has the number retired to `/dev/null` and closed when every
+///   channel that may map it has closed, at most the board's
+///   [`kept_numbers`](hexrpc_bsp::Limits::kept_numbers) at a time (then the channel is replaced,
+///   [`replacements`](Session::replacements)). A channel keeps its shell buffer until it
+///   closes. A launch only marks its handles' numbers (no extra ioctl).
+/// * A deadline bounds the whole call, the wait for a recovery that holds the channel included:
+///   a call whose deadline passes before it is sent returns [`Cause::Timeout`] unsent, and the
+///   session stays healthy ([`deadlines_unsent`](Session::deadlines_unsent)).
 /// * A call abandoned at its deadline quarantines its leases ([`Cause::Quarantined`]) until the
 ///   channel it ran on is closed, which is when the kernel has released its DSP process.
 /// * The DSP keys processes by the opener's process id: a second session of this process takes
@@ -127,6 +136,10 @@ pub struct Session<S: Syscalls + Clone> {
     listener_tid: AtomicI32,
     /// The generation whose descriptor an abandoned call (a deadline) retired.
     retired_generation: AtomicU32,
+    /// Channels replaced to bound the lease bookkeeping ([`Session::replacements`]).
+    replacements: AtomicU32,
+    /// Calls whose deadline passed before they were sent ([`Session::deadlines_unsent`]).
+    deadline_unsent: AtomicU64,
     recovery: sync::Mutex<RecoveryCtl>,
     recovered: sync::Condvar,
     /// Bumped (under its mutex) whenever the published channel changes or a listener lease
@@ -190,6 +203,8 @@ impl<S: Syscalls + Clone> Session<S> {
             published: AtomicU64::new(current.map_or(0, |c| pack_channel(c, 1))),
             listener_tid: AtomicI32::new(0),
             retired_generation: AtomicU32::new(0),
+            replacements: AtomicU32::new(0),
+            deadline_unsent: AtomicU64::new(0),
             recovery: sync::Mutex::new(RecoveryCtl { running: false, round: 0, last: Ok(()), pending: None, failure: None, lost: 0 }),
             recovered: sync::Condvar::new(),
             events: sync::Mutex::new(0),
@@ -207,7 +222,7 @@ impl<S: Syscalls + Clone> Session<S> {
             board: ion.board,
         };
         if let Some(shell) = shell {
-            session.keep(1, Kept::Lease(shell));
+            session.keep_shell(1, shell);
         }
         session.settle();
         session
@@ -236,6 +251,13 @@ impl<S: Syscalls + Clone> Session<S> {
     /// The current channel generation (1 after start; each successful recovery adds one).
     pub fn generation(&self) -> u32 {
         self.generation.load(Ordering::Acquire)
+    }
+
+    /// How many times the session replaced a healthy channel to release the fd numbers it kept
+    /// for it ([`Limits::kept_numbers`](hexrpc_bsp::Limits::kept_numbers); upstream boards whose
+    /// driver looks maps up by number only).
+    pub fn replacements(&self) -> u32 {
+        self.replacements.load(Ordering::Relaxed)
     }
 
     /// Healthy, needs recovery (and why), or failed (and why).
@@ -352,7 +374,10 @@ impl<S: Syscalls + Clone> Session<S> {
     ) -> Result<(), HalError> {
         let st = Stage::Invoke;
         // Lock order: `chan` before `libs`; the handle read under `chan` belongs to its channel.
-        let chan = self.chan.read();
+        let chan = match fired {
+            None => self.chan.read(),
+            Some(f) => self.read_chan_before(f)?,
+        };
         self.check_health(st)?;
         let lease = chan.current.and_then(|i| self.cells[i].lease()).ok_or(HalError::new(st, Cause::NeedsRecovery))?;
         let (remote, map_cache) = self.slot_info(slot).ok_or(HalError::new(st, Cause::Invalid))?;
@@ -363,6 +388,12 @@ impl<S: Syscalls + Clone> Session<S> {
             }
         }
         let abandon = || fired.is_some_and(|f| f.load(Ordering::Acquire));
+        // A deadline that passed before the call is sent (waiting for a recovery, or for the
+        // lookups above) sends nothing and abandons nothing: the session stays healthy.
+        if abandon() {
+            self.deadline_unsent.fetch_add(1, Ordering::Relaxed);
+            return Err(HalError::new(st, Cause::Timeout));
+        }
         match driver::invoke_handles(&self.sys, self.board, lease.fd(), remote, args, &abandon) {
             Err(hexrpc_drivers::Error::Os(hexrpc_drivers::Errno::EINTR)) => {
                 // The DSP may still run the call and touch its buffers until its process is
@@ -384,6 +415,37 @@ impl<S: Syscalls + Clone> Session<S> {
 }
 
 impl<S: Syscalls + Clone> Session<S> {
+    /// The channel lock, shared, for a call with a deadline: a recovery (or a channel
+    /// replacement) holds it exclusively while it rebuilds, and the wait for it counts against
+    /// the deadline. Once `fired` is set the call gives up with [`Cause::Timeout`] without
+    /// having sent anything (so nothing is abandoned and no recovery is needed).
+    fn read_chan_before(&self, fired: &core::sync::atomic::AtomicBool) -> Result<sync::ReadGuard<'_, ChannelState>, HalError> {
+        let mut spins = 0u32;
+        loop {
+            if let Some(g) = self.chan.try_read() {
+                return Ok(g);
+            }
+            if fired.load(Ordering::Acquire) {
+                self.deadline_unsent.fetch_add(1, Ordering::Relaxed);
+                return Err(HalError::new(Stage::Invoke, Cause::Timeout));
+            }
+            // A short spin first (a writer that is just leaving), then sleeps short enough to
+            // stay within the watchdog's own granularity.
+            spins = spins.saturating_add(1);
+            if spins < 64 {
+                core::hint::spin_loop();
+            } else {
+                sync::sleep(READ_POLL);
+            }
+        }
+    }
+
+    /// Calls with a deadline that passed before they were sent, and so were not sent (tests,
+    /// diagnostics).
+    pub fn deadlines_unsent(&self) -> u64 {
+        self.deadline_unsent.load(Ordering::Relaxed)
+    }
+
     /// From now on the calls that may block in the kernel when a channel ends run bounded: the
     /// process exit is interrupted and abandoned after the board's
     /// [`listener_leave_ms`](hexrpc_bsp::RecoveryPolicy::listener_leave_ms), and the final
@@ -492,15 +554,7 @@ impl<S: Syscalls + Clone> Drop for Session<S> {
         self.reap();
         // Every channel is closed, or its release still runs on its own thread: give it the
         // recovery budget, then keep for good (leak) what it may still map rather than free it.
-        #[cfg(feature = "std")]
-        {
-            let pending: heapless::Vec<closer::Closing, CLOSING> = self.closing.lock().iter().map(|(_, d)| d.clone()).collect();
-            let clock = sync::Clock::start();
-            let budget = ms(self.board.recovery.budget_ms);
-            for d in &pending {
-                closer::wait(d, budget.saturating_sub(clock.elapsed()));
-            }
-        }
+        self.wait_for_closes();
         self.settle();
         self.book.forget_all();
     }

@@ -7,7 +7,7 @@ use core::time::Duration;
 use hexrpc_drivers::{FdCell, Syscalls};
 
 use super::library::remotectl_open;
-use super::{ms, pack_channel, ChannelState, Kept, Session, FAILED, HEALTHY, MAX_LIBRARIES};
+use super::{ms, pack_channel, ChannelState, Session, FAILED, HEALTHY, MAX_LIBRARIES, NEEDS_RECOVERY};
 use crate::error::{Cause, HalError, Stage};
 use crate::stages;
 use crate::sync;
@@ -111,6 +111,71 @@ impl<S: Syscalls + Clone> Session<S> {
         outcome
     }
 
+    /// Ends the channel that pins what the session keeps for it (fd numbers, shells, leases of
+    /// abandoned calls), so that its bookkeeping never grows without bound:
+    ///
+    /// * a healthy session replaces its channel: a planned recovery (single flight with
+    ///   [`recover`](Session::recover)) that stays healthy throughout; calls made meanwhile wait
+    ///   for the new channel (they hold the channel lock shared, the replacement exclusively),
+    ///   libraries are re-opened on it, and DSP-side state of the old process is gone, as after
+    ///   any recovery. If the rebuild fails the session needs recovery, for that reason;
+    /// * a session that needs recovery (or failed) has its current channel closed now, the first
+    ///   step its recovery would take anyway;
+    /// * while a recovery runs, it is waited for (it closes the old channel itself).
+    pub(super) fn replace_channel(&self) {
+        let mut ctl = self.recovery.lock();
+        while ctl.running {
+            ctl = self.recovered.wait_timeout(ctl, Duration::from_millis(100));
+        }
+        let healthy = self.health.load(Ordering::Acquire) == HEALTHY;
+        ctl.running = true;
+        drop(ctl);
+        let outcome = if healthy {
+            // The rebuild's own retries (an upstream identity is free again only once the old
+            // file's release has returned), within the board's budget.
+            Some(self.run_recovery().map(|()| self.generation()))
+        } else {
+            self.teardown(&mut self.chan.write());
+            None
+        };
+        let mut ctl = self.recovery.lock();
+        ctl.running = false;
+        ctl.round += 1;
+        match outcome {
+            Some(Ok(generation)) => {
+                self.replacements.fetch_add(1, Ordering::Relaxed);
+                log::info!("channel replaced by generation {generation} (the lease bookkeeping's bound)");
+                ctl.last = Ok(());
+            }
+            Some(Err(e)) => {
+                log::warn!("replacing the channel failed ({e}); the session needs recover()");
+                ctl.last = Err(e);
+                if self.health.compare_exchange(HEALTHY, NEEDS_RECOVERY, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                    ctl.pending = Some(e);
+                }
+            }
+            None => log::info!("channel of a session that needs recovery closed now (the lease bookkeeping's bound)"),
+        }
+        drop(ctl);
+        self.recovered.notify_all();
+        self.notify();
+    }
+
+    /// Waits (within the board's recovery budget) for final closes still running on their
+    /// own threads, so that what their channels pin can be released.
+    pub(super) fn wait_for_closes(&self) {
+        #[cfg(feature = "std")]
+        {
+            let pending: heapless::Vec<super::closer::Closing, { super::CLOSING }> =
+                self.closing.lock().iter().map(|(_, d)| d.clone()).collect();
+            let clock = sync::Clock::start();
+            let budget = ms(self.board.recovery.budget_ms);
+            for d in &pending {
+                super::closer::wait(d, budget.saturating_sub(clock.elapsed()));
+            }
+        }
+    }
+
     fn run_recovery(&self) -> Result<(), HalError> {
         let policy = self.board.recovery;
         let clock = sync::Clock::start();
@@ -208,7 +273,7 @@ impl<S: Syscalls + Clone> Session<S> {
             return Err(busy);
         }
         if let Some(shell) = shell {
-            self.keep(generation, Kept::Lease(shell));
+            self.keep_shell(generation, shell);
         }
         chan.current = Some(i);
         // The old DSP process's mappings, cached ones included, end with it.
