@@ -22,7 +22,8 @@ hexrpc_bench::on_both_kernels!(
     a_listener_stalled_in_a_slow_read_never_answers_into_the_new_channel,
     every_munmap_goes_to_the_channel_that_made_the_map,
     a_stopped_listener_is_reported_and_recover_restores_service,
-    a_recover_after_a_failed_one_starts_a_fresh_budget_and_succeeds_once_the_dsp_is_back
+    a_recover_after_a_failed_one_starts_a_fresh_budget_and_succeeds_once_the_dsp_is_back,
+    a_deadline_that_passes_while_a_recovery_runs_sends_nothing_and_abandons_nothing
 );
 
 /// Attempts to create the DSP process: downstream INITs (refused with `ENOTCONN` while the DSP
@@ -322,6 +323,50 @@ fn a_recover_after_a_failed_one_starts_a_fresh_budget_and_succeeds_once_the_dsp_
         a.read(&mut input).unwrap();
         b.read(&mut got).unwrap();
         assert_eq!(got, input.map(|x| x.wrapping_add(2)), "the kernel ran on the new channel");
+        drop(lib);
+        drop(lease);
+    }
+    assert_eq!(back_to(&bench, &start), start);
+}
+
+/// A launch with a 100 ms deadline made while a recovery holds the channel for 300 ms (its
+/// shell open is slowed): it returns `Timeout` at its deadline without having been sent, so the
+/// generation the recovery built is not abandoned and needs no second recovery.
+fn a_deadline_that_passes_while_a_recovery_runs_sends_nothing_and_abandons_nothing(board: &'static Board) {
+    let bench = Bench::for_board(board);
+    catalogue::register(&bench, &ADD_U8);
+    let start = bench.snapshot();
+    {
+        let rig = start_rig(&bench).unwrap();
+        let lib = rig.open_library(ADD_U8.name, image(ADD_U8.name)).unwrap();
+        let lease = rig.session().alloc(8192).unwrap();
+        let (a, b) = (lease.view(0, 16).unwrap(), lease.view(4096, 16).unwrap());
+        launch_add_u8(&lib, &a, &b, 1, None).unwrap();
+        bench.restart_dsp();
+        assert!(launch_add_u8(&lib, &a, &b, 1, None).is_err(), "the restart is seen");
+        // The recovery's first step under the channel lock opens the shell: 300 ms.
+        bench.inject(FaultTarget::Call(CallKind::Open), 1, Fault::Delay(Duration::from_millis(300)));
+        let (took, err) = std::thread::scope(|s| {
+            let rec = s.spawn(|| rig.session().recover());
+            // Let the recovery take the channel lock.
+            std::thread::sleep(Duration::from_millis(50));
+            let t0 = Instant::now();
+            let r = launch_add_u8(&lib, &a, &b, 7, Some(Duration::from_millis(100)));
+            let took = t0.elapsed();
+            rec.join().unwrap().expect("the recovery succeeds");
+            (took, r.expect_err("the deadline passed before the call could be sent"))
+        });
+        bench.clear_faults();
+        assert_eq!(err.cause, Cause::Timeout, "{err}");
+        assert!(took < Duration::from_millis(240), "the deadline bounded the wait for the recovery: {took:?}");
+        let mut got = [0u8; 16];
+        b.read(&mut got).unwrap();
+        assert_eq!(got, [1; 16], "nothing was sent: the output is the first launch's");
+        assert_eq!(rig.session().deadlines_unsent(), 1);
+        assert_eq!(rig.session().health(), Health::Healthy { generation: 2 }, "one recovery for one restart");
+        assert_eq!(rig.session().kept_counts().1, 0, "nothing quarantined");
+        launch_add_u8(&lib, &a, &b, 2, None).expect("the new generation serves");
+        assert_eq!(rig.session().generation(), 2);
         drop(lib);
         drop(lease);
     }
