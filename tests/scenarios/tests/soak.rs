@@ -208,7 +208,7 @@ fn phase(bench: &Bench, length: Duration, seed: u64, f: &Figures) {
                     lease.fill(0, len, fill).unwrap();
                     let (a, b) = (lease.view(0, len).unwrap(), lease.view(len, len).unwrap());
                     for _ in 0..1 + rng.below(4) {
-                        let deadline = (rng.below(4) == 0).then_some(Duration::from_millis(100));
+                        let deadline = (rng.below(4) == 0).then_some(Duration::from_millis(1));
                         if deadline.is_some() {
                             f.deadline_launches.fetch_add(1, Ordering::Relaxed);
                         }

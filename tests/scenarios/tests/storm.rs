@@ -1,5 +1,6 @@
 //! The restart storm (its own test binary, so that the process's descriptor and mapping counts
-//! belong to this test alone): 60 DSP restarts 0–15 ms apart while 8 threads launch.
+//! belong to this test alone): 60 DSP restarts 0–15 ms apart while 8 threads launch, a quarter
+//! of their launches with a 1 ms deadline.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -26,10 +27,23 @@ fn launch_recovering(rig: &Rig, lib: &hexrpc_hal::Library<'_, Bench>, a: &hexrpc
     }
 }
 
+/// What one storm counted.
+struct Storm {
+    launches: u64,
+    recoverable: u64,
+    /// Launches with a 1 ms deadline, and those that timed out.
+    deadlines: u64,
+    timeouts: u64,
+    /// Timeouts whose call was never sent (the deadline passed waiting for a recovery).
+    unsent: u64,
+    generation: u32,
+}
+
 /// One storm: `restarts` DSP restarts 0–15 ms apart while 8 threads launch on one served
-/// session; afterwards every thread's next launches succeed. Returns (launches, recoverable
-/// errors, final generation).
-fn storm(bench: &Bench, restarts: u32) -> (u64, u64, u32) {
+/// session, every fourth launch with a 1 ms deadline; afterwards every thread's next launches
+/// succeed.
+fn storm(bench: &Bench, restarts: u32) -> Storm {
+    let (deadlines, timeouts) = (AtomicU64::new(0), AtomicU64::new(0));
     let launches = AtomicU64::new(0);
     let recoveries = AtomicU64::new(0);
     let rig = start_rig(bench).unwrap();
@@ -39,14 +53,32 @@ fn storm(bench: &Bench, restarts: u32) -> (u64, u64, u32) {
     std::thread::scope(|s| {
         for t in 0..8u8 {
             let (rig, lib, storming, launches, recoveries, failed_seen) = (&rig, &lib, &storming, &launches, &recoveries, &failed_seen);
+            let (deadlines, timeouts) = (&deadlines, &timeouts);
             s.spawn(move || {
                 let mut lease = rig.session().alloc(8192).unwrap();
                 lease.write_at(0, &[t; 64]).unwrap();
                 let (a, b) = (lease.view(0, 64).unwrap(), lease.view(4096, 64).unwrap());
+                let mut n = 0u32;
                 while storming.load(Ordering::Acquire) {
-                    match launch_add_u8(lib, &a, &b, 1, None) {
+                    n = n.wrapping_add(1);
+                    let deadline = (n % 4 == u32::from(t) % 4).then_some(Duration::from_millis(1));
+                    if deadline.is_some() {
+                        deadlines.fetch_add(1, Ordering::Relaxed);
+                    }
+                    match launch_add_u8(lib, &a, &b, 1, deadline) {
                         Ok(_) => {
                             launches.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(e) if e.cause == hexrpc_hal::Cause::Timeout => {
+                            // Unsent, or abandoned (then the session needs recovery).
+                            timeouts.fetch_add(1, Ordering::Relaxed);
+                            if !rig.session().is_healthy() {
+                                recoveries.fetch_add(1, Ordering::Relaxed);
+                                if let Err(e) = rig.session().recover() {
+                                    failed_seen.store(true, Ordering::Release);
+                                    panic!("thread {t}: recovery failed during the storm: {e}");
+                                }
+                            }
                         }
                         Err(e) if e.kind() == ErrorKind::Recoverable => {
                             recoveries.fetch_add(1, Ordering::Relaxed);
@@ -85,11 +117,19 @@ fn storm(bench: &Bench, restarts: u32) -> (u64, u64, u32) {
     assert!(!failed_seen.load(Ordering::Acquire), "the session reached Failed");
     assert!(rig.session().is_healthy());
     let generation = rig.session().generation();
+    let unsent = rig.session().deadlines_unsent();
     assert_eq!(bench.counts().stray_answers, 0);
     assert!(bench.munmap_log().iter().all(|m| !m.went_to_another_channel()), "{:?}", bench.munmap_log());
     drop(lib);
     drop(rig);
-    (launches.into_inner(), recoveries.into_inner(), generation)
+    Storm {
+        launches: launches.into_inner(),
+        recoverable: recoveries.into_inner(),
+        deadlines: deadlines.into_inner(),
+        timeouts: timeouts.into_inner(),
+        unsent,
+        generation,
+    }
 }
 
 /// One `#[test]` for both bench kernels, one after the other: the process footprint it checks
@@ -111,7 +151,16 @@ fn storm_on(board: &'static hexrpc_bsp::Board) {
     assert_eq!(back_to(&bench, &start), start);
     let before = ProcessFootprint::settled(Duration::from_secs(2));
     let kernel_before = kernel_mark(&bench);
-    let (launches, recoverable, generation) = storm(&bench, 60);
+    let Storm { launches, recoverable, deadlines, timeouts, unsent, generation } = storm(&bench, 60);
+    // One recovery per restart at most; a further one only for a call really abandoned at its
+    // deadline (sent, then interrupted), never for one that waited for a recovery.
+    let recoveries = generation - 1;
+    let abandoned = timeouts - unsent;
+    assert!(
+        u64::from(recoveries) <= 60 + abandoned,
+        "{}: {recoveries} recoveries for 60 restarts and {abandoned} abandoned calls",
+        board.name
+    );
     assert!(generation > 2, "{}: the restarts were seen: generation {generation}", board.name);
     assert_eq!(back_to(&bench, &start), start, "{}: bench accounting back to the start", board.name);
     assert_eq!(bench.ledger_mismatches(), 0, "{:?}", bench.ledger());
@@ -125,7 +174,10 @@ fn storm_on(board: &'static hexrpc_bsp::Board) {
     // Anonymous mappings (thread stacks, malloc arenas) are the C library's caches: bounded.
     assert!(after.maps <= before.maps + 16 + k.maps, "{}: process mappings {} -> {} ({k:?})", board.name, before.maps, after.maps);
     eprintln!(
-        "storm on {}: 60 restarts, {launches} launches, {recoverable} recoverable errors, generation {generation}; {before:?} -> {after:?}",
-        board.name
+        "storm on {} (bench, simulated): 60 restarts, {launches} launches, {recoverable} recoverable errors, {deadlines} launches \
+         with a 1 ms deadline ({timeouts} timed out: {unsent} unsent, {abandoned} abandoned), {recoveries} recoveries ({:.2} per \
+         restart), generation {generation}; {before:?} -> {after:?}",
+        board.name,
+        f64::from(recoveries) / 60.0
     );
 }
