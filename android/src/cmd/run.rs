@@ -470,9 +470,15 @@ fn bench_launch(plan: &Plan, image: &'static [u8], inputs: &[Option<Vec<u8>>]) -
     let config = hexrpc_bench::BenchConfig::from_env().map_err(|e| usage(e.to_string()))?;
     let bench = hexrpc_bench::Bench::with_config(config);
     let policy = FilePolicy::for_board(bench.board()).map_err(|e| refused(format!("bench file policy: {e:?}")))?;
-    let served = ServedSession::start(bench, &hexrpc_bsp::DeviceAccess::for_bench(), policy)
+    let served = ServedSession::start(bench.clone(), &hexrpc_bsp::DeviceAccess::for_bench(), policy)
         .map_err(|e| refused(format!("starting the bench session: {e}")))?;
-    launch(&served, plan, image, inputs)
+    // A launch that failed because the simulated DSP restarted says why, as the bench recorded
+    // it (a device's kernel only says that it restarted): e.g. the kernel ran past the per-call
+    // limit, faulted, or made a host system call the executor's sandbox refuses.
+    launch(&served, plan, image, inputs).map_err(|f| match (f, bench.last_restart()) {
+        (Failure::Refused(m), Some(why)) => refused(format!("{m}; the bench recorded why: {why}")),
+        (f, _) => f,
+    })
 }
 
 /// `--bench` in a build without the bench (the vendor build).

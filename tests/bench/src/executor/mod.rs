@@ -36,9 +36,12 @@
 //!   ([`RestartReason`]: the per-call limit, a fault with the shell's exit
 //!   status or signal and what it printed last, a failed load; [`Bench::last_restart`]). A
 //!   non-zero return of the entry is returned as the AEE code, as on a device.
-//! * The shell runs untrusted code and is confined ([`confine`]: Landlock, no host writes, no
-//!   TCP); on a kernel without Landlock it is not started unless `HEXRPC_EXEC_UNCONFINED=1`.
-//!   It ends with its DSP process and with the bench's process ([`process`]).
+//! * The shell runs untrusted code and is confined ([`confine`]): Landlock (no host writes, no
+//!   TCP) and a seccomp system-call filter (no new process, no socket of any kind: a library
+//!   that tries is killed with `SIGSYS`, a DSP restart whose reason names the sandbox,
+//!   [`SANDBOX_REFUSAL`]); on a kernel without either it is not started unless
+//!   `HEXRPC_EXEC_UNCONFINED=1`. It ends with its DSP process and with the bench's process, and
+//!   since it can start no process, nothing it ran outlives it ([`process`]).
 //! * [`reference`](mod@reference) holds the Rust references of the kernel suite and the
 //!   comparison rules; the workloads that run through the whole stack (the model network, the
 //!   suite against the references) live in hexrpc-scenarios.
@@ -74,6 +77,12 @@
 //!   page), RELRO is not applied. A device protects in 4 KiB pages.
 //! * The DSP-shared memory changes under the host's feet while a kernel runs, exactly as on a
 //!   device; the host must not read outputs before the invoke has returned.
+//! * System calls: a cDSP library runs on QuRT, which has no Linux `trap0` interface, no
+//!   `clone` and no sockets. Here qemu-hexagon serves a library's `trap0` calls on the host,
+//!   inside the sandbox ([`confine`]): what the sandbox allows reaches the host, and a refused
+//!   call (a new process, a socket) is a DSP restart whose reason names the sandbox
+//!   ([`SANDBOX_REFUSAL`]); what a device does with such code is not modelled. A library that
+//!   raises `SIGSYS` on itself reads the same: the bench cannot tell the two apart.
 //!
 //! # Availability
 //!
@@ -94,7 +103,7 @@ use hexrpc_drivers::aee;
 use hexrpc_drivers::Scalars;
 
 pub use build::{build_library, build_shell, is_shared_library, tools_available, BuildError, Flavour, LibrarySources, Toolchain};
-pub use process::{ExecFailure, ExecProcess, ExecStats, ShellEnd, ShellStatus, LAST_OUTPUT};
+pub use process::{ExecFailure, ExecProcess, ExecStats, ShellEnd, ShellStatus, LAST_OUTPUT, SANDBOX_REFUSAL};
 
 use crate::account::{LedgerEntry, LedgerEvent};
 use crate::dsp::Job;

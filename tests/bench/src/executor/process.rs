@@ -23,7 +23,14 @@
 //! Core dumps of a crashing guest are disabled (RLIMIT_CORE 0). The shell starts in a private,
 //! empty directory (`hexrpc-exec-<pid>-<n>` under the temporary directory) which is removed as
 //! soon as the shell runs in it, so nothing is left behind however the bench ends. The shell
-//! runs confined ([`super::confine`]).
+//! runs confined ([`super::confine`]: a Landlock domain and a seccomp system-call filter).
+//!
+//! The shell can start nothing that would outlive it: its system-call filter kills it at its
+//! first attempt to create a process (a `fork`, `vfork`, or `clone` without `CLONE_THREAD`),
+//! so all it ever runs are threads of its own thread group, which the kernel ends with it when
+//! it is killed. (The parent-death signal alone would not do: it is not inherited across
+//! `fork`, and the pidfd reaches only the shell.) A shell killed by the filter ends with
+//! `SIGSYS`, which [`ShellEnd`] reads as [`SANDBOX_REFUSAL`].
 
 use std::io::{Read, Write};
 use std::os::fd::BorrowedFd;
@@ -46,7 +53,8 @@ pub enum ShellStatus {
     /// It exited with this status (the shell's own exits: 3 is a protocol break on its side).
     Exit(i32),
     /// It was ended by this signal: a guest fault, which qemu-hexagon re-raises on itself
-    /// (`SIGSEGV`, `SIGBUS`, `SIGILL`, ...), or the bench's `SIGKILL`.
+    /// (`SIGSEGV`, `SIGBUS`, `SIGILL`, ...), the bench's `SIGKILL`, or `SIGSYS` from the
+    /// sandbox's system-call filter ([`SANDBOX_REFUSAL`]).
     Signal(i32),
     /// Its status could not be read (the text says why).
     Unknown(String),
@@ -75,9 +83,19 @@ fn signal_name(s: i32) -> Option<&'static str> {
         libc::SIGKILL => "SIGKILL",
         libc::SIGTERM => "SIGTERM",
         libc::SIGTRAP => "SIGTRAP",
+        libc::SIGSYS => "SIGSYS",
         _ => return None,
     })
 }
+
+/// What a shell's end by `SIGSYS` means: the executor's seccomp filter killed it at a system call
+/// it refuses (a new process, a socket: [`super::confine`]). The kernel sends `SIGSYS` to the
+/// whole shell before the call does anything; qemu-hexagon prints nothing.
+///
+/// The bench cannot tell it from a library that raises `SIGSYS` on itself (`kill`), which ends
+/// qemu-hexagon with the same host signal and, since `SIGSYS` dumps no guest core, prints nothing
+/// either; a library does that only on purpose.
+pub const SANDBOX_REFUSAL: &str = "a host system call refused by the executor's sandbox (seccomp)";
 
 /// Most bytes of the shell's last output kept in a [`ShellEnd`].
 pub const LAST_OUTPUT: usize = 1024;
@@ -96,12 +114,21 @@ pub struct ShellEnd {
     pub last_output: String,
 }
 
+impl ShellEnd {
+    /// Whether the shell was killed by the sandbox's system-call filter (it ended with
+    /// `SIGSYS`; see [`SANDBOX_REFUSAL`]).
+    pub fn refused_by_sandbox(&self) -> bool {
+        self.status == ShellStatus::Signal(libc::SIGSYS)
+    }
+}
+
 impl core::fmt::Display for ShellEnd {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        if self.last_output.is_empty() {
-            write!(f, "{}", self.status)
-        } else {
-            write!(f, "{}: {}", self.status, self.last_output)
+        match (self.refused_by_sandbox(), self.last_output.is_empty()) {
+            (true, true) => write!(f, "{}: {SANDBOX_REFUSAL}", self.status),
+            (true, false) => write!(f, "{}: {SANDBOX_REFUSAL}; it printed: {}", self.status, self.last_output),
+            (false, true) => write!(f, "{}", self.status),
+            (false, false) => write!(f, "{}: {}", self.status, self.last_output),
         }
     }
 }
@@ -222,6 +249,23 @@ fn spawn_from_long_lived_thread(cmd: Command) -> std::io::Result<Child> {
     answer.recv().map_err(|_| std::io::Error::other("the executor's spawning thread ended"))?
 }
 
+/// One sandbox of the shell ([`confine`]), or `None` where it is unavailable and
+/// [`confine::UNCONFINED_ENV`] allows running without it; else the spawn's refusal.
+fn sandbox<T>(what: &str, made: Result<T, String>) -> Result<Option<T>, ExecFailure> {
+    match made {
+        Ok(t) => Ok(Some(t)),
+        Err(e) if confine::unconfined_allowed() => {
+            log::warn!("executor: {e}; running libraries without {what} ({}=1)", confine::UNCONFINED_ENV);
+            Ok(None)
+        }
+        Err(e) => Err(ExecFailure::Spawn(format!(
+            "the DSP shell cannot be confined: {e}; libraries are untrusted code and are not run unconfined \
+             unless {}=1",
+            confine::UNCONFINED_ENV
+        ))),
+    }
+}
+
 /// A random key per shell for the request tags.
 fn random_key() -> u64 {
     use std::hash::{BuildHasher, Hasher};
@@ -257,25 +301,14 @@ impl ExecProcess {
     /// Starts `qemu` on the shell executable at `shell` and waits (at most `timeout`) for its
     /// greeting.
     ///
-    /// The shell runs confined ([`confine`]); on a kernel without Landlock this fails unless
-    /// [`confine::UNCONFINED_ENV`] is `1`.
+    /// The shell runs confined ([`confine`]: Landlock and the system-call filter); on a kernel
+    /// without Landlock or without seccomp filters this fails unless [`confine::UNCONFINED_ENV`]
+    /// is `1`.
     pub fn spawn(qemu: &str, shell: &std::path::Path, timeout: Duration) -> Result<ExecProcess, ExecFailure> {
-        let ruleset = match confine::Ruleset::for_shell(std::path::Path::new(qemu), shell) {
-            Ok(r) => Some(r),
-            Err(e) if confine::unconfined_allowed() => {
-                log::warn!("executor: {e}; running libraries unconfined ({}=1)", confine::UNCONFINED_ENV);
-                None
-            }
-            Err(e) => {
-                return Err(ExecFailure::Spawn(format!(
-                    "the DSP shell cannot be confined: {e}; libraries are untrusted code and are not run unconfined \
-                     unless {}=1",
-                    confine::UNCONFINED_ENV
-                )))
-            }
-        };
+        let ruleset = sandbox("Landlock", confine::Ruleset::for_shell(std::path::Path::new(qemu), shell))?;
+        let filter = sandbox("the system-call filter", confine::Filter::for_shell())?;
         let dir = temp_dir().map_err(|e| ExecFailure::Spawn(e.to_string()))?;
-        let started = Self::start(qemu, shell, &dir, ruleset.as_ref(), timeout);
+        let started = Self::start(qemu, shell, &dir, ruleset.as_ref(), filter, timeout);
         // The shell (if it started) runs in the directory already; nothing needs it any more.
         let _ = std::fs::remove_dir(&dir);
         started
@@ -286,6 +319,7 @@ impl ExecProcess {
         path: &std::path::Path,
         dir: &std::path::Path,
         ruleset: Option<&confine::Ruleset>,
+        filter: Option<&'static confine::Filter>,
         timeout: Duration,
     ) -> Result<ExecProcess, ExecFailure> {
         use std::os::unix::process::CommandExt;
@@ -295,9 +329,10 @@ impl ExecProcess {
         let parent = rustix::process::getpid();
         let ruleset = ruleset.map(confine::Ruleset::raw);
         // SAFETY: the closure runs in the forked child before exec and only makes raw system
-        // calls (setrlimit, prctl, getppid, landlock_restrict_self: async-signal-safe, no
-        // allocation, no lock). The ruleset descriptor stays open in the bench until `spawn`
-        // has returned.
+        // calls (setrlimit, prctl, getppid, landlock_restrict_self, seccomp: async-signal-safe,
+        // no allocation, no lock). The ruleset descriptor stays open in the bench until `spawn`
+        // has returned; the filter's programs were compiled before the fork and live for the
+        // whole process.
         unsafe {
             cmd.pre_exec(move || {
                 let zero = rustix::process::Rlimit { current: Some(0), maximum: Some(0) };
@@ -308,6 +343,11 @@ impl ExecProcess {
                 }
                 if let Some(fd) = ruleset {
                     confine::apply(fd)?;
+                }
+                // Last: from here on no process can be created and no socket made; exec is
+                // allowed.
+                if let Some(filter) = filter {
+                    filter.install()?;
                 }
                 Ok(())
             });
@@ -694,5 +734,13 @@ mod tests {
         let end = ShellEnd { status: ShellStatus::Exit(3), last_output: "hrx: protocol".into() };
         assert_eq!(end.to_string(), "exit status 3: hrx: protocol");
         assert_eq!(ShellStatus::Signal(64).to_string(), "signal 64");
+        // The sandbox's filter kills with SIGSYS: the end names it.
+        let end = ShellEnd { status: ShellStatus::Signal(libc::SIGSYS), last_output: String::new() };
+        assert!(end.refused_by_sandbox());
+        assert_eq!(end.to_string(), format!("signal {} (SIGSYS): {SANDBOX_REFUSAL}", libc::SIGSYS));
+        assert!(end.to_string().contains("a host system call refused by the executor's sandbox (seccomp)"));
+        let end = ShellEnd { status: ShellStatus::Signal(libc::SIGSYS), last_output: "x".into() };
+        assert_eq!(end.to_string(), format!("signal {} (SIGSYS): {SANDBOX_REFUSAL}; it printed: x", libc::SIGSYS));
+        assert!(!ShellEnd { status: ShellStatus::Signal(libc::SIGSEGV), last_output: String::new() }.refused_by_sandbox());
     }
 }
