@@ -267,14 +267,14 @@ impl<S: Syscalls + Clone> Session<S> {
     /// The newest generation among the channels not released yet (open, or with a final close
     /// still running); `None`: every channel is released.
     fn newest_live(&self) -> Option<u32> {
+        self.live_generations().max()
+    }
+
+    /// The generations of the channels not released yet: in a cell, or with a final close still
+    /// running.
+    fn live_generations(&self) -> impl Iterator<Item = u32> + '_ {
         let closing = self.closing_generations();
-        self.cells
-            .iter()
-            .zip(&self.cell_gen)
-            .filter(|(c, _)| !c.is_empty())
-            .map(|(_, g)| g.load(Ordering::Acquire))
-            .chain(closing.iter().copied())
-            .max()
+        self.cells.iter().zip(&self.cell_gen).filter(|(c, _)| !c.is_empty()).map(|(_, g)| g.load(Ordering::Acquire)).chain(closing)
     }
 
     /// Puts `what` in its table, or gives it back when the table is full.
@@ -301,14 +301,7 @@ impl<S: Syscalls + Clone> Session<S> {
     /// The oldest generation among the channels not released yet; `None`: every channel is
     /// released.
     fn oldest_live(&self) -> Option<u32> {
-        let closing = self.closing_generations();
-        self.cells
-            .iter()
-            .zip(&self.cell_gen)
-            .filter(|(c, _)| !c.is_empty())
-            .map(|(_, g)| g.load(Ordering::Acquire))
-            .chain(closing.iter().copied())
-            .min()
+        self.live_generations().min()
     }
 
     /// Keeps `what` until every channel of generation `generation` or older is closed.
