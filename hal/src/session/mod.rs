@@ -391,8 +391,7 @@ impl<S: Syscalls + Clone> Session<S> {
         // A deadline that passed before the call is sent (waiting for a recovery, or for the
         // lookups above) sends nothing and abandons nothing: the session stays healthy.
         if abandon() {
-            self.deadline_unsent.fetch_add(1, Ordering::Relaxed);
-            return Err(HalError::new(st, Cause::Timeout));
+            return Err(self.unsent_timeout());
         }
         match driver::invoke_handles(&self.sys, self.board, lease.fd(), remote, args, &abandon) {
             Err(hexrpc_drivers::Error::Os(hexrpc_drivers::Errno::EINTR)) => {
@@ -426,8 +425,7 @@ impl<S: Syscalls + Clone> Session<S> {
                 return Ok(g);
             }
             if fired.load(Ordering::Acquire) {
-                self.deadline_unsent.fetch_add(1, Ordering::Relaxed);
-                return Err(HalError::new(Stage::Invoke, Cause::Timeout));
+                return Err(self.unsent_timeout());
             }
             // A short spin first (a writer that is just leaving), then sleeps short enough to
             // stay within the watchdog's own granularity.
@@ -438,6 +436,13 @@ impl<S: Syscalls + Clone> Session<S> {
                 sync::sleep(READ_POLL);
             }
         }
+    }
+
+    /// A call whose deadline passed before it was sent: counted, and `Timeout` without any
+    /// other effect.
+    fn unsent_timeout(&self) -> HalError {
+        self.deadline_unsent.fetch_add(1, Ordering::Relaxed);
+        HalError::new(Stage::Invoke, Cause::Timeout)
     }
 
     /// Calls with a deadline that passed before they were sent, and so were not sent (tests,
