@@ -140,7 +140,11 @@ impl<S: Syscalls + Clone> Session<S> {
         };
         let mut ctl = self.recovery.lock();
         ctl.running = false;
-        ctl.round += 1;
+        // Only a rebuild is a recovery round whose outcome a waiting `recover()` may return; after
+        // a bare close, a waiter goes on to recover itself.
+        if outcome.is_some() {
+            ctl.round += 1;
+        }
         match outcome {
             Some(Ok(generation)) => {
                 self.replacements.fetch_add(1, Ordering::Relaxed);
