@@ -1,25 +1,9 @@
-//! Buffers: leases (the allocation and its mapping) and views (a range of a lease).
-//!
-//! The board chooses the allocator ([`Allocator`]): on msm ION 4.9 a lease owns, in acquisition
-//! order, the ION handle, the dma-buf share fd and a shared mapping of the whole buffer; on a
-//! dma-buf heap it owns the dma-buf fd the heap handed out and the mapping (there is no handle).
-//! Dropping a lease releases what it owns in reverse order. Both allocators give the same
-//! dma-buf fd + mapping to everything above, so the names here say lease, not ION.
+//! Buffers as the session hands them out: leases (an allocation of [`buffer`](crate::buffer)
+//! and its mapping, returned to the session when dropped) and views (a range of a lease).
 //!
 //! Cache maintenance is done around the CPU's accesses through the lease (`write_at`,
-//! `read_at`, `fill`), never around launches, so a launch stays one ioctl:
-//!
-//! * cached dma-heap (`system`): every access is bracketed by `DMA_BUF_IOCTL_SYNC` START/END
-//!   with the access's direction (the upstream driver does no per-call maintenance);
-//! * cached ION 4.9 on a board whose DSP context banks are not I/O-coherent
-//!   ([`Board::dsp_coherent`] false): the ION cache ioctls clean the written range after a
-//!   write and invalidate the range before a read. The downstream driver maintains the caches
-//!   of in/out *buffer* arguments only, never of handle arguments (`get_args`, `inv_args`), and
-//!   every lease reaches the DSP as a handle, so nobody else would;
-//! * cached ION 4.9 on a coherent board (the comma three: every sdm845 CDSP bank is
-//!   `dma-coherent`, so the DSP snoops the CPU caches): nothing to do.
-//!
-//! Memory reached through [`Lease::host_addr`] (bindings) bypasses this maintenance.
+//! `read_at`, `fill`), never around launches (see [`buffer`](crate::buffer)). Memory reached
+//! through [`Lease::host_addr`] (bindings) bypasses this maintenance.
 //!
 //! A view is an (offset, length) range of a lease, checked when it is made, that borrows the
 //! lease: the borrow checker keeps a lease alive while any view of it exists. Views never own a
@@ -47,199 +31,13 @@ extern crate std;
 
 use core::marker::PhantomData;
 
-use hexrpc_bsp::{Allocator, Board};
-use hexrpc_drivers::dma_heap::{self, HeapFd};
-use hexrpc_drivers::{ion, Fd, Mapping, Prot, Syscalls};
+use hexrpc_drivers::{ion, Fd, Syscalls};
 
+use crate::buffer::RawLease;
+pub use crate::buffer::PAGE;
 use crate::error::{Cause, HalError, Stage};
-use crate::fd::OwnedFd;
 use crate::session::Session;
-
-/// The ION page size the kernel rounds allocations to.
-pub const PAGE: usize = 4096;
-
-/// An ION handle freed through the seam when dropped.
-struct IonHandle<S: Syscalls> {
-    sys: S,
-    ion: Fd,
-    handle: i32,
-}
-
-impl<S: Syscalls> Drop for IonHandle<S> {
-    fn drop(&mut self) {
-        if let Err(e) = ion::free(&self.sys, self.ion, self.handle) {
-            log::warn!("ION_IOC_FREE of handle {} failed: {e}", self.handle);
-        }
-    }
-}
-
-/// An allocation without a borrow of its device (the HAL keeps the device alive by field
-/// order); the public [`Lease`] adds the borrow.
-pub(crate) struct RawLease<S: Syscalls> {
-    // Field order is release order: mapping, share fd, handle (ION only).
-    map: Mapping<S>,
-    share: OwnedFd<S>,
-    handle: Option<IonHandle<S>>,
-    len: usize,
-    /// Bracket CPU accesses with DMA_BUF_IOCTL_SYNC (a cached dma-heap).
-    sync: bool,
-    /// Clean after CPU writes and invalidate before CPU reads with the ION cache ioctls
-    /// (cached ION on a board whose DSP is not I/O-coherent).
-    ion_maint: bool,
-    /// The lease's identity for the DSP's map cache ([`next_lease_id`]).
-    id: u32,
-}
-
-/// The next lease id: non-zero, and unique among the leases of this process (so of every
-/// session in it) until the 32-bit counter wraps, after 2^32 - 1 allocations; the wrap skips 0.
-/// Unlike the fd number, which the next allocation reuses as soon as the lease is gone, an id
-/// names one lease only, so a DSP mapping cached under it can never be handed to another lease.
-fn next_lease_id() -> u32 {
-    static NEXT: core::sync::atomic::AtomicU32 = core::sync::atomic::AtomicU32::new(1);
-    loop {
-        let id = NEXT.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
-        if id != 0 {
-            return id;
-        }
-    }
-}
-
-impl<S: Syscalls + Clone> RawLease<S> {
-    /// ALLOC + SHARE + mmap of `len` bytes (rounded up to a page) from the board's heap.
-    pub(crate) fn alloc(sys: &S, ion_fd: Fd, board: &Board, len: usize, stage: Stage) -> Result<Self, HalError> {
-        if len == 0 {
-            return Err(HalError::new(stage, Cause::Invalid));
-        }
-        let rounded = len.checked_add(PAGE - 1).map(|l| l & !(PAGE - 1)).ok_or(HalError::new(stage, Cause::TooLarge))?;
-        if rounded as u64 > board.limits.max_alloc_len {
-            return Err(HalError::new(stage, Cause::TooLarge));
-        }
-        let (share, handle) = match board.allocator {
-            Allocator::Ion49 => {
-                let mut data = ion::ion_allocation_data {
-                    len: rounded as u64,
-                    align: board.alloc_align,
-                    heap_id_mask: board.heap_mask(),
-                    flags: board.heap_flags,
-                    handle: 0,
-                    _pad0: 0,
-                };
-                ion::alloc(sys, ion_fd, &mut data).map_err(|e| HalError::sys(stage, e))?;
-                let handle = IonHandle { sys: sys.clone(), ion: ion_fd, handle: data.handle };
-                let share = ion::share(sys, ion_fd, data.handle).map_err(|e| HalError::sys(stage, e))?;
-                (OwnedFd::new(sys.clone(), share), Some(handle))
-            }
-            Allocator::DmaHeap => {
-                let fd = dma_heap::alloc(sys, HeapFd::from_raw(ion_fd), rounded as u64).map_err(|e| HalError::sys(stage, e))?;
-                (OwnedFd::new(sys.clone(), fd), None)
-            }
-        };
-        let map = Mapping::map_shared(sys.clone(), share.raw(), rounded, Prot::ReadWrite).map_err(|e| HalError::os(stage, e))?;
-        let sync = board.allocator == Allocator::DmaHeap && board.cached;
-        let ion_maint = board.allocator == Allocator::Ion49 && board.cached && !board.dsp_coherent;
-        Ok(RawLease { map, share, handle, len: rounded, sync, ion_maint, id: next_lease_id() })
-    }
-
-    /// The ION cache ioctl `op` on `[offset, offset + len)` (non-coherent boards).
-    fn ion_cache(&self, op: ion::CacheOp, offset: usize, len: usize) -> Result<(), HalError> {
-        match &self.handle {
-            Some(h) if len > 0 => ion::cache(self.map.sys(), h.ion, op, h.handle, self.share.raw(), &self.map, offset, len)
-                .map_err(|e| HalError::sys(Stage::Alloc, e)),
-            _ => Ok(()),
-        }
-    }
-
-    /// Runs a CPU access of the mapping, bracketed by DMA_BUF_IOCTL_SYNC when the buffer is
-    /// from a cached dma-heap. A failed END is logged: the access itself already happened.
-    fn cpu_access<T>(&self, flags: u64, f: impl FnOnce(&Self) -> Result<T, HalError>) -> Result<T, HalError> {
-        if !self.sync {
-            return f(self);
-        }
-        let sys = self.map.sys();
-        dma_heap::sync(sys, self.share.raw(), dma_heap::DMA_BUF_SYNC_START | flags).map_err(|e| HalError::sys(Stage::Alloc, e))?;
-        let r = f(self);
-        if let Err(e) = dma_heap::sync(sys, self.share.raw(), dma_heap::DMA_BUF_SYNC_END | flags) {
-            log::warn!("DMA_BUF_IOCTL_SYNC END on fd {} failed: {e}", self.share.raw().0);
-        }
-        r
-    }
-
-    fn cpu_access_mut<T>(&mut self, flags: u64, f: impl FnOnce(&mut Mapping<S>) -> Result<T, HalError>) -> Result<T, HalError> {
-        let fd = self.share.raw();
-        if !self.sync {
-            return f(&mut self.map);
-        }
-        dma_heap::sync(self.map.sys(), fd, dma_heap::DMA_BUF_SYNC_START | flags).map_err(|e| HalError::sys(Stage::Alloc, e))?;
-        let r = f(&mut self.map);
-        if let Err(e) = dma_heap::sync(self.map.sys(), fd, dma_heap::DMA_BUF_SYNC_END | flags) {
-            log::warn!("DMA_BUF_IOCTL_SYNC END on fd {} failed: {e}", fd.0);
-        }
-        r
-    }
-
-    pub(crate) fn read_at(&self, offset: usize, out: &mut [u8]) -> Result<(), HalError> {
-        if self.ion_maint {
-            // What the DSP wrote is in memory, not in the CPU's cache lines.
-            self.ion_cache(ion::CacheOp::Invalidate, offset, out.len())?;
-        }
-        self.cpu_access(dma_heap::DMA_BUF_SYNC_READ, |l| {
-            l.map.read_at(offset, out).map_err(|_| HalError::new(Stage::Alloc, Cause::Invalid))
-        })
-    }
-
-    pub(crate) fn fill(&mut self, offset: usize, len: usize, byte: u8) -> Result<(), HalError> {
-        self.cpu_access_mut(dma_heap::DMA_BUF_SYNC_WRITE, |m| {
-            m.fill(offset, len, byte).map_err(|_| HalError::new(Stage::Alloc, Cause::Invalid))
-        })?;
-        self.written(offset, len)
-    }
-
-    /// After a CPU write of `[offset, offset + len)`: clean it to memory for a non-coherent DSP.
-    fn written(&self, offset: usize, len: usize) -> Result<(), HalError> {
-        if self.ion_maint {
-            self.ion_cache(ion::CacheOp::Clean, offset, len)?;
-        }
-        Ok(())
-    }
-
-    pub(crate) fn mapping(&self) -> &Mapping<S> {
-        &self.map
-    }
-
-    pub(crate) fn write_at(&mut self, offset: usize, data: &[u8]) -> Result<(), HalError> {
-        self.cpu_access_mut(dma_heap::DMA_BUF_SYNC_WRITE, |m| {
-            m.write_at(offset, data).map_err(|_| HalError::new(Stage::Alloc, Cause::Invalid))
-        })?;
-        self.written(offset, data.len())
-    }
-
-    /// [`write_at`](Self::write_at) through `&self` (an arena's disjoint sub-allocations).
-    pub(crate) fn write_shared(&self, offset: usize, data: &[u8]) -> Result<(), HalError> {
-        self.cpu_access(dma_heap::DMA_BUF_SYNC_WRITE, |l| {
-            l.map.write_shared(offset, data).map_err(|_| HalError::new(Stage::Alloc, Cause::Invalid))
-        })?;
-        self.written(offset, data.len())
-    }
-
-    /// [`fill`](Self::fill) through `&self` (an arena's disjoint sub-allocations).
-    pub(crate) fn fill_shared(&self, offset: usize, len: usize, byte: u8) -> Result<(), HalError> {
-        self.cpu_access(dma_heap::DMA_BUF_SYNC_WRITE, |l| {
-            l.map.fill_shared(offset, len, byte).map_err(|_| HalError::new(Stage::Alloc, Cause::Invalid))
-        })?;
-        self.written(offset, len)
-    }
-
-    /// Takes the share fd's ownership token out (the lease's memory then stays mapped until the
-    /// rest is dropped, and the number is the caller's to retire and close).
-    pub(crate) fn take_share(&mut self) -> Option<hexrpc_drivers::OwnedFd> {
-        self.share.take_token()
-    }
-
-    /// The share fd, borrowed (what retiring it takes).
-    pub(crate) fn share_borrowed(&self) -> Option<hexrpc_drivers::BorrowedFd<'_>> {
-        self.share.as_fd()
-    }
-}
+use crate::stages::HeapOpened;
 
 /// Something a [`BufferView`] can read from: the lease behind it.
 pub trait LeaseMemory {
@@ -326,7 +124,7 @@ impl<'s, S: Syscalls + Clone> Lease<'s, S> {
 
     /// Total length (the allocation, rounded up to a page).
     pub fn len(&self) -> usize {
-        self.raw.as_ref().map_or(0, |r| r.len)
+        self.raw.as_ref().map_or(0, RawLease::len)
     }
 
     /// The lease's identity (non-zero, never reused by another lease of this process): what a
@@ -337,7 +135,7 @@ impl<'s, S: Syscalls + Clone> Lease<'s, S> {
     pub fn lease_id(&self) -> u32 {
         match self.owner {
             Owner::Free => 0,
-            _ => self.raw.as_ref().map_or(0, |r| r.id),
+            _ => self.raw.as_ref().map_or(0, RawLease::id),
         }
     }
 
@@ -348,19 +146,19 @@ impl<'s, S: Syscalls + Clone> Lease<'s, S> {
 
     /// The ION handle (0 on a dma-heap board, which has no handles).
     pub fn handle(&self) -> i32 {
-        self.raw.as_ref().and_then(|r| r.handle.as_ref()).map_or(0, |h| h.handle)
+        self.raw.as_ref().map_or(0, RawLease::handle)
     }
 
     /// The dma-buf fd the DSP maps (owned by the lease).
     pub fn fd(&self) -> Fd {
-        self.raw.as_ref().map_or(Fd(-1), |r| r.share.raw())
+        self.raw.as_ref().map_or(Fd(-1), RawLease::share_fd)
     }
 
     /// The address of the lease's mapping in this process, [`len`](Self::len) bytes long, for
     /// bindings that hand the memory to C or Python. The memory is shared with the DSP, which
     /// writes it during a launch (see the module docs); it stays mapped while the lease lives.
     pub fn host_addr(&self) -> usize {
-        self.raw.as_ref().map_or(0, |r| r.map.addr())
+        self.raw.as_ref().map_or(0, |r| r.mapping().addr())
     }
 
     /// Copies `data` into the buffer at `offset` (with the cache maintenance of the module
@@ -395,25 +193,7 @@ impl<'s, S: Syscalls + Clone> Lease<'s, S> {
     /// dma-heap, `DMA_BUF_IOCTL_SYNC` on the whole buffer (the dma-buf ABI has no ranges):
     /// Clean = END of a CPU write, Invalidate = START of a CPU read, CleanInvalidate = both.
     pub fn cache(&self, op: ion::CacheOp, offset: usize, len: usize) -> Result<(), HalError> {
-        let raw = self.usable()?;
-        if raw.handle.is_none() {
-            match offset.checked_add(len) {
-                Some(end) if end <= self.len() => {}
-                _ => return Err(HalError::new(Stage::Alloc, Cause::Invalid)),
-            }
-            let flags: &[u64] = match op {
-                ion::CacheOp::Clean => &[dma_heap::DMA_BUF_SYNC_END | dma_heap::DMA_BUF_SYNC_WRITE],
-                ion::CacheOp::Invalidate => &[dma_heap::DMA_BUF_SYNC_START | dma_heap::DMA_BUF_SYNC_READ],
-                ion::CacheOp::CleanInvalidate => {
-                    &[dma_heap::DMA_BUF_SYNC_START | dma_heap::DMA_BUF_SYNC_RW, dma_heap::DMA_BUF_SYNC_END | dma_heap::DMA_BUF_SYNC_RW]
-                }
-            };
-            for f in flags {
-                dma_heap::sync(&self.sys, self.fd(), *f).map_err(|e| HalError::sys(Stage::Alloc, e))?;
-            }
-            return Ok(());
-        }
-        ion::cache(&self.sys, self.ion, op, self.handle(), self.fd(), &raw.map, offset, len).map_err(|e| HalError::sys(Stage::Alloc, e))
+        self.usable()?.cache(&self.sys, self.ion, op, offset, len)
     }
 
     /// A view of `[offset, offset + len)`; refused if it does not fit the lease (no overflow),
@@ -538,12 +318,20 @@ impl core::fmt::Debug for BufferView<'_> {
     }
 }
 
-impl<S: Syscalls> RawLease<S> {
-    pub(crate) fn share_fd(&self) -> Fd {
-        self.share.raw()
+impl<S: Syscalls + Clone> HeapOpened<S> {
+    /// Allocates `len` bytes from the board's heap before the rest of the session exists (what a
+    /// health check does to prove ION works); the lease borrows this stage.
+    pub fn alloc(&self, len: usize) -> Result<Lease<'_, S>, HalError> {
+        let raw = RawLease::alloc(&self.sys, self.ion.raw(), self.board, len, Stage::Alloc)?;
+        Ok(Lease::new(raw, self.sys.clone(), self.ion.raw(), Owner::Free))
     }
+}
 
-    pub(crate) fn id(&self) -> u32 {
-        self.id
+impl<S: Syscalls + Clone> Session<S> {
+    /// Allocates `len` bytes (rounded up to a page) from the board's allocator (ION heap or
+    /// dma-heap), shared and mapped.
+    pub fn alloc(&self, len: usize) -> Result<Lease<'_, S>, HalError> {
+        let raw = RawLease::alloc(&self.sys, self.ion.raw(), self.board, len, Stage::Alloc)?;
+        Ok(Lease::new(raw, self.sys.clone(), self.ion.raw(), Owner::Session(self)))
     }
 }

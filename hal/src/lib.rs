@@ -97,6 +97,7 @@
 #![deny(missing_docs)]
 
 pub mod arena;
+mod buffer;
 mod call;
 #[cfg(feature = "std")]
 pub mod deadline;
@@ -117,7 +118,7 @@ mod sync;
 /// service uses `hexrpc_runtime::ServedSession`, which drives it.
 #[doc(hidden)]
 pub mod internal {
-    pub use crate::session::{ListenerChannel, ListenerPlumbing};
+    pub use crate::session::listener::{ListenerChannel, ListenerPlumbing};
 }
 
 pub use arena::{Arena, ArenaBuf, ArenaError, ArenaStats, OffsetAllocator, ARENA_ALIGN, ARENA_BLOCKS};
@@ -127,9 +128,9 @@ pub use fd::OwnedFd;
 pub use hexrpc_drivers::adsprpc::ArgsError;
 pub use image::LibraryImage;
 pub use lease::{BufferView, Lease, LeaseMemory};
-pub use session::{
-    Health, ImageRegistry, Library, Session, DLERROR_LEN, MAP_CACHE_RELEASE_IDS, MAP_CACHE_RELEASE_METHOD, MAX_LIBRARIES, MAX_NAME,
-};
+pub use session::library::Library;
+pub use session::remotectl::{ImageRegistry, DLERROR_LEN, MAP_CACHE_RELEASE_IDS, MAP_CACHE_RELEASE_METHOD, MAX_LIBRARIES, MAX_NAME};
+pub use session::{Health, Session};
 #[cfg(feature = "std")]
 pub use shared::{SharedArena, SharedArenaBuf, SharedLease, SharedLibrary};
 pub use stages::{ChannelOpened, HeapOpened, ProcessCreated, ShellStaged};

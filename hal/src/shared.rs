@@ -16,11 +16,13 @@ use std::sync::Arc;
 use hexrpc_drivers::Syscalls;
 
 use crate::arena::{Arena, ArenaStats, Block, ARENA_ALIGN};
+use crate::buffer::RawLease;
 use crate::call::Call;
 use crate::error::{HalError, Stage};
 use crate::image::LibraryImage;
-use crate::lease::{BufferView, Lease, Owner, RawLease};
-use crate::session::{ImageRegistry, Session};
+use crate::lease::{BufferView, Lease, Owner};
+use crate::session::remotectl::ImageRegistry;
+use crate::session::Session;
 
 /// An lease that owns a share of its session (see [`Lease`] for what it holds).
 pub struct SharedLease<S: Syscalls + Clone + 'static> {

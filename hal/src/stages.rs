@@ -13,12 +13,11 @@ use hexrpc_drivers::{adsprpc, elf, listener, Errno, Fd, OpenFlags, Syscalls};
 use crate::call::Call;
 use crate::driver;
 
+use crate::buffer::RawLease;
 use crate::error::{Cause, HalError, ShellSearch, Stage};
 use crate::fd::OwnedFd;
 use crate::identity;
 pub(crate) use crate::identity::Identity;
-use crate::lease::RawLease;
-use crate::session::Session;
 
 /// Stage 1: the board's allocator node is open (`/dev/ion`, or a dma-heap node such as
 /// `/dev/dma_heap/system`).
@@ -39,13 +38,6 @@ impl<S: Syscalls + Clone> HeapOpened<S> {
     /// The board.
     pub fn board(&self) -> &'static Board {
         self.board
-    }
-
-    /// Allocates `len` bytes from the board's heap before the rest of the session exists (what a
-    /// health check does to prove ION works); the lease borrows this stage.
-    pub fn alloc(&self, len: usize) -> Result<crate::Lease<'_, S>, HalError> {
-        let raw = RawLease::alloc(&self.sys, self.ion.raw(), self.board, len, Stage::Alloc)?;
-        Ok(crate::Lease::new(raw, self.sys.clone(), self.ion.raw(), crate::lease::Owner::Free))
     }
 
     /// Stage 2: reads the DSP shell ELF into an ION buffer.
@@ -291,20 +283,12 @@ fn lease_fd<S: Syscalls>(l: &RawLease<S>) -> Fd {
     l.share_fd()
 }
 
-/// Stage 4: the DSP process exists.
+/// Stage 4: the DSP process exists. Stage 5, [`attach_listener`](ProcessCreated::attach_listener),
+/// makes the [`Session`](crate::Session) (in the session's module, which is built on the stages).
 pub struct ProcessCreated<S: Syscalls + Clone> {
     pub(crate) channel: Channel<S>,
     pub(crate) info: u32,
     pub(crate) prev: HeapOpened<S>,
-}
-
-impl<S: Syscalls + Clone> ProcessCreated<S> {
-    /// Stage 5: registers the reverse-RPC listener (handle 3, init2) and returns the ready
-    /// session. The reverse file service then serves its channel (`hexrpc_runtime::ServedSession`).
-    pub fn attach_listener(self) -> Result<Session<S>, HalError> {
-        attach_listener(&self.prev.sys, &self.channel)?;
-        Ok(Session::from_parts(self.prev, self.channel, self.info))
-    }
 }
 
 pub(crate) fn attach_listener<S: Syscalls>(sys: &S, ch: &Channel<S>) -> Result<(), HalError> {

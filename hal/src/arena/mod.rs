@@ -32,6 +32,7 @@ use hexrpc_drivers::Syscalls;
 
 use crate::error::{Cause, HalError, Stage};
 use crate::lease::{BufferView, Lease};
+use crate::session::Session;
 use crate::sync::Mutex;
 
 /// The alignment of every sub-allocation of an arena (and its size granule): 128 bytes, one HVX
@@ -226,5 +227,13 @@ impl<S: Syscalls + Clone> Drop for ArenaBuf<'_, '_, S> {
 impl<S: Syscalls + Clone> core::fmt::Debug for ArenaBuf<'_, '_, S> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("ArenaBuf").field("fd", &self.arena.lease.fd().0).field("offset", &self.offset).field("len", &self.len).finish()
+    }
+}
+
+impl<S: Syscalls + Clone> Session<S> {
+    /// An [`Arena`] over a new lease of `len` bytes (rounded up to a page, as
+    /// [`alloc`](Session::alloc) does): many sub-allocations, one lease for the DSP.
+    pub fn arena(&self, len: usize) -> Result<Arena<'_, S>, HalError> {
+        Ok(Arena::new(self.alloc(len)?))
     }
 }

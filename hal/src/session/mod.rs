@@ -10,12 +10,11 @@ extern crate std;
 mod book;
 #[cfg(feature = "std")]
 mod closer;
-mod library;
-mod listener;
+mod keeping;
+pub(crate) mod library;
+pub(crate) mod listener;
 mod recovery;
-
-pub use library::{ImageRegistry, Library, DLERROR_LEN, MAP_CACHE_RELEASE_IDS, MAP_CACHE_RELEASE_METHOD, MAX_LIBRARIES, MAX_NAME};
-pub use listener::{ListenerChannel, ListenerPlumbing};
+pub(crate) mod remotectl;
 
 use core::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use core::time::Duration;
@@ -23,16 +22,14 @@ use core::time::Duration;
 use hexrpc_bsp::{Board, DeviceAccess};
 use hexrpc_drivers::{adsprpc, listener as calls, Fd, FdCell, Syscalls};
 
-use crate::arena::Arena;
 use crate::call::Call;
 use crate::driver;
 use crate::error::{Cause, HalError, Stage};
 use crate::fd::OwnedFd;
-use crate::lease::{Lease, Owner, RawLease};
-use crate::stages::{Channel, HeapOpened};
+use crate::stages::{self, Channel, HeapOpened, ProcessCreated};
 use crate::sync;
 use book::Book;
-use library::{remotectl_close, LibSlot};
+use remotectl::{remotectl_close, LibSlot, MAX_LIBRARIES};
 
 const HEALTHY: u8 = 0;
 const NEEDS_RECOVERY: u8 = 1;
@@ -333,19 +330,6 @@ impl<S: Syscalls + Clone> Session<S> {
         }
     }
 
-    /// Allocates `len` bytes (rounded up to a page) from the board's allocator (ION heap or
-    /// dma-heap), shared and mapped.
-    pub fn alloc(&self, len: usize) -> Result<Lease<'_, S>, HalError> {
-        let raw = RawLease::alloc(&self.sys, self.ion.raw(), self.board, len, Stage::Alloc)?;
-        Ok(Lease::new(raw, self.sys.clone(), self.ion.raw(), Owner::Session(self)))
-    }
-
-    /// An [`Arena`] over a new lease of `len` bytes (rounded up to a page, as
-    /// [`alloc`](Session::alloc) does): many sub-allocations, one lease for the DSP.
-    pub fn arena(&self, len: usize) -> Result<Arena<'_, S>, HalError> {
-        Ok(Arena::new(self.alloc(len)?))
-    }
-
     fn check_health(&self, stage: Stage) -> Result<(), HalError> {
         match self.health.load(Ordering::Acquire) {
             HEALTHY => Ok(()),
@@ -534,6 +518,15 @@ fn process_exit<S: Syscalls>(sys: &S, board: &Board, fd: Fd) {
         if let Err(e) = driver::invoke(sys, board, fd, adsprpc::CURRENT_PROCESS_HANDLE, &mut args) {
             log::debug!("process exit (handle 4) on teardown: {e}");
         }
+    }
+}
+
+impl<S: Syscalls + Clone> ProcessCreated<S> {
+    /// Stage 5: registers the reverse-RPC listener (handle 3, init2) and returns the ready
+    /// session. The reverse file service then serves its channel (`hexrpc_runtime::ServedSession`).
+    pub fn attach_listener(self) -> Result<Session<S>, HalError> {
+        stages::attach_listener(&self.prev.sys, &self.channel)?;
+        Ok(Session::from_parts(self.prev, self.channel, self.info))
     }
 }
 

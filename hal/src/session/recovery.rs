@@ -6,8 +6,8 @@ use core::time::Duration;
 
 use hexrpc_drivers::{FdCell, Syscalls};
 
-use super::library::remotectl_open;
-use super::{ms, pack_channel, ChannelState, Session, FAILED, HEALTHY, MAX_LIBRARIES, NEEDS_RECOVERY};
+use super::remotectl::{remotectl_open, MAX_LIBRARIES};
+use super::{ms, pack_channel, ChannelState, Session, FAILED, HEALTHY, NEEDS_RECOVERY};
 use crate::error::{Cause, HalError, Stage};
 use crate::stages;
 use crate::sync;
