@@ -133,6 +133,11 @@ pub enum FaultTarget {
     Call(CallKind),
     /// A message handled by the simulated DSP, by kind.
     Dsp(DspCallKind),
+    /// A kernel message on its way to the simulated DSP, by kind (Linux's own `fastrpc.c`
+    /// only): [`Fault::Delay`] holds it after the driver sent it and before the DSP sees it (a
+    /// message still queued in the transport). A restart meanwhile ends the DSP it was sent to;
+    /// the new DSP never sees it.
+    Delivery(DspCallKind),
 }
 
 /// What an injected fault does.

@@ -459,7 +459,7 @@ fn on_message(sh: &Arc<Shared>, m: Msg, epoch: u64) {
     let Some(kern) = sh.linux.as_ref() else { return };
     let rv = match Payload::of(&m) {
         None => Some(aee::AEE_EBADPARM),
-        Some(p) if m.pid == 0 => kernel_message(sh, kern, &m, &p),
+        Some(p) if m.pid == 0 => kernel_message(sh, kern, &m, &p, epoch),
         Some(p) => Some(user_call(sh, kern, &m, &p)),
     };
     let Some(rv) = rv else { return };
@@ -543,8 +543,10 @@ fn user_call(sh: &Arc<Shared>, kern: &LinuxKernel, m: &Msg, p: &Payload) -> i32 
     res.retval
 }
 
-/// The DSP's side of a kernel message. `None`: no answer (a hang, or a restart meanwhile).
-fn kernel_message(sh: &Arc<Shared>, kern: &LinuxKernel, m: &Msg, p: &Payload) -> Option<i32> {
+/// The DSP's side of a kernel message sent in restart epoch `epoch`. `None`: no answer (a hang,
+/// or a restart since it was sent: the DSP that took it is gone, and the new one never sees it,
+/// so a create made no process there).
+fn kernel_message(sh: &Arc<Shared>, kern: &LinuxKernel, m: &Msg, p: &Payload, epoch: u64) -> Option<i32> {
     let method = Scalars::from_raw(m.sc).method();
     let kind = match (m.handle, method) {
         (1, 0 | 6 | 7) => DspCallKind::CreateProcess,
@@ -559,8 +561,16 @@ fn kernel_message(sh: &Arc<Shared>, kern: &LinuxKernel, m: &Msg, p: &Payload) ->
     let caller = kern.caller(m.tid);
     let (job, args) = {
         let mut st = sh.lock();
+        if let Some(Fault::Delay(d)) = st.fault(FaultTarget::Delivery(kind)) {
+            let end = Instant::now() + d;
+            while Instant::now() < end {
+                st = sh.wait_for(st, (end - Instant::now()).min(Duration::from_millis(50)));
+            }
+        }
+        if st.epoch != epoch {
+            return None;
+        }
         st.count_dsp(kind);
-        let epoch = st.epoch;
         match st.fault(FaultTarget::Dsp(kind)) {
             Some(Fault::Errno(e)) => return Some(e.0),
             Some(Fault::Returned(v)) => return Some(v),
@@ -598,6 +608,10 @@ fn kernel_message(sh: &Arc<Shared>, kern: &LinuxKernel, m: &Msg, p: &Payload) ->
         }
     };
     let mut st = sh.lock();
+    // The lock was let go while the payload was copied: the same holds for a restart meanwhile.
+    if st.epoch != epoch {
+        return None;
+    }
     let file = caller.map(|c| c.file);
     let rv = match kind {
         DspCallKind::CreateProcess => {

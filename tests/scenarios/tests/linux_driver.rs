@@ -101,3 +101,44 @@ fn a_whole_served_session_draws_no_efault_or_einval_from_the_real_driver() {
     assert!(errors.iter().any(|(_, e)| *e == Errno::EINTR), "the deadline's interrupt reached the driver: {errors:?}");
     assert!(errors.iter().any(|(_, e)| *e == Errno::EPIPE), "the restart reached the driver's callers: {errors:?}");
 }
+
+/// A process create still on its way to the DSP when the DSP restarts makes no process on the
+/// DSP that comes up. (The bench once made one there, for a file of the old channel whose release
+/// can no longer reach the DSP: the identity stayed taken, every later create of the process
+/// was refused, and the 60 s soak with 1 ms deadlines leaked a FastRPC file per refusal.)
+#[test]
+fn a_create_on_its_way_at_a_restart_makes_no_process_on_the_new_dsp() {
+    use hexrpc_bench::elf;
+    use hexrpc_drivers::dma_heap::{self, HeapFd};
+    use hexrpc_drivers::upstream::{self, FastrpcFd};
+    use hexrpc_drivers::{Mapping, OpenFlags, Prot, Syscalls};
+
+    let b = Bench::for_board(&hexrpc_bsp::BENCH_LINUX);
+    let start_snapshot = b.snapshot();
+    let heap = b.open(b.board().ion_path, OpenFlags::READ_WRITE).expect("open the heap");
+    let shell = elf::hexagon_elf(hexrpc_bench::DEFAULT_SHELL_LEN);
+    let buf = dma_heap::alloc(&b, HeapFd::from_raw(heap.raw()), shell.len() as u64).expect("heap alloc");
+    let mut map = Mapping::map_shared(b.clone(), buf.raw(), shell.len(), Prot::ReadWrite).expect("mmap");
+    map.write_at(0, &shell).unwrap();
+    let node = b.open(b.board().rpc_path, OpenFlags::READ_WRITE).expect("open the FastRPC node");
+    let rpc = FastrpcFd::from_raw(node.raw());
+    // The create is held 300 ms on its way; the DSP restarts 100 ms into the hold.
+    b.inject(FaultTarget::Delivery(DspCallKind::CreateProcess), 1, Fault::Delay(Duration::from_millis(300)));
+    let created = std::thread::scope(|s| {
+        let create = s.spawn(|| {
+            upstream::init_create(&b, rpc, &map, buf.raw(), shell.len() as u32, upstream::FASTRPC_MODE_UNSIGNED_MODULE, 0)
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        b.restart_dsp();
+        create.join().unwrap()
+    });
+    assert!(created.is_err(), "the restart cut the create: {created:?}");
+    // Past the hold: the message has reached the DSP that came up (or would have).
+    std::thread::sleep(Duration::from_millis(400));
+    assert_eq!(b.dsp_processes().len(), 0, "a process on the new DSP: {:?}", b.dsp_processes());
+    map.unmap().unwrap();
+    b.close(buf).unwrap();
+    b.close(node).unwrap();
+    b.close(heap).unwrap();
+    assert_eq!(b.settle_except_kernel_leaks(&start_snapshot, Duration::from_secs(5)), start_snapshot);
+}
