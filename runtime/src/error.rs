@@ -22,8 +22,8 @@ use core::fmt;
 
 use hexrpc_hal::{ErrorKind, HalError, Stage};
 
-use crate::kernel::OpenRefusal;
 use crate::launch::{BatchFailure, BatchRefusal, PackError};
+use crate::open::OpenRefusal;
 
 /// Why a launch-path call failed. See the [module docs](self).
 ///

@@ -20,10 +20,8 @@ use core::fmt;
 use hexrpc_drivers::{Fd, Syscalls};
 use hexrpc_hal::{BufferView, Call, Cause, HalError, Library, Stage};
 
-use crate::launch::{
-    AbiVersion, BufferRef, LaunchBuffer, LibraryRecord, PackError, PackedLaunch, RecordError, Scalar, Signature, SignatureError, MAX_ARGS,
-    MAX_BUFFERS,
-};
+use crate::launch::{AbiVersion, BufferRef, LaunchBuffer, PackError, PackedLaunch, Scalar, Signature, MAX_ARGS, MAX_BUFFERS};
+pub use crate::open::{resolve_launch, OpenRefusal};
 use crate::Error;
 
 /// An open library a [`Kernel`] can launch: something that makes one FastRPC invoke.
@@ -66,69 +64,6 @@ impl<S: Syscalls + Clone + Sync> KernelLibrary for hexrpc_hal::SharedLibrary<S> 
     }
     fn invoke_args_with_deadline(&self, args: &mut Call<'_, MAX_ARGS>, timeout: core::time::Duration) -> Result<(), HalError> {
         self.invoke_with_deadline(args, timeout)
-    }
-}
-
-/// Why a kernel was not opened although the open itself could have been made: the library's build
-/// record is missing (and no signature was given), unreadable, or disagrees with the signature
-/// or ABI given. Nothing was opened. Inside [`Error::Open`].
-#[derive(Clone, Copy, Debug, PartialEq)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
-pub enum OpenRefusal {
-    /// No signature was given and the library carries no build record (`hexrpc build-lib`
-    /// writes one): give the signature and ABI explicitly.
-    NoRecord,
-    /// The library's build record cannot be read.
-    Record(RecordError),
-    /// The signature or ABI given is not what the library was built for (its build record says
-    /// otherwise).
-    Mismatch {
-        /// The ABI version the record names.
-        recorded_abi: AbiVersion,
-    },
-    /// The record's signature does not parse.
-    Signature(SignatureError),
-}
-
-impl fmt::Display for OpenRefusal {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            OpenRefusal::NoRecord => f.write_str("the library carries no hexrpc build record: give its signature and ABI"),
-            OpenRefusal::Record(e) => write!(f, "{e}"),
-            OpenRefusal::Mismatch { recorded_abi } => {
-                write!(f, "the library's build record names another signature or ABI ({recorded_abi:?}) than the one given")
-            }
-            OpenRefusal::Signature(e) => write!(f, "the build record's signature: {e}"),
-        }
-    }
-}
-
-impl core::error::Error for OpenRefusal {
-    fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
-        match self {
-            OpenRefusal::Record(e) => Some(e),
-            OpenRefusal::Signature(e) => Some(e),
-            _ => None,
-        }
-    }
-}
-
-/// The signature and ABI to open `image` with: `given` checked against the library's build
-/// record when it has one, or the record's when nothing is given. A library without a record
-/// (or with one this build cannot read) takes `given` as it is.
-pub fn resolve_launch(image: &[u8], given: Option<(Signature, AbiVersion)>) -> Result<(Signature, AbiVersion), OpenRefusal> {
-    match (LibraryRecord::find(image), given) {
-        (Ok(Some(rec)), Some((sig, abi))) => {
-            if rec.matches(&sig, abi) {
-                Ok((sig, abi))
-            } else {
-                Err(OpenRefusal::Mismatch { recorded_abi: rec.abi() })
-            }
-        }
-        (Ok(Some(rec)), None) => Ok((rec.kernel().parse_signature().map_err(OpenRefusal::Signature)?, rec.abi())),
-        (Ok(None), None) => Err(OpenRefusal::NoRecord),
-        (Err(e), None) => Err(OpenRefusal::Record(e)),
-        (_, Some(given)) => Ok(given),
     }
 }
 
@@ -269,82 +204,6 @@ impl<L: KernelLibrary> Kernel<L> {
 impl<L: fmt::Debug> fmt::Debug for Kernel<L> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Kernel").field("library", &self.library).field("signature", &self.signature).field("abi", &self.abi).finish()
-    }
-}
-
-#[cfg(feature = "std")]
-mod served {
-    extern crate std;
-
-    use std::sync::Arc;
-
-    use hexrpc_drivers::Syscalls;
-    use hexrpc_hal::{Library, LibraryImage, SharedLease, SharedLibrary};
-
-    use super::{resolve_launch, Kernel};
-    use crate::launch::{AbiVersion, Signature};
-    use crate::{Error, ServedSession};
-
-    impl<S: Syscalls + Clone + Send + Sync + 'static> ServedSession<S> {
-        /// Opens a library (see [`ServedSession::open_library`]) whose `entry` was generated for
-        /// `signature` and `abi`, ready for one-call launches. A library made by `hexrpc
-        /// build-lib` carries its build record: a signature or ABI other than the recorded one is
-        /// refused before anything is opened.
-        pub fn open_kernel(
-            &self,
-            name: &str,
-            image: impl Into<LibraryImage>,
-            signature: Signature,
-            abi: AbiVersion,
-        ) -> Result<Kernel<Library<'_, S>>, Error> {
-            let image = image.into();
-            let (signature, abi) = resolve_launch(image.bytes(), Some((signature, abi)))?;
-            Ok(Kernel::new(self.open_library(name, image)?, signature, abi))
-        }
-
-        /// Opens a library made by `hexrpc build-lib` with the signature and ABI its build record
-        /// names ([`OpenRefusal::NoRecord`](super::OpenRefusal::NoRecord) for a library without one).
-        pub fn open_recorded_kernel(&self, name: &str, image: impl Into<LibraryImage>) -> Result<Kernel<Library<'_, S>>, Error> {
-            let image = image.into();
-            let (signature, abi) = resolve_launch(image.bytes(), None)?;
-            Ok(Kernel::new(self.open_library(name, image)?, signature, abi))
-        }
-
-        /// [`open_kernel`](Self::open_kernel) (or, with `launch` `None`,
-        /// [`open_recorded_kernel`](Self::open_recorded_kernel)) for a kernel that holds shares
-        /// of the session and of the reverse service instead of borrows (`'static`: for bindings
-        /// and long-lived tables). The kernel keeps the session's resources alive, but the
-        /// reverse-RPC listener and the channel stop with this `ServedSession`: launches made
-        /// after it was dropped fail (with an error), so keep it as long as the kernel is used.
-        pub fn open_kernel_shared(
-            &self,
-            name: &str,
-            image: impl Into<LibraryImage>,
-            launch: Option<(Signature, AbiVersion)>,
-        ) -> Result<Kernel<SharedLibrary<S>>, Error> {
-            let image = image.into();
-            let (signature, abi) = resolve_launch(image.bytes(), launch)?;
-            let map_cache = crate::served::records_map_cache(image.bytes());
-            let library = self.session.open_library_shared_with(self.service.clone(), name, image, map_cache)?;
-            Ok(Kernel::new(library, signature, abi))
-        }
-
-        /// Allocates a lease that holds a share of the session instead of a borrow (its memory
-        /// stays valid after this `ServedSession` is dropped; see
-        /// [`open_kernel_shared`](Self::open_kernel_shared) for launches).
-        pub fn alloc_shared(&self, len: usize) -> Result<SharedLease<S>, Error>
-        where
-            S: 'static,
-        {
-            Ok(self.session.alloc_shared(len)?)
-        }
-    }
-
-    impl<S: Syscalls + Clone + Sync> Kernel<SharedLibrary<S>> {
-        /// The session the kernel's library belongs to.
-        pub fn session(&self) -> &Arc<hexrpc_hal::Session<S>> {
-            self.library.session()
-        }
     }
 }
 

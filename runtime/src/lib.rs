@@ -60,6 +60,10 @@ extern crate std;
 
 pub mod launch;
 
+/// Which signature and ABI a library is opened with, and why an open is refused (re-exported by
+/// [`kernel`]).
+mod open;
+
 pub mod kernel;
 pub use kernel::{Kernel, KernelLibrary, OpenRefusal};
 

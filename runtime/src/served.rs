@@ -7,9 +7,11 @@ use std::sync::Arc;
 
 use hexrpc_bsp::DeviceAccess;
 use hexrpc_drivers::Syscalls;
-use hexrpc_hal::{Library, LibraryImage, Session};
+use hexrpc_hal::{Library, LibraryImage, Session, SharedLease, SharedLibrary};
 
 use crate::error::{Error, ThreadError};
+use crate::kernel::{resolve_launch, Kernel};
+use crate::launch::{AbiVersion, Signature};
 use crate::reverse::{FilePolicy, OwnedBuffers, ReverseService, ServeOutcome, ServiceHandle, StopError};
 
 /// A ready [`Session`] whose reverse-RPC listener is served by a [`ReverseService`] on its own
@@ -21,8 +23,8 @@ use crate::reverse::{FilePolicy, OwnedBuffers, ReverseService, ServeOutcome, Ser
 /// then the service.
 pub struct ServedSession<S: Syscalls + Clone + Send + Sync + 'static> {
     listener: Option<ServiceHandle<S>>,
-    pub(crate) session: Arc<Session<S>>,
-    pub(crate) service: Arc<ReverseService<'static, S>>,
+    session: Arc<Session<S>>,
+    service: Arc<ReverseService<'static, S>>,
 }
 
 impl<S: Syscalls + Clone + Send + Sync + 'static> ServedSession<S> {
@@ -135,6 +137,69 @@ impl<S: Syscalls + Clone + Send + Sync + 'static> ServedSession<S> {
     }
 }
 
+// Kernels: libraries opened together with their kernel's signature and launch ABI (`kernel`).
+impl<S: Syscalls + Clone + Send + Sync + 'static> ServedSession<S> {
+    /// Opens a library (see [`ServedSession::open_library`]) whose `entry` was generated for
+    /// `signature` and `abi`, ready for one-call launches. A library made by `hexrpc
+    /// build-lib` carries its build record: a signature or ABI other than the recorded one is
+    /// refused before anything is opened.
+    pub fn open_kernel(
+        &self,
+        name: &str,
+        image: impl Into<LibraryImage>,
+        signature: Signature,
+        abi: AbiVersion,
+    ) -> Result<Kernel<Library<'_, S>>, Error> {
+        let image = image.into();
+        let (signature, abi) = resolve_launch(image.bytes(), Some((signature, abi)))?;
+        Ok(Kernel::new(self.open_library(name, image)?, signature, abi))
+    }
+
+    /// Opens a library made by `hexrpc build-lib` with the signature and ABI its build record
+    /// names ([`OpenRefusal::NoRecord`](crate::OpenRefusal::NoRecord) for a library without one).
+    pub fn open_recorded_kernel(&self, name: &str, image: impl Into<LibraryImage>) -> Result<Kernel<Library<'_, S>>, Error> {
+        let image = image.into();
+        let (signature, abi) = resolve_launch(image.bytes(), None)?;
+        Ok(Kernel::new(self.open_library(name, image)?, signature, abi))
+    }
+
+    /// [`open_kernel`](Self::open_kernel) (or, with `launch` `None`,
+    /// [`open_recorded_kernel`](Self::open_recorded_kernel)) for a kernel that holds shares
+    /// of the session and of the reverse service instead of borrows (`'static`: for bindings
+    /// and long-lived tables). The kernel keeps the session's resources alive, but the
+    /// reverse-RPC listener and the channel stop with this `ServedSession`: launches made
+    /// after it was dropped fail (with an error), so keep it as long as the kernel is used.
+    pub fn open_kernel_shared(
+        &self,
+        name: &str,
+        image: impl Into<LibraryImage>,
+        launch: Option<(Signature, AbiVersion)>,
+    ) -> Result<Kernel<SharedLibrary<S>>, Error> {
+        let image = image.into();
+        let (signature, abi) = resolve_launch(image.bytes(), launch)?;
+        let map_cache = records_map_cache(image.bytes());
+        let library = self.session.open_library_shared_with(self.service.clone(), name, image, map_cache)?;
+        Ok(Kernel::new(library, signature, abi))
+    }
+
+    /// Allocates a lease that holds a share of the session instead of a borrow (its memory
+    /// stays valid after this `ServedSession` is dropped; see
+    /// [`open_kernel_shared`](Self::open_kernel_shared) for launches).
+    pub fn alloc_shared(&self, len: usize) -> Result<SharedLease<S>, Error>
+    where
+        S: 'static,
+    {
+        Ok(self.session.alloc_shared(len)?)
+    }
+}
+
+impl<S: Syscalls + Clone + Sync> Kernel<SharedLibrary<S>> {
+    /// The session the kernel's library belongs to.
+    pub fn session(&self) -> &Arc<hexrpc_hal::Session<S>> {
+        self.library().session()
+    }
+}
+
 impl<S: Syscalls + Clone + Send + Sync + 'static> Drop for ServedSession<S> {
     fn drop(&mut self) {
         if let Some(l) = self.listener.take() {
@@ -147,6 +212,6 @@ impl<S: Syscalls + Clone + Send + Sync + 'static> Drop for ServedSession<S> {
 
 /// True if `image`'s build record says its entry keeps lease mappings across calls (a v2 entry
 /// with [`FLAG_MAP_CACHE`](crate::launch::record::FLAG_MAP_CACHE)); false without a readable record.
-pub(crate) fn records_map_cache(image: &[u8]) -> bool {
+fn records_map_cache(image: &[u8]) -> bool {
     matches!(crate::launch::LibraryRecord::find(image), Ok(Some(r)) if r.map_cache() && r.abi() == crate::launch::AbiVersion::V2)
 }

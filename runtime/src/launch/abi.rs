@@ -73,8 +73,7 @@ use hexrpc_drivers::adsprpc::FASTRPC_ATTR_NOVA;
 use hexrpc_drivers::aee::{AEE_EBADPARM, AEE_EMMAP};
 use hexrpc_drivers::Scalars;
 
-use super::signature::ScalarType;
-use super::Scalar;
+use super::scalar::{Scalar, ScalarType};
 
 /// Most buffers one launch can carry: N is OR-ed into the out-handles nibble of the scalars word.
 pub const MAX_BUFFERS: usize = 15;

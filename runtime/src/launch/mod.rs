@@ -42,6 +42,7 @@
 
 pub mod abi;
 mod batch;
+mod batch_error;
 mod entry;
 mod pack;
 pub mod record;
@@ -53,9 +54,10 @@ pub use abi::{
     MAP_CACHE_SLOTS, MAX_ARGS, MAX_BATCH_KERNELS, MAX_BATCH_LAUNCHES, MAX_BATCH_LEASES, MAX_BATCH_RECORD_BYTES, MAX_BUFFERS,
     MAX_RELEASE_IDS, NO_FAILED_RECORD, RELEASE_METHOD, SLOT_SIZE, V1, V2, V2_MAGIC,
 };
-pub use batch::{Batch, BatchFailure, BatchRefusal, BatchRun, BATCH_VALUE_BYTES};
+pub use batch::{Batch, BatchRun, BATCH_VALUE_BYTES};
+pub use batch_error::{BatchFailure, BatchRefusal};
 pub use entry::{check_kernel_name, write_batch_entry, write_entry, EntryError, EntryOptions, KernelSpec, PowerRequest};
 pub use pack::{BufferRef, LaunchBuffer, PackError, PackedLaunch, DEFAULT_SLOTS};
 pub use record::{LibraryRecord, RecordError, RecordedKernel};
-pub use scalar::Scalar;
-pub use signature::{ParamKind, ScalarType, Signature, SignatureError};
+pub use scalar::{Scalar, ScalarType};
+pub use signature::{ParamKind, Signature, SignatureError};

@@ -10,8 +10,8 @@ use hexrpc_drivers::{Error, Fd, Scalars, Syscalls};
 use hexrpc_hal::Call;
 
 use super::abi::{AbiVersion, LaunchLayout, FIRST_HANDLE, MAX_ARGS, MAX_BUFFERS, SLOT_SIZE};
-use super::scalar::Scalar;
-use super::signature::{ParamKind, ScalarType, Signature};
+use super::scalar::{Scalar, ScalarType};
+use super::signature::{ParamKind, Signature};
 
 /// A buffer view a kernel can be launched on: a window of a lease (a shareable allocation).
 ///

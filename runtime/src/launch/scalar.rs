@@ -1,8 +1,117 @@
-//! Typed scalar arguments and their slot encoding.
+//! Scalar kernel parameters: their types ([`ScalarType`], the dtypes a signature names) and typed
+//! scalar arguments ([`Scalar`]) with their slot encoding.
 
 use core::fmt;
 
-use super::signature::ScalarType;
+/// The type of a scalar kernel parameter (the dtypes a tinygrad kernel signature uses).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum ScalarType {
+    /// `signed char`.
+    I8,
+    /// `unsigned char`.
+    U8,
+    /// `short`.
+    I16,
+    /// `unsigned short`.
+    U16,
+    /// `int`.
+    I32,
+    /// `unsigned int`.
+    U32,
+    /// `long long`.
+    I64,
+    /// `unsigned long long`.
+    U64,
+    /// IEEE binary16, carried and handed to the kernel as its bits (`unsigned short`).
+    F16,
+    /// `float`.
+    F32,
+    /// `double`.
+    F64,
+}
+
+impl ScalarType {
+    /// Every scalar type, in declaration order.
+    pub const ALL: [ScalarType; 11] = [
+        ScalarType::I8,
+        ScalarType::U8,
+        ScalarType::I16,
+        ScalarType::U16,
+        ScalarType::I32,
+        ScalarType::U32,
+        ScalarType::I64,
+        ScalarType::U64,
+        ScalarType::F16,
+        ScalarType::F32,
+        ScalarType::F64,
+    ];
+
+    /// Size of the value in bytes (its slot is always 8).
+    pub const fn size(self) -> usize {
+        match self {
+            ScalarType::I8 | ScalarType::U8 => 1,
+            ScalarType::I16 | ScalarType::U16 | ScalarType::F16 => 2,
+            ScalarType::I32 | ScalarType::U32 | ScalarType::F32 => 4,
+            ScalarType::I64 | ScalarType::U64 | ScalarType::F64 => 8,
+        }
+    }
+
+    /// The name in a signature string.
+    pub const fn name(self) -> &'static str {
+        match self {
+            ScalarType::I8 => "i8",
+            ScalarType::U8 => "u8",
+            ScalarType::I16 => "i16",
+            ScalarType::U16 => "u16",
+            ScalarType::I32 => "i32",
+            ScalarType::U32 => "u32",
+            ScalarType::I64 => "i64",
+            ScalarType::U64 => "u64",
+            ScalarType::F16 => "f16",
+            ScalarType::F32 => "f32",
+            ScalarType::F64 => "f64",
+        }
+    }
+
+    /// The C type the generated entry hands to the kernel (same on Hexagon and the host:
+    /// `int` is 32 bits and `long long` 64 bits on both).
+    pub const fn c_type(self) -> &'static str {
+        match self {
+            ScalarType::I8 => "signed char",
+            ScalarType::U8 => "unsigned char",
+            ScalarType::I16 => "short",
+            ScalarType::U16 | ScalarType::F16 => "unsigned short",
+            ScalarType::I32 => "int",
+            ScalarType::U32 => "unsigned int",
+            ScalarType::I64 => "long long",
+            ScalarType::U64 => "unsigned long long",
+            ScalarType::F32 => "float",
+            ScalarType::F64 => "double",
+        }
+    }
+
+    /// True for `f32` and `f64` (decoded from bits in the entry).
+    pub const fn is_float(self) -> bool {
+        matches!(self, ScalarType::F32 | ScalarType::F64)
+    }
+
+    /// True for the signed integer types.
+    pub const fn is_signed_int(self) -> bool {
+        matches!(self, ScalarType::I8 | ScalarType::I16 | ScalarType::I32 | ScalarType::I64)
+    }
+
+    /// Parses a signature name (`"i32"`).
+    pub fn from_name(s: &str) -> Option<ScalarType> {
+        ScalarType::ALL.into_iter().find(|t| t.name() == s)
+    }
+}
+
+impl fmt::Display for ScalarType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
 
 /// A scalar kernel argument. Its slot in pra 0 holds the value's little-endian bytes at offset 0
 /// and zeros after them.
