@@ -84,16 +84,8 @@ fn duration() -> Duration {
     Duration::from_secs(secs.clamp(1, 24 * 3600))
 }
 
-/// The deadline of a quarter of the soak's launches: 1 ms on the simulated kernels. On Linux's
-/// own driver it stays 100 ms: the 60 s soak there with 1 ms deadlines ended with a recovery
-/// that failed (its budget spent), which is not understood yet (issue 36's note).
-fn deadline_of(board: &Board) -> Duration {
-    if *board == hexrpc_bsp::BENCH_LINUX {
-        Duration::from_millis(100)
-    } else {
-        Duration::from_millis(1)
-    }
-}
+/// The deadline of a quarter of the soak's launches: 1 ms, on every kernel.
+const DEADLINE: Duration = Duration::from_millis(1);
 
 fn words(ws: &[u32]) -> Vec<u8> {
     ws.iter().flat_map(|w| w.to_le_bytes()).collect()
@@ -219,7 +211,7 @@ fn phase(bench: &Bench, length: Duration, seed: u64, f: &Figures) {
                     lease.fill(0, len, fill).unwrap();
                     let (a, b) = (lease.view(0, len).unwrap(), lease.view(len, len).unwrap());
                     for _ in 0..1 + rng.below(4) {
-                        let deadline = (rng.below(4) == 0).then_some(deadline_of(bench.board()));
+                        let deadline = (rng.below(4) == 0).then_some(DEADLINE);
                         if deadline.is_some() {
                             f.deadline_launches.fetch_add(1, Ordering::Relaxed);
                         }
