@@ -44,6 +44,9 @@ struct Figures {
     timeouts: AtomicU64,
     recoverable: AtomicU64,
     recoveries_failed: AtomicU64,
+    /// Channel generations the session went through, less the first and the planned
+    /// replacements: the recoveries that succeeded.
+    recoveries: AtomicU64,
     faults_seen: AtomicU64,
     restarts: AtomicU64,
     faults_injected: AtomicU64,
@@ -283,6 +286,8 @@ fn phase(bench: &Bench, length: Duration, seed: u64, f: &Figures) {
     }
     assert!(ok >= 19, "launches after the soak: {ok} of 20");
     assert!(!matches!(rig.session().health(), Health::Failed(_)), "{:?}", rig.session().health());
+    let rebuilt = rig.session().generation().saturating_sub(1).saturating_sub(rig.session().replacements());
+    f.recoveries.fetch_add(u64::from(rebuilt), Ordering::Relaxed);
     drop(lease);
     drop(table);
     drop(lib);
@@ -362,7 +367,7 @@ fn soak(board: &'static Board) {
     let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
     println!(
         "soak ({}, simulated DSP): {:.1} s, {} launches ({} with a deadline, {} timed out), {} restarts, {} faults injected, \
-         {} fault errors seen, {} recoverable errors, {} failed recoveries, {} DSP maps, {} library open/close cycles, {} MUNMAPs \
+         {} fault errors seen, {} recoverable errors, {} recoveries ({:.2} per restart; an abandoned call needs one too), {} failed recoveries, {} DSP maps, {} library open/close cycles, {} MUNMAPs \
          ({} to another channel), {} stray answers, {} ledger mismatches; fds {} -> {}, buffer maps {} -> {}, maps {} -> {}, \
          RSS {} -> {} KiB (bound +{} KiB{}), threads {} -> {} (at most {} while running), DSP worker threads started {} -> {}; {} log entries \
          over the bench's log bound",
@@ -375,6 +380,8 @@ fn soak(board: &'static Board) {
         load(&f.faults_injected),
         load(&f.faults_seen),
         load(&f.recoverable),
+        load(&f.recoveries),
+        load(&f.recoveries) as f64 / load(&f.restarts).max(1) as f64,
         load(&f.recoveries_failed),
         load(&f.dsp_maps),
         load(&f.library_cycles),
