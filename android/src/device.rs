@@ -28,7 +28,7 @@ use hexrpc_runtime::launch::{AbiVersion, BufferRef, PackError, PackedLaunch, Sca
 use hexrpc_runtime::reverse::{FilePolicy, RequestError};
 use hexrpc_runtime::ServedSession;
 
-use crate::verdict::{Check, Outcome, Status};
+use crate::verdict::{Check, Outcome};
 
 /// The kernel's C function name.
 pub const KERNEL: &str = "hexrpc_selftest";
@@ -371,10 +371,7 @@ pub fn run<S: Syscalls + Clone + Send + Sync + 'static>(t: &Target<S>, lib: &Dev
     let mut out = Vec::new();
     let mut step = |name: &'static str, stage: &'static str, f: &dyn Fn() -> Outcome| {
         progress(name);
-        out.push(match f() {
-            Ok((figure, detail)) => Check { name, stage, status: Status::Pass, figure, detail },
-            Err((figure, detail)) => Check { name, stage, status: Status::Fail, figure, detail },
-        });
+        out.push(Check::of(name, stage, f()));
     };
     step("view-offsets", "view offsets", &|| view_offsets(t, lib));
     step("v1-refusal", "view offsets", &|| v1_refusal(t));

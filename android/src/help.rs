@@ -59,7 +59,9 @@ USAGE:
 Runs the checks in acceptance order: parameter layout, view offsets, fd/mapping
 reclamation, reverse-RPC file permissions, timeouts, concurrency, then numerics
 and latency. Each line is PASS, FAIL or SKIP with the measured figure; SKIP says
-why the check could not run here.
+why the check could not run here. On the bench, numerics and latency run real
+Hexagon code (clang-19, ld.lld-19, qemu-hexagon); without those tools they are
+SKIP and the report names the missing ones and the Debian packages to install.
 
 --device opens the DSP nodes through the probe chain (a missing node is a FAIL
 that names it) and then runs the device test library on the DSP: v2 launches at
@@ -81,7 +83,8 @@ OPTIONS:
     --library FILE    The device test library (default: /usr/lib/hexrpc/ or
                       /vendor/etc/hexrpc/libhexrpc_selftest.so)
     --json            Print {\"platform\": \"bench\"|\"device\", \"board\", \"checks\": [{\"name\",
-                      \"stage\", \"status\": \"pass\"|\"fail\"|\"skip\", \"figure\", \"detail\"}]}
+                      \"stage\", \"status\": \"pass\"|\"fail\"|\"skip\", \"figure\", \"detail\",
+                      \"hint\"}]} (hint: what to install for a skipped check, or \"\")
     -h, --help        Print this help
 
 Without --bench or --device, the device is used when /dev/adsprpc-smd exists,

@@ -56,15 +56,16 @@ pub fn launch_packing() -> Outcome {
     Ok((format!("{packings} packings"), "v1 and v2, 0..=15 buffers, i32/f32/u8 scalars, as the table says; v1 offset view refused".into()))
 }
 
-fn check(name: &'static str, stage: &'static str, r: Result<(String, String), (String, String)>) -> Check {
-    match r {
-        Ok((figure, detail)) => Check { name, stage, status: Status::Pass, figure, detail },
-        Err((figure, detail)) => Check { name, stage, status: Status::Fail, figure, detail },
-    }
+fn skip(name: &'static str, stage: &'static str, why: &str) -> Check {
+    skip_with_hint(name, stage, why, String::new())
 }
 
-fn skip(name: &'static str, stage: &'static str, why: &str) -> Check {
-    Check { name, stage, status: Status::Skip, figure: String::new(), detail: why.to_string() }
+fn skip_with_hint(name: &'static str, stage: &'static str, why: &str, hint: String) -> Check {
+    Check { name, stage, status: Status::Skip, figure: String::new(), detail: why.to_string(), hint }
+}
+
+fn failed(name: &'static str, stage: &'static str, detail: String) -> Check {
+    Check::of(name, stage, Err((String::new(), detail)))
 }
 
 /// Every ioctl's size field equals the size of the struct this build declares for it.
@@ -165,7 +166,7 @@ pub fn run(platform: Platform, seam: DeviceSeam, library: LibraryChoice, progres
     {
         let mut step = |name: &'static str, stage: &'static str, f: &dyn Fn() -> Result<(String, String), (String, String)>| {
             progress(name);
-            out.push(check(name, stage, f()));
+            out.push(Check::of(name, stage, f()));
         };
         step("abi-layout", "parameter layout", &ioctl_sizes);
         step("syscall-seam", "parameter layout", &seam_check);
@@ -177,7 +178,7 @@ pub fn run(platform: Platform, seam: DeviceSeam, library: LibraryChoice, progres
             use crate::checks;
             let mut step = |name: &'static str, stage: &'static str, f: &dyn Fn() -> Result<(String, String), (String, String)>| {
                 progress(name);
-                out.push(check(name, stage, f()));
+                out.push(Check::of(name, stage, f()));
             };
             step("bench-ledger-view-offsets", "view offsets", &checks::view_offsets);
             step("bench-init-rollback", "fd/mapping reclamation", &checks::reclamation);
@@ -217,7 +218,7 @@ fn device_on_bench(library: LibraryChoice, progress: &mut dyn FnMut(&str)) -> Ve
     let report =
         crate::probe::run((target.make)(), &target.access, crate::probe::BoardSource::Bench, crate::probe::Host::Bench, Some(&probe_lib));
     if report.failed() {
-        checks.push(Check { name: "probe", stage: "device", status: Status::Fail, figure: String::new(), detail: report.summary() });
+        checks.push(failed("probe", "device", report.summary()));
         return checks;
     }
     checks.extend(crate::device::run(&target, &lib, progress));
@@ -274,22 +275,20 @@ fn device_checks_on<S: Syscalls + Clone + Send + Sync + 'static>(
     let gating: Vec<&probe::Step> = report.steps.iter().filter(|s| s.status == Status::Fail && s.name != "board").collect();
     if gating.is_empty() {
         let (p, _, _) = report.counts();
-        out.push(Check { name: "probe", stage: "device", status: Status::Pass, figure: format!("{p} steps"), detail: report.summary() });
+        out.push(Check::of("probe", "device", Ok((format!("{p} steps"), report.summary()))));
     } else {
         for s in &gating {
-            out.push(Check {
-                name: s.name,
-                stage: "device",
-                status: Status::Fail,
-                figure: String::new(),
-                detail: if s.hint.is_empty() { s.detail.clone() } else { format!("{}; what to do: {}", s.detail, s.hint) },
-            });
+            out.push(failed(
+                s.name,
+                "device",
+                if s.hint.is_empty() { s.detail.clone() } else { format!("{}; what to do: {}", s.detail, s.hint) },
+            ));
         }
     }
     let lib = match library {
         Ok(l) => l,
         Err(why) => {
-            out.push(Check { name: "device-library", stage: "device", status: Status::Fail, figure: String::new(), detail: why });
+            out.push(failed("device-library", "device", why));
             for (name, stage) in DEVICE_CHECKS {
                 out.push(skip(name, stage, "not run: no device test library"));
             }
@@ -313,59 +312,52 @@ fn device_checks_on<S: Syscalls + Clone + Send + Sync + 'static>(
 }
 
 #[cfg(feature = "bench")]
+/// The checks that run real Hexagon code (the model network under the executor), with their
+/// stages.
+const EXECUTOR_CHECKS: [(&str, &str); 4] =
+    [("numerics", "numerics"), ("latency", "latency"), ("batch-numerics", "numerics"), ("batch-latency", "latency")];
+
+#[cfg(feature = "bench")]
 /// Numerics and latency: the model network's kernels run as real Hexagon code under
 /// qemu-hexagon behind the bench (when clang-19, ld.lld-19 and qemu-hexagon are usable here),
 /// every node compared with the reference, launch by launch and as one batch per run; latency
-/// from the bench's cost model, labelled simulated.
+/// from the bench's cost model, labelled simulated. Without the tools every check is a skip that
+/// names the missing ones, with the hint of what to install.
 fn executor() -> Vec<Check> {
+    use hexrpc_bench::executor::build::Toolchain;
     use hexrpc_scenarios::{run_model, ModelError, ModelOptions};
+    let unavailable = |why: &dyn std::fmt::Display, hint: String| {
+        let why = format!("skipped: the Hexagon executor is not available here: {why}");
+        EXECUTOR_CHECKS.iter().map(|&(name, stage)| skip_with_hint(name, stage, &why, hint.clone())).collect()
+    };
+    if let Err(e) = Toolchain::find() {
+        return unavailable(&e, e.hint());
+    }
     match run_model(&ModelOptions { board: crate::checks::board(), ..ModelOptions::default() }) {
         Ok(report) => {
             let runs = report.simulated.count;
-            vec![
-                Check {
-                    name: "numerics",
-                    stage: "numerics",
-                    status: Status::Pass,
-                    figure: format!("{} nodes", report.nodes.len()),
-                    detail: report.numerics_line(),
-                },
-                Check {
-                    name: "latency",
-                    stage: "latency",
-                    status: Status::Pass,
-                    figure: format!("p50 {} (simulated)", crate::human::duration(report.simulated.p50)),
-                    detail: format!("{runs} runs; {}", report.latency_line()),
-                },
-                Check {
-                    name: "batch-numerics",
-                    stage: "numerics",
-                    status: Status::Pass,
-                    figure: format!("{} nodes, {} crossing", report.batch.nodes.len(), report.batch.crossings_per_run),
-                    detail: report.batch_numerics_line(),
-                },
-                Check {
-                    name: "batch-latency",
-                    stage: "latency",
-                    status: Status::Pass,
-                    figure: format!("p50 {:?} (simulated)", report.batch.simulated.p50),
-                    detail: format!("{} runs; {}", report.batch.runs, report.batch_latency_line()),
-                },
-            ]
+            let checks = [
+                (format!("{} nodes", report.nodes.len()), report.numerics_line()),
+                (
+                    format!("p50 {} (simulated)", crate::human::duration(report.simulated.p50)),
+                    format!("{runs} runs; {}", report.latency_line()),
+                ),
+                (format!("{} nodes, {} crossing", report.batch.nodes.len(), report.batch.crossings_per_run), report.batch_numerics_line()),
+                (
+                    format!("p50 {} (simulated)", crate::human::duration(report.batch.simulated.p50)),
+                    format!("{} runs; {}", report.batch.runs, report.batch_latency_line()),
+                ),
+            ];
+            EXECUTOR_CHECKS.iter().zip(checks).map(|(&(name, stage), r)| Check::of(name, stage, Ok(r))).collect()
         }
-        Err(ModelError::Unavailable(why)) => {
-            let why = format!("skipped: the Hexagon executor is not available here ({why})");
-            ["numerics", "latency", "batch-numerics", "batch-latency"]
-                .into_iter()
-                .map(|n| skip(n, if n.ends_with("numerics") { "numerics" } else { "latency" }, &why))
+        // The tools went away between the two looks.
+        Err(ModelError::Unavailable(why)) => unavailable(&why, String::new()),
+        Err(e) => {
+            let [(name, stage), rest @ ..] = EXECUTOR_CHECKS;
+            std::iter::once(failed(name, stage, e.to_string()))
+                .chain(rest.iter().map(|&(name, stage)| skip(name, stage, "not run: the model failed")))
                 .collect()
         }
-        Err(e) => vec![
-            Check { name: "numerics", stage: "numerics", status: Status::Fail, figure: String::new(), detail: format!("{e}") },
-            skip("latency", "latency", "not run: the model failed"),
-            skip("batch-numerics", "numerics", "not run: the model failed"),
-            skip("batch-latency", "latency", "not run: the model failed"),
-        ],
     }
 }
 
@@ -389,6 +381,7 @@ pub fn to_json(platform: Platform, device_board: Option<&str>, checks: &[Check])
             }
             let mut e = json::Object::new(o);
             e.str("name", c.name).str("stage", c.stage).str("status", c.status.name()).str("figure", &c.figure).str("detail", &c.detail);
+            e.str("hint", &c.hint);
             e.end();
         }
         o.push(']');
@@ -427,6 +420,18 @@ pub fn to_text(platform: Platform, header: &str, checks: &[Check]) -> String {
     for c in checks {
         let line = format!("{}  {:<wn$}  {:<ws$}  {:<wf$}  {}", c.status.tag(), c.name, c.stage, c.figure, c.detail);
         let _ = writeln!(out, "{}", crate::io::escape(line.trim_end()));
+    }
+    // Each hint once, under the checks, naming the checks it would make run (several skips
+    // share one cause, e.g. the missing Hexagon toolchain).
+    let mut hints: Vec<(&str, Vec<&str>)> = Vec::new();
+    for c in checks.iter().filter(|c| !c.hint.is_empty()) {
+        match hints.iter_mut().find(|(h, _)| *h == c.hint) {
+            Some((_, names)) => names.push(c.name),
+            None => hints.push((&c.hint, vec![c.name])),
+        }
+    }
+    for (hint, names) in hints {
+        let _ = writeln!(out, "      what to do ({}): {}", names.join(", "), crate::io::escape(hint));
     }
     let (p, f, s) = checks.iter().fold((0, 0, 0), |(p, f, s), c| match c.status {
         Status::Pass => (p + 1, f, s),

@@ -65,6 +65,20 @@ pub struct Check {
     pub figure: String,
     /// Explanation.
     pub detail: String,
+    /// What to do so that a skipped (or failed) check runs here: what to install and how; empty
+    /// when there is nothing to do on this machine.
+    pub hint: String,
+}
+
+impl Check {
+    /// The check `name` of `stage` that ran: pass or fail with its figure and detail, no hint.
+    pub fn of(name: &'static str, stage: &'static str, outcome: Outcome) -> Check {
+        let (status, (figure, detail)) = match outcome {
+            Ok(r) => (Status::Pass, r),
+            Err(r) => (Status::Fail, r),
+        };
+        Check { name, stage, status, figure, detail, hint: String::new() }
+    }
 }
 
 /// A check's result: `Ok((figure, detail))` or `Err((figure, detail))`.

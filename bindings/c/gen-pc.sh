@@ -5,7 +5,8 @@
 # The .deb's (android/packaging/build.sh): LIBDIR /usr/lib/hexrpc, INCLUDEDIR /usr/include. A
 # desk build: LIBDIR "$PWD/target/release" (from `cargo build --release -p hexrpc-ffi --lib`),
 # INCLUDEDIR "$PWD/bindings/c/include". libhexrpc has no SONAME and lives in a private directory,
-# so the link flags carry the run path. The version is the workspace's.
+# so the link flags carry the run path. The version is the workspace's. No URL field (optional in
+# pkg-config): the project has no public home page to name.
 set -euo pipefail
 [ $# -eq 2 ] || { echo "usage: bash bindings/c/gen-pc.sh LIBDIR INCLUDEDIR" >&2; exit 2; }
 libdir="$1"
@@ -24,7 +25,6 @@ includedir=$includedir
 
 Name: hexrpc
 Description: Kernels on the Hexagon compute DSP through FastRPC (the hexrpc C ABI)
-URL: https://example.invalid/hexrpc
 Version: $version
 Libs: -L\${libdir} -Wl,-rpath,\${libdir} -lhexrpc
 Libs.private: -lpthread -ldl -lm

@@ -76,9 +76,150 @@ pub struct Toolchain {
     pub qemu: PathBuf,
 }
 
-fn which(tool: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path).map(|d| d.join(tool)).find(|p| {
+/// One tool of the executor's toolchain: the command looked up on `PATH` and the Debian 12
+/// package that installs it (`dpkg -S /usr/bin/COMMAND`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Tool {
+    /// `clang-19` (package `clang-19`): compiles the shell and the suite.
+    Clang,
+    /// `ld.lld-19` (package `lld-19`): links them.
+    Lld,
+    /// `qemu-hexagon` (package `qemu-user`): runs the shell.
+    Qemu,
+}
+
+impl Tool {
+    /// Every tool, in the order they are looked up.
+    pub const ALL: [Tool; 3] = [Tool::Clang, Tool::Lld, Tool::Qemu];
+
+    /// The command looked up on `PATH`.
+    pub fn command(self) -> &'static str {
+        match self {
+            Tool::Clang => "clang-19",
+            Tool::Lld => "ld.lld-19",
+            Tool::Qemu => "qemu-hexagon",
+        }
+    }
+
+    /// The Debian package that provides the command (Debian 12, bookworm main).
+    pub fn debian_package(self) -> &'static str {
+        match self {
+            Tool::Clang => "clang-19",
+            Tool::Lld => "lld-19",
+            Tool::Qemu => "qemu-user",
+        }
+    }
+}
+
+/// The checkout's CI entry point, which installs every Debian package of [`Tool`] (with sudo
+/// when not root) before it runs the tests.
+pub const CI_INSTALLER: &str = "bash .ci/run";
+
+/// Why the executor's toolchain cannot be used from this process.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ToolchainError {
+    /// These tools are not on `PATH` as executable files: every missing one, in lookup order
+    /// (never empty).
+    Missing(Vec<Tool>),
+    /// Every tool was found, but this one is an ELF for another machine than the one this
+    /// process runs as: probably a test under qemu-user (cross testing) that found the host's
+    /// tools, which it cannot be expected to launch from inside the emulator.
+    ForeignMachine {
+        /// The tool.
+        tool: Tool,
+        /// Where it was found.
+        path: PathBuf,
+        /// Its ELF `e_machine`.
+        machine: u16,
+        /// The `e_machine` of the architecture this process runs as.
+        host_machine: u16,
+    },
+}
+
+impl ToolchainError {
+    /// The tools not found on `PATH` (empty for [`ToolchainError::ForeignMachine`]).
+    pub fn missing(&self) -> &[Tool] {
+        match self {
+            ToolchainError::Missing(tools) => tools,
+            ToolchainError::ForeignMachine { .. } => &[],
+        }
+    }
+
+    /// The Debian packages that provide the missing tools, in lookup order.
+    pub fn packages(&self) -> Vec<&'static str> {
+        self.missing().iter().map(|t| t.debian_package()).collect()
+    }
+
+    /// The command that installs [`packages`](Self::packages) (None when nothing is missing).
+    pub fn install_command(&self) -> Option<String> {
+        let packages = self.packages();
+        (!packages.is_empty()).then(|| format!("sudo apt-get install --no-install-recommends {}", packages.join(" ")))
+    }
+
+    /// What to do about it, for a person: the packages to install and the command that installs
+    /// them (or [`CI_INSTALLER`], which does), or where the executor can run instead.
+    pub fn hint(&self) -> String {
+        match self {
+            ToolchainError::Missing(tools) => {
+                // A package named otherwise than its command says which command it provides.
+                let provides: Vec<String> = tools
+                    .iter()
+                    .map(|t| match (t.debian_package(), t.command()) {
+                        (p, c) if p == c => p.to_string(),
+                        (p, c) => format!("{p} (provides {c})"),
+                    })
+                    .collect();
+                let (noun, them) = if tools.len() == 1 { ("package", "it") } else { ("packages", "them") };
+                format!(
+                    "install the Debian {noun} {}: `{}`; or run `{CI_INSTALLER}` in the checkout, which installs {them} and then runs every test",
+                    list(&provides),
+                    self.install_command().unwrap_or_default(),
+                )
+            }
+            ToolchainError::ForeignMachine { .. } => format!(
+                "run it natively, not under qemu-user: the executor starts its tools from this process, so they must be {} binaries",
+                std::env::consts::ARCH
+            ),
+        }
+    }
+}
+
+/// `a`, `a and b`, `a, b and c`.
+fn list(items: &[String]) -> String {
+    match items {
+        [] => String::new(),
+        [one] => one.clone(),
+        [init @ .., last] => format!("{} and {last}", init.join(", ")),
+    }
+}
+
+impl core::fmt::Display for ToolchainError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            ToolchainError::Missing(tools) => {
+                let mut names = tools.iter().map(|t| t.command());
+                write!(f, "{} not found on PATH", names.next().unwrap_or("a tool"))?;
+                let rest: Vec<&str> = names.collect();
+                if !rest.is_empty() {
+                    write!(f, " (also missing: {})", rest.join(", "))?;
+                }
+                Ok(())
+            }
+            ToolchainError::ForeignMachine { path, machine, host_machine, .. } => write!(
+                f,
+                "{} is an ELF for machine {machine} but this process runs as {} (machine {host_machine}), probably under qemu-user; \
+                 launching it from inside the emulator is not expected to work",
+                path.display(),
+                std::env::consts::ARCH
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ToolchainError {}
+
+fn which(path: &std::ffi::OsStr, tool: &str) -> Option<PathBuf> {
+    std::env::split_paths(path).map(|d| d.join(tool)).find(|p| {
         use std::os::unix::fs::PermissionsExt;
         std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
     })
@@ -103,27 +244,42 @@ fn host_machine() -> Option<u16> {
     }
 }
 
-/// Finds clang-19, ld.lld-19 and qemu-hexagon, and checks that they are binaries of the
-/// architecture this process runs as. A test under qemu-aarch64 (cross testing) finds x86-64
-/// tools it cannot be expected to launch from inside the emulator: that is reported as the
-/// reason, like a missing tool.
-pub fn tools_available() -> Result<Toolchain, String> {
-    let find = |t: &str| which(t).ok_or_else(|| format!("{t} not found on PATH"));
-    let tc = Toolchain { clang: find("clang-19")?, lld: find("ld.lld-19")?, qemu: find("qemu-hexagon")? };
-    let host = host_machine();
-    for p in [&tc.qemu, &tc.clang, &tc.lld] {
-        if let (Some(m), Some(h)) = (elf_machine(p), host) {
-            if m != h {
-                return Err(format!(
-                    "{} is an ELF for machine {m} but this process runs as {} (machine {h}), probably under qemu-user; \
-                     launching it from inside the emulator is not expected to work",
-                    p.display(),
-                    std::env::consts::ARCH
-                ));
+impl Toolchain {
+    /// Finds clang-19, ld.lld-19 and qemu-hexagon on `PATH` and checks that they are binaries
+    /// of the architecture this process runs as. The error names every missing tool (and its
+    /// Debian package, [`ToolchainError::hint`]), or the tool of another machine: a test under
+    /// qemu-aarch64 (cross testing) finds x86-64 tools it cannot be expected to launch from
+    /// inside the emulator.
+    pub fn find() -> Result<Toolchain, ToolchainError> {
+        Self::find_on(&std::env::var_os("PATH").unwrap_or_default())
+    }
+
+    /// [`find`](Self::find) on the search path `path` (a `PATH` value).
+    fn find_on(path: &std::ffi::OsStr) -> Result<Toolchain, ToolchainError> {
+        let paths = Tool::ALL.map(|t| which(path, t.command()));
+        let [Some(clang), Some(lld), Some(qemu)] = paths.clone() else {
+            let missing = Tool::ALL.into_iter().zip(&paths).filter(|(_, p)| p.is_none()).map(|(t, _)| t).collect();
+            return Err(ToolchainError::Missing(missing));
+        };
+        let tc = Toolchain { clang, lld, qemu };
+        if let Some(host) = host_machine() {
+            for (tool, p) in [(Tool::Qemu, &tc.qemu), (Tool::Clang, &tc.clang), (Tool::Lld, &tc.lld)] {
+                match elf_machine(p) {
+                    Some(m) if m != host => {
+                        return Err(ToolchainError::ForeignMachine { tool, path: p.clone(), machine: m, host_machine: host })
+                    }
+                    _ => {}
+                }
             }
         }
+        Ok(tc)
     }
-    Ok(tc)
+}
+
+/// [`Toolchain::find`] with the reason as text ([`ToolchainError`]'s `Display`: which tools are
+/// missing, or which one is of another machine); [`ToolchainError::hint`] says what to do.
+pub fn tools_available() -> Result<Toolchain, String> {
+    Toolchain::find().map_err(|e| e.to_string())
 }
 
 /// Why an artefact could not be built.
@@ -370,5 +526,61 @@ pub fn cache_root() -> PathBuf {
     match std::env::var_os("XDG_CACHE_HOME").map(PathBuf::from).or(home_cache) {
         Some(cache) => cache.join("hexrpc").join("exec-build"),
         None => std::env::temp_dir().join("hexrpc-exec-build"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_toolchain_names_every_missing_tool_and_its_package() {
+        let none = ToolchainError::Missing(Tool::ALL.to_vec());
+        assert_eq!(none.to_string(), "clang-19 not found on PATH (also missing: ld.lld-19, qemu-hexagon)");
+        assert_eq!(none.packages(), ["clang-19", "lld-19", "qemu-user"]);
+        assert_eq!(none.install_command().as_deref(), Some("sudo apt-get install --no-install-recommends clang-19 lld-19 qemu-user"));
+        let hint = none.hint();
+        assert!(
+            hint.starts_with("install the Debian packages clang-19, lld-19 (provides ld.lld-19) and qemu-user (provides qemu-hexagon): "),
+            "{hint}"
+        );
+        assert!(hint.contains("`sudo apt-get install --no-install-recommends clang-19 lld-19 qemu-user`"), "{hint}");
+        assert!(hint.contains("`bash .ci/run`") && hint.contains("installs them"), "{hint}");
+
+        let qemu = ToolchainError::Missing(vec![Tool::Qemu]);
+        assert_eq!(qemu.to_string(), "qemu-hexagon not found on PATH");
+        let hint = qemu.hint();
+        assert!(hint.starts_with("install the Debian package qemu-user (provides qemu-hexagon): "), "{hint}");
+        assert!(hint.contains("`sudo apt-get install --no-install-recommends qemu-user`") && hint.contains("installs it"), "{hint}");
+        assert!(!hint.contains("clang") && !hint.contains("lld"), "{hint}");
+    }
+
+    #[test]
+    fn a_tool_of_another_machine_is_named_and_installs_nothing() {
+        let e = ToolchainError::ForeignMachine { tool: Tool::Qemu, path: "/usr/bin/qemu-hexagon".into(), machine: 62, host_machine: 183 };
+        assert!(e.to_string().starts_with("/usr/bin/qemu-hexagon is an ELF for machine 62 but this process runs as "), "{e}");
+        assert_eq!((e.missing(), e.install_command()), (&[][..], None));
+        assert!(e.hint().contains("not under qemu-user"), "{}", e.hint());
+    }
+
+    #[test]
+    fn the_lookup_reports_all_missing_tools_of_a_search_path() {
+        let dir = std::env::temp_dir().join(format!("hexrpc-toolchain-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        assert_eq!(Toolchain::find_on(dir.as_os_str()), Err(ToolchainError::Missing(Tool::ALL.to_vec())));
+        assert_eq!(Toolchain::find_on(std::ffi::OsStr::new("")), Err(ToolchainError::Missing(Tool::ALL.to_vec())));
+        // Executable scripts (not ELF, so no machine to compare) stand in for two of the tools;
+        // a non-executable file is not a tool.
+        for (name, mode) in [("clang-19", 0o755), ("ld.lld-19", 0o755), ("qemu-hexagon", 0o644)] {
+            use std::os::unix::fs::PermissionsExt;
+            let p = dir.join(name);
+            std::fs::write(&p, "#!/bin/sh\n").unwrap();
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+        }
+        let e = Toolchain::find_on(dir.as_os_str()).unwrap_err();
+        assert_eq!(e, ToolchainError::Missing(vec![Tool::Qemu]));
+        assert_eq!(e.packages(), ["qemu-user"]);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
