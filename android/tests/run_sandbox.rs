@@ -7,28 +7,12 @@
 //! Prints `SKIPPED: <reason>` and returns when clang-19, ld.lld-19 or qemu-hexagon are missing or
 //! cannot run from this process.
 
+mod common;
+
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-/// Runs the binary under test (through qemu-aarch64 when the tests themselves run under it, as
-/// in tests/cli.rs).
-fn hexrpc(args: &[&str]) -> std::process::Output {
-    let bin = env!("CARGO_BIN_EXE_hexrpc");
-    let direct = Command::new(bin).args(args).env_remove("HEXRPC_LOG").output();
-    let exec_failed = match &direct {
-        Err(e) => e.raw_os_error() == Some(8),
-        Ok(o) => o.status.code() == Some(127) && o.stdout.is_empty() && o.stderr.is_empty(),
-    };
-    if exec_failed && cfg!(target_arch = "aarch64") {
-        return Command::new("qemu-aarch64")
-            .args(["-L", "/usr/aarch64-linux-gnu", bin])
-            .args(args)
-            .env_remove("HEXRPC_LOG")
-            .output()
-            .expect("run hexrpc under qemu-aarch64");
-    }
-    direct.expect("run hexrpc")
-}
+use common::{hexrpc, scratch_dir, stderr_of};
 
 /// A kernel that forks the shell `n` times through qemu-hexagon's system calls (`trap0(#1)`,
 /// asm-generic numbers: clone 220 with `SIGCHLD` only, nanosleep 101, exit_group 94); each
@@ -72,30 +56,27 @@ fn qemu_processes() -> Vec<u32> {
 
 #[test]
 fn run_of_a_library_that_forks_fails_naming_the_sandbox_and_leaves_no_process() {
-    if let Err(e) = hexrpc_bench::executor::tools_available() {
-        println!("SKIPPED: {e}");
+    if hexrpc_scenarios::suite::tools_or_skip().is_none() {
         return;
     }
-    let dir = std::env::temp_dir().join(format!("hexrpc-cli-sandbox-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch_dir("sandbox");
     let src = dir.join("spawn.c");
     std::fs::write(&src, SPAWN_C).unwrap();
     let lib = dir.join("spawn.so");
     let built = hexrpc(&["build-lib", src.to_str().unwrap(), "--signature", "buf,u32", "-o", lib.to_str().unwrap()]);
-    assert!(built.status.success(), "build-lib: {}", String::from_utf8_lossy(&built.stderr));
+    assert!(built.status.success(), "build-lib: {}", stderr_of(&built));
     let lib_s = lib.to_str().unwrap();
 
     // An honest run of the same library (no fork) succeeds.
     let honest = hexrpc(&["run", lib_s, "--bench", "--arg", "size=64", "--arg", "0"]);
-    assert_eq!(honest.status.code(), Some(0), "{}", String::from_utf8_lossy(&honest.stderr));
+    assert_eq!(honest.status.code(), Some(0), "{}", stderr_of(&honest));
 
     for n in ["1", "64"] {
         let before = qemu_processes();
         let t0 = Instant::now();
         let run = hexrpc(&["run", lib_s, "--bench", "--arg", "size=64", "--arg", n]);
         let took = t0.elapsed();
-        let err = String::from_utf8_lossy(&run.stderr).into_owned();
+        let err = stderr_of(&run);
         let mut left: Vec<u32> = Vec::new();
         while t0.elapsed() < took + Duration::from_secs(3) {
             left = qemu_processes().into_iter().filter(|p| !before.contains(p)).collect();

@@ -3,7 +3,7 @@
  * parts lexicographically (1.99.0 < 1.100.0 < 2.0.0, where MAJOR*10000 + MINOR*100 + PATCH made
  * 1.100.0 equal to 2.0.0), in #if and in expressions; HEXRPC_VERSION (and HEXRPC_VERSION_PACK)
  * packs MAJOR << 32 | MINOR << 16 | PATCH, which cannot collide while each part fits 16 bits (a
- * static assertion in bindings/c/src/lib.rs); the header's numbers are Cargo's version
+ * static assertion in bindings/c/src/capi/version.rs); the header's numbers are Cargo's version
  * (HEXRPC_EXPECTED_VERSION, a string given with -D: the workspace version, from `pkg-config
  * --modversion hexrpc` or Cargo). It prints HEXRPC_VERSION for its caller to compare.
  *

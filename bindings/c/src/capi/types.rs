@@ -1,0 +1,125 @@
+//! The types and constants of `hexrpc.h`: the opaque handles, the argument structs and the
+//! numbers a C program passes (launch ABIs, arena geometry, scalar kinds, bench flags).
+
+/// A session: the DSP process, its channel, the ION device and the reverse file service.
+pub struct hexrpc_session {
+    _opaque: [u8; 0],
+}
+
+/// An ION buffer shared with the DSP: a lease of its own (`hexrpc_lease_alloc`) or a
+/// sub-allocation of an arena (`hexrpc_arena_alloc`), used alike.
+pub struct hexrpc_lease {
+    _opaque: [u8; 0],
+}
+
+/// An arena: one lease carved into aligned sub-allocations (`hexrpc_arena_alloc`), so that many
+/// buffers are one lease for the DSP (a FastRPC call carries at most 15).
+pub struct hexrpc_arena {
+    _opaque: [u8; 0],
+}
+
+/// What `hexrpc_arena_get_stats` reports of an arena.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct hexrpc_arena_stats {
+    /// Bytes the arena manages (its lease's length, a multiple of the alignment).
+    pub capacity: u64,
+    /// Bytes in live sub-allocations (each rounded up to the 128-byte granule).
+    pub used: u64,
+    /// Bytes free (`capacity - used`).
+    pub free: u64,
+    /// The largest free range in bytes: a sub-allocation up to this long fits (at the default
+    /// alignment).
+    pub largest_free: u64,
+    /// Live sub-allocations.
+    pub live: u32,
+    /// Bookkeeping blocks in use (free and used ranges) and the arena's total (`HEXRPC_ARENA_BLOCKS`).
+    pub blocks_in_use: u32,
+    /// The arena's bookkeeping blocks.
+    pub blocks: u32,
+    /// Zero.
+    pub reserved: u32,
+}
+
+/// An open library together with its kernel's signature and launch ABI.
+pub struct hexrpc_library {
+    _opaque: [u8; 0],
+}
+
+/// Launches of one library's kernel table, run together in one FastRPC call.
+pub struct hexrpc_batch {
+    _opaque: [u8; 0],
+}
+
+/// A buffer argument: `length` bytes at `offset` of `lease`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct hexrpc_view {
+    /// The lease.
+    pub lease: *const hexrpc_lease,
+    /// Offset of the view in the lease, in bytes (any offset with ABI v2).
+    pub offset: usize,
+    /// Length of the view in bytes.
+    pub length: usize,
+}
+
+/// A scalar argument: its type (`HEXRPC_SCALAR_*`) and its bits (the value's little-endian bits
+/// zero-extended; `f32`/`f64` as their IEEE bits). The header's `hexrpc_scalar_*` helpers build
+/// one. A launch refuses (`HEXRPC_ERR_INVALID`, the last error naming the scalar's index and
+/// field) an unknown `kind`, a non-zero `reserved`, and `bits` wider than the kind (a negative
+/// `int8_t` sign-extended to 64 bits, a `uint32_t` value above 2^32 - 1): nothing is truncated.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct hexrpc_scalar {
+    /// One of `HEXRPC_SCALAR_*`.
+    pub kind: u32,
+    /// Zero (anything else is refused).
+    pub reserved: u32,
+    /// The value's bits, zero-extended: at most 8, 16, 32 or 64 significant bits by the kind.
+    pub bits: u64,
+}
+
+/// Launch ABI as the library's build record names it (v2 when a signature is given and the
+/// library has no record).
+pub const HEXRPC_ABI_RECORDED: u32 = 0;
+/// Launch ABI v1 (tinygrad's; views at offset 0 only).
+pub const HEXRPC_ABI_V1: u32 = 1;
+/// Launch ABI v2 (hexrpc's; views at any offset).
+pub const HEXRPC_ABI_V2: u32 = 2;
+
+/// The least alignment (and size granule) of an arena's sub-allocations: one HVX vector.
+pub const HEXRPC_ARENA_ALIGN: usize = 128;
+/// Bookkeeping blocks of an arena (free and used ranges together).
+pub const HEXRPC_ARENA_BLOCKS: u32 = 1024;
+const _: () = assert!(HEXRPC_ARENA_ALIGN == hexrpc_hal::ARENA_ALIGN && HEXRPC_ARENA_BLOCKS as usize == hexrpc_hal::ARENA_BLOCKS);
+
+/// `int8_t`.
+pub const HEXRPC_SCALAR_I8: u32 = 1;
+/// `uint8_t`.
+pub const HEXRPC_SCALAR_U8: u32 = 2;
+/// `int16_t`.
+pub const HEXRPC_SCALAR_I16: u32 = 3;
+/// `uint16_t`.
+pub const HEXRPC_SCALAR_U16: u32 = 4;
+/// `int32_t`.
+pub const HEXRPC_SCALAR_I32: u32 = 5;
+/// `uint32_t`.
+pub const HEXRPC_SCALAR_U32: u32 = 6;
+/// `int64_t`.
+pub const HEXRPC_SCALAR_I64: u32 = 7;
+/// `uint64_t`.
+pub const HEXRPC_SCALAR_U64: u32 = 8;
+/// IEEE binary16, as its bits.
+pub const HEXRPC_SCALAR_F16: u32 = 9;
+/// `float`.
+pub const HEXRPC_SCALAR_F32: u32 = 10;
+/// `double`.
+pub const HEXRPC_SCALAR_F64: u32 = 11;
+
+/// `hexrpc_session_open_bench` flag: the bench runs executor images as real Hexagon code
+/// (refused with `HEXRPC_ERR_UNAVAILABLE`, naming the missing tool, without clang-19, ld.lld-19
+/// and qemu-hexagon).
+pub const HEXRPC_BENCH_EXECUTOR: u32 = 1;
+/// `hexrpc_session_open_bench` flag: launches return at once without reaching the simulated DSP
+/// (a measuring instrument for what hexrpc adds per launch; outputs are not written).
+pub const HEXRPC_BENCH_RETURNING_LAUNCHES: u32 = 2;
