@@ -1,6 +1,7 @@
 //! Builds Linux's drivers/misc/fastrpc.c (taken from Debian's linux-source-6.1 tarball at build
-//! time, never committed) together with our kernel shim c/kshim.c. The driver is compiled once,
-//! through c/introspect.c, which includes it unchanged and adds read-only views of its lists.
+//! time, never committed) together with our kernel shim, the c/kshim*.c files (`SHIM`). The
+//! driver is compiled once, through c/introspect.c, which includes it unchanged and adds read-only
+//! views of its lists.
 
 use std::env;
 use std::fs;
@@ -11,6 +12,8 @@ use std::time::UNIX_EPOCH;
 const DEFAULT_TARBALL: &str = "/usr/src/linux-source-6.1.tar.xz";
 const TOP: &str = "linux-source-6.1";
 const MEMBERS: [&str; 3] = ["drivers/misc/fastrpc.c", "include/uapi/misc/fastrpc.h", "Makefile"];
+/// The kernel shim's files (c/kshim.c has the overview; c/kshim_internal.h is what they share).
+const SHIM: [&str; 6] = ["c/kshim.c", "c/kshim_sync.c", "c/kshim_mem.c", "c/kshim_dma.c", "c/kshim_dev.c", "c/kshim_file.c"];
 
 fn main() {
     println!("cargo:rerun-if-env-changed=HEXRPC_LINUX_SOURCE");
@@ -37,7 +40,7 @@ fn main() {
 
     cc::Build::new()
         .file("c/introspect.c")
-        .file("c/kshim.c")
+        .files(SHIM)
         .include("c")
         .include(top.join("drivers/misc"))
         .include(top.join("include"))

@@ -1,6 +1,6 @@
 /*
  * hexrpc-linux: the boundary between Linux's drivers/misc/fastrpc.c, running in user space on
- * our kernel shim (kshim.c), and its Rust owner (src/lib.rs).
+ * our kernel shim (kshim.c and its siblings kshim_*.c), and its Rust owner (src/lib.rs).
  *
  * Nothing here comes from the kernel: the driver file is extracted from Debian's
  * linux-source-6.1 package at build time and never committed.

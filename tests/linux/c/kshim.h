@@ -1,7 +1,8 @@
 /*
  * hexrpc-linux kernel shim: the declarations Linux's drivers/misc/fastrpc.c needs, written for
  * user space (our own minimal versions, not the kernel's headers). Every <linux/...> header the
- * driver includes is a one-line forwarder to this file; kshim.c implements the functions.
+ * driver includes is a one-line forwarder to this file; kshim.c and its siblings (kshim_*.c, see
+ * kshim.c) implement the functions.
  *
  * Types carry a few fields of our own after the ones the driver reads (marked "shim").
  * No <stdint.h>: the driver's integer types are defined here (u64 is unsigned long long, as in

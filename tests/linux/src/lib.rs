@@ -9,8 +9,9 @@
 //!
 //! # What is shim
 //! Everything the driver calls into is ours: `c/kshim.h` declares the kernel interfaces the
-//! driver uses and `c/kshim.c` implements them on pthreads (allocation with live counts, plain
-//! mutexes for spinlocks and mutexes, atomic krefs, completions with a stand-in for signals
+//! driver uses and `c/kshim.c` with its siblings `c/kshim_*.c` (one per concern, listed in
+//! `c/kshim.c`) implements them on pthreads (allocation with live counts, plain mutexes for
+//! spinlocks and mutexes, atomic krefs, completions with a stand-in for signals
 //! ([`interrupt`]), one worker thread for `schedule_work`, `current` = the calling thread,
 //! checked user copies through `process_vm_readv`/`process_vm_writev`, coherent DMA memory with
 //! fake 32-bit bus addresses ([`bus_to_host`]), dma-bufs resolved by the [`Host`], a device tree

@@ -18,6 +18,7 @@
 #![deny(missing_docs)]
 
 pub mod catalogue;
+mod error;
 pub mod netmodel;
 pub mod stack;
 pub mod suite;

@@ -14,7 +14,7 @@ use hexrpc_runtime::launch::{AbiVersion, BufferRef, PackedLaunch, Scalar, Signat
 use hexrpc_runtime::reverse::FilePolicy;
 use hexrpc_runtime::{Error, ServedSession};
 
-use crate::netmodel::ModelError;
+use crate::error::ModelError;
 
 /// A served session on the bench.
 pub type Rig = ServedSession<Bench>;
