@@ -53,6 +53,41 @@ def test_device_is_registered(dev):
     np.testing.assert_array_equal(t.numpy(), np.array([1.0, 2.0, 3.0], np.float32))
 
 
+#: The public names of ``hexrpc.tinygrad`` from when it was one module (before it became a
+#: package of one module per responsibility).
+_MODULE_NAMES = (
+    "ARENA_BYTES AUTO_RECOVERIES AUTO_RECOVERY_WINDOW_S ArenaPool BATCH_MAX_KERNELS BATCH_MAX_LAUNCHES "
+    "BATCH_MAX_LEASES BATCH_MAX_RECORD_BYTES DSPRestartError DeviceStats HEXRPCAllocator HEXRPCBuffer "
+    "HEXRPCCompiler HEXRPCDevice HEXRPCGraph HEXRPCProgram HEXRPCRenderer INPUT_CACHE KernelRecord "
+    "LibraryCache TINYGRAD_CFLAGS batch_record_bytes build_batch_library build_library chunk_calls "
+    "device_board hexrpc_cli hexrpc_signature open_session rename_kernel restart_reason scalar_kind "
+    "signature_of"
+).split()
+
+
+def test_package_keeps_the_module_names_and_has_no_import_cycle():
+    """Every name the single module had is importable from ``hexrpc.tinygrad``, which is what
+    tinygrad's lookup (``tinygrad.runtime.ops_hexrpc``) finds, and no module of the package
+    imports (even only for type checking) one that imports it back."""
+    import ast
+    import sys
+    from pathlib import Path
+
+    assert [n for n in _MODULE_NAMES if not hasattr(hexrpc_tinygrad, n)] == []
+    assert sys.modules["tinygrad.runtime.ops_hexrpc"] is hexrpc_tinygrad
+    pkg = Path(hexrpc_tinygrad.__file__).parent
+    deps = {}
+    for f in pkg.glob("*.py"):
+        tree = ast.parse(f.read_text())
+        deps[f.stem] = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 1 and n.module}
+    assert "__init__" not in set().union(*deps.values()), deps
+
+    def reaches(start, goal, seen=()):
+        return any(d == goal or (d not in seen and reaches(d, goal, (*seen, d))) for d in deps.get(start, ()))
+
+    assert [m for m in deps if reaches(m, m)] == [], deps
+
+
 def test_elementwise_f32():
     cpu, hex_ = both(lambda a, b: (a + b) * a - b / 3.0, f32(37, 29), f32(37, 29))
     np.testing.assert_allclose(hex_, cpu, rtol=2e-6, atol=2e-6)
@@ -430,9 +465,9 @@ def test_graph_split_when_a_batch_would_not_fit(dev, monkeypatch, limit):
     lease limit every buffer is a lease of its own (``HEXRPC_ARENA_MIB=0``'s allocation; in
     arenas the whole model is one or two leases and nothing would split)."""
     if limit == "kernels":
-        monkeypatch.setattr(hexrpc_tinygrad, "BATCH_MAX_KERNELS", 2)
+        monkeypatch.setattr(hexrpc_tinygrad.graph, "BATCH_MAX_KERNELS", 2)
     else:
-        monkeypatch.setattr(hexrpc_tinygrad, "BATCH_MAX_LEASES", 4)
+        monkeypatch.setattr(hexrpc_tinygrad.graph, "BATCH_MAX_LEASES", 4)
         monkeypatch.setattr(dev.hub.arenas, "arena_bytes", 0)
         dev.allocator.free_cache()  # cached buffers are arena sub-allocations
     inputs = model_inputs(5)

@@ -1,0 +1,214 @@
+"""Kernel sources and their libraries: hexrpc signatures of tinygrad kernels, the record the
+renderer appends to a kernel's source (:class:`KernelRecord`), the renderer
+(:class:`HEXRPCRenderer`) and the compiler (:class:`HEXRPCCompiler`, :func:`build_library`:
+``hexrpc build-lib``). Nothing here opens a session."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from tinygrad.device import CompileError, Compiler
+from tinygrad.dtype import AddrSpace, dtypes
+from tinygrad.helpers import Target
+from tinygrad.renderer.cstyle import ClangRenderer
+from tinygrad.runtime.ops_dsp import DSPRenderer
+from tinygrad.uop.ops import PatternMatcher, UPat
+
+# -------------------------------------------------------------------------------------------------
+# Signatures
+
+#: The C type a kernel receives a scalar as (what tinygrad's C renderer prints) -> hexrpc signature
+#: kind (runtime/src/launch/signature.rs).
+_C_SCALAR_KINDS: dict[str, str] = {
+    "signed char": "i8",
+    "char": "i8",
+    "unsigned char": "u8",
+    "short": "i16",
+    "unsigned short": "u16",
+    "int": "i32",
+    "unsigned int": "u32",
+    "long long": "i64",
+    "long": "i64",
+    "unsigned long long": "u64",
+    "unsigned long": "u64",
+    "half": "f16",
+    "__fp16": "f16",
+    "float": "f32",
+    "double": "f64",
+}
+
+
+def scalar_kind(c_type: str) -> str:
+    """The hexrpc signature kind of a kernel scalar parameter of C type ``c_type``."""
+    try:
+        return _C_SCALAR_KINDS[c_type.strip()]
+    except KeyError:
+        raise CompileError(f"HEXRPC: a kernel scalar of C type {c_type!r} has no hexrpc signature kind") from None
+
+
+def hexrpc_signature(params: list[str | None]) -> str:
+    """The hexrpc signature string (``"buf,buf,i32"``) of a kernel whose parameters are, in order,
+    ``None`` for a buffer or the C type of a scalar. Buffers must come first (the launch ABI
+    numbers slots by parameter)."""
+    out: list[str] = []
+    for c_type in params:
+        if c_type is None:
+            if out and out[-1] != "buf":
+                raise CompileError("HEXRPC: a buffer parameter after a scalar; hexrpc needs buffers first")
+            out.append("buf")
+        else:
+            out.append(scalar_kind(c_type))
+    return ",".join(out)
+
+
+@dataclass(frozen=True)
+class KernelRecord:
+    """What the renderer records at the end of a kernel's source: its C name and signature."""
+
+    name: str
+    signature: str
+
+    MARKER = "hexrpc-kernel"
+    _RE = re.compile(r"/\* hexrpc-kernel: ([A-Za-z_][A-Za-z0-9_]*) \[([a-z0-9,]*)\] \*/\s*$")
+
+    def render(self) -> str:
+        return f"/* {self.MARKER}: {self.name} [{self.signature}] */"
+
+    @classmethod
+    def parse(cls, src: str) -> KernelRecord:
+        m = cls._RE.search(src)
+        if m is None:
+            raise CompileError("HEXRPC: the source has no hexrpc-kernel record (was it rendered by HEXRPCRenderer?)")
+        return cls(m.group(1), m.group(2))
+
+
+# -------------------------------------------------------------------------------------------------
+# Renderer
+
+
+class HEXRPCRenderer(DSPRenderer):
+    """tinygrad's DSP renderer for the kernel function; the entry is hexrpc's (v2), generated at
+    build time from the record this renderer appends."""
+
+    #: clang-19 for Hexagon compiles a 16-bit integer -> ``__fp16`` cast as a copy of the bits
+    #: (``hexrpc build-lib`` refuses such a kernel, docs/build-lib.md): widen to int first, which
+    #: converts. tinygrad's half ``sqrt``/``sin`` contain such casts.
+    extra_matcher = (
+        PatternMatcher([(UPat.var("x", (dtypes.int16, dtypes.uint16)).cast(dtypes.half), lambda x: x.cast(dtypes.int32).cast(dtypes.half))])
+        + DSPRenderer.extra_matcher
+    )
+
+    def __init__(self, target: Target):
+        self.target, self.compiler = target, HEXRPCCompiler()
+
+    def _render_defines(self, uops) -> list[str]:
+        # Only the kernel's own vector typedefs: the v1 entry's declarations (remote_arg, HAP_*)
+        # belong to the entry, which hexrpc generates in its own translation unit.
+        return ClangRenderer._render_defines(self, uops)
+
+    def _render_entry(self, function_name: str, bufs) -> str:
+        params = [self._render_dtype(u.dtype) if u.addrspace == AddrSpace.ALU else None for _, (u, _) in bufs]
+        return KernelRecord(function_name, hexrpc_signature(params)).render()
+
+
+# -------------------------------------------------------------------------------------------------
+# Compiler
+
+#: tinygrad's DSPCompiler flags beyond what ``hexrpc build-lib`` always passes
+#: (``--target=hexagon -mcpu=hexagonv65 -mhvx=v65 -mhvx-length=128b -O2 -fPIC -ffreestanding
+#: -nostdlib``, plus ``-fno-builtin``).
+TINYGRAD_CFLAGS = ("-Wall", "-Werror", "-fno-stack-protector")
+
+
+def hexrpc_cli() -> str:
+    """The ``hexrpc`` tool: ``$HEXRPC_CLI``, else ``hexrpc`` on ``PATH``."""
+    cli = os.environ.get("HEXRPC_CLI") or shutil.which("hexrpc")
+    if not cli:
+        raise CompileError("HEXRPC: the hexrpc tool was not found (set HEXRPC_CLI or put `hexrpc` on PATH)")
+    return cli
+
+
+def _cli_digest(cli: str) -> str:
+    """The first 16 hex digits of the tool binary's SHA-256: the entry it generates is part of
+    every library, so another build of the tool must not reuse cached libraries."""
+    path = cli if os.path.sep in cli else (shutil.which(cli) or cli)
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+    except OSError as e:
+        raise CompileError(f"HEXRPC: cannot read {path}: {e}") from e
+
+
+def build_library(sources: list[tuple[str, KernelRecord]], *, table: bool = False, cli: str | None = None) -> bytes:
+    """Builds one Hexagon library with ``hexrpc build-lib`` from ``(source, record)`` pairs and
+    returns its bytes. One source without ``table`` gives a plain v2 library (``entry`` launches
+    that kernel); otherwise a kernel-table library (``--table``, in the given order) whose entry
+    also runs batches. Each source is its own translation unit, so the kernels' names must
+    differ."""
+    cli = cli or hexrpc_cli()
+    if not sources:
+        raise CompileError("HEXRPC: no kernel to build")
+    with tempfile.TemporaryDirectory(prefix="hexrpc-tg-") as d:
+        out = Path(d) / "kernels.so"
+        files = []
+        for i, (src, _) in enumerate(sources):
+            files.append(Path(d) / f"k{i}.c")
+            files[-1].write_text(src)
+        if len(sources) == 1 and not table:
+            rec = sources[0][1]
+            cmd = [cli, "-q", "build-lib", str(files[0]), "--signature", rec.signature, "--kernel", rec.name]
+        else:
+            cmd = [cli, "-q", "build-lib", *map(str, files)]
+            cmd += [f"--table={f}:{rec.name}:{rec.signature}" for f, (_, rec) in zip(files, sources)]
+        cmd += ["-o", str(out)] + [f"--cflag={f}" for f in TINYGRAD_CFLAGS]
+        try:
+            res = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise CompileError(f"HEXRPC: `{' '.join(cmd)}` could not run: {e}") from e
+        if res.returncode != 0:
+            names = ", ".join(rec.name for _, rec in sources)
+            raise CompileError(f"HEXRPC: hexrpc build-lib failed (exit {res.returncode}) for {names}:\n{res.stderr}")
+        return out.read_bytes()
+
+
+#: Built kernel-table libraries of this process, by the digest of their sources (tinygrad's disk
+#: cache keeps single kernels; a jit's table is rebuilt once per process).
+_TABLE_LIBRARIES: dict[str, bytes] = {}
+
+
+def build_batch_library(sources: list[tuple[str, KernelRecord]]) -> bytes:
+    """:func:`build_library` for a kernel table, built once per process and set of sources."""
+    h = hashlib.sha256()
+    for src, rec in sources:
+        h.update(f"{rec.name}\0{rec.signature}\0{len(src)}\0".encode() + src.encode())
+    key = h.hexdigest()
+    if (lib := _TABLE_LIBRARIES.get(key)) is None:
+        lib = _TABLE_LIBRARIES[key] = build_library(sources, table=True)
+    return lib
+
+
+class HEXRPCCompiler(Compiler):
+    """Builds a rendered kernel into a Hexagon library with ``hexrpc build-lib`` (v2 entry)."""
+
+    def __init__(self, cli: str | None = None):
+        self._cli = cli
+        # The cache key names the tool's build: another hexrpc (another entry) is another key.
+        try:
+            key = f"compile_hexrpc_{_cli_digest(cli or hexrpc_cli())}"
+        except CompileError:
+            key = None
+        super().__init__(key)
+
+    def compile(self, src: str) -> bytes:
+        return build_library([(src, KernelRecord.parse(src))], cli=self._cli)
+
+    def disassemble(self, lib: bytes):
+        from tinygrad.helpers import cpu_objdump
+
+        cpu_objdump(lib, "llvm-objdump-19")
