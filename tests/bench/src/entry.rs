@@ -623,7 +623,7 @@ impl EntryEnv<'_> {
     fn run_kernel(&mut self, model: &LibraryModel, buffers: Vec<KernelBuffer>, scalars: Vec<[u8; 8]>) -> (u64, i32) {
         let (micros, status, restart) = self.call_kernel(&model.kernel, None, buffers, scalars);
         if restart {
-            crate::bench::restart_dsp(self.sh, crate::RestartReason::ModelKernel { library: self.library.clone() });
+            crate::release::restart_dsp(self.sh, crate::RestartReason::ModelKernel { library: self.library.clone() });
         }
         (micros, status)
     }
@@ -897,7 +897,7 @@ pub(crate) fn run_batch(env: &mut EntryEnv<'_>, model: &LibraryModel) -> i32 {
         if restart {
             // The DSP is gone: nothing after this point runs (its mappings went with the process).
             drop(mapped);
-            crate::bench::restart_dsp(env.sh, crate::RestartReason::ModelKernel { library: env.library.clone() });
+            crate::release::restart_dsp(env.sh, crate::RestartReason::ModelKernel { library: env.library.clone() });
             return -1;
         }
         micros += us;

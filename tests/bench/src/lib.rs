@@ -27,7 +27,7 @@
 //!   values for DSP errors, `ECONNRESET` / +104 after a restart). ION buffers are memfds, so a
 //!   SHARE fd and `mmap` on it are real.
 //! * **The kernel rules** checked against the real drivers (docs/bench.md, "Kernel rules";
-//!   `tests/kernel_rules.rs`): handle maps keyed by fd number that outlive the call and hand
+//!   `tests/kernel_rules/`): handle maps keyed by fd number that outlive the call and hand
 //!   the DSP the map's buffer when a number is reused ([`Bench::driver_maps`]); one DSP process
 //!   per identity (tgid, with the SETMODE session bit), released by any file of that identity
 //!   ([`Bench::dsp_processes`]); a release on close that waits for the process's running calls
@@ -126,6 +126,7 @@ mod account;
 mod bench;
 mod config;
 pub mod dma_heap;
+mod driver_map;
 pub mod dsp;
 pub mod elf;
 pub mod entry;
@@ -134,6 +135,7 @@ pub mod ion;
 #[cfg(feature = "linux")]
 pub mod linux;
 pub mod measure;
+mod release;
 mod restart;
 pub mod rpc;
 mod state;
@@ -146,11 +148,11 @@ pub use account::{
     CallCounts, CallKind, DspCallKind, Fault, FaultTarget, LatencySample, LatencySummary, LedgerEntry, LedgerEvent, MunmapRecord, Oops,
     OopsKind, OpenRecord, ReverseRecord, Snapshot,
 };
-pub use bench::{
-    Bench, BufferId, DriverMap, DriverMapKind, DspProcessInfo, GlobalHeapMap, KernelFootprint, KernelLeaks, ReverseReply, ReverseRequest,
-    ReverseTicket, WeakBench, DEFAULT_SHELL_LEN,
-};
+pub use bench::inspect::{DspProcessInfo, GlobalHeapMap, KernelFootprint, KernelLeaks};
+pub use bench::reverse::{ReverseReply, ReverseRequest, ReverseTicket};
+pub use bench::{Bench, WeakBench, DEFAULT_SHELL_LEN};
 pub use config::{parse_call_limit, BenchConfig, BenchEnvError, CostModel, FdlistPolicy, CALL_LIMIT_ENV, MAX_CALL_LIMIT_MS};
+pub use driver_map::{BufferId, DriverMap, DriverMapKind};
 pub use dsp::{ReverseError, STALE_BYTE};
 pub use entry::{AccessError, EntryVersion, KernelCall, KernelFn, LibraryModel, TableKernel, BATCH_MAGIC, V2_MAGIC};
 pub use restart::{RestartKind, RestartReason, ShellFault, ShellStep};

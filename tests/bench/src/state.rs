@@ -657,7 +657,7 @@ impl State {
     }
 
     /// The part of `fastrpc_file_free` after the release message
-    /// ([`crate::bench::release_file`]): free parked contexts and every map, give the session
+    /// ([`crate::release::release_file`]): free parked contexts and every map, give the session
     /// back.
     pub fn free_rpc_file(&mut self, file_id: u64) {
         let Some(f) = self.rpc_files.remove(&file_id) else { return };

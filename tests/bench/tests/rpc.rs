@@ -61,7 +61,7 @@ fn control_setmode_getperf() {
         assert_eq!(adsprpc::setmode(&b, s.rpc, m), Ok(()), "mode {m}");
     }
     // SESSION is accepted at any time; after INIT it would re-target this file's calls to an
-    // identity without a process (kernel_rules.rs), so it goes to a file of its own here.
+    // identity without a process (kernel_rules/), so it goes to a file of its own here.
     let other = fresh_rpc(&b);
     assert_eq!(adsprpc::setmode(&b, other, 4), Ok(()), "mode 4");
     b.close_raw(other).unwrap();

@@ -236,7 +236,7 @@ fn reason(sh: &Shared, library: &str, step: ShellStep, failure: ExecFailure) -> 
 /// The DSP restart an executor failure stands for ([`Bench::restart_dsp`](crate::Bench::restart_dsp)),
 /// recorded with its reason ([`Bench::last_restart`](crate::Bench::last_restart)).
 fn restart(sh: &Shared, reason: RestartReason) {
-    crate::bench::restart_dsp(sh, reason);
+    crate::release::restart_dsp(sh, reason);
 }
 
 /// Hook for library invokes: runs `job` on the executor.

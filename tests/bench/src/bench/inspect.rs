@@ -1,0 +1,384 @@
+//! Accounting and the kernel's state as tests inspect it: snapshots and settling, counts, logs
+//! and the ledger, what Linux's own driver keeps for good, oopses, heap and driver maps, buffers,
+//! DSP processes and identities.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+#[cfg(feature = "linux")]
+use hexrpc_drivers::Errno;
+use hexrpc_drivers::Fd;
+
+use super::Bench;
+use crate::account::{CallCounts, CallKind, LatencySample, LatencySummary, LedgerEntry, MunmapRecord, Oops, ReverseRecord, Snapshot};
+use crate::driver_map::{BufferId, DriverMap, DriverMapKind};
+use crate::state::{DspMap, FdEntry, FdObj, MapKind};
+
+/// The simulated kernel's memory in this process ([`Bench::kernel_footprint`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KernelFootprint {
+    /// Coherent DMA buffers (each an anonymous mapping of its own).
+    pub coherent: usize,
+    /// Their bytes.
+    pub coherent_bytes: u64,
+    /// The kernel's shared mappings of dma-bufs (memfd mappings).
+    pub buffer_mappings: usize,
+    /// Their bytes.
+    pub buffer_bytes: u64,
+}
+
+/// What the kernel keeps for good after the files that made it were released
+/// ([`Bench::kernel_leaks`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KernelLeaks {
+    /// Users (files) the driver never freed.
+    pub users: usize,
+    /// Their invoke contexts.
+    pub contexts: usize,
+    /// Their driver maps.
+    pub maps: usize,
+    /// The buffers those maps pin (memory the process can never get back).
+    pub buffers: Vec<BufferId>,
+    /// Their bytes.
+    pub bytes: u64,
+}
+
+/// A driver-global heap map of the downstream driver ([`Bench::global_heap_maps`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GlobalHeapMap {
+    /// The MMAP flags it was made with (`ADSP_MMAP_HEAP_ADDR` 4 or `ADSP_MMAP_REMOTE_HEAP_ADDR`
+    /// 8).
+    pub flags: u32,
+    /// The fd the caller passed: a lookup key only (never imported; any value, -1 included).
+    pub fd: i32,
+    /// The DSP address (what a MUNMAP must name; the comma three's MMAP never returns it).
+    pub raddr: u64,
+    /// Its length (what a MUNMAP must name).
+    pub len: u64,
+    /// References (a later MMAP with the same fd and a range inside the map's kernel address
+    /// takes one; MUNMAP needs exactly 1).
+    pub refs: u32,
+    /// The memory as the DSP finds it: never zeroed (`DMA_ATTR_SKIP_ZEROING`), so whatever the
+    /// region held before ([`STALE_BYTE`](crate::STALE_BYTE) on the bench).
+    pub contents: Vec<u8>,
+}
+
+/// A live simulated DSP process ([`Bench::dsp_processes`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DspProcessInfo {
+    /// The bench's process id ([`Bench::dsp_pid`]).
+    pub pid: u64,
+    /// The identity it was created under: the host tgid, with bit 30 for a SETMODE(SESSION)
+    /// file.
+    pub identity: i32,
+    /// Whether bit 30 (the second session) is set.
+    pub session: bool,
+}
+
+impl Bench {
+    // ---- accounting ----
+
+    /// Resource counts now.
+    pub fn snapshot(&self) -> Snapshot {
+        #[cfg(feature = "linux")]
+        if let Some(kern) = self.sh.linux.as_ref() {
+            // The driver's lists, read before the bench's lock (the driver may be waiting for it).
+            let held = kern.held();
+            let mut s = self.lock().snapshot(self.sh.dsp_host_mmaps.load(Ordering::SeqCst));
+            s.dsp_maps = held.maps;
+            s.contexts = held.contexts;
+            s.parked = held.parked;
+            return s;
+        }
+        self.lock().snapshot(self.sh.dsp_host_mmaps.load(Ordering::SeqCst))
+    }
+
+    /// What the kernel keeps for good after the files that made it were released: on
+    /// [`BENCH_LINUX`](hexrpc_bsp::BENCH_LINUX), the users Linux 6.1.192's `fastrpc.c` never
+    /// frees (a context that was interrupted, timed out or in flight at a restart holds a
+    /// reference on its user, so `fastrpc_user_free` never runs) with their contexts, maps and
+    /// the buffers those pin. Empty on the simulated kernels, which free everything at close.
+    pub fn kernel_leaks(&self) -> KernelLeaks {
+        #[cfg(feature = "linux")]
+        if let Some(kern) = self.sh.linux.as_ref() {
+            let leaked = kern.leaked();
+            let st = self.lock();
+            let mut l = KernelLeaks { users: leaked.len(), ..KernelLeaks::default() };
+            for u in &leaked {
+                l.contexts += u.pending;
+                l.maps += u.maps.len() + u.mmaps;
+                for k in u.maps.iter().filter_map(|m| m.key) {
+                    if !l.buffers.contains(&BufferId(k)) {
+                        l.buffers.push(BufferId(k));
+                        l.bytes += st.buffers.get(&k).map_or(0, |b| b.len);
+                    }
+                }
+            }
+            return l;
+        }
+        KernelLeaks::default()
+    }
+
+    /// The simulated kernel's own memory in this process (on
+    /// [`BENCH_LINUX`](hexrpc_bsp::BENCH_LINUX): the driver's coherent DMA buffers and its
+    /// mappings of dma-bufs; zero on the models, whose kernel memory is the bench's tables): what
+    /// a footprint measurement of hexrpc leaves out.
+    pub fn kernel_footprint(&self) -> KernelFootprint {
+        #[cfg(feature = "linux")]
+        if let Some(kern) = self.sh.linux.as_ref() {
+            let (coherent, coherent_bytes) = hexrpc_linux::coherent();
+            let (buffer_mappings, buffer_bytes) = kern.kernel_mappings();
+            return KernelFootprint { coherent, coherent_bytes, buffer_mappings, buffer_bytes };
+        }
+        KernelFootprint::default()
+    }
+
+    /// `now` less what the kernel keeps for good ([`Bench::kernel_leaks`]): what is left to
+    /// compare with a test's start snapshot once everything hexrpc holds is given back.
+    pub fn without_kernel_leaks(&self, now: &Snapshot) -> Snapshot {
+        let l = self.kernel_leaks();
+        let mut s = *now;
+        s.ion_buffers = s.ion_buffers.saturating_sub(l.buffers.len());
+        s.ion_bytes = s.ion_bytes.saturating_sub(l.bytes);
+        s.dsp_maps = s.dsp_maps.saturating_sub(l.maps);
+        s.contexts = s.contexts.saturating_sub(l.contexts);
+        s.parked = s.parked.saturating_sub(l.contexts);
+        s
+    }
+
+    /// [`Bench::settle`] to `want` up to what the kernel keeps for good: waits up to `timeout`
+    /// for [`Bench::without_kernel_leaks`] of the snapshot to equal `want`, and returns it. On
+    /// the simulated kernels (which leak nothing) this is [`Bench::settle`].
+    pub fn settle_except_kernel_leaks(&self, want: &Snapshot, timeout: Duration) -> Snapshot {
+        let end = Instant::now() + timeout;
+        loop {
+            let s = self.without_kernel_leaks(&self.snapshot());
+            if s == *want || Instant::now() >= end {
+                return s;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// `start` plus what the kernel now keeps for good ([`Bench::kernel_leaks`]): what a test
+    /// that drove the kernel into such a leak settles back to. Equal to `start` on the simulated
+    /// kernels.
+    pub fn with_kernel_leaks(&self, start: &Snapshot) -> Snapshot {
+        let l = self.kernel_leaks();
+        let mut s = *start;
+        s.ion_buffers += l.buffers.len();
+        s.ion_bytes += l.bytes;
+        s.dsp_maps += l.maps;
+        s.contexts += l.contexts;
+        s.parked += l.contexts;
+        s
+    }
+
+    /// Waits up to `timeout` for the snapshot to equal `want` (DSP worker threads finish
+    /// asynchronously after an ioctl returns); returns the last snapshot.
+    pub fn settle(&self, want: &Snapshot, timeout: Duration) -> Snapshot {
+        let end = Instant::now() + timeout;
+        loop {
+            let s = self.snapshot();
+            if s == *want || Instant::now() >= end {
+                return s;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// Calls counted so far.
+    pub fn counts(&self) -> CallCounts {
+        self.lock().counts.clone()
+    }
+
+    /// Every FastRPC MUNMAP the bench received: the descriptor, the channel it was then (and its
+    /// epoch), and the channel that had made the map.
+    pub fn munmap_log(&self) -> Vec<MunmapRecord> {
+        self.lock().munmap_log.clone()
+    }
+
+    /// The HAP ledger (since the last clear, at most
+    /// [`BenchConfig::log_capacity`](crate::BenchConfig::log_capacity) entries).
+    pub fn ledger(&self) -> Vec<LedgerEntry> {
+        self.lock().ledger.clone()
+    }
+
+    /// Ledger entries that show a broken contract.
+    pub fn ledger_mismatches(&self) -> usize {
+        self.lock().ledger_mismatches
+    }
+
+    /// Ledger entries and latency samples not kept since the last clear because their log was
+    /// full (the logs are bounded so that a long run's memory does not grow per launch).
+    pub fn log_overflow(&self) -> (u64, u64) {
+        let st = self.lock();
+        (st.ledger_dropped, st.latencies_dropped)
+    }
+
+    /// Empties every log the bench keeps for inspection (ledger, latencies, open, reverse and
+    /// MUNMAP logs, the MMAP address origins of channels that are gone), so a long run stays
+    /// bounded; check them first.
+    pub fn clear_logs(&self) {
+        let mut st = self.lock();
+        st.ledger.clear();
+        st.ledger_mismatches = 0;
+        st.ledger_dropped = 0;
+        st.latencies.clear();
+        st.latencies_dropped = 0;
+        st.open_log.clear();
+        st.reverse_log.clear();
+        st.munmap_log.clear();
+        let live: std::collections::HashSet<u64> = st.rpc_files.keys().copied().collect();
+        st.map_origins.retain(|_, f| live.contains(f));
+        // Reverse records are indexed by tickets still waiting; they point past the cleared log
+        // and are simply not recorded any more.
+        for t in st.tickets.values_mut() {
+            t.record = usize::MAX;
+        }
+    }
+
+    /// Empties the ledger.
+    pub fn clear_ledger(&self) {
+        let mut st = self.lock();
+        st.ledger.clear();
+        st.ledger_mismatches = 0;
+        st.ledger_dropped = 0;
+    }
+
+    /// Every reverse request the DSP sent, with the host's result.
+    pub fn reverse_log(&self) -> Vec<ReverseRecord> {
+        self.lock().reverse_log.clone()
+    }
+
+    /// Simulated latency samples (one per ioctl; since the last clear, at most
+    /// [`BenchConfig::log_capacity`](crate::BenchConfig::log_capacity)).
+    pub fn latencies(&self) -> Vec<LatencySample> {
+        self.lock().latencies.clone()
+    }
+
+    /// Summary of the simulated latencies of `kind`.
+    pub fn latency_summary(&self, kind: CallKind) -> Option<LatencySummary> {
+        LatencySummary::of(kind, &self.lock().latencies)
+    }
+
+    /// Every error Linux's own driver returned to an ioctl on a
+    /// [`BENCH_LINUX`](hexrpc_bsp::BENCH_LINUX) bench, in order: the request number and the
+    /// errno (`EINTR` for the driver's `-ERESTARTSYS`). Empty on the other boards.
+    #[cfg(feature = "linux")]
+    pub fn linux_errors(&self) -> Vec<(u32, Errno)> {
+        self.lock().linux_errors.clone()
+    }
+
+    /// What Linux's own driver holds now (contexts, maps' attachments, dma-buf references,
+    /// coherent buffers, files, allocations), read from the harness's bookkeeping; `None` on the
+    /// other boards.
+    #[cfg(feature = "linux")]
+    pub fn linux_counts(&self) -> Option<hexrpc_linux::Counts> {
+        self.sh.linux.as_ref().map(|k| k.chan.counts())
+    }
+
+    /// Every kernel oops or memory-safety violation the downstream driver would have suffered,
+    /// in order ([`Snapshot::oopses`] counts them): MMAP with ADD_PAGES on a file without
+    /// GETINFO (a NULL dereference in `fastrpc_buf_alloc`: the file is poisoned, every later
+    /// ioctl on it fails with `EIO`), an invoke or a heap MMAP before GETINFO (the tail of
+    /// `fastrpc_internal_invoke` reads `channel[-1]`), a remote-heap MMAP whose hyp-assign fails
+    /// after the DSP mapped the pages (`fastrpc_mmap_on_dsp`'s bail frees memory the DSP still
+    /// maps).
+    pub fn oopses(&self) -> Vec<Oops> {
+        self.lock().oopses.clone()
+    }
+
+    /// The downstream driver's global heap maps (`gfa.maps`, MMAP with `ADSP_MMAP_HEAP_ADDR` or
+    /// `ADSP_MMAP_REMOTE_HEAP_ADDR`), oldest first: owned by no file, freed only by a MUNMAP of
+    /// their DSP address and length from any file.
+    pub fn global_heap_maps(&self) -> Vec<GlobalHeapMap> {
+        let st = self.lock();
+        st.global_maps
+            .iter()
+            .map(|m| GlobalHeapMap { flags: m.flags, fd: m.fd, raddr: m.raddr, len: m.len, refs: m.refs, contents: m.mem.clone() })
+            .collect()
+    }
+
+    /// The simulated DSP process behind a FastRPC fd, if one is alive.
+    pub fn dsp_pid(&self, rpc_fd: Fd) -> Option<u64> {
+        let st = self.lock();
+        self.pid_of(&st, rpc_fd)
+    }
+
+    /// The driver's map list of the FastRPC file behind `rpc_fd` (`None` if the number is not a
+    /// FastRPC file of this bench), in creation order: what MUNMAP_FD, the fdlist and close work
+    /// on. A map keeps its buffer alive after every user reference is gone, and is found by its
+    /// fd NUMBER: compare [`DriverMap::buffer`] with [`Bench::buffer_of`] of the same number to
+    /// see a stale map.
+    pub fn driver_maps(&self, rpc_fd: Fd) -> Option<Vec<DriverMap>> {
+        #[cfg(feature = "linux")]
+        if let Some(kern) = self.sh.linux.as_ref() {
+            // The real driver's own list (`fl->maps`), read without the bench's lock.
+            let file = match self.lock().fds.get(&rpc_fd.0) {
+                Some(FdEntry { obj: FdObj::Rpc(f), .. }) => *f,
+                _ => return None,
+            };
+            return kern.file_maps(file);
+        }
+        let st = self.lock();
+        let Some(FdEntry { obj: FdObj::Rpc(f), .. }) = st.fds.get(&rpc_fd.0) else { return None };
+        let f = st.rpc_files.get(f)?;
+        Some(f.maps.iter().map(driver_map).collect())
+    }
+
+    /// The driver maps of every FastRPC file still known to the simulated kernel (closed files
+    /// whose release is in progress included): the total a test compares with its start.
+    pub fn all_driver_maps(&self) -> Vec<DriverMap> {
+        #[cfg(feature = "linux")]
+        if let Some(kern) = self.sh.linux.as_ref() {
+            // Every open file's list and those of users the driver never freed.
+            return kern.all_maps();
+        }
+        let st = self.lock();
+        st.rpc_files.values().flat_map(|f| f.maps.iter().map(driver_map)).collect()
+    }
+
+    /// The buffer (ION buffer or dma-buf) a descriptor number names now, if it names one.
+    pub fn buffer_of(&self, fd: Fd) -> Option<BufferId> {
+        self.lock().dmabuf(fd.0).map(BufferId)
+    }
+
+    /// Whether a buffer still exists (some handle, fd, host mapping or driver map holds it).
+    pub fn buffer_alive(&self, id: BufferId) -> bool {
+        self.lock().buffers.contains_key(&id.0)
+    }
+
+    /// The live DSP processes and the identity each was created under (tgid, with bit 30 for
+    /// the second session of a process); one per identity.
+    pub fn dsp_processes(&self) -> Vec<DspProcessInfo> {
+        let st = self.lock();
+        let mut v: Vec<DspProcessInfo> = st
+            .procs
+            .iter()
+            .filter(|(_, p)| p.alive)
+            .map(|(&pid, p)| DspProcessInfo { pid, identity: p.identity, session: p.identity & (1 << 30) != 0 })
+            .collect();
+        v.sort_by_key(|p| p.pid);
+        v
+    }
+
+    /// The DSP identity the FastRPC file behind `rpc_fd` sends (what its INIT creates and its
+    /// close releases).
+    pub fn identity_of(&self, rpc_fd: Fd) -> Option<i32> {
+        let st = self.lock();
+        let Some(FdEntry { obj: FdObj::Rpc(f), .. }) = st.fds.get(&rpc_fd.0) else { return None };
+        st.rpc_files.get(f).map(|f| f.tgid)
+    }
+}
+
+/// One of a model's driver maps as the bench shows it.
+fn driver_map(m: &DspMap) -> DriverMap {
+    let kind = match m.kind {
+        MapKind::Fd => DriverMapKind::Mmap,
+        MapKind::AddPages => DriverMapKind::AddPages,
+        MapKind::Handle => DriverMapKind::Handle,
+        MapKind::Buffer => DriverMapKind::Buffer,
+    };
+    DriverMap { kind, fd: m.fd, refs: m.refs, buffer: m.buf.map(BufferId), len: m.len, dsp_size: m.size }
+}
