@@ -125,9 +125,8 @@ fn a_create_on_its_way_at_a_restart_makes_no_process_on_the_new_dsp() {
     // The create is held 300 ms on its way; the DSP restarts 100 ms into the hold.
     b.inject(FaultTarget::Delivery(DspCallKind::CreateProcess), 1, Fault::Delay(Duration::from_millis(300)));
     let created = std::thread::scope(|s| {
-        let create = s.spawn(|| {
-            upstream::init_create(&b, rpc, &map, buf.raw(), shell.len() as u32, upstream::FASTRPC_MODE_UNSIGNED_MODULE, 0)
-        });
+        let create =
+            s.spawn(|| upstream::init_create(&b, rpc, &map, buf.raw(), shell.len() as u32, upstream::FASTRPC_MODE_UNSIGNED_MODULE, 0));
         std::thread::sleep(Duration::from_millis(100));
         b.restart_dsp();
         create.join().unwrap()

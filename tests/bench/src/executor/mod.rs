@@ -102,7 +102,10 @@ use std::sync::Arc;
 use hexrpc_drivers::aee;
 use hexrpc_drivers::Scalars;
 
-pub use build::{build_library, build_shell, is_shared_library, tools_available, BuildError, Flavour, LibrarySources, Toolchain};
+pub use build::{
+    build_library, build_shell, is_shared_library, tools_available, BuildError, Flavour, LibrarySources, Tool, Toolchain, ToolchainError,
+    CI_INSTALLER,
+};
 pub use process::{ExecFailure, ExecProcess, ExecStats, ShellEnd, ShellStatus, LAST_OUTPUT, SANDBOX_REFUSAL};
 
 use crate::account::{LedgerEntry, LedgerEvent};
