@@ -1,6 +1,7 @@
-//! What a session does with its [`Book`]: admitting and quarantining the handles of a call,
-//! keeping what a channel may still map until that channel is released, returning a dropped
-//! lease, and making room when a table is full (the policy is in `book`'s module docs).
+//! What a session does with its [`Book`](super::book::Book): admitting and quarantining the
+//! handles of a call, keeping what a channel may still map until that channel is released,
+//! returning a dropped lease, and making room when a table is full (the policy is in `book`'s
+//! module docs).
 
 use core::sync::atomic::Ordering;
 
