@@ -1,24 +1,8 @@
 //! Allocations: a buffer from the board's allocator and its mapping ([`RawLease`]), what every
 //! lease, the shell and the session's kept numbers are made of.
 //!
-//! The board chooses the allocator ([`Allocator`]): on msm ION 4.9 a buffer owns, in acquisition
-//! order, the ION handle, the dma-buf share fd and a shared mapping of the whole buffer; on a
-//! dma-buf heap it owns the dma-buf fd the heap handed out and the mapping (there is no handle).
-//! Dropping it releases what it owns in reverse order. Both allocators give the same
-//! dma-buf fd + mapping to everything above, so the names here say lease, not ION.
-//!
-//! Cache maintenance is done around the CPU's accesses (`write_at`, `read_at`, `fill`), never
-//! around launches, so a launch stays one ioctl:
-//!
-//! * cached dma-heap (`system`): every access is bracketed by `DMA_BUF_IOCTL_SYNC` START/END
-//!   with the access's direction (the upstream driver does no per-call maintenance);
-//! * cached ION 4.9 on a board whose DSP context banks are not I/O-coherent
-//!   ([`Board::dsp_coherent`] false): the ION cache ioctls clean the written range after a
-//!   write and invalidate the range before a read. The downstream driver maintains the caches
-//!   of in/out *buffer* arguments only, never of handle arguments (`get_args`, `inv_args`), and
-//!   every lease reaches the DSP as a handle, so nobody else would;
-//! * cached ION 4.9 on a coherent board (the comma three: every sdm845 CDSP bank is
-//!   `dma-coherent`, so the DSP snoops the CPU caches): nothing to do.
+//! What each allocator owns and when the caches are maintained is in the [`lease`](crate::lease)
+//! module's docs; this file does it.
 //!
 //! The session's side of a lease (when its fd number may be closed) is in [`lease`](crate::lease).
 

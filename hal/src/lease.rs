@@ -1,9 +1,28 @@
-//! Buffers as the session hands them out: leases (an allocation of [`buffer`](crate::buffer)
-//! and its mapping, returned to the session when dropped) and views (a range of a lease).
+//! Buffers as the session hands them out: leases (an allocation and its mapping, returned to the
+//! session when dropped) and views (a range of a lease).
+//!
+//! The board chooses the allocator ([`Allocator`](hexrpc_bsp::Allocator)): on msm ION 4.9 a
+//! lease owns, in acquisition order, the ION handle, the dma-buf share fd and a shared mapping
+//! of the whole buffer; on a dma-buf heap it owns the dma-buf fd the heap handed out and the
+//! mapping (there is no handle). Dropping a lease releases what it owns in reverse order. Both
+//! allocators give the same dma-buf fd + mapping to everything above, so the names here say
+//! lease, not ION.
 //!
 //! Cache maintenance is done around the CPU's accesses through the lease (`write_at`,
-//! `read_at`, `fill`), never around launches (see [`buffer`](crate::buffer)). Memory reached
-//! through [`Lease::host_addr`] (bindings) bypasses this maintenance.
+//! `read_at`, `fill`), never around launches, so a launch stays one ioctl:
+//!
+//! * cached dma-heap (`system`): every access is bracketed by `DMA_BUF_IOCTL_SYNC` START/END
+//!   with the access's direction (the upstream driver does no per-call maintenance);
+//! * cached ION 4.9 on a board whose DSP context banks are not I/O-coherent
+//!   ([`Board::dsp_coherent`](hexrpc_bsp::Board::dsp_coherent) false): the ION cache ioctls
+//!   clean the written range after a write and invalidate the range before a read. The
+//!   downstream driver maintains the caches of in/out *buffer* arguments only, never of handle
+//!   arguments (`get_args`, `inv_args`), and every lease reaches the DSP as a handle, so nobody
+//!   else would;
+//! * cached ION 4.9 on a coherent board (the comma three: every sdm845 CDSP bank is
+//!   `dma-coherent`, so the DSP snoops the CPU caches): nothing to do.
+//!
+//! Memory reached through [`Lease::host_addr`] (bindings) bypasses this maintenance.
 //!
 //! A view is an (offset, length) range of a lease, checked when it is made, that borrows the
 //! lease: the borrow checker keeps a lease alive while any view of it exists. Views never own a
@@ -24,7 +43,7 @@
 //! ran the call has been released.
 //!
 //! The memory of a lease is shared with the DSP, which may write it during a launch; reads copy
-//! out through the drivers' [`Mapping`], never through Rust references.
+//! out through the drivers' [`Mapping`](hexrpc_drivers::Mapping), never through Rust references.
 
 #[cfg(feature = "std")]
 extern crate std;
