@@ -4,9 +4,11 @@
 //! (once in the readable report, in every skipped check's `hint` in the JSON); with the toolchain
 //! nothing is skipped.
 
+mod common;
+
 use std::ffi::{OsStr, OsString};
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Output;
 
 /// The checks that run real Hexagon code (the executor).
 const EXECUTOR_CHECKS: [&str; 4] = ["numerics", "latency", "batch-numerics", "batch-latency"];
@@ -16,23 +18,11 @@ fn which(tool: &str) -> Option<PathBuf> {
     std::env::split_paths(&std::env::var_os("PATH")?).map(|d| d.join(tool)).find(|p| p.is_file())
 }
 
-/// Runs `hexrpc selftest --bench ARGS` with `PATH` set to `path` and nothing else changed.
-/// When the tests run under qemu-user (cross tests for aarch64 without binfmt) the binary is run
-/// through the same emulator, found on this process's `PATH` (the child's has none), as
-/// tests/cli.rs does.
+/// Runs `hexrpc selftest --bench ARGS` with `PATH` set to `path` and nothing else changed
+/// (through qemu-aarch64 when the tests run under it, found on this process's `PATH`).
 fn selftest(path: &OsStr, args: &[&str]) -> Output {
-    let bin = env!("CARGO_BIN_EXE_hexrpc");
-    let run = |cmd: &mut Command| cmd.args(["selftest", "--bench"]).args(args).env("PATH", path).env_remove("HEXRPC_LOG").output();
-    let direct = run(&mut Command::new(bin));
-    let exec_failed = match &direct {
-        Err(e) => e.raw_os_error() == Some(8),
-        Ok(o) => o.status.code() == Some(127) && o.stdout.is_empty() && o.stderr.is_empty(),
-    };
-    if exec_failed && cfg!(target_arch = "aarch64") {
-        let qemu = which("qemu-aarch64").expect("qemu-aarch64 on PATH");
-        return run(Command::new(qemu).args(["-L", "/usr/aarch64-linux-gnu", bin])).expect("run hexrpc under qemu-aarch64");
-    }
-    direct.expect("run hexrpc")
+    let all: Vec<&str> = ["selftest", "--bench"].into_iter().chain(args.iter().copied()).collect();
+    common::hexrpc_env(&all, "PATH", path)
 }
 
 /// An empty directory of this test's own, for `PATH`.

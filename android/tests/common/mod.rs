@@ -29,8 +29,10 @@ pub fn hexrpc_in(dir: &Path, args: &[&str]) -> Output {
     )
 }
 
-/// Like [`hexrpc`], with one environment variable set.
-pub fn hexrpc_env(args: &[&str], key: &str, value: &str) -> Output {
+/// Like [`hexrpc`], with one environment variable set (`PATH` too: the emulator, when one is
+/// needed, is found on this process's own `PATH`).
+pub fn hexrpc_env(args: &[&str], key: &str, value: impl AsRef<std::ffi::OsStr>) -> Output {
+    let value = value.as_ref();
     hexrpc_with(
         args,
         |c| {
@@ -55,7 +57,11 @@ fn hexrpc_with(args: &[&str], configure: impl Fn(&mut Command), run: impl Fn(&mu
     configure(&mut direct);
     let direct = run(&mut direct);
     if cfg!(target_arch = "aarch64") && exec_failed(&direct) {
-        let mut emulated = Command::new("qemu-aarch64");
+        // Looked up on this process's PATH, not on one `configure` gave the child.
+        let qemu = std::env::var_os("PATH")
+            .and_then(|p| std::env::split_paths(&p).map(|d| d.join("qemu-aarch64")).find(|q| q.is_file()))
+            .expect("qemu-aarch64 on PATH");
+        let mut emulated = Command::new(qemu);
         emulated.args(["-L", "/usr/aarch64-linux-gnu", bin]).args(args).env_remove("HEXRPC_LOG");
         configure(&mut emulated);
         return run(&mut emulated).expect("run hexrpc under qemu-aarch64");
