@@ -84,7 +84,7 @@
 extern crate std;
 
 use core::cell::{Cell, UnsafeCell};
-use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use core::time::Duration;
 use std::boxed::Box;
 use std::sync::{Condvar, Mutex, OnceLock, PoisonError};
@@ -137,6 +137,19 @@ unsafe impl Sync for Slot {}
 /// The head of the list of slots (each leaked, never freed).
 static SLOTS: AtomicPtr<Slot> = AtomicPtr::new(core::ptr::null_mut());
 
+/// How many slots the list holds (each one heap block of [`SLOT_BYTES`]).
+static SLOT_COUNT: AtomicUsize = AtomicUsize::new(0);
+
+/// The heap block each slot takes, in bytes.
+pub const SLOT_BYTES: usize = core::mem::size_of::<Slot>();
+
+/// Slots made so far: the most threads that had deadlines armed at once, each kept for good as
+/// one heap block of [`SLOT_BYTES`] (the watchdog's only memory). A leak check that counts heap
+/// blocks exactly takes their growth into account: it is a high-water mark, not a leak.
+pub fn slot_count() -> usize {
+    SLOT_COUNT.load(Ordering::Relaxed)
+}
+
 /// Every slot, newest first.
 fn slots() -> impl Iterator<Item = &'static Slot> {
     let mut p = SLOTS.load(Ordering::SeqCst);
@@ -168,6 +181,7 @@ fn claim_spare() -> &'static Slot {
         owned: AtomicBool::new(true),
         next: AtomicPtr::new(core::ptr::null_mut()),
     }));
+    SLOT_COUNT.fetch_add(1, Ordering::Relaxed);
     let mut head = SLOTS.load(Ordering::SeqCst);
     loop {
         s.next.store(head, Ordering::Relaxed);

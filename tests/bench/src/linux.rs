@@ -197,6 +197,14 @@ impl LinuxKernel {
         files.iter().flat_map(|f| user_maps(&self.chan.file_state(f))).collect()
     }
 
+    /// Gives back the spare capacity of the host side's tables ([`Bench::compact`](crate::Bench::compact)).
+    pub fn compact(&self) {
+        let mut side = self.side();
+        side.files.shrink_to_fit();
+        side.kmaps.shrink_to_fit();
+        side.callers.shrink_to_fit();
+    }
+
     /// The kernel's mappings of dma-bufs: how many, and their bytes.
     pub fn kernel_mappings(&self) -> (usize, u64) {
         let side = self.side();

@@ -4,7 +4,7 @@
 
 use core::ffi::c_void;
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 use hexrpc_drivers::{Errno, Fd, RefusingSys};
 
@@ -56,18 +56,59 @@ fn count_thread() {
     THREAD_ALLOCATIONS.with(|c| c.set(c.get() + 1));
 }
 
-/// The system allocator, counting allocations (process-wide and per thread). Install it in a binary with
-/// `#[global_allocator] static A: CountingAlloc = CountingAlloc::new();` and read
-/// [`CountingAlloc::allocations`] around the code to measure.
+/// The system allocator, counting allocations (process-wide and per thread) and what is live.
+/// Install it in a binary with `#[global_allocator] static A: CountingAlloc = CountingAlloc::new();`
+/// and read [`CountingAlloc::allocations`] around the code to measure, or
+/// [`CountingAlloc::live`] before and after it for an exact leak check.
 #[derive(Debug, Default)]
 pub struct CountingAlloc {
     allocations: AtomicU64,
+    /// Blocks handed out and not yet given back (an `i64`: a block allocated before the
+    /// allocator was installed cannot exist, but a wrapping subtraction would hide a bug).
+    live_blocks: AtomicI64,
+    /// Their requested sizes, in bytes.
+    live_bytes: AtomicI64,
+}
+
+/// The heap in use at one moment ([`CountingAlloc::live`]): exact, unlike RSS, which also
+/// counts what the C library keeps cached for its threads.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LiveHeap {
+    /// Blocks allocated and not freed.
+    pub blocks: i64,
+    /// Their requested sizes, in bytes.
+    pub bytes: i64,
+}
+
+impl LiveHeap {
+    /// What `self` holds beyond `earlier` (negative where it holds less).
+    pub fn since(&self, earlier: &LiveHeap) -> LiveHeap {
+        LiveHeap { blocks: self.blocks - earlier.blocks, bytes: self.bytes - earlier.bytes }
+    }
+}
+
+impl core::fmt::Display for LiveHeap {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "{} blocks, {} bytes", self.blocks, self.bytes)
+    }
 }
 
 impl CountingAlloc {
     /// A counter at zero.
     pub const fn new() -> Self {
-        CountingAlloc { allocations: AtomicU64::new(0) }
+        CountingAlloc { allocations: AtomicU64::new(0), live_blocks: AtomicI64::new(0), live_bytes: AtomicI64::new(0) }
+    }
+
+    /// The heap in use now, by every thread.
+    pub fn live(&self) -> LiveHeap {
+        LiveHeap { blocks: self.live_blocks.load(Ordering::Relaxed), bytes: self.live_bytes.load(Ordering::Relaxed) }
+    }
+
+    fn allocated(&self, size: usize) {
+        self.allocations.fetch_add(1, Ordering::Relaxed);
+        self.live_blocks.fetch_add(1, Ordering::Relaxed);
+        self.live_bytes.fetch_add(size as i64, Ordering::Relaxed);
+        count_thread();
     }
 
     /// Allocations (including reallocations) so far, by every thread.
@@ -82,29 +123,41 @@ impl CountingAlloc {
 }
 
 // SAFETY: every call is forwarded unchanged to the system allocator, which upholds the
-// `GlobalAlloc` contract; the counter has no effect on the memory handed out.
+// `GlobalAlloc` contract; the counters have no effect on the memory handed out (and neither
+// allocate nor touch the memory).
 unsafe impl GlobalAlloc for CountingAlloc {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        self.allocations.fetch_add(1, Ordering::Relaxed);
-        count_thread();
         // SAFETY: the caller's contract for `alloc` is passed on.
-        unsafe { System.alloc(layout) }
+        let p = unsafe { System.alloc(layout) };
+        if !p.is_null() {
+            self.allocated(layout.size());
+        }
+        p
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        self.live_blocks.fetch_sub(1, Ordering::Relaxed);
+        self.live_bytes.fetch_sub(layout.size() as i64, Ordering::Relaxed);
         // SAFETY: the caller's contract for `dealloc` is passed on.
         unsafe { System.dealloc(ptr, layout) }
     }
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        self.allocations.fetch_add(1, Ordering::Relaxed);
-        count_thread();
         // SAFETY: the caller's contract for `alloc_zeroed` is passed on.
-        unsafe { System.alloc_zeroed(layout) }
+        let p = unsafe { System.alloc_zeroed(layout) };
+        if !p.is_null() {
+            self.allocated(layout.size());
+        }
+        p
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        self.allocations.fetch_add(1, Ordering::Relaxed);
-        count_thread();
         // SAFETY: the caller's contract for `realloc` is passed on.
-        unsafe { System.realloc(ptr, layout, new_size) }
+        let p = unsafe { System.realloc(ptr, layout, new_size) };
+        if !p.is_null() {
+            // One block, as before, of the new size (a failed realloc leaves the old one live).
+            self.allocations.fetch_add(1, Ordering::Relaxed);
+            self.live_bytes.fetch_add(new_size as i64 - layout.size() as i64, Ordering::Relaxed);
+            count_thread();
+        }
+        p
     }
 }
 
@@ -149,13 +202,13 @@ impl ProcessFootprint {
         let buffer_maps = maps_text.lines().filter(|l| l.contains("/memfd:")).count();
         let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
         let emulated = status.lines().find_map(|l| l.strip_prefix("Name:")).is_some_and(|n| n.trim().starts_with("qemu-"));
-        let rss_kib = status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
-        ProcessFootprint { fds, maps, buffer_maps, rss_kib, emulated }
+        ProcessFootprint { fds, maps, buffer_maps, rss_kib: vm_rss_kib(&status), emulated }
+    }
+
+    /// The resident set size alone, in KiB (0 where `/proc` cannot tell): a cheap sample of a
+    /// run in progress. No trimming: what the C library keeps cached counts.
+    pub fn rss_now_kib() -> u64 {
+        vm_rss_kib(&std::fs::read_to_string("/proc/self/status").unwrap_or_default())
     }
 
     /// Reads the footprint once descriptors and buffer mappings have stopped changing: five
@@ -179,4 +232,14 @@ impl ProcessFootprint {
         }
         last
     }
+}
+
+/// `VmRSS` of a `/proc/<pid>/status` text, in KiB.
+fn vm_rss_kib(status: &str) -> u64 {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
 }

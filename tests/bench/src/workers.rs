@@ -49,6 +49,9 @@ fn worker(pool: &'static Pool) {
                 q = guard;
                 q.idle -= 1;
                 if waited.timed_out() && q.tasks.is_empty() {
+                    // The queue's high-water capacity goes with the idle workers: once none is
+                    // left, the pool holds no heap (a leak check counts heap bytes exactly).
+                    q.tasks.shrink_to_fit();
                     LIVE.fetch_sub(1, Ordering::Relaxed);
                     return;
                 }

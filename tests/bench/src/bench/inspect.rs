@@ -43,6 +43,22 @@ pub struct KernelLeaks {
     pub bytes: u64,
 }
 
+impl KernelLeaks {
+    /// Heap blocks the bench's host side holds for these, exactly: one per kept buffer (its
+    /// memfd, shared by the buffer's entry and the kernel's mapping of it) and, once any is kept,
+    /// the two tables that list them (the bench's buffers and the kernel's mappings). After
+    /// [`Bench::compact`] a table with no entry holds no block, so this is what an exact heap
+    /// count sees of them.
+    pub fn host_heap_blocks(&self) -> usize {
+        let n = self.buffers.len();
+        if n == 0 {
+            0
+        } else {
+            n + 2
+        }
+    }
+}
+
 /// A driver-global heap map of the downstream driver ([`Bench::global_heap_maps`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GlobalHeapMap {
@@ -229,12 +245,51 @@ impl Bench {
         st.open_log.clear();
         st.reverse_log.clear();
         st.munmap_log.clear();
+        #[cfg(feature = "linux")]
+        st.linux_errors.clear();
         let live: std::collections::HashSet<u64> = st.rpc_files.keys().copied().collect();
         st.map_origins.retain(|_, f| live.contains(f));
         // Reverse records are indexed by tickets still waiting; they point past the cleared log
         // and are simply not recorded any more.
         for t in st.tickets.values_mut() {
             t.record = usize::MAX;
+        }
+    }
+
+    /// Gives back the spare capacity of every table and log the bench keeps: each keeps the
+    /// high-water mark of a busy moment otherwise, so that a check which counts heap bytes
+    /// exactly (the soak's) would see how full a table once was rather than what it holds.
+    pub fn compact(&self) {
+        let mut st = self.lock();
+        let st = &mut *st;
+        #[cfg(feature = "linux")]
+        st.linux_errors.shrink_to_fit();
+        st.vfs.shrink_to_fit();
+        st.fds.shrink_to_fit();
+        st.passthrough.shrink_to_fit();
+        st.open_log.shrink_to_fit();
+        st.ion_clients.shrink_to_fit();
+        st.buffers.shrink_to_fit();
+        st.host_maps.shrink_to_fit();
+        st.rpc_files.shrink_to_fit();
+        st.procs.shrink_to_fit();
+        st.ctxs.shrink_to_fit();
+        st.tickets.shrink_to_fit();
+        st.reverse_log.shrink_to_fit();
+        st.blocked.shrink_to_fit();
+        st.interrupts.shrink_to_fit();
+        st.faults.shrink_to_fit();
+        st.ledger.shrink_to_fit();
+        st.latencies.shrink_to_fit();
+        st.libraries.shrink_to_fit();
+        st.map_origins.shrink_to_fit();
+        st.munmap_log.shrink_to_fit();
+        st.lib_running.shrink_to_fit();
+        st.global_maps.shrink_to_fit();
+        st.oopses.shrink_to_fit();
+        #[cfg(feature = "linux")]
+        if let Some(kern) = self.sh.linux.as_ref() {
+            kern.compact();
         }
     }
 
@@ -263,7 +318,7 @@ impl Bench {
     }
 
     /// Every error Linux's own driver returned to an ioctl on a
-    /// [`BENCH_LINUX`](hexrpc_bsp::BENCH_LINUX) bench, in order: the request number and the
+    /// [`BENCH_LINUX`](hexrpc_bsp::BENCH_LINUX) bench since the last [`Bench::clear_logs`], in order: the request number and the
     /// errno (`EINTR` for the driver's `-ERESTARTSYS`). Empty on the other boards.
     #[cfg(feature = "linux")]
     pub fn linux_errors(&self) -> Vec<(u32, Errno)> {
