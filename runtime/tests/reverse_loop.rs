@@ -277,5 +277,7 @@ fn a_stop_requested_before_the_thread_blocks_is_not_lost() {
     let handle = svc.clone().spawn(null_channel(), OwnedBuffers::for_service(&svc)).unwrap();
     let t = Instant::now();
     assert_eq!(handle.stop().unwrap(), ServeOutcome::Stopped);
-    assert!(t.elapsed() < Duration::from_millis(100));
+    // Not lost: a lost stop would wait out the stop timeout (host time on a loaded machine, so the
+    // bound is half that timeout, as in the other stop tests, not a speed target).
+    assert!(t.elapsed() < hexrpc_runtime::reverse::DEFAULT_STOP_TIMEOUT / 2, "stop took {:?}", t.elapsed());
 }
