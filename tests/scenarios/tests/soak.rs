@@ -64,9 +64,12 @@ const HEAP_SLOPE_BOUND: f64 = 64.0 * 1024.0;
 /// restarts).
 const HEAP_BLOCKS_SLOPE_BOUND: f64 = 1000.0;
 /// Most RSS growth over the second half of a soak, in KiB per 10,000 launches (median slope),
-/// read after the C library's free heap is trimmed. Not gated on Linux's own `fastrpc.c`, whose
+/// read after the C library's free heap is trimmed. What is left moves with the DSP workers'
+/// thread stacks, which glibc caches by its own rules (measured: within about ±800 KiB per
+/// 10,000 launches without a leak); a leak the heap's slopes cannot see (memory outside the
+/// Rust heap) of 400 bytes a launch passes this. Not gated on Linux's own `fastrpc.c`, whose
 /// kept memory is resident in this process and grows with the restarts.
-const RSS_SLOPE_BOUND_KIB: f64 = 1024.0;
+const RSS_SLOPE_BOUND_KIB: f64 = 4096.0;
 /// Windows the second half's samples are cut into for the slopes.
 const WINDOWS: usize = 6;
 /// Samples over the second half of a run (at most; at least 50 ms apart).
