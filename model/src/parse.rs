@@ -167,6 +167,21 @@ fn range_of<'a>(data: &'a [u8], r: &DataRange, part: Part, field: &'static str) 
     Ok(&data[offset as usize..(offset + len) as usize])
 }
 
+/// The bytes of a range [`ModelFile::parse`] has checked.
+fn checked_bytes<'a>(data: &'a [u8], r: &DataRange) -> &'a [u8] {
+    range_of(data, r, Part::Header, "").expect("a range ModelFile::parse checked")
+}
+
+/// The build record of a library image [`ModelFile::parse`] has checked.
+fn checked_record(image: &[u8]) -> LibraryRecord<'_> {
+    LibraryRecord::find(image).ok().flatten().expect("a build record ModelFile::parse checked")
+}
+
+/// The text of a range [`ModelFile::parse`] has checked.
+fn checked_text<'a>(data: &'a [u8], r: &DataRange) -> &'a str {
+    text_of(data, r, Part::Header, "").expect("a text ModelFile::parse checked")
+}
+
 fn text_of<'a>(data: &'a [u8], r: &DataRange, part: Part, field: &'static str) -> Result<&'a str, ModelError> {
     let bytes = range_of(data, r, part, field)?;
     if bytes.len() > MAX_TEXT {
@@ -506,8 +521,7 @@ impl<'a> ModelFile<'a> {
     }
 
     fn library_record(&self, lib: &LibraryEntry) -> LibraryRecord<'a> {
-        let image = range_of(self.data, &lib.image, Part::Provenance, "").expect("checked by check_libraries");
-        LibraryRecord::find(image).ok().flatten().expect("checked by check_libraries")
+        checked_record(checked_bytes(self.data, &lib.image))
     }
 
     /// Walks one step's records: each header, each view within its arena, the counts matching
@@ -651,7 +665,7 @@ impl<'a> ModelFile<'a> {
     /// Where the model came from.
     pub fn provenance(&self) -> Provenance<'a> {
         let p = self.provenance;
-        let t = |r: &DataRange| text_of(self.data, r, Part::Provenance, "").expect("checked by parse");
+        let t = |r: &DataRange| checked_text(self.data, r);
         Provenance {
             source_digest: &p.source_digest,
             source_name: t(&p.source_name),
@@ -664,12 +678,8 @@ impl<'a> ModelFile<'a> {
     pub fn libraries(&self) -> impl ExactSizeIterator<Item = Library<'a>> + 'a {
         let (data, libs) = (self.data, self.libraries);
         libs.iter().map(move |l| {
-            let image = range_of(data, &l.image, Part::Provenance, "").expect("checked by parse");
-            Library {
-                name: text_of(data, &l.name, Part::Provenance, "").expect("checked by parse"),
-                image,
-                record: LibraryRecord::find(image).ok().flatten().expect("checked by parse"),
-            }
+            let image = checked_bytes(data, &l.image);
+            Library { name: checked_text(data, &l.name), image, record: checked_record(image) }
         })
     }
 
@@ -702,7 +712,7 @@ impl<'a> ModelFile<'a> {
     pub fn io(&self) -> impl ExactSizeIterator<Item = Io<'a>> + 'a {
         let data = self.data;
         self.io.iter().map(move |e| Io {
-            name: text_of(data, &e.name, Part::Provenance, "").expect("checked by parse"),
+            name: checked_text(data, &e.name),
             direction: if e.direction.get() == Direction::Input as u32 { Direction::Input } else { Direction::Output },
             dtype: DType::from_u32(e.dtype.get()).expect("checked by parse"),
             shape: &e.dims[..e.rank.get() as usize],
