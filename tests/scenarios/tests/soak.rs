@@ -60,10 +60,12 @@ static HEAP: CountingAlloc = CountingAlloc::new();
 /// soak's memory gate", gives the figures measured.
 const HEAP_SLOPE_BOUND: f64 = 256.0 * 1024.0;
 /// Most growth of the live heap's blocks over the second half of a soak, less the watchdog's
-/// slots, per 10,000 launches. A leak of one block per launch grows it by 10,000; measured
-/// without one: within ±60. On Linux's own `fastrpc.c` this is the slope that is gated (its
-/// kept buffers' table bytes grow with the restarts; their blocks, one each, stay far below).
-const HEAP_BLOCKS_SLOPE_BOUND: f64 = 1000.0;
+/// slots, per 10,000 launches. A leak of one block per launch grows it by 10,000 (one block
+/// every four launches, by this bound); measured without one on the simulated kernels: within
+/// ±60. On Linux's own `fastrpc.c` this is the slope that is gated, and it includes the host's
+/// share of the buffers that driver keeps for good, one block each: +200 to +300 here, more on a
+/// run with more abandoned calls, which the driver keeps more of.
+const HEAP_BLOCKS_SLOPE_BOUND: f64 = 2500.0;
 /// Most RSS growth over the second half of a soak, in KiB per 10,000 launches (median slope),
 /// read after the C library's free heap is trimmed. What is left moves with the DSP workers'
 /// thread stacks, which glibc caches by its own rules (measured: within about ±800 KiB per
@@ -260,7 +262,7 @@ impl Sampler {
     /// driver's lists or trimmed glibc's arenas would change the run it measures). The heap's
     /// blocks leave out the watchdog's slots (a high-water mark); on Linux's own `fastrpc.c`
     /// they include the host's share of the buffers that driver keeps for good, one block each,
-    /// about a hundred per 10,000 launches.
+    /// a few hundred per 10,000 launches.
     fn sample(&self, f: &Figures) {
         let mut samples = self.samples.lock().unwrap_or_else(|e| e.into_inner());
         if Instant::now() >= self.from && samples.len() < samples.capacity() {
