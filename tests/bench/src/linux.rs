@@ -276,6 +276,10 @@ fn user_maps(u: &hexrpc_linux::UserState) -> Vec<crate::DriverMap> {
     u.maps.iter().map(driver_map).chain(std::iter::repeat_n(pages, u.mmaps)).collect()
 }
 
+/// The epoch of a message the driver sends while a restart is under way (the DSP it goes to is
+/// going away): no epoch is ever equal to it, so the DSP model never handles it.
+const DEAD_EPOCH: u64 = u64::MAX;
+
 /// The driver's view of the bench: dma-bufs, the caller's mappings, and the DSP.
 struct BenchHost {
     sh: Weak<Shared>,
@@ -285,7 +289,14 @@ impl Host for BenchHost {
     fn send(&self, msg: &[u8]) -> Result<(), i32> {
         let sh = self.sh.upgrade().ok_or(-Errno::EPIPE.0)?;
         let m = Msg::parse(msg).ok_or(-Errno::EINVAL.0)?;
-        let epoch = sh.lock().epoch;
+        let epoch = {
+            let st = sh.lock();
+            if st.restarting {
+                DEAD_EPOCH
+            } else {
+                st.epoch
+            }
+        };
         crate::workers::run(move || on_message(&sh, m, epoch)).map_err(|_| -Errno::ENOMEM.0)
     }
 
@@ -468,7 +479,7 @@ fn on_message(sh: &Arc<Shared>, m: Msg, epoch: u64) {
     let rv = match Payload::of(&m) {
         None => Some(aee::AEE_EBADPARM),
         Some(p) if m.pid == 0 => kernel_message(sh, kern, &m, &p, epoch),
-        Some(p) => Some(user_call(sh, kern, &m, &p)),
+        Some(p) => user_call(sh, kern, &m, &p, epoch),
     };
     let Some(rv) = rv else { return };
     if sh.lock().epoch != epoch {
@@ -522,33 +533,53 @@ fn job_of(kern: &LinuxKernel, st: &State, m: &Msg, p: &Payload, pid: u64, pre: O
     Ok((Job { ctx: 0, pid, epoch: st.epoch, handle: m.handle, sc: m.sc, wire, copies, handles, pre, mapped: Vec::new() }, args))
 }
 
-/// A call from a host thread to its DSP process.
-fn user_call(sh: &Arc<Shared>, kern: &LinuxKernel, m: &Msg, p: &Payload) -> i32 {
+/// A call from a host thread to its DSP process, sent in restart epoch `epoch`. `None`: no
+/// answer (a restart since it was sent: the call's process is gone, and a process of the same
+/// identity on the DSP that came up is another one).
+fn user_call(sh: &Arc<Shared>, kern: &LinuxKernel, m: &Msg, p: &Payload, epoch: u64) -> Option<i32> {
     let pre = kern.take_pre(m.tid);
     let (job, args) = {
         let st = sh.lock();
+        if st.epoch != epoch {
+            return None;
+        }
         // The identity is the tgid the driver captured at open; an invoke before any INIT
         // reaches no process of ours (a device's root PD answer is not known).
-        let Some(pid) = st.process_of_identity(m.pid) else { return aee::AEE_EBADSTATE };
+        let Some(pid) = st.process_of_identity(m.pid) else { return Some(aee::AEE_EBADSTATE) };
         match job_of(kern, &st, m, p, pid, pre) {
             Ok(j) => j,
-            Err(rv) => return rv,
+            Err(rv) => return Some(rv),
         }
     };
     let res = dsp::execute(sh, &job);
-    let nin = Scalars::from_raw(m.sc).inbufs() as usize;
-    for (j, out) in res.outs.iter().enumerate() {
-        let Some(a) = args.get(nin + j) else { break };
-        let Some(host) = buffer_host(a) else { continue };
-        let n = out.len().min(usize::try_from(a.len).unwrap_or(0));
-        if n > 0 {
-            // SAFETY: as in `job_of`: [host, host+len) is live memory the shim mapped for this
-            // call's out-buffer, and nothing else writes it until the answer.
-            unsafe { core::ptr::copy_nonoverlapping(out.as_ptr(), host, n) };
-        }
+    // The out-buffers are written under the state lock, and only while the call's epoch and
+    // process last: a restart moves the epoch before the driver lets the call go (EPIPE) and
+    // frees its buffers, and a release kills the process before the driver frees the calls it
+    // left pending. (Written after either, they would land in memory the driver has freed.)
+    // After a restart there is no answer (the DSP that had the call is gone); a call whose
+    // process a release ended is still answered, without its outputs, so the driver drops the
+    // reference it holds for the message (an unanswered message keeps its context for good).
+    let st = sh.lock();
+    if st.epoch != epoch {
+        return None;
     }
-    p.set_fdlist(&res.fdlist);
-    res.retval
+    if st.procs.get(&job.pid).is_some_and(|p| p.alive) {
+        let nin = Scalars::from_raw(m.sc).inbufs() as usize;
+        for (j, out) in res.outs.iter().enumerate() {
+            let Some(a) = args.get(nin + j) else { break };
+            let Some(host) = buffer_host(a) else { continue };
+            let n = out.len().min(usize::try_from(a.len).unwrap_or(0));
+            if n > 0 {
+                // SAFETY: as in `job_of`: [host, host+len) is the call's out-buffer in memory the
+                // shim mapped, still live: the call's epoch and process are (checked above, under
+                // the lock that a restart or a release takes before the driver frees the call).
+                unsafe { core::ptr::copy_nonoverlapping(out.as_ptr(), host, n) };
+            }
+        }
+        p.set_fdlist(&res.fdlist);
+    }
+    drop(st);
+    Some(res.retval)
 }
 
 /// The DSP's side of a kernel message sent in restart epoch `epoch`. `None`: no answer (a hang,
@@ -611,7 +642,8 @@ fn kernel_message(sh: &Arc<Shared>, kern: &LinuxKernel, m: &Msg, p: &Payload, ep
         if let (Some(a), Some(host)) = (args.get(i), out_at(i)) {
             let n = bytes.len().min(usize::try_from(a.len).unwrap_or(0));
             // SAFETY: a copied out-buffer of this kernel message inside the payload (see
-            // `job_of`).
+            // `job_of`), written under the state lock with the message's epoch current, so the
+            // driver has not let the call go (a restart moves the epoch first).
             unsafe { core::ptr::copy_nonoverlapping(bytes.as_ptr(), host, n) };
         }
     };
@@ -663,9 +695,8 @@ fn kernel_message(sh: &Arc<Shared>, kern: &LinuxKernel, m: &Msg, p: &Payload, ep
             let len = ins.get(1).and_then(|b| b.get(8..16)).map_or(size, |s| u64::from_le_bytes(s.try_into().unwrap_or_default()));
             let raddr = st.alloc_raddr(file.unwrap_or(0), len.max(PAGE), true);
             let out = Scalars::from_raw(m.sc).inbufs() as usize;
-            drop(st);
+            // Under the lock, with the epoch checked: the call's buffers are live (see `user_call`).
             write_out(out, &raddr.to_le_bytes());
-            st = sh.lock();
             0
         }
         DspCallKind::KernelMunmap | DspCallKind::KernelMemUnmap => 0,
@@ -677,9 +708,7 @@ fn kernel_message(sh: &Arc<Shared>, kern: &LinuxKernel, m: &Msg, p: &Payload, ep
                     out[slot * 4..slot * 4 + 4].copy_from_slice(&value.to_le_bytes());
                 }
             }
-            drop(st);
             write_out(1, &out);
-            st = sh.lock();
             0
         }
         _ => aee::AEE_EUNSUPPORTED,

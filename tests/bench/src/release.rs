@@ -124,9 +124,19 @@ pub(crate) fn release_file<'a>(sh: &'a Shared, mut st: MutexGuard<'a, State>, fi
 /// [`Bench::restart_dsp`](crate::Bench::restart_dsp) on the shared state (also what a DSP model
 /// does when a kernel crashes), recorded with its reason.
 pub(crate) fn restart_dsp(sh: &Shared, reason: RestartReason) {
+    let _one = sh.restart.lock().unwrap_or_else(|e| e.into_inner());
     let mut st = sh.lock();
     st.restarts.record(reason);
+    // The epoch moves first, under the state lock: every message handled under the old one is
+    // dropped from now on, and an answer or a copy into a call's buffers is made only under the
+    // lock with the epoch unchanged, so never after the driver (below) has let the call go and
+    // freed them. Until the driver has lost its channel, a message it sends goes to the DSP
+    // that is going away (`restarting`: `linux::DEAD_EPOCH`), never to the one that comes up.
+    // (The epoch once moved while the old channel could still send: a create sent between the
+    // two carried the new epoch, ran on the new DSP, and its process outlived the file the
+    // driver then released, holding the process's identity until the next restart.)
     st.epoch += 1;
+    st.restarting = true;
     // fastrpc_restart_notifier_cb: the channel goes (chan = NULL, the kref untouched; the
     // epoch is the channel's ssrcount). The glink link comes back as set_channel_reopen says.
     match st.reopen {
@@ -136,16 +146,6 @@ pub(crate) fn restart_dsp(sh: &Shared, reason: RestartReason) {
             st.link_up_at = None;
             st.stuck_pending = true;
         }
-    }
-    // Linux's own driver loses its channel before the model's processes die
-    // (fastrpc_rpmsg_remove: calls in flight end with EPIPE, nothing more is sent), so that no
-    // message reaches a dead process between the two. (An answer to a message sent before the
-    // new epoch is never given: `linux::on_message`.)
-    #[cfg(feature = "linux")]
-    if let Some(kern) = sh.linux.as_ref() {
-        drop(st);
-        kern.remove();
-        st = sh.lock();
     }
     let pids: Vec<u64> = st.procs.keys().copied().collect();
     for p in pids {
@@ -160,15 +160,19 @@ pub(crate) fn restart_dsp(sh: &Shared, reason: RestartReason) {
             c.result = Some(CtxResult { retval, outs: Vec::new(), fdlist: Vec::new(), sim_dsp: Duration::ZERO });
         }
     }
-    #[cfg(feature = "linux")]
-    let down = st.dsp_down;
     drop(st);
     sh.cv.notify_all();
+    // Linux's own driver loses its channel (fastrpc_rpmsg_remove: calls in flight end with
+    // EPIPE, nothing more is sent), then the DSP is back: a new probe.
     #[cfg(feature = "linux")]
     if let Some(kern) = sh.linux.as_ref() {
-        // The DSP is back: a new probe.
-        if !down {
-            kern.reprobe();
-        }
+        kern.remove();
+    }
+    let mut st = sh.lock();
+    st.restarting = false;
+    #[cfg(feature = "linux")]
+    if let (Some(kern), false) = (sh.linux.as_ref(), st.dsp_down) {
+        drop(st);
+        kern.reprobe();
     }
 }

@@ -14,6 +14,9 @@ use crate::entry::LibraryModel;
 pub(crate) struct Shared {
     pub cfg: BenchConfig,
     pub st: Mutex<State>,
+    /// Held for the whole of a DSP restart ([`restart_dsp`](crate::release::restart_dsp)): two
+    /// restarts never interleave, so each one's channel removal comes after the other's new probe.
+    pub restart: Mutex<()>,
     pub cv: Condvar,
     /// Live real mappings held for the DSP model ([`HostMmap`]).
     pub dsp_host_mmaps: Arc<AtomicUsize>,
@@ -399,6 +402,10 @@ pub(crate) struct State {
     pub blocked: HashSet<i32>,
     pub interrupts: HashSet<i32>,
     pub epoch: u64,
+    /// A DSP restart is under way: the epoch has moved, and Linux's own driver still has the old
+    /// channel (`release::restart_dsp`). A message the driver sends now goes to the DSP that is
+    /// going away (`linux::DEAD_EPOCH`).
+    pub restarting: bool,
     pub dsp_down: bool,
     pub hang_generation: u64,
     pub faults: Vec<FaultRule>,

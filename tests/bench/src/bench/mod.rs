@@ -102,6 +102,7 @@ impl Bench {
                 linux: linux.then(|| crate::linux::LinuxKernel::probe(_weak.clone(), &cfg)),
                 cfg,
                 st: Mutex::new(st),
+                restart: Mutex::new(()),
                 cv: Condvar::new(),
                 dsp_host_mmaps: Arc::new(AtomicUsize::new(0)),
                 instance: NEXT_INSTANCE.fetch_add(1, Ordering::Relaxed),
