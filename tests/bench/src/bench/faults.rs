@@ -16,6 +16,11 @@ impl Bench {
         self.lock().faults.push(FaultRule { target, remaining: nth.max(1), fault });
     }
 
+    /// How many injected faults on `target` have not fired yet.
+    pub fn faults_pending(&self, target: FaultTarget) -> usize {
+        self.lock().faults.iter().filter(|r| r.target == target).count()
+    }
+
     /// Forgets every injected fault that has not fired.
     pub fn clear_faults(&self) {
         self.lock().faults.clear();
