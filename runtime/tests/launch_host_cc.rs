@@ -858,6 +858,7 @@ fn batch_library_still_answers_single_v2_launches_of_kernel_0() {
     let body = |t: &str| {
         t[t.find("int entry(unsigned long long handle, unsigned int sc, remote_arg *pra) {").unwrap()..]
             .replace("  if ((sc >> 24) == 3u) return hrx_batch(sc, pra); /* a batch over the kernel table */\n", "")
+            .replace("  if ((sc >> 24) == 5u) return hrx_program(sc, pra); /* a program: records kept in a lease */\n", "")
     };
     assert_eq!(body(&single), body(&both));
     // A v2-only library answers a batch with 0 and leaves the status untouched.

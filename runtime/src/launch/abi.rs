@@ -119,6 +119,16 @@ pub const MAX_RELEASE_IDS: usize = 64;
 /// Lease mappings a map-cache entry keeps per library (a fixed table on the DSP).
 pub const MAP_CACHE_SLOTS: usize = 16;
 
+/// The program magic, `"HRXP"` read as a little-endian u32 (header of pra 0 and of the status).
+pub const PROGRAM_MAGIC: u32 = 0x5058_5248;
+/// The FastRPC method index of a program ([`PROGRAM`]).
+pub const PROGRAM_METHOD: u8 = 5;
+/// Most launch records in one program: a whole model's run (the model format's limit).
+pub const MAX_PROGRAM_LAUNCHES: usize = 4096;
+/// Most record bytes in one program: [`MAX_PROGRAM_LAUNCHES`] records of 8 views and 4 scalars
+/// (557,056 bytes), rounded up to a power of two (1 MiB). They live in a lease, not in the call.
+pub const MAX_PROGRAM_RECORD_BYTES: usize = 1 << 20;
+
 /// The scalars word of a release (method 4, one in-buffer, nothing else).
 pub const fn release_scalars() -> Scalars {
     match Scalars::new(RELEASE_METHOD, 1, 0, 0, 0) {
@@ -412,6 +422,10 @@ pub struct BatchLayout {
     pub map_flags: u32,
     /// `attrs[]` of a lease handle.
     pub handle_attr: u32,
+    /// Where the records are: `None` in pra 0 after the header (a batch); `Some((p, o))` in a
+    /// lease (a program): the header's u32 at `p` is the lease's index, the u32 at `o` the
+    /// records' byte offset in it.
+    pub records_in_lease: Option<(usize, usize)>,
     /// What the entry returns for a malformed batch.
     pub err_bad_param: i32,
     /// What the entry returns when `HAP_mmap` fails.
@@ -459,8 +473,34 @@ pub const BATCH: BatchLayout = BatchLayout {
     map_prot: 3,
     map_flags: 0,
     handle_attr: FASTRPC_ATTR_NOVA,
+    records_in_lease: None,
     err_bad_param: AEE_EBADPARM,
     err_map: AEE_EMMAP,
+};
+
+/// The program ABI: a batch whose records stay in a lease (mapped once, kept by the map cache)
+/// instead of travelling in every call. The same record form, lease table, status layout and
+/// handles as [`BATCH`]; the header (24 bytes) adds the records' lease index and byte offset.
+pub const PROGRAM: BatchLayout = BatchLayout {
+    method: PROGRAM_METHOD,
+    magic: PROGRAM_MAGIC,
+    header_len: 24,
+    max_launches: MAX_PROGRAM_LAUNCHES,
+    max_record_bytes: MAX_PROGRAM_RECORD_BYTES,
+    records_in_lease: Some((16, 20)),
+    ..BATCH
+};
+
+const _: () = {
+    assert!(PROGRAM_MAGIC == u32::from_le_bytes(*b"HRXP") && PROGRAM_METHOD != RELEASE_METHOD && PROGRAM_METHOD != BATCH_METHOD);
+    assert!(PROGRAM_METHOD != LAUNCH_METHOD);
+    assert!(MAX_PROGRAM_LAUNCHES * PROGRAM.record_len(BATCH_SIZING_VIEWS, BATCH_SIZING_SCALARS) <= MAX_PROGRAM_RECORD_BYTES);
+    assert!(MAX_PROGRAM_LAUNCHES * PROGRAM.record_len(BATCH_SIZING_VIEWS, BATCH_SIZING_SCALARS) > MAX_PROGRAM_RECORD_BYTES / 2);
+    assert!(MAX_PROGRAM_RECORD_BYTES.is_power_of_two() && MAX_PROGRAM_RECORD_BYTES <= u32::MAX as usize / 2);
+    match PROGRAM.records_in_lease {
+        Some((p, o)) => assert!(p >= BATCH.header_len && o >= p + 4 && o + 4 <= PROGRAM.header_len),
+        None => panic!("a program's records are in a lease"),
+    }
 };
 
 const _: () = {
@@ -511,6 +551,10 @@ impl BatchStatus {
     /// True if a batch-capable entry wrote this status.
     pub fn ran(&self) -> bool {
         self.magic == BATCH_MAGIC
+    }
+    /// True if a program-capable entry ran a program and wrote this status.
+    pub fn ran_program(&self) -> bool {
+        self.magic == PROGRAM_MAGIC
     }
 }
 

@@ -68,6 +68,15 @@ pub enum BatchRefusal {
     },
     /// The batch holds no record (nothing is sent).
     Empty,
+    /// A program's records lease is not usable: its view is not the records' length or lies
+    /// outside it, or it shares its fd with a lease the records name (a kernel could rewrite
+    /// the records), or two leases share one fd.
+    RecordsLease,
+    /// A program's record `record` runs past the end of the records.
+    RecordsCut {
+        /// The record.
+        record: usize,
+    },
 }
 
 impl fmt::Display for BatchRefusal {
@@ -84,6 +93,10 @@ impl fmt::Display for BatchRefusal {
             }
             BatchRefusal::NoSuchScalar { record, index } => write!(f, "record {record} has no scalar {index}"),
             BatchRefusal::Empty => f.write_str("the batch is empty"),
+            BatchRefusal::RecordsLease => f.write_str(
+                "the program's records lease is not usable (view not the records' length or outside the lease, or an fd shared with another lease)",
+            ),
+            BatchRefusal::RecordsCut { record } => write!(f, "program record {record} runs past the end of the records"),
         }
     }
 }

@@ -20,6 +20,9 @@
 //! * A library generated for a kernel *table* ([`write_batch_entry`]) also runs batches: a
 //!   [`Batch`] packs K launches of its kernels with their leases deduplicated (the [`BATCH`]
 //!   layout of the same table) and sends them in one call, each lease mapped once.
+//! * Such a library also runs *programs* ([`Program`], the [`PROGRAM`] layout): a whole run of
+//!   up to 4,096 launches whose records stay in a lease of their own, written once, so a call
+//!   carries 24 bytes of header and the lease table whatever the number of launches.
 //!
 //! Version 1 is tinygrad's contract, kept to drive libraries built by others; its entry maps the
 //! *view* length at file offset 0, so only offset-0 views are correct and the packer refuses the
@@ -45,6 +48,7 @@ mod batch;
 mod batch_error;
 mod entry;
 mod pack;
+mod program;
 pub mod record;
 mod scalar;
 mod signature;
@@ -52,12 +56,14 @@ mod signature;
 pub use abi::{
     AbiVersion, BatchLayout, BatchStatus, LaunchLayout, MapExtent, BATCH, BATCH_MAGIC, BATCH_METHOD, ENTRY_SYMBOL, FIRST_HANDLE,
     MAP_CACHE_SLOTS, MAX_ARGS, MAX_BATCH_KERNELS, MAX_BATCH_LAUNCHES, MAX_BATCH_LEASES, MAX_BATCH_RECORD_BYTES, MAX_BUFFERS,
-    MAX_RELEASE_IDS, NO_FAILED_RECORD, RELEASE_METHOD, SLOT_SIZE, V1, V2, V2_MAGIC,
+    MAX_PROGRAM_LAUNCHES, MAX_PROGRAM_RECORD_BYTES, MAX_RELEASE_IDS, NO_FAILED_RECORD, PROGRAM, PROGRAM_MAGIC, PROGRAM_METHOD,
+    RELEASE_METHOD, SLOT_SIZE, V1, V2, V2_MAGIC,
 };
 pub use batch::{Batch, BatchRun, BATCH_VALUE_BYTES};
 pub use batch_error::{BatchFailure, BatchRefusal};
 pub use entry::{check_kernel_name, write_batch_entry, write_entry, EntryError, EntryOptions, KernelSpec, PowerRequest};
 pub use pack::{BufferRef, LaunchBuffer, PackError, PackedLaunch, DEFAULT_SLOTS};
+pub use program::Program;
 pub use record::{LibraryRecord, RecordError, RecordedKernel};
 pub use scalar::{Scalar, ScalarType};
 pub use signature::{ParamKind, Signature, SignatureError};

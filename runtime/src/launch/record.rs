@@ -53,8 +53,14 @@ pub const FLAG_BATCHES: u32 = 1;
 /// host releases its cached ids before a lease's fd is given up and flushes it before it is
 /// closed. A reader older than this bit refuses the record (`UnknownFlags`): rebuild with it.
 pub const FLAG_MAP_CACHE: u32 = 2;
+/// The entry-flags bit of a table library whose entry also runs programs (launch ABI method 5,
+/// [`PROGRAM`](super::abi::PROGRAM): a batch whose records stay in a lease, up to
+/// [`MAX_PROGRAM_LAUNCHES`](super::abi::MAX_PROGRAM_LAUNCHES) of them in one call). Set with
+/// [`FLAG_BATCHES`] by every table this build generates; a table without it (built before it)
+/// runs a model as batches of at most 256 records, one call each.
+pub const FLAG_PROGRAM: u32 = 4;
 /// Every entry-flags bit this build knows.
-pub const KNOWN_FLAGS: u32 = FLAG_BATCHES | FLAG_MAP_CACHE;
+pub const KNOWN_FLAGS: u32 = FLAG_BATCHES | FLAG_MAP_CACHE | FLAG_PROGRAM;
 /// Most kernels one record describes: a kernel table's capacity
 /// ([`MAX_BATCH_KERNELS`](super::MAX_BATCH_KERNELS)), so every table the entry generator takes
 /// can be recorded and read back.
@@ -78,6 +84,8 @@ pub enum RecordError {
     NotUtf8,
     /// Entry flags this build does not know.
     UnknownFlags(u32),
+    /// Entry flags that contradict each other (programs without batches).
+    InconsistentFlags(u32),
     /// More than one hexrpc note.
     Duplicate,
     /// The writer's sink failed, or a name or signature is longer than 65535 bytes.
@@ -96,6 +104,9 @@ impl fmt::Display for RecordError {
             RecordError::KernelCount(n) => write!(f, "the hexrpc build record lists {n} kernels (1..={MAX_KERNELS} allowed)"),
             RecordError::NotUtf8 => f.write_str("a name or signature in the hexrpc build record is not UTF-8"),
             RecordError::UnknownFlags(v) => write!(f, "the hexrpc build record has entry flags {v:#x} this build does not know"),
+            RecordError::InconsistentFlags(v) => {
+                write!(f, "the hexrpc build record has entry flags {v:#x}: programs (bit 2) need batches (bit 0)")
+            }
             RecordError::Duplicate => f.write_str("the library carries more than one hexrpc build record"),
             RecordError::Write => f.write_str("the build record could not be written"),
             RecordError::Mismatch => f.write_str("the build record read back from the library differs from the one written"),
@@ -128,6 +139,7 @@ pub struct LibraryRecord<'a> {
     count: u32,
     batches: bool,
     map_cache: bool,
+    programs: bool,
     kernels: &'a [u8],
 }
 
@@ -186,8 +198,11 @@ impl<'a> LibraryRecord<'a> {
                 v => return Err(RecordError::UnknownFlags(v)),
             }
         };
-        let (batches, map_cache) = (flags & FLAG_BATCHES != 0, flags & FLAG_MAP_CACHE != 0);
-        let record = LibraryRecord { abi, count, batches, map_cache, kernels: &desc[header..] };
+        let (batches, map_cache, programs) = (flags & FLAG_BATCHES != 0, flags & FLAG_MAP_CACHE != 0, flags & FLAG_PROGRAM != 0);
+        if programs && !batches {
+            return Err(RecordError::InconsistentFlags(flags));
+        }
+        let record = LibraryRecord { abi, count, batches, map_cache, programs, kernels: &desc[header..] };
         // Validate every entry now, so the accessors cannot fail later.
         let mut at = 0usize;
         for _ in 0..count {
@@ -221,6 +236,12 @@ impl<'a> LibraryRecord<'a> {
     /// is refused before anything is sent.
     pub fn batches(&self) -> bool {
         self.batches
+    }
+
+    /// True if the library's entry also runs programs ([`FLAG_PROGRAM`]): a whole run's records
+    /// kept in a lease, one call.
+    pub fn programs(&self) -> bool {
+        self.programs
     }
 
     /// True if the library's entry keeps lease mappings across calls ([`FLAG_MAP_CACHE`]): the
@@ -272,7 +293,8 @@ pub fn write_record_asm<W: fmt::Write + ?Sized>(
 }
 
 /// [`write_record_asm`] with the entry flags given as bits ([`FLAG_BATCHES`],
-/// [`FLAG_MAP_CACHE`]); an unknown bit is refused (`UnknownFlags`).
+/// [`FLAG_MAP_CACHE`], [`FLAG_PROGRAM`]); an unknown bit is refused (`UnknownFlags`), and
+/// programs without batches (`InconsistentFlags`).
 pub fn write_record_asm_flags<W: fmt::Write + ?Sized>(
     out: &mut W,
     abi: AbiVersion,
@@ -281,6 +303,9 @@ pub fn write_record_asm_flags<W: fmt::Write + ?Sized>(
 ) -> Result<(), RecordError> {
     if flags & !KNOWN_FLAGS != 0 {
         return Err(RecordError::UnknownFlags(flags));
+    }
+    if flags & FLAG_PROGRAM != 0 && flags & FLAG_BATCHES == 0 {
+        return Err(RecordError::InconsistentFlags(flags));
     }
     if kernels.is_empty() || kernels.len() > MAX_KERNELS {
         return Err(RecordError::KernelCount(kernels.len() as u32));
@@ -452,8 +477,21 @@ mod tests {
             let rec_c = LibraryRecord::find(&img_c).unwrap().unwrap();
             assert!(rec_c.map_cache());
             assert_eq!(rec_c.batches(), flags & FLAG_BATCHES != 0);
+            assert!(!rec_c.programs());
         }
-        assert_eq!(write_record_asm_flags(&mut String::new(), AbiVersion::V2, &[("k", &sig2)], 4), Err(RecordError::UnknownFlags(4)));
+        for flags in [FLAG_BATCHES | FLAG_PROGRAM, FLAG_BATCHES | FLAG_PROGRAM | FLAG_MAP_CACHE] {
+            let mut asm = String::new();
+            write_record_asm_flags(&mut asm, AbiVersion::V2, &[("k", &sig2)], flags).unwrap();
+            let img = image_with(&bytes_of(&asm));
+            let rec = LibraryRecord::find(&img).unwrap().unwrap();
+            assert!(rec.batches() && rec.programs());
+            assert_eq!(rec.map_cache(), flags & FLAG_MAP_CACHE != 0);
+        }
+        assert_eq!(write_record_asm_flags(&mut String::new(), AbiVersion::V2, &[("k", &sig2)], 8), Err(RecordError::UnknownFlags(8)));
+        assert_eq!(
+            write_record_asm_flags(&mut String::new(), AbiVersion::V2, &[("k", &sig2)], FLAG_PROGRAM),
+            Err(RecordError::InconsistentFlags(FLAG_PROGRAM))
+        );
     }
 
     #[test]
@@ -506,8 +544,11 @@ mod tests {
         bad[24] = 3; // ABI word
         assert_eq!(LibraryRecord::find(&image_with(&bad)), Err(RecordError::UnknownAbi(3)));
         let mut bad = note.clone();
-        bad[32] = 6; // entry flags word
-        assert_eq!(LibraryRecord::find(&image_with(&bad)), Err(RecordError::UnknownFlags(6)));
+        bad[32] = 6; // entry flags word: programs without batches
+        assert_eq!(LibraryRecord::find(&image_with(&bad)), Err(RecordError::InconsistentFlags(6)));
+        let mut bad = note.clone();
+        bad[32] = 8; // entry flags word: a bit nobody defined
+        assert_eq!(LibraryRecord::find(&image_with(&bad)), Err(RecordError::UnknownFlags(8)));
         // Format 1 (no flags word): a table exactly when it lists more than one kernel.
         let v1 = |kernels: &[(&str, &str)]| {
             let mut desc = std::vec::Vec::new();

@@ -853,6 +853,7 @@ fn library(sh: &Shared, job: &Job, mut outs: Vec<Vec<u8>>) -> CtxResult {
         EntryVersion::V1 => entry::run_v1(&mut env, &model),
         EntryVersion::V2 if job.sc >> 24 == 4 && model.map_cache => entry::run_release(&mut env),
         EntryVersion::V2 if job.sc >> 24 == 3 && !model.table.is_empty() => entry::run_batch(&mut env, &model),
+        EntryVersion::V2 if job.sc >> 24 == 5 && !model.table.is_empty() && model.programs => entry::run_program(&mut env, &model),
         EntryVersion::V2 => entry::run_v2(&mut env, &model),
     };
     // The simulated DSP cost of the entry's maps and unmaps (the cost model's; zero by default).

@@ -20,7 +20,11 @@
 //! `HAP_mmap`, maps each lease once, runs the records in order (a kernel may report a failure
 //! with [`KernelCall::fail`], which stops the batch), unmaps every lease once and writes the
 //! 24-byte status. The field offsets here are written from the card, independently of the
-//! runtime's table, so a disagreement fails a test.
+//! runtime's table, so a disagreement fails a test. Such a library answers programs too
+//! (method 5, `run_program`): the same records, kept in one of the call's leases (header: magic
+//! `HRXP`, K, L, R, the lease's index P, the records' offset O in it); the entry checks the
+//! header and the lease table, maps the leases, then validates every record where it lies
+//! (no view may name lease P) before running any, unmapping everything if one is bad.
 //!
 //! Not modelled: `HAP_power_set` (the generated entry calls it first; it has no observable effect
 //! here), what real `HAP_mmap`/`HAP_munmap` do with unaligned or non-base addresses (unknown,
@@ -46,6 +50,12 @@ pub const BATCH_MAX_LAUNCHES: u32 = 256;
 /// Most record bytes a batch entry accepts (64 KiB: 256 records of 8 views and 4 scalars,
 /// 136 bytes each, rounded up to a power of two).
 pub const BATCH_MAX_RECORD_BYTES: u32 = 65536;
+/// The program header and status magic, "HRXP" little-endian.
+pub const PROGRAM_MAGIC: u32 = 0x5058_5248;
+/// Most records a program entry accepts (4,096: a whole model's run).
+pub const PROGRAM_MAX_LAUNCHES: u32 = 4096;
+/// Most record bytes a program entry accepts (1 MiB).
+pub const PROGRAM_MAX_RECORD_BYTES: u32 = 1 << 20;
 
 /// Which entry contract a library was generated for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -100,6 +110,9 @@ pub struct LibraryModel {
     pub(crate) map_cache: bool,
     /// A single launch returns the kernel's status ([`LibraryModel::returning_status`]).
     pub(crate) returns_status: bool,
+    /// The table's entry answers programs (method 5), as every table the runtime generates
+    /// now does ([`LibraryModel::without_programs`]: one built before).
+    pub(crate) programs: bool,
 }
 
 impl core::fmt::Debug for LibraryModel {
@@ -134,11 +147,12 @@ impl LibraryModel {
             exec: None,
             map_cache: false,
             returns_status: false,
+            programs: false,
         }
     }
 
     /// A v2 library generated for a kernel table (the runtime's `write_batch_entry`): method 2 is
-    /// a single launch of kernel 0, method 3 a batch over the table.
+    /// a single launch of kernel 0, method 3 a batch over the table, method 5 a program.
     pub fn table(kernels: Vec<TableKernel>) -> Self {
         let (buffers, scalars, kernel) = match kernels.first() {
             Some(k) => (k.buffers, k.scalars, k.kernel.clone()),
@@ -154,6 +168,7 @@ impl LibraryModel {
             exec: None,
             map_cache: false,
             returns_status: false,
+            programs: true,
         }
     }
 
@@ -175,6 +190,7 @@ impl LibraryModel {
             exec: Some((exec, lib)),
             map_cache: false,
             returns_status: false,
+            programs: false,
         }
     }
 
@@ -193,6 +209,13 @@ impl LibraryModel {
     /// this to make the DSP answer an error after it wrote an out-buffer (driver tests).
     pub fn returning_status(mut self) -> Self {
         self.returns_status = self.version == EntryVersion::V2;
+        self
+    }
+
+    /// A table library built before programs (method 5) existed: it answers method 5 with 0
+    /// and writes no status, as such an entry's method check does.
+    pub fn without_programs(mut self) -> Self {
+        self.programs = false;
         self
     }
 
@@ -809,21 +832,70 @@ struct BatchRecord {
 /// records in order, stopping at the first kernel with a non-zero status; unmap every lease;
 /// write the status (u32 magic, done, failed record or `u32::MAX`, i32 code, u64 microseconds).
 pub(crate) fn run_batch(env: &mut EntryEnv<'_>, model: &LibraryModel) -> i32 {
+    run_records(env, model, false)
+}
+
+/// The program entry (method 5 of a library with a kernel table): a batch whose records are in
+/// one of its leases ([`run_batch`] otherwise).
+pub(crate) fn run_program(env: &mut EntryEnv<'_>, model: &LibraryModel) -> i32 {
+    run_records(env, model, true)
+}
+
+/// Parses and validates `k` records filling `bytes` against the table and the lease lengths; no
+/// view may name lease `excluded`. `None` if any is bad.
+fn parse_records(model: &LibraryModel, bytes: &[u8], k: u32, leases: &[u32], excluded: Option<usize>) -> Option<Vec<BatchRecord>> {
+    let mut records = Vec::with_capacity(k as usize);
+    let mut at = 0usize;
+    for _ in 0..k {
+        let h = bytes.get(at..at + 8)?;
+        let (kernel, nv, ns) = (u32_at(&h[0..]) as usize, u16_at(&h[4..]) as usize, u16_at(&h[6..]) as usize);
+        let tk = model.table.get(kernel)?;
+        if nv != tk.buffers || ns != tk.scalars {
+            return None;
+        }
+        let len = 8 + 12 * nv + 8 * ns;
+        let rec = bytes.get(at..at + len)?;
+        let mut views = Vec::with_capacity(nv);
+        for v in 0..nv {
+            let e = &rec[8 + 12 * v..];
+            let (li, off, n) = (u32_at(&e[0..]) as usize, u32_at(&e[4..]), u32_at(&e[8..]));
+            match leases.get(li) {
+                Some(&lease) if Some(li) != excluded && off as u64 + n as u64 <= lease as u64 => views.push((li, off, n)),
+                _ => return None,
+            }
+        }
+        let scalars = (0..ns).map(|j| slot(rec[8 + 12 * nv + 8 * j..][..8].to_vec())).collect();
+        records.push(BatchRecord { kernel, views, scalars });
+        at += len;
+    }
+    (at == bytes.len()).then_some(records)
+}
+
+fn run_records(env: &mut EntryEnv<'_>, model: &LibraryModel, program: bool) -> i32 {
     let refuse = |env: &mut EntryEnv<'_>| {
         env.events.push(LedgerEvent::Refused { code: aee::AEE_EBADPARM });
         aee::AEE_EBADPARM
+    };
+    let (magic_want, max_k, max_r, hl) = if program {
+        (PROGRAM_MAGIC, PROGRAM_MAX_LAUNCHES, PROGRAM_MAX_RECORD_BYTES, 24u32)
+    } else {
+        (BATCH_MAGIC, BATCH_MAX_LAUNCHES, BATCH_MAX_RECORD_BYTES, 16u32)
     };
     let nl = (env.sc & 0xf) as usize;
     if env.sc & 0x00ff_fff0 != 0x0002_0100 || env.pra.len() < 3 + nl {
         return refuse(env);
     }
-    if env.arg_len(0) < 16 || env.arg_len(2) < 24 || (env.arg_len(1) as u64) < 8 * nl as u64 {
+    if env.arg_len(0) < hl || env.arg_len(2) < 24 || (env.arg_len(1) as u64) < 8 * nl as u64 {
         return refuse(env);
     }
-    let hdr = env.arg_read(0, 0, 16);
+    let hdr = env.arg_read(0, 0, hl);
     let (magic, k, l, r) = (u32_at(&hdr[0..]), u32_at(&hdr[4..]), u32_at(&hdr[8..]), u32_at(&hdr[12..]));
-    if magic != BATCH_MAGIC || l as usize != nl || k == 0 || k > BATCH_MAX_LAUNCHES || r > BATCH_MAX_RECORD_BYTES || r > env.arg_len(0) - 16
-    {
+    if magic != magic_want || l as usize != nl || k == 0 || k > max_k || r > max_r || (!program && r > env.arg_len(0) - hl) {
+        return refuse(env);
+    }
+    // A program's records: lease P at offset O.
+    let (px, po) = if program { (u32_at(&hdr[16..]) as usize, u32_at(&hdr[20..])) } else { (usize::MAX, 0) };
+    if program && px >= nl {
         return refuse(env);
     }
     let mut leases = Vec::with_capacity(nl);
@@ -838,34 +910,18 @@ pub(crate) fn run_batch(env: &mut EntryEnv<'_>, model: &LibraryModel) -> i32 {
         leases.push(len);
         ids.push(reserved);
     }
-    // Every record, validated before anything is mapped.
-    let bytes = env.arg_read(0, 16, r);
-    let mut records = Vec::with_capacity(k as usize);
-    let mut at = 0usize;
-    for _ in 0..k {
-        let Some(h) = bytes.get(at..at + 8) else { return refuse(env) };
-        let (kernel, nv, ns) = (u32_at(&h[0..]) as usize, u16_at(&h[4..]) as usize, u16_at(&h[6..]) as usize);
-        let Some(tk) = model.table.get(kernel) else { return refuse(env) };
-        if nv != tk.buffers || ns != tk.scalars {
+    // A batch's records, validated before anything is mapped.
+    let mut records = None;
+    if program {
+        if po as u64 + r as u64 > leases[px] as u64 {
             return refuse(env);
         }
-        let len = 8 + 12 * nv + 8 * ns;
-        let Some(rec) = bytes.get(at..at + len) else { return refuse(env) };
-        let mut views = Vec::with_capacity(nv);
-        for v in 0..nv {
-            let e = &rec[8 + 12 * v..];
-            let (li, off, n) = (u32_at(&e[0..]) as usize, u32_at(&e[4..]), u32_at(&e[8..]));
-            match leases.get(li) {
-                Some(&lease) if off as u64 + n as u64 <= lease as u64 => views.push((li, off, n)),
-                _ => return refuse(env),
-            }
+    } else {
+        let bytes = env.arg_read(0, hl, r);
+        match parse_records(model, &bytes, k, &leases, None) {
+            Some(recs) => records = Some(recs),
+            None => return refuse(env),
         }
-        let scalars = (0..ns).map(|j| slot(rec[8 + 12 * nv + 8 * j..][..8].to_vec())).collect();
-        records.push(BatchRecord { kernel, views, scalars });
-        at += len;
-    }
-    if at != r as usize {
-        return refuse(env);
     }
     // Each lease mapped once for the whole call.
     let mut mapped: Vec<(u32, u32, Arc<HostMmap>, i32)> = Vec::with_capacity(nl);
@@ -881,6 +937,30 @@ pub(crate) fn run_batch(env: &mut EntryEnv<'_>, model: &LibraryModel) -> i32 {
             }
         }
     }
+    let records = match records {
+        Some(recs) => recs,
+        None => {
+            // A program's records, read where they lie and validated before any runs.
+            let mem = &mapped[px].2;
+            let parsed = (po as usize).checked_add(r as usize).filter(|&end| end <= mem.len).and_then(|end| {
+                let mut bytes = vec![0u8; end - po as usize];
+                // SAFETY: [addr + po, addr + end) lies inside the live shared mapping `mem`
+                // (checked just above; the `Arc` keeps it mapped), and `bytes` is a distinct
+                // Rust buffer of that length.
+                unsafe { core::ptr::copy_nonoverlapping((mem.addr + po as usize) as *const u8, bytes.as_mut_ptr(), bytes.len()) };
+                parse_records(model, &bytes, k, &leases, Some(px))
+            });
+            match parsed {
+                Some(recs) => recs,
+                None => {
+                    for &(base, len, _, slot) in mapped.iter().rev() {
+                        env.put_lease(slot, base, len);
+                    }
+                    return refuse(env);
+                }
+            }
+        }
+    };
     let (mut done, mut failed, mut code, mut micros) = (0u32, u32::MAX, 0i32, 0u64);
     for (i, rec) in records.into_iter().enumerate() {
         let bufs = rec
@@ -914,7 +994,7 @@ pub(crate) fn run_batch(env: &mut EntryEnv<'_>, model: &LibraryModel) -> i32 {
         env.put_lease(slot, base, len);
     }
     let mut st = Vec::with_capacity(24);
-    for w in [BATCH_MAGIC, done, failed, code as u32] {
+    for w in [magic_want, done, failed, code as u32] {
         st.extend_from_slice(&w.to_le_bytes());
     }
     st.extend_from_slice(&micros.to_le_bytes());

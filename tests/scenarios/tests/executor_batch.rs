@@ -14,7 +14,10 @@ use hexrpc_bench::{Bench, BenchConfig, CallKind, LedgerEvent, RestartReason};
 use hexrpc_bsp::Board;
 use hexrpc_hal::{BufferView, Call, Cause};
 use hexrpc_runtime::launch::EntryOptions;
-use hexrpc_runtime::launch::{Batch, BatchFailure, BatchRefusal, BufferRef, Scalar, Signature, BATCH, MAX_ARGS, MAX_BATCH_LAUNCHES};
+use hexrpc_runtime::launch::{
+    Batch, BatchFailure, BatchRefusal, BufferRef, Program, Scalar, Signature, BATCH, MAX_ARGS, MAX_BATCH_LAUNCHES, MAX_PROGRAM_LAUNCHES,
+    PROGRAM,
+};
 use hexrpc_runtime::Error;
 use hexrpc_scenarios::suite::{build_table_image, build_table_image_with};
 use hexrpc_scenarios::{stack, Stack};
@@ -24,7 +27,8 @@ hexrpc_bench::on_both_kernels!(
     a_hostile_record_is_refused_by_the_real_entry_before_anything_is_mapped,
     a_failing_kernel_mid_batch_is_reported_and_every_mapping_released,
     the_dsp_dying_mid_batch_is_recovered,
-    steady_state_batches_map_no_lease_with_the_map_cache
+    steady_state_batches_map_no_lease_with_the_map_cache,
+    a_program_of_4096_real_launches_runs_in_one_call_and_refuses_changed_records
 );
 
 /// What a launch is counted as on `board`'s driver.
@@ -260,4 +264,69 @@ fn steady_state_batches_map_no_lease_with_the_map_cache(board: &'static Board) {
     drop(l2);
     assert_eq!(live(&bench), Some(0));
     assert_eq!(bench.ledger_mismatches(), 0, "{:?}", bench.ledger());
+}
+
+/// The generated program entry (method 5) on real kernels: 4,096 launches whose records stay in a
+/// lease run in one call; with the map cache a steady run maps nothing (the records lease
+/// included); a record changed in the lease after the host checked it (a view of the records
+/// lease) is refused by the entry before any kernel runs, every lease unmapped.
+fn a_program_of_4096_real_launches_runs_in_one_call_and_refuses_changed_records(board: &'static Board) {
+    let Some(tc) = tools() else { return };
+    let bench = Bench::for_board(board);
+    let stack = Stack::start(bench.clone()).expect("stack");
+    let image = build_table_image_with(&tc, &TABLE, Flavour::Scalar, &EntryOptions::V2_CACHED).expect("build");
+    let lib = stack.open_with("table_program", image, true).expect("open");
+    let sigs = sigs();
+    let mut data = stack.session().alloc(64 * 1024).unwrap();
+    data.fill(0, 64 * 1024, 0).unwrap();
+    // Record r bumps 64 bytes at 1000 * (r % 16) + 3: each of the 16 views by 256 a run, so
+    // every byte wraps back to its start; one run more than a multiple of 256 records is
+    // checked by the count of the first view instead.
+    let mut records = Vec::new();
+    for r in 0..MAX_PROGRAM_LAUNCHES - 1 {
+        let mut one = Vec::new();
+        one.extend_from_slice(&0u32.to_le_bytes());
+        one.extend_from_slice(&1u16.to_le_bytes());
+        one.extend_from_slice(&1u16.to_le_bytes());
+        for w in [0u32, 1000 * (r % 16) as u32 + 3, 64] {
+            one.extend_from_slice(&w.to_le_bytes());
+        }
+        one.extend_from_slice(&64u64.to_le_bytes());
+        records.extend_from_slice(&one);
+    }
+    let mut code = stack.session().alloc(records.len()).unwrap();
+    code.write_at(0, &records).unwrap();
+    let (dw, cv) = (data.whole(), code.view(0, records.len()).unwrap());
+    let mut program = Program::new(&sigs, &[BufferRef::of(&dw)], BufferRef::of(&cv), &records).unwrap();
+    for run in 1..=2usize {
+        bench.clear_ledger();
+        let invokes = bench.counts().of(invoke_kind(board));
+        assert_eq!(program.run(&lib).map(|r| r.launches), Ok(MAX_PROGRAM_LAUNCHES - 1));
+        assert_eq!(bench.counts().of(invoke_kind(board)) - invokes, 1, "one crossing for {} real launches", MAX_PROGRAM_LAUNCHES - 1);
+        assert_eq!(maps(&bench), (if run == 1 { 2 } else { 0 }, 0), "run {run}: the leases are mapped once and kept: {:?}", bench.ledger());
+        // View v was bumped ceil((4095 - v) / 16) times per run.
+        for v in 0..16usize {
+            let per_run = (MAX_PROGRAM_LAUNCHES - 1 - v).div_ceil(16);
+            let mut got = [0u8; 64];
+            data.read_at(1000 * v + 3, &mut got).unwrap();
+            assert!(got.iter().all(|&b| b as usize == (per_run * run) % 256), "view {v} after run {run}: {}", got[0]);
+        }
+    }
+    // The last record's view now names the records lease (index 1), written after the host
+    // checked the records it was given: refused by the entry. (The program built before is
+    // not used again: its borrow of the records lease ends here.)
+    let at = records.len() - PROGRAM.record_len(1, 1) + PROGRAM.view_at(0) + PROGRAM.view_lease_at;
+    code.write_at(at, &1u32.to_le_bytes()).unwrap();
+    let (dw, cv) = (data.whole(), code.view(0, records.len()).unwrap());
+    let mut program = Program::new(&sigs, &[BufferRef::of(&dw)], BufferRef::of(&cv), &records).unwrap();
+    let mut before = [0u8; 64];
+    data.read_at(3, &mut before).unwrap();
+    bench.clear_ledger();
+    let err = program.run(&lib).unwrap_err();
+    assert!(matches!(err, Error::Hal(ref e) if e.cause == Cause::Dsp(hexrpc_drivers::aee::AEE_EBADPARM)), "{err:?}");
+    let mut after = [0u8; 64];
+    data.read_at(3, &mut after).unwrap();
+    assert_eq!(before, after, "no kernel ran");
+    assert_eq!(bench.ledger_mismatches(), 0, "{:?}", bench.ledger());
+    drop(lib);
 }

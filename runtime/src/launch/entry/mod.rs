@@ -91,7 +91,9 @@
 
 use core::fmt::Write;
 
-use super::abi::{AbiVersion, BATCH, MAX_BATCH_KERNELS};
+use super::abi::{AbiVersion, MAX_BATCH_KERNELS};
+#[cfg(doc)]
+use super::abi::{BATCH, PROGRAM};
 use super::signature::Signature;
 
 mod batch;
@@ -140,7 +142,7 @@ pub fn write_batch_entry<W: Write + ?Sized>(out: &mut W, kernels: &[KernelSpec<'
     }
     let l = opts.version.layout();
     write_prelude(out, l, kernels, true, opts)?;
-    write_batch(out, &BATCH, kernels, opts.map_cache)?;
+    write_batch(out, kernels, opts.map_cache)?;
     write_body(out, l, &kernels[0], true, opts)?;
     Ok(())
 }
@@ -218,7 +220,17 @@ mod tests {
             "if (pra[0].buf.len < 16u || pra[2].buf.len < 24u || pra[1].buf.len < 8u * hrx_nl) return 14;",
             "if (hrx_ld_u32(hrx_a0 + 0) != 0x42585248u || hrx_ld_u32(hrx_a0 + 8) != hrx_nl) return 14;",
             "if (hrx_nk == 0u || hrx_nk > 256u || hrx_bytes > 65536u || hrx_bytes > pra[0].buf.len - 16u) return 14;",
-            " * At most 256 records, 15 leases, 65536 record bytes. */",
+            " * At most 256 records, 15 leases, 65536 record bytes.",
+            "if ((sc >> 24) == 5u) return hrx_program(sc, pra);",
+            " * At most 4096 records, 1048576 record bytes. */",
+            "if (hrx_nk == 0u || hrx_nk > 4096u || hrx_bytes > 1048576u) return 14;",
+            "const unsigned int hrx_px = hrx_ld_u32(hrx_a0 + 16);",
+            "const unsigned int hrx_po = hrx_ld_u32(hrx_a0 + 20);",
+            "if (hrx_ld_u32(hrx_a0 + 0) != 0x50585248u || hrx_ld_u32(hrx_a0 + 8) != hrx_nl) return 14;",
+            "if (hrx_po > hrx_lease[hrx_px] || hrx_bytes > hrx_lease[hrx_px] - hrx_po) return 14;",
+            "hrx_l >= hrx_nl || hrx_l == hrx_px ||",
+            "const unsigned char *const hrx_rec = (const unsigned char *)hrx_base[hrx_px] + hrx_po;",
+            "hrx_st_u32(hrx_st + 0, 0x50585248u);",
             "case 0u: hrx_wv = 2u; hrx_ws = 1u; break;",
             "case 1u: hrx_wv = 1u; hrx_ws = 1u; break;",
             "const unsigned int hrx_len = 8u + 12u * hrx_nv + 8u * hrx_ns;",

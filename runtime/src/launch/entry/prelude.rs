@@ -7,7 +7,7 @@ use core::fmt::{self, Write};
 use super::helpers::write_helpers;
 use super::map_cache::write_map_cache;
 use super::spec::{EntryOptions, KernelSpec};
-use crate::launch::abi::{AbiVersion, LaunchLayout, BATCH, ENTRY_SYMBOL};
+use crate::launch::abi::{AbiVersion, LaunchLayout, BATCH, ENTRY_SYMBOL, PROGRAM};
 use crate::launch::signature::ParamKind;
 
 fn version_name(v: AbiVersion) -> &'static str {
@@ -79,7 +79,17 @@ pub(super) fn write_prelude<W: Write + ?Sized>(
             " * pra[{}]: L x {} bytes (lease length @{}, 0 @{}). pra[{}]: {}-byte status out. pra[{} + l]: dma handle of lease l.",
             b.pra_leases, b.lease_entry_size, b.lease_len_at, b.lease_reserved_at, b.pra_status, b.status_len, b.first_handle
         )?;
-        writeln!(out, " * At most {} records, {} leases, {} record bytes. */", b.max_launches, b.max_leases, b.max_record_bytes)?;
+        writeln!(out, " * At most {} records, {} leases, {} record bytes.", b.max_launches, b.max_leases, b.max_record_bytes)?;
+        let p = &PROGRAM;
+        if let Some((p_at, o_at)) = p.records_in_lease {
+            writeln!(
+                out,
+                " * Method {} is a program: the same, but pra[{}] is a {}-byte header (magic {:#010x}, K, L, R as above, the index of",
+                p.method, p.pra_records, p.header_len, p.magic
+            )?;
+            writeln!(out, " * the lease holding the records @{p_at}, their offset in it @{o_at}); no view may name that lease.")?;
+            writeln!(out, " * At most {} records, {} record bytes. */", p.max_launches, p.max_record_bytes)?;
+        }
     }
     writeln!(out)?;
     out.write_str(concat!(
