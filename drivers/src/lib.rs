@@ -79,6 +79,8 @@ mod sys;
 pub mod upstream;
 
 #[cfg(feature = "rustix")]
+mod mapped_file;
+#[cfg(feature = "rustix")]
 mod rustix_sys;
 #[cfg(feature = "std")]
 pub mod watchdog;
@@ -86,6 +88,8 @@ pub mod watchdog;
 pub use errno::Errno;
 pub use error::Error;
 pub use fdcell::{FdCell, FdLease};
+#[cfg(feature = "rustix")]
+pub use mapped_file::MappedFile;
 pub use mapping::{Mapping, RangeError};
 #[cfg(feature = "rustix")]
 pub use rustix_sys::{interrupt_signal, use_interrupt_signal, NullDevice, RustixSys};

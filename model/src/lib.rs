@@ -17,8 +17,8 @@
 //! [`npy`] (feature `std`) reads and writes numpy's `.npy` files, the form a model's inputs and
 //! outputs take on a command line.
 //!
-//! This crate reads and writes the file; opening a model on a session and running it belongs to
-//! the layers above.
+//! [`run`] (feature `std`) opens a file on a served session and runs it: one FastRPC call per
+//! run ([`run::LoadedModel`]).
 
 #![cfg_attr(not(feature = "std"), no_std)]
 #![forbid(unsafe_code)]
@@ -30,6 +30,8 @@ pub mod format;
 #[cfg(feature = "std")]
 pub mod npy;
 mod parse;
+#[cfg(feature = "std")]
+pub mod run;
 #[cfg(feature = "std")]
 pub mod sample;
 #[cfg(feature = "std")]

@@ -699,6 +699,11 @@ impl<'a> ModelFile<'a> {
         })
     }
 
+    /// The whole records section: every step's records, in step order, with no gap.
+    pub fn records(&self) -> &'a [u8] {
+        self.records
+    }
+
     /// The steps of a run, in order.
     pub fn steps(&self) -> impl ExactSizeIterator<Item = Step<'a>> + 'a {
         let records = self.records;

@@ -7,7 +7,7 @@ use std::string::String;
 use std::vec::Vec;
 
 use hexrpc_drivers::elf::{EM_HEXAGON, SHT_NOTE};
-use hexrpc_runtime::launch::record::{write_record_asm_flags, FLAG_BATCHES};
+use hexrpc_runtime::launch::record::{write_record_asm_flags, FLAG_BATCHES, FLAG_PROGRAM};
 use hexrpc_runtime::launch::{AbiVersion, Signature, BATCH};
 
 use crate::dtype::DType;
@@ -25,7 +25,14 @@ fn assembled(asm: &str) -> Vec<u8> {
 /// A minimal ELF32 little-endian shared object for `machine` and `arch` (`e_flags`) with one
 /// `SHT_NOTE` section holding `note`, or no section at all.
 pub fn elf(machine: u16, arch: u32, note: Option<&[u8]>) -> Vec<u8> {
+    elf_with(machine, arch, &[], note)
+}
+
+/// [`elf`] with `prefix` placed right after the ELF header (before the note): the bench's
+/// library models are found by a tag there.
+pub fn elf_with(machine: u16, arch: u32, prefix: &[u8], note: Option<&[u8]>) -> Vec<u8> {
     let mut img = std::vec![0u8; 52];
+    img.extend_from_slice(prefix);
     img[..7].copy_from_slice(&[0x7f, b'E', b'L', b'F', 1, 1, 1]);
     img[16..18].copy_from_slice(&3u16.to_le_bytes()); // ET_DYN
     img[18..20].copy_from_slice(&machine.to_le_bytes());
@@ -56,9 +63,13 @@ pub fn build_record(kernels: &[(&str, &str)], flags: u32) -> Vec<u8> {
     assembled(&asm)
 }
 
-/// A v65 kernel-table library with two kernels: `add` (buf, buf, u32) and `zero` (buf).
+/// The sample table's kernels: `add` (out = in + c, bytewise) and `zero` (x = 0).
+pub const TABLE: [(&str, &str); 2] = [("add", "buf,buf,u32"), ("zero", "buf")];
+
+/// A v65 kernel-table library with the kernels of [`TABLE`] whose entry runs batches and
+/// programs (as every table `hexrpc build-lib --table` makes now).
 pub fn table_library() -> Vec<u8> {
-    elf(EM_HEXAGON, ARCH, Some(&build_record(&[("add", "buf,buf,u32"), ("zero", "buf")], FLAG_BATCHES)))
+    elf(EM_HEXAGON, ARCH, Some(&build_record(&TABLE, FLAG_BATCHES | FLAG_PROGRAM)))
 }
 
 /// One launch record in the batch form: `views` as (arena, offset, length), `scalars` as slots.

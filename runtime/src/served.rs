@@ -182,6 +182,16 @@ impl<S: Syscalls + Clone + Send + Sync + 'static> ServedSession<S> {
         Ok(Kernel::new(library, signature, abi))
     }
 
+    /// [`open_library`](Self::open_library) for a library that holds shares of the session and
+    /// of the reverse service instead of borrows (`'static`; see
+    /// [`open_kernel_shared`](Self::open_kernel_shared) for what stops with this value). The
+    /// map cache as the build record says.
+    pub fn open_library_shared(&self, name: &str, image: impl Into<LibraryImage>) -> Result<SharedLibrary<S>, Error> {
+        let image = image.into();
+        let map_cache = records_map_cache(image.bytes());
+        Ok(self.session.open_library_shared_with(self.service.clone(), name, image, map_cache)?)
+    }
+
     /// Allocates a lease that holds a share of the session instead of a borrow (its memory
     /// stays valid after this `ServedSession` is dropped; see
     /// [`open_kernel_shared`](Self::open_kernel_shared) for launches).

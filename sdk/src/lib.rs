@@ -67,8 +67,19 @@ pub use hexrpc_bsp as bsp;
 pub use hexrpc_hal as hal;
 
 /// The runtime: the kernel-launch ABI (packer, entry generator, build records), one-call
-/// kernels, batches, the hardened reverse file service.
+/// kernels, batches, programs, the hardened reverse file service.
 pub use hexrpc_runtime as runtime;
+
+/// Model files: the format (read with no allocation, written at the desk), `.npy` files, and
+/// running a file on a served session ([`Model`]).
+pub use hexrpc_model as model;
+
+/// A model file opened on a served session ([`ServedSession`]), run in one FastRPC call: open it
+/// from bytes ([`Model::open`]) or from a path, mapped read-only ([`Model::open_path`]); its
+/// [`inputs`](Model::inputs) and [`outputs`](Model::outputs); [`run`](Model::run) with a
+/// deadline. See `docs/model-format.md` and the README's "Models" section.
+pub type Model<S> = hexrpc_model::run::LoadedModel<S>;
+pub use hexrpc_model::run::{Origin as ModelOrigin, RunError as ModelError, RunReport as ModelRun, Tensor};
 
 pub use hexrpc_bsp::{Board, DeviceAccess};
 pub use hexrpc_drivers::{RustixSys, Syscalls};
@@ -76,7 +87,7 @@ pub use hexrpc_hal::{
     Arena, ArenaBuf, BufferView, Lease, Library, LibraryImage, Session, SharedArena, SharedArenaBuf, SharedLease, SharedLibrary,
     ARENA_ALIGN,
 };
-pub use hexrpc_runtime::launch::{AbiVersion, Batch, BatchRun, BufferRef, Scalar, ScalarType, Signature};
+pub use hexrpc_runtime::launch::{AbiVersion, Batch, BatchRun, BufferRef, Program, Scalar, ScalarType, Signature};
 pub use hexrpc_runtime::reverse::FilePolicy;
 pub use hexrpc_runtime::{Error, ErrorKind, Kernel, ServedSession};
 
@@ -85,8 +96,8 @@ pub mod prelude {
     pub use crate::boards;
     pub use crate::{
         AbiVersion, Arena, ArenaBuf, Batch, BatchRun, Board, BufferRef, BufferView, DeviceAccess, Error, ErrorKind, FilePolicy, Kernel,
-        Lease, Library, LibraryImage, RustixSys, Scalar, ScalarType, ServedSession, Session, SharedArena, SharedArenaBuf, SharedLease,
-        SharedLibrary, Signature, Syscalls,
+        Lease, Library, LibraryImage, Model, ModelError, ModelRun, Program, RustixSys, Scalar, ScalarType, ServedSession, Session,
+        SharedArena, SharedArenaBuf, SharedLease, SharedLibrary, Signature, Syscalls, Tensor,
     };
 }
 

@@ -131,3 +131,52 @@ pub fn image(name: &str) -> &'static [u8] {
     let mut images = IMAGES.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
     images.entry(name.to_string()).or_insert_with(|| Box::leak(elf::library_image(name, 8192).into_boxed_slice()))
 }
+
+/// The name of the sample model's library: `add_u8`'s one-kernel table (the bindings' bench
+/// registers it as `add_u8_table`; [`register_sample_model`] does on any bench).
+pub const SAMPLE_MODEL_LIBRARY: &str = "add_u8_table";
+
+/// Registers the sample model's library ([`sample_model_file`]) on `bench`.
+pub fn register_sample_model(bench: &Bench) {
+    bench.register_library(SAMPLE_MODEL_LIBRARY, ADD_U8.table_model());
+}
+
+/// A model file the bench runs with no compiler (its library is `add_u8`'s table, a bench model
+/// tagged by name, carrying a build record that says it runs programs): input `x` (uint8,
+/// 1×`n`), outputs `y = x + 3` and `z = y + 5` (uint8, 1×`n`), two launches in one step, one
+/// arena of weights and scratch. For demos, the bindings' tests and `hexrpc model sample`: it is
+/// no use on a device (its library has no code).
+pub fn sample_model_file(n: usize) -> Vec<u8> {
+    use hexrpc_model::sample::{build_record, elf_with, record};
+    use hexrpc_model::{DType, Direction, InitSpec, IoSpec, ModelBuilder, StepSpec};
+    use hexrpc_runtime::launch::record::{FLAG_BATCHES, FLAG_PROGRAM};
+    let n = n.clamp(1, 1 << 20);
+    let tag = &elf::library_image(SAMPLE_MODEL_LIBRARY, 0)[52..];
+    // As the bench model is registered: batches and programs, no map cache.
+    let flags = FLAG_BATCHES | FLAG_PROGRAM;
+    let image = elf_with(hexrpc_drivers::elf::EM_HEXAGON, 0x65, tag, Some(&build_record(&[("add_u8", ADD_U8.signature)], flags)));
+    let (x, y, z, w) = (0u64, n as u64, 2 * n as u64, 3 * n as u64);
+    let (n32, x32, y32, z32) = (n as u32, x as u32, y as u32, z as u32);
+    let mut records = record(0, &[(0, x32, n32), (0, y32, n32)], &[3]);
+    records.extend(record(0, &[(0, y32, n32), (0, z32, n32)], &[5]));
+    ModelBuilder {
+        arch: 0x65,
+        source_digest: [0; 32],
+        source_name: "hexrpc sample (add_u8 twice)".into(),
+        tinygrad_version: String::new(),
+        hexrpc_version: env!("CARGO_PKG_VERSION").into(),
+        libraries: vec![(SAMPLE_MODEL_LIBRARY.into(), image)],
+        arenas: vec![(w + 4096, 64)],
+        init: vec![
+            InitSpec::Bytes { arena: 0, offset: w, bytes: (0..2048u32).map(|i| i as u8).collect() },
+            InitSpec::Zeros { arena: 0, offset: w + 2048, len: 2048 },
+        ],
+        steps: vec![StepSpec { library: 0, launches: 2, records }],
+        io: vec![
+            IoSpec { name: "x".into(), direction: Direction::Input, dtype: DType::U8, shape: vec![1, n as u64], arena: 0, offset: x },
+            IoSpec { name: "y".into(), direction: Direction::Output, dtype: DType::U8, shape: vec![1, n as u64], arena: 0, offset: y },
+            IoSpec { name: "z".into(), direction: Direction::Output, dtype: DType::U8, shape: vec![1, n as u64], arena: 0, offset: z },
+        ],
+    }
+    .to_bytes()
+}

@@ -1,0 +1,474 @@
+//! A model file opened on a served session and run: one FastRPC call per run.
+//!
+//! [`LoadedModel::open`] takes a file's bytes, validates all of it ([`ModelFile::parse`]) and
+//! checks what this build needs to run it (every library runs programs, every kernel signature
+//! parses, every run's records fit a program) before it makes any system call. Then it opens
+//! the libraries (under the map cache when their build record asks for it), allocates the
+//! arenas and writes their initial contents (the weights; zero ranges filled), writes the records
+//! into one lease of their own, and builds one [`Program`] per run of consecutive steps on one
+//! library (a file from `python -m hexrpc.export` has one library, so one program: one call a
+//! run). Anything that fails on the way is given back before the error returns.
+//!
+//! [`LoadedModel::run`] writes the inputs into their arenas, sends each program (bounded by the
+//! deadline, if one is given), and reads the outputs out. It allocates nothing. After a DSP
+//! restart the run fails with a recoverable error; once the session is recovered
+//! (`ServedSession::recover`, or the session's `recover()`), the next run works as before: the
+//! libraries are reopened by the session, the arenas and the records lease are host memory and
+//! were never lost, and nothing is read from the file again.
+
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use hexrpc_drivers::Syscalls;
+use hexrpc_hal::{SharedLease, SharedLibrary};
+use hexrpc_runtime::launch::{BatchRun, BufferRef, Program, Signature, MAX_PROGRAM_LAUNCHES, MAX_PROGRAM_RECORD_BYTES};
+use hexrpc_runtime::{Error as RuntimeError, ErrorKind, ServedSession};
+
+use crate::{DType, Direction, Limits, ModelError, ModelFile};
+
+/// The owner every program's lease records borrow from: the [`LoadedModel`] owns the leases
+/// themselves and drops its programs first (see [`LoadedModel`]).
+static LEASES_OWNED_BY_THE_MODEL: () = ();
+
+/// Why a model could not be opened or run.
+#[derive(Debug, PartialEq)]
+#[non_exhaustive]
+pub enum RunError {
+    /// The file could not be read (opened, examined or mapped).
+    Read {
+        /// The path.
+        path: String,
+        /// The system's error.
+        errno: hexrpc_drivers::Errno,
+    },
+    /// The file is not a valid model file for this build (nothing was sent).
+    File(ModelError),
+    /// Library `library` was built before programs (launch ABI method 5) existed: rebuild the
+    /// model with this hexrpc (nothing was sent).
+    NoPrograms {
+        /// The library's index.
+        library: usize,
+    },
+    /// A kernel signature in library `library`'s build record does not parse (nothing was
+    /// sent).
+    Signature {
+        /// The library's index.
+        library: usize,
+    },
+    /// The run's records do not fit a program (nothing was sent).
+    Records(Box<RuntimeError>),
+    /// Opening the model failed at `what` (everything it had acquired was given back).
+    Open {
+        /// What was being done: "open library N", "allocate arena N", ...
+        what: String,
+        /// The stack's error.
+        error: Box<RuntimeError>,
+    },
+    /// The run was given `got` inputs; the model has `want`.
+    InputCount {
+        /// Inputs the model has.
+        want: usize,
+        /// Inputs given.
+        got: usize,
+    },
+    /// The run was given `got` output buffers; the model has `want` outputs.
+    OutputCount {
+        /// Outputs the model has.
+        want: usize,
+        /// Buffers given.
+        got: usize,
+    },
+    /// Input or output `name` needs `want` bytes; its buffer has `got`.
+    Size {
+        /// The input's or output's name.
+        name: String,
+        /// Bytes it needs.
+        want: u64,
+        /// Bytes given.
+        got: usize,
+    },
+    /// The deadline passed before program `program` could be sent (nothing more was sent).
+    Deadline {
+        /// The program that was not sent.
+        program: usize,
+    },
+    /// Program `program` failed (a recoverable error means: recover the session, run again).
+    Run {
+        /// The program's index.
+        program: usize,
+        /// The stack's error.
+        error: Box<RuntimeError>,
+    },
+    /// Moving an input in or an output out of its arena failed.
+    Io {
+        /// The input's or output's name.
+        name: String,
+        /// The stack's error.
+        error: Box<RuntimeError>,
+    },
+}
+
+impl RunError {
+    /// True if the session needs `recover()` before the next run (a DSP restart, a passed
+    /// deadline that interrupted a call).
+    pub fn is_recoverable(&self) -> bool {
+        match self {
+            RunError::Run { error, .. } | RunError::Io { error, .. } => error.kind() == ErrorKind::Recoverable,
+            _ => false,
+        }
+    }
+}
+
+impl fmt::Display for RunError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RunError::Read { path, errno } => write!(f, "{path}: {errno}"),
+            RunError::File(e) => write!(f, "model file: {e}"),
+            RunError::NoPrograms { library } => write!(
+                f,
+                "library {library} was built before programs (launch ABI method 5) existed; export the model again with this hexrpc"
+            ),
+            RunError::Signature { library } => write!(f, "library {library}: a kernel signature in its build record does not parse"),
+            RunError::Records(e) => write!(f, "the model's records do not fit a program: {e}"),
+            RunError::Open { what, error } => write!(f, "opening the model: {what}: {error}"),
+            RunError::InputCount { want, got } => write!(f, "the model has {want} inputs; {got} were given"),
+            RunError::OutputCount { want, got } => write!(f, "the model has {want} outputs; {got} buffers were given"),
+            RunError::Size { name, want, got } => write!(f, "{name:?} needs {want} bytes; its buffer has {got}"),
+            RunError::Deadline { program } => write!(f, "the deadline passed before program {program} was sent"),
+            RunError::Run { program, error } => write!(f, "program {program}: {error}"),
+            RunError::Io { name, error } => write!(f, "{name:?}: {error}"),
+        }
+    }
+}
+
+impl std::error::Error for RunError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            RunError::File(e) => Some(e),
+            RunError::Records(e) | RunError::Open { error: e, .. } | RunError::Run { error: e, .. } | RunError::Io { error: e, .. } => {
+                Some(e)
+            }
+            _ => None,
+        }
+    }
+}
+
+impl From<ModelError> for RunError {
+    fn from(e: ModelError) -> Self {
+        RunError::File(e)
+    }
+}
+
+/// An input or output of an opened model.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Tensor {
+    /// Its name.
+    pub name: String,
+    /// Element type.
+    pub dtype: DType,
+    /// Shape.
+    pub shape: Vec<u64>,
+    /// Bytes (elements times the dtype's size).
+    pub len: u64,
+    arena: usize,
+    offset: u64,
+}
+
+/// Where a model came from (the file's provenance, owned).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Origin {
+    /// SHA-256 of the source model file (zeros when there was none).
+    pub source_digest: [u8; 32],
+    /// The source's name.
+    pub source_name: String,
+    /// tinygrad's version at export.
+    pub tinygrad_version: String,
+    /// hexrpc's version at export.
+    pub hexrpc_version: String,
+    /// The Hexagon architecture the libraries were built for (ELF `e_flags`, e.g. `0x65`).
+    pub arch: u32,
+}
+
+/// One program of a run and the library it runs on.
+struct Step {
+    library: usize,
+    program: Program<'static>,
+}
+
+/// What one run did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RunReport {
+    /// Launches run (the model's records).
+    pub launches: usize,
+    /// FastRPC calls made (one per program).
+    pub calls: usize,
+    /// DSP microseconds summed over the kernels, as the entries measured them (on the bench:
+    /// simulated or emulated time, never a device figure).
+    pub dsp_micros: u64,
+}
+
+/// A model file opened on a served session (see the module docs).
+///
+/// It holds shares of the session (its leases and libraries are the `'static`, shared kind), so
+/// it can be kept anywhere (a binding's handle, a service's state); the reverse-RPC listener and
+/// the channel stop with the `ServedSession`, so keep that as long as the model runs.
+///
+/// Fields drop in order: the programs (which name the leases by fd only) before the leases, the
+/// leases before the libraries.
+pub struct LoadedModel<S: Syscalls + Clone + Send + Sync + 'static> {
+    steps: Vec<Step>,
+    arenas: Vec<SharedLease<S>>,
+    code: SharedLease<S>,
+    libraries: Vec<SharedLibrary<S>>,
+    inputs: Vec<Tensor>,
+    outputs: Vec<Tensor>,
+    origin: Origin,
+    launches: usize,
+    arena_bytes: u64,
+}
+
+impl<S: Syscalls + Clone + Send + Sync + 'static> LoadedModel<S> {
+    /// Opens the model in `bytes` on `served` (see the module docs). The bytes are not kept.
+    pub fn open(served: &ServedSession<S>, bytes: &[u8]) -> Result<Self, RunError> {
+        Self::open_with(served, bytes, &Limits::DEFAULT)
+    }
+
+    /// Opens the model file at `path`: mapped read-only ([`MappedFile`](hexrpc_drivers::MappedFile))
+    /// for the time of the open, not read into the heap.
+    pub fn open_path(served: &ServedSession<S>, path: &str) -> Result<Self, RunError> {
+        let file = hexrpc_drivers::MappedFile::open(path).map_err(|errno| RunError::Read { path: path.to_owned(), errno })?;
+        Self::open(served, file.bytes())
+    }
+
+    /// [`open`](Self::open) with the host limits on the arenas' sizes given explicitly.
+    pub fn open_with(served: &ServedSession<S>, bytes: &[u8], limits: &Limits) -> Result<Self, RunError> {
+        let file = ModelFile::parse(bytes, limits)?;
+        // What this build needs, checked before any system call.
+        let mut signatures: Vec<Vec<Signature>> = Vec::with_capacity(file.libraries().len());
+        for (i, lib) in file.libraries().enumerate() {
+            if !lib.record.programs() {
+                return Err(RunError::NoPrograms { library: i });
+            }
+            let sigs = lib.record.kernels().map(|k| Signature::parse(k.signature)).collect::<Result<Vec<_>, _>>();
+            signatures.push(sigs.map_err(|_| RunError::Signature { library: i })?);
+        }
+        let groups = group_steps(&file);
+        let records = file.records();
+
+        let open_err = |what: String| move |error: RuntimeError| RunError::Open { what, error: Box::new(error) };
+        let mut libraries = Vec::with_capacity(signatures.len());
+        for (i, lib) in file.libraries().enumerate() {
+            let image: std::sync::Arc<[u8]> = lib.image.into();
+            let l = served.open_library_shared(lib.name, image).map_err(open_err(format!("open library {i} ({})", lib.name)))?;
+            libraries.push(l);
+        }
+        let mut arenas = Vec::with_capacity(file.arenas().len());
+        let mut arena_bytes = 0u64;
+        for (i, a) in file.arenas().enumerate() {
+            // Within the host limits (checked by the parser), so within usize.
+            let size = usize::try_from(a.size).unwrap_or(usize::MAX);
+            arenas.push(
+                served
+                    .alloc_shared(size)
+                    .map_err(|error| RunError::Open { what: format!("allocate arena {i} ({size} bytes)"), error: Box::new(error) })?,
+            );
+            arena_bytes += a.size;
+        }
+        for (n, r) in file.init().enumerate() {
+            let lease = arenas[r.arena].lease_mut();
+            let (off, len) = (r.offset as usize, r.len as usize);
+            let done = match r.bytes {
+                Some(b) => lease.write_at(off, b),
+                None => lease.fill(off, len, 0),
+            };
+            done.map_err(|e| RunError::Open { what: format!("initial contents {n} of arena {}", r.arena), error: Box::new(e.into()) })?;
+        }
+        let mut code = served.alloc_shared(records.len().max(1)).map_err(|error| RunError::Open {
+            what: format!("allocate the records lease ({} bytes)", records.len()),
+            error: Box::new(error),
+        })?;
+        code.lease_mut()
+            .write_at(0, records)
+            .map_err(|e| RunError::Open { what: "write the records".into(), error: Box::new(e.into()) })?;
+
+        // The programs name the leases by fd, length and id; the model owns the leases and drops
+        // the programs first.
+        let owner = &LEASES_OWNED_BY_THE_MODEL;
+        let views: Vec<BufferRef<'static>> = arenas
+            .iter()
+            .map(|l| l.lease())
+            .map(|l| BufferRef::borrowing(owner, l.fd(), l.len() as u64, 0, l.len() as u64).with_lease_id(l.lease_id()))
+            .collect();
+        let mut steps = Vec::with_capacity(groups.len());
+        for g in &groups {
+            let bytes = &records[g.start..g.end];
+            let c = code.lease();
+            let code_ref =
+                BufferRef::borrowing(owner, c.fd(), c.len() as u64, g.start as u64, bytes.len() as u64).with_lease_id(c.lease_id());
+            let program = Program::new(&signatures[g.library], &views, code_ref, bytes).map_err(|e| RunError::Records(Box::new(e)))?;
+            steps.push(Step { library: g.library, program });
+        }
+        let tensor = |io: crate::Io<'_>| Tensor {
+            name: io.name.to_owned(),
+            dtype: io.dtype,
+            shape: io.dims().collect(),
+            len: io.len,
+            arena: io.arena,
+            offset: io.offset,
+        };
+        let inputs = file.io().filter(|io| io.direction == Direction::Input).map(tensor).collect();
+        let outputs = file.io().filter(|io| io.direction == Direction::Output).map(tensor).collect();
+        let p = file.provenance();
+        let origin = Origin {
+            source_digest: *p.source_digest,
+            source_name: p.source_name.to_owned(),
+            tinygrad_version: p.tinygrad_version.to_owned(),
+            hexrpc_version: p.hexrpc_version.to_owned(),
+            arch: file.arch(),
+        };
+        Ok(LoadedModel { steps, arenas, code, libraries, inputs, outputs, origin, launches: file.launches(), arena_bytes })
+    }
+
+    /// The inputs, in file order.
+    pub fn inputs(&self) -> &[Tensor] {
+        &self.inputs
+    }
+
+    /// The outputs, in file order.
+    pub fn outputs(&self) -> &[Tensor] {
+        &self.outputs
+    }
+
+    /// Where the model came from.
+    pub fn origin(&self) -> &Origin {
+        &self.origin
+    }
+
+    /// Launches one run makes.
+    pub fn launches(&self) -> usize {
+        self.launches
+    }
+
+    /// FastRPC calls one run makes (one per program).
+    pub fn calls_per_run(&self) -> usize {
+        self.steps.len()
+    }
+
+    /// Bytes of the arenas (the model's memory on the device, weights included), and of the
+    /// records lease.
+    pub fn memory_bytes(&self) -> (u64, u64) {
+        (self.arena_bytes, self.code.lease().len() as u64)
+    }
+
+    /// Bytes each run copies into the kernel beyond the inputs (the programs' headers and lease
+    /// tables): the inputs themselves are written into shared memory, not copied by a call.
+    pub fn call_bytes_per_run(&self) -> usize {
+        self.steps.iter().map(|s| s.program.call_bytes()).sum()
+    }
+
+    /// Runs the model once: `inputs[i]` is input `i`'s bytes (exactly its length), `outputs[j]`
+    /// receives output `j`'s (exactly its length). With a deadline, each call is bounded by what
+    /// is left of it, and a program not yet sent when it passes is not sent.
+    pub fn run(&mut self, inputs: &[&[u8]], outputs: &mut [&mut [u8]], deadline: Option<Duration>) -> Result<RunReport, RunError> {
+        if inputs.len() != self.inputs.len() {
+            return Err(RunError::InputCount { want: self.inputs.len(), got: inputs.len() });
+        }
+        if outputs.len() != self.outputs.len() {
+            return Err(RunError::OutputCount { want: self.outputs.len(), got: outputs.len() });
+        }
+        for (t, b) in self.inputs.iter().zip(inputs) {
+            if b.len() as u64 != t.len {
+                return Err(RunError::Size { name: t.name.clone(), want: t.len, got: b.len() });
+            }
+        }
+        for (t, b) in self.outputs.iter().zip(outputs.iter()) {
+            if b.len() as u64 != t.len {
+                return Err(RunError::Size { name: t.name.clone(), want: t.len, got: b.len() });
+            }
+        }
+        let start = Instant::now();
+        for (t, b) in self.inputs.iter().zip(inputs) {
+            self.arenas[t.arena]
+                .lease_mut()
+                .write_at(t.offset as usize, b)
+                .map_err(|e| RunError::Io { name: t.name.clone(), error: Box::new(e.into()) })?;
+        }
+        let mut report = RunReport { launches: 0, calls: 0, dsp_micros: 0 };
+        for (i, step) in self.steps.iter_mut().enumerate() {
+            let lib = &self.libraries[step.library];
+            let done: Result<BatchRun, RuntimeError> = match deadline {
+                Some(d) => match d.checked_sub(start.elapsed()).filter(|left| !left.is_zero()) {
+                    Some(left) => step.program.run_with_deadline(lib, left),
+                    None => return Err(RunError::Deadline { program: i }),
+                },
+                None => step.program.run(lib),
+            };
+            let done = done.map_err(|error| RunError::Run { program: i, error: Box::new(error) })?;
+            report.launches += done.launches;
+            report.calls += 1;
+            report.dsp_micros += done.dsp_micros;
+        }
+        for (t, b) in self.outputs.iter().zip(outputs.iter_mut()) {
+            self.arenas[t.arena]
+                .lease()
+                .read_at(t.offset as usize, b)
+                .map_err(|e| RunError::Io { name: t.name.clone(), error: Box::new(e.into()) })?;
+        }
+        Ok(report)
+    }
+
+    /// The index of the input named `name`.
+    pub fn input_index(&self, name: &str) -> Option<usize> {
+        self.inputs.iter().position(|t| t.name == name)
+    }
+
+    /// The index of the output named `name`.
+    pub fn output_index(&self, name: &str) -> Option<usize> {
+        self.outputs.iter().position(|t| t.name == name)
+    }
+}
+
+impl<S: Syscalls + Clone + Send + Sync + 'static> fmt::Debug for LoadedModel<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LoadedModel")
+            .field("source", &self.origin.source_name)
+            .field("launches", &self.launches)
+            .field("calls_per_run", &self.steps.len())
+            .field("inputs", &self.inputs.len())
+            .field("outputs", &self.outputs.len())
+            .finish()
+    }
+}
+
+/// A run of consecutive steps on one library that fits one program: its records are
+/// `records[start..end]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Group {
+    library: usize,
+    start: usize,
+    end: usize,
+}
+
+/// Consecutive steps on the same library, merged while the program's capacities allow.
+fn group_steps(file: &ModelFile<'_>) -> Vec<Group> {
+    let base = file.records().as_ptr() as usize;
+    let mut groups: Vec<(Group, usize)> = Vec::new();
+    for step in file.steps() {
+        // Steps follow each other with no gap (checked by the parser).
+        let start = step.records.as_ptr() as usize - base;
+        let end = start + step.records.len();
+        match groups.last_mut() {
+            Some((g, launches))
+                if g.library == step.library
+                    && g.end == start
+                    && *launches + step.launches <= MAX_PROGRAM_LAUNCHES
+                    && end - g.start <= MAX_PROGRAM_RECORD_BYTES =>
+            {
+                g.end = end;
+                *launches += step.launches;
+            }
+            _ => groups.push((Group { library: step.library, start, end }, step.launches)),
+        }
+    }
+    groups.into_iter().map(|(g, _)| g).collect()
+}
