@@ -18,6 +18,42 @@
 #include <stdint.h>
 #include <string.h>
 
+// `hexrpc_tensor.dtype`: numpy's bool.
+#define HEXRPC_DTYPE_BOOL 1
+
+// numpy's uint8.
+#define HEXRPC_DTYPE_UINT8 2
+
+// numpy's int8.
+#define HEXRPC_DTYPE_INT8 3
+
+// numpy's uint16.
+#define HEXRPC_DTYPE_UINT16 4
+
+// numpy's int16.
+#define HEXRPC_DTYPE_INT16 5
+
+// numpy's uint32.
+#define HEXRPC_DTYPE_UINT32 6
+
+// numpy's int32.
+#define HEXRPC_DTYPE_INT32 7
+
+// numpy's uint64.
+#define HEXRPC_DTYPE_UINT64 8
+
+// numpy's int64.
+#define HEXRPC_DTYPE_INT64 9
+
+// numpy's float16.
+#define HEXRPC_DTYPE_FLOAT16 10
+
+// numpy's float32.
+#define HEXRPC_DTYPE_FLOAT32 11
+
+// numpy's float64.
+#define HEXRPC_DTYPE_FLOAT64 12
+
 // Launch ABI as the library's build record names it (v2 when a signature is given and the
 // library has no record).
 #define HEXRPC_ABI_RECORDED 0
@@ -105,6 +141,8 @@
 // Log level: everything.
 #define HEXRPC_LOG_TRACE 5
 
+
+
 // What a call returns: `HEXRPC_OK` or the class of failure. The message of the last failure on
 // the calling thread names the stage and the cause (`hexrpc_last_error_message`).
 typedef enum hexrpc_status {
@@ -143,6 +181,9 @@ typedef struct hexrpc_lease hexrpc_lease;
 
 // An open library together with its kernel's signature and launch ABI.
 typedef struct hexrpc_library hexrpc_library;
+
+// A model file opened on a session (`hexrpc_model_open`).
+typedef struct hexrpc_model hexrpc_model;
 
 // A session: the DSP process, its channel, the ION device and the reverse file service.
 typedef struct hexrpc_session hexrpc_session;
@@ -196,6 +237,49 @@ typedef struct hexrpc_scalar {
   // The value's bits, zero-extended: at most 8, 16, 32 or 64 significant bits by the kind.
   uint64_t bits;
 } hexrpc_scalar;
+
+// An input or output of a model (`hexrpc_model_input`, `hexrpc_model_output`).
+typedef struct hexrpc_tensor {
+  // Its name (NUL-terminated UTF-8), valid until the model is closed.
+  const char *name;
+  // Its element type: `HEXRPC_DTYPE_*` (numpy's names: bool, uint8, ..., float64).
+  uint32_t dtype;
+  // Its rank, 0 to 8.
+  uint32_t rank;
+  // Its shape: `rank` entries, the rest 0.
+  uint64_t shape[8];
+  // Its size in bytes (elements times the dtype's size): what a run reads or writes.
+  uint64_t bytes;
+} hexrpc_tensor;
+
+// An input's bytes for `hexrpc_model_run`.
+typedef struct hexrpc_input {
+  // The bytes (NULL only with `len` 0).
+  const void *data;
+  // How many: exactly the input's size.
+  size_t len;
+} hexrpc_input;
+
+// An output's buffer for `hexrpc_model_run`.
+typedef struct hexrpc_output {
+  // Where the output goes (NULL only with `len` 0).
+  void *data;
+  // Its room: exactly the output's size.
+  size_t len;
+} hexrpc_output;
+
+// What a model run did (`hexrpc_model_run`).
+typedef struct hexrpc_model_report {
+  // Launches run.
+  uint64_t launches;
+  // FastRPC calls made (1 for a model on one library).
+  uint32_t calls;
+  // Zero.
+  uint32_t reserved;
+  // DSP microseconds summed over the kernels, as the entries measured them (on the bench:
+  // simulated or emulated time, never a device figure).
+  uint64_t dsp_us;
+} hexrpc_model_report;
 
 #ifdef __cplusplus
 extern "C" {
@@ -418,6 +502,17 @@ enum hexrpc_status hexrpc_launch(struct hexrpc_library *library,
                                  uint64_t *dsp_us);
 
 #if defined(HEXRPC_BENCH)
+// Bench builds only: a sample model file the bench runs with no compiler, to pass to
+// `hexrpc_model_open`: input `x` (uint8, 1×`n`, `n` 1 to 1,048,576), outputs `y = x + 3` and
+// `z = y + 5`, two launches in one FastRPC call. The bytes are static (never freed; one copy per
+// `n`). Thread-safe.
+//
+// # Safety
+// `bytes` and `length` are NULL or valid for one write.
+enum hexrpc_status hexrpc_bench_sample_model(size_t n, const uint8_t **bytes, size_t *length);
+#endif
+
+#if defined(HEXRPC_BENCH)
 // Bench builds only: the image of a bench DSP model (`"scale_f32"`, `"add_u8"`, `"sleep_ms"`),
 // to pass to [`hexrpc_library_open`]. The bytes are static (never freed). Thread-safe.
 //
@@ -538,6 +633,79 @@ enum hexrpc_status hexrpc_batch_run(struct hexrpc_batch *batch,
 // Frees a batch (its records and the leases only it kept alive). Thread-safe; a freed handle
 // is `HEXRPC_ERR_HANDLE` afterwards.
 enum hexrpc_status hexrpc_batch_free(struct hexrpc_batch *batch);
+
+// Opens the model file held in `bytes` (`len` bytes) on `session`: validates all of it first
+// (a refused file is `HEXRPC_ERR_INVALID`, the last error naming the part, the field and the
+// values, and nothing is sent), then opens its libraries, allocates its arenas, writes its
+// weights and records. The bytes are not kept. The model is closed with its session. Thread-safe.
+//
+// # Safety
+// `bytes` is NULL (with `len` 0) or valid for reading `len` bytes; `out` is NULL or valid for
+// one write.
+enum hexrpc_status hexrpc_model_open(struct hexrpc_session *session,
+                                     const uint8_t *bytes,
+                                     size_t len,
+                                     struct hexrpc_model **out);
+
+// `hexrpc_model_open` from the file at `path`, mapped read-only while it is opened (a file
+// that cannot be read is `HEXRPC_ERR_UNAVAILABLE` (missing, unreadable) or `HEXRPC_ERR_FAILED`, the last error naming the path and the errno). Thread-safe.
+//
+// # Safety
+// `path` is NULL or a NUL-terminated string; `out` is NULL or valid for one write.
+enum hexrpc_status hexrpc_model_open_path(struct hexrpc_session *session,
+                                          const char *path,
+                                          struct hexrpc_model **out);
+
+// Writes how many inputs and outputs the model has. Thread-safe.
+//
+// # Safety
+// `inputs` and `outputs` are NULL or valid for one write each (NULL: not wanted).
+enum hexrpc_status hexrpc_model_io_count(struct hexrpc_model *model,
+                                         size_t *inputs,
+                                         size_t *outputs);
+
+// Describes input `index` (0-based, in the file's order): its name, dtype (`HEXRPC_DTYPE_*`),
+// rank, shape and size in bytes. The name stays valid until the model is closed. An index past
+// the inputs is `HEXRPC_ERR_INVALID`. Thread-safe.
+//
+// # Safety
+// `out` is NULL or valid for one write.
+enum hexrpc_status hexrpc_model_input(struct hexrpc_model *model,
+                                      size_t index,
+                                      struct hexrpc_tensor *out);
+
+// Describes output `index`, as `hexrpc_model_input` does an input. Thread-safe.
+//
+// # Safety
+// `out` is NULL or valid for one write.
+enum hexrpc_status hexrpc_model_output(struct hexrpc_model *model,
+                                       size_t index,
+                                       struct hexrpc_tensor *out);
+
+// Runs the model once: `inputs[i]` holds input `i`'s bytes and `outputs[j]` receives output
+// `j`'s, each exactly the tensor's size (`hexrpc_tensor.bytes`), `ninputs` and `noutputs` the
+// model's counts (anything else is `HEXRPC_ERR_INVALID` naming the tensor, and nothing is
+// sent). One FastRPC call for a model of up to 4,096 launches on one library; nothing is
+// allocated. `deadline_ms` bounds the run (0: none): a run past it is interrupted and is
+// `HEXRPC_ERR_RECOVERABLE`, as is a DSP restart: `hexrpc_session_recover`, then run again.
+// Writes what the run did to `report` (may be NULL). Runs on one model take turns; different
+// models run concurrently. Thread-safe.
+//
+// # Safety
+// `inputs` is NULL (with 0) or valid for `ninputs` reads, each naming `len` readable bytes;
+// `outputs` likewise for `noutputs`, each naming `len` writable bytes that nothing else uses
+// during the call; `report` is NULL or valid for one write.
+enum hexrpc_status hexrpc_model_run(struct hexrpc_model *model,
+                                    const struct hexrpc_input *inputs,
+                                    size_t ninputs,
+                                    const struct hexrpc_output *outputs,
+                                    size_t noutputs,
+                                    uint32_t deadline_ms,
+                                    struct hexrpc_model_report *report);
+
+// Closes a model: its arenas, records and libraries are released. Thread-safe; a closed handle
+// is `HEXRPC_ERR_HANDLE` afterwards.
+enum hexrpc_status hexrpc_model_close(struct hexrpc_model *model);
 
 #ifdef __cplusplus
 }  // extern "C"

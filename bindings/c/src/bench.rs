@@ -67,3 +67,16 @@ pub fn kernel_image(kernel: &str, signature: &str, abi: AbiVersion) -> Result<&'
     hexrpc_scenarios::suite::build_image(&tc, kernel, signature, opts, hexrpc_bench::executor::Flavour::Scalar)
         .map_err(|e| Failure::invalid("bench-image", format!("building {kernel} for {signature:?}: {e}")))
 }
+
+/// The bench's sample model file for `n` elements ([`catalogue::sample_model_file`]), built once
+/// per process and `n`.
+pub fn sample_model(n: usize) -> &'static [u8] {
+    static FILES: Mutex<Vec<(usize, &'static [u8])>> = Mutex::new(Vec::new());
+    let mut files = FILES.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((_, f)) = files.iter().find(|(m, _)| *m == n) {
+        return f;
+    }
+    let f: &'static [u8] = Box::leak(catalogue::sample_model_file(n).into_boxed_slice());
+    files.push((n, f));
+    f
+}

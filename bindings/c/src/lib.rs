@@ -43,6 +43,7 @@ pub mod build;
 mod capi;
 pub mod error;
 mod logcb;
+pub mod model;
 pub mod objects;
 pub mod seam;
 mod table;

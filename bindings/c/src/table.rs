@@ -8,6 +8,7 @@ use std::sync::{Arc, RwLock};
 
 use crate::batch::BatchObj;
 use crate::error::Failure;
+use crate::model::ModelObj;
 use crate::objects::{ArenaObj, KernelObj, LeaseObj, SessionObj};
 
 /// What a handle names.
@@ -23,6 +24,8 @@ pub enum Obj {
     Kernel(Arc<KernelObj>),
     /// A batch of launches of a library's kernel table.
     Batch(Arc<BatchObj>),
+    /// A model file opened on a session.
+    Model(Arc<ModelObj>),
 }
 
 struct Entry<T> {
@@ -164,6 +167,14 @@ pub fn batch(h: u64) -> Result<Arc<BatchObj>, Failure> {
     }
 }
 
+/// The model named by `h`.
+pub fn model(h: u64) -> Result<Arc<ModelObj>, Failure> {
+    match read().get(h) {
+        Some(Obj::Model(m)) => Ok(m.clone()),
+        _ => Err(Failure::handle("model")),
+    }
+}
+
 /// The library named by `h`.
 pub fn kernel(h: u64) -> Result<Arc<KernelObj>, Failure> {
     match read().get(h) {
@@ -226,6 +237,7 @@ pub fn remove(h: u64, is_kind: fn(&Obj) -> bool, what: &'static str) -> Result<V
             Obj::Arena(a) => Arc::ptr_eq(a.session(), s),
             Obj::Kernel(k) => Arc::ptr_eq(k.session(), s),
             Obj::Batch(b) => Arc::ptr_eq(b.kernel().session(), s),
+            Obj::Model(m) => Arc::ptr_eq(m.session(), s),
             Obj::Session(_) => false,
         }),
         _ => Vec::new(),
@@ -233,7 +245,7 @@ pub fn remove(h: u64, is_kind: fn(&Obj) -> bool, what: &'static str) -> Result<V
     removed.push(taken);
     drop(t);
     removed.sort_by_key(|o| match o {
-        Obj::Batch(_) => 0,
+        Obj::Batch(_) | Obj::Model(_) => 0,
         Obj::Kernel(_) => 1,
         Obj::Lease(_) => 2,
         Obj::Arena(_) => 3,

@@ -401,3 +401,116 @@ fn a_batch_counts_the_buffers_of_one_arena_as_one_lease() {
 
 /// hexrpc-runtime's MAX_BATCH_LEASES (the FastRPC limit of 15 in-handles).
 const MAX_LEASES_OF_A_BATCH: usize = 15;
+
+fn sample_model(session: *mut hexrpc_session, n: usize) -> *mut hexrpc_model {
+    let (mut bytes, mut len) = (null(), 0usize);
+    // SAFETY: out pointers valid.
+    ok(unsafe { hexrpc_bench_sample_model(n, &mut bytes, &mut len) });
+    let mut model = null_mut();
+    // SAFETY: `bytes` is valid for `len` bytes (static), out pointer valid.
+    ok(unsafe { hexrpc_model_open(session, bytes, len, &mut model) });
+    model
+}
+
+fn tensor(model: *mut hexrpc_model, index: usize, output: bool) -> (String, hexrpc_tensor) {
+    // SAFETY: all-zero is a valid (null-named) descriptor to overwrite.
+    let mut t: hexrpc_tensor = unsafe { std::mem::zeroed() };
+    // SAFETY: out pointer valid.
+    ok(unsafe {
+        if output {
+            hexrpc_model_output(model, index, &mut t)
+        } else {
+            hexrpc_model_input(model, index, &mut t)
+        }
+    });
+    // SAFETY: the name is NUL-terminated and lives until the model is closed.
+    (unsafe { CStr::from_ptr(t.name) }.to_string_lossy().into_owned(), t)
+}
+
+#[test]
+fn a_model_file_opens_describes_itself_and_runs_in_one_call() {
+    let mut session = null_mut();
+    // SAFETY: out pointer valid.
+    ok(unsafe { hexrpc_session_open_bench(0, &mut session) });
+    let model = sample_model(session, 1000);
+    let (mut ni, mut no) = (0, 0);
+    // SAFETY: out pointers valid.
+    ok(unsafe { hexrpc_model_io_count(model, &mut ni, &mut no) });
+    assert_eq!((ni, no), (1, 2));
+    let (name, x) = tensor(model, 0, false);
+    assert_eq!((name.as_str(), x.dtype, x.rank, &x.shape[..3], x.bytes), ("x", HEXRPC_DTYPE_UINT8, 2, &[1, 1000, 0][..], 1000));
+    assert_eq!(tensor(model, 1, true).0, "z");
+    let input: Vec<u8> = (0..1000).map(|i| i as u8).collect();
+    let (mut y, mut z) = (vec![0u8; 1000], vec![0u8; 1000]);
+    for _ in 0..3 {
+        let ins = [hexrpc_input { data: input.as_ptr().cast(), len: 1000 }];
+        let outs = [hexrpc_output { data: y.as_mut_ptr().cast(), len: 1000 }, hexrpc_output { data: z.as_mut_ptr().cast(), len: 1000 }];
+        let mut report = hexrpc_model_report::default();
+        // SAFETY: arrays valid for their counts, each buffer valid for its length.
+        ok(unsafe { hexrpc_model_run(model, ins.as_ptr(), 1, outs.as_ptr(), 2, 5000, &mut report) });
+        assert_eq!((report.launches, report.calls), (2, 1));
+        assert!(input.iter().zip(&y).all(|(a, b)| *b == a.wrapping_add(3)));
+        assert!(input.iter().zip(&z).all(|(a, b)| *b == a.wrapping_add(8)));
+    }
+    // Misuse: a status naming what is wrong, nothing sent.
+    let ins = [hexrpc_input { data: input.as_ptr().cast(), len: 999 }];
+    let outs = [hexrpc_output { data: y.as_mut_ptr().cast(), len: 1000 }, hexrpc_output { data: z.as_mut_ptr().cast(), len: 1000 }];
+    // SAFETY: arrays valid for their counts.
+    let st = unsafe { hexrpc_model_run(model, ins.as_ptr(), 1, outs.as_ptr(), 2, 0, null_mut()) };
+    assert_eq!(st, hexrpc_status::HEXRPC_ERR_INVALID);
+    assert!(last().contains("\"x\" needs 1000 bytes"), "{}", last());
+    // SAFETY: arrays valid for their counts.
+    let st = unsafe { hexrpc_model_run(model, ins.as_ptr(), 1, outs.as_ptr(), 1, 0, null_mut()) };
+    assert_eq!(st, hexrpc_status::HEXRPC_ERR_INVALID);
+    // SAFETY: NULL array with a count: refused.
+    assert_eq!(unsafe { hexrpc_model_run(model, null(), 1, outs.as_ptr(), 2, 0, null_mut()) }, hexrpc_status::HEXRPC_ERR_NULL);
+    // SAFETY: out pointer valid.
+    let mut t: hexrpc_tensor = unsafe { std::mem::zeroed() };
+    // SAFETY: out pointer valid.
+    assert_eq!(unsafe { hexrpc_model_input(model, 1, &mut t) }, hexrpc_status::HEXRPC_ERR_INVALID);
+    // A file that is not a model: refused before anything is sent.
+    let mut other = null_mut();
+    // SAFETY: a 5-byte array, out pointer valid.
+    assert_eq!(unsafe { hexrpc_model_open(session, b"HXMOD".as_ptr(), 5, &mut other) }, hexrpc_status::HEXRPC_ERR_INVALID);
+    assert!(last().contains("model file"), "{}", last());
+    let mut other = null_mut();
+    // SAFETY: NUL-terminated path, out pointer valid.
+    assert_eq!(
+        unsafe { hexrpc_model_open_path(session, c"/nonexistent/model.hxm".as_ptr(), &mut other) },
+        hexrpc_status::HEXRPC_ERR_UNAVAILABLE
+    );
+    ok(hexrpc_model_close(model));
+    assert_eq!(hexrpc_model_close(model), hexrpc_status::HEXRPC_ERR_HANDLE);
+    // SAFETY: a closed handle: refused, nothing dereferenced.
+    assert_eq!(unsafe { hexrpc_model_io_count(model, &mut ni, &mut no) }, hexrpc_status::HEXRPC_ERR_HANDLE);
+    // A model left open is closed with its session.
+    let open = sample_model(session, 16);
+    ok(hexrpc_session_close(session));
+    assert_eq!(hexrpc_model_close(open), hexrpc_status::HEXRPC_ERR_HANDLE);
+}
+
+#[test]
+fn a_model_opened_from_a_path_runs() {
+    let mut session = null_mut();
+    // SAFETY: out pointer valid.
+    ok(unsafe { hexrpc_session_open_bench(0, &mut session) });
+    let (mut bytes, mut len) = (null(), 0usize);
+    // SAFETY: out pointers valid.
+    ok(unsafe { hexrpc_bench_sample_model(64, &mut bytes, &mut len) });
+    let path = std::env::temp_dir().join(format!("hexrpc-c-abi-{}.hxm", std::process::id()));
+    // SAFETY: static bytes of `len`.
+    std::fs::write(&path, unsafe { std::slice::from_raw_parts(bytes, len) }).unwrap();
+    let cpath = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+    let mut model = null_mut();
+    // SAFETY: NUL-terminated path, out pointer valid.
+    ok(unsafe { hexrpc_model_open_path(session, cpath.as_ptr(), &mut model) });
+    let _ = std::fs::remove_file(&path);
+    let (x, mut y, mut z) = ([7u8; 64], [0u8; 64], [0u8; 64]);
+    let ins = [hexrpc_input { data: x.as_ptr().cast(), len: 64 }];
+    let outs = [hexrpc_output { data: y.as_mut_ptr().cast(), len: 64 }, hexrpc_output { data: z.as_mut_ptr().cast(), len: 64 }];
+    // SAFETY: arrays valid for their counts.
+    ok(unsafe { hexrpc_model_run(model, ins.as_ptr(), 1, outs.as_ptr(), 2, 0, null_mut()) });
+    assert_eq!((y, z), ([10u8; 64], [15u8; 64]));
+    ok(hexrpc_model_close(model));
+    ok(hexrpc_session_close(session));
+}

@@ -44,6 +44,25 @@ unsafe fn image_out(
     }
 }
 
+/// Bench builds only: a sample model file the bench runs with no compiler, to pass to
+/// `hexrpc_model_open`: input `x` (uint8, 1×`n`, `n` 1 to 1,048,576), outputs `y = x + 3` and
+/// `z = y + 5`, two launches in one FastRPC call. The bytes are static (never freed; one copy per
+/// `n`). Thread-safe.
+///
+/// # Safety
+/// `bytes` and `length` are NULL or valid for one write.
+#[cfg(feature = "bench")]
+#[no_mangle]
+pub unsafe extern "C" fn hexrpc_bench_sample_model(n: usize, bytes: *mut *const u8, length: *mut usize) -> hexrpc_status {
+    run(|| {
+        if n == 0 || n > 1 << 20 {
+            return Err(Failure::invalid("bench-image", format!("n = {n}: 1..=1048576")));
+        }
+        // SAFETY: the caller's contract.
+        unsafe { image_out(bytes, length, || Ok(bench::sample_model(n))) }
+    })
+}
+
 /// Bench builds only: the image of a bench DSP model (`"scale_f32"`, `"add_u8"`, `"sleep_ms"`),
 /// to pass to [`hexrpc_library_open`]. The bytes are static (never freed). Thread-safe.
 ///

@@ -24,6 +24,8 @@ mod library;
 mod images;
 // hexrpc_batch_*.
 mod batch;
+// hexrpc_model_*.
+mod model;
 // Reading a call's arguments and writing its out parameters (no C items).
 mod args;
 
@@ -33,6 +35,7 @@ pub use self::images::*;
 pub use self::last_error::*;
 pub use self::lease::*;
 pub use self::library::*;
+pub use self::model::*;
 pub use self::session::*;
 pub use self::types::*;
 pub use self::version::*;

@@ -1,6 +1,8 @@
 //! The types and constants of `hexrpc.h`: the opaque handles, the argument structs and the
 //! numbers a C program passes (launch ABIs, arena geometry, scalar kinds, bench flags).
 
+use std::ffi::c_char;
+
 /// A session: the DSP process, its channel, the ION device and the reverse file service.
 pub struct hexrpc_session {
     _opaque: [u8; 0],
@@ -50,6 +52,87 @@ pub struct hexrpc_library {
 pub struct hexrpc_batch {
     _opaque: [u8; 0],
 }
+
+/// A model file opened on a session (`hexrpc_model_open`).
+pub struct hexrpc_model {
+    _opaque: [u8; 0],
+}
+
+/// An input or output of a model (`hexrpc_model_input`, `hexrpc_model_output`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct hexrpc_tensor {
+    /// Its name (NUL-terminated UTF-8), valid until the model is closed.
+    pub name: *const c_char,
+    /// Its element type: `HEXRPC_DTYPE_*` (numpy's names: bool, uint8, ..., float64).
+    pub dtype: u32,
+    /// Its rank, 0 to 8.
+    pub rank: u32,
+    /// Its shape: `rank` entries, the rest 0.
+    pub shape: [u64; 8],
+    /// Its size in bytes (elements times the dtype's size): what a run reads or writes.
+    pub bytes: u64,
+}
+
+/// An input's bytes for `hexrpc_model_run`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct hexrpc_input {
+    /// The bytes (NULL only with `len` 0).
+    pub data: *const core::ffi::c_void,
+    /// How many: exactly the input's size.
+    pub len: usize,
+}
+
+/// An output's buffer for `hexrpc_model_run`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct hexrpc_output {
+    /// Where the output goes (NULL only with `len` 0).
+    pub data: *mut core::ffi::c_void,
+    /// Its room: exactly the output's size.
+    pub len: usize,
+}
+
+/// What a model run did (`hexrpc_model_run`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct hexrpc_model_report {
+    /// Launches run.
+    pub launches: u64,
+    /// FastRPC calls made (1 for a model on one library).
+    pub calls: u32,
+    /// Zero.
+    pub reserved: u32,
+    /// DSP microseconds summed over the kernels, as the entries measured them (on the bench:
+    /// simulated or emulated time, never a device figure).
+    pub dsp_us: u64,
+}
+
+/// `hexrpc_tensor.dtype`: numpy's bool.
+pub const HEXRPC_DTYPE_BOOL: u32 = 1;
+/// numpy's uint8.
+pub const HEXRPC_DTYPE_UINT8: u32 = 2;
+/// numpy's int8.
+pub const HEXRPC_DTYPE_INT8: u32 = 3;
+/// numpy's uint16.
+pub const HEXRPC_DTYPE_UINT16: u32 = 4;
+/// numpy's int16.
+pub const HEXRPC_DTYPE_INT16: u32 = 5;
+/// numpy's uint32.
+pub const HEXRPC_DTYPE_UINT32: u32 = 6;
+/// numpy's int32.
+pub const HEXRPC_DTYPE_INT32: u32 = 7;
+/// numpy's uint64.
+pub const HEXRPC_DTYPE_UINT64: u32 = 8;
+/// numpy's int64.
+pub const HEXRPC_DTYPE_INT64: u32 = 9;
+/// numpy's float16.
+pub const HEXRPC_DTYPE_FLOAT16: u32 = 10;
+/// numpy's float32.
+pub const HEXRPC_DTYPE_FLOAT32: u32 = 11;
+/// numpy's float64.
+pub const HEXRPC_DTYPE_FLOAT64: u32 = 12;
 
 /// A buffer argument: `length` bytes at `offset` of `lease`.
 #[repr(C)]

@@ -1,0 +1,199 @@
+//! Model files: opening one on a session (from bytes or from a path), its inputs and outputs,
+//! running it in one FastRPC call, closing it. The model object itself is [`crate::model`],
+//! which the Python package shares.
+
+use std::ffi::c_char;
+use std::sync::Arc;
+
+use super::args::{c_slice, deadline_arg, free_handle, handle_value, new_handle, str_arg, write_out};
+use super::last_error::run;
+use super::types::*;
+use crate::error::{hexrpc_status, Failure};
+use crate::model::{ModelObj, MAX_IO};
+use crate::table::{self, Obj};
+
+/// Opens the model file held in `bytes` (`len` bytes) on `session`: validates all of it first
+/// (a refused file is `HEXRPC_ERR_INVALID`, the last error naming the part, the field and the
+/// values, and nothing is sent), then opens its libraries, allocates its arenas, writes its
+/// weights and records. The bytes are not kept. The model is closed with its session. Thread-safe.
+///
+/// # Safety
+/// `bytes` is NULL (with `len` 0) or valid for reading `len` bytes; `out` is NULL or valid for
+/// one write.
+#[no_mangle]
+pub unsafe extern "C" fn hexrpc_model_open(
+    session: *mut hexrpc_session,
+    bytes: *const u8,
+    len: usize,
+    out: *mut *mut hexrpc_model,
+) -> hexrpc_status {
+    run(|| {
+        // SAFETY: the caller's contract.
+        let bytes = unsafe { c_slice(bytes, len, "bytes") }?;
+        let make = || Ok(Obj::Model(Arc::new(ModelObj::open(&table::session(handle_value(session))?, bytes)?)));
+        // SAFETY: `out` is NULL or valid for one write (the caller's contract).
+        unsafe { new_handle(out, make) }
+    })
+}
+
+/// `hexrpc_model_open` from the file at `path`, mapped read-only while it is opened (a file
+/// that cannot be read is `HEXRPC_ERR_UNAVAILABLE` (missing, unreadable) or `HEXRPC_ERR_FAILED`, the last error naming the path and the errno). Thread-safe.
+///
+/// # Safety
+/// `path` is NULL or a NUL-terminated string; `out` is NULL or valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn hexrpc_model_open_path(
+    session: *mut hexrpc_session,
+    path: *const c_char,
+    out: *mut *mut hexrpc_model,
+) -> hexrpc_status {
+    run(|| {
+        // SAFETY: the caller's contract.
+        let path = unsafe { str_arg(path, "path") }?;
+        let make = || Ok(Obj::Model(Arc::new(ModelObj::open_path(&table::session(handle_value(session))?, path)?)));
+        // SAFETY: `out` is NULL or valid for one write (the caller's contract).
+        unsafe { new_handle(out, make) }
+    })
+}
+
+/// Writes how many inputs and outputs the model has. Thread-safe.
+///
+/// # Safety
+/// `inputs` and `outputs` are NULL or valid for one write each (NULL: not wanted).
+#[no_mangle]
+pub unsafe extern "C" fn hexrpc_model_io_count(model: *mut hexrpc_model, inputs: *mut usize, outputs: *mut usize) -> hexrpc_status {
+    run(|| {
+        let m = table::model(handle_value(model))?;
+        let (i, o) = m.with(|m| (m.inputs().len(), m.outputs().len()));
+        // SAFETY: the caller's contract.
+        unsafe {
+            super::args::write_opt(inputs, i);
+            super::args::write_opt(outputs, o);
+        }
+        Ok(())
+    })
+}
+
+fn describe(model: *mut hexrpc_model, index: usize, output: bool, out: *mut hexrpc_tensor) -> Result<(), Failure> {
+    let m = table::model(handle_value(model))?;
+    let t = m.with(|l| {
+        let list = if output { l.outputs() } else { l.inputs() };
+        list.get(index).map(|t| {
+            let mut shape = [0u64; 8];
+            for (d, s) in shape.iter_mut().zip(&t.shape) {
+                *d = *s;
+            }
+            (t.dtype as u32, t.shape.len() as u32, shape, t.len)
+        })
+    });
+    let name = if output { m.output_name(index) } else { m.input_name(index) };
+    let (Some((dtype, rank, shape, bytes)), Some(name)) = (t, name) else {
+        let what = if output { "output" } else { "input" };
+        return Err(Failure::invalid("model", format!("no {what} {index}")));
+    };
+    // The name lives as long as the model object, which the table keeps while the handle is
+    // open (the pointer is the caller's to stop using once it closes the model).
+    let d = hexrpc_tensor { name: name.as_ptr(), dtype, rank, shape, bytes };
+    // SAFETY: `out` is NULL or valid for one write (the caller's contract, passed on).
+    unsafe { write_out(out, d, "out") }
+}
+
+/// Describes input `index` (0-based, in the file's order): its name, dtype (`HEXRPC_DTYPE_*`),
+/// rank, shape and size in bytes. The name stays valid until the model is closed. An index past
+/// the inputs is `HEXRPC_ERR_INVALID`. Thread-safe.
+///
+/// # Safety
+/// `out` is NULL or valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn hexrpc_model_input(model: *mut hexrpc_model, index: usize, out: *mut hexrpc_tensor) -> hexrpc_status {
+    run(|| describe(model, index, false, out))
+}
+
+/// Describes output `index`, as `hexrpc_model_input` does an input. Thread-safe.
+///
+/// # Safety
+/// `out` is NULL or valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn hexrpc_model_output(model: *mut hexrpc_model, index: usize, out: *mut hexrpc_tensor) -> hexrpc_status {
+    run(|| describe(model, index, true, out))
+}
+
+/// Runs the model once: `inputs[i]` holds input `i`'s bytes and `outputs[j]` receives output
+/// `j`'s, each exactly the tensor's size (`hexrpc_tensor.bytes`), `ninputs` and `noutputs` the
+/// model's counts (anything else is `HEXRPC_ERR_INVALID` naming the tensor, and nothing is
+/// sent). One FastRPC call for a model of up to 4,096 launches on one library; nothing is
+/// allocated. `deadline_ms` bounds the run (0: none): a run past it is interrupted and is
+/// `HEXRPC_ERR_RECOVERABLE`, as is a DSP restart: `hexrpc_session_recover`, then run again.
+/// Writes what the run did to `report` (may be NULL). Runs on one model take turns; different
+/// models run concurrently. Thread-safe.
+///
+/// # Safety
+/// `inputs` is NULL (with 0) or valid for `ninputs` reads, each naming `len` readable bytes;
+/// `outputs` likewise for `noutputs`, each naming `len` writable bytes that nothing else uses
+/// during the call; `report` is NULL or valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn hexrpc_model_run(
+    model: *mut hexrpc_model,
+    inputs: *const hexrpc_input,
+    ninputs: usize,
+    outputs: *const hexrpc_output,
+    noutputs: usize,
+    deadline_ms: u32,
+    report: *mut hexrpc_model_report,
+) -> hexrpc_status {
+    run(|| {
+        let m = table::model(handle_value(model))?;
+        if ninputs > MAX_IO || noutputs > MAX_IO {
+            return Err(Failure::invalid(
+                "model-run",
+                format!("{ninputs} inputs and {noutputs} outputs: a model has at most {MAX_IO} of each"),
+            ));
+        }
+        // SAFETY: the caller's contract.
+        let ins = unsafe { c_slice(inputs, ninputs, "inputs") }?;
+        // SAFETY: the caller's contract.
+        let outs = unsafe { c_slice(outputs, noutputs, "outputs") }?;
+        let mut in_bytes: heapless::Vec<&[u8], MAX_IO> = heapless::Vec::new();
+        for (i, b) in ins.iter().enumerate() {
+            // SAFETY: the caller's contract: `data` is NULL (with 0) or valid for `len` reads.
+            let s = unsafe { c_slice(b.data.cast::<u8>(), b.len, "inputs[i].data") }.map_err(|mut f| {
+                f.cause = format!("input {i}: {}", f.cause);
+                f
+            })?;
+            let _ = in_bytes.push(s);
+        }
+        let mut out_bytes: heapless::Vec<&mut [u8], MAX_IO> = heapless::Vec::new();
+        for (j, b) in outs.iter().enumerate() {
+            if b.data.is_null() && b.len > 0 {
+                return Err(Failure::null("outputs[j].data")).map_err(|mut f| {
+                    f.cause = format!("output {j}: {}", f.cause);
+                    f
+                });
+            }
+            let s: &mut [u8] = if b.len == 0 {
+                &mut []
+            } else {
+                // SAFETY: the caller's contract: `data` is valid for `len` writes and nothing
+                // else uses it during the call.
+                unsafe { std::slice::from_raw_parts_mut(b.data.cast::<u8>(), b.len) }
+            };
+            let _ = out_bytes.push(s);
+        }
+        let r = m.run(&in_bytes, &mut out_bytes, deadline_arg(deadline_ms))?;
+        // SAFETY: the caller's contract.
+        unsafe {
+            super::args::write_opt(
+                report,
+                hexrpc_model_report { launches: r.launches as u64, calls: r.calls as u32, reserved: 0, dsp_us: r.dsp_micros },
+            )
+        };
+        Ok(())
+    })
+}
+
+/// Closes a model: its arenas, records and libraries are released. Thread-safe; a closed handle
+/// is `HEXRPC_ERR_HANDLE` afterwards.
+#[no_mangle]
+pub extern "C" fn hexrpc_model_close(model: *mut hexrpc_model) -> hexrpc_status {
+    run(|| free_handle(model, |o| matches!(o, Obj::Model(_)), "model"))
+}

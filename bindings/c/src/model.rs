@@ -1,0 +1,102 @@
+//! Model files for the bindings: a file opened on a session and run in one FastRPC call (the
+//! model crate's [`LoadedModel`]), shared by the C ABI (`hexrpc_model_*`) and the Python package
+//! (`hexrpc.Model`).
+
+use std::ffi::CString;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use hexrpc_model::run::{LoadedModel, RunError, RunReport, Tensor};
+
+use crate::error::{hexrpc_status, Failure};
+use crate::objects::SessionObj;
+use crate::seam::Seam;
+
+/// Largest number of inputs or outputs a model has (the format's limit).
+pub const MAX_IO: usize = hexrpc_model::MAX_IO;
+
+/// A model opened on a session: the model (one run at a time) and the C strings of its tensors'
+/// names, which live as long as the object.
+pub struct ModelObj {
+    model: Mutex<LoadedModel<Seam>>,
+    input_names: Vec<CString>,
+    output_names: Vec<CString>,
+    session: Arc<SessionObj>,
+}
+
+/// A model error as a binding failure: a refused file or input is `HEXRPC_ERR_INVALID`
+/// (nothing was sent), a run error carries the stack's own class (a DSP restart or a passed
+/// deadline is `HEXRPC_ERR_RECOVERABLE`).
+pub fn failure(e: RunError) -> Failure {
+    match e {
+        RunError::Run { program, error } => {
+            let mut f = Failure::runtime(*error);
+            f.cause = format!("program {program}: {}", f.cause);
+            f
+        }
+        RunError::Io { name, error } => {
+            let mut f = Failure::runtime(*error);
+            f.cause = format!("{name:?}: {}", f.cause);
+            f
+        }
+        RunError::Open { what, error } => {
+            let mut f = Failure::runtime(*error);
+            f.cause = format!("{what}: {}", f.cause);
+            f
+        }
+        RunError::Read { path, errno } => Failure::io("model-open", format!("{path}: {errno}"), Some(errno.0)),
+        RunError::Deadline { .. } => Failure::new(hexrpc_status::HEXRPC_ERR_RECOVERABLE, "model-run", e.to_string()),
+        e @ (RunError::File(_) | RunError::NoPrograms { .. } | RunError::Signature { .. } | RunError::Records(_)) => {
+            Failure::invalid("model-open", e.to_string())
+        }
+        e => Failure::invalid("model-run", e.to_string()),
+    }
+}
+
+fn names(tensors: &[Tensor]) -> Vec<CString> {
+    // The format's names are UTF-8 and may hold a NUL byte, which C cannot: it is replaced.
+    tensors.iter().map(|t| CString::new(t.name.replace('\0', "\u{fffd}")).unwrap_or_default()).collect()
+}
+
+impl ModelObj {
+    /// Opens the model in `bytes` on `session`.
+    pub fn open(session: &Arc<SessionObj>, bytes: &[u8]) -> Result<ModelObj, Failure> {
+        Self::wrap(session, LoadedModel::open(session.served(), bytes).map_err(failure)?)
+    }
+
+    /// Opens the model file at `path` (mapped read-only while it is opened).
+    pub fn open_path(session: &Arc<SessionObj>, path: &str) -> Result<ModelObj, Failure> {
+        Self::wrap(session, LoadedModel::open_path(session.served(), path).map_err(failure)?)
+    }
+
+    fn wrap(session: &Arc<SessionObj>, model: LoadedModel<Seam>) -> Result<ModelObj, Failure> {
+        let (input_names, output_names) = (names(model.inputs()), names(model.outputs()));
+        Ok(ModelObj { model: Mutex::new(model), input_names, output_names, session: session.clone() })
+    }
+
+    /// The session it was opened on.
+    pub fn session(&self) -> &Arc<SessionObj> {
+        &self.session
+    }
+
+    /// Runs `f` on the model (one caller at a time).
+    pub fn with<R>(&self, f: impl FnOnce(&mut LoadedModel<Seam>) -> R) -> R {
+        let mut m = self.model.lock().unwrap_or_else(|p| p.into_inner());
+        f(&mut m)
+    }
+
+    /// Input `i`'s name as a C string.
+    pub fn input_name(&self, i: usize) -> Option<&CString> {
+        self.input_names.get(i)
+    }
+
+    /// Output `i`'s name as a C string.
+    pub fn output_name(&self, i: usize) -> Option<&CString> {
+        self.output_names.get(i)
+    }
+
+    /// One run (see [`LoadedModel::run`]).
+    pub fn run(&self, inputs: &[&[u8]], outputs: &mut [&mut [u8]], deadline: Option<Duration>) -> Result<RunReport, Failure> {
+        self.with(|m| m.run(inputs, outputs, deadline)).map_err(failure)
+    }
+}
