@@ -40,6 +40,20 @@ pub struct RunArgs {
 }
 
 /// A usage error: the message for stderr (exit status 2).
+/// `hexrpc model ACTION FILE [...]`.
+#[derive(Debug, Default)]
+pub struct ModelArgs {
+    pub action: Option<String>,
+    pub file: Option<PathBuf>,
+    pub inputs: Vec<String>,
+    pub outputs: Vec<String>,
+    pub runs: Option<String>,
+    pub deadline_ms: Option<String>,
+    pub size: Option<String>,
+    pub mode: Option<Mode>,
+    pub json: bool,
+}
+
 pub struct Usage(pub String);
 
 /// The command line of `hexrpc build-lib`, as parsed.
@@ -115,6 +129,7 @@ pub enum Command {
         library: Option<std::path::PathBuf>,
     },
     Run(RunArgs),
+    Model(ModelArgs),
     Selftest {
         json: bool,
         platform: Option<Platform>,
@@ -157,11 +172,12 @@ pub fn parse(args: Vec<std::ffi::OsString>) -> Result<(i32, Command), Usage> {
     let mut seam_bench = false;
     let mut root: Option<std::path::PathBuf> = None;
     let mut ra = RunArgs::default();
+    let mut ma = ModelArgs::default();
     // --bench and --device name where a command runs: giving both is a mistake, not "the last wins".
     let mut place: Option<&'static str> = None;
     while let Some(arg) = p.next()? {
         if let Long(flag @ ("bench" | "device")) = arg {
-            if matches!(command.as_str(), "capture" | "probe" | "run" | "selftest") {
+            if matches!(command.as_str(), "capture" | "probe" | "run" | "selftest" | "model") {
                 let flag: &'static str = if flag == "bench" { "bench" } else { "device" };
                 if place.is_some_and(|prev| prev != flag) {
                     return Err(Usage(format!("--bench and --device exclude each other (try 'hexrpc {command} --help')")));
@@ -211,6 +227,16 @@ pub fn parse(args: Vec<std::ffi::OsString>) -> Result<(i32, Command), Usage> {
             Long("json") if command == "run" => ra.json = true,
             Long("capture") if command == "run" => ra.capture = Some(p.value()?.into()),
             Value(v) if command == "run" && ra.library.is_none() => ra.library = Some(v.into()),
+            Value(v) if command == "model" && ma.action.is_none() => ma.action = Some(v.string()?),
+            Value(v) if command == "model" && ma.file.is_none() => ma.file = Some(v.into()),
+            Long("input") if command == "model" => ma.inputs.push(p.value()?.string()?),
+            Long("output") if command == "model" => ma.outputs.push(p.value()?.string()?),
+            Long("runs") if command == "model" => ma.runs = Some(p.value()?.string()?),
+            Long("deadline-ms") if command == "model" => ma.deadline_ms = Some(p.value()?.string()?),
+            Long("size") if command == "model" => ma.size = Some(p.value()?.string()?),
+            Long("bench") if command == "model" => ma.mode = Some(Mode::Bench),
+            Long("device") if command == "model" => ma.mode = Some(Mode::Device),
+            Long("json") if command == "model" => ma.json = true,
             Value(v) if command == "build-lib" => bl.more.push(v.into()),
             Long("bench") if command == "selftest" => platform = Some(Platform::Bench),
             Long("device") if command == "selftest" => platform = Some(Platform::Device),
@@ -267,6 +293,7 @@ pub fn parse(args: Vec<std::ffi::OsString>) -> Result<(i32, Command), Usage> {
             }
             Command::Run(ra)
         }
+        "model" => Command::Model(ma),
         "capture" => {
             if output.is_none() {
                 return Err(Usage("capture needs --dir DIR (try 'hexrpc capture --help')".into()));

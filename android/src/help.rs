@@ -15,6 +15,7 @@ COMMANDS:
     abi         Print the kernel ABI (structs, ioctl numbers, constants) of this build
     build-lib   Build a DSP library (.so) from kernel C: generated entry + kernel, for Hexagon
     run         Launch a library's kernel with buffers from files, on the device or the bench
+    model       A model file: info, run with .npy inputs, bench, check on the device
     reverse-replay
                 Feed recorded DSP reverse requests through the hardened file service
     capture     Record a session's reverse-RPC requests as files reverse-replay reads
@@ -254,6 +255,58 @@ EXIT STATUS: 0 on success, 1 when the launch failed or was refused (the reason
 on stderr), 2 on usage errors.
 ";
 
+pub const MODEL_HELP: &str = "\
+hexrpc model - a model file: its contents, a run, a benchmark, a device check
+
+USAGE:
+    hexrpc model info  FILE [--json]
+    hexrpc model run   FILE [--input NAME=FILE.npy]... [--output NAME=FILE.npy]...
+                            [--runs N] [--deadline-ms MS] [--bench | --device] [--json]
+    hexrpc model bench FILE [--runs N] [--bench | --device] [--json]
+    hexrpc model check FILE [--bench | --device] [--json]
+    hexrpc model sample OUT.hxm [--size N]
+
+A model file (.hxm, docs/model-format.md) holds a model compiled at the desk: its
+kernel-table libraries, its arenas and weights, the launch records of one run, its
+inputs and outputs and where it came from. It runs with no compiler: one FastRPC
+call per run for a model of up to 4,096 launches on one library.
+
+ACTIONS:
+    info    Validate the whole file (no DSP session) and print its provenance,
+            libraries, memory and input/output table
+    run     Open the model, feed each input from a .npy file, run it N times and
+            write the outputs asked for with --output (others are previewed)
+    bench   Run it N times (default 100) on zero inputs; print the time per run
+    check   Open it and run it once on zero inputs: for bring-up on a device and
+            for the report tarball
+    sample  Write the bench's sample model (desk builds): input x uint8[1, N],
+            outputs y = x + 3 and z = y + 5, on the bench's own library models
+
+OPTIONS:
+    --input NAME=FILE.npy   Input NAME's values; its dtype and shape must be the
+                            model's (run needs one per input; bench and check use
+                            zeros for inputs without one)
+    --output NAME=FILE.npy  Write output NAME after the last run
+    --runs N                Run N times (run: default 1; bench: 100)
+    --deadline-ms MS        Bound each run: a run not done after MS milliseconds is
+                            interrupted (the session then needs recovery)
+    --bench                 Run on the bench: Hexagon libraries run under
+                            qemu-hexagon, the sample's on the bench's models
+    --device                Run on the device (the default when its node exists)
+    --size N                sample: elements of the sample's input (default 1024)
+    --json                  Machine-readable output
+    -h, --help              Print this help
+
+Every file and every input is checked before a session starts: a file cut short,
+corrupted, edited or built for another hexrpc is refused with the part, the field
+and the values (exit 1); a missing input, an input of the wrong dtype or shape, or
+an unreadable .npy is a usage error (exit 2) that names the input. Times on the
+bench are host wall time of a simulated or emulated run, never device figures.
+
+EXIT STATUS: 0 on success, 1 when the model was refused or a run failed (the
+reason on stderr), 2 on usage errors and bad inputs.
+";
+
 pub const REPLAY_HELP: &str = "\
 hexrpc reverse-replay - replay DSP reverse requests through the file service
 
@@ -425,6 +478,7 @@ pub const COMMANDS: &[(&str, &str)] = &[
     ("probe", PROBE_HELP),
     ("selftest", SELFTEST_HELP),
     ("run", RUN_HELP),
+    ("model", MODEL_HELP),
     ("build-lib", BUILD_LIB_HELP),
     ("capture", CAPTURE_HELP),
     ("reverse-replay", REPLAY_HELP),

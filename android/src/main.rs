@@ -61,6 +61,7 @@ fn main() -> ExitCode {
         Command::Abi { json } => cmd::abi::abi(json),
         Command::BuildLib(args) => cmd::build_lib::build_lib(args),
         Command::Run(args) => cmd::run::run(args),
+        Command::Model(args) => cmd::model::model(args),
         Command::Bench { json, long } => cmd::bench::bench(json, long),
         Command::Replay { json, policy, files } => cmd::replay::replay(json, policy, &files),
         Command::Probe { json, board, output, bench, seam_bench, library, root } => {

@@ -5,6 +5,7 @@ pub mod abi;
 pub mod bench;
 pub mod build_lib;
 pub mod capture;
+pub mod model;
 pub mod probe;
 pub mod replay;
 pub mod report;

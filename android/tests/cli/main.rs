@@ -7,6 +7,7 @@ mod common;
 mod abi;
 mod bench;
 mod build_lib;
+mod model;
 mod output;
 mod probe;
 mod replay;

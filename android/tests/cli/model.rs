@@ -1,0 +1,91 @@
+//! `hexrpc model`: the bench's sample model written, described, run with `.npy` inputs and
+//! outputs, checked and benchmarked; every bad input a usage error (exit 2) that names it; a
+//! damaged file refused (exit 1) with the part and the field.
+
+use crate::common::{hexrpc_in, scratch_dir, stderr_of};
+
+/// A `.npy` v1.0 file of uint8 with `shape`.
+fn npy_u8(shape: &[u64], data: &[u8]) -> Vec<u8> {
+    let dims: Vec<String> = shape.iter().map(u64::to_string).collect();
+    let tuple = if dims.len() == 1 { format!("({},)", dims[0]) } else { format!("({})", dims.join(", ")) };
+    let mut hdr = format!("{{'descr': '|u1', 'fortran_order': False, 'shape': {tuple}, }}");
+    while (10 + hdr.len() + 1) % 64 != 0 {
+        hdr.push(' ');
+    }
+    hdr.push('\n');
+    let mut out = b"\x93NUMPY\x01\x00".to_vec();
+    out.extend_from_slice(&(hdr.len() as u16).to_le_bytes());
+    out.extend_from_slice(hdr.as_bytes());
+    out.extend_from_slice(data);
+    out
+}
+
+#[test]
+fn the_sample_model_is_described_run_checked_and_benchmarked_on_the_bench() {
+    let dir = scratch_dir("model-sample");
+    let o = hexrpc_in(&dir, &["model", "sample", "s.hxm", "--size", "16"]);
+    assert!(o.status.success(), "{}", stderr_of(&o));
+    let o = hexrpc_in(&dir, &["model", "info", "s.hxm", "--json"]);
+    assert!(o.status.success(), "{}", stderr_of(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!((v["launches"].as_u64(), v["io"].as_array().map(Vec::len)), (Some(2), Some(3)));
+    assert_eq!(v["io"][0]["shape"], serde_json::json!([1, 16]));
+    assert_eq!(v["libraries"][0]["programs"], serde_json::Value::Bool(true));
+    let x: Vec<u8> = (100..116).collect();
+    std::fs::write(dir.join("x.npy"), npy_u8(&[1, 16], &x)).unwrap();
+    let o = hexrpc_in(&dir, &["model", "run", "s.hxm", "--bench", "--input", "x=x.npy", "--output", "z=z.npy", "--runs", "5", "--json"]);
+    assert!(o.status.success(), "{}", stderr_of(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!((v["runs"].as_u64(), v["calls_per_run"].as_u64(), v["launches_per_run"].as_u64()), (Some(5), Some(1), Some(2)));
+    assert!(v["call_bytes_per_run"].as_u64().is_some_and(|b| b <= 1024), "{v}");
+    let z = std::fs::read(dir.join("z.npy")).unwrap();
+    assert_eq!(&z[z.len() - 16..], &x.iter().map(|b| b + 8).collect::<Vec<u8>>()[..], "z = x + 3 + 5");
+    assert_eq!(z, npy_u8(&[1, 16], &z[z.len() - 16..]), "written as numpy writes it");
+    for action in ["check", "bench"] {
+        let o = hexrpc_in(&dir, &["model", action, "s.hxm", "--bench", "--runs", "3"]);
+        assert!(o.status.success(), "{action}: {}", stderr_of(&o));
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(out.contains("1 FastRPC call(s) each") && out.contains("not device figures"), "{action}: {out}");
+    }
+}
+
+#[test]
+fn bad_inputs_are_usage_errors_that_name_the_input_and_a_damaged_file_is_refused() {
+    let dir = scratch_dir("model-bad");
+    assert!(hexrpc_in(&dir, &["model", "sample", "s.hxm", "--size", "16"]).status.success());
+    std::fs::write(dir.join("short.npy"), npy_u8(&[1, 15], &[0; 15])).unwrap();
+    std::fs::write(dir.join("good.npy"), npy_u8(&[1, 16], &[0; 16])).unwrap();
+    std::fs::write(dir.join("flat.npy"), npy_u8(&[16], &[0; 16])).unwrap();
+    std::fs::write(dir.join("junk.npy"), b"not a numpy file").unwrap();
+    let mut f32s = npy_u8(&[1, 16], &[0; 64]);
+    let at = f32s.windows(3).position(|w| w == b"|u1").unwrap();
+    f32s[at..at + 3].copy_from_slice(b"<f4");
+    std::fs::write(dir.join("f32.npy"), f32s).unwrap();
+    for (args, needle) in [
+        (&["model", "run", "s.hxm", "--bench"][..], "missing --input x=FILE.npy"),
+        (&["model", "run", "s.hxm", "--bench", "--input", "x=short.npy"][..], "shape [1, 15] where the model's input is [1, 16]"),
+        (&["model", "run", "s.hxm", "--bench", "--input", "x=flat.npy"][..], "shape [16]"),
+        (&["model", "run", "s.hxm", "--bench", "--input", "x=f32.npy"][..], "dtype float32 where the model's input is uint8"),
+        (&["model", "run", "s.hxm", "--bench", "--input", "x=junk.npy"][..], "x=junk.npy: not a .npy file"),
+        (&["model", "run", "s.hxm", "--bench", "--input", "x=nowhere.npy"][..], "x=nowhere.npy"),
+        (&["model", "run", "s.hxm", "--bench", "--input", "w=short.npy"][..], "no input \"w\""),
+        (&["model", "run", "s.hxm", "--bench", "--output", "q=q.npy", "--input", "x=good.npy"][..], "no output \"q\""),
+        (&["model", "run", "s.hxm", "--bench", "--runs", "0"][..], "--runs"),
+        (&["model", "frobnicate", "s.hxm"][..], "unknown model action"),
+        (&["model"][..], "needs an action"),
+    ] {
+        let o = hexrpc_in(&dir, args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr_of(&o));
+        assert!(stderr_of(&o).contains(needle), "{args:?}: {}", stderr_of(&o));
+    }
+    // One flipped byte anywhere: refused before any session, naming the part.
+    let mut bytes = std::fs::read(dir.join("s.hxm")).unwrap();
+    let n = bytes.len();
+    bytes[n - 100] ^= 0x40;
+    std::fs::write(dir.join("bad.hxm"), &bytes).unwrap();
+    let o = hexrpc_in(&dir, &["model", "run", "bad.hxm", "--bench", "--input", "x=short.npy"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr_of(&o));
+    assert!(stderr_of(&o).contains("CRC-32"), "{}", stderr_of(&o));
+    let o = hexrpc_in(&dir, &["model", "info", "bad.hxm"]);
+    assert_eq!(o.status.code(), Some(1));
+}
