@@ -42,6 +42,7 @@ use pyo3::{create_exception, ffi};
 
 mod batch;
 mod logs;
+mod model;
 mod probe;
 
 create_exception!(
@@ -148,7 +149,7 @@ struct Children {
 /// `close()` raises `BufferError` while buffers of its leases are exported (memoryviews, numpy
 /// arrays), leaving the session open and usable; see `close`.
 #[pyclass(module = "hexrpc", frozen)]
-struct Session {
+pub(crate) struct Session {
     inner: Mutex<Option<Arc<SessionObj>>>,
     children: Mutex<Children>,
 }
@@ -158,7 +159,7 @@ impl Session {
         Session { inner: Mutex::new(Some(Arc::new(obj))), children: Mutex::new(Children::default()) }
     }
 
-    fn get(&self) -> PyResult<Arc<SessionObj>> {
+    pub(crate) fn get(&self) -> PyResult<Arc<SessionObj>> {
         lock(&self.inner).clone().ok_or_else(|| closed("session"))
     }
 }
@@ -912,6 +913,7 @@ fn _hexrpc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<View>()?;
     m.add_class::<Library>()?;
     m.add_class::<batch::Batch>()?;
+    m.add_class::<model::_Model>()?;
     m.add("Error", py.get_type::<Error>())?;
     m.add("HandleError", py.get_type::<HandleError>())?;
     m.add("InvalidArgument", py.get_type::<InvalidArgument>())?;
@@ -922,6 +924,7 @@ fn _hexrpc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("Failed", py.get_type::<Failed>())?;
     m.add_function(wrap_pyfunction!(bench_model_image, m)?)?;
     m.add_function(wrap_pyfunction!(bench_kernel_image, m)?)?;
+    m.add_function(wrap_pyfunction!(model::bench_sample_model, m)?)?;
     m.add_function(wrap_pyfunction!(build_library, m)?)?;
     // The name it had when it needed the bench: the same function object.
     m.add("bench_build_library", m.getattr("build_library")?)?;

@@ -68,10 +68,12 @@ from ._hexrpc import (
     bench_kernel_image,
     bench_counters,
     bench_model_image,
+    bench_sample_model,
     detect_board,
     flush_logs,
     set_log_level,
 )
+from .model import Model, Tensor
 
 __all__ = [
     "ARENA_ALIGN",
@@ -101,6 +103,9 @@ __all__ = [
     "bench_kernel_image",
     "bench_counters",
     "bench_model_image",
+    "bench_sample_model",
+    "Model",
+    "Tensor",
     "array",
     "detect_board",
     "flush_logs",

@@ -1,0 +1,153 @@
+//! `hexrpc._hexrpc._Model`: a model file opened on a session (the bindings' [`ModelObj`]); the
+//! Python class `hexrpc.Model` wraps it with numpy arrays in and out.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use hexrpc::model::{ModelObj, MAX_IO};
+use hexrpc::objects::SessionObj;
+use hexrpc::Failure;
+use pyo3::buffer::PyBuffer;
+use pyo3::exceptions::PyTypeError;
+use pyo3::prelude::*;
+use pyo3::types::{PyByteArray, PyBytes};
+
+use crate::{closed, lock, py_err, Session};
+
+/// A model file opened on a session; use `hexrpc.Model`.
+#[pyclass(module = "hexrpc", frozen)]
+pub struct _Model {
+    inner: Mutex<Option<Arc<ModelObj>>>,
+    /// A session the model opened for itself (`hexrpc.Model(path)` without a session).
+    _own: Option<Arc<SessionObj>>,
+}
+
+impl _Model {
+    fn get(&self) -> PyResult<Arc<ModelObj>> {
+        lock(&self.inner).clone().ok_or_else(|| closed("model"))
+    }
+}
+
+/// `(name, dtype, shape, bytes)` of a tensor, as Python receives it.
+type TensorTuple = (String, String, Vec<u64>, u64);
+
+fn tensors(m: &ModelObj, output: bool) -> Vec<TensorTuple> {
+    m.with(|l| {
+        let list = if output { l.outputs() } else { l.inputs() };
+        list.iter().map(|t| (t.name.clone(), t.dtype.name().to_owned(), t.shape.clone(), t.len)).collect()
+    })
+}
+
+#[pymethods]
+impl _Model {
+    /// Opens `source` (bytes, bytearray, or a path: str or os.PathLike, mapped read-only while it
+    /// is opened) on `session`, or on a device session of this machine's board when `session`
+    /// is None.
+    #[new]
+    #[pyo3(signature = (source, session = None))]
+    fn new(py: Python<'_>, source: &Bound<'_, PyAny>, session: Option<&Session>) -> PyResult<_Model> {
+        let (s, own) = match session {
+            Some(s) => (s.get()?, None),
+            None => {
+                let obj = py.detach(|| hexrpc::objects::detect_board().and_then(SessionObj::open_device)).map_err(py_err)?;
+                let s = Arc::new(obj);
+                (s.clone(), Some(s))
+            }
+        };
+        let obj = if let Ok(b) = source.cast::<PyBytes>() {
+            let bytes = b.as_bytes().to_vec();
+            py.detach(|| ModelObj::open(&s, &bytes))
+        } else if let Ok(b) = source.cast::<PyByteArray>() {
+            let bytes = b.to_vec();
+            py.detach(|| ModelObj::open(&s, &bytes))
+        } else if let Ok(path) = source.extract::<PathBuf>() {
+            let path = path.to_str().ok_or_else(|| py_err(Failure::invalid("model-open", "the path is not UTF-8")))?.to_owned();
+            py.detach(|| ModelObj::open_path(&s, &path))
+        } else {
+            return Err(PyTypeError::new_err("source must be bytes, bytearray, str or os.PathLike"));
+        }
+        .map_err(py_err)?;
+        Ok(_Model { inner: Mutex::new(Some(Arc::new(obj))), _own: own })
+    }
+
+    /// `[(name, dtype, shape, bytes)]` of the inputs, in the file's order.
+    fn inputs(&self) -> PyResult<Vec<TensorTuple>> {
+        Ok(tensors(&*self.get()?, false))
+    }
+
+    /// `[(name, dtype, shape, bytes)]` of the outputs.
+    fn outputs(&self) -> PyResult<Vec<TensorTuple>> {
+        Ok(tensors(&*self.get()?, true))
+    }
+
+    /// `(launches, FastRPC calls)` of one run.
+    fn shape_of_run(&self) -> PyResult<(usize, usize)> {
+        Ok(self.get()?.with(|l| (l.launches(), l.calls_per_run())))
+    }
+
+    /// One run: `inputs` and `outputs` are C-contiguous byte buffers (memoryviews cast to
+    /// "B"), one per input and output, each exactly its tensor's size; the outputs are written.
+    /// Returns `(launches, calls, dsp_us)`.
+    #[pyo3(signature = (inputs, outputs, deadline_ms = None))]
+    fn run(
+        &self,
+        py: Python<'_>,
+        inputs: Vec<PyBuffer<u8>>,
+        outputs: Vec<PyBuffer<u8>>,
+        deadline_ms: Option<u64>,
+    ) -> PyResult<(usize, usize, u64)> {
+        let m = self.get()?;
+        if inputs.len() > MAX_IO || outputs.len() > MAX_IO {
+            return Err(py_err(Failure::invalid("model-run", format!("at most {MAX_IO} inputs and outputs"))));
+        }
+        for (what, bufs) in [("input", &inputs), ("output", &outputs)] {
+            for (i, b) in bufs.iter().enumerate() {
+                if !b.is_c_contiguous() || (what == "output" && b.readonly()) {
+                    return Err(PyTypeError::new_err(format!(
+                        "{what} {i}: needs a C-contiguous{} buffer",
+                        if what == "output" { ", writable" } else { "" }
+                    )));
+                }
+            }
+        }
+        // Copied out of and back into the exported buffers (the buffer protocol's safe copies).
+        let in_bytes: Vec<Vec<u8>> = inputs.iter().map(|b| b.to_vec(py)).collect::<PyResult<_>>()?;
+        let ins: Vec<&[u8]> = in_bytes.iter().map(Vec::as_slice).collect();
+        let mut outs: Vec<Vec<u8>> = outputs.iter().map(|b| vec![0u8; b.len_bytes()]).collect();
+        let deadline = deadline_ms.filter(|&ms| ms > 0).map(Duration::from_millis);
+        let r = {
+            let mut refs: Vec<&mut [u8]> = outs.iter_mut().map(Vec::as_mut_slice).collect();
+            py.detach(|| m.run(&ins, &mut refs, deadline)).map_err(py_err)?
+        };
+        for (b, bytes) in outputs.iter().zip(&outs) {
+            b.copy_from_slice(py, bytes)?;
+        }
+        Ok((r.launches, r.calls, r.dsp_micros))
+    }
+
+    /// Closes the model (its arenas, records and libraries); a session it opened for itself
+    /// closes when the model is gone.
+    fn close(&self) {
+        lock(&self.inner).take();
+    }
+}
+
+/// Bench builds: the bench's sample model file (input `x` uint8 [1, n]; outputs `y = x + 3`,
+/// `z = y + 5`), run on a `Session.bench()` with no compiler.
+#[pyfunction]
+#[pyo3(signature = (n = 1024))]
+pub fn bench_sample_model<'py>(py: Python<'py>, n: usize) -> PyResult<Bound<'py, PyBytes>> {
+    #[cfg(feature = "bench")]
+    {
+        if n == 0 || n > 1 << 20 {
+            return Err(py_err(Failure::invalid("bench-image", format!("n = {n}: 1..=1048576"))));
+        }
+        Ok(PyBytes::new(py, hexrpc::bench::sample_model(n)))
+    }
+    #[cfg(not(feature = "bench"))]
+    {
+        let _ = (py, n);
+        Err(py_err(Failure::unavailable("bench-image", "this build of hexrpc has no bench")))
+    }
+}
