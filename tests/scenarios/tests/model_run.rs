@@ -107,7 +107,9 @@ fn a_model_file_runs_in_one_call_a_run_and_again_after_a_restart(board: &'static
         drop(model);
         served.stop().unwrap();
     }
-    assert_eq!(bench.settle(&start, Duration::from_secs(2)), start);
+    // Everything back, less what Linux's own driver keeps for good after a restart (its leak,
+    // accounted by the bench: `Bench::kernel_leaks`).
+    assert_eq!(bench.settle_except_kernel_leaks(&start, Duration::from_secs(2)), start);
 }
 
 fn a_file_or_an_input_this_build_refuses_sends_nothing(board: &'static Board) {
