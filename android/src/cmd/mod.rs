@@ -103,3 +103,22 @@ pub fn no_bench() -> ExitCode {
     crate::io::error("this build has no bench (built without the `bench` feature, as the device packages are); --bench, bench and reverse-replay need a desk build");
     ExitCode::from(2)
 }
+
+/// A served session on this device: the board from the device-tree model (an undetected board
+/// is said in the log, not assumed silently), its file policy, the FastRPC session. The error
+/// is `(usage, message)`: `usage` for a board that cannot be named, else the reason the
+/// session did not start and the next step, as `probe` says them.
+pub fn device_session() -> Result<hexrpc_runtime::ServedSession<hexrpc_drivers::RustixSys>, (bool, String)> {
+    let (board, source) = device_board(None).map_err(|Usage(m)| (true, m))?;
+    if source == BoardSource::Assumed {
+        log::warn!("board not detected from the device-tree model: using the {} facts (`hexrpc probe` says more)", board.name);
+    }
+    let policy =
+        hexrpc_runtime::reverse::FilePolicy::for_board(board).map_err(|e| (false, format!("file policy of {}: {e:?}", board.name)))?;
+    // The one place a command decides to touch the device.
+    let access = hexrpc_bsp::DeviceAccess::for_device(board);
+    hexrpc_runtime::ServedSession::start(hexrpc_drivers::RustixSys, &access, policy).map_err(|e| {
+        let advice = e.hal().map(|h| format!(": {}", hexrpc_hal::OpenAdvice { error: &h, board })).unwrap_or_default();
+        (false, format!("starting the DSP session: {e}{advice}"))
+    })
+}

@@ -26,6 +26,7 @@ use hexrpc_drivers::Syscalls;
 use hexrpc_model::npy::{read_npy, write_npy};
 use hexrpc_model::run::{LoadedModel, Tensor};
 use hexrpc_model::{DType, Direction, Limits, ModelFile};
+#[cfg(feature = "bench")]
 use hexrpc_runtime::reverse::FilePolicy;
 use hexrpc_runtime::ServedSession;
 
@@ -289,16 +290,7 @@ fn on_session(mode: Mode, bytes: &[u8], ins: &[Vec<u8>], runs: u32, deadline: Op
     match mode {
         Mode::Bench => bench_execute(bytes, ins, runs, deadline),
         Mode::Device => {
-            let (board, source) = super::device_board(None).map_err(|crate::cli::Usage(m)| usage(m))?;
-            if source == crate::probe::BoardSource::Assumed {
-                log::warn!("board not detected from the device-tree model: using the {} facts (`hexrpc probe` says more)", board.name);
-            }
-            let policy = FilePolicy::for_board(board).map_err(|e| refused(format!("file policy of {}: {e:?}", board.name)))?;
-            let access = hexrpc_bsp::DeviceAccess::for_device(board);
-            let served = ServedSession::start(hexrpc_drivers::RustixSys, &access, policy).map_err(|e| {
-                let advice = e.hal().map(|h| format!(": {}", hexrpc_hal::OpenAdvice { error: &h, board })).unwrap_or_default();
-                refused(format!("starting the DSP session: {e}{advice}"))
-            })?;
+            let served = super::device_session().map_err(|(u, m)| if u { usage(m) } else { refused(m) })?;
             execute(&served, bytes, ins, runs, deadline)
         }
     }

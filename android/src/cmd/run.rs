@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 use hexrpc_drivers::Syscalls;
 use hexrpc_hal::{BufferView, Library};
 use hexrpc_runtime::launch::{AbiVersion, BufferRef, LibraryRecord, PackedLaunch, ParamKind, Scalar, ScalarType, Signature};
+#[cfg(feature = "bench")]
 use hexrpc_runtime::reverse::FilePolicy;
 use hexrpc_runtime::ServedSession;
 
@@ -538,19 +539,7 @@ fn execute(plan: Plan) -> Result<String, Failure> {
     let measured = (|| match mode {
         Mode::Bench => bench_launch(&plan, image, &inputs),
         Mode::Device => {
-            // Detected from the device-tree model; an undetected board is said, not assumed silently.
-            let (board, source) = super::device_board(None).map_err(|crate::cli::Usage(m)| usage(m))?;
-            if source == crate::probe::BoardSource::Assumed {
-                log::warn!("board not detected from the device-tree model: using the {} facts (`hexrpc probe` says more)", board.name);
-            }
-            let policy = FilePolicy::for_board(board).map_err(|e| refused(format!("file policy of {}: {e:?}", board.name)))?;
-            // The one place this command decides to touch the device.
-            let access = hexrpc_bsp::DeviceAccess::for_device(board);
-            let served = ServedSession::start(hexrpc_drivers::RustixSys, &access, policy).map_err(|e| {
-                // The node that could not be opened and the next step, as `probe` says them.
-                let advice = e.hal().map(|h| format!(": {}", hexrpc_hal::OpenAdvice { error: &h, board })).unwrap_or_default();
-                refused(format!("starting the DSP session: {e}{advice}"))
-            })?;
+            let served = super::device_session().map_err(|(u, m)| if u { usage(m) } else { refused(m) })?;
             launch(&served, &plan, image, &inputs)
         }
     })();

@@ -365,24 +365,8 @@ impl<'a> Batch<'a> {
 
     /// Checks the status the entry wrote after a call that returned 0.
     pub fn outcome(&self) -> Result<BatchRun, Error> {
-        let status = self.status().ok_or(BatchFailure::NotRun)?;
-        if !status.ran() {
-            return Err(BatchFailure::NotRun.into());
-        }
-        let done = status.done as usize;
-        if status.failed == NO_FAILED_RECORD {
-            if done != self.records.len() {
-                return Err(BatchFailure::BadStatus { status }.into());
-            }
-            return Ok(BatchRun { launches: done, dsp_micros: status.micros });
-        }
-        let record = status.failed as usize;
-        match self.kernel_of(record) {
-            Some(kernel) if record == done && status.code != 0 => {
-                Err(BatchFailure::KernelFailed { record, kernel, code: status.code, done }.into())
-            }
-            _ => Err(BatchFailure::BadStatus { status }.into()),
-        }
+        let status = self.status().filter(BatchStatus::ran);
+        decode_outcome(status, self.records.len(), |r| self.kernel_of(r))
     }
 
     /// Sends the batch to `lib` (one `FASTRPC_IOCTL_INVOKE_ATTRS`) and checks its status.
@@ -425,6 +409,31 @@ impl<'a> Batch<'a> {
         let call = call.as_mut().map_err(|_| ARGS_INVALID)?;
         call.with_downstream(|args| invoke_attrs(sys, dev, handle, args)).map_err(|_| ARGS_INVALID)?.map_err(driver_error)?;
         self.outcome()
+    }
+}
+
+/// What a status says of a call that returned 0, for `launches` records (`status` `None`: the
+/// entry wrote none of its kind, so it ran nothing): the run, or why it did not complete. Shared
+/// by batches and programs (the same status).
+pub(super) fn decode_outcome(
+    status: Option<BatchStatus>,
+    launches: usize,
+    kernel_of: impl Fn(usize) -> Option<usize>,
+) -> Result<BatchRun, Error> {
+    let status = status.ok_or(BatchFailure::NotRun)?;
+    let done = status.done as usize;
+    if status.failed == NO_FAILED_RECORD {
+        if done != launches {
+            return Err(BatchFailure::BadStatus { status }.into());
+        }
+        return Ok(BatchRun { launches: done, dsp_micros: status.micros });
+    }
+    let record = status.failed as usize;
+    match kernel_of(record) {
+        Some(kernel) if record == done && status.code != 0 => {
+            Err(BatchFailure::KernelFailed { record, kernel, code: status.code, done }.into())
+        }
+        _ => Err(BatchFailure::BadStatus { status }.into()),
     }
 }
 

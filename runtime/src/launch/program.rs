@@ -25,12 +25,9 @@ use hexrpc_drivers::fixed::FixedVec as Vec;
 use hexrpc_drivers::{Fd, Scalars};
 use hexrpc_hal::{Call, Cause, HalError, Stage};
 
-use super::abi::{
-    BatchStatus, MAX_ARGS, MAX_BATCH_KERNELS, MAX_BATCH_LEASES, MAX_PROGRAM_LAUNCHES, MAX_PROGRAM_RECORD_BYTES, NO_FAILED_RECORD, PROGRAM,
-    V2,
-};
-use super::batch::BatchRun;
-use super::batch_error::{BatchFailure, BatchRefusal};
+use super::abi::{BatchStatus, MAX_ARGS, MAX_BATCH_KERNELS, MAX_BATCH_LEASES, MAX_PROGRAM_LAUNCHES, MAX_PROGRAM_RECORD_BYTES, PROGRAM, V2};
+use super::batch::{decode_outcome, BatchRun};
+use super::batch_error::BatchRefusal;
 use super::pack::{BufferRef, LaunchBuffer, PackError};
 use super::signature::Signature;
 use crate::{Error, KernelLibrary};
@@ -265,24 +262,8 @@ impl<'a> Program<'a> {
 
     /// Reads the status of a call that returned 0.
     pub fn outcome(&self) -> Result<BatchRun, Error> {
-        let status = self.status().ok_or(BatchFailure::NotRun)?;
-        if !status.ran_program() {
-            return Err(BatchFailure::NotRun.into());
-        }
-        let done = status.done as usize;
-        if status.failed == NO_FAILED_RECORD {
-            if done != self.kernels.len() {
-                return Err(BatchFailure::BadStatus { status }.into());
-            }
-            return Ok(BatchRun { launches: done, dsp_micros: status.micros });
-        }
-        let record = status.failed as usize;
-        match self.kernel_of(record) {
-            Some(kernel) if record == done && status.code != 0 => {
-                Err(BatchFailure::KernelFailed { record, kernel, code: status.code, done }.into())
-            }
-            _ => Err(BatchFailure::BadStatus { status }.into()),
-        }
+        let status = self.status().filter(BatchStatus::ran_program);
+        decode_outcome(status, self.kernels.len(), |r| self.kernel_of(r))
     }
 
     /// Runs the program on `lib` (one call). The library must run programs (its build record's

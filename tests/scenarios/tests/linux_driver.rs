@@ -102,31 +102,37 @@ fn a_whole_served_session_draws_no_efault_or_einval_from_the_real_driver() {
     assert!(errors.iter().any(|(_, e)| *e == Errno::EPIPE), "the restart reached the driver's callers: {errors:?}");
 }
 
+/// A DSP shell staged as a process create sends it: the heap, the shell's buffer (mapped and
+/// written) and its length.
+fn staged_shell(b: &Bench) -> (hexrpc_drivers::OwnedFd, hexrpc_drivers::OwnedFd, hexrpc_drivers::Mapping<Bench>, u32) {
+    use hexrpc_drivers::dma_heap::{self, HeapFd};
+    use hexrpc_drivers::{Mapping, OpenFlags, Prot, Syscalls};
+    let heap = b.open(b.board().ion_path, OpenFlags::READ_WRITE).expect("open the heap");
+    let shell = hexrpc_bench::elf::hexagon_elf(hexrpc_bench::DEFAULT_SHELL_LEN);
+    let buf = dma_heap::alloc(b, HeapFd::from_raw(heap.raw()), shell.len() as u64).expect("heap alloc");
+    let mut map = Mapping::map_shared(b.clone(), buf.raw(), shell.len(), Prot::ReadWrite).expect("mmap");
+    map.write_at(0, &shell).unwrap();
+    (heap, buf, map, shell.len() as u32)
+}
+
 /// A process create still on its way to the DSP when the DSP restarts makes no process on the
 /// DSP that comes up. (The bench once made one there, for a file of the old channel whose release
 /// can no longer reach the DSP: the identity stayed taken, every later create of the process
 /// was refused, and the 60 s soak with 1 ms deadlines leaked a FastRPC file per refusal.)
 #[test]
 fn a_create_on_its_way_at_a_restart_makes_no_process_on_the_new_dsp() {
-    use hexrpc_bench::elf;
-    use hexrpc_drivers::dma_heap::{self, HeapFd};
     use hexrpc_drivers::upstream::{self, FastrpcFd};
-    use hexrpc_drivers::{Mapping, OpenFlags, Prot, Syscalls};
+    use hexrpc_drivers::{OpenFlags, Syscalls};
 
     let b = Bench::for_board(&hexrpc_bsp::BENCH_LINUX);
     let start_snapshot = b.snapshot();
-    let heap = b.open(b.board().ion_path, OpenFlags::READ_WRITE).expect("open the heap");
-    let shell = elf::hexagon_elf(hexrpc_bench::DEFAULT_SHELL_LEN);
-    let buf = dma_heap::alloc(&b, HeapFd::from_raw(heap.raw()), shell.len() as u64).expect("heap alloc");
-    let mut map = Mapping::map_shared(b.clone(), buf.raw(), shell.len(), Prot::ReadWrite).expect("mmap");
-    map.write_at(0, &shell).unwrap();
+    let (heap, buf, map, shell_len) = staged_shell(&b);
     let node = b.open(b.board().rpc_path, OpenFlags::READ_WRITE).expect("open the FastRPC node");
     let rpc = FastrpcFd::from_raw(node.raw());
     // The create is held 300 ms on its way; the DSP restarts 100 ms into the hold.
     b.inject(FaultTarget::Delivery(DspCallKind::CreateProcess), 1, Fault::Delay(Duration::from_millis(300)));
     let created = std::thread::scope(|s| {
-        let create =
-            s.spawn(|| upstream::init_create(&b, rpc, &map, buf.raw(), shell.len() as u32, upstream::FASTRPC_MODE_UNSIGNED_MODULE, 0));
+        let create = s.spawn(|| upstream::init_create(&b, rpc, &map, buf.raw(), shell_len, upstream::FASTRPC_MODE_UNSIGNED_MODULE, 0));
         std::thread::sleep(Duration::from_millis(100));
         b.restart_dsp();
         create.join().unwrap()
@@ -151,19 +157,13 @@ fn a_create_on_its_way_at_a_restart_makes_no_process_on_the_new_dsp() {
 /// Creates race restarts here; once both stop and every file is closed, no process is left.
 #[test]
 fn creates_racing_restarts_leave_no_process_behind() {
-    use hexrpc_bench::elf;
-    use hexrpc_drivers::dma_heap::{self, HeapFd};
     use hexrpc_drivers::upstream::{self, FastrpcFd};
-    use hexrpc_drivers::{Mapping, OpenFlags, Prot, Syscalls};
+    use hexrpc_drivers::{OpenFlags, Syscalls};
     use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
     let b = Bench::for_board(&hexrpc_bsp::BENCH_LINUX);
     let start_snapshot = b.snapshot();
-    let heap = b.open(b.board().ion_path, OpenFlags::READ_WRITE).expect("open the heap");
-    let shell = elf::hexagon_elf(hexrpc_bench::DEFAULT_SHELL_LEN);
-    let buf = dma_heap::alloc(&b, HeapFd::from_raw(heap.raw()), shell.len() as u64).expect("heap alloc");
-    let mut map = Mapping::map_shared(b.clone(), buf.raw(), shell.len(), Prot::ReadWrite).expect("mmap");
-    map.write_at(0, &shell).unwrap();
+    let (heap, buf, map, shell_len) = staged_shell(&b);
     // Every create spends 2 ms on its way to the DSP, so that one sent in a restart reaches the
     // DSP only after the restart is over.
     for _ in 0..100_000 {
@@ -179,9 +179,7 @@ fn creates_racing_restarts_leave_no_process_behind() {
                     let Ok(node) = b.open(b.board().rpc_path, OpenFlags::READ_WRITE) else { continue };
                     let rpc = FastrpcFd::from_raw(node.raw());
                     sent.fetch_add(1, Ordering::Relaxed);
-                    if upstream::init_create(&b, rpc, &map, buf.raw(), shell.len() as u32, upstream::FASTRPC_MODE_UNSIGNED_MODULE, 0)
-                        .is_ok()
-                    {
+                    if upstream::init_create(&b, rpc, &map, buf.raw(), shell_len, upstream::FASTRPC_MODE_UNSIGNED_MODULE, 0).is_ok() {
                         created.fetch_add(1, Ordering::Relaxed);
                     }
                     b.close(node).expect("close the FastRPC node");

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use hexrpc_bench::{Bench, CallKind, LedgerEvent, LibraryModel, TableKernel};
+use hexrpc_bench::{Bench, LedgerEvent, LibraryModel, TableKernel};
 use hexrpc_bsp::{Board, DeviceAccess};
 use hexrpc_libbuild::{build_table_library, BuildOptions, TableSource};
 use hexrpc_model::run::{LoadedModel, RunError};
@@ -16,19 +16,13 @@ use hexrpc_runtime::launch::record::{FLAG_BATCHES, FLAG_MAP_CACHE, FLAG_PROGRAM}
 use hexrpc_runtime::launch::Signature;
 use hexrpc_runtime::reverse::FilePolicy;
 use hexrpc_runtime::ServedSession;
+use hexrpc_scenarios::stack::invoke_kind;
 
 hexrpc_bench::on_both_kernels!(
     a_model_file_runs_in_one_call_a_run_and_again_after_a_restart,
     a_file_or_an_input_this_build_refuses_sends_nothing,
     a_model_of_real_kernels_runs_from_its_file
 );
-
-fn invoke_kind(board: &Board) -> CallKind {
-    match board.abi {
-        hexrpc_bsp::KernelAbi::DownstreamMsm => CallKind::RpcInvokeAttrs,
-        hexrpc_bsp::KernelAbi::Upstream => CallKind::UpInvoke,
-    }
-}
 
 fn serve(bench: &Bench) -> ServedSession<Bench> {
     let access = DeviceAccess::for_bench_board(bench.board()).expect("a bench board");
