@@ -54,6 +54,46 @@ impl fmt::Display for Part {
     }
 }
 
+/// A symbol's name as a refusal carries it (no allocation): its first 63 bytes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct SymbolName {
+    bytes: [u8; 63],
+    len: u8,
+}
+
+impl SymbolName {
+    /// The first 63 bytes of `name`.
+    pub fn new(name: &[u8]) -> SymbolName {
+        let mut bytes = [0u8; 63];
+        let len = name.len().min(63);
+        bytes[..len].copy_from_slice(&name[..len]);
+        SymbolName { bytes, len: len as u8 }
+    }
+
+    /// The bytes kept.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len as usize]
+    }
+}
+
+impl fmt::Display for SymbolName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for chunk in self.as_bytes().utf8_chunks() {
+            f.write_str(chunk.valid())?;
+            for b in chunk.invalid() {
+                write!(f, "\\x{b:02x}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for SymbolName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "\"{self}\"")
+    }
+}
+
 /// Why a model file was refused. Nothing reached the DSP.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ModelError {
@@ -152,6 +192,14 @@ pub enum ModelError {
         /// The field's name.
         field: &'static str,
     },
+    /// Library `library` imports `symbol`, which the DSP does not provide to a loaded library
+    /// (`DSP_PROVIDED_SYMBOLS`): it would fail to load on the device.
+    Import {
+        /// The library.
+        library: usize,
+        /// The symbol.
+        symbol: SymbolName,
+    },
     /// A library image is not a Hexagon ELF shared object.
     NotHexagonElf {
         /// The library.
@@ -240,6 +288,10 @@ impl fmt::Display for ModelError {
                 write!(f, "the {} section's {len} bytes are not a whole number of {entry}-byte entries", kind.name())
             }
             ModelError::BadText { part, field } => write!(f, "{part}: {field} is not UTF-8 text of at most 255 bytes"),
+            ModelError::Import { library, symbol } => write!(
+                f,
+                "library {library} imports {symbol}, which the DSP does not provide (a library from `hexrpc build-lib` imports only what it does)"
+            ),
             ModelError::NotHexagonElf { library, machine: 0 } => {
                 write!(f, "library {library} is not an ELF32 little-endian image")
             }

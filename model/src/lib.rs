@@ -38,7 +38,7 @@ pub mod sample;
 mod write;
 
 pub use dtype::{DType, DTYPES};
-pub use error::{ModelError, Part};
+pub use error::{ModelError, Part, SymbolName};
 pub use format::{Direction, SectionKind, FORMAT_MAJOR, FORMAT_MINOR, MAGIC};
 pub use parse::{
     Arena, InitRange, Io, Library, Limits, ModelFile, Provenance, Step, ENTRY_ABI, KNOWN_ARCHS, MAX_ARENAS, MAX_INIT_RANGES, MAX_IO,

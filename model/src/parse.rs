@@ -2,12 +2,13 @@
 //! offset and length against the file's own sizes and this build's capacities, before anything
 //! is allocated or sent; afterwards the accessors cannot fail.
 
-use hexrpc_drivers::elf::{Elf, EM_HEXAGON};
+use hexrpc_drivers::elf::{string_at, Elf, EM_HEXAGON, SHT_DYNSYM};
+use hexrpc_runtime::launch::record::DSP_PROVIDED_SYMBOLS;
 use hexrpc_runtime::launch::{AbiVersion, LibraryRecord, Signature, BATCH, MAX_BATCH_LAUNCHES, MAX_BATCH_LEASES, MAX_BATCH_RECORD_BYTES};
 use zerocopy::FromBytes;
 
 use crate::dtype::DType;
-use crate::error::{ModelError, Part};
+use crate::error::{ModelError, Part, SymbolName};
 use crate::format::*;
 
 /// Most kernel-table libraries in one model.
@@ -407,6 +408,21 @@ impl<'a> ModelFile<'a> {
                     found: arch.into(),
                     supported: "the architecture the file's header names",
                 });
+            }
+            // Every import is one the DSP provides to a loaded library (a weak one is optional).
+            for s in elf.section_headers().iter().filter(|s| s.sh_type.get() == SHT_DYNSYM) {
+                let bad = ModelError::NotHexagonElf { library: i, machine: 0 };
+                let (syms, strtab) = elf.symbols(s).map_err(|_| bad)?;
+                for sym in syms.iter().skip(1) {
+                    let weak = sym.st_info >> 4 == 2;
+                    if sym.st_shndx.get() != 0 || weak {
+                        continue;
+                    }
+                    let name = string_at(strtab, sym.st_name.get()).map_err(|_| bad)?;
+                    if !name.is_empty() && !DSP_PROVIDED_SYMBOLS.iter().any(|p| p.as_bytes() == name) {
+                        return Err(ModelError::Import { library: i, symbol: SymbolName::new(name) });
+                    }
+                }
             }
             let record = match LibraryRecord::find(image) {
                 Ok(Some(r)) => r,

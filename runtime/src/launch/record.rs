@@ -59,6 +59,58 @@ pub const FLAG_MAP_CACHE: u32 = 2;
 /// [`FLAG_BATCHES`] by every table this build generates; a table without it (built before it)
 /// runs a model as batches of at most 256 records, one call each.
 pub const FLAG_PROGRAM: u32 = 4;
+/// The symbols a library may import: what the DSP provides to a loaded library (the HAP
+/// functions the generated entry calls, `fopen`/`fclose` (answered by the host's reverse file
+/// service, as a DSP's C library does), the C library functions and compiler runtime helpers
+/// clang emits for Hexagon under `-nostdlib`, and the libm subset kernels call). This is the
+/// export list of the bench's DSP shell; a real `fastrpc_shell` exports more, so the list is
+/// conservative: a library that passes here loads on the bench and on a device. Helpers not on
+/// this list that a library needs are carried in it instead
+/// (`hexrpc-libbuild`'s `freestanding::CARRIED_HELPERS`: the half conversions and the double
+/// `trunc`); our `math.h` and `string.h` declare only names from it
+/// and from that list. A model file's reader (`hexrpc-model`) refuses a library that imports
+/// anything else (a weak import is optional and allowed).
+pub const DSP_PROVIDED_SYMBOLS: &[&str] = &[
+    "HAP_mmap",
+    "HAP_munmap",
+    "HAP_perf_get_time_us",
+    "HAP_power_set",
+    "memcpy",
+    "memset",
+    "memmove",
+    "memcmp",
+    "fopen",
+    "fclose",
+    "__hexagon_divsi3",
+    "__hexagon_udivsi3",
+    "__hexagon_modsi3",
+    "__hexagon_umodsi3",
+    "__hexagon_divdi3",
+    "__hexagon_udivdi3",
+    "__hexagon_moddi3",
+    "__hexagon_umoddi3",
+    "__hexagon_memcpy_likely_aligned_min32bytes_mult8bytes",
+    "__hexagon_sqrtf",
+    "__hexagon_adddf3",
+    "__hexagon_subdf3",
+    "__hexagon_muldf3",
+    "__hexagon_divdf3",
+    "sqrtf",
+    "fabsf",
+    "floorf",
+    "ceilf",
+    "truncf",
+    "roundf",
+    "fmaxf",
+    "fminf",
+    "expf",
+    "exp2f",
+    "logf",
+    "log2f",
+    "sinf",
+    "cosf",
+];
+
 /// Every entry-flags bit this build knows.
 pub const KNOWN_FLAGS: u32 = FLAG_BATCHES | FLAG_MAP_CACHE | FLAG_PROGRAM;
 /// Most kernels one record describes: a kernel table's capacity

@@ -197,6 +197,22 @@ fn a_model_of_real_kernels_runs_from_its_file(board: &'static Board) {
     .to_bytes();
     let bench = Bench::for_board(board);
     let served = serve(&bench);
+    // The same file with a library that imports what the DSP does not provide (one letter of an
+    // import's name changed in its dynamic string table): refused by the reader, naming it.
+    let mut odd = file.clone();
+    let name = b"HAP_perf_get_time_us\0";
+    let at: Vec<usize> = odd.windows(name.len()).enumerate().filter(|(_, w)| *w == name).map(|(i, _)| i).collect();
+    assert!(!at.is_empty(), "the entry imports HAP_perf_get_time_us");
+    for i in at {
+        odd[i + name.len() - 2] = b'X';
+    }
+    hexrpc_model::sample::fix_checksums(&mut odd);
+    match LoadedModel::open(&served, &odd) {
+        Err(RunError::File(e @ hexrpc_model::ModelError::Import { library: 0, .. })) => {
+            assert!(e.to_string().contains("imports HAP_perf_get_time_uX"), "{e}")
+        }
+        other => panic!("not refused for its import: {other:?}"),
+    }
     let mut model = LoadedModel::open(&served, &file).expect("open");
     assert_eq!((model.calls_per_run(), model.launches()), (1, 301), "two steps on one library make one program");
     let x: Vec<f32> = (0..64).map(|i| i as f32 - 31.5).collect();

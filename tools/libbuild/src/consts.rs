@@ -31,56 +31,10 @@ pub const WORK_MARKER: &str = ".hexrpc-build";
 /// (`OUT.build.lock`, see the crate docs).
 pub const LOCK_SUFFIX: &str = ".build.lock";
 
-/// The symbols a library may import: what the DSP provides to a loaded library (the HAP
-/// functions the generated entry calls, `fopen`/`fclose` (answered by the host's reverse file
-/// service, as a DSP's C library does), the C library functions and compiler runtime helpers
-/// clang emits for Hexagon under `-nostdlib`, and the libm subset kernels call). This is the
-/// export list of the bench's DSP shell; a real `fastrpc_shell` exports more, so the list is
-/// conservative: a library that passes here loads on the bench and on a device. Helpers not on
-/// this list that a library needs are carried in it instead
-/// ([`freestanding::CARRIED_HELPERS`](crate::freestanding::CARRIED_HELPERS): the half
-/// conversions and the double `trunc`); our `math.h` and `string.h` declare only names from it
-/// and from that list.
-pub const DSP_PROVIDED_SYMBOLS: &[&str] = &[
-    "HAP_mmap",
-    "HAP_munmap",
-    "HAP_perf_get_time_us",
-    "HAP_power_set",
-    "memcpy",
-    "memset",
-    "memmove",
-    "memcmp",
-    "fopen",
-    "fclose",
-    "__hexagon_divsi3",
-    "__hexagon_udivsi3",
-    "__hexagon_modsi3",
-    "__hexagon_umodsi3",
-    "__hexagon_divdi3",
-    "__hexagon_udivdi3",
-    "__hexagon_moddi3",
-    "__hexagon_umoddi3",
-    "__hexagon_memcpy_likely_aligned_min32bytes_mult8bytes",
-    "__hexagon_sqrtf",
-    "__hexagon_adddf3",
-    "__hexagon_subdf3",
-    "__hexagon_muldf3",
-    "__hexagon_divdf3",
-    "sqrtf",
-    "fabsf",
-    "floorf",
-    "ceilf",
-    "truncf",
-    "roundf",
-    "fmaxf",
-    "fminf",
-    "expf",
-    "exp2f",
-    "logf",
-    "log2f",
-    "sinf",
-    "cosf",
-];
+/// The symbols a library may import: what the DSP provides to a loaded library. The list lives
+/// in the runtime ([`hexrpc_runtime::launch::record::DSP_PROVIDED_SYMBOLS`]), where a model
+/// file's reader checks a library's imports against it too.
+pub use hexrpc_runtime::launch::record::DSP_PROVIDED_SYMBOLS;
 
 /// The output sections of the linker script, in address order, with the input sections each
 /// collects. lld's synthetic sections (`.hash`, `.dynsym`, `.got`, ...) are placed by name.
