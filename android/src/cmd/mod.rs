@@ -122,3 +122,39 @@ pub fn device_session() -> Result<hexrpc_runtime::ServedSession<hexrpc_drivers::
         (false, format!("starting the DSP session: {e}{advice}"))
     })
 }
+
+/// A command's failure: exit 2 (usage, a bad input) or 1 (the operation failed or was refused),
+/// with the message (`run` and `model`).
+#[derive(Debug)]
+pub enum Failure {
+    /// The command line or an input is wrong (exit 2).
+    Usage(String),
+    /// The operation failed or was refused (exit 1).
+    Refused(String),
+}
+
+/// A usage failure.
+pub fn usage(m: impl Into<String>) -> Failure {
+    Failure::Usage(m.into())
+}
+
+/// A refusal.
+pub fn refused(m: impl Into<String>) -> Failure {
+    Failure::Refused(m.into())
+}
+
+/// Prints a command's result (stdout) or its failure (stderr, after `hexrpc: COMMAND: `) and
+/// returns the exit code.
+pub fn finish(command: &str, result: Result<String, Failure>) -> std::process::ExitCode {
+    match result {
+        Ok(text) => crate::io::print(&text),
+        Err(Failure::Usage(m)) => {
+            eprintln!("hexrpc: {command}: {m}");
+            std::process::ExitCode::from(2)
+        }
+        Err(Failure::Refused(m)) => {
+            eprintln!("hexrpc: {command}: {m}");
+            std::process::ExitCode::from(1)
+        }
+    }
+}

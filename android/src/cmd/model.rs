@@ -30,6 +30,7 @@ use hexrpc_model::{DType, Direction, Limits, ModelFile};
 use hexrpc_runtime::reverse::FilePolicy;
 use hexrpc_runtime::ServedSession;
 
+use super::{refused, usage, Failure};
 use crate::cli::{Mode, ModelArgs};
 use crate::json;
 
@@ -39,21 +40,6 @@ pub const MAX_MODEL: u64 = 2 << 30;
 pub const MAX_NPY: u64 = 1 << 30;
 /// Most runs `--runs` allows.
 pub const MAX_RUNS: u32 = 1_000_000;
-
-/// A failure: exit 2 (usage, a bad input) or 1 (the model was refused or failed).
-#[derive(Debug)]
-enum Failure {
-    Usage(String),
-    Refused(String),
-}
-
-fn usage(m: impl Into<String>) -> Failure {
-    Failure::Usage(m.into())
-}
-
-fn refused(m: impl Into<String>) -> Failure {
-    Failure::Refused(m.into())
-}
 
 fn read(path: &Path, limit: u64, what: &str) -> Result<Vec<u8>, Failure> {
     crate::io::read_bounded(path, limit).map_err(|e| refused(format!("{what} {}: {e}", crate::io::escape(&path.to_string_lossy()))))
@@ -469,15 +455,5 @@ pub fn model(a: ModelArgs) -> ExitCode {
         "" => Err(usage("model needs an action: info, run, bench, check or sample (try 'hexrpc model --help')")),
         other => Err(usage(format!("unknown model action '{other}': info, run, bench, check or sample"))),
     };
-    match result {
-        Ok(text) => crate::io::print(&text),
-        Err(Failure::Usage(m)) => {
-            eprintln!("hexrpc: model: {m}");
-            ExitCode::from(2)
-        }
-        Err(Failure::Refused(m)) => {
-            eprintln!("hexrpc: model: {m}");
-            ExitCode::from(1)
-        }
-    }
+    super::finish("model", result)
 }

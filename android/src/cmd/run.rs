@@ -29,6 +29,7 @@ use hexrpc_runtime::launch::{AbiVersion, BufferRef, LibraryRecord, PackedLaunch,
 use hexrpc_runtime::reverse::FilePolicy;
 use hexrpc_runtime::ServedSession;
 
+use super::{refused, usage, Failure};
 use crate::cli::{Mode, RunArgs};
 use crate::json;
 
@@ -67,23 +68,6 @@ struct Plan {
     json: bool,
     capture: Option<PathBuf>,
     tap: Option<&'static crate::capture::Recorder>,
-}
-
-/// A failure: exit 2 (usage) or 1 (the launch failed or was refused), with the message.
-#[derive(Debug)]
-pub enum Failure {
-    /// The command line is wrong (exit 2).
-    Usage(String),
-    /// The launch failed or was refused (exit 1).
-    Refused(String),
-}
-
-fn usage(m: impl Into<String>) -> Failure {
-    Failure::Usage(m.into())
-}
-
-fn refused(m: impl Into<String>) -> Failure {
-    Failure::Refused(m.into())
 }
 
 fn parse_bytes(key: &str, v: &str) -> Result<u64, Failure> {
@@ -565,17 +549,7 @@ pub fn run(args: RunArgs) -> ExitCode {
         drop(p);
         r
     });
-    match result {
-        Ok(text) => crate::io::print(&text),
-        Err(Failure::Usage(m)) => {
-            eprintln!("hexrpc: run: {m}");
-            ExitCode::from(2)
-        }
-        Err(Failure::Refused(m)) => {
-            eprintln!("hexrpc: run: {m}");
-            ExitCode::from(1)
-        }
-    }
+    super::finish("run", result)
 }
 
 #[cfg(test)]
