@@ -127,6 +127,7 @@ pub enum Command {
         output: Option<std::path::PathBuf>,
         board: Option<String>,
         library: Option<std::path::PathBuf>,
+        models: Vec<std::path::PathBuf>,
     },
     Run(RunArgs),
     Model(ModelArgs),
@@ -173,6 +174,7 @@ pub fn parse(args: Vec<std::ffi::OsString>) -> Result<(i32, Command), Usage> {
     let mut root: Option<std::path::PathBuf> = None;
     let mut ra = RunArgs::default();
     let mut ma = ModelArgs::default();
+    let mut report_models: Vec<std::path::PathBuf> = Vec::new();
     // --bench and --device name where a command runs: giving both is a mistake, not "the last wins".
     let mut place: Option<&'static str> = None;
     while let Some(arg) = p.next()? {
@@ -199,6 +201,7 @@ pub fn parse(args: Vec<std::ffi::OsString>) -> Result<(i32, Command), Usage> {
             Long("bench") if command == "capture" => probe_bench = true,
             Long("device") if command == "capture" => probe_bench = false,
             Short('o') | Long("output") if command == "report" => output = Some(p.value()?.into()),
+            Long("model") if command == "report" => report_models.push(p.value()?.into()),
             Long("root") if command == "probe" => root = Some(p.value()?.into()),
             Long("seam") if matches!(command.as_str(), "selftest" | "probe") => match p.value()?.string()?.as_str() {
                 "bench" => seam_bench = true,
@@ -300,7 +303,7 @@ pub fn parse(args: Vec<std::ffi::OsString>) -> Result<(i32, Command), Usage> {
             }
             Command::Capture { dir: output, bench: probe_bench, board, library }
         }
-        "report" => Command::Report { output, board, library },
+        "report" => Command::Report { output, board, library, models: report_models },
         "selftest" => {
             if seam_bench && platform != Some(Platform::Device) {
                 return Err(Usage("--seam bench goes with --device (it substitutes the bench for the device nodes)".into()));

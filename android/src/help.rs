@@ -386,7 +386,7 @@ pub const REPORT_HELP: &str = "\
 hexrpc report - one file to attach to a bug
 
 USAGE:
-    hexrpc report [-o FILE.tar] [--board NAME] [--library LIB.so]
+    hexrpc report [-o FILE.tar] [--board NAME] [--library LIB.so] [--model FILE]...
 
 Writes a tar archive holding:
     probe.json      `hexrpc probe --json` on this machine
@@ -396,11 +396,15 @@ Writes a tar archive holding:
     dmesg.txt       kernel log lines about adsprpc, fastrpc, ION, the CDSP, SMMU and
                     SELinux denials (from /dev/kmsg; says so when unreadable)
     versions.txt    hexrpc, the device-tree model, /VERSION or build.prop, os-release
+    model-check-N.json
+                    `hexrpc model check --json` of the Nth --model file on this
+                    machine's DSP, or {\"error\"} saying why it could not run
 
 OPTIONS:
     -o, --output FILE  The archive (default: hexrpc-report.tar; - for stdout)
     --board NAME       Board facts (default: detected)
     --library FILE     The device test library (default: its installed path)
+    --model FILE       A model file to check on the DSP (repeatable)
     -h, --help         Print this help
 
 EXIT STATUS: 0 when the archive was written (whatever the checks found), 1 when it

@@ -71,6 +71,6 @@ fn main() -> ExitCode {
             cmd::selftest::selftest(json, platform, seam_bench, board, library)
         }
         Command::Capture { dir, bench, board, library } => cmd::capture::capture(dir.unwrap_or_default(), bench, board, library),
-        Command::Report { output, board, library } => cmd::report::report(output, board, library),
+        Command::Report { output, board, library, models } => cmd::report::report(output, board, library, models),
     }
 }

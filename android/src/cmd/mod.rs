@@ -109,7 +109,12 @@ pub fn no_bench() -> ExitCode {
 /// is `(usage, message)`: `usage` for a board that cannot be named, else the reason the
 /// session did not start and the next step, as `probe` says them.
 pub fn device_session() -> Result<hexrpc_runtime::ServedSession<hexrpc_drivers::RustixSys>, (bool, String)> {
-    let (board, source) = device_board(None).map_err(|Usage(m)| (true, m))?;
+    device_session_on(None)
+}
+
+/// [`device_session`] on the board named `board` (`None`: detected).
+pub fn device_session_on(board: Option<&str>) -> Result<hexrpc_runtime::ServedSession<hexrpc_drivers::RustixSys>, (bool, String)> {
+    let (board, source) = device_board(board).map_err(|Usage(m)| (true, m))?;
     if source == BoardSource::Assumed {
         log::warn!("board not detected from the device-tree model: using the {} facts (`hexrpc probe` says more)", board.name);
     }

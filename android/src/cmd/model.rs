@@ -272,11 +272,18 @@ fn execute<S: Syscalls + Clone + Send + Sync + 'static>(
 }
 
 /// A session on the device (detected board) or on the bench, and the model run on it.
-fn on_session(mode: Mode, bytes: &[u8], ins: &[Vec<u8>], runs: u32, deadline: Option<Duration>) -> Result<Measured, Failure> {
+fn on_session(
+    mode: Mode,
+    board: Option<&str>,
+    bytes: &[u8],
+    ins: &[Vec<u8>],
+    runs: u32,
+    deadline: Option<Duration>,
+) -> Result<Measured, Failure> {
     match mode {
         Mode::Bench => bench_execute(bytes, ins, runs, deadline),
         Mode::Device => {
-            let served = super::device_session().map_err(|(u, m)| if u { usage(m) } else { refused(m) })?;
+            let served = super::device_session_on(board).map_err(|(u, m)| if u { usage(m) } else { refused(m) })?;
             execute(&served, bytes, ins, runs, deadline)
         }
     }
@@ -396,6 +403,11 @@ fn parse_count(v: Option<&str>, what: &str, default: u32) -> Result<u32, Failure
 }
 
 fn run_like(a: &ModelArgs, what: &str) -> Result<String, Failure> {
+    run_on(a, what, None)
+}
+
+/// [`run_like`] on the device board named `board` (`None`: detected).
+fn run_on(a: &ModelArgs, what: &str, board: Option<&str>) -> Result<String, Failure> {
     let file = a.file.as_deref().ok_or_else(|| usage(format!("model {what} needs FILE")))?;
     let runs = parse_count(a.runs.as_deref(), "--runs", if what == "bench" { 100 } else { 1 })?;
     let deadline = match a.deadline_ms.as_deref() {
@@ -411,7 +423,7 @@ fn run_like(a: &ModelArgs, what: &str) -> Result<String, Failure> {
     let ins = inputs(&m, &a.inputs, what != "run")?;
     let outs = outputs(&m, &a.outputs)?;
     let mode = mode_of(a.mode)?;
-    let measured = on_session(mode, &bytes, &ins, runs, deadline)?;
+    let measured = on_session(mode, board, &bytes, &ins, runs, deadline)?;
     let mut written = Vec::new();
     for (name, path) in &outs {
         if let Some((t, data)) = measured.outputs.iter().find(|(t, _)| &t.name == name) {
@@ -456,4 +468,27 @@ pub fn model(a: ModelArgs) -> ExitCode {
         other => Err(usage(format!("unknown model action '{other}': info, run, bench, check or sample"))),
     };
     super::finish("model", result)
+}
+
+/// `hexrpc model check FILE --device --json` as one JSON object for `hexrpc report`: the check's
+/// report, or `{"command": "check", "file", "error"}` with why it could not run.
+pub fn check_json(file: &Path, board: Option<&str>) -> String {
+    let a = ModelArgs {
+        action: Some("check".into()),
+        file: Some(file.to_path_buf()),
+        mode: Some(Mode::Device),
+        json: true,
+        ..ModelArgs::default()
+    };
+    match run_on(&a, "check", board) {
+        Ok(text) => text,
+        Err(Failure::Usage(m) | Failure::Refused(m)) => {
+            let mut out = String::new();
+            let mut o = json::Object::new(&mut out);
+            o.str("command", "check").str("file", &file.to_string_lossy()).str("error", &m);
+            o.end();
+            out.push('\n');
+            out
+        }
+    }
 }

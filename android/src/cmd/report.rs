@@ -1,5 +1,5 @@
 //! `hexrpc report`: one archive to attach to a bug (probe, selftest, kernel version and log,
-//! versions).
+//! versions, and `hexrpc model check` of each `--model` file).
 
 use std::process::ExitCode;
 
@@ -8,7 +8,12 @@ use crate::verdict::Platform;
 use crate::{device, human, probe, report, selftest};
 
 /// Runs the probe and the selftest and writes the archive.
-pub fn report(output: Option<std::path::PathBuf>, board: Option<String>, library: Option<std::path::PathBuf>) -> ExitCode {
+pub fn report(
+    output: Option<std::path::PathBuf>,
+    board: Option<String>,
+    library: Option<std::path::PathBuf>,
+    models: Vec<std::path::PathBuf>,
+) -> ExitCode {
     let (b, source) = match super::device_board(board.as_deref()) {
         Ok(b) => b,
         Err(Usage(msg)) => {
@@ -39,13 +44,23 @@ pub fn report(output: Option<std::path::PathBuf>, board: Option<String>, library
     let checks = selftest::run(platform, selftest::DeviceSeam::Real(b, source), library, &mut |name| progress.step(name));
     log::set_max_level(level);
     progress.step("kernel log");
-    let members = [
+    // Each model checked on this machine's DSP (`model check --json`, or why it could not be).
+    let checked: Vec<(String, Vec<u8>)> = models
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            progress.step("model check");
+            (format!("hexrpc-report/model-check-{}.json", i + 1), super::model::check_json(m, board.as_deref()).into_bytes())
+        })
+        .collect();
+    let mut members: Vec<(&str, Vec<u8>)> = vec![
         ("hexrpc-report/probe.json", probe::to_json(&probe_report).into_bytes()),
         ("hexrpc-report/selftest.json", selftest::to_json(platform, Some(b.name), &checks).into_bytes()),
         ("hexrpc-report/kernel.txt", std::fs::read("/proc/version").unwrap_or_else(|e| format!("/proc/version: {e}\n").into_bytes())),
         ("hexrpc-report/dmesg.txt", report::dmesg_lines().into_bytes()),
         ("hexrpc-report/versions.txt", report::versions().into_bytes()),
     ];
+    members.extend(checked.iter().map(|(name, bytes)| (name.as_str(), bytes.clone())));
     drop(progress);
     let mtime = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
     let archive = report::tar(&members, mtime);

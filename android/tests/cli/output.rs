@@ -62,3 +62,34 @@ fn report_is_one_tar_with_every_part() {
     assert!(String::from_utf8_lossy(&kernel.stdout).contains("Linux"), "kernel version");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `report --model FILE`: the model's check on this machine's DSP goes into the archive, or,
+/// where it cannot run (here, without the DSP), why not.
+#[test]
+fn report_holds_a_model_check_per_model_file() {
+    let dir = scratch_dir("report-model");
+    let tar = dir.join("r.tar");
+    let model = dir.join("s.hxm");
+    assert!(hexrpc(&["model", "sample", model.to_str().unwrap(), "--size", "8"]).status.success());
+    let out = hexrpc(&[
+        "report",
+        "--board",
+        "comma-three",
+        "--model",
+        model.to_str().unwrap(),
+        "--model",
+        "/nonexistent.hxm",
+        "-o",
+        tar.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    for (n, needle) in [(1, model.to_str().unwrap()), (2, "/nonexistent.hxm")] {
+        let part = Command::new("tar").arg("-xOf").arg(&tar).arg(format!("hexrpc-report/model-check-{n}.json")).output().unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&part.stdout).expect("model-check is JSON");
+        assert_eq!((v["command"].as_str(), v["file"].as_str()), (Some("check"), Some(needle)), "{v}");
+        if !std::path::Path::new("/dev/adsprpc-smd").exists() {
+            assert!(v["error"].is_string(), "no DSP here: the check says why it did not run: {v}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
