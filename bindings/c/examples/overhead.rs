@@ -6,7 +6,15 @@
 //!   `hexrpc bench` reports under that name, measured in the same run as the baseline;
 //! * `rust_kernel_launch_overhead_ns`: `Kernel::launch` (the Rust one-call API);
 //! * `c_abi_launch_overhead_ns_from_rust`: `hexrpc_launch` called through its C ABI from Rust;
-//! * allocations and ioctls per launch of the one-call paths (must be 0 and 1).
+//! * allocations and ioctls per launch of the one-call paths (must be 0 and 1);
+//! * `raw_invoke_ioctl_ns`: one `INVOKE_ATTRS` ioctl through `NullSys` with a prebuilt argument
+//!   (the floor every call pays), and the model runs measured against it:
+//!   `c_abi_model_run_ns` (`hexrpc_model_run` of the bench's sample model, 1,024-byte input, two
+//!   1,024-byte outputs) and `rust_model_run_ns` (the bindings' `ModelObj::run`), with their
+//!   allocations per run and FastRPC calls per run. A model run also writes its input and reads
+//!   its outputs through the lease's CPU access (two `DMA_BUF_SYNC` ioctls each on the bench's
+//!   simulated kernel, included in these figures: a device's kernel does them too, at its own
+//!   cost).
 //!
 //! Each figure is the median over 30 batches of 10,000 launches of the calling thread's CPU time
 //! per launch (`CLOCK_THREAD_CPUTIME_ID`: time the thread was descheduled on a busy machine is
@@ -53,6 +61,17 @@ fn measure(mut one: impl FnMut()) -> (f64, f64) {
         wall.push(t.elapsed().as_nanos() as f64 / f64::from(BATCH));
     }
     (median(cpu), median(wall))
+}
+
+/// A zeroed `fastrpc_ioctl_invoke_attrs` (every field an integer: zero is a valid value).
+fn unsafe_zeroed_attrs() -> adsprpc::fastrpc_ioctl_invoke_attrs {
+    adsprpc::fastrpc_ioctl_invoke_attrs { inv: adsprpc::fastrpc_ioctl_invoke { handle: 0, sc: 0, pra: 0 }, fds: 0, attrs: 0 }
+}
+
+/// The calling thread's last error message.
+fn last_error() -> String {
+    // SAFETY: a NUL-terminated string valid until the next failure on this thread.
+    unsafe { std::ffi::CStr::from_ptr(hexrpc::hexrpc_last_error_message()) }.to_string_lossy().into_owned()
 }
 
 fn ioctls(s: &SessionObj) -> u64 {
@@ -140,15 +159,77 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         assert_eq!(call(), hexrpc_status::HEXRPC_OK);
     }
     let c_allocs = (CountingAlloc::thread_allocations() - a0) as f64 / f64::from(BATCH);
+
+    // The floor: one INVOKE_ATTRS ioctl through NullSys, its argument prebuilt.
+    let raw_ns = {
+        let mut attrs: adsprpc::fastrpc_ioctl_invoke_attrs = unsafe_zeroed_attrs();
+        measure(|| {
+            // SAFETY: a live, zeroed invoke_attrs (no pra: NullSys reads nothing of it).
+            let r = unsafe {
+                hexrpc_drivers::Syscalls::ioctl(
+                    &null,
+                    Fd(3),
+                    adsprpc::FASTRPC_IOCTL_INVOKE_ATTRS,
+                    (&mut attrs as *mut adsprpc::fastrpc_ioctl_invoke_attrs).cast(),
+                )
+            };
+            assert_eq!(r, Ok(0));
+        })
+    };
+
+    // A model run through the C ABI: the bench's sample model on the returning session.
+    let (mut bytes, mut blen) = (std::ptr::null(), 0usize);
+    // SAFETY: out pointers valid.
+    assert_eq!(unsafe { hexrpc::hexrpc_bench_sample_model(1024, &mut bytes, &mut blen) }, hexrpc_status::HEXRPC_OK);
+    let mut m: *mut hexrpc::hexrpc_model = std::ptr::null_mut();
+    // SAFETY: `bytes` is valid for `blen` bytes (static), `m` for one write.
+    assert_eq!(unsafe { hexrpc::hexrpc_model_open(sess, bytes, blen, &mut m) }, hexrpc_status::HEXRPC_OK, "{}", last_error());
+    let x = vec![7u8; 1024];
+    let (mut y, mut z) = (vec![0u8; 1024], vec![0u8; 1024]);
+    let ins = [hexrpc::hexrpc_input { data: x.as_ptr().cast(), len: 1024 }];
+    let outs = [
+        hexrpc::hexrpc_output { data: y.as_mut_ptr().cast(), len: 1024 },
+        hexrpc::hexrpc_output { data: z.as_mut_ptr().cast(), len: 1024 },
+    ];
+    let mut report = hexrpc::hexrpc_model_report::default();
+    // SAFETY: the arrays are valid for their lengths and their buffers for theirs; `report` for one write.
+    let mut run = || unsafe { hexrpc::hexrpc_model_run(m, ins.as_ptr(), 1, outs.as_ptr(), 2, 0, &mut report) };
+    let c_model_ns = measure(|| assert_eq!(run(), hexrpc_status::HEXRPC_OK, "{}", last_error()));
+    let a0 = CountingAlloc::thread_allocations();
+    for _ in 0..BATCH {
+        assert_eq!(run(), hexrpc_status::HEXRPC_OK);
+    }
+    let c_model_allocs = (CountingAlloc::thread_allocations() - a0) as f64 / f64::from(BATCH);
+    let c_model_calls = report.calls;
     assert_eq!(hexrpc::hexrpc_session_close(sess), hexrpc_status::HEXRPC_OK);
+
+    // The same through the bindings' object (what Python calls underneath, less Python).
+    let s2 = std::sync::Arc::new(SessionObj::open_bench(false, true)?);
+    let model = hexrpc::model::ModelObj::open(&s2, hexrpc::bench::sample_model(1024))?;
+    let mut outs2 = [vec![0u8; 1024], vec![0u8; 1024]];
+    let rust_model_ns = measure(|| {
+        let [a, b] = &mut outs2;
+        model.run(&[&x], &mut [a.as_mut_slice(), b.as_mut_slice()], None).expect("model run");
+    });
+    let (i0, a0) = (ioctls(&s2), CountingAlloc::thread_allocations());
+    for _ in 0..BATCH {
+        let [a, b] = &mut outs2;
+        model.run(&[&x], &mut [a.as_mut_slice(), b.as_mut_slice()], None)?;
+    }
+    let rust_model_allocs = (CountingAlloc::thread_allocations() - a0) as f64 / f64::from(BATCH);
+    let rust_model_invokes = (ioctls(&s2) - i0) as f64 / f64::from(BATCH);
+    drop(model);
 
     println!(
         "{{\"launch_overhead_ns\": {:.1}, \"rust_kernel_launch_overhead_ns\": {:.1}, \"binding_object_launch_overhead_ns\": {:.1}, \
          \"c_abi_launch_overhead_ns_from_rust\": {:.1}, \"launch_overhead_wall_ns\": {:.1}, \"rust_kernel_launch_overhead_wall_ns\": {:.1}, \
          \"c_abi_launch_overhead_wall_ns_from_rust\": {:.1}, \"kernel_allocations_per_launch\": {rust_allocs}, \
-         \"kernel_crossings_per_launch\": {rust_ioctls}, \"c_abi_allocations_per_launch\": {c_allocs}, \"platform\": \"bench\", \
+         \"kernel_crossings_per_launch\": {rust_ioctls}, \"c_abi_allocations_per_launch\": {c_allocs}, \
+         \"raw_invoke_ioctl_ns\": {:.1}, \"c_abi_model_run_ns\": {:.1}, \"rust_model_run_ns\": {:.1}, \
+         \"c_abi_model_run_allocations\": {c_model_allocs}, \"rust_model_run_allocations\": {rust_model_allocs}, \
+         \"model_run_fastrpc_calls\": {c_model_calls}, \"rust_model_run_invokes\": {rust_model_invokes}, \"platform\": \"bench\", \
          \"seam\": \"returning\"}}",
-        base.0, rust_ns.0, obj_ns.0, c_ns.0, base.1, rust_ns.1, c_ns.1
+        base.0, rust_ns.0, obj_ns.0, c_ns.0, base.1, rust_ns.1, c_ns.1, raw_ns.0, c_model_ns.0, rust_model_ns.0
     );
     Ok(())
 }

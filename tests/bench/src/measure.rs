@@ -8,8 +8,11 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 use hexrpc_drivers::{Errno, Fd, RefusingSys};
 
-/// A seam whose `ioctl` succeeds at once without touching its argument, and counts its calls;
-/// every other call fails with `ENOSYS`. It measures what the layers above the seam add.
+/// A seam whose `ioctl` succeeds at once and counts its calls; every other call fails with
+/// `ENOSYS`. It measures what the layers above the seam add. It touches no argument, except that
+/// an `INVOKE_ATTRS` of a program (launch ABI method 5) gets the status a program that ran all
+/// its records writes (magic, K done, no failed record, 0 µs), so that a model run can be
+/// measured through it too.
 #[derive(Debug, Default)]
 pub struct NullSys {
     ioctls: AtomicU64,
@@ -27,8 +30,40 @@ impl NullSys {
     }
 }
 
-// SAFETY: the hooks read and write no memory (the ioctl's argument is only passed to
-// `black_box`, never dereferenced); every other call goes to `RefusingSys`, which refuses it.
+/// Writes a program's "all ran" status into its call: pra 0's magic and K into pra 2.
+///
+/// # Safety
+/// `arg` points to a live `fastrpc_ioctl_invoke_attrs` whose `pra` holds the entries its scalars
+/// word counts, each buffer entry valid for its length (the `INVOKE_ATTRS` contract).
+unsafe fn answer_program(arg: *mut c_void) {
+    use hexrpc_drivers::adsprpc::{fastrpc_ioctl_invoke_attrs, remote_arg};
+    // SAFETY: the caller's contract: a live invoke_attrs.
+    let inv = unsafe { (arg as *const fastrpc_ioctl_invoke_attrs).read_unaligned() };
+    let sc = hexrpc_drivers::Scalars::from_raw(inv.inv.sc);
+    if inv.inv.sc >> 24 != 5 || sc.inbufs() != 2 || sc.outbufs() != 1 || inv.inv.pra == 0 {
+        return;
+    }
+    let pra = inv.inv.pra as *const remote_arg;
+    // SAFETY: the scalars word counts 3 buffers, so pra[0..3] are live entries.
+    let (header, status) = unsafe { ((*pra).buf(), (*pra.add(2)).buf()) };
+    if header.len < 24 || status.len < 24 || header.pv == 0 || status.pv == 0 {
+        return;
+    }
+    let mut h = [0u8; 8];
+    // SAFETY: pra 0 is valid for `header.len` (>= 24) bytes of reading, pra 2 for `status.len`
+    // (>= 24) of writing, and they are distinct buffers of the call.
+    unsafe {
+        core::ptr::copy_nonoverlapping(header.pv as *const u8, h.as_mut_ptr(), 8);
+        let mut st = [0u8; 24];
+        st[..4].copy_from_slice(&h[..4]);
+        st[4..8].copy_from_slice(&h[4..8]);
+        st[8..12].copy_from_slice(&u32::MAX.to_le_bytes());
+        core::ptr::copy_nonoverlapping(st.as_ptr(), status.pv as *mut u8, 24);
+    }
+}
+
+// SAFETY: the hooks touch no memory but a program call's status (`answer_program`, within the
+// `INVOKE_ATTRS` contract); every other call goes to `RefusingSys`, which refuses it.
 unsafe impl hexrpc_drivers::SeamHooks for NullSys {
     type Inner = RefusingSys;
     fn inner(&self) -> &RefusingSys {
@@ -37,6 +72,10 @@ unsafe impl hexrpc_drivers::SeamHooks for NullSys {
     unsafe fn ioctl(&self, _: Fd, request: u32, arg: *mut c_void) -> Result<i32, Errno> {
         std::hint::black_box((request, arg));
         self.ioctls.fetch_add(1, Ordering::Relaxed);
+        if request == hexrpc_drivers::adsprpc::FASTRPC_IOCTL_INVOKE_ATTRS && !arg.is_null() {
+            // SAFETY: `ioctl`'s contract for INVOKE_ATTRS, passed on.
+            unsafe { answer_program(arg) };
+        }
         Ok(0)
     }
     fn thread_id(&self) -> i32 {
