@@ -25,7 +25,8 @@ use hexrpc_drivers::{Error as DriverError, Fd, Scalars, Syscalls};
 use hexrpc_hal::{Call, Cause, HalError, Library, Stage};
 
 use super::abi::{
-    BatchStatus, BATCH, MAX_ARGS, MAX_BATCH_KERNELS, MAX_BATCH_LAUNCHES, MAX_BATCH_LEASES, MAX_BATCH_RECORD_BYTES, NO_FAILED_RECORD, V2,
+    BatchLayout, BatchStatus, BATCH, MAX_ARGS, MAX_BATCH_KERNELS, MAX_BATCH_LAUNCHES, MAX_BATCH_LEASES, MAX_BATCH_RECORD_BYTES,
+    NO_FAILED_RECORD, V2,
 };
 use super::batch_error::{BatchFailure, BatchRefusal};
 use super::pack::{BufferRef, LaunchBuffer, PackError};
@@ -118,7 +119,7 @@ pub const BATCH_VALUE_BYTES: usize = core::mem::size_of::<Batch<'static>>();
 // (a new field or capacity that would make the value much larger fails the build).
 const _: () = assert!(BATCH_VALUE_BYTES >= PRA0_CAP && BATCH_VALUE_BYTES <= PRA0_CAP + 4096);
 
-fn put_u32(bytes: &mut [u8], at: usize, v: u32) {
+pub(super) fn put_u32(bytes: &mut [u8], at: usize, v: u32) {
     bytes[at..at + 4].copy_from_slice(&v.to_le_bytes());
 }
 
@@ -334,10 +335,7 @@ impl<'a> Batch<'a> {
             return;
         }
         self.ids_sent = on;
-        for (l, id) in self.ids.iter().enumerate() {
-            let at = l * BATCH.lease_entry_size + BATCH.lease_id_at;
-            put_u32(&mut self.pra1, at, if on { *id } else { 0 });
-        }
+        write_lease_ids(&BATCH, &mut self.pra1, &self.ids, on);
     }
 
     /// The status of the last call (`None` never: all zeros before a call).
@@ -409,6 +407,14 @@ impl<'a> Batch<'a> {
         let call = call.as_mut().map_err(|_| ARGS_INVALID)?;
         call.with_downstream(|args| invoke_attrs(sys, dev, handle, args)).map_err(|_| ARGS_INVALID)?.map_err(driver_error)?;
         self.outcome()
+    }
+}
+
+/// Writes each lease's id into its entry of the lease table `pra1` (`on`), or zeros (a library
+/// without the map cache requires them). Shared by batches and programs (the same table).
+pub(super) fn write_lease_ids(layout: &BatchLayout, pra1: &mut [u8], ids: &[u32], on: bool) {
+    for (l, id) in ids.iter().enumerate() {
+        put_u32(pra1, l * layout.lease_entry_size + layout.lease_id_at, if on { *id } else { 0 });
     }
 }
 

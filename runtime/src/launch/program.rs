@@ -26,7 +26,7 @@ use hexrpc_drivers::{Fd, Scalars};
 use hexrpc_hal::{Call, Cause, HalError, Stage};
 
 use super::abi::{BatchStatus, MAX_ARGS, MAX_BATCH_KERNELS, MAX_BATCH_LEASES, MAX_PROGRAM_LAUNCHES, MAX_PROGRAM_RECORD_BYTES, PROGRAM, V2};
-use super::batch::{decode_outcome, BatchRun};
+use super::batch::{decode_outcome, put_u32, write_lease_ids, BatchRun};
 use super::batch_error::BatchRefusal;
 use super::pack::{BufferRef, LaunchBuffer, PackError};
 use super::signature::Signature;
@@ -54,18 +54,6 @@ pub struct Program<'a> {
     ids_sent: bool,
     kernels: Vec<u8, MAX_PROGRAM_LAUNCHES>,
     _leases: PhantomData<&'a ()>,
-}
-
-fn put_u32(bytes: &mut [u8], at: usize, v: u32) {
-    bytes[at..at + 4].copy_from_slice(&v.to_le_bytes());
-}
-
-fn le_u32(b: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_le_bytes(b.get(at..at.checked_add(4)?)?.try_into().ok()?))
-}
-
-fn le_u16(b: &[u8], at: usize) -> Option<u16> {
-    Some(u16::from_le_bytes(b.get(at..at.checked_add(2)?)?.try_into().ok()?))
 }
 
 impl<'a> Program<'a> {
@@ -136,9 +124,9 @@ impl<'a> Program<'a> {
                 return Err(BatchRefusal::TooManyLaunches { capacity: MAX_PROGRAM_LAUNCHES }.into());
             }
             let cut = BatchRefusal::RecordsCut { record };
-            let kernel = le_u32(records, at + PROGRAM.kernel_at).ok_or(cut)? as usize;
-            let nv = le_u16(records, at + PROGRAM.views_at).ok_or(cut)? as usize;
-            let ns = le_u16(records, at + PROGRAM.scalars_at).ok_or(cut)? as usize;
+            // The table's own decoders, as a DSP model reads a record.
+            let (kernel, nv, ns) = PROGRAM.record(records, at).ok_or(cut)?;
+            let (kernel, nv, ns) = (kernel as usize, nv as usize, ns as usize);
             let sig = kernels.get(kernel).ok_or(BatchRefusal::NoSuchKernel { kernel, kernels: kernels.len() })?;
             let refuse = |error| Error::Batch(BatchRefusal::Launch { record, error });
             if nv != sig.buffers() {
@@ -152,12 +140,8 @@ impl<'a> Program<'a> {
                 return Err(cut.into());
             }
             for buffer in 0..nv {
-                let e = at + PROGRAM.view_at(buffer);
-                let (l, off, n) = (
-                    le_u32(records, e + PROGRAM.view_lease_at).ok_or(cut)? as usize,
-                    u64::from(le_u32(records, e + PROGRAM.view_offset_at).ok_or(cut)?),
-                    u64::from(le_u32(records, e + PROGRAM.view_len_at).ok_or(cut)?),
-                );
+                let (l, off, n) = PROGRAM.view(records, at, buffer).ok_or(cut)?;
+                let (l, off, n) = (l as usize, u64::from(off), u64::from(n));
                 match p.lease_lens.get(l) {
                     Some(&lease) if l < views && off + n <= lease => {}
                     _ => return Err(refuse(PackError::ViewOutsideLease { buffer })),
@@ -234,9 +218,7 @@ impl<'a> Program<'a> {
             return;
         }
         self.ids_sent = on;
-        for (l, id) in self.ids.iter().enumerate() {
-            put_u32(&mut self.pra1, l * PROGRAM.lease_entry_size + PROGRAM.lease_id_at, if on { *id } else { 0 });
-        }
+        write_lease_ids(&PROGRAM, &mut self.pra1, &self.ids, on);
     }
 
     /// The status of the last run (`None` before any).
