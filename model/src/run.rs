@@ -1,8 +1,8 @@
 //! A model file opened on a served session and run: one FastRPC call per run.
 //!
 //! [`LoadedModel::open`] takes a file's bytes, validates all of it ([`ModelFile::parse`]) and
-//! checks what this build needs to run it (every library runs programs, every kernel signature
-//! parses, every run's records fit a program) before it makes any system call. Then it opens
+//! checks what this build needs to run it (every library runs programs, every run's records fit a
+//! program) before it makes any system call. Then it opens
 //! the libraries (under the map cache when their build record asks for it), allocates the
 //! arenas and writes their initial contents (the weights; zero ranges filled), writes the records
 //! into one lease of their own, and builds one [`Program`] per run of consecutive steps on one
@@ -46,12 +46,6 @@ pub enum RunError {
     /// Library `library` was built before programs (launch ABI method 5) existed: rebuild the
     /// model with this hexrpc (nothing was sent).
     NoPrograms {
-        /// The library's index.
-        library: usize,
-    },
-    /// A kernel signature in library `library`'s build record does not parse (nothing was
-    /// sent).
-    Signature {
         /// The library's index.
         library: usize,
     },
@@ -128,7 +122,6 @@ impl fmt::Display for RunError {
                 f,
                 "library {library} was built before programs (launch ABI method 5) existed; export the model again with this hexrpc"
             ),
-            RunError::Signature { library } => write!(f, "library {library}: a kernel signature in its build record does not parse"),
             RunError::Records(e) => write!(f, "the model's records do not fit a program: {e}"),
             RunError::Open { what, error } => write!(f, "opening the model: {what}: {error}"),
             RunError::InputCount { want, got } => write!(f, "the model has {want} inputs; {got} were given"),
@@ -249,8 +242,11 @@ impl<S: Syscalls + Clone + Send + Sync + 'static> LoadedModel<S> {
             if !lib.record.programs() {
                 return Err(RunError::NoPrograms { library: i });
             }
-            let sigs = lib.record.kernels().map(|k| Signature::parse(k.signature)).collect::<Result<Vec<_>, _>>();
-            signatures.push(sigs.map_err(|_| RunError::Signature { library: i })?);
+            // The parser checked that every signature parses; its own error says so if not.
+            let sigs = lib.record.kernels().enumerate().map(|(k, kernel)| {
+                kernel.parse_signature().map_err(|error| RunError::File(ModelError::Signature { library: i, kernel: k, error }))
+            });
+            signatures.push(sigs.collect::<Result<Vec<_>, _>>()?);
         }
         let groups = group_steps(&file);
         let records = file.records();

@@ -46,9 +46,7 @@ pub fn failure(e: RunError) -> Failure {
         }
         RunError::Read { path, errno } => Failure::io("model-open", format!("{path}: {errno}"), Some(errno.0)),
         RunError::Deadline { .. } => Failure::new(hexrpc_status::HEXRPC_ERR_RECOVERABLE, "model-run", e.to_string()),
-        e @ (RunError::File(_) | RunError::NoPrograms { .. } | RunError::Signature { .. } | RunError::Records(_)) => {
-            Failure::invalid("model-open", e.to_string())
-        }
+        e @ (RunError::File(_) | RunError::NoPrograms { .. } | RunError::Records(_)) => Failure::invalid("model-open", e.to_string()),
         e => Failure::invalid("model-run", e.to_string()),
     }
 }
