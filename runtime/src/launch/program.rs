@@ -250,7 +250,7 @@ impl<'a> Program<'a> {
 
     /// Runs the program on `lib` (one call). The library must run programs (its build record's
     /// `FLAG_PROGRAM`); one that does not answers without running anything, which is
-    /// [`BatchFailure::NotRun`].
+    /// [`BatchFailure::NotRun`](super::BatchFailure::NotRun).
     pub fn run<L: KernelLibrary + ?Sized>(&mut self, lib: &L) -> Result<BatchRun, Error> {
         self.send_lease_ids(lib.map_cache());
         let mut args = self.invoke_args();
