@@ -449,8 +449,12 @@ fn report(plan: &Plan, mode: Mode, m: &Measured) -> String {
 /// `--bench`: the library under the executor.
 #[cfg(feature = "bench")]
 fn bench_launch(plan: &Plan, image: &'static [u8], inputs: &[Option<Vec<u8>>]) -> Result<Measured, Failure> {
-    hexrpc_bench::executor::tools_available()
-        .map_err(|e| refused(format!("--bench needs the Hexagon executor (clang-19, ld.lld-19, qemu-hexagon): {e}")))?;
+    hexrpc_bench::executor::runner().map_err(|e| {
+        refused(format!(
+            "--bench needs the Hexagon executor (qemu-hexagon and its DSP shell: clang-19 and ld.lld-19 build it, or {} names one built before): {e}",
+            hexrpc_bench::executor::SHELL_ENV
+        ))
+    })?;
     // The executor's per-call limit from HEXRPC_BENCH_CALL_LIMIT_MS, refused if malformed.
     let config = hexrpc_bench::BenchConfig::from_env().map_err(|e| usage(e.to_string()))?;
     let bench = hexrpc_bench::Bench::with_config(config);

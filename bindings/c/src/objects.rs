@@ -60,8 +60,7 @@ impl SessionObj {
     #[cfg(feature = "bench")]
     pub fn open_bench_with(executor: bool, returning: bool, call_limit: Option<std::time::Duration>) -> Result<SessionObj, Failure> {
         if executor {
-            hexrpc_bench::executor::tools_available()
-                .map_err(|why| Failure::unavailable("session-start", format!("the bench executor: {why}")))?;
+            hexrpc_bench::executor::runner().map_err(|why| Failure::unavailable("session-start", format!("the bench executor: {why}")))?;
         }
         let bench = crate::bench::bench_with_models(call_limit)?;
         let seam = if returning { Seam::Returning(bench, Arc::new(hexrpc_bench::measure::NullSys::new())) } else { Seam::Bench(bench) };

@@ -276,6 +276,48 @@ impl Toolchain {
     }
 }
 
+/// The environment variable naming a DSP shell built earlier (by [`build_shell`], e.g. the path
+/// `hexrpc.bench_shell()` prints): with it set, the executor runs that file and needs only
+/// qemu-hexagon on `PATH`, so a process with no compiler (a model file's run, as on a device)
+/// can still run Hexagon code on the bench.
+pub const SHELL_ENV: &str = "HEXRPC_BENCH_SHELL";
+
+/// What runs the DSP processes' code: qemu-hexagon and the shell executable.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Runner {
+    /// qemu-hexagon.
+    pub qemu: PathBuf,
+    /// The shell executable it runs.
+    pub shell: PathBuf,
+}
+
+/// The executor's [`Runner`]: the shell named by [`SHELL_ENV`] and qemu-hexagon from `PATH`
+/// when the variable is set (no compiler needed), else the toolchain's own build
+/// ([`Toolchain::find`], [`build_shell`]). The error says what is missing.
+pub fn runner() -> Result<Runner, String> {
+    match std::env::var_os(SHELL_ENV).filter(|v| !v.is_empty()) {
+        Some(shell) => {
+            let shell = PathBuf::from(shell);
+            if !std::fs::metadata(&shell).is_ok_and(|m| m.is_file()) {
+                return Err(format!("{SHELL_ENV}={}: no such file (build one with a toolchain first)", shell.display()));
+            }
+            let qemu = which(&std::env::var_os("PATH").unwrap_or_default(), Tool::Qemu.command())
+                .ok_or_else(|| format!("{} not found on PATH ({SHELL_ENV} is set, so it is the only tool needed)", Tool::Qemu.command()))?;
+            match (host_machine(), elf_machine(&qemu)) {
+                (Some(host), Some(m)) if m != host => {
+                    Err(ToolchainError::ForeignMachine { tool: Tool::Qemu, path: qemu, machine: m, host_machine: host }.to_string())
+                }
+                _ => Ok(Runner { qemu, shell }),
+            }
+        }
+        None => {
+            let tc = tools_available()?;
+            let shell = build_shell(&tc).map_err(|e| format!("building the bench's DSP shell: {e}"))?;
+            Ok(Runner { qemu: tc.qemu, shell })
+        }
+    }
+}
+
 /// [`Toolchain::find`] with the reason as text ([`ToolchainError`]'s `Display`: which tools are
 /// missing, or which one is of another machine); [`ToolchainError::hint`] says what to do.
 pub fn tools_available() -> Result<Toolchain, String> {

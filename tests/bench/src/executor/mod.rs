@@ -88,7 +88,10 @@
 //!
 //! [`tools_available`] finds clang-19, ld.lld-19 and qemu-hexagon and refuses when they cannot
 //! run from this process (e.g. an aarch64 test binary under qemu-aarch64 finds x86-64 tools).
-//! Callers print the reason and skip.
+//! Callers print the reason and skip. Running code needs less than building it: [`runner`]
+//! takes the shell named by [`SHELL_ENV`] (`HEXRPC_BENCH_SHELL`, a shell [`build_shell`] made
+//! earlier) and needs only qemu-hexagon, so a process with no compiler on `PATH` (a model
+//! file's run, as on a device) still runs Hexagon libraries on the bench.
 
 pub mod build;
 pub mod confine;
@@ -103,8 +106,8 @@ use hexrpc_drivers::aee;
 use hexrpc_drivers::Scalars;
 
 pub use build::{
-    build_library, build_shell, is_shared_library, tools_available, BuildError, Flavour, LibrarySources, Tool, Toolchain, ToolchainError,
-    CI_INSTALLER,
+    build_library, build_shell, is_shared_library, runner, tools_available, BuildError, Flavour, LibrarySources, Runner, Tool, Toolchain,
+    ToolchainError, CI_INSTALLER, SHELL_ENV,
 };
 pub use process::{ExecFailure, ExecProcess, ExecStats, ShellEnd, ShellStatus, LAST_OUTPUT, SANDBOX_REFUSAL};
 
@@ -170,10 +173,8 @@ pub(crate) fn load_library(
     let shell = match existing {
         Some(s) => s,
         None => {
-            let tc =
-                tools_available().map_err(|e| (aee::AEE_EUNABLETOLOAD, format!("{name}: the bench's DSP shell is unavailable: {e}")))?;
-            let path = build_shell(&tc).map_err(|e| (aee::AEE_EUNABLETOLOAD, format!("{name}: building the bench's DSP shell: {e}")))?;
-            let started = ExecProcess::spawn(&tc.qemu.to_string_lossy(), &path, sh.cfg.executor_timeout)
+            let run = runner().map_err(|e| (aee::AEE_EUNABLETOLOAD, format!("{name}: the bench's DSP shell is unavailable: {e}")))?;
+            let started = ExecProcess::spawn(&run.qemu.to_string_lossy(), &run.shell, sh.cfg.executor_timeout)
                 .map_err(|e| (aee::AEE_EUNABLETOLOAD, format!("{name}: starting the DSP shell: {e}")))?;
             let started = Arc::new(started);
             let mut st = sh.lock();
