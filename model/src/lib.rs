@@ -45,4 +45,4 @@ pub use parse::{
     MAX_LAUNCHES, MAX_LIBRARIES, MAX_STEPS, MAX_TEXT,
 };
 #[cfg(feature = "std")]
-pub use write::{InitSpec, IoSpec, ModelBuilder, StepSpec};
+pub use write::{encode_record, InitSpec, IoSpec, ModelBuilder, StepSpec, ZERO_RUN};

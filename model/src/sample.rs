@@ -8,7 +8,7 @@ use std::vec::Vec;
 
 use hexrpc_drivers::elf::{EM_HEXAGON, SHT_NOTE};
 use hexrpc_runtime::launch::record::{write_record_asm_flags, FLAG_BATCHES, FLAG_PROGRAM};
-use hexrpc_runtime::launch::{AbiVersion, Signature, BATCH};
+use hexrpc_runtime::launch::{AbiVersion, Signature};
 
 use crate::dtype::DType;
 use crate::format::Direction;
@@ -74,20 +74,7 @@ pub fn table_library() -> Vec<u8> {
 
 /// One launch record in the batch form: `views` as (arena, offset, length), `scalars` as slots.
 pub fn record(kernel: u32, views: &[(u32, u32, u32)], scalars: &[u64]) -> Vec<u8> {
-    let mut r = std::vec![0u8; BATCH.record_len(views.len(), scalars.len())];
-    r[BATCH.kernel_at..][..4].copy_from_slice(&kernel.to_le_bytes());
-    r[BATCH.views_at..][..2].copy_from_slice(&(views.len() as u16).to_le_bytes());
-    r[BATCH.scalars_at..][..2].copy_from_slice(&(scalars.len() as u16).to_le_bytes());
-    for (v, &(arena, offset, len)) in views.iter().enumerate() {
-        let e = BATCH.view_at(v);
-        r[e + BATCH.view_lease_at..][..4].copy_from_slice(&arena.to_le_bytes());
-        r[e + BATCH.view_offset_at..][..4].copy_from_slice(&offset.to_le_bytes());
-        r[e + BATCH.view_len_at..][..4].copy_from_slice(&len.to_le_bytes());
-    }
-    for (j, s) in scalars.iter().enumerate() {
-        r[BATCH.scalar_at(views.len(), j)..][..8].copy_from_slice(&s.to_le_bytes());
-    }
-    r
+    crate::write::encode_record(kernel, views, scalars).expect("a sample record's counts fit")
 }
 
 /// The sample: weights in arena 0 (1 KiB of bytes, then 1 KiB of zeros), the input `x` (uint8,

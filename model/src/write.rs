@@ -9,6 +9,8 @@ use std::vec::Vec;
 use zerocopy::little_endian::{U16, U32, U64};
 use zerocopy::IntoBytes;
 
+use hexrpc_runtime::launch::BATCH;
+
 use crate::dtype::DType;
 use crate::format::*;
 
@@ -86,6 +88,60 @@ pub struct ModelBuilder {
     pub steps: Vec<StepSpec>,
     /// Inputs and outputs.
     pub io: Vec<IoSpec>,
+}
+
+/// One launch record in the launch ABI's batch form ([`BATCH`]): kernel `kernel` of the step's
+/// library, `views` as (arena, offset, length), `scalars` as 8-byte slots. `None` when a count
+/// does not fit the record's 16-bit fields.
+pub fn encode_record(kernel: u32, views: &[(u32, u32, u32)], scalars: &[u64]) -> Option<Vec<u8>> {
+    let nviews = u16::try_from(views.len()).ok()?;
+    let nscalars = u16::try_from(scalars.len()).ok()?;
+    let mut r = std::vec![0u8; BATCH.record_len(views.len(), scalars.len())];
+    r[BATCH.kernel_at..][..4].copy_from_slice(&kernel.to_le_bytes());
+    r[BATCH.views_at..][..2].copy_from_slice(&nviews.to_le_bytes());
+    r[BATCH.scalars_at..][..2].copy_from_slice(&nscalars.to_le_bytes());
+    for (v, &(arena, offset, len)) in views.iter().enumerate() {
+        let e = BATCH.view_at(v);
+        r[e + BATCH.view_lease_at..][..4].copy_from_slice(&arena.to_le_bytes());
+        r[e + BATCH.view_offset_at..][..4].copy_from_slice(&offset.to_le_bytes());
+        r[e + BATCH.view_len_at..][..4].copy_from_slice(&len.to_le_bytes());
+    }
+    for (j, s) in scalars.iter().enumerate() {
+        r[BATCH.scalar_at(views.len(), j)..][..8].copy_from_slice(&s.to_le_bytes());
+    }
+    Some(r)
+}
+
+/// Runs of zero bytes at least this long are written as zero ranges, not bytes.
+pub const ZERO_RUN: usize = 64;
+
+impl InitSpec {
+    /// `bytes` at `offset` of `arena` as initial contents: every run of [`ZERO_RUN`] or more
+    /// zero bytes becomes a zero range (no bytes in the file), the rest byte ranges.
+    pub fn split(arena: u32, offset: u64, bytes: &[u8]) -> Vec<InitSpec> {
+        let mut out = Vec::new();
+        let at = |i: usize| offset + i as u64;
+        let (mut pending, mut i) = (0, 0);
+        while i < bytes.len() {
+            if bytes[i] != 0 {
+                i += 1;
+                continue;
+            }
+            let zeros = bytes[i..].iter().take_while(|&&b| b == 0).count();
+            if zeros >= ZERO_RUN || zeros == bytes.len() {
+                if pending < i {
+                    out.push(InitSpec::Bytes { arena, offset: at(pending), bytes: bytes[pending..i].to_vec() });
+                }
+                out.push(InitSpec::Zeros { arena, offset: at(i), len: zeros as u64 });
+                pending = i + zeros;
+            }
+            i += zeros;
+        }
+        if pending < bytes.len() {
+            out.push(InitSpec::Bytes { arena, offset: at(pending), bytes: bytes[pending..].to_vec() });
+        }
+        out
+    }
 }
 
 fn range(offset: usize, len: usize) -> DataRange {
@@ -228,5 +284,45 @@ impl ModelBuilder {
             out.extend_from_slice(bytes);
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The ranges [`InitSpec::split`] makes put the same bytes back, cover the slice exactly, and
+    /// hold no run of [`ZERO_RUN`] zeros as bytes.
+    #[test]
+    fn split_weights_keep_every_byte_and_store_long_zero_runs_as_ranges() {
+        let mut w = std::vec![0u8; 100];
+        w.extend((1..=200).map(|i| (i % 7) as u8)); // short zero runs inside bytes
+        w.extend(std::vec![0u8; 63]);
+        w.push(9);
+        w.extend(std::vec![0u8; 500]);
+        for bytes in [w.as_slice(), &[0u8; 10], &[5u8; 3], &[], &[0, 0, 1]] {
+            let specs = InitSpec::split(2, 1000, bytes);
+            let mut back = std::vec![0xEEu8; bytes.len()];
+            let mut covered = 0;
+            for s in &specs {
+                match s {
+                    InitSpec::Zeros { arena, offset, len } => {
+                        assert_eq!(*arena, 2);
+                        assert!(*len as usize >= ZERO_RUN || *len as usize == bytes.len(), "{specs:?}");
+                        back[*offset as usize - 1000..][..*len as usize].fill(0);
+                        covered += *len as usize;
+                    }
+                    InitSpec::Bytes { offset, bytes: b, .. } => {
+                        assert!(!b.windows(ZERO_RUN).any(|r| r.iter().all(|&x| x == 0)), "{specs:?}");
+                        back[*offset as usize - 1000..][..b.len()].copy_from_slice(b);
+                        covered += b.len();
+                    }
+                }
+            }
+            assert_eq!(back, bytes);
+            assert_eq!(covered, bytes.len(), "ranges overlap or leave gaps: {specs:?}");
+        }
+        let specs = InitSpec::split(0, 0, &w);
+        assert_eq!(specs.iter().filter(|s| matches!(s, InitSpec::Zeros { .. })).count(), 2, "{specs:?}");
     }
 }
