@@ -6,7 +6,9 @@
  *
  * Build (see .ci/bindings): cc -std=c11 -Wall -Wextra -Werror -DHEXRPC_BENCH -Ibindings/c/include \
  *   bindings/c/examples/model_run.c -Ltarget/debug -lhexrpc -o model_run
- * Usage: model_run [--bench] [MODEL.hxm [INPUT.bin...]]   (INPUT.bin: the input's raw bytes)
+ * Usage: model_run [--bench] [--outputs DIR] [MODEL.hxm [INPUT.bin...]]
+ *   INPUT.bin: the input's raw bytes; --outputs DIR: output j's raw bytes to DIR/j.bin (by index:
+ *   a name may hold '/').
  * On a device: model_run MODEL.hxm (a session of the board this device's model names).
  */
 #define _POSIX_C_SOURCE 200809L
@@ -44,9 +46,17 @@ static unsigned char *read_file(const char *path, size_t *len) {
 
 int main(int argc, char **argv) {
   int bench = 0, first = 1;
-  if (argc > 1 && strcmp(argv[1], "--bench") == 0) {
-    bench = 1;
-    first = 2;
+  const char *out_dir = NULL;
+  for (;;) {
+    if (argc > first && strcmp(argv[first], "--bench") == 0) {
+      bench = 1;
+      first++;
+    } else if (argc > first + 1 && strcmp(argv[first], "--outputs") == 0) {
+      out_dir = argv[first + 1];
+      first += 2;
+    } else {
+      break;
+    }
   }
   const char *path = argc > first ? argv[first] : NULL;
   hexrpc_session *s = NULL;
@@ -115,6 +125,15 @@ int main(int argc, char **argv) {
     printf("output %s:", t.name);
     for (size_t k = 0; k < 8 && k < t.bytes; k++) printf(" %u", o[k]);
     printf("%s\n", t.bytes > 8 ? " ..." : "");
+    if (out_dir != NULL) {
+      char file[4096];
+      snprintf(file, sizeof file, "%s/%zu.bin", out_dir, j);
+      FILE *f = fopen(file, "wb");
+      if (f == NULL || fwrite(o, 1, (size_t)t.bytes, f) != (size_t)t.bytes || fclose(f) != 0) {
+        fprintf(stderr, "model_run: cannot write %s\n", file);
+        return 1;
+      }
+    }
     if (sample) {
       /* y = x + 3, z = y + 5 */
       unsigned add = j == 0 ? 3 : 8;

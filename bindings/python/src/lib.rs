@@ -558,6 +558,14 @@ impl Lease {
         Ok(self.get()?.lease_id())
     }
 
+    /// Where this lease starts in the lease the DSP maps (`lease_id`'s): its offset in its
+    /// arena for a sub-allocation, 0 for a lease of its own. A launch record names a view by
+    /// that lease and `arena_offset + view.offset`.
+    #[getter]
+    fn arena_offset(&self) -> PyResult<usize> {
+        Ok(self.get()?.base_offset())
+    }
+
     /// True for a sub-allocation of an arena.
     #[getter]
     fn in_arena(&self) -> PyResult<bool> {
@@ -925,6 +933,8 @@ fn _hexrpc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(bench_model_image, m)?)?;
     m.add_function(wrap_pyfunction!(bench_kernel_image, m)?)?;
     m.add_function(wrap_pyfunction!(model::bench_sample_model, m)?)?;
+    m.add_function(wrap_pyfunction!(model::write_model, m)?)?;
+    m.add_function(wrap_pyfunction!(model::bench_shell, m)?)?;
     m.add_function(wrap_pyfunction!(build_library, m)?)?;
     // The name it had when it needed the bench: the same function object.
     m.add("bench_build_library", m.getattr("build_library")?)?;

@@ -151,3 +151,98 @@ pub fn bench_sample_model<'py>(py: Python<'py>, n: usize) -> PyResult<Bound<'py,
         Err(py_err(Failure::unavailable("bench-image", "this build of hexrpc has no bench")))
     }
 }
+
+/// A launch to write: (kernel index in its library's table, views as (arena, offset, length),
+/// scalar slots).
+type LaunchTuple = (u32, Vec<(u32, u32, u32)>, Vec<u64>);
+/// An input or output to write: (name, "input" or "output", dtype name, shape, arena, offset).
+type IoTuple = (String, String, String, Vec<u64>, u32, u64);
+
+/// Lays out a model file (`docs/model-format.md`) from its parts and returns its bytes, after
+/// reading them back with the same validation a device does (`InvalidArgument` names the field
+/// a device would refuse). `init` is (arena, offset, bytes): runs of zeros in it are stored as
+/// zero ranges. `steps` is (library index, launches), in run order. The exporter,
+/// `hexrpc.export`, is the usual caller; this is the format's one writer.
+#[pyfunction]
+#[pyo3(signature = (*, arch, source_name, source_digest, tinygrad_version, libraries, arenas, init, steps, io))]
+#[allow(clippy::too_many_arguments)]
+pub fn write_model<'py>(
+    py: Python<'py>,
+    arch: u32,
+    source_name: String,
+    source_digest: &Bound<'py, PyBytes>,
+    tinygrad_version: String,
+    libraries: Vec<(String, Bound<'py, PyBytes>)>,
+    arenas: Vec<(u64, u32)>,
+    init: Vec<(u32, u64, Bound<'py, PyBytes>)>,
+    steps: Vec<(u32, Vec<LaunchTuple>)>,
+    io: Vec<IoTuple>,
+) -> PyResult<Bound<'py, PyBytes>> {
+    use hexrpc_model::{encode_record, Direction, InitSpec, IoSpec, Limits, ModelBuilder, ModelFile, StepSpec};
+    let bad = |what: String| py_err(Failure::invalid("model-write", what));
+    let digest: [u8; 32] = source_digest
+        .as_bytes()
+        .try_into()
+        .map_err(|_| bad(format!("source_digest: {} bytes, want 32 (SHA-256)", source_digest.as_bytes().len())))?;
+    let mut b = ModelBuilder {
+        arch,
+        source_digest: digest,
+        source_name,
+        tinygrad_version,
+        hexrpc_version: env!("CARGO_PKG_VERSION").into(),
+        libraries: libraries.iter().map(|(n, img)| (n.clone(), img.as_bytes().to_vec())).collect(),
+        arenas,
+        ..ModelBuilder::default()
+    };
+    for (arena, offset, bytes) in &init {
+        b.init.extend(InitSpec::split(*arena, *offset, bytes.as_bytes()));
+    }
+    for (s, (library, launches)) in steps.iter().enumerate() {
+        let mut records = Vec::new();
+        for (j, (kernel, views, scalars)) in launches.iter().enumerate() {
+            let r = encode_record(*kernel, views, scalars).ok_or_else(|| {
+                bad(format!("step {s}, launch {j}: {} views and {} scalars do not fit a record", views.len(), scalars.len()))
+            })?;
+            records.extend(r);
+        }
+        let n = u32::try_from(launches.len()).map_err(|_| bad(format!("step {s}: {} launches", launches.len())))?;
+        b.steps.push(StepSpec { library: *library, launches: n, records });
+    }
+    for (name, direction, dtype, shape, arena, offset) in io {
+        let direction = match direction.as_str() {
+            "input" => Direction::Input,
+            "output" => Direction::Output,
+            other => return Err(bad(format!("{name}: direction {other:?} (input or output)"))),
+        };
+        let dtype = hexrpc_model::DType::from_name(&dtype)
+            .ok_or_else(|| bad(format!("{name}: dtype {dtype:?} is not one a model file has (known: {})", known_dtypes())))?;
+        b.io.push(IoSpec { name, direction, dtype, shape, arena, offset });
+    }
+    let bytes = py.detach(|| b.to_bytes());
+    ModelFile::parse(&bytes, &Limits::default()).map_err(|e| bad(format!("the file written would be refused: {e}")))?;
+    Ok(PyBytes::new(py, &bytes))
+}
+
+fn known_dtypes() -> String {
+    hexrpc_model::DTYPES.iter().map(|d| d.name()).collect::<Vec<_>>().join(", ")
+}
+
+/// Bench builds: the path of the bench's DSP shell, built now if need be (clang-19, ld.lld-19).
+/// A process that sets `HEXRPC_BENCH_SHELL` to it runs Hexagon code on the bench with only
+/// qemu-hexagon on `PATH`: a model file's run with no compiler, as on a device.
+#[pyfunction]
+pub fn bench_shell(py: Python<'_>) -> PyResult<PathBuf> {
+    #[cfg(feature = "bench")]
+    {
+        py.detach(|| {
+            let tc = hexrpc_bench::executor::tools_available().map_err(|e| Failure::unavailable("bench-shell", e))?;
+            hexrpc_bench::executor::build_shell(&tc).map_err(|e| Failure::unavailable("bench-shell", e.to_string()))
+        })
+        .map_err(py_err)
+    }
+    #[cfg(not(feature = "bench"))]
+    {
+        let _ = py;
+        Err(py_err(Failure::unavailable("bench-shell", "this build of hexrpc has no bench")))
+    }
+}

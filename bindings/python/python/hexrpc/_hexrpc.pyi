@@ -92,6 +92,9 @@ class Lease:
     def lease_id(self) -> int:
         """The id of the lease the DSP maps for it (its arena's, for a sub-allocation)."""
     @property
+    def arena_offset(self) -> int:
+        """Where it starts in the lease the DSP maps (its offset in its arena; 0 for its own)."""
+    @property
     def in_arena(self) -> bool: ...
     @property
     def closed(self) -> bool: ...
@@ -172,6 +175,20 @@ def build_library(
 ) -> os.PathLike[str]: ...
 
 bench_build_library = build_library
+
+def bench_shell() -> os.PathLike[str]: ...
+def write_model(
+    *,
+    arch: int,
+    source_name: str,
+    source_digest: bytes,
+    tinygrad_version: str,
+    libraries: Sequence[tuple[str, bytes]],
+    arenas: Sequence[tuple[int, int]],
+    init: Sequence[tuple[int, int, bytes]],
+    steps: Sequence[tuple[int, Sequence[tuple[int, Sequence[tuple[int, int, int]], Sequence[int]]]]],
+    io: Sequence[tuple[str, str, str, Sequence[int], int, int]],
+) -> bytes: ...
 
 class Batch:
     """Launches of a library's kernel table, run together in one FastRPC call. ``kernels``: the

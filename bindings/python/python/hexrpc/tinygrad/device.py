@@ -8,6 +8,7 @@ import os
 import hexrpc
 from tinygrad.device import Compiled, Program, TinyELF
 
+from .capture import Capture, Launch
 from .graph import HEXRPCGraph
 from .kernels import HEXRPCRenderer
 from .memory import HEXRPCAllocator, HEXRPCBuffer
@@ -52,6 +53,8 @@ class HEXRPCProgram(Program["HEXRPCDevice"]):
         hub = self.dev.hub
         library = self.dev.libraries.get(id(self), self.lib, self.hexrpc_signature, self.dev.stats, self.name)
         views, scalars = [b.view for b in bufs], list(vals)
+        if (cap := Capture.active) is not None:
+            cap.launches.append(Launch(self, list(bufs), tuple(vals)))
         try:
             try:
                 us = library.launch(views, scalars, deadline_ms=self.dev.deadline_ms)

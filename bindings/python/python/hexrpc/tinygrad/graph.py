@@ -13,6 +13,7 @@ from typing import Any
 import hexrpc
 from tinygrad.engine.jit import GraphRunner
 
+from .capture import Capture, Launch
 from .kernels import KernelRecord, build_batch_library
 from .memory import HEXRPCBuffer
 
@@ -208,6 +209,9 @@ class HEXRPCGraph(GraphRunner):
                         if a != b:
                             batch.set_scalar(r, i, b)
                     self._vals[j] = new
+        if (cap := Capture.active) is not None:
+            for j, (_, prg, _, _) in enumerate(self.calls):
+                cap.launches.append(Launch(prg, self._buffers(j, input_uops), self._vals[j]))
         us, run_ns = 0, 0
         hub = self.dev.hub
         for calls, batch in self._batches:
