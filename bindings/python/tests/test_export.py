@@ -51,6 +51,9 @@ def no_compiler_env(tmp_path_factory):
     env.update(PATH=str(bin_dir), HEXRPC_BENCH_SHELL=str(shell), HEXRPC_LOG="warn")
     for tool in ("clang-19", "ld.lld-19", "hexrpc"):
         assert shutil.which(tool, path=env["PATH"]) is None, tool
+    if root := os.environ.get("HEXRPC_EXPORT_DIR"):
+        Path(root).mkdir(parents=True, exist_ok=True)
+        (Path(root) / "bench-shell").write_text(str(shell))
     return env
 
 
@@ -82,7 +85,30 @@ RUN_PY = textwrap.dedent(
 )
 
 
-def run_everywhere(data: bytes, inputs: dict[str, np.ndarray], want: dict[str, np.ndarray], env, tmp_path: Path) -> dict:
+def keep_for_aarch64(label: str, model: Path, npys: dict[str, str], cli_out: Path, want: dict[str, np.ndarray]) -> None:
+    """With ``HEXRPC_EXPORT_DIR`` set (.ci/test does), keeps the file, its inputs and this x86-64
+    run's outputs in ``DIR/label/`` with the arguments of ``hexrpc model run`` (``args``, one per
+    line, paths relative to the directory): CI runs the same file on the aarch64 build under
+    qemu-aarch64 and compares the outputs byte for byte (``.ci/aarch64-models``)."""
+    root = os.environ.get("HEXRPC_EXPORT_DIR")
+    if not root:
+        return
+    d = Path(root) / label
+    d.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(model, d / "model.hxm")
+    args = []
+    for i, (k, v) in enumerate(npys.items()):
+        shutil.copyfile(v, d / f"in-{i}.npy")
+        np.load(v).tofile(d / f"in-{i}.bin")
+        args.append(f"--input={k}=in-{i}.npy")
+    for i, k in enumerate(want):
+        shutil.copyfile(cli_out / f"{i}.npy", d / f"expect-{i}.npy")
+        want[k].tofile(d / f"expect-{i}.bin")
+        args.append(f"--output={k}=out-{i}.npy")
+    (d / "args").write_text("\n".join(args) + "\n")
+
+
+def run_everywhere(data: bytes, inputs: dict[str, np.ndarray], want: dict[str, np.ndarray], env, tmp_path: Path, label: str) -> dict:
     """Runs the file from Python, the CLI and (when built) C in processes with ``env``; every
     output must equal ``want`` (in the file's output order) bit for bit. Outputs are saved by
     index: ONNX names may hold ``/``. Returns the Python run's counters."""
@@ -121,6 +147,7 @@ def run_everywhere(data: bytes, inputs: dict[str, np.ndarray], want: dict[str, n
     assert "in 1 FastRPC call(s) each" in r.stdout, r.stdout
     for i, name in enumerate(want):
         same(name, np.load(cli_out / f"{i}.npy"), "hexrpc model run")
+    keep_for_aarch64(label, model, npys, cli_out, want)
 
     # C (.ci/bindings builds it; outside CI the part is skipped, saying so).
     c_prog = os.environ.get("HEXRPC_C_MODEL_RUN")
@@ -161,7 +188,7 @@ def export_and_reference(fn, x: np.ndarray):
 def test_a_small_cnn_exported_runs_with_no_compiler_bit_identical(no_compiler_env, tmp_path):
     x = np.random.default_rng(1).standard_normal((1, 3, 8, 8)).astype(np.float32)
     data, want = export_and_reference(small_cnn(0), x)
-    run_everywhere(data, {"x": x}, {"y": want}, no_compiler_env, tmp_path)
+    run_everywhere(data, {"x": x}, {"y": want}, no_compiler_env, tmp_path, "small-cnn")
 
 
 def test_resnet18_exported_runs_with_no_compiler_bit_identical(no_compiler_env, tmp_path):
@@ -170,7 +197,7 @@ def test_resnet18_exported_runs_with_no_compiler_bit_identical(no_compiler_env, 
     data, want = export_and_reference(model, x)
     with hexrpc.Model(data, session=Device["HEXRPC"].session) as m:
         print(f"\nResNet-18-shaped: {len(data)} bytes, {m.launches} launches in {m.calls_per_run} FastRPC call(s) a run")
-    run_everywhere(data, {"x": x}, {"y": want}, no_compiler_env, tmp_path)
+    run_everywhere(data, {"x": x}, {"y": want}, no_compiler_env, tmp_path, "resnet18")
 
 
 def test_an_onnx_model_exported_by_the_command_matches_tinygrad_and_onnxruntime(no_compiler_env, tmp_path):
@@ -205,7 +232,7 @@ def test_an_onnx_model_exported_by_the_command_matches_tinygrad_and_onnxruntime(
     from hexrpc.onnx_model import TinygradRun, prepare
 
     ref, _ = TinygradRun(prepare(path, {"x": (1, 3, 16, 16)}), "HEXRPC").run({"x": x})
-    run_everywhere(data, {"x": x}, {"y": ref["y"]}, no_compiler_env, tmp_path)
+    run_everywhere(data, {"x": x}, {"y": ref["y"]}, no_compiler_env, tmp_path, "onnx-tiny")
     onnxruntime_y = ort.InferenceSession(str(path)).run(None, {"x": x})[0]
     np.testing.assert_allclose(ref["y"], onnxruntime_y, rtol=1e-4, atol=1e-5)
 
@@ -280,7 +307,7 @@ def test_pp_ocr_exported_runs_with_no_compiler_bit_identical_and_near_onnxruntim
     want = {n: t.numpy() for n, t in zip(prepared.outputs, jit(**{iname: Tensor(x, device="HEXRPC").realize()}))}
     with hexrpc.Model(data, session=Device["HEXRPC"].session) as m:
         shape_of = (m.launches, m.calls_per_run)
-    stats = run_everywhere(data, {iname: x}, want, no_compiler_env, tmp_path)
+    stats = run_everywhere(data, {iname: x}, want, no_compiler_env, tmp_path, "pp-ocr-classifier" if "cls" in name else "pp-ocr-detector")
     print(
         f"\n{name} {shape}: exported in {exported_s:.1f} s (bench), {len(data)} bytes, {shape_of[0]} launches in "
         f"{shape_of[1]} FastRPC call(s) a run; no-compiler runs: {stats}"
