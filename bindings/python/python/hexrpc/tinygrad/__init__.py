@@ -42,6 +42,9 @@ The pieces (one module each; every name is importable from ``hexrpc.tinygrad``)
     * :mod:`~hexrpc.tinygrad.graph`: :class:`HEXRPCGraph` runs the kernels of a ``TinyJit``
       capture as one batch, one FastRPC call per jit run (``HEXRPC_GRAPH=0``: kernel by kernel).
     * :mod:`~hexrpc.tinygrad.stats`: :class:`DeviceStats`, what a device did.
+    * :mod:`~hexrpc.tinygrad.pickling`: a ``TinyJit`` pickled on HEXRPC carries its graphs'
+      kernel-table libraries, so loading it needs no compiler.
+    * :mod:`~hexrpc.tinygrad.capture`: what the device launched (for :mod:`hexrpc.export`).
 
 One session per process
     Every ``HEXRPC:n`` device of a process runs on one hexrpc session: the FastRPC drivers give a
@@ -130,3 +133,7 @@ def _register() -> None:
 
 
 _register()
+
+from .pickling import register as _register_pickling  # noqa: E402
+
+_register_pickling()

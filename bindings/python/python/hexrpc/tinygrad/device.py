@@ -37,15 +37,16 @@ def signature_of(obj: TinyELF) -> tuple[str, int]:
 
 
 class HEXRPCProgram(Program["HEXRPCDevice"]):
-    """One compiled kernel: its library (opened on the session on first use, see
+    """One compiled kernel: its library (opened on the session at its first launch, see
     :class:`LibraryCache`); each call is one hexrpc launch (one FastRPC call) that returns the
     DSP's time in seconds."""
 
     def __init__(self, dev: HEXRPCDevice, obj: TinyELF):
         self.dev, self.name, self.lib, self.tiny_signature = dev, obj.name, obj.lib, obj.signature
         self.hexrpc_signature, self.nbufs = signature_of(obj)
-        dev.hub.ensure_healthy()
-        dev.libraries.get(id(self), self.lib, self.hexrpc_signature, dev.stats, self.name)
+        # The library opens on the first launch, not here: tinygrad makes a program for every
+        # kernel of a graph too, and a graph launches its kernels from its table (a jit loaded
+        # from a pickle would otherwise open one library per kernel before its first run).
 
     def __call__(self, *bufs: HEXRPCBuffer, global_size=(1, 1, 1), local_size=(1, 1, 1), vals: tuple[int, ...] = (), wait=False, **kw):
         if len(bufs) != self.nbufs:

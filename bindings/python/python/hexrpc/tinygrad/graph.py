@@ -4,6 +4,7 @@ one FastRPC call per batch per jit run, inputs and Variables updated in place.""
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from collections import OrderedDict
@@ -11,10 +12,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import hexrpc
+from tinygrad.device import CompileError
 from tinygrad.engine.jit import GraphRunner
 
 from .capture import Capture, Launch
-from .kernels import KernelRecord, build_batch_library
+from .kernels import KernelRecord, build_batch_library, table_key
 from .memory import HEXRPCBuffer
 
 #: Capacity of one batch (hexrpc's launch ABI table, runtime/src/launch/abi.rs, as the native
@@ -63,6 +65,8 @@ def chunk_calls(calls: list[tuple[int, list[HEXRPCBuffer], int]]) -> list[list[i
     return chunks
 
 
+log = logging.getLogger("hexrpc.tinygrad")
+
 #: Input UOps whose tinygrad ``Buffer`` a graph remembers (see ``HEXRPCGraph._input_buffer``).
 INPUT_CACHE = 64
 
@@ -75,6 +79,8 @@ class _Segment:
     kernel_of: dict[int, int]
     signatures: list[str]
     library: Any = None
+    #: :func:`~hexrpc.tinygrad.kernels.table_key` of the table's sources.
+    table_key: str = ""
 
 
 class HEXRPCGraph(GraphRunner):
@@ -112,6 +118,17 @@ class HEXRPCGraph(GraphRunner):
             seg.calls.append(j)
             seg.kernel_of[j] = table[prg.key]
         self._close_segment(sources)
+        #: Why this graph launches its kernels one by one (a table that could not be built or
+        #: found), or None.
+        self.fallback: str | None = None
+        if any(seg.library is None for seg in self.segments):
+            self.fallback = self._fallback_reason
+            for seg in self.segments:
+                if seg.library is not None:
+                    self.dev.libraries.unpin(seg.library)
+                    seg.library = None
+            self.dev.stats.graph_fallbacks += 1
+            log.warning("HEXRPC: a graph of %d kernels launches them one by one: %s", len(self.calls), self.fallback)
         self._batches: list[tuple[list[int], Any]] = []
         self._vals: list[tuple[int, ...]] = []
         self._var_calls: list[int] = []
@@ -123,7 +140,14 @@ class HEXRPCGraph(GraphRunner):
     def _close_segment(self, sources: list[tuple[str, KernelRecord]]) -> None:
         seg = self.segments[-1]
         seg.signatures = [rec.signature for _, rec in sources]
-        image = build_batch_library(sources)
+        seg.table_key = table_key(sources)
+        try:
+            image = build_batch_library(sources)
+        except CompileError as e:
+            # No table (no compiler here and none carried in): the graph falls back to single
+            # launches (see __init__), which the kernels' own libraries make possible.
+            self._fallback_reason = f"its kernel table ({len(sources)} kernels) could not be built or found: {e}"
+            return
         self.dev.hub.ensure_healthy()
         seg.library = self.dev.libraries.open_pinned(
             lambda: self.dev.session.open_library(image, signature=seg.signatures[0], abi="v2", name="graph"), self.dev.stats
@@ -188,7 +212,20 @@ class HEXRPCGraph(GraphRunner):
             self._inputs[iidx] = buf
         return True
 
+    def _run_singly(self, input_uops, var_vals: dict[str, int]) -> float:
+        """The fallback: every kernel launched on its own (one FastRPC call each)."""
+        us = 0.0
+        for j, (_, prg, _, dv) in enumerate(self.calls):
+            vals = tuple(prg.arg.vals({**var_vals, **dv}))
+            bufs = self._buffers(j, input_uops)
+            if (cap := Capture.active) is not None:
+                cap.launches.append(Launch(prg, bufs, vals))
+            us += self.runtimes[j](*bufs, vals=vals) or 0.0
+        return us
+
     def __call__(self, input_uops, var_vals: dict[str, int], wait=False):
+        if self.fallback is not None:
+            return self._run_singly(input_uops, var_vals)
         t0 = time.perf_counter_ns()
         if not self._batches or not self._update_inputs(input_uops):
             bufs = [self._buffers(j, input_uops) for j in range(len(self.calls))]

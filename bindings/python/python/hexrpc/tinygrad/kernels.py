@@ -177,17 +177,24 @@ def build_library(sources: list[tuple[str, KernelRecord]], *, table: bool = Fals
         return out.read_bytes()
 
 
-#: Built kernel-table libraries of this process, by the digest of their sources (tinygrad's disk
-#: cache keeps single kernels; a jit's table is rebuilt once per process).
+#: Kernel-table libraries of this process, by :func:`table_key` of their sources: built here, or
+#: carried in by an unpickled ``TinyJit`` (:func:`hexrpc.tinygrad.pickling`). tinygrad's disk
+#: cache keeps single kernels, not tables.
 _TABLE_LIBRARIES: dict[str, bytes] = {}
 
 
-def build_batch_library(sources: list[tuple[str, KernelRecord]]) -> bytes:
-    """:func:`build_library` for a kernel table, built once per process and set of sources."""
+def table_key(sources: list[tuple[str, KernelRecord]]) -> str:
+    """The key of a kernel table: SHA-256 of its kernels' names, signatures and sources, in order."""
     h = hashlib.sha256()
     for src, rec in sources:
         h.update(f"{rec.name}\0{rec.signature}\0{len(src)}\0".encode() + src.encode())
-    key = h.hexdigest()
+    return h.hexdigest()
+
+
+def build_batch_library(sources: list[tuple[str, KernelRecord]]) -> bytes:
+    """:func:`build_library` for a kernel table, built once per process and set of sources (or
+    found among the tables an unpickled jit carried)."""
+    key = table_key(sources)
     if (lib := _TABLE_LIBRARIES.get(key)) is None:
         lib = _TABLE_LIBRARIES[key] = build_library(sources, table=True)
     return lib

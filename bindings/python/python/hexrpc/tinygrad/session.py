@@ -74,6 +74,7 @@ class LibraryCache:
         if lib is not None:
             self.lru.move_to_end(key)
             return lib
+        self.hub.ensure_healthy()
         self._make_room(1)
         lib = self.hub.session.open_library(image, signature=signature, abi="v2", name=name)
         self.opens += 1

@@ -14,7 +14,8 @@ class DeviceStats:
     those reopened a library closed to make room; graph steps, how many rebuilt their batches
     (rather than updating them in place), and the host nanoseconds the graph spent per step
     outside its FastRPC calls (``graph_host_ns``, summed); arenas opened for the process's buffers
-    (``arenas_opened``, counted on the device that asked)."""
+    (``arenas_opened``, counted on the device that asked); graphs that launch their kernels one
+    by one because their kernel table could not be built or found (``graph_fallbacks``)."""
 
     launches: int = 0
     nonzero_offset_views: int = 0
@@ -27,3 +28,4 @@ class DeviceStats:
     graph_rebuilds: int = 0
     graph_host_ns: int = 0
     arenas_opened: int = 0
+    graph_fallbacks: int = 0
