@@ -16,6 +16,13 @@
 //!   simulated kernel, included in these figures: a device's kernel does them too, at its own
 //!   cost).
 //!
+//! With `HEXRPC_OVERHEAD_MODELS=a.hxm:b.hxm` (exported files whose libraries are Hexagon code:
+//! the executor's qemu-hexagon and shell load them), `model_files` gives the same figures for
+//! each: `rust_model_run_ns` and its ratio to the raw ioctl, `io_memcpy_ns` (a memcpy of the
+//! same input and output bytes between heap buffers, the part of a run that grows with the
+//! tensors) and what the run costs beyond it, allocations, FastRPC calls and bytes copied into the
+//! kernel per run (beyond the inputs, which are written into shared memory).
+//!
 //! Each figure is the median over 30 batches of 10,000 launches of the calling thread's CPU time
 //! per launch (`CLOCK_THREAD_CPUTIME_ID`: time the thread was descheduled on a busy machine is
 //! not counted); `*_wall_ns` are the same medians in wall-clock time. Host time on this machine;
@@ -220,6 +227,57 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let rust_model_invokes = (ioctls(&s2) - i0) as f64 / f64::from(BATCH);
     drop(model);
 
+    // Model files given in HEXRPC_OVERHEAD_MODELS (paths separated by ':', e.g. those
+    // bindings/python/tests/test_export.py keeps with HEXRPC_EXPORT_DIR): each opened on a
+    // returning session (its libraries load in the executor's shell: qemu-hexagon and the shell,
+    // HEXRPC_BENCH_SHELL), run on zeros; per run: host time, allocations, FastRPC calls, bytes
+    // copied into the kernel beyond the inputs.
+    let mut files = Vec::new();
+    for path in std::env::split_paths(&std::env::var_os("HEXRPC_OVERHEAD_MODELS").unwrap_or_default()) {
+        let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let s3 = std::sync::Arc::new(SessionObj::open_bench(false, true)?);
+        let model = hexrpc::model::ModelObj::open(&s3, &bytes)?;
+        let ins: Vec<Vec<u8>> = model.with(|l| l.inputs().iter().map(|t| vec![0u8; t.len as usize]).collect());
+        let mut outs: Vec<Vec<u8>> = model.with(|l| l.outputs().iter().map(|t| vec![0u8; t.len as usize]).collect());
+        let in_refs: Vec<&[u8]> = ins.iter().map(Vec::as_slice).collect();
+        let (launches, call_bytes, input_bytes) =
+            model.with(|l| (l.launches(), l.call_bytes_per_run(), l.inputs().iter().map(|t| t.len).sum::<u64>()));
+        let ns = measure(|| {
+            let mut o: Vec<&mut [u8]> = outs.iter_mut().map(Vec::as_mut_slice).collect();
+            model.run(&in_refs, &mut o, None).expect("model run");
+        });
+        let mut o: Vec<&mut [u8]> = outs.iter_mut().map(Vec::as_mut_slice).collect();
+        let (i0, a0) = (ioctls(&s3), CountingAlloc::thread_allocations());
+        for _ in 0..BATCH {
+            model.run(&in_refs, &mut o, None)?;
+        }
+        let allocs = (CountingAlloc::thread_allocations() - a0) as f64 / f64::from(BATCH);
+        let invokes = (ioctls(&s3) - i0) as f64 / f64::from(BATCH);
+        drop(o);
+        // What copying the inputs in and the outputs out costs by itself (a memcpy of the same
+        // bytes between heap buffers): the part of a run that grows with the tensors.
+        let mut shadow_in: Vec<Vec<u8>> = ins.clone();
+        let mut shadow_out: Vec<Vec<u8>> = outs.clone();
+        let copy_ns = measure(|| {
+            for (d, s) in shadow_in.iter_mut().zip(&ins) {
+                d.copy_from_slice(std::hint::black_box(s));
+            }
+            for (d, s) in shadow_out.iter_mut().zip(&outs) {
+                std::hint::black_box(d).copy_from_slice(s);
+            }
+        });
+        let name = path.parent().and_then(|d| d.file_name()).unwrap_or(path.as_os_str()).to_string_lossy().into_owned();
+        files.push(format!(
+            "{{\"model\": \"{name}\", \"launches\": {launches}, \"input_bytes\": {input_bytes}, \"rust_model_run_ns\": {:.1}, \
+             \"ratio_to_raw_ioctl\": {:.1}, \"io_memcpy_ns\": {:.1}, \"beyond_io_memcpy_ns\": {:.1}, \
+             \"allocations_per_run\": {allocs}, \"invokes_per_run\": {invokes}, \"call_bytes_per_run\": {call_bytes}}}",
+            ns.0,
+            ns.0 / raw_ns.0,
+            copy_ns.0,
+            ns.0 - copy_ns.0
+        ));
+    }
+
     println!(
         "{{\"launch_overhead_ns\": {:.1}, \"rust_kernel_launch_overhead_ns\": {:.1}, \"binding_object_launch_overhead_ns\": {:.1}, \
          \"c_abi_launch_overhead_ns_from_rust\": {:.1}, \"launch_overhead_wall_ns\": {:.1}, \"rust_kernel_launch_overhead_wall_ns\": {:.1}, \
@@ -228,8 +286,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
          \"raw_invoke_ioctl_ns\": {:.1}, \"c_abi_model_run_ns\": {:.1}, \"rust_model_run_ns\": {:.1}, \
          \"c_abi_model_run_allocations\": {c_model_allocs}, \"rust_model_run_allocations\": {rust_model_allocs}, \
          \"model_run_fastrpc_calls\": {c_model_calls}, \"rust_model_run_invokes\": {rust_model_invokes}, \"platform\": \"bench\", \
-         \"seam\": \"returning\"}}",
-        base.0, rust_ns.0, obj_ns.0, c_ns.0, base.1, rust_ns.1, c_ns.1, raw_ns.0, c_model_ns.0, rust_model_ns.0
+         \"seam\": \"returning\", \"model_files\": [{}]}}",
+        base.0,
+        rust_ns.0,
+        obj_ns.0,
+        c_ns.0,
+        base.1,
+        rust_ns.1,
+        c_ns.1,
+        raw_ns.0,
+        c_model_ns.0,
+        rust_model_ns.0,
+        files.join(", ")
     );
     Ok(())
 }
