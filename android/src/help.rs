@@ -269,7 +269,12 @@ USAGE:
 A model file (.hxm, docs/model-format.md) holds a model compiled at the desk: its
 kernel-table libraries, its arenas and weights, the launch records of one run, its
 inputs and outputs and where it came from. It runs with no compiler: one FastRPC
-call per run for a model of up to 4,096 launches on one library.
+call per run for a model of up to 4,096 launches on one library. Files are made at
+the desk from an ONNX model or a tinygrad TinyJit by the Python package:
+    HEXRPC_BENCH=1 python -m hexrpc.export MODEL.onnx --input x=1x3x48x192 -o FILE
+(checked against tinygrad bit for bit before it is written).
+On the bench, HEXRPC_BENCH_SHELL names a DSP shell built before, so that a run
+needs qemu-hexagon and no compiler, as on a device.
 
 ACTIONS:
     info    Validate the whole file (no DSP session) and print its provenance,
