@@ -4,6 +4,9 @@
 #   launch_overhead_ns, rust_kernel_launch_overhead_ns   (cargo example `overhead`)
 #   c_launch_overhead_ns                                  (a C program linked to libhexrpc.so)
 #   python_launch_overhead_ns                             (the hexrpc wheel; needs PYTHON with it installed)
+#   python_model                                          (hexrpc.Model.run of the sample model and of the
+#                                                          files in HEXRPC_OVERHEAD_MODELS=a.hxm:b.hxm, beside
+#                                                          a raw ioctl measured in the same process)
 #   graph_step_host_ns                                    (hexrpc.tinygrad's graph per jit step, 10 kernels,
 #                                                          inputs changing every step; also needs tinygrad
 #                                                          in PYTHON and the executor's tools)
@@ -24,6 +27,10 @@ py='{}'
 graph='{}'
 if [ -n "${PYTHON:-}" ]; then
   py="$("$PYTHON" bindings/python/bench/launch_overhead.py)"
+  # hexrpc.Model.run of the sample model (and of HEXRPC_OVERHEAD_MODELS' files), beside a raw ioctl.
+  IFS=: read -r -a model_files <<< "${HEXRPC_OVERHEAD_MODELS:-}"
+  pymodel="$("$PYTHON" bindings/python/bench/model_overhead.py "${model_files[@]}")"
+  py="$(python3 -c 'import json,sys; a=json.loads(sys.argv[1]); a["python_model"]=json.loads(sys.argv[2]); print(json.dumps(a))' "$py" "$pymodel")"
   if "$PYTHON" -c 'import tinygrad' 2>/dev/null && command -v qemu-hexagon >/dev/null; then
     cargo build --locked -q -p hexrpc-android
     graph="$(HEXRPC_CLI="$root/target/debug/hexrpc" CC=clang-19 "$PYTHON" bindings/python/bench/graph_step.py)"

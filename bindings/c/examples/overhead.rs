@@ -70,11 +70,6 @@ fn measure(mut one: impl FnMut()) -> (f64, f64) {
     (median(cpu), median(wall))
 }
 
-/// A zeroed `fastrpc_ioctl_invoke_attrs` (every field an integer: zero is a valid value).
-fn unsafe_zeroed_attrs() -> adsprpc::fastrpc_ioctl_invoke_attrs {
-    adsprpc::fastrpc_ioctl_invoke_attrs { inv: adsprpc::fastrpc_ioctl_invoke { handle: 0, sc: 0, pra: 0 }, fds: 0, attrs: 0 }
-}
-
 /// The calling thread's last error message.
 fn last_error() -> String {
     // SAFETY: a NUL-terminated string valid until the next failure on this thread.
@@ -168,21 +163,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let c_allocs = (CountingAlloc::thread_allocations() - a0) as f64 / f64::from(BATCH);
 
     // The floor: one INVOKE_ATTRS ioctl through NullSys, its argument prebuilt.
-    let raw_ns = {
-        let mut attrs: adsprpc::fastrpc_ioctl_invoke_attrs = unsafe_zeroed_attrs();
-        measure(|| {
-            // SAFETY: a live, zeroed invoke_attrs (no pra: NullSys reads nothing of it).
-            let r = unsafe {
-                hexrpc_drivers::Syscalls::ioctl(
-                    &null,
-                    Fd(3),
-                    adsprpc::FASTRPC_IOCTL_INVOKE_ATTRS,
-                    (&mut attrs as *mut adsprpc::fastrpc_ioctl_invoke_attrs).cast(),
-                )
-            };
-            assert_eq!(r, Ok(0));
-        })
-    };
+    let raw_ns = hexrpc_bench::measure::raw_invoke_ioctl_ns(BATCHES, BATCH);
 
     // A model run through the C ABI: the bench's sample model on the returning session.
     let (mut bytes, mut blen) = (std::ptr::null(), 0usize);

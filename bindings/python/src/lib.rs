@@ -935,6 +935,7 @@ fn _hexrpc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(model::bench_sample_model, m)?)?;
     m.add_function(wrap_pyfunction!(model::write_model, m)?)?;
     m.add_function(wrap_pyfunction!(model::bench_shell, m)?)?;
+    m.add_function(wrap_pyfunction!(model::bench_raw_ioctl_ns, m)?)?;
     m.add_function(wrap_pyfunction!(build_library, m)?)?;
     // The name it had when it needed the bench: the same function object.
     m.add("bench_build_library", m.getattr("build_library")?)?;

@@ -246,3 +246,24 @@ pub fn bench_shell(py: Python<'_>) -> PyResult<PathBuf> {
         Err(py_err(Failure::unavailable("bench-shell", "this build of hexrpc has no bench")))
     }
 }
+
+/// Bench builds: the floor every FastRPC call pays, measured in this process: one `INVOKE_ATTRS`
+/// ioctl through the bench's measuring seam with its argument prebuilt, as (median thread-CPU
+/// ns, median wall ns) per call over `batches` batches of `batch` calls. A run's host time is
+/// reported as a ratio to it (`bindings/python/bench/model_overhead.py`).
+#[pyfunction]
+#[pyo3(signature = (batches = 30, batch = 10_000))]
+pub fn bench_raw_ioctl_ns(py: Python<'_>, batches: usize, batch: u32) -> PyResult<(f64, f64)> {
+    #[cfg(feature = "bench")]
+    {
+        if batches == 0 || batch == 0 {
+            return Err(py_err(Failure::invalid("bench", "batches and batch must be positive")));
+        }
+        Ok(py.detach(|| hexrpc_bench::measure::raw_invoke_ioctl_ns(batches, batch)))
+    }
+    #[cfg(not(feature = "bench"))]
+    {
+        let _ = (py, batches, batch);
+        Err(py_err(Failure::unavailable("bench", "this build of hexrpc has no bench")))
+    }
+}

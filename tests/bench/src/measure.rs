@@ -282,3 +282,41 @@ fn vm_rss_kib(status: &str) -> u64 {
         .and_then(|v| v.parse().ok())
         .unwrap_or(0)
 }
+
+/// The floor every FastRPC call pays on the measuring seam: one `INVOKE_ATTRS` ioctl through a
+/// [`NullSys`] with its argument prebuilt, as (median thread-CPU ns, median wall ns) per call
+/// over `batches` batches of `batch` calls (after one batch of warm-up). The ratio of a run's
+/// host time to this, measured in the same process, is what `overhead.rs` and the Python
+/// bindings' `bench_raw_ioctl_ns` report beside a model run.
+pub fn raw_invoke_ioctl_ns(batches: usize, batch: u32) -> (f64, f64) {
+    use hexrpc_drivers::adsprpc::{fastrpc_ioctl_invoke, fastrpc_ioctl_invoke_attrs, FASTRPC_IOCTL_INVOKE_ATTRS};
+    use hexrpc_drivers::Syscalls;
+    let null = NullSys::new();
+    let mut attrs = fastrpc_ioctl_invoke_attrs { inv: fastrpc_ioctl_invoke { handle: 0, sc: 0, pra: 0 }, fds: 0, attrs: 0 };
+    let mut one = || {
+        // SAFETY: a live invoke_attrs with no argument entries (sc 0): NullSys reads nothing of it.
+        let r = unsafe { null.ioctl(Fd(3), FASTRPC_IOCTL_INVOKE_ATTRS, (&mut attrs as *mut fastrpc_ioctl_invoke_attrs).cast()) };
+        assert_eq!(r, Ok(0));
+    };
+    let cpu_ns = || {
+        let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+        t.tv_sec as f64 * 1e9 + t.tv_nsec as f64
+    };
+    for _ in 0..batch {
+        one();
+    }
+    let (mut cpu, mut wall) = (Vec::with_capacity(batches), Vec::with_capacity(batches));
+    for _ in 0..batches.max(1) {
+        let (t, c) = (std::time::Instant::now(), cpu_ns());
+        for _ in 0..batch {
+            one();
+        }
+        cpu.push((cpu_ns() - c) / f64::from(batch.max(1)));
+        wall.push(t.elapsed().as_nanos() as f64 / f64::from(batch.max(1)));
+    }
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    (median(cpu), median(wall))
+}

@@ -177,6 +177,7 @@ def build_library(
 bench_build_library = build_library
 
 def bench_shell() -> os.PathLike[str]: ...
+def bench_raw_ioctl_ns(batches: int = 30, batch: int = 10000) -> tuple[float, float]: ...
 def write_model(
     *,
     arch: int,
