@@ -31,8 +31,8 @@ require_executor()
 
 import hexrpc  # noqa: E402
 import hexrpc.tinygrad  # noqa: E402,F401  (registers the device)
-from hexrpc.export import ExportError, export_jit  # noqa: E402
-from tinygrad import Device, Tensor, TinyJit, nn  # noqa: E402
+from hexrpc.export import ExportError, device_model, export_jit  # noqa: E402
+from tinygrad import Tensor, TinyJit, nn  # noqa: E402
 from test_tinygrad_networks import ResNet18, place, random_weights  # noqa: E402
 
 
@@ -195,7 +195,7 @@ def test_resnet18_exported_runs_with_no_compiler_bit_identical(no_compiler_env, 
     model = place(ResNet18(), random_weights(ResNet18(), 7), "HEXRPC")
     x = np.random.default_rng(2).standard_normal((1, 3, 32, 32)).astype(np.float32)
     data, want = export_and_reference(model, x)
-    with hexrpc.Model(data, session=Device["HEXRPC"].session) as m:
+    with device_model(data) as m:
         print(f"\nResNet-18-shaped: {len(data)} bytes, {m.launches} launches in {m.calls_per_run} FastRPC call(s) a run")
     run_everywhere(data, {"x": x}, {"y": want}, no_compiler_env, tmp_path, "resnet18")
 
@@ -305,7 +305,7 @@ def test_pp_ocr_exported_runs_with_no_compiler_bit_identical_and_near_onnxruntim
     # Another input than the capture's: tinygrad's HEXRPC run of it is the reference.
     x = random_inputs(prepared.inputs, 11)[iname]
     want = {n: t.numpy() for n, t in zip(prepared.outputs, jit(**{iname: Tensor(x, device="HEXRPC").realize()}))}
-    with hexrpc.Model(data, session=Device["HEXRPC"].session) as m:
+    with device_model(data) as m:
         shape_of = (m.launches, m.calls_per_run)
     stats = run_everywhere(data, {iname: x}, want, no_compiler_env, tmp_path, "pp-ocr-classifier" if "cls" in name else "pp-ocr-detector")
     print(

@@ -39,6 +39,7 @@ libraries' Hexagon architecture.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import importlib.metadata
 import sys
@@ -50,7 +51,7 @@ import numpy as np
 
 import hexrpc
 
-__all__ = ["ExportError", "export_jit", "export_onnx", "main", "onnx_jit"]
+__all__ = ["ExportError", "device_model", "export_jit", "export_onnx", "main", "onnx_jit"]
 
 
 class ExportError(Exception):
@@ -300,13 +301,41 @@ def export_jit(
     return data
 
 
-def _verify(data: bytes, named_inputs, named_outputs) -> None:
-    """Runs the file on the device's session and compares its outputs with the jit's, bit for bit."""
+@contextlib.contextmanager
+def device_model(data: bytes):
+    """A :class:`hexrpc.Model` of ``data`` on the HEXRPC device's session, beside tinygrad: the
+    session's library table (``hexrpc.MAX_LIBRARIES``) is shared with tinygrad's programs and
+    graphs, so room for the file's libraries is made first (single kernels closed, least
+    recently used first) and kept while the model is open."""
     from tinygrad import Device
 
     dev = Device["HEXRPC"]
+    with dev.libraries.reserved(_library_count(data)), hexrpc.Model(data, session=dev.session) as m:
+        yield m
+
+
+def _library_count(data: bytes) -> int:
+    """Libraries in a file, from its section table (docs/model-format.md: the header's section
+    count at 24, 24-byte entries from 64, kind 2 holding 32-byte entries). Only a count of slots
+    to make room for: the file is validated whole when it is opened."""
+    import struct
+
+    if len(data) < 64 or data[:8] != b"HXMODEL\0":
+        return 1
+    sections = struct.unpack_from("<I", data, 24)[0]
+    for i in range(min(sections, 16)):
+        if len(data) < 64 + 24 * (i + 1):
+            break
+        kind, _, _, length = struct.unpack_from("<IIQQ", data, 64 + 24 * i)
+        if kind == 2:  # Libraries: 32 bytes each
+            return max(1, length // 32)
+    return 1
+
+
+def _verify(data: bytes, named_inputs, named_outputs) -> None:
+    """Runs the file on the device's session and compares its outputs with the jit's, bit for bit."""
     want = {n: t.numpy() for n, t in named_outputs}
-    with hexrpc.Model(data, session=dev.session) as m:
+    with device_model(data) as m:
         got = m.run(**{n: t.numpy() for n, t in named_inputs})
     for name, w in want.items():
         g = got[name]

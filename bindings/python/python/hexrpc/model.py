@@ -91,4 +91,6 @@ class Model:
         return False
 
     def __repr__(self):
+        if not hasattr(self, "calls_per_run"):
+            return "hexrpc.Model(not opened)"
         return f"hexrpc.Model({len(self.inputs)} inputs, {len(self.outputs)} outputs, {self.launches} launches in {self.calls_per_run} call(s) a run)"

@@ -5,6 +5,7 @@ recovery policy after a DSP restart or a missed deadline (:class:`DSPRestartErro
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -103,6 +104,18 @@ class LibraryCache:
     def unpin(self, lib) -> None:
         self.pinned -= 1
         lib.close()
+
+    @contextlib.contextmanager
+    def reserved(self, slots: int):
+        """Room for ``slots`` libraries that something else opens on the session (a model file
+        run beside tinygrad: :func:`hexrpc.export.device_model`), counted as pinned while the
+        ``with`` block lasts: single kernels are closed, least recently used first, to make it."""
+        self._make_room(slots)
+        self.pinned += slots
+        try:
+            yield
+        finally:
+            self.pinned -= slots
 
 
 #: Automatic recoveries allowed per :data:`AUTO_RECOVERY_WINDOW_S` seconds before the device
