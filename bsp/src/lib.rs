@@ -131,6 +131,14 @@ pub struct Limits {
     /// [`MapLookup::NumberOnly`] keep one per freed lease that went to the DSP; kept well under
     /// the usual 1,024-descriptor soft limit. At most the session's table (1,024).
     pub kept_numbers: u16,
+    /// Most `MUNMAP_FD` calls a dropped lease makes on one channel (downstream drivers: one per
+    /// handle reference the driver still holds, one per call that carried the lease and was not
+    /// given back by the DSP's fdlist). A drain that reaches it does not close the number: the
+    /// number is kept (retired) until that channel closes, as when a DSP mapping cannot be
+    /// released, because a map of it left in the driver would hand the next lease with that
+    /// number this lease's pages (kernel-rules R1, R8). The bound only keeps a driver that
+    /// never says "no map left" from hanging a drop.
+    pub munmap_fd_drain: u32,
 }
 
 /// How a session recovers after a DSP restart or an abandoned call: bounded retries with
@@ -268,6 +276,7 @@ const DEFAULT_LIMITS: Limits = Limits {
     max_reverse_handles: 32,
     max_dsp_map_bytes: 64 << 20,
     kept_numbers: 256,
+    munmap_fd_drain: 1 << 20,
 };
 
 /// comma three (sdm845) on AGNOS.
@@ -545,9 +554,12 @@ impl DeviceAccess {
     }
 
     /// Authority over the simulated nodes of a bench board ([`BENCH_BOARDS`]: the downstream or
-    /// the upstream bench kernel, or [`BENCH_LINUX`]); `None` for any other board.
+    /// the upstream bench kernel, or [`BENCH_LINUX`]), or of a variant of one that differs only
+    /// in its [`Limits`] (a test's lowered bound: the same simulated nodes); `None` for any other
+    /// board.
     pub fn for_bench_board(board: &'static Board) -> Option<DeviceAccess> {
-        (BENCH_BOARDS.contains(&board) || *board == BENCH_LINUX).then_some(DeviceAccess { board })
+        let bench = |b: &&Board| Board { limits: b.limits, ..*board } == **b;
+        (BENCH_BOARDS.iter().any(bench) || bench(&&BENCH_LINUX)).then_some(DeviceAccess { board })
     }
 
     /// Authority over a real board's nodes. Call it only in a binary or a service's `main`: it is

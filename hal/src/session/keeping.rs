@@ -223,10 +223,19 @@ impl<S: Syscalls + Clone> Session<S> {
             return drop(raw);
         }
         match (self.board.abi, self.board.map_lookup) {
-            (KernelAbi::DownstreamMsm, _) => {
-                self.unmap_fd_everywhere(fd);
-                drop(raw);
-            }
+            (KernelAbi::DownstreamMsm, _) => match self.unmap_fd_everywhere(fd) {
+                None => drop(raw),
+                // A channel may still hold a map of the number: closing it would let the next
+                // lease with that number be read through this lease's map (R1, R8).
+                Some(generation) => {
+                    log::warn!(
+                        "lease fd {} dropped with handle maps left after {} MUNMAP_FD calls: its number is kept until generation {generation} is closed",
+                        fd.0,
+                        self.board.limits.munmap_fd_drain
+                    );
+                    self.keep_number_of(generation, raw);
+                }
+            },
             // `fastrpc_map_lookup` matches the dma-buf too: a reused number never meets the
             // old map, which holds its own reference to the old buffer (MapLookup docs).
             (KernelAbi::Upstream, MapLookup::NumberAndBuffer) => drop(raw),
@@ -251,21 +260,30 @@ impl<S: Syscalls + Clone> Session<S> {
 
     /// Downstream: drops every map the driver holds of `fd` on every open channel
     /// (`FASTRPC_IOCTL_MUNMAP_FD`, va 0 and len 0 select the handle map; one reference per
-    /// call, so repeated until the driver has none left).
-    fn unmap_fd_everywhere(&self, fd: Fd) {
-        for cell in &self.cells {
+    /// call, so repeated until the driver has none left, at most
+    /// [`Limits::munmap_fd_drain`](hexrpc_bsp::Limits::munmap_fd_drain) times a channel).
+    /// `Some(generation)`: the drain of that channel (the newest such) did not reach "no map
+    /// left", so the number must not be closed while it is open.
+    fn unmap_fd_everywhere(&self, fd: Fd) -> Option<u32> {
+        let bound = self.board.limits.munmap_fd_drain.min(MUNMAP_FD_LIMIT);
+        let mut unfinished = None;
+        for (cell, generation) in self.cells.iter().zip(&self.cell_gen) {
             // A cell being closed cannot be leased; its number no longer reaches the driver's
             // file (retired) or is about to be closed, which frees every map.
             let Some(chan) = cell.lease() else { continue };
             let mut dropped = 0u32;
-            while dropped < MUNMAP_FD_LIMIT {
+            let mut drained = false;
+            while dropped < bound {
                 match adsprpc::munmap_fd(&self.sys, chan.raw(), fd, 0, 0) {
                     Ok(()) => dropped += 1,
-                    Err(_) => break,
+                    Err(_) => {
+                        drained = true;
+                        break;
+                    }
                 }
             }
-            if dropped == MUNMAP_FD_LIMIT {
-                log::error!("MUNMAP_FD of fd {} on channel fd {} never ran out of maps", fd.0, chan.raw().0);
+            if !drained {
+                unfinished = unfinished.max(Some(generation.load(Ordering::Acquire)));
             } else if dropped > 0 {
                 log::trace!("MUNMAP_FD dropped {dropped} map reference(s) of fd {} on channel fd {}", fd.0, chan.raw().0);
             }
@@ -274,6 +292,7 @@ impl<S: Syscalls + Clone> Session<S> {
         if self.cells.iter().any(|c| c.is_closing()) {
             self.reap();
         }
+        unfinished
     }
 
     /// Releases what was kept for channels that are all closed now: closes retired numbers,

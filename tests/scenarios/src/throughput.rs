@@ -74,6 +74,7 @@ impl<'img, S: Syscalls> StreamBench<'img, S> {
             max_reverse_handles: 4,
             max_dsp_map_bytes: 0,
             kept_numbers: 0,
+            munmap_fd_drain: 0,
         };
         let policy = FilePolicy::new(&[], limits).map_err(|_| ThroughputError { step: "policy", status: -1 })?;
         let service = ReverseService::new(sys, Fd(-1), policy);

@@ -57,6 +57,66 @@ hexrpc_bench::on_both_kernels!(
     recover_and_drop_return_within_the_budget_when_the_dsp_never_answers_the_exit,
 );
 
+/// The downstream bench (the comma three's driver, modelled) with a drain bound of 8
+/// `MUNMAP_FD`s a channel.
+static SHORT_DRAIN: Board = Board { limits: hexrpc_bsp::Limits { munmap_fd_drain: 8, ..hexrpc_bsp::BENCH.limits }, ..hexrpc_bsp::BENCH };
+
+#[test]
+fn a_drain_cut_short_keeps_the_number_on_the_downstream_bench() {
+    a_drain_cut_short_keeps_the_number(&SHORT_DRAIN);
+}
+
+/// Downstream, every call that carries a lease leaves one handle reference in the driver (R1: no
+/// fdlist from this DSP), and a dropped lease drains them with `MUNMAP_FD`, at most
+/// `Limits::munmap_fd_drain` a channel. With more launches than that, the drain stops with maps
+/// left: the number must then be kept until the channel closes, never closed, or the next lease
+/// to get it (R8: lowest free number) is read by the DSP through the old map, with the old
+/// lease's bytes (issue 44: what closing at the bound did).
+fn a_drain_cut_short_keeps_the_number(board: &'static Board) {
+    let _serial = serial();
+    assert_eq!(board.abi, KernelAbi::DownstreamMsm);
+    let bench = bench_for(board);
+    let start = bench.snapshot();
+    {
+        let rig = start_rig(&bench).unwrap();
+        let lib = rig.open_library(LIB, image(LIB)).unwrap();
+        let out = rig.session().alloc(4096).unwrap();
+        let mut a = rig.session().alloc(4096).unwrap();
+        a.fill(0, 4096, 10).unwrap();
+        let a_fd = a.fd();
+        let launches = board.limits.munmap_fd_drain * 2 + 3;
+        for _ in 0..launches {
+            launch(&lib, &a.whole(), &out.whole(), 1, None).unwrap();
+        }
+        assert!(bytes(&out).iter().all(|&b| b == 11));
+        assert!(handle_maps(&bench, &rig).iter().any(|m| m.fd == a_fd.0), "a's handle map is in the driver");
+        drop(a);
+        let mut spare = Vec::new();
+        let mut b = rig.session().alloc(4096).unwrap();
+        while b.fd() != a_fd && spare.len() < 16 {
+            spare.push(b);
+            b = rig.session().alloc(4096).unwrap();
+        }
+        drop(spare);
+        b.fill(0, 4096, 20).unwrap();
+        launch(&lib, &b.whole(), &out.whole(), 1, None).unwrap();
+        assert!(
+            bytes(&out).iter().all(|&x| x == 21),
+            "the DSP read another buffer than b's (b has a's number: {}): {:?}",
+            b.fd() == a_fd,
+            &bytes(&out)[..4]
+        );
+        assert_ne!(b.fd(), a_fd, "a's number, with handle maps of it left in the driver, was handed out again");
+        assert_eq!(rig.session().kept_counts().0, 1, "a's number is kept for the channel");
+        drop(b);
+        drop(out);
+        drop(lib);
+    }
+    // The channel's close frees what the driver kept of a and closes the kept number.
+    assert_eq!(back_to(&bench, &start), start);
+    assert_eq!(bench.all_driver_maps(), vec![]);
+}
+
 fn bench_for(board: &'static Board) -> Bench {
     let bench = Bench::for_board(board);
     // A kernel table of one: single launches and batches.
