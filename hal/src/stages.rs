@@ -119,8 +119,8 @@ impl<S: Syscalls + Clone> ShellStaged<S> {
     /// [`Cause::IdentityInUse`].
     pub fn open_channel(self) -> Result<ChannelOpened<S>, HalError> {
         let sys = &self.prev.sys;
-        let identity = identity::choose(sys, self.prev.board).ok_or(HalError::new(Stage::ChannelOpen, Cause::IdentityInUse))?;
-        let (rpc, info) = open_channel(sys, self.prev.board, identity)?;
+        let identity = identity::reserve(sys, self.prev.board).ok_or(HalError::new(Stage::ChannelOpen, Cause::IdentityInUse))?;
+        let (rpc, info) = open_channel(sys, self.prev.board, identity.identity())?;
         Ok(ChannelOpened { rpc, info, identity, prev: self })
     }
 }
@@ -147,8 +147,9 @@ pub struct ChannelOpened<S: Syscalls + Clone> {
     // Field order is release order: the channel before the shell and the ION device.
     pub(crate) rpc: OwnedFd<S>,
     pub(crate) info: u32,
-    /// The identity the file was opened under.
-    pub(crate) identity: Identity,
+    /// The identity the file was opened under, reserved until INIT (given back if the stage is
+    /// dropped).
+    pub(crate) identity: identity::Reserved<S>,
     pub(crate) prev: ShellStaged<S>,
 }
 
@@ -220,9 +221,10 @@ impl<S: Syscalls> Drop for Channel<S> {
     }
 }
 
-/// INIT from `shell` on `rpc` (opened for `identity`). The shell buffer is released unless the
-/// driver keeps a map of it (upstream, on success), in which case the channel keeps it. On
-/// success the channel holds `identity` in this process's table (`identity`) until its close.
+/// INIT from `shell` on `rpc` (opened for the reserved `identity`). The shell buffer is released
+/// unless the driver keeps a map of it (upstream, on success), in which case the channel keeps
+/// it. On success the channel holds the identity in this process's table (`identity`) until its
+/// close; on failure the reservation is given back.
 ///
 /// A file is INITed once, never again: on the comma three's driver a second INIT on a file takes
 /// the channel reference again and allocates new init memory over the first, both leaked for
@@ -240,13 +242,14 @@ pub(crate) fn create_process<S: Syscalls + Clone>(
     sys: &S,
     board: &'static Board,
     rpc: OwnedFd<S>,
-    identity: Identity,
+    identity: identity::Reserved<S>,
     shell: (RawLease<S>, u32),
 ) -> Result<Channel<S>, HalError> {
     let (lease, len) = shell;
     let mut rpc = rpc;
-    let mut identity = identity;
+    let mut reserved = identity;
     loop {
+        let identity = reserved.identity();
         match driver::create_process(sys, board, rpc.raw(), lease.mapping(), lease_fd(&lease), len)
             .map_err(|e| HalError::sys(Stage::ProcessCreate, e))
         {
@@ -260,18 +263,21 @@ pub(crate) fn create_process<S: Syscalls + Clone>(
                 if let Some(t) = rpc.into_token() {
                     let _ = t.into_raw();
                 }
+                // The other user holds the process id, not a channel of ours: our reservation
+                // of it goes back when `reserved` is replaced (or dropped with the error).
                 let other = match (identity, board.abi) {
-                    (Identity::Plain, KernelAbi::DownstreamMsm) if !identity::held(sys, Identity::Session) => Identity::Session,
-                    _ => return Err(HalError::new(Stage::ProcessCreate, Cause::IdentityInUse)),
+                    (Identity::Plain, KernelAbi::DownstreamMsm) => identity::reserve_exactly(sys, Identity::Session),
+                    _ => None,
                 };
+                let Some(other) = other else { return Err(HalError::new(Stage::ProcessCreate, Cause::IdentityInUse)) };
                 log::info!("this session takes the session-bit identity on a fresh FastRPC file");
-                rpc = open_channel(sys, board, other).map_err(|e| HalError::new(Stage::ProcessCreate, e.cause))?.0;
-                identity = other;
+                rpc = open_channel(sys, board, other.identity()).map_err(|e| HalError::new(Stage::ProcessCreate, e.cause))?.0;
+                reserved = other;
             }
             Err(e) => return Err(e),
         }
     }
-    identity::take(sys, identity);
+    let identity = reserved.commit();
     let shell = match board.abi {
         KernelAbi::Upstream => Some(lease),
         KernelAbi::DownstreamMsm => None,

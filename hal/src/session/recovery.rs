@@ -257,8 +257,8 @@ impl<S: Syscalls + Clone> Session<S> {
         // alternates the session bit between generations while an old one is being released;
         // upstream has one identity per process, so the attempt waits: it fails with
         // `IdentityInUse` without opening anything, and recovery retries within its budget.
-        let want = crate::identity::choose(&self.sys, self.board).ok_or(HalError::new(Stage::Recover, Cause::IdentityInUse))?;
-        let (rpc, _) = stages::open_channel(&self.sys, self.board, want)?;
+        let want = crate::identity::reserve(&self.sys, self.board).ok_or(HalError::new(Stage::Recover, Cause::IdentityInUse))?;
+        let (rpc, _) = stages::open_channel(&self.sys, self.board, want.identity())?;
         let ch = stages::create_process(&self.sys, self.board, rpc, want, shell)?;
         let identity = ch.identity.index() as u8;
         stages::attach_listener(&self.sys, &ch)?;

@@ -55,6 +55,7 @@ hexrpc_bench::on_both_kernels!(
     apps_mem_request_map64_works_without_vaddrout,
     two_sessions_in_one_process_both_work_or_the_second_is_refused_by_name,
     recover_and_drop_return_within_the_budget_when_the_dsp_never_answers_the_exit,
+    concurrent_session_starts_take_distinct_identities_and_leave_nothing_behind,
 );
 
 /// The downstream bench (the comma three's driver, modelled) with a drain bound of 8
@@ -626,4 +627,47 @@ fn recover_and_drop_return_within_the_budget_when_the_dsp_never_answers_the_exit
     }
     bench.release_hangs();
     bench.clear_faults();
+}
+
+/// 2 to 8 `Session::start`s at once in one process: the identity is reserved when it is chosen
+/// (one hold of the table's lock), so no two starts INIT the same identity; the DSP refuses
+/// none, no FastRPC file is left open for good, and once every session is dropped the driver
+/// is back at its start (files, sessions, init memory, channel references). Before (issue 44):
+/// the identity was chosen before INIT and taken after it, two starts chose the same one, the
+/// second's INIT was refused and its file left open with its session and init memory.
+fn concurrent_session_starts_take_distinct_identities_and_leave_nothing_behind(board: &'static Board) {
+    let _serial = serial();
+    let bench = bench_for(board);
+    let start = bench.snapshot();
+    let identities = if board.abi == KernelAbi::DownstreamMsm { 2 } else { 1 };
+    for n in [2usize, 4, 8] {
+        for round in 0..5 {
+            let barrier = std::sync::Barrier::new(n);
+            let started: Vec<Result<Rig, RuntimeError>> = std::thread::scope(|s| {
+                let hs: Vec<_> = (0..n)
+                    .map(|_| {
+                        s.spawn(|| {
+                            barrier.wait();
+                            start_rig(&bench)
+                        })
+                    })
+                    .collect();
+                hs.into_iter().map(|h| h.join().unwrap()).collect()
+            });
+            let ok = started.iter().filter(|r| r.is_ok()).count();
+            for r in &started {
+                if let Err(e) = r {
+                    match e {
+                        RuntimeError::Hal(h) => assert_eq!(h.cause, Cause::IdentityInUse, "{n} starts, round {round}: {e}"),
+                        other => panic!("{n} starts, round {round}: {other}"),
+                    }
+                }
+            }
+            assert!(ok >= 1 && ok <= identities, "{n} starts, round {round}: {ok} sessions");
+            let procs = bench.dsp_processes();
+            assert_eq!(procs.len(), ok, "{n} starts, round {round}: one DSP process per session");
+            drop(started);
+            assert_eq!(back_to(&bench, &start), start, "{n} starts, round {round}");
+        }
+    }
 }
