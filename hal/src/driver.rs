@@ -43,12 +43,20 @@ use hexrpc_drivers::{adsprpc, BorrowedFd, Errno, Error, Fd, Mapping, Syscalls};
 
 use crate::call::Call;
 
+/// Serialises this process's GETINFOs ([`bind_channel`]).
+static GETINFO: crate::sync::Mutex<()> = crate::sync::Mutex::new(());
+
 /// Binds a freshly opened FastRPC descriptor to the board's channel. Returns the info word
 /// (bit 0: the session has an SMMU): GETINFO downstream; upstream every session is an SMMU
 /// context bank, so 1.
 pub(crate) fn bind_channel<S: Syscalls + ?Sized>(sys: &S, board: &Board, rpc: Fd) -> Result<u32, Error> {
     match board.abi {
         KernelAbi::DownstreamMsm => {
+            // One GETINFO at a time in this process: the comma three's `fastrpc_get_info` takes
+            // the SMMU session with no lock (`fastrpc_session_alloc_locked` without
+            // `smd_mutex`), so two at once can give two of our files one context bank
+            // (docs/kernel-rules.md R20). Another FastRPC user of this process can still race.
+            let _one = GETINFO.lock();
             let info = adsprpc::getinfo(sys, rpc, board.channel)?;
             adsprpc::control_kalloc(sys, rpc)?;
             Ok(info)

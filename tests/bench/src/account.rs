@@ -271,6 +271,10 @@ pub struct CallCounts {
     /// Downstream channel opens (`fastrpc_channel_open` from INIT) that failed: the glink link
     /// not up yet, or the port never connected ([`ChannelReopen`](crate::ChannelReopen)).
     pub channel_open_failures: u64,
+    /// Downstream GETINFOs that began while another was in its allocation window
+    /// ([`BenchConfig::getinfo_window`](crate::BenchConfig::getinfo_window)): each is a pair
+    /// of files that may have been given the same SMMU context bank.
+    pub getinfo_overlaps: u64,
     /// INVOKE*, MMAP* and MUNMAP* (not MUNMAP_FD) ioctls on a downstream file that has not done
     /// both GETINFO and an INIT that returned 0; upstream (model and Linux's driver): INVOKE,
     /// MMAP, MUNMAP, MEM_MAP and MEM_UNMAP before an INIT_* or ATTACH that returned 0. A stack

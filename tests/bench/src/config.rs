@@ -28,6 +28,17 @@ pub struct BenchConfig {
     pub sessions_per_channel: u32,
     /// Whether sessions have an SMMU (the GETINFO answer).
     pub smmu: bool,
+    /// Downstream: the window in which a GETINFO's session allocation can race another's. The
+    /// comma three's `fastrpc_get_info` calls `fastrpc_session_alloc_locked` without taking
+    /// `smd_mutex` or any other lock (only the secure path, `fastrpc_session_alloc`, locks), so
+    /// two GETINFOs at once on two files can both find one context bank unused and both take it
+    /// (one SMMU page table for two processes; the first close marks it free while the other
+    /// still uses it). The bench cannot pick banks by the driver's interleaving: it holds every
+    /// GETINFO for this long before its allocation and counts, in
+    /// [`CallCounts::getinfo_overlaps`](crate::CallCounts::getinfo_overlaps), each one that
+    /// began while another was held: a pair that *may* share a bank. Zero (the default): no
+    /// window, nothing counted.
+    pub getinfo_window: Duration,
     /// Downstream: how long `fastrpc_channel_open` waits for the glink port's `GLINK_CONNECTED`
     /// (`RPC_TIMEOUT`, 5 * HZ: 5 s on the comma three). The driver always waits, even after
     /// `fastrpc_glink_open` failed, so a failed channel open costs this long
@@ -181,6 +192,7 @@ impl Default for BenchConfig {
             sessions_per_channel: 8,
             smmu: true,
             port_connect_timeout: Duration::from_secs(5),
+            getinfo_window: Duration::ZERO,
             heap_region_bytes: 16 << 20,
             mmap_writes_vaddrout: false,
             fdlist: FdlistPolicy::None,

@@ -410,6 +410,8 @@ pub(crate) struct State {
     pub hang_generation: u64,
     pub faults: Vec<FaultRule>,
     pub counts: CallCounts,
+    /// GETINFOs held in their allocation window ([`BenchConfig::getinfo_window`]).
+    pub getinfo_in_flight: u32,
     pub ledger: Vec<LedgerEntry>,
     /// Mismatches recorded since the last clear (kept or not).
     pub ledger_mismatches: usize,

@@ -671,3 +671,43 @@ fn concurrent_session_starts_take_distinct_identities_and_leave_nothing_behind(b
         }
     }
 }
+
+/// R20: the comma three's `fastrpc_get_info` takes its SMMU session with no lock
+/// (`fastrpc_session_alloc_locked` without `smd_mutex`), so two GETINFOs at once can give two
+/// files one context bank. The bench holds each GETINFO in that window (20 ms here) and counts
+/// every one that began while another was held; hexrpc sends one GETINFO at a time per process,
+/// so concurrent starts (and the recoveries after a restart) never overlap. Before (issue 44):
+/// two starts that reserved the two identities sent their GETINFOs together.
+#[test]
+fn concurrent_starts_send_one_getinfo_at_a_time_on_the_downstream_bench() {
+    let _serial = serial();
+    let bench = Bench::with_config(hexrpc_bench::BenchConfig {
+        getinfo_window: Duration::from_millis(20),
+        ..hexrpc_bench::BenchConfig::for_board(&hexrpc_bsp::BENCH)
+    });
+    let start = bench.snapshot();
+    for round in 0..4 {
+        let barrier = std::sync::Barrier::new(8);
+        let started: Vec<Result<Rig, RuntimeError>> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..8)
+                .map(|_| {
+                    s.spawn(|| {
+                        barrier.wait();
+                        start_rig(&bench)
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert_eq!(started.iter().filter(|r| r.is_ok()).count(), 2, "round {round}: both identities taken");
+        drop(started);
+    }
+    let getinfos = bench.counts().calls.get(&hexrpc_bench::CallKind::RpcGetinfo).copied().unwrap_or(0);
+    assert!(getinfos >= 8, "{getinfos} GETINFOs");
+    assert_eq!(
+        bench.counts().getinfo_overlaps,
+        0,
+        "GETINFOs of this process overlapped ({getinfos} sent): two files may share a context bank"
+    );
+    assert_eq!(back_to(&bench, &start), start);
+}

@@ -180,12 +180,16 @@ pub(crate) unsafe fn ioctl<'a>(
             CallKind::RpcInit | CallKind::RpcInitAttrs => init(sh, st, file, kind, a),
             CallKind::RpcMmap | CallKind::RpcMmap64 => mmap(sh, st, file, kind, a),
             CallKind::RpcMunmap | CallKind::RpcMunmap64 => munmap(sh, st, file, kind, a),
+            CallKind::RpcGetinfo => {
+                let mut st = unlocked_allocation_window(sh, st);
+                let r = getinfo(sh, &mut st, file, a);
+                (st, r)
+            }
             _ => {
                 let mut st = st;
                 let r = match kind {
                     CallKind::RpcMunmapFd => munmap_fd(&mut st, file, a),
                     CallKind::RpcSetmode => setmode(&mut st, file, a as u32),
-                    CallKind::RpcGetinfo => getinfo(sh, &mut st, file, a),
                     CallKind::RpcGetperf => getperf(&mut st, file, a),
                     CallKind::RpcControl => control(sh, &mut st, file, a),
                     _ => Err(Errno::ENOTTY),
@@ -194,6 +198,28 @@ pub(crate) unsafe fn ioctl<'a>(
             }
         }
     }
+}
+
+/// The window of `fastrpc_session_alloc_locked`, which GETINFO calls with no lock held
+/// ([`BenchConfig::getinfo_window`](crate::BenchConfig::getinfo_window)): the GETINFO waits that
+/// long with the bench's state unlocked, and one that begins while another waits is counted as a
+/// pair that may share a context bank.
+fn unlocked_allocation_window<'a>(sh: &'a Shared, st: Guard<'a>) -> Guard<'a> {
+    let window = sh.cfg.getinfo_window;
+    if window.is_zero() {
+        return st;
+    }
+    let mut st = st;
+    if st.getinfo_in_flight > 0 {
+        st.counts.getinfo_overlaps += 1;
+    }
+    st.getinfo_in_flight += 1;
+    let until = std::time::Instant::now() + window;
+    while let Some(left) = until.checked_duration_since(std::time::Instant::now()).filter(|d| !d.is_zero()) {
+        st = sh.wait_for(st, left);
+    }
+    st.getinfo_in_flight -= 1;
+    st
 }
 
 /// GETINFO (`fastrpc_get_info`); a reading of the source, not the driver run. The first GETINFO
