@@ -174,7 +174,70 @@ fn ms(v: u32) -> Duration {
 
 impl<S: Syscalls + Clone> Session<S> {
     /// Runs every init stage: ION, shell, channel, process, listener.
+    ///
+    /// Downstream, an INIT whose channel open the driver refused after its port-connect wait is
+    /// tried again, as recovery does, within the board's
+    /// [`RecoveryPolicy`](hexrpc_bsp::RecoveryPolicy): right after another file's last close
+    /// the port stays DISCONNECTING until the DSP acknowledges the close, and an INIT then
+    /// fails (-1, `EPERM`) after waiting the driver's `RPC_TIMEOUT` for the port
+    /// (docs/kernel-rules.md R16). Such a refusal is told from any other -1 by the time the
+    /// attempt took: at least the policy's `reopen_wait_ms`. Each failed attempt gives back
+    /// everything it acquired. Giving up, two or more such refusals in a row are
+    /// [`Cause::ChannelStuck`] with the attempts and the time. Every other failure (a DSP still
+    /// down after a restart, `ENOTCONN`, included) is returned at once.
     pub fn start(sys: S, access: &DeviceAccess) -> Result<Self, HalError> {
+        let board = access.board();
+        let policy = board.recovery;
+        let clock = sync::Clock::start();
+        let budget = ms(policy.budget_ms);
+        let mut refused_in_a_row = 0u16;
+        loop {
+            let began = clock.elapsed();
+            let e = match Self::start_once(sys.clone(), access) {
+                Ok(s) => {
+                    if refused_in_a_row > 0 {
+                        log::info!("session started after {refused_in_a_row} refused channel opens in {} ms", clock.elapsed().as_millis());
+                    }
+                    return Ok(s);
+                }
+                Err(e) => e,
+            };
+            let waited = clock.elapsed().saturating_sub(began);
+            let port_refused = board.abi == hexrpc_bsp::KernelAbi::DownstreamMsm
+                && e.stage == Stage::ProcessCreate
+                && e.cause == Cause::Os(hexrpc_drivers::Errno::EPERM)
+                && policy.reopen_wait_ms > 0
+                && waited >= ms(policy.reopen_wait_ms);
+            if !port_refused {
+                return Err(e);
+            }
+            refused_in_a_row = refused_in_a_row.saturating_add(1);
+            let failed = u32::from(refused_in_a_row);
+            let delay = ms(policy.delay_ms(failed));
+            let spent = clock.elapsed();
+            let next_ends = spent.saturating_add(delay).saturating_add(ms(policy.reopen_wait_ms));
+            if failed >= policy.attempts.max(1) || next_ends >= budget {
+                let cause = if refused_in_a_row >= 2 {
+                    Cause::ChannelStuck { attempts: refused_in_a_row, waited_ms: u32::try_from(spent.as_millis()).unwrap_or(u32::MAX) }
+                } else {
+                    e.cause
+                };
+                let e = HalError::new(Stage::ProcessCreate, cause);
+                log::error!("session start gave up after {failed} refused channel opens in {} ms: {e}", spent.as_millis());
+                return Err(e);
+            }
+            log::warn!(
+                "session start: the driver refused to open the channel after waiting {} ms for its port (a close not yet \
+                 acknowledged by the DSP, or a port that will not connect); retrying in {} ms",
+                waited.as_millis(),
+                delay.as_millis()
+            );
+            sync::sleep(delay);
+        }
+    }
+
+    /// One run of every init stage, each rolling back what it acquired on failure.
+    fn start_once(sys: S, access: &DeviceAccess) -> Result<Self, HalError> {
         HeapOpened::open(sys, access)?.stage_shell()?.open_channel()?.create_process()?.attach_listener()
     }
 

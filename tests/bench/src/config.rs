@@ -39,6 +39,14 @@ pub struct BenchConfig {
     /// began while another was held: a pair that *may* share a bank. Zero (the default): no
     /// window, nothing counted.
     pub getinfo_window: Duration,
+    /// Downstream: how long the glink port stays DISCONNECTING after the channel's last
+    /// reference is put (`fastrpc_channel_close` → `fastrpc_glink_close`, which sets
+    /// DISCONNECTING and returns; only glink's `GLINK_LOCAL_DISCONNECTED`, in
+    /// `fastrpc_glink_notify_state`, sets DISCONNECTED). An INIT in that window cannot open the
+    /// channel (`fastrpc_glink_open` wants DISCONNECTED), still waits
+    /// [`port_connect_timeout`](Self::port_connect_timeout) holding `smd_mutex`, and is -1.
+    /// The real delay is the DSP's acknowledgement, not known; default zero (no window).
+    pub close_ack_delay: Duration,
     /// Downstream: how long `fastrpc_channel_open` waits for the glink port's `GLINK_CONNECTED`
     /// (`RPC_TIMEOUT`, 5 * HZ: 5 s on the comma three). The driver always waits, even after
     /// `fastrpc_glink_open` failed, so a failed channel open costs this long
@@ -193,6 +201,7 @@ impl Default for BenchConfig {
             smmu: true,
             port_connect_timeout: Duration::from_secs(5),
             getinfo_window: Duration::ZERO,
+            close_ack_delay: Duration::ZERO,
             heap_region_bytes: 16 << 20,
             mmap_writes_vaddrout: false,
             fdlist: FdlistPolicy::None,

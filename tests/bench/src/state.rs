@@ -445,6 +445,9 @@ pub(crate) struct State {
     pub oopses: Vec<crate::Oops>,
     /// Downstream: the CDSP channel's `kref` (4.9 `atomic_t` arithmetic: it can go below 0).
     pub chan_kref: i64,
+    /// Downstream: when the channel's last reference was put (its port DISCONNECTING until
+    /// [`BenchConfig::close_ack_delay`](crate::BenchConfig::close_ack_delay) later).
+    pub channel_closed_at: Option<std::time::Instant>,
     /// Downstream init memory whose `fl->init_mem` pointer a second INIT overwrote: never freed.
     pub init_leaked: usize,
     /// Downstream: `smd_mutex` is held by a channel open waiting for the port (up to
@@ -677,6 +680,7 @@ impl State {
             self.chan_kref -= 1;
             if self.chan_kref == 0 {
                 self.channel_open = None;
+                self.channel_closed_at = Some(std::time::Instant::now());
             }
         }
         self.ctxs.retain(|_, c| c.file != file_id);

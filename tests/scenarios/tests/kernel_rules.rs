@@ -711,3 +711,36 @@ fn concurrent_starts_send_one_getinfo_at_a_time_on_the_downstream_bench() {
     );
     assert_eq!(back_to(&bench, &start), start);
 }
+
+/// R16's window after a last close: the port stays DISCONNECTING until the DSP acknowledges the
+/// close (2 s here), and an INIT inside it is refused (-1) after the driver's port-connect wait
+/// (5 s, the bench's default, as on the comma three) with the global mutex held. A session
+/// started right after another's last close retries, within the board's budget, and works.
+/// Before (issue 44): `Session::start` returned the refusal (recovery retried, start did not).
+#[test]
+fn a_start_in_the_window_after_a_last_close_is_retried_and_works() {
+    let _serial = serial();
+    let bench = Bench::with_config(hexrpc_bench::BenchConfig {
+        close_ack_delay: Duration::from_secs(2),
+        ..hexrpc_bench::BenchConfig::for_board(&hexrpc_bsp::BENCH)
+    });
+    bench.register_library(LIB, ADD_OR_LATE.table_model());
+    let start = bench.snapshot();
+    {
+        let first = start_rig(&bench).unwrap();
+        drop(first);
+        assert_eq!(back_to(&bench, &start), start, "the first session closed");
+        let t = Instant::now();
+        let second = start_rig(&bench).expect("a start inside the window is retried until the port is back");
+        assert_eq!(bench.counts().channel_open_failures, 1, "one INIT fell in the window");
+        assert!(t.elapsed() >= Duration::from_secs(5), "the refusal came after the port-connect wait: {:?}", t.elapsed());
+        let lib = second.open_library(LIB, image(LIB)).unwrap();
+        let mut a = second.session().alloc(4096).unwrap();
+        a.fill(0, 4096, 3).unwrap();
+        let o = second.session().alloc(4096).unwrap();
+        launch(&lib, &a.whole(), &o.whole(), 1, None).unwrap();
+        assert!(bytes(&o).iter().all(|&b| b == 4));
+        drop((a, o, lib));
+    }
+    assert_eq!(back_to(&bench, &start), start);
+}

@@ -27,7 +27,9 @@ pub(crate) const IDENTITY_IN_USE: i32 = aee::AEE_EBADSTATE;
 /// DISCONNECTED, and the driver then always waits for the port's `GLINK_CONNECTED` up to
 /// `RPC_TIMEOUT` ([`BenchConfig::port_connect_timeout`](crate::BenchConfig::port_connect_timeout)):
 /// a failed open costs the whole wait and is -1; a connect that never comes leaves the port
-/// CONNECTING for good ([`ChannelReopen`](crate::ChannelReopen)). A working open `kref_init`s
+/// CONNECTING for good ([`ChannelReopen`](crate::ChannelReopen)); right after the last close
+/// the port is DISCONNECTING ([`BenchConfig::close_ack_delay`](crate::BenchConfig::close_ack_delay))
+/// and an open fails the same way, after the same wait. A working open `kref_init`s
 /// the channel. Only the board's channel has a DSP behind it (any other is -1, a bench choice).
 fn channel_open<'a>(sh: &'a Shared, st: Guard<'a>, file: u64) -> (Guard<'a>, Result<(), Errno>) {
     let mut st = st;
@@ -54,7 +56,10 @@ fn channel_open<'a>(sh: &'a Shared, st: Guard<'a>, file: u64) -> (Guard<'a>, Res
         }
     }
     let link_up = st.link_up_at.is_none_or(|t| Instant::now() >= t);
-    let port_opened = link_up && !st.port_stuck;
+    // After the last close the port is DISCONNECTING until glink acknowledges the close:
+    // glink_open refuses it (and changes nothing), the wait below still runs.
+    let disconnected = st.channel_closed_at.is_none_or(|t| Instant::now() >= t + sh.cfg.close_ack_delay);
+    let port_opened = link_up && !st.port_stuck && disconnected;
     if port_opened && !st.stuck_pending {
         st.chan_kref = 1;
         st.channel_open = Some(epoch);
