@@ -4,8 +4,9 @@ built before and named by ``HEXRPC_BENCH_SHELL``).
 
 The pickle carries the kernel-table libraries of the jit's HEXRPC graphs
 (:mod:`hexrpc.tinygrad.pickling`), so the loaded jit runs in as many FastRPC calls per run as in
-the process that made it, with outputs bit-identical, and its first run takes under a second
-more than a steady run (bench wall time; the run itself is Hexagon code under qemu-hexagon). A pickle without its tables (one made before this, or by a process
+the process that made it, with outputs bit-identical; what its first run adds to a steady run
+is printed (bench wall time; the run itself is Hexagon code under qemu-hexagon) and bounded
+loosely (a rebuilt table would cost tens of seconds). A pickle without its tables (one made before this, or by a process
 that dropped them) still runs: the graph says why and launches its kernels one by one.
 """
 
@@ -121,8 +122,11 @@ def test_a_pickled_classifier_jit_loads_with_no_compiler_at_the_same_calls_per_r
     assert stats["graph_fallbacks"] == 0, stats["stderr"]
     assert stats["calls_per_run"] == calls, (stats, calls)
     # What the first run adds beyond a steady run (the run itself is Hexagon code under
-    # qemu-hexagon here): making the graphs from the carried tables, opening them.
-    assert stats["first_run_s"] - stats["steady_run_s"] < 1.0, stats
+    # qemu-hexagon here): making the graphs from the carried tables, opening them. Measured and
+    # printed above (0.43 s here; the figure in the README). The bound is a hang bound, ten
+    # times that, not the target: a jit that rebuilt its tables would take 30 s or more, and a
+    # loaded 2-core CI machine must not fail a fair run (docs/bench.md 4.2).
+    assert stats["first_run_s"] - stats["steady_run_s"] < 5.0, stats
     assert len(got) == len(want) and all(g.tobytes() == w.tobytes() for g, w in zip(got, want))
 
 
