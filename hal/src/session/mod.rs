@@ -172,6 +172,31 @@ fn ms(v: u32) -> Duration {
     Duration::from_millis(u64::from(v))
 }
 
+/// The rule a start and a recovery share for giving up after `failed` attempts, `spent` of the
+/// `budget` gone and `delay` to wait before the next: `None` while another attempt (and the
+/// longest a reopen can block in the kernel, `reopen_wait_ms`) still fits; else the cause to
+/// report: two or more downstream channel opens refused in a row are
+/// [`Cause::ChannelStuck`] (R16), anything else the last attempt's `last` cause.
+pub(super) fn give_up(
+    policy: &hexrpc_bsp::RecoveryPolicy,
+    failed: u32,
+    refused_in_a_row: u16,
+    spent: Duration,
+    delay: Duration,
+    budget: Duration,
+    last: Cause,
+) -> Option<Cause> {
+    let next_ends = spent.saturating_add(delay).saturating_add(ms(policy.reopen_wait_ms));
+    if failed < policy.attempts.max(1) && next_ends < budget {
+        return None;
+    }
+    Some(if refused_in_a_row >= 2 {
+        Cause::ChannelStuck { attempts: refused_in_a_row, waited_ms: u32::try_from(spent.as_millis()).unwrap_or(u32::MAX) }
+    } else {
+        last
+    })
+}
+
 impl<S: Syscalls + Clone> Session<S> {
     /// Runs every init stage: ION, shell, channel, process, listener.
     ///
@@ -213,15 +238,8 @@ impl<S: Syscalls + Clone> Session<S> {
             }
             refused_in_a_row = refused_in_a_row.saturating_add(1);
             let failed = u32::from(refused_in_a_row);
-            let delay = ms(policy.delay_ms(failed));
-            let spent = clock.elapsed();
-            let next_ends = spent.saturating_add(delay).saturating_add(ms(policy.reopen_wait_ms));
-            if failed >= policy.attempts.max(1) || next_ends >= budget {
-                let cause = if refused_in_a_row >= 2 {
-                    Cause::ChannelStuck { attempts: refused_in_a_row, waited_ms: u32::try_from(spent.as_millis()).unwrap_or(u32::MAX) }
-                } else {
-                    e.cause
-                };
+            let (delay, spent) = (ms(policy.delay_ms(failed)), clock.elapsed());
+            if let Some(cause) = give_up(&policy, failed, refused_in_a_row, spent, delay, budget, e.cause) {
                 let e = HalError::new(Stage::ProcessCreate, cause);
                 log::error!("session start gave up after {failed} refused channel opens in {} ms: {e}", spent.as_millis());
                 return Err(e);

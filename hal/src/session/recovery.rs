@@ -229,13 +229,7 @@ impl<S: Syscalls + Clone> Session<S> {
                 refused_in_a_row = 0;
             }
             // No attempt starts unless the longest a reopen can block in the kernel still fits.
-            let next_ends = spent.saturating_add(delay).saturating_add(ms(policy.reopen_wait_ms));
-            if failed >= policy.attempts.max(1) || next_ends >= budget {
-                let cause = if refused_in_a_row >= 2 {
-                    Cause::ChannelStuck { attempts: refused_in_a_row, waited_ms: u32::try_from(spent.as_millis()).unwrap_or(u32::MAX) }
-                } else {
-                    e.cause
-                };
+            if let Some(cause) = super::give_up(&policy, failed, refused_in_a_row, spent, delay, budget, e.cause) {
                 let e = HalError::new(Stage::Recover, cause);
                 log::error!("recovery gave up after {failed} attempts in {} ms: {e}", spent.as_millis());
                 return Err(e);

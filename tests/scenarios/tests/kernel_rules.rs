@@ -93,13 +93,7 @@ fn a_drain_cut_short_keeps_the_number(board: &'static Board) {
         assert!(bytes(&out).iter().all(|&b| b == 11));
         assert!(handle_maps(&bench, &rig).iter().any(|m| m.fd == a_fd.0), "a's handle map is in the driver");
         drop(a);
-        let mut spare = Vec::new();
-        let mut b = rig.session().alloc(4096).unwrap();
-        while b.fd() != a_fd && spare.len() < 16 {
-            spare.push(b);
-            b = rig.session().alloc(4096).unwrap();
-        }
-        drop(spare);
+        let mut b = new_lease_seeking(&rig, a_fd);
         b.fill(0, 4096, 20).unwrap();
         launch(&lib, &b.whole(), &out.whole(), 1, None).unwrap();
         assert!(
@@ -222,13 +216,7 @@ fn a_reused_number_after(board: &'static Board, before: Before) {
             }
         }
         drop(a);
-        // New leases until one gets a's number (a recovery may have freed lower ones), or 16.
-        let mut spare = Vec::new();
-        let mut b = rig.session().alloc(4096).unwrap();
-        while b.fd() != a_fd && spare.len() < 16 {
-            spare.push(b);
-            b = rig.session().alloc(4096).unwrap();
-        }
+        let mut b = new_lease_seeking(&rig, a_fd);
         let by_buffer = board.abi == KernelAbi::Upstream && board.map_lookup == hexrpc_bsp::MapLookup::NumberAndBuffer;
         match board.abi {
             // MUNMAP_FD dropped every map of the number: it is free and clean.
@@ -239,7 +227,6 @@ fn a_reused_number_after(board: &'static Board, before: Before) {
             // No unmap by fd: a's number stays taken until the channel that may map it closes.
             KernelAbi::Upstream => assert_ne!(b.fd(), a_fd, "{before:?}: a's number is still taken"),
         }
-        drop(spare);
         b.fill(0, 4096, 20).unwrap();
         launch(&lib, &b.whole(), &out.whole(), 1, None).unwrap();
         assert!(bytes(&out).iter().all(|&x| x == 21), "{before:?}: the DSP read b's bytes");
@@ -553,11 +540,7 @@ fn two_sessions_in_one_process_both_work_or_the_second_is_refused_by_name(board:
                 assert_ne!(procs[0].identity, procs[1].identity, "two identities: the process id, and with the session bit");
                 let lib2 = second.open_library(LIB, image(LIB)).unwrap();
                 for (rig, lib) in [(&first, &lib1), (&second, &lib2)] {
-                    let mut a = rig.session().alloc(4096).unwrap();
-                    a.fill(0, 4096, 5).unwrap();
-                    let o = rig.session().alloc(4096).unwrap();
-                    launch(lib, &a.whole(), &o.whole(), 1, None).unwrap();
-                    assert!(bytes(&o).iter().all(|&b| b == 6));
+                    works(rig, lib, 5);
                 }
                 // A third has no identity left: refused before anything is opened (no INIT is
                 // sent for an identity a channel of this process holds).
@@ -583,12 +566,8 @@ fn two_sessions_in_one_process_both_work_or_the_second_is_refused_by_name(board:
             (abi, Err(e)) => panic!("{abi:?}: second session: {e}"),
         }
         // The first one still works.
-        let mut a = first.session().alloc(4096).unwrap();
-        a.fill(0, 4096, 7).unwrap();
-        let o = first.session().alloc(4096).unwrap();
-        launch(&lib1, &a.whole(), &o.whole(), 1, None).unwrap();
-        assert!(bytes(&o).iter().all(|&b| b == 8));
-        drop((a, o, lib1));
+        works(&first, &lib1, 7);
+        drop(lib1);
     }
     // Everything is given back: no FastRPC file was refused, none is left open.
     assert_eq!(back_to(&bench, &start), start);
@@ -643,18 +622,7 @@ fn concurrent_session_starts_take_distinct_identities_and_leave_nothing_behind(b
     let identities = if board.abi == KernelAbi::DownstreamMsm { 2 } else { 1 };
     for n in [2usize, 4, 8] {
         for round in 0..5 {
-            let barrier = std::sync::Barrier::new(n);
-            let started: Vec<Result<Rig, RuntimeError>> = std::thread::scope(|s| {
-                let hs: Vec<_> = (0..n)
-                    .map(|_| {
-                        s.spawn(|| {
-                            barrier.wait();
-                            start_rig(&bench)
-                        })
-                    })
-                    .collect();
-                hs.into_iter().map(|h| h.join().unwrap()).collect()
-            });
+            let started = starts_at_once(&bench, n);
             let ok = started.iter().filter(|r| r.is_ok()).count();
             for r in &started {
                 if let Err(e) = r {
@@ -688,18 +656,7 @@ fn concurrent_starts_send_one_getinfo_at_a_time_on_the_downstream_bench() {
     });
     let start = bench.snapshot();
     for round in 0..4 {
-        let barrier = std::sync::Barrier::new(8);
-        let started: Vec<Result<Rig, RuntimeError>> = std::thread::scope(|s| {
-            let hs: Vec<_> = (0..8)
-                .map(|_| {
-                    s.spawn(|| {
-                        barrier.wait();
-                        start_rig(&bench)
-                    })
-                })
-                .collect();
-            hs.into_iter().map(|h| h.join().unwrap()).collect()
-        });
+        let started = starts_at_once(&bench, 8);
         assert_eq!(started.iter().filter(|r| r.is_ok()).count(), 2, "round {round}: both identities taken");
         drop(started);
     }
@@ -736,12 +693,8 @@ fn a_start_in_the_window_after_a_last_close_is_retried_and_works() {
         assert_eq!(bench.counts().channel_open_failures, 1, "one INIT fell in the window");
         assert!(t.elapsed() >= Duration::from_secs(5), "the refusal came after the port-connect wait: {:?}", t.elapsed());
         let lib = second.open_library(LIB, image(LIB)).unwrap();
-        let mut a = second.session().alloc(4096).unwrap();
-        a.fill(0, 4096, 3).unwrap();
-        let o = second.session().alloc(4096).unwrap();
-        launch(&lib, &a.whole(), &o.whole(), 1, None).unwrap();
-        assert!(bytes(&o).iter().all(|&b| b == 4));
-        drop((a, o, lib));
+        works(&second, &lib, 3);
+        drop(lib);
     }
     assert_eq!(back_to(&bench, &start), start);
 }
@@ -781,15 +734,48 @@ fn concurrent_recoveries_after_one_restart_leave_nothing_behind(board: &'static 
                 }
             });
             for (rig, lib) in rigs.iter().zip(&libs) {
-                let mut a = rig.session().alloc(4096).unwrap();
-                a.fill(0, 4096, round as u8).unwrap();
-                let o = rig.session().alloc(4096).unwrap();
-                launch(lib, &a.whole(), &o.whole(), 1, None).unwrap_or_else(|e| panic!("round {round}: {e}"));
-                assert!(bytes(&o).iter().all(|&b| b == round as u8 + 1), "round {round}");
+                works(rig, lib, round as u8);
             }
         }
         drop(libs);
         drop(rigs);
     }
     assert_eq!(back_to(&bench, &start), start);
+}
+
+/// `n` sessions started at once on `bench` (threads released together by a barrier).
+fn starts_at_once(bench: &Bench, n: usize) -> Vec<Result<Rig, RuntimeError>> {
+    let barrier = std::sync::Barrier::new(n);
+    std::thread::scope(|s| {
+        let hs: Vec<_> = (0..n)
+            .map(|_| {
+                s.spawn(|| {
+                    barrier.wait();
+                    start_rig(bench)
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+/// A launch on two fresh leases of `rig` through `lib` (`add 1` to `byte`s) that must work.
+fn works(rig: &Rig, lib: &Library<'_, Bench>, byte: u8) {
+    let mut a = rig.session().alloc(4096).unwrap();
+    a.fill(0, 4096, byte).unwrap();
+    let o = rig.session().alloc(4096).unwrap();
+    launch(lib, &a.whole(), &o.whole(), 1, None).unwrap_or_else(|e| panic!("a launch on {byte}s: {e}"));
+    assert!(bytes(&o).iter().all(|&b| b == byte.wrapping_add(1)), "{byte}s plus one");
+}
+
+/// A new lease of `rig` with the number `fd` if the process hands that number out again within
+/// 16 allocations (a recovery may have freed lower ones), else the 17th; the others are freed.
+fn new_lease_seeking(rig: &Rig, fd: hexrpc_drivers::Fd) -> Lease<'_, Bench> {
+    let mut spare = Vec::new();
+    let mut b = rig.session().alloc(4096).unwrap();
+    while b.fd() != fd && spare.len() < 16 {
+        spare.push(b);
+        b = rig.session().alloc(4096).unwrap();
+    }
+    b
 }
