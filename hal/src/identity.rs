@@ -89,7 +89,7 @@ pub(crate) fn choose<S: Syscalls + ?Sized>(sys: &S, board: &Board) -> Option<Ide
 /// An identity taken from the table for a channel being made, from its choice until its INIT:
 /// given back when dropped, unless [`commit`](Reserved::commit) hands it to the channel (which
 /// gives it back after its final close). Reserving when choosing means two sessions starting at
-/// once never choose the same identity (issue 44: the second's INIT was refused and its file,
+/// once never choose the same identity (when they were chosen and taken apart, the second's INIT was refused and its file,
 /// session and init memory left for good).
 #[must_use]
 pub(crate) struct Reserved<S: Syscalls> {

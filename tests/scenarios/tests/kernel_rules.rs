@@ -73,7 +73,7 @@ fn a_drain_cut_short_keeps_the_number_on_the_downstream_bench() {
 /// `Limits::munmap_fd_drain` a channel. With more launches than that, the drain stops with maps
 /// left: the number must then be kept until the channel closes, never closed, or the next lease
 /// to get it (R8: lowest free number) is read by the DSP through the old map, with the old
-/// lease's bytes (issue 44: what closing at the bound did).
+/// lease's bytes (what closing the number at the bound did).
 fn a_drain_cut_short_keeps_the_number(board: &'static Board) {
     let _serial = serial();
     assert_eq!(board.abi, KernelAbi::DownstreamMsm);
@@ -612,7 +612,7 @@ fn recover_and_drop_return_within_the_budget_when_the_dsp_never_answers_the_exit
 /// 2 to 8 `Session::start`s at once in one process: the identity is reserved when it is chosen
 /// (one hold of the table's lock), so no two starts INIT the same identity; the DSP refuses
 /// none, no FastRPC file is left open for good, and once every session is dropped the driver
-/// is back at its start (files, sessions, init memory, channel references). Before (issue 44):
+/// is back at its start (files, sessions, init memory, channel references). Before the reservation:
 /// the identity was chosen before INIT and taken after it, two starts chose the same one, the
 /// second's INIT was refused and its file left open with its session and init memory.
 fn concurrent_session_starts_take_distinct_identities_and_leave_nothing_behind(board: &'static Board) {
@@ -645,7 +645,7 @@ fn concurrent_session_starts_take_distinct_identities_and_leave_nothing_behind(b
 /// (`fastrpc_session_alloc_locked` without `smd_mutex`), so two GETINFOs at once can give two
 /// files one context bank. The bench holds each GETINFO in that window (20 ms here) and counts
 /// every one that began while another was held; hexrpc sends one GETINFO at a time per process,
-/// so concurrent starts (and the recoveries after a restart) never overlap. Before (issue 44):
+/// so concurrent starts (and the recoveries after a restart) never overlap. Before that lock:
 /// two starts that reserved the two identities sent their GETINFOs together.
 #[test]
 fn concurrent_starts_send_one_getinfo_at_a_time_on_the_downstream_bench() {
@@ -674,7 +674,7 @@ fn concurrent_starts_send_one_getinfo_at_a_time_on_the_downstream_bench() {
 /// close (2 s here), and an INIT inside it is refused (-1) after the driver's port-connect wait
 /// (5 s, the bench's default, as on the comma three) with the global mutex held. A session
 /// started right after another's last close retries, within the board's budget, and works.
-/// Before (issue 44): `Session::start` returned the refusal (recovery retried, start did not).
+/// Before the retry: `Session::start` returned the refusal (recovery retried, start did not).
 #[test]
 fn a_start_in_the_window_after_a_last_close_is_retried_and_works() {
     let _serial = serial();
@@ -704,7 +704,7 @@ fn a_start_in_the_window_after_a_last_close_is_retried_and_works() {
 /// under an identity no channel of ours holds (alternating the session bit downstream), every
 /// session works after it, and once all are dropped the driver is back at its start snapshot
 /// (files, sessions, init memory, channel references). With the identity chosen and taken apart
-/// (before issue 44's reservation) this failed one run in three downstream: the snapshot was not
+/// (before the reservation) this failed one run in three downstream: the snapshot was not
 /// back at its start.
 fn concurrent_recoveries_after_one_restart_leave_nothing_behind(board: &'static Board) {
     let _serial = serial();

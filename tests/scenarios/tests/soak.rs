@@ -59,7 +59,7 @@ static HEAP: CountingAlloc = CountingAlloc::new();
 /// samples (printed when the gate fails) the heap moved by up to ±150 KB and stayed there for
 /// seconds at a time, so the slope was within
 /// ±35,000 in 19 of 20 runs here, +116,403 in one with three times the usual timeouts, and
-/// +276,439 in one CI run (stop 49) that leaked nothing (its exact count: 0 blocks, 0 bytes).
+/// +276,439 in one CI run that leaked nothing (its exact count: 0 blocks, 0 bytes).
 /// The bound sits about twice that run's figure below and about twice under the planted
 /// leak's. `docs/bench.md`, "The soak's memory gate", gives the figures measured.
 const HEAP_SLOPE_BOUND: f64 = 512.0 * 1024.0;
