@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tinygrad_bench import require_executor  # noqa: E402
+from tinygrad_bench import no_compiler_environment, require_executor  # noqa: E402
 
 require_executor()
 
@@ -44,16 +44,10 @@ def cli() -> str:
 def no_compiler_env(tmp_path_factory):
     """The environment of a process with no compiler: PATH holds qemu-hexagon only, and the
     bench's DSP shell (built here, with the tools) is named by HEXRPC_BENCH_SHELL."""
-    shell = hexrpc.bench_shell()
-    bin_dir = tmp_path_factory.mktemp("only-qemu")
-    os.symlink(shutil.which("qemu-hexagon"), bin_dir / "qemu-hexagon")
-    env = {k: v for k, v in os.environ.items() if k in ("HOME", "LD_LIBRARY_PATH", "PYTHONPATH", "LANG")}
-    env.update(PATH=str(bin_dir), HEXRPC_BENCH_SHELL=str(shell), HEXRPC_LOG="warn")
-    for tool in ("clang-19", "ld.lld-19", "hexrpc"):
-        assert shutil.which(tool, path=env["PATH"]) is None, tool
+    env = no_compiler_environment(tmp_path_factory.mktemp("only-qemu"))
     if root := os.environ.get("HEXRPC_EXPORT_DIR"):
         Path(root).mkdir(parents=True, exist_ok=True)
-        (Path(root) / "bench-shell").write_text(str(shell))
+        (Path(root) / "bench-shell").write_text(env["HEXRPC_BENCH_SHELL"])
     return env
 
 

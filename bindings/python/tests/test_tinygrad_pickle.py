@@ -13,9 +13,7 @@ that dropped them) still runs: the graph says why and launches its kernels one b
 from __future__ import annotations
 
 import json
-import os
 import pickle
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -23,7 +21,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from tinygrad_bench import require_executor  # noqa: E402
+from tinygrad_bench import no_compiler_environment, require_executor  # noqa: E402
 
 require_executor()
 
@@ -61,14 +59,7 @@ LOAD_AND_RUN = textwrap.dedent(
 
 @pytest.fixture(scope="module")
 def no_compiler_env(tmp_path_factory):
-    shell = hexrpc.bench_shell()
-    bin_dir = tmp_path_factory.mktemp("only-qemu")
-    os.symlink(shutil.which("qemu-hexagon"), bin_dir / "qemu-hexagon")
-    env = {k: v for k, v in os.environ.items() if k in ("HOME", "LD_LIBRARY_PATH", "PYTHONPATH", "LANG")}
-    env.update(PATH=str(bin_dir), HEXRPC_BENCH_SHELL=str(shell), HEXRPC_BENCH="1", HEXRPC_LOG="warn")
-    for tool in ("clang-19", "ld.lld-19", "hexrpc"):
-        assert shutil.which(tool, path=env["PATH"]) is None, tool
-    return env
+    return no_compiler_environment(tmp_path_factory.mktemp("only-qemu"), HEXRPC_BENCH="1")
 
 
 @pytest.fixture(scope="module")

@@ -34,3 +34,19 @@ def both(fn, *arrays):
         ts = [Tensor(a, device=device) for a in arrays]
         out.append(fn(*ts).numpy())
     return out[0], out[1]
+
+
+def no_compiler_environment(bin_dir, **extra) -> dict:
+    """The environment of a process with no compiler, as on a device: ``PATH`` holds a link to
+    qemu-hexagon in ``bin_dir`` and nothing else (no clang-19, ld.lld-19 or hexrpc tool), and the
+    bench's DSP shell, built here with the tools (``hexrpc.bench_shell()``), is named by
+    ``HEXRPC_BENCH_SHELL``; ``extra`` variables are added."""
+    import hexrpc
+
+    shell = hexrpc.bench_shell()
+    os.symlink(shutil.which("qemu-hexagon"), os.path.join(bin_dir, "qemu-hexagon"))
+    env = {k: v for k, v in os.environ.items() if k in ("HOME", "LD_LIBRARY_PATH", "PYTHONPATH", "LANG")}
+    env.update(PATH=str(bin_dir), HEXRPC_BENCH_SHELL=str(shell), HEXRPC_LOG="warn", **extra)
+    for tool in ("clang-19", "ld.lld-19", "hexrpc"):
+        assert shutil.which(tool, path=env["PATH"]) is None, tool
+    return env
