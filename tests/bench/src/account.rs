@@ -275,6 +275,9 @@ pub struct CallCounts {
     /// ([`BenchConfig::getinfo_window`](crate::BenchConfig::getinfo_window)): each is a pair
     /// of files that may have been given the same SMMU context bank.
     pub getinfo_overlaps: u64,
+    /// Downstream maps (handle, buffer argument, fd MMAP, ADD_PAGES) and INITs refused because
+    /// the file's IOVA space was full ([`BenchConfig::session_iova`](crate::BenchConfig::session_iova)).
+    pub iova_refusals: u64,
     /// INVOKE*, MMAP* and MUNMAP* (not MUNMAP_FD) ioctls on a downstream file that has not done
     /// both GETINFO and an INIT that returned 0; upstream (model and Linux's driver): INVOKE,
     /// MMAP, MUNMAP, MEM_MAP and MEM_UNMAP before an INIT_* or ATTACH that returned 0. A stack

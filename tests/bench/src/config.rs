@@ -52,6 +52,17 @@ pub struct BenchConfig {
     /// `fastrpc_glink_open` failed, so a failed channel open costs this long
     /// ([`ChannelReopen`](crate::ChannelReopen)).
     pub port_connect_timeout: Duration,
+    /// Downstream: the IOVA space of one FastRPC file's SMMU context bank, in bytes. The comma
+    /// three's `fastrpc_cb_probe` gives every CDSP bank 0x78000000 bytes from 0x80000000
+    /// (`arm_iommu_create_mapping`), which each map of a dma-buf (a handle's, a buffer
+    /// argument's, an fd MMAP's: the whole buffer, `dma_buf_map_attachment`), the init memory
+    /// and ADD_PAGES buffers take (page-rounded) until freed. Past it a new map fails: a
+    /// handle's fails the call (-1; handles mapped earlier in it keep their references), a
+    /// buffer argument's is copied instead (`get_args` ignores the failure), an fd MMAP is -1,
+    /// ADD_PAGES and INIT are `ENOMEM`. The driver's copy buffers (`fastrpc_buf_alloc` for
+    /// buffer arguments without an fd, cached per file) take from it too; the bench does not
+    /// count them. Fragmentation is not modelled (the sum is compared).
+    pub session_iova: u64,
     /// Downstream: bytes of the region MMAP with `ADSP_MMAP_HEAP_ADDR` /
     /// `ADSP_MMAP_REMOTE_HEAP_ADDR` allocates from (`dma_alloc_attrs` on the
     /// `qcom,msm-adsprpc-mem` device, whose memory region is sdm845's `adsp_mem` CMA pool of
@@ -202,6 +213,7 @@ impl Default for BenchConfig {
             port_connect_timeout: Duration::from_secs(5),
             getinfo_window: Duration::ZERO,
             close_ack_delay: Duration::ZERO,
+            session_iova: 0x7800_0000,
             heap_region_bytes: 16 << 20,
             mmap_writes_vaddrout: false,
             fdlist: FdlistPolicy::None,

@@ -189,6 +189,13 @@ pub(crate) struct RpcFile {
     pub in_ioctl: u32,
     pub closed: bool,
     pub perf: HashMap<i32, [i64; 12]>,
+    /// Downstream: the copy buffers of finished calls, kept for the next (`fl->cached_bufs`:
+    /// `context_free` → `fastrpc_buf_free(buf, 1)`; `fastrpc_buf_alloc` takes the smallest
+    /// that fits, or maps a new one), freed only with the file; their sizes.
+    pub copy_cache: Vec<u64>,
+    /// Downstream: bytes of every copy buffer the file has (cached or held by a call): the
+    /// cache never shrinks, so what it ever allocated. They take the file's IOVA.
+    pub copy_bytes: u64,
     /// Downstream `fl->refcount`: set by `fastrpc_channel_open` (every INIT, whether the open
     /// then works or not); `fastrpc_file_free` puts the channel's kref once if it is set and
     /// the file's restart counter ([`RpcFile::session_epoch`]) is current.
@@ -245,6 +252,8 @@ impl RpcFile {
             in_ioctl: 0,
             closed: false,
             perf: HashMap::new(),
+            copy_cache: Vec::new(),
+            copy_bytes: 0,
             holds_ref: false,
             init_mem: None,
             inited: false,
@@ -287,6 +296,9 @@ pub(crate) struct Ctx {
     /// The buffer-argument maps the call made or referenced ([`DspMap::id`]): one reference
     /// each, put back when the call ends, whatever its result (`put_args` / `context_free`).
     pub buf_maps: Vec<u64>,
+    /// Downstream: bytes of the copy buffer the call holds (`ctx->buf`), returned to its
+    /// file's cache when the context is freed ([`State::free_ctx`]); 0 upstream.
+    pub copy_buf: u64,
 }
 
 /// A real mapping made for the DSP model (a `HAP_mmap`), unmapped when the last holder drops it.
@@ -397,6 +409,12 @@ pub(crate) struct State {
     pub sessions: [u32; 4],
     pub procs: HashMap<u64, DspProcess>,
     pub ctxs: HashMap<u64, Ctx>,
+    /// The most contexts allocated at once (`context_alloc`'s table, both drivers' files).
+    pub ctxs_high_water: usize,
+    /// The most per-thread perf records one downstream file held at once (`fl->perf`).
+    pub perf_records_high_water: usize,
+    /// The most bytes of copy buffers one downstream file had ([`RpcFile::copy_bytes`]).
+    pub copy_bufs_high_water: u64,
     pub tickets: HashMap<u64, Ticket>,
     pub reverse_log: Vec<ReverseRecord>,
     pub blocked: HashSet<i32>,
@@ -719,6 +737,61 @@ impl State {
             channel_refs: self.channel_refs(),
             oopses: self.oopses.len(),
         }
+    }
+
+    /// The IOVA the downstream FastRPC file `file` holds in its SMMU context bank: every map of
+    /// a dma-buf or ADD_PAGES buffer, its copy buffers, and the init memory, page-rounded
+    /// ([`BenchConfig::session_iova`](crate::BenchConfig::session_iova)).
+    pub fn iova_in_use(&self, file: u64) -> u64 {
+        let Some(f) = self.rpc_files.get(&file) else { return 0 };
+        let page = |n: u64| n.div_ceil(4096).saturating_mul(4096);
+        f.maps
+            .iter()
+            .map(|m| page(m.size))
+            .fold(0u64, u64::saturating_add)
+            .saturating_add(f.init_mem.map_or(0, page))
+            .saturating_add(f.copy_bytes)
+    }
+
+    /// A copy buffer of at least `need` bytes for a call on downstream `file`
+    /// (`fastrpc_buf_alloc` with the cache): the smallest cached one that fits, or a new one
+    /// of `need` rounded to pages, which takes the file's IOVA (`ENOMEM` past `space`).
+    /// Returns its size.
+    pub fn take_copy_buf(&mut self, file: u64, need: u64, space: u64) -> Result<u64, hexrpc_drivers::Errno> {
+        let need = need.div_ceil(4096).saturating_mul(4096);
+        let Some(f) = self.rpc_files.get_mut(&file) else { return Err(hexrpc_drivers::Errno::EBADF) };
+        let best = f.copy_cache.iter().enumerate().filter(|(_, &s)| s >= need).min_by_key(|(_, &s)| s).map(|(i, _)| i);
+        if let Some(i) = best {
+            return Ok(f.copy_cache.swap_remove(i));
+        }
+        if !self.iova_room(file, need, space) {
+            return Err(hexrpc_drivers::Errno::ENOMEM);
+        }
+        if let Some(f) = self.rpc_files.get_mut(&file) {
+            f.copy_bytes = f.copy_bytes.saturating_add(need);
+            self.copy_bufs_high_water = self.copy_bufs_high_water.max(f.copy_bytes);
+        }
+        Ok(need)
+    }
+
+    /// `context_free`: the context goes, and its copy buffer to its file's cache.
+    pub fn free_ctx(&mut self, ctx_id: u64) -> Option<Ctx> {
+        let ctx = self.ctxs.remove(&ctx_id)?;
+        if ctx.copy_buf > 0 {
+            if let Some(f) = self.rpc_files.get_mut(&ctx.file) {
+                f.copy_cache.push(ctx.copy_buf);
+            }
+        }
+        Some(ctx)
+    }
+
+    /// Whether `bytes` more fit in `file`'s IOVA space of `space` bytes; a refusal is counted.
+    pub fn iova_room(&mut self, file: u64, bytes: u64, space: u64) -> bool {
+        let fits = self.iova_in_use(file).saturating_add(bytes.div_ceil(4096).saturating_mul(4096)) <= space;
+        if !fits {
+            self.counts.iova_refusals += 1;
+        }
+        fits
     }
 
     /// Downstream: references on the open channel that no live file will put back (the kref

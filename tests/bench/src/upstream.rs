@@ -388,7 +388,8 @@ unsafe fn invoke<'a>(sh: &'a Arc<Shared>, st: Guard<'a>, file: u64, a: u64, pre:
     };
     COPIED.with(|c| c.set((total, Duration::ZERO)));
     let ctx_id = st.id();
-    st.ctxs.insert(ctx_id, Ctx { file, sc: inv.sc, out_ptrs, crc: 0, result: None, parked: false, buf_maps: Vec::new() });
+    st.ctxs.insert(ctx_id, Ctx { file, sc: inv.sc, out_ptrs, crc: 0, result: None, parked: false, buf_maps: Vec::new(), copy_buf: 0 });
+    st.ctxs_high_water = st.ctxs_high_water.max(st.ctxs.len());
     let job = Job { ctx: ctx_id, pid, epoch: st.epoch, handle: inv.handle, sc: inv.sc, wire, copies, handles, pre, mapped: Vec::new() };
     let sh2 = sh.clone();
     if crate::workers::run(move || dsp::run_job(sh2, job)).is_err() {

@@ -21,6 +21,25 @@ impl Bench {
         self.lock().faults.iter().filter(|r| r.target == target).count()
     }
 
+    /// Takes one more reference on the newest handle map (va 0) of `fd` on the downstream
+    /// FastRPC file behind `rpc_fd`, as a call that carried `fd` would in `get_args`
+    /// (`fastrpc_mmap_find` with refs), but with no call the stack made: a reference the stack
+    /// could not have counted. False (nothing changed) if there is no such map, or `rpc_fd` is
+    /// not a downstream FastRPC file of this bench.
+    pub fn plant_handle_ref(&self, rpc_fd: hexrpc_drivers::Fd, fd: hexrpc_drivers::Fd) -> bool {
+        let mut st = self.lock();
+        let Some(crate::state::FdEntry { obj: crate::state::FdObj::Rpc(file), .. }) = st.fds.get(&rpc_fd.0) else { return false };
+        let file = *file;
+        let Some(f) = st.rpc_files.get_mut(&file) else { return false };
+        match f.maps.iter_mut().rev().find(|m| m.kind != crate::state::MapKind::AddPages && m.fd == fd.0 && m.va == 0) {
+            Some(m) => {
+                m.refs += 1;
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Forgets every injected fault that has not fired.
     pub fn clear_faults(&self) {
         self.lock().faults.clear();

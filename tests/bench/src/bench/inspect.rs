@@ -12,7 +12,7 @@ use hexrpc_drivers::Fd;
 use super::Bench;
 use crate::account::{CallCounts, CallKind, LatencySample, LatencySummary, LedgerEntry, MunmapRecord, Oops, ReverseRecord, Snapshot};
 use crate::driver_map::{BufferId, DriverMap, DriverMapKind};
-use crate::state::{DspMap, FdEntry, FdObj, MapKind};
+use crate::state::{DspMap, FdEntry, FdObj, HostMap, MapKind};
 
 /// The simulated kernel's memory in this process ([`Bench::kernel_footprint`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -392,6 +392,83 @@ impl Bench {
         }
         let st = self.lock();
         st.rpc_files.values().flat_map(|f| f.maps.iter().map(driver_map)).collect()
+    }
+
+    /// The IOVA the downstream FastRPC file behind `rpc_fd` holds in its context bank, in bytes
+    /// ([`BenchConfig::session_iova`](crate::BenchConfig::session_iova)); `None` if the number is
+    /// not a FastRPC file of this bench.
+    pub fn iova_in_use(&self, rpc_fd: Fd) -> Option<u64> {
+        let st = self.lock();
+        let Some(FdEntry { obj: FdObj::Rpc(f), .. }) = st.fds.get(&rpc_fd.0) else { return None };
+        let f = *f;
+        Some(st.iova_in_use(f))
+    }
+
+    /// The most per-thread perf records one downstream FastRPC file held at once since the
+    /// bench was made: the comma three's driver makes one for every thread that invokes on a
+    /// file (`getperfcounter`) and frees them with the file.
+    pub fn most_perf_records(&self) -> usize {
+        self.lock().perf_records_high_water
+    }
+
+    /// The copy buffers of the downstream FastRPC file behind `rpc_fd`: how many, and their
+    /// bytes (cached or held by a call; the comma three's driver keeps them until the file is
+    /// freed). `None` if the number is not a FastRPC file of this bench.
+    pub fn copy_buffers(&self, rpc_fd: Fd) -> Option<(usize, u64)> {
+        let st = self.lock();
+        let Some(FdEntry { obj: FdObj::Rpc(id), .. }) = st.fds.get(&rpc_fd.0) else { return None };
+        let id = *id;
+        let f = st.rpc_files.get(&id)?;
+        let held = st.ctxs.values().filter(|c| c.file == id && c.copy_buf > 0).count();
+        Some((f.copy_cache.len() + held, f.copy_bytes))
+    }
+
+    /// Two host mappings of the dma-buf behind `fd` side by side, each showing the buffer from
+    /// its offset 0: `first` bytes at the returned first address, then `second` bytes right
+    /// after it (one address reservation, both placed in it with `MAP_FIXED`). Kernel-rule
+    /// R18's test: a buffer in the second mapping that lies inside a driver map made at the
+    /// first's address. Unmap each through the seam's `munmap` with its own length.
+    pub fn map_twice_side_by_side(&self, fd: Fd, first: usize, second: usize) -> Result<(usize, usize), hexrpc_drivers::Errno> {
+        use rustix::mm::{MapFlags, ProtFlags};
+        let mut st = self.lock();
+        let Some(FdEntry { obj: FdObj::DmaBuf(buf), .. }) = st.fds.get(&fd.0) else { return Err(hexrpc_drivers::Errno::EBADF) };
+        let buf = *buf;
+        let blen = st.buffers.get(&buf).map_or(0, |b| b.len);
+        let ok = |n: usize| n > 0 && n.is_multiple_of(4096) && n as u64 <= blen;
+        if !ok(first) || !ok(second) {
+            return Err(hexrpc_drivers::Errno::EINVAL);
+        }
+        // SAFETY: a fresh private reservation of address space nothing else uses; the two shared
+        // mappings below replace it exactly (MAP_FIXED inside it), and `fd` is a live descriptor
+        // of this bench (checked above, under the lock that closes take).
+        let (a, b) = unsafe {
+            let base = rustix::mm::mmap_anonymous(core::ptr::null_mut(), first + second, ProtFlags::empty(), MapFlags::PRIVATE)
+                .map_err(|e| hexrpc_drivers::Errno(e.raw_os_error()))?;
+            let fd = rustix::fd::BorrowedFd::borrow_raw(fd.0);
+            let prot = ProtFlags::READ | ProtFlags::WRITE;
+            let a = rustix::mm::mmap(base, first, prot, MapFlags::SHARED | MapFlags::FIXED, fd, 0);
+            let b = rustix::mm::mmap(base.cast::<u8>().add(first).cast(), second, prot, MapFlags::SHARED | MapFlags::FIXED, fd, 0);
+            match (a, b) {
+                (Ok(a), Ok(b)) => (a as usize, b as usize),
+                (a, b) => {
+                    let _ = rustix::mm::munmap(base, first + second);
+                    return Err(hexrpc_drivers::Errno(a.and(b).err().map_or(hexrpc_drivers::Errno::EINVAL.0, |e| e.raw_os_error())));
+                }
+            }
+        };
+        st.host_maps.insert(a, HostMap { len: first, buf: Some(buf) });
+        st.host_maps.insert(b, HostMap { len: second, buf: Some(buf) });
+        if let Some(x) = st.buffers.get_mut(&buf) {
+            x.host_maps += 2;
+        }
+        Ok((a, b))
+    }
+
+    /// The most call contexts the simulated kernel held at once since the bench was made
+    /// (downstream `context_alloc`'s global table of 256, mainline's idr of 255 per channel;
+    /// Linux's own driver is not counted here).
+    pub fn most_contexts(&self) -> usize {
+        self.lock().ctxs_high_water
     }
 
     /// The buffer (ION buffer or dma-buf) a descriptor number names now, if it names one.

@@ -141,6 +141,10 @@ pub(super) unsafe fn init<'a>(sh: &'a Shared, st: Guard<'a>, file: u64, kind: Ca
                 return (st, Err(Errno::EINVAL));
             }
             let memlen = u64::from(init.filelen.saturating_mul(4)).max(3 << 20).next_multiple_of(1 << 20);
+            // `fastrpc_buf_alloc` maps the init memory into the file's context bank.
+            if !st.iova_room(file, memlen, sh.cfg.session_iova) {
+                return (st, Err(Errno::ENOMEM));
+            }
             let s = &mut *st;
             if let Some(f) = s.rpc_files.get_mut(&file) {
                 if f.init_mem.replace(memlen).is_some() {

@@ -102,7 +102,11 @@ pub(super) unsafe fn invoke<'a>(
     let mut buf_maps: Vec<Option<u64>> = Vec::with_capacity(nbuf);
     for (i, a) in pra[..nbuf].iter().enumerate() {
         let (fd, b) = (arg_fd(i), a.buf());
-        buf_maps.push(if fd != 0 && fd != -1 { map_buffer(&mut st, file, fd, arg_attr(i), b.pv, b.len) } else { None });
+        buf_maps.push(if fd != 0 && fd != -1 {
+            map_buffer(&mut st, file, fd, arg_attr(i), b.pv, b.len, sh.cfg.session_iova)
+        } else {
+            None
+        });
     }
     let taken: Vec<u64> = buf_maps.iter().flatten().copied().collect();
     // Any later failure ends in context_free: the buffer maps' references go back, while every
@@ -130,6 +134,12 @@ pub(super) unsafe fn invoke<'a>(
                     fail(&mut st);
                     return (st, eperm());
                 };
+                // Mapping the whole dma-buf into the file's context bank takes its IOVA; past
+                // the space the map fails, and so does the call (R22).
+                if !st.iova_room(file, blen, sh.cfg.session_iova) {
+                    fail(&mut st);
+                    return (st, eperm());
+                }
                 // A handle map has va 0, len 0 and no DSP address; the DSP is told the whole
                 // buffer (map->size).
                 if let Some(f) = st.rpc_files.get_mut(&file) {
@@ -276,16 +286,31 @@ pub(super) unsafe fn invoke<'a>(
     }
     let identity = st.rpc_files.get(&file).map_or(0, |f| f.tgid);
     let pid = st.process_of_identity(identity).unwrap_or(NO_PROCESS);
+    // get_args: the copy buffer (metadata and copies) from the file's cache or newly mapped.
+    let copy_buf = match st.take_copy_buf(file, copylen, sh.cfg.session_iova) {
+        Ok(size) => size,
+        Err(e) => {
+            fail(&mut st);
+            return (st, Err(e));
+        }
+    };
     COPIED.with(|c| c.set((total, Duration::ZERO)));
     let ctx_id = st.id();
-    st.ctxs.insert(ctx_id, Ctx { file, sc: inv.sc, out_ptrs, crc: crc_ptr, result: None, parked: false, buf_maps: taken.clone() });
+    st.ctxs
+        .insert(ctx_id, Ctx { file, sc: inv.sc, out_ptrs, crc: crc_ptr, result: None, parked: false, buf_maps: taken.clone(), copy_buf });
+    st.ctxs_high_water = st.ctxs_high_water.max(st.ctxs.len());
+    // `getperfcounter` at the top of `fastrpc_internal_invoke`: every thread that invokes gets a
+    // record, profiling on or off, freed only with the file (`fastrpc_file_free`).
+    let mut records = 0;
     if let Some(f) = st.rpc_files.get_mut(&file) {
+        let rec = f.perf.entry(tid).or_insert([0; 12]);
         if f.profile {
-            let rec = f.perf.entry(tid).or_insert([0; 12]);
             rec[0] += 1;
             rec[9] = tid as i64;
         }
+        records = f.perf.len();
     }
+    st.perf_records_high_water = st.perf_records_high_water.max(records);
     let job = Job {
         ctx: ctx_id,
         pid,
@@ -300,7 +325,7 @@ pub(super) unsafe fn invoke<'a>(
     };
     let sh2 = sh.clone();
     if crate::workers::run(move || dsp::run_job(sh2, job)).is_err() {
-        st.ctxs.remove(&ctx_id);
+        st.free_ctx(ctx_id);
         fail(&mut st);
         return (st, Err(Errno::ENOMEM));
     }
@@ -395,7 +420,7 @@ fn wait_and_finish<'a>(
     }
     st.blocked.remove(&tid);
     st.interrupts.remove(&tid);
-    let Some(ctx) = st.ctxs.remove(&ctx_id) else { return (st, eperm()) };
+    let Some(ctx) = st.free_ctx(ctx_id) else { return (st, eperm()) };
     // put_args / context_free: the call's buffer maps, whatever its result.
     put_buffer_maps(&mut st, file, &ctx.buf_maps);
     let Some(res) = ctx.result else { return (st, eperm()) };

@@ -55,7 +55,7 @@ pub(super) unsafe fn mmap<'a>(sh: &'a Shared, st: Guard<'a>, file: u64, kind: Ca
                 }
                 return (st, Err(Errno::EFAULT));
             }
-            if m.size > sh.cfg.ion_capacity {
+            if m.size > sh.cfg.ion_capacity || !st.iova_room(file, m.size, sh.cfg.session_iova) {
                 return (st, Err(Errno::ENOMEM));
             }
             let (st2, r) = kernel_invoke(sh, st, file, kind, DspCallKind::KernelMmap);
@@ -98,7 +98,7 @@ pub(super) unsafe fn mmap<'a>(sh: &'a Shared, st: Guard<'a>, file: u64, kind: Ca
             }
             let Some(b) = st.dmabuf(m.fd) else { return (st, eperm()) };
             let buf_len = st.buffers.get(&b).map_or(0, |b| b.len);
-            if m.size > buf_len {
+            if m.size > buf_len || !st.iova_room(file, buf_len, sh.cfg.session_iova) {
                 return (st, eperm());
             }
             let (st2, r) = kernel_invoke(sh, st, file, kind, DspCallKind::KernelMmap);
@@ -306,8 +306,9 @@ pub(super) fn put_buffer_maps(st: &mut State, file: u64, ids: &[u64]) {
 /// (`map->size`, `sg_dma_len`) and the attributes; `FASTRPC_ATTR_KEEP_MAP` makes its first count
 /// 2, so it outlives the call. Returns the map's id, or `None`: the caller (get_args) ignores the
 /// failure and copies the buffer instead. (A KEEP_MAP map whose import fails is left with one
-/// reference on no list by the driver, a kernel memory leak the bench does not count.)
-pub(super) fn map_buffer(st: &mut State, file: u64, fd: i32, attr: u32, va: u64, len: u64) -> Option<u64> {
+/// reference on no list by the driver, a kernel memory leak the bench does not count.) The map
+/// takes the whole buffer's IOVA; past `iova_space` it fails like any other.
+pub(super) fn map_buffer(st: &mut State, file: u64, fd: i32, attr: u32, va: u64, len: u64, iova_space: u64) -> Option<u64> {
     let end = va.checked_add(len)?;
     let f = st.rpc_files.get(&file)?;
     if let Some(i) = f.maps.iter().rposition(|x| x.kind != MapKind::AddPages && x.fd == fd && x.va <= va && end <= x.va + x.len) {
@@ -322,6 +323,10 @@ pub(super) fn map_buffer(st: &mut State, file: u64, fd: i32, attr: u32, va: u64,
     }
     let buf = st.dmabuf(fd)?;
     let size = st.buffers.get(&buf)?.len;
+    // The whole dma-buf into the file's IOVA space ([`BenchConfig::session_iova`]).
+    if !st.iova_room(file, size, iova_space) {
+        return None;
+    }
     let id = st.id();
     let refs = if attr & FASTRPC_ATTR_KEEP_MAP != 0 { 2 } else { 1 };
     st.rpc_files.get_mut(&file)?.maps.push(DspMap { kind: MapKind::Buffer, fd, buf: Some(buf), va, len, raddr: 0, refs, size, attr, id });

@@ -229,6 +229,44 @@ fn downstream_a_mapped_buffer_is_checked_at_its_start_only() {
     teardown(&b, node, rpc, shell, [a, t]);
 }
 
+/// R18, which VMA: the page offset of a mapped buffer is its page's distance from the start of
+/// the VMA that holds the map's CREATION address (`find_vma(current->mm, map->va)` in
+/// `get_args`), as if that VMA showed the dma-buf from offset 0, not from the VMA the buffer lies
+/// in. A kept map made over two host mappings side by side (each showing the buffer from its
+/// offset 0) and a buffer in the second: the DSP writes 8 KiB into the dma-buf (its distance
+/// from the first), where the caller sees nothing of it, not at 0, where the second mapping
+/// shows it. A model that took the buffer's own VMA fails this test every time; the other R18
+/// tests catch it only in some address layouts.
+#[test]
+fn downstream_a_buffer_in_a_later_vma_of_its_map_is_placed_from_the_creation_vma() {
+    let _n = numbers();
+    let (Rig { b, node, rpc, shell, .. }, ()) = rig_with(config(&hexrpc_bsp::BENCH), ds_failing_library);
+    let h = b.preload_library(rpc, "fails").expect("library");
+    let a = lease(&b, node, 4096);
+    let mut t = lease(&b, node, 16384);
+    let (first, second) = b.map_twice_side_by_side(t.fd, 8192, 8192).expect("two mappings side by side");
+    assert_eq!(second, first + 8192);
+    let keep = adsprpc::FASTRPC_ATTR_KEEP_MAP;
+    // The kept map is made at `first` and covers both mappings.
+    assert_eq!(ds_launch_timer_in(&b, rpc, h, &a, (first as u64, 16384), t.fd.0, keep), Ok(aee::AEE_EFAILED));
+    t.fill(0xEE);
+    assert_eq!(ds_launch_timer_in(&b, rpc, h, &a, (second as u64, 8), t.fd.0, 0), Ok(aee::AEE_EFAILED));
+    let at = |off: usize| {
+        let mut v = vec![0u8; 8];
+        t.map.read_at(off, &mut v).expect("read");
+        v
+    };
+    assert_eq!(at(0), vec![0xEE; 8], "placed from the buffer's own VMA (where the caller sees it)");
+    assert_ne!(at(8192), vec![0xEE; 8], "the DSP wrote 8 KiB into the dma-buf, the buffer's distance from the map's VMA");
+    let maps: Vec<_> = b.driver_maps(rpc).unwrap().into_iter().filter(|m| m.kind == DriverMapKind::Buffer).collect();
+    assert_eq!(maps.len(), 1, "the second call found the kept map");
+    for (addr, len) in [(first, 8192), (second, 8192)] {
+        // SAFETY: the two mappings made above, unmapped once each with their own lengths.
+        unsafe { b.munmap(std::ptr::NonNull::new(addr as *mut u8).unwrap(), len) }.expect("munmap");
+    }
+    teardown(&b, node, rpc, shell, [a, t]);
+}
+
 /// `context_free` puts buffer-argument maps only: after a call that failed (a handle at a later
 /// argument that is no dma-buf, or a send with no channel open), every handle already mapped
 /// keeps the reference the call took.
