@@ -133,12 +133,40 @@ pub struct Limits {
     pub kept_numbers: u16,
     /// Most `MUNMAP_FD` calls a dropped lease makes on one channel (downstream drivers: one per
     /// handle reference the driver still holds, one per call that carried the lease and was not
-    /// given back by the DSP's fdlist). A drain that reaches it does not close the number: the
-    /// number is kept (retired) until that channel closes, as when a DSP mapping cannot be
-    /// released, because a map of it left in the driver would hand the next lease with that
-    /// number this lease's pages (kernel-rules R1, R8). The bound only keeps a driver that
-    /// never says "no map left" from hanging a drop.
+    /// given back by the DSP's fdlist). The session counts the calls that carried each lease: a
+    /// lease carried this many times or more gets no `MUNMAP_FD` at all, and its number is
+    /// kept (retired) until that channel closes, as when a DSP mapping cannot be released,
+    /// because a map of it left in the driver would hand the next lease with that number this
+    /// lease's pages (kernel-rules R1, R8, R21). The bound keeps a drop's cost bounded, and a
+    /// driver that never says "no map left" from hanging it.
     pub munmap_fd_drain: u32,
+    /// Most library calls a session has in the driver at once, each holding one of the driver's
+    /// call contexts: 256 for every process on the kernel (downstream `context_alloc`,
+    /// `FASTRPC_CTX_MAX`; mainline `fastrpc_context_alloc`'s idr, per channel). A call abandoned
+    /// at its deadline keeps its context until its channel is released, so it counts until
+    /// then. A call past the share is refused before it is sent
+    /// (`hexrpc_hal::Budget::CallContexts`), so that one process cannot
+    /// take every context of the device (kernel-rules R22). The session's own calls (the
+    /// reverse-RPC listener's one, library opens and closes) are not counted: at most a few more.
+    pub calls_in_flight: u16,
+    /// Most bytes of leases a session holds at once, page-rounded, those kept for a channel
+    /// that may still map them included. On the comma three every FastRPC file's SMMU context
+    /// bank has 0x78000000 bytes of IOVA (`fastrpc_cb_probe`), which each dma-buf the driver
+    /// maps for it takes whole (a handle's map lasts until it is drained or the channel
+    /// closes), beside the init memory, the driver's copy buffers and the DSP's own maps; past
+    /// it a handle's map fails and so does the call. This is that space less
+    /// [`max_dsp_map_bytes`](Self::max_dsp_map_bytes) and 16 MiB for the init memory (at most
+    /// 8 MiB) and copy buffers; an allocation past it is refused
+    /// (`hexrpc_hal::Budget::Iova`, kernel-rules R23). Upstream context banks have more room;
+    /// the same bound is kept.
+    pub lease_iova: u64,
+    /// Most distinct threads that make library calls on one channel. The comma three's driver
+    /// creates a record for every thread that invokes on a file (`getperfcounter` at the top of
+    /// `fastrpc_internal_invoke`, profiling on or off) and frees them only with the file
+    /// (`fastrpc_file_free`): a service that calls from ever new threads grows kernel memory
+    /// without bound. Past this count the session replaces its channel (a planned recovery),
+    /// whose new file starts with none (kernel-rules R24).
+    pub perf_records: u16,
 }
 
 /// How a session recovers after a DSP restart or an abandoned call: bounded retries with
@@ -277,6 +305,9 @@ const DEFAULT_LIMITS: Limits = Limits {
     max_dsp_map_bytes: 64 << 20,
     kept_numbers: 256,
     munmap_fd_drain: 1 << 20,
+    calls_in_flight: 64,
+    lease_iova: 0x7800_0000 - (64 << 20) - (16 << 20),
+    perf_records: 1024,
 };
 
 /// comma three (sdm845) on AGNOS.

@@ -117,6 +117,42 @@ pub enum Cause {
         /// The arena's node count ([`ARENA_BLOCKS`](crate::ARENA_BLOCKS)).
         blocks: u32,
     },
+    /// A budget of the driver that the stack keeps within on its own side was reached: the
+    /// call was not sent (docs/kernel-rules.md, R22 onwards).
+    Budget(Budget),
+}
+
+/// A driver budget that [`Cause::Budget`] names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum Budget {
+    /// The driver's call contexts: 256 for every process on the kernel (the comma three's
+    /// `context_alloc` and mainline's `fastrpc_context_alloc`), held by each call until it
+    /// returns and by an abandoned call until its channel is released. A session keeps at most
+    /// [`Limits::calls_in_flight`](hexrpc_bsp::Limits::calls_in_flight) of them (R22).
+    CallContexts {
+        /// The session's share ([`Limits::calls_in_flight`](hexrpc_bsp::Limits::calls_in_flight)).
+        limit: u16,
+        /// Of them, held by abandoned calls until their channel is released (`recover()`
+        /// releases them).
+        parked: u16,
+    },
+    /// The session's IOVA space: on the comma three each FastRPC file's SMMU context bank has
+    /// 0x78000000 bytes (`fastrpc_cb_probe`), which every dma-buf the driver maps for it takes
+    /// whole, until the map goes. A session's leases, those kept for a channel that may still
+    /// map them included, stay within
+    /// [`Limits::lease_iova`](hexrpc_bsp::Limits::lease_iova) (R23); past it an allocation is
+    /// refused. Drop leases, or `recover()` to release what is kept.
+    Iova {
+        /// The session's budget, bytes.
+        limit: u64,
+        /// Bytes held now (page-rounded leases and what is kept).
+        held: u64,
+        /// Of `held`, bytes kept for channels that may still map them.
+        kept: u64,
+        /// The bytes asked for, page-rounded.
+        requested: u64,
+    },
 }
 
 /// The shell paths a session tried (the board's list), for [`Cause::ShellNotFound`].
@@ -264,7 +300,9 @@ impl HalError {
             Cause::DspRestart | Cause::Timeout | Cause::NeedsRecovery | Cause::ListenerStopped | Cause::Quarantined => {
                 ErrorKind::Recoverable
             }
-            Cause::Invalid | Cause::TooLarge | Cause::Full | Cause::ArenaFull { .. } | Cause::ArenaBlocks { .. } => ErrorKind::Usage,
+            Cause::Invalid | Cause::TooLarge | Cause::Full | Cause::ArenaFull { .. } | Cause::ArenaBlocks { .. } | Cause::Budget(_) => {
+                ErrorKind::Usage
+            }
             Cause::Dsp(_) | Cause::Refused(_) => ErrorKind::Remote,
             _ => ErrorKind::Other,
         }
@@ -290,6 +328,8 @@ impl HalError {
             Cause::ChannelStuck { .. } => Errno::EPERM,
             Cause::ArenaFull { .. } => Errno::ENOMEM,
             Cause::ArenaBlocks { .. } => Errno::ENOSPC,
+            Cause::Budget(Budget::CallContexts { .. }) => Errno::EAGAIN,
+            Cause::Budget(Budget::Iova { .. }) => Errno::ENOMEM,
         }
     }
 }
@@ -346,6 +386,18 @@ impl fmt::Display for HalError {
                 f,
                 "all {blocks} bookkeeping blocks of the arena are in use (free and used ranges together); free \
                  sub-allocations or use another arena"
+            ),
+            Cause::Budget(Budget::CallContexts { limit, parked }) => write!(
+                f,
+                "the session has {limit} calls in the driver already ({parked} of them abandoned, held until \
+                 recover()): its share of the driver's 256 call contexts, which every process on the device \
+                 shares; the call was not sent. Wait for a call to return, or make fewer at once"
+            ),
+            Cause::Budget(Budget::Iova { limit, held, kept, requested }) => write!(
+                f,
+                "{requested} more bytes of leases would pass the session's IOVA budget of {limit} bytes (the \
+                 driver maps every lease whole into the session's SMMU space): {held} held, {kept} of them kept \
+                 for a channel that may still map them; drop leases, or recover() to release what is kept"
             ),
             Cause::Refused(r) => {
                 write!(f, "the DSP refused to load the library: {}", r.code())?;

@@ -348,9 +348,19 @@ impl<S: Syscalls + Clone> HeapOpened<S> {
 
 impl<S: Syscalls + Clone> Session<S> {
     /// Allocates `len` bytes (rounded up to a page) from the board's allocator (ION heap or
-    /// dma-heap), shared and mapped.
+    /// dma-heap), shared and mapped. Refused with [`Budget::Iova`](crate::Budget::Iova) when
+    /// the session's leases (those kept for a channel included) would pass the board's
+    /// [`Limits::lease_iova`](hexrpc_bsp::Limits::lease_iova).
     pub fn alloc(&self, len: usize) -> Result<Lease<'_, S>, HalError> {
-        let raw = RawLease::alloc(&self.sys, self.ion.raw(), self.board, len, Stage::Alloc)?;
+        let raw = self.alloc_raw(len)?;
         Ok(Lease::new(raw, self.sys.clone(), self.ion.raw(), Owner::Session(self)))
+    }
+
+    /// A lease's memory, charged to the session's IOVA budget (given back when the lease, or
+    /// what is kept of it, is released).
+    pub(crate) fn alloc_raw(&self, len: usize) -> Result<RawLease<S>, HalError> {
+        self.charge_iova(len)?;
+        RawLease::alloc(&self.sys, self.ion.raw(), self.board, len, Stage::Alloc)
+            .inspect_err(|_| self.uncharge_iova(crate::session::iova_len(len)))
     }
 }

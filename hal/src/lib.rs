@@ -123,7 +123,7 @@ pub mod internal {
 
 pub use arena::{Arena, ArenaBuf, ArenaError, ArenaStats, OffsetAllocator, ARENA_ALIGN, ARENA_BLOCKS};
 pub use call::{Call, HandleArg};
-pub use error::{Cause, ErrorKind, HalError, OpenAdvice, Refusal, ShellSearch, Stage, REFUSAL_TEXT};
+pub use error::{Budget, Cause, ErrorKind, HalError, OpenAdvice, Refusal, ShellSearch, Stage, REFUSAL_TEXT};
 pub use fd::OwnedFd;
 pub use hexrpc_drivers::adsprpc::ArgsError;
 pub use image::LibraryImage;

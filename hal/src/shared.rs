@@ -16,9 +16,8 @@ use std::sync::Arc;
 use hexrpc_drivers::Syscalls;
 
 use crate::arena::{Arena, ArenaStats, Block, ARENA_ALIGN};
-use crate::buffer::RawLease;
 use crate::call::Call;
-use crate::error::{HalError, Stage};
+use crate::error::HalError;
 use crate::image::LibraryImage;
 use crate::lease::{BufferView, Lease, Owner};
 use crate::session::remotectl::ImageRegistry;
@@ -260,7 +259,7 @@ impl<S: Syscalls + Clone> Session<S> {
     where
         S: 'static,
     {
-        let raw = RawLease::alloc(&self.sys, self.ion.raw(), self.board, len, Stage::Alloc)?;
+        let raw = self.alloc_raw(len)?;
         Ok(SharedLease { lease: Lease::new(raw, self.sys.clone(), self.ion.raw(), Owner::Shared(self.clone())), session: self.clone() })
     }
 

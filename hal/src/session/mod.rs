@@ -28,6 +28,7 @@ use crate::error::{Cause, HalError, Stage};
 use crate::fd::OwnedFd;
 use crate::stages::{self, Channel, HeapOpened, ProcessCreated};
 use crate::sync;
+pub(crate) use book::iova_len;
 use book::Book;
 use remotectl::{remotectl_close, LibSlot, MAX_LIBRARIES};
 
@@ -137,6 +138,10 @@ pub struct Session<S: Syscalls + Clone> {
     replacements: AtomicU32,
     /// Calls whose deadline passed before they were sent ([`Session::deadlines_unsent`]).
     deadline_unsent: AtomicU64,
+    /// This session among every session of the process (threads remember which channels they
+    /// called on by it: [`Session::note_caller`]).
+    #[cfg(feature = "std")]
+    serial: u32,
     recovery: sync::Mutex<RecoveryCtl>,
     recovered: sync::Condvar,
     /// Bumped (under its mutex) whenever the published channel changes or a listener lease
@@ -283,6 +288,11 @@ impl<S: Syscalls + Clone> Session<S> {
             retired_generation: AtomicU32::new(0),
             replacements: AtomicU32::new(0),
             deadline_unsent: AtomicU64::new(0),
+            #[cfg(feature = "std")]
+            serial: {
+                static NEXT: AtomicU32 = AtomicU32::new(1);
+                NEXT.fetch_add(1, Ordering::Relaxed)
+            },
             recovery: sync::Mutex::new(RecoveryCtl { running: false, round: 0, last: Ok(()), pending: None, failure: None, lost: 0 }),
             recovered: sync::Condvar::new(),
             events: sync::Mutex::new(0),
@@ -446,6 +456,7 @@ impl<S: Syscalls + Clone> Session<S> {
         self.check_health(st)?;
         let lease = chan.current.and_then(|i| self.cells[i].lease()).ok_or(HalError::new(st, Cause::NeedsRecovery))?;
         let (remote, map_cache) = self.slot_info(slot).ok_or(HalError::new(st, Cause::Invalid))?;
+        let context = self.take_call_context()?;
         self.admit_handles(args)?;
         if map_cache {
             for h in args.handles() {
@@ -458,12 +469,16 @@ impl<S: Syscalls + Clone> Session<S> {
         if abandon() {
             return Err(self.unsent_timeout());
         }
-        match driver::invoke_handles(&self.sys, self.board, lease.fd(), remote, args, &abandon) {
+        let over_callers = chan.current.is_some_and(|i| self.note_caller(self.cell_gen[i].load(Ordering::Acquire)));
+        let result = match driver::invoke_handles(&self.sys, self.board, lease.fd(), remote, args, &abandon) {
             Err(hexrpc_drivers::Error::Os(hexrpc_drivers::Errno::EINTR)) => {
                 // The DSP may still run the call and touch its buffers until its process is
-                // released: they are refused and kept until this channel is closed.
+                // released: they are refused and kept until this channel is closed, and so is
+                // the driver's context of the call.
                 if let Some(i) = chan.current {
-                    self.quarantine_call(self.cell_gen[i].load(Ordering::Acquire), args);
+                    let generation = self.cell_gen[i].load(Ordering::Acquire);
+                    self.quarantine_call(generation, args);
+                    context.park(generation);
                 }
                 // Downstream: the drivers retired the channel's descriptor to abandon the call.
                 // Upstream: nothing was retired (the driver never resumes a call); the channel is
@@ -474,7 +489,56 @@ impl<S: Syscalls + Clone> Session<S> {
                 Err(self.note_failure(HalError::new(st, Cause::Timeout)))
             }
             r => r.map_err(|e| self.note_failure(HalError::sys(st, e))),
+        };
+        if over_callers {
+            // Every thread that ever called on the channel holds a record in its file until the
+            // file is freed (R24): a new channel starts with none. Outside the channel lock,
+            // which the replacement takes exclusively.
+            drop(lease);
+            drop(chan);
+            log::info!(
+                "more than {} threads called on this channel (the driver keeps a record of each until it is closed): replacing the channel",
+                self.board.limits.perf_records
+            );
+            self.replace_channel();
         }
+        result
+    }
+
+    /// Notes that this thread calls on channel generation `generation`; true when that makes
+    /// more distinct calling threads on it than the board's
+    /// [`Limits::perf_records`](hexrpc_bsp::Limits::perf_records) (R24). Each thread remembers
+    /// the last four channels it called on (session, generation); a thread that alternates
+    /// between more is counted again, which only makes the replacement come sooner.
+    #[cfg(feature = "std")]
+    fn note_caller(&self, generation: u32) -> bool {
+        std::thread_local! {
+            static SEEN: core::cell::Cell<[(u32, u32); 4]> = const { core::cell::Cell::new([(0, 0); 4]) };
+        }
+        let key = (self.serial, generation);
+        let new = SEEN.with(|seen| {
+            let mut v = seen.get();
+            if v.contains(&key) {
+                return false;
+            }
+            v.rotate_right(1);
+            v[0] = key;
+            seen.set(v);
+            true
+        });
+        new && self.book.callers.fetch_add(1, Ordering::AcqRel) + 1 == u32::from(self.board.limits.perf_records) + 1
+    }
+
+    /// Without threads of its own a `no_std` user has a fixed set of callers: nothing is noted.
+    #[cfg(not(feature = "std"))]
+    fn note_caller(&self, _generation: u32) -> bool {
+        false
+    }
+
+    /// Distinct threads that called on the current channel, as counted for
+    /// [`Limits::perf_records`](hexrpc_bsp::Limits::perf_records) (tests, diagnostics).
+    pub fn callers(&self) -> u32 {
+        self.book.callers.load(Ordering::Acquire)
     }
 }
 

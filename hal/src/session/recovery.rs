@@ -148,7 +148,7 @@ impl<S: Syscalls + Clone> Session<S> {
         match outcome {
             Some(Ok(generation)) => {
                 self.replacements.fetch_add(1, Ordering::Relaxed);
-                log::info!("channel replaced by generation {generation} (the lease bookkeeping's bound)");
+                log::info!("channel replaced by generation {generation} (a bound of what the driver keeps per channel)");
                 ctl.last = Ok(());
             }
             Some(Err(e)) => {
@@ -274,8 +274,10 @@ impl<S: Syscalls + Clone> Session<S> {
             self.keep_shell(generation, shell);
         }
         chan.current = Some(i);
-        // The old DSP process's mappings, cached ones included, end with it.
+        // The old DSP process's mappings, cached ones included, end with it, and the handle
+        // references counted were the old channel's (it is closed or closing: never drained).
         self.book.forget_cached();
+        self.book.forget_carried();
         self.generation.store(generation, Ordering::Release);
         // The listener serves the new channel from here on; the libraries need it to load.
         self.published.store(pack_channel(i, generation), Ordering::Release);

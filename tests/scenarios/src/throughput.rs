@@ -75,6 +75,9 @@ impl<'img, S: Syscalls> StreamBench<'img, S> {
             max_dsp_map_bytes: 0,
             kept_numbers: 0,
             munmap_fd_drain: 0,
+            calls_in_flight: 0,
+            lease_iova: 0,
+            perf_records: 0,
         };
         let policy = FilePolicy::new(&[], limits).map_err(|_| ThroughputError { step: "policy", status: -1 })?;
         let service = ReverseService::new(sys, Fd(-1), policy);

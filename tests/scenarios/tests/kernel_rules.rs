@@ -16,7 +16,7 @@
 
 use std::time::{Duration, Instant};
 
-use hexrpc_bench::{wire, Bench, DriverMapKind, DspCallKind, Fault, FaultTarget, LedgerEvent, ReverseRequest};
+use hexrpc_bench::{wire, Bench, BenchConfig, CallKind, DriverMapKind, DspCallKind, Fault, FaultTarget, LedgerEvent, ReverseRequest};
 use hexrpc_bsp::{Board, KernelAbi};
 use hexrpc_drivers::{adsprpc, listener, Scalars};
 use hexrpc_hal::internal::ListenerPlumbing;
@@ -92,7 +92,10 @@ fn a_drain_cut_short_keeps_the_number(board: &'static Board) {
         }
         assert!(bytes(&out).iter().all(|&b| b == 11));
         assert!(handle_maps(&bench, &rig).iter().any(|m| m.fd == a_fd.0), "a's handle map is in the driver");
+        let munmap_fds = bench.counts().of(CallKind::RpcMunmapFd);
         drop(a);
+        // Carried more often than the bound: no drain that would stop short anyway.
+        assert_eq!(bench.counts().of(CallKind::RpcMunmapFd) - munmap_fds, 0, "MUNMAP_FDs made by a drop past the bound");
         let mut b = new_lease_seeking(&rig, a_fd);
         b.fill(0, 4096, 20).unwrap();
         launch(&lib, &b.whole(), &out.whole(), 1, None).unwrap();
@@ -111,6 +114,320 @@ fn a_drain_cut_short_keeps_the_number(board: &'static Board) {
     // The channel's close frees what the driver kept of a and closes the kept number.
     assert_eq!(back_to(&bench, &start), start);
     assert_eq!(bench.all_driver_maps(), vec![]);
+}
+
+#[test]
+fn a_drop_makes_one_munmap_fd_per_call_that_carried_the_lease_and_one_more_on_the_downstream_bench() {
+    let _serial = serial();
+    let bench = bench_for(&hexrpc_bsp::BENCH);
+    let start = bench.snapshot();
+    {
+        let rig = start_rig(&bench).unwrap();
+        let lib = rig.open_library(LIB, image(LIB)).unwrap();
+        let out = rig.session().alloc(4096).unwrap();
+        let a = rig.session().alloc(4096).unwrap();
+        for launches in [1u64, 5, 40] {
+            let mut a = rig.session().alloc(4096).unwrap();
+            a.fill(0, 4096, 3).unwrap();
+            for _ in 0..launches {
+                launch(&lib, &a.whole(), &out.whole(), 1, None).unwrap();
+            }
+            // A batch run carries it once, whatever number of records name it.
+            let sigs = [Signature::parse(SIG).unwrap()];
+            let mut batch = Batch::new(&sigs).unwrap();
+            let (av, ov) = (a.whole(), out.whole());
+            for _ in 0..3 {
+                batch.push(0, &[BufferRef::of(&av), BufferRef::of(&ov)], &[Scalar::U32(1)]).unwrap();
+            }
+            assert_eq!(batch.run(&lib).unwrap().launches, 3);
+            let carried = launches + 1;
+            let refs: u32 = handle_maps(&bench, &rig).iter().filter(|m| m.fd == a.fd().0).map(|m| m.refs).sum();
+            assert_eq!(u64::from(refs), carried, "one handle reference per call that carried a");
+            let before = bench.counts().of(CallKind::RpcMunmapFd);
+            drop(a);
+            assert_eq!(
+                bench.counts().of(CallKind::RpcMunmapFd) - before,
+                carried + 1,
+                "MUNMAP_FDs for {carried} calls: one per reference and one refused"
+            );
+            assert_eq!(rig.session().kept_counts().0, 0, "the number is closed, not kept");
+        }
+        drop((a, out, lib));
+    }
+    assert_eq!(back_to(&bench, &start), start);
+}
+
+/// A handle reference of a lease's number that none of the stack's calls took (planted by the
+/// bench: a driver or another user of the file holding the map): the drain drops the references
+/// its calls took, then the last MUNMAP_FD is not refused, so a map may be left. The number is
+/// kept until the channel closes, and the reference the stack did not take is left alone (one
+/// call beyond the count at most). Before the count, the drain went on until refused: it
+/// dropped the other holder's reference and closed the number.
+#[test]
+fn a_reference_nobody_counted_keeps_the_number_on_the_downstream_bench() {
+    let _serial = serial();
+    let bench = bench_for(&hexrpc_bsp::BENCH);
+    let start = bench.snapshot();
+    {
+        let rig = start_rig(&bench).unwrap();
+        let lib = rig.open_library(LIB, image(LIB)).unwrap();
+        let out = rig.session().alloc(4096).unwrap();
+        let mut a = rig.session().alloc(4096).unwrap();
+        a.fill(0, 4096, 3).unwrap();
+        for _ in 0..4 {
+            launch(&lib, &a.whole(), &out.whole(), 1, None).unwrap();
+        }
+        let (rpc, _) = rig.session().listener_fd().expect("a channel");
+        let a_fd = a.fd();
+        assert!(bench.plant_handle_ref(rpc, a_fd), "a's handle map is in the driver");
+        assert!(bench.plant_handle_ref(rpc, a_fd));
+        let before = bench.counts().of(CallKind::RpcMunmapFd);
+        drop(a);
+        assert_eq!(bench.counts().of(CallKind::RpcMunmapFd) - before, 5, "four counted references and one more, not until refused");
+        let left: u32 = handle_maps(&bench, &rig).iter().filter(|m| m.fd == a_fd.0).map(|m| m.refs).sum();
+        assert_eq!(left, 1, "one of the two references nobody counted is left");
+        assert_eq!(rig.session().kept_counts().0, 1, "a's number is kept for the channel");
+        let b = new_lease_seeking(&rig, a_fd);
+        assert_ne!(b.fd(), a_fd, "a's number, with a handle map of it left in the driver, was handed out again");
+        drop((b, out, lib));
+    }
+    // The channel's close frees the map and closes the kept number.
+    assert_eq!(back_to(&bench, &start), start);
+    assert_eq!(bench.all_driver_maps(), vec![]);
+}
+
+static FEW_CONTEXTS: Board = Board { limits: hexrpc_bsp::Limits { calls_in_flight: 3, ..hexrpc_bsp::BENCH.limits }, ..hexrpc_bsp::BENCH };
+static FEW_CONTEXTS_UP: Board =
+    Board { limits: hexrpc_bsp::Limits { calls_in_flight: 3, ..hexrpc_bsp::BENCH_UPSTREAM.limits }, ..hexrpc_bsp::BENCH_UPSTREAM };
+
+#[test]
+fn calls_past_the_sessions_share_of_call_contexts_are_refused_on_the_downstream_bench() {
+    calls_past_the_sessions_share_of_call_contexts_are_refused(&FEW_CONTEXTS);
+}
+
+#[test]
+fn calls_past_the_sessions_share_of_call_contexts_are_refused_on_the_upstream_bench() {
+    calls_past_the_sessions_share_of_call_contexts_are_refused(&FEW_CONTEXTS_UP);
+}
+
+#[cfg(feature = "linux")]
+static FEW_CONTEXTS_LINUX: Board =
+    Board { limits: hexrpc_bsp::Limits { calls_in_flight: 3, ..hexrpc_bsp::BENCH_LINUX.limits }, ..hexrpc_bsp::BENCH_LINUX };
+
+/// On Linux's own driver (whose contexts the bench does not count: the share is what is shown).
+#[cfg(feature = "linux")]
+#[test]
+fn calls_past_the_sessions_share_of_call_contexts_are_refused_on_linux_fastrpc() {
+    calls_past_the_sessions_share_of_call_contexts_are_refused(&FEW_CONTEXTS_LINUX);
+}
+
+/// R22: every call in the driver holds one of its call contexts (256 for every process on the
+/// kernel), an abandoned one until its channel is released. A session keeps within its share
+/// (`Limits::calls_in_flight`, lowered to 3 here): eight slow calls at once get three contexts
+/// (and the listener's own call one more), the others are refused before they are sent with an
+/// error naming the budget; an abandoned call's context counts until `recover()` releases its
+/// channel. Before the share, all eight went to the driver (9 contexts at once).
+fn calls_past_the_sessions_share_of_call_contexts_are_refused(board: &'static Board) {
+    let _serial = serial();
+    let bench = bench_for(board);
+    let start = bench.snapshot();
+    let limit = board.limits.calls_in_flight;
+    {
+        let rig = start_rig(&bench).unwrap();
+        let lib = rig.open_library(LIB, image(LIB)).unwrap();
+        let a = rig.session().alloc(4096).unwrap();
+        let outs: Vec<_> = (0..8).map(|_| rig.session().alloc(4096).unwrap()).collect();
+        let gate = std::sync::Barrier::new(outs.len());
+        let results: Vec<Result<(), HalError>> = std::thread::scope(|s| {
+            let threads: Vec<_> = outs
+                .iter()
+                .map(|out| {
+                    let (lib, a, gate) = (&lib, &a, &gate);
+                    s.spawn(move || {
+                        gate.wait();
+                        launch(lib, &a.whole(), &out.whole(), LATE_MS, None)
+                    })
+                })
+                .collect();
+            threads.into_iter().map(|t| t.join().unwrap()).collect()
+        });
+        let refused: Vec<&HalError> = results.iter().filter_map(|r| r.as_ref().err()).collect();
+        for e in &refused {
+            assert_eq!(e.cause, Cause::Budget(hexrpc_hal::Budget::CallContexts { limit, parked: 0 }), "{e}");
+            assert_eq!(e.kind(), ErrorKind::Usage);
+            assert!(e.to_string().contains("256 call contexts"), "{e}");
+        }
+        assert!(!refused.is_empty(), "eight calls at once, a share of {limit}: none refused");
+        assert!(results.len() - refused.len() >= usize::from(limit), "{} of 8 ran", results.len() - refused.len());
+        // The listener's call holds one more.
+        assert!(bench.most_contexts() <= usize::from(limit) + 1, "{} contexts at once in the driver", bench.most_contexts());
+        // Downstream every call holds a copy buffer, which the file keeps for good once the call
+        // is done: as many as calls ran at once (before the share: 9).
+        if board.abi == KernelAbi::DownstreamMsm {
+            let (rpc, _) = rig.session().listener_fd().expect("a channel");
+            let (count, _) = bench.copy_buffers(rpc).unwrap();
+            assert!(count <= usize::from(limit) + 1, "{count} copy buffers kept by the file");
+        }
+        assert_eq!(rig.session().call_contexts(), (0, 0), "every context given back");
+        // An abandoned call keeps its context until its channel is released.
+        let e = launch(&lib, &a.whole(), &outs[0].whole(), LATE_MS, Some(Duration::from_millis(50))).unwrap_err();
+        assert_eq!(e.cause, Cause::Timeout, "{e}");
+        assert_eq!(rig.session().call_contexts(), (1, 1), "the abandoned call's context is held");
+        rig.session().recover().unwrap();
+        let end = Instant::now() + WAIT;
+        while rig.session().call_contexts() != (0, 0) {
+            assert!(Instant::now() < end, "the abandoned call's context still counted after {WAIT:?}: {:?}", rig.session().call_contexts());
+            std::thread::sleep(Duration::from_millis(10));
+            let _ = a.check();
+        }
+        usable_again(&outs[0]);
+        launch(&lib, &a.whole(), &outs[0].whole(), 1, None).unwrap();
+        drop((outs, a, lib));
+    }
+    assert_eq!(back_to(&bench, &start), start);
+}
+
+static FEW_CALLERS: Board = Board { limits: hexrpc_bsp::Limits { perf_records: 6, ..hexrpc_bsp::BENCH.limits }, ..hexrpc_bsp::BENCH };
+
+/// R24: the comma three's driver makes a record for every thread that invokes on a file and
+/// frees them only with the file. A service that calls from ever new threads (twenty here, one
+/// after another) would grow them without bound; past `Limits::perf_records` (lowered to 6)
+/// distinct callers the session replaces its channel, so no file holds more than the bound and
+/// the session's own threads (this one, which started it, and the listener's). Before the
+/// bound, one file held 22 records.
+#[test]
+fn threads_past_the_perf_record_bound_get_a_new_channel_on_the_downstream_bench() {
+    let _serial = serial();
+    let bench = bench_for(&FEW_CALLERS);
+    let start = bench.snapshot();
+    let bound = usize::from(FEW_CALLERS.limits.perf_records);
+    {
+        let rig = start_rig(&bench).unwrap();
+        let lib = rig.open_library(LIB, image(LIB)).unwrap();
+        let (a, out) = (rig.session().alloc(4096).unwrap(), rig.session().alloc(4096).unwrap());
+        for _ in 0..20 {
+            std::thread::scope(|s| s.spawn(|| launch(&lib, &a.whole(), &out.whole(), 1, None)).join().unwrap()).unwrap();
+        }
+        // The thread that crosses the bound (the 7th) replaces the channel once its call is done.
+        assert!(bench.most_perf_records() <= bound + 3, "{} perf records on one file", bench.most_perf_records());
+        assert_eq!(rig.session().replacements(), 2, "20 new threads, a bound of {bound}: two new channels");
+        assert!(rig.session().callers() <= 20 - 2 * (bound as u32 + 1));
+        launch(&lib, &a.whole(), &out.whole(), 1, None).unwrap();
+        drop((a, out, lib));
+    }
+    assert_eq!(back_to(&bench, &start), start);
+}
+
+/// A comma three whose SMMU space is 16 MiB instead of 0x78000000 bytes, and the session's
+/// lease budget scaled down with it (the space less 8 MiB for the init memory and the rest), so
+/// that a test reaches them with a few leases; the MUNMAP_FD bound is 8, so that a lease
+/// carried more often is kept.
+const SMALL_SPACE: u64 = 16 << 20;
+static SMALL_IOVA: Board = Board {
+    limits: hexrpc_bsp::Limits { lease_iova: SMALL_SPACE - (8 << 20), munmap_fd_drain: 8, ..hexrpc_bsp::BENCH.limits },
+    ..hexrpc_bsp::BENCH
+};
+
+/// R23: every dma-buf the comma three's driver maps for a file takes its whole length of the
+/// file's SMMU space (0x78000000 bytes, `fastrpc_cb_probe`); past it a handle's map fails and so
+/// does the call. The session keeps its leases, those kept for the channel included, within
+/// `Limits::lease_iova`: an allocation past it is refused with an error naming the budget, the
+/// driver never refuses a map, every launch of an allocated lease works, a dropped lease gives
+/// its bytes back, and a kept number holds them until the channel closes (`recover()`). Before
+/// the budget, the ninth 1 MiB lease's launch failed in the driver (-1, `EPERM`).
+#[test]
+fn leases_past_the_sessions_iova_budget_are_refused_on_the_downstream_bench() {
+    let _serial = serial();
+    let bench = Bench::with_config(BenchConfig { session_iova: SMALL_SPACE, ..BenchConfig::for_board(&SMALL_IOVA) });
+    bench.register_library(LIB, ADD_OR_LATE.table_model());
+    let start = bench.snapshot();
+    let limit = SMALL_IOVA.limits.lease_iova;
+    {
+        let rig = start_rig(&bench).unwrap();
+        let lib = rig.open_library(LIB, image(LIB)).unwrap();
+        let out = rig.session().alloc(4096).unwrap();
+        let (rpc, _) = rig.session().listener_fd().expect("a channel");
+        let mut leases = Vec::new();
+        let refused = loop {
+            match rig.session().alloc(1 << 20) {
+                Ok(mut l) => {
+                    l.fill(0, 4096, 5).unwrap();
+                    launch(&lib, &l.whole(), &out.whole(), 1, None).unwrap_or_else(|e| panic!("lease {}: {e}", leases.len() + 1));
+                    leases.push(l);
+                }
+                Err(e) => break e,
+            }
+            assert!(leases.len() < 64, "no budget: {} leases of 1 MiB", leases.len());
+        };
+        assert_eq!(
+            refused.cause,
+            Cause::Budget(hexrpc_hal::Budget::Iova { limit, held: rig.session().lease_iova(), kept: 0, requested: 1 << 20 }),
+            "{refused}"
+        );
+        assert!(refused.to_string().contains("IOVA budget"), "{refused}");
+        assert_eq!(refused.kind(), ErrorKind::Usage);
+        assert_eq!(bench.counts().iova_refusals, 0, "the driver refused a map");
+        assert!(bench.iova_in_use(rpc).unwrap() <= SMALL_SPACE);
+        // A dropped lease gives its bytes back.
+        drop(leases.pop());
+        let again = rig.session().alloc(1 << 20).unwrap();
+        // A lease carried past the MUNMAP_FD bound is kept, and so are its bytes, until its
+        // channel closes.
+        for _ in 0..=SMALL_IOVA.limits.munmap_fd_drain {
+            launch(&lib, &again.whole(), &out.whole(), 1, None).unwrap();
+        }
+        drop(again);
+        assert_eq!(rig.session().kept_counts().0, 1);
+        let e = rig.session().alloc(1 << 20).unwrap_err();
+        assert!(matches!(e.cause, Cause::Budget(hexrpc_hal::Budget::Iova { kept, .. }) if kept == 1 << 20), "{e}");
+        // A recovery closes the channel (a healthy session's `recover()` does nothing).
+        bench.restart_dsp();
+        let e = launch(&lib, &leases[0].whole(), &out.whole(), 1, None).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Recoverable, "{e}");
+        rig.session().recover().unwrap();
+        let end = Instant::now() + WAIT;
+        let back = loop {
+            match rig.session().alloc(1 << 20) {
+                Ok(l) => break l,
+                Err(e) if Instant::now() < end => {
+                    assert!(matches!(e.cause, Cause::Budget(_)), "{e}");
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                Err(e) => panic!("the kept lease's bytes still held after {WAIT:?}: {e}"),
+            }
+        };
+        launch(&lib, &back.whole(), &out.whole(), 1, None).unwrap();
+        assert_eq!(bench.counts().iova_refusals, 0, "the driver refused a map");
+        drop((back, leases, out, lib));
+        assert_eq!(rig.session().lease_iova(), 0, "every byte given back");
+    }
+    assert_eq!(back_to(&bench, &start), start);
+}
+
+/// The bench's model of R23 on its own: past the file's space a handle's map fails, and the
+/// call with it (what the budget above keeps the stack from meeting).
+#[test]
+fn the_downstream_bench_refuses_a_handle_map_past_the_files_iova_space() {
+    let _serial = serial();
+    let bench = Bench::with_config(BenchConfig { session_iova: SMALL_SPACE, ..BenchConfig::for_board(&hexrpc_bsp::BENCH) });
+    bench.register_library(LIB, ADD_OR_LATE.table_model());
+    let rig = start_rig(&bench).unwrap();
+    let lib = rig.open_library(LIB, image(LIB)).unwrap();
+    let out = rig.session().alloc(4096).unwrap();
+    let (rpc, _) = rig.session().listener_fd().expect("a channel");
+    let mut leases = Vec::new();
+    let e = loop {
+        let l = rig.session().alloc(1 << 20).unwrap();
+        if let Err(e) = launch(&lib, &l.whole(), &out.whole(), 1, None) {
+            break e;
+        }
+        leases.push(l);
+        assert!(leases.len() < 64, "no IOVA space in the model");
+    };
+    assert_eq!(e.cause, Cause::Os(hexrpc_drivers::Errno::EPERM), "{e}");
+    assert_eq!(bench.counts().iova_refusals, 1);
+    let used = bench.iova_in_use(rpc).unwrap();
+    assert!(used <= SMALL_SPACE && used + (1 << 20) > SMALL_SPACE, "{used} bytes in use");
 }
 
 fn bench_for(board: &'static Board) -> Bench {
