@@ -109,6 +109,9 @@ struct Figures {
     log_overflow: AtomicU64,
     /// Blocks lost on purpose ([`Plant`]).
     planted: AtomicU64,
+    /// [`Load::LongLivedArenas`]: launches on the long-lived arenas, and arenas dropped.
+    arena_launches: AtomicU64,
+    arena_drops: AtomicU64,
     /// The tinygrad-style worker's.
     tensors: TensorFigures,
 }
@@ -161,6 +164,23 @@ impl Plant {
         }
     }
 }
+
+/// What the launching threads launch on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Load {
+    /// Every launch on a lease of its own, made for a few launches and dropped.
+    ShortLeases,
+    /// As `ShortLeases`, but two of the eight threads launch on one long-lived arena each (a
+    /// third of the launches: they allocate nothing per launch), which every one of their launches carries, dropped and made again
+    /// every [`ARENA_LIFE`]: each drop owes the driver one handle reference per launch since
+    /// the arena was made or the last recovery (docs/kernel-rules.md R21).
+    LongLivedArenas,
+}
+
+/// How long a [`Load::LongLivedArenas`] arena lives before it is dropped and made again.
+const ARENA_LIFE: Duration = Duration::from_millis(1500);
+/// Its size: a first half the kernels read, a second half they write.
+const ARENA_BYTES: usize = 64 * 1024;
 
 fn duration() -> Duration {
     if std::env::var_os("HEXRPC_SOAK_LONG").is_some_and(|v| v == "1") {
@@ -360,7 +380,7 @@ impl Sampler {
 const DRAIN_EVERY: Duration = Duration::from_millis(500);
 
 /// One soak phase of `length` on a fresh served session, dropped at the end.
-fn phase(bench: &Bench, length: Duration, seed: u64, plant: Plant, f: &Figures, sampler: Option<&Sampler>) {
+fn phase(bench: &Bench, length: Duration, seed: u64, plant: Plant, load: Load, f: &Figures, sampler: Option<&Sampler>) {
     let rig = hexrpc_scenarios::stack::start(bench).unwrap();
     let lib = rig.open_library(ADD_U8.name, image(ADD_U8.name)).unwrap();
     let table = rig.open_library(ADD_U8_TABLE, image(ADD_U8_TABLE)).unwrap();
@@ -373,6 +393,9 @@ fn phase(bench: &Bench, length: Duration, seed: u64, plant: Plant, f: &Figures, 
             s.spawn(move || {
                 let mut rng = Rng(seed ^ (u64::from(t) + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
                 let recover = || recover(rig, f, plant, format_args!("thread {t}"));
+                if load == Load::LongLivedArenas && t < THREADS / 4 {
+                    return arena_launcher(rig, lib, running, &mut rng, plant, f, t);
+                }
                 let mut iteration = 0u64;
                 while running.load(Ordering::Acquire) {
                     iteration += 1;
@@ -517,9 +540,100 @@ fn phase(bench: &Bench, length: Duration, seed: u64, plant: Plant, f: &Figures, 
     drain_logs(bench, f);
 }
 
+/// A [`Load::LongLivedArenas`] thread: launches on views of one arena until it is
+/// [`ARENA_LIFE`] old (or quarantined by an abandoned call), then drops it and makes another.
+fn arena_launcher(
+    rig: &ServedSession<Bench>,
+    lib: &hexrpc_hal::Library<'_, Bench>,
+    running: &AtomicBool,
+    rng: &mut Rng,
+    plant: Plant,
+    f: &Figures,
+    t: u8,
+) {
+    let recover = || recover(rig, f, plant, format_args!("arena thread {t}"));
+    let half = ARENA_BYTES / 2;
+    let mut arena: Option<(hexrpc_hal::Lease<'_, Bench>, Instant, u8)> = None;
+    while running.load(Ordering::Acquire) {
+        if matches!(rig.session().health(), Health::Failed(_)) {
+            break;
+        }
+        if arena.as_ref().is_some_and(|(_, made, _)| made.elapsed() >= ARENA_LIFE) {
+            arena = None;
+            f.arena_drops.fetch_add(1, Ordering::Relaxed);
+        }
+        if arena.is_none() {
+            match rig.session().alloc(ARENA_BYTES) {
+                Ok(mut lease) => {
+                    let fill = rng.below(255) as u8;
+                    lease.fill(0, half, fill).unwrap();
+                    arena = Some((lease, Instant::now(), fill));
+                }
+                Err(e) if e.kind() == ErrorKind::Recoverable => {
+                    f.recoverable.fetch_add(1, Ordering::Relaxed);
+                    recover();
+                    continue;
+                }
+                Err(_) => {
+                    f.faults_seen.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+            }
+        }
+        let Some((lease, _, fill)) = arena.as_ref() else { continue };
+        let (fill, len) = (*fill, 4096 * (1 + rng.below(4) as usize));
+        let off = 4096 * rng.below((half / 4096 - 4) as u64) as usize;
+        // Refused once an abandoned call quarantined it: dropped (the session keeps it whole
+        // until that call's channel is released) and made again.
+        let views = lease.view(off, len).and_then(|a| Ok((a, lease.view(half + off, len)?)));
+        let Ok((a, b)) = views else {
+            arena = None;
+            f.arena_drops.fetch_add(1, Ordering::Relaxed);
+            continue;
+        };
+        let deadline = (rng.below(4) == 0).then_some(DEADLINE);
+        if deadline.is_some() {
+            f.deadline_launches.fetch_add(1, Ordering::Relaxed);
+        }
+        match launch_add_u8(lib, &a, &b, 1, deadline) {
+            Ok(_) => {
+                f.launches.fetch_add(1, Ordering::Relaxed);
+                f.arena_launches.fetch_add(1, Ordering::Relaxed);
+                plant.at(Plant::PerLaunch, f);
+                let mut got = vec![0u8; 64];
+                b.read(&mut got).unwrap();
+                assert!(got.iter().all(|&x| x == fill.wrapping_add(1)), "arena thread {t}: wrong result");
+            }
+            Err(e) if e.kind() == ErrorKind::Recoverable => {
+                if e.cause == hexrpc_hal::Cause::Timeout {
+                    f.timeouts.fetch_add(1, Ordering::Relaxed);
+                }
+                f.recoverable.fetch_add(1, Ordering::Relaxed);
+                recover();
+            }
+            Err(_) => {
+                f.faults_seen.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+    if arena.take().is_some() {
+        f.arena_drops.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 #[test]
 fn soak_restarts_faults_and_8_threads_leak_nothing() {
-    soak(&hexrpc_bsp::BENCH, Plant::from_env()).check().unwrap_or_else(|e| panic!("{e}"));
+    soak(&hexrpc_bsp::BENCH, Plant::from_env(), Load::ShortLeases).check().unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// The soak with a third of its launches on long-lived arenas ([`Load::LongLivedArenas`]):
+/// each carried by thousands of launches between drops, so each drop drains that many handle
+/// references (counted since the arena was made or the last recovery) while the other threads
+/// launch, restarts come and calls are abandoned. Everything must come back as in the plain
+/// soak.
+#[test]
+fn soak_with_long_lived_arenas_leaks_nothing() {
+    soak(&hexrpc_bsp::BENCH, Plant::from_env(), Load::LongLivedArenas).check().unwrap_or_else(|e| panic!("{e}"));
 }
 
 /// The soak on Linux's own `fastrpc.c` (6.1.192): the same load, restarts and faults. That
@@ -532,7 +646,7 @@ fn soak_restarts_faults_and_8_threads_leak_nothing() {
 #[cfg(feature = "linux")]
 #[test]
 fn soak_on_linux_fastrpc() {
-    soak(&hexrpc_bsp::BENCH_LINUX, Plant::from_env()).check().unwrap_or_else(|e| panic!("{e}"));
+    soak(&hexrpc_bsp::BENCH_LINUX, Plant::from_env(), Load::ShortLeases).check().unwrap_or_else(|e| panic!("{e}"));
 }
 
 /// The gate can fail: one 128-byte block lost per launch fails the exact count and the live
@@ -566,7 +680,7 @@ fn planted_leak_per_recovery_on_linux_fails_the_gate() {
 
 /// Runs the soak with `plant` and requires the memory gate to name it.
 fn planted(board: &'static Board, plant: Plant) {
-    let gate = soak(board, plant);
+    let gate = soak(board, plant, Load::ShortLeases);
     let failed = gate.failures();
     println!("soak ({}) with a leak planted {plant:?}: the gate says {failed:?}", board.name);
     assert!(gate.planted > 0, "the plant never fired: {plant:?}");
@@ -805,7 +919,7 @@ fn settled_heap(bench: &Bench, want: LiveHeap, limit: Duration) -> LiveHeap {
     last
 }
 
-fn soak(board: &'static Board, plant: Plant) -> MemoryGate {
+fn soak(board: &'static Board, plant: Plant, work: Load) -> MemoryGate {
     LastWords::install();
     let _alone = ONE_SOAK_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let length = duration();
@@ -823,7 +937,7 @@ fn soak(board: &'static Board, plant: Plant) -> MemoryGate {
     let start = bench.snapshot();
     // Warm-up: thread stacks, malloc arenas and the bench's tables reach their working size.
     let warm = Figures::default();
-    phase(&bench, Duration::from_millis(1500), 1, Plant::Nothing, &warm, None);
+    phase(&bench, Duration::from_millis(1500), 1, Plant::Nothing, work, &warm, None);
     assert_eq!(bench.settle_except_kernel_leaks(&start, Duration::from_secs(5)), start, "after the warm-up");
     // The footprints are taken once the DSP's idle workers have ended (each live thread holds
     // allocator caches of its own, which are not hexrpc's memory).
@@ -848,7 +962,7 @@ fn soak(board: &'static Board, plant: Plant) -> MemoryGate {
             }
             most
         });
-        phase(&bench, length, 0x5EED, plant, &f, Some(&sampler));
+        phase(&bench, length, 0x5EED, plant, work, &f, Some(&sampler));
         threads_during = sampling.join().unwrap();
     });
     let ran = t0.elapsed();
@@ -926,6 +1040,16 @@ fn soak(board: &'static Board, plant: Plant) -> MemoryGate {
         load(&f.log_overflow),
     );
     println!("soak ({}) tensor worker: {}", board.name, f.tensors);
+    if work == Load::LongLivedArenas {
+        println!(
+            "soak ({}) long-lived arenas: {} launches on them ({:.0}% of all), {} arenas dropped",
+            board.name,
+            load(&f.arena_launches),
+            100.0 * load(&f.arena_launches) as f64 / load(&f.launches).max(1) as f64,
+            load(&f.arena_drops)
+        );
+        assert!(load(&f.arena_launches) > 0 && load(&f.arena_drops) > 1, "the long-lived arenas' pattern");
+    }
     // What the simulated kernel's own memory grew by (coherent buffers and its mappings of
     // dma-bufs, all of it kept for good here): left out of hexrpc's footprint below.
     let k = kernel_after.growth_since(&kernel_before);
