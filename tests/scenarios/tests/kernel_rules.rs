@@ -75,62 +75,61 @@ fn a_drain_cut_short_keeps_the_number_on_the_downstream_bench() {
 /// to get it (R8: lowest free number) is read by the DSP through the old map, with the old
 /// lease's bytes (what closing the number at the bound did).
 fn a_drain_cut_short_keeps_the_number(board: &'static Board) {
-    let _serial = serial();
     assert_eq!(board.abi, KernelAbi::DownstreamMsm);
+    // At the end the channel's close frees what the driver kept of a and closes the kept number.
+    with_served(board, |bench, rig, lib, out| {
+        let mut a = rig.session().alloc(4096).unwrap();
+        a.fill(0, 4096, 10).unwrap();
+        let a_fd = a.fd();
+        let launches = board.limits.munmap_fd_drain * 2 + 3;
+        for _ in 0..launches {
+            launch(lib, &a.whole(), &out.whole(), 1, None).unwrap();
+        }
+        assert!(bytes(out).iter().all(|&b| b == 11));
+        assert!(handle_maps(bench, rig).iter().any(|m| m.fd == a_fd.0), "a's handle map is in the driver");
+        let munmap_fds = bench.counts().of(CallKind::RpcMunmapFd);
+        drop(a);
+        // Carried more often than the bound: no drain that would stop short anyway.
+        assert_eq!(bench.counts().of(CallKind::RpcMunmapFd) - munmap_fds, 0, "MUNMAP_FDs made by a drop past the bound");
+        let mut b = new_lease_seeking(rig, a_fd);
+        b.fill(0, 4096, 20).unwrap();
+        launch(lib, &b.whole(), &out.whole(), 1, None).unwrap();
+        assert!(
+            bytes(out).iter().all(|&x| x == 21),
+            "the DSP read another buffer than b's (b has a's number: {}): {:?}",
+            b.fd() == a_fd,
+            &bytes(out)[..4]
+        );
+        assert_ne!(b.fd(), a_fd, "a's number, with handle maps of it left in the driver, was handed out again");
+        assert_eq!(rig.session().kept_counts().0, 1, "a's number is kept for the channel");
+    });
+}
+
+/// A served session on a fresh bench of `board`, the rules' library open and a 4 KiB output
+/// lease: `body` runs with them; once they are dropped and the session closed, the bench must be
+/// back at its start and the driver's lists empty.
+fn with_served(board: &'static Board, body: impl FnOnce(&Bench, &Rig, &Library<'_, Bench>, &Lease<'_, Bench>)) {
+    let _serial = serial();
     let bench = bench_for(board);
     let start = bench.snapshot();
     {
         let rig = start_rig(&bench).unwrap();
         let lib = rig.open_library(LIB, image(LIB)).unwrap();
         let out = rig.session().alloc(4096).unwrap();
-        let mut a = rig.session().alloc(4096).unwrap();
-        a.fill(0, 4096, 10).unwrap();
-        let a_fd = a.fd();
-        let launches = board.limits.munmap_fd_drain * 2 + 3;
-        for _ in 0..launches {
-            launch(&lib, &a.whole(), &out.whole(), 1, None).unwrap();
-        }
-        assert!(bytes(&out).iter().all(|&b| b == 11));
-        assert!(handle_maps(&bench, &rig).iter().any(|m| m.fd == a_fd.0), "a's handle map is in the driver");
-        let munmap_fds = bench.counts().of(CallKind::RpcMunmapFd);
-        drop(a);
-        // Carried more often than the bound: no drain that would stop short anyway.
-        assert_eq!(bench.counts().of(CallKind::RpcMunmapFd) - munmap_fds, 0, "MUNMAP_FDs made by a drop past the bound");
-        let mut b = new_lease_seeking(&rig, a_fd);
-        b.fill(0, 4096, 20).unwrap();
-        launch(&lib, &b.whole(), &out.whole(), 1, None).unwrap();
-        assert!(
-            bytes(&out).iter().all(|&x| x == 21),
-            "the DSP read another buffer than b's (b has a's number: {}): {:?}",
-            b.fd() == a_fd,
-            &bytes(&out)[..4]
-        );
-        assert_ne!(b.fd(), a_fd, "a's number, with handle maps of it left in the driver, was handed out again");
-        assert_eq!(rig.session().kept_counts().0, 1, "a's number is kept for the channel");
-        drop(b);
-        drop(out);
-        drop(lib);
+        body(&bench, &rig, &lib, &out);
     }
-    // The channel's close frees what the driver kept of a and closes the kept number.
     assert_eq!(back_to(&bench, &start), start);
     assert_eq!(bench.all_driver_maps(), vec![]);
 }
 
 #[test]
 fn a_drop_makes_one_munmap_fd_per_call_that_carried_the_lease_and_one_more_on_the_downstream_bench() {
-    let _serial = serial();
-    let bench = bench_for(&hexrpc_bsp::BENCH);
-    let start = bench.snapshot();
-    {
-        let rig = start_rig(&bench).unwrap();
-        let lib = rig.open_library(LIB, image(LIB)).unwrap();
-        let out = rig.session().alloc(4096).unwrap();
-        let a = rig.session().alloc(4096).unwrap();
+    with_served(&hexrpc_bsp::BENCH, |bench, rig, lib, out| {
         for launches in [1u64, 5, 40] {
             let mut a = rig.session().alloc(4096).unwrap();
             a.fill(0, 4096, 3).unwrap();
             for _ in 0..launches {
-                launch(&lib, &a.whole(), &out.whole(), 1, None).unwrap();
+                launch(lib, &a.whole(), &out.whole(), 1, None).unwrap();
             }
             // A batch run carries it once, whatever number of records name it.
             let sigs = [Signature::parse(SIG).unwrap()];
@@ -139,9 +138,9 @@ fn a_drop_makes_one_munmap_fd_per_call_that_carried_the_lease_and_one_more_on_th
             for _ in 0..3 {
                 batch.push(0, &[BufferRef::of(&av), BufferRef::of(&ov)], &[Scalar::U32(1)]).unwrap();
             }
-            assert_eq!(batch.run(&lib).unwrap().launches, 3);
+            assert_eq!(batch.run(lib).unwrap().launches, 3);
             let carried = launches + 1;
-            let refs: u32 = handle_maps(&bench, &rig).iter().filter(|m| m.fd == a.fd().0).map(|m| m.refs).sum();
+            let refs: u32 = handle_maps(bench, rig).iter().filter(|m| m.fd == a.fd().0).map(|m| m.refs).sum();
             assert_eq!(u64::from(refs), carried, "one handle reference per call that carried a");
             let before = bench.counts().of(CallKind::RpcMunmapFd);
             drop(a);
@@ -152,9 +151,7 @@ fn a_drop_makes_one_munmap_fd_per_call_that_carried_the_lease_and_one_more_on_th
             );
             assert_eq!(rig.session().kept_counts().0, 0, "the number is closed, not kept");
         }
-        drop((a, out, lib));
-    }
-    assert_eq!(back_to(&bench, &start), start);
+    });
 }
 
 /// A handle reference of a lease's number that none of the stack's calls took (planted by the
@@ -165,17 +162,12 @@ fn a_drop_makes_one_munmap_fd_per_call_that_carried_the_lease_and_one_more_on_th
 /// dropped the other holder's reference and closed the number.
 #[test]
 fn a_reference_nobody_counted_keeps_the_number_on_the_downstream_bench() {
-    let _serial = serial();
-    let bench = bench_for(&hexrpc_bsp::BENCH);
-    let start = bench.snapshot();
-    {
-        let rig = start_rig(&bench).unwrap();
-        let lib = rig.open_library(LIB, image(LIB)).unwrap();
-        let out = rig.session().alloc(4096).unwrap();
+    // At the end the channel's close frees the map and closes the kept number.
+    with_served(&hexrpc_bsp::BENCH, |bench, rig, lib, out| {
         let mut a = rig.session().alloc(4096).unwrap();
         a.fill(0, 4096, 3).unwrap();
         for _ in 0..4 {
-            launch(&lib, &a.whole(), &out.whole(), 1, None).unwrap();
+            launch(lib, &a.whole(), &out.whole(), 1, None).unwrap();
         }
         let (rpc, _) = rig.session().listener_fd().expect("a channel");
         let a_fd = a.fd();
@@ -184,16 +176,12 @@ fn a_reference_nobody_counted_keeps_the_number_on_the_downstream_bench() {
         let before = bench.counts().of(CallKind::RpcMunmapFd);
         drop(a);
         assert_eq!(bench.counts().of(CallKind::RpcMunmapFd) - before, 5, "four counted references and one more, not until refused");
-        let left: u32 = handle_maps(&bench, &rig).iter().filter(|m| m.fd == a_fd.0).map(|m| m.refs).sum();
+        let left: u32 = handle_maps(bench, rig).iter().filter(|m| m.fd == a_fd.0).map(|m| m.refs).sum();
         assert_eq!(left, 1, "one of the two references nobody counted is left");
         assert_eq!(rig.session().kept_counts().0, 1, "a's number is kept for the channel");
-        let b = new_lease_seeking(&rig, a_fd);
+        let b = new_lease_seeking(rig, a_fd);
         assert_ne!(b.fd(), a_fd, "a's number, with a handle map of it left in the driver, was handed out again");
-        drop((b, out, lib));
-    }
-    // The channel's close frees the map and closes the kept number.
-    assert_eq!(back_to(&bench, &start), start);
-    assert_eq!(bench.all_driver_maps(), vec![]);
+    });
 }
 
 static FEW_CONTEXTS: Board = Board { limits: hexrpc_bsp::Limits { calls_in_flight: 3, ..hexrpc_bsp::BENCH.limits }, ..hexrpc_bsp::BENCH };

@@ -419,45 +419,12 @@ fn phase(bench: &Bench, length: Duration, seed: u64, plant: Plant, load: Load, f
                         }
                     }
                     let len = 4096 * (1 + rng.below(16) as usize);
-                    let mut lease = match rig.session().alloc(2 * len) {
-                        Ok(l) => l,
-                        Err(e) if e.kind() == ErrorKind::Recoverable => {
-                            f.recoverable.fetch_add(1, Ordering::Relaxed);
-                            recover();
-                            continue;
-                        }
-                        Err(_) => {
-                            f.faults_seen.fetch_add(1, Ordering::Relaxed);
-                            continue;
-                        }
-                    };
+                    let Some(mut lease) = alloc_counted(rig, 2 * len, f, &recover) else { continue };
                     let fill = rng.below(256) as u8;
                     lease.fill(0, len, fill).unwrap();
                     let (a, b) = (lease.view(0, len).unwrap(), lease.view(len, len).unwrap());
                     for _ in 0..1 + rng.below(4) {
-                        let deadline = (rng.below(4) == 0).then_some(DEADLINE);
-                        if deadline.is_some() {
-                            f.deadline_launches.fetch_add(1, Ordering::Relaxed);
-                        }
-                        match launch_add_u8(lib, &a, &b, 1, deadline) {
-                            Ok(_) => {
-                                f.launches.fetch_add(1, Ordering::Relaxed);
-                                plant.at(Plant::PerLaunch, f);
-                                let mut got = vec![0u8; 64];
-                                b.read(&mut got).unwrap();
-                                assert!(got.iter().all(|&x| x == fill.wrapping_add(1)), "thread {t}: wrong result");
-                            }
-                            Err(e) if e.kind() == ErrorKind::Recoverable => {
-                                if e.cause == hexrpc_hal::Cause::Timeout {
-                                    f.timeouts.fetch_add(1, Ordering::Relaxed);
-                                }
-                                f.recoverable.fetch_add(1, Ordering::Relaxed);
-                                recover();
-                            }
-                            Err(_) => {
-                                f.faults_seen.fetch_add(1, Ordering::Relaxed);
-                            }
-                        }
+                        launch_and_check(lib, (&a, &b), fill, &mut rng, plant, f, &recover, format_args!("thread {t}"));
                     }
                 }
             });
@@ -540,6 +507,63 @@ fn phase(bench: &Bench, length: Duration, seed: u64, plant: Plant, load: Load, f
     drain_logs(bench, f);
 }
 
+/// A lease of `len` bytes, or `None` with the error counted (a recoverable one recovers first).
+fn alloc_counted<'r>(rig: &'r ServedSession<Bench>, len: usize, f: &Figures, recover: &dyn Fn()) -> Option<hexrpc_hal::Lease<'r, Bench>> {
+    match rig.session().alloc(len) {
+        Ok(l) => Some(l),
+        Err(e) if e.kind() == ErrorKind::Recoverable => {
+            f.recoverable.fetch_add(1, Ordering::Relaxed);
+            recover();
+            None
+        }
+        Err(_) => {
+            f.faults_seen.fetch_add(1, Ordering::Relaxed);
+            None
+        }
+    }
+}
+
+/// One launch of `add_u8` from `a` into `b` (with a deadline one time in four), its result checked
+/// (`b` must hold `fill + 1`) and counted; a recoverable error recovers. True if it ran.
+#[allow(clippy::too_many_arguments)]
+fn launch_and_check(
+    lib: &hexrpc_hal::Library<'_, Bench>,
+    (a, b): (&hexrpc_hal::BufferView<'_>, &hexrpc_hal::BufferView<'_>),
+    fill: u8,
+    rng: &mut Rng,
+    plant: Plant,
+    f: &Figures,
+    recover: &dyn Fn(),
+    who: std::fmt::Arguments<'_>,
+) -> bool {
+    let deadline = (rng.below(4) == 0).then_some(DEADLINE);
+    if deadline.is_some() {
+        f.deadline_launches.fetch_add(1, Ordering::Relaxed);
+    }
+    match launch_add_u8(lib, a, b, 1, deadline) {
+        Ok(_) => {
+            f.launches.fetch_add(1, Ordering::Relaxed);
+            plant.at(Plant::PerLaunch, f);
+            let mut got = vec![0u8; 64];
+            b.read(&mut got).unwrap();
+            assert!(got.iter().all(|&x| x == fill.wrapping_add(1)), "{who}: wrong result");
+            true
+        }
+        Err(e) if e.kind() == ErrorKind::Recoverable => {
+            if e.cause == hexrpc_hal::Cause::Timeout {
+                f.timeouts.fetch_add(1, Ordering::Relaxed);
+            }
+            f.recoverable.fetch_add(1, Ordering::Relaxed);
+            recover();
+            false
+        }
+        Err(_) => {
+            f.faults_seen.fetch_add(1, Ordering::Relaxed);
+            false
+        }
+    }
+}
+
 /// A [`Load::LongLivedArenas`] thread: launches on views of one arena until it is
 /// [`ARENA_LIFE`] old (or quarantined by an abandoned call), then drops it and makes another.
 fn arena_launcher(
@@ -563,22 +587,10 @@ fn arena_launcher(
             f.arena_drops.fetch_add(1, Ordering::Relaxed);
         }
         if arena.is_none() {
-            match rig.session().alloc(ARENA_BYTES) {
-                Ok(mut lease) => {
-                    let fill = rng.below(255) as u8;
-                    lease.fill(0, half, fill).unwrap();
-                    arena = Some((lease, Instant::now(), fill));
-                }
-                Err(e) if e.kind() == ErrorKind::Recoverable => {
-                    f.recoverable.fetch_add(1, Ordering::Relaxed);
-                    recover();
-                    continue;
-                }
-                Err(_) => {
-                    f.faults_seen.fetch_add(1, Ordering::Relaxed);
-                    continue;
-                }
-            }
+            let Some(mut lease) = alloc_counted(rig, ARENA_BYTES, f, &recover) else { continue };
+            let fill = rng.below(255) as u8;
+            lease.fill(0, half, fill).unwrap();
+            arena = Some((lease, Instant::now(), fill));
         }
         let Some((lease, _, fill)) = arena.as_ref() else { continue };
         let (fill, len) = (*fill, 4096 * (1 + rng.below(4) as usize));
@@ -591,29 +603,8 @@ fn arena_launcher(
             f.arena_drops.fetch_add(1, Ordering::Relaxed);
             continue;
         };
-        let deadline = (rng.below(4) == 0).then_some(DEADLINE);
-        if deadline.is_some() {
-            f.deadline_launches.fetch_add(1, Ordering::Relaxed);
-        }
-        match launch_add_u8(lib, &a, &b, 1, deadline) {
-            Ok(_) => {
-                f.launches.fetch_add(1, Ordering::Relaxed);
-                f.arena_launches.fetch_add(1, Ordering::Relaxed);
-                plant.at(Plant::PerLaunch, f);
-                let mut got = vec![0u8; 64];
-                b.read(&mut got).unwrap();
-                assert!(got.iter().all(|&x| x == fill.wrapping_add(1)), "arena thread {t}: wrong result");
-            }
-            Err(e) if e.kind() == ErrorKind::Recoverable => {
-                if e.cause == hexrpc_hal::Cause::Timeout {
-                    f.timeouts.fetch_add(1, Ordering::Relaxed);
-                }
-                f.recoverable.fetch_add(1, Ordering::Relaxed);
-                recover();
-            }
-            Err(_) => {
-                f.faults_seen.fetch_add(1, Ordering::Relaxed);
-            }
+        if launch_and_check(lib, (&a, &b), fill, rng, plant, f, &recover, format_args!("arena thread {t}")) {
+            f.arena_launches.fetch_add(1, Ordering::Relaxed);
         }
     }
     if arena.take().is_some() {
