@@ -1,4 +1,4 @@
-//! `hexrpc run --bench` of a library that starts host processes (issue 36, finding 2): the
+//! `hexrpc run --bench` of a library that starts host processes: the
 //! executor's sandbox kills the DSP shell at the library's first `clone`, so the run fails
 //! (exit 1) with a message that names the sandbox, and no process is left behind once `hexrpc`
 //! has exited. (Sockets, and the cases in detail, are tested on the bench in

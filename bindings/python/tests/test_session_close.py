@@ -1,4 +1,4 @@
-"""`Session.close()` with buffers of its leases still exported (issue 36, finding 6): a
+"""`Session.close()` with buffers of its leases still exported: a
 memoryview or numpy array kept past `close()` used to keep the session's DSP process and its
 listener thread alive, silently, until it was released. Now `close()` raises `BufferError`
 naming how many exports are alive and leaves the session as it was (usable); once they are

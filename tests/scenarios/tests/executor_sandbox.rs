@@ -1,6 +1,6 @@
-//! The executor's sandbox against a hostile DSP library (issue 36, findings 2 and 3). A library
-//! runs under qemu-hexagon, whose linux-user emulation serves the library's `trap0` system calls
-//! on the host. Here a library tries to:
+//! The executor's sandbox against a hostile DSP library that starts host processes or reaches
+//! host sockets. A library runs under qemu-hexagon, whose linux-user emulation serves the
+//! library's `trap0` system calls on the host. Here a library tries to:
 //!
 //! * start host processes: `clone` (a fork: no `CLONE_THREAD`) once, 64 times, and in a loop;
 //! * reach host sockets: a UDP datagram to a `UdpSocket` this test binds on 127.0.0.1, a datagram

@@ -1,7 +1,7 @@
 //! Builds to the same output at once, and builds after one that was killed: every build to an
 //! output succeeds, whatever another build to it is doing or where it was interrupted
-//! (issue 36, finding 6: two `build-lib` runs to one `-o` made one fail with "Directory not
-//! empty" and left `OUT.build/` without its marker, refusing every later build).
+//! (two `build-lib` runs to one `-o` used to make one fail with "Directory not empty" and
+//! leave `OUT.build/` without its marker, refusing every later build).
 //!
 //! Skips (with a message) when `clang-19` / `ld.lld-19` are missing (`HEXRPC_CLANG`,
 //! `HEXRPC_LLD` override the names).
