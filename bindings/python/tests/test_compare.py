@@ -31,7 +31,7 @@ onnx = pytest.importorskip("onnx", reason="hexrpc.compare needs the onnx package
 
 import hexrpc.tinygrad as hexrpc_tinygrad  # noqa: E402  (registers the device)
 from hexrpc import compare  # noqa: E402
-from hexrpc.onnx_model import ModelError, fill_empty_tensors, pin_input_dims, prepare  # noqa: E402
+from hexrpc.onnx_model import ModelError, fill_empty_tensors, pin_input_dims, prepare, random_inputs  # noqa: E402
 
 
 def rapidocr_model(name: str) -> Path:
@@ -244,6 +244,54 @@ def test_usage_and_model_errors_exit_2(tmp_path, capsys):
     out = capsys.readouterr().out
     for section in ("NODE SELECTION", "TOLERANCE", "LATENCY", "EXIT STATUS", "ENVIRONMENT", "EXAMPLES"):
         assert section in out
+
+
+def test_bad_inputs_are_one_line_usage_errors(capsys):
+    cases = [
+        ["--input", "2x1000000000000000000"],  # a dimension past its limit
+        ["--input", "2x99999999999999999999999"],  # past int64
+        ["--input", "65536x65536"],  # more elements than any run can hold
+        ["--input", "1x3", "--seed", "-1"],
+        ["--input", "1x3", "--seed", "1e3"],
+        ["--input", "1x3", "--runs", "-1"],
+        [],
+    ]
+    for args in cases:
+        assert compare.main(["m.onnx", *args]) == compare.EXIT_USAGE, args
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "Traceback" not in err and err.startswith("python -m hexrpc.compare: "), (args, err)
+    assert "limit" not in err  # (the last: a missing --input names the argument)
+    assert compare.main(["m.onnx", "--input", "65536x65536"]) == compare.EXIT_USAGE
+    assert "4294967296 elements, more than 2147483648" in capsys.readouterr().err
+
+
+def test_the_model_module_raises_its_own_error_for_such_shapes_and_seeds():
+    with pytest.raises(ModelError, match="dimension 1 is 1000000000000000000; each must be an integer from 1 to 2147483647"):
+        pin_input_dims(_model([-1, 3, 4, 5]), {None: (2, 10**18, 4, 5)})
+    with pytest.raises(ModelError, match="dimension 0 is 36893488147419103232"):
+        pin_input_dims(_model([-1, 3, 4, 5]), {None: (1 << 65, 3, 4, 5)})
+    with pytest.raises(ModelError, match="elements, more than 2147483648"):
+        pin_input_dims(_model([-1, 3, 4, 5]), {None: (200_000_000, 3, 4, 5)})
+    with pytest.raises(ModelError, match="seed -1"):
+        random_inputs({"x": ((1, 3), np.dtype("float32"))}, -1)
+
+
+def test_a_cache_that_cannot_be_written_is_an_environment_error(tmp_path, capsys, monkeypatch):
+    model = tmp_path / "m.onnx"
+    model.write_bytes(_model([1, 3, 4, 5]).SerializeToString())
+    blocker = tmp_path / "a-file"
+    blocker.write_bytes(b"")
+    # A cache directory below a regular file cannot be made, whoever runs the test (root too).
+    for var in ("CACHEDB", "HEXRPC_EXEC_CACHE", "CACHELEVEL"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocker / "cache"))
+    assert compare.main([str(model), "--input", "1x3x4x5"]) == compare.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "environment: tinygrad's cache directory" in err and "not writable" in err and "CACHELEVEL=0" in err, err
+    monkeypatch.setenv("CACHELEVEL", "0")  # tinygrad's off: the bench's build cache is next
+    assert compare.main([str(model), "--input", "1x3x4x5"]) == compare.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "environment: the bench's build cache directory" in err and "HEXRPC_EXEC_CACHE=DIR" in err, err
 
 
 def test_tolerance_option():

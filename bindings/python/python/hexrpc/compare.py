@@ -65,7 +65,18 @@ from typing import Any
 
 import numpy as np
 
-from hexrpc.onnx_model import ModelError, NodeInfo, OrtRun, PreparedModel, TinygradRun, prepare, random_inputs
+from hexrpc.onnx_model import (
+    ModelError,
+    NodeInfo,
+    OrtRun,
+    PreparedModel,
+    TinygradRun,
+    check_cache_dirs,
+    check_seed,
+    check_shape,
+    prepare,
+    random_inputs,
+)
 
 __all__ = [
     "DEFAULT_TOLERANCES",
@@ -221,7 +232,17 @@ def parse_shape(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(f"shape {text!r}: expected dimensions joined by x, e.g. 1x3x48x192") from None
     if not dims or any(d <= 0 for d in dims):
         raise argparse.ArgumentTypeError(f"shape {text!r}: every dimension must be a positive integer")
-    return dims
+    try:
+        return check_shape("--input", dims)
+    except ModelError as e:
+        raise argparse.ArgumentTypeError(f"shape {text!r}: {str(e).removeprefix('input --input: ')}") from None
+
+
+def parse_seed(text: str) -> int:
+    try:
+        return check_seed(int(text))
+    except (ValueError, ModelError):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected an integer from 0 to {(1 << 64) - 1}") from None
 
 
 def parse_input(text: str) -> tuple[str | None, tuple[int, ...]]:
@@ -318,12 +339,17 @@ OUTPUT
 EXIT STATUS
   0  every compared node within tolerance
   1  some node past tolerance, or the device under test failed on a node (named first)
-  2  usage error, an unreadable or unsupported model, a missing package, the reference failed
+  2  usage error (a shape past its limit, a negative seed, ...), an unreadable or unsupported
+     model, a missing package, a cache that cannot be written, the reference failed
 
 ENVIRONMENT
   HEXRPC_BENCH=1  run on hexrpc's bench (kernels under qemu-hexagon); else on the device.
   HEXRPC_CLI      the hexrpc tool that builds the kernels (else `hexrpc` on PATH).
   CC              the C compiler of tinygrad's CPU device (--reference cpu), e.g. clang-19.
+  XDG_CACHE_HOME  where the caches go (else ~/.cache): tinygrad's kernel cache (tinygrad/;
+                  CACHEDB=FILE moves it, CACHELEVEL=0 turns it off) and the bench's build cache
+                  of its DSP shell (hexrpc/exec-build; HEXRPC_EXEC_CACHE=DIR moves it). A cache
+                  that cannot be written is an environment error (exit 2), checked first.
 
 EXAMPLES
   HEXRPC_BENCH=1 python -m hexrpc.compare cls.onnx --input 1x3x48x192
@@ -332,8 +358,15 @@ EXAMPLES
 """
 
 
+class _Parser(argparse.ArgumentParser):
+    """A usage error is one line on standard error (the argument and what it must be), exit 2."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(EXIT_USAGE, f"{self.prog}: {message} (--help for usage)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="python -m hexrpc.compare",
         description="Compare an ONNX model on HEXRPC with a reference, node by node, and time it under TinyJit.",
         epilog=HELP % {"warmup": WARMUP_RUNS},
@@ -354,7 +387,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nodes", default="all", type=parse_nodes, metavar="all|K|first:K", help="which nodes to compare (default all; see NODE SELECTION)")
     p.add_argument("--runs", type=int, default=20, metavar="N", help="TinyJit runs to time after the warm-up (default 20; 0: no latency)")
     p.add_argument("--tolerance", action="append", type=parse_tolerance, default=[], metavar="[DTYPE:]atol=A,rtol=R", help="see TOLERANCE")
-    p.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the random input (default 0)")
+    p.add_argument("--seed", type=parse_seed, default=0, metavar="S", help="seed of the random input, 0 to 2^64-1 (default 0)")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
     return p
 
@@ -552,6 +585,7 @@ def run(opts: Options, *, around_node: Callable[[int], AbstractContextManager[An
     """Runs one comparison. ``around_node`` is passed to the device under test's run (see
     :meth:`hexrpc.onnx_model.TinygradRun.run`). Raises :class:`ModelError` (exit status 2)."""
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    check_cache_dirs()
     model = prepare(opts.model, opts.shapes)
     arrays = random_inputs(model.inputs, opts.seed)
     chosen, how = select_nodes(model.nodes, opts.nodes, model.outputs)

@@ -62,15 +62,88 @@ __all__ = [
     "prepare",
     "random_inputs",
     "require",
+    "check_shape",
+    "check_seed",
+    "cache_dirs",
+    "check_cache_dirs",
+    "CacheError",
+    "MAX_DIM",
+    "MAX_INPUT_ELEMENTS",
 ]
 
 #: Largest model file read (bytes): a bound on what a mistaken path can make the tool load.
 MAX_MODEL_BYTES = 2 << 30
 
 
+#: Largest dimension of an input shape (an ONNX dimension is an int64; this bounds it well below).
+MAX_DIM = (1 << 31) - 1
+#: Most elements of one input: 2^31 (8 GiB of float32), beyond what a run here or on a device can
+#: hold; a larger shape is refused before anything is allocated.
+MAX_INPUT_ELEMENTS = 1 << 31
+
+
 class ModelError(Exception):
     """A model, an input shape or a missing package makes the comparison impossible (the
     command's exit status 2)."""
+
+
+class CacheError(ModelError):
+    """A directory the comparison's tools write their caches to cannot be written (an
+    environment error, the command's exit status 2; :func:`cache_dirs` says which and how to
+    move it)."""
+
+
+def check_shape(name: str, shape) -> tuple[int, ...]:
+    """``shape`` as a tuple of ints, or :class:`ModelError` naming ``name`` and the limit: every
+    dimension an int from 1 to :data:`MAX_DIM`, at most :data:`MAX_INPUT_ELEMENTS` elements."""
+    dims = tuple(shape)
+    if not dims:
+        raise ModelError(f"input {name}: an empty shape")
+    for k, d in enumerate(dims):
+        if isinstance(d, bool) or not isinstance(d, int) or not 1 <= d <= MAX_DIM:
+            raise ModelError(f"input {name}: dimension {k} is {d!r}; each must be an integer from 1 to {MAX_DIM}")
+    n = 1
+    for d in dims:
+        n *= d
+    if n > MAX_INPUT_ELEMENTS:
+        raise ModelError(f"input {name}: {'x'.join(map(str, dims))} is {n} elements, more than {MAX_INPUT_ELEMENTS}")
+    return dims
+
+
+def check_seed(seed) -> int:
+    """``seed`` if it is an int from 0 to 2^64 - 1 (numpy's generator takes no negative seed),
+    else :class:`ModelError`."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 1 << 64:
+        raise ModelError(f"seed {seed!r}: must be an integer from 0 to {(1 << 64) - 1}")
+    return seed
+
+
+def cache_dirs() -> list[tuple[str, Path, str]]:
+    """Where the comparison's tools write, as (what, directory, how to move it): tinygrad's
+    kernel cache (``CACHEDB``, else ``$XDG_CACHE_HOME`` or ``~/.cache``, then ``tinygrad``; none
+    when ``CACHELEVEL=0``) and the bench's build cache of its DSP shell (``HEXRPC_EXEC_CACHE``,
+    else ``$XDG_CACHE_HOME`` or ``~/.cache``, then ``hexrpc/exec-build``). onnxruntime writes no
+    cache of its own."""
+    home = Path(os.environ["XDG_CACHE_HOME"]) if os.environ.get("XDG_CACHE_HOME") else Path(os.path.expanduser("~")) / ".cache"
+    out = []
+    if os.environ.get("CACHELEVEL", "").strip() != "0":
+        db = os.environ.get("CACHEDB")
+        out.append(("tinygrad's cache", Path(db).absolute().parent if db else home / "tinygrad", "CACHEDB=FILE, XDG_CACHE_HOME=DIR or CACHELEVEL=0"))
+    exec_cache = os.environ.get("HEXRPC_EXEC_CACHE")
+    out.append(("the bench's build cache", Path(exec_cache) if exec_cache else home / "hexrpc" / "exec-build", "HEXRPC_EXEC_CACHE=DIR or XDG_CACHE_HOME=DIR"))
+    return out
+
+
+def check_cache_dirs() -> None:
+    """Raises :class:`CacheError` for the first of :func:`cache_dirs` that cannot be created or
+    written (a file is created in it and removed)."""
+    for what, d, how in cache_dirs():
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryFile(dir=d):
+                pass
+        except OSError as e:
+            raise CacheError(f"environment: {what} directory {d} is not writable ({e.strerror or e}); set {how}") from None
 
 
 def require(module: str, extra: str = "onnx"):
@@ -175,6 +248,8 @@ def pin_input_dims(model, shapes: Mapping[str | None, tuple[int, ...]]) -> dict[
     unknown = sorted(set(shapes) - set(names))
     if unknown:
         raise ModelError(f"no graph input named {', '.join(map(str, unknown))} (inputs: {', '.join(names)})")
+    for name, shape in shapes.items():
+        shapes[name] = check_shape(name, shape)
     pinned: dict[str, tuple[Any, ...]] = {}
     for vi in inputs:
         tt = vi.type.tensor_type
@@ -230,7 +305,7 @@ def prepare(path: str | os.PathLike, shapes: Mapping[str | None, tuple[int, ...]
             dt = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type))
         except Exception:  # noqa: BLE001  (onnx raises KeyError or ValueError by version)
             raise ModelError(f"input {vi.name} has element type {tt.elem_type}, which has no numpy dtype") from None
-        inputs[vi.name] = (tuple(d.dim_value for d in tt.shape.dim), dt)
+        inputs[vi.name] = (check_shape(vi.name, tuple(d.dim_value for d in tt.shape.dim)), dt)
     nodes = [NodeInfo(i, n.op_type, n.name, tuple(n.output)) for i, n in enumerate(model.graph.node)]
     return PreparedModel(model, model.SerializeToString(), inputs, nodes, pinned, filled)
 
@@ -239,7 +314,7 @@ def random_inputs(inputs: Mapping[str, tuple[tuple[int, ...], np.dtype]], seed: 
     """One array per input, in the given order, from one generator seeded with ``seed``: floating
     inputs uniform in [-1, 1] (drawn in float64, then cast), integer inputs uniform in [0, 4),
     booleans fair coins."""
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(check_seed(seed))
     out = {}
     for name, (shape, dt) in inputs.items():
         if dt.kind == "f":
