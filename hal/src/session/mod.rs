@@ -469,8 +469,22 @@ impl<S: Syscalls + Clone> Session<S> {
         if abandon() {
             return Err(self.unsent_timeout());
         }
-        let over_callers = chan.current.is_some_and(|i| self.note_caller(self.cell_gen[i].load(Ordering::Acquire)));
-        let result = match driver::invoke_handles(&self.sys, self.board, lease.fd(), remote, args, &abandon) {
+        let used = chan.current.map(|i| self.cell_gen[i].load(Ordering::Acquire));
+        let downstream = self.board.abi == hexrpc_bsp::KernelAbi::DownstreamMsm;
+        // A sent call that its deadline abandons has the channel's descriptor retired by the
+        // drivers right after this says so (downstream). The generation is recorded first, so
+        // that a call of another thread that meets the retired descriptor knows why.
+        let asked = core::cell::Cell::new(false);
+        let abandon_sent = || {
+            let give_up = abandon();
+            if let (true, true, Some(g)) = (give_up, downstream, used) {
+                self.retired_generation.store(g, Ordering::Release);
+                asked.set(true);
+            }
+            give_up
+        };
+        let over_callers = used.is_some_and(|g| self.note_caller(g));
+        let result = match driver::invoke_handles(&self.sys, self.board, lease.fd(), remote, args, &abandon_sent) {
             Err(hexrpc_drivers::Error::Os(hexrpc_drivers::Errno::EINTR)) => {
                 // The DSP may still run the call and touch its buffers until its process is
                 // released: they are refused and kept until this channel is closed, and so is
@@ -488,7 +502,22 @@ impl<S: Syscalls + Clone> Session<S> {
                 }
                 Err(self.note_failure(HalError::new(st, Cause::Timeout)))
             }
-            r => r.map_err(|e| self.note_failure(HalError::sys(st, e))),
+            // Another thread's abandoned call retired this channel's descriptor under this call:
+            // its ioctl went to /dev/null (ENOTTY; ENOSYS under qemu-user), nothing was sent,
+            // and that call has asked for the recovery this one needs too.
+            Err(hexrpc_drivers::Error::Os(hexrpc_drivers::Errno::ENOTTY | hexrpc_drivers::Errno::ENOSYS))
+                if downstream && used.is_some_and(|g| self.retired_generation.load(Ordering::Acquire) == g) =>
+            {
+                Err(HalError::new(st, Cause::NeedsRecovery))
+            }
+            r => {
+                if asked.get() {
+                    // The retire failed and the call was resumed to its end: the generation is
+                    // marked retired all the same, so the channel is replaced.
+                    self.mark_needs_recovery(HalError::new(st, Cause::Timeout));
+                }
+                r.map_err(|e| self.note_failure(HalError::sys(st, e)))
+            }
         };
         if over_callers {
             // Every thread that ever called on the channel holds a record in its file until the
