@@ -22,6 +22,11 @@ impl fmt::Display for Full {
 
 /// A vector of at most `N` `Copy` values stored inline. Only the first [`len`](Deref) entries are
 /// ever initialised or read.
+///
+/// All-zero bytes are an empty vector ([`FromZeros`](zerocopy::FromZeros)), so a value that holds
+/// large ones can be made in place in zeroed memory (`FromZeros::new_box_zeroed`) rather than
+/// built on a stack and moved.
+#[derive(zerocopy::FromZeros)]
 pub struct FixedVec<T: Copy, const N: usize> {
     len: usize,
     buf: [MaybeUninit<T>; N],

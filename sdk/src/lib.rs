@@ -87,7 +87,7 @@ pub use hexrpc_hal::{
     Arena, ArenaBuf, BufferView, Lease, Library, LibraryImage, Session, SharedArena, SharedArenaBuf, SharedLease, SharedLibrary,
     ARENA_ALIGN,
 };
-pub use hexrpc_runtime::launch::{AbiVersion, Batch, BatchRun, BufferRef, Program, Scalar, ScalarType, Signature};
+pub use hexrpc_runtime::launch::{AbiVersion, Batch, BatchRun, BatchSpace, BufferRef, Program, Scalar, ScalarType, Signature};
 pub use hexrpc_runtime::reverse::FilePolicy;
 pub use hexrpc_runtime::{Error, ErrorKind, Kernel, ServedSession};
 

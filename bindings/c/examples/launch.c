@@ -11,6 +11,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include <hexrpc.h>
 
+#include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -235,6 +237,77 @@ static void batches(hexrpc_session *s) {
   printf("batch: 3 launches in one call, a scalar and a view changed in place, refusals as expected\n");
 }
 
+/* The largest batch (256 records on 15 leases) pushed and run by a thread whose whole stack is
+ * HEXRPC_BATCH_STACK_BYTES: the records are packed on the heap, never on the caller's stack. */
+struct small_stack_job {
+  hexrpc_library *lib;
+  hexrpc_lease *in[14];
+  hexrpc_lease *out;
+  int failed;
+};
+
+static void *small_stack_batch(void *arg) {
+  struct small_stack_job *job = arg;
+  const char *kernels[1] = {"buf,buf,u32"};
+  hexrpc_batch *b;
+  if (hexrpc_batch_new(job->lib, kernels, 1, &b) != HEXRPC_OK) {
+    job->failed = 1;
+    return NULL;
+  }
+  enum { PER = 4096 / 256 };
+  for (size_t r = 0; r < 256; r++) {
+    hexrpc_view v[2] = {{job->in[r % 14], PER * (r / 14), PER}, {job->out, PER * r, PER}};
+    hexrpc_scalar k[1] = {hexrpc_scalar_u32((uint32_t)(1 + r % 3))};
+    if (hexrpc_batch_push(b, 0, v, 2, k, 1, NULL) != HEXRPC_OK) job->failed = 2;
+  }
+  hexrpc_view v[2] = {{job->in[0], 0, PER}, {job->out, 0, PER}};
+  hexrpc_scalar k[1] = {hexrpc_scalar_u32(1)};
+  if (hexrpc_batch_push(b, 0, v, 2, k, 1, NULL) != HEXRPC_ERR_REFUSED) job->failed = 3; /* 257th */
+  if (hexrpc_batch_run(b, 0, NULL) != HEXRPC_OK) job->failed = 4;
+  if (hexrpc_batch_set_scalar(b, 0, 0, hexrpc_scalar_u32(7)) != HEXRPC_OK) job->failed = 5;
+  if (hexrpc_batch_run(b, 5000, NULL) != HEXRPC_OK) job->failed = 6;
+  if (hexrpc_batch_free(b) != HEXRPC_OK) job->failed = 7;
+  return NULL;
+}
+
+static void small_stack(hexrpc_session *s) {
+  const uint8_t *image;
+  size_t image_len;
+  OK(hexrpc_bench_model_image("add_u8_table", &image, &image_len));
+  struct small_stack_job job = {0};
+  OK(hexrpc_library_open(s, "add-table", image, image_len, "buf,buf,u32", HEXRPC_ABI_V2, &job.lib));
+  for (int i = 0; i < 14; i++) {
+    uint8_t *p;
+    OK(hexrpc_lease_alloc(s, 4096, &job.in[i]));
+    OK(hexrpc_lease_memory(job.in[i], (void **)&p, NULL));
+    memset(p, 10 * i, 4096);
+  }
+  uint8_t *pout;
+  OK(hexrpc_lease_alloc(s, 4096, &job.out));
+  OK(hexrpc_lease_memory(job.out, (void **)&pout, NULL));
+  size_t stack = HEXRPC_BATCH_STACK_BYTES;
+  if (stack < (size_t)PTHREAD_STACK_MIN) { /* aarch64 glibc's minimum is 128 KiB */
+    printf("small stack: %zu bytes is below this libc's PTHREAD_STACK_MIN; using %zu\n", stack, (size_t)PTHREAD_STACK_MIN);
+    stack = PTHREAD_STACK_MIN;
+  }
+  pthread_attr_t attr;
+  pthread_t t;
+  CHECK(pthread_attr_init(&attr) == 0, "pthread_attr_init");
+  CHECK(pthread_attr_setstacksize(&attr, stack) == 0, "pthread_attr_setstacksize(%zu)", stack);
+  CHECK(pthread_create(&t, &attr, small_stack_batch, &job) == 0, "pthread_create");
+  pthread_join(t, NULL);
+  pthread_attr_destroy(&attr);
+  CHECK(job.failed == 0, "the small-stack thread's batch failed at step %d: %s", job.failed, hexrpc_last_error_message());
+  for (int r = 0; r < 256; r++) {
+    uint8_t want = (uint8_t)(10 * (r % 14) + (r == 0 ? 7 : 1 + r % 3));
+    for (int i = 0; i < 16; i++) CHECK(pout[16 * r + i] == want, "small-stack out r%d[%d] = %u, want %u", r, i, pout[16 * r + i], want);
+  }
+  for (int i = 0; i < 14; i++) OK(hexrpc_lease_free(job.in[i]));
+  OK(hexrpc_lease_free(job.out));
+  OK(hexrpc_library_close(job.lib));
+  printf("small stack: 256 records on 15 leases pushed and run twice by a thread with a %zu-byte stack\n", stack);
+}
+
 /* An arena: one lease carved into sub-allocations, each a hexrpc_lease of its own size; a batch
  * counts every buffer of one arena as one of its 15 leases. */
 static void arenas(hexrpc_session *s) {
@@ -359,6 +432,7 @@ int main(int argc, char **argv) {
   scale_launches(s);
   path_and_deadline(s);
   batches(s);
+  small_stack(s);
   arenas(s);
   hexrpc_lease *stray;
   OK(hexrpc_lease_alloc(s, 4096, &stray));

@@ -123,6 +123,13 @@
 // The patch version of this hexrpc.h.
 #define HEXRPC_VERSION_PATCH 0
 
+// The stack a thread needs to make batch calls (`hexrpc_batch_new`, `_push`, `_set_scalar`,
+// `_set_view`, `_run`, `_free`): 64 KiB, tested with the largest batch (256 records, 15
+// leases) on a thread made with that stack. A batch's records (up to 66 KiB) live on the heap,
+// never on the caller's stack, so a thread with musl's 128 KiB default or an RTOS-sized task
+// can use batches.
+#define HEXRPC_BATCH_STACK_BYTES (64 * 1024)
+
 // Log level: no records.
 #define HEXRPC_LOG_OFF 0
 
@@ -590,7 +597,8 @@ enum hexrpc_status hexrpc_batch_new(struct hexrpc_library *library,
 // Appends a launch of kernel `kernel` of the table on `nviews` views and `nscalars` scalars
 // (checked as `hexrpc_launch` checks them, and against the batch's capacity with the records
 // already there: a batch that could not run is refused now, `HEXRPC_ERR_REFUSED`); writes the
-// record's index to `record` (may be NULL). Thread-safe.
+// record's index to `record` (may be NULL). Thread-safe. Needs `HEXRPC_BATCH_STACK_BYTES` of
+// stack at most.
 //
 // # Safety
 // `views`/`scalars` are NULL (with a 0 count) or valid for their counts; `record` is NULL or
@@ -622,7 +630,7 @@ enum hexrpc_status hexrpc_batch_set_view(struct hexrpc_batch *batch,
 // kernels to `dsp_us` (may be NULL). `deadline_ms` as for `hexrpc_launch` (0: none). A kernel that
 // reports a failure stops the batch (`HEXRPC_ERR_FAILED`, naming the record). Runs the records
 // as they are when it is called; pushes and changes from other threads apply from the next
-// run. Thread-safe.
+// run. Thread-safe. Needs `HEXRPC_BATCH_STACK_BYTES` of stack at most.
 //
 // # Safety
 // `dsp_us` is NULL or valid for one write.

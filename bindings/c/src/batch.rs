@@ -7,12 +7,16 @@
 //! fixed-capacity batch (leases deduplicated, every field checked as a single v2 launch is) and
 //! makes one `FASTRPC_IOCTL_INVOKE_ATTRS`. A push or a change is checked against the batch's
 //! capacity at once, so a batch that cannot run is refused when it is built.
+//!
+//! The runtime batch's 66 KiB of records live in a [`BatchSpace`] on the heap, made there in
+//! zeroed memory, never on the caller's stack: a push or a run needs a few KiB of stack (a C
+//! thread with 64 KiB runs the largest batch; see `HEXRPC_BATCH_STACK_BYTES` in the header).
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use hexrpc_hal::BufferView;
-use hexrpc_runtime::launch::{Batch, BatchRefusal, BufferRef, Scalar, Signature, MAX_BATCH_KERNELS, MAX_BATCH_LEASES};
+use hexrpc_runtime::launch::{Batch, BatchRefusal, BatchSpace, BufferRef, Scalar, Signature, MAX_BATCH_KERNELS, MAX_BATCH_LEASES};
 use hexrpc_runtime::KernelLibrary;
 
 use crate::error::Failure;
@@ -67,11 +71,30 @@ pub fn parse_kernels<S: AsRef<str>>(kobj: &KernelObj, kernels: &[S]) -> Result<V
     Ok(sigs)
 }
 
-/// Packs `records` into a runtime batch over `kernels` and hands it to `f`.
+/// A batch object's [`BatchSpace`], kept between its pushes and runs so that each does not
+/// allocate and zero 66 KiB again. A call that finds it in use (a run on another thread) makes
+/// one of its own; one of them is kept afterwards.
+#[derive(Default)]
+pub struct SpaceCache(Mutex<Option<Box<BatchSpace>>>);
+
+impl SpaceCache {
+    fn take(&self) -> Box<BatchSpace> {
+        let kept = self.0.lock().unwrap_or_else(|p| p.into_inner()).take();
+        kept.unwrap_or_else(BatchSpace::boxed)
+    }
+
+    fn put(&self, space: Box<BatchSpace>) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(space);
+    }
+}
+
+/// Packs `records` into a runtime batch over `kernels` and hands it to `f`. The batch's records
+/// are kept in a [`BatchSpace`] on the heap, `cache`'s (see the module docs).
 pub fn with_packed<R>(
+    cache: &SpaceCache,
     kernels: &[Signature],
     records: &[BatchRecord],
-    f: impl FnOnce(&mut Batch<'_>) -> Result<R, Failure>,
+    f: impl FnOnce(&mut Batch<'_, &mut BatchSpace>) -> Result<R, Failure>,
 ) -> Result<R, Failure> {
     let mut views: Vec<BufferView<'_>> = Vec::new();
     for r in records {
@@ -79,20 +102,30 @@ pub fn with_packed<R>(
             views.push(lease.view(*off, *len)?);
         }
     }
-    let mut batch = Batch::new(kernels).map_err(Failure::runtime)?;
-    let mut at = 0;
-    for r in records {
-        let refs: Vec<BufferRef<'_>> = views[at..at + r.views.len()].iter().map(BufferRef::of).collect();
-        at += r.views.len();
-        batch.push(r.kernel, &refs, &r.scalars).map_err(Failure::runtime)?;
-    }
-    f(&mut batch)
+    let mut space = cache.take();
+    let packed = Batch::in_space(kernels, &mut *space).map_err(|(e, _)| Failure::runtime(e)).and_then(|mut batch| {
+        let mut at = 0;
+        for r in records {
+            let refs: Vec<BufferRef<'_>> = views[at..at + r.views.len()].iter().map(BufferRef::of).collect();
+            at += r.views.len();
+            batch.push(r.kernel, &refs, &r.scalars).map_err(Failure::runtime)?;
+        }
+        f(&mut batch)
+    });
+    cache.put(space);
+    packed
 }
 
 /// Runs `records` on `kobj` in one FastRPC call; returns the DSP microseconds summed over the
 /// kernels. A kernel that reports a failure stops the batch (the error names the record).
-pub fn run(kobj: &KernelObj, kernels: &[Signature], records: &[BatchRecord], deadline: Option<Duration>) -> Result<u64, Failure> {
-    with_packed(kernels, records, |batch| {
+pub fn run(
+    cache: &SpaceCache,
+    kobj: &KernelObj,
+    kernels: &[Signature],
+    records: &[BatchRecord],
+    deadline: Option<Duration>,
+) -> Result<u64, Failure> {
+    with_packed(cache, kernels, records, |batch| {
         if batch.is_empty() {
             return Err(Failure::runtime(BatchRefusal::Empty.into()));
         }
@@ -147,13 +180,14 @@ pub struct BatchObj {
     kernel: Arc<KernelObj>,
     kernels: Vec<Signature>,
     records: Mutex<Vec<BatchRecord>>,
+    space: SpaceCache,
 }
 
 impl BatchObj {
     /// A batch on `kernel` (a library built for a kernel table) whose table has `kernels`.
     pub fn new<S: AsRef<str>>(kernel: Arc<KernelObj>, kernels: &[S]) -> Result<BatchObj, Failure> {
         let kernels = parse_kernels(&kernel, kernels)?;
-        Ok(BatchObj { kernel, kernels, records: Mutex::new(Vec::new()) })
+        Ok(BatchObj { kernel, kernels, records: Mutex::new(Vec::new()), space: SpaceCache::default() })
     }
 
     /// The library the batch runs on.
@@ -183,7 +217,7 @@ impl BatchObj {
         self.check_session(&views)?;
         let mut records = self.records();
         records.push(BatchRecord { kernel, views, scalars });
-        if let Err(e) = with_packed(&self.kernels, &records, |_| Ok(())) {
+        if let Err(e) = with_packed(&self.space, &self.kernels, &records, |_| Ok(())) {
             records.pop();
             return Err(e);
         }
@@ -227,7 +261,7 @@ impl BatchObj {
     /// Runs the records as they are now in one call (the records' lock is not held during it).
     pub fn run(&self, deadline: Option<Duration>) -> Result<u64, Failure> {
         let snapshot = self.records().clone();
-        run(&self.kernel, &self.kernels, &snapshot, deadline)
+        run(&self.space, &self.kernel, &self.kernels, &snapshot, deadline)
     }
 
     /// Number of records.

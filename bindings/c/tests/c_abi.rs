@@ -514,3 +514,66 @@ fn a_model_opened_from_a_path_runs() {
     ok(hexrpc_model_close(model));
     ok(hexrpc_session_close(session));
 }
+
+/// The stack a thread that pushes and runs batches needs: the header's
+/// `HEXRPC_BATCH_STACK_BYTES`. The batch's records live on the heap, never on the caller's stack.
+const SMALL_STACK: usize = 64 * 1024;
+
+#[test]
+fn the_largest_batch_pushes_and_runs_on_a_64_kib_thread() {
+    assert_eq!(SMALL_STACK as u64, u64::from(HEXRPC_BATCH_STACK_BYTES));
+    let mut session = null_mut();
+    // SAFETY: out pointer valid.
+    ok(unsafe { hexrpc_session_open_bench(0, &mut session) });
+    let table = open(session, &with_record(model(c"add_u8_table"), &[("add_u8", "buf,buf,u32")], true));
+    // The batch's 15 distinct leases, each with 256 bytes of input and of output per record.
+    let leases: Vec<(usize, usize)> = (0..MAX_LEASES_OF_A_BATCH)
+        .map(|_| {
+            let (mut lease, mut mem) = (null_mut(), null_mut());
+            // SAFETY: out pointers valid (length may be NULL).
+            ok(unsafe { hexrpc_lease_alloc(session, 64 * 1024, &mut lease) });
+            // SAFETY: as above.
+            ok(unsafe { hexrpc_lease_memory(lease, &mut mem, null_mut()) });
+            (lease as usize, mem as usize)
+        })
+        .collect();
+    let table = table as usize;
+    let small = std::thread::Builder::new().stack_size(SMALL_STACK);
+    let worker = small.spawn(move || {
+        let (st, b) = batch_new(table as *mut hexrpc_library, &[c"buf,buf,u32"]);
+        ok(st);
+        for r in 0..256usize {
+            let lease = leases[r % leases.len()].0 as *const hexrpc_lease;
+            let at = 256 * (r / leases.len());
+            let views = [hexrpc_view { lease, offset: at, length: 64 }, hexrpc_view { lease, offset: 32 * 1024 + at, length: 64 }];
+            // SAFETY: the lease's memory is 64 KiB; the offset is below it.
+            unsafe { std::ptr::write_bytes((leases[r % leases.len()].1 as *mut u8).add(at), r as u8, 64) };
+            let sc = [hexrpc_scalar { kind: HEXRPC_SCALAR_U32, reserved: 0, bits: 1 }];
+            let mut rec = 0;
+            // SAFETY: arrays valid for their lengths, out pointer valid.
+            ok(unsafe { hexrpc_batch_push(b, 0, views.as_ptr(), 2, sc.as_ptr(), 1, &mut rec) });
+            assert_eq!(rec, r);
+        }
+        // One more is past the batch's capacity: refused, and the batch still runs.
+        let views = [hexrpc_view { lease: leases[0].0 as *const _, offset: 0, length: 64 }; 2];
+        let sc = [hexrpc_scalar { kind: HEXRPC_SCALAR_U32, reserved: 0, bits: 1 }];
+        // SAFETY: arrays valid for their lengths, out pointer may be NULL.
+        assert_eq!(unsafe { hexrpc_batch_push(b, 0, views.as_ptr(), 2, sc.as_ptr(), 1, null_mut()) }, hexrpc_status::HEXRPC_ERR_REFUSED);
+        let mut us = 0;
+        // SAFETY: out pointer valid.
+        ok(unsafe { hexrpc_batch_run(b, 1000, &mut us) });
+        ok(hexrpc_batch_set_scalar(b, 255, 0, hexrpc_scalar { kind: HEXRPC_SCALAR_U32, reserved: 0, bits: 2 }));
+        // SAFETY: out pointer may be NULL.
+        ok(unsafe { hexrpc_batch_run(b, 0, null_mut()) });
+        ok(hexrpc_batch_free(b));
+        for r in 0..256usize {
+            let at = 256 * (r / leases.len());
+            // SAFETY: 64 bytes at 32 KiB + `at` of a 64 KiB lease, written by the DSP's kernel.
+            let out = unsafe { std::slice::from_raw_parts((leases[r % leases.len()].1 as *const u8).add(32 * 1024 + at), 64) };
+            let add = if r == 255 { 2 } else { 1 };
+            assert!(out.iter().all(|&v| v == (r as u8).wrapping_add(add)), "record {r}: {:?}", &out[..4]);
+        }
+    });
+    worker.unwrap().join().expect("the 64 KiB thread ran the batch");
+    ok(hexrpc_session_close(session));
+}

@@ -85,11 +85,18 @@ fn resolve(records: &[Record]) -> PyResult<Vec<Resolved>> {
 /// `push(kernel, views, scalars)` appends a record and returns its index; `set_scalar(record,
 /// index, value)` and `set_view(record, index, view)` change a record in place; `run(deadline_ms=
 /// None)` sends every record in one call and returns the DSP microseconds.
+///
+/// Stack: the records are packed on the heap, never on the calling thread's stack, so `push`
+/// and `run` need at most `hexrpc.BATCH_STACK_BYTES` (64 KiB) of it, including the
+/// interpreter's own frames: a thread made after `threading.stack_size(64 * 1024)` runs the
+/// largest batch.
 #[pyclass(module = "hexrpc", frozen)]
 pub struct Batch {
     cell: Arc<crate::KernelCell>,
     kernels: Vec<Signature>,
     records: Mutex<Vec<Record>>,
+    /// Where pushes and runs pack the records (on the heap, kept between calls).
+    space: shared::SpaceCache,
 }
 
 /// A record's view entry from a `View` or a whole `Lease` (argument `n`), whose lease is open
@@ -124,7 +131,7 @@ impl Batch {
     fn new(library: &Library, kernels: Vec<String>) -> PyResult<Batch> {
         let kobj = kernel_of(&library.cell)?;
         let sigs = shared::parse_kernels(&kobj, &kernels).map_err(py_err)?;
-        Ok(Batch { cell: library.cell.clone(), kernels: sigs, records: Mutex::new(Vec::new()) })
+        Ok(Batch { cell: library.cell.clone(), kernels: sigs, records: Mutex::new(Vec::new()), space: shared::SpaceCache::default() })
     }
 
     /// Appends a launch of kernel `kernel` on `views` (View or whole-Lease objects) and
@@ -159,7 +166,7 @@ impl Batch {
         let record = Record { kernel, views: vs, scalars: sc };
         let mut all = resolve(&lock(&self.records).clone())?;
         all.push(Resolved { kernel, views: opened, scalars: record.scalars.clone() });
-        shared::with_packed(&self.kernels, &all, |_| Ok(())).map_err(py_err)?;
+        shared::with_packed(&self.space, &self.kernels, &all, |_| Ok(())).map_err(py_err)?;
         let mut records = lock(&self.records);
         records.push(record);
         Ok(records.len() - 1)
@@ -214,7 +221,7 @@ impl Batch {
         let recs = resolve(&snapshot)?;
         let deadline = deadline_ms.map(|ms| Duration::from_millis(u64::from(ms)));
         let kernels = &self.kernels;
-        py.detach(|| shared::run(&kobj, kernels, &recs, deadline)).map_err(py_err).inspect(|_| crate::logs::flush(py))
+        py.detach(|| shared::run(&self.space, &kobj, kernels, &recs, deadline)).map_err(py_err).inspect(|_| crate::logs::flush(py))
     }
 
     /// Number of records.

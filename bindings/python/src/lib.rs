@@ -951,6 +951,7 @@ fn _hexrpc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("MAX_BATCH_LEASES", hexrpc_runtime::launch::MAX_BATCH_LEASES)?;
     m.add("MAX_BATCH_RECORD_BYTES", hexrpc_runtime::launch::MAX_BATCH_RECORD_BYTES)?;
     m.add("MAX_BATCH_KERNELS", hexrpc_runtime::launch::MAX_BATCH_KERNELS)?;
+    m.add("BATCH_STACK_BYTES", hexrpc::HEXRPC_BATCH_STACK_BYTES)?;
     if let Some(msg) = logs::install() {
         py.import("warnings")?.call_method1("warn", (msg,))?;
     }

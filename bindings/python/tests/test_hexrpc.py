@@ -607,3 +607,51 @@ def test_session_close_closes_arenas_and_their_buffers():
     assert arena.closed and buf.closed
     with pytest.raises(hexrpc.HandleError):
         buf.view(0, 4)
+
+
+def test_the_largest_batch_pushes_and_runs_on_a_64_kib_thread(sess):
+    """A batch's records are packed on the heap: a thread made with BATCH_STACK_BYTES (64 KiB) of
+    stack pushes the largest batch (MAX_BATCH_LAUNCHES records on MAX_BATCH_LEASES leases), runs
+    it, changes a scalar and runs it again. Its 66 KiB on the stack crashed such a thread."""
+    import threading
+
+    assert hexrpc.BATCH_STACK_BYTES == 64 * 1024
+    lib = sess.open_library(hexrpc.bench_model_image("add_u8_table"), signature="buf,buf,u32")
+    ins = [sess.alloc(4096) for _ in range(hexrpc.MAX_BATCH_LEASES - 1)]
+    for i, lease in enumerate(ins):
+        np.frombuffer(lease, dtype=np.uint8)[:] = 10 * i
+    out = sess.alloc(4096)
+    per = 4096 // hexrpc.MAX_BATCH_LAUNCHES
+    n = len(ins)
+    outcome = {}
+
+    def work():
+        try:
+            bt = hexrpc.Batch(lib, ["buf,buf,u32"])
+            for r in range(hexrpc.MAX_BATCH_LAUNCHES):
+                bt.push(0, [ins[r % n].view(per * (r // n), per), out.view(per * r, per)], [1 + r % 3])
+            try:
+                bt.push(0, [ins[0].view(0, per), out.view(0, per)], [1])
+                outcome["extra"] = "accepted"
+            except hexrpc.LaunchRefused:
+                outcome["extra"] = "refused"
+            bt.run()
+            bt.set_scalar(0, 0, 7)
+            bt.run(deadline_ms=5000)
+            outcome["records"] = len(bt)
+        except BaseException as e:  # reported by the main thread
+            outcome["error"] = repr(e)
+
+    old = threading.stack_size(hexrpc.BATCH_STACK_BYTES)
+    try:
+        t = threading.Thread(target=work)
+        t.start()
+    finally:
+        threading.stack_size(old)
+    t.join()
+    assert outcome == {"extra": "refused", "records": hexrpc.MAX_BATCH_LAUNCHES}, outcome
+    got = np.frombuffer(out, dtype=np.uint8)
+    for r in range(hexrpc.MAX_BATCH_LAUNCHES):
+        k = 7 if r == 0 else 1 + r % 3
+        assert (got[per * r : per * (r + 1)] == (10 * (r % n) + k) % 256).all(), (r, got[per * r : per * r + 4])
+    lib.close()

@@ -16,6 +16,7 @@
 //! call; a refused `push` leaves the batch as it was. A batch that was sent but did not complete
 //! is [`Error::BatchRun`] with a [`BatchFailure`].
 
+use core::borrow::BorrowMut;
 use core::fmt;
 use core::marker::PhantomData;
 
@@ -23,6 +24,7 @@ use hexrpc_drivers::adsprpc::{invoke_attrs, ArgsError};
 use hexrpc_drivers::fixed::FixedVec as Vec;
 use hexrpc_drivers::{Error as DriverError, Fd, Scalars, Syscalls};
 use hexrpc_hal::{Call, Cause, HalError, Library, Stage};
+use zerocopy::FromZeros;
 
 use super::abi::{
     BatchLayout, BatchStatus, BATCH, MAX_ARGS, MAX_BATCH_KERNELS, MAX_BATCH_LAUNCHES, MAX_BATCH_LEASES, MAX_BATCH_RECORD_BYTES,
@@ -43,7 +45,7 @@ fn driver_error(e: DriverError) -> Error {
 /// The argument list did not fit the driver-neutral call (never for a batch built here).
 const ARGS_INVALID: Error = Error::Hal(HalError { stage: Stage::Invoke, cause: Cause::Invalid });
 
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, FromZeros)]
 struct RecordInfo {
     /// Byte offset of the record in pra 0 (below `PRA0_CAP`).
     at: u32,
@@ -90,8 +92,23 @@ pub struct BatchRun {
 /// let _ = batch.pra0();
 /// ```
 #[derive(Clone)]
-pub struct Batch<'a> {
+pub struct Batch<'a, S: BorrowMut<BatchSpace> = BatchSpace> {
     kernels: &'a [Signature],
+    space: S,
+    _buffers: PhantomData<&'a ()>,
+}
+
+/// Where a [`Batch`] keeps its records: its pra 0 (16 + [`MAX_BATCH_RECORD_BYTES`] bytes), pra 1,
+/// status and the per-record and per-lease state; nearly all of [`BATCH_VALUE_BYTES`].
+///
+/// A [`Batch::new`] holds one inline. [`Batch::in_space`] uses one kept elsewhere (a
+/// `Box<BatchSpace>`, a `&mut BatchSpace` in a static or a task's memory), so building, pushing
+/// and running use a few hundred bytes of the caller's stack, not 66 KiB. All-zero bytes are an
+/// empty space ([`FromZeros`]): with an allocator, `BatchSpace::new_box_zeroed()` makes one on
+/// the heap without passing it through the stack. A space is reset by `in_space`, so one can be
+/// kept and reused for batch after batch.
+#[derive(Clone, FromZeros)]
+pub struct BatchSpace {
     /// pra 0: the header, then the records; grows as launches are pushed (nothing beyond the
     /// records is ever written).
     pra0: Vec<u8, PRA0_CAP>,
@@ -106,7 +123,33 @@ pub struct Batch<'a> {
     /// Whether pra 1 carries the ids now.
     ids_sent: bool,
     records: Vec<RecordInfo, MAX_BATCH_LAUNCHES>,
-    _buffers: PhantomData<&'a ()>,
+}
+
+impl BatchSpace {
+    /// An empty space on the heap, made there in zeroed memory (never on the stack): what
+    /// [`Batch::in_space`] takes for a batch on a thread with a small stack. Aborts as `Box::new`
+    /// does if the allocator fails.
+    #[cfg(feature = "std")]
+    pub fn boxed() -> std::boxed::Box<BatchSpace> {
+        BatchSpace::new_box_zeroed().unwrap_or_else(|_| std::alloc::handle_alloc_error(core::alloc::Layout::new::<BatchSpace>()))
+    }
+
+    /// Empties the space and writes the batch header: what a new batch starts from. Writes a
+    /// few words, not the capacity.
+    fn reset(&mut self) {
+        let mut header = [0u8; 16];
+        put_u32(&mut header, BATCH.magic_at, BATCH.magic);
+        self.pra0.clear();
+        // The header always fits (PRA0_CAP = 16 + record bytes).
+        let _ = self.pra0.extend_from_slice(&header);
+        self.pra1.clear();
+        self.status = [0; 24];
+        self.fds.clear();
+        self.lease_lens.clear();
+        self.ids.clear();
+        self.ids_sent = false;
+        self.records.clear();
+    }
 }
 
 const _: () = assert!(BATCH.lease_entry_size == 8 && BATCH.header_len == 16 && BATCH.slot_size <= 8);
@@ -114,6 +157,11 @@ const _: () = assert!(BATCH.lease_entry_size == 8 && BATCH.header_len == 16 && B
 /// Size of a [`Batch`] value: its pra 0 (16 + [`MAX_BATCH_RECORD_BYTES`] bytes) and a few KiB of
 /// per-record and per-lease state.
 pub const BATCH_VALUE_BYTES: usize = core::mem::size_of::<Batch<'static>>();
+
+/// Size of a [`Batch`] whose records live in a [`BatchSpace`] kept elsewhere
+/// ([`Batch::in_space`] with a `&mut BatchSpace`): the kernel table and the reference.
+pub const BATCH_HANDLE_BYTES: usize = core::mem::size_of::<Batch<'static, &'static mut BatchSpace>>();
+const _: () = assert!(BATCH_HANDLE_BYTES <= 64);
 
 // The records' bytes are nearly all of it: the per-record and per-lease state stays under 4 KiB
 // (a new field or capacity that would make the value much larger fails the build).
@@ -131,37 +179,52 @@ fn word(offset: usize, v: u64) -> u128 {
 }
 
 impl<'a> Batch<'a> {
-    /// An empty batch for a library whose kernel table is `kernels` (index = kernel index).
+    /// An empty batch for a library whose kernel table is `kernels` (index = kernel index),
+    /// holding its [`BatchSpace`] inline (see [`Batch`] for the size and [`in_space`](Batch::in_space)
+    /// for a small stack).
     #[inline]
     pub fn new(kernels: &'a [Signature]) -> Result<Self, Error> {
-        if kernels.len() > MAX_BATCH_KERNELS {
-            return Err(BatchRefusal::TooManyKernels { count: kernels.len() }.into());
+        check_kernels(kernels)?;
+        let mut batch = Batch { kernels, space: BatchSpace::new_zeroed(), _buffers: PhantomData };
+        batch.space.reset();
+        Ok(batch)
+    }
+}
+
+/// A table of more kernels than a batch can name is refused.
+fn check_kernels(kernels: &[Signature]) -> Result<(), Error> {
+    if kernels.len() > MAX_BATCH_KERNELS {
+        return Err(BatchRefusal::TooManyKernels { count: kernels.len() }.into());
+    }
+    Ok(())
+}
+
+impl<'a, S: BorrowMut<BatchSpace>> Batch<'a, S> {
+    /// An empty batch for `kernels` whose records live in `space` (emptied first): a
+    /// `Box<BatchSpace>` or a `&mut BatchSpace`, so the batch itself is
+    /// [`BATCH_HANDLE_BYTES`] and nothing of its capacity passes through the stack. Refused as
+    /// [`new`](Batch::new) is; `space` is then returned unchanged with the error.
+    pub fn in_space(kernels: &'a [Signature], mut space: S) -> Result<Self, (Error, S)> {
+        if let Err(e) = check_kernels(kernels) {
+            return Err((e, space));
         }
-        let mut header = [0u8; 16];
-        put_u32(&mut header, BATCH.magic_at, BATCH.magic);
-        let mut pra0 = Vec::new();
-        // The header always fits (PRA0_CAP = 16 + record bytes).
-        let _ = pra0.extend_from_slice(&header);
-        Ok(Batch {
-            kernels,
-            pra0,
-            pra1: Vec::new(),
-            status: [0; 24],
-            fds: Vec::new(),
-            lease_lens: Vec::new(),
-            ids: Vec::new(),
-            ids_sent: false,
-            records: Vec::new(),
-            _buffers: PhantomData,
-        })
+        space.borrow_mut().reset();
+        Ok(Batch { kernels, space, _buffers: PhantomData })
+    }
+
+    /// The space the records were kept in, to reuse for another batch.
+    pub fn into_space(self) -> S {
+        self.space
     }
 
     /// Appends a launch of kernel `kernel` on `buffers` and `scalars`; returns its record index.
     /// Checked as a single v2 launch is, then against the batch's capacity; on any refusal the
     /// batch is unchanged.
     pub fn push(&mut self, kernel: usize, buffers: &[BufferRef<'a>], scalars: &[Scalar]) -> Result<usize, Error> {
-        let record = self.records.len();
-        let sig = self.kernels.get(kernel).ok_or(BatchRefusal::NoSuchKernel { kernel, kernels: self.kernels.len() })?;
+        let kernels = self.kernels;
+        let sp = self.space.borrow_mut();
+        let record = sp.records.len();
+        let sig = kernels.get(kernel).ok_or(BatchRefusal::NoSuchKernel { kernel, kernels: kernels.len() })?;
         let refuse = |error| Error::Batch(BatchRefusal::Launch { record, error });
         if buffers.len() != sig.buffers() {
             return Err(refuse(PackError::BufferCount { expected: sig.buffers(), got: buffers.len() }));
@@ -177,11 +240,11 @@ impl<'a> Batch<'a> {
         }
         // Lease indices, with the leases this launch adds appended tentatively: a refusal below
         // truncates them away again.
-        let leases_before = self.fds.len();
+        let leases_before = sp.fds.len();
         let mut index = [0u8; MAX_BATCH_LEASES];
-        let found = self.lease_indices(record, buffers, &mut index);
+        let found = sp.lease_indices(record, buffers, &mut index);
         let len = BATCH.record_len(buffers.len(), scalars.len());
-        let used = self.pra0.len() - BATCH.header_len;
+        let used = sp.pra0.len() - BATCH.header_len;
         let needed = used + len;
         let found = found.and_then(|()| {
             if needed > MAX_BATCH_RECORD_BYTES {
@@ -190,21 +253,21 @@ impl<'a> Batch<'a> {
             Ok(())
         });
         if let Err(e) = found {
-            self.fds.truncate(leases_before);
-            self.lease_lens.truncate(leases_before);
-            self.ids.truncate(leases_before);
+            sp.fds.truncate(leases_before);
+            sp.lease_lens.truncate(leases_before);
+            sp.ids.truncate(leases_before);
             return Err(e);
         }
 
         // Commit: the record, written once, in order (every push below fits: checked above).
         // Each field group is composed as one little-endian word and stored whole (composing it
         // byte by byte and reading it back stalls store forwarding).
-        let at = self.pra0.len();
+        let at = sp.pra0.len();
         let head = word(BATCH.kernel_at, kernel as u64)
             | word(BATCH.views_at, buffers.len() as u64)
             | word(BATCH.scalars_at, scalars.len() as u64);
         // Appended through writers, which keep the length in a register until they are dropped.
-        let mut pra0 = self.pra0.append();
+        let mut pra0 = sp.pra0.append();
         let _ = pra0.extend_from_slice(&head.to_le_bytes()[..BATCH.record_header_len]);
         for (b, lease) in buffers.iter().zip(index) {
             // Checked above against the v2 limits (u32).
@@ -218,24 +281,170 @@ impl<'a> Batch<'a> {
             let _ = pra0.extend_from_slice(&s.bits().to_le_bytes()[..BATCH.slot_size]);
         }
         drop(pra0);
-        let mut pra1 = self.pra1.append();
-        for (len, id) in self.lease_lens[leases_before..].iter().zip(&self.ids[leases_before..]) {
-            let id = if self.ids_sent { *id } else { 0 };
+        let mut pra1 = sp.pra1.append();
+        for (len, id) in sp.lease_lens[leases_before..].iter().zip(&sp.ids[leases_before..]) {
+            let id = if sp.ids_sent { *id } else { 0 };
             let e = word(BATCH.lease_len_at, *len & 0xffff_ffff) | word(BATCH.lease_id_at, u64::from(id));
             let _ = pra1.extend_from_slice(&e.to_le_bytes()[..BATCH.lease_entry_size]);
         }
         drop(pra1);
-        let _ = self.records.push(RecordInfo { at: at as u32, kernel: kernel as u16 });
-        let (count, leases) = (self.records.len() as u32, self.fds.len() as u32);
-        put_u32(&mut self.pra0, BATCH.count_at, count);
-        put_u32(&mut self.pra0, BATCH.leases_at, leases);
-        put_u32(&mut self.pra0, BATCH.bytes_at, needed as u32);
+        let _ = sp.records.push(RecordInfo { at: at as u32, kernel: kernel as u16 });
+        let (count, leases) = (sp.records.len() as u32, sp.fds.len() as u32);
+        put_u32(&mut sp.pra0, BATCH.count_at, count);
+        put_u32(&mut sp.pra0, BATCH.leases_at, leases);
+        put_u32(&mut sp.pra0, BATCH.bytes_at, needed as u32);
         Ok(record)
     }
 
+    /// Replaces scalar `index` of record `record` (same type as the kernel's signature says).
+    pub fn set_scalar(&mut self, record: usize, index: usize, value: Scalar) -> Result<(), Error> {
+        let kernels = self.kernels;
+        let sp = self.space.borrow_mut();
+        let missing = BatchRefusal::NoSuchScalar { record, index };
+        let info = *sp.records.get(record).ok_or(missing)?;
+        let sig = kernels.get(info.kernel as usize).ok_or(missing)?;
+        let expected = sig.scalar_type(index).ok_or(missing)?;
+        if value.ty() != expected {
+            return Err(BatchRefusal::Launch { record, error: PackError::ScalarType { index, expected, got: value.ty() } }.into());
+        }
+        let e = info.at as usize + BATCH.scalar_at(sig.buffers(), index);
+        sp.pra0[e..e + BATCH.slot_size].fill(0);
+        sp.pra0[e..e + value.ty().size()].copy_from_slice(&value.to_le_bytes()[..value.ty().size()]);
+        Ok(())
+    }
+
+    fn sp(&self) -> &BatchSpace {
+        self.space.borrow()
+    }
+
+    /// Records in the batch.
+    pub fn len(&self) -> usize {
+        self.sp().records.len()
+    }
+    /// True if the batch holds no record.
+    pub fn is_empty(&self) -> bool {
+        self.sp().records.is_empty()
+    }
+    /// Distinct leases (handle arguments, DSP maps per call).
+    pub fn lease_count(&self) -> usize {
+        self.sp().fds.len()
+    }
+    /// Record bytes used.
+    pub fn record_bytes(&self) -> usize {
+        self.sp().pra0.len() - BATCH.header_len
+    }
+    /// The kernel index of record `record`.
+    pub fn kernel_of(&self, record: usize) -> Option<usize> {
+        self.sp().records.get(record).map(|r| r.kernel as usize)
+    }
+    /// The scalars word the batch is sent with.
+    pub fn scalars_word(&self) -> Scalars {
+        // `leases` never exceeds MAX_BATCH_LEASES.
+        BATCH.scalars(self.sp().fds.len()).unwrap_or(Scalars::from_raw(0))
+    }
+    /// The bytes of pra 0 (header and records), as sent.
+    pub fn pra0(&self) -> &[u8] {
+        &self.sp().pra0
+    }
+    /// The bytes of pra 1 (lease table), as sent.
+    pub fn pra1(&self) -> &[u8] {
+        &self.sp().pra1
+    }
+    /// The leases' share fds, in handle order.
+    pub fn fds(&self) -> &[Fd] {
+        &self.sp().fds
+    }
+    /// Writes the leases' ids into pra 1 (`on`: for a library built with the map cache, launch
+    /// ABI method 3) or zeros (every other library: its entry refuses a non-zero reserved
+    /// word). [`run`](Self::run) sets it from the library; a caller of
+    /// [`launch`](Self::launch) or [`invoke_args`](Self::invoke_args) on a raw handle says it
+    /// here (off by default).
+    pub fn send_lease_ids(&mut self, on: bool) {
+        let sp = self.space.borrow_mut();
+        if sp.ids_sent == on {
+            return;
+        }
+        sp.ids_sent = on;
+        write_lease_ids(&BATCH, &mut sp.pra1, &sp.ids, on);
+    }
+
+    /// The status of the last call (`None` never: all zeros before a call).
+    pub fn status(&self) -> Option<BatchStatus> {
+        BATCH.status(&self.sp().status)
+    }
+
+    /// The call (driver-neutral): pra 0 and pra 1 in, the status out, one out-handle per lease
+    /// (with its length, which the upstream driver needs). Clears the status first. Borrows the
+    /// batch (and through `'a` every buffer) while it lives.
+    pub fn invoke_args(&mut self) -> Result<Call<'_, MAX_ARGS>, ArgsError> {
+        let sp = self.space.borrow_mut();
+        sp.status = [0; 24];
+        // Filled where it was built and returned as it is (no moves of the list).
+        let mut call = Call::new(BATCH.method);
+        if let Ok(args) = call.as_mut() {
+            args.input(&sp.pra0)?;
+            args.input(&sp.pra1)?;
+            args.output(&mut sp.status)?;
+            for (fd, len) in sp.fds.iter().zip(&sp.lease_lens) {
+                args.out_handle_sized(*fd, BATCH.handle_attr, *len)?;
+            }
+        }
+        call
+    }
+
+    /// Checks the status the entry wrote after a call that returned 0.
+    pub fn outcome(&self) -> Result<BatchRun, Error> {
+        let status = self.status().filter(BatchStatus::ran);
+        decode_outcome(status, self.len(), |r| self.kernel_of(r))
+    }
+
+    /// Sends the batch to `lib` (one `FASTRPC_IOCTL_INVOKE_ATTRS`) and checks its status.
+    pub fn run<Y: Syscalls + Clone>(&mut self, lib: &Library<'_, Y>) -> Result<BatchRun, Error> {
+        if self.is_empty() {
+            return Err(BatchRefusal::Empty.into());
+        }
+        self.send_lease_ids(lib.map_cache());
+        let mut args = self.invoke_args();
+        lib.invoke(args.as_mut().map_err(|_| ARGS_INVALID)?)?;
+        self.outcome()
+    }
+
+    /// [`run`](Self::run) with a deadline (see `Library::invoke_with_deadline`). A zero
+    /// `timeout` is refused before any system call, as a single launch's
+    /// ([`PackError::ZeroDeadline`](crate::launch::PackError::ZeroDeadline)).
+    #[cfg(feature = "std")]
+    pub fn run_with_deadline<Y: Syscalls + Clone + Sync>(
+        &mut self,
+        lib: &Library<'_, Y>,
+        timeout: core::time::Duration,
+    ) -> Result<BatchRun, Error> {
+        crate::kernel::check_deadline(timeout)?;
+        if self.is_empty() {
+            return Err(BatchRefusal::Empty.into());
+        }
+        self.send_lease_ids(lib.map_cache());
+        let mut args = self.invoke_args();
+        lib.invoke_with_deadline(args.as_mut().map_err(|_| ARGS_INVALID)?, timeout)?;
+        self.outcome()
+    }
+
+    /// Sends the batch to library `handle` on the adsprpc fd `dev` (one ioctl) and checks its
+    /// status.
+    pub fn launch<Y: Syscalls + ?Sized>(&mut self, sys: &Y, dev: Fd, handle: u32) -> Result<BatchRun, Error> {
+        if self.is_empty() {
+            return Err(BatchRefusal::Empty.into());
+        }
+        let mut call = self.invoke_args();
+        let call = call.as_mut().map_err(|_| ARGS_INVALID)?;
+        call.with_downstream(|args| invoke_attrs(sys, dev, handle, args)).map_err(|_| ARGS_INVALID)?.map_err(driver_error)?;
+        self.outcome()
+    }
+}
+
+impl BatchSpace {
     /// Checks every buffer of a launch and finds its lease index, appending the leases not yet
     /// in the batch to `fds` / `lease_lens` (the caller truncates them away on a refusal).
-    fn lease_indices(&mut self, record: usize, buffers: &[BufferRef<'a>], index: &mut [u8; MAX_BATCH_LEASES]) -> Result<(), Error> {
+    fn lease_indices(&mut self, record: usize, buffers: &[BufferRef<'_>], index: &mut [u8; MAX_BATCH_LEASES]) -> Result<(), Error> {
         let refuse = |error| Error::Batch(BatchRefusal::Launch { record, error });
         for (buffer, b) in buffers.iter().enumerate() {
             let (fd, lease, off, len, id) = (b.share_fd(), b.lease_len(), b.view_offset(), b.view_len(), b.lease_id());
@@ -272,142 +481,6 @@ impl<'a> Batch<'a> {
         }
         Ok(())
     }
-
-    /// Replaces scalar `index` of record `record` (same type as the kernel's signature says).
-    pub fn set_scalar(&mut self, record: usize, index: usize, value: Scalar) -> Result<(), Error> {
-        let missing = BatchRefusal::NoSuchScalar { record, index };
-        let info = *self.records.get(record).ok_or(missing)?;
-        let sig = self.kernels.get(info.kernel as usize).ok_or(missing)?;
-        let expected = sig.scalar_type(index).ok_or(missing)?;
-        if value.ty() != expected {
-            return Err(BatchRefusal::Launch { record, error: PackError::ScalarType { index, expected, got: value.ty() } }.into());
-        }
-        let e = info.at as usize + BATCH.scalar_at(sig.buffers(), index);
-        self.pra0[e..e + BATCH.slot_size].fill(0);
-        self.pra0[e..e + value.ty().size()].copy_from_slice(&value.to_le_bytes()[..value.ty().size()]);
-        Ok(())
-    }
-
-    /// Records in the batch.
-    pub fn len(&self) -> usize {
-        self.records.len()
-    }
-    /// True if the batch holds no record.
-    pub fn is_empty(&self) -> bool {
-        self.records.is_empty()
-    }
-    /// Distinct leases (handle arguments, DSP maps per call).
-    pub fn lease_count(&self) -> usize {
-        self.fds.len()
-    }
-    /// Record bytes used.
-    pub fn record_bytes(&self) -> usize {
-        self.pra0.len() - BATCH.header_len
-    }
-    /// The kernel index of record `record`.
-    pub fn kernel_of(&self, record: usize) -> Option<usize> {
-        self.records.get(record).map(|r| r.kernel as usize)
-    }
-    /// The scalars word the batch is sent with.
-    pub fn scalars_word(&self) -> Scalars {
-        // `leases` never exceeds MAX_BATCH_LEASES.
-        BATCH.scalars(self.fds.len()).unwrap_or(Scalars::from_raw(0))
-    }
-    /// The bytes of pra 0 (header and records), as sent.
-    pub fn pra0(&self) -> &[u8] {
-        &self.pra0
-    }
-    /// The bytes of pra 1 (lease table), as sent.
-    pub fn pra1(&self) -> &[u8] {
-        &self.pra1
-    }
-    /// The leases' share fds, in handle order.
-    pub fn fds(&self) -> &[Fd] {
-        &self.fds
-    }
-    /// Writes the leases' ids into pra 1 (`on`: for a library built with the map cache, launch
-    /// ABI method 3) or zeros (every other library: its entry refuses a non-zero reserved
-    /// word). [`run`](Self::run) sets it from the library; a caller of
-    /// [`launch`](Self::launch) or [`invoke_args`](Self::invoke_args) on a raw handle says it
-    /// here (off by default).
-    pub fn send_lease_ids(&mut self, on: bool) {
-        if self.ids_sent == on {
-            return;
-        }
-        self.ids_sent = on;
-        write_lease_ids(&BATCH, &mut self.pra1, &self.ids, on);
-    }
-
-    /// The status of the last call (`None` never: all zeros before a call).
-    pub fn status(&self) -> Option<BatchStatus> {
-        BATCH.status(&self.status)
-    }
-
-    /// The call (driver-neutral): pra 0 and pra 1 in, the status out, one out-handle per lease
-    /// (with its length, which the upstream driver needs). Clears the status first. Borrows the
-    /// batch (and through `'a` every buffer) while it lives.
-    pub fn invoke_args(&mut self) -> Result<Call<'_, MAX_ARGS>, ArgsError> {
-        self.status = [0; 24];
-        // Filled where it was built and returned as it is (no moves of the list).
-        let mut call = Call::new(BATCH.method);
-        if let Ok(args) = call.as_mut() {
-            args.input(&self.pra0)?;
-            args.input(&self.pra1)?;
-            args.output(&mut self.status)?;
-            for (fd, len) in self.fds.iter().zip(&self.lease_lens) {
-                args.out_handle_sized(*fd, BATCH.handle_attr, *len)?;
-            }
-        }
-        call
-    }
-
-    /// Checks the status the entry wrote after a call that returned 0.
-    pub fn outcome(&self) -> Result<BatchRun, Error> {
-        let status = self.status().filter(BatchStatus::ran);
-        decode_outcome(status, self.records.len(), |r| self.kernel_of(r))
-    }
-
-    /// Sends the batch to `lib` (one `FASTRPC_IOCTL_INVOKE_ATTRS`) and checks its status.
-    pub fn run<S: Syscalls + Clone>(&mut self, lib: &Library<'_, S>) -> Result<BatchRun, Error> {
-        if self.records.is_empty() {
-            return Err(BatchRefusal::Empty.into());
-        }
-        self.send_lease_ids(lib.map_cache());
-        let mut args = self.invoke_args();
-        lib.invoke(args.as_mut().map_err(|_| ARGS_INVALID)?)?;
-        self.outcome()
-    }
-
-    /// [`run`](Self::run) with a deadline (see `Library::invoke_with_deadline`). A zero
-    /// `timeout` is refused before any system call, as a single launch's
-    /// ([`PackError::ZeroDeadline`](crate::launch::PackError::ZeroDeadline)).
-    #[cfg(feature = "std")]
-    pub fn run_with_deadline<S: Syscalls + Clone + Sync>(
-        &mut self,
-        lib: &Library<'_, S>,
-        timeout: core::time::Duration,
-    ) -> Result<BatchRun, Error> {
-        crate::kernel::check_deadline(timeout)?;
-        if self.records.is_empty() {
-            return Err(BatchRefusal::Empty.into());
-        }
-        self.send_lease_ids(lib.map_cache());
-        let mut args = self.invoke_args();
-        lib.invoke_with_deadline(args.as_mut().map_err(|_| ARGS_INVALID)?, timeout)?;
-        self.outcome()
-    }
-
-    /// Sends the batch to library `handle` on the adsprpc fd `dev` (one ioctl) and checks its
-    /// status.
-    pub fn launch<S: Syscalls + ?Sized>(&mut self, sys: &S, dev: Fd, handle: u32) -> Result<BatchRun, Error> {
-        if self.records.is_empty() {
-            return Err(BatchRefusal::Empty.into());
-        }
-        let mut call = self.invoke_args();
-        let call = call.as_mut().map_err(|_| ARGS_INVALID)?;
-        call.with_downstream(|args| invoke_attrs(sys, dev, handle, args)).map_err(|_| ARGS_INVALID)?.map_err(driver_error)?;
-        self.outcome()
-    }
 }
 
 /// Writes each lease's id into its entry of the lease table `pra1` (`on`), or zeros (a library
@@ -443,10 +516,10 @@ pub(super) fn decode_outcome(
     }
 }
 
-impl fmt::Debug for Batch<'_> {
+impl<S: BorrowMut<BatchSpace>> fmt::Debug for Batch<'_, S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Batch")
-            .field("launches", &self.records.len())
+            .field("launches", &self.len())
             .field("leases", &self.fds())
             .field("record_bytes", &self.record_bytes())
             .field("sc", &self.scalars_word())
@@ -507,6 +580,35 @@ mod tests {
         assert_eq!(args.fds(), &[-1, -1, -1, 7, 9]);
         assert_eq!(args.attrs(), &[0, 0, 0, FASTRPC_ATTR_NOVA, FASTRPC_ATTR_NOVA]);
         assert_eq!((args.pra()[0].buf().len, args.pra()[1].buf().len, args.pra()[2].buf().len), (16 + 108, 16, 24));
+    }
+
+    /// A batch in a space kept elsewhere packs exactly what an inline one does; the space comes
+    /// back for the next batch, which starts empty; a refused table gives it back unchanged.
+    #[test]
+    fn a_batch_in_a_space_packs_as_an_inline_one_and_the_space_is_reused() {
+        let o = ();
+        let k = sigs();
+        let (a, b) = (BufferRef::borrowing(&o, Fd(7), 8192, 0, 100), BufferRef::borrowing(&o, Fd(9), 4096, 16, 64));
+        let mut inline = Batch::new(&k).unwrap();
+        let mut space = BatchSpace::boxed();
+        for round in 0..2 {
+            let mut kept = Batch::in_space(&k, &mut *space).map_err(|(e, _)| e).unwrap();
+            assert!(kept.is_empty() && kept.record_bytes() == 0 && kept.fds().is_empty(), "round {round} starts empty");
+            inline.push(1, &[a], &[Scalar::F32(1.5)]).unwrap();
+            inline.push(0, &[b, a], &[Scalar::U32(3)]).unwrap();
+            kept.push(1, &[a], &[Scalar::F32(1.5)]).unwrap();
+            kept.push(0, &[b, a], &[Scalar::U32(3)]).unwrap();
+            assert_eq!(
+                (kept.pra0(), kept.pra1(), kept.fds(), kept.scalars_word()),
+                (inline.pra0(), inline.pra1(), inline.fds(), inline.scalars_word())
+            );
+            inline = Batch::new(&k).unwrap();
+        }
+        let table = [Signature::parse("").unwrap(); MAX_BATCH_KERNELS + 1];
+        let (e, back) = Batch::in_space(&table, space).map(|_| ()).unwrap_err();
+        assert!(matches!(e, Error::Batch(BatchRefusal::TooManyKernels { .. })));
+        assert_eq!(back.records.len(), 2, "a refused table leaves the space as it was");
+        const { assert!(BATCH_HANDLE_BYTES < 64 && BATCH_VALUE_BYTES > 65536) };
     }
 
     #[test]
@@ -625,11 +727,11 @@ mod tests {
         }
         assert_eq!(b.outcome(), Err(Error::BatchRun(BatchFailure::NotRun)));
         let put = |b: &mut Batch<'_>, done: u32, failed: u32, code: i32| {
-            b.status[..4].copy_from_slice(b"HRXB");
-            b.status[4..8].copy_from_slice(&done.to_le_bytes());
-            b.status[8..12].copy_from_slice(&failed.to_le_bytes());
-            b.status[12..16].copy_from_slice(&code.to_le_bytes());
-            b.status[16..24].copy_from_slice(&42u64.to_le_bytes());
+            b.space.status[..4].copy_from_slice(b"HRXB");
+            b.space.status[4..8].copy_from_slice(&done.to_le_bytes());
+            b.space.status[8..12].copy_from_slice(&failed.to_le_bytes());
+            b.space.status[12..16].copy_from_slice(&code.to_le_bytes());
+            b.space.status[16..24].copy_from_slice(&42u64.to_le_bytes());
         };
         put(&mut b, 3, u32::MAX, 0);
         assert_eq!(b.outcome(), Ok(BatchRun { launches: 3, dsp_micros: 42 }));

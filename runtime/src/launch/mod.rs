@@ -59,7 +59,7 @@ pub use abi::{
     MAX_PROGRAM_LAUNCHES, MAX_PROGRAM_RECORD_BYTES, MAX_RELEASE_IDS, NO_FAILED_RECORD, PROGRAM, PROGRAM_MAGIC, PROGRAM_METHOD,
     RELEASE_METHOD, SLOT_SIZE, V1, V2, V2_MAGIC,
 };
-pub use batch::{Batch, BatchRun, BATCH_VALUE_BYTES};
+pub use batch::{Batch, BatchRun, BatchSpace, BATCH_HANDLE_BYTES, BATCH_VALUE_BYTES};
 pub use batch_error::{BatchFailure, BatchRefusal};
 pub use entry::{check_kernel_name, write_batch_entry, write_entry, EntryError, EntryOptions, KernelSpec, PowerRequest};
 pub use pack::{BufferRef, LaunchBuffer, PackError, PackedLaunch, DEFAULT_SLOTS};

@@ -1084,3 +1084,52 @@ fn new_lease_seeking(rig: &Rig, fd: hexrpc_drivers::Fd) -> Lease<'_, Bench> {
     }
     b
 }
+
+/// The largest batch (256 records on 15 distinct leases) built, pushed and run on a thread with
+/// a 64 KiB stack: its records live in a heap [`BatchSpace`], so the batch itself is a few words
+/// and no call copies its 66 KiB through the stack.
+#[test]
+fn the_largest_batch_pushes_and_runs_on_a_64_kib_thread_from_a_heap_space() {
+    use hexrpc_runtime::launch::{BatchSpace, MAX_BATCH_LAUNCHES, MAX_BATCH_LEASES};
+    with_served(&hexrpc_bsp::BENCH, |_bench, rig, lib, out| {
+        let inputs: Vec<_> = (0..MAX_BATCH_LEASES - 1)
+            .map(|i| {
+                let mut a = rig.session().alloc(4096).unwrap();
+                a.fill(0, 4096, 10 * i as u8).unwrap();
+                a
+            })
+            .collect();
+        let sigs = [Signature::parse(SIG).unwrap()];
+        let per = 4096 / MAX_BATCH_LAUNCHES;
+        let space = std::thread::scope(|s| {
+            let small = std::thread::Builder::new().stack_size(64 * 1024);
+            let worker = small.spawn_scoped(s, || {
+                let outs: Vec<_> = (0..MAX_BATCH_LAUNCHES).map(|r| out.view(per * r, per).unwrap()).collect();
+                let ins: Vec<_> =
+                    (0..MAX_BATCH_LAUNCHES).map(|r| inputs[r % inputs.len()].view(per * (r / inputs.len()), per).unwrap()).collect();
+                let mut batch = Batch::in_space(&sigs, BatchSpace::boxed()).map_err(|(e, _)| e).unwrap();
+                for (r, o) in outs.iter().enumerate() {
+                    batch.push(0, &[BufferRef::of(&ins[r]), BufferRef::of(o)], &[Scalar::U32(1 + (r % 3) as u32)]).unwrap();
+                }
+                assert_eq!(batch.lease_count(), MAX_BATCH_LEASES);
+                let whole = inputs[0].whole();
+                let extra = batch.push(0, &[BufferRef::of(&whole), BufferRef::of(&outs[0])], &[Scalar::U32(1)]);
+                assert!(extra.is_err(), "a record past the capacity: {extra:?}");
+                assert_eq!(batch.run(lib).unwrap().launches, MAX_BATCH_LAUNCHES);
+                batch.set_scalar(0, 0, Scalar::U32(7)).unwrap();
+                assert_eq!(batch.run_with_deadline(lib, WAIT).unwrap().launches, MAX_BATCH_LAUNCHES);
+                batch.into_space()
+            });
+            worker.unwrap().join().expect("the 64 KiB thread ran the batch")
+        });
+        let got = bytes(out);
+        for r in 0..MAX_BATCH_LAUNCHES {
+            let k = if r == 0 { 7 } else { 1 + (r % 3) as u8 };
+            let want = (10 * (r % inputs.len()) as u8).wrapping_add(k);
+            assert!(got[per * r..per * (r + 1)].iter().all(|&b| b == want), "record {r}: {:?}", &got[per * r..per * r + 4]);
+        }
+        // The space is reusable: a new batch in it starts empty.
+        let again = Batch::in_space(&sigs, space).map_err(|(e, _)| e).unwrap();
+        assert!(again.is_empty() && again.lease_count() == 0 && again.record_bytes() == 0);
+    });
+}

@@ -43,6 +43,7 @@ import time as _time
 from ._hexrpc import (
     ARENA_ALIGN,
     ARENA_BLOCKS,
+    BATCH_STACK_BYTES,
     MAX_BATCH_KERNELS,
     MAX_BATCH_LAUNCHES,
     MAX_BATCH_LEASES,
@@ -80,6 +81,7 @@ from .model import Model, Tensor
 __all__ = [
     "ARENA_ALIGN",
     "ARENA_BLOCKS",
+    "BATCH_STACK_BYTES",
     "MAX_BATCH_KERNELS",
     "MAX_BATCH_LAUNCHES",
     "MAX_BATCH_LEASES",

@@ -13,6 +13,8 @@ MAX_BATCH_LAUNCHES: int
 MAX_BATCH_LEASES: int
 MAX_BATCH_RECORD_BYTES: int
 MAX_BATCH_KERNELS: int
+BATCH_STACK_BYTES: int
+"""The stack a thread needs for Batch.push and Batch.run (64 KiB, the interpreter's frames included)."""
 
 class Error(Exception):
     """Base class of every hexrpc error."""
@@ -195,7 +197,9 @@ class Batch:
     """Launches of a library's kernel table, run together in one FastRPC call. ``kernels``: the
     table's kernel signatures (e.g. ``"buf,buf,u32"``), in table order. Raises
     ``InvalidArgument`` at once for a library whose build record says it has no kernel table
-    (built without ``hexrpc build-lib --table``) or names another table."""
+    (built without ``hexrpc build-lib --table``) or names another table. The records are packed
+    on the heap: ``push`` and ``run`` need at most ``BATCH_STACK_BYTES`` (64 KiB) of the calling
+    thread's stack."""
     def __init__(self, library: Library, kernels: Sequence[str]) -> None: ...
     def push(self, kernel: int, views: Sequence[View | Lease], scalars: Iterable[int | float] | None = None) -> int: ...
     def set_scalar(self, record: int, index: int, value: int | float) -> None: ...
