@@ -132,6 +132,114 @@ def test_a_corrupted_kernel_result_is_named_first(monkeypatch):
     assert f"FIRST PAST TOLERANCE: node {target} Conv" in compare.render(rep)
 
 
+def _failing_at(monkeypatch, when):
+    """Makes HEXRPC kernel launches (single and graph) raise the device's DSP failure while
+    ``when(kind)`` says so; returns the list of kernels it failed."""
+    from hexrpc.tinygrad.graph import HEXRPCGraph
+    from hexrpc.tinygrad.session import DSPRestartError
+
+    failed = []
+    real_call, real_graph = hexrpc_tinygrad.HEXRPCProgram.__call__, HEXRPCGraph.__call__
+
+    def call(self, *bufs, **kw):
+        if when("kernel"):
+            failed.append(self.name)
+            raise DSPRestartError(self.name, "the DSP process ended (injected by the test)", recovered=True)
+        return real_call(self, *bufs, **kw)
+
+    def graph(self, *args, **kw):
+        if when("graph"):
+            failed.append(f"graph of {len(self.calls)} kernels")
+            raise DSPRestartError(failed[-1], "the DSP process ended (injected by the test)", recovered=True)
+        return real_graph(self, *args, **kw)
+
+    monkeypatch.setattr(hexrpc_tinygrad.HEXRPCProgram, "__call__", call)
+    monkeypatch.setattr(HEXRPCGraph, "__call__", graph)
+    return failed
+
+
+def test_a_device_failure_at_a_node_names_it_and_keeps_the_nodes_before(monkeypatch):
+    path = rapidocr_model(CLS)
+    opts = compare.parse_args([str(path), "--input", "1x3x48x192", "--runs", "2", "--nodes", "first:40", "--json"])
+    model = prepare(path, opts.shapes)
+    chosen, _ = compare.select_nodes(model.nodes, opts.nodes, model.outputs)
+    target = next(i for i in chosen[15:] if model.nodes[i].op == "Conv")
+    current = {"node": None}
+
+    @contextlib.contextmanager
+    def around(i):
+        current["node"] = i
+        try:
+            yield
+        finally:
+            current["node"] = None
+
+    failed = _failing_at(monkeypatch, lambda kind: kind == "kernel" and current["node"] == target)
+    rep = compare.run(opts, around_node=around)
+    assert failed, "no HEXRPC kernel ran for the target node"
+    f = rep.failure
+    assert f is not None and f["phase"] == "nodes" and f["node"] == target and f["op"] == "Conv", f
+    assert f["kernel"] == failed[0] and "injected by the test" in f["error"]
+    # Every compared node before it kept its value (none is a missing-value PAST).
+    before = [r for r in rep.nodes if r.index < target]
+    assert len(before) >= 15 and all(r.within and r.max_abs is not None for r in before), [(r.index, r.note) for r in before if not r.within]
+    assert rep.first_past is not None and rep.first_past.index == target and "the device failed" in rep.first_past.note
+    assert rep.latency is None and rep.exit_status == compare.EXIT_PAST
+    doc = json.loads(json.dumps(rep.to_json(), allow_nan=False))
+    assert doc["failure"]["node"] == target and doc["exit_status"] == 1 and doc["first_past"]["index"] == target
+    assert len(doc["nodes"]) == len(before) + 1
+    assert f"DEVICE FAILED in the per-node phase, node {target} Conv" in compare.render(rep)
+
+
+def test_a_device_failure_in_the_latency_phase_keeps_every_node(monkeypatch):
+    path = rapidocr_model(CLS)
+    opts = compare.parse_args([str(path), "--input", "1x3x48x192", "--runs", "3", "--nodes", "first:5", "--json"])
+    phase = {"latency": False}
+    real_measure = compare.measure_latency
+
+    def measure(*args, **kw):
+        phase["latency"] = True
+        return real_measure(*args, **kw)
+
+    monkeypatch.setattr(compare, "measure_latency", measure)
+    # The captured TinyJit function's first run as hexrpc batches (tinygrad's jit runs it from
+    # the capturing call, the second warm-up run).
+    failed = _failing_at(monkeypatch, lambda kind: kind == "graph" and phase["latency"])
+    rep = compare.run(opts)
+    assert failed, "the latency phase ran no graph"
+    f = rep.failure
+    assert f is not None and f["phase"] == "latency" and f["node"] is None and f["why_no_node"], f
+    assert f["warmup"] is True and f["run"] == 2 and f["kernel"] == failed[0], f
+    assert len(rep.nodes) >= 5 and all(r.within and r.max_abs is not None for r in rep.nodes)
+    assert rep.first_past is None and rep.latency is None and rep.exit_status == compare.EXIT_PAST
+    doc = json.loads(json.dumps(rep.to_json(), allow_nan=False))
+    assert doc["failure"]["phase"] == "latency" and len(doc["nodes"]) == len(rep.nodes) and doc["exit_status"] == 1
+    assert "DEVICE FAILED in the latency phase, warm-up run 2, kernel graph of" in compare.render(rep)
+
+
+def test_a_model_tinygrad_cannot_load_or_run_is_exit_2_not_a_device_failure(tmp_path, capsys):
+    from onnx import TensorProto, helper
+
+    def save(name, node, x_shape, y_shape, opsets):
+        x = helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)
+        y = helper.make_tensor_value_info("y", TensorProto.FLOAT, y_shape)
+        m = helper.make_model(helper.make_graph([node], "g", [x], [y]), opset_imports=[helper.make_opsetid(*o) for o in opsets])
+        m.ir_version = 8
+        path = tmp_path / name
+        path.write_bytes(m.SerializeToString())
+        return path
+
+    # onnxruntime runs both; tinygrad 0.14's runner cannot load the first (an opset domain it
+    # does not know) and has no Det for the second.
+    domain = save("domain.onnx", helper.make_node("Relu", ["x"], ["y"]), [1, 4], [1, 4], [("", 13), ("com.example.custom", 1)])
+    det = save("det.onnx", helper.make_node("Det", ["x"], ["y"]), [2, 2], [], [("", 13)])
+    for path, shape, want in ((domain, "1x4", "cannot load the model"), (det, "2x2", "node 0 (Det")):
+        assert compare.main([str(path), "--input", shape, "--runs", "0", "--json"]) == compare.EXIT_USAGE
+        cap = capsys.readouterr()
+        # (Progress lines may come before it on stderr.)
+        assert cap.out == "" and "Traceback" not in cap.err and want in cap.err.splitlines()[-1], cap.err
+
+
 # -------------------------------------------------------------------------------------------------
 # Without the device
 

@@ -333,14 +333,19 @@ OUTPUT
   A table (node index, op type, output name, shape, max abs error, max rel error, tolerance,
   within/PAST), the first node past tolerance, then the latency block. With --json: one JSON
   document with the same content (keys: model, inputs, seed, reference, device, selection,
-  tolerances, prepared, nodes, first_past, latency, error, exit_status) and nothing else on
-  stdout. Progress goes to stderr.
+  tolerances, prepared, nodes, first_past, latency, error, failure, exit_status) and nothing else
+  on stdout. Progress goes to stderr. The report is printed whole whatever fails on the device:
+  a failure in the per-node phase names the node the device was running (failure.node) and
+  keeps the values of every node before it; a failure in the latency phase keeps every node's
+  values and names the run (warm-up or measured) and, when the error says, the kernel (the
+  whole model runs there as one TinyJit function, whose kernels fuse nodes: no node is named).
 
 EXIT STATUS
   0  every compared node within tolerance
-  1  some node past tolerance, or the device under test failed on a node (named first)
-  2  usage error (a shape past its limit, a negative seed, ...), an unreadable or unsupported
-     model, a missing package, a cache that cannot be written, the reference failed
+  1  some node past tolerance, or the device under test failed (in either phase; see OUTPUT)
+  2  usage error (a shape past its limit, a negative seed, ...), an unreadable model, a model
+     tinygrad's ONNX runner cannot load or run (an unknown opset domain, an op it lacks), a
+     missing package, a cache that cannot be written, the reference failed
 
 ENVIRONMENT
   HEXRPC_BENCH=1  run on hexrpc's bench (kernels under qemu-hexagon); else on the device.
@@ -466,8 +471,12 @@ def _device_calls(dev) -> int:
     return (s.launches + s.batch_runs) if s is not None else 0
 
 
-def measure_latency(model: PreparedModel, arrays: Mapping[str, np.ndarray], device: str, runs: int) -> Latency:
-    """``runs`` TinyJit runs of the whole model on ``device`` after :data:`WARMUP_RUNS`."""
+def measure_latency(model: PreparedModel, arrays: Mapping[str, np.ndarray], device: str, runs: int,
+                    progress: dict[str, Any] | None = None) -> Latency:
+    """``runs`` TinyJit runs of the whole model on ``device`` after :data:`WARMUP_RUNS`.
+    ``progress``, when given, holds the run under way (``run``: 1-based within its kind,
+    ``warmup``: whether it is a warm-up run), for the report of a failure."""
+    progress = progress if progress is not None else {}
     from tinygrad import Device, Tensor, TinyJit
 
     import hexrpc
@@ -496,6 +505,7 @@ def measure_latency(model: PreparedModel, arrays: Mapping[str, np.ndarray], devi
 
     with Context(DEV=device):
         for i in range(WARMUP_RUNS + runs):
+            progress["warmup"], progress["run"] = i < WARMUP_RUNS, (i + 1 if i < WARMUP_RUNS else i + 1 - WARMUP_RUNS)
             xs = [tg.inputs({k: arrays[k]})[k] for k in names]
             c0, k0 = (counters() if counters else None), _device_calls(dev)
             t0 = time.perf_counter()
@@ -559,10 +569,14 @@ class Report:
     first_past: NodeRow | None
     latency: Latency | None
     error: str | None = None
+    #: The device under test's failure, if any: phase ("nodes" or "latency"), node, op and
+    #: output (the node it was running, per-node phase), run and warmup (latency phase), kernel
+    #: (when the error names one), error, and why_no_node (latency phase).
+    failure: dict[str, Any] | None = None
 
     @property
     def exit_status(self) -> int:
-        return EXIT_PAST if self.first_past is not None else EXIT_WITHIN
+        return EXIT_PAST if self.first_past is not None or self.failure is not None else EXIT_WITHIN
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -590,6 +604,15 @@ def run(opts: Options, *, around_node: Callable[[int], AbstractContextManager[An
     arrays = random_inputs(model.inputs, opts.seed)
     chosen, how = select_nodes(model.nodes, opts.nodes, model.outputs)
     _open_device(opts.device)
+    # Loaded first: a model tinygrad's runner cannot load is refused (exit 2) before the
+    # reference runs. A failure of the device itself here is a result, as on any node.
+    dut, load_error = None, None
+    try:
+        dut = TinygradRun(model, opts.device)
+    except ModelError:
+        raise
+    except Exception as e:  # noqa: BLE001  (the device under test's failure is a result)
+        load_error = e
     log(f"compare: {opts.model}: {len(model.nodes)} nodes; comparing {how}")
 
     if opts.reference == "onnxruntime":
@@ -604,7 +627,7 @@ def run(opts: Options, *, around_node: Callable[[int], AbstractContextManager[An
             raise ModelError(f"the reference (tinygrad CPU) failed: {type(e).__name__}: {e}") from None
     log(f"compare: reference ({opts.reference}) done; running on {opts.device}")
 
-    error, failed_at = None, -1
+    error, failed_at, failure = None, -1, None
     current = {"node": -1}
 
     @contextlib.contextmanager
@@ -614,10 +637,18 @@ def run(opts: Options, *, around_node: Callable[[int], AbstractContextManager[An
             yield
 
     t0 = time.perf_counter()
+    # Filled node by node: a failure keeps the values of every node before it.
+    dut_nodes: dict[int, list[Any]] = {}
     try:
-        _, dut_nodes = TinygradRun(model, opts.device).run(arrays, chosen, around_node=track)
+        if load_error is not None:
+            raise load_error
+        assert dut is not None
+        dut.run(arrays, chosen, around_node=track, into=dut_nodes)
+    except ModelError:  # the model is not one tinygrad can run (exit 2), not a device failure
+        raise
     except Exception as e:  # noqa: BLE001  (any failure of the device under test is a result)
-        error, failed_at, dut_nodes = f"{type(e).__name__}: {e}", current["node"], {}
+        error, failed_at = f"{type(e).__name__}: {e}", current["node"]
+        failure = _failure("nodes", e, node=failed_at, model=model)
         log(f"compare: {opts.device} failed at node {failed_at}: {error}")
     log(f"compare: {opts.device} node values in {time.perf_counter() - t0:.1f} s")
 
@@ -656,7 +687,15 @@ def run(opts: Options, *, around_node: Callable[[int], AbstractContextManager[An
     latency = None
     if opts.runs > 0 and error is None:
         log(f"compare: {WARMUP_RUNS} warm-up + {opts.runs} TinyJit runs on {opts.device}")
-        latency = measure_latency(model, arrays, opts.device, opts.runs)
+        progress: dict[str, Any] = {"run": None, "warmup": None}
+        try:
+            latency = measure_latency(model, arrays, opts.device, opts.runs, progress=progress)
+        except ModelError:
+            raise
+        except Exception as e:  # noqa: BLE001  (a failure of the device under test is a result)
+            error = f"{type(e).__name__}: {e}"
+            failure = _failure("latency", e, run=progress["run"], warmup=progress["warmup"])
+            log(f"compare: {opts.device} failed in the latency phase ({_where(failure)}): {error}")
     return Report(
         model=opts.model,
         inputs={k: list(v[0]) for k, v in model.inputs.items()},
@@ -670,7 +709,35 @@ def run(opts: Options, *, around_node: Callable[[int], AbstractContextManager[An
         first_past=first,
         latency=latency,
         error=error,
+        failure=failure,
     )
+
+
+def _failure(phase: str, e: BaseException, *, node: int | None = None, model: PreparedModel | None = None,
+             run: int | None = None, warmup: bool | None = None) -> dict[str, Any]:
+    """What the report says of a failure of the device under test (the JSON's ``failure``)."""
+    info = model.nodes[node] if model is not None and node is not None and node >= 0 else None
+    return {
+        "phase": phase,
+        "node": info.index if info is not None else None,
+        "op": info.op if info is not None else None,
+        "output": (info.outputs[0] if info.outputs else "") if info is not None else None,
+        "run": run,
+        "warmup": warmup,
+        "kernel": getattr(e, "kernel", None),
+        "error": f"{type(e).__name__}: {e}",
+        "why_no_node": None if phase == "nodes" else
+        "the latency phase runs the whole model as one TinyJit function, whose kernels fuse several nodes; "
+        "every node's values above were measured before it",
+    }
+
+
+def _where(f: dict[str, Any]) -> str:
+    if f["phase"] == "nodes":
+        return f"node {f['node']} {f['op']}" if f["node"] is not None else "loading the model onto the device"
+    if f["run"] is None:
+        return "before its first run"
+    return f"{'warm-up' if f['warmup'] else 'measured'} run {f['run']}" + (f", kernel {f['kernel']}" if f["kernel"] else "")
 
 
 # -------------------------------------------------------------------------------------------------
@@ -724,8 +791,13 @@ def render(rep: Report) -> str:
             f"FIRST PAST TOLERANCE: node {f.index} {f.op} (output {f.output!r}): max abs {_num(f.max_abs)}, max rel {_num(f.max_rel)}, "
             f"tolerance {Tolerance(f.atol, f.rtol)}" + (f"; {f.note}" if f.note else "")
         )
-    else:
+    elif rep.failure is None:
         out.append("every compared node is within tolerance")
+    if rep.failure is not None:
+        f = rep.failure
+        out.append(f"DEVICE FAILED in the {'per-node' if f['phase'] == 'nodes' else 'latency'} phase, {_where(f)}: {f['error']}")
+        if f["why_no_node"]:
+            out.append(f"  (no node named: {f['why_no_node']})")
     if rep.latency is not None:
         lat = rep.latency
         out.append(

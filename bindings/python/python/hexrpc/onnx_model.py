@@ -67,6 +67,7 @@ __all__ = [
     "cache_dirs",
     "check_cache_dirs",
     "CacheError",
+    "UnsupportedModel",
     "MAX_DIM",
     "MAX_INPUT_ELEMENTS",
 ]
@@ -85,6 +86,12 @@ MAX_INPUT_ELEMENTS = 1 << 31
 class ModelError(Exception):
     """A model, an input shape or a missing package makes the comparison impossible (the
     command's exit status 2)."""
+
+
+class UnsupportedModel(ModelError):
+    """tinygrad's ONNX runner cannot load the model or has no implementation of one of its ops
+    (an unknown opset domain, an op it lacks): the model is not one the comparison can run (exit
+    status 2), which is not a failure of the device under test."""
 
 
 class CacheError(ModelError):
@@ -358,6 +365,19 @@ def to_device(value: Any, device: str) -> Any:
     return Tensor(np.asarray(value), device=device)
 
 
+def _is_device_error(e: BaseException) -> bool:
+    """Whether ``e`` came from hexrpc (the device under test), not from tinygrad's parser."""
+    import hexrpc
+
+    if isinstance(e, hexrpc.Error):
+        return True
+    try:
+        from hexrpc.tinygrad.session import DSPRestartError
+    except ImportError:  # tinygrad's device module cannot load: not a device error either
+        return False
+    return isinstance(e, DSPRestartError)
+
+
 class TinygradRun:
     """Runs a prepared model with tinygrad's ``OnnxRunner`` on ``device`` (tinygrad's default
     device while parsing and running, so initializers and the tensors ops create land there).
@@ -375,7 +395,12 @@ class TinygradRun:
         path = Path(self._dir.name) / "model.onnx"
         path.write_bytes(data)
         with Context(DEV=device):
-            self.runner = OnnxRunner(path)
+            try:
+                self.runner = OnnxRunner(path)
+            except Exception as e:  # noqa: BLE001  (the parser raises anything on a model it cannot read)
+                if _is_device_error(e):
+                    raise
+                raise UnsupportedModel(f"tinygrad's ONNX runner cannot load the model: {type(e).__name__}: {e}") from None
 
     def inputs(self, arrays: Mapping[str, np.ndarray]) -> dict[str, Any]:
         """``arrays`` as realized tensors on the device."""
@@ -388,23 +413,30 @@ class TinygradRun:
         arrays: Mapping[str, np.ndarray],
         capture: Iterable[int] = (),
         around_node: Callable[[int], AbstractContextManager[Any]] | None = None,
+        into: dict[int, list[Any]] | None = None,
     ) -> tuple[dict[str, Any], dict[int, list[Any]]]:
         """One run on ``arrays``: (graph outputs, the outputs of each node in ``capture`` by node
         index). ``around_node(i)``, when given, is entered while node ``i``'s op builds its
         outputs and, for a captured node, while they are realized and copied out: a seam for tests
-        and instruments that need to know which node the device is working on."""
+        and instruments that need to know which node the device is working on. ``into``, when
+        given, is the dict the node outputs are put in as each node completes, so a caller keeps
+        the values of the nodes before one that raised. An op tinygrad's runner has no
+        implementation of raises :class:`UnsupportedModel` naming the node."""
         from tinygrad import Tensor
         from tinygrad.helpers import Context
 
         runner = self.runner
         want = set(capture)
-        taken: dict[int, list[np.ndarray | None]] = {}
+        taken: dict[int, list[np.ndarray | None]] = {} if into is None else into
         counter = itertools.count()
         lookup = type(runner)._select_op
 
         def select(op, opset):
-            fn = lookup(runner, op, opset)
             i = next(counter)
+            try:
+                fn = lookup(runner, op, opset)
+            except Exception as e:  # noqa: BLE001  (NotImplementedError, or the registry's own errors)
+                raise UnsupportedModel(f"node {i} ({op}, opset {opset}): tinygrad's ONNX runner has no implementation: {type(e).__name__}: {e}") from None
 
             def node(*args, **kwargs):
                 with around_node(i) if around_node else contextlib.nullcontext():
