@@ -84,6 +84,8 @@ mod mapped_file;
 mod rustix_sys;
 #[cfg(feature = "std")]
 pub mod watchdog;
+#[cfg(feature = "std")]
+pub use watchdog::fork_generation;
 
 pub use errno::Errno;
 pub use error::Error;

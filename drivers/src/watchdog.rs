@@ -723,6 +723,16 @@ mod os {
     }
 }
 
+/// The number of `fork`s this process descends through: 0 in a process that was not forked
+/// since the handler was registered (at the first call), bumped in the child of every `fork` by
+/// a `pthread_atfork` handler. `None` where forks cannot be noticed (no real system calls,
+/// Miri, or a registration that failed). After the first call it is one atomic load, cheap
+/// enough to check on every call: an object made in one generation and used in another is in a
+/// forked child, whose threads did not come along and whose descriptors are the parent's.
+pub fn fork_generation() -> Option<i32> {
+    os::fork_generation()
+}
+
 /// No system clocks: the watchdog reads [`Instant`] only.
 #[cfg(not(all(feature = "rustix", any(target_os = "linux", target_os = "android"))))]
 mod os {

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static int failures = 0;
@@ -308,6 +309,64 @@ static void small_stack(hexrpc_session *s) {
   printf("small stack: 256 records on 15 leases pushed and run twice by a thread with a %zu-byte stack\n", stack);
 }
 
+/* fork(): the child's copy of the session is refused (HEXRPC_ERR_FORKED) before anything is
+ * sent, closing it there sends nothing, and a session of the child's own works; the parent's
+ * goes on. */
+static void forked(hexrpc_session *s) {
+  const uint8_t *image;
+  size_t image_len;
+  OK(hexrpc_bench_model_image("add_u8", &image, &image_len));
+  hexrpc_library *lib;
+  OK(hexrpc_library_open(s, "add-fork", image, image_len, "buf,buf,u32", HEXRPC_ABI_V2, &lib));
+  hexrpc_lease *l;
+  uint8_t *p;
+  OK(hexrpc_lease_alloc(s, 4096, &l));
+  OK(hexrpc_lease_memory(l, (void **)&p, NULL));
+  memset(p, 40, 16);
+  hexrpc_view v[2] = {{l, 0, 16}, {l, 2048, 16}};
+  hexrpc_scalar k[1] = {hexrpc_scalar_u32(2)};
+  OK(hexrpc_launch(lib, v, 2, k, 1, 0, NULL));
+  fflush(stdout);
+  pid_t pid = fork();
+  if (pid == 0) {
+    alarm(30); /* a hang ends the child */
+    int bad = 0;
+    hexrpc_lease *l2;
+    if (hexrpc_launch(lib, v, 2, k, 1, 0, NULL) != HEXRPC_ERR_FORKED) bad |= 1;
+    if (strstr(hexrpc_last_error_message(), "open a new session in the child") == NULL) bad |= 2;
+    if (hexrpc_lease_alloc(s, 4096, &l2) != HEXRPC_ERR_FORKED) bad |= 4;
+    if (hexrpc_library_close(lib) != HEXRPC_OK || hexrpc_lease_free(l) != HEXRPC_OK) bad |= 8;
+    hexrpc_session *mine;
+    if (hexrpc_session_open_bench(0, &mine) != HEXRPC_OK) {
+      bad |= 16;
+    } else {
+      hexrpc_library *lib2;
+      uint8_t *q;
+      if (hexrpc_library_open(mine, "add", image, image_len, "buf,buf,u32", HEXRPC_ABI_V2, &lib2) != HEXRPC_OK ||
+          hexrpc_lease_alloc(mine, 4096, &l2) != HEXRPC_OK || hexrpc_lease_memory(l2, (void **)&q, NULL) != HEXRPC_OK) {
+        bad |= 32;
+      } else {
+        memset(q, 40, 16);
+        hexrpc_view w[2] = {{l2, 0, 16}, {l2, 2048, 16}};
+        hexrpc_scalar k3[1] = {hexrpc_scalar_u32(3)};
+        if (hexrpc_launch(lib2, w, 2, k3, 1, 0, NULL) != HEXRPC_OK || q[2048] != 43) bad |= 64;
+      }
+      if (hexrpc_session_close(mine) != HEXRPC_OK) bad |= 128;
+    }
+    _exit(bad);
+  }
+  int status = 0;
+  CHECK(pid > 0 && waitpid(pid, &status, 0) == pid, "fork/waitpid");
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the forked child's checks: %s %d", WIFEXITED(status) ? "exit" : "signal",
+        WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+  k[0] = hexrpc_scalar_u32(5);
+  OK(hexrpc_launch(lib, v, 2, k, 1, 0, NULL));
+  CHECK(p[2048] == 45, "the parent's launch after the fork: %u", p[2048]);
+  OK(hexrpc_library_close(lib));
+  OK(hexrpc_lease_free(l));
+  printf("fork: the child's copy of the session refused (HEXRPC_ERR_FORKED), a session of its own worked, the parent's goes on\n");
+}
+
 /* An arena: one lease carved into sub-allocations, each a hexrpc_lease of its own size; a batch
  * counts every buffer of one arena as one of its 15 leases. */
 static void arenas(hexrpc_session *s) {
@@ -433,6 +492,7 @@ int main(int argc, char **argv) {
   path_and_deadline(s);
   batches(s);
   small_stack(s);
+  forked(s);
   arenas(s);
   hexrpc_lease *stray;
   OK(hexrpc_lease_alloc(s, 4096, &stray));

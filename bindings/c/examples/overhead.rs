@@ -31,7 +31,7 @@
 use std::time::Instant;
 
 use hexrpc::objects::{SessionObj, ViewArg};
-use hexrpc::seam::Seam;
+use hexrpc::seam::SeamKind;
 use hexrpc::{hexrpc_launch, hexrpc_lease, hexrpc_library, hexrpc_scalar, hexrpc_session, hexrpc_status, hexrpc_view};
 use hexrpc_bench::measure::CountingAlloc;
 use hexrpc_drivers::{adsprpc, Fd};
@@ -77,8 +77,8 @@ fn last_error() -> String {
 }
 
 fn ioctls(s: &SessionObj) -> u64 {
-    match s.served().session().sys() {
-        Seam::Returning(_, null) => null.ioctls(),
+    match &s.served().session().sys().kind {
+        SeamKind::Returning(_, null) => null.ioctls(),
         _ => 0,
     }
 }

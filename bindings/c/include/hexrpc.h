@@ -9,6 +9,17 @@
  * (builds with the bench feature, the default for CI builds; never on device images);
  * hexrpc_build_library when HEXRPC_BUILD_LIB is defined (the build-lib feature: desk and CI
  * builds; it needs clang-19 and ld.lld-19 where it runs).
+ *
+ * fork(): a session belongs to the process that opened it (its DSP process, channel and service
+ * thread are that process's). In a child forked later, every call on that session or on its
+ * leases, arenas, libraries, batches and models returns HEXRPC_ERR_FORKED before anything is
+ * sent; freeing or closing them there returns HEXRPC_OK and sends nothing (the child's copies of
+ * the descriptors stay open until it exits or execs: they are close-on-exec). The parent's
+ * session is unaffected. A session opened in the child is the child's own and works. Fork while
+ * no other thread is inside a hexrpc call: a lock held by such a thread at the fork stays held
+ * in the child.
+ *
+ * Stack: a batch call needs at most HEXRPC_BATCH_STACK_BYTES (64 KiB) of the calling thread's stack.
  */
 
 #ifndef HEXRPC_H
@@ -173,6 +184,9 @@ typedef enum hexrpc_status {
   HEXRPC_ERR_FAILED = 8,
   // hexrpc itself panicked (a bug); the call had no effect that can be relied on.
   HEXRPC_ERR_PANIC = 9,
+  // The object belongs to a session opened by the parent of this process, before a `fork()`:
+  // its DSP process is the parent's. Nothing was sent. Open a new session in the child.
+  HEXRPC_ERR_FORKED = 10,
 } hexrpc_status;
 
 // An arena: one lease carved into aligned sub-allocations (`hexrpc_arena_alloc`), so that many

@@ -125,6 +125,7 @@ pub fn run(
     records: &[BatchRecord],
     deadline: Option<Duration>,
 ) -> Result<u64, Failure> {
+    kobj.session().check()?;
     with_packed(cache, kernels, records, |batch| {
         if batch.is_empty() {
             return Err(Failure::runtime(BatchRefusal::Empty.into()));

@@ -25,8 +25,15 @@ use crate::error::Failure;
 /// `call_limit` when given, else `HEXRPC_BENCH_CALL_LIMIT_MS` when set (a value that is not a
 /// whole number of milliseconds in range is refused), else the bench's default.
 pub fn bench_with_models(call_limit: Option<std::time::Duration>) -> Result<Bench, Failure> {
+    bench_with_models_on(&hexrpc_bsp::BENCH, call_limit)
+}
+
+/// [`bench_with_models`] on the bench board `board` (a bench kernel: the downstream one, the
+/// upstream model, or Linux's own `fastrpc.c` where the bench is built with it).
+pub fn bench_with_models_on(board: &'static hexrpc_bsp::Board, call_limit: Option<std::time::Duration>) -> Result<Bench, Failure> {
     let cost = hexrpc_scenarios::ModelOptions::default().cost;
     let mut config = BenchConfig::from_env().map_err(|e| Failure::invalid("session-start", e.to_string()))?;
+    config.board = board;
     config.cost = cost;
     if let Some(limit) = call_limit {
         config.executor_timeout = limit;

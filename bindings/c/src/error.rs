@@ -32,6 +32,9 @@ pub enum hexrpc_status {
     HEXRPC_ERR_FAILED = 8,
     /// hexrpc itself panicked (a bug); the call had no effect that can be relied on.
     HEXRPC_ERR_PANIC = 9,
+    /// The object belongs to a session opened by the parent of this process, before a `fork()`:
+    /// its DSP process is the parent's. Nothing was sent. Open a new session in the child.
+    HEXRPC_ERR_FORKED = 10,
 }
 
 /// A failure: status, stage, message.
@@ -56,6 +59,18 @@ impl Failure {
     /// A failure of class `status`.
     pub fn new(status: hexrpc_status, stage: &'static str, cause: impl Into<String>) -> Failure {
         Failure { status, stage, cause: cause.into(), errno: None, unsent: false }
+    }
+    /// A session used in a child forked after process `pid` opened it.
+    pub fn forked(pid: u32) -> Failure {
+        Failure::new(
+            hexrpc_status::HEXRPC_ERR_FORKED,
+            "session",
+            format!(
+                "this session was opened by process {pid} before a fork(); process {} is a child and cannot use it \
+                 (its DSP process, channel and threads are the parent's; nothing was sent): open a new session in the child",
+                std::process::id()
+            ),
+        )
     }
     /// An invalid argument.
     pub fn invalid(stage: &'static str, cause: impl Into<String>) -> Failure {

@@ -59,11 +59,13 @@ fn names(tensors: &[Tensor]) -> Vec<CString> {
 impl ModelObj {
     /// Opens the model in `bytes` on `session`.
     pub fn open(session: &Arc<SessionObj>, bytes: &[u8]) -> Result<ModelObj, Failure> {
+        session.check()?;
         Self::wrap(session, LoadedModel::open(session.served(), bytes).map_err(failure)?)
     }
 
     /// Opens the model file at `path` (mapped read-only while it is opened).
     pub fn open_path(session: &Arc<SessionObj>, path: &str) -> Result<ModelObj, Failure> {
+        session.check()?;
         Self::wrap(session, LoadedModel::open_path(session.served(), path).map_err(failure)?)
     }
 
@@ -95,6 +97,7 @@ impl ModelObj {
 
     /// One run (see [`LoadedModel::run`]).
     pub fn run(&self, inputs: &[&[u8]], outputs: &mut [&mut [u8]], deadline: Option<Duration>) -> Result<RunReport, Failure> {
+        self.session.check()?;
         self.with(|m| m.run(inputs, outputs, deadline)).map_err(failure)
     }
 }

@@ -14,14 +14,35 @@ use hexrpc_runtime::reverse::FilePolicy;
 use hexrpc_runtime::{Kernel, ServedSession};
 
 use crate::error::Failure;
-use crate::seam::Seam;
+use crate::seam::{Seam, SeamKind};
 
 /// Largest library file [`SessionObj::open_library_path`] reads.
 pub const MAX_LIBRARY_FILE: u64 = 64 << 20;
 
 /// A served session (the reverse file service runs on its own thread).
+///
+/// In a child forked after it was opened, every use is refused ([`check`](Self::check):
+/// `HEXRPC_ERR_FORKED`) before anything is sent: its DSP process, channel and threads are the
+/// parent's (the child has copies of the descriptors, not the threads). Dropping it there sends
+/// nothing and joins nothing (its memory in the child is left as the fork copied it); the
+/// parent's session goes on. A new session opened in the child is the child's own.
 pub struct SessionObj {
-    served: ServedSession<Seam>,
+    /// `None` only while it is dropped.
+    served: Option<ServedSession<Seam>>,
+    /// The process that opened it.
+    pid: u32,
+}
+
+impl Drop for SessionObj {
+    fn drop(&mut self) {
+        if let Some(served) = self.served.take() {
+            if served.session().sys().forked() {
+                // The parent's session: no release to its DSP process, no join of threads that
+                // are not in this process (the seam refuses every call here anyway).
+                std::mem::forget(served);
+            }
+        }
+    }
 }
 
 impl SessionObj {
@@ -30,7 +51,7 @@ impl SessionObj {
         let b = hexrpc_bsp::by_name(board).filter(|b| !hexrpc_bsp::BENCH_BOARDS.contains(b)).ok_or_else(|| {
             Failure::invalid("session-start", format!("no device board named {board:?} (known: {})", device_board_names()))
         })?;
-        Self::start(Seam::Device(hexrpc_drivers::RustixSys), DeviceAccess::for_device(b))
+        Self::start(Seam::new(SeamKind::Device(hexrpc_drivers::RustixSys)), DeviceAccess::for_device(b))
     }
 
     fn start(seam: Seam, access: DeviceAccess) -> Result<SessionObj, Failure> {
@@ -44,12 +65,12 @@ impl SessionObj {
             }
             f
         })?;
-        Ok(SessionObj { served })
+        Ok(SessionObj { served: Some(served), pid: std::process::id() })
     }
 
     /// Starts a session on the bench. `executor`: refuse unless clang-19, ld.lld-19 and
     /// qemu-hexagon can run here (the reason is the error). `returning`: launches return at once
-    /// (a measuring instrument; see [`Seam::Returning`]).
+    /// (a measuring instrument; see [`SeamKind::Returning`]).
     #[cfg(feature = "bench")]
     pub fn open_bench(executor: bool, returning: bool) -> Result<SessionObj, Failure> {
         Self::open_bench_with(executor, returning, None)
@@ -63,40 +84,69 @@ impl SessionObj {
             hexrpc_bench::executor::runner().map_err(|why| Failure::unavailable("session-start", format!("the bench executor: {why}")))?;
         }
         let bench = crate::bench::bench_with_models(call_limit)?;
-        let seam = if returning { Seam::Returning(bench, Arc::new(hexrpc_bench::measure::NullSys::new())) } else { Seam::Bench(bench) };
+        let kind =
+            if returning { SeamKind::Returning(bench, Arc::new(hexrpc_bench::measure::NullSys::new())) } else { SeamKind::Bench(bench) };
+        let seam = Seam::new(kind);
         Self::start(seam, DeviceAccess::for_bench())
+    }
+
+    /// Starts a session on a bench of `board` (a bench board: [`hexrpc_bench::KERNELS`]) with
+    /// the catalogue's models, for tests that run on every bench kernel.
+    #[cfg(feature = "bench")]
+    pub fn open_bench_on(board: &'static hexrpc_bsp::Board) -> Result<SessionObj, Failure> {
+        let access = DeviceAccess::for_bench_board(board)
+            .ok_or_else(|| Failure::invalid("session-start", format!("{} is not a bench board", board.name)))?;
+        let bench = crate::bench::bench_with_models_on(board, None)?;
+        Self::start(Seam::new(SeamKind::Bench(bench)), access)
     }
 
     /// The served session.
     pub fn served(&self) -> &ServedSession<Seam> {
-        &self.served
+        // Taken only by `drop`.
+        self.served.as_ref().expect("a session's service is there until it is dropped")
+    }
+
+    /// True in a child forked after the session was opened.
+    pub fn forked(&self) -> bool {
+        self.served().session().sys().forked()
+    }
+
+    /// `HEXRPC_ERR_FORKED` in a child forked after the session was opened (see the type's docs).
+    pub fn check(&self) -> Result<(), Failure> {
+        if self.forked() {
+            return Err(Failure::forked(self.pid));
+        }
+        Ok(())
     }
 
     /// The bench behind the session, if it runs on one.
     #[cfg(feature = "bench")]
     pub fn bench(&self) -> Option<&hexrpc_bench::Bench> {
-        self.served.session().sys().bench()
+        self.served().session().sys().bench()
     }
 
     /// True while calls can be made (no restart or timeout pending recovery).
     pub fn is_healthy(&self) -> bool {
-        self.served.session().is_healthy()
+        !self.forked() && self.served().session().is_healthy()
     }
 
     /// Rebuilds the DSP side after a restart or a passed deadline (once).
     pub fn recover(&self) -> Result<(), Failure> {
-        self.served.session().recover().map_err(Failure::hal)
+        self.check()?;
+        self.served().session().recover().map_err(Failure::hal)
     }
 
     /// Allocates `len` bytes (rounded up to a page).
     pub fn alloc(self: &Arc<Self>, len: usize) -> Result<LeaseObj, Failure> {
-        let lease = self.served.alloc_shared(len)?;
+        self.check()?;
+        let lease = self.served().alloc_shared(len)?;
         Ok(LeaseObj { mem: Memory::Lease(lease), session: self.clone() })
     }
 
     /// An arena over a new lease of `len` bytes (rounded up to a page).
     pub fn arena(self: &Arc<Self>, len: usize) -> Result<ArenaObj, Failure> {
-        let lease = self.served.alloc_shared(len)?;
+        self.check()?;
+        let lease = self.served().alloc_shared(len)?;
         Ok(ArenaObj { arena: SharedArena::new(lease), session: self.clone() })
     }
 
@@ -110,6 +160,7 @@ impl SessionObj {
         signature: Option<&str>,
         abi: Option<AbiVersion>,
     ) -> Result<KernelObj, Failure> {
+        self.check()?;
         let launch = match signature {
             Some(text) => Some((
                 Signature::parse(text).map_err(|e| Failure::invalid("library-open", format!("signature {text:?}: {e}")))?,
@@ -120,7 +171,7 @@ impl SessionObj {
         let name = library_name(name);
         let image = image.into();
         let table = KernelTable::of(image.bytes());
-        let kernel = self.served.open_kernel_shared(&name, image, launch)?;
+        let kernel = self.served().open_kernel_shared(&name, image, launch)?;
         if signature.is_none() {
             if let Some(want) = abi.filter(|a| *a != kernel.abi()) {
                 return Err(Failure::invalid("library-open", format!("the build record names {:?}, not {want:?}", kernel.abi())));
@@ -305,6 +356,7 @@ impl ArenaObj {
     /// A sub-allocation of `len` bytes at an offset that is a multiple of `align` (0: the
     /// arena's alignment, [`hexrpc_hal::ARENA_ALIGN`]).
     pub fn alloc(&self, len: usize, align: usize) -> Result<LeaseObj, Failure> {
+        self.session.check()?;
         let align = if align == 0 { hexrpc_hal::ARENA_ALIGN } else { align };
         let buf = self.arena.alloc_aligned(len, align).map_err(|e| match e.cause {
             hexrpc_hal::Cause::Invalid => Failure::invalid(
@@ -405,6 +457,7 @@ impl KernelObj {
 
     /// One launch; returns the DSP microseconds. Nothing is allocated on success.
     pub fn launch(&self, views: &[ViewArg<'_>], scalars: &[Scalar], deadline: Option<Duration>) -> Result<u64, Failure> {
+        self.session.check()?;
         if views.len() > MAX_BUFFERS {
             return Err(Failure::refused(format!("{} buffers: a launch carries at most {MAX_BUFFERS}", views.len())));
         }

@@ -58,6 +58,13 @@ create_exception!(hexrpc, Unavailable, Error, "A device node, file or tool is mi
 create_exception!(hexrpc, NeedsRecovery, Error, "The DSP restarted or a deadline passed: call `Session.recover()`, then retry.");
 create_exception!(hexrpc, DspError, Error, "The DSP refused the request.");
 create_exception!(hexrpc, Failed, Error, "Anything else: a system call failed, recovery failed.");
+create_exception!(
+    hexrpc,
+    ForkedSession,
+    Error,
+    "The object belongs to a session the parent process opened before a fork(): its DSP process is the parent's, \
+     nothing was sent. Open a new session in the child."
+);
 
 fn status_name(s: hexrpc_status) -> &'static str {
     match s {
@@ -71,6 +78,7 @@ fn status_name(s: hexrpc_status) -> &'static str {
         hexrpc_status::HEXRPC_ERR_DSP => "dsp",
         hexrpc_status::HEXRPC_ERR_FAILED => "failed",
         hexrpc_status::HEXRPC_ERR_PANIC => "panic",
+        hexrpc_status::HEXRPC_ERR_FORKED => "forked",
     }
 }
 
@@ -84,6 +92,7 @@ fn py_err(f: Failure) -> PyErr {
         hexrpc_status::HEXRPC_ERR_UNAVAILABLE => Unavailable::new_err(msg),
         hexrpc_status::HEXRPC_ERR_RECOVERABLE => NeedsRecovery::new_err(msg),
         hexrpc_status::HEXRPC_ERR_DSP => DspError::new_err(msg),
+        hexrpc_status::HEXRPC_ERR_FORKED => ForkedSession::new_err(msg),
         _ => Failed::new_err(msg),
     };
     Python::attach(|py| {
@@ -148,6 +157,12 @@ struct Children {
 /// answers the DSP (a listener thread). A context manager: leaving the `with` block closes it.
 /// `close()` raises `BufferError` while buffers of its leases are exported (memoryviews, numpy
 /// arrays), leaving the session open and usable; see `close`.
+///
+/// After `os.fork()` (and in `multiprocessing` workers started with "fork"), the child's copy of
+/// a session, and of its libraries, leases, arenas, batches and models, raises `ForkedSession`
+/// on every use before anything is sent (its DSP process and threads are the parent's); closing
+/// it there sends nothing. Open a new session in the child (or use the "spawn" start method).
+/// Fork while no other thread is inside a hexrpc call.
 #[pyclass(module = "hexrpc", frozen)]
 pub(crate) struct Session {
     inner: Mutex<Option<Arc<SessionObj>>>,
@@ -930,6 +945,7 @@ fn _hexrpc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("NeedsRecovery", py.get_type::<NeedsRecovery>())?;
     m.add("DspError", py.get_type::<DspError>())?;
     m.add("Failed", py.get_type::<Failed>())?;
+    m.add("ForkedSession", py.get_type::<ForkedSession>())?;
     m.add_function(wrap_pyfunction!(bench_model_image, m)?)?;
     m.add_function(wrap_pyfunction!(bench_kernel_image, m)?)?;
     m.add_function(wrap_pyfunction!(model::bench_sample_model, m)?)?;

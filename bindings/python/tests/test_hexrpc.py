@@ -655,3 +655,72 @@ def test_the_largest_batch_pushes_and_runs_on_a_64_kib_thread(sess):
         k = 7 if r == 0 else 1 + r % 3
         assert (got[per * r : per * (r + 1)] == (10 * (r % n) + k) % 256).all(), (r, got[per * r : per * r + 4])
     lib.close()
+
+
+def test_a_session_used_in_a_forked_child_is_refused_and_a_new_one_works():
+    """After os.fork(), the child's copy of a session (its libraries, leases, batches) is refused
+    with ForkedSession, which says why and what to do, and nothing of it reaches the parent's DSP
+    process; closing it there sends nothing and does not hang; a new session in the child works;
+    the parent's session works after the child ended."""
+    import json
+    import signal
+
+    sess = hexrpc.Session.bench()
+    lib = sess.open_library(hexrpc.bench_model_image("add_u8_table"), signature="buf,buf,u32")
+    lease = sess.alloc(4096)
+    mem = np.frombuffer(lease, dtype=np.uint8)
+    mem[:16] = 40
+    lib.launch([lease.view(0, 16), lease.view(2048, 16)], [2])
+    assert mem[2048] == 42
+    bt = hexrpc.Batch(lib, ["buf,buf,u32"])
+    bt.push(0, [lease.view(0, 16), lease.view(1024, 16)], [1])
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report, then _exit (no pytest teardown here)
+        out = {}
+        try:
+            signal.alarm(30)  # a hang ends the child
+            for name, call in [
+                ("launch", lambda: lib.launch([lease.view(0, 16), lease.view(2048, 16)], [1])),
+                ("alloc", lambda: sess.alloc(4096)),
+                ("recover", lambda: sess.recover()),
+                ("batch", lambda: bt.run()),
+                ("open", lambda: sess.open_library(hexrpc.bench_model_image("add_u8"), signature="buf,buf,u32")),
+            ]:
+                try:
+                    call()
+                    out[name] = "accepted"
+                except hexrpc.ForkedSession as e:
+                    out[name] = "forked" if "fork()" in str(e) and "open a new session" in str(e) and e.status == "forked" else str(e)
+                except Exception as e:  # noqa: BLE001  (reported to the parent)
+                    out[name] = f"{type(e).__name__}: {e}"
+            del mem  # the child's copy of the exported buffer
+            lib.close()
+            sess.close()
+            out["closed"] = sess.closed
+            with hexrpc.Session.bench() as s2:
+                l2 = s2.open_library(hexrpc.bench_model_image("add_u8"), signature="buf,buf,u32")
+                m2 = s2.alloc(4096)
+                a = np.frombuffer(m2, dtype=np.uint8)
+                a[:16] = 40
+                l2.launch([m2.view(0, 16), m2.view(2048, 16)], [3])
+                out["new"] = int(a[2048])
+                del a
+        except BaseException as e:  # noqa: BLE001
+            out["error"] = f"{type(e).__name__}: {e}"
+        os.write(w, json.dumps(out).encode())
+        os._exit(0)
+    os.close(w)
+    _, status = os.waitpid(pid, 0)
+    report = json.loads(os.read(r, 65536).decode() or "{}")
+    os.close(r)
+    assert os.WIFEXITED(status), f"the child did not exit (a hang ends it with SIGALRM): {status:#x} {report}"
+    for name in ("launch", "alloc", "recover", "batch", "open"):
+        assert report.get(name) == "forked", report
+    assert report.get("closed") is True and report.get("new") == 43 and "error" not in report, json.dumps(report)
+    # The parent's session is unaffected.
+    lib.launch([lease.view(0, 16), lease.view(2048, 16)], [5])
+    bt.run()
+    assert mem[2048] == 45 and mem[1024] == 41
+    del mem
+    sess.close()

@@ -10,7 +10,7 @@
 //! [`executor::process`](crate::executor::process).)
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -25,15 +25,48 @@ struct Queue {
     idle: usize,
 }
 
-#[derive(Default)]
 struct Pool {
     queue: Mutex<Queue>,
     cv: Condvar,
+    /// The fork generation the pool's workers run in.
+    forks: Option<i32>,
 }
 
+/// The pool of this process. A child forked while a pool had workers has none of them (only the
+/// forking thread comes along) but a copy of the count of idle ones, so a job queued there would
+/// wait forever: a forked child gets a pool of its own, and the parent's copy is never touched
+/// again (not even locked: a worker may have held its lock at the fork). The first pool is a
+/// static (no heap: the soak counts heap blocks exactly); a child's is leaked, once per fork
+/// generation.
 fn pool() -> &'static Pool {
-    static POOL: OnceLock<Pool> = OnceLock::new();
-    POOL.get_or_init(Pool::default)
+    static FIRST: OnceLock<Pool> = OnceLock::new();
+    static CHILD: AtomicPtr<Pool> = AtomicPtr::new(std::ptr::null_mut());
+    let forks = hexrpc_drivers::fork_generation();
+    let first = FIRST.get_or_init(|| Pool { queue: Mutex::default(), cv: Condvar::new(), forks });
+    if first.forks == forks {
+        return first;
+    }
+    let p = CHILD.load(Ordering::Acquire);
+    // SAFETY: a non-null pointer in CHILD is a leaked `Box<Pool>`, never freed.
+    if let Some(pool) = unsafe { p.as_ref() } {
+        if pool.forks == forks {
+            return pool;
+        }
+    }
+    // The first job of this fork generation: the parent's workers are not here.
+    LIVE.store(0, Ordering::Relaxed);
+    let fresh = Box::into_raw(Box::new(Pool { queue: Mutex::default(), cv: Condvar::new(), forks }));
+    match CHILD.compare_exchange(p, fresh, Ordering::AcqRel, Ordering::Acquire) {
+        // SAFETY: `fresh` is now the leaked `Box<Pool>` in CHILD, never freed.
+        Ok(_) => unsafe { &*fresh },
+        Err(other) => {
+            // Another thread of this generation made one first: use it.
+            // SAFETY: `fresh` came from `Box::into_raw` above and was never shared.
+            drop(unsafe { Box::from_raw(fresh) });
+            // SAFETY: as above, a leaked `Box<Pool>` in CHILD.
+            unsafe { &*other }
+        }
+    }
 }
 
 fn worker(pool: &'static Pool) {

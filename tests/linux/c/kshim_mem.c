@@ -222,10 +222,30 @@ static struct mm_struct g_mm;
 static __thread struct task_struct t_task;
 static __thread int t_task_ready;
 static __thread struct vm_area_struct t_vma;
+/*
+ * Bumped in the child of every fork: the forking thread's cached task (its tid, the parent's
+ * tgid) is the parent's, and the child is a process of its own (its files name it).
+ */
+static int g_task_forks;
+static __thread int t_task_forks;
+static pthread_once_t g_task_atfork = PTHREAD_ONCE_INIT;
+
+static void task_child(void)
+{
+	__atomic_add_fetch(&g_task_forks, 1, __ATOMIC_RELAXED);
+}
+
+static void task_atfork_register(void)
+{
+	if (pthread_atfork(NULL, NULL, task_child))
+		abort();
+}
 
 struct task_struct *kshim_current(void)
 {
-	if (!t_task_ready) {
+	pthread_once(&g_task_atfork, task_atfork_register);
+	if (!t_task_ready || t_task_forks != __atomic_load_n(&g_task_forks, __ATOMIC_RELAXED)) {
+		t_task_forks = __atomic_load_n(&g_task_forks, __ATOMIC_RELAXED);
 		char name[17] = { 0 };
 
 		t_task.pid = kshim_gettid();

@@ -273,7 +273,41 @@ static pthread_cond_t g_work_idle = PTHREAD_COND_INITIALIZER;
 static struct work_struct *g_work_head, *g_work_tail;
 static int g_work_running;
 static pthread_t g_worker;
-static pthread_once_t g_work_once = PTHREAD_ONCE_INIT;
+static int g_worker_started; /* under g_work_lock */
+static pthread_once_t g_atfork_once = PTHREAD_ONCE_INIT;
+
+/*
+ * fork(): only the forking thread comes along, so a child has no worker, and a copy of the
+ * queue whose works belong to the parent's instances. The lock is held across the fork (so the
+ * copy is consistent); the child gets a fresh lock and an empty queue, and starts a worker of
+ * its own at its first work. A kernel has no fork of this kind: it exists so that a process
+ * holding a bench can fork (a session's fork tests) without the child waiting forever.
+ */
+static void work_prepare(void)
+{
+	pthread_mutex_lock(&g_work_lock);
+}
+
+static void work_parent(void)
+{
+	pthread_mutex_unlock(&g_work_lock);
+}
+
+static void work_child(void)
+{
+	pthread_mutex_init(&g_work_lock, NULL);
+	pthread_cond_init(&g_work_cond, NULL);
+	pthread_cond_init(&g_work_idle, NULL);
+	g_work_head = g_work_tail = NULL;
+	g_work_running = 0;
+	g_worker_started = 0;
+}
+
+static void atfork_register(void)
+{
+	if (pthread_atfork(work_prepare, work_parent, work_child))
+		abort();
+}
 
 static void *worker_main(void *arg)
 {
@@ -303,21 +337,26 @@ static void *worker_main(void *arg)
 	return NULL;
 }
 
-static void worker_start(void)
+/* Starts this process's worker unless it runs; called with g_work_lock held. */
+static void worker_start_locked(void)
 {
 	pthread_attr_t a;
 
+	if (g_worker_started)
+		return;
 	pthread_attr_init(&a);
 	pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
 	if (pthread_create(&g_worker, &a, worker_main, NULL))
 		abort();
 	pthread_attr_destroy(&a);
+	g_worker_started = 1;
 }
 
 bool schedule_work(struct work_struct *w)
 {
-	pthread_once(&g_work_once, worker_start);
+	pthread_once(&g_atfork_once, atfork_register);
 	pthread_mutex_lock(&g_work_lock);
+	worker_start_locked();
 	if (w->kshim_pending) {
 		pthread_mutex_unlock(&g_work_lock);
 		return false;
@@ -336,10 +375,13 @@ bool schedule_work(struct work_struct *w)
 
 void hx_flush_work(void)
 {
-	pthread_once(&g_work_once, worker_start);
-	if (pthread_equal(pthread_self(), g_worker))
-		return;
+	pthread_once(&g_atfork_once, atfork_register);
 	pthread_mutex_lock(&g_work_lock);
+	worker_start_locked();
+	if (pthread_equal(pthread_self(), g_worker)) {
+		pthread_mutex_unlock(&g_work_lock);
+		return;
+	}
 	while (g_work_head || g_work_running)
 		pthread_cond_wait(&g_work_idle, &g_work_lock);
 	pthread_mutex_unlock(&g_work_lock);

@@ -76,6 +76,7 @@ pub extern "C" fn hexrpc_status_name(status: i32) -> *const c_char {
         7 => c"HEXRPC_ERR_DSP",
         8 => c"HEXRPC_ERR_FAILED",
         9 => c"HEXRPC_ERR_PANIC",
+        10 => c"HEXRPC_ERR_FORKED",
         _ => c"unknown",
     };
     s.as_ptr()

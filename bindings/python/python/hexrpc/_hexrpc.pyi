@@ -36,11 +36,18 @@ class Unavailable(Error): ...
 class NeedsRecovery(Error): ...
 class DspError(Error): ...
 class Failed(Error): ...
+class ForkedSession(Error):
+    """The object belongs to a session the parent process opened before ``os.fork()`` (or a
+    ``multiprocessing`` "fork" start): its DSP process is the parent's, so nothing was sent.
+    Open a new session in the child. Closing the inherited one there releases only the child's
+    copy and sends nothing."""
 
 class Session:
     """A session: the DSP process, its channel, the ION device and the reverse file service (a
     listener thread) that answers the DSP. A context manager: leaving the ``with`` block closes
-    it."""
+    it. After ``os.fork()`` the child's copy (and its libraries, leases, batches, models) raises
+    ``ForkedSession`` on every use before anything is sent; closing it there sends nothing. Open
+    a new session in the child."""
 
     @staticmethod
     def open(board: str | None = None) -> Session: ...

@@ -40,7 +40,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::confine;
@@ -226,18 +226,44 @@ fn temp_dir() -> std::io::Result<PathBuf> {
 type SpawnRequest = (Command, Sender<std::io::Result<Child>>);
 
 /// Forks `cmd` on the process's one spawning thread (see the module's "Lifetime of a shell").
+///
+/// A child forked after the thread started has no such thread (only the forking thread comes
+/// along), so a request sent there would wait forever: each fork generation starts its own, and a
+/// child never touches its parent's (a spawner replaced in a child is leaked, once per fork).
 fn spawn_from_long_lived_thread(cmd: Command) -> std::io::Result<Child> {
-    static SPAWNER: OnceLock<Option<Mutex<Sender<SpawnRequest>>>> = OnceLock::new();
-    let spawner = SPAWNER.get_or_init(|| {
-        let (tx, rx) = mpsc::channel::<SpawnRequest>();
-        let started = std::thread::Builder::new().name("hexrpc-exec-spawn".into()).spawn(move || {
-            for (mut cmd, back) in rx {
-                let _ = back.send(cmd.spawn());
+    struct Spawner {
+        tx: Option<Mutex<Sender<SpawnRequest>>>,
+        forks: Option<i32>,
+    }
+    static CURRENT: std::sync::atomic::AtomicPtr<Spawner> = std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
+    let forks = hexrpc_drivers::fork_generation();
+    let p = CURRENT.load(Ordering::Acquire);
+    // SAFETY: a non-null pointer in CURRENT is a leaked `Box<Spawner>`, never freed.
+    let spawner: &'static Spawner = match unsafe { p.as_ref() } {
+        Some(s) if s.forks == forks => s,
+        _ => {
+            let (tx, rx) = mpsc::channel::<SpawnRequest>();
+            let started = std::thread::Builder::new().name("hexrpc-exec-spawn".into()).spawn(move || {
+                for (mut cmd, back) in rx {
+                    let _ = back.send(cmd.spawn());
+                }
+            });
+            let fresh = Box::into_raw(Box::new(Spawner { tx: started.ok().map(|_| Mutex::new(tx)), forks }));
+            match CURRENT.compare_exchange(p, fresh, Ordering::AcqRel, Ordering::Acquire) {
+                // SAFETY: `fresh` is now the leaked `Box<Spawner>` in CURRENT, never freed.
+                Ok(_) => unsafe { &*fresh },
+                Err(other) => {
+                    // Another thread of this generation started one first: ours is dropped (its
+                    // thread ends with its sender).
+                    // SAFETY: `fresh` came from `Box::into_raw` above and was never shared.
+                    drop(unsafe { Box::from_raw(fresh) });
+                    // SAFETY: as above, a leaked `Box<Spawner>` in CURRENT.
+                    unsafe { &*other }
+                }
             }
-        });
-        started.ok().map(|_| Mutex::new(tx))
-    });
-    let Some(spawner) = spawner else {
+        }
+    };
+    let Some(spawner) = &spawner.tx else {
         return Err(std::io::Error::other("the executor's spawning thread could not be started"));
     };
     let (back, answer) = mpsc::channel();
