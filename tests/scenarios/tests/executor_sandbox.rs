@@ -17,6 +17,14 @@
 //! The strays an unfixed executor leaves (each sleeps 20 s, then exits) are killed at the end of
 //! the case, so a failing run leaves nothing either.
 //!
+//! Then the rest of the allow-list: a library tries each class of call the red team found open
+//! (privileged calls a capability would pass: reboot, sethostname, swapoff, acct, syslog; a
+//! host program written to a memfd and run with execve or execveat; file metadata: chmod, chown,
+//! utimes, xattrs; another process's priority, limits, CPUs and I/O priority; signals to another
+//! process), and each kills the shell as a sandbox refusal; reading another process's
+//! `/proc/<pid>/environ` fails (Landlock), and the shell's own `/proc/self/status` shows no
+//! capability, no new privileges and the filter in force.
+//!
 //! Every test prints `SKIPPED: <reason>` and returns when the tools are missing or cannot run
 //! from this process (an aarch64 test binary under qemu-aarch64).
 
@@ -40,8 +48,19 @@ hexrpc_bench::on_both_kernels!(
     a_library_cannot_fork_the_shell_in_a_loop,
     a_library_cannot_send_a_udp_datagram_to_the_host,
     a_library_cannot_send_to_a_named_unix_socket_on_the_host,
-    a_library_cannot_send_to_a_named_socket_through_the_inherited_socket
+    a_library_cannot_send_to_a_named_socket_through_the_inherited_socket,
 );
+
+// One kernel is enough for these: the sandbox is the executor's, the same under every driver.
+#[test]
+fn a_library_is_stopped_at_every_call_outside_the_allow_list() {
+    every_refused_class(&hexrpc_bsp::BENCH);
+}
+
+#[test]
+fn the_shell_runs_with_no_capability_no_new_privileges_and_the_filter() {
+    the_shell_is_confined(&hexrpc_bsp::BENCH);
+}
 
 /// Linux's SIGSYS (the same number on x86-64 and aarch64).
 const SIGSYS: i32 = 31;
@@ -408,5 +427,165 @@ fn a_library_cannot_send_to_a_named_socket_through_the_inherited_socket(board: &
     assert!(received.is_ok(), "sendto on fd 0 to {}: {} (the launch: {result:?})", path.display(), received.unwrap_err());
     assert_refused_by_the_sandbox(&bench, "sendto with a destination on the shell's stdin socket", result);
     recovers(&stack);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `hostile(io, mode)`: one call outside the shell's allow-list, by mode (the numbers are
+/// asm-generic's, which qemu-hexagon serves with the host's calls). `io` holds this test
+/// process's pid at 0 (as a decimal string too, at 16) and gets the call's result at 256; mode 0
+/// is an honest call. Mode 100 copies `/proc/self/status` into `io + 512` (up to 3 KiB); mode
+/// 101 tries to read this test process's `/proc/<pid>/environ` and stores the result.
+const HOSTILE_C: &str = "void hostile(unsigned char *io, unsigned int mode) {\n\
+  long long *res = (long long *)(io + 256);\n\
+  long pid = *(long *)io;\n\
+  const char *spid = (const char *)(io + 16);\n\
+  static const char exe[] = \"/bin/true\";\n\
+  static const char tmp[] = \"/tmp\";\n\
+  static char path[64];\n\
+  const char *argv[2] = {exe, 0};\n\
+  long r = 0;\n\
+  res[0] = 0;\n\
+  switch (mode) {\n\
+  case 0: return;\n\
+  case 1: r = sys6(142, 0, 0, 0, 0, 0, 0); break; /* reboot, wrong magic */\n\
+  case 2: r = sys6(161, (long)\"x\", 1, 0, 0, 0, 0); break; /* sethostname */\n\
+  case 3: r = sys6(225, (long)\"/nonexistent\", 0, 0, 0, 0, 0); break; /* swapoff */\n\
+  case 4: r = sys6(89, 0, 0, 0, 0, 0, 0); break; /* acct(NULL) */\n\
+  case 5: r = sys6(116, 10, 0, 0, 0, 0, 0); break; /* syslog SIZE_BUFFER */\n\
+  case 6: r = sys6(279, (long)\"x\", 0, 0, 0, 0, 0); break; /* memfd_create */\n\
+  case 7: r = sys6(281, -100, (long)exe, (long)argv, 0, 0, 0); break; /* execveat */\n\
+  case 8: r = sys6(221, (long)exe, (long)argv, 0, 0, 0, 0); break; /* execve */\n\
+  case 9: r = sys6(53, -100, (long)tmp, 01777, 0, 0, 0); break; /* fchmodat */\n\
+  case 10: r = sys6(54, -100, (long)tmp, 0, 0, 0, 0); break; /* fchownat */\n\
+  case 11: r = sys6(88, -100, (long)tmp, 0, 0, 0, 0); break; /* utimensat */\n\
+  case 12: r = sys6(5, (long)tmp, (long)\"user.x\", (long)\"y\", 1, 0, 0); break; /* setxattr */\n\
+  case 13: { long lim[2] = {3, 3}; r = sys6(261, pid, 7, (long)lim, 0, 0, 0); break; } /* prlimit64 NOFILE */\n\
+  case 14: r = sys6(140, 0, pid, 19, 0, 0, 0); break; /* setpriority */\n\
+  case 15: { long mask = 1; r = sys6(122, pid, sizeof mask, (long)&mask, 0, 0, 0); break; } /* sched_setaffinity */\n\
+  case 16: r = sys6(30, 1, pid, (3 << 13) | 7, 0, 0, 0); break; /* ioprio_set IDLE */\n\
+  case 17: r = sys6(129, pid, 0, 0, 0, 0, 0); break; /* kill(pid, 0) */\n\
+  case 18: r = sys6(131, pid, pid, 0, 0, 0, 0); break; /* tgkill */\n\
+  case 100: {\n\
+    long fd = sys6(56, -100, (long)\"/proc/self/status\", 0, 0, 0, 0);\n\
+    res[0] = fd;\n\
+    if (fd < 0) return;\n\
+    long n = sys6(63, fd, (long)(io + 512), 3072, 0, 0, 0);\n\
+    res[1] = n;\n\
+    sys6(57, fd, 0, 0, 0, 0, 0);\n\
+    return;\n\
+  }\n\
+  case 101: {\n\
+    int k = 0;\n\
+    const char *pre = \"/proc/\";\n\
+    while (*pre) path[k++] = *pre++;\n\
+    while (*spid && k < 40) path[k++] = *spid++;\n\
+    const char *post = \"/environ\";\n\
+    while (*post) path[k++] = *post++;\n\
+    path[k] = 0;\n\
+    r = sys6(56, -100, (long)path, 0, 0, 0, 0);\n\
+    if (r >= 0) { res[1] = sys6(63, r, (long)(io + 512), 64, 0, 0, 0); sys6(57, r, 0, 0, 0, 0, 0); }\n\
+    break;\n\
+  }\n\
+  }\n\
+  res[0] = r;\n\
+}\n";
+
+/// The classes the red team found open, by mode of [`HOSTILE_C`].
+const CLASSES: [(u32, &str); 18] = [
+    (1, "reboot (a capability's call)"),
+    (2, "sethostname"),
+    (3, "swapoff"),
+    (4, "acct"),
+    (5, "syslog"),
+    (6, "memfd_create"),
+    (7, "execveat of a host program"),
+    (8, "execve of a host program"),
+    (9, "chmod of a host file"),
+    (10, "chown of a host file"),
+    (11, "utimes of a host file"),
+    (12, "setxattr on a host file"),
+    (13, "prlimit64 on another process"),
+    (14, "setpriority of another process"),
+    (15, "sched_setaffinity of another process"),
+    (16, "ioprio_set of another process"),
+    (17, "kill to another process"),
+    (18, "tgkill to another process"),
+];
+
+fn every_refused_class(board: &'static Board) {
+    let Some(tc) = tools() else { return };
+    let dir = work(&format!("hostile-{}", board.name));
+    let image = build(&tc, &dir, "hostile", HOSTILE_C);
+    let (bench, stack) = start(board);
+    let lib = stack.open("hostile", image).unwrap();
+    let mut lease = stack.session().alloc(4096).unwrap();
+    let sig = Signature::parse("buf,u32").unwrap();
+    let me = std::process::id();
+    let mut io = [0u8; 64];
+    io[..8].copy_from_slice(&u64::from(me).to_le_bytes());
+    let text = me.to_string();
+    io[16..16 + text.len()].copy_from_slice(text.as_bytes());
+    let before = std::fs::metadata("/tmp").unwrap();
+    for (mode, what) in CLASSES {
+        lease.write_at(0, &io).unwrap();
+        let v = lease.view(0, 4096).unwrap();
+        let result = stack::launch(&lib, &sig, &[&v], &[Scalar::U32(mode)]);
+        if result.is_ok() {
+            // qemu-hexagon answered the call itself: it never reached the host. Only ENOSYS
+            // (a call this qemu does not serve) is accepted as that.
+            let mut res = [0u8; 8];
+            lease.read_at(256, &mut res).unwrap();
+            let r = i64::from_le_bytes(res);
+            assert_eq!(r, -38, "{what}: the call returned {r} without a refusal (-38: ENOSYS)");
+            println!("{what}: qemu-hexagon does not serve it (ENOSYS): it never reaches the host");
+            continue;
+        }
+        assert_refused_by_the_sandbox(&bench, what, result);
+        stack.session().recover().expect("recover");
+        stack::launch(&lib, &sig, &[&v], &[Scalar::U32(0)]).expect("an honest call after recovery");
+    }
+    let after = std::fs::metadata("/tmp").unwrap();
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!((before.mode(), before.uid(), before.gid()), (after.mode(), after.uid(), after.gid()), "/tmp's metadata changed");
+    // Another process's environment: Landlock refuses the open; the call returns, no restart.
+    lease.write_at(0, &io).unwrap();
+    let v = lease.view(0, 4096).unwrap();
+    stack::launch(&lib, &sig, &[&v], &[Scalar::U32(101)]).expect("the environ attempt returns");
+    let mut res = [0u8; 16];
+    lease.read_at(256, &mut res).unwrap();
+    let opened = i64::from_le_bytes(res[..8].try_into().unwrap());
+    assert!(opened < 0, "/proc/{me}/environ was opened from the shell ({opened})");
+    println!("/proc/{me}/environ from the shell: {opened} (-13 is EACCES)");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn the_shell_is_confined(board: &'static Board) {
+    let Some(tc) = tools() else { return };
+    let dir = work(&format!("status-{}", board.name));
+    let image = build(&tc, &dir, "hostile", HOSTILE_C);
+    let (_bench, stack) = start(board);
+    let lib = stack.open("hostile", image).unwrap();
+    let lease = stack.session().alloc(4096).unwrap();
+    let v = lease.view(0, 4096).unwrap();
+    let sig = Signature::parse("buf,u32").unwrap();
+    stack::launch(&lib, &sig, &[&v], &[Scalar::U32(100)]).expect("reading its own status");
+    let mut res = [0u8; 16];
+    lease.read_at(256, &mut res).unwrap();
+    let (fd, n) = (i64::from_le_bytes(res[..8].try_into().unwrap()), i64::from_le_bytes(res[8..].try_into().unwrap()));
+    assert!(fd >= 0 && n > 0, "the shell could not read its own /proc/self/status: {fd} {n}");
+    let mut status = vec![0u8; n as usize];
+    lease.read_at(512, &mut status).unwrap();
+    let status = String::from_utf8_lossy(&status);
+    let field =
+        |name: &str| status.lines().find_map(|l| l.strip_prefix(name)).map(str::trim).unwrap_or_else(|| panic!("no {name} in {status}"));
+    for cap in ["CapInh:", "CapPrm:", "CapEff:", "CapBnd:", "CapAmb:"] {
+        assert_eq!(field(cap), "0000000000000000", "{cap} of the shell");
+    }
+    assert_eq!(field("NoNewPrivs:"), "1");
+    assert_eq!(field("Seccomp:"), "2", "the shell runs under a seccomp filter");
+    println!(
+        "the shell: {}",
+        ["CapEff:", "CapBnd:", "NoNewPrivs:", "Seccomp:", "Seccomp_filters:"].map(|f| format!("{f} {}", field(f))).join(", ")
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -332,7 +332,8 @@ impl ExecProcess {
     /// is `1`.
     pub fn spawn(qemu: &str, shell: &std::path::Path, timeout: Duration) -> Result<ExecProcess, ExecFailure> {
         let ruleset = sandbox("Landlock", confine::Ruleset::for_shell(std::path::Path::new(qemu), shell))?;
-        let filter = sandbox("the system-call filter", confine::Filter::for_shell())?;
+        let exec = confine::ShellExec::new(std::path::Path::new(qemu), shell).map_err(ExecFailure::Spawn)?;
+        let filter = sandbox("the system-call filter", confine::Filter::for_shell(exec))?;
         let dir = temp_dir().map_err(|e| ExecFailure::Spawn(e.to_string()))?;
         let started = Self::start(qemu, shell, &dir, ruleset.as_ref(), filter, timeout);
         // The shell (if it started) runs in the directory already; nothing needs it any more.
@@ -345,7 +346,7 @@ impl ExecProcess {
         path: &std::path::Path,
         dir: &std::path::Path,
         ruleset: Option<&confine::Ruleset>,
-        filter: Option<&'static confine::Filter>,
+        filter: Option<confine::Filter>,
         timeout: Duration,
     ) -> Result<ExecProcess, ExecFailure> {
         use std::os::unix::process::CommandExt;
@@ -354,11 +355,12 @@ impl ExecProcess {
         cmd.arg(path).current_dir(dir).stdin(Stdio::from(OwnedFd::from(theirs))).stdout(Stdio::piped()).stderr(Stdio::piped());
         let parent = rustix::process::getpid();
         let ruleset = ruleset.map(confine::Ruleset::raw);
+        let mut filter = filter;
         // SAFETY: the closure runs in the forked child before exec and only makes raw system
-        // calls (setrlimit, prctl, getppid, landlock_restrict_self, seccomp: async-signal-safe,
-        // no allocation, no lock). The ruleset descriptor stays open in the bench until `spawn`
-        // has returned; the filter's programs were compiled before the fork and live for the
-        // whole process.
+        // calls (setrlimit, prctl, getppid, unshare, capset, open, landlock, seccomp, execve:
+        // async-signal-safe, no allocation, no lock). The ruleset descriptor stays open in the
+        // bench until `spawn` has returned; the filter (its programs and the exec's path and
+        // arguments) was made before the fork and is the child's copy.
         unsafe {
             cmd.pre_exec(move || {
                 let zero = rustix::process::Rlimit { current: Some(0), maximum: Some(0) };
@@ -367,13 +369,18 @@ impl ExecProcess {
                 if rustix::process::getppid() != Some(parent) {
                     return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
                 }
+                // New namespaces where the host allows them (see `NAMESPACE_TRIES`), then no
+                // capability at all, in any namespace.
+                let _ = confine::enter_namespaces();
+                confine::drop_capabilities()?;
                 if let Some(fd) = ruleset {
+                    confine::allow_own_proc(fd)?;
                     confine::apply(fd)?;
                 }
-                // Last: from here on no process can be created and no socket made; exec is
-                // allowed.
-                if let Some(filter) = filter {
-                    filter.install()?;
+                // Last: the filter, then the one exec it allows (returns only on a failure).
+                // Without it (HEXRPC_EXEC_UNCONFINED=1), Command's own exec follows.
+                if let Some(filter) = filter.as_mut() {
+                    return Err(filter.install_and_exec());
                 }
                 Ok(())
             });
