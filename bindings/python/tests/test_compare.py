@@ -90,16 +90,14 @@ def test_classifier_every_node_within_tolerance_of_onnxruntime():
     assert doc["exit_status"] == 0 and len(doc["nodes"]) == 258 and doc["latency"]["figures"]["fastrpc_calls"]["label"] == "simulated"
 
 
-def test_a_corrupted_kernel_result_is_named_first(monkeypatch):
-    path = rapidocr_model(CLS)
-    # The first 40 compared nodes; the rest of the model runs fused at the output.
-    opts = compare.parse_args([str(path), "--input", "1x3x48x192", "--runs", "0", "--nodes", "first:40"])
+def _a_middle_conv(path, opts):
+    """A Conv in the middle of the selection (it runs kernels of its own, a Reshape would not),
+    and a tracker for ``compare.run(around_node=...)``: ``current["node"]`` is the node the device
+    is working on (``None`` between nodes)."""
     model = prepare(path, opts.shapes)
     chosen, _ = compare.select_nodes(model.nodes, opts.nodes, model.outputs)
-    # A Conv in the middle of the selection: it runs kernels of its own (a Reshape would not).
     target = next(i for i in chosen[15:] if model.nodes[i].op == "Conv")
     current = {"node": None}
-    fired = []
 
     @contextlib.contextmanager
     def around(i):
@@ -109,6 +107,15 @@ def test_a_corrupted_kernel_result_is_named_first(monkeypatch):
         finally:
             current["node"] = None
 
+    return target, current, around
+
+
+def test_a_corrupted_kernel_result_is_named_first(monkeypatch):
+    path = rapidocr_model(CLS)
+    # The first 40 compared nodes; the rest of the model runs fused at the output.
+    opts = compare.parse_args([str(path), "--input", "1x3x48x192", "--runs", "0", "--nodes", "first:40"])
+    target, current, around = _a_middle_conv(path, opts)
+    fired = []
     real_call = hexrpc_tinygrad.HEXRPCProgram.__call__
 
     def corrupting_call(self, *bufs, **kw):
@@ -161,19 +168,7 @@ def _failing_at(monkeypatch, when):
 def test_a_device_failure_at_a_node_names_it_and_keeps_the_nodes_before(monkeypatch):
     path = rapidocr_model(CLS)
     opts = compare.parse_args([str(path), "--input", "1x3x48x192", "--runs", "2", "--nodes", "first:40", "--json"])
-    model = prepare(path, opts.shapes)
-    chosen, _ = compare.select_nodes(model.nodes, opts.nodes, model.outputs)
-    target = next(i for i in chosen[15:] if model.nodes[i].op == "Conv")
-    current = {"node": None}
-
-    @contextlib.contextmanager
-    def around(i):
-        current["node"] = i
-        try:
-            yield
-        finally:
-            current["node"] = None
-
+    target, current, around = _a_middle_conv(path, opts)
     failed = _failing_at(monkeypatch, lambda kind: kind == "kernel" and current["node"] == target)
     rep = compare.run(opts, around_node=around)
     assert failed, "no HEXRPC kernel ran for the target node"
