@@ -81,6 +81,13 @@ fn in_the_child(board: &'static Board, s: Arc<SessionObj>, lib: hexrpc::objects:
 }
 
 fn a_session_used_in_a_forked_child_is_refused_and_a_new_one_works(board: &'static Board) {
+    // Not under qemu-user (the aarch64 test run is emulated): qemu 7.2's fork of a guest with
+    // other threads aborts in the child when the child starts a thread (an assertion in its
+    // plugins/core.c), as drivers/tests/watchdog_fork.rs found for the watchdog.
+    if cfg!(not(target_arch = "x86_64")) {
+        println!("SKIPPED: fork tests run on x86-64 only (the aarch64 run is under qemu-user, whose forked children abort)");
+        return;
+    }
     let (s, lib, lease) = open(board);
     assert_eq!(launch(&lib, &lease, 2).unwrap(), 42);
     // SAFETY: the child runs the checks above (which start threads of its own: the C library
