@@ -186,9 +186,12 @@ def test_a_device_failure_at_a_node_names_it_and_keeps_the_nodes_before(monkeypa
     assert f"DEVICE FAILED in the per-node phase, node {target} Conv" in compare.render(rep)
 
 
-def test_a_device_failure_in_the_latency_phase_keeps_every_node(monkeypatch):
+def test_a_device_failure_in_the_latency_phase_keeps_every_node_and_is_located(monkeypatch):
+    """The device fails at the captured TinyJit function's first run (its batches fuse nodes),
+    and again at a chosen Conv when the tool reruns the model node by node to locate it."""
     path = rapidocr_model(CLS)
-    opts = compare.parse_args([str(path), "--input", "1x3x48x192", "--runs", "3", "--nodes", "first:5", "--json"])
+    opts = compare.parse_args([str(path), "--input", "1x3x48x192", "--runs", "3", "--nodes", "first:20", "--json"])
+    target, current, around = _a_middle_conv(path, opts)
     phase = {"latency": False}
     real_measure = compare.measure_latency
 
@@ -197,19 +200,27 @@ def test_a_device_failure_in_the_latency_phase_keeps_every_node(monkeypatch):
         return real_measure(*args, **kw)
 
     monkeypatch.setattr(compare, "measure_latency", measure)
-    # The captured TinyJit function's first run as hexrpc batches (tinygrad's jit runs it from
-    # the capturing call, the second warm-up run).
-    failed = _failing_at(monkeypatch, lambda kind: kind == "graph" and phase["latency"])
-    rep = compare.run(opts)
-    assert failed, "the latency phase ran no graph"
+
+    def when(kind):
+        if not phase["latency"]:
+            return False
+        if kind == "graph":  # tinygrad's jit runs its capture from the second warm-up run
+            return not failed
+        return bool(failed) and current["node"] == target  # the rerun, at the chosen node
+
+    failed = _failing_at(monkeypatch, when)
+    rep = compare.run(opts, around_node=around)
+    assert len(failed) == 2 and failed[0].startswith("graph of"), failed
     f = rep.failure
-    assert f is not None and f["phase"] == "latency" and f["node"] is None and f["why_no_node"], f
-    assert f["warmup"] is True and f["run"] == 2 and f["kernel"] == failed[0], f
-    assert len(rep.nodes) >= 5 and all(r.within and r.max_abs is not None for r in rep.nodes)
+    assert f is not None and f["phase"] == "latency" and f["warmup"] is True and f["run"] == 2 and f["kernel"] == failed[0], f
+    assert f["node"] == target and f["op"] == "Conv" and "node-by-node rerun failed" in f["located_by"] and f["why_no_node"] is None, f
+    # Every compared node kept its value from the per-node phase.
+    assert len(rep.nodes) >= 20 and all(r.within and r.max_abs is not None for r in rep.nodes)
     assert rep.first_past is None and rep.latency is None and rep.exit_status == compare.EXIT_PAST
     doc = json.loads(json.dumps(rep.to_json(), allow_nan=False))
-    assert doc["failure"]["phase"] == "latency" and len(doc["nodes"]) == len(rep.nodes) and doc["exit_status"] == 1
-    assert "DEVICE FAILED in the latency phase, warm-up run 2, kernel graph of" in compare.render(rep)
+    assert doc["failure"]["node"] == target and len(doc["nodes"]) == len(rep.nodes) and doc["exit_status"] == 1
+    text = compare.render(rep)
+    assert "DEVICE FAILED in the latency phase, warm-up run 2, kernel graph of" in text and f"node {target} Conv (located by" in text
 
 
 def test_a_model_tinygrad_cannot_load_or_run_is_exit_2_not_a_device_failure(tmp_path, capsys):

@@ -337,8 +337,10 @@ OUTPUT
   on stdout. Progress goes to stderr. The report is printed whole whatever fails on the device:
   a failure in the per-node phase names the node the device was running (failure.node) and
   keeps the values of every node before it; a failure in the latency phase keeps every node's
-  values and names the run (warm-up or measured) and, when the error says, the kernel (the
-  whole model runs there as one TinyJit function, whose kernels fuse nodes: no node is named).
+  values and names the run (warm-up or measured) and, when the error says, the kernel. The
+  whole model runs there as one TinyJit function, whose kernels fuse nodes, so the tool then
+  runs the model node by node once more: the node where that rerun fails is named
+  (failure.located_by says so); if it does not fail, failure.why_no_node says so.
 
 EXIT STATUS
   0  every compared node within tolerance
@@ -571,7 +573,8 @@ class Report:
     error: str | None = None
     #: The device under test's failure, if any: phase ("nodes" or "latency"), node, op and
     #: output (the node it was running, per-node phase), run and warmup (latency phase), kernel
-    #: (when the error names one), error, and why_no_node (latency phase).
+    #: (when the error names one), error; in the latency phase, the node a node-by-node rerun
+    #: failed at (located_by says so) or why_no_node.
     failure: dict[str, Any] | None = None
 
     @property
@@ -696,6 +699,7 @@ def run(opts: Options, *, around_node: Callable[[int], AbstractContextManager[An
             error = f"{type(e).__name__}: {e}"
             failure = _failure("latency", e, run=progress["run"], warmup=progress["warmup"])
             log(f"compare: {opts.device} failed in the latency phase ({_where(failure)}): {error}")
+            _locate(failure, e, model, arrays, opts.device, chosen, around_node, log)
     return Report(
         model=opts.model,
         inputs={k: list(v[0]) for k, v in model.inputs.items()},
@@ -729,15 +733,51 @@ def _failure(phase: str, e: BaseException, *, node: int | None = None, model: Pr
         "why_no_node": None if phase == "nodes" else
         "the latency phase runs the whole model as one TinyJit function, whose kernels fuse several nodes; "
         "every node's values above were measured before it",
+        "located_by": None,
     }
+
+
+def _locate(failure: dict[str, Any], e: BaseException, model: PreparedModel, arrays: Mapping[str, np.ndarray], device: str,
+            chosen: Sequence[int], around_node: Callable[[int], AbstractContextManager[Any]] | None, log) -> None:
+    """After a failure in the latency phase (whose kernels fuse nodes), runs the model node by
+    node once more, as the per-node phase does: if the device fails again, the node it was
+    running is named (``failure["node"]``, ``located_by``); if it does not, ``why_no_node`` says
+    so. Skipped when the device did not recover from the failure (a run would fail at its first
+    kernel, naming no node truly)."""
+    if getattr(e, "recovered", True) is False:
+        failure["why_no_node"] += "; not located: the device did not recover"
+        return
+    log(f"compare: locating the failure: the model node by node on {device} once more")
+    current = {"node": -1}
+
+    @contextlib.contextmanager
+    def track(i):
+        current["node"] = i
+        with around_node(i) if around_node else contextlib.nullcontext():
+            yield
+
+    try:
+        TinygradRun(model, device).run(arrays, chosen, around_node=track)
+    except ModelError:
+        raise
+    except Exception as again:  # noqa: BLE001  (the device's failure is the finding)
+        info = model.nodes[current["node"]] if current["node"] >= 0 else None
+        if info is not None:
+            failure.update(node=info.index, op=info.op, output=info.outputs[0] if info.outputs else "",
+                           located_by=f"a node-by-node rerun failed at this node: {type(again).__name__}: {again}", why_no_node=None)
+            log(f"compare: the rerun failed at node {info.index} {info.op}")
+            return
+    failure["why_no_node"] += "; a node-by-node rerun did not fail (a fault of the fused kernels, or one that does not repeat)"
 
 
 def _where(f: dict[str, Any]) -> str:
     if f["phase"] == "nodes":
         return f"node {f['node']} {f['op']}" if f["node"] is not None else "loading the model onto the device"
-    if f["run"] is None:
-        return "before its first run"
-    return f"{'warm-up' if f['warmup'] else 'measured'} run {f['run']}" + (f", kernel {f['kernel']}" if f["kernel"] else "")
+    where = "before its first run" if f["run"] is None else f"{'warm-up' if f['warmup'] else 'measured'} run {f['run']}"
+    where += f", kernel {f['kernel']}" if f["kernel"] else ""
+    if f["node"] is not None:
+        where += f"; node {f['node']} {f['op']} (located by a node-by-node rerun)"
+    return where
 
 
 # -------------------------------------------------------------------------------------------------
@@ -798,6 +838,8 @@ def render(rep: Report) -> str:
         out.append(f"DEVICE FAILED in the {'per-node' if f['phase'] == 'nodes' else 'latency'} phase, {_where(f)}: {f['error']}")
         if f["why_no_node"]:
             out.append(f"  (no node named: {f['why_no_node']})")
+        if f["located_by"]:
+            out.append(f"  ({f['located_by']})")
     if rep.latency is not None:
         lat = rep.latency
         out.append(
