@@ -88,6 +88,10 @@ fn a_session_used_in_a_forked_child_is_refused_and_a_new_one_works(board: &'stat
         println!("SKIPPED: fork tests run on x86-64 only (the aarch64 run is under qemu-user, whose forked children abort)");
         return;
     }
+    // One at a time: a fork while another test's session is inside a call could copy a lock
+    // that thread holds (the documented condition: fork while no other thread is in a call).
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _serial = SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let (s, lib, lease) = open(board);
     assert_eq!(launch(&lib, &lease, 2).unwrap(), 42);
     // SAFETY: the child runs the checks above (which start threads of its own: the C library

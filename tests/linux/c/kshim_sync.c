@@ -134,7 +134,7 @@ static pthread_cond_t g_cmp_cond;
 static pthread_once_t g_cmp_once = PTHREAD_ONCE_INIT;
 static struct waiter *g_waiters;
 
-static void cmp_init(void)
+static void cmp_cond_init(void)
 {
 	pthread_condattr_t a;
 
@@ -142,6 +142,37 @@ static void cmp_init(void)
 	pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
 	pthread_cond_init(&g_cmp_cond, &a);
 	pthread_condattr_destroy(&a);
+}
+
+/*
+ * fork(): the parent's waiters did not come along, but the condition variable's copy still
+ * counts them, and a broadcast in the child then waits for them forever (glibc's condition
+ * variables wait for an old group of waiters to leave). The lock is held across the fork; the
+ * child gets a fresh lock, condition variable and waiter list. As for the work queue, this is
+ * the bench's need (a process holding a bench may fork), not a kernel's.
+ */
+static void cmp_prepare(void)
+{
+	pthread_mutex_lock(&g_cmp_lock);
+}
+
+static void cmp_parent(void)
+{
+	pthread_mutex_unlock(&g_cmp_lock);
+}
+
+static void cmp_child(void)
+{
+	pthread_mutex_init(&g_cmp_lock, NULL);
+	cmp_cond_init();
+	g_waiters = NULL;
+}
+
+static void cmp_init(void)
+{
+	cmp_cond_init();
+	if (pthread_atfork(cmp_prepare, cmp_parent, cmp_child))
+		abort();
 }
 
 int kshim_gettid(void)
