@@ -344,6 +344,21 @@ const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
 #[cfg(target_arch = "x86_64")]
 const X32_SYSCALL_BIT: u32 = 0x4000_0000;
 
+/// Call numbers the libc crate does not name on every target (its aarch64 Android bindings lack
+/// these three); elsewhere, libc's.
+#[cfg(all(target_os = "android", target_arch = "aarch64"))]
+mod nr {
+    pub const NEWFSTATAT: i64 = 79;
+    pub const FSTAT: i64 = 80;
+    pub const RSEQ: i64 = 293;
+}
+#[cfg(not(all(target_os = "android", target_arch = "aarch64")))]
+mod nr {
+    pub const NEWFSTATAT: i64 = libc::SYS_newfstatat;
+    pub const FSTAT: i64 = libc::SYS_fstat;
+    pub const RSEQ: i64 = libc::SYS_rseq;
+}
+
 /// The system calls the shell may make whatever their arguments, by name and host number: what
 /// qemu-hexagon and the shell were measured to use (strace of every executor suite's shells),
 /// and a few calls of the same kind that a run can reach on another path (each marked). Every
@@ -363,8 +378,8 @@ pub fn allowed_calls() -> Vec<(&'static str, i64)> {
         ("set_mempolicy", libc::SYS_set_mempolicy),
         // Files: the loader and qemu open, stat and read (Landlock decides which paths).
         ("openat", libc::SYS_openat),
-        ("newfstatat", libc::SYS_newfstatat),
-        ("fstat", libc::SYS_fstat),         // (not measured: the same as newfstatat on an fd)
+        ("newfstatat", nr::NEWFSTATAT),
+        ("fstat", nr::FSTAT),               // (not measured: the same as newfstatat on an fd)
         ("faccessat", libc::SYS_faccessat), // (not measured: `access` on hosts without it)
         ("read", libc::SYS_read),
         ("pread64", libc::SYS_pread64),
@@ -377,7 +392,7 @@ pub fn allowed_calls() -> Vec<(&'static str, i64)> {
         ("futex", libc::SYS_futex),
         ("set_robust_list", libc::SYS_set_robust_list),
         ("set_tid_address", libc::SYS_set_tid_address),
-        ("rseq", libc::SYS_rseq),
+        ("rseq", nr::RSEQ),
         ("sched_yield", libc::SYS_sched_yield), // (not measured: a contended lock)
         // Signals (qemu delivers the guest's own, and ends itself with them).
         ("rt_sigaction", libc::SYS_rt_sigaction),
