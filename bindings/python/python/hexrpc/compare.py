@@ -598,6 +598,21 @@ def _open_device(device: str) -> None:
         raise ModelError(f"the device {device} cannot be opened: {e}") from None
 
 
+def _node_tracker(around_node: Callable[[int], AbstractContextManager[Any]] | None):
+    """(``current``, ``track``): ``track(i)`` is the ``around_node`` seam for a device run that
+    records in ``current["node"]`` the node the device is working on (-1 before any) and enters
+    the caller's ``around_node(i)`` too."""
+    current = {"node": -1}
+
+    @contextlib.contextmanager
+    def track(i):
+        current["node"] = i
+        with around_node(i) if around_node else contextlib.nullcontext():
+            yield
+
+    return current, track
+
+
 def run(opts: Options, *, around_node: Callable[[int], AbstractContextManager[Any]] | None = None, log=None) -> Report:
     """Runs one comparison. ``around_node`` is passed to the device under test's run (see
     :meth:`hexrpc.onnx_model.TinygradRun.run`). Raises :class:`ModelError` (exit status 2)."""
@@ -631,13 +646,7 @@ def run(opts: Options, *, around_node: Callable[[int], AbstractContextManager[An
     log(f"compare: reference ({opts.reference}) done; running on {opts.device}")
 
     error, failed_at, failure = None, -1, None
-    current = {"node": -1}
-
-    @contextlib.contextmanager
-    def track(i):
-        current["node"] = i
-        with around_node(i) if around_node else contextlib.nullcontext():
-            yield
+    current, track = _node_tracker(around_node)
 
     t0 = time.perf_counter()
     # Filled node by node: a failure keeps the values of every node before it.
@@ -748,13 +757,7 @@ def _locate(failure: dict[str, Any], e: BaseException, model: PreparedModel, arr
         failure["why_no_node"] += "; not located: the device did not recover"
         return
     log(f"compare: locating the failure: the model node by node on {device} once more")
-    current = {"node": -1}
-
-    @contextlib.contextmanager
-    def track(i):
-        current["node"] = i
-        with around_node(i) if around_node else contextlib.nullcontext():
-            yield
+    current, track = _node_tracker(around_node)
 
     try:
         TinygradRun(model, device).run(arrays, chosen, around_node=track)
