@@ -214,7 +214,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // HEXRPC_BENCH_SHELL), run on zeros; per run: host time, allocations, FastRPC calls, bytes
     // copied into the kernel beyond the inputs.
     let mut files = Vec::new();
-    for path in std::env::split_paths(&std::env::var_os("HEXRPC_OVERHEAD_MODELS").unwrap_or_default()) {
+    for path in std::env::split_paths(&std::env::var_os("HEXRPC_OVERHEAD_MODELS").unwrap_or_default()).filter(|p| !p.as_os_str().is_empty())
+    {
         let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
         let s3 = std::sync::Arc::new(SessionObj::open_bench(false, true)?);
         let model = hexrpc::model::ModelObj::open(&s3, &bytes)?;
