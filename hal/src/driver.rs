@@ -11,6 +11,7 @@
 //! |---|---|---|
 //! | channel | open, GETINFO(channel), CONTROL kalloc | open the domain's node (session taken at open) |
 //! | process | INIT(CREATE) from the shell buffer | INIT_CREATE with the board's `process_attrs` (unsigned PD) |
+//! | PM-QoS vote ([`LatencyPolicy`](crate::LatencyPolicy)) | CONTROL LATENCY after INIT, removed at release | none: not available |
 //! | listener | INVOKE handle 3 on the same fd | the same |
 //! | buffers | handles by fd with `FASTRPC_ATTR_NOVA` | handles by fd, attribute 0, length = the lease's (mapped per call) |
 //! | out-buffers after a DSP error | not copied back | copied back (zeroed bytes) |

@@ -10,7 +10,8 @@
 //! * **Init as typestate** ([`stages`]): allocator opened → shell staged in a buffer → FastRPC
 //!   channel opened (downstream: GETINFO, CONTROL kalloc; upstream: the domain's node) → DSP
 //!   process created (INIT / INIT_CREATE) → listener registered on the same fd (handle 3 init2)
-//!   → [`Session`]. Each transition consumes the previous stage and returns the
+//!   → [`Session`]. Right after INIT each channel gets the session's PM-QoS vote
+//!   ([`LatencyPolicy`]; downstream only, upstream has no such request). Each transition consumes the previous stage and returns the
 //!   next one or a [`HalError`] naming the stage and the cause; whatever the failed stage had
 //!   acquired is released, and dropping any stage releases everything in reverse order.
 //!   Opening device nodes takes a [`DeviceAccess`](hexrpc_bsp::DeviceAccess) token.
@@ -106,6 +107,7 @@ mod error;
 mod fd;
 mod identity;
 mod image;
+mod latency;
 pub mod lease;
 mod session;
 #[cfg(feature = "std")]
@@ -127,6 +129,7 @@ pub use error::{Budget, Cause, ErrorKind, HalError, OpenAdvice, Refusal, ShellSe
 pub use fd::OwnedFd;
 pub use hexrpc_drivers::adsprpc::ArgsError;
 pub use image::LibraryImage;
+pub use latency::{LatencyPolicy, PmQosState, PmQosVote};
 pub use lease::{BufferView, Lease, LeaseMemory};
 pub use session::library::Library;
 pub use session::remotectl::{ImageRegistry, DLERROR_LEN, MAP_CACHE_RELEASE_IDS, MAP_CACHE_RELEASE_METHOD, MAX_LIBRARIES, MAX_NAME};

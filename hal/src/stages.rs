@@ -18,6 +18,7 @@ use crate::error::{Cause, HalError, ShellSearch, Stage};
 use crate::fd::OwnedFd;
 use crate::identity;
 pub(crate) use crate::identity::Identity;
+use crate::latency::{self, LatencyPolicy, PmQosState};
 
 /// Stage 1: the board's allocator node is open (`/dev/ion`, or a dma-heap node such as
 /// `/dev/dma_heap/system`).
@@ -25,14 +26,23 @@ pub struct HeapOpened<S: Syscalls + Clone> {
     pub(crate) ion: OwnedFd<S>,
     pub(crate) sys: S,
     pub(crate) board: &'static Board,
+    /// The latency policy every channel of the session gets.
+    pub(crate) policy: LatencyPolicy,
 }
 
 impl<S: Syscalls + Clone> HeapOpened<S> {
-    /// Opens the allocator node of the board `access` grants.
+    /// Opens the allocator node of the board `access` grants; the session gets the default
+    /// latency policy ([`LatencyPolicy::REALTIME`]).
     pub fn open(sys: S, access: &DeviceAccess) -> Result<Self, HalError> {
+        Self::open_with(sys, access, LatencyPolicy::default())
+    }
+
+    /// [`open`](HeapOpened::open) with the latency policy `policy` for every channel of the
+    /// session.
+    pub fn open_with(sys: S, access: &DeviceAccess, policy: LatencyPolicy) -> Result<Self, HalError> {
         let board = access.board();
         let fd = sys.open(board.ion_path, OpenFlags::READ_ONLY).map_err(|e| HalError::os(Stage::HeapOpen, e))?;
-        Ok(HeapOpened { ion: OwnedFd::new(sys.clone(), fd), sys, board })
+        Ok(HeapOpened { ion: OwnedFd::new(sys.clone(), fd), sys, board, policy })
     }
 
     /// The board.
@@ -159,7 +169,8 @@ impl<S: Syscalls + Clone> ChannelOpened<S> {
         self.info
     }
 
-    /// Stage 4: INIT creates the user process on the DSP from the staged shell. Downstream the
+    /// Stage 4: INIT creates the user process on the DSP from the staged shell, then the policy's
+    /// PM-QoS vote goes out on the channel (`crate::LatencyPolicy`). Downstream the
     /// shell buffer is released afterwards (`fastrpc_init_process` drops its map of it on every
     /// path); upstream the driver keeps that map until the channel closes
     /// (`fastrpc_init_create_process`), so the channel keeps the shell buffer, and its fd
@@ -170,7 +181,10 @@ impl<S: Syscalls + Clone> ChannelOpened<S> {
         // The shell buffer goes before the ION device on both paths.
         let created = create_process(&ion.sys, ion.board, rpc, identity, shell);
         match created {
-            Ok(channel) => Ok(ProcessCreated { channel, info, prev: ion }),
+            Ok(channel) => {
+                let pm_qos = latency::vote(&ion.sys, ion.board, channel.fd(), ion.policy.pm_qos());
+                Ok(ProcessCreated { channel, info, pm_qos, prev: ion })
+            }
             Err(e) => {
                 drop(ion);
                 Err(e)
@@ -294,6 +308,8 @@ fn lease_fd<S: Syscalls>(l: &RawLease<S>) -> Fd {
 pub struct ProcessCreated<S: Syscalls + Clone> {
     pub(crate) channel: Channel<S>,
     pub(crate) info: u32,
+    /// What became of the PM-QoS vote on the channel.
+    pub(crate) pm_qos: PmQosState,
     pub(crate) prev: HeapOpened<S>,
 }
 

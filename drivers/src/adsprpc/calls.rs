@@ -2,7 +2,7 @@
 //! DSP mappings (MMAP, MUNMAP, MUNMAP_FD) and counters (GETPERF), each keeping a positive return
 //! apart from an errno; and [`check`], the same reading for a raw call.
 
-use super::consts::{FASTRPC_CONTROL_KALLOC, PERF_KEYS};
+use super::consts::{FASTRPC_CONTROL_KALLOC, FASTRPC_CONTROL_LATENCY, PERF_KEYS};
 use super::ioctl;
 use super::structs::{
     fastrpc_ctrl_latency, fastrpc_ioctl_control, fastrpc_ioctl_init, fastrpc_ioctl_init_attrs, fastrpc_ioctl_mmap, fastrpc_ioctl_mmap_64,
@@ -52,6 +52,18 @@ pub fn control_kalloc<S: Syscalls + ?Sized>(sys: &S, fd: Fd) -> Result<u32, Erro
     let mut ctrl = fastrpc_ioctl_control { req: FASTRPC_CONTROL_KALLOC, lp: fastrpc_ctrl_latency::default() };
     control(sys, fd, &mut ctrl)?;
     Ok(ctrl.lp.enable)
+}
+
+/// `FASTRPC_IOCTL_CONTROL` with `FASTRPC_CONTROL_LATENCY`: an `enable` of 1 adds (or updates)
+/// the file's CPU-DMA-latency request at the device tree's `qcom,rpc-latency-us`; any other
+/// value updates it to "no constraint". The file's release removes it. The latency itself is
+/// the kernel's: the request carries none.
+///
+/// Fails with -1 (`EPERM`) when the device tree sets no latency (the driver's zero latency).
+pub fn control_latency<S: Syscalls + ?Sized>(sys: &S, fd: Fd, enable: bool) -> Result<(), Error> {
+    let lp = fastrpc_ctrl_latency { enable: u32::from(enable), level: 0 };
+    let mut ctrl = fastrpc_ioctl_control { req: FASTRPC_CONTROL_LATENCY, lp };
+    control(sys, fd, &mut ctrl)
 }
 
 /// `FASTRPC_IOCTL_SETMODE`: the mode travels as the ioctl argument value, not behind a pointer.

@@ -41,7 +41,10 @@ mod request;
 mod structs;
 
 pub use args::{ArgCounts, ArgsError, InvokeArgs};
-pub use calls::{check, control, control_kalloc, getinfo, getperf, init, init_attrs, mmap, mmap_64, munmap, munmap_64, munmap_fd, setmode};
+pub use calls::{
+    check, control, control_kalloc, control_latency, getinfo, getperf, init, init_attrs, mmap, mmap_64, munmap, munmap_64, munmap_fd,
+    setmode,
+};
 pub use consts::*;
 pub use frame::{HandleWriter, LaunchFrame};
 pub use invoke::{invoke, invoke_abandonable, invoke_attrs, invoke_attrs_abandonable, invoke_crc, invoke_fd};

@@ -26,6 +26,7 @@ use crate::call::Call;
 use crate::driver;
 use crate::error::{Cause, HalError, Stage};
 use crate::fd::OwnedFd;
+use crate::latency::{LatencyPolicy, PmQosState};
 use crate::stages::{self, Channel, HeapOpened, ProcessCreated};
 use crate::sync;
 pub(crate) use book::iova_len;
@@ -149,6 +150,10 @@ pub struct Session<S: Syscalls + Clone> {
     events: sync::Mutex<u64>,
     event: sync::Condvar,
     info: u32,
+    /// The latency policy every channel gets.
+    pub(crate) policy: LatencyPolicy,
+    /// [`PmQosState::pack`] of the vote on the current channel.
+    pm_qos: AtomicU32,
     /// The DSP identity of the channel in each cell (0: the process id, 1: with the session
     /// bit; meaningful while the cell holds one).
     cell_ident: [AtomicU8; CELLS],
@@ -216,6 +221,12 @@ impl<S: Syscalls + Clone> Session<S> {
     /// [`Cause::ChannelStuck`] with the attempts and the time. Every other failure (a DSP still
     /// down after a restart, `ENOTCONN`, included) is returned at once.
     pub fn start(sys: S, access: &DeviceAccess) -> Result<Self, HalError> {
+        Self::start_with(sys, access, LatencyPolicy::default())
+    }
+
+    /// [`start`](Session::start) with the latency policy `policy`, which every channel of the
+    /// session gets (the first and each one a recovery opens).
+    pub fn start_with(sys: S, access: &DeviceAccess, latency: LatencyPolicy) -> Result<Self, HalError> {
         let board = access.board();
         let policy = board.recovery;
         let clock = sync::Clock::start();
@@ -223,7 +234,7 @@ impl<S: Syscalls + Clone> Session<S> {
         let mut refused_in_a_row = 0u16;
         loop {
             let began = clock.elapsed();
-            let e = match Self::start_once(sys.clone(), access) {
+            let e = match Self::start_once(sys.clone(), access, latency) {
                 Ok(s) => {
                     if refused_in_a_row > 0 {
                         log::info!("session started after {refused_in_a_row} refused channel opens in {} ms", clock.elapsed().as_millis());
@@ -260,11 +271,11 @@ impl<S: Syscalls + Clone> Session<S> {
     }
 
     /// One run of every init stage, each rolling back what it acquired on failure.
-    fn start_once(sys: S, access: &DeviceAccess) -> Result<Self, HalError> {
-        HeapOpened::open(sys, access)?.stage_shell()?.open_channel()?.create_process()?.attach_listener()
+    fn start_once(sys: S, access: &DeviceAccess, policy: LatencyPolicy) -> Result<Self, HalError> {
+        HeapOpened::open_with(sys, access, policy)?.stage_shell()?.open_channel()?.create_process()?.attach_listener()
     }
 
-    pub(crate) fn from_parts(ion: HeapOpened<S>, channel: Channel<S>, info: u32) -> Self {
+    pub(crate) fn from_parts(ion: HeapOpened<S>, channel: Channel<S>, info: u32, pm_qos: PmQosState) -> Self {
         let cells = [FdCell::new(), FdCell::new()];
         let identity = channel.identity.index() as u8;
         let (token, shell) = channel.into_parts();
@@ -298,6 +309,8 @@ impl<S: Syscalls + Clone> Session<S> {
             events: sync::Mutex::new(0),
             event: sync::Condvar::new(),
             info,
+            policy: ion.policy,
+            pm_qos: AtomicU32::new(pm_qos.pack()),
             cell_ident: [AtomicU8::new(identity), AtomicU8::new(0)],
             cell_gen: [AtomicU32::new(1), AtomicU32::new(0)],
             book: Book::new(),
@@ -314,6 +327,21 @@ impl<S: Syscalls + Clone> Session<S> {
         }
         session.settle();
         session
+    }
+
+    /// The session's latency policy.
+    pub fn latency_policy(&self) -> LatencyPolicy {
+        self.policy
+    }
+
+    /// What became of the PM-QoS vote on the current channel (sent on each channel right after
+    /// its INIT: [`LatencyPolicy`]).
+    pub fn pm_qos(&self) -> PmQosState {
+        PmQosState::unpack(self.pm_qos.load(Ordering::Acquire))
+    }
+
+    pub(crate) fn set_pm_qos(&self, state: PmQosState) {
+        self.pm_qos.store(state.pack(), Ordering::Release);
     }
 
     /// The board.
@@ -700,7 +728,7 @@ impl<S: Syscalls + Clone> ProcessCreated<S> {
     /// session. The reverse file service then serves its channel (`hexrpc_runtime::ServedSession`).
     pub fn attach_listener(self) -> Result<Session<S>, HalError> {
         stages::attach_listener(&self.prev.sys, &self.channel)?;
-        Ok(Session::from_parts(self.prev, self.channel, self.info))
+        Ok(Session::from_parts(self.prev, self.channel, self.info, self.pm_qos))
     }
 }
 

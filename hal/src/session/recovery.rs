@@ -254,6 +254,8 @@ impl<S: Syscalls + Clone> Session<S> {
         let want = crate::identity::reserve(&self.sys, self.board).ok_or(HalError::new(Stage::Recover, Cause::IdentityInUse))?;
         let (rpc, _) = stages::open_channel(&self.sys, self.board, want.identity())?;
         let ch = stages::create_process(&self.sys, self.board, rpc, want, shell)?;
+        // The old file's release removed its vote: this channel needs its own, after its INIT.
+        self.set_pm_qos(crate::latency::vote(&self.sys, self.board, ch.fd(), self.policy.pm_qos()));
         let identity = ch.identity.index() as u8;
         stages::attach_listener(&self.sys, &ch)?;
         let busy = HalError::new(Stage::Recover, Cause::Os(hexrpc_drivers::Errno::EBUSY));

@@ -484,6 +484,35 @@ pub struct ReverseRecord {
     pub result: Option<i32>,
 }
 
+/// What a file's CPU-DMA-latency request went through, as the comma three's driver does it: the
+/// first `FASTRPC_CONTROL_LATENCY` adds the request, later ones update it
+/// (`fastrpc_internal_control`), and the file's release removes it before anything else
+/// (`fastrpc_device_release`). A reading of that source: the bench keeps the record, no PM-QoS
+/// framework exists here, so nothing about CPU idle states is modelled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PmQosOp {
+    /// `pm_qos_add_request(PM_QOS_CPU_DMA_LATENCY, latency)`: the file's first vote.
+    Add,
+    /// `pm_qos_update_request`: a later vote on the same file.
+    Update,
+    /// `pm_qos_remove_request` at the file's release.
+    Remove,
+}
+
+/// One PM-QoS event of a downstream FastRPC file ([`Bench::pm_qos_log`](crate::Bench::pm_qos_log)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PmQosRecord {
+    /// The FastRPC file (the bench's file id, as in [`MunmapRecord::channel`]).
+    pub file: u64,
+    /// What happened to its request.
+    pub op: PmQosOp,
+    /// The latency asked for in microseconds: the device tree's `qcom,rpc-latency-us` for an
+    /// enable of 1, `-1` (`PM_QOS_DEFAULT_VALUE`, no constraint) for any other; 0 for a removal.
+    pub latency_us: i32,
+    /// The file had a DSP process (an INIT that returned 0) when it happened.
+    pub inited: bool,
+}
+
 /// One simulated latency sample.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LatencySample {

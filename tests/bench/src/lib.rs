@@ -146,7 +146,7 @@ pub mod workers;
 
 pub use account::{
     CallCounts, CallKind, DspCallKind, Fault, FaultTarget, LatencySample, LatencySummary, LedgerEntry, LedgerEvent, MunmapRecord, Oops,
-    OopsKind, OpenRecord, ReverseRecord, Snapshot,
+    OopsKind, OpenRecord, PmQosOp, PmQosRecord, ReverseRecord, Snapshot,
 };
 pub use bench::inspect::{DspProcessInfo, GlobalHeapMap, KernelFootprint, KernelLeaks};
 pub use bench::reverse::{ReverseReply, ReverseRequest, ReverseTicket};

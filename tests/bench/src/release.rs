@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use hexrpc_drivers::Errno;
 
-use crate::account::{DspCallKind, Fault, FaultTarget};
+use crate::account::{DspCallKind, Fault, FaultTarget, PmQosOp, PmQosRecord};
 use crate::ion;
 use crate::restart::RestartReason;
 use crate::state::{ChannelReopen, CtxResult, FdObj, Shared, State};
@@ -62,6 +62,10 @@ pub(crate) fn release_file<'a>(sh: &'a Shared, mut st: MutexGuard<'a, State>, fi
         let mut st = sh.lock();
         st.free_rpc_file(file);
         return st;
+    }
+    // fastrpc_device_release removes the file's PM-QoS request before fastrpc_file_free.
+    if let Some(inited) = st.rpc_files.get(&file).and_then(|f| f.qos_request.then_some(f.inited)) {
+        st.pm_qos_log.push(PmQosRecord { file, op: PmQosOp::Remove, latency_us: 0, inited });
     }
     let Some(f) = st.rpc_files.get(&file) else { return st };
     let epoch = st.epoch;

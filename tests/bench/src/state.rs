@@ -206,6 +206,9 @@ pub(crate) struct RpcFile {
     /// A GETINFO (downstream) and an INIT / INIT_CREATE / ATTACH that returned 0 were done on
     /// this file ([`CallCounts::before_init`]).
     pub inited: bool,
+    /// `fl->qos_request`: a CONTROL LATENCY added this file's CPU-DMA-latency request, which
+    /// its release removes.
+    pub qos_request: bool,
     /// The driver oopsed in an ioctl of this file ([`crate::Oops`]): the task died holding the
     /// file's map mutex; the bench fails every later ioctl on it with `EIO`.
     pub poisoned: bool,
@@ -257,6 +260,7 @@ impl RpcFile {
             holds_ref: false,
             init_mem: None,
             inited: false,
+            qos_request: false,
             poisoned: false,
         }
     }
@@ -444,6 +448,8 @@ pub(crate) struct State {
     pub map_origins: HashMap<u64, u64>,
     /// Every MUNMAP / MUNMAP_64 ioctl: where it went, and which channel had made the map.
     pub munmap_log: Vec<MunmapRecord>,
+    /// Every PM-QoS event of a downstream FastRPC file, in order ([`crate::Bench::pm_qos_log`]).
+    pub pm_qos_log: Vec<PmQosRecord>,
     /// Downstream: the restart epoch in which the channel was opened (the first INIT message
     /// sent on it); a release on close goes out only on an open channel.
     pub channel_open: Option<u64>,

@@ -10,7 +10,9 @@ use hexrpc_drivers::Errno;
 use hexrpc_drivers::Fd;
 
 use super::Bench;
-use crate::account::{CallCounts, CallKind, LatencySample, LatencySummary, LedgerEntry, MunmapRecord, Oops, ReverseRecord, Snapshot};
+use crate::account::{
+    CallCounts, CallKind, LatencySample, LatencySummary, LedgerEntry, MunmapRecord, Oops, PmQosRecord, ReverseRecord, Snapshot,
+};
 use crate::driver_map::{BufferId, DriverMap, DriverMapKind};
 use crate::state::{DspMap, FdEntry, FdObj, HostMap, MapKind};
 
@@ -245,6 +247,7 @@ impl Bench {
         st.open_log.clear();
         st.reverse_log.clear();
         st.munmap_log.clear();
+        st.pm_qos_log.clear();
         #[cfg(feature = "linux")]
         st.linux_errors.clear();
         let live: std::collections::HashSet<u64> = st.rpc_files.keys().copied().collect();
@@ -284,6 +287,7 @@ impl Bench {
         st.libraries.shrink_to_fit();
         st.map_origins.shrink_to_fit();
         st.munmap_log.shrink_to_fit();
+        st.pm_qos_log.shrink_to_fit();
         st.lib_running.shrink_to_fit();
         st.global_maps.shrink_to_fit();
         st.oopses.shrink_to_fit();
@@ -299,6 +303,14 @@ impl Bench {
         st.ledger.clear();
         st.ledger_mismatches = 0;
         st.ledger_dropped = 0;
+    }
+
+    /// Every PM-QoS event of a downstream FastRPC file since the last [`Bench::clear_logs`], in
+    /// order: each `FASTRPC_CONTROL_LATENCY` that the driver took (add, then update) and each
+    /// removal at a file's release. Empty on the upstream boards (their drivers have no such
+    /// request).
+    pub fn pm_qos_log(&self) -> Vec<PmQosRecord> {
+        self.lock().pm_qos_log.clone()
     }
 
     /// Every reverse request the DSP sent, with the host's result.

@@ -96,7 +96,7 @@ use std::sync::Arc;
 use hexrpc_drivers::adsprpc::*;
 use hexrpc_drivers::Errno;
 
-use crate::account::{CallKind, Fault, OopsKind};
+use crate::account::{CallKind, Fault, OopsKind, PmQosOp, PmQosRecord};
 use crate::state::{Shared, State};
 use crate::user;
 
@@ -266,9 +266,17 @@ unsafe fn control(sh: &Shared, st: &mut State, file: u64, a: u64) -> Result<i32,
     let f = st.rpc_files.get_mut(&file).ok_or(Errno::EBADF)?;
     match c.req {
         FASTRPC_CONTROL_LATENCY => {
-            if c.lp.enable == 1 && sh.cfg.rpc_latency_us == 0 {
+            // fastrpc_internal_control: an enable of exactly 1 asks for the device tree's
+            // latency, anything else for PM_QOS_DEFAULT_VALUE (no constraint); a zero latency
+            // (no `qcom,rpc-latency-us`) is refused. No session, channel or INIT is needed.
+            let latency_us = if c.lp.enable == 1 { sh.cfg.rpc_latency_us as i32 } else { -1 };
+            if latency_us == 0 {
                 return eperm();
             }
+            let op = if f.qos_request { PmQosOp::Update } else { PmQosOp::Add };
+            f.qos_request = true;
+            let inited = f.inited;
+            st.pm_qos_log.push(PmQosRecord { file, op, latency_us, inited });
             Ok(0)
         }
         FASTRPC_CONTROL_SMMU => Ok(0),
