@@ -281,7 +281,8 @@ ACTIONS:
             libraries, memory and input/output table
     run     Open the model, feed each input from a .npy file, run it N times and
             write the outputs asked for with --output (others are previewed)
-    bench   Run it N times (default 100) on zero inputs; print the time per run
+    bench   Run it N times (default 100) on zero inputs; print the time per run as
+            a tail-latency block (TAIL LATENCY below)
     check   Open it and run it once on zero inputs: for bring-up on a device and
             for the report tarball
     sample  Write the bench's sample model (desk builds): input x uint8[1, N],
@@ -306,7 +307,33 @@ Every file and every input is checked before a session starts: a file cut short,
 corrupted, edited or built for another hexrpc is refused with the part, the field
 and the values (exit 1); a missing input, an input of the wrong dtype or shape, or
 an unreadable .npy is a usage error (exit 2) that names the input. Times on the
-bench are host wall time of a simulated or emulated run, never device figures.
+bench are simulated or emulated, never device figures.
+
+TAIL LATENCY:
+run, bench and check print p50, p99, p99.9 and max of the runs, in microseconds,
+one row per kind of figure:
+    simulated  bench: the bench's cost model per run, the same as hexrpc bench's
+               model latency: 60 us per kernel crossing, 2 us per KiB copied,
+               20 us per HAP_mmap and 10 us per HAP_munmap the DSP makes, plus
+               any DSP time a bench library model declares (Hexagon code under
+               qemu-hexagon declares none). The kernels' compute is not in it.
+    emulated   bench: host wall time per run on this machine, from the call to
+               its return; Hexagon code runs under qemu-hexagon, far slower
+               than a cDSP.
+    device     device: wall time per run, from the call to its return.
+Each percentile is a nearest rank, not interpolated: of N runs sorted in
+ascending order, the P-th percentile is the run of rank ceil(P/100 x N), so
+every figure is one run's own time. With few runs a percentile's rank is the
+last one and the figure is the max; it is then marked * and the block says so.
+p99 differs from the max from 100 runs on, p99.9 from 1000 runs on: a first run
+on a device should use --runs 1000 (README.md says what to record with it).
+
+With --json the block is \"tail_latency\", an array of one object per row:
+    {\"label\": \"simulated\" | \"emulated\" | \"device\", \"what\": TEXT,
+     \"method\": \"nearest-rank\", \"unit\": \"us\", \"runs\": N,
+     \"p50\", \"p99\", \"p99_9\", \"max\": MICROSECONDS,
+     \"equal_to_max\": [the percentiles that are the max with N runs]}
+\"run_us_p50\" and \"run_us_p99\" are the wall-time row's (emulated or device).
 
 EXIT STATUS: 0 on success, 1 when the model was refused or a run failed (the
 reason on stderr), 2 on usage errors and bad inputs.

@@ -13,10 +13,15 @@
 //! `run` opens it on a session, feeds every input from a `.npy` file (each checked against the
 //! input's dtype and shape before the session starts), runs N times and writes the outputs
 //! asked for. `bench` runs it on zeros and reports the time per run; `check` opens it and runs
-//! it once on zeros (device bring-up, and the report tarball). On the bench, libraries that are
-//! Hexagon code run under qemu-hexagon in the executor's DSP shell; the bench's sample model
-//! (`model sample`) runs on the bench's own library models. No figure measured on the bench is a
-//! device figure, and the report says so.
+//! it once on zeros (device bring-up, and the report tarball). Each prints a tail-latency block:
+//! p50, p99, p99.9 and max of one sample per run by the nearest-rank method (no interpolation; a
+//! percentile that this few runs cannot tell from the max is marked as the max). On the bench it
+//! has two rows, `simulated` (the bench's cost model of each run's FastRPC path) and `emulated`
+//! (host wall time of each run); on a device one, `device` (wall time of each run there).
+//!
+//! On the bench, libraries that are Hexagon code run under qemu-hexagon in the executor's DSP
+//! shell; the bench's sample model (`model sample`) runs on the bench's own library models. No
+//! figure measured on the bench is a device figure, and the report says so.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -219,7 +224,10 @@ fn outputs(file: &ModelFile<'_>, given: &[String]) -> Result<Vec<(String, PathBu
 /// What the runs measured.
 struct Measured {
     open: Duration,
+    /// Host wall time of each run.
     runs: Vec<Duration>,
+    /// The bench's simulated time of each run (its cost model); empty on a device.
+    simulated: Vec<Duration>,
     calls_per_run: usize,
     launches: usize,
     call_bytes: usize,
@@ -227,24 +235,191 @@ struct Measured {
     outputs: Vec<(Tensor, Vec<u8>)>,
 }
 
-fn percentile(sorted: &[Duration], p: usize) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
+/// The percentiles of the tail-latency block, in tenths of a percent (per mille), with their
+/// names: p50, p99, p99.9 and the max (p100).
+const TAIL_POINTS: [(u32, &str); 4] = [(500, "p50"), (990, "p99"), (999, "p99.9"), (1000, "max")];
+
+/// The nearest-rank percentile of `sorted` (ascending) at `per_mille` tenths of a percent
+/// (1..=1000), with its rank (1-based): the smallest sample such that at least `per_mille`/1000
+/// of the samples are less than or equal to it, i.e. the sample of rank ceil(per_mille × N / 1000).
+/// No interpolation: every figure printed is one run's own time. `None` without samples.
+fn nearest_rank(sorted: &[Duration], per_mille: u32) -> Option<(Duration, usize)> {
+    let n = sorted.len() as u64;
+    if n == 0 {
+        return None;
     }
-    sorted[(sorted.len() * p / 100).min(sorted.len() - 1)]
+    let rank = (u64::from(per_mille.min(1000)) * n).div_ceil(1000).clamp(1, n);
+    Some((sorted[(rank - 1) as usize], rank as usize))
 }
 
-/// Opens the model on `served` and runs it `runs` times.
+/// The fewest samples for which the nearest-rank percentile at `per_mille` (below 1000) can differ
+/// from the max: ceil(1000 / (1000 − per_mille)); 2 for p50, 100 for p99, 1,000 for p99.9.
+fn runs_to_resolve(per_mille: u32) -> u64 {
+    1000u64.div_ceil(1000 - u64::from(per_mille.min(999)))
+}
+
+/// One row of the tail-latency block: a label (`simulated`, `emulated` or `device`), what its
+/// samples are, and p50, p99, p99.9 and max of one sample per run.
+struct TailRow {
+    label: &'static str,
+    what: String,
+    /// Each of [`TAIL_POINTS`]: its value and its rank among the samples.
+    points: [(Duration, usize); 4],
+    samples: usize,
+}
+
+impl TailRow {
+    /// The row of `samples` (one per run, any order); `None` without samples.
+    fn of(label: &'static str, what: String, samples: &[Duration]) -> Option<TailRow> {
+        let mut sorted = samples.to_vec();
+        sorted.sort_unstable();
+        let mut points = [(Duration::ZERO, 0); 4];
+        for (slot, (pm, _)) in points.iter_mut().zip(TAIL_POINTS) {
+            *slot = nearest_rank(&sorted, pm)?;
+        }
+        Some(TailRow { label, what, points, samples: sorted.len() })
+    }
+
+    /// The names of the percentiles below the max whose rank is the last one: with this few runs
+    /// they are the max, not a resolved tail.
+    fn at_max(&self) -> Vec<&'static str> {
+        TAIL_POINTS[..3].iter().zip(&self.points).filter(|(_, (_, rank))| *rank == self.samples).map(|((_, name), _)| *name).collect()
+    }
+}
+
+/// Microseconds to one decimal.
+fn micros(d: Duration) -> f64 {
+    (d.as_secs_f64() * 1e7).round() / 10.0
+}
+
+/// The cost model the bench charges a model run: the one of `hexrpc bench`'s simulated model
+/// latency (per crossing, per KiB copied, per DSP map and unmap), in words.
+#[cfg(feature = "bench")]
+fn cost_model_text() -> String {
+    let c = crate::figures::MODEL_COST;
+    format!(
+        "{} us/crossing + {} us/KiB copied + {} us/HAP_mmap + {} us/HAP_munmap",
+        c.per_crossing.as_micros(),
+        c.per_kib_copied.as_micros(),
+        c.per_dsp_map.as_micros(),
+        c.per_dsp_unmap.as_micros()
+    )
+}
+
+#[cfg(not(feature = "bench"))]
+fn cost_model_text() -> String {
+    String::new()
+}
+
+/// The rows of the tail-latency block: on the bench `simulated` (the cost model's figure per
+/// run) and `emulated` (host wall time per run), on a device `device` (wall time per run).
+fn tail_rows(mode: Mode, m: &Measured) -> Vec<TailRow> {
+    match mode {
+        Mode::Bench => [
+            TailRow::of(
+                "simulated",
+                format!("the bench's cost model per run: {}; kernel compute not modelled", cost_model_text()),
+                &m.simulated,
+            ),
+            TailRow::of("emulated", "host wall time per run on this machine (Hexagon code under qemu-hexagon)".into(), &m.runs),
+        ]
+        .into_iter()
+        .flatten()
+        .collect(),
+        Mode::Device => {
+            TailRow::of("device", "wall time per run on this device, from the call to its return".into(), &m.runs).into_iter().collect()
+        }
+    }
+}
+
+/// The tail-latency block for the terminal: one line per row, what each row is, and which
+/// percentiles this number of runs cannot tell from the max (marked `*`).
+fn tail_text(rows: &[TailRow], out: &mut String) {
+    let Some(first) = rows.first() else { return };
+    out.push_str(&format!("  tail latency per run, us (nearest rank over {} runs):\n", first.samples));
+    let mut line = format!("    {:<10}", "");
+    for (_, name) in TAIL_POINTS {
+        line.push_str(&format!(" {name:>12}"));
+    }
+    out.push_str(line.trim_end());
+    out.push('\n');
+    let mut marked: Vec<(u32, &str)> = Vec::new();
+    for row in rows {
+        let at_max = row.at_max();
+        let mut line = format!("    {:<10}", row.label);
+        for ((pm, name), (value, _)) in TAIL_POINTS.iter().zip(&row.points) {
+            let mark = if at_max.contains(name) { "*" } else { " " };
+            line.push_str(&format!(" {:>11.1}{mark}", micros(*value)));
+            if at_max.contains(name) && !marked.iter().any(|(_, n)| n == name) {
+                marked.push((*pm, name));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    for row in rows {
+        out.push_str(&format!("    {}: {}\n", row.label, row.what));
+    }
+    if !marked.is_empty() {
+        marked.sort_unstable();
+        let names: Vec<&str> = marked.iter().map(|(_, n)| *n).collect();
+        let from: Vec<String> = marked.iter().map(|(pm, n)| format!("{n} from {} runs", runs_to_resolve(*pm))).collect();
+        out.push_str(&format!(
+            "    *: the max: with {} runs the nearest rank of {} is the last (a percentile can differ from the max: {})\n",
+            first.samples,
+            names.join(" and "),
+            from.join(", ")
+        ));
+    }
+}
+
+/// The tail-latency block as a JSON array: per row its label, what it is, the unit, the method,
+/// each percentile and the percentiles that are the max at this number of runs.
+fn tail_json(rows: &[TailRow], s: &mut String) {
+    s.push('[');
+    for (i, row) in rows.iter().enumerate() {
+        if i > 0 {
+            s.push(',');
+        }
+        let mut o = json::Object::new(s);
+        o.str("label", row.label).str("what", &row.what).str("method", "nearest-rank").str("unit", "us").num("runs", row.samples as u64);
+        for ((_, name), (value, _)) in TAIL_POINTS.iter().zip(&row.points) {
+            o.float(&name.replace('.', "_"), micros(*value));
+        }
+        let at_max = row.at_max();
+        o.raw("equal_to_max", |s| {
+            s.push('[');
+            for (j, name) in at_max.iter().enumerate() {
+                if j > 0 {
+                    s.push(',');
+                }
+                json::string(s, name);
+            }
+            s.push(']');
+        });
+        o.end();
+    }
+    s.push(']');
+}
+
+/// Opens the model on `served` and runs it `runs` times. `simulated`, on the bench, gives the
+/// simulated time charged since it was last called (it is called once after the open, then after
+/// each run).
 fn execute<S: Syscalls + Clone + Send + Sync + 'static>(
     served: &ServedSession<S>,
     bytes: &[u8],
     ins: &[Vec<u8>],
     runs: u32,
     deadline: Option<Duration>,
+    simulated: Option<&dyn Fn() -> Duration>,
 ) -> Result<Measured, Failure> {
     let t0 = Instant::now();
     let mut model = LoadedModel::open(served, bytes).map_err(|e| refused(format!("opening the model: {e}")))?;
     let open = t0.elapsed();
+    if let Some(take) = simulated {
+        take(); // the open's crossings are not a run's
+    }
+    let mut sim = Vec::with_capacity(if simulated.is_some() { runs as usize } else { 0 });
     let in_refs: Vec<&[u8]> = ins.iter().map(Vec::as_slice).collect();
     let mut outs: Vec<Vec<u8>> = model.outputs().iter().map(|t| vec![0u8; t.len as usize]).collect();
     let mut times = Vec::with_capacity(runs as usize);
@@ -254,6 +429,9 @@ fn execute<S: Syscalls + Clone + Send + Sync + 'static>(
         let t = Instant::now();
         let r = model.run(&in_refs, &mut out_refs, deadline).map_err(|e| refused(format!("run {} of {runs}: {e}", n + 1)))?;
         times.push(t.elapsed());
+        if let Some(take) = simulated {
+            sim.push(take());
+        }
         dsp_us += r.dsp_micros;
         if !served.session().is_healthy() {
             return Err(refused(format!("run {} of {runs}: the DSP restarted during the run; no result is reported", n + 1)));
@@ -263,6 +441,7 @@ fn execute<S: Syscalls + Clone + Send + Sync + 'static>(
     Ok(Measured {
         open,
         runs: times,
+        simulated: sim,
         calls_per_run: model.calls_per_run(),
         launches: model.launches(),
         call_bytes: model.call_bytes_per_run(),
@@ -284,22 +463,30 @@ fn on_session(
         Mode::Bench => bench_execute(bytes, ins, runs, deadline),
         Mode::Device => {
             let served = super::device_session_on(board).map_err(|(u, m)| if u { usage(m) } else { refused(m) })?;
-            execute(&served, bytes, ins, runs, deadline)
+            execute(&served, bytes, ins, runs, deadline, None)
         }
     }
 }
 
 /// `--bench`: a bench whose DSP knows the catalogue's library models (the sample model's); a
-/// library that is Hexagon code runs under qemu-hexagon.
+/// library that is Hexagon code runs under qemu-hexagon. The bench charges `hexrpc bench`'s cost
+/// model ([`crate::figures::MODEL_COST`], recorded, never slept): a run's simulated time is the sum
+/// of the simulated latencies of the crossings made during it, read and cleared after each run (so
+/// the bench's logs stay bounded however many runs).
 #[cfg(feature = "bench")]
 fn bench_execute(bytes: &[u8], ins: &[Vec<u8>], runs: u32, deadline: Option<Duration>) -> Result<Measured, Failure> {
     let config = hexrpc_bench::BenchConfig::from_env().map_err(|e| usage(e.to_string()))?;
-    let bench = hexrpc_bench::Bench::with_config(config);
+    let bench = hexrpc_bench::Bench::with_config(hexrpc_bench::BenchConfig { cost: crate::figures::MODEL_COST, ..config });
     hexrpc_scenarios::catalogue::register_sample_model(&bench);
     let policy = FilePolicy::for_board(bench.board()).map_err(|e| refused(format!("bench file policy: {e:?}")))?;
     let served = ServedSession::start(bench.clone(), &hexrpc_bsp::DeviceAccess::for_bench(), policy)
         .map_err(|e| refused(format!("starting the bench session: {e}")))?;
-    execute(&served, bytes, ins, runs, deadline).map_err(|f| match (f, bench.last_restart()) {
+    let take = || {
+        let sum = bench.latencies().iter().map(|l| l.simulated).fold(Duration::ZERO, Duration::saturating_add);
+        bench.clear_logs();
+        sum
+    };
+    execute(&served, bytes, ins, runs, deadline, Some(&take)).map_err(|f| match (f, bench.last_restart()) {
         (Failure::Refused(m), Some(why)) => refused(format!("{m}; the bench recorded why: {why}")),
         (f, _) => f,
     })
@@ -335,10 +522,10 @@ fn preview(t: &Tensor, bytes: &[u8]) -> String {
 }
 
 fn report(what: &str, file: &Path, mode: Mode, m: &Measured, written: &[(String, PathBuf, usize)], json_out: bool) -> String {
-    let mut sorted = m.runs.clone();
-    sorted.sort_unstable();
-    let us = |d: Duration| (d.as_secs_f64() * 1e7).round() / 10.0;
-    let (p50, p99) = (us(percentile(&sorted, 50)), us(percentile(&sorted, 99)));
+    let rows = tail_rows(mode, m);
+    // The wall-time row (emulated or device): its p50 and p99 are also the flat `run_us_*` fields.
+    let wall = rows.iter().find(|r| r.label != "simulated");
+    let (p50, p99) = wall.map_or((f64::NAN, f64::NAN), |r| (micros(r.points[0].0), micros(r.points[1].0)));
     let mode_name = if mode == Mode::Bench { "bench" } else { "device" };
     if json_out {
         let mut out = String::new();
@@ -354,6 +541,7 @@ fn report(what: &str, file: &Path, mode: Mode, m: &Measured, written: &[(String,
             .float("run_us_p50", p50)
             .float("run_us_p99", p99)
             .num("dsp_us_total", m.dsp_us)
+            .raw("tail_latency", |s| tail_json(&rows, s))
             .raw("outputs", |s| {
                 s.push('[');
                 for (i, (name, path, bytes)) in written.iter().enumerate() {
@@ -372,7 +560,7 @@ fn report(what: &str, file: &Path, mode: Mode, m: &Measured, written: &[(String,
     }
     let mut out = format!(
         "{what} {} ({mode_name}): opened in {:.1} ms; {} runs of {} launches in {} FastRPC call(s) each, {} bytes copied into the \
-         kernel per run beyond the inputs\n  time per run: p50 {p50:.1} us, p99 {p99:.1} us\n",
+         kernel per run beyond the inputs\n",
         file.display(),
         m.open.as_secs_f64() * 1e3,
         m.runs.len(),
@@ -380,8 +568,9 @@ fn report(what: &str, file: &Path, mode: Mode, m: &Measured, written: &[(String,
         m.calls_per_run,
         m.call_bytes,
     );
+    tail_text(&rows, &mut out);
     if mode == Mode::Bench {
-        out.push_str("  (bench: simulated DSP, or Hexagon code under qemu-hexagon; host wall time, not device figures)\n");
+        out.push_str("  (bench: simulated DSP, or Hexagon code under qemu-hexagon; simulated and emulated, not device figures)\n");
     }
     for (t, bytes) in &m.outputs {
         out.push_str(&format!("  output {} {}{}: {}\n", t.name, t.dtype.name(), shape_text(&t.shape), preview(t, bytes)));
@@ -490,5 +679,123 @@ pub fn check_json(file: &Path, board: Option<&str>) -> String {
             out.push('\n');
             out
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn us(v: &[u64]) -> Vec<Duration> {
+        v.iter().map(|&u| Duration::from_micros(u)).collect()
+    }
+
+    fn measured(runs: &[u64], simulated: &[u64]) -> Measured {
+        Measured {
+            open: Duration::ZERO,
+            runs: us(runs),
+            simulated: us(simulated),
+            calls_per_run: 1,
+            launches: 1,
+            call_bytes: 0,
+            dsp_us: 0,
+            outputs: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn nearest_rank_is_the_sample_of_rank_ceil_p_times_n() {
+        // 1..=10: p50 is rank 5, p99 and p99.9 rank 10 (ceil(9.9), ceil(9.99)), the max rank 10.
+        let ten = us(&(1..=10).collect::<Vec<_>>());
+        let at = |v: &[Duration], pm| nearest_rank(v, pm).map(|(d, r)| (d.as_micros(), r));
+        assert_eq!(at(&ten, 500), Some((5, 5)));
+        assert_eq!(at(&ten, 990), Some((10, 10)));
+        assert_eq!(at(&ten, 999), Some((10, 10)));
+        assert_eq!(at(&ten, 1000), Some((10, 10)));
+        // 1..=1000 (in µs): rank ceil(p × 1000), the value is the rank.
+        let thousand = us(&(1..=1000).collect::<Vec<_>>());
+        assert_eq!(at(&thousand, 500), Some((500, 500)));
+        assert_eq!(at(&thousand, 990), Some((990, 990)));
+        assert_eq!(at(&thousand, 999), Some((999, 999)));
+        assert_eq!(at(&thousand, 1000), Some((1000, 1000)));
+        // 101 samples: p50 is rank ceil(50.5) = 51 (not the 50th, not interpolated), p99 rank
+        // ceil(99.99) = 100, p99.9 rank ceil(100.899) = 101 (the max).
+        let hundred_one = us(&(0..=100).map(|i| i * 10).collect::<Vec<_>>());
+        assert_eq!(at(&hundred_one, 500), Some((500, 51)));
+        assert_eq!(at(&hundred_one, 990), Some((990, 100)));
+        assert_eq!(at(&hundred_one, 999), Some((1000, 101)));
+        // One sample is every percentile; none is none.
+        assert_eq!(at(&us(&[7]), 500), Some((7, 1)));
+        assert_eq!(at(&us(&[7]), 999), Some((7, 1)));
+        assert_eq!(at(&[], 500), None);
+    }
+
+    #[test]
+    fn a_percentile_is_resolved_from_the_first_count_whose_rank_is_not_the_last() {
+        assert_eq!((runs_to_resolve(500), runs_to_resolve(990), runs_to_resolve(999)), (2, 100, 1000));
+        for pm in [500, 990, 999] {
+            let n = runs_to_resolve(pm) as usize;
+            let below = us(&(1..n as u64).collect::<Vec<_>>());
+            let enough = us(&(1..=n as u64).collect::<Vec<_>>());
+            assert_eq!(nearest_rank(&below, pm).map(|(_, r)| r), Some(n - 1), "{pm}‰ of {} samples is the max", n - 1);
+            assert!(nearest_rank(&enough, pm).is_some_and(|(_, r)| r < n), "{pm}‰ of {n} samples is below the max");
+        }
+    }
+
+    #[test]
+    fn a_row_sorts_its_samples_and_names_the_percentiles_that_are_the_max() {
+        // 100 runs in reverse order, one slow outlier: p99 is rank 99, p99.9 rank 100 (the max).
+        let mut samples: Vec<u64> = (1..=99).rev().collect();
+        samples.insert(40, 5000);
+        let row = TailRow::of("emulated", String::new(), &us(&samples)).unwrap();
+        let values: Vec<u128> = row.points.iter().map(|(d, _)| d.as_micros()).collect();
+        assert_eq!(values, [50, 99, 5000, 5000]);
+        assert_eq!(row.at_max(), ["p99.9"]);
+        let row = TailRow::of("device", String::new(), &us(&(1..=1000).collect::<Vec<_>>())).unwrap();
+        assert!(row.at_max().is_empty());
+        let row = TailRow::of("device", String::new(), &us(&[3])).unwrap();
+        assert_eq!(row.at_max(), ["p50", "p99", "p99.9"]);
+        assert!(TailRow::of("device", String::new(), &[]).is_none());
+    }
+
+    #[test]
+    fn the_bench_has_a_simulated_and_an_emulated_row_and_a_device_one_device_row() {
+        let m = measured(&[300, 100, 200], &[62, 102, 62]);
+        let bench = tail_rows(Mode::Bench, &m);
+        assert_eq!(bench.iter().map(|r| r.label).collect::<Vec<_>>(), ["simulated", "emulated"]);
+        assert_eq!(bench[0].points.map(|(d, _)| d.as_micros()), [62, 102, 102, 102]);
+        assert_eq!(bench[1].points.map(|(d, _)| d.as_micros()), [200, 300, 300, 300]);
+        let device = tail_rows(Mode::Device, &m);
+        assert_eq!(device.iter().map(|r| r.label).collect::<Vec<_>>(), ["device"]);
+        assert_eq!(device[0].points[0].0, Duration::from_micros(200));
+    }
+
+    #[test]
+    fn the_text_block_marks_what_this_few_runs_cannot_resolve() {
+        let mut out = String::new();
+        tail_text(&tail_rows(Mode::Device, &measured(&[1500, 1000], &[])), &mut out);
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines[0], "  tail latency per run, us (nearest rank over 2 runs):");
+        assert_eq!(lines[1].split_whitespace().collect::<Vec<_>>(), ["p50", "p99", "p99.9", "max"]);
+        assert_eq!(lines[2].split_whitespace().collect::<Vec<_>>(), ["device", "1000.0", "1500.0*", "1500.0*", "1500.0"]);
+        assert!(lines[3].starts_with("    device: wall time per run on this device"), "{out}");
+        assert!(lines[4].contains("nearest rank of p99 and p99.9 is the last") && lines[4].contains("p99.9 from 1000 runs"), "{out}");
+        assert!(out.lines().all(|l| l == l.trim_end()), "no trailing spaces: {out:?}");
+        let mut out = String::new();
+        tail_text(&tail_rows(Mode::Device, &measured(&(1..=1000).collect::<Vec<_>>(), &[])), &mut out);
+        assert!(!out.contains('*'), "1000 runs resolve p99.9: {out}");
+    }
+
+    #[test]
+    fn the_json_block_carries_the_labels_the_percentiles_and_what_equals_the_max() {
+        let mut s = String::new();
+        tail_json(&tail_rows(Mode::Bench, &measured(&[300, 100, 200], &[62, 102, 62])), &mut s);
+        assert!(s.starts_with("[{\"label\":\"simulated\""), "{s}");
+        assert!(
+            s.contains("\"method\":\"nearest-rank\",\"unit\":\"us\",\"runs\":3,\"p50\":62,\"p99\":102,\"p99_9\":102,\"max\":102"),
+            "{s}"
+        );
+        assert!(s.contains("{\"label\":\"emulated\""), "{s}");
+        assert!(s.contains("\"p50\":200,\"p99\":300,\"p99_9\":300,\"max\":300,\"equal_to_max\":[\"p99\",\"p99.9\"]}]"), "{s}");
     }
 }

@@ -89,3 +89,45 @@ fn bad_inputs_are_usage_errors_that_name_the_input_and_a_damaged_file_is_refused
     let o = hexrpc_in(&dir, &["model", "info", "bad.hxm"]);
     assert_eq!(o.status.code(), Some(1));
 }
+
+/// `model bench` on the bench prints the tail-latency block, a `simulated` row (the bench's cost
+/// model per run) and an `emulated` row (host wall time), and its JSON carries the same rows. The
+/// sample model's run is one crossing that copies 40 bytes and two launches that each map and
+/// unmap the arena on the DSP (no map cache): 60 + 2 + 2 × (20 + 10) = 122 us simulated, every
+/// run alike, and nothing of the open in it.
+#[test]
+fn model_bench_prints_the_tail_latency_block_with_its_labels() {
+    let dir = scratch_dir("model-tail");
+    assert!(hexrpc_in(&dir, &["model", "sample", "s.hxm", "--size", "16"]).status.success());
+    let o = hexrpc_in(&dir, &["model", "bench", "s.hxm", "--bench", "--runs", "5"]);
+    assert!(o.status.success(), "{}", stderr_of(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    let lines: Vec<&str> = out.lines().collect();
+    let at = lines.iter().position(|l| l.starts_with("  tail latency per run, us (nearest rank over 5 runs):")).expect(&out);
+    assert_eq!(lines[at + 1].split_whitespace().collect::<Vec<_>>(), ["p50", "p99", "p99.9", "max"], "{out}");
+    let sim: Vec<&str> = lines[at + 2].split_whitespace().collect();
+    assert_eq!(sim, ["simulated", "122.0", "122.0*", "122.0*", "122.0"], "{out}");
+    let emu: Vec<&str> = lines[at + 3].split_whitespace().collect();
+    assert_eq!((emu[0], emu.len()), ("emulated", 5), "{out}");
+    assert!(lines[at + 4].starts_with("    simulated: the bench's cost model per run: 60 us/crossing"), "{out}");
+    assert!(lines[at + 5].starts_with("    emulated: host wall time per run"), "{out}");
+    assert!(lines[at + 6].contains("with 5 runs the nearest rank of p99 and p99.9 is the last"), "{out}");
+    assert!(out.contains("not device figures") && !out.lines().any(|l| l.starts_with("    device")), "no device row: {out}");
+
+    let o = hexrpc_in(&dir, &["model", "bench", "s.hxm", "--bench", "--runs", "5", "--json"]);
+    assert!(o.status.success(), "{}", stderr_of(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let rows = v["tail_latency"].as_array().expect("tail_latency rows");
+    let labels: Vec<&str> = rows.iter().filter_map(|r| r["label"].as_str()).collect();
+    assert_eq!(labels, ["simulated", "emulated"], "{v}");
+    for r in rows {
+        assert_eq!((r["method"].as_str(), r["unit"].as_str(), r["runs"].as_u64()), (Some("nearest-rank"), Some("us"), Some(5)), "{r}");
+        let p: Vec<f64> = ["p50", "p99", "p99_9", "max"].iter().map(|k| r[*k].as_f64().expect(k)).collect();
+        assert!(p[0] > 0.0 && p.windows(2).all(|w| w[0] <= w[1]), "ordered: {r}");
+        assert_eq!((p[1], p[2]), (p[3], p[3]), "p99 and p99.9 of 5 runs are the max: {r}");
+        assert_eq!(r["equal_to_max"], serde_json::json!(["p99", "p99.9"]), "{r}");
+    }
+    assert_eq!(rows[0]["p50"].as_f64(), Some(122.0), "{v}");
+    assert_eq!(v["run_us_p50"], rows[1]["p50"], "the flat wall-time fields are the emulated row's: {v}");
+    assert_eq!(v["run_us_p99"], rows[1]["p99"], "{v}");
+}
