@@ -328,6 +328,12 @@ last one and the figure is the max; it is then marked * and the block says so.
 p99 differs from the max from 100 runs on, p99.9 from 1000 runs on: a first run
 on a device should use --runs 1000 (README.md says what to record with it).
 
+Under the block, what became of the kernel's PM-QoS vote (FASTRPC_CONTROL_LATENCY,
+the CPU-DMA latency asked for while a thread waits for the DSP) on the session's
+channel: sent, not asked, not available on this board's driver (upstream), or
+refused by the kernel with its errno; --json: \"pm_qos\": \"sent\" | \"not_asked\" |
+\"not_available\" | \"refused (ERRNO)\".
+
 With --json the block is \"tail_latency\", an array of one object per row:
     {\"label\": \"simulated\" | \"emulated\" | \"device\", \"what\": TEXT,
      \"method\": \"nearest-rank\", \"unit\": \"us\", \"runs\": N,

@@ -28,6 +28,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use hexrpc_drivers::Syscalls;
+use hexrpc_hal::PmQosState;
 use hexrpc_model::npy::{read_npy, write_npy};
 use hexrpc_model::run::{LoadedModel, Tensor};
 use hexrpc_model::{DType, Direction, Limits, ModelFile};
@@ -232,6 +233,8 @@ struct Measured {
     launches: usize,
     call_bytes: usize,
     dsp_us: u64,
+    /// What became of the kernel's PM-QoS vote on the session's channel after the last run.
+    pm_qos: PmQosState,
     outputs: Vec<(Tensor, Vec<u8>)>,
 }
 
@@ -284,6 +287,16 @@ impl TailRow {
     /// they are the max, not a resolved tail.
     fn at_max(&self) -> Vec<&'static str> {
         TAIL_POINTS[..3].iter().zip(&self.points).filter(|(_, (_, rank))| *rank == self.samples).map(|((_, name), _)| *name).collect()
+    }
+}
+
+/// The PM-QoS state in the JSON's words.
+fn pm_qos_name(state: PmQosState) -> String {
+    match state {
+        PmQosState::NotAsked => "not_asked".into(),
+        PmQosState::Sent => "sent".into(),
+        PmQosState::NotAvailable => "not_available".into(),
+        PmQosState::Refused(e) => format!("refused ({e})"),
     }
 }
 
@@ -446,6 +459,7 @@ fn execute<S: Syscalls + Clone + Send + Sync + 'static>(
         launches: model.launches(),
         call_bytes: model.call_bytes_per_run(),
         dsp_us,
+        pm_qos: served.session().pm_qos(),
         outputs,
     })
 }
@@ -542,6 +556,7 @@ fn report(what: &str, file: &Path, mode: Mode, m: &Measured, written: &[(String,
             .float("run_us_p99", p99)
             .num("dsp_us_total", m.dsp_us)
             .raw("tail_latency", |s| tail_json(&rows, s))
+            .str("pm_qos", &pm_qos_name(m.pm_qos))
             .raw("outputs", |s| {
                 s.push('[');
                 for (i, (name, path, bytes)) in written.iter().enumerate() {
@@ -569,6 +584,7 @@ fn report(what: &str, file: &Path, mode: Mode, m: &Measured, written: &[(String,
         m.call_bytes,
     );
     tail_text(&rows, &mut out);
+    out.push_str(&format!("  PM-QoS vote (FASTRPC_CONTROL_LATENCY): {}\n", m.pm_qos));
     if mode == Mode::Bench {
         out.push_str("  (bench: simulated DSP, or Hexagon code under qemu-hexagon; simulated and emulated, not device figures)\n");
     }
@@ -699,6 +715,7 @@ mod tests {
             launches: 1,
             call_bytes: 0,
             dsp_us: 0,
+            pm_qos: PmQosState::NotAsked,
             outputs: Vec::new(),
         }
     }

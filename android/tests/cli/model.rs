@@ -113,6 +113,8 @@ fn model_bench_prints_the_tail_latency_block_with_its_labels() {
     assert!(lines[at + 5].starts_with("    emulated: host wall time per run"), "{out}");
     assert!(lines[at + 6].contains("with 5 runs the nearest rank of p99 and p99.9 is the last"), "{out}");
     assert!(out.contains("not device figures") && !out.lines().any(|l| l.starts_with("    device")), "no device row: {out}");
+    // The bench's board has the downstream driver, as the comma three: its channel took the vote.
+    assert!(lines[at + 7].starts_with("  PM-QoS vote (FASTRPC_CONTROL_LATENCY): sent"), "{out}");
 
     let o = hexrpc_in(&dir, &["model", "bench", "s.hxm", "--bench", "--runs", "5", "--json"]);
     assert!(o.status.success(), "{}", stderr_of(&o));
@@ -128,6 +130,7 @@ fn model_bench_prints_the_tail_latency_block_with_its_labels() {
         assert_eq!(r["equal_to_max"], serde_json::json!(["p99", "p99.9"]), "{r}");
     }
     assert_eq!(rows[0]["p50"].as_f64(), Some(122.0), "{v}");
+    assert_eq!(v["pm_qos"], "sent", "{v}");
     assert_eq!(v["run_us_p50"], rows[1]["p50"], "the flat wall-time fields are the emulated row's: {v}");
     assert_eq!(v["run_us_p99"], rows[1]["p99"], "{v}");
 }
