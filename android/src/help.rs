@@ -312,14 +312,15 @@ bench are simulated or emulated, never device figures.
 TAIL LATENCY:
 run, bench and check print p50, p99, p99.9 and max of the runs, in microseconds,
 one row per kind of figure:
-    simulated  bench: the bench's cost model per run, the same as hexrpc bench's
-               model latency: 60 us per kernel crossing, 2 us per KiB copied,
-               20 us per HAP_mmap and 10 us per HAP_munmap the DSP makes, plus
-               any DSP time a bench library model declares (Hexagon code under
-               qemu-hexagon declares none). The kernels' compute is not in it.
-    emulated   bench: host wall time per run on this machine, from the call to
-               its return; Hexagon code runs under qemu-hexagon, far slower
-               than a cDSP.
+    simulated  bench: its cost model per run (hexrpc bench's model
+               latency): 60 us per kernel crossing, 2 us per KiB
+               copied, 20 us per HAP_mmap and 10 us per HAP_munmap
+               the DSP makes, plus any DSP time a bench library
+               model declares (Hexagon code declares none). The
+               kernels' compute is not in it.
+    emulated   bench: host wall time per run on this machine, from the
+               call to its return; Hexagon code runs under
+               qemu-hexagon, far slower than a cDSP.
     device     device: wall time per run, from the call to its return.
 Each percentile is a nearest rank, not interpolated: of N runs sorted in
 ascending order, the P-th percentile is the run of rank ceil(P/100 x N), so
@@ -335,10 +336,10 @@ refused by the kernel with its errno; --json: \"pm_qos\": \"sent\" | \"not_asked
 \"not_available\" | \"refused (ERRNO)\".
 
 With --json the block is \"tail_latency\", an array of one object per row:
-    {\"label\": \"simulated\" | \"emulated\" | \"device\", \"what\": TEXT,
-     \"method\": \"nearest-rank\", \"unit\": \"us\", \"runs\": N,
-     \"p50\", \"p99\", \"p99_9\", \"max\": MICROSECONDS,
-     \"equal_to_max\": [the percentiles that are the max with N runs]}
+    {\"label\": \"simulated\" | \"emulated\" | \"device\",
+     \"what\": TEXT, \"method\": \"nearest-rank\", \"unit\": \"us\",
+     \"runs\": N, \"p50\", \"p99\", \"p99_9\", \"max\": MICROSECONDS,
+     \"equal_to_max\": [the percentiles that are the max]}
 \"run_us_p50\" and \"run_us_p99\" are the wall-time row's (emulated or device).
 
 EXIT STATUS: 0 on success, 1 when the model was refused or a run failed (the
