@@ -166,6 +166,16 @@ unsafe impl Syscalls for RustixSys {
         send(tid, interrupt_signal()?)
     }
 
+    fn dup_cloexec(&self, fd: Fd) -> Result<SeamOwnedFd, Errno> {
+        let new = io::fcntl_dupfd_cloexec(borrow(fd)?, 0).map_err(errno)?;
+        // SAFETY: a descriptor the kernel just made for us; ownership passes to the caller.
+        Ok(unsafe { SeamOwnedFd::from_raw(Fd(new.into_raw_fd())) })
+    }
+
+    fn seek_end(&self, fd: Fd) -> Result<u64, Errno> {
+        fs::seek(borrow(fd)?, fs::SeekFrom::End(0)).map_err(errno)
+    }
+
     fn retire(&self, fd: SeamBorrowedFd<'_>) -> Result<(), Errno> {
         let fd = fd.raw();
         if fd.0 < 0 {

@@ -289,6 +289,25 @@ pub unsafe trait Syscalls {
         Err(Errno::ENOSYS)
     }
 
+    /// `fcntl(fd, F_DUPFD_CLOEXEC, 0)`: a new descriptor, at the lowest free number, for the file
+    /// `fd` refers to; `fd` itself is left alone. This is how a buffer owned by another component
+    /// is taken in (an imported dma-buf): the duplicate is the importer's own number, with its own
+    /// reference to the file, so the owner may close its number at any time and the importer
+    /// closes only what it made. `EBADF` for a number that is not open. The default refuses
+    /// (`ENOSYS`).
+    fn dup_cloexec(&self, fd: Fd) -> Result<OwnedFd, Errno> {
+        let _ = fd;
+        Err(Errno::ENOSYS)
+    }
+
+    /// `lseek(fd, 0, SEEK_END)`: for a dma-buf, its size (`dma_buf_llseek`, Linux 3.19 and
+    /// later, both FastRPC kernels: the only size query a dma-buf answers, since `fstat` of a
+    /// 4.9 dma-buf says 0). `ESPIPE` for a pipe or socket. The default refuses (`ENOSYS`).
+    fn seek_end(&self, fd: Fd) -> Result<u64, Errno> {
+        let _ = fd;
+        Err(Errno::ENOSYS)
+    }
+
     /// Which kernel this seam's calls reach, for what the HAL must keep per kernel rather than
     /// per seam value: the DSP identities this process's FastRPC channels hold (the DSP keys
     /// processes by the caller's process id, docs/kernel-rules.md R3). A process has one
@@ -391,6 +410,14 @@ pub unsafe trait SeamHooks {
     fn retire(&self, fd: BorrowedFd<'_>) -> Result<(), Errno> {
         self.inner().retire(fd)
     }
+    /// [`Syscalls::dup_cloexec`].
+    fn dup_cloexec(&self, fd: Fd) -> Result<OwnedFd, Errno> {
+        self.inner().dup_cloexec(fd)
+    }
+    /// [`Syscalls::seek_end`].
+    fn seek_end(&self, fd: Fd) -> Result<u64, Errno> {
+        self.inner().seek_end(fd)
+    }
     /// [`Syscalls::kernel_instance`].
     fn kernel_instance(&self) -> u64 {
         self.inner().kernel_instance()
@@ -441,6 +468,12 @@ unsafe impl<H: SeamHooks + ?Sized> Syscalls for H {
     }
     fn retire(&self, fd: BorrowedFd<'_>) -> Result<(), Errno> {
         SeamHooks::retire(self, fd)
+    }
+    fn dup_cloexec(&self, fd: Fd) -> Result<OwnedFd, Errno> {
+        SeamHooks::dup_cloexec(self, fd)
+    }
+    fn seek_end(&self, fd: Fd) -> Result<u64, Errno> {
+        SeamHooks::seek_end(self, fd)
     }
     fn kernel_instance(&self) -> u64 {
         SeamHooks::kernel_instance(self)
