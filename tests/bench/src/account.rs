@@ -68,6 +68,10 @@ pub enum CallKind {
     UpUnknown,
     /// An ioctl on a descriptor that is not a simulated device (dma-buf, file, pass-through).
     OtherIoctl,
+    /// `fcntl(F_DUPFD_CLOEXEC)` (`Syscalls::dup_cloexec`).
+    Dup,
+    /// `lseek(SEEK_END)` (`Syscalls::seek_end`).
+    Seek,
 }
 
 impl CallKind {
@@ -283,6 +287,13 @@ pub struct CallCounts {
     /// MMAP, MUNMAP, MEM_MAP and MEM_UNMAP before an INIT_* or ATTACH that returned 0. A stack
     /// that never calls a file before it is set up keeps this at 0.
     pub before_init: u64,
+    /// Bytes the kernel models copied between user memory and their copy buffers for FastRPC
+    /// calls (downstream and upstream models: in- and out-buffer arguments without a mapped
+    /// fd, metadata excluded). A handle argument, which the driver maps, adds nothing, so a
+    /// launch whose views are all leases copies the same few bytes (its header, offsets and
+    /// timer) whatever the leases' sizes. Linux's own driver's copies are not counted (its
+    /// `copy_from_user` runs in the C shim).
+    pub bytes_copied: u64,
 }
 
 /// One FastRPC `MUNMAP` / `MUNMAP_64` ioctl as the bench saw it: which descriptor it was sent on,

@@ -515,9 +515,12 @@ impl EntryEnv<'_> {
             self.gone.get_or_insert(self.events.len());
             return r;
         };
-        let addr = p.next_dva;
+        // Addresses are handed out upwards and start again low when a mapping would pass the
+        // end of the DSP's 32-bit space: a range never wraps (a base plus an offset inside it
+        // always fits in 32 bits), as the DSP's own allocator never returns such a range.
         let span = (len as u64).div_ceil(4096) * 4096 + 4096;
-        p.next_dva = u32::try_from(addr as u64 + span).unwrap_or(0x1000_0000);
+        let addr = if u64::from(p.next_dva) + span > 1 << 32 { 0x1000_0000 } else { p.next_dva };
+        p.next_dva = u32::try_from(u64::from(addr) + span).unwrap_or(0x1000_0000);
         p.hap.push(HapMap { dsp_addr: addr, len, _mem: mem.clone() });
         st.lease_mapped(self.pid, &self.library, fd, buf, addr, len);
         drop(st);

@@ -127,6 +127,7 @@ mod bench;
 mod config;
 pub mod dma_heap;
 mod driver_map;
+mod foreign;
 pub mod dsp;
 pub mod elf;
 pub mod entry;

@@ -404,6 +404,10 @@ pub(crate) struct State {
     pub vfs: HashMap<String, VEntry>,
     pub fds: HashMap<i32, FdEntry>,
     pub passthrough: HashSet<i32>,
+    /// dma-bufs another process made ([`crate::foreign`]): the (device, inode) of the memfd
+    /// behind them, and the buffer this kernel tracks it as while a descriptor of this process
+    /// or a map holds it.
+    pub foreign: HashMap<(u64, u64), u64>,
     pub open_log: Vec<OpenRecord>,
     pub ion_clients: HashMap<u64, IonClient>,
     pub buffers: HashMap<u64, Buffer>,
@@ -563,6 +567,9 @@ impl State {
         if self.buffers.get(&id).is_some_and(Buffer::is_dead) {
             if let Some(b) = self.buffers.remove(&id) {
                 self.ion_bytes = self.ion_bytes.saturating_sub(b.len);
+                if !self.foreign.is_empty() {
+                    self.foreign.retain(|_, v| *v != id);
+                }
             }
         }
     }

@@ -52,7 +52,11 @@ impl Bench {
     fn finish_cost(&self, kind: CallKind) {
         let (bytes, sim) = rpc::COPIED.with(|c| c.replace((0, Duration::ZERO)));
         let cost = self.sh.cfg.cost.cost(bytes).saturating_add(sim);
-        self.lock().record_latency(LatencySample { kind, simulated: cost }, self.sh.cfg.log_capacity);
+        {
+            let mut st = self.lock();
+            st.counts.bytes_copied = st.counts.bytes_copied.saturating_add(bytes);
+            st.record_latency(LatencySample { kind, simulated: cost }, self.sh.cfg.log_capacity);
+        }
         if self.sh.cfg.cost.sleep && !cost.is_zero() {
             std::thread::sleep(cost);
         }
@@ -288,6 +292,31 @@ unsafe impl Syscalls for Bench {
         drop(st);
         self.sh.cv.notify_all();
         r
+    }
+
+    fn dup_cloexec(&self, fd: Fd) -> Result<SeamOwnedFd, Errno> {
+        self.admit(CallKind::Dup)?;
+        let mut st = self.lock();
+        let r = crate::foreign::dup(&self.sh, &mut st, fd.0).map(Fd);
+        // SAFETY: a number this bench just made (a simulated one it now tracks, or a real
+        // descriptor it opened); ownership passes to the caller.
+        r.map(|fd| unsafe { SeamOwnedFd::from_raw(fd) })
+    }
+
+    fn seek_end(&self, fd: Fd) -> Result<u64, Errno> {
+        self.admit(CallKind::Seek)?;
+        let st = self.lock();
+        match st.fds.get(&fd.0).map(|e| &e.obj) {
+            Some(FdObj::DmaBuf(b)) => st.buffers.get(b).map(|b| b.len).ok_or(Errno::EBADF),
+            Some(FdObj::File(d)) => Ok(d.len() as u64),
+            // Character devices and directories: no end to seek to that means a size.
+            Some(_) => Err(Errno::EINVAL),
+            None if st.passthrough.contains(&fd.0) => {
+                drop(st);
+                RustixSys.seek_end(fd)
+            }
+            None => Err(Errno::EBADF),
+        }
     }
 
     fn pread(&self, fd: Fd, buf: &mut [u8], offset: u64) -> Result<usize, Errno> {
