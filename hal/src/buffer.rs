@@ -46,6 +46,10 @@ pub(crate) struct RawLease<S: Syscalls> {
     ion_maint: bool,
     /// The lease's identity for the DSP's map cache ([`next_lease_id`]).
     id: u32,
+    /// The IOVA the driver's map of the buffer takes, charged to the session: the lease's
+    /// length for an allocation; for an imported buffer the whole dma-buf, which the driver
+    /// maps whatever part of it was imported.
+    iova: u64,
 }
 
 /// The next lease id: non-zero, and unique among the leases of this process (so of every
@@ -95,7 +99,39 @@ impl<S: Syscalls + Clone> RawLease<S> {
         let map = Mapping::map_shared(sys.clone(), share.raw(), rounded, Prot::ReadWrite).map_err(|e| HalError::os(stage, e))?;
         let sync = board.allocator == Allocator::DmaHeap && board.cached;
         let ion_maint = board.allocator == Allocator::Ion49 && board.cached && !board.dsp_coherent;
-        Ok(RawLease { map, share, handle, len: rounded, sync, ion_maint, id: next_lease_id() })
+        Ok(RawLease { map, share, handle, len: rounded, sync, ion_maint, id: next_lease_id(), iova: crate::session::iova_len(rounded) })
+    }
+
+    /// A lease over a dma-buf another component owns ([`Session::import`](crate::Session::import)):
+    /// `share` is this process's own duplicate of the owner's descriptor, `handle` its ION import
+    /// (ION 4.9 boards; freed on drop like an allocation's handle), `len` the imported length
+    /// (page-rounded, within the buffer) and `size` the whole buffer's. Mapped with `prot`; the
+    /// cache maintenance is an allocation's on the same board (the module docs of
+    /// [`lease`](crate::lease)).
+    pub(crate) fn imported(
+        share: OwnedFd<S>,
+        handle: Option<(Fd, i32)>,
+        board: &Board,
+        len: usize,
+        size: u64,
+        prot: Prot,
+        stage: Stage,
+    ) -> Result<Self, HalError> {
+        let sys = share.sys().clone();
+        let handle = handle.map(|(ion, handle)| IonHandle { sys: sys.clone(), ion, handle });
+        let map = Mapping::map_shared(sys, share.raw(), len, prot).map_err(|e| HalError::os(stage, e))?;
+        let sync = board.allocator == Allocator::DmaHeap && board.cached;
+        let ion_maint = board.allocator == Allocator::Ion49 && board.cached && !board.dsp_coherent;
+        Ok(RawLease {
+            map,
+            share,
+            handle,
+            len,
+            sync,
+            ion_maint,
+            id: next_lease_id(),
+            iova: size.div_ceil(PAGE as u64).saturating_mul(PAGE as u64),
+        })
     }
 
     /// The ION cache ioctl `op` on `[offset, offset + len)` (non-coherent boards).
@@ -210,6 +246,11 @@ impl<S: Syscalls> RawLease<S> {
 
     pub(crate) fn len(&self) -> usize {
         self.len
+    }
+
+    /// The IOVA charge of the lease (see the field).
+    pub(crate) fn iova_charge(&self) -> u64 {
+        self.iova
     }
 
     /// The ION handle (0 on a dma-heap board, which has no handles).

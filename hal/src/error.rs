@@ -26,6 +26,8 @@ pub enum Stage {
     LibraryClose,
     /// Rebuilding the DSP process after a restart or a timeout.
     Recover,
+    /// Taking in a dma-buf another component owns ([`Session::import`](crate::Session::import)).
+    Import,
 }
 
 impl Stage {
@@ -42,6 +44,7 @@ impl Stage {
             Stage::Invoke => "invoke",
             Stage::LibraryClose => "library-close",
             Stage::Recover => "recover",
+            Stage::Import => "import",
         }
     }
 }
@@ -120,6 +123,50 @@ pub enum Cause {
     /// A budget of the driver that the stack keeps within on its own side was reached: the
     /// call was not sent (docs/kernel-rules.md, R22 onwards).
     Budget(Budget),
+    /// A descriptor offered for import is not a buffer the DSP can be given: refused before
+    /// anything was sent to a FastRPC driver ([`Session::import`](crate::Session::import)).
+    Import(ImportRefusal),
+}
+
+/// Why [`Session::import`](crate::Session::import) refused a descriptor. Every case is decided
+/// before any FastRPC call, from what the kernel answers about the descriptor itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum ImportRefusal {
+    /// The number is not an open descriptor of this process (negative, never opened, or
+    /// closed): duplicating it failed with `EBADF`.
+    NotOpen,
+    /// The descriptor is open but is not a dma-buf: a pipe, a socket, a regular file, a device.
+    /// The kernel said so: ION's import refused it (ION 4.9), `DMA_BUF_IOCTL_SYNC` was not
+    /// understood (a dma-buf heap board), or it has no size to seek to (a pipe or socket).
+    NotDmaBuf {
+        /// What the kernel answered.
+        errno: Errno,
+    },
+    /// An import of zero bytes.
+    Empty,
+    /// The length asked for is beyond the buffer's size.
+    BeyondBuffer {
+        /// The length asked for.
+        requested: u64,
+        /// The dma-buf's size (`lseek(SEEK_END)`).
+        size: u64,
+    },
+}
+
+impl fmt::Display for ImportRefusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            ImportRefusal::NotOpen => write!(f, "the descriptor is not open in this process"),
+            ImportRefusal::NotDmaBuf { errno } => {
+                write!(f, "the descriptor is not a dma-buf (a pipe, socket, file or device; the kernel answered {errno})")
+            }
+            ImportRefusal::Empty => write!(f, "an import of 0 bytes"),
+            ImportRefusal::BeyondBuffer { requested, size } => {
+                write!(f, "{requested} bytes asked for, beyond the dma-buf's {size} bytes")
+            }
+        }
+    }
 }
 
 /// A driver budget that [`Cause::Budget`] names.
@@ -300,9 +347,13 @@ impl HalError {
             Cause::DspRestart | Cause::Timeout | Cause::NeedsRecovery | Cause::ListenerStopped | Cause::Quarantined => {
                 ErrorKind::Recoverable
             }
-            Cause::Invalid | Cause::TooLarge | Cause::Full | Cause::ArenaFull { .. } | Cause::ArenaBlocks { .. } | Cause::Budget(_) => {
-                ErrorKind::Usage
-            }
+            Cause::Invalid
+            | Cause::TooLarge
+            | Cause::Full
+            | Cause::ArenaFull { .. }
+            | Cause::ArenaBlocks { .. }
+            | Cause::Budget(_)
+            | Cause::Import(_) => ErrorKind::Usage,
             Cause::Dsp(_) | Cause::Refused(_) => ErrorKind::Remote,
             _ => ErrorKind::Other,
         }
@@ -330,6 +381,8 @@ impl HalError {
             Cause::ArenaBlocks { .. } => Errno::ENOSPC,
             Cause::Budget(Budget::CallContexts { .. }) => Errno::EAGAIN,
             Cause::Budget(Budget::Iova { .. }) => Errno::ENOMEM,
+            Cause::Import(ImportRefusal::NotOpen) => Errno::EBADF,
+            Cause::Import(ImportRefusal::NotDmaBuf { .. } | ImportRefusal::Empty | ImportRefusal::BeyondBuffer { .. }) => Errno::EINVAL,
         }
     }
 }
@@ -399,6 +452,7 @@ impl fmt::Display for HalError {
                  driver maps every lease whole into the session's SMMU space): {held} held, {kept} of them kept \
                  for a channel that may still map them; drop leases, or recover() to release what is kept"
             ),
+            Cause::Import(r) => write!(f, "refused before any FastRPC call: {r}"),
             Cause::Refused(r) => {
                 write!(f, "the DSP refused to load the library: {}", r.code())?;
                 if let Some(n) = aee::name(r.code()) {

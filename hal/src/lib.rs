@@ -107,6 +107,7 @@ mod error;
 mod fd;
 mod identity;
 mod image;
+mod import;
 mod latency;
 pub mod lease;
 mod session;
@@ -125,10 +126,11 @@ pub mod internal {
 
 pub use arena::{Arena, ArenaBuf, ArenaError, ArenaStats, OffsetAllocator, ARENA_ALIGN, ARENA_BLOCKS};
 pub use call::{Call, HandleArg};
-pub use error::{Budget, Cause, ErrorKind, HalError, OpenAdvice, Refusal, ShellSearch, Stage, REFUSAL_TEXT};
+pub use error::{Budget, Cause, ErrorKind, HalError, ImportRefusal, OpenAdvice, Refusal, ShellSearch, Stage, REFUSAL_TEXT};
 pub use fd::OwnedFd;
 pub use hexrpc_drivers::adsprpc::ArgsError;
 pub use image::LibraryImage;
+pub use import::Access;
 pub use latency::{LatencyPolicy, PmQosState, PmQosVote};
 pub use lease::{BufferView, Lease, LeaseMemory};
 pub use session::library::Library;

@@ -263,6 +263,16 @@ impl<S: Syscalls + Clone> Session<S> {
         Ok(SharedLease { lease: Lease::new(raw, self.sys.clone(), self.ion.raw(), Owner::Shared(self.clone())), session: self.clone() })
     }
 
+    /// [`import`](Session::import) for a lease that holds a share of the session instead of a
+    /// borrow.
+    pub fn import_shared(self: &Arc<Self>, fd: hexrpc_drivers::Fd, len: usize, access: crate::Access) -> Result<SharedLease<S>, HalError>
+    where
+        S: 'static,
+    {
+        let raw = self.import_raw(fd, len, access)?;
+        Ok(SharedLease { lease: Lease::new(raw, self.sys.clone(), self.ion.raw(), Owner::Shared(self.clone())), session: self.clone() })
+    }
+
     /// [`arena`](Session::arena) for an arena that holds a share of the session instead of a
     /// borrow (in an `Arc`: its buffers hold shares of it).
     pub fn arena_shared(self: &Arc<Self>, len: usize) -> Result<Arc<SharedArena<S>>, HalError>

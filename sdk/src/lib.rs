@@ -84,7 +84,7 @@ pub use hexrpc_model::run::{Origin as ModelOrigin, RunError as ModelError, RunRe
 pub use hexrpc_bsp::{Board, DeviceAccess};
 pub use hexrpc_drivers::{RustixSys, Syscalls};
 pub use hexrpc_hal::{
-    Arena, ArenaBuf, BufferView, Lease, Library, LibraryImage, Session, SharedArena, SharedArenaBuf, SharedLease, SharedLibrary,
+    Access, Arena, ArenaBuf, BufferView, Lease, Library, LibraryImage, Session, SharedArena, SharedArenaBuf, SharedLease, SharedLibrary,
     ARENA_ALIGN,
 };
 pub use hexrpc_runtime::launch::{AbiVersion, Batch, BatchRun, BatchSpace, BufferRef, Program, Scalar, ScalarType, Signature};
@@ -95,8 +95,8 @@ pub use hexrpc_runtime::{Error, ErrorKind, Kernel, ServedSession};
 pub mod prelude {
     pub use crate::boards;
     pub use crate::{
-        AbiVersion, Arena, ArenaBuf, Batch, BatchRun, Board, BufferRef, BufferView, DeviceAccess, Error, ErrorKind, FilePolicy, Kernel,
-        Lease, Library, LibraryImage, Model, ModelError, ModelRun, Program, RustixSys, Scalar, ScalarType, ServedSession, Session,
+        AbiVersion, Access, Arena, ArenaBuf, Batch, BatchRun, Board, BufferRef, BufferView, DeviceAccess, Error, ErrorKind, FilePolicy,
+        Kernel, Lease, Library, LibraryImage, Model, ModelError, ModelRun, Program, RustixSys, Scalar, ScalarType, ServedSession, Session,
         SharedArena, SharedArenaBuf, SharedLease, SharedLibrary, Signature, Syscalls, Tensor,
     };
 }
@@ -116,7 +116,7 @@ pub mod boards {
 /// [`Stage`](error::Stage) and [`Cause`](error::Cause)), a listener thread that did not start
 /// ([`ThreadError`](error::ThreadError)).
 pub mod error {
-    pub use hexrpc_hal::{Cause, HalError, Refusal, Stage};
+    pub use hexrpc_hal::{Cause, HalError, ImportRefusal, Refusal, Stage};
     pub use hexrpc_runtime::launch::{BatchFailure, BatchRefusal, PackError, RecordError, SignatureError};
     pub use hexrpc_runtime::{Error, ErrorKind, OpenRefusal, ThreadError};
 }

@@ -200,7 +200,7 @@ impl<S: Syscalls + Clone> Session<S> {
     fn keep_number_of(&self, generation: u32, mut raw: RawLease<S>) {
         let fd = raw.share_fd();
         // The driver's map of the number keeps the buffer, and its IOVA, until the channel closes.
-        let charge = iova_len(raw.len());
+        let charge = raw.iova_charge();
         let retired = raw.share_borrowed().map(|b| self.sys.retire(b));
         match retired {
             Some(Ok(())) => match raw.take_share() {
@@ -221,7 +221,7 @@ impl<S: Syscalls + Clone> Session<S> {
 
     /// Releases a lease that nothing can map any more, and its IOVA charge.
     fn free_lease(&self, raw: RawLease<S>) {
-        let charge = iova_len(raw.len());
+        let charge = raw.iova_charge();
         drop(raw);
         self.uncharge_iova(charge);
     }
@@ -277,7 +277,7 @@ impl<S: Syscalls + Clone> Session<S> {
         if let Some(generation) = self.still_quarantined(fd) {
             // The DSP may still run the abandoned call in this memory: it is kept whole.
             log::warn!("quarantined lease (fd {}) dropped: kept until generation {generation} is released", fd.0);
-            let charge = iova_len(raw.len());
+            let charge = raw.iova_charge();
             self.keep(generation, Kept::Lease(raw, charge));
             return;
         }
