@@ -19,6 +19,7 @@
 
 pub mod catalogue;
 mod error;
+pub mod frame_server;
 pub mod netmodel;
 pub mod stack;
 pub mod suite;

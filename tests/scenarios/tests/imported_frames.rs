@@ -1,0 +1,327 @@
+//! Camera frames imported without a copy, on the three kernels: a second process (the
+//! `bench-frame-server` binary, standing in for openpilot's VisionIPC) allocates a buffer from
+//! its board's allocator (ION downstream, a dma-buf heap upstream and for Linux's own driver),
+//! shares it over a UNIX socket with `SCM_RIGHTS` and writes frames; this process imports the
+//! descriptor (`Session::import`) and launches kernels on it in place.
+//!
+//! * a served frame is read in place: every launch sees the frame the server wrote last, with
+//!   nothing of the frame copied by the driver (the bench's `bytes_copied`; Linux's own driver's
+//!   copies are not counted there), and the results equal those of the same frame copied into a
+//!   lease;
+//! * the server closing its descriptor, the client closing the received one, and the server
+//!   exiting mid-stream break nothing: the import's own duplicate keeps the buffer;
+//! * the client dropping its import while the server keeps the buffer: the server goes on, and
+//!   a new import reads its next frame;
+//! * 10,000 import/launch/drop cycles within 1,024 descriptors leave every descriptor, map and
+//!   buffer as they were;
+//! * a forged descriptor (a pipe, a socket, a regular file, a closed or negative number, a
+//!   length beyond the buffer, 0 bytes) is refused with its typed cause before any FastRPC call.
+//!
+//! The tests of this file count the process's descriptors and share one descriptor limit: they
+//! run one at a time.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use hexrpc_bench::{Bench, BenchConfig, CallCounts, CallKind, FdlistPolicy, Snapshot};
+use hexrpc_bsp::Board;
+use hexrpc_drivers::Fd;
+use hexrpc_hal::{Access, Cause, Health, ImportRefusal, Stage};
+use hexrpc_scenarios::catalogue::{self, image, ADD_U8};
+use hexrpc_scenarios::frame_server::{frame, FrameServer};
+use hexrpc_scenarios::stack::start as start_rig;
+use hexrpc_scenarios::stack::*;
+
+/// An NV12 frame of the comma three's road camera, 1928 × 1208.
+const FRAME_LEN: usize = 1928 * 1208 * 3 / 2;
+/// systemd's default soft descriptor limit.
+const FD_LIMIT: u64 = 1024;
+const CYCLES: u32 = 10_000;
+const SERVER: &str = env!("CARGO_BIN_EXE_bench-frame-server");
+
+hexrpc_bench::on_both_kernels!(
+    a_served_frame_is_read_in_place_with_nothing_copied,
+    the_server_closing_its_fd_or_exiting_mid_stream_breaks_nothing,
+    dropping_the_import_while_the_server_keeps_the_buffer,
+    ten_thousand_import_drop_cycles_within_1024_descriptors,
+    forged_descriptors_are_refused_before_any_call
+);
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn limit_fds() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let now = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+        let limit = rustix::process::Rlimit { current: Some(FD_LIMIT), maximum: now.maximum };
+        rustix::process::setrlimit(rustix::process::Resource::Nofile, limit).expect("lower RLIMIT_NOFILE");
+    });
+}
+
+fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or(0)
+}
+
+/// Waits for the process's descriptors to come back to `want` (closes run on other threads).
+fn fds_back_to(want: usize) -> usize {
+    let end = Instant::now() + Duration::from_secs(5);
+    loop {
+        let n = open_fds();
+        if n <= want || Instant::now() > end {
+            return n;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn bench_for(board: &'static Board) -> Bench {
+    // As lease_churn.rs: on Linux's own driver the DSP lists every handle back, so the per-call
+    // handle maps go with the call.
+    let fdlist = if *board == hexrpc_bsp::BENCH_LINUX { FdlistPolicy::EveryHandle } else { FdlistPolicy::None };
+    let bench = Bench::with_config(BenchConfig { fdlist, ..BenchConfig::for_board(board) });
+    catalogue::register(&bench, &ADD_U8);
+    bench
+}
+
+fn server(board: &Board) -> FrameServer {
+    FrameServer::spawn(std::path::Path::new(SERVER), board.allocator, FRAME_LEN).expect("start the frame server")
+}
+
+/// The FastRPC requests the bench has seen (every adsprpc and upstream fastrpc ioctl).
+fn fastrpc_calls(c: &CallCounts) -> Vec<(CallKind, u64)> {
+    c.calls
+        .iter()
+        .filter(|(k, _)| format!("{k:?}").starts_with("Rpc") || format!("{k:?}").starts_with("Up"))
+        .map(|(k, n)| (*k, *n))
+        .collect()
+}
+
+fn a_served_frame_is_read_in_place_with_nothing_copied(board: &'static Board) {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let bench = bench_for(board);
+    let (start, fds_start) = (bench.snapshot(), open_fds());
+    let mut srv = server(board);
+    {
+        let rig = start_rig(&bench).unwrap();
+        let lib = rig.open_library(ADD_U8.name, image(ADD_U8.name)).unwrap();
+        let imported = rig.session().import(srv.fd(), FRAME_LEN, Access::ReadOnly).unwrap();
+        assert!(imported.len() >= FRAME_LEN && imported.fd() != srv.fd(), "{}: a lease of its own number", board.name);
+        let out = rig.session().alloc(FRAME_LEN).unwrap();
+        let mut copied = rig.session().alloc(FRAME_LEN).unwrap();
+        let out_copied = rig.session().alloc(FRAME_LEN).unwrap();
+        let (frame_view, out_view) = (imported.view(0, FRAME_LEN).unwrap(), out.view(0, FRAME_LEN).unwrap());
+        let mut got = vec![0u8; FRAME_LEN];
+        let mut want = vec![0u8; FRAME_LEN];
+        for n in 0..4u32 {
+            srv.write_frame(n).unwrap();
+            let before = bench.counts().bytes_copied;
+            launch_add_u8(&lib, &frame_view, &out_view, 3, None).unwrap_or_else(|e| panic!("{}: frame {n}: {e}", board.name));
+            let import_copied = bench.counts().bytes_copied - before;
+            out_view.read(&mut got).unwrap();
+            let expected: Vec<u8> = frame(n, FRAME_LEN).iter().map(|b| b.wrapping_add(3)).collect();
+            assert!(got == expected, "{}: frame {n} was not read in place", board.name);
+            // The same frame copied into a lease of this process (what a service did before).
+            copied.write_at(0, &frame(n, FRAME_LEN)).unwrap();
+            let before = bench.counts().bytes_copied;
+            launch_add_u8(&lib, &copied.view(0, FRAME_LEN).unwrap(), &out_copied.view(0, FRAME_LEN).unwrap(), 3, None).unwrap();
+            let lease_copied = bench.counts().bytes_copied - before;
+            out_copied.view(0, FRAME_LEN).unwrap().read(&mut want).unwrap();
+            assert!(got == want, "{}: frame {n}: the imported frame's result differs from the copied frame's", board.name);
+            // Both launches copy only their fixed arguments (header, offsets, timer): none of
+            // the frame's 3.5 MB go through the driver's copy buffers.
+            assert_eq!(import_copied, lease_copied, "{}: frame {n}", board.name);
+            assert!(import_copied < 4096, "{}: frame {n}: {import_copied} bytes copied", board.name);
+        }
+        // A read-only import refuses this process's writes.
+        let mut ro = imported;
+        assert!(ro.write_at(0, &[1]).is_err(), "{}: a read-only import was written", board.name);
+        drop((ro, out, copied, out_copied, lib));
+    }
+    srv.stop().unwrap();
+    assert_eq!(back_to(&bench, &start), start, "{}: bench resources after the session", board.name);
+    assert_eq!(fds_back_to(fds_start), fds_start, "{}: the process's descriptors", board.name);
+}
+
+fn the_server_closing_its_fd_or_exiting_mid_stream_breaks_nothing(board: &'static Board) {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let bench = bench_for(board);
+    let (start, fds_start) = (bench.snapshot(), open_fds());
+    let mut srv = server(board);
+    const N: usize = 64 << 10;
+    let at = FRAME_LEN - N;
+    {
+        let rig = start_rig(&bench).unwrap();
+        let lib = rig.open_library(ADD_U8.name, image(ADD_U8.name)).unwrap();
+        let imported = rig.session().import(srv.fd(), FRAME_LEN, Access::ReadOnly).unwrap();
+        let out = rig.session().alloc(N).unwrap();
+        let (fv, ov) = (imported.view(at, N).unwrap(), out.view(0, N).unwrap());
+        let check = |n: u32, what: &str| {
+            launch_add_u8(&lib, &fv, &ov, 1, None).unwrap_or_else(|e| panic!("{}: {what}: {e}", board.name));
+            let mut got = vec![0u8; N];
+            ov.read(&mut got).unwrap();
+            let want: Vec<u8> = frame(n, FRAME_LEN)[at..].iter().map(|b| b.wrapping_add(1)).collect();
+            assert!(got == want, "{}: {what}: not frame {n}", board.name);
+        };
+        srv.write_frame(0).unwrap();
+        check(0, "before anything closed");
+        srv.close_server_fd().unwrap();
+        srv.write_frame(1).unwrap();
+        check(1, "after the server closed its descriptor");
+        srv.close_received();
+        srv.write_frame(2).unwrap();
+        check(2, "after this process closed the received descriptor");
+        let status = srv.kill_mid_stream().unwrap();
+        assert!(status.success(), "{}: the server's exit: {status}", board.name);
+        check(2, "after the server exited");
+        let mut head = [0u8; 16];
+        imported.read_at(0, &mut head).unwrap();
+        assert_eq!(head.to_vec(), frame(2, 16), "{}: the import after the server exited", board.name);
+        assert!(matches!(rig.session().health(), Health::Healthy { .. }), "{}", board.name);
+        drop((imported, out, lib));
+    }
+    assert_eq!(back_to(&bench, &start), start, "{}: bench resources after the session", board.name);
+    assert_eq!(fds_back_to(fds_start), fds_start, "{}: the process's descriptors", board.name);
+}
+
+fn dropping_the_import_while_the_server_keeps_the_buffer(board: &'static Board) {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let bench = bench_for(board);
+    let (start, fds_start) = (bench.snapshot(), open_fds());
+    let mut srv = server(board);
+    const N: usize = 4096;
+    {
+        let rig = start_rig(&bench).unwrap();
+        let lib = rig.open_library(ADD_U8.name, image(ADD_U8.name)).unwrap();
+        let out = rig.session().alloc(N).unwrap();
+        for n in 0..3u32 {
+            srv.write_frame(n).unwrap();
+            let imported = rig.session().import(srv.fd(), FRAME_LEN, Access::ReadWrite).unwrap();
+            launch_add_u8(&lib, &imported.view(0, N).unwrap(), &out.view(0, N).unwrap(), 2, None).unwrap();
+            let mut got = vec![0u8; N];
+            out.read_at(0, &mut got).unwrap();
+            let want: Vec<u8> = frame(n, N).iter().map(|b| b.wrapping_add(2)).collect();
+            assert!(got == want, "{}: import {n}", board.name);
+            drop(imported);
+            // The server's buffer and descriptor are untouched by the drop: it writes the next
+            // frame through them, and the received descriptor still names the buffer.
+            assert!(std::fs::metadata(format!("/proc/self/fd/{}", srv.fd().0)).is_ok(), "{}: the owner's descriptor", board.name);
+        }
+        drop((out, lib));
+    }
+    srv.write_frame(9).unwrap();
+    srv.stop().unwrap();
+    assert_eq!(back_to(&bench, &start), start, "{}: bench resources after the session", board.name);
+    assert_eq!(fds_back_to(fds_start), fds_start, "{}: the process's descriptors", board.name);
+}
+
+fn ten_thousand_import_drop_cycles_within_1024_descriptors(board: &'static Board) {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    limit_fds();
+    let bench = bench_for(board);
+    let (start, fds_start) = (bench.snapshot(), open_fds());
+    let mut srv = server(board);
+    srv.write_frame(5).unwrap();
+    let mut most_fds;
+    const N: usize = 256;
+    {
+        let rig = start_rig(&bench).unwrap();
+        let lib = rig.open_library(ADD_U8.name, image(ADD_U8.name)).unwrap();
+        let out = rig.session().alloc(N).unwrap();
+        let during = bench.snapshot();
+        most_fds = open_fds();
+        for cycle in 0..CYCLES {
+            let imported = rig
+                .session()
+                .import(srv.fd(), FRAME_LEN, Access::ReadOnly)
+                .unwrap_or_else(|e| panic!("{}: import at cycle {cycle}: {e}", board.name));
+            let at = (cycle as usize * 4096) % (FRAME_LEN - N);
+            launch_add_u8(&lib, &imported.view(at, N).unwrap(), &out.view(0, N).unwrap(), 1, None)
+                .unwrap_or_else(|e| panic!("{}: launch at cycle {cycle}: {e}", board.name));
+            if cycle % 97 == 0 {
+                let mut got = [0u8; N];
+                out.read_at(0, &mut got).unwrap();
+                let want: Vec<u8> = frame(5, FRAME_LEN)[at..at + N].iter().map(|b| b.wrapping_add(1)).collect();
+                assert!(got[..] == want[..], "{}: cycle {cycle}", board.name);
+                most_fds = most_fds.max(open_fds());
+            }
+            drop(imported);
+        }
+        most_fds = most_fds.max(open_fds());
+        assert!(matches!(rig.session().health(), Health::Healthy { .. }), "{}: one healthy session", board.name);
+        // Between imports nothing of them is left but what a channel may still map (upstream
+        // drivers that look maps up by number keep the numbers until the channel closes).
+        let (kept, quarantined) = rig.session().kept_counts();
+        assert_eq!(quarantined, 0, "{}", board.name);
+        eprintln!(
+            "{}: {CYCLES} import/launch/drop cycles (bench, simulated): most descriptors open {most_fds} (limit {FD_LIMIT}), \
+             {kept} numbers kept, {} channel replacements; buffers during the session {} → {}",
+            board.name,
+            rig.session().replacements(),
+            during.ion_buffers,
+            bench.snapshot().ion_buffers
+        );
+        drop((out, lib));
+    }
+    // The server's buffer is intact and still its own.
+    srv.write_frame(6).unwrap();
+    srv.stop().unwrap();
+    assert_eq!(back_to(&bench, &start), start, "{}: bench resources after the session", board.name);
+    assert_eq!(fds_back_to(fds_start), fds_start, "{}: the process's descriptors", board.name);
+    assert!(most_fds < FD_LIMIT as usize, "{}: {most_fds} descriptors", board.name);
+}
+
+fn forged_descriptors_are_refused_before_any_call(board: &'static Board) {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let bench = bench_for(board);
+    let (start, fds_start) = (bench.snapshot(), open_fds());
+    let srv = server(board);
+    {
+        let rig = start_rig(&bench).unwrap();
+        let (reader, writer) = std::io::pipe().unwrap();
+        let (sock, _peer) = std::os::unix::net::UnixStream::pair().unwrap();
+        let file = std::fs::File::open("/proc/self/exe").unwrap();
+        let closed = {
+            let f = std::fs::File::open("/proc/self/exe").unwrap();
+            std::os::fd::AsRawFd::as_raw_fd(&f)
+        };
+        use std::os::fd::AsRawFd;
+        let page_rounded = FRAME_LEN.div_ceil(4096) * 4096;
+        let not_dma_buf = |e: &hexrpc_hal::HalError| matches!(e.cause, Cause::Import(ImportRefusal::NotDmaBuf { .. }));
+        type Check = fn(&hexrpc_hal::HalError) -> bool;
+        type Case = (&'static str, Fd, usize, Box<dyn Fn(&hexrpc_hal::HalError) -> bool>);
+        let cases: Vec<Case> = vec![
+            ("a pipe's read end", Fd(reader.as_raw_fd()), 4096, Box::new(not_dma_buf)),
+            ("a pipe's write end", Fd(writer.as_raw_fd()), 4096, Box::new(not_dma_buf)),
+            ("a socket", Fd(sock.as_raw_fd()), 4096, Box::new(not_dma_buf)),
+            ("a regular file", Fd(file.as_raw_fd()), 4096, Box::new(not_dma_buf)),
+            ("a closed number", Fd(closed), 4096, Box::new((|e| e.cause == Cause::Import(ImportRefusal::NotOpen)) as Check)),
+            ("a negative number", Fd(-1), 4096, Box::new((|e| e.cause == Cause::Import(ImportRefusal::NotOpen)) as Check)),
+            (
+                "a length beyond the buffer",
+                srv.fd(),
+                page_rounded + 1,
+                Box::new(move |e: &hexrpc_hal::HalError| {
+                    e.cause == Cause::Import(ImportRefusal::BeyondBuffer { requested: page_rounded as u64 + 1, size: page_rounded as u64 })
+                }),
+            ),
+            ("0 bytes", srv.fd(), 0, Box::new((|e| e.cause == Cause::Import(ImportRefusal::Empty)) as Check)),
+        ];
+        let before = (fastrpc_calls(&bench.counts()), bench.snapshot());
+        for (what, fd, len, expected) in &cases {
+            let e = rig.session().import(*fd, *len, Access::ReadOnly).map(|_| ()).expect_err(what);
+            assert!(expected(&e), "{}: {what}: {e:?}", board.name);
+            assert_eq!(e.stage, Stage::Import, "{}: {what}", board.name);
+            assert!(!e.to_string().is_empty() && e.to_string().contains("refused before any FastRPC call"), "{}: {what}: {e}", board.name);
+            // Nothing reached a FastRPC driver, and nothing the refusal touched is left.
+            assert_eq!(fastrpc_calls(&bench.counts()), before.0, "{}: {what}: a FastRPC call was made", board.name);
+            assert_eq!(bench.snapshot(), before.1, "{}: {what}: left something behind", board.name);
+        }
+        // The real buffer at its real length is still taken.
+        assert!(rig.session().import(srv.fd(), page_rounded, Access::ReadOnly).is_ok(), "{}", board.name);
+        drop((reader, writer, sock, file));
+    }
+    srv.stop().unwrap();
+    let end: Snapshot = back_to(&bench, &start);
+    assert_eq!(end, start, "{}: bench resources after the session", board.name);
+    assert_eq!(fds_back_to(fds_start), fds_start, "{}: the process's descriptors", board.name);
+}
