@@ -84,7 +84,7 @@ fn about_the_descriptor(e: SysError) -> HalError {
 
 impl<S: Syscalls + Clone> Session<S> {
     /// Imports `len` bytes of the dma-buf behind `fd`, a descriptor another process or
-    /// component owns, as a lease of this session (see the [module docs](self)): its views
+    /// component owns, as a lease of this session (the contract: `docs/import.md`): its views
     /// launch and batch like any lease's, with the buffer handed to the DSP in place.
     ///
     /// `fd` stays the caller's: it is duplicated, never closed, and may be closed as soon as
