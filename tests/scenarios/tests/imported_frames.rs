@@ -14,6 +14,8 @@
 //!   a new import reads its next frame;
 //! * 10,000 import/launch/drop cycles within 1,024 descriptors leave every descriptor, map and
 //!   buffer as they were;
+//! * a batch reads several ranges of one imported frame in one call; a launch abandoned at its
+//!   deadline quarantines the import like any lease until `recover()`, and nothing is left;
 //! * a forged descriptor (a pipe, a socket, a regular file, a closed or negative number, a
 //!   length beyond the buffer, 0 bytes) is refused with its typed cause before any FastRPC call.
 //!
@@ -27,7 +29,8 @@ use hexrpc_bench::{Bench, BenchConfig, CallCounts, CallKind, FdlistPolicy, Snaps
 use hexrpc_bsp::Board;
 use hexrpc_drivers::Fd;
 use hexrpc_hal::{Access, Cause, Health, ImportRefusal, Stage};
-use hexrpc_scenarios::catalogue::{self, image, ADD_U8};
+use hexrpc_runtime::launch::{Batch, BufferRef, Scalar, Signature};
+use hexrpc_scenarios::catalogue::{self, image, ADD_OR_LATE, ADD_U8, LATE_MS};
 use hexrpc_scenarios::frame_server::{frame, FrameServer};
 use hexrpc_scenarios::stack::start as start_rig;
 use hexrpc_scenarios::stack::*;
@@ -38,12 +41,15 @@ const FRAME_LEN: usize = 1928 * 1208 * 3 / 2;
 const FD_LIMIT: u64 = 1024;
 const CYCLES: u32 = 10_000;
 const SERVER: &str = env!("CARGO_BIN_EXE_bench-frame-server");
+/// A table kernel (batches) that adds like ADD_U8, or writes late past its deadline.
+const TABLE_LIB: &str = "frames_table";
 
 hexrpc_bench::on_both_kernels!(
     a_served_frame_is_read_in_place_with_nothing_copied,
     the_server_closing_its_fd_or_exiting_mid_stream_breaks_nothing,
     dropping_the_import_while_the_server_keeps_the_buffer,
     ten_thousand_import_drop_cycles_within_1024_descriptors,
+    a_batch_reads_an_imported_frame_and_a_deadline_quarantines_it,
     forged_descriptors_are_refused_before_any_call
 );
 
@@ -80,6 +86,7 @@ fn bench_for(board: &'static Board) -> Bench {
     let fdlist = if *board == hexrpc_bsp::BENCH_LINUX { FdlistPolicy::EveryHandle } else { FdlistPolicy::None };
     let bench = Bench::with_config(BenchConfig { fdlist, ..BenchConfig::for_board(board) });
     catalogue::register(&bench, &ADD_U8);
+    bench.register_library(TABLE_LIB, ADD_OR_LATE.table_model());
     bench
 }
 
@@ -324,4 +331,60 @@ fn forged_descriptors_are_refused_before_any_call(board: &'static Board) {
     let end: Snapshot = back_to(&bench, &start);
     assert_eq!(end, start, "{}: bench resources after the session", board.name);
     assert_eq!(fds_back_to(fds_start), fds_start, "{}: the process's descriptors", board.name);
+}
+
+fn a_batch_reads_an_imported_frame_and_a_deadline_quarantines_it(board: &'static Board) {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let bench = bench_for(board);
+    let (start, fds_start, mark) = (bench.snapshot(), open_fds(), kernel_mark(&bench));
+    let mut srv = server(board);
+    const N: usize = 16 << 10;
+    const RECORDS: usize = 4;
+    {
+        let rig = start_rig(&bench).unwrap();
+        let lib = rig.open_library(TABLE_LIB, image(TABLE_LIB)).unwrap();
+        srv.write_frame(11).unwrap();
+        let imported = rig.session().import(srv.fd(), FRAME_LEN, Access::ReadOnly).unwrap();
+        let out = rig.session().alloc(N * RECORDS).unwrap();
+        let sigs = [Signature::parse(ADD_OR_LATE.signature).unwrap()];
+        let mut batch = Batch::new(&sigs).unwrap();
+        let views: Vec<_> =
+            (0..RECORDS).map(|i| (imported.view(i * (FRAME_LEN / RECORDS), N).unwrap(), out.view(i * N, N).unwrap())).collect();
+        for (i, (f, o)) in views.iter().enumerate() {
+            batch.push(0, &[BufferRef::of(f), BufferRef::of(o)], &[Scalar::U32(i as u32 + 1)]).unwrap();
+        }
+        let before = bench.counts().bytes_copied;
+        assert_eq!(batch.run(&lib).unwrap_or_else(|e| panic!("{}: batch: {e}", board.name)).launches, RECORDS);
+        let copied = bench.counts().bytes_copied - before;
+        assert!(copied < 64 << 10, "{}: the batch copied {copied} bytes", board.name);
+        let whole = frame(11, FRAME_LEN);
+        for i in 0..RECORDS {
+            let mut got = vec![0u8; N];
+            out.read_at(i * N, &mut got).unwrap();
+            let at = i * (FRAME_LEN / RECORDS);
+            let want: Vec<u8> = whole[at..at + N].iter().map(|b| b.wrapping_add(i as u8 + 1)).collect();
+            assert!(got == want, "{}: record {i}", board.name);
+        }
+        drop(views);
+        // A launch abandoned at its deadline: the import it was handed is quarantined, kept
+        // whole when dropped, and released with the channel by recover().
+        let e = launch_buf_buf_u32(&lib, &imported.view(0, N).unwrap(), &out.view(0, N).unwrap(), LATE_MS, Some(Duration::from_millis(30)))
+            .unwrap_err();
+        assert_eq!(e.cause, Cause::Timeout, "{}: {e}", board.name);
+        assert_eq!(imported.check().unwrap_err().cause, Cause::Quarantined, "{}", board.name);
+        drop(imported);
+        rig.session().recover().unwrap();
+        assert!(matches!(rig.session().health(), Health::Healthy { .. }), "{}", board.name);
+        let again = rig.session().import(srv.fd(), FRAME_LEN, Access::ReadOnly).unwrap();
+        launch_buf_buf_u32(&lib, &again.view(0, N).unwrap(), &out.view(0, N).unwrap(), 1, None).unwrap();
+        drop((again, out, lib));
+    }
+    srv.stop().unwrap();
+    assert_eq!(back_to(&bench, &start), start, "{}: bench resources after the session", board.name);
+    // Linux 6.1.192's driver keeps a timed-out call's context and every map of its file for
+    // good (kernel-rules.md, last section): the memfds of the buffers it keeps stay open. The
+    // models keep nothing.
+    let kept = kernel_mark(&bench).growth_since(&mark).fds;
+    assert!(kept == 0 || *board == hexrpc_bsp::BENCH_LINUX, "{}: {kept} buffers kept by a model", board.name);
+    assert_eq!(fds_back_to(fds_start + kept), fds_start + kept, "{}: the process's descriptors ({kept} kept by the kernel)", board.name);
 }
