@@ -14,6 +14,12 @@
 //! the old request). Linux's upstream `fastrpc.c` (the upstream boards) has no such request:
 //! there the vote is [`PmQosState::NotAvailable`], and nothing is sent.
 //!
+//! **The DSP's clock vote.** [`DspPower`] names the DSP-side request (`HAP_power_set`) a library's
+//! entry makes for the session: the host does not make it, the DSP process does, so it travels to
+//! each library whose entry carries the power method (its build record says so) right after the
+//! library is opened, and again after each recovery reopens it ([`LibrarySetup`]). The values of
+//! each level are the runtime's (`hexrpc_runtime::launch::PowerVote`).
+//!
 //! A vote the kernel refuses (a device tree without the latency: the driver's -1) does not fail
 //! the session: it is logged and reported by [`Session::pm_qos`](crate::Session::pm_qos).
 
@@ -34,28 +40,116 @@ pub enum PmQosVote {
     Board,
 }
 
-/// A session's latency policy ([`Session::start_with`](crate::Session::start_with)). The default,
-/// [`LatencyPolicy::REALTIME`], is what a 20 Hz real-time service wants.
+/// The DSP's clock and DCVS vote (`HAP_power_set`, DCVS v2), as named levels. What each level
+/// asks for is the runtime's table (`hexrpc_runtime::launch::PowerVote::for_level`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum DspPower {
+    /// No vote: the DSP's own DCVS decides (clocks drop between frames; the first kernels of
+    /// each frame pay the ramp-up).
+    Off,
+    /// A clock floor: DCVS stays on above the nominal corner, the DSP's wake-up latency is
+    /// bounded to 1,000 µs, sleep is allowed. The default: a 20 Hz model keeps a predictable
+    /// frame time without holding the top clock between frames.
+    #[default]
+    Sustained,
+    /// The top corner, DCVS off, a 100 µs wake-up latency (tinygrad's request): the lowest
+    /// latency, the most power and heat; for bursts, not for a service that runs all day.
+    Burst,
+}
+
+impl DspPower {
+    /// The level's name as the CLI and the docs spell it.
+    pub const fn name(self) -> &'static str {
+        match self {
+            DspPower::Off => "off",
+            DspPower::Sustained => "sustained",
+            DspPower::Burst => "burst",
+        }
+    }
+
+    /// The level named `name` ([`DspPower::name`]).
+    pub fn from_name(name: &str) -> Option<DspPower> {
+        [DspPower::Off, DspPower::Sustained, DspPower::Burst].into_iter().find(|l| l.name() == name)
+    }
+}
+
+/// A session's latency policy ([`Session::start_with`](crate::Session::start_with)). The default,
+/// [`LatencyPolicy::REALTIME`], is what a 20 Hz real-time service wants: the PM-QoS vote and the
+/// sustained DSP clock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct LatencyPolicy {
     pm_qos: PmQosVote,
+    dsp_power: DspPower,
+}
+
+impl Default for LatencyPolicy {
+    fn default() -> Self {
+        LatencyPolicy::REALTIME
+    }
 }
 
 impl LatencyPolicy {
-    /// The PM-QoS vote on every channel.
-    pub const REALTIME: LatencyPolicy = LatencyPolicy { pm_qos: PmQosVote::Board };
-    /// No vote: the kernel's defaults (a batch job that does not care about latency).
-    pub const RELAXED: LatencyPolicy = LatencyPolicy { pm_qos: PmQosVote::Off };
+    /// The PM-QoS vote on every channel and [`DspPower::Sustained`].
+    pub const REALTIME: LatencyPolicy = LatencyPolicy { pm_qos: PmQosVote::Board, dsp_power: DspPower::Sustained };
+    /// No vote at all: the kernel's and the DSP's defaults (a batch job that does not care about
+    /// latency).
+    pub const RELAXED: LatencyPolicy = LatencyPolicy { pm_qos: PmQosVote::Off, dsp_power: DspPower::Off };
 
     /// This policy with the PM-QoS vote `vote`.
     pub const fn with_pm_qos(self, vote: PmQosVote) -> LatencyPolicy {
-        LatencyPolicy { pm_qos: vote }
+        LatencyPolicy { pm_qos: vote, ..self }
+    }
+
+    /// This policy with the DSP clock vote `level`.
+    pub const fn with_dsp_power(self, level: DspPower) -> LatencyPolicy {
+        LatencyPolicy { dsp_power: level, ..self }
     }
 
     /// The PM-QoS vote.
     pub const fn pm_qos(&self) -> PmQosVote {
         self.pm_qos
+    }
+
+    /// The DSP clock vote.
+    pub const fn dsp_power(&self) -> DspPower {
+        self.dsp_power
+    }
+}
+
+/// Most bytes of a [`LibrarySetup`] call's input.
+pub const MAX_SETUP_BYTES: usize = 64;
+
+/// One call a library gets right after it is opened, and again each time a recovery reopens it
+/// (the DSP process that took the first is gone): a method of the library's entry with one
+/// in-buffer of at most [`MAX_SETUP_BYTES`]. The runtime uses it for the DSP clock vote. Its
+/// failure is logged, counted ([`Session::setup_failures`](crate::Session::setup_failures)) and
+/// never fails the open.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LibrarySetup {
+    method: u8,
+    len: u8,
+    bytes: [u8; MAX_SETUP_BYTES],
+}
+
+impl LibrarySetup {
+    /// Method `method` with `input` as its in-buffer; `None` if the input is longer than
+    /// [`MAX_SETUP_BYTES`].
+    pub fn new(method: u8, input: &[u8]) -> Option<LibrarySetup> {
+        let mut bytes = [0u8; MAX_SETUP_BYTES];
+        bytes.get_mut(..input.len())?.copy_from_slice(input);
+        Some(LibrarySetup { method, len: input.len() as u8, bytes })
+    }
+
+    /// The method.
+    pub fn method(&self) -> u8 {
+        self.method
+    }
+
+    /// The input.
+    pub fn input(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
     }
 }
 
@@ -133,6 +227,21 @@ pub(crate) fn vote<S: Syscalls + ?Sized>(sys: &S, board: &Board, rpc: Fd, vote: 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_setup_longer_than_its_capacity_is_refused() {
+        assert!(LibrarySetup::new(6, &[0; MAX_SETUP_BYTES + 1]).is_none());
+        let s = LibrarySetup::new(6, &[1, 2, 3]).unwrap();
+        assert_eq!((s.method(), s.input()), (6, &[1u8, 2, 3][..]));
+    }
+
+    #[test]
+    fn every_level_is_found_by_its_name() {
+        for l in [DspPower::Off, DspPower::Sustained, DspPower::Burst] {
+            assert_eq!(DspPower::from_name(l.name()), Some(l));
+        }
+        assert_eq!(DspPower::from_name("turbo"), None);
+    }
 
     #[test]
     fn a_state_survives_its_packing() {

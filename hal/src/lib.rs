@@ -131,11 +131,11 @@ pub use fd::OwnedFd;
 pub use hexrpc_drivers::adsprpc::ArgsError;
 pub use image::LibraryImage;
 pub use import::Access;
-pub use latency::{LatencyPolicy, PmQosState, PmQosVote};
+pub use latency::{DspPower, LatencyPolicy, LibrarySetup, PmQosState, PmQosVote, MAX_SETUP_BYTES};
 pub use lease::{BufferView, Lease, LeaseMemory};
 pub use session::library::Library;
 pub use session::remotectl::{ImageRegistry, DLERROR_LEN, MAP_CACHE_RELEASE_IDS, MAP_CACHE_RELEASE_METHOD, MAX_LIBRARIES, MAX_NAME};
-pub use session::{Health, Session};
+pub use session::{Health, Session, MAX_SETUPS};
 #[cfg(feature = "std")]
 pub use shared::{SharedArena, SharedArenaBuf, SharedLease, SharedLibrary};
 pub use stages::{ChannelOpened, HeapOpened, ProcessCreated, ShellStaged};

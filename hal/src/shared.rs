@@ -302,7 +302,20 @@ impl<S: Syscalls + Clone> Session<S> {
         image: impl Into<LibraryImage>,
         map_cache: bool,
     ) -> Result<SharedLibrary<S>, HalError> {
-        let slot = self.open_library_with(&*registry, name, image, map_cache)?.into_slot();
+        self.open_library_shared_setup(registry, name, image, map_cache, None)
+    }
+
+    /// [`open_library_shared_with`](Session::open_library_shared_with) with a setup call
+    /// ([`open_library_setup`](Session::open_library_setup)).
+    pub fn open_library_shared_setup(
+        self: &Arc<Self>,
+        registry: Arc<dyn ImageRegistry + Send + Sync>,
+        name: &str,
+        image: impl Into<LibraryImage>,
+        map_cache: bool,
+        setup: Option<crate::LibrarySetup>,
+    ) -> Result<SharedLibrary<S>, HalError> {
+        let slot = self.open_library_setup(&*registry, name, image, map_cache, setup)?.into_slot();
         Ok(SharedLibrary { slot, registry, session: self.clone() })
     }
 }

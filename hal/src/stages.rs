@@ -313,6 +313,13 @@ pub struct ProcessCreated<S: Syscalls + Clone> {
     pub(crate) prev: HeapOpened<S>,
 }
 
+impl<S: Syscalls + Clone> ProcessCreated<S> {
+    /// What became of the policy's PM-QoS vote on the channel ([`crate::LatencyPolicy`]).
+    pub fn pm_qos(&self) -> PmQosState {
+        self.pm_qos
+    }
+}
+
 pub(crate) fn attach_listener<S: Syscalls>(sys: &S, ch: &Channel<S>) -> Result<(), HalError> {
     let mut args =
         Call::<'_, 1>::new(listener::LISTENER_INIT2.method()).map_err(|_| HalError::new(Stage::ListenerAttach, Cause::Invalid))?;

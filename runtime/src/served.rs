@@ -102,11 +102,23 @@ impl<S: Syscalls + Clone + Send + Sync + 'static> ServedSession<S> {
     /// Opens a library whose image the service serves under a unique name (see
     /// [`Session::open_library`]). A library whose build record carries
     /// [`FLAG_MAP_CACHE`](crate::launch::record::FLAG_MAP_CACHE) is opened with the map cache
-    /// ([`Session::open_library_with`]).
+    /// ([`Session::open_library_with`]); one with
+    /// [`FLAG_POWER`](crate::launch::record::FLAG_POWER) gets the session's DSP clock vote
+    /// ([`LatencyPolicy`](hexrpc_hal::LatencyPolicy), [`PowerVote`](crate::launch::PowerVote))
+    /// after each open.
     pub fn open_library(&self, name: &str, image: impl Into<LibraryImage>) -> Result<Library<'_, S>, Error> {
         let image = image.into();
         let map_cache = records_map_cache(image.bytes());
-        Ok(self.session.open_library_with(&*self.service, name, image, map_cache)?)
+        let setup = self.power_setup(image.bytes());
+        Ok(self.session.open_library_setup(&*self.service, name, image, map_cache, setup)?)
+    }
+
+    /// The DSP clock vote for a library with `image`: the session's level, if its build record
+    /// says the entry takes it.
+    fn power_setup(&self, image: &[u8]) -> Option<hexrpc_hal::LibrarySetup> {
+        let takes = matches!(crate::launch::LibraryRecord::find(image), Ok(Some(r)) if r.power());
+        let vote = crate::launch::PowerVote::for_level(self.session.latency_policy().dsp_power());
+        vote.filter(|_| takes).map(|v| v.setup())
     }
 
     /// [`open_library`](Self::open_library) with the map cache said explicitly, for a library
@@ -178,7 +190,8 @@ impl<S: Syscalls + Clone + Send + Sync + 'static> ServedSession<S> {
         let image = image.into();
         let (signature, abi) = resolve_launch(image.bytes(), launch)?;
         let map_cache = records_map_cache(image.bytes());
-        let library = self.session.open_library_shared_with(self.service.clone(), name, image, map_cache)?;
+        let setup = self.power_setup(image.bytes());
+        let library = self.session.open_library_shared_setup(self.service.clone(), name, image, map_cache, setup)?;
         Ok(Kernel::new(library, signature, abi))
     }
 
@@ -189,7 +202,8 @@ impl<S: Syscalls + Clone + Send + Sync + 'static> ServedSession<S> {
     pub fn open_library_shared(&self, name: &str, image: impl Into<LibraryImage>) -> Result<SharedLibrary<S>, Error> {
         let image = image.into();
         let map_cache = records_map_cache(image.bytes());
-        Ok(self.session.open_library_shared_with(self.service.clone(), name, image, map_cache)?)
+        let setup = self.power_setup(image.bytes());
+        Ok(self.session.open_library_shared_setup(self.service.clone(), name, image, map_cache, setup)?)
     }
 
     /// Allocates a lease that holds a share of the session instead of a borrow (its memory

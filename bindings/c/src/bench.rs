@@ -70,7 +70,7 @@ pub fn kernel_image(kernel: &str, signature: &str, abi: AbiVersion) -> Result<&'
     let tc = hexrpc_bench::executor::tools_available()
         .map_err(|why| Failure::unavailable("bench-image", format!("the bench executor: {why}")))?;
     let _one = BUILDING.lock().unwrap_or_else(|p| p.into_inner());
-    let opts = EntryOptions { version: abi, power_request: None, map_cache: false };
+    let opts = EntryOptions { version: abi, power_request: None, map_cache: false, power_method: false };
     hexrpc_scenarios::suite::build_image(&tc, kernel, signature, opts, hexrpc_bench::executor::Flavour::Scalar)
         .map_err(|e| Failure::invalid("bench-image", format!("building {kernel} for {signature:?}: {e}")))
 }

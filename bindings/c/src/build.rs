@@ -18,7 +18,7 @@ pub fn build_library(kernel_c: &Path, kernel_name: Option<&str>, signature: &str
     static BUILDING: Mutex<()> = Mutex::new(());
     let sig = Signature::parse(signature).map_err(|e| Failure::invalid("build-lib", format!("signature {signature:?}: {e}")))?;
     let opts = BuildOptions {
-        entry: EntryOptions { version: abi, power_request: None, map_cache: abi == AbiVersion::V2 },
+        entry: EntryOptions { version: abi, power_request: None, map_cache: abi == AbiVersion::V2, power_method: abi == AbiVersion::V2 },
         kernel_name: kernel_name.map(str::to_string),
         ..BuildOptions::default()
     };

@@ -13,6 +13,7 @@ use super::Session;
 use crate::call::Call;
 use crate::error::{Cause, HalError, Stage};
 use crate::image::LibraryImage;
+use crate::latency::LibrarySetup;
 
 static NAME_SEQ: AtomicU32 = AtomicU32::new(1);
 
@@ -49,8 +50,25 @@ impl<S: Syscalls + Clone> Session<S> {
         image: impl Into<LibraryImage>,
         map_cache: bool,
     ) -> Result<Library<'s, S>, HalError> {
+        self.open_library_setup(registry, name, image, map_cache, None)
+    }
+
+    /// [`open_library_with`](Self::open_library_with), and `setup` sent to the library right
+    /// after it is opened and after each reopen by a recovery ([`LibrarySetup`]).
+    pub fn open_library_setup<'s>(
+        &'s self,
+        registry: &'s dyn ImageRegistry,
+        name: &str,
+        image: impl Into<LibraryImage>,
+        map_cache: bool,
+        setup: Option<LibrarySetup>,
+    ) -> Result<Library<'s, S>, HalError> {
         let st = Stage::LibraryOpen;
         let image = image.into();
+        let setup_index = match &setup {
+            Some(s) => Some(self.intern_setup(s).ok_or(HalError::new(st, Cause::Full))?),
+            None => None,
+        };
         if name.is_empty() || name.len() > 32 || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.') {
             return Err(HalError::new(st, Cause::Invalid));
         }
@@ -64,7 +82,7 @@ impl<S: Syscalls + Clone> Session<S> {
             let mut libs = self.libs.lock();
             let slot = libs.iter().position(|s| s.is_none()).ok_or(HalError::new(st, Cause::Full))?;
             // Reserved while the DSP loads it; recovery cannot run meanwhile (we hold `chan`).
-            libs[slot] = Some(LibSlot { name: unique.clone(), remote: u32::MAX, map_cache });
+            libs[slot] = Some(LibSlot { name: unique.clone(), remote: u32::MAX, map_cache, setup: setup_index });
             slot
         };
         let opened = if registry.publish(&unique, image) {
@@ -75,10 +93,13 @@ impl<S: Syscalls + Clone> Session<S> {
         } else {
             Err(HalError::new(st, Cause::Registry))
         };
+        if let (Ok(remote), Some(s)) = (&opened, &setup) {
+            self.send_setup(lease.raw(), *remote, &unique, s);
+        }
         let mut libs = self.libs.lock();
         match opened {
             Ok(remote) => {
-                libs[slot] = Some(LibSlot { name: unique, remote, map_cache });
+                libs[slot] = Some(LibSlot { name: unique, remote, map_cache, setup: setup_index });
                 Ok(Library { session: self, registry, slot })
             }
             Err(e) => {
@@ -108,6 +129,41 @@ impl<S: Syscalls + Clone> Session<S> {
         drop(chan);
         self.book.forget_slot(slot);
         registry.withdraw(&lib.name);
+    }
+
+    /// The index of `setup` in the session's table of distinct setup calls (added if new);
+    /// `None` when [`MAX_SETUPS`](super::MAX_SETUPS) distinct ones are there already.
+    fn intern_setup(&self, setup: &LibrarySetup) -> Option<u8> {
+        let mut table = self.setups.lock();
+        if let Some(i) = table.iter().position(|s| s == setup) {
+            return Some(i as u8);
+        }
+        table.push(*setup).ok()?;
+        Some((table.len() - 1) as u8)
+    }
+
+    /// The setup call at `index` of the session's table.
+    pub(super) fn setup_at(&self, index: u8) -> Option<LibrarySetup> {
+        self.setups.lock().get(usize::from(index)).copied()
+    }
+
+    /// Sends a library's setup call on the channel `fd` to its remote handle `remote`: logged and
+    /// counted when it fails, never an error (the library works without it).
+    pub(super) fn send_setup(&self, fd: Fd, remote: u32, name: &str, setup: &LibrarySetup) {
+        let sent = Call::<'_, 1>::new(setup.method()).and_then(|mut call| {
+            call.input(setup.input())?;
+            Ok(call)
+        });
+        let result = match sent {
+            Ok(mut call) => {
+                crate::driver::invoke(&self.sys, self.board, fd, remote, &mut call).map_err(|e| HalError::sys(Stage::Invoke, e))
+            }
+            Err(_) => Err(HalError::new(Stage::Invoke, Cause::Invalid)),
+        };
+        if let Err(e) = result {
+            self.setup_failures.fetch_add(1, Ordering::Relaxed);
+            log::warn!("the setup call (method {}) of library {name} failed: {e}; the library works without it", setup.method());
+        }
     }
 
     pub(crate) fn remote_handle(&self, slot: usize) -> Option<u32> {

@@ -154,6 +154,10 @@ pub struct Session<S: Syscalls + Clone> {
     pub(crate) policy: LatencyPolicy,
     /// [`PmQosState::pack`] of the vote on the current channel.
     pm_qos: AtomicU32,
+    /// Library setup calls that failed ([`Session::setup_failures`]).
+    setup_failures: AtomicU32,
+    /// The distinct setup calls of the session's libraries ([`crate::LibrarySetup`]).
+    setups: sync::Mutex<heapless::Vec<crate::LibrarySetup, MAX_SETUPS>>,
     /// The DSP identity of the channel in each cell (0: the process id, 1: with the session
     /// bit; meaningful while the cell holds one).
     cell_ident: [AtomicU8; CELLS],
@@ -173,6 +177,10 @@ pub struct Session<S: Syscalls + Clone> {
     pub(crate) sys: S,
     pub(crate) board: &'static Board,
 }
+
+/// Most distinct library setup calls one session keeps ([`crate::LibrarySetup`]): the DSP clock
+/// vote needs one.
+pub const MAX_SETUPS: usize = 4;
 
 fn pack_channel(cell: usize, generation: u32) -> u64 {
     (u64::from(generation) << 32) | (cell as u64 + 1)
@@ -311,6 +319,8 @@ impl<S: Syscalls + Clone> Session<S> {
             info,
             policy: ion.policy,
             pm_qos: AtomicU32::new(pm_qos.pack()),
+            setup_failures: AtomicU32::new(0),
+            setups: sync::Mutex::new(heapless::Vec::new()),
             cell_ident: [AtomicU8::new(identity), AtomicU8::new(0)],
             cell_gen: [AtomicU32::new(1), AtomicU32::new(0)],
             book: Book::new(),
@@ -338,6 +348,12 @@ impl<S: Syscalls + Clone> Session<S> {
     /// its INIT: [`LatencyPolicy`]).
     pub fn pm_qos(&self) -> PmQosState {
         PmQosState::unpack(self.pm_qos.load(Ordering::Acquire))
+    }
+
+    /// Library setup calls ([`LibrarySetup`](crate::LibrarySetup): the DSP clock vote) that
+    /// failed since the session started; each was logged.
+    pub fn setup_failures(&self) -> u32 {
+        self.setup_failures.load(Ordering::Relaxed)
     }
 
     pub(crate) fn set_pm_qos(&self, state: PmQosState) {

@@ -291,6 +291,11 @@ impl<S: Syscalls + Clone> Session<S> {
         for slot in 0..MAX_LIBRARIES {
             let Some(name) = self.libs.lock()[slot].as_ref().map(|l| l.name.clone()) else { continue };
             let remote = remotectl_open(&self.sys, self.board, lease.raw(), &name)?;
+            let setup = self.libs.lock()[slot].as_ref().and_then(|l| l.setup).and_then(|i| self.setup_at(i));
+            if let Some(s) = setup {
+                // The new DSP process has none of the old one's votes.
+                self.send_setup(lease.raw(), remote, &name, &s);
+            }
             if let Some(l) = self.libs.lock()[slot].as_mut() {
                 l.remote = remote;
             }

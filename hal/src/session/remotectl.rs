@@ -61,6 +61,9 @@ pub(super) struct LibSlot {
     pub(super) remote: u32,
     /// The library keeps lease mappings across calls (opened with the map cache).
     pub(super) map_cache: bool,
+    /// The call it gets after each open: an index in the session's setup table
+    /// ([`crate::LibrarySetup`]).
+    pub(super) setup: Option<u8>,
 }
 
 /// The method a library built with the map cache answers with a release (launch ABI method 4,

@@ -129,6 +129,22 @@ pub const MAX_PROGRAM_LAUNCHES: usize = 4096;
 /// (557,056 bytes), rounded up to a power of two (1 MiB). They live in a lease, not in the call.
 pub const MAX_PROGRAM_RECORD_BYTES: usize = 1 << 20;
 
+/// The FastRPC method index of the DSP clock vote (libraries built with the power method only,
+/// [`FLAG_POWER`](super::record::FLAG_POWER)): pra 0 holds a [`PowerVote`](super::PowerVote)
+/// ([`POWER_VOTE_BYTES`]), which the entry hands to `HAP_power_set`; the answer is
+/// `HAP_power_set`'s.
+pub const POWER_METHOD: u8 = 6;
+/// Bytes of a power vote (12 little-endian u32 words).
+pub const POWER_VOTE_BYTES: usize = 48;
+
+/// The scalars word of a power vote (method 6, one in-buffer, nothing else).
+pub const fn power_scalars() -> Scalars {
+    match Scalars::new(POWER_METHOD, 1, 0, 0, 0) {
+        Some(sc) => sc,
+        None => panic!("method 6 with one in-buffer fits the scalars word"),
+    }
+}
+
 /// The scalars word of a release (method 4, one in-buffer, nothing else).
 pub const fn release_scalars() -> Scalars {
     match Scalars::new(RELEASE_METHOD, 1, 0, 0, 0) {
@@ -512,6 +528,8 @@ const _: () = {
     assert!(BATCH.view_len_at + 4 <= BATCH.view_size && BATCH.status_micros_at + 8 <= BATCH.status_len);
     assert!(BATCH.lease_reserved_at + 4 <= BATCH.lease_entry_size && BATCH.lease_id_at == BATCH.lease_reserved_at);
     assert!(RELEASE_METHOD != BATCH_METHOD && RELEASE_METHOD != LAUNCH_METHOD);
+    assert!(POWER_METHOD != RELEASE_METHOD && POWER_METHOD != PROGRAM_METHOD && POWER_METHOD != BATCH_METHOD);
+    assert!(POWER_METHOD != LAUNCH_METHOD && POWER_VOTE_BYTES <= hexrpc_hal::MAX_SETUP_BYTES);
     // The HAL sends the release (when a lease is dropped, before a library is closed).
     assert!(RELEASE_METHOD == hexrpc_hal::MAP_CACHE_RELEASE_METHOD && MAX_RELEASE_IDS == hexrpc_hal::MAP_CACHE_RELEASE_IDS);
     // What the capacities are sized for: a full batch of MAX_BATCH_LAUNCHES records of

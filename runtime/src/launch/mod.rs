@@ -48,6 +48,7 @@ mod batch;
 mod batch_error;
 mod entry;
 mod pack;
+mod power;
 mod program;
 pub mod record;
 mod scalar;
@@ -56,13 +57,14 @@ mod signature;
 pub use abi::{
     AbiVersion, BatchLayout, BatchStatus, LaunchLayout, MapExtent, BATCH, BATCH_MAGIC, BATCH_METHOD, ENTRY_SYMBOL, FIRST_HANDLE,
     MAP_CACHE_SLOTS, MAX_ARGS, MAX_BATCH_KERNELS, MAX_BATCH_LAUNCHES, MAX_BATCH_LEASES, MAX_BATCH_RECORD_BYTES, MAX_BUFFERS,
-    MAX_PROGRAM_LAUNCHES, MAX_PROGRAM_RECORD_BYTES, MAX_RELEASE_IDS, NO_FAILED_RECORD, PROGRAM, PROGRAM_MAGIC, PROGRAM_METHOD,
-    RELEASE_METHOD, SLOT_SIZE, V1, V2, V2_MAGIC,
+    MAX_PROGRAM_LAUNCHES, MAX_PROGRAM_RECORD_BYTES, MAX_RELEASE_IDS, NO_FAILED_RECORD, POWER_METHOD, POWER_VOTE_BYTES, PROGRAM,
+    PROGRAM_MAGIC, PROGRAM_METHOD, RELEASE_METHOD, SLOT_SIZE, V1, V2, V2_MAGIC,
 };
 pub use batch::{Batch, BatchRun, BatchSpace, BATCH_HANDLE_BYTES, BATCH_VALUE_BYTES};
 pub use batch_error::{BatchFailure, BatchRefusal};
 pub use entry::{check_kernel_name, write_batch_entry, write_entry, EntryError, EntryOptions, KernelSpec, PowerRequest};
 pub use pack::{BufferRef, LaunchBuffer, PackError, PackedLaunch, DEFAULT_SLOTS};
+pub use power::PowerVote;
 pub use program::Program;
 pub use record::{LibraryRecord, RecordError, RecordedKernel};
 pub use scalar::{Scalar, ScalarType};

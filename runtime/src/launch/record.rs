@@ -59,6 +59,10 @@ pub const FLAG_MAP_CACHE: u32 = 2;
 /// [`FLAG_BATCHES`] by every table this build generates; a table without it (built before it)
 /// runs a model as batches of at most 256 records, one call each.
 pub const FLAG_PROGRAM: u32 = 4;
+/// The entry-flags bit of a library whose entry answers the power method (launch ABI method 6,
+/// [`POWER_METHOD`](super::abi::POWER_METHOD)): the host sends it the session's DSP clock vote
+/// ([`PowerVote`](super::PowerVote)) after each open. A library without it gets no vote.
+pub const FLAG_POWER: u32 = 8;
 /// The symbols a library may import: what the DSP provides to a loaded library (the HAP
 /// functions the generated entry calls, `fopen`/`fclose` (answered by the host's reverse file
 /// service, as a DSP's C library does), the C library functions and compiler runtime helpers
@@ -112,7 +116,7 @@ pub const DSP_PROVIDED_SYMBOLS: &[&str] = &[
 ];
 
 /// Every entry-flags bit this build knows.
-pub const KNOWN_FLAGS: u32 = FLAG_BATCHES | FLAG_MAP_CACHE | FLAG_PROGRAM;
+pub const KNOWN_FLAGS: u32 = FLAG_BATCHES | FLAG_MAP_CACHE | FLAG_PROGRAM | FLAG_POWER;
 /// Most kernels one record describes: a kernel table's capacity
 /// ([`MAX_BATCH_KERNELS`](super::MAX_BATCH_KERNELS)), so every table the entry generator takes
 /// can be recorded and read back.
@@ -192,6 +196,7 @@ pub struct LibraryRecord<'a> {
     batches: bool,
     map_cache: bool,
     programs: bool,
+    power: bool,
     kernels: &'a [u8],
 }
 
@@ -254,7 +259,8 @@ impl<'a> LibraryRecord<'a> {
         if programs && !batches {
             return Err(RecordError::InconsistentFlags(flags));
         }
-        let record = LibraryRecord { abi, count, batches, map_cache, programs, kernels: &desc[header..] };
+        let power = flags & FLAG_POWER != 0;
+        let record = LibraryRecord { abi, count, batches, map_cache, programs, power, kernels: &desc[header..] };
         // Validate every entry now, so the accessors cannot fail later.
         let mut at = 0usize;
         for _ in 0..count {
@@ -301,6 +307,12 @@ impl<'a> LibraryRecord<'a> {
     /// close).
     pub fn map_cache(&self) -> bool {
         self.map_cache
+    }
+
+    /// True if the library's entry answers the power method ([`FLAG_POWER`]): the host sends it
+    /// the session's DSP clock vote after each open.
+    pub fn power(&self) -> bool {
+        self.power
     }
 
     /// The first (today: the only) kernel.
@@ -539,7 +551,12 @@ mod tests {
             assert!(rec.batches() && rec.programs());
             assert_eq!(rec.map_cache(), flags & FLAG_MAP_CACHE != 0);
         }
-        assert_eq!(write_record_asm_flags(&mut String::new(), AbiVersion::V2, &[("k", &sig2)], 8), Err(RecordError::UnknownFlags(8)));
+        let mut asm = String::new();
+        write_record_asm_flags(&mut asm, AbiVersion::V2, &[("k", &sig2)], FLAG_POWER).unwrap();
+        let img = image_with(&bytes_of(&asm));
+        let rec = LibraryRecord::find(&img).unwrap().unwrap();
+        assert!(rec.power() && !rec.batches() && !rec.map_cache());
+        assert_eq!(write_record_asm_flags(&mut String::new(), AbiVersion::V2, &[("k", &sig2)], 16), Err(RecordError::UnknownFlags(16)));
         assert_eq!(
             write_record_asm_flags(&mut String::new(), AbiVersion::V2, &[("k", &sig2)], FLAG_PROGRAM),
             Err(RecordError::InconsistentFlags(FLAG_PROGRAM))
@@ -599,8 +616,8 @@ mod tests {
         bad[32] = 6; // entry flags word: programs without batches
         assert_eq!(LibraryRecord::find(&image_with(&bad)), Err(RecordError::InconsistentFlags(6)));
         let mut bad = note.clone();
-        bad[32] = 8; // entry flags word: a bit nobody defined
-        assert_eq!(LibraryRecord::find(&image_with(&bad)), Err(RecordError::UnknownFlags(8)));
+        bad[32] = 16; // entry flags word: a bit nobody defined
+        assert_eq!(LibraryRecord::find(&image_with(&bad)), Err(RecordError::UnknownFlags(16)));
         // Format 1 (no flags word): a table exactly when it lists more than one kernel.
         let v1 = |kernels: &[(&str, &str)]| {
             let mut desc = std::vec::Vec::new();

@@ -24,7 +24,8 @@
  *    and otherwise refuses, reports the call and leaves the mapping alive (a leak, as on a
  *    device);
  *  - HAP_perf_get_time_us (CLOCK_MONOTONIC of the emulator: host time, not DSP cycles) and
- *    HAP_power_set (accepted and recorded, no effect);
+ *    HAP_power_set (accepted and recorded, every field of a DCVS v2 request read back as the
+ *    generated entry's hrx_power_request lays it out; no effect);
  *  - the request loop: the bench writes a message on stdin (load, invoke, close, quit); for an
  *    invoke the shell copies the buffer arguments into its own memory, builds the 32-bit
  *    (8-byte) remote_arg view, calls the library's entry(handle, sc, pra), and writes the result,
@@ -239,11 +240,40 @@ unsigned long long HAP_perf_get_time_us(void) {
   return (unsigned long long)(unsigned long)ts[0] * 1000000ull + (unsigned long)ts[1] / 1000u;
 }
 
+/* The request as the generated entry declares it (runtime/src/launch/entry/prelude.rs). */
+struct hrx_power_req {
+  int type;
+  union {
+    struct {
+      unsigned char dcvs_enable;
+      int dcvs_option;
+      unsigned char set_latency;
+      unsigned int latency;
+      unsigned char set_dcvs_params;
+      struct { int target_corner, min_corner, max_corner; unsigned int param1, param2, param3; } dcvs_params;
+      unsigned char set_sleep_disable;
+      unsigned char sleep_disable;
+    } dcvs_v2;
+    unsigned char reserved[124];
+  } u;
+};
+
+/* Records the request in one event: fd = type | dcvs_option << 16, addr = latency,
+ * len = target | min << 8 | max << 16 | sleep_disable << 24 (corners below 256),
+ * arg = dcvs_enable | set_latency << 8 | set_dcvs_params << 16 | set_sleep_disable << 24. */
 int HAP_power_set(void *context, void *request) {
   (void)context;
-  hrx_u32 type = 0;
-  if (request != 0) memcpy(&type, request, 4);
-  hrx_event(HRX_EV_POWER, 0, 0, 0, type);
+  struct hrx_power_req r;
+  memset(&r, 0, sizeof r);
+  if (request != 0) memcpy(&r, request, sizeof r);
+  const hrx_u32 fd = ((hrx_u32)r.type & 0xffffu) | (((hrx_u32)r.u.dcvs_v2.dcvs_option & 0xffffu) << 16);
+  const hrx_u32 corners = ((hrx_u32)r.u.dcvs_v2.dcvs_params.target_corner & 0xffu) |
+                          (((hrx_u32)r.u.dcvs_v2.dcvs_params.min_corner & 0xffu) << 8) |
+                          (((hrx_u32)r.u.dcvs_v2.dcvs_params.max_corner & 0xffu) << 16) |
+                          ((hrx_u32)r.u.dcvs_v2.sleep_disable << 24);
+  const hrx_u32 flags = (hrx_u32)r.u.dcvs_v2.dcvs_enable | ((hrx_u32)r.u.dcvs_v2.set_latency << 8) |
+                        ((hrx_u32)r.u.dcvs_v2.set_dcvs_params << 16) | ((hrx_u32)r.u.dcvs_v2.set_sleep_disable << 24);
+  hrx_event(HRX_EV_POWER, fd, r.u.dcvs_v2.latency, corners, flags);
   return 0;
 }
 

@@ -583,7 +583,8 @@ fn hap_power_set_is_accepted_and_recorded(board: &'static Board) {
     o.read(&mut b).unwrap();
     assert_eq!(f32s_of(&b), r::relu_f32(&xs));
     let e = executor::executors(&bench).into_iter().find(|e| e.library.starts_with("relu_tg")).unwrap();
-    assert_eq!(e.stats.power_requests, vec![7]);
+    let p = e.stats.power_requests.iter().map(|p| (p.request_type, p.dcvs_enable, p.latency, p.target_corner)).collect::<Vec<_>>();
+    assert_eq!(p, vec![(7, 0, 100, 6)], "tinygrad's request, every field read back");
     assert_eq!(bench.ledger_mismatches(), 0, "v1 with offset-0 views keeps the contract");
 }
 

@@ -4,7 +4,7 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
-use hexrpc_runtime::launch::record::{write_record_asm_flags, FLAG_BATCHES, FLAG_MAP_CACHE, FLAG_PROGRAM};
+use hexrpc_runtime::launch::record::{write_record_asm_flags, FLAG_BATCHES, FLAG_MAP_CACHE, FLAG_POWER, FLAG_PROGRAM};
 use hexrpc_runtime::launch::{
     check_kernel_name, write_batch_entry, write_entry, EntryError, EntryOptions, KernelSpec as TableEntry, LibraryRecord, RecordError,
     Signature,
@@ -250,7 +250,9 @@ fn build_kernels(kernels: &[KernelSpec<'_>], out: &Path, opts: &BuildOptions, ta
     let listed: Vec<(&str, &Signature)> = kernels.iter().map(|k| (k.name.as_str(), k.sig)).collect();
     let mut record = String::new();
     // A table's entry runs batches and programs (`write_batch_entry` writes both).
-    let flags = if table { FLAG_BATCHES | FLAG_PROGRAM } else { 0 } | if opts.entry.map_cache { FLAG_MAP_CACHE } else { 0 };
+    let flags = if table { FLAG_BATCHES | FLAG_PROGRAM } else { 0 }
+        | if opts.entry.map_cache { FLAG_MAP_CACHE } else { 0 }
+        | if opts.entry.power_method { FLAG_POWER } else { 0 };
     write_record_asm_flags(&mut record, opts.entry.version, &listed, flags).map_err(BuildError::Record)?;
     let record_source = work.join("record.s");
     std::fs::write(&record_source, &record).map_err(io_err(&record_source))?;

@@ -399,7 +399,7 @@ fn half_elementwise_add_runs_on_the_bench() {
     assert_eq!(carried, ["__extendhfsf2", "__truncsfhf2"], "only the helpers the kernel calls");
     let mut imports = report.elf.imports.clone();
     imports.sort();
-    assert_eq!(imports, ["HAP_mmap", "HAP_munmap", "HAP_perf_get_time_us"]);
+    assert_eq!(imports, ["HAP_mmap", "HAP_munmap", "HAP_perf_get_time_us", "HAP_power_set"], "HAP_power_set: the clock vote");
     let bench = Bench::new();
     let served = serve(&bench);
 

@@ -112,7 +112,7 @@ fn build_library_makes_a_page_aligned_hexagon_shared_object() {
     // Only the HAP functions are left for the DSP loader: no memset/memcpy crept in.
     let mut imports = elf.imports.clone();
     imports.sort();
-    assert_eq!(imports, ["HAP_mmap", "HAP_munmap", "HAP_perf_get_time_us"]);
+    assert_eq!(imports, ["HAP_mmap", "HAP_munmap", "HAP_perf_get_time_us", "HAP_power_set"], "HAP_power_set: the clock vote");
     assert!(std::fs::read_to_string(&report.linker_script).unwrap().contains(".text : ALIGN(4096)"));
     assert!(std::fs::read_to_string(&report.entry_source).unwrap().contains("scale(hrx_ptr0, hrx_ptr1, hrx_s0, hrx_s1);"));
 

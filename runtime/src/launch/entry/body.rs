@@ -5,7 +5,7 @@ use core::fmt::{self, Write};
 
 use super::helpers::scalar_load;
 use super::spec::{EntryOptions, KernelSpec, PowerRequest};
-use crate::launch::abi::{LaunchLayout, MapExtent, BATCH, ENTRY_SYMBOL, PROGRAM, RELEASE_METHOD};
+use crate::launch::abi::{LaunchLayout, MapExtent, BATCH, ENTRY_SYMBOL, POWER_METHOD, PROGRAM, RELEASE_METHOD};
 
 fn write_power<W: Write + ?Sized>(out: &mut W, p: &PowerRequest) -> fmt::Result {
     writeln!(out, "  {{ /* power request (tinygrad's dcvs_v2) */")?;
@@ -42,6 +42,9 @@ pub(super) fn write_body<W: Write + ?Sized>(
     if batch {
         writeln!(out, "  if ((sc >> 24) == {}u) return hrx_batch(sc, pra); /* a batch over the kernel table */", BATCH.method)?;
         writeln!(out, "  if ((sc >> 24) == {}u) return hrx_program(sc, pra); /* a program: records kept in a lease */", PROGRAM.method)?;
+    }
+    if opts.power_method {
+        writeln!(out, "  if ((sc >> 24) == {POWER_METHOD}u) return hrx_power(handle, sc, pra); /* the session's DSP clock vote */")?;
     }
     let cache = opts.map_cache && l.lease_id_at.is_some();
     if cache {

@@ -100,6 +100,7 @@ mod batch;
 mod body;
 mod helpers;
 mod map_cache;
+mod power;
 mod prelude;
 mod spec;
 

@@ -103,7 +103,7 @@ pub(super) fn write_prelude<W: Write + ?Sized>(
         "int HAP_munmap(void *addr, unsigned int len);\n",
         "unsigned long long HAP_perf_get_time_us(void);\n",
     ))?;
-    if opts.power_request.is_some() {
+    if opts.power_request.is_some() || opts.power_method {
         out.write_str(concat!(
             "int HAP_power_set(void *context, void *request);\n",
             "typedef struct {\n",
@@ -139,9 +139,12 @@ pub(super) fn write_prelude<W: Write + ?Sized>(
         writeln!(out, ");")?;
     }
     writeln!(out, "int {ENTRY_SYMBOL}(unsigned long long handle, unsigned int sc, remote_arg *pra);")?;
-    write_helpers(out, l, kernels, batch, opts.map_cache)?;
+    write_helpers(out, l, kernels, batch, opts.map_cache || opts.power_method)?;
     if opts.map_cache {
         write_map_cache(out, l)?;
+    }
+    if opts.power_method {
+        super::power::write_power_method(out, l)?;
     }
     Ok(())
 }

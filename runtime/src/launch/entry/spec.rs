@@ -52,18 +52,23 @@ pub struct EntryOptions {
     /// build record must then carry [`FLAG_MAP_CACHE`](crate::launch::record::FLAG_MAP_CACHE), so
     /// the host sends ids and releases.
     pub map_cache: bool,
+    /// Answer the power method ([`POWER_METHOD`](crate::launch::POWER_METHOD)): the session's
+    /// DSP clock vote ([`PowerVote`](crate::launch::PowerVote)), sent once after each open of
+    /// the library. The build record must then carry
+    /// [`FLAG_POWER`](crate::launch::record::FLAG_POWER).
+    pub power_method: bool,
 }
 
 impl EntryOptions {
     /// v2, no power request, no map cache.
-    pub const V2: EntryOptions = EntryOptions { version: AbiVersion::V2, power_request: None, map_cache: false };
-    /// v2 with the map cache (what `hexrpc build-lib` generates for v2).
-    pub const V2_CACHED: EntryOptions = EntryOptions { version: AbiVersion::V2, power_request: None, map_cache: true };
+    pub const V2: EntryOptions = EntryOptions { version: AbiVersion::V2, power_request: None, map_cache: false, power_method: false };
+    /// v2 with the map cache and the power method (what `hexrpc build-lib` generates for v2).
+    pub const V2_CACHED: EntryOptions = EntryOptions { version: AbiVersion::V2, power_request: None, map_cache: true, power_method: true };
     /// v1, no power request.
-    pub const V1: EntryOptions = EntryOptions { version: AbiVersion::V1, power_request: None, map_cache: false };
+    pub const V1: EntryOptions = EntryOptions { version: AbiVersion::V1, power_request: None, map_cache: false, power_method: false };
     /// What tinygrad generates: v1 with its power request.
     pub const TINYGRAD: EntryOptions =
-        EntryOptions { version: AbiVersion::V1, power_request: Some(PowerRequest::TINYGRAD), map_cache: false };
+        EntryOptions { version: AbiVersion::V1, power_request: Some(PowerRequest::TINYGRAD), map_cache: false, power_method: false };
 }
 
 impl Default for EntryOptions {

@@ -192,8 +192,8 @@ struct Io {
 pub struct ExecStats {
     /// Invokes answered.
     pub invokes: u64,
-    /// Request types of every `HAP_power_set` call (accepted, no effect).
-    pub power_requests: Vec<u32>,
+    /// Every `HAP_power_set` request, in order (accepted, no effect).
+    pub power_requests: Vec<wire::PowerSetRecord>,
     /// Mappings live in the shell after the last invoke (leaks stay here).
     pub live_mappings: u32,
     /// Libraries loaded in the shell now.
@@ -674,8 +674,8 @@ impl ExecProcess {
                     s.invokes += 1;
                     s.live_mappings = r.live_mappings;
                     for e in &r.events {
-                        if let wire::HapEvent::Power { request_type } = e {
-                            s.power_requests.push(*request_type);
+                        if let wire::HapEvent::Power(p) = e {
+                            s.power_requests.push(*p);
                         }
                     }
                 }

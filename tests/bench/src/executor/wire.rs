@@ -123,16 +123,42 @@ pub struct HandleArg {
     pub passed: bool,
 }
 
+/// One `HAP_power_set` request as the DSP shell read it (a DCVS v2 request as the generated entry
+/// lays it out; the shell keeps the low 16 bits of the type and option and the low 8 of each
+/// corner).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PowerSetRecord {
+    /// Request type (DCVS v2 = 7).
+    pub request_type: u32,
+    /// `dcvs_enable`.
+    pub dcvs_enable: u32,
+    /// `dcvs_option`.
+    pub dcvs_option: u32,
+    /// `set_latency`.
+    pub set_latency: u32,
+    /// `latency` in microseconds.
+    pub latency: u32,
+    /// `set_dcvs_params`.
+    pub set_dcvs_params: u32,
+    /// `dcvs_params.target_corner`.
+    pub target_corner: u32,
+    /// `dcvs_params.min_corner`.
+    pub min_corner: u32,
+    /// `dcvs_params.max_corner`.
+    pub max_corner: u32,
+    /// `set_sleep_disable`.
+    pub set_sleep_disable: u32,
+    /// `sleep_disable`.
+    pub sleep_disable: u32,
+}
+
 /// A HAP call the runtime recorded during one invoke.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum HapEvent {
     /// A map, a failed map or an unmap: recorded in the bench's ledger as it is.
     Ledger(LedgerEvent),
-    /// `HAP_power_set` with this request type (accepted, no effect).
-    Power {
-        /// The request's first word.
-        request_type: u32,
-    },
+    /// `HAP_power_set` with this request (accepted, no effect).
+    Power(PowerSetRecord),
     /// This many events did not fit the runtime's event table.
     Dropped {
         /// How many.
@@ -163,7 +189,19 @@ impl HapEvent {
             1 => HapEvent::Ledger(LedgerEvent::Map { fd: fd as i32, addr, len, offset: arg }),
             2 => HapEvent::Ledger(LedgerEvent::MapFailed { fd: fd as i32, len, reason: map_failed_reason(arg) }),
             3 => HapEvent::Ledger(LedgerEvent::Unmap { addr, len, matched: arg == 1 }),
-            4 => HapEvent::Power { request_type: arg },
+            4 => HapEvent::Power(PowerSetRecord {
+                request_type: fd & 0xffff,
+                dcvs_option: fd >> 16,
+                latency: addr,
+                target_corner: len & 0xff,
+                min_corner: (len >> 8) & 0xff,
+                max_corner: (len >> 16) & 0xff,
+                sleep_disable: len >> 24,
+                dcvs_enable: arg & 0xff,
+                set_latency: (arg >> 8) & 0xff,
+                set_dcvs_params: (arg >> 16) & 0xff,
+                set_sleep_disable: arg >> 24,
+            }),
             5 => HapEvent::Dropped { count: arg },
             k => HapEvent::Unknown(k),
         }
