@@ -120,6 +120,9 @@ then the session chain as far as it can go:
     shell-stage   the shell staged in ION
     channel       GETINFO on the compute DSP channel (SMMU flag), CONTROL kalloc
     process       creating the user process on the DSP (INIT)
+    pm-qos        the channel's PM-QoS vote (CONTROL LATENCY): taken, refused (a skip
+                  with a hint: the session works, wake-ups cost more) or not
+                  available (upstream drivers have none)
     listener      registering the reverse-RPC listener (handle 3)
     library       loading a library through the reverse file service: --library,
                   else the shipped device test library (installed by the .deb

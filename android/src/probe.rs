@@ -66,6 +66,7 @@ pub const STEPS: &[&str] = &[
     "shell-stage",
     "channel",
     "process",
+    "pm-qos",
     "listener",
     "library",
 ];
@@ -560,6 +561,7 @@ fn chain<S: Syscalls + Clone + Send + Sync + 'static>(
         }
     };
     push(steps, "process", Ok("INIT created the user process on the DSP".into()));
+    steps.push(pm_qos_step(process.pm_qos()));
     let session = match process.attach_listener() {
         Ok(session) => session,
         Err(e) => {
@@ -592,6 +594,30 @@ fn chain<S: Syscalls + Clone + Send + Sync + 'static>(
         )
     });
     push(steps, "library", r.map_err(|e| e.hal().map_or_else(|| (e.to_string(), String::new()), |h| fail(&h))));
+}
+
+/// The PM-QoS vote of the channel (sent right after its INIT): informative, never gating (a
+/// session works without it, with slower wake-ups).
+fn pm_qos_step(state: hexrpc_hal::PmQosState) -> Step {
+    use hexrpc_hal::PmQosState;
+    let (status, detail, hint) = match state {
+        PmQosState::Sent => (
+            Status::Pass,
+            "FASTRPC_CONTROL_LATENCY taken: the CPU-DMA latency of the device tree (qcom,rpc-latency-us) holds while this file is open"
+                .into(),
+            String::new(),
+        ),
+        PmQosState::NotAvailable => {
+            (Status::Skip, "this board's driver (upstream fastrpc.c) has no PM-QoS request; nothing sent".into(), String::new())
+        }
+        PmQosState::NotAsked => (Status::Skip, "the latency policy asks for no vote".into(), String::new()),
+        PmQosState::Refused(e) => (
+            Status::Skip,
+            format!("the kernel refused FASTRPC_CONTROL_LATENCY ({e}); calls pay the CPU's deep-idle wake-up"),
+            "the device tree's fastrpc node needs qcom,rpc-latency-us (the driver refuses a zero latency)".into(),
+        ),
+    };
+    Step { name: "pm-qos", status, detail, hint }
 }
 
 /// `{"board", "board_source", "steps": [{"name", "status", "detail", "hint"}], "summary": {...}}`.

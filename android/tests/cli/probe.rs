@@ -57,6 +57,7 @@ fn probe_on_the_bench_passes_every_step_including_a_library_load() {
             "shell-stage",
             "channel",
             "process",
+            "pm-qos",
             "listener",
             "library"
         ]
@@ -65,6 +66,8 @@ fn probe_on_the_bench_passes_every_step_including_a_library_load() {
         let host_fact = s["name"] == "groups" || s["name"] == "selinux";
         assert_eq!(s["status"], if host_fact { "skip" } else { "pass" }, "{s}");
     }
+    let pm_qos = v["steps"].as_array().unwrap().iter().find(|s| s["name"] == "pm-qos").unwrap()["detail"].as_str().unwrap();
+    assert!(pm_qos.contains("FASTRPC_CONTROL_LATENCY taken"), "the comma-three bench takes the vote: {pm_qos}");
     assert_eq!(v["summary"]["failed"], 0);
 }
 
@@ -76,9 +79,12 @@ fn probe_on_the_upstream_bench_names_the_upstream_driver_and_the_heap() {
     assert_eq!(v["board"], "bench-upstream");
     let steps = v["steps"].as_array().unwrap();
     for s in steps {
-        let host_fact = s["name"] == "groups" || s["name"] == "selinux";
-        assert_eq!(s["status"], if host_fact { "skip" } else { "pass" }, "{s}");
+        // The upstream driver has no PM-QoS request: nothing to vote with.
+        let skipped = s["name"] == "groups" || s["name"] == "selinux" || s["name"] == "pm-qos";
+        assert_eq!(s["status"], if skipped { "skip" } else { "pass" }, "{s}");
     }
+    let pm_qos = steps.iter().find(|s| s["name"] == "pm-qos").unwrap()["detail"].as_str().unwrap();
+    assert!(pm_qos.contains("no PM-QoS request"), "{pm_qos}");
     let kernel = steps.iter().find(|s| s["name"] == "kernel").unwrap()["detail"].as_str().unwrap();
     assert!(kernel.contains("upstream fastrpc") && kernel.contains("/bench/dev/fastrpc-cdsp"), "{kernel}");
     assert!(kernel.contains("dma-heap") && kernel.contains("/bench/dev/dma_heap/system"), "{kernel}");

@@ -123,6 +123,31 @@
 // (a measuring instrument for what hexrpc adds per launch; outputs are not written).
 #define HEXRPC_BENCH_RETURNING_LAUNCHES 2
 
+// Latency policy word of `hexrpc_session_open_with` (0: the default, what a 20 Hz real-time
+// service wants: the PM-QoS vote on every channel and the sustained DSP clock). This bit: no
+// PM-QoS vote (CPU idle states unconstrained while a thread waits for the DSP).
+#define HEXRPC_LATENCY_NO_PM_QOS 1
+
+// Latency policy bit: no DSP clock vote (the DSP's own DCVS decides).
+#define HEXRPC_LATENCY_POWER_OFF 16
+
+// Latency policy bit: the burst DSP clock (top corner, DCVS off, 100 µs wake-up, no sleep)
+// instead of the sustained one. Not with `HEXRPC_LATENCY_POWER_OFF`.
+#define HEXRPC_LATENCY_POWER_BURST 32
+
+// `hexrpc_session_pm_qos`: the policy asks for no vote.
+#define HEXRPC_PM_QOS_NOT_ASKED 0
+
+// `hexrpc_session_pm_qos`: the kernel took the vote on the current channel.
+#define HEXRPC_PM_QOS_SENT 1
+
+// `hexrpc_session_pm_qos`: the board's driver has no such request (upstream `fastrpc.c`).
+#define HEXRPC_PM_QOS_NOT_AVAILABLE 2
+
+// `hexrpc_session_pm_qos`: the kernel refused the vote (no `qcom,rpc-latency-us` in the device
+// tree); the session works without it.
+#define HEXRPC_PM_QOS_REFUSED 3
+
 // The major version of this hexrpc.h (and of the library it was generated with). Each of the
 // three parts fits 16 bits (a static assertion in the library's source), so `HEXRPC_VERSION`
 // cannot collide.
@@ -347,6 +372,27 @@ const char *hexrpc_status_name(int32_t status);
 // `board` is NULL or a NUL-terminated string; `out` is NULL or valid for one write.
 enum hexrpc_status hexrpc_session_open(const char *board, struct hexrpc_session **out);
 
+// [`hexrpc_session_open`] with the latency policy `latency`: 0 (the default: the PM-QoS vote on
+// every channel and the sustained DSP clock, what a 20 Hz real-time service wants) or
+// `HEXRPC_LATENCY_NO_PM_QOS` and one of `HEXRPC_LATENCY_POWER_OFF` / `HEXRPC_LATENCY_POWER_BURST`.
+// The PM-QoS vote goes out after each channel's process is created (again after each
+// recovery; see [`hexrpc_session_pm_qos`]); the clock vote to each library whose entry takes
+// it, after each open. Unknown bits are `HEXRPC_ERR_INVALID`. Thread-safe.
+//
+// # Safety
+// As [`hexrpc_session_open`].
+enum hexrpc_status hexrpc_session_open_with(const char *board,
+                                            uint32_t latency,
+                                            struct hexrpc_session **out);
+
+// What became of the PM-QoS vote on the session's current channel: `HEXRPC_PM_QOS_SENT`,
+// `HEXRPC_PM_QOS_NOT_ASKED`, `HEXRPC_PM_QOS_NOT_AVAILABLE` (upstream drivers) or
+// `HEXRPC_PM_QOS_REFUSED` (the kernel said no; the session works without it). Thread-safe.
+//
+// # Safety
+// `state` is NULL or valid for one write.
+enum hexrpc_status hexrpc_session_pm_qos(struct hexrpc_session *session, uint32_t *state);
+
 // Hands hexrpc's log records of `max_level` (`HEXRPC_LOG_ERROR` .. `HEXRPC_LOG_TRACE`) and
 // above to `f(user, level, target, message)`, on the thread that made each record (several
 // threads may call it at once; it must not call into hexrpc). `f` NULL removes the callback
@@ -377,6 +423,17 @@ enum hexrpc_status hexrpc_detect_board(const char **name);
 // # Safety
 // `out` is NULL or valid for one write.
 enum hexrpc_status hexrpc_session_open_bench(uint32_t flags, struct hexrpc_session **out);
+#endif
+
+#if defined(HEXRPC_BENCH)
+// [`hexrpc_session_open_bench`] with the latency policy `latency` (as
+// [`hexrpc_session_open_with`]). Thread-safe.
+//
+// # Safety
+// `out` is NULL or valid for one write.
+enum hexrpc_status hexrpc_session_open_bench_with(uint32_t flags,
+                                                  uint32_t latency,
+                                                  struct hexrpc_session **out);
 #endif
 
 // Closes a session and every lease and library made from it (all their handles become dead):

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use hexrpc_bsp::DeviceAccess;
 use hexrpc_drivers::Fd;
-use hexrpc_hal::{ArenaStats, BufferView, Lease, LibraryImage, SharedArena, SharedArenaBuf, SharedLease, SharedLibrary};
+use hexrpc_hal::{ArenaStats, BufferView, LatencyPolicy, Lease, LibraryImage, SharedArena, SharedArenaBuf, SharedLease, SharedLibrary};
 use hexrpc_runtime::launch::{AbiVersion, BufferRef, LibraryRecord, Scalar, ScalarType, Signature, MAX_BUFFERS};
 use hexrpc_runtime::reverse::FilePolicy;
 use hexrpc_runtime::{Kernel, ServedSession};
@@ -48,15 +48,21 @@ impl Drop for SessionObj {
 impl SessionObj {
     /// Starts a session on the device board named `board` (`comma-three`, `msm-android`).
     pub fn open_device(board: &str) -> Result<SessionObj, Failure> {
+        Self::open_device_with(board, LatencyPolicy::default())
+    }
+
+    /// [`open_device`](Self::open_device) with the latency policy `latency`.
+    pub fn open_device_with(board: &str, latency: LatencyPolicy) -> Result<SessionObj, Failure> {
         let b = hexrpc_bsp::by_name(board).filter(|b| !hexrpc_bsp::BENCH_BOARDS.contains(b)).ok_or_else(|| {
             Failure::invalid("session-start", format!("no device board named {board:?} (known: {})", device_board_names()))
         })?;
-        Self::start(Seam::new(SeamKind::Device(hexrpc_drivers::RustixSys)), DeviceAccess::for_device(b))
+        Self::start(Seam::new(SeamKind::Device(hexrpc_drivers::RustixSys)), DeviceAccess::for_device(b), latency)
     }
 
-    fn start(seam: Seam, access: DeviceAccess) -> Result<SessionObj, Failure> {
+    fn start(seam: Seam, access: DeviceAccess, latency: LatencyPolicy) -> Result<SessionObj, Failure> {
         let policy = FilePolicy::for_board(access.board()).map_err(|e| Failure::invalid("session-start", format!("file policy: {e}")))?;
-        let served = ServedSession::start(seam, &access, policy).map_err(|e| {
+        let started = hexrpc_hal::Session::start_with(seam, &access, latency).map_err(hexrpc_runtime::Error::from);
+        let served = started.and_then(|s| ServedSession::serve(s, policy)).map_err(|e| {
             // A node that could not be opened: say which and what to do next.
             let advice = e.hal().map(|h| hexrpc_hal::OpenAdvice { error: &h, board: access.board() }.to_string()).unwrap_or_default();
             let mut f = Failure::from(e);
@@ -80,6 +86,17 @@ impl SessionObj {
     /// `HEXRPC_BENCH_CALL_LIMIT_MS`, else the bench's default).
     #[cfg(feature = "bench")]
     pub fn open_bench_with(executor: bool, returning: bool, call_limit: Option<std::time::Duration>) -> Result<SessionObj, Failure> {
+        Self::open_bench_latency(executor, returning, call_limit, LatencyPolicy::default())
+    }
+
+    /// [`open_bench_with`](Self::open_bench_with) with the latency policy `latency`.
+    #[cfg(feature = "bench")]
+    pub fn open_bench_latency(
+        executor: bool,
+        returning: bool,
+        call_limit: Option<std::time::Duration>,
+        latency: LatencyPolicy,
+    ) -> Result<SessionObj, Failure> {
         if executor {
             hexrpc_bench::executor::runner().map_err(|why| Failure::unavailable("session-start", format!("the bench executor: {why}")))?;
         }
@@ -87,7 +104,7 @@ impl SessionObj {
         let kind =
             if returning { SeamKind::Returning(bench, Arc::new(hexrpc_bench::measure::NullSys::new())) } else { SeamKind::Bench(bench) };
         let seam = Seam::new(kind);
-        Self::start(seam, DeviceAccess::for_bench())
+        Self::start(seam, DeviceAccess::for_bench(), latency)
     }
 
     /// Starts a session on a bench of `board` (a bench board: [`hexrpc_bench::KERNELS`]) with
@@ -97,7 +114,7 @@ impl SessionObj {
         let access = DeviceAccess::for_bench_board(board)
             .ok_or_else(|| Failure::invalid("session-start", format!("{} is not a bench board", board.name)))?;
         let bench = crate::bench::bench_with_models_on(board, None)?;
-        Self::start(Seam::new(SeamKind::Bench(bench)), access)
+        Self::start(Seam::new(SeamKind::Bench(bench)), access, LatencyPolicy::default())
     }
 
     /// The served session.

@@ -577,3 +577,42 @@ fn the_largest_batch_pushes_and_runs_on_a_64_kib_thread() {
     worker.unwrap().join().expect("the 64 KiB thread ran the batch");
     ok(hexrpc_session_close(session));
 }
+
+fn pm_qos(session: *mut hexrpc_session) -> u32 {
+    let mut state = u32::MAX;
+    // SAFETY: out pointer valid.
+    ok(unsafe { hexrpc_session_pm_qos(session, &mut state) });
+    state
+}
+
+#[test]
+fn the_latency_policy_word_reaches_the_session_and_bad_words_are_refused() {
+    // The default: the PM-QoS vote went out on the bench's comma-three channel, and again on the
+    // channel a recovery opens.
+    let mut session = null_mut();
+    // SAFETY: out pointer valid.
+    ok(unsafe { hexrpc_session_open_bench_with(0, 0, &mut session) });
+    assert_eq!(pm_qos(session), HEXRPC_PM_QOS_SENT);
+    ok(hexrpc_bench_restart_dsp(session));
+    ok(hexrpc_session_recover(session));
+    assert_eq!(pm_qos(session), HEXRPC_PM_QOS_SENT);
+    ok(hexrpc_session_close(session));
+    // No vote asked for.
+    let mut session = null_mut();
+    // SAFETY: out pointer valid.
+    ok(unsafe { hexrpc_session_open_bench_with(0, HEXRPC_LATENCY_NO_PM_QOS | HEXRPC_LATENCY_POWER_BURST, &mut session) });
+    assert_eq!(pm_qos(session), HEXRPC_PM_QOS_NOT_ASKED);
+    ok(hexrpc_session_close(session));
+    // Words that name nothing, or two clock levels at once, open nothing.
+    for bad in [0x100, HEXRPC_LATENCY_POWER_OFF | HEXRPC_LATENCY_POWER_BURST] {
+        let mut session = null_mut();
+        // SAFETY: out pointer valid.
+        let st = unsafe { hexrpc_session_open_bench_with(0, bad, &mut session) };
+        assert_eq!(st, hexrpc_status::HEXRPC_ERR_INVALID, "{bad:#x}");
+        assert!(session.is_null());
+        assert!(last().contains("latency") || last().contains("POWER"), "{}", last());
+    }
+    let mut state = 0u32;
+    // SAFETY: out pointer valid; the handle is forged.
+    assert_eq!(unsafe { hexrpc_session_pm_qos(0x1234 as *mut hexrpc_session, &mut state) }, hexrpc_status::HEXRPC_ERR_HANDLE);
+}

@@ -169,6 +169,14 @@ pub(crate) struct Session {
     children: Mutex<Children>,
 }
 
+/// The latency policy the keyword arguments `pm_qos` and `power` name.
+fn latency_policy(pm_qos: bool, power: &str) -> Result<hexrpc_hal::LatencyPolicy, Failure> {
+    let level = hexrpc_hal::DspPower::from_name(power)
+        .ok_or_else(|| Failure::invalid("session-start", format!("power={power:?}: one of \"off\", \"sustained\", \"burst\"")))?;
+    let vote = if pm_qos { hexrpc_hal::PmQosVote::Board } else { hexrpc_hal::PmQosVote::Off };
+    Ok(hexrpc_hal::LatencyPolicy::REALTIME.with_pm_qos(vote).with_dsp_power(level))
+}
+
 impl Session {
     fn new(obj: SessionObj) -> Session {
         Session { inner: Mutex::new(Some(Arc::new(obj))), children: Mutex::new(Children::default()) }
@@ -184,16 +192,22 @@ impl Session {
     /// Starts a session on the device board `board` ("comma-three", "msm-android", "qcom-rb5",
     /// "upstream"); `None` (the default): the board this machine's device-tree model names
     /// (`Unavailable`, quoting the model and listing the boards, when none does).
+    ///
+    /// The latency policy: `pm_qos=True` (the default) asks the kernel to bound the CPU's
+    /// wake-up latency while a thread waits for the DSP, on every channel (see `pm_qos_state`);
+    /// `power` is the DSP clock vote each library whose entry takes it gets: "sustained" (the
+    /// default: a clock floor, DCVS above it), "burst" (the top clock, DCVS off) or "off".
     #[staticmethod]
-    #[pyo3(signature = (board = None))]
-    fn open(py: Python<'_>, board: Option<&str>) -> PyResult<Session> {
+    #[pyo3(signature = (board = None, *, pm_qos = true, power = "sustained"))]
+    fn open(py: Python<'_>, board: Option<&str>, pm_qos: bool, power: &str) -> PyResult<Session> {
+        let policy = latency_policy(pm_qos, power).map_err(py_err)?;
         let obj = py
             .detach(|| {
                 let board = match board {
                     Some(b) => b,
                     None => hexrpc::objects::detect_board()?,
                 };
-                SessionObj::open_device(board)
+                SessionObj::open_device_with(board, policy)
             })
             .map_err(py_err)?;
         Ok(Session::new(obj))
@@ -205,23 +219,47 @@ impl Session {
     /// once without reaching the DSP (a measuring instrument; outputs are not written).
     /// `call_limit_ms`: the executor's limit per DSP call (a kernel still running after it is
     /// ended, which is a DSP restart); default `HEXRPC_BENCH_CALL_LIMIT_MS`, else 10000.
+    /// `pm_qos` and `power`: the latency policy, as `Session.open` takes it.
     #[staticmethod]
-    #[pyo3(signature = (executor = false, returning_launches = false, call_limit_ms = None))]
-    fn bench(py: Python<'_>, executor: bool, returning_launches: bool, call_limit_ms: Option<u32>) -> PyResult<Session> {
+    #[pyo3(signature = (executor = false, returning_launches = false, call_limit_ms = None, *, pm_qos = true, power = "sustained"))]
+    fn bench(
+        py: Python<'_>,
+        executor: bool,
+        returning_launches: bool,
+        call_limit_ms: Option<u32>,
+        pm_qos: bool,
+        power: &str,
+    ) -> PyResult<Session> {
         #[cfg(feature = "bench")]
         {
             if call_limit_ms == Some(0) {
                 return Err(py_err(Failure::invalid("session-start", "call_limit_ms must be positive (None: the default)")));
             }
+            let policy = latency_policy(pm_qos, power).map_err(py_err)?;
             let limit = call_limit_ms.map(|ms| Duration::from_millis(u64::from(ms)));
-            let obj = py.detach(|| SessionObj::open_bench_with(executor, returning_launches, limit)).map_err(py_err)?;
+            let obj = py.detach(|| SessionObj::open_bench_latency(executor, returning_launches, limit, policy)).map_err(py_err)?;
             Ok(Session::new(obj))
         }
         #[cfg(not(feature = "bench"))]
         {
-            let _ = (py, executor, returning_launches, call_limit_ms);
+            let _ = (py, executor, returning_launches, call_limit_ms, pm_qos, power);
             Err(py_err(Failure::unavailable("session-start", "this build of hexrpc has no bench")))
         }
+    }
+
+    /// What became of the PM-QoS vote on the current channel: "sent", "not-asked" (the policy
+    /// asks for none), "not-available" (the board's driver has no such request: upstream) or
+    /// "refused" (the kernel said no; the session works without it).
+    #[getter]
+    fn pm_qos_state(&self) -> PyResult<&'static str> {
+        let s = self.get()?;
+        s.check().map_err(py_err)?;
+        Ok(match s.served().session().pm_qos() {
+            hexrpc_hal::PmQosState::Sent => "sent",
+            hexrpc_hal::PmQosState::NotAsked => "not-asked",
+            hexrpc_hal::PmQosState::NotAvailable => "not-available",
+            hexrpc_hal::PmQosState::Refused(_) => "refused",
+        })
     }
 
     /// Allocates an ION buffer of at least `size` bytes (rounded up to a page).

@@ -156,6 +156,21 @@ def test_restart_and_recovery(sess):
     del mem
 
 
+def test_latency_policy_keywords_reach_the_session():
+    # The default: the PM-QoS vote on the bench's comma-three channel, and on the channel a
+    # recovery opens.
+    with hexrpc.Session.bench() as s:
+        assert s.pm_qos_state == "sent"
+        s.restart_dsp()
+        s.recover()
+        assert s.pm_qos_state == "sent"
+    with hexrpc.Session.bench(pm_qos=False, power="burst") as s:
+        assert s.pm_qos_state == "not-asked"
+    with pytest.raises(hexrpc.InvalidArgument) as e:
+        hexrpc.Session.bench(power="turbo")
+    assert "sustained" in str(e.value)
+
+
 def test_deadline_then_recover(sess):
     lib = sess.open_library(hexrpc.bench_model_image("sleep_ms"), signature="buf,u32")
     lease = sess.alloc(4096)

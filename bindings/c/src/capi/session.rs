@@ -37,6 +37,72 @@ pub unsafe extern "C" fn hexrpc_session_open(board: *const c_char, out: *mut *mu
     })
 }
 
+/// The latency policy a `HEXRPC_LATENCY_*` word names.
+fn latency_policy(word: u32) -> Result<hexrpc_hal::LatencyPolicy, Failure> {
+    use hexrpc_hal::{DspPower, LatencyPolicy, PmQosVote};
+    let known = HEXRPC_LATENCY_NO_PM_QOS | HEXRPC_LATENCY_POWER_OFF | HEXRPC_LATENCY_POWER_BURST;
+    if word & !known != 0 {
+        return Err(Failure::invalid("argument", format!("unknown latency policy bits {:#x}", word & !known)));
+    }
+    let power = match (word & HEXRPC_LATENCY_POWER_OFF != 0, word & HEXRPC_LATENCY_POWER_BURST != 0) {
+        (true, true) => return Err(Failure::invalid("argument", "HEXRPC_LATENCY_POWER_OFF and HEXRPC_LATENCY_POWER_BURST together")),
+        (true, false) => DspPower::Off,
+        (false, true) => DspPower::Burst,
+        (false, false) => DspPower::Sustained,
+    };
+    let pm_qos = if word & HEXRPC_LATENCY_NO_PM_QOS != 0 { PmQosVote::Off } else { PmQosVote::Board };
+    Ok(LatencyPolicy::REALTIME.with_pm_qos(pm_qos).with_dsp_power(power))
+}
+
+/// [`hexrpc_session_open`] with the latency policy `latency`: 0 (the default: the PM-QoS vote on
+/// every channel and the sustained DSP clock, what a 20 Hz real-time service wants) or
+/// `HEXRPC_LATENCY_NO_PM_QOS` and one of `HEXRPC_LATENCY_POWER_OFF` / `HEXRPC_LATENCY_POWER_BURST`.
+/// The PM-QoS vote goes out after each channel's process is created (again after each
+/// recovery; see [`hexrpc_session_pm_qos`]); the clock vote to each library whose entry takes
+/// it, after each open. Unknown bits are `HEXRPC_ERR_INVALID`. Thread-safe.
+///
+/// # Safety
+/// As [`hexrpc_session_open`].
+#[no_mangle]
+pub unsafe extern "C" fn hexrpc_session_open_with(board: *const c_char, latency: u32, out: *mut *mut hexrpc_session) -> hexrpc_status {
+    run(|| {
+        let open = || {
+            let policy = latency_policy(latency)?;
+            let board = if board.is_null() {
+                objects::detect_board()?
+            } else {
+                // SAFETY: the caller's contract.
+                unsafe { str_arg(board, "board") }?
+            };
+            Ok(Obj::Session(Arc::new(SessionObj::open_device_with(board, policy)?)))
+        };
+        // SAFETY: `out` is NULL or valid for one write (the caller's contract).
+        unsafe { new_handle(out, open) }
+    })
+}
+
+/// What became of the PM-QoS vote on the session's current channel: `HEXRPC_PM_QOS_SENT`,
+/// `HEXRPC_PM_QOS_NOT_ASKED`, `HEXRPC_PM_QOS_NOT_AVAILABLE` (upstream drivers) or
+/// `HEXRPC_PM_QOS_REFUSED` (the kernel said no; the session works without it). Thread-safe.
+///
+/// # Safety
+/// `state` is NULL or valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn hexrpc_session_pm_qos(session: *mut hexrpc_session, state: *mut u32) -> hexrpc_status {
+    run(|| {
+        let s = table::session(handle_value(session))?;
+        s.check()?;
+        let v = match s.served().session().pm_qos() {
+            hexrpc_hal::PmQosState::NotAsked => HEXRPC_PM_QOS_NOT_ASKED,
+            hexrpc_hal::PmQosState::Sent => HEXRPC_PM_QOS_SENT,
+            hexrpc_hal::PmQosState::NotAvailable => HEXRPC_PM_QOS_NOT_AVAILABLE,
+            hexrpc_hal::PmQosState::Refused(_) => HEXRPC_PM_QOS_REFUSED,
+        };
+        // SAFETY: the caller's contract.
+        unsafe { write_out(state, v, "state") }
+    })
+}
+
 /// Hands hexrpc's log records of `max_level` (`HEXRPC_LOG_ERROR` .. `HEXRPC_LOG_TRACE`) and
 /// above to `f(user, level, target, message)`, on the thread that made each record (several
 /// threads may call it at once; it must not call into hexrpc). `f` NULL removes the callback
@@ -89,6 +155,28 @@ pub unsafe extern "C" fn hexrpc_session_open_bench(flags: u32, out: *mut *mut he
             }
             let s = SessionObj::open_bench(flags & HEXRPC_BENCH_EXECUTOR != 0, flags & HEXRPC_BENCH_RETURNING_LAUNCHES != 0)?;
             Ok(Obj::Session(Arc::new(s)))
+        };
+        // SAFETY: `out` is NULL or valid for one write (the caller's contract).
+        unsafe { new_handle(out, open) }
+    })
+}
+
+/// [`hexrpc_session_open_bench`] with the latency policy `latency` (as
+/// [`hexrpc_session_open_with`]). Thread-safe.
+///
+/// # Safety
+/// `out` is NULL or valid for one write.
+#[cfg(feature = "bench")]
+#[no_mangle]
+pub unsafe extern "C" fn hexrpc_session_open_bench_with(flags: u32, latency: u32, out: *mut *mut hexrpc_session) -> hexrpc_status {
+    run(|| {
+        let open = || {
+            if flags & !(HEXRPC_BENCH_EXECUTOR | HEXRPC_BENCH_RETURNING_LAUNCHES) != 0 {
+                return Err(Failure::invalid("argument", format!("unknown bench flags {flags:#x}")));
+            }
+            let policy = latency_policy(latency)?;
+            let (executor, returning) = (flags & HEXRPC_BENCH_EXECUTOR != 0, flags & HEXRPC_BENCH_RETURNING_LAUNCHES != 0);
+            Ok(Obj::Session(Arc::new(SessionObj::open_bench_latency(executor, returning, None, policy)?)))
         };
         // SAFETY: `out` is NULL or valid for one write (the caller's contract).
         unsafe { new_handle(out, open) }

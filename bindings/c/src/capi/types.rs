@@ -206,3 +206,23 @@ pub const HEXRPC_BENCH_EXECUTOR: u32 = 1;
 /// `hexrpc_session_open_bench` flag: launches return at once without reaching the simulated DSP
 /// (a measuring instrument for what hexrpc adds per launch; outputs are not written).
 pub const HEXRPC_BENCH_RETURNING_LAUNCHES: u32 = 2;
+
+/// Latency policy word of `hexrpc_session_open_with` (0: the default, what a 20 Hz real-time
+/// service wants: the PM-QoS vote on every channel and the sustained DSP clock). This bit: no
+/// PM-QoS vote (CPU idle states unconstrained while a thread waits for the DSP).
+pub const HEXRPC_LATENCY_NO_PM_QOS: u32 = 1;
+/// Latency policy bit: no DSP clock vote (the DSP's own DCVS decides).
+pub const HEXRPC_LATENCY_POWER_OFF: u32 = 0x10;
+/// Latency policy bit: the burst DSP clock (top corner, DCVS off, 100 µs wake-up, no sleep)
+/// instead of the sustained one. Not with `HEXRPC_LATENCY_POWER_OFF`.
+pub const HEXRPC_LATENCY_POWER_BURST: u32 = 0x20;
+
+/// `hexrpc_session_pm_qos`: the policy asks for no vote.
+pub const HEXRPC_PM_QOS_NOT_ASKED: u32 = 0;
+/// `hexrpc_session_pm_qos`: the kernel took the vote on the current channel.
+pub const HEXRPC_PM_QOS_SENT: u32 = 1;
+/// `hexrpc_session_pm_qos`: the board's driver has no such request (upstream `fastrpc.c`).
+pub const HEXRPC_PM_QOS_NOT_AVAILABLE: u32 = 2;
+/// `hexrpc_session_pm_qos`: the kernel refused the vote (no `qcom,rpc-latency-us` in the device
+/// tree); the session works without it.
+pub const HEXRPC_PM_QOS_REFUSED: u32 = 3;
