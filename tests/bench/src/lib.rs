@@ -127,11 +127,11 @@ mod bench;
 mod config;
 pub mod dma_heap;
 mod driver_map;
-mod foreign;
 pub mod dsp;
 pub mod elf;
 pub mod entry;
 pub mod executor;
+mod foreign;
 pub mod ion;
 #[cfg(feature = "linux")]
 pub mod linux;
