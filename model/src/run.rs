@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use hexrpc_drivers::Syscalls;
 use hexrpc_hal::{SharedLease, SharedLibrary};
-use hexrpc_runtime::launch::{BatchRun, BufferRef, Program, Signature, MAX_PROGRAM_LAUNCHES, MAX_PROGRAM_RECORD_BYTES};
+use hexrpc_runtime::launch::{BatchRun, BufferRef, Program, Signature, MAX_PROGRAM_LAUNCHES, MAX_PROGRAM_RECORD_BYTES, PROGRAM};
 use hexrpc_runtime::{Error as RuntimeError, ErrorKind, ServedSession};
 
 use crate::{DType, Direction, Limits, ModelError, ModelFile};
@@ -200,6 +200,48 @@ pub struct RunReport {
     pub dsp_micros: u64,
 }
 
+/// One record's DSP time in a profiled run ([`LoadedModel::run_profiled`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KernelTime {
+    /// The call (program) it ran in, in run order.
+    pub call: usize,
+    /// Its index in that call.
+    pub record: usize,
+    /// Its kernel's name (tinygrad's, from the library's build record).
+    pub kernel: String,
+    /// Microseconds around the kernel call on the DSP.
+    pub micros: u32,
+}
+
+/// Where a run's DSP time went ([`LoadedModel::run_profiled`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Profile {
+    /// Each timed record, in run order.
+    pub records: Vec<KernelTime>,
+    /// Calls whose library did not time its records (built before per-record times).
+    pub untimed_calls: usize,
+}
+
+impl Profile {
+    /// Microseconds summed over the timed records.
+    pub fn total_micros(&self) -> u64 {
+        self.records.iter().map(|r| u64::from(r.micros)).sum()
+    }
+
+    /// Per kernel name: (name, records, microseconds), the most time first (ties by name).
+    pub fn by_kernel(&self) -> Vec<(String, usize, u64)> {
+        let mut m: std::collections::BTreeMap<&str, (usize, u64)> = std::collections::BTreeMap::new();
+        for r in &self.records {
+            let e = m.entry(r.kernel.as_str()).or_default();
+            e.0 += 1;
+            e.1 += u64::from(r.micros);
+        }
+        let mut v: Vec<(String, usize, u64)> = m.into_iter().map(|(k, (n, us))| (k.to_owned(), n, us)).collect();
+        v.sort_by(|a, b| b.2.cmp(&a.2).then_with(|| a.0.cmp(&b.0)));
+        v
+    }
+}
+
 /// A model file opened on a served session (see the module docs).
 ///
 /// It holds shares of the session (its leases and libraries are the `'static`, shared kind), so
@@ -218,6 +260,8 @@ pub struct LoadedModel<S: Syscalls + Clone + Send + Sync + 'static> {
     origin: Origin,
     launches: usize,
     arena_bytes: u64,
+    /// Per library, its kernel table's names (the build record's, tinygrad's kernel names).
+    kernel_names: Vec<Vec<String>>,
 }
 
 impl<S: Syscalls + Clone + Send + Sync + 'static> LoadedModel<S> {
@@ -238,6 +282,7 @@ impl<S: Syscalls + Clone + Send + Sync + 'static> LoadedModel<S> {
         let file = ModelFile::parse(bytes, limits)?;
         // What this build needs, checked before any system call.
         let mut signatures: Vec<Vec<Signature>> = Vec::with_capacity(file.libraries().len());
+        let mut kernel_names: Vec<Vec<String>> = Vec::with_capacity(file.libraries().len());
         for (i, lib) in file.libraries().enumerate() {
             if !lib.record.programs() {
                 return Err(RunError::NoPrograms { library: i });
@@ -247,6 +292,7 @@ impl<S: Syscalls + Clone + Send + Sync + 'static> LoadedModel<S> {
                 kernel.parse_signature().map_err(|error| RunError::File(ModelError::Signature { library: i, kernel: k, error }))
             });
             signatures.push(sigs.collect::<Result<Vec<_>, _>>()?);
+            kernel_names.push(lib.record.kernels().map(|k| k.name.to_owned()).collect());
         }
         let groups = group_steps(&file);
         let records = file.records();
@@ -322,7 +368,7 @@ impl<S: Syscalls + Clone + Send + Sync + 'static> LoadedModel<S> {
             hexrpc_version: p.hexrpc_version.to_owned(),
             arch: file.arch(),
         };
-        Ok(LoadedModel { steps, arenas, code, libraries, inputs, outputs, origin, launches: file.launches(), arena_bytes })
+        Ok(LoadedModel { steps, arenas, code, libraries, inputs, outputs, origin, launches: file.launches(), arena_bytes, kernel_names })
     }
 
     /// The inputs, in file order.
@@ -366,6 +412,34 @@ impl<S: Syscalls + Clone + Send + Sync + 'static> LoadedModel<S> {
     /// receives output `j`'s (exactly its length). With a deadline, each call is bounded by what
     /// is left of it, and a program not yet sent when it passes is not sent.
     pub fn run(&mut self, inputs: &[&[u8]], outputs: &mut [&mut [u8]], deadline: Option<Duration>) -> Result<RunReport, RunError> {
+        self.run_inner(inputs, outputs, deadline, None)
+    }
+
+    /// [`run`](Self::run), and where the DSP time went: each record's time as the entry measured
+    /// it around the kernel call, named after its kernel (tinygrad's kernel name, from the
+    /// library's build record), in run order. A program whose library does not time records (an
+    /// entry built before per-record times) adds no record and counts in
+    /// [`Profile::untimed_calls`]. On the bench the times are emulated (Hexagon code under
+    /// qemu-hexagon: the host's clock) or simulated (the bench's library models: the cost
+    /// model), never device figures.
+    pub fn run_profiled(
+        &mut self,
+        inputs: &[&[u8]],
+        outputs: &mut [&mut [u8]],
+        deadline: Option<Duration>,
+    ) -> Result<(RunReport, Profile), RunError> {
+        let mut profile = Profile::default();
+        let report = self.run_inner(inputs, outputs, deadline, Some(&mut profile))?;
+        Ok((report, profile))
+    }
+
+    fn run_inner(
+        &mut self,
+        inputs: &[&[u8]],
+        outputs: &mut [&mut [u8]],
+        deadline: Option<Duration>,
+        mut profile: Option<&mut Profile>,
+    ) -> Result<RunReport, RunError> {
         if inputs.len() != self.inputs.len() {
             return Err(RunError::InputCount { want: self.inputs.len(), got: inputs.len() });
         }
@@ -390,16 +464,37 @@ impl<S: Syscalls + Clone + Send + Sync + 'static> LoadedModel<S> {
                 .map_err(|e| RunError::Io { name: t.name.clone(), error: Box::new(e.into()) })?;
         }
         let mut report = RunReport { launches: 0, calls: 0, dsp_micros: 0 };
+        let mut status = Vec::new();
         for (i, step) in self.steps.iter_mut().enumerate() {
             let lib = &self.libraries[step.library];
-            let done: Result<BatchRun, RuntimeError> = match deadline {
+            let left = match deadline {
                 Some(d) => match d.checked_sub(start.elapsed()).filter(|left| !left.is_zero()) {
-                    Some(left) => step.program.run_with_deadline(lib, left),
+                    Some(left) => Some(left),
                     None => return Err(RunError::Deadline { program: i }),
                 },
-                None => step.program.run(lib),
+                None => None,
+            };
+            let done: Result<BatchRun, RuntimeError> = match (&mut profile, left) {
+                (Some(_), _) => {
+                    status.resize(PROGRAM.timed_status_len(step.program.len()), 0);
+                    step.program.run_timed(lib, &mut status, left)
+                }
+                (None, Some(left)) => step.program.run_with_deadline(lib, left),
+                (None, None) => step.program.run(lib),
             };
             let done = done.map_err(|error| RunError::Run { program: i, error: Box::new(error) })?;
+            if let Some(p) = profile.as_deref_mut() {
+                match PROGRAM.record_micros(&status, step.program.len()) {
+                    Some(times) => {
+                        let names = &self.kernel_names[step.library];
+                        for (r, micros) in times.iter().enumerate() {
+                            let kernel = step.program.kernel_of(r).and_then(|k| names.get(k)).cloned().unwrap_or_default();
+                            p.records.push(KernelTime { call: i, record: r, kernel, micros });
+                        }
+                    }
+                    None => p.untimed_calls += 1,
+                }
+            }
             report.launches += done.launches;
             report.calls += 1;
             report.dsp_micros += done.dsp_micros;

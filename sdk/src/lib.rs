@@ -79,7 +79,9 @@ pub use hexrpc_model as model;
 /// [`inputs`](Model::inputs) and [`outputs`](Model::outputs); [`run`](Model::run) with a
 /// deadline. See `docs/model-format.md` and the README's "Models" section.
 pub type Model<S> = hexrpc_model::run::LoadedModel<S>;
-pub use hexrpc_model::run::{Origin as ModelOrigin, RunError as ModelError, RunReport as ModelRun, Tensor};
+pub use hexrpc_model::run::{
+    KernelTime, Origin as ModelOrigin, Profile as ModelProfile, RunError as ModelError, RunReport as ModelRun, Tensor,
+};
 
 pub use hexrpc_bsp::{Board, DeviceAccess};
 pub use hexrpc_drivers::{RustixSys, Syscalls};

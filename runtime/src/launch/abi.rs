@@ -549,6 +549,42 @@ const _: () = {
     assert!(BATCH.record_header_len + (BATCH.view_size + BATCH.slot_size) * u16::MAX as usize <= u32::MAX as usize / 2);
 };
 
+/// The magic of the per-record times a batch or program entry writes after the status, `"HRXT"`
+/// read as a little-endian u32, when the status buffer has room for them
+/// ([`BatchLayout::timed_status_len`]).
+pub const TIMES_MAGIC: u32 = 0x5458_5248;
+
+/// The per-record DSP times an entry wrote after a status ([`BatchLayout::record_micros`]): one
+/// u32 of microseconds per record that ran (the failed one included), timer reads right around
+/// each kernel call (`HAP_perf_get_time_us`; on the bench the emulator's host clock, or the
+/// simulated DSP's cost model).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecordMicros<'s> {
+    words: &'s [u8],
+}
+
+impl<'s> RecordMicros<'s> {
+    /// Records timed.
+    pub fn len(&self) -> usize {
+        self.words.len() / 4
+    }
+
+    /// True if no record was timed.
+    pub fn is_empty(&self) -> bool {
+        self.words.is_empty()
+    }
+
+    /// Record `i`'s microseconds.
+    pub fn get(&self, i: usize) -> Option<u32> {
+        le_u32(self.words, i.checked_mul(4)?)
+    }
+
+    /// Every record's microseconds, in record order.
+    pub fn iter(&self) -> impl Iterator<Item = u32> + 's {
+        self.words.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+    }
+}
+
 /// The status a batch entry wrote (pra 2), decoded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
@@ -582,6 +618,28 @@ fn le_u16(bytes: &[u8], at: usize) -> Option<u16> {
 }
 
 impl BatchLayout {
+    /// Bytes of a status buffer (pra 2) with room for the times of `records` records: the
+    /// status, then u32 [`TIMES_MAGIC`], u32 count, and one u32 per record. An entry that times
+    /// records writes them when pra 2 is at least this long; a shorter pra 2 gets the status only.
+    pub const fn timed_status_len(&self, records: usize) -> usize {
+        self.status_len + 8 + 4 * records
+    }
+
+    /// The per-record times in a status buffer, if the entry wrote them (its magic, and a count
+    /// that fits the buffer and is at most `records`); `None` from an entry that does not time
+    /// records, or a buffer without room.
+    pub fn record_micros<'s>(&self, pra2: &'s [u8], records: usize) -> Option<RecordMicros<'s>> {
+        if le_u32(pra2, self.status_len)? != TIMES_MAGIC {
+            return None;
+        }
+        let n = le_u32(pra2, self.status_len + 4)? as usize;
+        if n > records {
+            return None;
+        }
+        let at = self.status_len + 8;
+        Some(RecordMicros { words: pra2.get(at..at.checked_add(n.checked_mul(4)?)?)? })
+    }
+
     /// The scalars word of a batch with `leases` leases (`None` above the handle nibble).
     pub const fn scalars(&self, leases: usize) -> Option<Scalars> {
         if leases > self.max_leases {
@@ -753,6 +811,23 @@ impl LaunchLayout {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn record_times_are_read_only_when_the_entry_wrote_them_and_they_fit() {
+        let mut st = [0u8; 24 + 8 + 4 * 3];
+        assert_eq!(PROGRAM.timed_status_len(3), st.len());
+        assert_eq!(PROGRAM.record_micros(&st, 3), None, "no magic: an entry that does not time records");
+        st[24..28].copy_from_slice(&TIMES_MAGIC.to_le_bytes());
+        st[28..32].copy_from_slice(&2u32.to_le_bytes());
+        st[32..36].copy_from_slice(&7u32.to_le_bytes());
+        st[36..40].copy_from_slice(&9u32.to_le_bytes());
+        let t = PROGRAM.record_micros(&st, 3).unwrap();
+        assert_eq!((t.len(), t.iter().collect::<std::vec::Vec<_>>(), t.get(1), t.get(2)), (2, std::vec![7, 9], Some(9), None));
+        assert_eq!(PROGRAM.record_micros(&st, 1), None, "more times than records");
+        st[28..32].copy_from_slice(&4u32.to_le_bytes());
+        assert_eq!(PROGRAM.record_micros(&st, 9), None, "a count beyond the buffer");
+        assert_eq!(PROGRAM.record_micros(&st[..26], 3), None);
+    }
 
     #[test]
     fn scalars_word_is_tinygrads_for_every_count() {

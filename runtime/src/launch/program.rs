@@ -258,6 +258,48 @@ impl<'a> Program<'a> {
         self.outcome()
     }
 
+    /// [`run`](Self::run) with the per-record DSP times: `status` is the status buffer the entry
+    /// writes (at least [`PROGRAM`]`.timed_status_len(self.len())` bytes for every record's time;
+    /// at least the status's 24 bytes). Read the times with
+    /// [`PROGRAM.record_micros(status, self.len())`](crate::launch::BatchLayout::record_micros):
+    /// `None` from an entry that does not time records. `timeout`: as
+    /// [`run_with_deadline`](Self::run_with_deadline) (std only; `None` without a deadline).
+    pub fn run_timed<L: KernelLibrary + ?Sized>(
+        &mut self,
+        lib: &L,
+        status: &mut [u8],
+        timeout: Option<core::time::Duration>,
+    ) -> Result<BatchRun, Error> {
+        if status.len() < PROGRAM.status_len {
+            return Err(ARGS_INVALID);
+        }
+        self.send_lease_ids(lib.map_cache());
+        status.fill(0);
+        let mut call = Call::new(PROGRAM.method);
+        if let Ok(args) = call.as_mut() {
+            args.input(&self.header).map_err(|_| ARGS_INVALID)?;
+            args.input(&self.pra1).map_err(|_| ARGS_INVALID)?;
+            args.output(status).map_err(|_| ARGS_INVALID)?;
+            for (fd, len) in self.fds.iter().zip(&self.lease_lens) {
+                args.out_handle_sized(*fd, PROGRAM.handle_attr, *len).map_err(|_| ARGS_INVALID)?;
+            }
+        }
+        let args = call.as_mut().map_err(|_| ARGS_INVALID)?;
+        match timeout {
+            #[cfg(feature = "std")]
+            Some(t) => {
+                crate::kernel::check_deadline(t)?;
+                lib.invoke_args_with_deadline(args, t)?;
+            }
+            #[cfg(not(feature = "std"))]
+            Some(_) => return Err(ARGS_INVALID),
+            None => lib.invoke_args(args)?,
+        }
+        drop(call);
+        self.status.copy_from_slice(&status[..PROGRAM.status_len]);
+        self.outcome()
+    }
+
     /// [`run`](Self::run) bounded by `timeout` (the HAL's deadline: past it the call is
     /// interrupted and the session needs `recover()`).
     #[cfg(feature = "std")]

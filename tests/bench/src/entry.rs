@@ -52,6 +52,9 @@ pub const BATCH_MAX_LAUNCHES: u32 = 256;
 pub const BATCH_MAX_RECORD_BYTES: u32 = 65536;
 /// The program header and status magic, "HRXP" little-endian.
 pub const PROGRAM_MAGIC: u32 = 0x5058_5248;
+/// The magic of the per-record times after a batch's or program's status, "HRXT" little-endian
+/// (written when the status buffer has room for every record's).
+pub const TIMES_MAGIC: u32 = 0x5458_5248;
 /// Most records a program entry accepts (4,096: a whole model's run).
 pub const PROGRAM_MAX_LAUNCHES: u32 = 4096;
 /// Most record bytes a program entry accepts (1 MiB).
@@ -965,6 +968,7 @@ fn run_records(env: &mut EntryEnv<'_>, model: &LibraryModel, program: bool) -> i
         }
     };
     let (mut done, mut failed, mut code, mut micros) = (0u32, u32::MAX, 0i32, 0u64);
+    let mut times: Vec<u32> = Vec::new();
     for (i, rec) in records.into_iter().enumerate() {
         let bufs = rec
             .views
@@ -984,6 +988,7 @@ fn run_records(env: &mut EntryEnv<'_>, model: &LibraryModel, program: bool) -> i
             return -1;
         }
         micros += us;
+        times.push(u32::try_from(us).unwrap_or(u32::MAX));
         if status != 0 {
             (failed, code) = (i as u32, status);
             break;
@@ -1001,6 +1006,15 @@ fn run_records(env: &mut EntryEnv<'_>, model: &LibraryModel, program: bool) -> i
         st.extend_from_slice(&w.to_le_bytes());
     }
     st.extend_from_slice(&micros.to_le_bytes());
+    // The per-record times, as the generated entry writes them when the status has room for
+    // every record's ("HRXT", the count, a u32 each): the simulated kernel's time.
+    if (env.arg_len(2) as usize).saturating_sub(32) / 4 >= k as usize {
+        st.extend_from_slice(&TIMES_MAGIC.to_le_bytes());
+        st.extend_from_slice(&(times.len() as u32).to_le_bytes());
+        for t in &times {
+            st.extend_from_slice(&t.to_le_bytes());
+        }
+    }
     env.arg_write(2, 0, &st);
     env.events.push(LedgerEvent::Timer { micros });
     0

@@ -78,6 +78,7 @@ fn a_model_file_runs_in_one_call_a_run_and_again_after_a_restart(board: &'static
         // 24 bytes of header and three lease entries (two arenas, the records): all a run copies
         // into the kernel beyond its input.
         assert_eq!(model.call_bytes_per_run(), 24 + 3 * 8);
+        assert_eq!(hexrpc_bench::entry::TIMES_MAGIC, hexrpc_runtime::launch::TIMES_MAGIC, "the bench's entry writes the runtime's times");
         let x: Vec<u8> = (0..16).collect();
         let mut y = [0u8; 16];
         for run in 0..3 {
@@ -89,6 +90,17 @@ fn a_model_file_runs_in_one_call_a_run_and_again_after_a_restart(board: &'static
             assert_eq!(maps(&bench), if run == 0 { 3 } else { 0 }, "run {run}: the leases stay mapped");
             assert_eq!(y.to_vec(), x.iter().map(|v| v + 7).collect::<Vec<u8>>(), "run {run}");
         }
+        // Profiled: each record's time from the simulated entry, named after its kernel; the
+        // times add up to the run's DSP total.
+        let (report, profile) = model.run_profiled(&[&x], &mut [&mut y], None).expect("profiled run");
+        assert_eq!(y.to_vec(), x.iter().map(|v| v + 7).collect::<Vec<u8>>());
+        assert_eq!(profile.untimed_calls, 0);
+        assert_eq!(profile.records.len(), report.launches);
+        assert_eq!(profile.total_micros(), report.dsp_micros, "{profile:?}");
+        let library = sample_library(FLAG_BATCHES | FLAG_PROGRAM | FLAG_MAP_CACHE);
+        let table = hexrpc_runtime::launch::LibraryRecord::find(&library).unwrap().unwrap();
+        let names: Vec<&str> = table.kernels().map(|k| k.name).collect();
+        assert!(profile.records.iter().all(|r| names.contains(&r.kernel.as_str())), "{profile:?} vs {names:?}");
         // A DSP restart: the run fails, recoverably; recovered, the next one works.
         bench.restart_dsp();
         let err = model.run(&[&x], &mut [&mut y], None).unwrap_err();
@@ -221,9 +233,26 @@ fn a_model_of_real_kernels_runs_from_its_file(board: &'static Board) {
     // The counter's bytes have no defined initial value (no init range may cover an output):
     // each run adds 300 to every byte.
     let mut last: Option<Vec<u8>> = None;
-    for _ in 1..=2u32 {
+    for run in 1..=2u32 {
         let invokes = bench.counts().of(invoke_kind(board));
-        let report = model.run(&[&xb], &mut [&mut y, &mut n], Some(Duration::from_secs(30))).expect("run");
+        let t0 = std::time::Instant::now();
+        // The second run profiled: 301 times from the generated entry, named after the table's
+        // kernels, adding up to the run's DSP total, within the run's wall time.
+        let report = if run == 1 {
+            model.run(&[&xb], &mut [&mut y, &mut n], Some(Duration::from_secs(30))).expect("run")
+        } else {
+            let (report, profile) = model.run_profiled(&[&xb], &mut [&mut y, &mut n], Some(Duration::from_secs(30))).expect("run");
+            let wall = t0.elapsed();
+            assert_eq!(profile.untimed_calls, 0);
+            let kernels: Vec<&str> = profile.records.iter().map(|r| r.kernel.as_str()).collect();
+            assert_eq!(kernels.len(), 301);
+            assert_eq!(kernels[0], "relu_f32");
+            assert!(kernels[1..].iter().all(|k| *k == "bump_u8"), "{kernels:?}");
+            assert_eq!(profile.total_micros(), report.dsp_micros);
+            assert!(u128::from(profile.total_micros()) <= wall.as_micros(), "{} us in {wall:?}", profile.total_micros());
+            assert_eq!(profile.by_kernel().iter().map(|(k, n, _)| (k.as_str(), *n)).collect::<Vec<_>>().len(), 2);
+            report
+        };
         assert_eq!((report.launches, report.calls), (301, 1));
         assert_eq!(bench.counts().of(invoke_kind(board)) - invokes, 1);
         let got: Vec<f32> = y.chunks(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();

@@ -6,7 +6,7 @@ use core::fmt::{self, Write};
 
 use super::helpers::scalar_load;
 use super::spec::KernelSpec;
-use crate::launch::abi::{BatchLayout, BATCH, PROGRAM};
+use crate::launch::abi::{BatchLayout, BATCH, PROGRAM, TIMES_MAGIC};
 
 /// The batch part: the record parser/validator, the kernel dispatcher, `hrx_batch` and
 /// `hrx_program`.
@@ -230,6 +230,14 @@ fn write_runner<W: Write + ?Sized>(out: &mut W, b: &BatchLayout, cache: bool) ->
     writeln!(out, "  unsigned int hrx_done = 0, hrx_failed = 0xffffffffu;")?;
     writeln!(out, "  int hrx_code = 0, hrx_rc = 0;")?;
     writeln!(out, "  unsigned long long hrx_us = 0;")?;
+    writeln!(out, "  unsigned char *const hrx_st = (unsigned char *)pra[{}].buf.pv;", b.pra_status)?;
+    writeln!(out, "  /* Per-record times when the status has room for them (see TIMES_MAGIC). */")?;
+    writeln!(
+        out,
+        "  const int hrx_timed = pra[{ps}].buf.len >= {t}u && (pra[{ps}].buf.len - {t}u) / 4u >= hrx_nk;",
+        ps = b.pra_status,
+        t = b.status_len + 8
+    )?;
     writeln!(out, "  hrx_at = hrx_first;")?;
     writeln!(out, "  for (unsigned int hrx_r = 0; hrx_r < hrx_nk; hrx_r++) {{")?;
     writeln!(
@@ -238,13 +246,22 @@ fn write_runner<W: Write + ?Sized>(out: &mut W, b: &BatchLayout, cache: bool) ->
     )?;
     writeln!(out, "    const unsigned long long hrx_t0 = HAP_perf_get_time_us();")?;
     writeln!(out, "    hrx_code = hrx_call(hrx_k, hrx_ptr, hrx_s);")?;
-    writeln!(out, "    hrx_us += HAP_perf_get_time_us() - hrx_t0;")?;
+    writeln!(out, "    const unsigned long long hrx_dt = HAP_perf_get_time_us() - hrx_t0;")?;
+    writeln!(out, "    hrx_us += hrx_dt;")?;
+    writeln!(
+        out,
+        "    if (hrx_timed) hrx_st_u32(hrx_st + {}u + 4u * hrx_r, hrx_dt > 0xffffffffull ? 0xffffffffu : (unsigned int)hrx_dt);",
+        b.status_len + 8
+    )?;
     writeln!(out, "    if (hrx_code != 0) {{ hrx_failed = hrx_r; break; }}")?;
     writeln!(out, "    hrx_done++;")?;
     writeln!(out, "  }}")?;
     unmap_all(out, "  ")?;
     writeln!(out, "  if (hrx_rc != 0) return hrx_rc;")?;
-    writeln!(out, "  unsigned char *const hrx_st = (unsigned char *)pra[{}].buf.pv;", b.pra_status)?;
+    writeln!(out, "  if (hrx_timed) {{")?;
+    writeln!(out, "    hrx_st_u32(hrx_st + {}, {:#010x}u);", b.status_len, TIMES_MAGIC)?;
+    writeln!(out, "    hrx_st_u32(hrx_st + {}, hrx_done + (hrx_failed != 0xffffffffu ? 1u : 0u));", b.status_len + 4)?;
+    writeln!(out, "  }}")?;
     writeln!(out, "  hrx_st_u32(hrx_st + {}, {:#010x}u);", b.status_magic_at, b.magic)?;
     writeln!(out, "  hrx_st_u32(hrx_st + {}, hrx_done);", b.status_done_at)?;
     writeln!(out, "  hrx_st_u32(hrx_st + {}, hrx_failed);", b.status_failed_at)?;
