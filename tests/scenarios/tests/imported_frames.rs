@@ -388,3 +388,52 @@ fn a_batch_reads_an_imported_frame_and_a_deadline_quarantines_it(board: &'static
     assert!(kept == 0 || *board == hexrpc_bsp::BENCH_LINUX, "{}: {kept} buffers kept by a model", board.name);
     assert_eq!(fds_back_to(fds_start + kept), fds_start + kept, "{}: the process's descriptors ({kept} kept by the kernel)", board.name);
 }
+
+/// The bench board with DSP context banks that do not snoop the CPU caches (as
+/// hal/tests/coherence.rs).
+static NON_COHERENT: Board = Board { name: "bench-noncoherent", dsp_coherent: false, ..hexrpc_bsp::BENCH };
+
+/// (ION cleans, ION invalidates, DMA_BUF_IOCTL_SYNCs) so far.
+fn cache_ops(bench: &Bench) -> (u64, u64, u64) {
+    let c = bench.counts();
+    (c.of(CallKind::IonCleanCaches), c.of(CallKind::IonInvCaches), c.of(CallKind::DmaBufSync))
+}
+
+/// R6 for imports: the CPU's accesses through an imported lease get the cache maintenance of an
+/// allocation on the same board: a clean after a write and an invalidate before a read on a
+/// non-coherent ION board, nothing on a coherent one (the comma three), `DMA_BUF_IOCTL_SYNC`
+/// START and END around each access on a cached dma-heap board. Returns the (write, read) deltas.
+fn import_cache_roundtrip(board: &'static Board) -> ((u64, u64, u64), (u64, u64, u64)) {
+    let bench = Bench::with_config(BenchConfig { board, ..BenchConfig::for_board(board) });
+    let mut srv = server(board);
+    srv.write_frame(3).unwrap();
+    let session = hexrpc_hal::Session::start(bench.clone(), &hexrpc_bsp::DeviceAccess::for_device(board)).unwrap();
+    let mut imported = session.import(srv.fd(), FRAME_LEN, Access::ReadWrite).unwrap();
+    let before = cache_ops(&bench);
+    imported.write_at(100, &[7; 64]).unwrap();
+    let written = cache_ops(&bench);
+    let mut back = [0u8; 128];
+    imported.read_at(100, &mut back).unwrap();
+    assert_eq!(back[..64], [7; 64], "{}", board.name);
+    assert_eq!(back[64..], frame(3, 228)[164..], "{}: the server's frame around what was written", board.name);
+    let read = cache_ops(&bench);
+    drop(imported);
+    drop(session);
+    srv.stop().unwrap();
+    let d = |a: (u64, u64, u64), b: (u64, u64, u64)| (b.0 - a.0, b.1 - a.1, b.2 - a.2);
+    (d(before, written), d(written, read))
+}
+
+#[test]
+fn imports_get_the_cache_maintenance_of_their_board() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    assert_eq!(import_cache_roundtrip(&NON_COHERENT), ((1, 0, 0), (0, 1, 0)), "non-coherent ION: clean after, invalidate before");
+    const { assert!(hexrpc_bsp::BENCH.dsp_coherent, "the bench models the comma three") };
+    assert_eq!(import_cache_roundtrip(&hexrpc_bsp::BENCH), ((0, 0, 0), (0, 0, 0)), "coherent ION: nothing");
+    const { assert!(hexrpc_bsp::BENCH_UPSTREAM.cached, "a cached dma-heap") };
+    assert_eq!(
+        import_cache_roundtrip(&hexrpc_bsp::BENCH_UPSTREAM),
+        ((0, 0, 2), (0, 0, 2)),
+        "dma-heap: SYNC START and END around each access"
+    );
+}
