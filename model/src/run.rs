@@ -371,6 +371,12 @@ impl<S: Syscalls + Clone + Send + Sync + 'static> LoadedModel<S> {
         Ok(LoadedModel { steps, arenas, code, libraries, inputs, outputs, origin, launches: file.launches(), arena_bytes, kernel_names })
     }
 
+    /// Every kernel name of the model's libraries (their build records' tables), library by
+    /// library in table order: the names a profile's records carry.
+    pub fn kernel_names(&self) -> impl Iterator<Item = &str> {
+        self.kernel_names.iter().flatten().map(String::as_str)
+    }
+
     /// The inputs, in file order.
     pub fn inputs(&self) -> &[Tensor] {
         &self.inputs

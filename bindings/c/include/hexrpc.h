@@ -327,6 +327,22 @@ typedef struct hexrpc_model_report {
   uint64_t dsp_us;
 } hexrpc_model_report;
 
+// One record's DSP time in a profiled model run (`hexrpc_model_run_profiled`).
+typedef struct hexrpc_kernel_time {
+  // The record's kernel name (tinygrad's, from the library's build record): a NUL-terminated
+  // string owned by the model, valid until it is closed.
+  const char *kernel;
+  // The FastRPC call (program) the record ran in, in run order.
+  uint32_t call;
+  // The record's index in that call.
+  uint32_t record;
+  // Microseconds around the kernel call on the DSP (on the bench: emulated or simulated,
+  // never a device figure).
+  uint32_t us;
+  // Zero.
+  uint32_t reserved;
+} hexrpc_kernel_time;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -781,6 +797,28 @@ enum hexrpc_status hexrpc_model_run(struct hexrpc_model *model,
                                     size_t noutputs,
                                     uint32_t deadline_ms,
                                     struct hexrpc_model_report *report);
+
+// [`hexrpc_model_run`], and where the DSP time went: each record's time, measured on the DSP
+// right around its kernel call, named after its kernel, in run order. The first `capacity` go
+// to `times`; `*count` (may be NULL) receives how many records were timed (more than `capacity`
+// means some did not fit: the run itself is not repeated, give a larger array next time;
+// `hexrpc_model_report.launches` is the most there can be). A call whose library does not
+// time records (built before per-record times) adds none. Unlike `hexrpc_model_run`, this
+// allocates (the run's times, before they are copied out). Thread-safe.
+//
+// # Safety
+// As [`hexrpc_model_run`]; `times` is NULL (with `capacity` 0) or valid for `capacity` writes;
+// `count` is NULL or valid for one write.
+enum hexrpc_status hexrpc_model_run_profiled(struct hexrpc_model *model,
+                                             const struct hexrpc_input *inputs,
+                                             size_t ninputs,
+                                             const struct hexrpc_output *outputs,
+                                             size_t noutputs,
+                                             uint32_t deadline_ms,
+                                             struct hexrpc_model_report *report,
+                                             struct hexrpc_kernel_time *times,
+                                             size_t capacity,
+                                             size_t *count);
 
 // Closes a model: its arenas, records and libraries are released. Thread-safe; a closed handle
 // is `HEXRPC_ERR_HANDLE` afterwards.

@@ -21,6 +21,8 @@ pub struct ModelObj {
     model: Mutex<LoadedModel<Seam>>,
     input_names: Vec<CString>,
     output_names: Vec<CString>,
+    /// Every kernel name of its libraries, sorted, with its C string (profiles point at them).
+    kernel_names: Vec<(String, CString)>,
     session: Arc<SessionObj>,
 }
 
@@ -71,7 +73,11 @@ impl ModelObj {
 
     fn wrap(session: &Arc<SessionObj>, model: LoadedModel<Seam>) -> Result<ModelObj, Failure> {
         let (input_names, output_names) = (names(model.inputs()), names(model.outputs()));
-        Ok(ModelObj { model: Mutex::new(model), input_names, output_names, session: session.clone() })
+        let mut kernel_names: Vec<(String, CString)> =
+            model.kernel_names().map(|k| (k.to_owned(), CString::new(k.replace('\0', "\u{fffd}")).unwrap_or_default())).collect();
+        kernel_names.sort();
+        kernel_names.dedup_by(|a, b| a.0 == b.0);
+        Ok(ModelObj { model: Mutex::new(model), input_names, output_names, kernel_names, session: session.clone() })
     }
 
     /// The session it was opened on.
@@ -83,6 +89,12 @@ impl ModelObj {
     pub fn with<R>(&self, f: impl FnOnce(&mut LoadedModel<Seam>) -> R) -> R {
         let mut m = self.model.lock().unwrap_or_else(|p| p.into_inner());
         f(&mut m)
+    }
+
+    /// A kernel's name as a C string that lives as long as the model (`None` for a name the
+    /// model's libraries do not have).
+    pub fn kernel_name(&self, name: &str) -> Option<&CString> {
+        self.kernel_names.binary_search_by(|(k, _)| k.as_str().cmp(name)).ok().map(|i| &self.kernel_names[i].1)
     }
 
     /// Input `i`'s name as a C string.
@@ -99,5 +111,16 @@ impl ModelObj {
     pub fn run(&self, inputs: &[&[u8]], outputs: &mut [&mut [u8]], deadline: Option<Duration>) -> Result<RunReport, Failure> {
         self.session.check()?;
         self.with(|m| m.run(inputs, outputs, deadline)).map_err(failure)
+    }
+
+    /// One run with each record's DSP time (see [`LoadedModel::run_profiled`]).
+    pub fn run_profiled(
+        &self,
+        inputs: &[&[u8]],
+        outputs: &mut [&mut [u8]],
+        deadline: Option<Duration>,
+    ) -> Result<(RunReport, hexrpc_model::run::Profile), Failure> {
+        self.session.check()?;
+        self.with(|m| m.run_profiled(inputs, outputs, deadline)).map_err(failure)
     }
 }

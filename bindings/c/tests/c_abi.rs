@@ -616,3 +616,45 @@ fn the_latency_policy_word_reaches_the_session_and_bad_words_are_refused() {
     // SAFETY: out pointer valid; the handle is forged.
     assert_eq!(unsafe { hexrpc_session_pm_qos(0x1234 as *mut hexrpc_session, &mut state) }, hexrpc_status::HEXRPC_ERR_HANDLE);
 }
+
+#[test]
+fn a_profiled_model_run_names_each_record_after_its_kernel() {
+    let mut session = null_mut();
+    // SAFETY: out pointer valid.
+    ok(unsafe { hexrpc_session_open_bench(0, &mut session) });
+    let model = sample_model(session, 100);
+    let input: Vec<u8> = (0..100).map(|i| i as u8).collect();
+    let (mut y, mut z) = (vec![0u8; 100], vec![0u8; 100]);
+    let ins = [hexrpc_input { data: input.as_ptr().cast(), len: 100 }];
+    let outs = [hexrpc_output { data: y.as_mut_ptr().cast(), len: 100 }, hexrpc_output { data: z.as_mut_ptr().cast(), len: 100 }];
+    let blank = hexrpc_kernel_time { kernel: null(), call: u32::MAX, record: u32::MAX, us: u32::MAX, reserved: 7 };
+    let mut times = [blank; 4];
+    let (mut report, mut count) = (hexrpc_model_report::default(), 0usize);
+    // SAFETY: arrays valid for their counts, each buffer valid for its length, out pointers valid.
+    ok(unsafe {
+        hexrpc_model_run_profiled(model, ins.as_ptr(), 1, outs.as_ptr(), 2, 5000, &mut report, times.as_mut_ptr(), 4, &mut count)
+    });
+    assert!(input.iter().zip(&z).all(|(a, b)| *b == a.wrapping_add(8)), "the outputs as a plain run writes them");
+    assert_eq!(count as u64, report.launches);
+    let mut sum = 0u64;
+    for (i, t) in times[..count].iter().enumerate() {
+        assert_eq!((t.call, t.record as usize, t.reserved), (0, i, 0));
+        assert!(!t.kernel.is_null());
+        // SAFETY: the model's NUL-terminated kernel name, alive until it is closed.
+        assert!(!unsafe { CStr::from_ptr(t.kernel) }.to_bytes().is_empty());
+        sum += u64::from(t.us);
+    }
+    assert_eq!(sum, report.dsp_us, "the records' times add up to the run's DSP time");
+    assert!(times[count..].iter().all(|t| t.us == u32::MAX), "nothing written past the timed records");
+    // A smaller array: what fits, and the count of all of them.
+    let mut one = [blank; 1];
+    // SAFETY: as above; `one` holds 1 entry.
+    ok(unsafe { hexrpc_model_run_profiled(model, ins.as_ptr(), 1, outs.as_ptr(), 2, 0, null_mut(), one.as_mut_ptr(), 1, &mut count) });
+    assert_eq!((count as u64, one[0].record), (report.launches, 0));
+    // A NULL array with a capacity is refused.
+    // SAFETY: NULL `times` with a capacity: refused before anything is read.
+    let st = unsafe { hexrpc_model_run_profiled(model, ins.as_ptr(), 1, outs.as_ptr(), 2, 0, null_mut(), null_mut(), 3, null_mut()) };
+    assert_eq!(st, hexrpc_status::HEXRPC_ERR_NULL);
+    ok(hexrpc_model_close(model));
+    ok(hexrpc_session_close(session));
+}

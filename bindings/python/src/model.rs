@@ -98,23 +98,8 @@ impl _Model {
         deadline_ms: Option<u64>,
     ) -> PyResult<(usize, usize, u64)> {
         let m = self.get()?;
-        if inputs.len() > MAX_IO || outputs.len() > MAX_IO {
-            return Err(py_err(Failure::invalid("model-run", format!("at most {MAX_IO} inputs and outputs"))));
-        }
-        for (what, bufs) in [("input", &inputs), ("output", &outputs)] {
-            for (i, b) in bufs.iter().enumerate() {
-                if !b.is_c_contiguous() || (what == "output" && b.readonly()) {
-                    return Err(PyTypeError::new_err(format!(
-                        "{what} {i}: needs a C-contiguous{} buffer",
-                        if what == "output" { ", writable" } else { "" }
-                    )));
-                }
-            }
-        }
-        // Copied out of and back into the exported buffers (the buffer protocol's safe copies).
-        let in_bytes: Vec<Vec<u8>> = inputs.iter().map(|b| b.to_vec(py)).collect::<PyResult<_>>()?;
+        let (in_bytes, mut outs) = copy_in(py, &inputs, &outputs)?;
         let ins: Vec<&[u8]> = in_bytes.iter().map(Vec::as_slice).collect();
-        let mut outs: Vec<Vec<u8>> = outputs.iter().map(|b| vec![0u8; b.len_bytes()]).collect();
         let deadline = deadline_ms.filter(|&ms| ms > 0).map(Duration::from_millis);
         let r = {
             let mut refs: Vec<&mut [u8]> = outs.iter_mut().map(Vec::as_mut_slice).collect();
@@ -126,11 +111,59 @@ impl _Model {
         Ok((r.launches, r.calls, r.dsp_micros))
     }
 
+    /// [`run`](Self::run) with each record's DSP time: returns `(launches, calls, dsp_us,
+    /// records, untimed_calls)`, `records` a list of `(call, record, kernel, us)` in run order.
+    #[pyo3(signature = (inputs, outputs, deadline_ms = None))]
+    #[allow(clippy::type_complexity)]
+    fn run_profiled(
+        &self,
+        py: Python<'_>,
+        inputs: Vec<PyBuffer<u8>>,
+        outputs: Vec<PyBuffer<u8>>,
+        deadline_ms: Option<u64>,
+    ) -> PyResult<(usize, usize, u64, Vec<(usize, usize, String, u32)>, usize)> {
+        let m = self.get()?;
+        let (ins, mut outs) = copy_in(py, &inputs, &outputs)?;
+        let deadline = deadline_ms.filter(|&ms| ms > 0).map(Duration::from_millis);
+        let (r, p) = {
+            let ins: Vec<&[u8]> = ins.iter().map(Vec::as_slice).collect();
+            let mut refs: Vec<&mut [u8]> = outs.iter_mut().map(Vec::as_mut_slice).collect();
+            py.detach(|| m.run_profiled(&ins, &mut refs, deadline)).map_err(py_err)?
+        };
+        for (b, bytes) in outputs.iter().zip(&outs) {
+            b.copy_from_slice(py, bytes)?;
+        }
+        let records = p.records.into_iter().map(|t| (t.call, t.record, t.kernel, t.micros)).collect();
+        Ok((r.launches, r.calls, r.dsp_micros, records, p.untimed_calls))
+    }
+
     /// Closes the model (its arenas, records and libraries); a session it opened for itself
     /// closes when the model is gone.
     fn close(&self) {
         lock(&self.inner).take();
     }
+}
+
+/// Checks a run's buffers and copies the inputs out of theirs (the buffer protocol's safe
+/// copies); the outputs' bytes, zeroed, to be copied back after the run.
+#[allow(clippy::type_complexity)]
+fn copy_in(py: Python<'_>, inputs: &[PyBuffer<u8>], outputs: &[PyBuffer<u8>]) -> PyResult<(Vec<Vec<u8>>, Vec<Vec<u8>>)> {
+    if inputs.len() > MAX_IO || outputs.len() > MAX_IO {
+        return Err(py_err(Failure::invalid("model-run", format!("at most {MAX_IO} inputs and outputs"))));
+    }
+    for (what, bufs) in [("input", inputs), ("output", outputs)] {
+        for (i, b) in bufs.iter().enumerate() {
+            if !b.is_c_contiguous() || (what == "output" && b.readonly()) {
+                return Err(PyTypeError::new_err(format!(
+                    "{what} {i}: needs a C-contiguous{} buffer",
+                    if what == "output" { ", writable" } else { "" }
+                )));
+            }
+        }
+    }
+    let ins = inputs.iter().map(|b| b.to_vec(py)).collect::<PyResult<_>>()?;
+    let outs = outputs.iter().map(|b| vec![0u8; b.len_bytes()]).collect();
+    Ok((ins, outs))
 }
 
 /// Bench builds: the bench's sample model file (input `x` uint8 [1, n]; outputs `y = x + 3`,

@@ -35,6 +35,19 @@ def test_the_sample_model_runs_in_one_call_with_numpy_in_and_out(session, tmp_pa
             assert np.array_equal(out["z"], x + 9)
 
 
+def test_a_profiled_run_names_each_record_after_its_kernel(session):
+    with hexrpc.Model(hexrpc.bench_sample_model(64), session=session) as m:
+        x = np.arange(64, dtype=np.uint8).reshape(1, 64)
+        out, profile = m.run_profiled(x)
+        assert np.array_equal(out["z"], x + 8), "the outputs as a plain run writes them"
+        assert profile.untimed_calls == 0
+        assert len(profile.records) == m.launches
+        assert [r.record for r in profile.records] == list(range(m.launches))
+        assert all(isinstance(r, hexrpc.KernelTime) and r.kernel for r in profile.records), profile
+        assert sum(r.us for r in profile.records) == profile.dsp_us
+        assert sum(n for _, n, _ in profile.by_kernel()) == m.launches
+
+
 def test_bad_inputs_are_refused_naming_the_input(session):
     m = hexrpc.Model(hexrpc.bench_sample_model(16), session=session)
     x = np.zeros((1, 16), np.uint8)

@@ -141,54 +141,117 @@ pub unsafe extern "C" fn hexrpc_model_run(
     deadline_ms: u32,
     report: *mut hexrpc_model_report,
 ) -> hexrpc_status {
-    run(|| {
-        let m = table::model(handle_value(model))?;
-        if ninputs > MAX_IO || noutputs > MAX_IO {
-            return Err(Failure::invalid(
-                "model-run",
-                format!("{ninputs} inputs and {noutputs} outputs: a model has at most {MAX_IO} of each"),
-            ));
-        }
-        // SAFETY: the caller's contract.
-        let ins = unsafe { c_slice(inputs, ninputs, "inputs") }?;
-        // SAFETY: the caller's contract.
-        let outs = unsafe { c_slice(outputs, noutputs, "outputs") }?;
-        let mut in_bytes: heapless::Vec<&[u8], MAX_IO> = heapless::Vec::new();
-        for (i, b) in ins.iter().enumerate() {
-            // SAFETY: the caller's contract: `data` is NULL (with 0) or valid for `len` reads.
-            let s = unsafe { c_slice(b.data.cast::<u8>(), b.len, "inputs[i].data") }.map_err(|mut f| {
-                f.cause = format!("input {i}: {}", f.cause);
+    // SAFETY: the caller's contract, passed on.
+    run(|| unsafe { model_run(model, inputs, ninputs, outputs, noutputs, deadline_ms, report, None) })
+}
+
+/// [`hexrpc_model_run`], and where the DSP time went: each record's time, measured on the DSP
+/// right around its kernel call, named after its kernel, in run order. The first `capacity` go
+/// to `times`; `*count` (may be NULL) receives how many records were timed (more than `capacity`
+/// means some did not fit: the run itself is not repeated, give a larger array next time;
+/// `hexrpc_model_report.launches` is the most there can be). A call whose library does not
+/// time records (built before per-record times) adds none. Unlike `hexrpc_model_run`, this
+/// allocates (the run's times, before they are copied out). Thread-safe.
+///
+/// # Safety
+/// As [`hexrpc_model_run`]; `times` is NULL (with `capacity` 0) or valid for `capacity` writes;
+/// `count` is NULL or valid for one write.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn hexrpc_model_run_profiled(
+    model: *mut hexrpc_model,
+    inputs: *const hexrpc_input,
+    ninputs: usize,
+    outputs: *const hexrpc_output,
+    noutputs: usize,
+    deadline_ms: u32,
+    report: *mut hexrpc_model_report,
+    times: *mut hexrpc_kernel_time,
+    capacity: usize,
+    count: *mut usize,
+) -> hexrpc_status {
+    if times.is_null() && capacity > 0 {
+        return run(|| Err(Failure::null("times")));
+    }
+    // SAFETY: the caller's contract, passed on.
+    run(|| unsafe { model_run(model, inputs, ninputs, outputs, noutputs, deadline_ms, report, Some((times, capacity, count))) })
+}
+
+/// One run, profiled when `profile` names where the times go.
+///
+/// # Safety
+/// As [`hexrpc_model_run_profiled`].
+#[allow(clippy::too_many_arguments)]
+unsafe fn model_run(
+    model: *mut hexrpc_model,
+    inputs: *const hexrpc_input,
+    ninputs: usize,
+    outputs: *const hexrpc_output,
+    noutputs: usize,
+    deadline_ms: u32,
+    report: *mut hexrpc_model_report,
+    profile: Option<(*mut hexrpc_kernel_time, usize, *mut usize)>,
+) -> Result<(), Failure> {
+    let m = table::model(handle_value(model))?;
+    if ninputs > MAX_IO || noutputs > MAX_IO {
+        return Err(Failure::invalid(
+            "model-run",
+            format!("{ninputs} inputs and {noutputs} outputs: a model has at most {MAX_IO} of each"),
+        ));
+    }
+    // SAFETY: the caller's contract.
+    let ins = unsafe { c_slice(inputs, ninputs, "inputs") }?;
+    // SAFETY: the caller's contract.
+    let outs = unsafe { c_slice(outputs, noutputs, "outputs") }?;
+    let mut in_bytes: heapless::Vec<&[u8], MAX_IO> = heapless::Vec::new();
+    for (i, b) in ins.iter().enumerate() {
+        // SAFETY: the caller's contract: `data` is NULL (with 0) or valid for `len` reads.
+        let s = unsafe { c_slice(b.data.cast::<u8>(), b.len, "inputs[i].data") }.map_err(|mut f| {
+            f.cause = format!("input {i}: {}", f.cause);
+            f
+        })?;
+        let _ = in_bytes.push(s);
+    }
+    let mut out_bytes: heapless::Vec<&mut [u8], MAX_IO> = heapless::Vec::new();
+    for (j, b) in outs.iter().enumerate() {
+        if b.data.is_null() && b.len > 0 {
+            return Err(Failure::null("outputs[j].data")).map_err(|mut f| {
+                f.cause = format!("output {j}: {}", f.cause);
                 f
-            })?;
-            let _ = in_bytes.push(s);
+            });
         }
-        let mut out_bytes: heapless::Vec<&mut [u8], MAX_IO> = heapless::Vec::new();
-        for (j, b) in outs.iter().enumerate() {
-            if b.data.is_null() && b.len > 0 {
-                return Err(Failure::null("outputs[j].data")).map_err(|mut f| {
-                    f.cause = format!("output {j}: {}", f.cause);
-                    f
-                });
-            }
-            let s: &mut [u8] = if b.len == 0 {
-                &mut []
-            } else {
-                // SAFETY: the caller's contract: `data` is valid for `len` writes and nothing
-                // else uses it during the call.
-                unsafe { std::slice::from_raw_parts_mut(b.data.cast::<u8>(), b.len) }
-            };
-            let _ = out_bytes.push(s);
-        }
-        let r = m.run(&in_bytes, &mut out_bytes, deadline_arg(deadline_ms))?;
-        // SAFETY: the caller's contract.
-        unsafe {
-            super::args::write_opt(
-                report,
-                hexrpc_model_report { launches: r.launches as u64, calls: r.calls as u32, reserved: 0, dsp_us: r.dsp_micros },
-            )
+        let s: &mut [u8] = if b.len == 0 {
+            &mut []
+        } else {
+            // SAFETY: the caller's contract: `data` is valid for `len` writes and nothing
+            // else uses it during the call.
+            unsafe { std::slice::from_raw_parts_mut(b.data.cast::<u8>(), b.len) }
         };
-        Ok(())
-    })
+        let _ = out_bytes.push(s);
+    }
+    let r = match profile {
+        None => m.run(&in_bytes, &mut out_bytes, deadline_arg(deadline_ms))?,
+        Some((times, capacity, count)) => {
+            let (r, p) = m.run_profiled(&in_bytes, &mut out_bytes, deadline_arg(deadline_ms))?;
+            for (i, t) in p.records.iter().take(capacity).enumerate() {
+                let kernel = m.kernel_name(&t.kernel).map_or(std::ptr::null(), |c| c.as_ptr());
+                let v = hexrpc_kernel_time { kernel, call: t.call as u32, record: t.record as u32, us: t.micros, reserved: 0 };
+                // SAFETY: `times` is valid for `capacity` writes (the caller's contract), i < capacity.
+                unsafe { times.add(i).write(v) };
+            }
+            // SAFETY: the caller's contract.
+            unsafe { super::args::write_opt(count, p.records.len()) };
+            r
+        }
+    };
+    // SAFETY: the caller's contract.
+    unsafe {
+        super::args::write_opt(
+            report,
+            hexrpc_model_report { launches: r.launches as u64, calls: r.calls as u32, reserved: 0, dsp_us: r.dsp_micros },
+        )
+    };
+    Ok(())
 }
 
 /// Closes a model: its arenas, records and libraries are released. Thread-safe; a closed handle

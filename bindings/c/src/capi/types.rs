@@ -109,6 +109,24 @@ pub struct hexrpc_model_report {
     pub dsp_us: u64,
 }
 
+/// One record's DSP time in a profiled model run (`hexrpc_model_run_profiled`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct hexrpc_kernel_time {
+    /// The record's kernel name (tinygrad's, from the library's build record): a NUL-terminated
+    /// string owned by the model, valid until it is closed.
+    pub kernel: *const std::ffi::c_char,
+    /// The FastRPC call (program) the record ran in, in run order.
+    pub call: u32,
+    /// The record's index in that call.
+    pub record: u32,
+    /// Microseconds around the kernel call on the DSP (on the bench: emulated or simulated,
+    /// never a device figure).
+    pub us: u32,
+    /// Zero.
+    pub reserved: u32,
+}
+
 /// `hexrpc_tensor.dtype`: numpy's bool.
 pub const HEXRPC_DTYPE_BOOL: u32 = 1;
 /// numpy's uint8.

@@ -77,7 +77,7 @@ from ._hexrpc import (
     flush_logs,
     set_log_level,
 )
-from .model import Model, Tensor
+from .model import KernelTime, Model, Profile, Tensor
 
 __all__ = [
     "ARENA_ALIGN",
@@ -112,7 +112,9 @@ __all__ = [
     "bench_sample_model",
     "bench_shell",
     "bench_raw_ioctl_ns",
+    "KernelTime",
     "Model",
+    "Profile",
     "Tensor",
     "array",
     "detect_board",

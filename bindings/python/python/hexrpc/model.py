@@ -26,6 +26,38 @@ class Tensor(NamedTuple):
     nbytes: int
 
 
+class KernelTime(NamedTuple):
+    """One record's DSP time in a profiled run (:meth:`Model.run_profiled`)."""
+
+    call: int
+    """The FastRPC call (program) it ran in, in run order."""
+    record: int
+    """Its index in that call."""
+    kernel: str
+    """Its kernel's name (tinygrad's, from the library's build record)."""
+    us: int
+    """Microseconds around the kernel call on the DSP (on the bench: emulated or simulated)."""
+
+
+class Profile(NamedTuple):
+    """Where a run's DSP time went (:meth:`Model.run_profiled`)."""
+
+    records: list
+    """Every timed record, a :class:`KernelTime`, in run order."""
+    untimed_calls: int
+    """Calls whose library does not time its records (built before per-record times)."""
+    dsp_us: int
+    """The run's DSP microseconds as the entries summed them."""
+
+    def by_kernel(self):
+        """``[(kernel, records, us)]``, the most time first (ties by name)."""
+        acc = {}
+        for r in self.records:
+            n, us = acc.get(r.kernel, (0, 0))
+            acc[r.kernel] = (n + 1, us + r.us)
+        return sorted(((k, n, us) for k, (n, us) in acc.items()), key=lambda t: (-t[2], t[0]))
+
+
 class Model:
     """A model file opened on a session (see the module docs).
 
@@ -51,6 +83,17 @@ class Model:
         past it, or a DSP restart, raises :class:`hexrpc.NeedsRecovery`: recover the session and
         run again.
         """
+        return self._run(args, kwargs, deadline_ms, False)[0]
+
+    def run_profiled(self, *args, deadline_ms=None, **kwargs):
+        """:meth:`run`, and where the DSP time went: returns ``(outputs, profile)``, ``profile`` a
+        :class:`Profile` of each record's time measured on the DSP around its kernel, named after
+        the kernel. On the bench the times are emulated (Hexagon code under qemu-hexagon: host
+        time) or simulated (the bench's library models), never device figures."""
+        return self._run(args, kwargs, deadline_ms, True)
+
+    def _run(self, args, kwargs, deadline_ms, profiled):
+        """One run; ``(outputs, profile or None)``."""
         import numpy as np
 
         from . import InvalidArgument
@@ -76,8 +119,13 @@ class Model:
                 raise InvalidArgument(f"input {t.name!r}: shape {list(a.shape)} where the model's input is {list(t.shape)}")
             ins.append(memoryview(np.ascontiguousarray(a)).cast("B"))
         outs = [np.empty(t.shape, dtype=t.dtype) for t in self.outputs]
-        self._m.run(ins, [memoryview(o).cast("B") for o in outs], deadline_ms)
-        return {t.name: o for t, o in zip(self.outputs, outs)}
+        views = [memoryview(o).cast("B") for o in outs]
+        result = {t.name: o for t, o in zip(self.outputs, outs)}
+        if not profiled:
+            self._m.run(ins, views, deadline_ms)
+            return result, None
+        _, _, dsp_us, records, untimed = self._m.run_profiled(ins, views, deadline_ms)
+        return result, Profile([KernelTime(*r) for r in records], untimed, dsp_us)
 
     def close(self):
         """Releases the model's arenas, records and libraries."""
