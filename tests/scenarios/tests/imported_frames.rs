@@ -20,7 +20,9 @@
 //!   length beyond the buffer, 0 bytes) is refused with its typed cause before any FastRPC call.
 //!
 //! The tests of this file count the process's descriptors and share one descriptor limit: they
-//! run one at a time.
+//! run one at a time. A test ends with at most the descriptors it started with: fewer is no
+//! leak (a bench of the test before, whose last clone a closing thread held, may close its
+//! descriptors while the next test runs).
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -146,7 +148,8 @@ fn a_served_frame_is_read_in_place_with_nothing_copied(board: &'static Board) {
     }
     srv.stop().unwrap();
     assert_eq!(back_to(&bench, &start), start, "{}: bench resources after the session", board.name);
-    assert_eq!(fds_back_to(fds_start), fds_start, "{}: the process's descriptors", board.name);
+    let fds_end = fds_back_to(fds_start);
+    assert!(fds_end <= fds_start, "{}: the process's descriptors: {fds_end}, {fds_start} at the start", board.name);
 }
 
 fn the_server_closing_its_fd_or_exiting_mid_stream_breaks_nothing(board: &'static Board) {
@@ -187,7 +190,8 @@ fn the_server_closing_its_fd_or_exiting_mid_stream_breaks_nothing(board: &'stati
         drop((imported, out, lib));
     }
     assert_eq!(back_to(&bench, &start), start, "{}: bench resources after the session", board.name);
-    assert_eq!(fds_back_to(fds_start), fds_start, "{}: the process's descriptors", board.name);
+    let fds_end = fds_back_to(fds_start);
+    assert!(fds_end <= fds_start, "{}: the process's descriptors: {fds_end}, {fds_start} at the start", board.name);
 }
 
 fn dropping_the_import_while_the_server_keeps_the_buffer(board: &'static Board) {
@@ -218,7 +222,8 @@ fn dropping_the_import_while_the_server_keeps_the_buffer(board: &'static Board) 
     srv.write_frame(9).unwrap();
     srv.stop().unwrap();
     assert_eq!(back_to(&bench, &start), start, "{}: bench resources after the session", board.name);
-    assert_eq!(fds_back_to(fds_start), fds_start, "{}: the process's descriptors", board.name);
+    let fds_end = fds_back_to(fds_start);
+    assert!(fds_end <= fds_start, "{}: the process's descriptors: {fds_end}, {fds_start} at the start", board.name);
 }
 
 fn ten_thousand_import_drop_cycles_within_1024_descriptors(board: &'static Board) {
@@ -273,7 +278,8 @@ fn ten_thousand_import_drop_cycles_within_1024_descriptors(board: &'static Board
     srv.write_frame(6).unwrap();
     srv.stop().unwrap();
     assert_eq!(back_to(&bench, &start), start, "{}: bench resources after the session", board.name);
-    assert_eq!(fds_back_to(fds_start), fds_start, "{}: the process's descriptors", board.name);
+    let fds_end = fds_back_to(fds_start);
+    assert!(fds_end <= fds_start, "{}: the process's descriptors: {fds_end}, {fds_start} at the start", board.name);
     assert!(most_fds < FD_LIMIT as usize, "{}: {most_fds} descriptors", board.name);
 }
 
@@ -330,7 +336,8 @@ fn forged_descriptors_are_refused_before_any_call(board: &'static Board) {
     srv.stop().unwrap();
     let end: Snapshot = back_to(&bench, &start);
     assert_eq!(end, start, "{}: bench resources after the session", board.name);
-    assert_eq!(fds_back_to(fds_start), fds_start, "{}: the process's descriptors", board.name);
+    let fds_end = fds_back_to(fds_start);
+    assert!(fds_end <= fds_start, "{}: the process's descriptors: {fds_end}, {fds_start} at the start", board.name);
 }
 
 fn a_batch_reads_an_imported_frame_and_a_deadline_quarantines_it(board: &'static Board) {
@@ -386,7 +393,12 @@ fn a_batch_reads_an_imported_frame_and_a_deadline_quarantines_it(board: &'static
     // models keep nothing.
     let kept = kernel_mark(&bench).growth_since(&mark).fds;
     assert!(kept == 0 || *board == hexrpc_bsp::BENCH_LINUX, "{}: {kept} buffers kept by a model", board.name);
-    assert_eq!(fds_back_to(fds_start + kept), fds_start + kept, "{}: the process's descriptors ({kept} kept by the kernel)", board.name);
+    let fds_end = fds_back_to(fds_start + kept);
+    assert!(
+        fds_end <= fds_start + kept,
+        "{}: the process's descriptors: {fds_end}, {fds_start} at the start, {kept} kept by the kernel",
+        board.name
+    );
 }
 
 /// The bench board with DSP context banks that do not snoop the CPU caches (as
