@@ -319,6 +319,13 @@ fn forged_descriptors_are_refused_before_any_call(board: &'static Board) {
             ),
             ("0 bytes", srv.fd(), 0, Box::new((|e| e.cause == Cause::Import(ImportRefusal::Empty)) as Check)),
         ];
+        // The session's listener makes its own calls (init2, then next2, in which it waits):
+        // the record is compared from the moment it waits, a hang bound of 5 s.
+        let end = Instant::now() + Duration::from_secs(5);
+        while bench.snapshot().blocked_threads == 0 {
+            assert!(Instant::now() < end, "{}: the listener never waited in next2", board.name);
+            std::thread::sleep(Duration::from_millis(1));
+        }
         let before = (fastrpc_calls(&bench.counts()), bench.snapshot());
         for (what, fd, len, expected) in &cases {
             let e = rig.session().import(*fd, *len, Access::ReadOnly).map(|_| ()).expect_err(what);
