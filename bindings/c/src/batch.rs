@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use hexrpc_hal::BufferView;
-use hexrpc_runtime::launch::{Batch, BatchRefusal, BatchSpace, BufferRef, Scalar, Signature, MAX_BATCH_KERNELS, MAX_BATCH_LEASES};
+use hexrpc_runtime::launch::{Batch, BatchRefusal, BatchSpace, BufferRef, Scalar, Signature, BATCH, MAX_BATCH_KERNELS, MAX_BATCH_LEASES};
 use hexrpc_runtime::KernelLibrary;
 
 use crate::error::Failure;
@@ -142,6 +142,37 @@ pub fn run(
             .map_err(Failure::hal)?;
         }
         batch.outcome().map(|run| run.dsp_micros).map_err(Failure::runtime)
+    })
+}
+
+/// [`run`], with each record's DSP microseconds when the library's entry times records (`None`
+/// from one built before per-record times).
+pub fn run_timed(
+    cache: &SpaceCache,
+    kobj: &KernelObj,
+    kernels: &[Signature],
+    records: &[BatchRecord],
+    deadline: Option<Duration>,
+) -> Result<(u64, Option<Vec<u32>>), Failure> {
+    kobj.session().check()?;
+    with_packed(cache, kernels, records, |batch| {
+        if batch.is_empty() {
+            return Err(Failure::runtime(BatchRefusal::Empty.into()));
+        }
+        let lib = kobj.kernel().library();
+        batch.send_lease_ids(lib.map_cache());
+        let mut status = vec![0u8; BATCH.timed_status_len(batch.len())];
+        {
+            let mut args = batch.invoke_args_with_status(&mut status).map_err(|e| Failure::refused(format!("{e:?}")))?;
+            match deadline {
+                Some(t) => lib.invoke_args_with_deadline(&mut args, t),
+                None => lib.invoke_args(&mut args),
+            }
+            .map_err(Failure::hal)?;
+        }
+        let run = batch.outcome_of(&status).map_err(Failure::runtime)?;
+        let times = BATCH.record_micros(&status, batch.len()).map(|t| t.iter().collect());
+        Ok((run.dsp_micros, times))
     })
 }
 

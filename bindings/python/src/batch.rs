@@ -224,6 +224,22 @@ impl Batch {
         py.detach(|| shared::run(&self.space, &kobj, kernels, &recs, deadline)).map_err(py_err).inspect(|_| crate::logs::flush(py))
     }
 
+    /// [`run`](Self::run), with each record's DSP time: returns `(dsp_us, [us per record])`, the
+    /// list `None` when the library's entry does not time records (built before per-record
+    /// times). On the bench the times are emulated or simulated, never device figures.
+    #[pyo3(signature = (deadline_ms = None))]
+    fn run_profiled(&self, py: Python<'_>, deadline_ms: Option<u32>) -> PyResult<(u64, Option<Vec<u32>>)> {
+        let kobj = kernel_of(&self.cell)?;
+        if deadline_ms == Some(0) {
+            return Err(py_err(Failure::invalid("launch-pack", "deadline_ms must be positive (None: no deadline)")));
+        }
+        let snapshot = lock(&self.records).clone();
+        let recs = resolve(&snapshot)?;
+        let deadline = deadline_ms.map(|ms| Duration::from_millis(u64::from(ms)));
+        let kernels = &self.kernels;
+        py.detach(|| shared::run_timed(&self.space, &kobj, kernels, &recs, deadline)).map_err(py_err).inspect(|_| crate::logs::flush(py))
+    }
+
     /// Number of records.
     fn __len__(&self) -> usize {
         lock(&self.records).len()

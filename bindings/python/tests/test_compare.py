@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -54,7 +55,7 @@ CLS = "ch_ppocr_mobile_v2.0_cls_infer.onnx"
 
 def test_classifier_every_node_within_tolerance_of_onnxruntime():
     path = rapidocr_model(CLS)
-    opts = compare.parse_args([str(path), "--input", "1x3x48x192", "--runs", "3"])
+    opts = compare.parse_args([str(path), "--input", "1x3x48x192", "--runs", "3", "--profile"])
     rep = compare.run(opts)
     assert rep.error is None
     # 566 nodes, 308 of them Constant: 258 compared, every output of each.
@@ -83,8 +84,22 @@ def test_classifier_every_node_within_tolerance_of_onnxruntime():
         if "p50" in f and f["p50"] is not None:
             assert f["p50"] <= f["p99"] <= f["p99.9"] <= f["max"], key
 
+    # --profile: every record's DSP time, named after its tinygrad kernel (not the table's
+    # renamed copy), adding up to less than the run's wall time.
+    s = lat.profile_summary
+    assert s is not None and s["label"] == "emulated" and s["untimed_us_per_run"] == 0
+    assert 0 < s["dsp_us_per_run"] <= s["wall_us_per_run"], s
+    kernels = lat.kernels
+    assert kernels and all(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k["kernel"]) for k in kernels), kernels
+    assert not any(re.search(r"_hk[0-9]+$", k["kernel"]) for k in kernels), "the table's renamed copies"
+    assert sum(k["launches_per_run"] for k in kernels) > figs["fastrpc_calls"]["p50"], "more kernels than calls: batches"
+    assert abs(sum(k["us_per_run"] for k in kernels) - s["dsp_us_per_run"]) < 1e-6
+    assert abs(sum(k["share"] for k in kernels) - 1) < 1e-9
+    assert [k["us_per_run"] for k in kernels] == sorted((k["us_per_run"] for k in kernels), reverse=True)
+
     text = compare.render(rep)
     assert "every compared node is within tolerance" in text
+    assert "where the DSP time went, per run [emulated:" in text and kernels[0]["kernel"] in text
     assert "[emulated:" in text and "[simulated:" in text
     doc = json.loads(json.dumps(rep.to_json(), allow_nan=False))
     assert doc["exit_status"] == 0 and len(doc["nodes"]) == 258 and doc["latency"]["figures"]["fastrpc_calls"]["label"] == "simulated"
@@ -356,7 +371,7 @@ def test_usage_and_model_errors_exit_2(tmp_path, capsys):
     assert "missing.onnx" in err and "not an ONNX model" in err and "fixed at 3" in err
     assert compare.main(["--help"]) == 0
     out = capsys.readouterr().out
-    for section in ("NODE SELECTION", "TOLERANCE", "LATENCY", "EXIT STATUS", "ENVIRONMENT", "EXAMPLES"):
+    for section in ("NODE SELECTION", "TOLERANCE", "LATENCY", "PROFILE", "EXIT STATUS", "ENVIRONMENT", "EXAMPLES"):
         assert section in out
 
 
@@ -368,6 +383,7 @@ def test_bad_inputs_are_one_line_usage_errors(capsys):
         ["--input", "1x3", "--seed", "-1"],
         ["--input", "1x3", "--seed", "1e3"],
         ["--input", "1x3", "--runs", "-1"],
+        ["--input", "1x3", "--runs", "0", "--profile"],  # nothing to profile
         [],
     ]
     for args in cases:

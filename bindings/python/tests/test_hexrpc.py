@@ -273,6 +273,19 @@ def _sleep_batch(sess, lease, ms):
     return lib, bt
 
 
+def test_a_profiled_batch_reports_each_records_dsp_time(sess):
+    lease = sess.alloc(4096)
+    lib, bt = _sleep_batch(sess, lease, 1)
+    bt.push(0, [lease.view(4, 4)], [2])
+    bt.push(0, [lease.view(8, 4)], [3])
+    us, times = bt.run_profiled()
+    assert times is not None and len(times) == len(bt) == 3
+    assert sum(times) == us, (times, us)
+    bt.run()  # a plain run still works after a profiled one (it raises otherwise)
+    with pytest.raises(hexrpc.InvalidArgument):
+        bt.run_profiled(deadline_ms=0)
+
+
 def test_batch_calls_during_a_run_do_not_freeze(sess):
     """While one thread is in a 2 s `run()` (GIL released), every other call on the batch
     completes: none waits, with the GIL held, for a lock the running thread keeps."""

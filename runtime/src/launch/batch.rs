@@ -392,6 +392,38 @@ impl<'a, S: BorrowMut<BatchSpace>> Batch<'a, S> {
         call
     }
 
+    /// [`invoke_args`](Self::invoke_args) with the caller's status buffer `status` (cleared
+    /// first): at least [`BATCH`]`.status_len` bytes (else [`ArgsError::Range`]); with
+    /// [`BATCH.timed_status_len(self.len())`](crate::launch::BatchLayout::timed_status_len) an
+    /// entry that times records writes each record's microseconds after the status (read them
+    /// with [`BATCH.record_micros`](crate::launch::BatchLayout::record_micros), check the run
+    /// with [`outcome_of`](Self::outcome_of)).
+    pub fn invoke_args_with_status<'s>(&'s mut self, status: &'s mut [u8]) -> Result<Call<'s, MAX_ARGS>, ArgsError> {
+        if status.len() < BATCH.status_len {
+            return Err(ArgsError::Range);
+        }
+        status.fill(0);
+        let sp = self.space.borrow_mut();
+        sp.status = [0; 24];
+        let mut call = Call::new(BATCH.method);
+        if let Ok(args) = call.as_mut() {
+            args.input(&sp.pra0)?;
+            args.input(&sp.pra1)?;
+            args.output(status)?;
+            for (fd, len) in sp.fds.iter().zip(&sp.lease_lens) {
+                args.out_handle_sized(*fd, BATCH.handle_attr, *len)?;
+            }
+        }
+        call
+    }
+
+    /// [`outcome`](Self::outcome) of a call made with
+    /// [`invoke_args_with_status`](Self::invoke_args_with_status), from its status buffer.
+    pub fn outcome_of(&self, status: &[u8]) -> Result<BatchRun, Error> {
+        let status = BATCH.status(status).filter(BatchStatus::ran);
+        decode_outcome(status, self.len(), |r| self.kernel_of(r))
+    }
+
     /// Checks the status the entry wrote after a call that returned 0.
     pub fn outcome(&self) -> Result<BatchRun, Error> {
         let status = self.status().filter(BatchStatus::ran);

@@ -223,6 +223,7 @@ class Options:
     seed: int = 0
     tolerances: dict[str, Tolerance] = field(default_factory=lambda: dict(DEFAULT_TOLERANCES))
     json: bool = False
+    profile: bool = False
 
 
 def parse_shape(text: str) -> tuple[int, ...]:
@@ -329,6 +330,16 @@ LATENCY
     device     measured on a device (HEXRPC_BENCH unset)
   --runs 0 skips the latency.
 
+PROFILE
+  --profile (with --runs above 0): during the measured runs, every kernel's DSP time, read on
+  the DSP right around each kernel call (HAP_perf_get_time_us, written by the entry after each
+  batch's status), summed per tinygrad kernel name: launches and microseconds per run, and the
+  share of the DSP time. The line above the table says what the kernel times add up to per run
+  beside the run's host wall time. On the bench these are emulated figures (Hexagon code under
+  qemu-hexagon: the host's clock), labelled so; on a device, device figures. A batch whose
+  library was built before per-record times counts as one untimed sum. In --json:
+  latency.kernels and latency.profile_summary.
+
 OUTPUT
   A table (node index, op type, output name, shape, max abs error, max rel error, tolerance,
   within/PAST), the first node past tolerance, then the latency block. With --json: one JSON
@@ -396,6 +407,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tolerance", action="append", type=parse_tolerance, default=[], metavar="[DTYPE:]atol=A,rtol=R", help="see TOLERANCE")
     p.add_argument("--seed", type=parse_seed, default=0, metavar="S", help="seed of the random input, 0 to 2^64-1 (default 0)")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="with the latency runs: where the DSP time went, per tinygrad kernel (see PROFILE)",
+    )
     return p
 
 
@@ -416,7 +432,9 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         for n in names:
             old = tols[n]
             tols[n] = Tolerance(old.atol if math.isnan(t.atol) else t.atol, old.rtol if math.isnan(t.rtol) else t.rtol)
-    return Options(ns.model, shapes, ns.reference, ns.device, ns.nodes, ns.runs, ns.seed, tols, ns.json)
+    if ns.profile and ns.runs == 0:
+        build_parser().error("--profile times the latency runs: it needs --runs above 0")
+    return Options(ns.model, shapes, ns.reference, ns.device, ns.nodes, ns.runs, ns.seed, tols, ns.json, ns.profile)
 
 
 # -------------------------------------------------------------------------------------------------
@@ -466,6 +484,13 @@ class Latency:
     warmup_runs: int
     on_bench: bool
     figures: dict[str, dict[str, Any]]
+    #: With ``--profile``: per tinygrad kernel, ``{kernel, launches_per_run, us_per_run,
+    #: share}`` (the most time first), each record's time measured on the DSP around its kernel
+    #: (``label`` says emulated or device); ``None`` without.
+    kernels: list[dict[str, Any]] | None = None
+    #: With ``--profile``: the label of the kernel times, the DSP us per run they add up to, and
+    #: batches whose library did not time its records (their time is in ``untimed_us_per_run``).
+    profile_summary: dict[str, Any] | None = None
 
 
 def _device_calls(dev) -> int:
@@ -474,7 +499,7 @@ def _device_calls(dev) -> int:
 
 
 def measure_latency(model: PreparedModel, arrays: Mapping[str, np.ndarray], device: str, runs: int,
-                    progress: dict[str, Any] | None = None) -> Latency:
+                    progress: dict[str, Any] | None = None, profile: bool = False) -> Latency:
     """``runs`` TinyJit runs of the whole model on ``device`` after :data:`WARMUP_RUNS`.
     ``progress``, when given, holds the run under way (``run``: 1-based within its kind,
     ``warmup``: whether it is a warm-up run), for the report of a failure."""
@@ -503,6 +528,9 @@ def measure_latency(model: PreparedModel, arrays: Mapping[str, np.ndarray], devi
     jit = TinyJit(step)
     wall: list[float] = []
     per: dict[str, list[float]] = {}
+    times: list[tuple[str | None, int]] = []
+    if profile and not hasattr(dev, "profile"):
+        raise ModelError(f"--profile: the device {device} does not report per-kernel DSP times (HEXRPC does)")
     from tinygrad.helpers import Context
 
     with Context(DEV=device):
@@ -510,8 +538,15 @@ def measure_latency(model: PreparedModel, arrays: Mapping[str, np.ndarray], devi
             progress["warmup"], progress["run"] = i < WARMUP_RUNS, (i + 1 if i < WARMUP_RUNS else i + 1 - WARMUP_RUNS)
             xs = [tg.inputs({k: arrays[k]})[k] for k in names]
             c0, k0 = (counters() if counters else None), _device_calls(dev)
+            timed = profile and i >= WARMUP_RUNS
+            if timed:
+                dev.profile = times
             t0 = time.perf_counter()
-            jit(*xs)
+            try:
+                jit(*xs)
+            finally:
+                if timed:
+                    dev.profile = None
             t1 = time.perf_counter()
             c1, k1 = (counters() if counters else None), _device_calls(dev)
             if i < WARMUP_RUNS:
@@ -548,7 +583,38 @@ def measure_latency(model: PreparedModel, arrays: Mapping[str, np.ndarray], devi
         figs["fastrpc_calls"] = {"label": "device", "what": "single launches + batch runs counted by the device", **_summary(per["device_calls"])}
         for key in ("dsp_maps", "copied_kib"):
             figs[key] = {"label": "device", "what": "not known off the bench", "p50": None, "p99": None, "p99.9": None, "max": None}
-    return Latency(runs, WARMUP_RUNS, on_bench, figs)
+    lat = Latency(runs, WARMUP_RUNS, on_bench, figs)
+    if profile:
+        lat.kernels, lat.profile_summary = _per_kernel(times, runs, on_bench, sum(wall))
+    return lat
+
+
+def _per_kernel(times: Sequence[tuple[str | None, int]], runs: int, on_bench: bool, wall_s: float):
+    """The per-kernel table of ``--profile`` from the ``(kernel, us)`` of ``runs`` runs."""
+    acc: dict[str, list[int]] = {}
+    untimed = 0
+    for name, us in times:
+        if name is None:
+            untimed += us
+            continue
+        n_us = acc.setdefault(name, [0, 0])
+        n_us[0] += 1
+        n_us[1] += us
+    total = sum(us for _, us in acc.values())
+    rows = [
+        {"kernel": k, "launches_per_run": n / runs, "us_per_run": us / runs, "share": (us / total) if total else 0.0}
+        for k, (n, us) in acc.items()
+    ]
+    rows.sort(key=lambda r: (-r["us_per_run"], r["kernel"]))
+    label = "emulated" if on_bench else "device"
+    summary = {
+        "label": label,
+        "what": "DSP time around each kernel call (HAP_perf_get_time_us)" + (": Hexagon code under qemu-hexagon, host time" if on_bench else ""),
+        "dsp_us_per_run": total / runs,
+        "untimed_us_per_run": untimed / runs,
+        "wall_us_per_run": wall_s * 1e6 / runs,
+    }
+    return rows, summary
 
 
 # -------------------------------------------------------------------------------------------------
@@ -701,7 +767,7 @@ def run(opts: Options, *, around_node: Callable[[int], AbstractContextManager[An
         log(f"compare: {WARMUP_RUNS} warm-up + {opts.runs} TinyJit runs on {opts.device}")
         progress: dict[str, Any] = {"run": None, "warmup": None}
         try:
-            latency = measure_latency(model, arrays, opts.device, opts.runs, progress=progress)
+            latency = measure_latency(model, arrays, opts.device, opts.runs, progress=progress, profile=opts.profile)
         except ModelError:
             raise
         except Exception as e:  # noqa: BLE001  (a failure of the device under test is a result)
@@ -856,6 +922,17 @@ def render(rep: Report) -> str:
             unit = {"host_wall_s": "s", "simulated_us": "us"}.get(key, "")
             vals = "  ".join(f"{q} {_fmt(f[q], unit)}" for q in ("p50", "p99", "p99.9", "max"))
             out.append(f"  {key:<14} {vals}  [{f['label']}: {f['what']}]")
+        if lat.kernels is not None and lat.profile_summary is not None:
+            s = lat.profile_summary
+            out.append(
+                f"where the DSP time went, per run [{s['label']}: {s['what']}]: {s['dsp_us_per_run']:.0f} us in kernels "
+                f"of {s['wall_us_per_run']:.0f} us host wall time"
+                + (f", {s['untimed_us_per_run']:.0f} us in batches whose library does not time records" if s["untimed_us_per_run"] else "")
+            )
+            width = max([len(r["kernel"]) for r in lat.kernels] + [6])
+            out.append(f"  {'kernel':<{width}}  launches      us  share")
+            for r in lat.kernels:
+                out.append(f"  {r['kernel']:<{width}}  {r['launches_per_run']:8g}  {r['us_per_run']:6.0f}  {100 * r['share']:4.1f}%")
     return "\n".join(out)
 
 

@@ -67,6 +67,8 @@ class HEXRPCProgram(Program["HEXRPCDevice"]):
             raise hub.failed(self.name, e) from e
         self.dev.stats.launches += 1
         self.dev.stats.nonzero_offset_views += sum(1 for b in bufs if b.offset)
+        if self.dev.profile is not None:
+            self.dev.profile.append((self.name, us))
         return us / 1e6
 
     def __del__(self):
@@ -85,6 +87,12 @@ class HEXRPCDevice(Compiled):
         self.libraries = self.hub.libraries
         deadline = os.environ.get("HEXRPC_DEADLINE_MS")
         self.deadline_ms: int | None = int(deadline) if deadline else None
+        #: ``None``, or a list that each launch appends ``(kernel name, DSP us)`` to: a single
+        #: kernel's time, or each record's of a graph's batches (measured on the DSP around the
+        #: kernel call; a batch whose library does not time records appends
+        #: ``(None, us of the whole batch)``). Set it to ``[]`` to profile, back to ``None`` to
+        #: stop (``python -m hexrpc.compare --profile`` does).
+        self.profile: list[tuple[str | None, int]] | None = None
         graph = HEXRPCGraph if os.environ.get("HEXRPC_GRAPH", "1") != "0" else None
         super().__init__(device, HEXRPCAllocator(self), [HEXRPCRenderer], HEXRPCProgram, graph=graph)
 

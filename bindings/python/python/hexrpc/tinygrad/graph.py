@@ -251,15 +251,16 @@ class HEXRPCGraph(GraphRunner):
                 cap.launches.append(Launch(prg, self._buffers(j, input_uops), self._vals[j]))
         us, run_ns = 0, 0
         hub = self.dev.hub
+        profile = self.dev.profile
         for calls, batch in self._batches:
             t = time.perf_counter_ns()
             try:
                 try:
-                    us += batch.run(deadline_ms=self.dev.deadline_ms)
+                    us += self._run_batch(batch, calls, profile)
                 except hexrpc.NeedsRecovery as e:
                     if not hub.recovered_unsent(e):
                         raise
-                    us += batch.run(deadline_ms=self.dev.deadline_ms)
+                    us += self._run_batch(batch, calls, profile)
             except hexrpc.NeedsRecovery as e:
                 raise hub.failed(f"graph of {len(self.calls)} kernels", e) from e
             finally:
@@ -269,6 +270,24 @@ class HEXRPCGraph(GraphRunner):
         self.dev.stats.graph_steps += 1
         self.dev.stats.graph_host_ns += time.perf_counter_ns() - t0 - run_ns
         return us / 1e6
+
+    def _run_batch(self, batch, calls, profile) -> int:
+        """One batch; with ``profile`` a list, each record's ``(kernel name, us)`` appended."""
+        if profile is None:
+            return batch.run(deadline_ms=self.dev.deadline_ms)
+        us, times = batch.run_profiled(deadline_ms=self.dev.deadline_ms)
+        if times is None:
+            profile.append((None, us))
+        else:
+            profile.extend((self._kernel_name(j), t) for j, t in zip(calls, times))
+        return us
+
+    def _kernel_name(self, j: int) -> str:
+        """tinygrad's name of the kernel of graph call ``j``."""
+        names = getattr(self, "_names", None)
+        if names is None:
+            names = self._names = [KernelRecord.parse(prg.src[2].arg).name for _, prg, _, _ in self.calls]
+        return names[j]
 
     def __del__(self):
         self._batches = []
