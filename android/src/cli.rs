@@ -52,6 +52,12 @@ pub struct ModelArgs {
     pub size: Option<String>,
     pub mode: Option<Mode>,
     pub json: bool,
+    /// `--per-kernel`: each kernel's DSP time.
+    pub per_kernel: bool,
+    /// `--power LEVEL`: the DSP clock vote.
+    pub power: Option<String>,
+    /// `--no-pm-qos`: no PM-QoS vote.
+    pub no_pm_qos: bool,
 }
 
 pub struct Usage(pub String);
@@ -240,6 +246,9 @@ pub fn parse(args: Vec<std::ffi::OsString>) -> Result<(i32, Command), Usage> {
             Long("bench") if command == "model" => ma.mode = Some(Mode::Bench),
             Long("device") if command == "model" => ma.mode = Some(Mode::Device),
             Long("json") if command == "model" => ma.json = true,
+            Long("per-kernel") if command == "model" => ma.per_kernel = true,
+            Long("power") if command == "model" => ma.power = Some(p.value()?.string()?),
+            Long("no-pm-qos") if command == "model" => ma.no_pm_qos = true,
             Value(v) if command == "build-lib" => bl.more.push(v.into()),
             Long("bench") if command == "selftest" => platform = Some(Platform::Bench),
             Long("device") if command == "selftest" => platform = Some(Platform::Device),

@@ -265,7 +265,9 @@ USAGE:
     hexrpc model info  FILE [--json]
     hexrpc model run   FILE [--input NAME=FILE.npy]... [--output NAME=FILE.npy]...
                             [--runs N] [--deadline-ms MS] [--bench | --device] [--json]
+                            [--per-kernel] [--power LEVEL] [--no-pm-qos]
     hexrpc model bench FILE [--runs N] [--bench | --device] [--json]
+                            [--per-kernel] [--power LEVEL] [--no-pm-qos]
     hexrpc model check FILE [--bench | --device] [--json]
     hexrpc model sample OUT.hxm [--size N]
 
@@ -302,6 +304,12 @@ OPTIONS:
     --bench                 Run on the bench: Hexagon libraries run under
                             qemu-hexagon, the sample's on the bench's models
     --device                Run on the device (the default when its node exists)
+    --per-kernel            Time every kernel on the DSP (PER KERNEL below)
+    --power LEVEL           The DSP clock vote each library gets after it opens:
+                            sustained (default; a clock floor, DCVS above it),
+                            burst (top clock, DCVS off) or off (no vote)
+    --no-pm-qos             Send no PM-QoS vote (the CPU may sleep deeply while
+                            it waits for the DSP; the default sends it)
     --size N                sample: elements of the sample's input (default 1024)
     --json                  Machine-readable output
     -h, --help              Print this help
@@ -344,6 +352,20 @@ With --json the block is \"tail_latency\", an array of one object per row:
      \"runs\": N, \"p50\", \"p99\", \"p99_9\", \"max\": MICROSECONDS,
      \"equal_to_max\": [the percentiles that are the max]}
 \"run_us_p50\" and \"run_us_p99\" are the wall-time row's (emulated or device).
+Also: \"dsp_power\" (the clock vote's level), \"setup_failures\" (libraries that
+refused it) and \"per_kernel\" (null without --per-kernel).
+
+PER KERNEL:
+With --per-kernel each run reads every launch's DSP time, measured on the DSP
+right around the kernel call (HAP_perf_get_time_us) and written by the entry
+after the run's status, and the table sums them per kernel name (the kernel's
+name in the library's build record: tinygrad's), the most time first: launches
+and microseconds per run, and the share. On the bench these are emulated
+(Hexagon code under qemu-hexagon: the host's clock) or simulated (the bench's
+library models) figures; on a device, device figures. A library built before
+per-record times is counted as untimed calls. --json: \"per_kernel\":
+{\"label\", \"what\", \"untimed_calls\", \"kernels\": [{\"kernel\",
+\"launches_per_run\", \"us_per_run\"}]}.
 
 EXIT STATUS: 0 on success, 1 when the model was refused or a run failed (the
 reason on stderr), 2 on usage errors and bad inputs.

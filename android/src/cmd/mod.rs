@@ -114,6 +114,14 @@ pub fn device_session() -> Result<hexrpc_runtime::ServedSession<hexrpc_drivers::
 
 /// [`device_session`] on the board named `board` (`None`: detected).
 pub fn device_session_on(board: Option<&str>) -> Result<hexrpc_runtime::ServedSession<hexrpc_drivers::RustixSys>, (bool, String)> {
+    device_session_with(board, hexrpc_hal::LatencyPolicy::default())
+}
+
+/// [`device_session_on`] with the latency policy `latency`.
+pub fn device_session_with(
+    board: Option<&str>,
+    latency: hexrpc_hal::LatencyPolicy,
+) -> Result<hexrpc_runtime::ServedSession<hexrpc_drivers::RustixSys>, (bool, String)> {
     let (board, source) = device_board(board).map_err(|Usage(m)| (true, m))?;
     if source == BoardSource::Assumed {
         log::warn!("board not detected from the device-tree model: using the {} facts (`hexrpc probe` says more)", board.name);
@@ -122,7 +130,8 @@ pub fn device_session_on(board: Option<&str>) -> Result<hexrpc_runtime::ServedSe
         hexrpc_runtime::reverse::FilePolicy::for_board(board).map_err(|e| (false, format!("file policy of {}: {e:?}", board.name)))?;
     // The one place a command decides to touch the device.
     let access = hexrpc_bsp::DeviceAccess::for_device(board);
-    hexrpc_runtime::ServedSession::start(hexrpc_drivers::RustixSys, &access, policy).map_err(|e| {
+    let started = hexrpc_hal::Session::start_with(hexrpc_drivers::RustixSys, &access, latency).map_err(hexrpc_runtime::Error::from);
+    started.and_then(|s| hexrpc_runtime::ServedSession::serve(s, policy)).map_err(|e| {
         let advice = e.hal().map(|h| format!(": {}", hexrpc_hal::OpenAdvice { error: &h, board })).unwrap_or_default();
         (false, format!("starting the DSP session: {e}{advice}"))
     })

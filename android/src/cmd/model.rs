@@ -64,9 +64,11 @@ fn info(file: &Path, json_out: bool) -> Result<String, Failure> {
     let bytes = read(file, MAX_MODEL, "model")?;
     let m = ModelFile::parse(&bytes, &Limits::DEFAULT).map_err(|e| refused(format!("{}: {e}", file.display())))?;
     let p = m.provenance();
-    let libs: Vec<(String, usize, usize, bool, bool)> = m
+    let libs: Vec<(String, usize, usize, bool, bool, bool)> = m
         .libraries()
-        .map(|l| (l.name.to_owned(), l.image.len(), l.record.kernels().count(), l.record.programs(), l.record.map_cache()))
+        .map(|l| {
+            (l.name.to_owned(), l.image.len(), l.record.kernels().count(), l.record.programs(), l.record.map_cache(), l.record.power())
+        })
         .collect();
     let arenas: u64 = m.arenas().map(|a| a.size).sum();
     let weights: u64 = m.init().filter_map(|r| r.bytes.map(|b| b.len() as u64)).sum();
@@ -86,7 +88,7 @@ fn info(file: &Path, json_out: bool) -> Result<String, Failure> {
             .num("weight_bytes", weights)
             .raw("libraries", |s| {
                 s.push('[');
-                for (i, (name, len, kernels, programs, cache)) in libs.iter().enumerate() {
+                for (i, (name, len, kernels, programs, cache, power)) in libs.iter().enumerate() {
                     if i > 0 {
                         s.push(',');
                     }
@@ -95,7 +97,8 @@ fn info(file: &Path, json_out: bool) -> Result<String, Failure> {
                         .num("bytes", *len as u64)
                         .num("kernels", *kernels as u64)
                         .bool("programs", *programs)
-                        .bool("map_cache", *cache);
+                        .bool("map_cache", *cache)
+                        .bool("power", *power);
                     lo.end();
                 }
                 s.push(']');
@@ -136,11 +139,12 @@ fn info(file: &Path, json_out: bool) -> Result<String, Failure> {
         arenas,
         weights,
     );
-    for (name, len, kernels, programs, cache) in &libs {
+    for (name, len, kernels, programs, cache, power) in &libs {
         out.push_str(&format!(
-            "    {name}: {len} bytes, {kernels} kernels{}{}\n",
+            "    {name}: {len} bytes, {kernels} kernels{}{}{}\n",
             if *programs { ", programs" } else { ", no programs (export again with this hexrpc)" },
-            if *cache { ", map cache" } else { "" }
+            if *cache { ", map cache" } else { "" },
+            if *power { ", takes the DSP clock vote" } else { "" }
         ));
     }
     out.push_str("  inputs and outputs:\n");
@@ -235,7 +239,24 @@ struct Measured {
     dsp_us: u64,
     /// What became of the kernel's PM-QoS vote on the session's channel after the last run.
     pm_qos: PmQosState,
+    /// The session's DSP clock vote, and the library setup calls that failed.
+    power: (hexrpc_hal::DspPower, u32),
+    /// With `--per-kernel`: each kernel's time, and the calls whose library did not time its
+    /// records.
+    kernels: Option<(Vec<KernelRow>, usize)>,
     outputs: Vec<(Tensor, Vec<u8>)>,
+}
+
+/// One kernel of `--per-kernel`: its name, its records over every run and their microseconds
+/// (rows sorted the most time first).
+type KernelRow = (String, usize, u64);
+
+/// What `run_on` asks of a session besides the runs: its latency policy, and whether each
+/// kernel's DSP time is wanted.
+#[derive(Clone, Copy, Debug)]
+struct Ask {
+    latency: hexrpc_hal::LatencyPolicy,
+    per_kernel: bool,
 }
 
 /// The percentiles of the tail-latency block, in tenths of a percent (per mille), with their
@@ -425,6 +446,7 @@ fn execute<S: Syscalls + Clone + Send + Sync + 'static>(
     runs: u32,
     deadline: Option<Duration>,
     simulated: Option<&dyn Fn() -> Duration>,
+    per_kernel: bool,
 ) -> Result<Measured, Failure> {
     let t0 = Instant::now();
     let mut model = LoadedModel::open(served, bytes).map_err(|e| refused(format!("opening the model: {e}")))?;
@@ -437,10 +459,24 @@ fn execute<S: Syscalls + Clone + Send + Sync + 'static>(
     let mut outs: Vec<Vec<u8>> = model.outputs().iter().map(|t| vec![0u8; t.len as usize]).collect();
     let mut times = Vec::with_capacity(runs as usize);
     let mut dsp_us = 0;
+    let mut per: std::collections::BTreeMap<String, (usize, u64)> = std::collections::BTreeMap::new();
+    let mut untimed = 0usize;
     for n in 0..runs {
         let mut out_refs: Vec<&mut [u8]> = outs.iter_mut().map(Vec::as_mut_slice).collect();
         let t = Instant::now();
-        let r = model.run(&in_refs, &mut out_refs, deadline).map_err(|e| refused(format!("run {} of {runs}: {e}", n + 1)))?;
+        let r = if per_kernel {
+            let (r, p) =
+                model.run_profiled(&in_refs, &mut out_refs, deadline).map_err(|e| refused(format!("run {} of {runs}: {e}", n + 1)))?;
+            for k in p.records {
+                let e = per.entry(k.kernel).or_default();
+                e.0 += 1;
+                e.1 += u64::from(k.micros);
+            }
+            untimed += p.untimed_calls;
+            r
+        } else {
+            model.run(&in_refs, &mut out_refs, deadline).map_err(|e| refused(format!("run {} of {runs}: {e}", n + 1)))?
+        };
         times.push(t.elapsed());
         if let Some(take) = simulated {
             sim.push(take());
@@ -460,6 +496,12 @@ fn execute<S: Syscalls + Clone + Send + Sync + 'static>(
         call_bytes: model.call_bytes_per_run(),
         dsp_us,
         pm_qos: served.session().pm_qos(),
+        power: (served.session().latency_policy().dsp_power(), served.session().setup_failures()),
+        kernels: per_kernel.then(|| {
+            let mut v: Vec<KernelRow> = per.into_iter().map(|(k, (n, us))| (k, n, us)).collect();
+            v.sort_by(|a, b| b.2.cmp(&a.2).then_with(|| a.0.cmp(&b.0)));
+            (v, untimed)
+        }),
         outputs,
     })
 }
@@ -472,12 +514,13 @@ fn on_session(
     ins: &[Vec<u8>],
     runs: u32,
     deadline: Option<Duration>,
+    ask: Ask,
 ) -> Result<Measured, Failure> {
     match mode {
-        Mode::Bench => bench_execute(bytes, ins, runs, deadline),
+        Mode::Bench => bench_execute(bytes, ins, runs, deadline, ask),
         Mode::Device => {
-            let served = super::device_session_on(board).map_err(|(u, m)| if u { usage(m) } else { refused(m) })?;
-            execute(&served, bytes, ins, runs, deadline, None)
+            let served = super::device_session_with(board, ask.latency).map_err(|(u, m)| if u { usage(m) } else { refused(m) })?;
+            execute(&served, bytes, ins, runs, deadline, None, ask.per_kernel)
         }
     }
 }
@@ -488,26 +531,27 @@ fn on_session(
 /// of the simulated latencies of the crossings made during it, read and cleared after each run (so
 /// the bench's logs stay bounded however many runs).
 #[cfg(feature = "bench")]
-fn bench_execute(bytes: &[u8], ins: &[Vec<u8>], runs: u32, deadline: Option<Duration>) -> Result<Measured, Failure> {
+fn bench_execute(bytes: &[u8], ins: &[Vec<u8>], runs: u32, deadline: Option<Duration>, ask: Ask) -> Result<Measured, Failure> {
     let config = hexrpc_bench::BenchConfig::from_env().map_err(|e| usage(e.to_string()))?;
     let bench = hexrpc_bench::Bench::with_config(hexrpc_bench::BenchConfig { cost: crate::figures::MODEL_COST, ..config });
     hexrpc_scenarios::catalogue::register_sample_model(&bench);
     let policy = FilePolicy::for_board(bench.board()).map_err(|e| refused(format!("bench file policy: {e:?}")))?;
-    let served = ServedSession::start(bench.clone(), &hexrpc_bsp::DeviceAccess::for_bench(), policy)
+    let session = hexrpc_hal::Session::start_with(bench.clone(), &hexrpc_bsp::DeviceAccess::for_bench(), ask.latency)
         .map_err(|e| refused(format!("starting the bench session: {e}")))?;
+    let served = ServedSession::serve(session, policy).map_err(|e| refused(format!("starting the bench session: {e}")))?;
     let take = || {
         let sum = bench.latencies().iter().map(|l| l.simulated).fold(Duration::ZERO, Duration::saturating_add);
         bench.clear_logs();
         sum
     };
-    execute(&served, bytes, ins, runs, deadline, Some(&take)).map_err(|f| match (f, bench.last_restart()) {
+    execute(&served, bytes, ins, runs, deadline, Some(&take), ask.per_kernel).map_err(|f| match (f, bench.last_restart()) {
         (Failure::Refused(m), Some(why)) => refused(format!("{m}; the bench recorded why: {why}")),
         (f, _) => f,
     })
 }
 
 #[cfg(not(feature = "bench"))]
-fn bench_execute(_: &[u8], _: &[Vec<u8>], _: u32, _: Option<Duration>) -> Result<Measured, Failure> {
+fn bench_execute(_: &[u8], _: &[Vec<u8>], _: u32, _: Option<Duration>, _: Ask) -> Result<Measured, Failure> {
     Err(refused("this build has no bench: the vendor build leaves the `bench` feature off"))
 }
 
@@ -557,6 +601,9 @@ fn report(what: &str, file: &Path, mode: Mode, m: &Measured, written: &[(String,
             .num("dsp_us_total", m.dsp_us)
             .raw("tail_latency", |s| tail_json(&rows, s))
             .str("pm_qos", &pm_qos_name(m.pm_qos))
+            .str("dsp_power", m.power.0.name())
+            .num("setup_failures", u64::from(m.power.1))
+            .raw("per_kernel", |s| per_kernel_json(mode, m, s))
             .raw("outputs", |s| {
                 s.push('[');
                 for (i, (name, path, bytes)) in written.iter().enumerate() {
@@ -585,6 +632,16 @@ fn report(what: &str, file: &Path, mode: Mode, m: &Measured, written: &[(String,
     );
     tail_text(&rows, &mut out);
     out.push_str(&format!("  PM-QoS vote (FASTRPC_CONTROL_LATENCY): {}\n", m.pm_qos));
+    out.push_str(&format!(
+        "  DSP clock vote (HAP_power_set): {}{}\n",
+        m.power.0.name(),
+        match (m.power.0, m.power.1) {
+            (hexrpc_hal::DspPower::Off, _) => " (none sent)".to_string(),
+            (_, 0) => ", sent to each library whose entry takes it after each open".to_string(),
+            (_, n) => format!(", refused {n} time(s) by a library (see the log)"),
+        }
+    ));
+    per_kernel_text(mode, m, &mut out);
     if mode == Mode::Bench {
         out.push_str("  (bench: simulated DSP, or Hexagon code under qemu-hexagon; simulated and emulated, not device figures)\n");
     }
@@ -595,6 +652,62 @@ fn report(what: &str, file: &Path, mode: Mode, m: &Measured, written: &[(String,
         out.push_str(&format!("  wrote {name} ({bytes} bytes) to {}\n", path.display()));
     }
     out
+}
+
+/// The label of per-kernel times: measured on the DSP around each kernel call, on a device a
+/// device figure; on the bench the emulator's clock (Hexagon code) or the cost model (the bench's
+/// library models).
+fn per_kernel_label(mode: Mode) -> (&'static str, &'static str) {
+    match mode {
+        Mode::Device => ("device", "DSP time around each kernel call (HAP_perf_get_time_us)"),
+        Mode::Bench => (
+            "emulated/simulated",
+            "bench: Hexagon code under qemu-hexagon (host clock) or the bench's library models (cost model); not device figures",
+        ),
+    }
+}
+
+/// `--per-kernel`: each kernel's launches and DSP time per run, the most time first.
+fn per_kernel_text(mode: Mode, m: &Measured, out: &mut String) {
+    let Some((rows, untimed)) = &m.kernels else { return };
+    let runs = m.runs.len().max(1) as f64;
+    let total: u64 = rows.iter().map(|r| r.2).sum();
+    let (label, what) = per_kernel_label(mode);
+    out.push_str(&format!("  DSP time per kernel, per run [{label}: {what}]: {:.1} us in kernels\n", total as f64 / runs));
+    if *untimed > 0 {
+        out.push_str(&format!("    ({untimed} call(s) ran on a library built before per-record times: not in the table)\n"));
+    }
+    let width = rows.iter().map(|r| r.0.len()).max().unwrap_or(0).max(6);
+    out.push_str(&format!("    {:<width$}  {:>8}  {:>12}  {:>6}\n", "kernel", "launches", "us", "share"));
+    for (name, n, us) in rows {
+        let share = if total > 0 { 100.0 * *us as f64 / total as f64 } else { 0.0 };
+        out.push_str(&format!("    {name:<width$}  {:>8}  {:>12.1}  {share:>5.1}%\n", *n as f64 / runs, *us as f64 / runs));
+    }
+}
+
+/// `"per_kernel"` of `--json`: `null` without `--per-kernel`, else `{label, what, untimed_calls,
+/// kernels: [{kernel, launches_per_run, us_per_run}]}`.
+fn per_kernel_json(mode: Mode, m: &Measured, s: &mut String) {
+    let Some((rows, untimed)) = &m.kernels else {
+        s.push_str("null");
+        return;
+    };
+    let runs = m.runs.len().max(1) as f64;
+    let (label, what) = per_kernel_label(mode);
+    let mut o = json::Object::new(s);
+    o.str("label", label).str("what", what).num("untimed_calls", *untimed as u64).raw("kernels", |s| {
+        s.push('[');
+        for (i, (name, n, us)) in rows.iter().enumerate() {
+            if i > 0 {
+                s.push(',');
+            }
+            let mut k = json::Object::new(s);
+            k.str("kernel", name).float("launches_per_run", *n as f64 / runs).float("us_per_run", *us as f64 / runs);
+            k.end();
+        }
+        s.push(']');
+    });
+    o.end();
 }
 
 fn parse_count(v: Option<&str>, what: &str, default: u32) -> Result<u32, Failure> {
@@ -627,8 +740,14 @@ fn run_on(a: &ModelArgs, what: &str, board: Option<&str>) -> Result<String, Fail
     let m = ModelFile::parse(&bytes, &Limits::DEFAULT).map_err(|e| refused(format!("{}: {e}", file.display())))?;
     let ins = inputs(&m, &a.inputs, what != "run")?;
     let outs = outputs(&m, &a.outputs)?;
+    let power = match a.power.as_deref() {
+        None => hexrpc_hal::DspPower::default(),
+        Some(s) => hexrpc_hal::DspPower::from_name(s).ok_or_else(|| usage(format!("--power {s:?}: off, sustained or burst")))?,
+    };
+    let vote = if a.no_pm_qos { hexrpc_hal::PmQosVote::Off } else { hexrpc_hal::PmQosVote::Board };
+    let ask = Ask { latency: hexrpc_hal::LatencyPolicy::REALTIME.with_pm_qos(vote).with_dsp_power(power), per_kernel: a.per_kernel };
     let mode = mode_of(a.mode)?;
-    let measured = on_session(mode, board, &bytes, &ins, runs, deadline)?;
+    let measured = on_session(mode, board, &bytes, &ins, runs, deadline, ask)?;
     let mut written = Vec::new();
     for (name, path) in &outs {
         if let Some((t, data)) = measured.outputs.iter().find(|(t, _)| &t.name == name) {
@@ -716,6 +835,8 @@ mod tests {
             call_bytes: 0,
             dsp_us: 0,
             pm_qos: PmQosState::NotAsked,
+            power: (hexrpc_hal::DspPower::Sustained, 0),
+            kernels: None,
             outputs: Vec::new(),
         }
     }

@@ -134,3 +134,36 @@ fn model_bench_prints_the_tail_latency_block_with_its_labels() {
     assert_eq!(v["run_us_p50"], rows[1]["p50"], "the flat wall-time fields are the emulated row's: {v}");
     assert_eq!(v["run_us_p99"], rows[1]["p99"], "{v}");
 }
+
+#[test]
+fn model_bench_per_kernel_names_each_kernel_and_the_latency_policy_flags_reach_the_session() {
+    let dir = scratch_dir("model-per-kernel");
+    assert!(hexrpc_in(&dir, &["model", "sample", "s.hxm", "--size", "16"]).status.success());
+    let o = hexrpc_in(&dir, &["model", "bench", "s.hxm", "--bench", "--runs", "3", "--per-kernel", "--power", "burst", "--json"]);
+    assert!(o.status.success(), "{}", stderr_of(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        (v["dsp_power"].as_str(), v["setup_failures"].as_u64(), v["pm_qos"].as_str()),
+        (Some("burst"), Some(0), Some("sent")),
+        "{v}"
+    );
+    let p = &v["per_kernel"];
+    assert_eq!(p["label"], "emulated/simulated", "{p}");
+    assert_eq!(p["untimed_calls"], 0, "{p}");
+    let kernels = p["kernels"].as_array().expect("kernels");
+    // The sample: two launches of its table's add kernel a run.
+    let launches: f64 = kernels.iter().map(|k| k["launches_per_run"].as_f64().unwrap()).sum();
+    assert_eq!(launches, v["launches_per_run"].as_f64().unwrap(), "{p}");
+    assert!(kernels.iter().all(|k| !k["kernel"].as_str().unwrap().is_empty()), "{p}");
+    // Without --per-kernel: null, and no table in the text.
+    let o = hexrpc_in(&dir, &["model", "bench", "s.hxm", "--bench", "--runs", "2", "--no-pm-qos", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(v["per_kernel"].is_null() && v["pm_qos"] == "not_asked" && v["dsp_power"] == "sustained", "{v}");
+    let o = hexrpc_in(&dir, &["model", "bench", "s.hxm", "--bench", "--runs", "2", "--per-kernel", "--power", "off"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("DSP clock vote (HAP_power_set): off (none sent)") && out.contains("DSP time per kernel, per run ["), "{out}");
+    // A level nobody knows is a usage error naming the levels, before any session.
+    let o = hexrpc_in(&dir, &["model", "bench", "s.hxm", "--bench", "--power", "turbo"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr_of(&o).contains("off, sustained or burst"), "{}", stderr_of(&o));
+}
