@@ -125,24 +125,7 @@ pub fn run(
     records: &[BatchRecord],
     deadline: Option<Duration>,
 ) -> Result<u64, Failure> {
-    kobj.session().check()?;
-    with_packed(cache, kernels, records, |batch| {
-        if batch.is_empty() {
-            return Err(Failure::runtime(BatchRefusal::Empty.into()));
-        }
-        let lib = kobj.kernel().library();
-        // Lease ids only to a library with the map cache (others refuse a non-zero id word).
-        batch.send_lease_ids(lib.map_cache());
-        {
-            let mut args = batch.invoke_args().map_err(|e| Failure::refused(format!("{e:?}")))?;
-            match deadline {
-                Some(t) => lib.invoke_args_with_deadline(&mut args, t),
-                None => lib.invoke_args(&mut args),
-            }
-            .map_err(Failure::hal)?;
-        }
-        batch.outcome().map(|run| run.dsp_micros).map_err(Failure::runtime)
-    })
+    run_with(cache, kobj, kernels, records, deadline, false).map(|(us, _)| us)
 }
 
 /// [`run`], with each record's DSP microseconds when the library's entry times records (`None`
@@ -154,14 +137,27 @@ pub fn run_timed(
     records: &[BatchRecord],
     deadline: Option<Duration>,
 ) -> Result<(u64, Option<Vec<u32>>), Failure> {
+    run_with(cache, kobj, kernels, records, deadline, true)
+}
+
+/// One batch call; with `timed`, a status buffer with room for every record's time.
+fn run_with(
+    cache: &SpaceCache,
+    kobj: &KernelObj,
+    kernels: &[Signature],
+    records: &[BatchRecord],
+    deadline: Option<Duration>,
+    timed: bool,
+) -> Result<(u64, Option<Vec<u32>>), Failure> {
     kobj.session().check()?;
     with_packed(cache, kernels, records, |batch| {
         if batch.is_empty() {
             return Err(Failure::runtime(BatchRefusal::Empty.into()));
         }
         let lib = kobj.kernel().library();
+        // Lease ids only to a library with the map cache (others refuse a non-zero id word).
         batch.send_lease_ids(lib.map_cache());
-        let mut status = vec![0u8; BATCH.timed_status_len(batch.len())];
+        let mut status = vec![0u8; if timed { BATCH.timed_status_len(batch.len()) } else { BATCH.status_len }];
         {
             let mut args = batch.invoke_args_with_status(&mut status).map_err(|e| Failure::refused(format!("{e:?}")))?;
             match deadline {
@@ -171,7 +167,7 @@ pub fn run_timed(
             .map_err(Failure::hal)?;
         }
         let run = batch.outcome_of(&status).map_err(Failure::runtime)?;
-        let times = BATCH.record_micros(&status, batch.len()).map(|t| t.iter().collect());
+        let times = if timed { BATCH.record_micros(&status, batch.len()).map(|t| t.iter().collect()) } else { None };
         Ok((run.dsp_micros, times))
     })
 }

@@ -213,15 +213,7 @@ impl Batch {
     /// (see the module's "Threads").
     #[pyo3(signature = (deadline_ms = None))]
     fn run(&self, py: Python<'_>, deadline_ms: Option<u32>) -> PyResult<u64> {
-        let kobj = kernel_of(&self.cell)?;
-        if deadline_ms == Some(0) {
-            return Err(py_err(Failure::invalid("launch-pack", "deadline_ms must be positive (None: no deadline)")));
-        }
-        let snapshot = lock(&self.records).clone();
-        let recs = resolve(&snapshot)?;
-        let deadline = deadline_ms.map(|ms| Duration::from_millis(u64::from(ms)));
-        let kernels = &self.kernels;
-        py.detach(|| shared::run(&self.space, &kobj, kernels, &recs, deadline)).map_err(py_err).inspect(|_| crate::logs::flush(py))
+        self.run_with(py, deadline_ms, false).map(|(us, _)| us)
     }
 
     /// [`run`](Self::run), with each record's DSP time: returns `(dsp_us, [us per record])`, the
@@ -229,15 +221,7 @@ impl Batch {
     /// times). On the bench the times are emulated or simulated, never device figures.
     #[pyo3(signature = (deadline_ms = None))]
     fn run_profiled(&self, py: Python<'_>, deadline_ms: Option<u32>) -> PyResult<(u64, Option<Vec<u32>>)> {
-        let kobj = kernel_of(&self.cell)?;
-        if deadline_ms == Some(0) {
-            return Err(py_err(Failure::invalid("launch-pack", "deadline_ms must be positive (None: no deadline)")));
-        }
-        let snapshot = lock(&self.records).clone();
-        let recs = resolve(&snapshot)?;
-        let deadline = deadline_ms.map(|ms| Duration::from_millis(u64::from(ms)));
-        let kernels = &self.kernels;
-        py.detach(|| shared::run_timed(&self.space, &kobj, kernels, &recs, deadline)).map_err(py_err).inspect(|_| crate::logs::flush(py))
+        self.run_with(py, deadline_ms, true)
     }
 
     /// Number of records.
@@ -251,6 +235,26 @@ impl Batch {
 }
 
 impl Batch {
+    /// One run (`timed`: with each record's DSP time), the GIL released.
+    fn run_with(&self, py: Python<'_>, deadline_ms: Option<u32>, timed: bool) -> PyResult<(u64, Option<Vec<u32>>)> {
+        let kobj = kernel_of(&self.cell)?;
+        if deadline_ms == Some(0) {
+            return Err(py_err(Failure::invalid("launch-pack", "deadline_ms must be positive (None: no deadline)")));
+        }
+        let snapshot = lock(&self.records).clone();
+        let recs = resolve(&snapshot)?;
+        let deadline = deadline_ms.map(|ms| Duration::from_millis(u64::from(ms)));
+        let kernels = &self.kernels;
+        let run = || {
+            if timed {
+                shared::run_timed(&self.space, &kobj, kernels, &recs, deadline)
+            } else {
+                shared::run(&self.space, &kobj, kernels, &recs, deadline).map(|us| (us, None))
+            }
+        };
+        py.detach(run).map_err(py_err).inspect(|_| crate::logs::flush(py))
+    }
+
     /// Points buffer `index` of record `record`, for every `(record, index)` of `places`, at
     /// `view`: all or none (a missing place or a lease beyond the capacity refuses them all).
     fn replace_views(&self, places: &[(usize, usize)], view: &Bound<'_, PyAny>) -> PyResult<()> {

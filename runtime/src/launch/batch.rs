@@ -379,17 +379,8 @@ impl<'a, S: BorrowMut<BatchSpace>> Batch<'a, S> {
     pub fn invoke_args(&mut self) -> Result<Call<'_, MAX_ARGS>, ArgsError> {
         let sp = self.space.borrow_mut();
         sp.status = [0; 24];
-        // Filled where it was built and returned as it is (no moves of the list).
-        let mut call = Call::new(BATCH.method);
-        if let Ok(args) = call.as_mut() {
-            args.input(&sp.pra0)?;
-            args.input(&sp.pra1)?;
-            args.output(&mut sp.status)?;
-            for (fd, len) in sp.fds.iter().zip(&sp.lease_lens) {
-                args.out_handle_sized(*fd, BATCH.handle_attr, *len)?;
-            }
-        }
-        call
+        let BatchSpace { pra0, pra1, status, fds, lease_lens, .. } = sp;
+        batch_call(pra0, pra1, status, fds, lease_lens)
     }
 
     /// [`invoke_args`](Self::invoke_args) with the caller's status buffer `status` (cleared
@@ -405,16 +396,8 @@ impl<'a, S: BorrowMut<BatchSpace>> Batch<'a, S> {
         status.fill(0);
         let sp = self.space.borrow_mut();
         sp.status = [0; 24];
-        let mut call = Call::new(BATCH.method);
-        if let Ok(args) = call.as_mut() {
-            args.input(&sp.pra0)?;
-            args.input(&sp.pra1)?;
-            args.output(status)?;
-            for (fd, len) in sp.fds.iter().zip(&sp.lease_lens) {
-                args.out_handle_sized(*fd, BATCH.handle_attr, *len)?;
-            }
-        }
-        call
+        let BatchSpace { pra0, pra1, fds, lease_lens, .. } = sp;
+        batch_call(pra0, pra1, status, fds, lease_lens)
     }
 
     /// [`outcome`](Self::outcome) of a call made with
@@ -521,6 +504,21 @@ pub(super) fn write_lease_ids(layout: &BatchLayout, pra1: &mut [u8], ids: &[u32]
     for (l, id) in ids.iter().enumerate() {
         put_u32(pra1, l * layout.lease_entry_size + layout.lease_id_at, if on { *id } else { 0 });
     }
+}
+
+/// A batch's call: pra 0 and pra 1 in, `status` out, one out-handle per lease with its length.
+/// Filled where it was built and returned as it is (no moves of the list).
+fn batch_call<'s>(pra0: &'s [u8], pra1: &'s [u8], status: &'s mut [u8], fds: &[Fd], lens: &[u64]) -> Result<Call<'s, MAX_ARGS>, ArgsError> {
+    let mut call = Call::new(BATCH.method);
+    if let Ok(args) = call.as_mut() {
+        args.input(pra0)?;
+        args.input(pra1)?;
+        args.output(status)?;
+        for (fd, len) in fds.iter().zip(lens) {
+            args.out_handle_sized(*fd, BATCH.handle_attr, *len)?;
+        }
+    }
+    call
 }
 
 /// What a status says of a call that returned 0, for `launches` records (`status` `None`: the

@@ -24,6 +24,10 @@
 //! leak (a bench of the test before, whose last clone a closing thread held, may close its
 //! descriptors while the next test runs).
 
+#[path = "support/fds.rs"]
+mod fds;
+use fds::{fds_back_to, limit_fds, open_fds};
+
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -56,31 +60,6 @@ hexrpc_bench::on_both_kernels!(
 );
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-fn limit_fds() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        let now = rustix::process::getrlimit(rustix::process::Resource::Nofile);
-        let limit = rustix::process::Rlimit { current: Some(FD_LIMIT), maximum: now.maximum };
-        rustix::process::setrlimit(rustix::process::Resource::Nofile, limit).expect("lower RLIMIT_NOFILE");
-    });
-}
-
-fn open_fds() -> usize {
-    std::fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or(0)
-}
-
-/// Waits for the process's descriptors to come back to `want` (closes run on other threads).
-fn fds_back_to(want: usize) -> usize {
-    let end = Instant::now() + Duration::from_secs(5);
-    loop {
-        let n = open_fds();
-        if n <= want || Instant::now() > end {
-            return n;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
 
 fn bench_for(board: &'static Board) -> Bench {
     // As lease_churn.rs: on Linux's own driver the DSP lists every handle back, so the per-call
@@ -228,7 +207,7 @@ fn dropping_the_import_while_the_server_keeps_the_buffer(board: &'static Board) 
 
 fn ten_thousand_import_drop_cycles_within_1024_descriptors(board: &'static Board) {
     let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    limit_fds();
+    limit_fds(FD_LIMIT);
     let bench = bench_for(board);
     let (start, fds_start) = (bench.snapshot(), open_fds());
     let mut srv = server(board);

@@ -15,8 +15,12 @@
 //! The tests of this file share one process-wide descriptor limit and count the process's
 //! descriptors: they run one at a time.
 
+#[path = "support/fds.rs"]
+mod fds;
+use fds::{fds_back_to, limit_fds, open_fds};
+
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use hexrpc_bench::{Bench, BenchConfig, FdlistPolicy, Snapshot};
 use hexrpc_bsp::{Board, MapLookup};
@@ -37,34 +41,6 @@ hexrpc_bench::on_both_kernels!(
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
-/// Lowers the soft descriptor limit to [`FD_LIMIT`] (before the first bench: the bench puts its
-/// backing descriptors above half of it).
-fn limit_fds() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        let now = rustix::process::getrlimit(rustix::process::Resource::Nofile);
-        let limit = rustix::process::Rlimit { current: Some(FD_LIMIT), maximum: now.maximum };
-        rustix::process::setrlimit(rustix::process::Resource::Nofile, limit).expect("lower RLIMIT_NOFILE");
-    });
-}
-
-/// The process's open descriptors.
-fn open_fds() -> usize {
-    std::fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or(0)
-}
-
-/// Waits for the process's descriptors to come back to `want` (closes run on other threads).
-fn fds_back_to(want: usize) -> usize {
-    let end = Instant::now() + Duration::from_secs(5);
-    loop {
-        let n = open_fds();
-        if n <= want || Instant::now() > end {
-            return n;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
 fn bench_for(board: &'static Board) -> Bench {
     // On Linux's own driver every call makes a handle map that only the fdlist or the file's
     // release frees (fastrpc_create_maps → fastrpc_map_attach for handles): the DSP lists every
@@ -79,7 +55,7 @@ fn bench_for(board: &'static Board) -> Bench {
 
 fn ten_thousand_alloc_launch_free_cycles_within_1024_descriptors(board: &'static Board) {
     let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    limit_fds();
+    limit_fds(FD_LIMIT);
     let bench = bench_for(board);
     let (start, fds_start) = (bench.snapshot(), open_fds());
     let (mut most_fds, replacements, generation);
@@ -131,7 +107,7 @@ fn ten_thousand_alloc_launch_free_cycles_within_1024_descriptors(board: &'static
 
 fn leases_dropped_while_recovery_is_needed_are_not_leaked(board: &'static Board) {
     let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    limit_fds();
+    limit_fds(FD_LIMIT);
     let bench = bench_for(board);
     let (start, fds_start) = (bench.snapshot(), open_fds());
     {
