@@ -31,6 +31,11 @@ impl<S: Syscalls> Drop for IonHandle<S> {
     }
 }
 
+/// The IOVA a lease of `len` bytes takes when the driver maps it: whole pages.
+pub(crate) const fn iova_len(len: usize) -> u64 {
+    (len as u64).div_ceil(4096).saturating_mul(4096)
+}
+
 /// An allocation without a borrow of its device (the HAL keeps the device alive by field
 /// order); the public [`Lease`] adds the borrow.
 pub(crate) struct RawLease<S: Syscalls> {
@@ -99,7 +104,7 @@ impl<S: Syscalls + Clone> RawLease<S> {
         let map = Mapping::map_shared(sys.clone(), share.raw(), rounded, Prot::ReadWrite).map_err(|e| HalError::os(stage, e))?;
         let sync = board.allocator == Allocator::DmaHeap && board.cached;
         let ion_maint = board.allocator == Allocator::Ion49 && board.cached && !board.dsp_coherent;
-        Ok(RawLease { map, share, handle, len: rounded, sync, ion_maint, id: next_lease_id(), iova: crate::session::iova_len(rounded) })
+        Ok(RawLease { map, share, handle, len: rounded, sync, ion_maint, id: next_lease_id(), iova: iova_len(rounded) })
     }
 
     /// A lease over a dma-buf another component owns ([`Session::import`](crate::Session::import)):

@@ -52,11 +52,12 @@ use hexrpc_bsp::Allocator;
 use hexrpc_drivers::dma_heap;
 use hexrpc_drivers::{ion, Errno, Error as SysError, Fd, Prot, Syscalls};
 
+use crate::buffer::iova_len;
 use crate::buffer::{RawLease, PAGE};
 use crate::error::{Cause, HalError, ImportRefusal, Stage};
 use crate::fd::OwnedFd;
 use crate::lease::{Lease, Owner};
-use crate::session::{iova_len, Session};
+use crate::session::Session;
 
 /// Whether the DSP may write an imported buffer ([`Session::import`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

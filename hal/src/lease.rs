@@ -361,6 +361,6 @@ impl<S: Syscalls + Clone> Session<S> {
     pub(crate) fn alloc_raw(&self, len: usize) -> Result<RawLease<S>, HalError> {
         self.charge_iova(len)?;
         RawLease::alloc(&self.sys, self.ion.raw(), self.board, len, Stage::Alloc)
-            .inspect_err(|_| self.uncharge_iova(crate::session::iova_len(len)))
+            .inspect_err(|_| self.uncharge_iova(crate::buffer::iova_len(len)))
     }
 }

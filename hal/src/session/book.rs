@@ -103,11 +103,6 @@ pub(crate) enum Kept<S: Syscalls> {
     Lease(RawLease<S>, u64),
 }
 
-/// The IOVA a lease of `len` bytes takes when the driver maps it: whole pages.
-pub(crate) const fn iova_len(len: usize) -> u64 {
-    (len as u64).div_ceil(4096).saturating_mul(4096)
-}
-
 pub(super) struct Inner<S: Syscalls> {
     /// (newest channel generation that may map it, the retired number, its IOVA charge).
     pub(super) numbers: heapless::Vec<(u32, hexrpc_drivers::OwnedFd, u64), KEPT_NUMBERS>,

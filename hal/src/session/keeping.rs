@@ -8,8 +8,9 @@ use core::sync::atomic::Ordering;
 use hexrpc_bsp::{KernelAbi, MapLookup};
 use hexrpc_drivers::{adsprpc, Fd, Syscalls};
 
-use super::book::{iova_len, Kept, Passed, KEPT_LEASES, KEPT_NUMBERS, MUNMAP_FD_LIMIT};
+use super::book::{Kept, Passed, KEPT_LEASES, KEPT_NUMBERS, MUNMAP_FD_LIMIT};
 use super::Session;
+use crate::buffer::iova_len;
 use crate::buffer::RawLease;
 use crate::call::Call;
 use crate::error::{Budget, Cause, HalError, Stage};

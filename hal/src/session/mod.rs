@@ -29,7 +29,6 @@ use crate::fd::OwnedFd;
 use crate::latency::{LatencyPolicy, PmQosState};
 use crate::stages::{self, Channel, HeapOpened, ProcessCreated};
 use crate::sync;
-pub(crate) use book::iova_len;
 use book::Book;
 use remotectl::{remotectl_close, LibSlot, MAX_LIBRARIES};
 
