@@ -74,11 +74,15 @@ const fn refused(r: ImportRefusal) -> HalError {
 }
 
 /// What a refusal of the kernel about the descriptor itself means: a file that is not a dma-buf
-/// (`EINVAL`, `ENOTTY`, `ESPIPE`), one that is not open (`EBADF`), or an error of its own.
+/// (`EINVAL`, `ENOTTY`, `ESPIPE`; `ENOSYS` where qemu-user stands between: it answers an ioctl it
+/// does not translate, the dma-buf sync on a pipe, with it), one that is not open (`EBADF`), or
+/// an error of its own.
 fn about_the_descriptor(e: SysError) -> HalError {
     match e {
         SysError::Os(Errno::EBADF) => refused(ImportRefusal::NotOpen),
-        SysError::Os(errno @ (Errno::EINVAL | Errno::ENOTTY | Errno::ESPIPE)) => refused(ImportRefusal::NotDmaBuf { errno }),
+        SysError::Os(errno @ (Errno::EINVAL | Errno::ENOTTY | Errno::ESPIPE | Errno::ENOSYS)) => {
+            refused(ImportRefusal::NotDmaBuf { errno })
+        }
         e => HalError::sys(Stage::Import, e),
     }
 }

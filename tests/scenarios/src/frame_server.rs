@@ -73,8 +73,39 @@ impl FrameServer {
             Allocator::Ion49 => "ion",
             Allocator::DmaHeap => "heap",
         };
-        let child = Command::new(exe).arg(which).arg(&path).arg(len.to_string()).spawn()?;
-        let (stream, _) = listener.accept()?;
+        let spawn = |cmd: &mut Command| cmd.arg(which).arg(&path).arg(len.to_string()).spawn();
+        listener.set_nonblocking(true)?;
+        let mut child = spawn(&mut Command::new(exe))?;
+        let mut emulated = false;
+        let end = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let stream = loop {
+            match listener.accept() {
+                Ok((stream, _)) => break stream,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e),
+            }
+            if let Some(status) = child.try_wait()? {
+                // An aarch64 test binary run under qemu-user on a machine without binfmt: the
+                // kernel cannot exec the aarch64 server (the child exits 127 before it
+                // connects); it runs through the same emulator, as cargo's runner runs the test.
+                if cfg!(target_arch = "aarch64") && !emulated && status.code() == Some(127) {
+                    let qemu = std::env::var_os("PATH")
+                        .and_then(|p| std::env::split_paths(&p).map(|d| d.join("qemu-aarch64")).find(|q| q.is_file()))
+                        .ok_or_else(|| io_err("the frame server could not be executed and qemu-aarch64 is not on PATH"))?;
+                    child = spawn(Command::new(qemu).args(["-L", "/usr/aarch64-linux-gnu"]).arg(exe))?;
+                    emulated = true;
+                    continue;
+                }
+                return Err(io_err(format!("the frame server exited ({status}) before it connected")));
+            }
+            if std::time::Instant::now() > end {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(io_err("the frame server did not connect within 60 s"));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        };
+        stream.set_nonblocking(false)?;
         let mut server = FrameServer { child: Some(child), stream, fd: None, len, dir };
         let mut header = [0u8; 8];
         let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
