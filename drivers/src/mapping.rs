@@ -85,6 +85,12 @@ impl<S: Syscalls> Mapping<S> {
         self.ptr.as_ptr() as usize
     }
 
+    /// False for a read-only mapping ([`Prot::Read`]): its writes are refused, and nothing may
+    /// write through its address.
+    pub fn writable(&self) -> bool {
+        self.prot != Prot::Read
+    }
+
     /// The syscall implementation this mapping was made with.
     pub fn sys(&self) -> &S {
         &self.sys

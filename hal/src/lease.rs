@@ -163,6 +163,12 @@ impl<'s, S: Syscalls + Clone> Lease<'s, S> {
         false
     }
 
+    /// True if the lease belongs to `session` (made by it, or imported into it): what a call
+    /// of that session may name.
+    pub fn is_of(&self, session: &Session<S>) -> bool {
+        self.owner.session().is_some_and(|s| core::ptr::eq(s, session))
+    }
+
     /// The ION handle (0 on a dma-heap board, which has no handles).
     pub fn handle(&self) -> i32 {
         self.raw.as_ref().map_or(0, RawLease::handle)
@@ -178,6 +184,13 @@ impl<'s, S: Syscalls + Clone> Lease<'s, S> {
     /// writes it during a launch (see the module docs); it stays mapped while the lease lives.
     pub fn host_addr(&self) -> usize {
         self.raw.as_ref().map_or(0, |r| r.mapping().addr())
+    }
+
+    /// False for a read-only import ([`Access::ReadOnly`](crate::Access::ReadOnly)): mapped
+    /// read-only, so nothing may write through [`host_addr`](Self::host_addr) and
+    /// [`write_at`](Self::write_at) is refused.
+    pub fn writable(&self) -> bool {
+        self.raw.as_ref().is_some_and(|r| r.mapping().writable())
     }
 
     /// Copies `data` into the buffer at `offset` (with the cache maintenance of the module

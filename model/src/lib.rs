@@ -24,6 +24,8 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+#[cfg(feature = "std")]
+pub mod bind;
 mod dtype;
 mod error;
 pub mod format;

@@ -17,13 +17,15 @@
 //! were never lost, and nothing is read from the file again.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hexrpc_drivers::Syscalls;
-use hexrpc_hal::{SharedLease, SharedLibrary};
+use hexrpc_hal::{SharedLease, SharedLibrary, ARENA_ALIGN};
 use hexrpc_runtime::launch::{BatchRun, BufferRef, Program, Signature, MAX_PROGRAM_LAUNCHES, MAX_PROGRAM_RECORD_BYTES, PROGRAM};
 use hexrpc_runtime::{Error as RuntimeError, ErrorKind, ServedSession};
 
+use crate::bind::{rebind, BindRefusal, LeaseHolder, Move};
 use crate::{DType, Direction, Limits, ModelError, ModelFile};
 
 /// The owner every program's lease records borrow from: the [`LoadedModel`] owns the leases
@@ -93,6 +95,26 @@ pub enum RunError {
         /// The stack's error.
         error: Box<RuntimeError>,
     },
+    /// Input `name` could not be bound to the view (nothing changed).
+    Bind {
+        /// The input's name.
+        name: String,
+        /// Why.
+        refusal: BindRefusal,
+    },
+    /// There is no input `index` (the model has `inputs`).
+    NoSuchInput {
+        /// The index asked for.
+        index: usize,
+        /// Inputs the model has.
+        inputs: usize,
+    },
+    /// The run was given bytes for input `name`, which is bound to a view: give it an empty
+    /// slice (the kernels read the view).
+    Bound {
+        /// The input's name.
+        name: String,
+    },
     /// Moving an input in or an output out of its arena failed.
     Io {
         /// The input's or output's name.
@@ -130,6 +152,11 @@ impl fmt::Display for RunError {
             RunError::Deadline { program } => write!(f, "the deadline passed before program {program} was sent"),
             RunError::Run { program, error } => write!(f, "program {program}: {error}"),
             RunError::Io { name, error } => write!(f, "{name:?}: {error}"),
+            RunError::Bind { name, refusal } => write!(f, "input {name:?} cannot be bound to the view: {refusal}"),
+            RunError::NoSuchInput { index, inputs } => write!(f, "there is no input {index}: the model has {inputs}"),
+            RunError::Bound { name } => {
+                write!(f, "input {name:?} is bound to a view: give it no bytes (the kernels read the view), or unbind it first")
+            }
         }
     }
 }
@@ -198,6 +225,9 @@ pub struct RunReport {
     /// DSP microseconds summed over the kernels, as the entries measured them (on the bench:
     /// simulated or emulated time, never a device figure).
     pub dsp_micros: u64,
+    /// Bytes of the caller's inputs the run copied into the model's arenas: 0 when every input
+    /// is bound to a view ([`LoadedModel::bind_input`]).
+    pub input_bytes_copied: u64,
 }
 
 /// One record's DSP time in a profiled run ([`LoadedModel::run_profiled`]).
@@ -252,6 +282,8 @@ impl Profile {
 /// leases before the libraries.
 pub struct LoadedModel<S: Syscalls + Clone + Send + Sync + 'static> {
     steps: Vec<Step>,
+    /// Per input, the view it is bound to (the programs name these leases by fd only).
+    bound: Vec<Option<Binding<S>>>,
     arenas: Vec<SharedLease<S>>,
     code: SharedLease<S>,
     libraries: Vec<SharedLibrary<S>>,
@@ -262,6 +294,25 @@ pub struct LoadedModel<S: Syscalls + Clone + Send + Sync + 'static> {
     arena_bytes: u64,
     /// Per library, its kernel table's names (the build record's, tinygrad's kernel names).
     kernel_names: Vec<Vec<String>>,
+    /// The records as the file has them (bindings rewrite a copy into the records lease), the
+    /// programs' groups of them and each library's signatures: what rebuilding the programs
+    /// for a binding needs.
+    records: Vec<u8>,
+    groups: Vec<Group>,
+    signatures: Vec<Vec<Signature>>,
+}
+
+/// A view an input is bound to: the lease (held for as long as the binding lasts) and where the
+/// input's first byte is in it.
+struct Binding<S: Syscalls + Clone + 'static> {
+    holder: Arc<dyn LeaseHolder<S>>,
+    offset: u64,
+}
+
+impl<S: Syscalls + Clone + 'static> Clone for Binding<S> {
+    fn clone(&self) -> Self {
+        Binding { holder: self.holder.clone(), offset: self.offset }
+    }
 }
 
 impl<S: Syscalls + Clone + Send + Sync + 'static> LoadedModel<S> {
@@ -335,21 +386,8 @@ impl<S: Syscalls + Clone + Send + Sync + 'static> LoadedModel<S> {
 
         // The programs name the leases by fd, length and id; the model owns the leases and drops
         // the programs first.
-        let owner = &LEASES_OWNED_BY_THE_MODEL;
-        let views: Vec<BufferRef<'static>> = arenas
-            .iter()
-            .map(|l| l.lease())
-            .map(|l| BufferRef::borrowing(owner, l.fd(), l.len() as u64, 0, l.len() as u64).with_lease_id(l.lease_id()))
-            .collect();
-        let mut steps = Vec::with_capacity(groups.len());
-        for g in &groups {
-            let bytes = &records[g.start..g.end];
-            let c = code.lease();
-            let code_ref =
-                BufferRef::borrowing(owner, c.fd(), c.len() as u64, g.start as u64, bytes.len() as u64).with_lease_id(c.lease_id());
-            let program = Program::new(&signatures[g.library], &views, code_ref, bytes).map_err(|e| RunError::Records(Box::new(e)))?;
-            steps.push(Step { library: g.library, program });
-        }
+        let steps = programs(&signatures, &groups, records, arenas.iter().map(SharedLease::lease), &code)
+            .map_err(|e| RunError::Records(Box::new(e)))?;
         let tensor = |io: crate::Io<'_>| Tensor {
             name: io.name.to_owned(),
             dtype: io.dtype,
@@ -358,7 +396,7 @@ impl<S: Syscalls + Clone + Send + Sync + 'static> LoadedModel<S> {
             arena: io.arena,
             offset: io.offset,
         };
-        let inputs = file.io().filter(|io| io.direction == Direction::Input).map(tensor).collect();
+        let inputs: Vec<Tensor> = file.io().filter(|io| io.direction == Direction::Input).map(tensor).collect();
         let outputs = file.io().filter(|io| io.direction == Direction::Output).map(tensor).collect();
         let p = file.provenance();
         let origin = Origin {
@@ -368,7 +406,22 @@ impl<S: Syscalls + Clone + Send + Sync + 'static> LoadedModel<S> {
             hexrpc_version: p.hexrpc_version.to_owned(),
             arch: file.arch(),
         };
-        Ok(LoadedModel { steps, arenas, code, libraries, inputs, outputs, origin, launches: file.launches(), arena_bytes, kernel_names })
+        Ok(LoadedModel {
+            steps,
+            bound: inputs.iter().map(|_| None).collect(),
+            arenas,
+            code,
+            libraries,
+            inputs,
+            outputs,
+            origin,
+            launches: file.launches(),
+            arena_bytes,
+            kernel_names,
+            records: records.to_vec(),
+            groups,
+            signatures,
+        })
     }
 
     /// Every kernel name of the model's libraries (their build records' tables), library by
@@ -414,7 +467,8 @@ impl<S: Syscalls + Clone + Send + Sync + 'static> LoadedModel<S> {
         self.steps.iter().map(|s| s.program.call_bytes()).sum()
     }
 
-    /// Runs the model once: `inputs[i]` is input `i`'s bytes (exactly its length), `outputs[j]`
+    /// Runs the model once: `inputs[i]` is input `i`'s bytes (exactly its length; an empty slice
+    /// for an input bound to a view, which the kernels read where it lies), `outputs[j]`
     /// receives output `j`'s (exactly its length). With a deadline, each call is bounded by what
     /// is left of it, and a program not yet sent when it passes is not sent.
     pub fn run(&mut self, inputs: &[&[u8]], outputs: &mut [&mut [u8]], deadline: Option<Duration>) -> Result<RunReport, RunError> {
@@ -452,8 +506,11 @@ impl<S: Syscalls + Clone + Send + Sync + 'static> LoadedModel<S> {
         if outputs.len() != self.outputs.len() {
             return Err(RunError::OutputCount { want: self.outputs.len(), got: outputs.len() });
         }
-        for (t, b) in self.inputs.iter().zip(inputs) {
-            if b.len() as u64 != t.len {
+        for ((t, b), bound) in self.inputs.iter().zip(inputs).zip(&self.bound) {
+            if bound.is_some() && !b.is_empty() {
+                return Err(RunError::Bound { name: t.name.clone() });
+            }
+            if bound.is_none() && b.len() as u64 != t.len {
                 return Err(RunError::Size { name: t.name.clone(), want: t.len, got: b.len() });
             }
         }
@@ -463,13 +520,17 @@ impl<S: Syscalls + Clone + Send + Sync + 'static> LoadedModel<S> {
             }
         }
         let start = Instant::now();
-        for (t, b) in self.inputs.iter().zip(inputs) {
+        let mut report = RunReport { launches: 0, calls: 0, dsp_micros: 0, input_bytes_copied: 0 };
+        for ((t, b), bound) in self.inputs.iter().zip(inputs).zip(&self.bound) {
+            if bound.is_some() {
+                continue;
+            }
             self.arenas[t.arena]
                 .lease_mut()
                 .write_at(t.offset as usize, b)
                 .map_err(|e| RunError::Io { name: t.name.clone(), error: Box::new(e.into()) })?;
+            report.input_bytes_copied += b.len() as u64;
         }
-        let mut report = RunReport { launches: 0, calls: 0, dsp_micros: 0 };
         let mut status = Vec::new();
         for (i, step) in self.steps.iter_mut().enumerate() {
             let lib = &self.libraries[step.library];
@@ -514,6 +575,85 @@ impl<S: Syscalls + Clone + Send + Sync + 'static> LoadedModel<S> {
         Ok(report)
     }
 
+    /// Binds input `input` to the view of its length at `offset` of `holder`'s lease: from the
+    /// next run on, the kernels read the input there (an imported camera frame, say:
+    /// [`Session::import`](hexrpc_hal::Session::import)), nothing of it is copied, and
+    /// [`run`](Self::run) takes an empty slice for it. The model keeps `holder` (so the lease
+    /// lives) until the input is unbound or bound again, or the model is dropped.
+    ///
+    /// The lease must be of the model's session and not one of the model's own; the view must
+    /// fit it and keep the alignment the kernels were built for (its offset modulo
+    /// [`ARENA_ALIGN`](hexrpc_hal::ARENA_ALIGN) is the input's in its arena: 0 for a file from
+    /// `python -m hexrpc.export`); no record may view part of the input and part of something
+    /// else. A refusal is [`RunError::Bind`] and changes nothing. Binding allocates (a copy of
+    /// the records); running does not. See `docs/import.md`.
+    pub fn bind_input(&mut self, input: usize, holder: Arc<dyn LeaseHolder<S>>, offset: u64) -> Result<(), RunError> {
+        let t = self.inputs.get(input).ok_or(RunError::NoSuchInput { index: input, inputs: self.inputs.len() })?;
+        let refuse = |refusal| RunError::Bind { name: t.name.clone(), refusal };
+        let lease = holder.lease();
+        if !lease.is_of(self.arenas[t.arena].session()) {
+            return Err(refuse(BindRefusal::OtherSession));
+        }
+        if self.arenas.iter().map(SharedLease::lease).chain([self.code.lease()]).any(|l| l.fd() == lease.fd()) {
+            return Err(refuse(BindRefusal::ModelsOwnLease));
+        }
+        let lease_len = lease.len() as u64;
+        if offset.checked_add(t.len).is_none_or(|end| end > lease_len) {
+            return Err(refuse(BindRefusal::Beyond { offset, len: t.len, lease_len }));
+        }
+        let align = ARENA_ALIGN as u64;
+        if offset % align != t.offset % align {
+            return Err(refuse(BindRefusal::Alignment { want: t.offset % align, got: offset % align, align }));
+        }
+        let mut bound = self.bound.clone();
+        bound[input] = Some(Binding { holder, offset });
+        self.rebuild(bound).map_err(|refusal| RunError::Bind { name: self.inputs[input].name.clone(), refusal })
+    }
+
+    /// Unbinds input `input`: from the next run on it is copied in again (its bytes given to
+    /// [`run`](Self::run)). Returns what held its view, `None` if it was not bound.
+    pub fn unbind_input(&mut self, input: usize) -> Result<Option<Arc<dyn LeaseHolder<S>>>, RunError> {
+        if input >= self.inputs.len() {
+            return Err(RunError::NoSuchInput { index: input, inputs: self.inputs.len() });
+        }
+        if self.bound[input].is_none() {
+            return Ok(None);
+        }
+        let mut bound = self.bound.clone();
+        let held = bound[input].take().map(|b| b.holder);
+        self.rebuild(bound).map_err(|refusal| RunError::Bind { name: self.inputs[input].name.clone(), refusal })?;
+        Ok(held)
+    }
+
+    /// True if input `input` is bound to a view ([`bind_input`](Self::bind_input)).
+    pub fn is_bound(&self, input: usize) -> bool {
+        self.bound.get(input).is_some_and(Option::is_some)
+    }
+
+    /// Makes `bound` the model's bindings: rewrites the records for them, builds the programs,
+    /// writes the records into the records lease; on any refusal the model is as it was.
+    fn rebuild(&mut self, bound: Vec<Option<Binding<S>>>) -> Result<(), BindRefusal> {
+        let (moves, extra) = plan(&self.inputs, self.arenas.len(), bound.iter().map(|b| b.as_ref().map(|b| (b.holder.lease(), b.offset))))?;
+        let records = rebind(&self.records, &moves)?;
+        let leases = self.arenas.iter().map(SharedLease::lease).chain(extra.iter().copied());
+        let steps = programs(&self.signatures, &self.groups, &records, leases, &self.code).map_err(|e| match e {
+            RuntimeError::Batch(hexrpc_runtime::launch::BatchRefusal::TooManyLeases { .. }) => BindRefusal::TooManyLeases,
+            _ => BindRefusal::Records,
+        })?;
+        if self.code.lease_mut().write_at(0, &records).is_err() {
+            // The records lease as it was (the DSP checks each record before it runs it, so a
+            // half-written lease could only fail a run, never reach past the call's leases).
+            let (moves, _) =
+                plan(&self.inputs, self.arenas.len(), self.bound.iter().map(|b| b.as_ref().map(|b| (b.holder.lease(), b.offset))))?;
+            let _ = self.code.lease_mut().write_at(0, &rebind(&self.records, &moves)?);
+            return Err(BindRefusal::Write);
+        }
+        // The old programs go before the leases they name.
+        self.steps = steps;
+        self.bound = bound;
+        Ok(())
+    }
+
     /// The index of the input named `name`.
     pub fn input_index(&self, name: &str) -> Option<usize> {
         self.inputs.iter().position(|t| t.name == name)
@@ -535,6 +675,58 @@ impl<S: Syscalls + Clone + Send + Sync + 'static> fmt::Debug for LoadedModel<S> 
             .field("outputs", &self.outputs.len())
             .finish()
     }
+}
+
+/// The moves of the inputs bound as `bound` says (per input, its view's lease and offset), and
+/// the leases they move to in lease-table order (after the `arenas`): one entry per distinct
+/// lease, since two inputs may be bound into one import.
+type Plan<'h, S> = (Vec<Move>, Vec<&'h hexrpc_hal::Lease<'static, S>>);
+
+fn plan<'h, S: Syscalls + Clone + 'static>(
+    inputs: &[Tensor],
+    arenas: usize,
+    bound: impl Iterator<Item = Option<(&'h hexrpc_hal::Lease<'static, S>, u64)>>,
+) -> Result<Plan<'h, S>, BindRefusal> {
+    let mut extra: Vec<&hexrpc_hal::Lease<'static, S>> = Vec::new();
+    let mut moves = Vec::new();
+    for (t, b) in inputs.iter().zip(bound) {
+        let Some((lease, at)) = b else { continue };
+        let k = match extra.iter().position(|l| l.fd() == lease.fd()) {
+            Some(k) => k,
+            None => {
+                extra.push(lease);
+                extra.len() - 1
+            }
+        };
+        let index = u32::try_from(arenas + k).map_err(|_| BindRefusal::TooManyLeases)?;
+        let arena = u32::try_from(t.arena).map_err(|_| BindRefusal::Records)?;
+        moves.push(Move { arena, offset: t.offset, len: t.len, lease: index, at });
+    }
+    Ok((moves, extra))
+}
+
+/// The programs of `groups` over `records`, whose views name `leases` by index (the arenas, then
+/// any bound input's lease) and which lie in `code` as they lie in `records`.
+fn programs<'l, S: Syscalls + Clone + Send + Sync + 'static>(
+    signatures: &[Vec<Signature>],
+    groups: &[Group],
+    records: &[u8],
+    leases: impl Iterator<Item = &'l hexrpc_hal::Lease<'static, S>>,
+    code: &SharedLease<S>,
+) -> Result<Vec<Step>, RuntimeError> {
+    // The programs name the leases by fd, length and id; the model owns the leases (and holds
+    // every bound input's) and drops the programs first.
+    let owner = &LEASES_OWNED_BY_THE_MODEL;
+    let views: Vec<BufferRef<'static>> =
+        leases.map(|l| BufferRef::borrowing(owner, l.fd(), l.len() as u64, 0, l.len() as u64).with_lease_id(l.lease_id())).collect();
+    let mut steps = Vec::with_capacity(groups.len());
+    for g in groups {
+        let bytes = &records[g.start..g.end];
+        let c = code.lease();
+        let code_ref = BufferRef::borrowing(owner, c.fd(), c.len() as u64, g.start as u64, bytes.len() as u64).with_lease_id(c.lease_id());
+        steps.push(Step { library: g.library, program: Program::new(&signatures[g.library], &views, code_ref, bytes)? });
+    }
+    Ok(steps)
 }
 
 /// A run of consecutive steps on one library that fits one program: its records are

@@ -215,6 +215,16 @@ impl<S: Syscalls + Clone + Send + Sync + 'static> ServedSession<S> {
     {
         Ok(self.session.alloc_shared(len)?)
     }
+
+    /// Imports `len` bytes of the dma-buf behind `fd` (another process's or component's) as a
+    /// lease that holds a share of the session ([`Session::import`](hexrpc_hal::Session::import):
+    /// `fd` stays the caller's; a descriptor that is not a dma-buf is refused before any call).
+    pub fn import_shared(&self, fd: hexrpc_drivers::Fd, len: usize, access: hexrpc_hal::Access) -> Result<SharedLease<S>, Error>
+    where
+        S: 'static,
+    {
+        Ok(self.session.import_shared(fd, len, access)?)
+    }
 }
 
 impl<S: Syscalls + Clone + Sync> Kernel<SharedLibrary<S>> {

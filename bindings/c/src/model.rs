@@ -9,7 +9,7 @@ use std::time::Duration;
 use hexrpc_model::run::{LoadedModel, RunError, RunReport, Tensor};
 
 use crate::error::{hexrpc_status, Failure};
-use crate::objects::SessionObj;
+use crate::objects::{LeaseObj, SessionObj};
 use crate::seam::Seam;
 
 /// Largest number of inputs or outputs a model has (the format's limit).
@@ -49,6 +49,7 @@ pub fn failure(e: RunError) -> Failure {
         RunError::Read { path, errno } => Failure::io("model-open", format!("{path}: {errno}"), Some(errno.0)),
         RunError::Deadline { .. } => Failure::new(hexrpc_status::HEXRPC_ERR_RECOVERABLE, "model-run", e.to_string()),
         e @ (RunError::File(_) | RunError::NoPrograms { .. } | RunError::Records(_)) => Failure::invalid("model-open", e.to_string()),
+        e @ (RunError::Bind { .. } | RunError::NoSuchInput { .. }) => Failure::invalid("model-bind", e.to_string()),
         e => Failure::invalid("model-run", e.to_string()),
     }
 }
@@ -105,6 +106,39 @@ impl ModelObj {
     /// Output `i`'s name as a C string.
     pub fn output_name(&self, i: usize) -> Option<&CString> {
         self.output_names.get(i)
+    }
+
+    /// Binds input `input` to `len(input)` bytes at `offset` of `lease` (offset relative to the
+    /// lease object, as its views are): see [`LoadedModel::bind_input`]. The model holds the
+    /// lease object until the input is unbound or bound again, or the model is closed.
+    pub fn bind_input(&self, input: usize, lease: Arc<LeaseObj>, offset: usize) -> Result<(), Failure> {
+        self.session.check()?;
+        if !Arc::ptr_eq(lease.session(), &self.session) {
+            return Err(Failure::invalid("model-bind", "the lease is of another session than the model's".to_string()));
+        }
+        self.with(|m| {
+            let t = m.inputs().get(input).ok_or_else(|| failure(RunError::NoSuchInput { index: input, inputs: m.inputs().len() }))?;
+            // Within the lease object (a sub-allocation is a range of its arena's lease, which
+            // the model checks the view against).
+            if (offset as u64).checked_add(t.len).is_none_or(|end| end > lease.len() as u64) {
+                return Err(Failure::invalid(
+                    "model-bind",
+                    format!("input {:?} ({} bytes) at offset {offset} does not fit the lease of {} bytes", t.name, t.len, lease.len()),
+                ));
+            }
+            let at = (lease.base_offset() + offset) as u64;
+            m.bind_input(input, lease, at).map_err(failure)
+        })
+    }
+
+    /// Unbinds input `input` (see [`LoadedModel::unbind_input`]); true if it was bound.
+    pub fn unbind_input(&self, input: usize) -> Result<bool, Failure> {
+        self.with(|m| m.unbind_input(input).map(|held| held.is_some())).map_err(failure)
+    }
+
+    /// True if input `input` is bound to a lease.
+    pub fn is_bound(&self, input: usize) -> bool {
+        self.with(|m| m.is_bound(input))
     }
 
     /// One run (see [`LoadedModel::run`]).

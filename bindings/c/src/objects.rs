@@ -160,6 +160,18 @@ impl SessionObj {
         Ok(LeaseObj { mem: Memory::Lease(lease), session: self.clone() })
     }
 
+    /// Imports `len` bytes of the dma-buf behind `fd`, a descriptor another process or component
+    /// owns (a camera frame): a lease over that buffer, which the kernels read and write in
+    /// place (`docs/import.md`). `fd` stays the caller's (duplicated, never closed). Not
+    /// `writable`: mapped read-only here ([`LeaseObj::writable`]). A descriptor that is not open,
+    /// not a dma-buf or shorter than `len` is refused before any call (`HEXRPC_ERR_INVALID`).
+    pub fn import(self: &Arc<Self>, fd: i32, len: usize, writable: bool) -> Result<LeaseObj, Failure> {
+        self.check()?;
+        let access = if writable { hexrpc_hal::Access::ReadWrite } else { hexrpc_hal::Access::ReadOnly };
+        let lease = self.served().import_shared(Fd(fd), len, access)?;
+        Ok(LeaseObj { mem: Memory::Lease(lease), session: self.clone() })
+    }
+
     /// An arena over a new lease of `len` bytes (rounded up to a page).
     pub fn arena(self: &Arc<Self>, len: usize) -> Result<ArenaObj, Failure> {
         self.check()?;
@@ -329,6 +341,12 @@ impl LeaseObj {
         self.base().lease_id()
     }
 
+    /// False for a read-only import ([`SessionObj::import`]): nothing may write its memory
+    /// from this process.
+    pub fn writable(&self) -> bool {
+        self.base().writable()
+    }
+
     /// True for a sub-allocation of an arena.
     pub fn is_sub(&self) -> bool {
         matches!(self.mem, Memory::Sub(_))
@@ -357,6 +375,14 @@ impl LeaseObj {
             }
             _ => Failure::hal(e),
         })
+    }
+}
+
+/// A model input bound to a lease holds the lease object (and so its session share and, for a
+/// sub-allocation, its arena) for as long as the binding lasts.
+impl hexrpc_model::bind::LeaseHolder<Seam> for LeaseObj {
+    fn lease(&self) -> &Lease<'static, Seam> {
+        self.base()
     }
 }
 

@@ -16,6 +16,10 @@
 //!   buffer as they were;
 //! * a batch reads several ranges of one imported frame in one call; a launch abandoned at its
 //!   deadline quarantines the import like any lease until `recover()`, and nothing is left;
+//! * a model's input bound to the imported frame (`LoadedModel::bind_input`): each run reads
+//!   the frame the server wrote last where it lies, 0 bytes of it copied (the run's own count,
+//!   and the bench's), with the outputs of a model that copies the frame in; refusals of views
+//!   it cannot take; the server exiting while the input is bound;
 //! * a forged descriptor (a pipe, a socket, a regular file, a closed or negative number, a
 //!   length beyond the buffer, 0 bytes) is refused with its typed cause before any FastRPC call.
 //!
@@ -27,6 +31,9 @@
 #[path = "support/fds.rs"]
 mod fds;
 use fds::{fds_back_to, limit_fds, open_fds};
+#[path = "support/sample_model.rs"]
+mod sample_model;
+use sample_model::{sample_library, sample_table, serve, SAMPLE_TABLE};
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -35,6 +42,10 @@ use hexrpc_bench::{Bench, BenchConfig, CallCounts, CallKind, FdlistPolicy, Snaps
 use hexrpc_bsp::Board;
 use hexrpc_drivers::Fd;
 use hexrpc_hal::{Access, Cause, Health, ImportRefusal, Stage};
+use hexrpc_model::bind::BindRefusal;
+use hexrpc_model::run::{LoadedModel, RunError};
+use hexrpc_model::{DType, Direction, IoSpec, StepSpec};
+use hexrpc_runtime::launch::record::{FLAG_BATCHES, FLAG_MAP_CACHE, FLAG_PROGRAM};
 use hexrpc_runtime::launch::{Batch, BufferRef, Scalar, Signature};
 use hexrpc_scenarios::catalogue::{self, image, ADD_OR_LATE, ADD_U8, LATE_MS};
 use hexrpc_scenarios::frame_server::{frame, FrameServer};
@@ -56,7 +67,8 @@ hexrpc_bench::on_both_kernels!(
     dropping_the_import_while_the_server_keeps_the_buffer,
     ten_thousand_import_drop_cycles_within_1024_descriptors,
     a_batch_reads_an_imported_frame_and_a_deadline_quarantines_it,
-    forged_descriptors_are_refused_before_any_call
+    forged_descriptors_are_refused_before_any_call,
+    a_model_input_bound_to_a_served_frame_runs_with_nothing_copied
 );
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -434,4 +446,132 @@ fn imports_get_the_cache_maintenance_of_their_board() {
         ((0, 0, 2), (0, 0, 2)),
         "dma-heap: SYNC START and END around each access"
     );
+}
+
+/// The Y plane's bytes of a [`FRAME_LEN`] NV12 frame (the UV plane follows).
+const Y_LEN: usize = 1928 * 1208;
+
+/// A model over a whole NV12 frame: input `frame` (uint8, FRAME_LEN) in arena 0, output `y`
+/// (uint8, FRAME_LEN) in arena 1; two records of the sample table's `add`, the Y plane + 3 and
+/// the UV plane + 5, so one input is viewed twice, at two offsets.
+fn frame_model() -> Vec<u8> {
+    let mut b = hexrpc_model::sample::tiny();
+    b.libraries[0].1 = sample_library(FLAG_BATCHES | FLAG_PROGRAM | FLAG_MAP_CACHE);
+    let (y, uv) = (Y_LEN as u32, (FRAME_LEN - Y_LEN) as u32);
+    let mut records = hexrpc_model::sample::record(0, &[(0, 0, y), (1, 0, y)], &[3]);
+    records.extend(hexrpc_model::sample::record(0, &[(0, y, uv), (1, y, uv)], &[5]));
+    let arena = FRAME_LEN.next_multiple_of(hexrpc_hal::ARENA_ALIGN) as u64;
+    b.arenas = vec![(arena, 128), (arena, 128)];
+    b.init = vec![];
+    b.steps = vec![StepSpec { library: 0, launches: 2, records }];
+    b.io = vec![
+        IoSpec { name: "frame".into(), direction: Direction::Input, dtype: DType::U8, shape: vec![FRAME_LEN as u64], arena: 0, offset: 0 },
+        IoSpec { name: "y".into(), direction: Direction::Output, dtype: DType::U8, shape: vec![FRAME_LEN as u64], arena: 1, offset: 0 },
+    ];
+    b.to_bytes()
+}
+
+/// What [`frame_model`] computes from frame `n`.
+fn frame_model_output(n: u32) -> Vec<u8> {
+    let f = frame(n, FRAME_LEN);
+    f.iter().enumerate().map(|(i, b)| b.wrapping_add(if i < Y_LEN { 3 } else { 5 })).collect()
+}
+
+fn a_model_input_bound_to_a_served_frame_runs_with_nothing_copied(board: &'static Board) {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let bench = bench_for(board);
+    bench.register_library(SAMPLE_TABLE, sample_table());
+    let (start, fds_start) = (bench.snapshot(), open_fds());
+    let mut srv = server(board);
+    let deadline = Some(Duration::from_secs(10));
+    {
+        let served = serve(&bench);
+        let bytes = frame_model();
+        let mut bound = LoadedModel::open(&served, &bytes).expect("open the frame model");
+        let mut copying = LoadedModel::open(&served, &bytes).expect("open the frame model again");
+        let frame_lease = std::sync::Arc::new(served.import_shared(srv.fd(), FRAME_LEN, Access::ReadOnly).unwrap());
+        bound.bind_input(0, frame_lease.clone(), 0).unwrap_or_else(|e| panic!("{}: bind: {e}", board.name));
+        assert!(bound.is_bound(0) && !copying.is_bound(0));
+        // One more lease-table entry a call: the import.
+        assert_eq!(bound.call_bytes_per_run(), copying.call_bytes_per_run() + 8, "{}", board.name);
+        let (mut y, mut want) = (vec![0u8; FRAME_LEN], vec![0u8; FRAME_LEN]);
+        for n in 0..4u32 {
+            srv.write_frame(n).unwrap();
+            let (before, invokes) = (bench.counts().bytes_copied, bench.counts().of(invoke_kind(board)));
+            let report = bound.run(&[&[]], &mut [&mut y], deadline).unwrap_or_else(|e| panic!("{}: frame {n}: {e}", board.name));
+            let bound_copied = bench.counts().bytes_copied - before;
+            assert_eq!((report.calls, report.launches, report.input_bytes_copied), (1, 2, 0), "{}: frame {n}", board.name);
+            assert_eq!(bench.counts().of(invoke_kind(board)) - invokes, 1, "{}: frame {n}: one call", board.name);
+            assert!(y == frame_model_output(n), "{}: frame {n} was not read in place", board.name);
+            // The same frame copied in (what a service did before).
+            let before = bench.counts().bytes_copied;
+            let report = copying.run(&[&frame(n, FRAME_LEN)], &mut [&mut want], deadline).unwrap();
+            let copying_copied = bench.counts().bytes_copied - before;
+            assert_eq!(report.input_bytes_copied, FRAME_LEN as u64, "{}: frame {n}", board.name);
+            assert!(y == want, "{}: frame {n}: the bound run's output differs from the copied frame's", board.name);
+            // Neither call moves the frame through the driver: each copies its header, lease
+            // table and status only, the bound one a lease entry more.
+            assert!(
+                bound_copied < 4096 && bound_copied <= copying_copied + 8,
+                "{}: frame {n}: {bound_copied} vs {copying_copied}",
+                board.name
+            );
+        }
+        // Bytes for a bound input are refused before anything is sent.
+        let invokes = bench.counts().of(invoke_kind(board));
+        let err = bound.run(&[&frame(0, FRAME_LEN)], &mut [&mut y], deadline).unwrap_err();
+        assert!(matches!(&err, RunError::Bound { name } if name == "frame"), "{}: {err}", board.name);
+        assert_eq!(bench.counts().of(invoke_kind(board)), invokes, "{}: nothing sent", board.name);
+        // Views the model cannot take: nothing changes, the binding stays.
+        let refused = |m: &mut LoadedModel<Bench>, holder: std::sync::Arc<dyn hexrpc_model::bind::LeaseHolder<Bench>>, at: u64| match m
+            .bind_input(0, holder, at)
+        {
+            Err(RunError::Bind { refusal, .. }) => refusal,
+            other => panic!("{}: bind at {at}: {other:?}", board.name),
+        };
+        assert!(matches!(refused(&mut bound, frame_lease.clone(), 64), BindRefusal::Alignment { want: 0, got: 64, align: 128 }));
+        assert!(matches!(refused(&mut bound, frame_lease.clone(), 4096), BindRefusal::Beyond { offset: 4096, .. }));
+        // A lease of another session (one identity has one session a process on upstream: a
+        // second bench's).
+        let other_bench = Bench::for_board(board);
+        let other = serve(&other_bench);
+        let elsewhere = std::sync::Arc::new(other.alloc_shared(FRAME_LEN).unwrap());
+        assert_eq!(refused(&mut bound, elsewhere.clone(), 0), BindRefusal::OtherSession, "{}", board.name);
+        drop(elsewhere);
+        other.stop().unwrap();
+        // A new binding replaces the old one: bound to another lease of the session, then to the
+        // frame again, the model lets the other lease go.
+        let own = std::sync::Arc::new(served.alloc_shared(FRAME_LEN).unwrap());
+        bound.bind_input(0, own.clone(), 0).unwrap();
+        bound.bind_input(0, frame_lease.clone(), 0).unwrap();
+        drop(own);
+        assert!(matches!(bound.bind_input(7, frame_lease.clone(), 0), Err(RunError::NoSuchInput { index: 7, inputs: 1 })));
+        srv.write_frame(4).unwrap();
+        bound.run(&[&[]], &mut [&mut y], deadline).unwrap();
+        assert!(y == frame_model_output(4), "{}: the binding after the refusals", board.name);
+        // The server exits mid-stream: the bound input still reads the buffer's last frame.
+        let status = srv.kill_mid_stream().unwrap();
+        assert!(status.success(), "{}: the server's exit: {status}", board.name);
+        y.fill(0);
+        bound.run(&[&[]], &mut [&mut y], deadline).unwrap();
+        assert!(y == frame_model_output(4), "{}: after the server exited", board.name);
+        // Unbound, the input is copied in again, and the model gives the import back.
+        let held = bound.unbind_input(0).unwrap().expect("it was bound");
+        assert!(!bound.is_bound(0) && bound.unbind_input(0).unwrap().is_none());
+        assert_eq!(bound.call_bytes_per_run(), copying.call_bytes_per_run());
+        drop(held);
+        let report = bound.run(&[&frame(6, FRAME_LEN)], &mut [&mut y], deadline).unwrap();
+        assert_eq!(report.input_bytes_copied, FRAME_LEN as u64);
+        assert!(y == frame_model_output(6), "{}: unbound", board.name);
+        // Bound again, then the model dropped with the binding in place: the import goes with it.
+        bound.bind_input(0, frame_lease.clone(), 0).unwrap();
+        drop(frame_lease);
+        bound.run(&[&[]], &mut [&mut y], deadline).unwrap();
+        assert!(y == frame_model_output(4), "{}: rebound", board.name);
+        drop((bound, copying));
+        served.stop().unwrap();
+    }
+    assert_eq!(back_to(&bench, &start), start, "{}: bench resources after the session", board.name);
+    let fds_end = fds_back_to(fds_start);
+    assert!(fds_end <= fds_start, "{}: the process's descriptors: {fds_end}, {fds_start} at the start", board.name);
 }

@@ -6,51 +6,25 @@
 
 use std::time::Duration;
 
-use hexrpc_bench::{Bench, LedgerEvent, LibraryModel, TableKernel};
-use hexrpc_bsp::{Board, DeviceAccess};
+use hexrpc_bench::{Bench, LedgerEvent};
+use hexrpc_bsp::Board;
 use hexrpc_libbuild::{build_table_library, BuildOptions, TableSource};
 use hexrpc_model::run::{LoadedModel, RunError};
 use hexrpc_model::sample::{self, record};
 use hexrpc_model::{DType, Direction, InitSpec, IoSpec, ModelBuilder, StepSpec};
 use hexrpc_runtime::launch::record::{FLAG_BATCHES, FLAG_MAP_CACHE, FLAG_PROGRAM};
 use hexrpc_runtime::launch::Signature;
-use hexrpc_runtime::reverse::FilePolicy;
-use hexrpc_runtime::ServedSession;
 use hexrpc_scenarios::stack::invoke_kind;
+
+#[path = "support/sample_model.rs"]
+mod sample_model;
+use sample_model::{sample_library, sample_table, serve};
 
 hexrpc_bench::on_both_kernels!(
     a_model_file_runs_in_one_call_a_run_and_again_after_a_restart,
     a_file_or_an_input_this_build_refuses_sends_nothing,
     a_model_of_real_kernels_runs_from_its_file
 );
-
-fn serve(bench: &Bench) -> ServedSession<Bench> {
-    let access = DeviceAccess::for_bench_board(bench.board()).expect("a bench board");
-    ServedSession::start(bench.clone(), &access, FilePolicy::for_board(bench.board()).unwrap()).unwrap()
-}
-
-/// The sample table's kernels as bench models: `add` (out = in + c) and `zero`.
-fn sample_table() -> LibraryModel {
-    LibraryModel::table(vec![
-        TableKernel::new(2, 1, |k| {
-            let c = k.scalar_u32(0).unwrap_or(0) as u8;
-            let out: Vec<u8> = k.read_all(0).unwrap_or_default().iter().map(|v| v.wrapping_add(c)).collect();
-            let _ = k.write(1, 0, &out);
-        }),
-        TableKernel::new(1, 0, |k| {
-            let n = k.buffer_len(0);
-            let _ = k.write(0, 0, &vec![0u8; n]);
-        }),
-    ])
-    .with_map_cache()
-}
-
-/// The sample's library with `flags` in its build record, tagged so that the bench runs it as
-/// [`sample_table`].
-fn sample_library(flags: u32) -> Vec<u8> {
-    let tag = &hexrpc_bench::elf::library_image("tiny_table", 0)[52..];
-    sample::elf_with(hexrpc_drivers::elf::EM_HEXAGON, sample::ARCH, tag, Some(&sample::build_record(&sample::TABLE, flags)))
-}
 
 /// The sample with the map cache in its library's build record.
 fn cached_sample() -> Vec<u8> {
