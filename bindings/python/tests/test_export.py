@@ -254,6 +254,16 @@ def test_a_jit_that_carries_state_between_runs_is_refused():
         export_jit(TinyJit(step), {"x": Tensor(np.ones(16, np.float32), device="HEXRPC").realize()})
 
 
+def test_a_jit_that_writes_its_input_is_refused():
+    # A file's inputs are only read: a device may bind one to a camera frame it does not own.
+    def step(x):
+        x.assign(x + 1).realize()
+        return (x * 2).realize()
+
+    with pytest.raises(ExportError, match="writes an input's bytes"):
+        export_jit(TinyJit(step), {"x": Tensor(np.ones(16, np.float32), device="HEXRPC").realize()})
+
+
 def test_inputs_off_the_device_are_refused_naming_them():
     with pytest.raises(ExportError, match="input 'x' is on CPU"):
         export_jit(TinyJit(lambda x: (x + 1).realize()), {"x": Tensor(np.ones(4, np.float32), device="CPU").realize()})

@@ -24,7 +24,9 @@ How a run becomes a file (:func:`export_jit`)
     buffer range a launch reads before any launch of the run writes it (tinygrad's ``ins`` and
     ``outs`` of the kernel) and that is not an input is a weight: its bytes go into the file
     (runs of zeros as zero ranges). A weight range that a later launch writes is state carried
-    from one run to the next, which a model file does not hold: refused. Inputs and outputs are
+    from one run to the next, which a model file does not hold: refused. So is a launch that
+    writes an input's bytes: a file's inputs are only read, so a device can bind one to a buffer
+    it does not own (an imported camera frame, ``Model.bind_input``) without it being written. Inputs and outputs are
     the jit's argument tensors and returned tensors, with their dtype and shape.
 
     The file is then opened on the same session and run on the same inputs, and its outputs
@@ -235,6 +237,11 @@ def export_jit(
                 a.weight[at : at + n] |= first
         for i in outs:
             a, at, n = place(bufs[i])
+            if a.io[at : at + n].any():
+                raise ExportError(
+                    f"launch {j} ({sources[k][1].name}) writes an input's bytes: a model file's inputs are only read "
+                    "(a device may bind an input to a buffer it does not own, such as a camera frame)"
+                )
             if a.weight[at : at + n].any():
                 raise ExportError(
                     f"launch {j} ({sources[k][1].name}) writes bytes that an earlier launch read as weights: "
