@@ -10,7 +10,7 @@
 //! built for (the view's offset modulo [`ARENA_ALIGN`](hexrpc_hal::ARENA_ALIGN) must be the
 //! input's), one of another session, or a lease the model itself owns.
 //!
-//! The rewrite is pure ([`rebind`]) and checked again, record by record, by
+//! The rewrite is a pure function of the records and the bindings, checked again, record by record, by
 //! [`Program::new`](hexrpc_runtime::launch::Program::new) and then by the entry on the DSP, so a
 //! binding never widens what a kernel can reach beyond the leases of the call.
 //!

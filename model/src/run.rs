@@ -583,7 +583,7 @@ impl<S: Syscalls + Clone + Send + Sync + 'static> LoadedModel<S> {
     ///
     /// The lease must be of the model's session and not one of the model's own; the view must
     /// fit it and keep the alignment the kernels were built for (its offset modulo
-    /// [`ARENA_ALIGN`](hexrpc_hal::ARENA_ALIGN) is the input's in its arena: 0 for a file from
+    /// [`ARENA_ALIGN`] is the input's in its arena: 0 for a file from
     /// `python -m hexrpc.export`); no record may view part of the input and part of something
     /// else. A refusal is [`RunError::Bind`] and changes nothing. Binding allocates (a copy of
     /// the records); running does not. See `docs/import.md`.

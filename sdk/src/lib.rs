@@ -77,8 +77,11 @@ pub use hexrpc_model as model;
 /// A model file opened on a served session ([`ServedSession`]), run in one FastRPC call: open it
 /// from bytes ([`Model::open`]) or from a path, mapped read-only ([`Model::open_path`]); its
 /// [`inputs`](Model::inputs) and [`outputs`](Model::outputs); [`run`](Model::run) with a
-/// deadline. See `docs/model-format.md` and the README's "Models" section.
+/// deadline; an input bound to an imported camera frame ([`Model::bind_input`], a
+/// [`ServedSession::import_shared`] lease), read in place with nothing copied. See
+/// `docs/model-format.md`, `docs/import.md` and the README's "Models" section.
 pub type Model<S> = hexrpc_model::run::LoadedModel<S>;
+pub use hexrpc_model::bind::{BindRefusal, LeaseHolder};
 pub use hexrpc_model::run::{
     KernelTime, Origin as ModelOrigin, Profile as ModelProfile, RunError as ModelError, RunReport as ModelRun, Tensor,
 };
