@@ -294,6 +294,8 @@ pub struct LoadedModel<S: Syscalls + Clone + Send + Sync + 'static> {
     arena_bytes: u64,
     /// Per library, its kernel table's names (the build record's, tinygrad's kernel names).
     kernel_names: Vec<Vec<String>>,
+    /// Libraries whose entry takes the DSP clock vote (their build record's power method).
+    power_libraries: usize,
     /// The records as the file has them (bindings rewrite a copy into the records lease), the
     /// programs' groups of them and each library's signatures: what rebuilding the programs
     /// for a binding needs.
@@ -418,6 +420,7 @@ impl<S: Syscalls + Clone + Send + Sync + 'static> LoadedModel<S> {
             launches: file.launches(),
             arena_bytes,
             kernel_names,
+            power_libraries: file.libraries().filter(|l| l.record.power()).count(),
             records: records.to_vec(),
             groups,
             signatures,
@@ -428,6 +431,12 @@ impl<S: Syscalls + Clone + Send + Sync + 'static> LoadedModel<S> {
     /// library in table order: the names a profile's records carry.
     pub fn kernel_names(&self) -> impl Iterator<Item = &str> {
         self.kernel_names.iter().flatten().map(String::as_str)
+    }
+
+    /// (Libraries whose entry takes the session's DSP clock vote, libraries): a library built
+    /// before the vote existed runs at whatever clock the DSP chose.
+    pub fn power_vote_libraries(&self) -> (usize, usize) {
+        (self.power_libraries, self.libraries.len())
     }
 
     /// The inputs, in file order.

@@ -239,8 +239,9 @@ struct Measured {
     dsp_us: u64,
     /// What became of the kernel's PM-QoS vote on the session's channel after the last run.
     pm_qos: PmQosState,
-    /// The session's DSP clock vote, and the library setup calls that failed.
-    power: (hexrpc_hal::DspPower, u32),
+    /// The session's DSP clock vote, the library setup calls that failed, and (libraries whose
+    /// entry takes the vote, libraries).
+    power: (hexrpc_hal::DspPower, u32, (usize, usize)),
     /// With `--per-kernel`: each kernel's time, and the calls whose library did not time its
     /// records.
     kernels: Option<(Vec<KernelRow>, usize)>,
@@ -496,7 +497,7 @@ fn execute<S: Syscalls + Clone + Send + Sync + 'static>(
         call_bytes: model.call_bytes_per_run(),
         dsp_us,
         pm_qos: served.session().pm_qos(),
-        power: (served.session().latency_policy().dsp_power(), served.session().setup_failures()),
+        power: (served.session().latency_policy().dsp_power(), served.session().setup_failures(), model.power_vote_libraries()),
         kernels: per_kernel.then(|| {
             let mut v: Vec<KernelRow> = per.into_iter().map(|(k, (n, us))| (k, n, us)).collect();
             v.sort_by(|a, b| b.2.cmp(&a.2).then_with(|| a.0.cmp(&b.0)));
@@ -603,6 +604,7 @@ fn report(what: &str, file: &Path, mode: Mode, m: &Measured, written: &[(String,
             .str("pm_qos", &pm_qos_name(m.pm_qos))
             .str("dsp_power", m.power.0.name())
             .num("setup_failures", u64::from(m.power.1))
+            .num("power_vote_libraries", m.power.2 .0 as u64)
             .raw("per_kernel", |s| per_kernel_json(mode, m, s))
             .raw("outputs", |s| {
                 s.push('[');
@@ -635,10 +637,14 @@ fn report(what: &str, file: &Path, mode: Mode, m: &Measured, written: &[(String,
     out.push_str(&format!(
         "  DSP clock vote (HAP_power_set): {}{}\n",
         m.power.0.name(),
-        match (m.power.0, m.power.1) {
-            (hexrpc_hal::DspPower::Off, _) => " (none sent)".to_string(),
-            (_, 0) => ", sent to each library whose entry takes it after each open".to_string(),
-            (_, n) => format!(", refused {n} time(s) by a library (see the log)"),
+        match (m.power.0, m.power.1, m.power.2) {
+            (hexrpc_hal::DspPower::Off, _, _) => " (none sent)".to_string(),
+            (_, 0, (0, n)) => format!(
+                ", not sent: none of the model's {n} {} takes it (built before the vote: export the model again with this hexrpc)",
+                libraries(n)
+            ),
+            (_, 0, (k, n)) => format!(", sent to the {k} of {n} {} whose entry takes it, after each open", libraries(n)),
+            (_, f, _) => format!(", refused {f} time(s) by a library (see the log)"),
         }
     ));
     per_kernel_text(mode, m, &mut out);
@@ -652,6 +658,15 @@ fn report(what: &str, file: &Path, mode: Mode, m: &Measured, written: &[(String,
         out.push_str(&format!("  wrote {name} ({bytes} bytes) to {}\n", path.display()));
     }
     out
+}
+
+/// "library" or "libraries".
+fn libraries(n: usize) -> &'static str {
+    if n == 1 {
+        "library"
+    } else {
+        "libraries"
+    }
 }
 
 /// The label of per-kernel times: measured on the DSP around each kernel call, on a device a
@@ -673,6 +688,13 @@ fn per_kernel_text(mode: Mode, m: &Measured, out: &mut String) {
     let runs = m.runs.len().max(1) as f64;
     let total: u64 = rows.iter().map(|r| r.2).sum();
     let (label, what) = per_kernel_label(mode);
+    if rows.is_empty() {
+        out.push_str(&format!(
+            "  DSP time per kernel [{label}]: no kernel was timed: every call ({untimed}) ran on a library built before per-record \
+             times (export the model again with this hexrpc)\n"
+        ));
+        return;
+    }
     out.push_str(&format!("  DSP time per kernel, per run [{label}: {what}]: {:.1} us in kernels\n", total as f64 / runs));
     if *untimed > 0 {
         out.push_str(&format!("    ({untimed} call(s) ran on a library built before per-record times: not in the table)\n"));
@@ -835,10 +857,45 @@ mod tests {
             call_bytes: 0,
             dsp_us: 0,
             pm_qos: PmQosState::NotAsked,
-            power: (hexrpc_hal::DspPower::Sustained, 0),
+            power: (hexrpc_hal::DspPower::Sustained, 0, (1, 1)),
             kernels: None,
             outputs: Vec::new(),
         }
+    }
+
+    #[test]
+    fn per_kernel_on_a_model_whose_libraries_time_nothing_says_so_with_no_empty_table() {
+        let mut m = measured(&[10, 12], &[]);
+        m.kernels = Some((Vec::new(), 2));
+        let mut out = String::new();
+        per_kernel_text(Mode::Bench, &m, &mut out);
+        assert!(!out.contains("launches"), "an empty table: {out}");
+        assert!(out.contains("no kernel was timed") && out.contains("export the model again"), "{out}");
+        // With rows, the table.
+        m.kernels = Some((vec![("r_4_4".to_string(), 2, 30)], 0));
+        let mut out = String::new();
+        per_kernel_text(Mode::Bench, &m, &mut out);
+        assert!(out.contains("launches") && out.contains("r_4_4"), "{out}");
+    }
+
+    #[test]
+    fn the_clock_vote_line_names_the_libraries_that_take_it() {
+        let line = |power, failures, libs: (usize, usize)| {
+            let mut m = measured(&[10], &[]);
+            m.power = (power, failures, libs);
+            report("bench", Path::new("m.hxm"), Mode::Bench, &m, &[], false)
+                .lines()
+                .find(|l| l.contains("DSP clock vote"))
+                .unwrap_or_default()
+                .to_string()
+        };
+        use hexrpc_hal::DspPower::{Burst, Off};
+        assert!(line(Off, 0, (1, 1)).ends_with("off (none sent)"));
+        let none = line(Burst, 0, (0, 2));
+        assert!(none.contains("not sent") && none.contains("none of the model's 2 libraries"), "{none}");
+        let some = line(Burst, 0, (1, 2));
+        assert!(some.contains("sent to the 1 of 2 libraries"), "{some}");
+        assert!(line(Burst, 3, (2, 2)).contains("refused 3 time(s)"));
     }
 
     #[test]
