@@ -135,6 +135,15 @@
 // instead of the sustained one. Not with `HEXRPC_LATENCY_POWER_OFF`.
 #define HEXRPC_LATENCY_POWER_BURST 32
 
+// `hexrpc_session_import` flag: kernels only read the buffer (a camera frame). It is mapped
+// read-only in this process (`PROT_READ`): writing the memory `hexrpc_lease_memory` gives
+// faults (`SIGSEGV`); `hexrpc_lease_writable` says 0.
+#define HEXRPC_IMPORT_READ_ONLY 0
+
+// `hexrpc_session_import` flag: kernels may write the buffer, and so may this process through
+// the lease's memory (an output another component reads).
+#define HEXRPC_IMPORT_READ_WRITE 1
+
 // `hexrpc_session_pm_qos`: the policy asks for no vote.
 #define HEXRPC_PM_QOS_NOT_ASKED 0
 
@@ -300,9 +309,10 @@ typedef struct hexrpc_tensor {
 
 // An input's bytes for `hexrpc_model_run`.
 typedef struct hexrpc_input {
-  // The bytes (NULL only with `len` 0).
+  // The bytes (NULL only with `len` 0). For an input bound to a lease
+  // (`hexrpc_model_bind_input`): NULL, with `len` 0 (the kernels read the lease).
   const void *data;
-  // How many: exactly the input's size.
+  // How many: exactly the input's size; 0 for a bound input.
   size_t len;
 } hexrpc_input;
 
@@ -320,8 +330,12 @@ typedef struct hexrpc_model_report {
   uint64_t launches;
   // FastRPC calls made (1 for a model on one library).
   uint32_t calls;
-  // Zero.
-  uint32_t reserved;
+  // Bytes of the caller's inputs the run copied into the model's memory: the sum of the
+  // inputs' sizes, less those bound to a lease (`hexrpc_model_bind_input`), so 0 when every
+  // input is bound. (A model's inputs fit its arenas, at most 2 GiB in all, so the count fits;
+  // this field was `reserved`, always 0, before bound inputs: the struct's layout is
+  // unchanged.)
+  uint32_t input_bytes_copied;
   // DSP microseconds summed over the kernels, as the entries measured them (on the bench:
   // simulated or emulated time, never a device figure).
   uint64_t dsp_us;
@@ -488,16 +502,57 @@ enum hexrpc_status hexrpc_lease_alloc(struct hexrpc_session *session,
                                       size_t length,
                                       struct hexrpc_lease **out);
 
-// The lease's memory in this process: its address and its length (the rounded-up size). The
-// memory is valid until the lease is freed or its session closed; the DSP writes it during a
-// launch. Either out pointer may be NULL. Thread-safe.
+// Imports `length` bytes, from its start, of the dma-buf behind `fd`, a descriptor another
+// process or component owns (a camera frame another process shared over a UNIX socket with
+// `SCM_RIGHTS`, say), as a lease of `session`: its views go to launches and batches, and
+// `hexrpc_model_bind_input` binds a model input to it, with the buffer handed to the DSP in
+// place and none of it copied. `flags`: `HEXRPC_IMPORT_READ_ONLY` (0) or
+// `HEXRPC_IMPORT_READ_WRITE` (1); anything else is `HEXRPC_ERR_INVALID`.
+//
+// `fd` stays the caller's: hexrpc duplicates it and closes only its duplicate (when the lease is
+// freed), so the caller may close `fd` as soon as this returns; the buffer stays valid for the
+// lease. A read-only import's memory (`hexrpc_lease_memory`) is mapped `PROT_READ` and must not
+// be written: a write faults (`SIGSEGV`). `hexrpc_lease_writable` tells the two apart.
+// Read-only does not stop a kernel that writes its input: neither FastRPC driver takes a
+// direction for a buffer. The buffer is shared memory: synchronising frames with its owner is
+// the caller's protocol.
+//
+// Refused before any FastRPC call with `HEXRPC_ERR_INVALID`, the last error saying why: a
+// number that is not open (-1, a closed number), a descriptor that is not a dma-buf (a pipe, a
+// socket, a regular file), a `length` of 0 or past the buffer's size (both sizes named). The
+// session's IOVA budget is charged the whole buffer's size (the driver maps it whole). Free the
+// lease with `hexrpc_lease_free`; an import kept for a stream of frames costs nothing per frame
+// (see docs/import.md). Thread-safe.
+//
+// # Safety
+// `out` is NULL or valid for one write.
+enum hexrpc_status hexrpc_session_import(struct hexrpc_session *session,
+                                         int fd,
+                                         size_t length,
+                                         uint32_t flags,
+                                         struct hexrpc_lease **out);
+
+// Writes 1 to `writable` if this process may write the lease's memory, 0 for a read-only import
+// (`HEXRPC_IMPORT_READ_ONLY`: mapped `PROT_READ`, a write faults). Allocations, arena
+// sub-allocations and read-write imports are writable. Thread-safe.
+//
+// # Safety
+// `writable` is NULL or valid for one write.
+enum hexrpc_status hexrpc_lease_writable(struct hexrpc_lease *lease, uint32_t *writable);
+
+// The lease's memory in this process: its address and its length (the rounded-up size; an
+// import's imported length rounded up to a page). The memory is valid until the lease is freed
+// or its session closed; the DSP writes it during a launch. A read-only import's memory must
+// not be written (`hexrpc_lease_writable`). Either out pointer may be NULL. Thread-safe.
 //
 // # Safety
 // `ptr` and `length` are each NULL or valid for one write.
 enum hexrpc_status hexrpc_lease_memory(struct hexrpc_lease *lease, void **ptr, size_t *length);
 
-// Frees a lease (its mapping, share fd and ION handle), once no launch in flight uses it.
-// Thread-safe; a second free returns `HEXRPC_ERR_HANDLE`.
+// Frees a lease (its mapping, share fd and ION handle; for an import, hexrpc's duplicate of the
+// descriptor, never the owner's buffer), once no launch in flight uses it. A model input bound
+// to the lease (`hexrpc_model_bind_input`) keeps the buffer until it is unbound or the model
+// closed; only the handle goes. Thread-safe; a second free returns `HEXRPC_ERR_HANDLE`.
 enum hexrpc_status hexrpc_lease_free(struct hexrpc_lease *lease);
 
 // Makes an arena over a new lease of at least `length` bytes (rounded up to a page): one ION
@@ -777,14 +832,57 @@ enum hexrpc_status hexrpc_model_output(struct hexrpc_model *model,
                                        size_t index,
                                        struct hexrpc_tensor *out);
 
+// Binds input `index` to the bytes at `offset` of `lease` (a lease of the model's session: an
+// import, `hexrpc_session_import`, such as a camera frame another process shares; or an
+// allocation or arena sub-allocation of the session): from the next run on, the kernels read the
+// input there, nothing of it is copied, and `hexrpc_model_run` takes `data` NULL and `len` 0 for
+// it (`hexrpc_model_report.input_bytes_copied` counts 0 for it). Binding again replaces the
+// binding. The model holds the lease until the input is unbound or bound again, or the model
+// closed: freeing the lease's handle meanwhile (`hexrpc_lease_free`) leaves the binding working.
+//
+// `HEXRPC_ERR_INVALID` (stage `model-bind`, the last error saying why; nothing changes, and the
+// model runs as before): an `index` past the inputs; a lease of another session; `offset` plus
+// the input's size past the lease's length; an `offset` whose remainder modulo 128 (the arena
+// alignment, `HEXRPC_ARENA_ALIGN`) is not the input's in its arena, for which the kernels were
+// built (0 for a file from `python -m hexrpc.export`: any multiple of 128); a record that views
+// part of the input and part of something else. Binding allocates (a copy of the model's
+// records); runs do not. A read-only import does not stop a kernel that writes its input (a file
+// from `python -m hexrpc.export` never has one). Thread-safe (waits for a run in progress).
+enum hexrpc_status hexrpc_model_bind_input(struct hexrpc_model *model,
+                                           size_t index,
+                                           struct hexrpc_lease *lease,
+                                           size_t offset);
+
+// Unbinds input `index` (`hexrpc_model_bind_input`): from the next run on it is copied in again
+// from `hexrpc_input.data`, and the model lets the lease go. Writes 1 to `was_bound` (may be
+// NULL) if the input was bound, 0 if it was not (then nothing changes). An `index` past the
+// inputs is `HEXRPC_ERR_INVALID`. Thread-safe (waits for a run in progress).
+//
+// # Safety
+// `was_bound` is NULL or valid for one write.
+enum hexrpc_status hexrpc_model_unbind_input(struct hexrpc_model *model,
+                                             size_t index,
+                                             uint32_t *was_bound);
+
+// Writes 1 to `bound` if input `index` is bound to a lease (`hexrpc_model_bind_input`), 0 if a
+// run copies it in. An `index` past the inputs is `HEXRPC_ERR_INVALID`. Thread-safe.
+//
+// # Safety
+// `bound` is NULL or valid for one write.
+enum hexrpc_status hexrpc_model_input_bound(struct hexrpc_model *model,
+                                            size_t index,
+                                            uint32_t *bound);
+
 // Runs the model once: `inputs[i]` holds input `i`'s bytes and `outputs[j]` receives output
 // `j`'s, each exactly the tensor's size (`hexrpc_tensor.bytes`), `ninputs` and `noutputs` the
 // model's counts (anything else is `HEXRPC_ERR_INVALID` naming the tensor, and nothing is
-// sent). One FastRPC call for a model of up to 4,096 launches on one library; nothing is
+// sent). An input bound to a lease (`hexrpc_model_bind_input`) takes `data` NULL and `len` 0:
+// the kernels read it in place (bytes given for it are `HEXRPC_ERR_INVALID`, nothing sent).
+// One FastRPC call for a model of up to 4,096 launches on one library; nothing is
 // allocated. `deadline_ms` bounds the run (0: none): a run past it is interrupted and is
 // `HEXRPC_ERR_RECOVERABLE`, as is a DSP restart: `hexrpc_session_recover`, then run again.
-// Writes what the run did to `report` (may be NULL). Runs on one model take turns; different
-// models run concurrently. Thread-safe.
+// Writes what the run did to `report` (may be NULL), with the input bytes it copied. Runs on one
+// model take turns; different models run concurrently. Thread-safe.
 //
 // # Safety
 // `inputs` is NULL (with 0) or valid for `ninputs` reads, each naming `len` readable bytes;

@@ -131,8 +131,11 @@ impl ModelObj {
         })
     }
 
-    /// Unbinds input `input` (see [`LoadedModel::unbind_input`]); true if it was bound.
+    /// Unbinds input `input` (see [`LoadedModel::unbind_input`]); true if it was bound. Refused
+    /// in a child forked after the session was opened, as a bind is: the records it rewrites are
+    /// in memory the parent's model shares.
     pub fn unbind_input(&self, input: usize) -> Result<bool, Failure> {
+        self.session.check()?;
         self.with(|m| m.unbind_input(input).map(|held| held.is_some())).map_err(failure)
     }
 

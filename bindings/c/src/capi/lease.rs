@@ -1,13 +1,14 @@
-//! Leases and arenas: allocating an ION buffer shared with the DSP, its memory here, carving an
-//! arena into sub-allocations (leases too), an arena's statistics, freeing.
+//! Leases and arenas: allocating an ION buffer shared with the DSP, importing a dma-buf another
+//! process owns, its memory here and whether it may be written, carving an arena into
+//! sub-allocations (leases too), an arena's statistics, freeing.
 
-use std::ffi::c_void;
+use std::ffi::{c_int, c_void};
 use std::sync::Arc;
 
 use super::args::{free_handle, handle_value, new_handle, write_opt, write_out};
 use super::last_error::run;
 use super::types::*;
-use crate::error::hexrpc_status;
+use crate::error::{hexrpc_status, Failure};
 use crate::table::{self, Obj};
 
 /// Allocates an ION buffer of at least `length` bytes (rounded up to a page), shared with the
@@ -24,9 +25,76 @@ pub unsafe extern "C" fn hexrpc_lease_alloc(session: *mut hexrpc_session, length
     })
 }
 
-/// The lease's memory in this process: its address and its length (the rounded-up size). The
-/// memory is valid until the lease is freed or its session closed; the DSP writes it during a
-/// launch. Either out pointer may be NULL. Thread-safe.
+/// Imports `length` bytes, from its start, of the dma-buf behind `fd`, a descriptor another
+/// process or component owns (a camera frame another process shared over a UNIX socket with
+/// `SCM_RIGHTS`, say), as a lease of `session`: its views go to launches and batches, and
+/// `hexrpc_model_bind_input` binds a model input to it, with the buffer handed to the DSP in
+/// place and none of it copied. `flags`: `HEXRPC_IMPORT_READ_ONLY` (0) or
+/// `HEXRPC_IMPORT_READ_WRITE` (1); anything else is `HEXRPC_ERR_INVALID`.
+///
+/// `fd` stays the caller's: hexrpc duplicates it and closes only its duplicate (when the lease is
+/// freed), so the caller may close `fd` as soon as this returns; the buffer stays valid for the
+/// lease. A read-only import's memory (`hexrpc_lease_memory`) is mapped `PROT_READ` and must not
+/// be written: a write faults (`SIGSEGV`). `hexrpc_lease_writable` tells the two apart.
+/// Read-only does not stop a kernel that writes its input: neither FastRPC driver takes a
+/// direction for a buffer. The buffer is shared memory: synchronising frames with its owner is
+/// the caller's protocol.
+///
+/// Refused before any FastRPC call with `HEXRPC_ERR_INVALID`, the last error saying why: a
+/// number that is not open (-1, a closed number), a descriptor that is not a dma-buf (a pipe, a
+/// socket, a regular file), a `length` of 0 or past the buffer's size (both sizes named). The
+/// session's IOVA budget is charged the whole buffer's size (the driver maps it whole). Free the
+/// lease with `hexrpc_lease_free`; an import kept for a stream of frames costs nothing per frame
+/// (see docs/import.md). Thread-safe.
+///
+/// # Safety
+/// `out` is NULL or valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn hexrpc_session_import(
+    session: *mut hexrpc_session,
+    fd: c_int,
+    length: usize,
+    flags: u32,
+    out: *mut *mut hexrpc_lease,
+) -> hexrpc_status {
+    run(|| {
+        let import = || {
+            let writable = match flags {
+                HEXRPC_IMPORT_READ_ONLY => false,
+                HEXRPC_IMPORT_READ_WRITE => true,
+                other => {
+                    return Err(Failure::invalid(
+                        "argument",
+                        format!("import flags {other:#x}: use HEXRPC_IMPORT_READ_ONLY (0) or HEXRPC_IMPORT_READ_WRITE (1)"),
+                    ))
+                }
+            };
+            Ok(Obj::Lease(Arc::new(table::session(handle_value(session))?.import(fd, length, writable)?)))
+        };
+        // SAFETY: the caller's contract.
+        unsafe { new_handle(out, import) }
+    })
+}
+
+/// Writes 1 to `writable` if this process may write the lease's memory, 0 for a read-only import
+/// (`HEXRPC_IMPORT_READ_ONLY`: mapped `PROT_READ`, a write faults). Allocations, arena
+/// sub-allocations and read-write imports are writable. Thread-safe.
+///
+/// # Safety
+/// `writable` is NULL or valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn hexrpc_lease_writable(lease: *mut hexrpc_lease, writable: *mut u32) -> hexrpc_status {
+    run(|| {
+        let l = table::lease(handle_value(lease))?;
+        // SAFETY: the caller's contract.
+        unsafe { write_out(writable, u32::from(l.writable()), "writable") }
+    })
+}
+
+/// The lease's memory in this process: its address and its length (the rounded-up size; an
+/// import's imported length rounded up to a page). The memory is valid until the lease is freed
+/// or its session closed; the DSP writes it during a launch. A read-only import's memory must
+/// not be written (`hexrpc_lease_writable`). Either out pointer may be NULL. Thread-safe.
 ///
 /// # Safety
 /// `ptr` and `length` are each NULL or valid for one write.
@@ -43,8 +111,10 @@ pub unsafe extern "C" fn hexrpc_lease_memory(lease: *mut hexrpc_lease, ptr: *mut
     })
 }
 
-/// Frees a lease (its mapping, share fd and ION handle), once no launch in flight uses it.
-/// Thread-safe; a second free returns `HEXRPC_ERR_HANDLE`.
+/// Frees a lease (its mapping, share fd and ION handle; for an import, hexrpc's duplicate of the
+/// descriptor, never the owner's buffer), once no launch in flight uses it. A model input bound
+/// to the lease (`hexrpc_model_bind_input`) keeps the buffer until it is unbound or the model
+/// closed; only the handle goes. Thread-safe; a second free returns `HEXRPC_ERR_HANDLE`.
 #[no_mangle]
 pub extern "C" fn hexrpc_lease_free(lease: *mut hexrpc_lease) -> hexrpc_status {
     run(|| free_handle(lease, |o| matches!(o, Obj::Lease(_)), "lease"))

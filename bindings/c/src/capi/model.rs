@@ -1,5 +1,6 @@
 //! Model files: opening one on a session (from bytes or from a path), its inputs and outputs,
-//! running it in one FastRPC call, closing it. The model object itself is [`crate::model`],
+//! binding an input to a lease (an imported camera frame) so that it is read in place, running
+//! it in one FastRPC call, closing it. The model object itself is [`crate::model`],
 //! which the Python package shares.
 
 use std::ffi::c_char;
@@ -118,14 +119,82 @@ pub unsafe extern "C" fn hexrpc_model_output(model: *mut hexrpc_model, index: us
     run(|| describe(model, index, true, out))
 }
 
+/// Binds input `index` to the bytes at `offset` of `lease` (a lease of the model's session: an
+/// import, `hexrpc_session_import`, such as a camera frame another process shares; or an
+/// allocation or arena sub-allocation of the session): from the next run on, the kernels read the
+/// input there, nothing of it is copied, and `hexrpc_model_run` takes `data` NULL and `len` 0 for
+/// it (`hexrpc_model_report.input_bytes_copied` counts 0 for it). Binding again replaces the
+/// binding. The model holds the lease until the input is unbound or bound again, or the model
+/// closed: freeing the lease's handle meanwhile (`hexrpc_lease_free`) leaves the binding working.
+///
+/// `HEXRPC_ERR_INVALID` (stage `model-bind`, the last error saying why; nothing changes, and the
+/// model runs as before): an `index` past the inputs; a lease of another session; `offset` plus
+/// the input's size past the lease's length; an `offset` whose remainder modulo 128 (the arena
+/// alignment, `HEXRPC_ARENA_ALIGN`) is not the input's in its arena, for which the kernels were
+/// built (0 for a file from `python -m hexrpc.export`: any multiple of 128); a record that views
+/// part of the input and part of something else. Binding allocates (a copy of the model's
+/// records); runs do not. A read-only import does not stop a kernel that writes its input (a file
+/// from `python -m hexrpc.export` never has one). Thread-safe (waits for a run in progress).
+#[no_mangle]
+pub extern "C" fn hexrpc_model_bind_input(
+    model: *mut hexrpc_model,
+    index: usize,
+    lease: *mut hexrpc_lease,
+    offset: usize,
+) -> hexrpc_status {
+    run(|| {
+        let m = table::model(handle_value(model))?;
+        let l = table::lease(handle_value(lease))?;
+        m.bind_input(index, l, offset)
+    })
+}
+
+/// Unbinds input `index` (`hexrpc_model_bind_input`): from the next run on it is copied in again
+/// from `hexrpc_input.data`, and the model lets the lease go. Writes 1 to `was_bound` (may be
+/// NULL) if the input was bound, 0 if it was not (then nothing changes). An `index` past the
+/// inputs is `HEXRPC_ERR_INVALID`. Thread-safe (waits for a run in progress).
+///
+/// # Safety
+/// `was_bound` is NULL or valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn hexrpc_model_unbind_input(model: *mut hexrpc_model, index: usize, was_bound: *mut u32) -> hexrpc_status {
+    run(|| {
+        let m = table::model(handle_value(model))?;
+        let was = m.unbind_input(index)?;
+        // SAFETY: the caller's contract.
+        unsafe { super::args::write_opt(was_bound, u32::from(was)) };
+        Ok(())
+    })
+}
+
+/// Writes 1 to `bound` if input `index` is bound to a lease (`hexrpc_model_bind_input`), 0 if a
+/// run copies it in. An `index` past the inputs is `HEXRPC_ERR_INVALID`. Thread-safe.
+///
+/// # Safety
+/// `bound` is NULL or valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn hexrpc_model_input_bound(model: *mut hexrpc_model, index: usize, bound: *mut u32) -> hexrpc_status {
+    run(|| {
+        let m = table::model(handle_value(model))?;
+        let inputs = m.with(|l| l.inputs().len());
+        if index >= inputs {
+            return Err(Failure::invalid("model", format!("no input {index}: the model has {inputs}")));
+        }
+        // SAFETY: the caller's contract.
+        unsafe { write_out(bound, u32::from(m.is_bound(index)), "bound") }
+    })
+}
+
 /// Runs the model once: `inputs[i]` holds input `i`'s bytes and `outputs[j]` receives output
 /// `j`'s, each exactly the tensor's size (`hexrpc_tensor.bytes`), `ninputs` and `noutputs` the
 /// model's counts (anything else is `HEXRPC_ERR_INVALID` naming the tensor, and nothing is
-/// sent). One FastRPC call for a model of up to 4,096 launches on one library; nothing is
+/// sent). An input bound to a lease (`hexrpc_model_bind_input`) takes `data` NULL and `len` 0:
+/// the kernels read it in place (bytes given for it are `HEXRPC_ERR_INVALID`, nothing sent).
+/// One FastRPC call for a model of up to 4,096 launches on one library; nothing is
 /// allocated. `deadline_ms` bounds the run (0: none): a run past it is interrupted and is
 /// `HEXRPC_ERR_RECOVERABLE`, as is a DSP restart: `hexrpc_session_recover`, then run again.
-/// Writes what the run did to `report` (may be NULL). Runs on one model take turns; different
-/// models run concurrently. Thread-safe.
+/// Writes what the run did to `report` (may be NULL), with the input bytes it copied. Runs on one
+/// model take turns; different models run concurrently. Thread-safe.
 ///
 /// # Safety
 /// `inputs` is NULL (with 0) or valid for `ninputs` reads, each naming `len` readable bytes;
@@ -248,7 +317,13 @@ unsafe fn model_run(
     unsafe {
         super::args::write_opt(
             report,
-            hexrpc_model_report { launches: r.launches as u64, calls: r.calls as u32, reserved: 0, dsp_us: r.dsp_micros },
+            hexrpc_model_report {
+                launches: r.launches as u64,
+                calls: r.calls as u32,
+                // Fits: a model's inputs fit its arenas (asserted with the struct).
+                input_bytes_copied: u32::try_from(r.input_bytes_copied).unwrap_or(u32::MAX),
+                dsp_us: r.dsp_micros,
+            },
         )
     };
     Ok(())

@@ -78,9 +78,10 @@ pub struct hexrpc_tensor {
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct hexrpc_input {
-    /// The bytes (NULL only with `len` 0).
+    /// The bytes (NULL only with `len` 0). For an input bound to a lease
+    /// (`hexrpc_model_bind_input`): NULL, with `len` 0 (the kernels read the lease).
     pub data: *const core::ffi::c_void,
-    /// How many: exactly the input's size.
+    /// How many: exactly the input's size; 0 for a bound input.
     pub len: usize,
 }
 
@@ -102,12 +103,28 @@ pub struct hexrpc_model_report {
     pub launches: u64,
     /// FastRPC calls made (1 for a model on one library).
     pub calls: u32,
-    /// Zero.
-    pub reserved: u32,
+    /// Bytes of the caller's inputs the run copied into the model's memory: the sum of the
+    /// inputs' sizes, less those bound to a lease (`hexrpc_model_bind_input`), so 0 when every
+    /// input is bound. (A model's inputs fit its arenas, at most 2 GiB in all, so the count fits;
+    /// this field was `reserved`, always 0, before bound inputs: the struct's layout is
+    /// unchanged.)
+    pub input_bytes_copied: u32,
     /// DSP microseconds summed over the kernels, as the entries measured them (on the bench:
     /// simulated or emulated time, never a device figure).
     pub dsp_us: u64,
 }
+
+// The layout programs compiled against earlier headers have (the last field was `reserved`).
+const _: () = {
+    assert!(core::mem::size_of::<hexrpc_model_report>() == 24 && core::mem::align_of::<hexrpc_model_report>() == 8);
+    assert!(core::mem::offset_of!(hexrpc_model_report, launches) == 0);
+    assert!(core::mem::offset_of!(hexrpc_model_report, calls) == 8);
+    assert!(core::mem::offset_of!(hexrpc_model_report, input_bytes_copied) == 12);
+    assert!(core::mem::offset_of!(hexrpc_model_report, dsp_us) == 16);
+    // Every input of a model the bindings open fits its arenas (the file format's default
+    // limits), so `input_bytes_copied` holds any run's count.
+    assert!(::hexrpc_model::Limits::DEFAULT.max_total_arena_bytes <= u32::MAX as u64);
+};
 
 /// One record's DSP time in a profiled model run (`hexrpc_model_run_profiled`).
 #[repr(C)]
@@ -234,6 +251,14 @@ pub const HEXRPC_LATENCY_POWER_OFF: u32 = 0x10;
 /// Latency policy bit: the burst DSP clock (top corner, DCVS off, 100 µs wake-up, no sleep)
 /// instead of the sustained one. Not with `HEXRPC_LATENCY_POWER_OFF`.
 pub const HEXRPC_LATENCY_POWER_BURST: u32 = 0x20;
+
+/// `hexrpc_session_import` flag: kernels only read the buffer (a camera frame). It is mapped
+/// read-only in this process (`PROT_READ`): writing the memory `hexrpc_lease_memory` gives
+/// faults (`SIGSEGV`); `hexrpc_lease_writable` says 0.
+pub const HEXRPC_IMPORT_READ_ONLY: u32 = 0;
+/// `hexrpc_session_import` flag: kernels may write the buffer, and so may this process through
+/// the lease's memory (an output another component reads).
+pub const HEXRPC_IMPORT_READ_WRITE: u32 = 1;
 
 /// `hexrpc_session_pm_qos`: the policy asks for no vote.
 pub const HEXRPC_PM_QOS_NOT_ASKED: u32 = 0;
