@@ -658,3 +658,347 @@ fn a_profiled_model_run_names_each_record_after_its_kernel() {
     ok(hexrpc_model_close(model));
     ok(hexrpc_session_close(session));
 }
+
+/// The frame server process: a second, real process that owns a dma-buf (from its own bench's
+/// ION), shares its descriptor over a UNIX socket and writes frames into it on request.
+const FRAME_SERVER: &str = env!("CARGO_BIN_EXE_hexrpc-ffi-frame-server");
+/// The served buffer's length (one page).
+const FRAME_LEN: usize = 4096;
+/// The sample model's input size: the first `N` bytes of a frame.
+const N: usize = 1000;
+
+fn frame_server() -> hexrpc_scenarios::frame_server::FrameServer {
+    // The bench sessions of these tests are of the comma three's bench (ION 4.9).
+    hexrpc_scenarios::frame_server::FrameServer::spawn(std::path::Path::new(FRAME_SERVER), hexrpc_bsp::BENCH.allocator, FRAME_LEN)
+        .expect("start the frame server")
+}
+
+fn bench_session() -> *mut hexrpc_session {
+    let mut session = null_mut();
+    // SAFETY: out pointer valid.
+    ok(unsafe { hexrpc_session_open_bench(0, &mut session) });
+    session
+}
+
+fn import(session: *mut hexrpc_session, fd: i32, len: usize, flags: u32) -> (hexrpc_status, *mut hexrpc_lease) {
+    let mut lease = null_mut();
+    // SAFETY: out pointer valid.
+    let st = unsafe { hexrpc_session_import(session, fd, len, flags, &mut lease) };
+    (st, lease)
+}
+
+fn writable(lease: *mut hexrpc_lease) -> u32 {
+    let mut w = u32::MAX;
+    // SAFETY: out pointer valid.
+    ok(unsafe { hexrpc_lease_writable(lease, &mut w) });
+    w
+}
+
+fn input_bound(model: *mut hexrpc_model, index: usize) -> u32 {
+    let mut b = u32::MAX;
+    // SAFETY: out pointer valid.
+    ok(unsafe { hexrpc_model_input_bound(model, index, &mut b) });
+    b
+}
+
+/// The lease's memory: its address and length.
+fn memory(lease: *mut hexrpc_lease) -> (*mut u8, usize) {
+    let (mut ptr, mut len) = (null_mut(), 0usize);
+    // SAFETY: out pointers valid.
+    ok(unsafe { hexrpc_lease_memory(lease, &mut ptr, &mut len) });
+    (ptr.cast(), len)
+}
+
+/// `len` bytes at `at` of a lease's memory, read one by one (the memory is shared with another
+/// process and the DSP: copied out, never referenced).
+fn read_shared(lease: *mut hexrpc_lease, at: usize, len: usize) -> Vec<u8> {
+    let (ptr, size) = memory(lease);
+    assert!(at + len <= size);
+    // SAFETY: `at + len` is within the lease's mapped memory, which lives while the lease does.
+    (at..at + len).map(|i| unsafe { ptr.add(i).read_volatile() }).collect()
+}
+
+/// Writes `bytes` at `at` of a (writable) lease's memory, one by one.
+fn write_shared(lease: *mut hexrpc_lease, at: usize, bytes: &[u8]) {
+    let (ptr, size) = memory(lease);
+    assert!(at + bytes.len() <= size && writable(lease) == 1);
+    for (i, b) in bytes.iter().enumerate() {
+        // SAFETY: within the lease's memory, which is mapped writable (checked above).
+        unsafe { ptr.add(at + i).write_volatile(*b) };
+    }
+}
+
+/// One run of the sample model (input `x`; outputs `y`, `z`): `x` `None` gives the input as a
+/// bound input takes it (data NULL, len 0).
+fn run_sample(model: *mut hexrpc_model, x: Option<&[u8]>, y: &mut [u8], z: &mut [u8]) -> Result<hexrpc_model_report, hexrpc_status> {
+    let ins = [match x {
+        Some(x) => hexrpc_input { data: x.as_ptr().cast(), len: x.len() },
+        None => hexrpc_input { data: null(), len: 0 },
+    }];
+    let outs = [hexrpc_output { data: y.as_mut_ptr().cast(), len: y.len() }, hexrpc_output { data: z.as_mut_ptr().cast(), len: z.len() }];
+    let mut report = hexrpc_model_report { launches: 0, calls: 0, input_bytes_copied: u32::MAX, dsp_us: 0 };
+    // SAFETY: arrays valid for their counts, each buffer valid for its length.
+    match unsafe { hexrpc_model_run(model, ins.as_ptr(), 1, outs.as_ptr(), 2, 5000, &mut report) } {
+        hexrpc_status::HEXRPC_OK => Ok(report),
+        st => Err(st),
+    }
+}
+
+fn plus(x: &[u8], k: u8) -> Vec<u8> {
+    x.iter().map(|b| b.wrapping_add(k)).collect()
+}
+
+/// A frame another process owns, imported read-only and bound to the sample model's input: each
+/// run reads the frame written last in place (data NULL, 0 input bytes copied) and gives the
+/// outputs a run on the same frame copied in gives; the import launches as any lease does; the
+/// caller's descriptor stays open and the caller may close it; the binding outlives the lease's
+/// handle and the server; unbound, the input is copied again.
+#[test]
+fn a_model_input_bound_to_an_imported_frame_runs_with_nothing_copied() {
+    use hexrpc_scenarios::frame_server::frame;
+    let session = bench_session();
+    let mut srv = frame_server();
+    srv.write_frame(1).unwrap();
+    let fd = srv.fd().0;
+    let (st, frame_lease) = import(session, fd, FRAME_LEN, HEXRPC_IMPORT_READ_ONLY);
+    ok(st);
+    // SAFETY: F_GETFD on a number of this process reads its flags only.
+    assert_ne!(unsafe { libc::fcntl(fd, libc::F_GETFD) }, -1, "the caller's descriptor stays open");
+    // The caller closes its number: the import's own duplicate keeps the buffer.
+    srv.close_received();
+    assert_eq!(writable(frame_lease), 0, "a read-only import is not writable");
+    assert_eq!(memory(frame_lease).1, FRAME_LEN);
+    assert!(read_shared(frame_lease, 0, FRAME_LEN) == frame(1, FRAME_LEN), "the import's memory is the server's frame");
+
+    // The import is a lease like any other: a launch reads it (add_u8: out = in + 9).
+    let add = open_with(session, model(c"add_u8"), c"buf,buf,u32");
+    let mut out = null_mut();
+    // SAFETY: out pointer valid.
+    ok(unsafe { hexrpc_lease_alloc(session, 4096, &mut out) });
+    let views = [hexrpc_view { lease: frame_lease, offset: 256, length: 64 }, hexrpc_view { lease: out, offset: 0, length: 64 }];
+    let sc = [hexrpc_scalar { kind: HEXRPC_SCALAR_U32, reserved: 0, bits: 9 }];
+    // SAFETY: arrays valid for their lengths; the time may be NULL.
+    ok(unsafe { hexrpc_launch(add, views.as_ptr(), 2, sc.as_ptr(), 1, 0, null_mut()) });
+    assert_eq!(read_shared(out, 0, 64), plus(&frame(1, FRAME_LEN)[256..320], 9));
+
+    let bound = sample_model(session, N);
+    let copying = sample_model(session, N);
+    assert_eq!(input_bound(bound, 0), 0);
+    ok(hexrpc_model_bind_input(bound, 0, frame_lease, 0));
+    assert_eq!((input_bound(bound, 0), input_bound(copying, 0)), (1, 0));
+    let (mut y, mut z, mut want_y, mut want_z) = (vec![0u8; N], vec![0u8; N], vec![0u8; N], vec![0u8; N]);
+    for n in 2..5u32 {
+        srv.write_frame(n).unwrap();
+        let r = run_sample(bound, None, &mut y, &mut z).unwrap_or_else(|st| panic!("frame {n}: {st:?}: {}", last()));
+        assert_eq!((r.launches, r.calls, r.input_bytes_copied), (2, 1, 0), "frame {n}");
+        let x = frame(n, N);
+        assert!(y == plus(&x, 3) && z == plus(&x, 8), "frame {n} was not read in place");
+        // The same frame copied in, as a service did before imports.
+        let r = run_sample(copying, Some(&x), &mut want_y, &mut want_z).unwrap();
+        assert_eq!((r.launches, r.calls, r.input_bytes_copied), (2, 1, N as u32), "frame {n}");
+        assert!(y == want_y && z == want_z, "frame {n}: the bound run's outputs differ from the copied run's");
+    }
+    // Bytes for a bound input: refused, nothing run.
+    y.fill(0);
+    assert_eq!(run_sample(bound, Some(&frame(9, N)), &mut y, &mut z).err(), Some(hexrpc_status::HEXRPC_ERR_INVALID));
+    assert!(last().starts_with("model-run: ") && last().contains("\"x\" is bound to a view"), "{}", last());
+    assert!(y.iter().all(|&b| b == 0), "nothing ran");
+
+    // The lease's handle freed while bound: the model keeps the buffer.
+    ok(hexrpc_lease_free(frame_lease));
+    let mut w = 0;
+    // SAFETY: out pointer valid; the handle is dead.
+    assert_eq!(unsafe { hexrpc_lease_writable(frame_lease, &mut w) }, hexrpc_status::HEXRPC_ERR_HANDLE);
+    srv.write_frame(5).unwrap();
+    run_sample(bound, None, &mut y, &mut z).unwrap_or_else(|st| panic!("{st:?}: {}", last()));
+    assert!(y == plus(&frame(5, N), 3), "the binding outlives the lease's handle");
+    // The server exits mid-stream: the bound input still reads the buffer's last frame.
+    let status = srv.kill_mid_stream().unwrap();
+    assert!(status.success(), "the server's exit: {status}");
+    y.fill(0);
+    run_sample(bound, None, &mut y, &mut z).unwrap_or_else(|st| panic!("{st:?}: {}", last()));
+    assert!(y == plus(&frame(5, N), 3), "after the server exited");
+
+    // Unbound: the input is copied in again, and data NULL is now a missing input.
+    let mut was = u32::MAX;
+    // SAFETY: out pointer valid.
+    ok(unsafe { hexrpc_model_unbind_input(bound, 0, &mut was) });
+    assert_eq!((was, input_bound(bound, 0)), (1, 0));
+    // SAFETY: out pointer valid.
+    ok(unsafe { hexrpc_model_unbind_input(bound, 0, &mut was) });
+    assert_eq!(was, 0, "not bound any more");
+    // SAFETY: `was_bound` may be NULL.
+    ok(unsafe { hexrpc_model_unbind_input(bound, 0, null_mut()) });
+    assert_eq!(run_sample(bound, None, &mut y, &mut z).err(), Some(hexrpc_status::HEXRPC_ERR_INVALID));
+    assert!(last().contains("\"x\" needs 1000 bytes"), "{}", last());
+    let x: Vec<u8> = (0..N).map(|i| (i * 5) as u8).collect();
+    let r = run_sample(bound, Some(&x), &mut y, &mut z).unwrap();
+    assert_eq!(r.input_bytes_copied, N as u32);
+    assert!(y == plus(&x, 3) && z == plus(&x, 8), "unbound, the input's bytes are used");
+    ok(hexrpc_model_close(bound));
+    ok(hexrpc_model_close(copying));
+    ok(hexrpc_session_close(session));
+}
+
+/// Descriptors that are not a dma-buf, or not open, and lengths the buffer does not have, are
+/// refused by `hexrpc_session_import` with `HEXRPC_ERR_INVALID` and a message saying why; no
+/// lease is given out, and the session works on.
+#[test]
+fn forged_descriptors_and_lengths_are_refused_by_hexrpc_session_import() {
+    let session = bench_session();
+    let refused = |fd: i32, len: usize, flags: u32, needle: &str| {
+        let (st, lease) = import(session, fd, len, flags);
+        assert_eq!(st, hexrpc_status::HEXRPC_ERR_INVALID, "fd {fd}, {len} bytes, flags {flags}: {}", last());
+        assert!(lease.is_null(), "fd {fd}: no lease written on a refusal");
+        assert!(last().contains(needle), "fd {fd}: {:?} does not say {needle:?}", last());
+    };
+    // A pipe: open, but not a dma-buf (either end).
+    let mut p = [0i32; 2];
+    // SAFETY: `p` has room for the two descriptors.
+    assert_eq!(unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    for end in p {
+        refused(end, 4096, HEXRPC_IMPORT_READ_ONLY, "import: refused before any FastRPC call: the descriptor is not a dma-buf");
+        // SAFETY: F_GETFD reads the descriptor's flags only.
+        assert_ne!(unsafe { libc::fcntl(end, libc::F_GETFD) }, -1, "the caller's pipe stays open");
+    }
+    // A regular file.
+    let file = std::fs::File::open("/proc/self/exe").unwrap();
+    refused(std::os::fd::AsRawFd::as_raw_fd(&file), 4096, HEXRPC_IMPORT_READ_WRITE, "the descriptor is not a dma-buf");
+    // -1, and a number that was open and is closed: the highest number this process may have
+    // (new descriptors take the lowest free number, so no other thread's open lands on it).
+    refused(-1, 4096, HEXRPC_IMPORT_READ_ONLY, "import: refused before any FastRPC call: the descriptor is not open in this process");
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: `lim` is valid for one write.
+    assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) }, 0);
+    let top = i32::try_from(lim.rlim_cur.min(1 << 20) - 1).unwrap();
+    // SAFETY: duplicates the pipe's read end onto the lowest free number from `top` (ours).
+    let closed = unsafe { libc::fcntl(p[0], libc::F_DUPFD_CLOEXEC, top) };
+    assert_eq!(closed, top, "{}", std::io::Error::last_os_error());
+    // SAFETY: `closed` is ours, closed once.
+    assert_eq!(unsafe { libc::close(closed) }, 0);
+    refused(closed, 4096, HEXRPC_IMPORT_READ_ONLY, "the descriptor is not open in this process");
+    // SAFETY: the pipe's descriptors are ours, closed once.
+    unsafe {
+        libc::close(p[0]);
+        libc::close(p[1]);
+    }
+    // A real dma-buf, asked for more than it holds, or for nothing, or with unknown flags.
+    let srv = frame_server();
+    let fd = srv.fd().0;
+    refused(
+        fd,
+        FRAME_LEN + 1,
+        HEXRPC_IMPORT_READ_ONLY,
+        &format!("{} bytes asked for, beyond the dma-buf's {FRAME_LEN} bytes", FRAME_LEN + 1),
+    );
+    refused(fd, usize::MAX, HEXRPC_IMPORT_READ_ONLY, "beyond the dma-buf's");
+    refused(fd, 0, HEXRPC_IMPORT_READ_ONLY, "an import of 0 bytes");
+    refused(fd, FRAME_LEN, 2, "import flags 0x2: use HEXRPC_IMPORT_READ_ONLY (0) or HEXRPC_IMPORT_READ_WRITE (1)");
+    // Handle and pointer misuse.
+    // SAFETY: a NULL out pointer is reported.
+    assert_eq!(
+        unsafe { hexrpc_session_import(session, fd, FRAME_LEN, HEXRPC_IMPORT_READ_ONLY, null_mut()) },
+        hexrpc_status::HEXRPC_ERR_NULL
+    );
+    let mut lease = null_mut();
+    // SAFETY: out pointer valid; the session handle is forged.
+    let st = unsafe { hexrpc_session_import(0x1234 as *mut hexrpc_session, fd, FRAME_LEN, HEXRPC_IMPORT_READ_ONLY, &mut lease) };
+    assert_eq!(st, hexrpc_status::HEXRPC_ERR_HANDLE);
+    // SAFETY: out pointer may not be NULL for hexrpc_lease_writable: reported.
+    assert_eq!(unsafe { hexrpc_lease_writable(null_mut(), null_mut()) }, hexrpc_status::HEXRPC_ERR_HANDLE);
+    // After all that, the same descriptor imports, read-write: writable here, and what this
+    // process writes through it is what a bound model input reads.
+    let (st, rw) = import(session, fd, FRAME_LEN, HEXRPC_IMPORT_READ_WRITE);
+    ok(st);
+    assert_eq!(writable(rw), 1);
+    let x: Vec<u8> = (0..N).map(|i| (i * 3 + 1) as u8).collect();
+    write_shared(rw, 2048, &x);
+    let m = sample_model(session, N);
+    ok(hexrpc_model_bind_input(m, 0, rw, 2048));
+    let (mut y, mut z) = (vec![0u8; N], vec![0u8; N]);
+    let r = run_sample(m, None, &mut y, &mut z).unwrap_or_else(|st| panic!("{st:?}: {}", last()));
+    assert_eq!(r.input_bytes_copied, 0);
+    assert!(y == plus(&x, 3) && z == plus(&x, 8));
+    ok(hexrpc_model_close(m));
+    ok(hexrpc_lease_free(rw));
+    srv.stop().unwrap();
+    ok(hexrpc_session_close(session));
+}
+
+/// A binding the model cannot take is `HEXRPC_ERR_INVALID` naming why, and changes nothing: the
+/// input is still copied in. Leases of the model's session bind, an arena's sub-allocation at its
+/// offset in the arena too.
+#[test]
+fn bind_refusals_change_nothing_and_session_leases_bind() {
+    let session = bench_session();
+    let other = bench_session();
+    let m = sample_model(session, N);
+    let alloc = |s: *mut hexrpc_session| {
+        let mut l = null_mut();
+        // SAFETY: out pointer valid.
+        ok(unsafe { hexrpc_lease_alloc(s, 8192, &mut l) });
+        l
+    };
+    let (own, elsewhere) = (alloc(session), alloc(other));
+    assert_eq!(writable(own), 1);
+    let refused = |index: usize, lease: *mut hexrpc_lease, offset: usize, status: hexrpc_status, needle: &str| {
+        assert_eq!(hexrpc_model_bind_input(m, index, lease, offset), status, "input {index} at {offset}: {}", last());
+        assert!(last().contains(needle), "input {index} at {offset}: {:?} does not say {needle:?}", last());
+        assert_eq!(input_bound(m, 0), 0, "a refusal changes nothing");
+    };
+    refused(1, own, 0, hexrpc_status::HEXRPC_ERR_INVALID, "model-bind: there is no input 1: the model has 1");
+    refused(usize::MAX, own, 0, hexrpc_status::HEXRPC_ERR_INVALID, "there is no input");
+    refused(0, own, 64, hexrpc_status::HEXRPC_ERR_INVALID, "the view's offset is 64 modulo 128");
+    refused(0, own, 8192 - 896, hexrpc_status::HEXRPC_ERR_INVALID, "at offset 7296 does not fit the lease of 8192 bytes");
+    refused(0, own, usize::MAX - 127, hexrpc_status::HEXRPC_ERR_INVALID, "does not fit the lease");
+    refused(0, elsewhere, 0, hexrpc_status::HEXRPC_ERR_INVALID, "model-bind: the lease is of another session than the model's");
+    refused(0, m.cast(), 0, hexrpc_status::HEXRPC_ERR_HANDLE, "not a live lease handle");
+    refused(0, null_mut(), 0, hexrpc_status::HEXRPC_ERR_HANDLE, "not a live lease handle");
+    assert_eq!(hexrpc_model_bind_input(null_mut(), 0, own, 0), hexrpc_status::HEXRPC_ERR_HANDLE);
+    let (mut b, mut was) = (0u32, 0u32);
+    // SAFETY: out pointers valid.
+    assert_eq!(unsafe { hexrpc_model_input_bound(m, 1, &mut b) }, hexrpc_status::HEXRPC_ERR_INVALID);
+    // SAFETY: out pointer valid.
+    assert_eq!(unsafe { hexrpc_model_unbind_input(m, 1, &mut was) }, hexrpc_status::HEXRPC_ERR_INVALID);
+    assert!(last().contains("there is no input 1"), "{}", last());
+    // SAFETY: a NULL out pointer is reported.
+    assert_eq!(unsafe { hexrpc_model_input_bound(m, 0, null_mut()) }, hexrpc_status::HEXRPC_ERR_NULL);
+    // Nothing changed: the input is copied in.
+    let x: Vec<u8> = (0..N).map(|i| (i * 11) as u8).collect();
+    let (mut y, mut z) = (vec![0u8; N], vec![0u8; N]);
+    let r = run_sample(m, Some(&x), &mut y, &mut z).unwrap();
+    assert_eq!(r.input_bytes_copied, N as u32);
+    assert!(y == plus(&x, 3));
+    // A lease of the session at an aligned offset binds; so does an arena's sub-allocation.
+    write_shared(own, 128, &x);
+    ok(hexrpc_model_bind_input(m, 0, own, 128));
+    y.fill(0);
+    let r = run_sample(m, None, &mut y, &mut z).unwrap();
+    assert_eq!(r.input_bytes_copied, 0);
+    assert!(y == plus(&x, 3) && z == plus(&x, 8), "read at offset 128 of the lease");
+    let mut arena = null_mut();
+    // SAFETY: out pointer valid.
+    ok(unsafe { hexrpc_arena_new(session, 64 * 1024, &mut arena) });
+    let (st, _first) = arena_alloc(arena, 4096, 0);
+    ok(st);
+    let (st, sub) = arena_alloc(arena, 2048, 0);
+    ok(st);
+    let x2 = plus(&x, 100);
+    write_shared(sub, 0, &x2);
+    // Rebinding replaces the binding; the sub-allocation is not at the arena's start.
+    ok(hexrpc_model_bind_input(m, 0, sub, 0));
+    refused_at_sub(m, sub);
+    let r = run_sample(m, None, &mut y, &mut z).unwrap();
+    assert_eq!(r.input_bytes_copied, 0);
+    assert!(y == plus(&x2, 3), "read from the sub-allocation, not from the arena's start or the other lease");
+    ok(hexrpc_model_close(m));
+    ok(hexrpc_session_close(other));
+    ok(hexrpc_session_close(session));
+}
+
+/// Past the end of a 2048-byte sub-allocation is refused even though its arena has room there.
+fn refused_at_sub(m: *mut hexrpc_model, sub: *mut hexrpc_lease) {
+    assert_eq!(hexrpc_model_bind_input(m, 0, sub, 1152), hexrpc_status::HEXRPC_ERR_INVALID);
+    assert!(last().contains("does not fit the lease of 2048 bytes"), "{}", last());
+    assert_eq!(input_bound(m, 0), 1, "the earlier binding stays");
+}

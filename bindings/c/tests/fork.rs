@@ -4,12 +4,15 @@
 //!
 //! In the child, every use of the inherited session, its libraries and leases is refused at once
 //! with `HEXRPC_ERR_FORKED` (the message says why and what to do), and none of them, nor their
-//! release, reaches the kernel: the child's copy of the bench counts no call. A new session opened
-//! in the child works. The parent's session works after the child ended.
+//! release, reaches the kernel: the child's copy of the bench counts no call. A model's binding is
+//! neither changed nor run in the child (its records are memory the parent's model shares). A new
+//! session opened in the child works. The parent's session and its bound model work after the
+//! child ended.
 
 use std::sync::Arc;
 
-use hexrpc::objects::{SessionObj, ViewArg};
+use hexrpc::model::ModelObj;
+use hexrpc::objects::{LeaseObj, SessionObj, ViewArg};
 use hexrpc::{hexrpc_status, Failure};
 use hexrpc_bsp::Board;
 use hexrpc_runtime::launch::Scalar;
@@ -37,8 +40,36 @@ fn launch(lib: &hexrpc::objects::KernelObj, lease: &hexrpc::objects::LeaseObj, k
     Ok(unsafe { std::slice::from_raw_parts(addr as *const u8, 4096) }[2048])
 }
 
+/// The sample model's input size in these tests.
+const N: usize = 16;
+
+/// The sample model on `s` with its input bound to a lease of `s` holding `N` bytes of 7
+/// (outputs: 10 and 15).
+fn bound_model(s: &Arc<SessionObj>) -> (ModelObj, Arc<LeaseObj>) {
+    let model = ModelObj::open(s, hexrpc::bench::sample_model(N)).unwrap();
+    let frame = Arc::new(s.alloc(4096).unwrap());
+    let (addr, _) = frame.memory();
+    // SAFETY: the lease's 4096 bytes are mapped at `addr` while `frame` lives; no run uses it yet.
+    unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, N) }.fill(7);
+    model.bind_input(0, frame.clone(), 0).unwrap();
+    (model, frame)
+}
+
+/// One run of the bound sample model: its outputs' first bytes.
+fn run_bound(model: &ModelObj) -> Result<(u8, u8), Failure> {
+    let (mut y, mut z) = ([0u8; N], [0u8; N]);
+    model.run(&[&[]], &mut [&mut y, &mut z], None)?;
+    Ok((y[0], z[0]))
+}
+
 /// The child's checks; its exit status is the number of the first that failed (0: none).
-fn in_the_child(board: &'static Board, s: Arc<SessionObj>, lib: hexrpc::objects::KernelObj, lease: hexrpc::objects::LeaseObj) -> i32 {
+fn in_the_child(
+    board: &'static Board,
+    s: Arc<SessionObj>,
+    lib: hexrpc::objects::KernelObj,
+    lease: hexrpc::objects::LeaseObj,
+    (model, frame): (ModelObj, Arc<LeaseObj>),
+) -> i32 {
     let bench = s.bench().expect("a bench session").clone();
     let before = bench.counts();
     let forked = |r: Result<(), Failure>, what: &str| match r {
@@ -60,8 +91,16 @@ fn in_the_child(board: &'static Board, s: Arc<SessionObj>, lib: hexrpc::objects:
     if !forked(s.open_library("add", image.to_vec(), Some("buf,buf,u32"), None).map(drop), "library open") || s.is_healthy() {
         return 3;
     }
+    // The bound model: neither unbound, bound again nor run (an unbind would rewrite records
+    // the parent's model shares).
+    if !forked(model.unbind_input(0).map(drop), "unbind")
+        || !forked(model.bind_input(0, frame.clone(), 0), "bind")
+        || !forked(run_bound(&model).map(drop), "bound run")
+    {
+        return 6;
+    }
     // Released in the child: nothing is sent, nothing waits for the parent's threads.
-    drop((lib, lease, s));
+    drop((model, frame, lib, lease, s));
     let after = bench.counts();
     if after != before {
         eprintln!("child: the inherited objects reached the kernel:\n{before:?}\n{after:?}");
@@ -94,6 +133,8 @@ fn a_session_used_in_a_forked_child_is_refused_and_a_new_one_works(board: &'stat
     let _serial = SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let (s, lib, lease) = open(board);
     assert_eq!(launch(&lib, &lease, 2).unwrap(), 42);
+    let (model, frame) = bound_model(&s);
+    assert_eq!(run_bound(&model).unwrap(), (10, 15));
     // SAFETY: the child runs the checks above (which start threads of its own: the C library
     // allows that after fork) under an alarm, and `_exit`s without running the parent's
     // destructors or unwinding.
@@ -102,7 +143,7 @@ fn a_session_used_in_a_forked_child_is_refused_and_a_new_one_works(board: &'stat
     if pid == 0 {
         // SAFETY: a timer signal for this process only: a hang in the child kills it.
         unsafe { libc::alarm(30) };
-        let code = in_the_child(board, s, lib, lease);
+        let code = in_the_child(board, s, lib, lease, (model, frame));
         // SAFETY: ends the child at once, as a forked child of a threaded process must.
         unsafe { libc::_exit(code) };
     }
@@ -114,6 +155,8 @@ fn a_session_used_in_a_forked_child_is_refused_and_a_new_one_works(board: &'stat
     // The parent's session is unaffected.
     assert!(s.is_healthy());
     assert_eq!(launch(&lib, &lease, 5).unwrap(), 45);
-    drop((lib, lease));
+    assert!(model.is_bound(0));
+    assert_eq!(run_bound(&model).unwrap(), (10, 15), "the parent's binding as it was");
+    drop((model, frame, lib, lease));
     drop(s);
 }
