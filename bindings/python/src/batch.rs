@@ -36,7 +36,7 @@ use hexrpc_runtime::launch::{Scalar, Signature, MAX_BATCH_LEASES};
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 
-use crate::{closed, lock, py_err, scalar, Lease, LeaseCell, Library, View};
+use crate::{buffer_range, closed, lock, open_lease, py_err, scalar, LeaseCell, Library};
 
 /// A record as the batch keeps it: lease handles, checked at every run, each with the id of the
 /// lease the DSP maps for it (an arena's for its sub-allocations), which is what the batch's
@@ -46,15 +46,6 @@ struct Record {
     kernel: usize,
     views: Vec<(Arc<LeaseCell>, usize, usize, u32)>,
     scalars: Vec<Scalar>,
-}
-
-/// The open lease behind `cell`, or `HandleError` as a launch raises for a closed one.
-fn open_lease(cell: &LeaseCell) -> PyResult<Arc<LeaseObj>> {
-    let st = lock(cell);
-    match (&st.obj, st.closed) {
-        (Some(o), false) => Ok(o.clone()),
-        _ => Err(closed("lease")),
-    }
 }
 
 /// `records` with their leases, all of which must be open.
@@ -102,14 +93,7 @@ pub struct Batch {
 /// A record's view entry from a `View` or a whole `Lease` (argument `n`), whose lease is open
 /// and belongs to the session of `kobj`.
 fn view_entry(item: &Bound<'_, PyAny>, n: usize, kobj: &KernelObj) -> PyResult<(Arc<LeaseCell>, usize, usize, Arc<LeaseObj>)> {
-    let (cell, off, len) = if let Ok(v) = item.cast::<View>() {
-        let v = v.get();
-        (v.cell.clone(), v.offset, v.length)
-    } else if let Ok(l) = item.cast::<Lease>() {
-        let cell = l.get().cell.clone();
-        let len = open_lease(&cell)?.memory().1;
-        (cell, 0, len)
-    } else {
+    let Some((cell, off, len)) = buffer_range(item)? else {
         return Err(PyTypeError::new_err(format!("views[{n}] is not a hexrpc.View or hexrpc.Lease")));
     };
     let lease = open_lease(&cell)?;

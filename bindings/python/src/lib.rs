@@ -16,6 +16,9 @@
 //!   buffers cannot be freed under them: `Lease.close()` marks it closed (no new views, launches
 //!   or exports) and the memory is released when the last exported buffer is (its session cannot
 //!   close until then).
+//! * `Session.import_fd(fd, size, writable=False)` → `Lease`: a dma-buf another process owns,
+//!   used in place (`docs/import.md`); the descriptor stays the caller's. A read-only import's
+//!   exports are read-only (its mapping is), and a writable export of it raises `BufferError`.
 //! * `Lease.view(offset, length)` → `View`; `Session.open_library(path_or_bytes, signature=...,
 //!   abi="v2")` → `Library`; `Library.launch([views], [scalars], deadline_ms=None)` → DSP µs
 //!   (the GIL is released during the call).
@@ -266,6 +269,32 @@ impl Session {
     fn alloc(&self, py: Python<'_>, size: usize) -> PyResult<Lease> {
         let s = self.get()?;
         let obj = py.detach(|| s.alloc(size)).map_err(py_err)?;
+        Ok(self.adopt(obj))
+    }
+
+    /// Imports the first `size` bytes of the dma-buf behind `fd`, a descriptor another process
+    /// or component owns (received over a UNIX socket with `SCM_RIGHTS`, say), as a `Lease` of
+    /// this session that launches and model inputs use in place, with nothing copied
+    /// (`docs/import.md`).
+    ///
+    /// `fd` stays the caller's: the session duplicates it and never closes, retires or passes on
+    /// the caller's number, which may be closed as soon as this returns; the lease keeps the
+    /// buffer alive. `writable=False` (the default) maps it read-only: its buffer exports
+    /// (`memoryview`, `numpy.frombuffer`, `hexrpc.array`) are read-only, and a writable export
+    /// raises `BufferError`. A read-only import does not stop a kernel that writes its input.
+    /// The memory is the owner's too: it changes whenever the owner writes it, under a numpy
+    /// view of it and under a running kernel (copy a frame to keep it). The lease's `size` is
+    /// `size` rounded up to a page.
+    ///
+    /// Refused with `InvalidArgument` (stage "import"), the message naming the cause, before
+    /// any FastRPC request: a number that is not open (or negative), a descriptor that is not a
+    /// dma-buf (a pipe, a socket, a regular file), `size` 0, negative or beyond the buffer.
+    #[pyo3(signature = (fd, size, writable = false))]
+    fn import_fd(&self, py: Python<'_>, fd: i64, size: i64, writable: bool) -> PyResult<Lease> {
+        let s = self.get()?;
+        let fd = i32::try_from(fd).map_err(|_| py_err(Failure::invalid("import", format!("fd {fd} is not a descriptor number"))))?;
+        let size = usize::try_from(size).map_err(|_| py_err(Failure::invalid("import", format!("size {size}: a negative length"))))?;
+        let obj = py.detach(|| s.import(fd, size, writable)).map_err(py_err)?;
         Ok(self.adopt(obj))
     }
 
@@ -568,8 +597,10 @@ impl Arena {
     }
 }
 
-/// An ION buffer shared with the DSP. Supports the buffer protocol (writable, bytes):
-/// `numpy.frombuffer(lease, dtype=...)` is a zero-copy view of its memory. A context manager.
+/// An ION buffer shared with the DSP (`Session.alloc`, `Arena.alloc`), or a dma-buf another
+/// process owns (`Session.import_fd`). Supports the buffer protocol (bytes, writable unless
+/// `writable` is False: a read-only import): `numpy.frombuffer(lease, dtype=...)` is a
+/// zero-copy view of its memory. A context manager.
 #[pyclass(module = "hexrpc", frozen)]
 struct Lease {
     cell: Arc<LeaseCell>,
@@ -577,11 +608,31 @@ struct Lease {
 
 impl Lease {
     fn get(&self) -> PyResult<Arc<LeaseObj>> {
-        let st = lock(&self.cell);
-        match (&st.obj, st.closed) {
-            (Some(o), false) => Ok(o.clone()),
-            _ => Err(closed("lease")),
-        }
+        open_lease(&self.cell)
+    }
+}
+
+/// The lease object in `cell`, if the lease is open (else `HandleError`).
+fn open_lease(cell: &LeaseCell) -> PyResult<Arc<LeaseObj>> {
+    let st = lock(cell);
+    match (&st.obj, st.closed) {
+        (Some(o), false) => Ok(o.clone()),
+        _ => Err(closed("lease")),
+    }
+}
+
+/// The bytes a buffer argument names: a `View`'s (its lease, offset and length) or a whole
+/// `Lease`'s (which must be open); `None` for anything else.
+fn buffer_range(item: &Bound<'_, PyAny>) -> PyResult<Option<(Arc<LeaseCell>, usize, usize)>> {
+    if let Ok(v) = item.cast::<View>() {
+        let v = v.get();
+        Ok(Some((v.cell.clone(), v.offset, v.length)))
+    } else if let Ok(l) = item.cast::<Lease>() {
+        let cell = l.get().cell.clone();
+        let len = open_lease(&cell)?.memory().1;
+        Ok(Some((cell, 0, len)))
+    } else {
+        Ok(None)
     }
 }
 
@@ -625,6 +676,14 @@ impl Lease {
         Ok(self.get()?.is_sub())
     }
 
+    /// False for a read-only import (`Session.import_fd(..., writable=False)`): its mapping in
+    /// this process is read-only, so are its buffer exports (and its views'). True for every
+    /// allocation and a writable import.
+    #[getter]
+    fn writable(&self) -> PyResult<bool> {
+        Ok(self.get()?.writable())
+    }
+
     /// True once closed (by `close()` or its session's).
     #[getter]
     fn closed(&self) -> bool {
@@ -633,7 +692,9 @@ impl Lease {
 
     /// Frees the lease, or (while numpy arrays or memoryviews of it exist) marks it closed and
     /// frees it when the last of them is released (its session's `close()` raises `BufferError`
-    /// until then). No buffer of a closed lease can be exported. Closing twice is allowed.
+    /// until then). A model input bound to it (`Model.bind_input`) keeps it until the input is
+    /// unbound or the model closed. No buffer of a closed lease can be exported. Closing twice
+    /// is allowed.
     fn close(&self) {
         lock(&self.cell).close();
     }
@@ -696,6 +757,14 @@ unsafe fn export(
             "the lease is closed (Lease.close()): no new buffer of it can be exported (memoryview, numpy.frombuffer, hexrpc.array)",
         ));
     };
+    // A read-only import is mapped PROT_READ: its exports say so, and a writable one is refused
+    // (a write through it would fault the interpreter).
+    let readonly = !obj.writable();
+    if readonly && flags & ffi::PyBUF_WRITABLE != 0 {
+        return Err(PyBufferError::new_err(
+            "the lease is a read-only import (Session.import_fd(..., writable=False)): a writable buffer of it cannot be exported",
+        ));
+    }
     let (base, size) = obj.memory();
     let (off, len) = range.unwrap_or((0, size));
     // A View's range was checked against its lease when it was made; checked again here.
@@ -704,11 +773,20 @@ unsafe fn export(
     }
     let len = isize::try_from(len).map_err(|_| PyBufferError::new_err("lease too large"))?;
     // SAFETY: `view` is the non-null Py_buffer Python passed us; `base + off .. + len` lies in
-    // the lease's mapping of `size` writable bytes (checked above), which stays mapped until
-    // `exports` is back to 0 (`close` defers the release while buffers are exported, and
-    // `release_export` decrements it); `exporter` is the exporting object, which
-    // PyBuffer_FillInfo takes a reference to.
-    let rc = unsafe { ffi::PyBuffer_FillInfo(view, exporter.as_ptr(), std::ptr::with_exposed_provenance_mut(base + off), len, 0, flags) };
+    // the lease's mapping of `size` bytes (checked above), writable unless `readonly` (which the
+    // buffer says), and it stays mapped until `exports` is back to 0 (`close` defers the release
+    // while buffers are exported, and `release_export` decrements it); `exporter` is the
+    // exporting object, which PyBuffer_FillInfo takes a reference to.
+    let rc = unsafe {
+        ffi::PyBuffer_FillInfo(
+            view,
+            exporter.as_ptr(),
+            std::ptr::with_exposed_provenance_mut(base + off),
+            len,
+            c_int::from(readonly),
+            flags,
+        )
+    };
     if rc != 0 {
         return Err(PyErr::fetch(exporter.py()));
     }
@@ -727,7 +805,8 @@ fn release_export(cell: &LeaseCell) {
 
 /// `length` bytes at `offset` of a lease: a buffer argument of a launch. Supports the buffer
 /// protocol: `memoryview(view)` and `numpy.frombuffer(view, dtype)` are zero-copy views of
-/// exactly these bytes of the lease's mapping (see `hexrpc.array`). Such an export keeps the
+/// exactly these bytes of the lease's mapping (see `hexrpc.array`), read-only for a read-only
+/// import. Such an export keeps the
 /// session from closing (`Session.close()` raises `BufferError`) until it is released; once
 /// the lease or its session is closed, exports raise `BufferError`.
 #[pyclass(module = "hexrpc", frozen)]
@@ -819,21 +898,10 @@ impl Library {
             if n == MAX_BUFFERS {
                 return Err(py_err(Failure::refused(format!("more than {MAX_BUFFERS} buffers"))));
             }
-            let entry = if let Ok(v) = item.cast::<View>() {
-                let v = v.get();
-                let st = lock(&v.cell);
-                match (&st.obj, st.closed) {
-                    (Some(o), false) => (o.clone(), v.offset, v.length),
-                    _ => return Err(closed("lease")),
-                }
-            } else if let Ok(l) = item.cast::<Lease>() {
-                let o = l.get().get()?;
-                let len = o.memory().1;
-                (o, 0, len)
-            } else {
+            let Some((cell, off, len)) = buffer_range(&item)? else {
                 return Err(PyTypeError::new_err(format!("views[{n}] is not a hexrpc.View or hexrpc.Lease")));
             };
-            leases[n] = Some(entry);
+            leases[n] = Some((open_lease(&cell)?, off, len));
             n += 1;
         }
         let mut sc: Vec<Scalar> = Vec::new();

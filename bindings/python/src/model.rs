@@ -13,7 +13,7 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes};
 
-use crate::{closed, lock, py_err, Session};
+use crate::{buffer_range, closed, lock, open_lease, py_err, Session, View};
 
 /// A model file opened on a session; use `hexrpc.Model`.
 #[pyclass(module = "hexrpc", frozen)]
@@ -86,17 +86,54 @@ impl _Model {
         Ok(self.get()?.with(|l| (l.launches(), l.calls_per_run())))
     }
 
+    /// Binds input `input` (its index) to the bytes of `target`, a `Lease` (from `offset`) or a
+    /// `View` (from `view.offset + offset`, and the input must fit the view): runs read it there
+    /// in place. The model holds the lease until the input is unbound or bound again, or the
+    /// model is closed (closing the `Lease` object does not end the binding). `InvalidArgument`
+    /// (stage "model-bind") names what the model cannot take; nothing changes then.
+    #[pyo3(signature = (input, target, offset = 0))]
+    fn bind_input(&self, py: Python<'_>, input: usize, target: &Bound<'_, PyAny>, offset: usize) -> PyResult<()> {
+        let m = self.get()?;
+        let Some((cell, view_offset, view_len)) = buffer_range(target)? else {
+            return Err(PyTypeError::new_err("target must be a hexrpc.Lease or hexrpc.View"));
+        };
+        let lease = open_lease(&cell)?;
+        let bad = |what: String| py_err(Failure::invalid("model-bind", what));
+        if let Some((name, len)) = m.with(|l| l.inputs().get(input).map(|t| (t.name.clone(), t.len))) {
+            if (offset as u64).checked_add(len).is_none_or(|end| end > view_len as u64) {
+                let of = if target.cast::<View>().is_ok() { "view" } else { "lease" };
+                return Err(bad(format!("input {name:?} ({len} bytes) at offset {offset} does not fit the {of} of {view_len} bytes")));
+            }
+        }
+        let at = view_offset.checked_add(offset).ok_or_else(|| bad(format!("offset {offset} overflows")))?;
+        py.detach(|| m.bind_input(input, lease, at)).map_err(py_err)
+    }
+
+    /// Unbinds input `input`: runs copy it in again. True if it was bound.
+    fn unbind_input(&self, py: Python<'_>, input: usize) -> PyResult<bool> {
+        let m = self.get()?;
+        py.detach(|| m.unbind_input(input)).map_err(py_err)
+    }
+
+    /// Whether each input, in the file's order, is bound (`bind_input`).
+    fn bound(&self) -> PyResult<Vec<bool>> {
+        let m = self.get()?;
+        let n = m.with(|l| l.inputs().len());
+        Ok((0..n).map(|i| m.is_bound(i)).collect())
+    }
+
     /// One run: `inputs` and `outputs` are C-contiguous byte buffers (memoryviews cast to
-    /// "B"), one per input and output, each exactly its tensor's size; the outputs are written.
-    /// Returns `(launches, calls, dsp_us)`.
+    /// "B"), one per input and output, each exactly its tensor's size; `None` for a bound input
+    /// (and only for one). The outputs are written. Returns `(launches, calls, dsp_us,
+    /// input_bytes_copied)`.
     #[pyo3(signature = (inputs, outputs, deadline_ms = None))]
     fn run(
         &self,
         py: Python<'_>,
-        inputs: Vec<PyBuffer<u8>>,
+        inputs: Vec<Option<PyBuffer<u8>>>,
         outputs: Vec<PyBuffer<u8>>,
         deadline_ms: Option<u64>,
-    ) -> PyResult<(usize, usize, u64)> {
+    ) -> PyResult<(usize, usize, u64, u64)> {
         let m = self.get()?;
         let (in_bytes, mut outs) = copy_in(py, &inputs, &outputs)?;
         let ins: Vec<&[u8]> = in_bytes.iter().map(Vec::as_slice).collect();
@@ -108,20 +145,21 @@ impl _Model {
         for (b, bytes) in outputs.iter().zip(&outs) {
             b.copy_from_slice(py, bytes)?;
         }
-        Ok((r.launches, r.calls, r.dsp_micros))
+        Ok((r.launches, r.calls, r.dsp_micros, r.input_bytes_copied))
     }
 
     /// [`run`](Self::run) with each record's DSP time: returns `(launches, calls, dsp_us,
-    /// records, untimed_calls)`, `records` a list of `(call, record, kernel, us)` in run order.
+    /// input_bytes_copied, records, untimed_calls)`, `records` a list of `(call, record, kernel,
+    /// us)` in run order.
     #[pyo3(signature = (inputs, outputs, deadline_ms = None))]
     #[allow(clippy::type_complexity)]
     fn run_profiled(
         &self,
         py: Python<'_>,
-        inputs: Vec<PyBuffer<u8>>,
+        inputs: Vec<Option<PyBuffer<u8>>>,
         outputs: Vec<PyBuffer<u8>>,
         deadline_ms: Option<u64>,
-    ) -> PyResult<(usize, usize, u64, Vec<(usize, usize, String, u32)>, usize)> {
+    ) -> PyResult<(usize, usize, u64, u64, Vec<(usize, usize, String, u32)>, usize)> {
         let m = self.get()?;
         let (ins, mut outs) = copy_in(py, &inputs, &outputs)?;
         let deadline = deadline_ms.filter(|&ms| ms > 0).map(Duration::from_millis);
@@ -134,7 +172,7 @@ impl _Model {
             b.copy_from_slice(py, bytes)?;
         }
         let records = p.records.into_iter().map(|t| (t.call, t.record, t.kernel, t.micros)).collect();
-        Ok((r.launches, r.calls, r.dsp_micros, records, p.untimed_calls))
+        Ok((r.launches, r.calls, r.dsp_micros, r.input_bytes_copied, records, p.untimed_calls))
     }
 
     /// Closes the model (its arenas, records and libraries); a session it opened for itself
@@ -145,23 +183,24 @@ impl _Model {
 }
 
 /// Checks a run's buffers and copies the inputs out of theirs (the buffer protocol's safe
-/// copies); the outputs' bytes, zeroed, to be copied back after the run.
+/// copies; none for a bound input, `None`); the outputs' bytes, zeroed, to be copied back after
+/// the run.
 #[allow(clippy::type_complexity)]
-fn copy_in(py: Python<'_>, inputs: &[PyBuffer<u8>], outputs: &[PyBuffer<u8>]) -> PyResult<(Vec<Vec<u8>>, Vec<Vec<u8>>)> {
+fn copy_in(py: Python<'_>, inputs: &[Option<PyBuffer<u8>>], outputs: &[PyBuffer<u8>]) -> PyResult<(Vec<Vec<u8>>, Vec<Vec<u8>>)> {
     if inputs.len() > MAX_IO || outputs.len() > MAX_IO {
         return Err(py_err(Failure::invalid("model-run", format!("at most {MAX_IO} inputs and outputs"))));
     }
-    for (what, bufs) in [("input", inputs), ("output", outputs)] {
-        for (i, b) in bufs.iter().enumerate() {
-            if !b.is_c_contiguous() || (what == "output" && b.readonly()) {
-                return Err(PyTypeError::new_err(format!(
-                    "{what} {i}: needs a C-contiguous{} buffer",
-                    if what == "output" { ", writable" } else { "" }
-                )));
-            }
+    for (i, b) in inputs.iter().enumerate() {
+        if b.as_ref().is_some_and(|b| !b.is_c_contiguous()) {
+            return Err(PyTypeError::new_err(format!("input {i}: needs a C-contiguous buffer")));
         }
     }
-    let ins = inputs.iter().map(|b| b.to_vec(py)).collect::<PyResult<_>>()?;
+    for (i, b) in outputs.iter().enumerate() {
+        if !b.is_c_contiguous() || b.readonly() {
+            return Err(PyTypeError::new_err(format!("output {i}: needs a C-contiguous, writable buffer")));
+        }
+    }
+    let ins = inputs.iter().map(|b| b.as_ref().map_or(Ok(Vec::new()), |b| b.to_vec(py))).collect::<PyResult<_>>()?;
     let outs = outputs.iter().map(|b| vec![0u8; b.len_bytes()]).collect();
     Ok((ins, outs))
 }

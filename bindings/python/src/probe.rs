@@ -18,6 +18,11 @@ pub fn detect_board(model: &str) -> Option<&'static str> {
 /// a caller takes differences around what it measures):
 ///
 /// * `invokes`: FastRPC INVOKE ioctls of every variant;
+/// * `fastrpc_requests`: every request to a FastRPC driver (INVOKE, INIT, MMAP, MUNMAP, ...,
+///   downstream and upstream): unchanged around a call that was refused before anything was sent;
+/// * `bytes_copied`: bytes the kernel models copied between user memory and their copy buffers
+///   for FastRPC calls (buffer arguments without a mapped descriptor; a lease, which the driver
+///   maps, adds nothing);
 /// * `ioctls`: every ioctl on a simulated device;
 /// * `simulated_invoke_us`: the invokes' simulated latency summed by the bench's cost model
 ///   (simulated, never a device figure);
@@ -26,9 +31,9 @@ pub fn detect_board(model: &str) -> Option<&'static str> {
 /// * `dsp_maps` / `dsp_unmaps`: `HAP_mmap` calls the DSP-side entries made, and `HAP_munmap`
 ///   calls that unmapped something, from the bench's HAP ledger (what a map cache saves);
 /// * `copied_kib`: KiB copied between user and kernel by the invokes, each invoke's bytes rounded
-///   up to a whole KiB, as the cost model charges them. The bench does not keep a byte count; this
-///   is derived from the cost model: (`simulated_invoke_us` − invokes × per-crossing cost − the
-///   ledger's maps and unmaps × their costs) / per-KiB cost. Exact for executor kernels, whose
+///   up to a whole KiB, as the cost model charges them, derived from the cost model:
+///   (`simulated_invoke_us` − invokes × per-crossing cost − the ledger's maps and unmaps × their
+///   costs) / per-KiB cost. Exact for executor kernels, whose
 ///   simulated DSP time is only the map cost; a catalogue model that declares DSP time of its own
 ///   counts that time as copies. `None` when the cost model charges nothing per KiB;
 /// * `ledger_dropped`, `latencies_dropped`: ledger entries and latency samples the bench's bounded
@@ -53,7 +58,10 @@ pub fn bench_counters<'py>(py: Python<'py>, session: &Session) -> PyResult<Bound
         let (ledger_dropped, latencies_dropped) = bench.log_overflow();
         let copied = copied_kib(&bench.config().cost, simulated, invoke_samples, maps, unmaps);
         let d = PyDict::new(py);
+        let fastrpc: u64 = counts.calls.iter().filter(|(k, _)| is_fastrpc(**k)).map(|(_, n)| n).sum();
         d.set_item("invokes", invokes)?;
+        d.set_item("fastrpc_requests", fastrpc)?;
+        d.set_item("bytes_copied", counts.bytes_copied)?;
         d.set_item("ioctls", ioctls)?;
         d.set_item("simulated_invoke_us", simulated.as_secs_f64() * 1e6)?;
         d.set_item("driver_maps", driver_maps)?;
@@ -73,6 +81,44 @@ pub fn bench_counters<'py>(py: Python<'py>, session: &Session) -> PyResult<Bound
 fn is_ioctl(k: hexrpc_bench::CallKind) -> bool {
     use hexrpc_bench::CallKind::*;
     !matches!(k, Open | Close | Pread | Fstat | Stat | Mmap | Munmap)
+}
+
+/// A request to a FastRPC driver (downstream adsprpc or upstream fastrpc, known or not).
+#[cfg(feature = "bench")]
+fn is_fastrpc(k: hexrpc_bench::CallKind) -> bool {
+    use hexrpc_bench::CallKind::*;
+    matches!(
+        k,
+        RpcInvoke
+            | RpcInvokeFd
+            | RpcInvokeAttrs
+            | RpcInvokeCrc
+            | RpcMmap
+            | RpcMmap64
+            | RpcMunmap
+            | RpcMunmap64
+            | RpcMunmapFd
+            | RpcSetmode
+            | RpcInit
+            | RpcInitAttrs
+            | RpcGetinfo
+            | RpcGetperf
+            | RpcControl
+            | RpcUnknown
+            | UpInvoke
+            | UpInitAttach
+            | UpInitAttachSns
+            | UpInitCreate
+            | UpInitCreateStatic
+            | UpAllocDmaBuff
+            | UpFreeDmaBuff
+            | UpMmap
+            | UpMunmap
+            | UpMemMap
+            | UpMemUnmap
+            | UpGetDspInfo
+            | UpUnknown
+    )
 }
 
 /// A request that makes a kernel-driver map of a buffer on the DSP (not the host's `mmap`).

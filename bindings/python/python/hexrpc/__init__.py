@@ -77,7 +77,7 @@ from ._hexrpc import (
     flush_logs,
     set_log_level,
 )
-from .model import KernelTime, Model, Profile, Tensor
+from .model import KernelTime, Model, Profile, RunReport, Tensor
 
 __all__ = [
     "ARENA_ALIGN",
@@ -115,6 +115,7 @@ __all__ = [
     "KernelTime",
     "Model",
     "Profile",
+    "RunReport",
     "Tensor",
     "array",
     "detect_board",
@@ -126,7 +127,8 @@ __all__ = [
 def array(buf: "Lease | View", dtype: object = "uint8", shape: "int | tuple[int, ...] | None" = None):
     """A numpy array over the bytes of ``buf`` (a :class:`Lease`, all of it, or a :class:`View`,
     its range), zero-copy: writes through it are the DSP's input, and after a launch has returned
-    it shows the DSP's output. ``dtype``: any numpy dtype; ``shape``: default one dimension of
+    it shows the DSP's output. The array of a read-only import (``Session.import_fd``,
+    ``Lease.writable`` False) is read-only. ``dtype``: any numpy dtype; ``shape``: default one dimension of
     as many elements as fit (the byte length must be a multiple of the item size).
 
     Like ``numpy.frombuffer(buf, dtype).reshape(shape)`` (which works too): the array holds an

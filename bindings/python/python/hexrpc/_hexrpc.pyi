@@ -65,6 +65,12 @@ class Session:
     @property
     def pm_qos_state(self) -> Literal["sent", "not-asked", "not-available", "refused"]: ...
     def alloc(self, size: int) -> Lease: ...
+    def import_fd(self, fd: int, size: int, writable: bool = False) -> Lease:
+        """The first ``size`` bytes of the dma-buf behind ``fd`` (another process's, received
+        with ``SCM_RIGHTS``) as a lease used in place. ``fd`` stays the caller's (duplicated,
+        never closed). Read-only unless ``writable``: the exports are read-only then. A number
+        that is not open, not a dma-buf, ``size`` 0 or past the buffer: ``InvalidArgument``
+        (stage "import"), before any FastRPC request."""
     def arena(self, size: int) -> Arena: ...
     def open_library(
         self,
@@ -100,7 +106,9 @@ class Session:
         open with a ``ResourceWarning`` naming the exports, to be closed once they are released."""
 
 class Lease:
-    """An ION buffer shared with the DSP; supports the buffer protocol (writable bytes). An
+    """An ION buffer shared with the DSP, or an imported dma-buf (``Session.import_fd``);
+    supports the buffer protocol (bytes, read-only for a read-only import: a writable request
+    raises ``BufferError``). An
     export (memoryview, numpy array) keeps its memory mapped after ``close()``, and its session
     cannot close until the export is released (``Session.close`` raises ``BufferError``); no
     export can be made of a closed lease or of a lease of a closed session (``BufferError``)."""
@@ -116,6 +124,9 @@ class Lease:
         """Where it starts in the lease the DSP maps (its offset in its arena; 0 for its own)."""
     @property
     def in_arena(self) -> bool: ...
+    @property
+    def writable(self) -> bool:
+        """False for a read-only import; its exports (and its views') are read-only."""
     @property
     def closed(self) -> bool: ...
     def __len__(self) -> int: ...
@@ -154,7 +165,7 @@ class Arena:
 
 class View:
     """``length`` bytes at ``offset`` of a lease; supports the buffer protocol (exactly those
-    bytes), with its lease's rules: an export holds the lease's memory and keeps its session from
+    bytes, read-only for a read-only import), with its lease's rules: an export holds the lease's memory and keeps its session from
     closing (``Session.close`` raises ``BufferError``) until released; after the lease or its
     session is closed, exports raise ``BufferError``."""
 

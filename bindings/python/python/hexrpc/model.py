@@ -10,6 +10,14 @@ a session and run in one FastRPC call, with numpy arrays in and out.
 
 On the bench: ``hexrpc.Model(path, session=hexrpc.Session.bench())``. Importing this module (or
 ``hexrpc``) does not import tinygrad; numpy is imported when a model runs.
+
+An input can be bound to a lease the model reads in place, a camera frame another process
+shares (``Session.import_fd``) for instance; a run then leaves it out and copies none of it:
+
+    frame = session.import_fd(fd, size)                    # read-only, the fd stays yours
+    model.bind_input("x", frame)                            # or a View: frame.view(offset, n)
+    outputs = model.run()                                   # "x" read where it is
+    assert model.last_run.input_bytes_copied == 0
 """
 
 from typing import NamedTuple
@@ -24,6 +32,20 @@ class Tensor(NamedTuple):
     dtype: str
     shape: tuple
     nbytes: int
+
+
+class RunReport(NamedTuple):
+    """What one run did (:attr:`Model.last_run`)."""
+
+    launches: int
+    """Kernel launches."""
+    calls: int
+    """FastRPC calls."""
+    dsp_us: int
+    """Microseconds the DSP reported (on the bench: emulated or simulated)."""
+    input_bytes_copied: int
+    """Bytes of the inputs copied into the model's memory: 0 when every input is bound
+    (:meth:`Model.bind_input`)."""
 
 
 class KernelTime(NamedTuple):
@@ -66,6 +88,8 @@ class Model:
     this machine's board for the model. The file is validated whole before anything reaches the
     DSP: a file cut short, corrupted, edited or built for another hexrpc raises
     :class:`hexrpc.InvalidArgument` naming the part, the field and the values.
+
+    ``last_run``: the :class:`RunReport` of the last run that completed (``None`` before one).
     """
 
     def __init__(self, source, session=None):
@@ -73,15 +97,60 @@ class Model:
         self.inputs = [Tensor(n, d, tuple(s), b) for (n, d, s, b) in self._m.inputs()]
         self.outputs = [Tensor(n, d, tuple(s), b) for (n, d, s, b) in self._m.outputs()]
         self.launches, self.calls_per_run = self._m.shape_of_run()
+        self.last_run = None
+
+    def _index(self, input):
+        """The index of ``input``, a name or an index."""
+        from . import InvalidArgument
+
+        if isinstance(input, str):
+            for i, t in enumerate(self.inputs):
+                if t.name == input:
+                    return i
+            raise InvalidArgument(f"the model has no input {input!r} (its inputs: {', '.join(t.name for t in self.inputs)})")
+        if isinstance(input, int) and not isinstance(input, bool):
+            if not 0 <= input < len(self.inputs):
+                raise InvalidArgument(f"input {input}: the model has {len(self.inputs)} inputs")
+            return input
+        raise TypeError(f"an input is named by its name (str) or index (int), not {type(input).__name__}")
+
+    def bind_input(self, input, target, offset=0):
+        """Binds ``input`` (its name or index) to memory the model then reads in place: every
+        run leaves the input out (or passes ``None`` for it) and copies none of it.
+
+        ``target``: a :class:`hexrpc.Lease` of the model's session, the input's bytes at
+        ``offset``; or a :class:`hexrpc.View`, at ``view.offset + offset`` of its lease, the
+        input within the view. A read-only import (``Session.import_fd``) is typical: a camera
+        frame another process writes. Whatever is in the memory when a run's call reaches the
+        DSP is what the model reads: keeping it still during a run is the writer's and the
+        caller's protocol. The model holds the lease until the input is unbound or bound again,
+        or the model closed (closing the Lease object does not end the binding).
+
+        Raises :class:`hexrpc.InvalidArgument` (stage ``model-bind``), the binding unchanged, for
+        a lease of another session, bytes past the lease or view, an offset whose remainder by
+        128 differs from the input's in the file, or a lease the model's call cannot carry.
+        """
+        self._m.bind_input(self._index(input), target, offset)
+
+    def unbind_input(self, input):
+        """Unbinds ``input`` (its name or index): from the next run on it is given to
+        :meth:`run` and copied in again. Returns True if it was bound."""
+        return self._m.unbind_input(self._index(input))
+
+    def is_bound(self, input):
+        """True if ``input`` (its name or index) is bound (:meth:`bind_input`)."""
+        return self._m.bound()[self._index(input)]
 
     def run(self, *args, deadline_ms=None, **kwargs):
         """Runs the model once and returns ``{name: numpy array}`` of its outputs.
 
         Inputs by position (in ``self.inputs`` order) or by name; each is converted to the
         input's dtype only if it already has it (a different dtype or shape raises
-        :class:`hexrpc.InvalidArgument`, naming the input). ``deadline_ms`` bounds the run; a run
-        past it, or a DSP restart, raises :class:`hexrpc.NeedsRecovery`: recover the session and
-        run again.
+        :class:`hexrpc.InvalidArgument`, naming the input). A bound input (:meth:`bind_input`)
+        is left out, or given as ``None`` (by position, to reach the inputs after it); an array
+        for it raises :class:`hexrpc.InvalidArgument` before anything is sent. ``deadline_ms``
+        bounds the run; a run past it, or a DSP restart, raises :class:`hexrpc.NeedsRecovery`:
+        recover the session and run again. :attr:`last_run` says what the run did.
         """
         return self._run(args, kwargs, deadline_ms, False)[0]
 
@@ -109,10 +178,19 @@ class Model:
         if unknown:
             raise InvalidArgument(f"the model has no input {sorted(unknown)[0]!r} (its inputs: {', '.join(t.name for t in self.inputs)})")
         ins = []
-        for t in self.inputs:
-            if t.name not in given:
+        for t, bound in zip(self.inputs, self._m.bound()):
+            v = given.get(t.name)
+            if bound:
+                if v is not None:
+                    raise InvalidArgument(
+                        f"input {t.name!r} is bound to a lease (Model.bind_input): leave it out of the run (or pass None), "
+                        f"or unbind_input({t.name!r}) first"
+                    )
+                ins.append(None)
+                continue
+            if v is None:
                 raise InvalidArgument(f"missing input {t.name!r} ({t.dtype} {list(t.shape)})")
-            a = np.asarray(given[t.name])
+            a = np.asarray(v)
             if a.dtype != np.dtype(t.dtype):
                 raise InvalidArgument(f"input {t.name!r}: dtype {a.dtype} where the model's input is {t.dtype}")
             if tuple(a.shape) != t.shape:
@@ -122,9 +200,10 @@ class Model:
         views = [memoryview(o).cast("B") for o in outs]
         result = {t.name: o for t, o in zip(self.outputs, outs)}
         if not profiled:
-            self._m.run(ins, views, deadline_ms)
+            self.last_run = RunReport(*self._m.run(ins, views, deadline_ms))
             return result, None
-        _, _, dsp_us, records, untimed = self._m.run_profiled(ins, views, deadline_ms)
+        launches, calls, dsp_us, copied, records, untimed = self._m.run_profiled(ins, views, deadline_ms)
+        self.last_run = RunReport(launches, calls, dsp_us, copied)
         return result, Profile([KernelTime(*r) for r in records], untimed, dsp_us)
 
     def close(self):
