@@ -225,6 +225,16 @@ fn allocate<'b>(bench: &'b Bench, board: &Board, len: usize) -> std::io::Result<
     Ok(ServedBuffer { map, fd: Some(fd) })
 }
 
+/// A frame server binary's `main`: [`serve`] on the process's arguments; an error is printed
+/// after `name` and exits with status 1.
+pub fn main_of(name: &str) {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let Err(e) = serve(&args) {
+        eprintln!("{name}: {e}");
+        std::process::exit(1);
+    }
+}
+
 /// The `bench-frame-server` process: `ALLOCATOR SOCKET LEN` (allocator `ion` or `heap`). See the
 /// module docs for the protocol.
 pub fn serve(args: &[String]) -> std::io::Result<()> {

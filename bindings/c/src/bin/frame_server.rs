@@ -7,9 +7,5 @@
 #![forbid(unsafe_code)]
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if let Err(e) = hexrpc_scenarios::frame_server::serve(&args) {
-        eprintln!("hexrpc-ffi-frame-server: {e}");
-        std::process::exit(1);
-    }
+    hexrpc_scenarios::frame_server::main_of("hexrpc-ffi-frame-server");
 }

@@ -4,9 +4,5 @@
 #![forbid(unsafe_code)]
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if let Err(e) = hexrpc_scenarios::frame_server::serve(&args) {
-        eprintln!("bench-frame-server: {e}");
-        std::process::exit(1);
-    }
+    hexrpc_scenarios::frame_server::main_of("bench-frame-server");
 }
