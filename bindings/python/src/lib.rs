@@ -1063,6 +1063,7 @@ fn _hexrpc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("bench_build_library", m.getattr("build_library")?)?;
     m.add_function(wrap_pyfunction!(probe::detect_board, m)?)?;
     m.add_function(wrap_pyfunction!(probe::bench_counters, m)?)?;
+    m.add_function(wrap_pyfunction!(probe::take_exec_counts, m)?)?;
     m.add_function(wrap_pyfunction!(logs::flush_logs, m)?)?;
     m.add_function(wrap_pyfunction!(logs::set_log_level, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -77,6 +77,48 @@ pub fn bench_counters<'py>(py: Python<'py>, session: &Session) -> PyResult<Bound
     Err(crate::InvalidArgument::new_err("bench-counters: the session does not run on the bench"))
 }
 
+/// `hexrpc._hexrpc.take_exec_counts(session)`: what qemu-hexagon executed for each executor
+/// invoke since the last call (the bench shell reads qemu's own counters: **emulated packets,
+/// not DSP time**, exactly repeatable run to run), as a dict:
+///
+/// * `invokes`: one dict per invoke, oldest first: `library`, `method` (5 a program, 2 or 3 a
+///   batch), `retval` (0: the entry ran), `packets`, `instructions`, `hvx` (HVX instructions),
+///   and `kernels`: per kernel call in run order a `(packets, instructions, hvx)` tuple (the
+///   counts between the entry's timer reads around that call), an empty list for an entry that
+///   read no timer, `None` when the reads could not be paired;
+/// * `dropped`: invokes the bench's bounded log did not keep since the last call.
+///
+/// Invokes of the bench's simulated library models run no Hexagon code and have none. Raises
+/// `hexrpc.InvalidArgument` for a session that does not run on the bench.
+#[pyfunction]
+pub fn take_exec_counts<'py>(py: Python<'py>, session: &Session) -> PyResult<Bound<'py, PyDict>> {
+    let obj = session.get()?;
+    #[cfg(feature = "bench")]
+    if let Some(bench) = obj.bench() {
+        let (counts, dropped) = bench.take_exec_counts();
+        let invokes = pyo3::types::PyList::empty(py);
+        for c in counts {
+            let d = PyDict::new(py);
+            d.set_item("library", &c.library)?;
+            d.set_item("method", c.method)?;
+            d.set_item("retval", c.retval)?;
+            d.set_item("packets", c.total.packets)?;
+            d.set_item("instructions", c.total.instructions)?;
+            d.set_item("hvx", c.total.hvx)?;
+            let kernels: Option<Vec<(u64, u64, u64)>> = c.kernels.map(|k| k.iter().map(|k| (k.packets, k.instructions, k.hvx)).collect());
+            d.set_item("kernels", kernels)?;
+            invokes.append(d)?;
+        }
+        let d = PyDict::new(py);
+        d.set_item("invokes", invokes)?;
+        d.set_item("dropped", dropped)?;
+        return Ok(d);
+    }
+    drop(obj);
+    let _ = py;
+    Err(crate::InvalidArgument::new_err("take-exec-counts: the session does not run on the bench"))
+}
+
 #[cfg(feature = "bench")]
 fn is_ioctl(k: hexrpc_bench::CallKind) -> bool {
     use hexrpc_bench::CallKind::*;

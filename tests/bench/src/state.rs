@@ -454,6 +454,10 @@ pub(crate) struct State {
     pub munmap_log: Vec<MunmapRecord>,
     /// Every PM-QoS event of a downstream FastRPC file, in order ([`crate::Bench::pm_qos_log`]).
     pub pm_qos_log: Vec<PmQosRecord>,
+    /// Each executor invoke's execution counts, oldest first, while fewer than the log capacity
+    /// ([`crate::Bench::take_exec_counts`]); how many were not kept.
+    pub exec_counts: Vec<crate::executor::InvokeCounts>,
+    pub exec_counts_dropped: u64,
     /// Downstream: the restart epoch in which the channel was opened (the first INIT message
     /// sent on it); a release on close goes out only on an open channel.
     pub channel_open: Option<u64>,

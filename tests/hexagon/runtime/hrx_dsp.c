@@ -23,6 +23,16 @@
  *    live mappings: HAP_munmap unmaps only an exact (address, length) match of a live mapping,
  *    and otherwise refuses, reports the call and leaves the mapping alive (a leak, as on a
  *    device);
+ *  - execution counts: qemu-hexagon counts the packets, instructions and HVX instructions it
+ *    executes (its own control registers 20, 21 and 22 in qemu 7.2: QEMU_PKT_CNT, QEMU_INSN_CNT,
+ *    QEMU_HVX_CNT, 32 bits each, updated at the end of each translated block; not architectural:
+ *    a device's DSP has no such registers, and only this bench shell reads them). The shell reads
+ *    them around every invoke and at every HAP_perf_get_time_us, keeps 64-bit sums (a wrap
+ *    between two reads, 2^32 packets of one kernel, is not seen), and answers each invoke with
+ *    the invoke's counts and the counts at each timer read (the "marks"): the generated entries
+ *    read the timer right before and right after each kernel call, so mark 2r to 2r+1 is record
+ *    r's kernel (with the few packets of the timer calls themselves). Exactly repeatable run to
+ *    run: the same code at the same addresses translates into the same blocks;
  *  - HAP_perf_get_time_us (CLOCK_MONOTONIC of the emulator: host time, not DSP cycles) and
  *    HAP_power_set (accepted and recorded, every field of a DCVS v2 request read back as the
  *    generated entry's hrx_power_request lays it out; no effect);
@@ -47,7 +57,7 @@
 #define HRX_RVQ_MAGIC 0x51565248u   /* "HRVQ": a library's fopen, to the host's file service */
 #define HRX_RVA_MAGIC 0x41565248u   /* "HRVA": its answer */
 #define HRX_MAX_FOPEN 256u
-#define HRX_PROTOCOL 3u
+#define HRX_PROTOCOL 4u
 #define HRX_OP_INVOKE 1u
 #define HRX_OP_QUIT 2u
 #define HRX_OP_LOAD 3u
@@ -61,6 +71,7 @@
 #define HRX_ARENA 1048576u
 #define HRX_MAX_EVENTS 128u
 #define HRX_MAX_LIVE 4096u
+#define HRX_MAX_MARKS 8192u
 #define HRX_EV_MAP 1u
 #define HRX_EV_MAP_FAILED 2u
 #define HRX_EV_UNMAP 3u
@@ -234,7 +245,52 @@ int HAP_munmap(void *addr, unsigned int len) {
   return 14;
 }
 
+/* ---- execution counts (see the header comment) --------------------------------------------- */
+
+/* Rd = Cs with s = 20, 21, 22 and d = 0, one instruction a packet (parse bits 11): the assembler
+ * does not name qemu's counter registers, so the words are written out. */
+static hrx_u32 hrx_ctr_packets(void) {
+  register hrx_u32 v __asm__("r0");
+  __asm__ volatile(".word 0x6a14c000" : "=r"(v));
+  return v;
+}
+static hrx_u32 hrx_ctr_insns(void) {
+  register hrx_u32 v __asm__("r0");
+  __asm__ volatile(".word 0x6a15c000" : "=r"(v));
+  return v;
+}
+static hrx_u32 hrx_ctr_hvx(void) {
+  register hrx_u32 v __asm__("r0");
+  __asm__ volatile(".word 0x6a16c000" : "=r"(v));
+  return v;
+}
+
+static hrx_u64 ctr_sum[3];
+static hrx_u32 ctr_last[3];
+static hrx_u64 marks[HRX_MAX_MARKS][3];
+static hrx_u32 nmarks;
+static hrx_u32 marks_dropped;
+
+/* The 64-bit sums now (each counter's 32-bit delta since the last read added). */
+static void hrx_counts(hrx_u64 out[3]) {
+  const hrx_u32 now[3] = {hrx_ctr_packets(), hrx_ctr_insns(), hrx_ctr_hvx()};
+  for (int i = 0; i < 3; i++) {
+    ctr_sum[i] += (hrx_u32)(now[i] - ctr_last[i]);
+    ctr_last[i] = now[i];
+    out[i] = ctr_sum[i];
+  }
+}
+
+static void hrx_mark(void) {
+  if (nmarks >= HRX_MAX_MARKS) {
+    marks_dropped++;
+    return;
+  }
+  hrx_counts(marks[nmarks++]);
+}
+
 unsigned long long HAP_perf_get_time_us(void) {
+  hrx_mark();
   long ts[2] = {0, 0};
   if (hrx_failed(hrx_sys(SYS_CLOCK_GETTIME, 1, (long)ts, 0, 0, 0, 0))) return 0;
   return (unsigned long long)(unsigned long)ts[0] * 1000000ull + (unsigned long)ts[1] / 1000u;
@@ -980,9 +1036,14 @@ static void hrx_serve(void) {
   }
   nevents = 0;
   dropped = 0;
+  nmarks = 0;
+  marks_dropped = 0;
+  hrx_u64 c0[3], c1[3];
+  hrx_counts(c0);
 
   /* An unknown library id is the DSP framework's "invalid handle"; the bench never sends one. */
   const int rv = (lib == 0 || lib > HRX_MAX_LIBS || !libs[lib - 1].used) ? AEE_EINVHANDLE : libs[lib - 1].entry(handle, sc, pra);
+  hrx_counts(c1);
 
   /* Live mappings keep their memory; the descriptors are not needed after the call. */
   hrx_close_received();
@@ -992,11 +1053,18 @@ static void hrx_serve(void) {
   const hrx_u32 nout = nbufs > nin ? nbufs - nin : 0u;
   hrx_u32 out_len = 0;
   for (hrx_u32 j = 0; j < nout; j++) out_len += pad8(lens[nin + j]);
-  hrx_u32 rsp[7] = {HRX_RSP_MAGIC, hrx_tag, (hrx_u32)rv, nout, nevents, nlive, out_len};
+  hrx_u32 rsp[9] = {HRX_RSP_MAGIC, hrx_tag, (hrx_u32)rv, nout, nevents, nlive, out_len, nmarks, marks_dropped};
   hrx_write_all(rsp, sizeof rsp);
   hrx_write_all(lens + nin, nout * 4u);
   for (hrx_u32 j = 0; j < nout; j++) hrx_write_all(pra[nin + j].buf.pv, pad8(lens[nin + j]));
   hrx_write_all(events, nevents * (hrx_u32)sizeof(struct hrx_event));
+  /* The invoke's counts, then each mark's counts since the invoke began. */
+  hrx_u64 total[3];
+  for (int i = 0; i < 3; i++) total[i] = c1[i] - c0[i];
+  hrx_write_all(total, sizeof total);
+  for (hrx_u32 m = 0; m < nmarks; m++)
+    for (int i = 0; i < 3; i++) marks[m][i] -= c0[i];
+  hrx_write_all(marks, nmarks * (hrx_u32)sizeof marks[0]);
 }
 
 void _start(void) {

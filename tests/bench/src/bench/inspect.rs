@@ -313,6 +313,16 @@ impl Bench {
         self.lock().pm_qos_log.clone()
     }
 
+    /// The execution counts of every executor invoke since the last call (qemu-hexagon's
+    /// packets, instructions and HVX instructions, read by the bench shell; emulated counts,
+    /// never DSP cycles), oldest first, and how many invokes were not kept (more than the
+    /// config's `log_capacity` between two calls). Invokes of the bench's library models (no
+    /// Hexagon code) have none.
+    pub fn take_exec_counts(&self) -> (Vec<crate::executor::InvokeCounts>, u64) {
+        let mut st = self.lock();
+        (std::mem::take(&mut st.exec_counts), std::mem::take(&mut st.exec_counts_dropped))
+    }
+
     /// Every reverse request the DSP sent, with the host's result.
     pub fn reverse_log(&self) -> Vec<ReverseRecord> {
         self.lock().reverse_log.clone()

@@ -136,6 +136,36 @@ pub struct ExecutorInfo {
     pub stats: ExecStats,
 }
 
+/// One executor invoke's execution counts ([`Bench::take_exec_counts`]): what qemu-hexagon
+/// executed for it, as the bench shell read its counters (emulated packets, not DSP time).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InvokeCounts {
+    /// Simulated DSP process id.
+    pub pid: u64,
+    /// The library's name.
+    pub library: String,
+    /// The invoke's method (the scalars word's top byte: 5 a program, 2 or 3 a batch).
+    pub method: u32,
+    /// The entry's return value (0: it ran).
+    pub retval: i32,
+    /// Entry call to return.
+    pub total: wire::ExecCounts,
+    /// Per kernel call, in run order: the counts between the entry's timer read right before the
+    /// call and the one right after it (the generated entries read it exactly there, so each
+    /// pair of marks is one kernel, with the few packets of the timer calls). Empty for an
+    /// entry that read no timer; `None` when the marks cannot be paired (an odd number, or
+    /// some past the shell's table).
+    pub kernels: Option<Vec<wire::ExecCounts>>,
+}
+
+impl InvokeCounts {
+    fn of(pid: u64, library: &str, method: u32, r: &wire::Response) -> InvokeCounts {
+        let kernels =
+            (r.marks_dropped == 0 && r.marks.len().is_multiple_of(2)).then(|| r.marks.chunks_exact(2).map(|p| p[1].since(p[0])).collect());
+        InvokeCounts { pid, library: library.to_owned(), method, retval: r.retval, total: r.counts, kernels }
+    }
+}
+
 /// Every executor of the bench's loaded libraries.
 pub fn executors(bench: &Bench) -> Vec<ExecutorInfo> {
     let st = bench.lock();
@@ -313,6 +343,11 @@ pub(crate) fn invoke(sh: &Shared, job: &Job, library: &str, exec: &ExecProcess, 
             for event in stale {
                 st.record_ledger(LedgerEntry { pid: job.pid, library: library.to_string(), event }, sh.cfg.log_capacity);
             }
+        }
+        if st.exec_counts.len() < sh.cfg.log_capacity {
+            st.exec_counts.push(InvokeCounts::of(job.pid, library, job.sc >> 24, &resp));
+        } else {
+            st.exec_counts_dropped += 1;
         }
         for e in &resp.events {
             let wire::HapEvent::Ledger(event) = e else { continue };

@@ -20,8 +20,11 @@
 //!     data is that symbol padded to 4, then the library's bytes (at most [`MAX_IMAGE`]).
 //!   * [`OP_CLOSE`]: unloads library `lib`. [`OP_QUIT`] ends the shell.
 //! * **Invoke response** (shell -> bench): `RSP_MAGIC, tag, entry's return value, nout, nevents,
-//!   live mappings, out_len`; `nout` lengths; the out-buffers padded to 8; `nevents` records of five
-//!   words `kind, fd, addr, len, arg`.
+//!   live mappings, out_len, nmarks, marks dropped`; `nout` lengths; the out-buffers padded to 8;
+//!   `nevents` records of five words `kind, fd, addr, len, arg`; the invoke's execution counts
+//!   (three `u64`: packets, instructions, HVX instructions, as qemu-hexagon counts them); `nmarks`
+//!   counts of the same form, at each `HAP_perf_get_time_us` the library made, since the invoke
+//!   began ([`ExecCounts`]).
 //! * **Load / close response**: `LOD_MAGIC, tag, status (0 or an AEE code), library id, text
 //!   length`,
 //!   then the loader's reason for a refusal (ASCII, at most [`MAX_TEXT`] bytes) padded to 4.
@@ -39,7 +42,7 @@ pub const RSP_MAGIC: u32 = 0x5352_5848;
 /// First word of a load or close answer.
 pub const LOD_MAGIC: u32 = 0x4C52_5848;
 /// Protocol version in the greeting.
-pub const PROTOCOL: u32 = 3;
+pub const PROTOCOL: u32 = 4;
 /// Request: run a library's entry.
 pub const OP_INVOKE: u32 = 1;
 /// Request: exit.
@@ -68,6 +71,8 @@ pub const MAX_PATH: usize = 64;
 pub const ARENA: usize = 1 << 20;
 /// Most HAP events one invoke reports (more are counted in one [`HapEvent::Dropped`]).
 pub const MAX_EVENTS: usize = 128;
+/// Counter marks one invoke answer carries at most (two per record of a program of 4,096).
+pub const MAX_MARKS: usize = 8192;
 /// A library's `fopen`, sent by the shell during an invoke.
 pub const RVQ_MAGIC: u32 = 0x5156_5248;
 /// The bench's answer to it.
@@ -101,6 +106,7 @@ pub const C_DEFINES: &[(&str, u32)] = &[
     ("HRX_MAX_PATH", MAX_PATH as u32),
     ("HRX_ARENA", ARENA as u32),
     ("HRX_MAX_EVENTS", MAX_EVENTS as u32),
+    ("HRX_MAX_MARKS", MAX_MARKS as u32),
     ("HRX_EV_MAP", 1),
     ("HRX_EV_MAP_FAILED", 2),
     ("HRX_EV_UNMAP", 3),
@@ -393,6 +399,48 @@ pub fn read_message<R: std::io::Read>(r: &mut R) -> Result<Message, ReadError> {
     read_tagged(r).map(|t| t.message)
 }
 
+/// What qemu-hexagon executed: packets, instructions, and the instructions that are HVX (its
+/// own counters, read by the bench shell; emulated counts, not DSP cycles). Exactly repeatable
+/// run to run for the same code on the same inputs' control flow.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ExecCounts {
+    /// Packets executed.
+    pub packets: u64,
+    /// Instructions executed.
+    pub instructions: u64,
+    /// HVX instructions among them.
+    pub hvx: u64,
+}
+
+impl ExecCounts {
+    /// `self - earlier` per counter (saturating: the counts only grow within an invoke).
+    pub fn since(self, earlier: ExecCounts) -> ExecCounts {
+        ExecCounts {
+            packets: self.packets.saturating_sub(earlier.packets),
+            instructions: self.instructions.saturating_sub(earlier.instructions),
+            hvx: self.hvx.saturating_sub(earlier.hvx),
+        }
+    }
+
+    /// The sum of two counts.
+    pub fn plus(self, other: ExecCounts) -> ExecCounts {
+        ExecCounts {
+            packets: self.packets + other.packets,
+            instructions: self.instructions + other.instructions,
+            hvx: self.hvx + other.hvx,
+        }
+    }
+
+    /// The share of instructions that are HVX (0 when none ran).
+    pub fn hvx_share(&self) -> f64 {
+        if self.instructions == 0 {
+            0.0
+        } else {
+            self.hvx as f64 / self.instructions as f64
+        }
+    }
+}
+
 /// A decoded response.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Response {
@@ -404,6 +452,12 @@ pub struct Response {
     pub events: Vec<HapEvent>,
     /// Mappings still live in the runtime after the call (leaks accumulate here).
     pub live_mappings: u32,
+    /// What the invoke executed, entry call to return.
+    pub counts: ExecCounts,
+    /// The counts at each of the library's timer reads, since the invoke began.
+    pub marks: Vec<ExecCounts>,
+    /// Timer reads past [`MAX_MARKS`], not marked.
+    pub marks_dropped: u32,
 }
 
 /// Reads one response with `read_exact` (any `std::io::Read`); limits are checked before
@@ -416,11 +470,12 @@ pub fn read_response<R: std::io::Read>(r: &mut R) -> Result<Response, ReadError>
 }
 
 fn read_response_body<R: std::io::Read>(r: &mut R) -> Result<Response, ReadError> {
-    let mut hdr = [0u8; 20];
+    let mut hdr = [0u8; 28];
     r.read_exact(&mut hdr).map_err(ReadError::Io)?;
     let w = |i: usize| u32::from_le_bytes([hdr[4 * i], hdr[4 * i + 1], hdr[4 * i + 2], hdr[4 * i + 3]]);
     let (retval, nout, nevents, live, out_len) = (w(0) as i32, w(1) as usize, w(2) as usize, w(3), w(4) as usize);
-    if nout > MAX_BUFS || nevents > MAX_EVENTS + 1 || out_len > ARENA {
+    let (nmarks, marks_dropped) = (w(5) as usize, w(6));
+    if nout > MAX_BUFS || nevents > MAX_EVENTS + 1 || out_len > ARENA || nmarks > MAX_MARKS {
         return Err(ReadError::Wire(WireError::Malformed));
     }
     let mut lens = vec![0u8; 4 * nout];
@@ -448,7 +503,14 @@ fn read_response_body<R: std::io::Read>(r: &mut R) -> Result<Response, ReadError
             HapEvent::decode(w)
         })
         .collect();
-    Ok(Response { retval, outs, events, live_mappings: live })
+    let mut c = vec![0u8; 24 * (nmarks + 1)];
+    r.read_exact(&mut c).map_err(ReadError::Io)?;
+    let mut counts = c.chunks_exact(24).map(|c| {
+        let q = |i: usize| u64::from_le_bytes(c[8 * i..8 * i + 8].try_into().unwrap_or([0; 8]));
+        ExecCounts { packets: q(0), instructions: q(1), hvx: q(2) }
+    });
+    let total = counts.next().unwrap_or_default();
+    Ok(Response { retval, outs, events, live_mappings: live, counts: total, marks: counts.collect(), marks_dropped })
 }
 
 /// Why reading a response failed.
@@ -514,7 +576,7 @@ mod tests {
         assert_eq!(t.message, Message::Load(LoadAnswer { status: 0x42, lib: 0, text: "nope\0".into() }));
 
         let mut rsp = Vec::new();
-        for x in [RSP_MAGIC, 3, 0, 1, 2, 1, 8] {
+        for x in [RSP_MAGIC, 3, 0, 1, 2, 1, 8, 2, 0] {
             push(&mut rsp, x);
         }
         push(&mut rsp, 5);
@@ -522,7 +584,21 @@ mod tests {
         for x in [1u32, 7, 0x1000, 4096, 0, 3, 0, 0x1040, 64, 0] {
             push(&mut rsp, x);
         }
+        // The invoke's counts, then two marks.
+        for q in [1u64 << 33, 900, 12, 5, 6, 0, 100, 150, 10] {
+            rsp.extend_from_slice(&q.to_le_bytes());
+        }
         let r = read_response(&mut &rsp[..]).unwrap();
+        assert_eq!(r.counts, ExecCounts { packets: 1 << 33, instructions: 900, hvx: 12 });
+        assert_eq!(
+            r.marks,
+            vec![ExecCounts { packets: 5, instructions: 6, hvx: 0 }, ExecCounts { packets: 100, instructions: 150, hvx: 10 }]
+        );
+        assert_eq!(r.marks[1].since(r.marks[0]), ExecCounts { packets: 95, instructions: 144, hvx: 10 });
+        // More marks than an answer may carry: malformed, before anything is allocated for them.
+        let mut many = rsp.clone();
+        many[28..32].copy_from_slice(&(MAX_MARKS as u32 + 1).to_le_bytes());
+        assert!(matches!(read_response(&mut &many[..]), Err(ReadError::Wire(WireError::Malformed))));
         assert_eq!(r.outs, vec![b"hello".to_vec()]);
         assert_eq!(
             r.events,
