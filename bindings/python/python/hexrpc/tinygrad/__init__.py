@@ -2,6 +2,25 @@
 
 After ``import hexrpc.tinygrad``, ``Device["HEXRPC"]`` and ``Tensor(..., device="HEXRPC")`` work.
 
+What it registers with tinygrad (at import, in the running process; no file of tinygrad's is
+changed)
+    * the device: ``tinygrad.runtime.ops_hexrpc`` (below);
+    * the kernel buffer limit: ``DEVICE_MAX_BUFS["HEXRPC"] = 15`` in
+      ``tinygrad.schedule.rangeify`` (:data:`~hexrpc.tinygrad.kernels.MAX_LAUNCH_BUFFERS`, the
+      launch ABI's ``MAX_BUFFERS``; :func:`~hexrpc.tinygrad.kernels.register_buffer_limit`), and
+      the same for ``HEXRPC:n`` when that device opens (tinygrad looks a single device's kernels
+      up by the whole name). tinygrad 0.14 splits a kernel that would use more buffers (YOLOv8's
+      head concatenates 19) only for the devices in that dict, or for every device when
+      ``MAX_KERNEL_BUFFERS`` is set (which still wins: tinygrad reads it first).
+
+The DSP's code generation
+    tinygrad gates its DSP code generation on ``renderer.target.device == "DSP"`` (upcasts by
+    128, loads grouped up to 128 lanes, upcasts above 16), so :class:`HEXRPCRenderer`'s target
+    names the device ``"DSP"``: HEXRPC's kernels are the kernels tinygrad renders for its own DSP
+    device. While BEAM search is on (``BEAM``, ``JITBEAM``), the target is HEXRPC's own, because
+    the search allocates and times its candidates on the target's device (see
+    :class:`HEXRPCRenderer`).
+
 How tinygrad finds it
     tinygrad 0.14 looks a device up by importing ``tinygrad.runtime.ops_<name>`` and taking the
     member named ``<NAME>Device`` (``tinygrad/device.py``, ``_Device.get_class``). Importing this
@@ -16,7 +35,11 @@ Where it runs (read when the device is first opened)
         hexrpc's bench with the executor: the simulated ION + adsprpc kernel, and the generated
         entries and tinygrad's kernels compiled for Hexagon and run under qemu-hexagon. Needs
         clang-19, ld.lld-19 and qemu-hexagon. Timings are *simulated* (the bench's cost model),
-        never device figures.
+        never device figures. The bench ends a DSP call that runs longer than its per-call limit
+        (a DSP restart): 10 s by default, ``HEXRPC_BENCH_CALL_LIMIT_MS`` or
+        :func:`set_bench_call_limit` (before the first device opens) to raise it. A whole
+        ``TinyJit`` graph of a real model runs as one call, and under qemu-hexagon that can
+        outlast 10 s (``python -m hexrpc.compare`` raises the limit itself).
     otherwise
         the device's ``/dev/ion`` and ``/dev/adsprpc-smd`` with the board ``HEXRPC_BOARD``
         (``comma-three``, ``msm-android``); unset, the board whose device-tree model matches
@@ -83,9 +106,12 @@ from .graph import HEXRPCGraph
 from .graph import batch_record_bytes as batch_record_bytes
 from .graph import chunk_calls as chunk_calls
 from .graph import rename_kernel as rename_kernel
+from .kernels import MAX_LAUNCH_BUFFERS as MAX_LAUNCH_BUFFERS
 from .kernels import TINYGRAD_CFLAGS as TINYGRAD_CFLAGS
+from .kernels import beam_search_on as beam_search_on
 from .kernels import HEXRPCCompiler, HEXRPCRenderer, KernelRecord, build_library, hexrpc_signature
 from .kernels import build_batch_library as build_batch_library
+from .kernels import register_buffer_limit as register_buffer_limit
 from .kernels import hexrpc_cli as hexrpc_cli
 from .kernels import scalar_kind as scalar_kind
 from .memory import ARENA_BYTES as ARENA_BYTES
@@ -94,8 +120,10 @@ from .memory import HEXRPCAllocator, HEXRPCBuffer
 from .session import AUTO_RECOVERIES, AUTO_RECOVERY_WINDOW_S, DSPRestartError
 from .session import LibraryCache as LibraryCache
 from .session import device_board as device_board
+from .session import on_bench as on_bench
 from .session import open_session as open_session
 from .session import restart_reason as restart_reason
+from .session import set_bench_call_limit as set_bench_call_limit
 from .stats import DeviceStats
 
 __all__ = [
@@ -130,6 +158,7 @@ def _register() -> None:
         raise ImportError(f"{name} is already provided by {existing!r}")
     sys.modules[name] = this
     tinygrad.runtime.ops_hexrpc = this  # type: ignore[attr-defined]
+    register_buffer_limit("HEXRPC")
 
 
 _register()

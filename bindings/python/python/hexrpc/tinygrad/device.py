@@ -10,7 +10,7 @@ from tinygrad.device import Compiled, Program, TinyELF
 
 from .capture import Capture, Launch
 from .graph import HEXRPCGraph
-from .kernels import HEXRPCRenderer
+from .kernels import HEXRPCRenderer, register_buffer_limit
 from .memory import HEXRPCAllocator, HEXRPCBuffer
 from .session import _SessionHub
 from .stats import DeviceStats
@@ -81,6 +81,8 @@ class HEXRPCDevice(Compiled):
     """tinygrad's ``HEXRPC`` device: see the module documentation."""
 
     def __init__(self, device: str = ""):
+        # "HEXRPC" is registered at import; "HEXRPC:1" ... when it opens.
+        register_buffer_limit(device)
         self.stats = DeviceStats()
         self.hub = _SessionHub.get()
         self.session = self.hub.session

@@ -11,12 +11,12 @@ import re
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tinygrad.device import CompileError, Compiler
 from tinygrad.dtype import AddrSpace, dtypes
-from tinygrad.helpers import Target
+from tinygrad.helpers import BEAM, Target, getenv
 from tinygrad.renderer.cstyle import ClangRenderer
 from tinygrad.runtime.ops_dsp import DSPRenderer
 from tinygrad.uop.ops import PatternMatcher, UPat
@@ -43,6 +43,25 @@ _C_SCALAR_KINDS: dict[str, str] = {
     "float": "f32",
     "double": "f64",
 }
+
+
+#: Most buffers one hexrpc launch carries, and so one tinygrad kernel on HEXRPC: the launch ABI's
+#: ``MAX_BUFFERS`` (runtime/src/launch/abi.rs), the number of buffers OR-ed into the
+#: out-handles nibble of the FastRPC scalars word (FastRPC allows 15 handles of a kind per
+#: call). A signature with more is refused when its library is opened ("more than 15 buffers").
+#: :func:`register_buffer_limit` registers it in tinygrad's ``DEVICE_MAX_BUFS``, so tinygrad
+#: splits a kernel that would use more (a big concat) into several.
+MAX_LAUNCH_BUFFERS = 15
+
+
+def register_buffer_limit(device: str) -> None:
+    """Tells tinygrad's scheduler that a kernel on ``device`` (``"HEXRPC"``, ``"HEXRPC:1"``)
+    uses at most :data:`MAX_LAUNCH_BUFFERS` buffers, its output included: tinygrad 0.14's
+    ``DEVICE_MAX_BUFS`` (``tinygrad.schedule.rangeify``), which ``_limit_bufs`` reads for each
+    kernel's device to split one that would use more."""
+    from tinygrad.schedule import rangeify
+
+    rangeify.DEVICE_MAX_BUFS[device] = MAX_LAUNCH_BUFFERS
 
 
 def scalar_kind(c_type: str) -> str:
@@ -93,9 +112,39 @@ class KernelRecord:
 # Renderer
 
 
+def beam_search_on() -> bool:
+    """Whether tinygrad's BEAM search may run for the kernels compiled now: ``BEAM`` (the
+    context variable, from the environment or ``Context(BEAM=...)``) or ``JITBEAM`` (the
+    environment; what ``TinyJit`` searches its kernels with) at least 1."""
+    return BEAM.value >= 1 or getenv("JITBEAM", 0) >= 1
+
+
 class HEXRPCRenderer(DSPRenderer):
-    """tinygrad's DSP renderer for the kernel function; the entry is hexrpc's (v2), generated at
-    build time from the record this renderer appends."""
+    """tinygrad's DSP renderer for the kernel function, with tinygrad's DSP code generation; the
+    entry is hexrpc's (v2), generated at build time from the record this renderer appends.
+
+    The DSP's code generation: tinygrad 0.14 gives a kernel the DSP's choices when
+    ``renderer.target.device == "DSP"``, in three places: ``codegen/opt/heuristic.py``
+    (``hand_coded_optimizations`` upcasts an axis by 128 instead of 3 or 4),
+    ``codegen/late/coalesce.py`` (loads and stores grouped up to 128 lanes, not only divisors of
+    the width) and ``codegen/opt/postrange.py`` (upcasts above 16 allowed). So :attr:`target`
+    names the device ``"DSP"`` (arch, renderer and interface are HEXRPC's target's), and HEXRPC's
+    kernel functions are the ones tinygrad renders for its own DSP device.
+
+    Except while BEAM search is on (:func:`beam_search_on`): tinygrad's search also reads
+    ``renderer.target.device``, as the device to allocate its test buffers on and to time its
+    candidates on (``codegen/opt/postrange.py`` ``apply_opts``, ``codegen/opt/search.py``
+    ``beam_search``), and ``"DSP"`` there would open tinygrad's own DSP device (its own ION and
+    FastRPC session, beside hexrpc's). Then :attr:`target` is HEXRPC's own, the search runs on
+    HEXRPC and chooses the kernel's optimizations itself (without the DSP's heuristics, which the
+    search replaces, and with the generic coalescing and upcast limit).
+
+    Every other read of ``target`` in tinygrad 0.14.0 (checked): the program's record
+    (``ProgramInfo.target``, which HEXRPC does not read back), the compile cache key
+    (``to_program_key``: this renderer's type and target, so HEXRPC's programs never mix with the
+    DSP device's, nor BEAM's with the others), tensor-core and IMAGE choices (none for a DSP
+    renderer) and ``renderer/ptx.py`` (CUDA).
+    """
 
     #: clang-19 for Hexagon compiles a 16-bit integer -> ``__fp16`` cast as a copy of the bits
     #: (``hexrpc build-lib`` refuses such a kernel, docs/build-lib.md): widen to int first, which
@@ -106,7 +155,17 @@ class HEXRPCRenderer(DSPRenderer):
     )
 
     def __init__(self, target: Target):
-        self.target, self.compiler = target, HEXRPCCompiler()
+        # tinygrad passes DEV's target for "HEXRPC" (``Compiled._select_renderer``).
+        self.hexrpc_target, self.compiler = target, HEXRPCCompiler()
+        self.dsp_target = replace(target, device="DSP")
+
+    @property
+    def target(self) -> Target:  # type: ignore[override]
+        """The DSP's target, or HEXRPC's while BEAM search is on (see the class documentation)."""
+        return self.hexrpc_target if beam_search_on() else self.dsp_target
+
+    def __reduce__(self):
+        return self.__class__, (self.hexrpc_target,)
 
     def _render_defines(self, uops) -> list[str]:
         # Only the kernel's own vector typedefs: the v1 entry's declarations (remote_arg, HAP_*)

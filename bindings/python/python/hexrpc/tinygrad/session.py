@@ -33,12 +33,35 @@ def device_board() -> str:
     return "comma-three"
 
 
-def open_session():
-    """The hexrpc session the device runs on: the bench with the executor when ``HEXRPC_BENCH=1``,
-    otherwise the device with the board ``HEXRPC_BOARD`` (unset: hexrpc probes for it)."""
-    if os.environ.get("HEXRPC_BENCH", "") not in ("", "0"):
-        return hexrpc.Session.bench(executor=True)
+def on_bench() -> bool:
+    """Whether the device runs on the bench (``HEXRPC_BENCH`` set to anything but ``0``)."""
+    return os.environ.get("HEXRPC_BENCH", "") not in ("", "0")
+
+
+def open_session(bench_call_limit_ms: int | None = None):
+    """The hexrpc session the device runs on: the bench with the executor when ``HEXRPC_BENCH=1``
+    (its per-call limit ``bench_call_limit_ms``; ``None``: ``HEXRPC_BENCH_CALL_LIMIT_MS``, else
+    the bench's 10000 ms), otherwise the device with the board ``HEXRPC_BOARD`` (unset: hexrpc
+    probes for it)."""
+    if on_bench():
+        return hexrpc.Session.bench(executor=True, call_limit_ms=bench_call_limit_ms)
     return hexrpc.Session.open(board=device_board())
+
+
+def set_bench_call_limit(ms: int) -> bool:
+    """Makes the process's session, when it opens on the bench, open with a per-call limit of
+    ``ms`` milliseconds (how long the bench's executor lets one DSP call run before it ends the
+    DSP process: a restart; the bench's default is 10000, or ``HEXRPC_BENCH_CALL_LIMIT_MS``). The
+    limit is the session's, fixed when it opens and kept by its recoveries, so it must be set
+    before the first ``HEXRPC`` device opens: returns ``False`` (and changes nothing) when the
+    session is already open, ``True`` otherwise. Off the bench it has no effect."""
+    if ms < 1:
+        raise ValueError(f"a per-call limit must be a positive number of milliseconds, not {ms}")
+    with _SessionHub._lock:
+        if _SessionHub._hub is not None:
+            return False
+        _SessionHub.bench_call_limit_ms = ms
+        return True
 
 
 class LibraryCache:
@@ -157,9 +180,12 @@ class _SessionHub:
 
     _lock = threading.Lock()
     _hub: _SessionHub | None = None
+    #: The bench's per-call limit the session opens with (:func:`set_bench_call_limit`);
+    #: ``None``: ``HEXRPC_BENCH_CALL_LIMIT_MS``, else the bench's default.
+    bench_call_limit_ms: int | None = None
 
     def __init__(self):
-        self.session = open_session()
+        self.session = open_session(self.bench_call_limit_ms)
         self.libraries = LibraryCache(self)
         self.arenas = ArenaPool(self.session)
         self.recoveries: deque[float] = deque()
