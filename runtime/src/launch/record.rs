@@ -9,13 +9,19 @@
 //!
 //! ```text
 //! namesz = 7, descsz, type = NOTE_TYPE ("HXR1"), name "hexrpc\0" padded to 8, desc:
-//!   u32 format (FORMAT = 2), u32 ABI version (1 or 2), u32 kernel count (>= 1),
+//!   u32 format (2 or 3), u32 ABI version (1 or 2), u32 kernel count (>= 1),
 //!   u32 entry flags (bit 0, FLAG_BATCHES: the entry runs batches over the kernel table;
 //!   bit 1, FLAG_MAP_CACHE: the entry keeps lease mappings across calls and answers the
-//!   release method; other bits zero),
+//!   release method; bit 2, FLAG_PROGRAM; bit 3, FLAG_POWER; other bits zero),
+//!   format 3 only: u32 kernels compiled without HVX (1..=kernel count),
 //!   per kernel: u16 name length, u16 signature length, name bytes, signature bytes,
 //!   padded with zeros to a multiple of 4
 //! ```
+//!
+//! The writer uses format 3 only when some kernel was compiled without HVX (clang-19 could not
+//! select HVX instructions for it, and the build compiled it as scalar code): every other
+//! library gets format 2, byte for byte as before, so a reader that knows only format 2 still
+//! reads it. A format-2 record counts no kernel without HVX.
 //!
 //! Format 1 (older builds) has no flags word; the reader takes it as a table library exactly
 //! when it lists more than one kernel (a single-kernel build listed one), so a one-kernel table
@@ -42,8 +48,9 @@ pub const NOTE_NAME: &str = "hexrpc";
 pub const NOTE_TYPE: u32 = u32::from_le_bytes(*b"HXR1");
 /// The section the build step puts the note in.
 pub const NOTE_SECTION: &str = ".note.hexrpc";
-/// The record format this module writes (it reads this one and format 1).
-pub const FORMAT: u32 = 2;
+/// The newest record format: this module reads formats 1 to `FORMAT`, and writes format 3 for a
+/// library with a kernel compiled without HVX, format 2 for every other (see the module docs).
+pub const FORMAT: u32 = 3;
 /// The entry-flags bit of a library whose entry runs batches over its kernel table (launch ABI
 /// method 3; `hexrpc build-lib --table`).
 pub const FLAG_BATCHES: u32 = 1;
@@ -142,6 +149,14 @@ pub enum RecordError {
     UnknownFlags(u32),
     /// Entry flags that contradict each other (programs without batches).
     InconsistentFlags(u32),
+    /// A count of kernels compiled without HVX that is zero in a format-3 record (which is
+    /// written only when some kernel lost HVX) or larger than the kernel count.
+    WithoutHvxCount {
+        /// The count of kernels without HVX.
+        without_hvx: u32,
+        /// The record's kernel count.
+        kernels: u32,
+    },
     /// More than one hexrpc note.
     Duplicate,
     /// The writer's sink failed, or a name or signature is longer than 65535 bytes.
@@ -155,7 +170,7 @@ impl fmt::Display for RecordError {
         match self {
             RecordError::NotElf32 => f.write_str("not an ELF32 little-endian file with a valid section table"),
             RecordError::Truncated => f.write_str("the hexrpc build record is truncated"),
-            RecordError::UnknownFormat(v) => write!(f, "the hexrpc build record has format {v}, this build reads {FORMAT}"),
+            RecordError::UnknownFormat(v) => write!(f, "the hexrpc build record has format {v}, this build reads 1 to {FORMAT}"),
             RecordError::UnknownAbi(v) => write!(f, "the hexrpc build record names ABI version {v} (known: 1, 2)"),
             RecordError::KernelCount(n) => write!(f, "the hexrpc build record lists {n} kernels (1..={MAX_KERNELS} allowed)"),
             RecordError::NotUtf8 => f.write_str("a name or signature in the hexrpc build record is not UTF-8"),
@@ -163,6 +178,10 @@ impl fmt::Display for RecordError {
             RecordError::InconsistentFlags(v) => {
                 write!(f, "the hexrpc build record has entry flags {v:#x}: programs (bit 2) need batches (bit 0)")
             }
+            RecordError::WithoutHvxCount { without_hvx, kernels } => write!(
+                f,
+                "the hexrpc build record counts {without_hvx} kernels compiled without HVX of {kernels} (format 3 needs 1..={kernels})"
+            ),
             RecordError::Duplicate => f.write_str("the library carries more than one hexrpc build record"),
             RecordError::Write => f.write_str("the build record could not be written"),
             RecordError::Mismatch => f.write_str("the build record read back from the library differs from the one written"),
@@ -197,6 +216,7 @@ pub struct LibraryRecord<'a> {
     map_cache: bool,
     programs: bool,
     power: bool,
+    without_hvx: u32,
     kernels: &'a [u8],
 }
 
@@ -235,7 +255,7 @@ impl<'a> LibraryRecord<'a> {
     /// Parses a record's note descriptor.
     pub fn parse(desc: &'a [u8]) -> Result<LibraryRecord<'a>, RecordError> {
         let format = le32(desc, 0).ok_or(RecordError::Truncated)?;
-        if format != FORMAT && format != 1 {
+        if !(1..=FORMAT).contains(&format) {
             return Err(RecordError::UnknownFormat(format));
         }
         let abi = match le32(desc, 4).ok_or(RecordError::Truncated)? {
@@ -260,7 +280,15 @@ impl<'a> LibraryRecord<'a> {
             return Err(RecordError::InconsistentFlags(flags));
         }
         let power = flags & FLAG_POWER != 0;
-        let record = LibraryRecord { abi, count, batches, map_cache, programs, power, kernels: &desc[header..] };
+        let (without_hvx, header) = if format == 3 {
+            match le32(desc, header).ok_or(RecordError::Truncated)? {
+                n if n >= 1 && n <= count => (n, header + 4),
+                n => return Err(RecordError::WithoutHvxCount { without_hvx: n, kernels: count }),
+            }
+        } else {
+            (0, header)
+        };
+        let record = LibraryRecord { abi, count, batches, map_cache, programs, power, without_hvx, kernels: &desc[header..] };
         // Validate every entry now, so the accessors cannot fail later.
         let mut at = 0usize;
         for _ in 0..count {
@@ -315,6 +343,13 @@ impl<'a> LibraryRecord<'a> {
         self.power
     }
 
+    /// How many of the kernels were compiled without HVX code generation: clang-19's Hexagon
+    /// backend could not select HVX instructions for them, so `hexrpc build-lib` compiled them as
+    /// scalar code (the same results, not vectorised). 0 for a record of format 1 or 2.
+    pub fn kernels_without_hvx(&self) -> u32 {
+        self.without_hvx
+    }
+
     /// The first (today: the only) kernel.
     pub fn kernel(&self) -> RecordedKernel<'a> {
         self.kernels().next().unwrap_or(RecordedKernel { name: "", signature: "" })
@@ -357,13 +392,28 @@ pub fn write_record_asm<W: fmt::Write + ?Sized>(
 }
 
 /// [`write_record_asm`] with the entry flags given as bits ([`FLAG_BATCHES`],
-/// [`FLAG_MAP_CACHE`], [`FLAG_PROGRAM`]); an unknown bit is refused (`UnknownFlags`), and
-/// programs without batches (`InconsistentFlags`).
+/// [`FLAG_MAP_CACHE`], [`FLAG_PROGRAM`], [`FLAG_POWER`]); an unknown bit is refused
+/// (`UnknownFlags`), and programs without batches (`InconsistentFlags`). Every kernel was
+/// compiled with HVX (format 2).
 pub fn write_record_asm_flags<W: fmt::Write + ?Sized>(
     out: &mut W,
     abi: AbiVersion,
     kernels: &[(&str, &Signature)],
     flags: u32,
+) -> Result<(), RecordError> {
+    write_record_asm_hvx(out, abi, kernels, flags, 0)
+}
+
+/// [`write_record_asm_flags`] for a build in which `without_hvx` of the kernels were compiled
+/// without HVX code generation ([`LibraryRecord::kernels_without_hvx`]): format 3 when it is
+/// not zero, format 2 (the same bytes as [`write_record_asm_flags`]) when it is. More than the
+/// kernel count is refused (`WithoutHvxCount`).
+pub fn write_record_asm_hvx<W: fmt::Write + ?Sized>(
+    out: &mut W,
+    abi: AbiVersion,
+    kernels: &[(&str, &Signature)],
+    flags: u32,
+    without_hvx: u32,
 ) -> Result<(), RecordError> {
     if flags & !KNOWN_FLAGS != 0 {
         return Err(RecordError::UnknownFlags(flags));
@@ -374,6 +424,10 @@ pub fn write_record_asm_flags<W: fmt::Write + ?Sized>(
     if kernels.is_empty() || kernels.len() > MAX_KERNELS {
         return Err(RecordError::KernelCount(kernels.len() as u32));
     }
+    if without_hvx as usize > kernels.len() {
+        return Err(RecordError::WithoutHvxCount { without_hvx, kernels: kernels.len() as u32 });
+    }
+    let format: u32 = if without_hvx == 0 { 2 } else { 3 };
     struct Sig<'s>(&'s Signature);
     impl fmt::Display for Sig<'_> {
         fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -388,7 +442,7 @@ pub fn write_record_asm_flags<W: fmt::Write + ?Sized>(
             Ok(())
         }
     }
-    let mut desc_len = 16usize;
+    let mut desc_len = if format == 3 { 20usize } else { 16 };
     for (name, sig) in kernels {
         let mut c = Count(0);
         fmt::Write::write_fmt(&mut c, format_args!("{}", Sig(sig))).map_err(|_| RecordError::Write)?;
@@ -439,7 +493,7 @@ pub fn write_record_asm_flags<W: fmt::Write + ?Sized>(
         }
     }
     let w = |out: &mut W| -> fmt::Result {
-        writeln!(out, "/* hexrpc build record (runtime::launch::record, format {FORMAT}); generated, do not edit. */")?;
+        writeln!(out, "/* hexrpc build record (runtime::launch::record, format {format}); generated, do not edit. */")?;
         writeln!(out, "  .section {NOTE_SECTION},\"\",@note")?;
         writeln!(out, "  .p2align 2")?;
         let mut b = Bytes { out, col: 0 };
@@ -447,10 +501,13 @@ pub fn write_record_asm_flags<W: fmt::Write + ?Sized>(
         b.all(&(padded as u32).to_le_bytes())?;
         b.all(&NOTE_TYPE.to_le_bytes())?;
         b.all(b"hexrpc\0\0")?;
-        b.all(&FORMAT.to_le_bytes())?;
+        b.all(&format.to_le_bytes())?;
         b.all(&abi_word.to_le_bytes())?;
         b.all(&(kernels.len() as u32).to_le_bytes())?;
         b.all(&flags.to_le_bytes())?;
+        if format == 3 {
+            b.all(&without_hvx.to_le_bytes())?;
+        }
         for (name, sig) in kernels {
             let mut c = Count(0);
             fmt::Write::write_fmt(&mut c, format_args!("{}", Sig(sig)))?;
@@ -561,6 +618,71 @@ mod tests {
             write_record_asm_flags(&mut String::new(), AbiVersion::V2, &[("k", &sig2)], FLAG_PROGRAM),
             Err(RecordError::InconsistentFlags(FLAG_PROGRAM))
         );
+    }
+
+    #[test]
+    fn kernels_without_hvx_are_counted_in_format_3_and_only_then() {
+        let (a, b) = (Signature::parse("buf,u32").unwrap(), Signature::parse("buf").unwrap());
+        let table = [("a", &a), ("b", &b)];
+        let flags = FLAG_BATCHES | FLAG_PROGRAM | FLAG_MAP_CACHE | FLAG_POWER;
+        // None lost: format 2, the very bytes of `write_record_asm_flags`, counting 0.
+        let (mut two, mut zero) = (String::new(), String::new());
+        write_record_asm_flags(&mut two, AbiVersion::V2, &table, flags).unwrap();
+        write_record_asm_hvx(&mut zero, AbiVersion::V2, &table, flags, 0).unwrap();
+        assert_eq!(two, zero);
+        let note2 = bytes_of(&two);
+        assert_eq!(le32(&note2, 20), Some(2), "format word");
+        assert_eq!(LibraryRecord::find(&image_with(&note2)).unwrap().unwrap().kernels_without_hvx(), 0);
+        // One or both lost: format 3, one word more, everything else as before.
+        for n in [1u32, 2] {
+            let mut asm = String::new();
+            write_record_asm_hvx(&mut asm, AbiVersion::V2, &table, flags, n).unwrap();
+            assert!(asm.contains("format 3"), "{asm}");
+            let note = bytes_of(&asm);
+            assert_eq!((le32(&note, 20), le32(&note, 36)), (Some(3), Some(n)), "format word, count word");
+            let img = image_with(&note);
+            let rec = LibraryRecord::find(&img).unwrap().unwrap();
+            assert_eq!(rec.kernels_without_hvx(), n);
+            assert!(rec.batches() && rec.programs() && rec.map_cache() && rec.power() && rec.abi() == AbiVersion::V2);
+            let names: Vec<_> = rec.kernels().map(|k| (k.name, k.signature)).collect();
+            assert_eq!(names, [("a", "buf,u32"), ("b", "buf")]);
+        }
+        assert_eq!(
+            write_record_asm_hvx(&mut String::new(), AbiVersion::V2, &table, flags, 3),
+            Err(RecordError::WithoutHvxCount { without_hvx: 3, kernels: 2 })
+        );
+        // The reader refuses a format-3 count of 0 (never written) or above the kernel count, and
+        // never panics on a cut or corrupted format-3 record.
+        let mut asm = String::new();
+        write_record_asm_hvx(&mut asm, AbiVersion::V1, &[("k", &b)], 0, 1).unwrap();
+        let note = bytes_of(&asm);
+        assert_eq!(LibraryRecord::find(&image_with(&note)).unwrap().unwrap().kernels_without_hvx(), 1);
+        for (count, err) in [(0u32, 0u32), (2, 2)] {
+            let mut bad = note.clone();
+            bad[36..40].copy_from_slice(&count.to_le_bytes());
+            assert_eq!(LibraryRecord::find(&image_with(&bad)), Err(RecordError::WithoutHvxCount { without_hvx: err, kernels: 1 }));
+        }
+        for cut in 0..note.len() {
+            let _ = LibraryRecord::find(&image_with(&note[..cut]));
+        }
+        for i in 0..note.len() {
+            for v in [0u8, 1, 3, 0xff] {
+                let mut bad = note.clone();
+                bad[i] = v;
+                let _ = LibraryRecord::find(&image_with(&bad));
+            }
+        }
+        // A format-2 record relabelled 3 has its first kernel's lengths (name 1, signature 7)
+        // where the count is: refused.
+        let mut relabelled = note2.clone();
+        relabelled[20] = 3;
+        assert_eq!(
+            LibraryRecord::find(&image_with(&relabelled)),
+            Err(RecordError::WithoutHvxCount { without_hvx: 1 | 7 << 16, kernels: 2 })
+        );
+        let mut four = note2;
+        four[20] = 4;
+        assert_eq!(LibraryRecord::find(&image_with(&four)), Err(RecordError::UnknownFormat(4)));
     }
 
     #[test]
