@@ -87,6 +87,8 @@ pub struct BuildLibArgs {
     pub clang: Option<std::path::PathBuf>,
     /// `--lld`.
     pub lld: Option<std::path::PathBuf>,
+    /// `--require-hvx`.
+    pub require_hvx: bool,
 }
 
 impl<E: std::fmt::Display> From<E> for Usage {
@@ -225,6 +227,7 @@ pub fn parse(args: Vec<std::ffi::OsString>) -> Result<(i32, Command), Usage> {
             Long("clang") if command == "build-lib" => bl.clang = Some(p.value()?.into()),
             Long("lld") if command == "build-lib" => bl.lld = Some(p.value()?.into()),
             Long("table") if command == "build-lib" => bl.table.push(p.value()?.string()?),
+            Long("require-hvx") if command == "build-lib" => bl.require_hvx = true,
             Value(v) if command == "build-lib" && bl.kernel.is_none() => bl.kernel = Some(v.into()),
             Long("signature") if command == "run" => ra.signature = Some(p.value()?.string()?),
             Long("abi") if command == "run" => ra.abi = Some(p.value()?.string()?),

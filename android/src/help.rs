@@ -164,9 +164,21 @@ USAGE:
 
 Generates the DSP-side `entry` wrapper for the kernel's signature (launch ABI v2
 unless --v1), compiles it and KERNEL.c with clang-19 for Hexagon (v65, HVX 128 B,
--O2, -fPIC, freestanding), links a shared object with ld.lld-19 with every
-section aligned to 4 KiB, and records the signature and ABI version in it (a
-.note.hexrpc section that `hexrpc run` checks).
+-O2, -fPIC, freestanding; the kernel also with -mllvm -hexagon-autohvx=true, so
+clang vectorises its loops for HVX), links a shared object with ld.lld-19 with
+every section aligned to 4 KiB, and records the signature and ABI version in it
+(a .note.hexrpc section that `hexrpc run` checks).
+
+HVX: clang-19's Hexagon backend cannot compile some vector code with HVX (it
+fails with 'Cannot select', e.g. for a _Bool vector stored as its bits). Such a
+kernel is compiled again without HVX (the same results, not vectorised), and
+build-lib prints, for each kernel of that source, one line on stderr:
+    hexrpc build-lib: warning: kernel NAME compiled without HVX (...): REASON
+where REASON is the first line of clang's error; the report line on stdout says
+'without HVX', and the library's build record counts such kernels (`hexrpc model
+info` shows the count). With --require-hvx the build fails instead. Warnings are
+printed even under -q: -q silences the log and the progress line, never a
+warning.
 
 Checks: the kernel function exists and matches the signature (it is compiled
 against a prototype generated from SIG), every symbol the library imports is
@@ -197,13 +209,20 @@ OPTIONS:
                       stops a batch with its status when non-zero
     --v1              Generate tinygrad's v1 entry (only offset-0 views are safe)
     --power           Add tinygrad's HAP_power_set request (DCVS off, turbo corner)
-    --cflag FLAG      Extra flag for the kernel's compilation (repeatable), e.g.
-                      --cflag=-mllvm --cflag=-hexagon-autohvx=true
+    --cflag FLAG      Extra flag for the kernel's compilation (repeatable), after
+                      build-lib's own, e.g. --cflag=-I../include; the last of
+                      repeated options wins, so --cflag=-mllvm
+                      --cflag=-hexagon-autohvx=false turns auto-vectorisation off
+    --require-hvx     Fail (status 1, nothing written at -o) when clang-19 cannot
+                      compile a kernel with HVX, instead of compiling it without
+                      HVX and warning
     --clang PATH      Compiler (default: clang-19)
     --lld PATH        Linker (default: ld.lld-19)
     -h, --help        Print this help
 
-EXIT STATUS: 0 on success, 1 when the build fails, 2 on usage errors.
+EXIT STATUS: 0 on success (also when a kernel was compiled without HVX and
+warned about), 1 when the build fails (with --require-hvx: also when a kernel
+cannot be compiled with HVX), 2 on usage errors.
 ";
 
 pub const RUN_HELP: &str = "\

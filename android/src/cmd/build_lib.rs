@@ -56,12 +56,57 @@ fn build_options(
     }
 }
 
-/// Runs a build behind the progress line that names the tools.
+/// Runs a build behind the progress line that names the tools (none under `-q`).
 #[cfg(feature = "build-lib")]
 fn with_progress<T>(build: impl FnOnce() -> T) -> T {
+    if log::max_level() < log::LevelFilter::Warn {
+        return build();
+    }
     let mut progress = crate::progress::Progress::new();
     progress.step("clang-19 and ld.lld-19");
     build()
+}
+
+/// What starts every warning build-lib prints, one line each on stderr.
+#[cfg(feature = "build-lib")]
+const WARNING: &str = "hexrpc build-lib: warning:";
+
+/// The HVX policy of `--require-hvx`.
+#[cfg(feature = "build-lib")]
+fn hvx_policy(require: bool) -> hexrpc_libbuild::HvxPolicy {
+    if require {
+        hexrpc_libbuild::HvxPolicy::Require
+    } else {
+        hexrpc_libbuild::HvxPolicy::Fallback
+    }
+}
+
+/// Names each kernel clang-19 could only compile without HVX, with clang's reason: one line per
+/// kernel on stderr, starting with [`WARNING`]. Printed whatever the log level: `-q` silences the
+/// log and the progress line, never these, so a caller that runs `hexrpc -q build-lib` and
+/// captures stderr (the Python package) can still pass them on.
+#[cfg(feature = "build-lib")]
+fn warn_without_hvx(report: &hexrpc_libbuild::BuildReport) {
+    use std::io::Write as _;
+    let mut err = std::io::stderr().lock();
+    for w in &report.without_hvx {
+        let _ = writeln!(
+            err,
+            "{WARNING} kernel {} compiled without HVX (the same results, not vectorised; --require-hvx refuses it): clang-19 cannot \
+             select HVX instructions for it: {}",
+            w.kernel, w.reason
+        );
+    }
+}
+
+/// How the report line names the kernels' HVX code generation.
+#[cfg(feature = "build-lib")]
+fn hvx_summary(report: &hexrpc_libbuild::BuildReport) -> String {
+    match (report.without_hvx.len(), report.kernels.len()) {
+        (0, _) => "with HVX".to_owned(),
+        (1, 1) => "without HVX".to_owned(),
+        (lost, all) => format!("{lost} of {all} kernels without HVX"),
+    }
 }
 
 /// Without the library builder (the device builds) there is nothing to build with.
@@ -97,15 +142,16 @@ pub fn build_lib(bl: BuildLibArgs) -> ExitCode {
     };
     let entry = if bl.v1 { EntryOptions::V1 } else { EntryOptions::V2_CACHED };
     let opts = build_options(entry, bl.kernel_name, bl.power, bl.cflags, bl.clang, bl.lld);
-    let built = with_progress(|| build::build_library(&kernel, &sig, &out, &opts));
+    let built = with_progress(|| build::build_library_with(&kernel, &sig, &out, &opts, hvx_policy(bl.require_hvx)));
     match built {
         Ok(report) => {
-            warn_scalar(&report.scalar_kernels);
+            warn_without_hvx(&report);
             crate::io::print(&format!(
-                "built {} (Hexagon shared object, kernel {}, entry {:?}); intermediates: {}\n",
+                "built {} (Hexagon shared object, kernel {}, entry {:?}, {}); intermediates: {}\n",
                 report.library.display(),
                 report.kernel_name,
                 opts.entry.version,
+                hvx_summary(&report),
                 report.entry_source.parent().map(|p| p.display().to_string()).unwrap_or_default()
             ))
         }
@@ -113,17 +159,6 @@ pub fn build_lib(bl: BuildLibArgs) -> ExitCode {
             eprintln!("hexrpc: build-lib: {e}");
             ExitCode::from(1)
         }
-    }
-}
-
-/// Says which kernels clang-19 could only compile without HVX (correct, not vectorised).
-#[cfg(feature = "build-lib")]
-fn warn_scalar(kernels: &[String]) {
-    if !kernels.is_empty() {
-        log::warn!(
-            "build-lib: clang-19's Hexagon backend cannot select HVX instructions for {}: compiled without HVX (same results, not vectorised)",
-            kernels.join(", ")
-        );
     }
 }
 
@@ -145,10 +180,10 @@ fn build_table(bl: BuildLibArgs) -> ExitCode {
         }
     };
     let opts = build_options(EntryOptions::V2_CACHED, None, bl.power, bl.cflags, bl.clang, bl.lld);
-    let built = with_progress(|| build::build_table_library(&table, &out, &opts));
+    let built = with_progress(|| build::build_table_library_with(&table, &out, &opts, hvx_policy(bl.require_hvx)));
     match built {
         Ok(report) => {
-            warn_scalar(&report.scalar_kernels);
+            warn_without_hvx(&report);
             let kernels: Vec<String> = report
                 .kernels
                 .iter()
@@ -156,9 +191,10 @@ fn build_table(bl: BuildLibArgs) -> ExitCode {
                 .map(|(i, (n, st))| format!("{i}: {n}{}", if *st { " (returns int)" } else { "" }))
                 .collect();
             crate::io::print(&format!(
-                "built {} (Hexagon shared object, kernel table [{}], single launches of kernel 0 and batches); intermediates: {}\n",
+                "built {} (Hexagon shared object, kernel table [{}], single launches of kernel 0 and batches, {}); intermediates: {}\n",
                 report.library.display(),
                 kernels.join(", "),
+                hvx_summary(&report),
                 report.entry_source.parent().map(|p| p.display().to_string()).unwrap_or_default()
             ))
         }

@@ -195,3 +195,76 @@ fn a_failed_build_leaves_no_library_at_the_output_and_keeps_a_previous_one() {
     assert!(stray.is_empty(), "{stray:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A kernel clang-19 cannot compile with HVX (a 32-lane `_Bool` vector stored as its bits:
+/// "Cannot select" in the Hexagon backend, with HVX only).
+const NO_HVX_KERNEL: &str = "#include <stdint.h>\n\
+    typedef int32_t int32x32 __attribute__((ext_vector_type(32)));\n\
+    typedef _Bool bool32 __attribute__((ext_vector_type(32)));\n\
+    void below(const int32_t *a, uint32_t *mask) {\n\
+    int32x32 v;\n  __builtin_memcpy(&v, a, sizeof v);\n\
+    *mask = __builtin_bit_cast(uint32_t, __builtin_convertvector(v < 3, bool32));\n}\n";
+
+/// The build record's count of kernels compiled without HVX.
+fn kernels_without_hvx(library: &std::path::Path) -> u32 {
+    let image = std::fs::read(library).unwrap();
+    hexrpc_runtime::launch::LibraryRecord::find(&image).unwrap().expect("a build record").kernels_without_hvx()
+}
+
+/// A kernel that loses HVX is a warning on stderr (one line, prefixed, naming the kernel and
+/// clang's reason) even under `-q` and `-qq`, is said on stdout and counted in the build record;
+/// `--require-hvx` makes it a failure (status 1, nothing at `-o`); a kernel that keeps HVX gets
+/// no warning and a count of 0.
+#[test]
+fn a_kernel_that_loses_hvx_is_warned_about_counted_and_refused_with_require_hvx() {
+    if !build_tools_runnable() {
+        return;
+    }
+    let dir = scratch_dir("no-hvx");
+    std::fs::write(dir.join("below.c"), NO_HVX_KERNEL).unwrap();
+    std::fs::write(dir.join("add.c"), "void add(int *restrict a, const int *restrict b) { for (int i = 0; i < 256; i++) a[i] += b[i]; }\n")
+        .unwrap();
+    for quiet in [&[][..], &["-q"], &["-q", "-q"]] {
+        let args: Vec<&str> =
+            quiet.iter().copied().chain(["build-lib", "--signature", "buf,buf", "-o", "libbelow.so", "below.c"]).collect();
+        let o = hexrpc_in(&dir, &args);
+        let err = stderr_of(&o);
+        assert!(o.status.success(), "{err}");
+        let warnings: Vec<&str> = err.lines().filter(|l| l.starts_with("hexrpc build-lib: warning: ")).collect();
+        assert_eq!(warnings.len(), 1, "{quiet:?}: one warning line: {err}");
+        assert!(
+            warnings[0].starts_with("hexrpc build-lib: warning: kernel below compiled without HVX (the same results, not vectorised;"),
+            "{}",
+            warnings[0]
+        );
+        assert!(warnings[0].contains(": fatal error: error in backend: Cannot select: "), "clang's reason: {}", warnings[0]);
+        assert!(String::from_utf8_lossy(&o.stdout).contains("kernel below, entry V2, without HVX)"), "{o:?}");
+        assert_eq!(kernels_without_hvx(&dir.join("libbelow.so")), 1);
+    }
+    // A table: the report line counts, the record too.
+    let o =
+        hexrpc_in(&dir, &["build-lib", "add.c", "below.c", "--table", "add:buf,buf", "--table", "below.c:below:buf,buf", "-o", "libt.so"]);
+    assert!(o.status.success(), "{}", stderr_of(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("batches, 1 of 2 kernels without HVX)"), "{o:?}");
+    assert_eq!(stderr_of(&o).matches("hexrpc build-lib: warning: kernel below compiled without HVX").count(), 1, "{o:?}");
+    assert_eq!(kernels_without_hvx(&dir.join("libt.so")), 1);
+    // --require-hvx: a failure that names the kernel and the flag, and no library.
+    let o = hexrpc_in(&dir, &["-q", "build-lib", "--require-hvx", "--signature", "buf,buf", "-o", "libstrict.so", "below.c"]);
+    let err = stderr_of(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("hexrpc: build-lib: clang-19 cannot compile the kernel `below` (below.c) with HVX: fatal error:"), "{err}");
+    assert!(err.contains("HVX was required (--require-hvx"), "{err}");
+    assert!(!err.contains("warning"), "an error, not a warning: {err}");
+    assert!(std::fs::symlink_metadata(dir.join("libstrict.so")).is_err(), "no library at -o");
+    // A kernel that keeps HVX: no warning, a count of 0, with or without --require-hvx.
+    for strict in [&[][..], &["--require-hvx"]] {
+        let args: Vec<&str> =
+            ["build-lib", "--signature", "buf,buf", "-o", "libadd.so"].into_iter().chain(strict.iter().copied()).chain(["add.c"]).collect();
+        let o = hexrpc_in(&dir, &args);
+        assert!(o.status.success(), "{}", stderr_of(&o));
+        assert!(!stderr_of(&o).contains("warning"), "{}", stderr_of(&o));
+        assert!(String::from_utf8_lossy(&o.stdout).contains("kernel add, entry V2, with HVX)"), "{o:?}");
+        assert_eq!(kernels_without_hvx(&dir.join("libadd.so")), 0);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

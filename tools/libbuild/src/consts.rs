@@ -19,6 +19,12 @@ pub const HEXAGON_CFLAGS: &[&str] = &[
     "-nostdlib",
     "-nostdlibinc",
 ];
+/// Flags for a kernel's translation unit on top of [`HEXAGON_CFLAGS`]: clang-19 vectorises
+/// loops for HVX only when asked (`-mhvx` alone makes the HVX registers and intrinsics
+/// available; the loop and SLP vectorisers target HVX only with `-hexagon-autohvx`). A later
+/// `--cflag=-mllvm --cflag=-hexagon-autohvx=false` turns it off again (the last one wins). The
+/// entry and the carried helpers are compiled without it.
+pub const KERNEL_CFLAGS: &[&str] = &["-mllvm", "-hexagon-autohvx=true"];
 /// Extra flags for the generated entry: it must compile warning-free.
 pub const ENTRY_CFLAGS: &[&str] = &["-Wall", "-Werror"];
 /// Alignment of every allocated output section (and the linker's page size).

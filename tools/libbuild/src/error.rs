@@ -107,6 +107,17 @@ pub enum BuildError {
         /// The source lines of the conversions, where clang's AST dump names them.
         lines: Vec<u64>,
     },
+    /// clang-19's Hexagon backend cannot compile a kernel source with HVX, and the build was
+    /// asked to refuse such a kernel rather than compile it without HVX
+    /// ([`HvxPolicy::Require`](crate::HvxPolicy::Require), `hexrpc build-lib --require-hvx`).
+    HvxUnavailable {
+        /// The kernels the source defines (every one of them would lose HVX).
+        kernels: Vec<String>,
+        /// The source.
+        source: PathBuf,
+        /// clang's reason: the first line of its error, cut at 240 characters.
+        reason: String,
+    },
     /// The build record could not be written or does not read back.
     Record(RecordError),
 }
@@ -174,6 +185,14 @@ impl fmt::Display for BuildError {
                      wrong results; convert through int: (__fp16)(int)x"
                 )
             }
+            BuildError::HvxUnavailable { kernels, source, reason } => write!(
+                f,
+                "clang-19 cannot compile {} `{}` ({}) with HVX: {reason}; HVX was required (--require-hvx, HvxPolicy::Require in \
+                 the API), so nothing was built (without it, the kernel is compiled without HVX: the same results, not vectorised)",
+                if kernels.len() == 1 { "the kernel" } else { "the kernels" },
+                kernels.join("`, `"),
+                source.display()
+            ),
             BuildError::Record(e) => write!(f, "build record: {e}"),
         }
     }

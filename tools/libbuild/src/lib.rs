@@ -10,9 +10,11 @@
 //!          -fsyntax-only -Xclang -ast-dump=json -Xclang -ast-dump-filter -Xclang KERNEL
 //!          -- KERNEL.c                                                   (find the kernel)
 //! clang-19 (flags) -Wall -Werror -c -- entry.c -o entry.o
-//! clang-19 (flags, plus BuildOptions::kernel_cflags) -isystem OUT.build/include
-//!          -c -- kernel.c -o kernel.o
-//!          (kernel.c = #include "KERNEL.c" + the prototype generated from the signature)
+//! clang-19 (flags) -mllvm -hexagon-autohvx=true (BuildOptions::kernel_cflags)
+//!          -isystem OUT.build/include -c -- kernel.c -o kernel.o
+//!          (kernel.c = #include "KERNEL.c" + the prototype generated from the signature;
+//!          if clang cannot select HVX instructions for it: refused, or compiled again
+//!          without -mhvx and -hexagon-autohvx, see below)
 //! clang-19 (flags) -Wall -Werror -DHRX_NEED___truncsfhf2=1 ... -c -- hrx_half.c -o hrx_half.o
 //! clang-19 (flags) -Wall -Werror -DHRX_NEED_trunc=1 -c -- hrx_libm.c -o hrx_libm.o
 //!          (each only if the kernel objects call a function it carries, see below)
@@ -20,6 +22,15 @@
 //! ld.lld-19 -shared --hash-style=sysv -z max-page-size=4096 -soname NAME -T link.ld
 //!           -o OUT.build/linked.so entry.o kernel0.o [hrx_half.o] [hrx_libm.o] record.o
 //! ```
+//!
+//! A kernel is compiled with HVX code generation and clang's HVX auto-vectorisation
+//! ([`KERNEL_CFLAGS`]). clang-19's Hexagon backend fails on some vector code ("Cannot select",
+//! e.g. a 32-lane `_Bool` vector stored as its bits): by default
+//! ([`HvxPolicy::Fallback`]) such a source is compiled again without HVX, and every kernel it
+//! defines is named with clang's reason in [`BuildReport::without_hvx`] and counted in the build
+//! record ([`LibraryRecord::kernels_without_hvx`](hexrpc_runtime::launch::LibraryRecord::kernels_without_hvx));
+//! with [`HvxPolicy::Require`] ([`build_library_with`]) the build fails instead
+//! ([`BuildError::HvxUnavailable`]).
 //!
 //! The kernel sees our own headers (`math.h`, `string.h`) and clang's freestanding ones
 //! (`stdint.h`, `stddef.h`, `stdbool.h`, `float.h`, ...), never the host's `/usr/include`; a
@@ -81,12 +92,15 @@ mod pipeline;
 mod tools;
 
 pub use consts::{
-    DEFAULT_CLANG, DEFAULT_LLD, DSP_PROVIDED_SYMBOLS, ENTRY_CFLAGS, HEXAGON_CFLAGS, INSTALL_HINT, LOCK_SUFFIX, OUTPUT_SECTIONS,
-    SECTION_ALIGN, WORK_MARKER,
+    DEFAULT_CLANG, DEFAULT_LLD, DSP_PROVIDED_SYMBOLS, ENTRY_CFLAGS, HEXAGON_CFLAGS, INSTALL_HINT, KERNEL_CFLAGS, LOCK_SUFFIX,
+    OUTPUT_SECTIONS, SECTION_ALIGN, WORK_MARKER,
 };
 pub use elf::{object_undefined, parse_elf, ElfError, ElfSummary, SectionInfo, SegmentInfo};
 pub use error::BuildError;
 pub use hexrpc_drivers::elf::{EM_HEXAGON, ET_DYN};
 pub use library::{check_library, write_linker_script};
-pub use pipeline::{build_library, build_table_library, BuildOptions, BuildReport, TableSource};
+pub use pipeline::{
+    build_library, build_library_with, build_table_library, build_table_library_with, BuildOptions, BuildReport, HvxPolicy, TableSource,
+    WithoutHvx,
+};
 pub use tools::{compile_hexagon, operand};

@@ -4,7 +4,7 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
-use hexrpc_runtime::launch::record::{write_record_asm_flags, FLAG_BATCHES, FLAG_MAP_CACHE, FLAG_POWER, FLAG_PROGRAM};
+use hexrpc_runtime::launch::record::{write_record_asm_hvx, FLAG_BATCHES, FLAG_MAP_CACHE, FLAG_POWER, FLAG_PROGRAM};
 use hexrpc_runtime::launch::{
     check_kernel_name, write_batch_entry, write_entry, EntryError, EntryOptions, KernelSpec as TableEntry, LibraryRecord, RecordError,
     Signature,
@@ -18,7 +18,7 @@ use crate::freestanding;
 use crate::kernel::{check_params, include_line, KernelSpec};
 use crate::library::{check_library, write_linker_script};
 use crate::output::{fresh_work_dir, install_output, lock_output, same_file};
-use crate::tools::{compile_hexagon, compile_kernel, operand, run, run_output};
+use crate::tools::{compile_hexagon, compile_kernel, compile_kernel_without_hvx, operand, run, run_output};
 
 /// How to build a library.
 #[derive(Clone, Debug)]
@@ -32,7 +32,8 @@ pub struct BuildOptions {
     pub clang: PathBuf,
     /// The linker (default [`DEFAULT_LLD`]).
     pub lld: PathBuf,
-    /// Extra flags for the kernel's translation unit (`-I`, `-D`, `-mllvm -hexagon-autohvx=true`).
+    /// Extra flags for the kernel's translation unit (`-I`, `-D`, `-Wall`), after the build's own
+    /// ([`HEXAGON_CFLAGS`], [`KERNEL_CFLAGS`](crate::KERNEL_CFLAGS)).
     pub kernel_cflags: Vec<OsString>,
     /// Where the intermediate files go; by default `OUT.build/` next to the output. Builds to
     /// the same output take turns (on `OUT.build.lock`), whatever their work directories; a
@@ -74,9 +75,34 @@ pub struct BuildReport {
     /// The helpers and libm functions linked into the library, hidden
     /// ([`freestanding::CARRIED_HELPERS`]), in that table's order.
     pub carried_helpers: Vec<&'static str>,
-    /// Kernels compiled without HVX code generation because clang-19's Hexagon backend cannot
-    /// select instructions for them with HVX (the build retries them without HVX): correct, not vectorised.
-    pub scalar_kernels: Vec<String>,
+    /// The kernels compiled without HVX code generation ([`HvxPolicy::Fallback`]), in table
+    /// order: correct, not vectorised. The build record counts them
+    /// ([`LibraryRecord::kernels_without_hvx`]).
+    pub without_hvx: Vec<WithoutHvx>,
+}
+
+/// A kernel the build compiled without HVX code generation, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WithoutHvx {
+    /// The kernel's C function name.
+    pub kernel: String,
+    /// clang-19's reason: the first line of its error when compiling the kernel's source with
+    /// HVX (`fatal error: error in backend: Cannot select: ...`), cut at 240 characters.
+    pub reason: String,
+}
+
+/// What the build does with a kernel clang-19's Hexagon backend cannot compile with HVX (it
+/// fails to select HVX instructions for some vector operation: a compiler defect, not a fault of
+/// the kernel).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum HvxPolicy {
+    /// Compile it again without HVX code generation (the same results, not vectorised), name
+    /// it in [`BuildReport::without_hvx`] and count it in the build record.
+    #[default]
+    Fallback,
+    /// Refuse it: the build fails with [`BuildError::HvxUnavailable`] and nothing is put at the
+    /// output (`hexrpc build-lib --require-hvx`).
+    Require,
 }
 
 /// One kernel of a table library ([`build_table_library`]): the C source that defines it, its
@@ -96,27 +122,56 @@ pub struct TableSource {
 /// kernel may return `void` or `int` (a non-zero `int` stops a batch and is reported with its
 /// record). Kernels from the same source are compiled together, once. Needs the v2 entry.
 pub fn build_table_library(kernels: &[TableSource], out: &Path, opts: &BuildOptions) -> Result<BuildReport, BuildError> {
+    build_table_library_with(kernels, out, opts, HvxPolicy::Fallback)
+}
+
+/// [`build_table_library`] with a choice of what happens to a kernel clang-19 cannot compile
+/// with HVX ([`HvxPolicy`]).
+pub fn build_table_library_with(
+    kernels: &[TableSource],
+    out: &Path,
+    opts: &BuildOptions,
+    hvx: HvxPolicy,
+) -> Result<BuildReport, BuildError> {
     // Table-level refusals (count, names, version) before any tool runs.
     let dry: Vec<TableEntry<'_>> =
         kernels.iter().map(|k| TableEntry { name: &k.name, signature: k.signature, returns_status: false }).collect();
     write_batch_entry(&mut String::new(), &dry, &opts.entry)?;
     let specs: Vec<KernelSpec<'_>> =
         kernels.iter().map(|k| KernelSpec { source: &k.source, name: k.name.clone(), sig: &k.signature }).collect();
-    build_kernels(&specs, out, opts, true)
+    build_kernels(&specs, out, opts, true, hvx)
 }
 
 /// Builds `out` from the kernel source `kernel_c` with signature `sig` (see the module docs).
 pub fn build_library(kernel_c: &Path, sig: &Signature, out: &Path, opts: &BuildOptions) -> Result<BuildReport, BuildError> {
+    build_library_with(kernel_c, sig, out, opts, HvxPolicy::Fallback)
+}
+
+/// [`build_library`] with a choice of what happens to a kernel clang-19 cannot compile with HVX
+/// ([`HvxPolicy`]).
+pub fn build_library_with(
+    kernel_c: &Path,
+    sig: &Signature,
+    out: &Path,
+    opts: &BuildOptions,
+    hvx: HvxPolicy,
+) -> Result<BuildReport, BuildError> {
     let kernel_name = match &opts.kernel_name {
         Some(n) => n.clone(),
         None => kernel_c.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default(),
     };
     check_kernel_name(&kernel_name).map_err(|_| BuildError::KernelName(kernel_name.clone()))?;
     let kernels = [KernelSpec { source: kernel_c, name: kernel_name, sig }];
-    build_kernels(&kernels, out, opts, false)
+    build_kernels(&kernels, out, opts, false, hvx)
 }
 
-fn build_kernels(kernels: &[KernelSpec<'_>], out: &Path, opts: &BuildOptions, table: bool) -> Result<BuildReport, BuildError> {
+fn build_kernels(
+    kernels: &[KernelSpec<'_>],
+    out: &Path,
+    opts: &BuildOptions,
+    table: bool,
+    hvx: HvxPolicy,
+) -> Result<BuildReport, BuildError> {
     let first = kernels.first().ok_or(BuildError::Record(RecordError::KernelCount(0)))?;
     // Refusals that need no tool.
     for k in kernels {
@@ -158,7 +213,7 @@ fn build_kernels(kernels: &[KernelSpec<'_>], out: &Path, opts: &BuildOptions, ta
     // Each kernel: found and matched against its signature; each source is then compiled once,
     // with the prototypes of every kernel it defines.
     let mut objects = Vec::new();
-    let mut scalar_kernels = Vec::new();
+    let mut without_hvx: Vec<(usize, WithoutHvx)> = Vec::new();
     let mut protos: Vec<String> = Vec::with_capacity(kernels.len());
     let mut status: Vec<bool> = Vec::with_capacity(kernels.len());
     for k in kernels {
@@ -207,8 +262,15 @@ fn build_kernels(kernels: &[KernelSpec<'_>], out: &Path, opts: &BuildOptions, ta
         let obj = work.join(format!("kernel{n}.o"));
         let mut flags = opts.kernel_cflags.clone();
         flags.extend(include.iter().cloned());
-        if compile_kernel(&opts.clang, &checked, &obj, &flags)? {
-            scalar_kernels.push(k.name.clone());
+        if let Some(reason) = compile_kernel(&opts.clang, &checked, &obj, &flags)? {
+            // Every kernel this source defines loses HVX with it.
+            let lost = kernels.iter().enumerate().filter(|(_, other)| same_file(other.source, k.source));
+            if hvx == HvxPolicy::Require {
+                let kernels = lost.map(|(_, other)| other.name.clone()).collect();
+                return Err(BuildError::HvxUnavailable { kernels, source: k.source.to_path_buf(), reason });
+            }
+            compile_kernel_without_hvx(&opts.clang, &checked, &obj, &flags)?;
+            without_hvx.extend(lost.map(|(j, other)| (j, WithoutHvx { kernel: other.name.clone(), reason: reason.clone() })));
         }
         objects.push(obj);
     }
@@ -253,7 +315,11 @@ fn build_kernels(kernels: &[KernelSpec<'_>], out: &Path, opts: &BuildOptions, ta
     let flags = if table { FLAG_BATCHES | FLAG_PROGRAM } else { 0 }
         | if opts.entry.map_cache { FLAG_MAP_CACHE } else { 0 }
         | if opts.entry.power_method { FLAG_POWER } else { 0 };
-    write_record_asm_flags(&mut record, opts.entry.version, &listed, flags).map_err(BuildError::Record)?;
+    without_hvx.sort_by_key(|(j, _)| *j);
+    let without_hvx: Vec<WithoutHvx> = without_hvx.into_iter().map(|(_, w)| w).collect();
+    // At most one per kernel, and the writer refuses more than MAX_KERNELS kernels.
+    let lost = without_hvx.len() as u32;
+    write_record_asm_hvx(&mut record, opts.entry.version, &listed, flags, lost).map_err(BuildError::Record)?;
     let record_source = work.join("record.s");
     std::fs::write(&record_source, &record).map_err(io_err(&record_source))?;
     let record_obj = work.join("record.o");
@@ -286,6 +352,7 @@ fn build_kernels(kernels: &[KernelSpec<'_>], out: &Path, opts: &BuildOptions, ta
     let rec = LibraryRecord::find(&bytes).map_err(BuildError::Record)?.ok_or(BuildError::Record(RecordError::Mismatch))?;
     let back_ok = rec.abi() == opts.entry.version
         && rec.map_cache() == opts.entry.map_cache
+        && rec.kernels_without_hvx() == lost
         && rec.kernels().count() == kernels.len()
         && rec.kernels().zip(kernels).all(|(r, k)| r.name == k.name && r.parse_signature().ok().as_ref() == Some(k.sig));
     if !back_ok {
@@ -301,6 +368,6 @@ fn build_kernels(kernels: &[KernelSpec<'_>], out: &Path, opts: &BuildOptions, ta
         linker_script,
         elf,
         carried_helpers,
-        scalar_kernels,
+        without_hvx,
     })
 }
