@@ -302,7 +302,8 @@ needs qemu-hexagon and no compiler, as on a device.
 
 ACTIONS:
     info    Validate the whole file (no DSP session) and print its provenance,
-            libraries, memory and input/output table
+            libraries (with how many of their kernels build-lib compiled without
+            HVX, when any), memory and input/output table
     run     Open the model, feed each input from a .npy file, run it N times and
             write the outputs asked for with --output (others are previewed)
     bench   Run it N times (default 100) on zero inputs; print the time per run as

@@ -64,10 +64,11 @@ fn info(file: &Path, json_out: bool) -> Result<String, Failure> {
     let bytes = read(file, MAX_MODEL, "model")?;
     let m = ModelFile::parse(&bytes, &Limits::DEFAULT).map_err(|e| refused(format!("{}: {e}", file.display())))?;
     let p = m.provenance();
-    let libs: Vec<(String, usize, usize, bool, bool, bool)> = m
+    let libs: Vec<(String, usize, usize, bool, bool, bool, u32)> = m
         .libraries()
         .map(|l| {
-            (l.name.to_owned(), l.image.len(), l.record.kernels().count(), l.record.programs(), l.record.map_cache(), l.record.power())
+            let r = &l.record;
+            (l.name.to_owned(), l.image.len(), r.kernels().count(), r.programs(), r.map_cache(), r.power(), r.kernels_without_hvx())
         })
         .collect();
     let arenas: u64 = m.arenas().map(|a| a.size).sum();
@@ -88,7 +89,7 @@ fn info(file: &Path, json_out: bool) -> Result<String, Failure> {
             .num("weight_bytes", weights)
             .raw("libraries", |s| {
                 s.push('[');
-                for (i, (name, len, kernels, programs, cache, power)) in libs.iter().enumerate() {
+                for (i, (name, len, kernels, programs, cache, power, without_hvx)) in libs.iter().enumerate() {
                     if i > 0 {
                         s.push(',');
                     }
@@ -98,7 +99,8 @@ fn info(file: &Path, json_out: bool) -> Result<String, Failure> {
                         .num("kernels", *kernels as u64)
                         .bool("programs", *programs)
                         .bool("map_cache", *cache)
-                        .bool("power", *power);
+                        .bool("power", *power)
+                        .num("kernels_without_hvx", u64::from(*without_hvx));
                     lo.end();
                 }
                 s.push(']');
@@ -139,9 +141,10 @@ fn info(file: &Path, json_out: bool) -> Result<String, Failure> {
         arenas,
         weights,
     );
-    for (name, len, kernels, programs, cache, power) in &libs {
+    for (name, len, kernels, programs, cache, power, without_hvx) in &libs {
         out.push_str(&format!(
-            "    {name}: {len} bytes, {kernels} kernels{}{}{}\n",
+            "    {name}: {len} bytes, {kernels} kernels{}{}{}{}\n",
+            if *without_hvx > 0 { format!(" ({without_hvx} compiled without HVX)") } else { String::new() },
             if *programs { ", programs" } else { ", no programs (export again with this hexrpc)" },
             if *cache { ", map cache" } else { "" },
             if *power { ", takes the DSP clock vote" } else { "" }
