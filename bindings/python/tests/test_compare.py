@@ -19,7 +19,10 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -259,6 +262,122 @@ def test_a_model_tinygrad_cannot_load_or_run_is_exit_2_not_a_device_failure(tmp_
         cap = capsys.readouterr()
         # (Progress lines may come before it on stderr.)
         assert cap.out == "" and "Traceback" not in cap.err and want in cap.err.splitlines()[-1], cap.err
+
+
+# -------------------------------------------------------------------------------------------------
+# YOLOv8n (nudenet 3.4.2) on HEXRPC, as a user runs it
+
+#: The environment variables that would make the YOLOv8n run pass for another reason than the
+#: device's own registrations: tinygrad's buffer limit for every device, and the bench's call
+#: limit (compare raises it itself).
+_USER_SETTINGS = ("MAX_KERNEL_BUFFERS", "HEXRPC_BENCH_CALL_LIMIT_MS")
+
+
+def nudenet_model() -> Path:
+    for mod in ("nudenet", "onnxruntime"):
+        if importlib.util.find_spec(mod) is None:
+            pytest.skip(f"{mod} is not installed (pip install nudenet==3.4.2; it ships YOLOv8n as nudenet/320n.onnx)")
+    path = Path(importlib.util.find_spec("nudenet").origin).parent / "320n.onnx"
+    if not path.is_file():
+        pytest.skip(f"nudenet has no {path} (this test is for nudenet 3.4.2)")
+    return path
+
+
+def test_yolov8n_runs_every_node_within_tolerance_with_no_settings():
+    """YOLOv8n from nudenet 3.4.2 at 1x3x160x160 through ``python -m hexrpc.compare``, against
+    onnxruntime, in a process whose environment sets neither tinygrad's ``MAX_KERNEL_BUFFERS``
+    nor the bench's call limit: its head's 19-buffer concat must be split by HEXRPC's own
+    registration (15 buffers) and its whole-model TinyJit graphs must fit the call limit
+    compare gives the bench. Every node within tolerance, exit 0."""
+    path = nudenet_model()
+    env = {k: v for k, v in os.environ.items() if k not in _USER_SETTINGS}
+    res = subprocess.run(
+        [sys.executable, "-m", "hexrpc.compare", str(path), "--input", "1x3x160x160", "--runs", "1", "--json"],
+        capture_output=True, text=True, env=env, timeout=3600, check=False,
+    )
+    assert res.returncode == compare.EXIT_WITHIN, res.stderr[-4000:]
+    rep = json.loads(res.stdout)
+    assert rep["inputs"] == {"images": [1, 3, 160, 160]} and rep["error"] is None and rep["failure"] is None
+    # 323 nodes, none of them Constant; the last is the detector's output, [1, 22, 525]:
+    # 4 box coordinates and nudenet's 18 class scores at 20x20 + 10x10 + 5x5 anchor points.
+    assert len(rep["nodes"]) >= 323 and all(r["within"] for r in rep["nodes"]), [r for r in rep["nodes"] if not r["within"]][:3]
+    assert rep["nodes"][-1]["output"] == "output0" and rep["nodes"][-1]["shape"] == [1, 22, 525]
+    assert "per-call limit is %d ms" % compare.BENCH_CALL_LIMIT_MS in res.stderr
+    lat = rep["latency"]
+    assert lat["runs"] == 1 and lat["figures"]["fastrpc_calls"]["p50"] >= 1
+
+
+# -------------------------------------------------------------------------------------------------
+# The bench's per-call limit
+
+
+def test_compare_gives_the_bench_its_own_call_limit_unless_the_user_set_one():
+    limit = compare.bench_call_limit
+    assert compare.BENCH_CALL_LIMIT_MS > 10_000
+    assert limit("HEXRPC", {"HEXRPC_BENCH": "1"}) == compare.BENCH_CALL_LIMIT_MS
+    assert limit("HEXRPC:1", {"HEXRPC_BENCH": "1"}) == compare.BENCH_CALL_LIMIT_MS
+    assert limit("hexrpc", {"HEXRPC_BENCH": "yes"}) == compare.BENCH_CALL_LIMIT_MS
+    # The user's limit wins, whatever it is.
+    assert limit("HEXRPC", {"HEXRPC_BENCH": "1", "HEXRPC_BENCH_CALL_LIMIT_MS": "2500"}) is None
+    assert limit("HEXRPC", {"HEXRPC_BENCH": "1", "HEXRPC_BENCH_CALL_LIMIT_MS": "900000"}) is None
+    # Off the bench there is no such limit; another device has no bench session.
+    assert limit("HEXRPC", {}) is None
+    assert limit("HEXRPC", {"HEXRPC_BENCH": "0"}) is None
+    assert limit("CPU", {"HEXRPC_BENCH": "1"}) is None
+
+
+def test_help_says_what_the_call_limit_is_and_how_to_raise_it(capsys):
+    assert compare.main(["--help"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "HEXRPC_BENCH_CALL_LIMIT_MS" in out and "default is 10000 (10 s)" in out, out
+    assert f"opens its session with {compare.BENCH_CALL_LIMIT_MS}" in out and "unless this variable is set" in out, out
+
+
+_CALL_LIMIT_PROBE = """
+import sys
+import hexrpc, hexrpc.tinygrad as ht
+from tinygrad import Device
+assert ht.set_bench_call_limit(300)
+dev = Device["HEXRPC"]
+assert not ht.set_bench_call_limit(400)  # the session is open: its limit stays
+lib = dev.session.open_library(hexrpc.build_library(sys.argv[1], "buf,u32", sys.argv[2]))
+lease = dev.session.alloc(4096)
+try:
+    lib.launch([lease.view(0, 4)], [4_000_000_000])
+except hexrpc.NeedsRecovery:
+    pass
+print(dev.session.last_restart)
+"""
+
+
+def test_the_limit_set_before_the_device_opens_is_the_sessions(tmp_path):
+    """``set_bench_call_limit`` (what compare calls) reaches the session the HEXRPC device opens:
+    a kernel spinning past 300 ms is ended there and the restart names that limit. In a process
+    of its own: the limit is fixed when the process's session opens."""
+    src = tmp_path / "spin.c"
+    src.write_text("void spin(unsigned int *out, unsigned int n) {\n"
+                   "  volatile unsigned int x = 0;\n"
+                   "  for (unsigned int i = 0; i < n; i++) x += i;\n  out[0] = x;\n}\n")
+    env = {k: v for k, v in os.environ.items() if k not in _USER_SETTINGS}
+    res = subprocess.run([sys.executable, "-c", _CALL_LIMIT_PROBE, str(src), str(tmp_path / "spin.so")],
+                         capture_output=True, text=True, env=env, timeout=600, check=False)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "per-call limit of 300 ms" in res.stdout, res.stdout
+
+
+def test_compare_opens_the_bench_with_its_limit(tmp_path):
+    """The decision is applied: a run in a fresh process says which limit the session got, and
+    leaves the user's alone."""
+    model = tmp_path / "m.onnx"
+    model.write_bytes(_model([1, 3, 4, 5]).SerializeToString())
+    base = {k: v for k, v in os.environ.items() if k not in _USER_SETTINGS}
+    cmd = [sys.executable, "-m", "hexrpc.compare", str(model), "--input", "1x3x4x5", "--runs", "1"]
+    ours = subprocess.run(cmd, capture_output=True, text=True, env=base, timeout=600, check=False)
+    assert ours.returncode == 0, ours.stderr[-3000:]
+    assert f"the bench's per-call limit is {compare.BENCH_CALL_LIMIT_MS} ms" in ours.stderr, ours.stderr
+    users = subprocess.run(cmd, capture_output=True, text=True, env={**base, "HEXRPC_BENCH_CALL_LIMIT_MS": "2500"}, timeout=600, check=False)
+    assert users.returncode == 0, users.stderr[-3000:]
+    assert "per-call limit" not in users.stderr, users.stderr
 
 
 # -------------------------------------------------------------------------------------------------

@@ -56,6 +56,7 @@ import contextlib
 import functools
 import json
 import math
+import os
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -79,6 +80,7 @@ from hexrpc.onnx_model import (
 )
 
 __all__ = [
+    "BENCH_CALL_LIMIT_MS",
     "DEFAULT_TOLERANCES",
     "EXIT_PAST",
     "EXIT_USAGE",
@@ -88,6 +90,7 @@ __all__ = [
     "Options",
     "Report",
     "Tolerance",
+    "bench_call_limit",
     "compare_values",
     "main",
     "parse_args",
@@ -101,6 +104,12 @@ EXIT_WITHIN, EXIT_PAST, EXIT_USAGE = 0, 1, 2
 #: tinygrad's jit runs a function plainly once, captures it on the second call and replays the
 #: capture from the third: the runs before the measured ones.
 WARMUP_RUNS = 2
+
+#: The bench's per-call limit (ms) this tool opens its session with on the bench, unless
+#: ``HEXRPC_BENCH_CALL_LIMIT_MS`` is set (see :func:`bench_call_limit`). The bench's own default
+#: is 10 s; one TinyJit graph of YOLOv8n at 1x3x160x160 or PP-OCRv4's recognizer at 1x3x48x320
+#: is one FastRPC call and outlasts that under qemu-hexagon.
+BENCH_CALL_LIMIT_MS = 600_000
 
 
 # -------------------------------------------------------------------------------------------------
@@ -362,6 +371,15 @@ EXIT STATUS
 
 ENVIRONMENT
   HEXRPC_BENCH=1  run on hexrpc's bench (kernels under qemu-hexagon); else on the device.
+  HEXRPC_BENCH_CALL_LIMIT_MS
+                  bench only: how long one DSP call may run before the bench ends the DSP
+                  process (a restart, and the device fails), in milliseconds. The bench's
+                  default is 10000 (10 s), but the latency phase runs the whole model as TinyJit
+                  graphs, each one FastRPC call, and under qemu-hexagon a real model's graph
+                  takes longer; so on the bench this tool opens its session with %(call_limit)d
+                  (%(call_limit_min)d min) unless this variable is set, which wins (set it to
+                  raise the limit further). The limit is the session's, so it holds for the
+                  per-node phase too.
   HEXRPC_CLI      the hexrpc tool that builds the kernels (else `hexrpc` on PATH).
   CC              the C compiler of tinygrad's CPU device (--reference cpu), e.g. clang-19.
   XDG_CACHE_HOME  where the caches go (else ~/.cache): tinygrad's kernel cache (tinygrad/;
@@ -387,7 +405,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="python -m hexrpc.compare",
         description="Compare an ONNX model on HEXRPC with a reference, node by node, and time it under TinyJit.",
-        epilog=HELP % {"warmup": WARMUP_RUNS},
+        epilog=HELP % {"warmup": WARMUP_RUNS, "call_limit": BENCH_CALL_LIMIT_MS, "call_limit_min": BENCH_CALL_LIMIT_MS // 60_000},
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("model", metavar="MODEL.onnx", help="the ONNX model (at most 2 GiB, no external data)")
@@ -653,11 +671,31 @@ class Report:
         return d
 
 
-def _open_device(device: str) -> None:
+def bench_call_limit(device: str, environ: Mapping[str, str]) -> int | None:
+    """The per-call limit (ms) this tool gives the bench's session for ``device`` in the
+    environment ``environ``: :data:`BENCH_CALL_LIMIT_MS` for ``HEXRPC`` (or ``HEXRPC:n``) on the
+    bench (``HEXRPC_BENCH`` set, not ``0``); ``None`` (the session's own limit) off the bench,
+    for another device, or when ``HEXRPC_BENCH_CALL_LIMIT_MS`` is set (the user's limit)."""
+    if device.split(":")[0].upper() != "HEXRPC" or environ.get("HEXRPC_BENCH", "") in ("", "0"):
+        return None
+    if "HEXRPC_BENCH_CALL_LIMIT_MS" in environ:
+        return None
+    return BENCH_CALL_LIMIT_MS
+
+
+def _open_device(device: str, log: Callable[[str], None] | None = None) -> None:
     from tinygrad import Device
 
     if device.split(":")[0].upper() == "HEXRPC":
         import hexrpc.tinygrad  # noqa: F401  (registers the device)
+
+        if (limit := bench_call_limit(device, os.environ)) is not None:
+            if hexrpc.tinygrad.set_bench_call_limit(limit):
+                what = f"the bench's per-call limit is {limit} ms (HEXRPC_BENCH_CALL_LIMIT_MS sets another)"
+            else:
+                what = "the bench's session was already open: its per-call limit stays"
+            if log is not None:
+                log(f"compare: {what}")
     try:
         Device[device]
     except Exception as e:  # noqa: BLE001  (a device's constructor raises anything)
@@ -687,7 +725,7 @@ def run(opts: Options, *, around_node: Callable[[int], AbstractContextManager[An
     model = prepare(opts.model, opts.shapes)
     arrays = random_inputs(model.inputs, opts.seed)
     chosen, how = select_nodes(model.nodes, opts.nodes, model.outputs)
-    _open_device(opts.device)
+    _open_device(opts.device, log)
     # Loaded first: a model tinygrad's runner cannot load is refused (exit 2) before the
     # reference runs. A failure of the device itself here is a result, as on any node.
     dut, load_error = None, None
