@@ -54,6 +54,8 @@ pub struct ModelArgs {
     pub json: bool,
     /// `--per-kernel`: each kernel's DSP time.
     pub per_kernel: bool,
+    /// `--count`: the bench's execution counts (emulated packets).
+    pub count: bool,
     /// `--power LEVEL`: the DSP clock vote.
     pub power: Option<String>,
     /// `--no-pm-qos`: no PM-QoS vote.
@@ -250,6 +252,7 @@ pub fn parse(args: Vec<std::ffi::OsString>) -> Result<(i32, Command), Usage> {
             Long("device") if command == "model" => ma.mode = Some(Mode::Device),
             Long("json") if command == "model" => ma.json = true,
             Long("per-kernel") if command == "model" => ma.per_kernel = true,
+            Long("count") if command == "model" => ma.count = true,
             Long("power") if command == "model" => ma.power = Some(p.value()?.string()?),
             Long("no-pm-qos") if command == "model" => ma.no_pm_qos = true,
             Value(v) if command == "build-lib" => bl.more.push(v.into()),

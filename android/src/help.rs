@@ -284,9 +284,9 @@ USAGE:
     hexrpc model info  FILE [--json]
     hexrpc model run   FILE [--input NAME=FILE.npy]... [--output NAME=FILE.npy]...
                             [--runs N] [--deadline-ms MS] [--bench | --device] [--json]
-                            [--per-kernel] [--power LEVEL] [--no-pm-qos]
+                            [--per-kernel] [--count] [--power LEVEL] [--no-pm-qos]
     hexrpc model bench FILE [--runs N] [--bench | --device] [--json]
-                            [--per-kernel] [--power LEVEL] [--no-pm-qos]
+                            [--per-kernel] [--count] [--power LEVEL] [--no-pm-qos]
     hexrpc model check FILE [--bench | --device] [--json]
     hexrpc model sample OUT.hxm [--size N]
 
@@ -325,6 +325,9 @@ OPTIONS:
                             qemu-hexagon, the sample's on the bench's models
     --device                Run on the device (the default when its node exists)
     --per-kernel            Time every kernel on the DSP (PER KERNEL below)
+    --count                 Bench only: count the packets, instructions and HVX
+                            instructions qemu-hexagon executes per run, and per
+                            kernel with --per-kernel (COUNTS below)
     --power LEVEL           The DSP clock vote each library gets after it opens:
                             sustained (default; a clock floor, DCVS above it),
                             burst (top clock, DCVS off) or off (no vote)
@@ -386,6 +389,22 @@ library models) figures; on a device, device figures. A library built before
 per-record times is counted as untimed calls. --json: \"per_kernel\":
 {\"label\", \"what\", \"untimed_calls\", \"kernels\": [{\"kernel\",
 \"launches_per_run\", \"us_per_run\"}]}.
+
+COUNTS:
+With --count (and --bench) each run reports what qemu-hexagon executed for it:
+packets, instructions, and the instructions that are HVX, as the emulator's own
+counters count them (the bench's DSP shell reads them around each call and each
+kernel). These are EMULATED PACKETS, NOT DSP TIME: a packet is the emulator's unit
+of work, not a cycle, so compare two builds of one model with them (fewer packets,
+a larger HVX share), never a deadline. The line gives the last run's counts: they
+repeat exactly from the second run on, and the line says whether they did; the
+first run counts a few hundred packets more (it maps the model's buffers on the
+DSP, which the map cache keeps for later runs). With --per-kernel the table
+gains each kernel's packets per run and HVX share. Libraries that the bench
+models in Rust (the sample's) run no Hexagon code: nothing to count. On a device
+--count is a usage error. --json: \"exec_counts\": null, or {\"label\": \"emulated\",
+\"what\", \"runs\", \"packets_per_run\", \"instructions_per_run\", \"hvx_per_run\",
+\"first_run_packets\", \"identical\" (runs 2 to N; null for one run)}, and each per-kernel row gains \"packets_per_run\", \"hvx_per_run\".
 
 EXIT STATUS: 0 on success, 1 when the model was refused or a run failed (the
 reason on stderr), 2 on usage errors and bad inputs.

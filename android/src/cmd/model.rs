@@ -248,7 +248,45 @@ struct Measured {
     /// With `--per-kernel`: each kernel's time, and the calls whose library did not time its
     /// records.
     kernels: Option<(Vec<KernelRow>, usize)>,
+    /// With `--count` (bench only): what qemu-hexagon executed.
+    counts: Option<CountSummary>,
     outputs: Vec<(Tensor, Vec<u8>)>,
+}
+
+/// What qemu-hexagon executed (the bench's execution counts, `--count`): emulated packets,
+/// instructions and HVX instructions, never DSP time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Counted {
+    packets: u64,
+    instructions: u64,
+    hvx: u64,
+}
+
+impl Counted {
+    fn plus(self, o: Counted) -> Counted {
+        Counted { packets: self.packets + o.packets, instructions: self.instructions + o.instructions, hvx: self.hvx + o.hvx }
+    }
+
+    /// HVX instructions as a percentage of all instructions.
+    fn hvx_percent(&self) -> f64 {
+        if self.instructions == 0 {
+            0.0
+        } else {
+            100.0 * self.hvx as f64 / self.instructions as f64
+        }
+    }
+}
+
+/// One invoke's counts on the bench: its method (5: a program), its total, and each kernel's in
+/// run order (`None`: not split).
+type InvokeCounted = (u32, Counted, Option<Vec<Counted>>);
+
+/// `--count`: each run's counts, and per kernel name the counts over every run (with
+/// `--per-kernel`, when each program call's kernels pair with the profile's records).
+#[derive(Clone, Debug, Default)]
+struct CountSummary {
+    per_run: Vec<Counted>,
+    per_kernel: std::collections::BTreeMap<String, Counted>,
 }
 
 /// One kernel of `--per-kernel`: its name, its records over every run and their microseconds
@@ -261,6 +299,7 @@ type KernelRow = (String, usize, u64);
 struct Ask {
     latency: hexrpc_hal::LatencyPolicy,
     per_kernel: bool,
+    count: bool,
 }
 
 /// The percentiles of the tail-latency block, in tenths of a percent (per mille), with their
@@ -440,24 +479,37 @@ fn tail_json(rows: &[TailRow], s: &mut String) {
     s.push(']');
 }
 
-/// Opens the model on `served` and runs it `runs` times. `simulated`, on the bench, gives the
-/// simulated time charged since it was last called (it is called once after the open, then after
-/// each run).
+/// What the bench gives a run besides its outputs: the simulated time charged since it was last
+/// called, and (with `--count`) the execution counts of the invokes made since. Each is called
+/// once after the open, then after each run.
+#[derive(Clone, Copy)]
+struct BenchTakes<'a> {
+    simulated: &'a dyn Fn() -> Duration,
+    counts: Option<&'a dyn Fn() -> Vec<InvokeCounted>>,
+}
+
+/// Opens the model on `served` and runs it `runs` times (`takes`: on the bench).
 fn execute<S: Syscalls + Clone + Send + Sync + 'static>(
     served: &ServedSession<S>,
     bytes: &[u8],
     ins: &[Vec<u8>],
     runs: u32,
     deadline: Option<Duration>,
-    simulated: Option<&dyn Fn() -> Duration>,
+    takes: Option<BenchTakes<'_>>,
     per_kernel: bool,
 ) -> Result<Measured, Failure> {
+    let simulated = takes.map(|t| t.simulated);
+    let take_counts = takes.and_then(|t| t.counts);
     let t0 = Instant::now();
     let mut model = LoadedModel::open(served, bytes).map_err(|e| refused(format!("opening the model: {e}")))?;
     let open = t0.elapsed();
     if let Some(take) = simulated {
         take(); // the open's crossings are not a run's
     }
+    if let Some(take) = take_counts {
+        take(); // nor its invokes
+    }
+    let mut counts = take_counts.map(|_| CountSummary::default());
     let mut sim = Vec::with_capacity(if simulated.is_some() { runs as usize } else { 0 });
     let in_refs: Vec<&[u8]> = ins.iter().map(Vec::as_slice).collect();
     let mut outs: Vec<Vec<u8>> = model.outputs().iter().map(|t| vec![0u8; t.len as usize]).collect();
@@ -468,9 +520,13 @@ fn execute<S: Syscalls + Clone + Send + Sync + 'static>(
     for n in 0..runs {
         let mut out_refs: Vec<&mut [u8]> = outs.iter_mut().map(Vec::as_mut_slice).collect();
         let t = Instant::now();
+        let mut names: Vec<String> = Vec::new();
         let r = if per_kernel {
             let (r, p) =
                 model.run_profiled(&in_refs, &mut out_refs, deadline).map_err(|e| refused(format!("run {} of {runs}: {e}", n + 1)))?;
+            if counts.is_some() {
+                names = p.records.iter().map(|k| k.kernel.clone()).collect();
+            }
             for k in p.records {
                 let e = per.entry(k.kernel).or_default();
                 e.0 += 1;
@@ -484,6 +540,19 @@ fn execute<S: Syscalls + Clone + Send + Sync + 'static>(
         times.push(t.elapsed());
         if let Some(take) = simulated {
             sim.push(take());
+        }
+        if let (Some(take), Some(c)) = (take_counts, counts.as_mut()) {
+            let invokes = take();
+            c.per_run.push(invokes.iter().fold(Counted::default(), |a, i| a.plus(i.1)));
+            // The program calls' kernels, in run order, are the profile's records.
+            let kernels: Option<Vec<Counted>> =
+                invokes.iter().filter(|i| i.0 == PROGRAM_METHOD).map(|i| i.2.clone()).collect::<Option<Vec<_>>>().map(|v| v.concat());
+            if let Some(k) = kernels.filter(|k| k.len() == names.len()) {
+                for (name, k) in names.iter().zip(k) {
+                    let e = c.per_kernel.entry(name.clone()).or_default();
+                    *e = e.plus(k);
+                }
+            }
         }
         dsp_us += r.dsp_micros;
         if !served.session().is_healthy() {
@@ -506,9 +575,13 @@ fn execute<S: Syscalls + Clone + Send + Sync + 'static>(
             v.sort_by(|a, b| b.2.cmp(&a.2).then_with(|| a.0.cmp(&b.0)));
             (v, untimed)
         }),
+        counts,
         outputs,
     })
 }
+
+/// The scalars word's method of a program call (launch ABI method 5).
+const PROGRAM_METHOD: u32 = 5;
 
 /// A session on the device (detected board) or on the bench, and the model run on it.
 fn on_session(
@@ -548,7 +621,12 @@ fn bench_execute(bytes: &[u8], ins: &[Vec<u8>], runs: u32, deadline: Option<Dura
         bench.clear_logs();
         sum
     };
-    execute(&served, bytes, ins, runs, deadline, Some(&take), ask.per_kernel).map_err(|f| match (f, bench.last_restart()) {
+    let take_counts = || -> Vec<InvokeCounted> {
+        let c = |e: hexrpc_bench::executor::wire::ExecCounts| Counted { packets: e.packets, instructions: e.instructions, hvx: e.hvx };
+        bench.take_exec_counts().0.into_iter().map(|i| (i.method, c(i.total), i.kernels.map(|k| k.into_iter().map(c).collect()))).collect()
+    };
+    let takes = BenchTakes { simulated: &take, counts: ask.count.then_some(&take_counts as &dyn Fn() -> Vec<InvokeCounted>) };
+    execute(&served, bytes, ins, runs, deadline, Some(takes), ask.per_kernel).map_err(|f| match (f, bench.last_restart()) {
         (Failure::Refused(m), Some(why)) => refused(format!("{m}; the bench recorded why: {why}")),
         (f, _) => f,
     })
@@ -609,6 +687,7 @@ fn report(what: &str, file: &Path, mode: Mode, m: &Measured, written: &[(String,
             .num("setup_failures", u64::from(m.power.1))
             .num("power_vote_libraries", m.power.2 .0 as u64)
             .raw("per_kernel", |s| per_kernel_json(mode, m, s))
+            .raw("exec_counts", |s| count_json(m, s))
             .raw("outputs", |s| {
                 s.push('[');
                 for (i, (name, path, bytes)) in written.iter().enumerate() {
@@ -650,6 +729,7 @@ fn report(what: &str, file: &Path, mode: Mode, m: &Measured, written: &[(String,
             (_, f, _) => format!(", refused {f} time(s) by a library (see the log)"),
         }
     ));
+    count_text(m, &mut out);
     per_kernel_text(mode, m, &mut out);
     if mode == Mode::Bench {
         out.push_str("  (bench: simulated DSP, or Hexagon code under qemu-hexagon; simulated and emulated, not device figures)\n");
@@ -661,6 +741,96 @@ fn report(what: &str, file: &Path, mode: Mode, m: &Measured, written: &[(String,
         out.push_str(&format!("  wrote {name} ({bytes} bytes) to {}\n", path.display()));
     }
     out
+}
+
+/// What `--count` counts, for its label.
+const COUNT_WHAT: &str = "qemu-hexagon's count of what it executed; emulated packets, not DSP time";
+
+/// Groups of three digits: 1234567 is "1,234,567".
+fn thousands(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// `--count`'s figures: the steady run's counts (the last run's) and the first run's, and whether
+/// every run after the first counted the same (`None` with a single run). The first run of a
+/// model maps its buffers on the DSP (the map cache keeps them for the later runs), so it counts
+/// a few hundred packets more.
+fn count_figures(c: &CountSummary) -> Option<(Counted, Counted, Option<bool>)> {
+    let first = *c.per_run.first()?;
+    let steady = *c.per_run.last()?;
+    let identical = (c.per_run.len() > 1).then(|| c.per_run[1..].iter().all(|r| *r == steady));
+    Some((steady, first, identical))
+}
+
+/// `--count`: the packets, instructions and HVX instructions of a run, and whether every run
+/// after the first counted the same.
+fn count_text(m: &Measured, out: &mut String) {
+    let Some((steady, first, identical)) = m.counts.as_ref().and_then(count_figures) else { return };
+    if first.packets == 0 && steady.packets == 0 {
+        out.push_str("  emulated packets per run: none: no Hexagon code ran (the bench's library models run in Rust)\n");
+        return;
+    }
+    let runs = m.counts.as_ref().map_or(0, |c| c.per_run.len());
+    let repeat = match identical {
+        None => "a single run, the first (it maps the model's buffers on the DSP; run more for a steady run)".to_string(),
+        Some(true) if first == steady => format!("identical in all {runs} runs"),
+        Some(true) => format!(
+            "identical in runs 2 to {runs}; the first run {} packets (it maps the model's buffers on the DSP)",
+            thousands(first.packets)
+        ),
+        Some(false) => {
+            let later = &m.counts.as_ref().map_or(&[][..], |c| &c.per_run[1..]);
+            let (lo, hi) = later.iter().fold((u64::MAX, 0), |(lo, hi), r| (lo.min(r.packets), hi.max(r.packets)));
+            format!(
+                "NOT identical in runs 2 to {runs}: {} to {} packets (the count should repeat exactly: report it)",
+                thousands(lo),
+                thousands(hi)
+            )
+        }
+    };
+    out.push_str(&format!(
+        "  emulated packets per run [{COUNT_WHAT}]: {} packets, {} instructions, {} HVX ({:.1} %); {repeat}\n",
+        thousands(steady.packets),
+        thousands(steady.instructions),
+        thousands(steady.hvx),
+        steady.hvx_percent(),
+    ));
+}
+
+/// `"exec_counts"` of `--json`: `null` without `--count`, else `{label, what, runs,
+/// packets_per_run, instructions_per_run, hvx_per_run, first_run_packets, identical}`: the
+/// steady (last) run's counts, the first run's packets, and whether the runs after the first
+/// counted the same (`null` for a single run).
+fn count_json(m: &Measured, s: &mut String) {
+    let Some((steady, first, identical)) = m.counts.as_ref().and_then(count_figures) else {
+        s.push_str("null");
+        return;
+    };
+    let runs = m.counts.as_ref().map_or(0, |c| c.per_run.len()) as u64;
+    let mut o = json::Object::new(s);
+    o.str("label", "emulated")
+        .str("what", COUNT_WHAT)
+        .num("runs", runs)
+        .num("packets_per_run", steady.packets)
+        .num("instructions_per_run", steady.instructions)
+        .num("hvx_per_run", steady.hvx)
+        .num("first_run_packets", first.packets)
+        .raw("identical", |s| {
+            s.push_str(match identical {
+                None => "null",
+                Some(true) => "true",
+                Some(false) => "false",
+            })
+        });
+    o.end();
 }
 
 /// "library" or "libraries".
@@ -703,10 +873,21 @@ fn per_kernel_text(mode: Mode, m: &Measured, out: &mut String) {
         out.push_str(&format!("    ({untimed} call(s) ran on a library built before per-record times: not in the table)\n"));
     }
     let width = rows.iter().map(|r| r.0.len()).max().unwrap_or(0).max(6);
-    out.push_str(&format!("    {:<width$}  {:>8}  {:>12}  {:>6}\n", "kernel", "launches", "us", "share"));
+    // With --count, each kernel's emulated packets per run and its HVX share.
+    let counted = m.counts.as_ref().map(|c| &c.per_kernel).filter(|k| !k.is_empty());
+    let mut head = format!("    {:<width$}  {:>8}  {:>12}  {:>6}", "kernel", "launches", "us", "share");
+    if counted.is_some() {
+        head.push_str(&format!("  {:>14}  {:>6}", "packets (emu)", "HVX"));
+    }
+    out.push_str(&head);
+    out.push('\n');
     for (name, n, us) in rows {
         let share = if total > 0 { 100.0 * *us as f64 / total as f64 } else { 0.0 };
-        out.push_str(&format!("    {name:<width$}  {:>8}  {:>12.1}  {share:>5.1}%\n", *n as f64 / runs, *us as f64 / runs));
+        out.push_str(&format!("    {name:<width$}  {:>8}  {:>12.1}  {share:>5.1}%", *n as f64 / runs, *us as f64 / runs));
+        if let Some(c) = counted.and_then(|k| k.get(name)) {
+            out.push_str(&format!("  {:>14}  {:>5.1}%", thousands(c.packets / runs as u64), c.hvx_percent()));
+        }
+        out.push('\n');
     }
 }
 
@@ -728,6 +909,9 @@ fn per_kernel_json(mode: Mode, m: &Measured, s: &mut String) {
             }
             let mut k = json::Object::new(s);
             k.str("kernel", name).float("launches_per_run", *n as f64 / runs).float("us_per_run", *us as f64 / runs);
+            if let Some(c) = m.counts.as_ref().and_then(|c| c.per_kernel.get(name)) {
+                k.num("packets_per_run", c.packets / runs as u64).num("hvx_per_run", c.hvx / runs as u64);
+            }
             k.end();
         }
         s.push(']');
@@ -770,8 +954,17 @@ fn run_on(a: &ModelArgs, what: &str, board: Option<&str>) -> Result<String, Fail
         Some(s) => hexrpc_hal::DspPower::from_name(s).ok_or_else(|| usage(format!("--power {s:?}: off, sustained or burst")))?,
     };
     let vote = if a.no_pm_qos { hexrpc_hal::PmQosVote::Off } else { hexrpc_hal::PmQosVote::Board };
-    let ask = Ask { latency: hexrpc_hal::LatencyPolicy::REALTIME.with_pm_qos(vote).with_dsp_power(power), per_kernel: a.per_kernel };
+    let ask = Ask {
+        latency: hexrpc_hal::LatencyPolicy::REALTIME.with_pm_qos(vote).with_dsp_power(power),
+        per_kernel: a.per_kernel,
+        count: a.count,
+    };
     let mode = mode_of(a.mode)?;
+    if a.count && mode == Mode::Device {
+        return Err(usage(
+            "--count counts what qemu-hexagon executes, so it runs with --bench only; on a device, --per-kernel gives each kernel's DSP time",
+        ));
+    }
     let measured = on_session(mode, board, &bytes, &ins, runs, deadline, ask)?;
     let mut written = Vec::new();
     for (name, path) in &outs {
@@ -862,6 +1055,7 @@ mod tests {
             pm_qos: PmQosState::NotAsked,
             power: (hexrpc_hal::DspPower::Sustained, 0, (1, 1)),
             kernels: None,
+            counts: None,
             outputs: Vec::new(),
         }
     }
@@ -879,6 +1073,57 @@ mod tests {
         let mut out = String::new();
         per_kernel_text(Mode::Bench, &m, &mut out);
         assert!(out.contains("launches") && out.contains("r_4_4"), "{out}");
+    }
+
+    #[test]
+    fn count_lines_say_emulated_and_whether_every_run_after_the_first_counted_the_same() {
+        let c = |packets, hvx| Counted { packets, instructions: packets * 2, hvx };
+        let summary = |per_run: Vec<Counted>| Some(CountSummary { per_run, per_kernel: Default::default() });
+        let line = |m: &Measured| {
+            let mut out = String::new();
+            count_text(m, &mut out);
+            out
+        };
+        let mut m = measured(&[10, 10, 10], &[]);
+        // The first run maps the buffers (more packets); the later ones repeat exactly.
+        m.counts = summary(vec![c(1_234_800, 0), c(1_234_567, 0), c(1_234_567, 0)]);
+        let out = line(&m);
+        assert!(out.contains("emulated packets, not DSP time") && out.contains("1,234,567 packets"), "{out}");
+        assert!(out.contains("2,469,134 instructions") && out.contains("identical in runs 2 to 3; the first run 1,234,800"), "{out}");
+        let mut json = String::new();
+        count_json(&m, &mut json);
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(
+            (v["label"].as_str(), v["packets_per_run"].as_u64(), v["first_run_packets"].as_u64(), v["identical"].as_bool()),
+            (Some("emulated"), Some(1_234_567), Some(1_234_800), Some(true))
+        );
+        m.counts = summary(vec![c(7, 0); 3]);
+        assert!(line(&m).contains("identical in all 3 runs"), "{}", line(&m));
+        // Later runs that differ are said to.
+        m.counts = summary(vec![c(130, 0), c(100, 0), c(120, 0)]);
+        assert!(line(&m).contains("NOT identical in runs 2 to 3: 100 to 120 packets"), "{}", line(&m));
+        // One run: the first, said so; JSON identical null.
+        m.counts = summary(vec![c(130, 0)]);
+        assert!(line(&m).contains("a single run, the first"), "{}", line(&m));
+        let mut json = String::new();
+        count_json(&m, &mut json);
+        assert!(serde_json::from_str::<serde_json::Value>(&json).unwrap()["identical"].is_null(), "{json}");
+        // No Hexagon code (the bench's library models): nothing to count, said so.
+        m.counts = summary(vec![c(0, 0)]);
+        assert!(line(&m).contains("no Hexagon code ran"), "{}", line(&m));
+        // Without --count: no line, null.
+        m.counts = None;
+        let mut json = String::new();
+        count_json(&m, &mut json);
+        assert!(line(&m).is_empty() && json == "null");
+        // Per kernel, with --per-kernel: the packets column and the HVX share.
+        let mut per_kernel = std::collections::BTreeMap::new();
+        per_kernel.insert("r_4_4".to_string(), Counted { packets: 3000, instructions: 4000, hvx: 1000 });
+        m.counts = Some(CountSummary { per_run: vec![c(5000, 1000); 3], per_kernel });
+        m.kernels = Some((vec![("r_4_4".to_string(), 6, 30)], 0));
+        let mut out = String::new();
+        per_kernel_text(Mode::Bench, &m, &mut out);
+        assert!(out.contains("packets (emu)") && out.contains(" 1,000   25.0%"), "{out}");
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! outputs, checked and benchmarked; every bad input a usage error (exit 2) that names it; a
 //! damaged file refused (exit 1) with the part and the field.
 
-use crate::common::{hexrpc_in, scratch_dir, stderr_of};
+use crate::common::{executor_runnable, hexrpc_in, scratch_dir, stderr_of};
 
 /// A `.npy` v1.0 file of uint8 with `shape`.
 fn npy_u8(shape: &[u64], data: &[u8]) -> Vec<u8> {
@@ -166,4 +166,69 @@ fn model_bench_per_kernel_names_each_kernel_and_the_latency_policy_flags_reach_t
     let o = hexrpc_in(&dir, &["model", "bench", "s.hxm", "--bench", "--power", "turbo"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr_of(&o).contains("off, sustained or burst"), "{}", stderr_of(&o));
+}
+
+#[test]
+fn model_bench_count_reports_emulated_packets_that_repeat_exactly_per_run_and_per_kernel() {
+    use hexrpc_model::{DType, Direction, IoSpec, ModelBuilder, StepSpec};
+    let dir = scratch_dir("model-count");
+    // Usage first (no tools needed): --count on a device is refused before any session.
+    assert!(hexrpc_in(&dir, &["model", "sample", "s.hxm", "--size", "16"]).status.success());
+    let o = hexrpc_in(&dir, &["model", "bench", "s.hxm", "--device", "--count"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr_of(&o));
+    assert!(stderr_of(&o).contains("--count counts what qemu-hexagon executes"), "{}", stderr_of(&o));
+    // The sample runs on the bench's Rust models: nothing to count, said so.
+    let o = hexrpc_in(&dir, &["model", "bench", "s.hxm", "--bench", "--runs", "2", "--count"]);
+    assert!(o.status.success() && String::from_utf8_lossy(&o.stdout).contains("no Hexagon code ran"), "{o:?}");
+    if !executor_runnable() {
+        return;
+    }
+    // A model of real kernels: spin_u32 twice (1,000 and 3,000 iterations), bump_u8 once.
+    std::fs::write(
+        dir.join("k.c"),
+        "void spin_u32(unsigned int *o, unsigned int n) { volatile unsigned int c = 0; while (c < n) c = c + 1u; o[0] = c; }\n\
+         void bump_u8(unsigned char *a, unsigned int n) { for (unsigned int i = 0; i < n; i++) a[i] += 1; }\n",
+    )
+    .unwrap();
+    let o = hexrpc_in(&dir, &["build-lib", "k.c", "--table", "spin_u32:buf,u32", "--table", "bump_u8:buf,u32", "-o", "t.so", "-q"]);
+    assert!(o.status.success(), "{}", stderr_of(&o));
+    let mut records = hexrpc_model::encode_record(0, &[(0, 0, 4)], &[1000]).unwrap();
+    records.extend(hexrpc_model::encode_record(0, &[(0, 0, 4)], &[3000]).unwrap());
+    records.extend(hexrpc_model::encode_record(1, &[(0, 128, 256)], &[256]).unwrap());
+    let file = ModelBuilder {
+        arch: 0x65,
+        source_digest: [0; 32],
+        source_name: "counted".into(),
+        tinygrad_version: String::new(),
+        hexrpc_version: env!("CARGO_PKG_VERSION").into(),
+        libraries: vec![("counted".into(), std::fs::read(dir.join("t.so")).unwrap())],
+        arenas: vec![(4096, 128)],
+        init: vec![],
+        steps: vec![StepSpec { library: 0, launches: 3, records }],
+        io: vec![
+            IoSpec { name: "x".into(), direction: Direction::Input, dtype: DType::U8, shape: vec![256], arena: 0, offset: 128 },
+            IoSpec { name: "n".into(), direction: Direction::Output, dtype: DType::U32, shape: vec![1], arena: 0, offset: 0 },
+        ],
+    }
+    .to_bytes();
+    std::fs::write(dir.join("c.hxm"), file).unwrap();
+    let o = hexrpc_in(&dir, &["model", "bench", "c.hxm", "--bench", "--runs", "3", "--count", "--per-kernel", "--json"]);
+    assert!(o.status.success(), "{}", stderr_of(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let c = &v["exec_counts"];
+    assert_eq!((c["label"].as_str(), c["runs"].as_u64(), c["identical"].as_bool()), (Some("emulated"), Some(3), Some(true)), "{c}");
+    let packets = c["packets_per_run"].as_u64().unwrap();
+    // The first run maps the model's buffers on the DSP (the map cache keeps them): more packets.
+    assert!(c["first_run_packets"].as_u64().unwrap() > packets, "{c}");
+    assert!(packets > 4000 && c["instructions_per_run"].as_u64().unwrap() >= packets, "{c}");
+    // Per kernel: spin_u32's 4,000 iterations over both launches, bump_u8's 256 bytes; within the run.
+    let rows = v["per_kernel"]["kernels"].as_array().unwrap();
+    let of = |name: &str| rows.iter().find(|k| k["kernel"] == name).and_then(|k| k["packets_per_run"].as_u64()).unwrap_or(0);
+    let (spin, bump) = (of("spin_u32"), of("bump_u8"));
+    assert!(spin > 4000 && bump > 0 && spin + bump < packets, "{rows:?} of {packets}");
+    // The text names the figures for what they are.
+    let o = hexrpc_in(&dir, &["model", "bench", "c.hxm", "--bench", "--runs", "3", "--count"]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("emulated packets, not DSP time") && text.contains("identical in runs 2 to 3"), "{text}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
