@@ -17,7 +17,7 @@ installed (.ci/bindings installs both).
   ``python -m hexrpc.compare`` process with neither ``MAX_KERNEL_BUFFERS`` nor
   ``HEXRPC_BENCH_CALL_LIMIT_MS`` set, every node within tolerance, exit 0. Long (about 18 min on
   this 2-core machine), so opt-in: ``HEXRPC_LONG_TESTS=1``; it skips, saying so, without
-  ``nudenet`` (.ci/bindings installs it).
+  ``nudenet`` (.ci/onnx-suite installs it and runs this test).
 * The bench's per-call limit ``compare`` opens its session with: the decision, the help text,
   the limit reaching the session, and a fresh ``compare`` process saying which it got.
 """
