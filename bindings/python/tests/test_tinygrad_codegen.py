@@ -14,6 +14,10 @@
   ``MAX_KERNEL_BUFFERS`` set: a 20-way concat is scheduled as kernels of at most 15 buffers each
   and its result is the concatenation.
 
+* A kernel that build-lib compiles without HVX (clang-19 cannot select HVX instructions for it)
+  is a ``HEXRPCBuildWarning`` naming it, though build-lib runs with ``-q``; the library still
+  builds, and the warning can be made an error.
+
 The numerics of float kernels under the DSP's code generation are what the rest of the suite
 checks (test_tinygrad.py, test_tinygrad_ops.py, test_export.py, test_compare.py).
 """
@@ -21,6 +25,7 @@ checks (test_tinygrad.py, test_tinygrad_ops.py, test_export.py, test_compare.py)
 from __future__ import annotations
 
 import pickle
+import warnings
 
 import numpy as np
 import pytest
@@ -150,3 +155,35 @@ def test_a_20_way_concat_is_split_into_kernels_of_at_most_15_buffers(device, mon
     if device == "HEXRPC":
         out = (Tensor.cat(*[Tensor(p, device=device) for p in parts], dim=0) * 2).numpy()
         np.testing.assert_array_equal(out, np.concatenate(parts) * 2)
+
+
+# A kernel clang-19 cannot build with HVX: the store of a 32-lane _Bool vector (an HVX predicate)
+# fails instruction selection ("Cannot select"); without HVX it compiles (build-lib's own test,
+# tools/libbuild/tests/hvx.rs, uses the same construct).
+_NO_HVX_KERNEL = """#include <stdint.h>
+typedef int32_t int32x32 __attribute__((ext_vector_type(32)));
+typedef _Bool bool32 __attribute__((ext_vector_type(32)));
+void below(const int32_t *a, uint32_t *mask, int32_t limit) {
+  int32x32 v;
+  __builtin_memcpy(&v, a, sizeof v);
+  bool32 m = __builtin_convertvector(v < limit, bool32);
+  *mask = __builtin_bit_cast(uint32_t, m);
+}
+"""
+
+
+def test_a_kernel_built_without_hvx_is_a_build_warning_naming_it():
+    from hexrpc.tinygrad.kernels import KernelRecord, build_library
+
+    rec = KernelRecord("below", "buf,buf,i32")
+    with pytest.warns(hexrpc_tinygrad.HEXRPCBuildWarning, match=r"kernel below compiled without HVX") as got:
+        image = build_library([(_NO_HVX_KERNEL + rec.render(), rec)])
+    assert len(got) == 1 and "Cannot select" in str(got[0].message)
+    assert image[:4] == b"\x7fELF"
+    # An ordinary kernel: no warning; and the caller can make the warning an error.
+    ok = KernelRecord("add1", "buf,i32")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", hexrpc_tinygrad.HEXRPCBuildWarning)
+        build_library([("void add1(int *a, int n) { for (int i = 0; i < n; i++) a[i] += 1; }\n" + ok.render(), ok)])
+        with pytest.raises(hexrpc_tinygrad.HEXRPCBuildWarning):
+            build_library([(_NO_HVX_KERNEL + rec.render(), rec)])

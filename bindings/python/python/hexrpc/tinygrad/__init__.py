@@ -109,6 +109,7 @@ from .graph import rename_kernel as rename_kernel
 from .kernels import MAX_LAUNCH_BUFFERS as MAX_LAUNCH_BUFFERS
 from .kernels import TINYGRAD_CFLAGS as TINYGRAD_CFLAGS
 from .kernels import beam_search_on as beam_search_on
+from .kernels import HEXRPCBuildWarning as HEXRPCBuildWarning
 from .kernels import HEXRPCCompiler, HEXRPCRenderer, KernelRecord, build_library, hexrpc_signature
 from .kernels import build_batch_library as build_batch_library
 from .kernels import register_buffer_limit as register_buffer_limit
@@ -133,6 +134,7 @@ __all__ = [
     "DeviceStats",
     "HEXRPCAllocator",
     "HEXRPCBuffer",
+    "HEXRPCBuildWarning",
     "HEXRPCCompiler",
     "HEXRPCDevice",
     "HEXRPCGraph",

@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -204,12 +205,36 @@ def _cli_digest(cli: str) -> str:
         raise CompileError(f"HEXRPC: cannot read {path}: {e}") from e
 
 
+class HEXRPCBuildWarning(UserWarning):
+    """``hexrpc build-lib`` compiled a kernel without HVX: clang-19 could not select HVX
+    instructions for it, so it was rebuilt as scalar code (the same results, not vectorised; the
+    library's build record counts it, ``hexrpc model info`` shows the count). The message is
+    build-lib's own: the kernel's name and clang's reason. Make it an error with
+    ``warnings.simplefilter("error", HEXRPCBuildWarning)``."""
+
+
+#: How ``hexrpc build-lib`` starts a warning on stderr (printed even under ``-q``).
+BUILD_WARNING_PREFIX = "hexrpc build-lib: warning: "
+
+
+def _forward_build_warnings(stderr: str) -> int:
+    """Re-raises each of build-lib's warning lines in ``stderr`` as a :class:`HEXRPCBuildWarning`;
+    returns how many there were."""
+    n = 0
+    for line in stderr.splitlines():
+        if line.startswith(BUILD_WARNING_PREFIX):
+            warnings.warn(line[len(BUILD_WARNING_PREFIX) :], HEXRPCBuildWarning, stacklevel=3)
+            n += 1
+    return n
+
+
 def build_library(sources: list[tuple[str, KernelRecord]], *, table: bool = False, cli: str | None = None) -> bytes:
     """Builds one Hexagon library with ``hexrpc build-lib`` from ``(source, record)`` pairs and
     returns its bytes. One source without ``table`` gives a plain v2 library (``entry`` launches
     that kernel); otherwise a kernel-table library (``--table``, in the given order) whose entry
     also runs batches. Each source is its own translation unit, so the kernels' names must
-    differ."""
+    differ. A kernel build-lib compiles without HVX is a :class:`HEXRPCBuildWarning` (build-lib
+    runs with ``-q``, which silences its progress, never its warnings)."""
     cli = cli or hexrpc_cli()
     if not sources:
         raise CompileError("HEXRPC: no kernel to build")
@@ -230,6 +255,7 @@ def build_library(sources: list[tuple[str, KernelRecord]], *, table: bool = Fals
             res = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
         except (OSError, subprocess.TimeoutExpired) as e:
             raise CompileError(f"HEXRPC: `{' '.join(cmd)}` could not run: {e}") from e
+        _forward_build_warnings(res.stderr)
         if res.returncode != 0:
             names = ", ".join(rec.name for _, rec in sources)
             raise CompileError(f"HEXRPC: hexrpc build-lib failed (exit {res.returncode}) for {names}:\n{res.stderr}")
