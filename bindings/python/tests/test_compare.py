@@ -108,8 +108,18 @@ def test_classifier_every_node_within_tolerance_of_onnxruntime():
     assert abs(sum(k["share"] for k in kernels) - 1) < 1e-9
     assert [k["us_per_run"] for k in kernels] == sorted((k["us_per_run"] for k in kernels), reverse=True)
 
+    # Emulated packets: what qemu-hexagon executed per run, exactly the same in every run (host
+    # time is not), each kernel's share of it with its HVX share.
+    packets = figs["emulated_packets"]
+    assert packets["label"] == "emulated" and "not DSP time" in packets["what"]
+    assert packets["p50"] == packets["max"] > 0, packets
+    assert figs["emulated_instructions"]["p50"] == figs["emulated_instructions"]["max"] >= packets["p50"]
+    assert all("packets_per_run" in k and 0 <= k["hvx_share"] <= 1 for k in kernels), kernels
+    assert 0 < sum(k["packets_per_run"] for k in kernels) < packets["p50"]
+
     text = compare.render(rep)
     assert "every compared node is within tolerance" in text
+    assert "emulated_packets" in text and "packets (emulated)" in text
     assert "where the DSP time went, per run [emulated:" in text and kernels[0]["kernel"] in text
     assert "[emulated:" in text and "[simulated:" in text
     doc = json.loads(json.dumps(rep.to_json(), allow_nan=False))

@@ -346,8 +346,16 @@ PROFILE
   share of the DSP time. The line above the table says what the kernel times add up to per run
   beside the run's host wall time. On the bench these are emulated figures (Hexagon code under
   qemu-hexagon: the host's clock), labelled so; on a device, device figures. A batch whose
-  library was built before per-record times counts as one untimed sum. In --json:
-  latency.kernels and latency.profile_summary.
+  library was built before per-record times counts as one untimed sum. On the bench each row
+  also has the kernel's emulated packets per run and its HVX share (see EMULATED PACKETS). In
+  --json: latency.kernels (packets_per_run, hvx_share on the bench) and latency.profile_summary.
+
+EMULATED PACKETS
+  On the bench the latency block has emulated_packets, emulated_instructions and emulated_hvx:
+  what qemu-hexagon executed per jit run, by its own counters (the bench's DSP shell reads them
+  around each call and each kernel). They are emulated packets, not DSP time: exact and
+  repeatable run to run (p50 equal to max), where host time under qemu is noise; compare two
+  builds of one model with them (fewer packets, a larger HVX share), never a deadline.
 
 OUTPUT
   A table (node index, op type, output name, shape, max abs error, max rel error, tolerance,
@@ -531,10 +539,12 @@ def measure_latency(model: PreparedModel, arrays: Mapping[str, np.ndarray], devi
     dev = Device[device]
     session = getattr(dev, "session", None)
     counters: Callable[[], dict[str, Any]] | None = None
+    exec_counts: Callable[[], dict[str, Any]] | None = None
     if session is not None:
         try:
             hexrpc.bench_counters(session)
             counters = functools.partial(hexrpc.bench_counters, session)
+            exec_counts = functools.partial(hexrpc.take_exec_counts, session)
         except hexrpc.Error:
             counters = None
 
@@ -547,6 +557,8 @@ def measure_latency(model: PreparedModel, arrays: Mapping[str, np.ndarray], devi
     wall: list[float] = []
     per: dict[str, list[float]] = {}
     times: list[tuple[str | None, int]] = []
+    # Per kernel name: [packets, instructions, hvx] over the timed runs (bench, --profile).
+    kernel_counts: dict[str, list[int]] = {}
     if profile and not hasattr(dev, "profile"):
         raise ModelError(f"--profile: the device {device} does not report per-kernel DSP times (HEXRPC does)")
     from tinygrad.helpers import Context
@@ -556,6 +568,9 @@ def measure_latency(model: PreparedModel, arrays: Mapping[str, np.ndarray], devi
             progress["warmup"], progress["run"] = i < WARMUP_RUNS, (i + 1 if i < WARMUP_RUNS else i + 1 - WARMUP_RUNS)
             xs = [tg.inputs({k: arrays[k]})[k] for k in names]
             c0, k0 = (counters() if counters else None), _device_calls(dev)
+            if exec_counts is not None:
+                exec_counts()  # what ran before this run is not its count
+            n_times = len(times)
             timed = profile and i >= WARMUP_RUNS
             if timed:
                 dev.profile = times
@@ -567,9 +582,16 @@ def measure_latency(model: PreparedModel, arrays: Mapping[str, np.ndarray], devi
                     dev.profile = None
             t1 = time.perf_counter()
             c1, k1 = (counters() if counters else None), _device_calls(dev)
+            ec = exec_counts() if exec_counts is not None else None
             if i < WARMUP_RUNS:
                 continue
             wall.append(t1 - t0)
+            if ec is not None:
+                inv = ec["invokes"]
+                for key in ("packets", "instructions", "hvx"):
+                    per.setdefault(f"emulated_{key}", []).append(sum(x[key] for x in inv) if not ec["dropped"] else None)
+                if timed:
+                    _attribute_counts(inv, times[n_times:], kernel_counts)
             if c0 is not None and c1 is not None:
                 d = {k: (c1[k] - c0[k]) if c1.get(k) is not None and c0.get(k) is not None else None for k in c1}
                 for k, v in d.items():
@@ -594,6 +616,14 @@ def measure_latency(model: PreparedModel, arrays: Mapping[str, np.ndarray], devi
         add("dsp_maps", "dsp_maps", "HAP_mmap calls the DSP-side entries made (bench ledger)")
         add("driver_maps", "driver_maps", "FastRPC MMAP requests to the driver")
         add("copied_kib", "copied_kib", "KiB copied user<->kernel by the invokes (each rounded up to a KiB; from the cost model)")
+        for key, what in (
+            ("packets", "Hexagon packets qemu-hexagon executed per jit run (its own count: emulated packets, not DSP time)"),
+            ("instructions", "Hexagon instructions qemu-hexagon executed per jit run (emulated)"),
+            ("hvx", "HVX instructions among them (emulated)"),
+        ):
+            vals = per.get(f"emulated_{key}")
+            if vals and all(v is not None for v in vals):
+                figs[f"emulated_{key}"] = {"label": "emulated", "what": what, **_summary(vals)}
         dropped = [v for k in ("ledger_dropped", "latencies_dropped") for v in per.get(k, []) if v]
         if dropped:
             figs["note"] = {"label": "simulated", "what": "the bench's logs dropped entries: maps, time and copies undercount"}
@@ -604,7 +634,35 @@ def measure_latency(model: PreparedModel, arrays: Mapping[str, np.ndarray], devi
     lat = Latency(runs, WARMUP_RUNS, on_bench, figs)
     if profile:
         lat.kernels, lat.profile_summary = _per_kernel(times, runs, on_bench, sum(wall))
+        if kernel_counts:
+            for r in lat.kernels:
+                c = kernel_counts.get(r["kernel"])
+                if c is not None:
+                    r["packets_per_run"] = c[0] / runs
+                    r["hvx_share"] = (c[2] / c[1]) if c[1] else 0.0
     return lat
+
+
+def _attribute_counts(invokes: Sequence[dict[str, Any]], run_times: Sequence[tuple[str | None, int]],
+                      acc: dict[str, list[int]]) -> None:
+    """Adds each kernel's emulated counts of one run to ``acc`` by kernel name: the batch and
+    program invokes' per-kernel counts, in run order, are the run's timed records (``run_times``,
+    in the same order). Nothing is added when they do not pair one to one (an untimed batch, a
+    single launch, a count the bench could not split)."""
+    kernels: list[tuple[int, int, int]] = []
+    for inv in invokes:
+        if inv["method"] not in (2, 3, 5):
+            continue
+        if inv["kernels"] is None:
+            return
+        kernels.extend(inv["kernels"])
+    if len(kernels) != len(run_times) or any(name is None for name, _ in run_times):
+        return
+    for (name, _), (p, n, h) in zip(run_times, kernels):
+        a = acc.setdefault(name, [0, 0, 0])  # type: ignore[arg-type]
+        a[0] += p
+        a[1] += n
+        a[2] += h
 
 
 def _per_kernel(times: Sequence[tuple[str | None, int]], runs: int, on_bench: bool, wall_s: float):
@@ -957,7 +1015,7 @@ def render(rep: Report) -> str:
             if key == "note":
                 out.append(f"  note: {f['what']} [{f['label']}]")
                 continue
-            unit = {"host_wall_s": "s", "simulated_us": "us"}.get(key, "")
+            unit = {"host_wall_s": "s", "simulated_us": "us"}.get(key, "count" if key.startswith("emulated_") else "")
             vals = "  ".join(f"{q} {_fmt(f[q], unit)}" for q in ("p50", "p99", "p99.9", "max"))
             out.append(f"  {key:<14} {vals}  [{f['label']}: {f['what']}]")
         if lat.kernels is not None and lat.profile_summary is not None:
@@ -968,9 +1026,13 @@ def render(rep: Report) -> str:
                 + (f", {s['untimed_us_per_run']:.0f} us in batches whose library does not time records" if s["untimed_us_per_run"] else "")
             )
             width = max([len(r["kernel"]) for r in lat.kernels] + [6])
-            out.append(f"  {'kernel':<{width}}  launches      us  share")
+            counted = any("packets_per_run" in r for r in lat.kernels)
+            out.append(f"  {'kernel':<{width}}  launches      us  share" + ("  packets (emulated)    HVX" if counted else ""))
             for r in lat.kernels:
-                out.append(f"  {r['kernel']:<{width}}  {r['launches_per_run']:8g}  {r['us_per_run']:6.0f}  {100 * r['share']:4.1f}%")
+                line = f"  {r['kernel']:<{width}}  {r['launches_per_run']:8g}  {r['us_per_run']:6.0f}  {100 * r['share']:4.1f}%"
+                if "packets_per_run" in r:
+                    line += f"  {r['packets_per_run']:18,.0f}  {100 * r['hvx_share']:4.1f}%"
+                out.append(line)
     return "\n".join(out)
 
 
@@ -981,6 +1043,8 @@ def _fmt(v, unit: str) -> str:
         return f"{v:.3f} s"
     if unit == "us":
         return f"{v:.0f} us"
+    if unit == "count":
+        return f"{v:,.0f}"
     return f"{v:g}"
 
 
