@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import pickle
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -157,19 +158,9 @@ def test_a_20_way_concat_is_split_into_kernels_of_at_most_15_buffers(device, mon
         np.testing.assert_array_equal(out, np.concatenate(parts) * 2)
 
 
-# A kernel clang-19 cannot build with HVX: the store of a 32-lane _Bool vector (an HVX predicate)
-# fails instruction selection ("Cannot select"); without HVX it compiles (build-lib's own test,
-# tools/libbuild/tests/hvx.rs, uses the same construct).
-_NO_HVX_KERNEL = """#include <stdint.h>
-typedef int32_t int32x32 __attribute__((ext_vector_type(32)));
-typedef _Bool bool32 __attribute__((ext_vector_type(32)));
-void below(const int32_t *a, uint32_t *mask, int32_t limit) {
-  int32x32 v;
-  __builtin_memcpy(&v, a, sizeof v);
-  bool32 m = __builtin_convertvector(v < limit, bool32);
-  *mask = __builtin_bit_cast(uint32_t, m);
-}
-"""
+# A kernel clang-19 cannot build with HVX (build-lib's own test uses the same source): the store of
+# a 32-lane _Bool vector (an HVX predicate) fails instruction selection; without HVX it compiles.
+_NO_HVX_KERNEL = (Path(__file__).resolve().parents[3] / "tools" / "libbuild" / "tests" / "data" / "no_hvx.c").read_text()
 
 
 def test_a_kernel_built_without_hvx_is_a_build_warning_naming_it():

@@ -9,6 +9,8 @@
 //! The build tests skip (with a message) without clang-19 / ld.lld-19, the runs without
 //! qemu-hexagon too.
 
+mod support;
+
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -32,21 +34,8 @@ fn compilers() -> bool {
     ok
 }
 
-fn executor() -> bool {
-    match hexrpc_bench::executor::tools_available() {
-        Ok(_) => true,
-        Err(why) => {
-            println!("SKIPPED: {why}");
-            false
-        }
-    }
-}
-
 fn work_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("hexrpc-libbuild-f64-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    support::work_dir("f64", name)
 }
 
 /// tinygrad's flags on top of build-lib's own (bindings/python: `TINYGRAD_CFLAGS`).
@@ -380,7 +369,7 @@ fn tinygrad_float64_trunc_and_mod_build_carrying_trunc() {
     }
     assert!(!dir.join("floor.so").exists());
 
-    if !executor() {
+    if !support::executor_tools() {
         return;
     }
     let bench = Bench::new();
@@ -402,7 +391,7 @@ fn tinygrad_float64_trunc_and_mod_build_carrying_trunc() {
 
 #[test]
 fn carried_trunc_and_tinygrad_roundings_match_rust_bit_for_bit_on_the_bench() {
-    if !executor() {
+    if !support::executor_tools() {
         return;
     }
     let dir = work_dir("rounding");

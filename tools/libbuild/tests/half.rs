@@ -10,6 +10,8 @@
 //!
 //! Skips (with a message) when clang-19, ld.lld-19 or qemu-hexagon are missing.
 
+mod support;
+
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -130,21 +132,8 @@ fn the_reference_rounds_the_known_cases() {
 // ------------------------------------------------------------------------------------------------
 // Building and running.
 
-fn tools() -> bool {
-    match hexrpc_bench::executor::tools_available() {
-        Ok(_) => true,
-        Err(why) => {
-            println!("SKIPPED: {why}");
-            false
-        }
-    }
-}
-
 fn work_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("hexrpc-libbuild-half-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    support::work_dir("half", name)
 }
 
 fn build(dir: &Path, name: &str, source: &str, sig: &str) -> (BuildReport, Vec<u8>) {
@@ -330,7 +319,7 @@ fn f64_cases(rng: &mut Rng) -> Vec<f64> {
 
 #[test]
 fn half_casts_run_on_the_bench_and_match_the_reference_bit_for_bit() {
-    if !tools() {
+    if !support::executor_tools() {
         return;
     }
     let dir = work_dir("casts");
@@ -389,7 +378,7 @@ fn half_casts_run_on_the_bench_and_match_the_reference_bit_for_bit() {
 
 #[test]
 fn half_elementwise_add_runs_on_the_bench() {
-    if !tools() {
+    if !support::executor_tools() {
         return;
     }
     let dir = work_dir("add");
@@ -562,7 +551,7 @@ fn kernels_see_our_headers_and_never_the_hosts() {
 
 #[test]
 fn short_to_half_is_refused_and_through_int_is_exact() {
-    if !tools() {
+    if !support::executor_tools() {
         return;
     }
     let dir = work_dir("short");

@@ -5,6 +5,8 @@
 //!
 //! Skips (with a message) when clang-19, ld.lld-19 or qemu-hexagon are missing.
 
+mod support;
+
 use std::path::{Path, PathBuf};
 
 use hexrpc_bench::Bench;
@@ -16,21 +18,8 @@ use hexrpc_runtime::launch::{LibraryRecord, Scalar, Signature};
 use hexrpc_runtime::reverse::FilePolicy;
 use hexrpc_runtime::ServedSession;
 
-fn tools() -> bool {
-    match hexrpc_bench::executor::tools_available() {
-        Ok(_) => true,
-        Err(why) => {
-            println!("SKIPPED: {why}");
-            false
-        }
-    }
-}
-
 fn work_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("hexrpc-libbuild-hvx-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    support::work_dir("hvx", name)
 }
 
 /// The words of an ELF32 relocatable object's `.text*` sections (`SHT_PROGBITS`), read with
@@ -111,21 +100,11 @@ void dot_u8i8(const uint8_t *restrict x, const int8_t *restrict w, int32_t *rest
 /// Hexagon backend cannot select HVX instructions for the store of a 32-lane `_Bool` vector
 /// (an HVX predicate) and fails with "Cannot select"; without HVX it compiles. `below2` is a
 /// second kernel of the same source (a table loses HVX for both).
-const BELOW: &str = r#"#include <stdint.h>
-typedef int32_t int32x32 __attribute__((ext_vector_type(32)));
-typedef _Bool bool32 __attribute__((ext_vector_type(32)));
-void below(const int32_t *a, uint32_t *mask, int32_t limit) {
-  int32x32 v;
-  __builtin_memcpy(&v, a, sizeof v);
-  bool32 m = __builtin_convertvector(v < limit, bool32);
-  *mask = __builtin_bit_cast(uint32_t, m);
-}
-void below2(const int32_t *a, uint32_t *mask, int32_t limit) { below(a, mask, limit + 1); }
-"#;
+const BELOW: &str = include_str!("data/no_hvx.c");
 
 #[test]
 fn kernel_loops_are_vectorised_for_hvx_and_compute_what_the_host_does() {
-    if !tools() {
+    if !support::executor_tools() {
         return;
     }
     let d = work_dir("dot");
@@ -156,7 +135,7 @@ fn kernel_loops_are_vectorised_for_hvx_and_compute_what_the_host_does() {
 
 #[test]
 fn a_kernel_clang_cannot_build_with_hvx_is_built_without_and_counted_or_refused() {
-    if !tools() {
+    if !support::executor_tools() {
         return;
     }
     let d = work_dir("below");
