@@ -145,7 +145,22 @@ class HEXRPCRenderer(DSPRenderer):
     (``to_program_key``: this renderer's type and target, so HEXRPC's programs never mix with the
     DSP device's, nor BEAM's with the others), tensor-core and IMAGE choices (none for a DSP
     renderer) and ``renderer/ptx.py`` (CUDA).
+
+    **Alignment: what HEXRPC renders differently from tinygrad's DSP.** tinygrad's DSP renderer
+    promises clang that every buffer is 128-byte aligned (``align_value(128)`` on each buffer
+    parameter) and types each vector with its natural alignment (``uchar128`` aligned to 128),
+    so clang emits aligned HVX loads and stores. A buffer need not be aligned: a realized slice of
+    a realized tensor is a buffer view at the slice's byte offset (``Buffer.view``, the
+    allocator's ``_offset``), and an aligned HVX load at an unaligned address ignores the low
+    address bits: it reads the wrong bytes and nothing faults (a uint8 kernel on a view at offset
+    1 computed the wrong values, test_tinygrad_codegen.py). So HEXRPC promises nothing: no
+    ``align_value`` on buffers, and vector types aligned to their element (clang then emits
+    unaligned HVX accesses, ``vmemu``, right at any address). The kernel functions are otherwise
+    the DSP's.
     """
+
+    #: No alignment promise on buffers (see the class documentation).
+    buffer_suffix = " restrict"
 
     #: clang-19 for Hexagon compiles a 16-bit integer -> ``__fp16`` cast as a copy of the bits
     #: (``hexrpc build-lib`` refuses such a kernel, docs/build-lib.md): widen to int first, which
@@ -167,6 +182,11 @@ class HEXRPCRenderer(DSPRenderer):
 
     def __reduce__(self):
         return self.__class__, (self.hexrpc_target,)
+
+    def render_vector_prefix(self, dt, count: int) -> str:
+        """A vector type aligned to its element, not to its size (see the class documentation)."""
+        vec = self._render_dtype(dt, count, AddrSpace.REG)
+        return f"typedef {self.render_dtype(dt)} {vec} __attribute__((aligned({dt.itemsize}),ext_vector_type({count})));"
 
     def _render_defines(self, uops) -> list[str]:
         # Only the kernel's own vector typedefs: the v1 entry's declarations (remote_arg, HAP_*)
