@@ -12,7 +12,7 @@ import shutil
 import subprocess
 import tempfile
 import warnings
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from tinygrad.device import CompileError, Compiler
@@ -124,27 +124,16 @@ class HEXRPCRenderer(DSPRenderer):
     """tinygrad's DSP renderer for the kernel function, with tinygrad's DSP code generation; the
     entry is hexrpc's (v2), generated at build time from the record this renderer appends.
 
-    The DSP's code generation: tinygrad 0.14 gives a kernel the DSP's choices when
-    ``renderer.target.device == "DSP"``, in three places: ``codegen/opt/heuristic.py``
-    (``hand_coded_optimizations`` upcasts an axis by 128 instead of 3 or 4),
-    ``codegen/late/coalesce.py`` (loads and stores grouped up to 128 lanes, not only divisors of
-    the width) and ``codegen/opt/postrange.py`` (upcasts above 16 allowed). So :attr:`target`
-    names the device ``"DSP"`` (arch, renderer and interface are HEXRPC's target's), and HEXRPC's
-    kernel functions are the ones tinygrad renders for its own DSP device.
-
-    Except while BEAM search is on (:func:`beam_search_on`): tinygrad's search also reads
-    ``renderer.target.device``, as the device to allocate its test buffers on and to time its
-    candidates on (``codegen/opt/postrange.py`` ``apply_opts``, ``codegen/opt/search.py``
-    ``beam_search``), and ``"DSP"`` there would open tinygrad's own DSP device (its own ION and
-    FastRPC session, beside hexrpc's). Then :attr:`target` is HEXRPC's own, the search runs on
-    HEXRPC and chooses the kernel's optimizations itself (without the DSP's heuristics, which the
-    search replaces, and with the generic coalescing and upcast limit).
-
-    Every other read of ``target`` in tinygrad 0.14.0 (checked): the program's record
-    (``ProgramInfo.target``, which HEXRPC does not read back), the compile cache key
-    (``to_program_key``: this renderer's type and target, so HEXRPC's programs never mix with the
-    DSP device's, nor BEAM's with the others), tensor-core and IMAGE choices (none for a DSP
-    renderer) and ``renderer/ptx.py`` (CUDA).
+    **Not the DSP's code generation.** tinygrad 0.14 gives a kernel its DSP choices when
+    ``renderer.target.device == "DSP"`` (``codegen/opt/heuristic.py`` upcasts by 128,
+    ``codegen/late/coalesce.py`` groups loads up to 128 lanes, ``codegen/opt/postrange.py`` allows
+    upcasts above 16). HEXRPC's target names HEXRPC, so it does not get them: those choices upcast
+    a comparison into a 128-lane ``bool`` vector, clang's ``ext_vector_type`` of ``bool`` is packed
+    one bit a lane, and a stored bool vector is then not one byte a lane. With the target naming
+    "DSP", every comparison of int8, uint32 and float32 tensors came out wrong (the ONNX node
+    suite's equal, greater_equal and less_equal cases, test_tinygrad_codegen.py). The target stays
+    HEXRPC's until bool vectors are rendered one byte a lane. BEAM search then allocates and times
+    its candidates on HEXRPC (it reads the target's device).
 
     **Alignment: what HEXRPC renders differently from tinygrad's DSP.** tinygrad's DSP renderer
     promises clang that every buffer is 128-byte aligned (``align_value(128)`` on each buffer
@@ -155,8 +144,7 @@ class HEXRPCRenderer(DSPRenderer):
     address bits: it reads the wrong bytes and nothing faults (a uint8 kernel on a view at offset
     1 computed the wrong values, test_tinygrad_codegen.py). So HEXRPC promises nothing: no
     ``align_value`` on buffers, and vector types aligned to their element (clang then emits
-    unaligned HVX accesses, ``vmemu``, right at any address). The kernel functions are otherwise
-    the DSP's.
+    unaligned HVX accesses, ``vmemu``, right at any address).
     """
 
     #: No alignment promise on buffers (see the class documentation).
@@ -173,12 +161,12 @@ class HEXRPCRenderer(DSPRenderer):
     def __init__(self, target: Target):
         # tinygrad passes DEV's target for "HEXRPC" (``Compiled._select_renderer``).
         self.hexrpc_target, self.compiler = target, HEXRPCCompiler()
-        self.dsp_target = replace(target, device="DSP")
 
     @property
     def target(self) -> Target:  # type: ignore[override]
-        """The DSP's target, or HEXRPC's while BEAM search is on (see the class documentation)."""
-        return self.hexrpc_target if beam_search_on() else self.dsp_target
+        """HEXRPC's own target (see the class documentation: not the DSP's, whose code generation
+        gets comparisons wrong)."""
+        return self.hexrpc_target
 
     def __reduce__(self):
         return self.__class__, (self.hexrpc_target,)
