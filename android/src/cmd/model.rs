@@ -538,21 +538,22 @@ fn execute<S: Syscalls + Clone + Send + Sync + 'static>(
             model.run(&in_refs, &mut out_refs, deadline).map_err(|e| refused(format!("run {} of {runs}: {e}", n + 1)))?
         };
         times.push(t.elapsed());
-        if let Some(take) = simulated {
-            sim.push(take());
-        }
+        // Before the simulated time's take, which clears the bench's logs (the counts' too).
         if let (Some(take), Some(c)) = (take_counts, counts.as_mut()) {
             let invokes = take();
             c.per_run.push(invokes.iter().fold(Counted::default(), |a, i| a.plus(i.1)));
             // The program calls' kernels, in run order, are the profile's records.
             let kernels: Option<Vec<Counted>> =
-                invokes.iter().filter(|i| i.0 == PROGRAM_METHOD).map(|i| i.2.clone()).collect::<Option<Vec<_>>>().map(|v| v.concat());
+                invokes.into_iter().filter(|i| i.0 == PROGRAM_METHOD).map(|i| i.2).collect::<Option<Vec<_>>>().map(|v| v.concat());
             if let Some(k) = kernels.filter(|k| k.len() == names.len()) {
                 for (name, k) in names.iter().zip(k) {
                     let e = c.per_kernel.entry(name.clone()).or_default();
                     *e = e.plus(k);
                 }
             }
+        }
+        if let Some(take) = simulated {
+            sim.push(take());
         }
         dsp_us += r.dsp_micros;
         if !served.session().is_healthy() {

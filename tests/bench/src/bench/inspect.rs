@@ -235,7 +235,7 @@ impl Bench {
     }
 
     /// Empties every log the bench keeps for inspection (ledger, latencies, open, reverse and
-    /// MUNMAP logs, the MMAP address origins of channels that are gone), so a long run stays
+    /// MUNMAP logs, execution counts, the MMAP address origins of channels that are gone), so a long run stays
     /// bounded; check them first.
     pub fn clear_logs(&self) {
         let mut st = self.lock();
@@ -248,6 +248,8 @@ impl Bench {
         st.reverse_log.clear();
         st.munmap_log.clear();
         st.pm_qos_log.clear();
+        st.exec_counts.clear();
+        st.exec_counts_dropped = 0;
         #[cfg(feature = "linux")]
         st.linux_errors.clear();
         let live: std::collections::HashSet<u64> = st.rpc_files.keys().copied().collect();
